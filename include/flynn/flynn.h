@@ -1,0 +1,432 @@
+/*
+ * flynn.h — the whole public C API of flynn: Keras-style deep learning in C.
+ *
+ * Everything a user touches is declared here: tensors, layers, models,
+ * optimizers, losses, metrics, fit/evaluate/predict, data loaders, devices
+ * and errors. Names follow Keras so that a Keras user can guess them:
+ *
+ *     fl_model *m = fl_sequential(
+ *         fl_input(28, 28, 1),
+ *         fl_conv2d(32, 3, .activation = FL_RELU),
+ *         fl_max_pooling2d(2),
+ *         fl_flatten(),
+ *         fl_dense(10, .activation = FL_SOFTMAX));
+ *     fl_compile(m, fl_adam(.learning_rate = 1e-3),
+ *                FL_SPARSE_CATEGORICAL_CROSSENTROPY, FL_ACCURACY);
+ *     fl_history *h = fl_fit(m, x, y, .batch_size = 128, .epochs = 2);
+ *
+ * Keyword arguments are C99 designated initializers. A field left out takes
+ * the Keras default; since C can only default a field to zero, an option
+ * whose Keras default is true is spelled negated here (Keras
+ * `use_bias=False` is `.no_bias = true`, `shuffle=False` is
+ * `.no_shuffle = true`), and 0 means "the Keras default" for numbers
+ * (`.strides = 0` is 1, `.batch_size = 0` is 32).
+ *
+ * Errors: every call returns a status (FL_OK == 0) or NULL on failure and
+ * leaves a message, naming the file/layer/dimension and what was expected,
+ * for fl_last_error(). The library never exits or aborts.
+ */
+#ifndef FLYNN_H
+#define FLYNN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define FLYNN_VERSION_MAJOR 0
+#define FLYNN_VERSION_MINOR 1
+#define FLYNN_VERSION_PATCH 0
+const char *fl_version(void);
+
+/* ------------------------------------------------------------------ errors */
+
+typedef enum fl_status {
+    FL_OK = 0,
+    FL_ERR_INVALID_ARG,  /* a bad argument: wrong range, NULL, unknown name */
+    FL_ERR_SHAPE,        /* shapes that do not fit together */
+    FL_ERR_IO,           /* a file could not be opened, read or written */
+    FL_ERR_FORMAT,       /* a file's content is not what was expected */
+    FL_ERR_NOMEM,        /* host or device memory exhausted */
+    FL_ERR_DEVICE,       /* a device (GPU) is not usable */
+    FL_ERR_UNSUPPORTED,  /* a valid request this build cannot do */
+    FL_ERR_STATE,        /* called in the wrong order (fit before compile) */
+} fl_status;
+
+/* The message of the last failed call on this thread ("" if none). */
+const char *fl_last_error(void);
+/* The status of the last failed call on this thread (FL_OK if none). */
+fl_status fl_last_status(void);
+const char *fl_status_name(fl_status s);
+void fl_clear_error(void);
+
+/* ----------------------------------------------------------------- tensors */
+
+#define FL_MAX_DIMS 8
+
+typedef enum fl_dtype { FL_FLOAT32 = 0, FL_INT32, FL_UINT8 } fl_dtype;
+
+/* A dense, row-major (C order) n-d array in host memory. */
+typedef struct fl_tensor fl_tensor;
+
+fl_tensor *fl_tensor_new(fl_dtype dtype, int ndim, const int64_t *shape);
+/* fl_tensor_zeros(FL_FLOAT32, 2000, 28, 28, 1) */
+#define fl_tensor_zeros(dtype, ...) \
+    fl_tensor_new((dtype), (int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), (int64_t[]){__VA_ARGS__})
+void fl_tensor_free(fl_tensor *t);
+fl_tensor *fl_tensor_clone(const fl_tensor *t);
+/* A new tensor holding rows [start, start+count) of dimension 0. */
+fl_tensor *fl_tensor_slice(const fl_tensor *t, int64_t start, int64_t count);
+fl_status fl_tensor_reshape(fl_tensor *t, int ndim, const int64_t *shape);
+
+fl_dtype fl_tensor_dtype(const fl_tensor *t);
+int fl_tensor_ndim(const fl_tensor *t);
+int64_t fl_tensor_dim(const fl_tensor *t, int axis); /* axis < 0 counts from the end */
+int64_t fl_tensor_size(const fl_tensor *t);          /* number of elements */
+void *fl_tensor_data(fl_tensor *t);
+const void *fl_tensor_cdata(const fl_tensor *t);
+/* Shape as "(2000, 28, 28, 1)" into buf. */
+const char *fl_tensor_shape_str(const fl_tensor *t, char *buf, size_t n);
+
+/* --------------------------------------------------------- random numbers */
+
+/* Philox 4x32-10: counter-based, so the same (seed, stream, index) gives the
+ * same number on any device and in any order. */
+uint32_t fl_philox_u32(uint64_t seed, uint64_t stream, uint64_t index);
+float fl_philox_uniform(uint64_t seed, uint64_t stream, uint64_t index); /* [0, 1) */
+
+/* ------------------------------------------------------------- activations */
+
+typedef enum fl_activation {
+    FL_LINEAR = 0, /* Keras None / "linear" */
+    FL_RELU,
+    FL_SIGMOID,
+    FL_TANH,
+    FL_SOFTMAX,
+    FL_LEAKY_RELU, /* negative_slope 0.2, as keras.activations.leaky_relu */
+    FL_GELU,       /* approximate=False (erf), as keras.activations.gelu */
+    FL_ELU,        /* alpha 1.0 */
+    FL_ACTIVATION_COUNT
+} fl_activation;
+
+const char *fl_activation_name(fl_activation a); /* Keras name: "relu" */
+/* FL_ERR_INVALID_ARG for an unknown name; *out untouched then. */
+fl_status fl_activation_from_name(const char *name, fl_activation *out);
+
+/* ------------------------------------------------------------------ layers */
+
+typedef struct fl_layer fl_layer;
+
+typedef enum fl_padding { FL_VALID = 0, FL_SAME } fl_padding;
+
+/* Input(shape): the shape of one sample, without the batch dimension. */
+fl_layer *fl_input_(int ndim, const int64_t *shape);
+#define fl_input(...) \
+    fl_input_((int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), (int64_t[]){__VA_ARGS__})
+
+typedef struct fl_dense_args {
+    int _reserved; /* keeps the macros warning-free; leave it out */
+    int units;
+    fl_activation activation; /* default linear */
+    bool no_bias;             /* Keras use_bias=False */
+    const char *name;         /* default "dense", "dense_1", ... */
+} fl_dense_args;
+fl_layer *fl_dense_(fl_dense_args a);
+#define fl_dense(...) fl_dense_((fl_dense_args){._reserved = 0, __VA_ARGS__}) /* fl_dense(128, .activation = FL_RELU) */
+
+typedef struct fl_conv2d_args {
+    int _reserved; /* keeps the macros warning-free; leave it out */
+    int filters;
+    int kernel_size;            /* square kernel; kernel_h/kernel_w override */
+    int kernel_h, kernel_w;
+    int strides;                /* 0 = 1; stride_h/stride_w override */
+    int stride_h, stride_w;
+    fl_padding padding;         /* default FL_VALID */
+    int dilation_rate;          /* 0 = 1; only 1 is supported */
+    fl_activation activation;
+    bool no_bias;
+    const char *name;
+} fl_conv2d_args;
+fl_layer *fl_conv2d_(fl_conv2d_args a);
+#define fl_conv2d(...) fl_conv2d_((fl_conv2d_args){._reserved = 0, __VA_ARGS__}) /* fl_conv2d(32, 3, ...) */
+
+typedef struct fl_pool2d_args {
+    int _reserved;    /* keeps the macros warning-free; leave it out */
+    int pool_size;    /* 0 = 2 */    /* square window; pool_h/pool_w override */
+    int pool_h, pool_w;
+    int strides;      /* 0 = pool_size, as Keras strides=None */
+    int stride_h, stride_w;
+    fl_padding padding;
+    const char *name;
+} fl_pool2d_args;
+fl_layer *fl_max_pooling2d_(fl_pool2d_args a);
+fl_layer *fl_average_pooling2d_(fl_pool2d_args a);
+#define fl_max_pooling2d(...) fl_max_pooling2d_((fl_pool2d_args){._reserved = 0, __VA_ARGS__})
+#define fl_average_pooling2d(...) fl_average_pooling2d_((fl_pool2d_args){._reserved = 0, __VA_ARGS__})
+/* fl_max_pooling2d(2) works: the first positional field is pool_size. */
+
+typedef struct fl_name_args { int _reserved; const char *name; } fl_name_args;
+fl_layer *fl_global_average_pooling2d_(fl_name_args a);
+fl_layer *fl_flatten_(fl_name_args a);
+#define fl_global_average_pooling2d(...) fl_global_average_pooling2d_((fl_name_args){._reserved = 0, __VA_ARGS__})
+#define fl_flatten(...) fl_flatten_((fl_name_args){._reserved = 0, __VA_ARGS__})
+
+/* Reshape(target_shape): per-sample shape; one dimension may be -1. */
+fl_layer *fl_reshape_(int ndim, const int64_t *shape);
+#define fl_reshape(...) \
+    fl_reshape_((int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), (int64_t[]){__VA_ARGS__})
+
+typedef struct fl_dropout_args {
+    int _reserved; /* keeps the macros warning-free; leave it out */
+    float rate;
+    uint64_t seed; /* 0: derived from the model's seed and the layer index */
+    const char *name;
+} fl_dropout_args;
+fl_layer *fl_dropout_(fl_dropout_args a);
+#define fl_dropout(...) fl_dropout_((fl_dropout_args){._reserved = 0, __VA_ARGS__}) /* fl_dropout(0.25) */
+
+typedef struct fl_batch_norm_args {
+    int _reserved;
+    float momentum; /* 0 = 0.99 */
+    float epsilon;  /* 0 = 1e-3 */
+    bool no_center; /* Keras center=False: no beta */
+    bool no_scale;  /* Keras scale=False: no gamma */
+    const char *name;
+} fl_batch_norm_args;
+fl_layer *fl_batch_normalization_(fl_batch_norm_args a);
+#define fl_batch_normalization(...) fl_batch_normalization_((fl_batch_norm_args){._reserved = 0, __VA_ARGS__})
+
+typedef struct fl_activation_args { int _reserved; fl_activation activation; const char *name; } fl_activation_args;
+fl_layer *fl_activation_layer_(fl_activation_args a);
+#define fl_activation_layer(...) fl_activation_layer_((fl_activation_args){._reserved = 0, __VA_ARGS__})
+
+/* Frees a layer that was never put into a model (a model owns its layers). */
+void fl_layer_free(fl_layer *l);
+
+/* ------------------------------------------------------------------ models */
+
+typedef struct fl_model fl_model;
+
+/* Takes ownership of the layers, also on failure. The first layer must be
+ * fl_input(...). */
+fl_model *fl_sequential_(fl_layer *const *layers, int n, const char *name);
+#define fl_sequential(...) \
+    fl_sequential_((fl_layer *const[]){__VA_ARGS__}, \
+                   (int)(sizeof((fl_layer *const[]){__VA_ARGS__}) / sizeof(fl_layer *)), NULL)
+void fl_model_free(fl_model *m);
+
+/* Seed for weight initialisation, dropout masks and shuffling. Default 0
+ * (deterministic); call before compile to change initial weights. */
+fl_status fl_model_set_seed(fl_model *m, uint64_t seed);
+
+/* The Keras summary() table. Writes to stdout when out is NULL. */
+fl_status fl_model_summary(const fl_model *m, void *out /* FILE* */);
+int64_t fl_model_count_params(const fl_model *m);
+int64_t fl_model_count_trainable_params(const fl_model *m);
+
+int fl_model_num_layers(const fl_model *m);
+fl_layer *fl_model_layer(const fl_model *m, int index);
+fl_layer *fl_model_get_layer(const fl_model *m, const char *name);
+const char *fl_layer_name(const fl_layer *l);
+const char *fl_layer_class(const fl_layer *l); /* "Conv2D" */
+/* The layer's weights in Keras order (Dense: kernel (in, out), bias; Conv2D:
+ * kernel (kh, kw, in, out), bias; BatchNormalization: gamma, beta,
+ * moving_mean, moving_variance). Borrowed: valid while the model lives;
+ * writes to the data change the model. */
+int fl_layer_num_weights(const fl_layer *l);
+fl_tensor *fl_layer_weight(fl_layer *l, int index);
+const char *fl_layer_weight_name(const fl_layer *l, int index); /* "kernel" */
+
+/* --------------------------------------------------------------- optimizers */
+
+typedef struct fl_optimizer fl_optimizer;
+
+typedef struct fl_sgd_args {
+    int _reserved;
+    float learning_rate; /* 0 = 0.01 */
+    float momentum;      /* 0.0 */
+    bool nesterov;
+} fl_sgd_args;
+typedef struct fl_adam_args {
+    int _reserved;
+    float learning_rate; /* 0 = 0.001 */
+    float beta_1;        /* 0 = 0.9 */
+    float beta_2;        /* 0 = 0.999 */
+    float epsilon;       /* 0 = 1e-7 */
+    float weight_decay;  /* AdamW only: 0 = 0.004; use a negative value for none */
+} fl_adam_args;
+typedef struct fl_rmsprop_args {
+    int _reserved;
+    float learning_rate; /* 0 = 0.001 */
+    float rho;           /* 0 = 0.9 */
+    float momentum;      /* 0.0 */
+    float epsilon;       /* 0 = 1e-7 */
+    bool centered;
+} fl_rmsprop_args;
+
+fl_optimizer *fl_sgd_(fl_sgd_args a);
+fl_optimizer *fl_adam_(fl_adam_args a);
+fl_optimizer *fl_adamw_(fl_adam_args a);
+fl_optimizer *fl_rmsprop_(fl_rmsprop_args a);
+#define fl_sgd(...) fl_sgd_((fl_sgd_args){._reserved = 0, __VA_ARGS__})
+#define fl_adam(...) fl_adam_((fl_adam_args){._reserved = 0, __VA_ARGS__})
+#define fl_adamw(...) fl_adamw_((fl_adam_args){._reserved = 0, __VA_ARGS__})
+#define fl_rmsprop(...) fl_rmsprop_((fl_rmsprop_args){._reserved = 0, __VA_ARGS__})
+/* Frees an optimizer that was not given to fl_compile (which takes it). */
+void fl_optimizer_free(fl_optimizer *o);
+const char *fl_optimizer_name(const fl_optimizer *o);
+int64_t fl_optimizer_iterations(const fl_optimizer *o);
+
+/* ------------------------------------------------------- losses and metrics */
+
+typedef enum fl_loss_kind {
+    FL_LOSS_NONE = 0,
+    FL_LOSS_CATEGORICAL_CROSSENTROPY,
+    FL_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY,
+    FL_LOSS_BINARY_CROSSENTROPY,
+    FL_LOSS_MEAN_SQUARED_ERROR,
+} fl_loss_kind;
+
+typedef struct fl_loss {
+    fl_loss_kind kind;
+    bool from_logits; /* crossentropies: the output is logits, not probabilities */
+} fl_loss;
+
+#define FL_CATEGORICAL_CROSSENTROPY ((fl_loss){.kind = FL_LOSS_CATEGORICAL_CROSSENTROPY})
+#define FL_SPARSE_CATEGORICAL_CROSSENTROPY ((fl_loss){.kind = FL_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY})
+#define FL_BINARY_CROSSENTROPY ((fl_loss){.kind = FL_LOSS_BINARY_CROSSENTROPY})
+#define FL_MEAN_SQUARED_ERROR ((fl_loss){.kind = FL_LOSS_MEAN_SQUARED_ERROR})
+#define fl_categorical_crossentropy(...) ((fl_loss){.kind = FL_LOSS_CATEGORICAL_CROSSENTROPY, __VA_ARGS__})
+#define fl_sparse_categorical_crossentropy(...) ((fl_loss){.kind = FL_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY, __VA_ARGS__})
+#define fl_binary_crossentropy(...) ((fl_loss){.kind = FL_LOSS_BINARY_CROSSENTROPY, __VA_ARGS__})
+const char *fl_loss_name(fl_loss_kind k);
+
+typedef enum fl_metric {
+    FL_METRIC_NONE = 0,
+    FL_ACCURACY,                      /* resolved from the loss, as Keras "accuracy" */
+    FL_CATEGORICAL_ACCURACY,
+    FL_SPARSE_CATEGORICAL_ACCURACY,
+    FL_BINARY_ACCURACY,
+} fl_metric;
+#define FL_MAX_METRICS 4
+
+/* fl_compile(model, optimizer, loss, metrics...). Takes the optimizer. */
+fl_status fl_compile_(fl_model *m, fl_optimizer *opt, fl_loss loss, const fl_metric *metrics, int n);
+#define fl_compile(m, opt, loss, ...) \
+    fl_compile_((m), (opt), (loss), (fl_metric[]){FL_METRIC_NONE, __VA_ARGS__} + 1, \
+                (int)(sizeof((fl_metric[]){FL_METRIC_NONE, __VA_ARGS__}) / sizeof(fl_metric)) - 1)
+
+/* The built-in models of the `flynn` command, by name: "mnist_cnn" (the
+ * Keras mnist_cnn example: 2 conv, max-pool, dropout, dense 128, softmax) and
+ * "mlp" (Keras mnist_mlp: 512-512 relu with dropout 0.2). Input (h, w, c),
+ * `classes` outputs, not compiled. */
+fl_model *fl_builtin_model(const char *name, int64_t h, int64_t w, int64_t c, int classes);
+/* Names of the built-in models, NULL-terminated. */
+const char *const *fl_builtin_model_names(void);
+
+/* ------------------------------------------------------------------ devices */
+
+typedef enum fl_device_kind { FL_DEVICE_AUTO = 0, FL_DEVICE_CPU, FL_DEVICE_GPU } fl_device_kind;
+
+/* Chooses where the model runs. AUTO takes the GPU when one is usable and
+ * the CPU otherwise; GPU fails (FL_ERR_DEVICE) with the reason when none is
+ * usable. `why` (may be NULL) receives one line: the device chosen and why. */
+fl_status fl_model_set_device(fl_model *m, fl_device_kind kind, char *why, size_t why_len);
+/* Why the GPU cannot be used ("" if it can): the one-line diagnosis. */
+fl_status fl_gpu_probe(char *why, size_t why_len);
+/* Threads the CPU backend uses (0: all cores; default: all cores). */
+void fl_set_num_threads(int n);
+int fl_get_num_threads(void);
+
+/* ------------------------------------------------------------- training */
+
+typedef enum fl_verbose {
+    FL_VERBOSE_AUTO = 0, /* Keras "auto": the bar on a terminal, one line per epoch otherwise */
+    FL_VERBOSE_SILENT,   /* Keras verbose=0 */
+    FL_VERBOSE_BAR,      /* Keras verbose=1 */
+    FL_VERBOSE_EPOCH,    /* Keras verbose=2 */
+} fl_verbose;
+
+typedef struct fl_history fl_history;
+
+/* Called after every epoch; return false to stop training. */
+typedef bool (*fl_epoch_callback)(fl_model *m, int epoch, const fl_history *h, void *user);
+
+typedef struct fl_fit_args {
+    int _reserved;
+    int batch_size;           /* 0 = 32 */
+    int epochs;               /* 0 = 1 */
+    fl_verbose verbose;
+    float validation_split;   /* the last fraction of x/y, taken before shuffling */
+    const fl_tensor *validation_x, *validation_y; /* Keras validation_data */
+    bool no_shuffle;          /* Keras shuffle=False */
+    int initial_epoch;
+    fl_epoch_callback on_epoch_end;
+    void *user;
+    void *out;                /* FILE* for progress output; NULL = stdout */
+} fl_fit_args;
+
+/* x: (N, ...input shape); y: (N,) class indices (float32 or int32/uint8) for
+ * sparse losses, or (N, ...output shape) targets. Returns NULL on error. */
+fl_history *fl_fit_(fl_model *m, const fl_tensor *x, const fl_tensor *y, fl_fit_args a);
+#define fl_fit(m, x, y, ...) fl_fit_((m), (x), (y), (fl_fit_args){._reserved = 0, __VA_ARGS__})
+
+typedef struct fl_eval_args {
+    int _reserved;
+    int batch_size; /* 0 = 32 */
+    fl_verbose verbose;
+    void *out;
+} fl_eval_args;
+/* Fills results[0] = loss, results[1..] = the compiled metrics (as Keras
+ * evaluate returns them). n_results: size of results. */
+fl_status fl_evaluate_(fl_model *m, const fl_tensor *x, const fl_tensor *y, float *results, int n_results, fl_eval_args a);
+#define fl_evaluate(m, x, y, results, n, ...) fl_evaluate_((m), (x), (y), (results), (n), (fl_eval_args){._reserved = 0, __VA_ARGS__})
+/* The model's outputs for x, (N, ...output shape). */
+fl_tensor *fl_predict_(fl_model *m, const fl_tensor *x, fl_eval_args a);
+#define fl_predict(m, x, ...) fl_predict_((m), (x), (fl_eval_args){._reserved = 0, __VA_ARGS__})
+
+/* History: per-epoch values by Keras key ("loss", "accuracy", "val_loss"). */
+int fl_history_epochs(const fl_history *h);
+int fl_history_num_keys(const fl_history *h);
+const char *fl_history_key(const fl_history *h, int i);
+/* NULL if the key is unknown; else an array of fl_history_epochs() values. */
+const float *fl_history_get(const fl_history *h, const char *key);
+double fl_history_seconds(const fl_history *h);  /* wall time of all epochs */
+double fl_history_samples_per_second(const fl_history *h); /* training samples/s */
+void fl_history_free(fl_history *h);
+
+/* ------------------------------------------------------------------- data */
+
+/* IDX files (MNIST, Fashion-MNIST), raw or gzip-compressed: a uint8 tensor of
+ * the stored shape. */
+fl_tensor *fl_load_idx(const char *path);
+
+typedef struct fl_dataset {
+    fl_tensor *x_train, *y_train, *x_test, *y_test;
+} fl_dataset;
+/* MNIST or Fashion-MNIST from a folder with the four standard files
+ * (train-images-idx3-ubyte[.gz], ...): x as float32 (N, 28, 28, 1) scaled to
+ * [0, 1], y as float32 class indices (N,). max_train/max_test: keep the first
+ * N (0 = all). */
+fl_status fl_load_mnist(const char *dir, int64_t max_train, int64_t max_test, fl_dataset *out);
+/* CIFAR-10 binary version (data_batch_1.bin ... test_batch.bin): x float32
+ * (N, 32, 32, 3) in [0, 1], y float32 (N,). */
+fl_status fl_load_cifar10(const char *dir, int64_t max_train, int64_t max_test, fl_dataset *out);
+void fl_dataset_free(fl_dataset *d);
+
+/* NumPy .npy (version 1-3; little-endian f4/f8/i1/u1/i4/i8/u4/bool, C order). */
+fl_tensor *fl_load_npy(const char *path);
+fl_status fl_save_npy(const fl_tensor *t, const char *path); /* atomic */
+
+/* uint8/int32/float32 tensor -> float32 tensor scaled by `scale`. */
+fl_tensor *fl_to_float(const fl_tensor *t, float scale);
+/* Class indices (N,) -> one-hot (N, num_classes) float32. */
+fl_tensor *fl_one_hot(const fl_tensor *labels, int num_classes);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* FLYNN_H */

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# scripts/setup.sh — installs what flynn needs to build, test and run its main
+# job on a fresh Debian 12 machine. Idempotent: installs only what is missing.
+# Usage: scripts/setup.sh [--bench]   (--bench also installs PyTorch for bench/)
+set -euo pipefail
+
+pkgs=(build-essential cmake ninja-build pkg-config
+      libopenblas-openmp-dev zlib1g-dev
+      dataset-fashion-mnist)
+if [ "${1:-}" = "--bench" ]; then
+  pkgs+=(python3-torch libopenblas0-openmp python3-numpy)
+fi
+
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}"
+  SUDO=""
+  [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+else
+  echo "setup: all packages present"
+fi

@@ -1,0 +1,143 @@
+/*
+ * backend.h — the backend interface: a table of function pointers for memory
+ * (alloc, free, copies, sync) and one entry per kernel the ops need. The CPU
+ * backend (backend/cpu) is always linked in; the CUDA backend fills the same
+ * table from a plugin. Ops (src/ops) call only through this table, so
+ * nothing above src/ops knows which device runs. All float buffers are
+ * device pointers of the owning backend; shapes are NHWC / row-major.
+ *
+ * Gradient outputs take a `beta`: 0 overwrites the destination, 1 adds to it
+ * (a node feeding several consumers accumulates its gradient).
+ */
+#ifndef FL_BACKEND_H
+#define FL_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* A Conv2D / pooling geometry for one batch. */
+typedef struct fl_conv_desc {
+    int64_t n;           /* batch */
+    int h, w, c;         /* input */
+    int oh, ow, oc;      /* output (oc: filters; pooling: = c) */
+    int kh, kw, sh, sw;  /* window and strides */
+    int pt, pl;          /* padding before (top, left); the rest falls after */
+    int act;             /* fused activation (FL_ACT_*) */
+    int has_bias;
+} fl_conv_desc;
+
+typedef struct fl_dense_desc {
+    int64_t m;           /* rows: batch x all leading dims */
+    int k, n;            /* in features, units */
+    int act;
+    int has_bias;
+} fl_dense_desc;
+
+typedef struct fl_bn_desc {
+    int64_t m;           /* rows reduced over (N*H*W) */
+    int c;               /* channels (last axis) */
+    float eps, momentum;
+} fl_bn_desc;
+
+enum fl_loss_code { FL_LC_CCE = 1, FL_LC_SCCE, FL_LC_BCE, FL_LC_MSE };
+/* How the prediction relates to the loss input (fused paths). */
+enum fl_loss_input { FL_LI_PROBS = 0, FL_LI_LOGITS, FL_LI_SOFTMAX_FUSED, FL_LI_SIGMOID_FUSED };
+
+typedef struct fl_loss_desc {
+    int code;            /* fl_loss_code */
+    int input;           /* fl_loss_input */
+    int64_t rows;        /* samples x leading dims */
+    int c;               /* classes / last axis */
+    float scale;         /* gradient scale: 1/rows (sum_over_batch_size) */
+} fl_loss_desc;
+
+enum fl_opt_code { FL_OPT_SGD = 1, FL_OPT_ADAM, FL_OPT_ADAMW, FL_OPT_RMSPROP };
+
+typedef struct fl_opt_desc {
+    int code;
+    float lr, momentum, beta1, beta2, eps, rho, weight_decay;
+    int nesterov, centered;
+    int64_t step;        /* 1-based iteration being applied */
+} fl_opt_desc;
+
+/* One trainable tensor for the fused optimizer step. */
+typedef struct fl_param_ref {
+    float *w, *g;
+    float *s0, *s1, *s2; /* optimizer slots (momentum / m, v / velocity, mg) */
+    int64_t n;
+} fl_param_ref;
+
+typedef struct fl_backend {
+    const char *name;            /* "cpu", "cuda" */
+    /* memory */
+    void *(*alloc)(size_t bytes);                     /* NULL + fl_error on failure */
+    void (*free)(void *p);
+    void (*upload)(void *dst, const void *src, size_t bytes);   /* host -> device */
+    void (*download)(void *dst, const void *src, size_t bytes); /* device -> host */
+    void (*copy)(void *dst, const void *src, size_t bytes);     /* device -> device */
+    void (*zero)(void *dst, size_t bytes);
+    void (*sync)(void);
+
+    /* Dense: y = act(x[m,k] @ w[k,n] + b[n]) */
+    void (*dense_fwd)(const fl_dense_desc *d, const float *x, const float *w, const float *b, float *y);
+    /* dy is overwritten with dy*act'(y). dx may be NULL. dw, db overwritten. */
+    void (*dense_bwd)(const fl_dense_desc *d, const float *x, const float *w, const float *y, float *dy,
+                      float *dx, float dx_beta, float *dw, float *db);
+
+    /* Conv2D NHWC, w[kh,kw,c,oc]; ws: workspace of conv_workspace() bytes */
+    size_t (*conv_workspace)(const fl_conv_desc *d, int backward);
+    void (*conv2d_fwd)(const fl_conv_desc *d, const float *x, const float *w, const float *b, float *y, void *ws);
+    void (*conv2d_bwd)(const fl_conv_desc *d, const float *x, const float *w, const float *y, float *dy,
+                       float *dx, float dx_beta, float *dw, float *db, void *ws);
+
+    /* pooling: argmax holds, per output, the input offset of the max */
+    void (*maxpool_fwd)(const fl_conv_desc *d, const float *x, float *y, int32_t *argmax);
+    void (*maxpool_bwd)(const fl_conv_desc *d, const float *dy, const int32_t *argmax, float *dx, float dx_beta);
+    void (*avgpool_fwd)(const fl_conv_desc *d, const float *x, float *y);
+    void (*avgpool_bwd)(const fl_conv_desc *d, const float *dy, float *dx, float dx_beta);
+    /* global average pooling: x[n, hw, c] -> y[n, c] */
+    void (*gap_fwd)(int64_t n, int64_t hw, int c, const float *x, float *y);
+    void (*gap_bwd)(int64_t n, int64_t hw, int c, const float *dy, float *dx, float dx_beta);
+
+    /* activations over [rows, c]; softmax along c */
+    void (*act_fwd)(int act, int64_t rows, int c, const float *x, float *y);
+    void (*act_bwd)(int act, int64_t rows, int c, const float *x, const float *y, const float *dy, float *dx,
+                    float dx_beta);
+
+    /* dropout: mask[i] = keep; y = x*mask/(1-rate); mask from Philox(seed, stream, i) */
+    void (*dropout_fwd)(int64_t n, float rate, uint64_t seed, uint64_t stream, const float *x, float *y,
+                        uint8_t *mask);
+    void (*dropout_bwd)(int64_t n, float rate, const uint8_t *mask, const float *dy, float *dx, float dx_beta);
+
+    /* batch normalization over [m, c]; training updates the moving stats and
+     * saves mean/invstd for backward */
+    void (*bn_fwd_train)(const fl_bn_desc *d, const float *x, const float *gamma, const float *beta, float *y,
+                         float *save_mean, float *save_invstd, float *moving_mean, float *moving_var);
+    void (*bn_fwd_infer)(const fl_bn_desc *d, const float *x, const float *gamma, const float *beta,
+                         const float *moving_mean, const float *moving_var, float *y);
+    void (*bn_bwd)(const fl_bn_desc *d, const float *x, const float *gamma, const float *save_mean,
+                   const float *save_invstd, const float *dy, float *dx, float dx_beta, float *dgamma,
+                   float *dbeta);
+
+    /* elementwise: dst = (beta ? dst : 0) + src */
+    void (*accumulate)(int64_t n, const float *src, float *dst, float beta);
+
+    /* loss: writes per-row losses (rows floats) and, if grad != NULL, the
+     * gradient w.r.t. the loss input (the logits for fused/logit paths).
+     * pred: [rows, c]; target: [rows] class indices (SCCE) or [rows, c]. */
+    void (*loss)(const fl_loss_desc *d, const float *pred, const float *target, float *row_loss, float *grad);
+    /* metric: per-row score (1 correct / 0 wrong; binary: fraction) */
+    void (*metric)(int metric_code, int64_t rows, int c, const float *pred, const float *target, float *row_score);
+    /* sum of n floats (device) -> host double */
+    double (*sum)(int64_t n, const float *x);
+
+    /* one fused optimizer step for all parameters */
+    void (*optimizer_step)(const fl_opt_desc *d, const fl_param_ref *params, int nparams);
+} fl_backend;
+
+/* Metric codes for fl_backend.metric (match fl_metric's resolved values). */
+enum { FL_MC_CATEGORICAL = 1, FL_MC_SPARSE_CATEGORICAL, FL_MC_BINARY };
+
+const fl_backend *fl_backend_cpu(void);
+
+#endif

@@ -1,0 +1,497 @@
+/*
+ * cpu_backend.c — the CPU backend's table: host memory, Dense (CBLAS sgemm
+ * plus fused epilogues), element-wise activations, dropout, batch norm,
+ * losses, metrics and the fused optimizer step. OpenMP parallelises the
+ * element-wise work; OpenBLAS (its OpenMP build) the large GEMMs.
+ */
+#include "cpu_internal.h"
+#include "core/error.h"
+
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ------------------------------------------------------------ threads */
+
+static int g_threads = 0; /* part of the backend registry: 0 = all cores */
+
+int fl_cpu_threads(void) {
+    if (g_threads <= 0) g_threads = omp_get_num_procs();
+    return g_threads;
+}
+int fl_cpu_thread_id(void) { return omp_get_thread_num(); }
+
+extern void openblas_set_num_threads(int);
+
+void fl_set_num_threads(int n) {
+    g_threads = n > 0 ? n : omp_get_num_procs();
+    openblas_set_num_threads(g_threads);
+    omp_set_num_threads(g_threads);
+}
+int fl_get_num_threads(void) { return fl_cpu_threads(); }
+
+/* ------------------------------------------------------------- memory */
+
+static void *cpu_alloc(size_t bytes) { return fl_malloc_aligned(bytes, "CPU buffer"); }
+static void cpu_free(void *p) { fl_free_aligned(p); }
+static void cpu_copy(void *dst, const void *src, size_t bytes) { if (bytes) memcpy(dst, src, bytes); }
+static void cpu_zero(void *dst, size_t bytes) { if (bytes) memset(dst, 0, bytes); }
+static void cpu_sync(void) {}
+
+/* ---------------------------------------------------------- epilogues */
+
+void fl_cpu_bias_act_rows(int64_t rows, int n, const float *b, int act, float *y) {
+    if (!b && act == FL_ACT_LINEAR) return;
+    for (int64_t r = 0; r < rows; r++) {
+        float *yr = y + (size_t)r * n;
+        if (b)
+            for (int j = 0; j < n; j++) yr[j] += b[j];
+        switch (act) {
+        case FL_ACT_LINEAR: break;
+        case FL_ACT_RELU:
+            for (int j = 0; j < n; j++) yr[j] = yr[j] > 0.0f ? yr[j] : 0.0f;
+            break;
+        default:
+            for (int j = 0; j < n; j++) yr[j] = fl_act_forward(act, yr[j]);
+        }
+    }
+}
+
+void fl_cpu_act_grad_rows(int64_t rows, int n, int act, const float *y, float *dy, float *db) {
+    for (int64_t r = 0; r < rows; r++) {
+        float *g = dy + (size_t)r * n;
+        const float *yr = y + (size_t)r * n;
+        switch (act) {
+        case FL_ACT_LINEAR: break;
+        case FL_ACT_RELU:
+            for (int j = 0; j < n; j++) g[j] = yr[j] > 0.0f ? g[j] : 0.0f;
+            break;
+        default:
+            for (int j = 0; j < n; j++) g[j] *= fl_act_grad_y(act, yr[j]);
+        }
+        if (db)
+            for (int j = 0; j < n; j++) db[j] += g[j];
+    }
+}
+
+/* Runs fn over row blocks in parallel, each thread with a private
+ * column-sum buffer, then reduces into db (overwritten). */
+static void act_grad_colsum(int64_t m, int n, int act, const float *y, float *dy, float *db) {
+    int nt = fl_cpu_threads();
+    if (m * n < 32768) nt = 1;
+    float *part = db ? calloc((size_t)nt * n, sizeof(float)) : NULL;
+    if (db && !part) { /* fall back to one thread, no extra memory */
+        memset(db, 0, (size_t)n * sizeof(float));
+        fl_cpu_act_grad_rows(m, n, act, y, dy, db);
+        return;
+    }
+#pragma omp parallel num_threads(nt)
+    {
+        int t = omp_get_thread_num(), T = omp_get_num_threads();
+        int64_t r0 = m * t / T, r1 = m * (t + 1) / T;
+        fl_cpu_act_grad_rows(r1 - r0, n, act, y + (size_t)r0 * n, dy + (size_t)r0 * n,
+                             part ? part + (size_t)t * n : NULL);
+    }
+    if (db) {
+        memset(db, 0, (size_t)n * sizeof(float));
+        for (int t = 0; t < nt; t++)
+            for (int j = 0; j < n; j++) db[j] += part[(size_t)t * n + j];
+        free(part);
+    }
+}
+
+/* -------------------------------------------------------------- dense */
+
+static void cpu_dense_fwd(const fl_dense_desc *d, const float *x, const float *w, const float *b, float *y) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)d->m, d->n, d->k, 1.0f, x, d->k, w, d->n, 0.0f, y,
+                d->n);
+    if (!d->has_bias && d->act == FL_ACT_LINEAR) return;
+    int nt = d->m * d->n < 32768 ? 1 : fl_cpu_threads();
+#pragma omp parallel num_threads(nt)
+    {
+        int t = omp_get_thread_num(), T = omp_get_num_threads();
+        int64_t r0 = d->m * t / T, r1 = d->m * (t + 1) / T;
+        fl_cpu_bias_act_rows(r1 - r0, d->n, d->has_bias ? b : NULL, d->act, y + (size_t)r0 * d->n);
+    }
+}
+
+static void cpu_dense_bwd(const fl_dense_desc *d, const float *x, const float *w, const float *y, float *dy,
+                          float *dx, float dx_beta, float *dw, float *db) {
+    act_grad_colsum(d->m, d->n, d->act, y, dy, d->has_bias ? db : NULL);
+    /* dw[k, n] = x^T @ dy */
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, d->k, d->n, (int)d->m, 1.0f, x, d->k, dy, d->n, 0.0f, dw,
+                d->n);
+    /* dx[m, k] = dy @ w^T */
+    if (dx)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)d->m, d->k, d->n, 1.0f, dy, d->n, w, d->n, dx_beta,
+                    dx, d->k);
+}
+
+/* -------------------------------------------------------- activations */
+
+static void cpu_act_fwd(int act, int64_t rows, int c, const float *x, float *y) {
+    if (act == FL_ACT_SOFTMAX) {
+#pragma omp parallel for schedule(static) num_threads(rows * c < 32768 ? 1 : fl_cpu_threads())
+        for (int64_t r = 0; r < rows; r++) {
+            const float *xr = x + (size_t)r * c;
+            float *yr = y + (size_t)r * c;
+            float mx = xr[0];
+            for (int j = 1; j < c; j++) mx = xr[j] > mx ? xr[j] : mx;
+            float s = 0;
+            for (int j = 0; j < c; j++) { yr[j] = expf(xr[j] - mx); s += yr[j]; }
+            float inv = 1.0f / s;
+            for (int j = 0; j < c; j++) yr[j] *= inv;
+        }
+        return;
+    }
+    int64_t n = rows * c;
+#pragma omp parallel for schedule(static) num_threads(n < 32768 ? 1 : fl_cpu_threads())
+    for (int64_t i = 0; i < n; i++) y[i] = fl_act_forward(act, x[i]);
+}
+
+static void cpu_act_bwd(int act, int64_t rows, int c, const float *x, const float *y, const float *dy, float *dx,
+                        float beta) {
+    if (act == FL_ACT_SOFTMAX) {
+        /* dx = y * (dy - sum(dy * y)) */
+#pragma omp parallel for schedule(static) num_threads(rows * c < 32768 ? 1 : fl_cpu_threads())
+        for (int64_t r = 0; r < rows; r++) {
+            const float *yr = y + (size_t)r * c, *g = dy + (size_t)r * c;
+            float *o = dx + (size_t)r * c;
+            float s = 0;
+            for (int j = 0; j < c; j++) s += g[j] * yr[j];
+            for (int j = 0; j < c; j++) o[j] = (beta == 0.0f ? 0.0f : o[j]) + yr[j] * (g[j] - s);
+        }
+        return;
+    }
+    int64_t n = rows * c;
+#pragma omp parallel for schedule(static) num_threads(n < 32768 ? 1 : fl_cpu_threads())
+    for (int64_t i = 0; i < n; i++) {
+        float g = dy[i] * fl_act_grad_x(act, x[i], y[i]);
+        dx[i] = beta == 0.0f ? g : dx[i] + g;
+    }
+}
+
+/* ------------------------------------------------------------ dropout */
+
+static void cpu_dropout_fwd(int64_t n, float rate, uint64_t seed, uint64_t stream, const float *x, float *y,
+                            uint8_t *mask) {
+    const float scale = 1.0f / (1.0f - rate);
+    const int64_t nb = (n + 3) / 4;
+#pragma omp parallel for schedule(static) num_threads(n < 32768 ? 1 : fl_cpu_threads())
+    for (int64_t b = 0; b < nb; b++) {
+        fl_philox4 r = fl_philox_block(seed, stream, (uint64_t)b);
+        for (int j = 0; j < 4; j++) {
+            int64_t i = b * 4 + j;
+            if (i >= n) break;
+            uint8_t keep = fl_u32_to_unit(r.v[j]) >= rate;
+            mask[i] = keep;
+            y[i] = keep ? x[i] * scale : 0.0f;
+        }
+    }
+}
+
+static void cpu_dropout_bwd(int64_t n, float rate, const uint8_t *mask, const float *dy, float *dx, float beta) {
+    const float scale = 1.0f / (1.0f - rate);
+#pragma omp parallel for schedule(static) num_threads(n < 32768 ? 1 : fl_cpu_threads())
+    for (int64_t i = 0; i < n; i++) {
+        float g = mask[i] ? dy[i] * scale : 0.0f;
+        dx[i] = beta == 0.0f ? g : dx[i] + g;
+    }
+}
+
+/* -------------------------------------------------------- batch norm */
+
+static void cpu_bn_fwd_train(const fl_bn_desc *d, const float *x, const float *gamma, const float *beta, float *y,
+                             float *save_mean, float *save_invstd, float *moving_mean, float *moving_var) {
+    const int c = d->c;
+    const int64_t m = d->m;
+    double *acc = calloc((size_t)c * 2, sizeof(double));
+    if (!acc) return; /* the graph preallocates; this is a tiny buffer */
+    /* mean */
+    for (int64_t r = 0; r < m; r++) {
+        const float *xr = x + (size_t)r * c;
+        for (int j = 0; j < c; j++) acc[j] += xr[j];
+    }
+    for (int j = 0; j < c; j++) save_mean[j] = (float)(acc[j] / (double)m);
+    /* biased variance, two-pass for accuracy */
+    for (int64_t r = 0; r < m; r++) {
+        const float *xr = x + (size_t)r * c;
+        for (int j = 0; j < c; j++) { double t = xr[j] - save_mean[j]; acc[c + j] += t * t; }
+    }
+    for (int j = 0; j < c; j++) {
+        float var = (float)(acc[c + j] / (double)m);
+        save_invstd[j] = 1.0f / sqrtf(var + d->eps);
+        moving_mean[j] = moving_mean[j] * d->momentum + save_mean[j] * (1.0f - d->momentum);
+        moving_var[j] = moving_var[j] * d->momentum + var * (1.0f - d->momentum);
+    }
+    free(acc);
+#pragma omp parallel for schedule(static) num_threads(m * c < 32768 ? 1 : fl_cpu_threads())
+    for (int64_t r = 0; r < m; r++) {
+        const float *xr = x + (size_t)r * c;
+        float *yr = y + (size_t)r * c;
+        for (int j = 0; j < c; j++) {
+            float v = (xr[j] - save_mean[j]) * save_invstd[j];
+            if (gamma) v *= gamma[j];
+            if (beta) v += beta[j];
+            yr[j] = v;
+        }
+    }
+}
+
+static void cpu_bn_fwd_infer(const fl_bn_desc *d, const float *x, const float *gamma, const float *beta,
+                             const float *mm, const float *mv, float *y) {
+    const int c = d->c;
+#pragma omp parallel for schedule(static) num_threads(d->m * c < 32768 ? 1 : fl_cpu_threads())
+    for (int64_t r = 0; r < d->m; r++) {
+        const float *xr = x + (size_t)r * c;
+        float *yr = y + (size_t)r * c;
+        for (int j = 0; j < c; j++) {
+            float v = (xr[j] - mm[j]) / sqrtf(mv[j] + d->eps);
+            if (gamma) v *= gamma[j];
+            if (beta) v += beta[j];
+            yr[j] = v;
+        }
+    }
+}
+
+static void cpu_bn_bwd(const fl_bn_desc *d, const float *x, const float *gamma, const float *mean,
+                       const float *invstd, const float *dy, float *dx, float beta, float *dgamma, float *dbeta) {
+    const int c = d->c;
+    const int64_t m = d->m;
+    double *acc = calloc((size_t)c * 2, sizeof(double));
+    if (!acc) return;
+    double *sdy = acc, *sdyx = acc + c; /* sum(dy), sum(dy * xhat) */
+    for (int64_t r = 0; r < m; r++) {
+        const float *xr = x + (size_t)r * c, *g = dy + (size_t)r * c;
+        for (int j = 0; j < c; j++) {
+            sdy[j] += g[j];
+            sdyx[j] += (double)g[j] * (xr[j] - mean[j]) * invstd[j];
+        }
+    }
+    if (dgamma)
+        for (int j = 0; j < c; j++) dgamma[j] = (float)sdyx[j];
+    if (dbeta)
+        for (int j = 0; j < c; j++) dbeta[j] = (float)sdy[j];
+    if (dx) {
+#pragma omp parallel for schedule(static) num_threads(m * c < 32768 ? 1 : fl_cpu_threads())
+        for (int64_t r = 0; r < m; r++) {
+            const float *xr = x + (size_t)r * c, *g = dy + (size_t)r * c;
+            float *o = dx + (size_t)r * c;
+            for (int j = 0; j < c; j++) {
+                float gm = gamma ? gamma[j] : 1.0f;
+                float xhat = (xr[j] - mean[j]) * invstd[j];
+                float v = gm * invstd[j] * (g[j] - (float)(sdy[j] / (double)m) - xhat * (float)(sdyx[j] / (double)m));
+                o[j] = beta == 0.0f ? v : o[j] + v;
+            }
+        }
+    }
+    free(acc);
+}
+
+static void cpu_accumulate(int64_t n, const float *src, float *dst, float beta) {
+#pragma omp parallel for schedule(static) num_threads(n < 32768 ? 1 : fl_cpu_threads())
+    for (int64_t i = 0; i < n; i++) dst[i] = beta == 0.0f ? src[i] : dst[i] + src[i];
+}
+
+/* ------------------------------------------------------------- losses */
+
+#define FL_LOSS_EPS 1e-7f /* keras.config.epsilon() */
+
+static inline float clipf(float v, float lo, float hi) { return v < lo ? lo : (v > hi ? hi : v); }
+
+static void cpu_loss(const fl_loss_desc *d, const float *pred, const float *target, float *row_loss, float *grad) {
+    const int c = d->c;
+    const float s = d->scale;
+#pragma omp parallel for schedule(static) num_threads(d->rows * c < 32768 ? 1 : fl_cpu_threads())
+    for (int64_t r = 0; r < d->rows; r++) {
+        const float *p = pred + (size_t)r * c;
+        float *g = grad ? grad + (size_t)r * c : NULL;
+        const float *t = d->code == FL_LC_SCCE ? NULL : target + (size_t)r * c;
+        int cls = d->code == FL_LC_SCCE ? (int)target[r] : -1;
+        float L = 0;
+        switch (d->code) {
+        case FL_LC_CCE:
+        case FL_LC_SCCE: {
+            if (d->input == FL_LI_LOGITS) {
+                /* log-softmax, stable */
+                float mx = p[0];
+                for (int j = 1; j < c; j++) mx = p[j] > mx ? p[j] : mx;
+                float se = 0;
+                for (int j = 0; j < c; j++) se += expf(p[j] - mx);
+                float lse = mx + logf(se);
+                float tsum = 0;
+                for (int j = 0; j < c; j++) {
+                    float tj = t ? t[j] : (j == cls ? 1.0f : 0.0f);
+                    L -= tj * (p[j] - lse);
+                    tsum += tj;
+                }
+                if (g)
+                    for (int j = 0; j < c; j++) {
+                        float tj = t ? t[j] : (j == cls ? 1.0f : 0.0f);
+                        g[j] = s * (expf(p[j] - lse) * tsum - tj);
+                    }
+            } else {
+                /* probabilities, as Keras: p / sum(p), clipped to [eps, 1-eps] */
+                float ps = 0;
+                for (int j = 0; j < c; j++) ps += p[j];
+                float tsum = 0;
+                for (int j = 0; j < c; j++) {
+                    float tj = t ? t[j] : (j == cls ? 1.0f : 0.0f);
+                    if (tj != 0.0f) L -= tj * logf(clipf(p[j] / ps, FL_LOSS_EPS, 1.0f - FL_LOSS_EPS));
+                    tsum += tj;
+                }
+                if (g) {
+                    if (d->input == FL_LI_SOFTMAX_FUSED) {
+                        /* gradient w.r.t. the softmax's logits */
+                        for (int j = 0; j < c; j++) {
+                            float tj = t ? t[j] : (j == cls ? 1.0f : 0.0f);
+                            g[j] = s * (p[j] * tsum - tj);
+                        }
+                    } else {
+                        /* d/dp_j of -sum_i t_i log(clip(p_i / S)) */
+                        float acc = 0;
+                        for (int i = 0; i < c; i++) {
+                            float ti = t ? t[i] : (i == cls ? 1.0f : 0.0f);
+                            float q = p[i] / ps;
+                            if (ti != 0.0f && q > FL_LOSS_EPS && q < 1.0f - FL_LOSS_EPS) acc += ti / ps;
+                        }
+                        for (int j = 0; j < c; j++) {
+                            float tj = t ? t[j] : (j == cls ? 1.0f : 0.0f);
+                            float q = p[j] / ps;
+                            float direct = (tj != 0.0f && q > FL_LOSS_EPS && q < 1.0f - FL_LOSS_EPS) ? -tj / p[j] : 0.0f;
+                            g[j] = s * (direct + acc);
+                        }
+                    }
+                }
+            }
+            break;
+        }
+        case FL_LC_BCE: {
+            for (int j = 0; j < c; j++) {
+                float y = t[j];
+                if (d->input == FL_LI_LOGITS) {
+                    float z = p[j];
+                    L += fmaxf(z, 0.0f) - z * y + log1pf(expf(-fabsf(z)));
+                    if (g) g[j] = s / (float)c * (fl_sigmoidf(z) - y);
+                } else {
+                    float q = clipf(p[j], FL_LOSS_EPS, 1.0f - FL_LOSS_EPS);
+                    L -= y * logf(q) + (1.0f - y) * logf(1.0f - q);
+                    if (g) {
+                        if (d->input == FL_LI_SIGMOID_FUSED) g[j] = s / (float)c * (p[j] - y);
+                        else {
+                            int inside = p[j] > FL_LOSS_EPS && p[j] < 1.0f - FL_LOSS_EPS;
+                            g[j] = inside ? s / (float)c * (-y / q + (1.0f - y) / (1.0f - q)) : 0.0f;
+                        }
+                    }
+                }
+            }
+            L /= (float)c;
+            break;
+        }
+        case FL_LC_MSE:
+        default:
+            for (int j = 0; j < c; j++) {
+                float e = p[j] - t[j];
+                L += e * e;
+                if (g) g[j] = s * 2.0f * e / (float)c;
+            }
+            L /= (float)c;
+            break;
+        }
+        row_loss[r] = L;
+    }
+}
+
+static void cpu_metric(int code, int64_t rows, int c, const float *pred, const float *target, float *score) {
+#pragma omp parallel for schedule(static) num_threads(rows * c < 32768 ? 1 : fl_cpu_threads())
+    for (int64_t r = 0; r < rows; r++) {
+        const float *p = pred + (size_t)r * c;
+        if (code == FL_MC_BINARY) {
+            const float *t = target + (size_t)r * c;
+            int ok = 0;
+            for (int j = 0; j < c; j++) ok += ((p[j] > 0.5f) ? 1.0f : 0.0f) == t[j];
+            score[r] = (float)ok / (float)c;
+            continue;
+        }
+        int am = 0;
+        for (int j = 1; j < c; j++) if (p[j] > p[am]) am = j;
+        int cls;
+        if (code == FL_MC_SPARSE_CATEGORICAL) cls = (int)target[r];
+        else {
+            const float *t = target + (size_t)r * c;
+            cls = 0;
+            for (int j = 1; j < c; j++) if (t[j] > t[cls]) cls = j;
+        }
+        score[r] = am == cls ? 1.0f : 0.0f;
+    }
+}
+
+static double cpu_sum(int64_t n, const float *x) {
+    double s = 0;
+    for (int64_t i = 0; i < n; i++) s += x[i];
+    return s;
+}
+
+/* ---------------------------------------------------------- optimizer */
+
+static void cpu_optimizer_step(const fl_opt_desc *d, const fl_param_ref *ps, int np) {
+    float lr_t = d->lr;
+    if (d->code == FL_OPT_ADAM || d->code == FL_OPT_ADAMW) {
+        double b1p = pow(d->beta1, (double)d->step), b2p = pow(d->beta2, (double)d->step);
+        lr_t = (float)(d->lr * sqrt(1.0 - b2p) / (1.0 - b1p));
+    }
+#pragma omp parallel num_threads(fl_cpu_threads())
+    for (int k = 0; k < np; k++) {
+        const fl_param_ref *p = &ps[k];
+        float *w = p->w;
+        const float *g = p->g;
+#pragma omp for schedule(static) nowait
+        for (int64_t i = 0; i < p->n; i++) {
+            switch (d->code) {
+            case FL_OPT_SGD: fl_sgd_update(&w[i], p->s0 ? &p->s0[i] : NULL, g[i], d->lr, d->momentum, d->nesterov); break;
+            case FL_OPT_ADAMW: w[i] -= w[i] * d->weight_decay * d->lr; /* fall through */
+            case FL_OPT_ADAM: fl_adam_update(&w[i], &p->s0[i], &p->s1[i], g[i], lr_t, d->beta1, d->beta2, d->eps); break;
+            case FL_OPT_RMSPROP:
+                fl_rmsprop_update(&w[i], &p->s0[i], p->s1 ? &p->s1[i] : NULL, p->s2 ? &p->s2[i] : NULL, g[i], d->lr,
+                                  d->rho, d->momentum, d->eps, d->centered);
+                break;
+            }
+        }
+    }
+}
+
+static const fl_backend cpu_backend = {
+    .name = "cpu",
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .upload = cpu_copy,
+    .download = cpu_copy,
+    .copy = cpu_copy,
+    .zero = cpu_zero,
+    .sync = cpu_sync,
+    .dense_fwd = cpu_dense_fwd,
+    .dense_bwd = cpu_dense_bwd,
+    .conv_workspace = fl_cpu_conv_workspace,
+    .conv2d_fwd = fl_cpu_conv2d_fwd,
+    .conv2d_bwd = fl_cpu_conv2d_bwd,
+    .maxpool_fwd = fl_cpu_maxpool_fwd,
+    .maxpool_bwd = fl_cpu_maxpool_bwd,
+    .avgpool_fwd = fl_cpu_avgpool_fwd,
+    .avgpool_bwd = fl_cpu_avgpool_bwd,
+    .gap_fwd = fl_cpu_gap_fwd,
+    .gap_bwd = fl_cpu_gap_bwd,
+    .act_fwd = cpu_act_fwd,
+    .act_bwd = cpu_act_bwd,
+    .dropout_fwd = cpu_dropout_fwd,
+    .dropout_bwd = cpu_dropout_bwd,
+    .bn_fwd_train = cpu_bn_fwd_train,
+    .bn_fwd_infer = cpu_bn_fwd_infer,
+    .bn_bwd = cpu_bn_bwd,
+    .accumulate = cpu_accumulate,
+    .loss = cpu_loss,
+    .metric = cpu_metric,
+    .sum = cpu_sum,
+    .optimizer_step = cpu_optimizer_step,
+};
+
+const fl_backend *fl_backend_cpu(void) { return &cpu_backend; }

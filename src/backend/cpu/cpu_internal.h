@@ -1,0 +1,36 @@
+/*
+ * cpu_internal.h — what the CPU backend's files share: thread control, the
+ * CBLAS header, and the row-wise epilogues (bias + activation, activation
+ * gradient + bias gradient) that the Dense and Conv2D kernels fuse in.
+ */
+#ifndef FL_CPU_INTERNAL_H
+#define FL_CPU_INTERNAL_H
+
+#include <cblas.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend/backend.h"
+#include "ops/math.h"
+
+int fl_cpu_threads(void);
+int fl_cpu_thread_id(void);
+
+/* y[r, :] = act(y[r, :] + b) for rows r; single-threaded (callers split). */
+void fl_cpu_bias_act_rows(int64_t rows, int n, const float *b, int act, float *y);
+/* dy *= act'(y); db (if not NULL) += column sums of the result. */
+void fl_cpu_act_grad_rows(int64_t rows, int n, int act, const float *y, float *dy, float *db);
+
+size_t fl_cpu_conv_workspace(const fl_conv_desc *d, int backward);
+void fl_cpu_conv2d_fwd(const fl_conv_desc *d, const float *x, const float *w, const float *b, float *y, void *ws);
+void fl_cpu_conv2d_bwd(const fl_conv_desc *d, const float *x, const float *w, const float *y, float *dy, float *dx,
+                       float dx_beta, float *dw, float *db, void *ws);
+void fl_cpu_maxpool_fwd(const fl_conv_desc *d, const float *x, float *y, int32_t *argmax);
+void fl_cpu_maxpool_bwd(const fl_conv_desc *d, const float *dy, const int32_t *argmax, float *dx, float dx_beta);
+void fl_cpu_avgpool_fwd(const fl_conv_desc *d, const float *x, float *y);
+void fl_cpu_avgpool_bwd(const fl_conv_desc *d, const float *dy, float *dx, float dx_beta);
+void fl_cpu_gap_fwd(int64_t n, int64_t hw, int c, const float *x, float *y);
+void fl_cpu_gap_bwd(int64_t n, int64_t hw, int c, const float *dy, float *dx, float dx_beta);
+
+#endif

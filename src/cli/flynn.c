@@ -1,0 +1,342 @@
+/*
+ * flynn.c — the `flynn` command: train, evaluate and summary of the built-in
+ * models on MNIST-style or CIFAR-10 data, on the CPU or (when usable) the GPU.
+ * Everything here goes through the public API in flynn/flynn.h.
+ */
+#include <flynn/flynn.h>
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#define DEFAULT_FASHION "/usr/share/datasets/fashion-mnist"
+
+typedef struct opts {
+    const char *model, *data, *device, *save_weights, *weights, *verbose;
+    long samples, test_samples;
+    int epochs, batch_size, threads;
+    unsigned long long seed;
+    float validation_split;
+} opts;
+
+static void usage_main(FILE *f) {
+    fprintf(f,
+            "flynn %s — Keras-style deep learning in C\n\n"
+            "usage: flynn <command> [options]\n\n"
+            "commands:\n"
+            "  train      train a built-in model on a data set and report test accuracy\n"
+            "  evaluate   evaluate saved weights of a built-in model on the test set\n"
+            "  summary    print a built-in model's Keras summary table\n"
+            "  version    print the version\n\n"
+            "`flynn <command> --help` describes each command's options.\n",
+            fl_version());
+}
+
+static void usage_train(FILE *f) {
+    fprintf(f,
+            "usage: flynn train [options]\n\n"
+            "Trains a built-in model, showing a Keras progress bar per epoch, then prints the\n"
+            "test accuracy and the training throughput in samples/s.\n\n"
+            "  --model NAME           mnist_cnn (default) or mlp\n"
+            "  --data SPEC            fashion-mnist[:DIR] (default, DIR defaults to %s),\n"
+            "                         mnist:DIR, or cifar10:DIR (CIFAR-10 binary version)\n"
+            "  --samples N            train on the first N training images (default 20000; 0 = all)\n"
+            "  --test-samples N       evaluate on the first N test images (default 0 = all)\n"
+            "  --epochs E             epochs (default 2)\n"
+            "  --batch-size B         batch size (default 128)\n"
+            "  --validation-split F   hold out the last fraction F for validation (default 0)\n"
+            "  --device D             auto (default: the GPU when usable, else the CPU), cpu or gpu\n"
+            "  --threads T            CPU threads (default: all cores)\n"
+            "  --seed S               seed for weights, dropout and shuffling (default 0)\n"
+            "  --verbose V            auto (default: bar on a terminal, one line per epoch otherwise),\n"
+            "                         0 (silent), 1 (bar) or 2 (one line per epoch)\n"
+            "  --save-weights DIR     save the trained weights as DIR/<layer>.<weight>.npy\n",
+            DEFAULT_FASHION);
+}
+
+static void usage_evaluate(FILE *f) {
+    fprintf(f,
+            "usage: flynn evaluate --weights DIR [options]\n\n"
+            "Loads weights saved by `flynn train --save-weights DIR` into a built-in model\n"
+            "and prints loss and accuracy on the test set.\n\n"
+            "  --weights DIR          folder of <layer>.<weight>.npy files (required)\n"
+            "  --model NAME           mnist_cnn (default) or mlp: must match the saved weights\n"
+            "  --data SPEC            as for train (default fashion-mnist)\n"
+            "  --test-samples N       first N test images (default 0 = all)\n"
+            "  --batch-size B         batch size (default 256)\n"
+            "  --device D, --threads T, --verbose V   as for train\n");
+}
+
+static void usage_summary(FILE *f) {
+    fprintf(f,
+            "usage: flynn summary [--model NAME] [--data SPEC]\n\n"
+            "Prints the Keras summary table of a built-in model (mnist_cnn or mlp) for the\n"
+            "data set's image shape (default fashion-mnist: 28x28x1, 10 classes).\n");
+}
+
+static int die(const char *what) {
+    fprintf(stderr, "flynn: error: %s%s%s\n", what ? what : "", what ? ": " : "", fl_last_error());
+    return 1;
+}
+
+static int bad_usage(const char *cmd, const char *msg, const char *arg) {
+    fprintf(stderr, "flynn %s: %s%s%s\n(see `flynn %s --help`)\n", cmd, msg, arg ? " " : "", arg ? arg : "", cmd);
+    return 2;
+}
+
+static bool parse_long(const char *s, long *out) {
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || *end || end == s) return false;
+    *out = v;
+    return true;
+}
+
+/* Parses --key value / --key=value pairs into o. Returns 0, 2 on error, -1 for --help. */
+static int parse(const char *cmd, int argc, char **argv, opts *o) {
+    for (int i = 0; i < argc; i++) {
+        char key[64];
+        const char *a = argv[i], *val = NULL;
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) return -1;
+        if (strncmp(a, "--", 2) != 0) return bad_usage(cmd, "unexpected argument", a);
+        const char *eq = strchr(a, '=');
+        size_t kl = eq ? (size_t)(eq - a) : strlen(a);
+        if (kl >= sizeof key) return bad_usage(cmd, "unknown option", a);
+        memcpy(key, a, kl);
+        key[kl] = 0;
+        if (eq) val = eq + 1;
+        else if (i + 1 < argc) val = argv[++i];
+        else return bad_usage(cmd, "missing value for", key);
+        long v = 0;
+        bool num = parse_long(val, &v);
+        if (strcmp(key, "--model") == 0) o->model = val;
+        else if (strcmp(key, "--data") == 0) o->data = val;
+        else if (strcmp(key, "--device") == 0) o->device = val;
+        else if (strcmp(key, "--save-weights") == 0) o->save_weights = val;
+        else if (strcmp(key, "--weights") == 0) o->weights = val;
+        else if (strcmp(key, "--verbose") == 0) o->verbose = val;
+        else if (strcmp(key, "--validation-split") == 0) {
+            char *end;
+            o->validation_split = strtof(val, &end);
+            if (*end || end == val || o->validation_split < 0 || o->validation_split >= 1)
+                return bad_usage(cmd, "--validation-split wants a number in [0, 1), got", val);
+        } else if (!num) {
+            if (strcmp(key, "--samples") && strcmp(key, "--test-samples") && strcmp(key, "--epochs") &&
+                strcmp(key, "--batch-size") && strcmp(key, "--threads") && strcmp(key, "--seed"))
+                return bad_usage(cmd, "unknown option", key);
+            return bad_usage(cmd, "expected an integer, got", val);
+        } else if (strcmp(key, "--samples") == 0 && v >= 0) o->samples = v;
+        else if (strcmp(key, "--test-samples") == 0 && v >= 0) o->test_samples = v;
+        else if (strcmp(key, "--epochs") == 0 && v > 0 && v < 1000000) o->epochs = (int)v;
+        else if (strcmp(key, "--batch-size") == 0 && v > 0 && v <= 1 << 20) o->batch_size = (int)v;
+        else if (strcmp(key, "--threads") == 0 && v >= 0 && v <= 4096) o->threads = (int)v;
+        else if (strcmp(key, "--seed") == 0 && v >= 0) o->seed = (unsigned long long)v;
+        else if (strcmp(key, "--samples") && strcmp(key, "--test-samples") && strcmp(key, "--epochs") &&
+                 strcmp(key, "--batch-size") && strcmp(key, "--threads") && strcmp(key, "--seed"))
+            return bad_usage(cmd, "unknown option", key);
+        else return bad_usage(cmd, "value out of range for", key);
+    }
+    return 0;
+}
+
+typedef struct data_info { const char *kind; char dir[1024]; int64_t h, w, c; int classes; } data_info;
+
+static int parse_data(const char *cmd, const char *spec, data_info *d) {
+    const char *colon = strchr(spec, ':');
+    size_t kl = colon ? (size_t)(colon - spec) : strlen(spec);
+    d->classes = 10;
+    if (kl == 13 && strncmp(spec, "fashion-mnist", kl) == 0) {
+        d->kind = "fashion-mnist"; d->h = 28; d->w = 28; d->c = 1;
+        snprintf(d->dir, sizeof d->dir, "%s", colon ? colon + 1 : DEFAULT_FASHION);
+    } else if (kl == 5 && strncmp(spec, "mnist", kl) == 0 && colon) {
+        d->kind = "mnist"; d->h = 28; d->w = 28; d->c = 1;
+        snprintf(d->dir, sizeof d->dir, "%s", colon + 1);
+    } else if (kl == 7 && strncmp(spec, "cifar10", kl) == 0 && colon) {
+        d->kind = "cifar10"; d->h = 32; d->w = 32; d->c = 3;
+        snprintf(d->dir, sizeof d->dir, "%s", colon + 1);
+    } else {
+        return bad_usage(cmd, "--data wants fashion-mnist[:DIR], mnist:DIR or cifar10:DIR, got", spec);
+    }
+    return 0;
+}
+
+static fl_status load_data(const data_info *d, long train, long test, fl_dataset *out) {
+    if (strcmp(d->kind, "cifar10") == 0) return fl_load_cifar10(d->dir, train, test, out);
+    return fl_load_mnist(d->dir, train, test, out);
+}
+
+static int parse_verbose(const char *cmd, const char *v, fl_verbose *out) {
+    if (!v || strcmp(v, "auto") == 0) *out = FL_VERBOSE_AUTO;
+    else if (strcmp(v, "0") == 0) *out = FL_VERBOSE_SILENT;
+    else if (strcmp(v, "1") == 0) *out = FL_VERBOSE_BAR;
+    else if (strcmp(v, "2") == 0) *out = FL_VERBOSE_EPOCH;
+    else return bad_usage(cmd, "--verbose wants auto, 0, 1 or 2, got", v);
+    return 0;
+}
+
+static int choose_device(const char *cmd, fl_model *m, const char *dev, bool quiet) {
+    fl_device_kind k;
+    if (!dev || strcmp(dev, "auto") == 0) k = FL_DEVICE_AUTO;
+    else if (strcmp(dev, "cpu") == 0) k = FL_DEVICE_CPU;
+    else if (strcmp(dev, "gpu") == 0) k = FL_DEVICE_GPU;
+    else return bad_usage(cmd, "--device wants auto, cpu or gpu, got", dev);
+    char why[768];
+    if (fl_model_set_device(m, k, why, sizeof why) != FL_OK) return die(NULL);
+    if (!quiet) printf("%s\n", why);
+    return 0;
+}
+
+/* Saves every weight as DIR/<layer>.<weight>.npy (each file written atomically). */
+static int save_weights(fl_model *m, const char *dir) {
+    if (mkdir(dir, 0777) != 0 && errno != EEXIST) {
+        fprintf(stderr, "flynn: error: cannot create folder %s: %s\n", dir, strerror(errno));
+        return 1;
+    }
+    for (int i = 0; i < fl_model_num_layers(m); i++) {
+        fl_layer *l = fl_model_layer(m, i);
+        for (int k = 0; k < fl_layer_num_weights(l); k++) {
+            char path[2048];
+            snprintf(path, sizeof path, "%s/%s.%s.npy", dir, fl_layer_name(l), fl_layer_weight_name(l, k));
+            if (fl_save_npy(fl_layer_weight(l, k), path) != FL_OK) return die("saving weights");
+        }
+    }
+    return 0;
+}
+
+static int load_weights(fl_model *m, const char *dir) {
+    for (int i = 0; i < fl_model_num_layers(m); i++) {
+        fl_layer *l = fl_model_layer(m, i);
+        for (int k = 0; k < fl_layer_num_weights(l); k++) {
+            char path[2048], a[128], b[128];
+            snprintf(path, sizeof path, "%s/%s.%s.npy", dir, fl_layer_name(l), fl_layer_weight_name(l, k));
+            fl_tensor *t = fl_load_npy(path);
+            if (!t) return die("loading weights");
+            fl_tensor *w = fl_layer_weight(l, k);
+            bool same = fl_tensor_dtype(t) == FL_FLOAT32 && fl_tensor_ndim(t) == fl_tensor_ndim(w);
+            for (int d = 0; same && d < fl_tensor_ndim(w); d++) same = fl_tensor_dim(t, d) == fl_tensor_dim(w, d);
+            if (!same) {
+                fprintf(stderr, "flynn: error: %s holds a %s tensor of shape %s, layer '%s' weight '%s' needs float32 %s\n",
+                        path, fl_tensor_dtype(t) == FL_FLOAT32 ? "float32" : "non-float32",
+                        fl_tensor_shape_str(t, a, sizeof a), fl_layer_name(l), fl_layer_weight_name(l, k),
+                        fl_tensor_shape_str(w, b, sizeof b));
+                fl_tensor_free(t);
+                return 1;
+            }
+            memcpy(fl_tensor_data(w), fl_tensor_data(t), (size_t)fl_tensor_size(w) * sizeof(float));
+            fl_tensor_free(t);
+        }
+    }
+    return 0;
+}
+
+static int cmd_train(int argc, char **argv) {
+    opts o = {.model = "mnist_cnn", .data = "fashion-mnist", .samples = 20000, .epochs = 2, .batch_size = 128};
+    int r = parse("train", argc, argv, &o);
+    if (r == -1) { usage_train(stdout); return 0; }
+    if (r) return r;
+    data_info d;
+    if ((r = parse_data("train", o.data, &d))) return r;
+    fl_verbose verbose;
+    if ((r = parse_verbose("train", o.verbose, &verbose))) return r;
+    if (o.threads) fl_set_num_threads(o.threads);
+
+    fl_model *m = fl_builtin_model(o.model, d.h, d.w, d.c, d.classes);
+    if (!m) return die(NULL);
+    if ((r = choose_device("train", m, o.device, verbose == FL_VERBOSE_SILENT))) { fl_model_free(m); return r; }
+    fl_dataset data;
+    if (load_data(&d, o.samples, o.test_samples, &data) != FL_OK) { fl_model_free(m); return die(NULL); }
+    if (verbose != FL_VERBOSE_SILENT)
+        printf("data: %s from %s: %lld training and %lld test images\n", d.kind, d.dir,
+               (long long)fl_tensor_dim(data.x_train, 0), (long long)fl_tensor_dim(data.x_test, 0));
+    fl_model_set_seed(m, o.seed);
+    int rc = 0;
+    fl_history *h = NULL;
+    if (fl_compile(m, fl_adam(.learning_rate = 1e-3f), FL_SPARSE_CATEGORICAL_CROSSENTROPY, FL_ACCURACY) != FL_OK) {
+        rc = die(NULL);
+        goto done;
+    }
+    if (verbose != FL_VERBOSE_SILENT) fl_model_summary(m, stdout);
+    h = fl_fit(m, data.x_train, data.y_train, .batch_size = o.batch_size, .epochs = o.epochs,
+               .validation_split = o.validation_split, .verbose = verbose);
+    if (!h) { rc = die("training"); goto done; }
+    float res[2];
+    if (fl_evaluate(m, data.x_test, data.y_test, res, 2, .batch_size = 256, .verbose = FL_VERBOSE_SILENT) != FL_OK) {
+        rc = die("evaluating");
+        goto done;
+    }
+    printf("test accuracy: %.4f - test loss: %.4f (%lld test images)\n", res[1], res[0],
+           (long long)fl_tensor_dim(data.x_test, 0));
+    printf("training throughput: %.0f samples/s (%s, %d CPU threads, batch %d, %d epoch%s in %.1fs)\n",
+           fl_history_samples_per_second(h), o.model, fl_get_num_threads(), o.batch_size,
+           fl_history_epochs(h), fl_history_epochs(h) == 1 ? "" : "s", fl_history_seconds(h));
+    if (o.save_weights) {
+        if ((rc = save_weights(m, o.save_weights)) == 0) printf("weights saved to %s\n", o.save_weights);
+    }
+done:
+    fl_history_free(h);
+    fl_dataset_free(&data);
+    fl_model_free(m);
+    return rc;
+}
+
+static int cmd_evaluate(int argc, char **argv) {
+    opts o = {.model = "mnist_cnn", .data = "fashion-mnist", .batch_size = 256};
+    int r = parse("evaluate", argc, argv, &o);
+    if (r == -1) { usage_evaluate(stdout); return 0; }
+    if (r) return r;
+    if (!o.weights) return bad_usage("evaluate", "--weights DIR is required", NULL);
+    data_info d;
+    if ((r = parse_data("evaluate", o.data, &d))) return r;
+    fl_verbose verbose;
+    if ((r = parse_verbose("evaluate", o.verbose, &verbose))) return r;
+    if (o.threads) fl_set_num_threads(o.threads);
+    fl_model *m = fl_builtin_model(o.model, d.h, d.w, d.c, d.classes);
+    if (!m) return die(NULL);
+    if ((r = choose_device("evaluate", m, o.device, verbose == FL_VERBOSE_SILENT)) || (r = load_weights(m, o.weights))) {
+        fl_model_free(m);
+        return r;
+    }
+    fl_dataset data;
+    if (load_data(&d, 1, o.test_samples, &data) != FL_OK) { fl_model_free(m); return die(NULL); }
+    int rc = 0;
+    float res[2];
+    if (fl_compile(m, fl_adam(), FL_SPARSE_CATEGORICAL_CROSSENTROPY, FL_ACCURACY) != FL_OK ||
+        fl_evaluate(m, data.x_test, data.y_test, res, 2, .batch_size = o.batch_size, .verbose = verbose) != FL_OK)
+        rc = die(NULL);
+    else
+        printf("test accuracy: %.4f - test loss: %.4f (%lld test images)\n", res[1], res[0],
+               (long long)fl_tensor_dim(data.x_test, 0));
+    fl_dataset_free(&data);
+    fl_model_free(m);
+    return rc;
+}
+
+static int cmd_summary(int argc, char **argv) {
+    opts o = {.model = "mnist_cnn", .data = "fashion-mnist"};
+    int r = parse("summary", argc, argv, &o);
+    if (r == -1) { usage_summary(stdout); return 0; }
+    if (r) return r;
+    data_info d;
+    if ((r = parse_data("summary", o.data, &d))) return r;
+    fl_model *m = fl_builtin_model(o.model, d.h, d.w, d.c, d.classes);
+    if (!m) return die(NULL);
+    fl_model_summary(m, stdout);
+    fl_model_free(m);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) { usage_main(stderr); return 2; }
+    const char *cmd = argv[1];
+    if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 || strcmp(cmd, "help") == 0) { usage_main(stdout); return 0; }
+    if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) { printf("flynn %s\n", fl_version()); return 0; }
+    if (strcmp(cmd, "train") == 0) return cmd_train(argc - 2, argv + 2);
+    if (strcmp(cmd, "evaluate") == 0) return cmd_evaluate(argc - 2, argv + 2);
+    if (strcmp(cmd, "summary") == 0) return cmd_summary(argc - 2, argv + 2);
+    fprintf(stderr, "flynn: unknown command '%s'\n\n", cmd);
+    usage_main(stderr);
+    return 2;
+}

@@ -1,0 +1,174 @@
+/*
+ * graph.c — graph bookkeeping: adding nodes, finding which need gradients,
+ * allocating buffers for a batch size, and running forward and backward in
+ * topological order. What each op computes lives in src/ops/ops.c.
+ */
+#include "graph.h"
+#include "error.h"
+#include "ops/ops.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+void fl_graph_init(fl_graph *g, const fl_backend *be) {
+    memset(g, 0, sizeof *g);
+    g->be = be;
+}
+
+static void free_batched(fl_graph *g) {
+    for (int i = 0; i < g->n; i++) {
+        fl_node *n = g->nodes[i];
+        if (n->op == FL_OP_PARAM) continue;
+        if (!n->val_view && n->val) g->be->free(n->val);
+        if (!n->grad_view && n->grad) g->be->free(n->grad);
+        if (n->aux) g->be->free(n->aux);
+        n->val = n->grad = NULL;
+        n->aux = NULL;
+    }
+    if (g->ws) g->be->free(g->ws);
+    g->ws = NULL;
+    g->ws_bytes = 0;
+    g->batch_cap = 0;
+}
+
+void fl_graph_free(fl_graph *g) {
+    if (!g->nodes) return;
+    free_batched(g);
+    for (int i = 0; i < g->n; i++) {
+        fl_node *n = g->nodes[i];
+        if (n->op == FL_OP_PARAM) {
+            if (n->val) g->be->free(n->val);
+            if (n->grad) g->be->free(n->grad);
+        }
+        free(n);
+    }
+    free(g->nodes);
+    memset(g, 0, sizeof *g);
+}
+
+fl_node *fl_graph_new_node(fl_graph *g, fl_op op, const char *name) {
+    if (g->n == g->cap) {
+        int cap = g->cap ? g->cap * 2 : 32;
+        fl_node **nn = realloc(g->nodes, (size_t)cap * sizeof *nn);
+        if (!nn) return fl_error_null(FL_ERR_NOMEM, "out of memory growing the graph");
+        g->nodes = nn;
+        g->cap = cap;
+    }
+    fl_node *n = fl_calloc(1, sizeof *n, "graph node");
+    if (!n) return NULL;
+    n->op = op;
+    n->id = g->n;
+    n->name = name;
+    g->nodes[g->n++] = n;
+    return n;
+}
+
+int64_t fl_node_sample_size(const fl_node *n) {
+    int64_t s = 1;
+    for (int i = n->batched ? 1 : 0; i < n->ndim; i++) s *= n->shape[i];
+    return s;
+}
+
+int64_t fl_node_size(const fl_node *n) {
+    int64_t s = 1;
+    for (int i = 0; i < n->ndim; i++) s *= n->shape[i];
+    return s;
+}
+
+void fl_graph_finalize(fl_graph *g) {
+    for (int i = 0; i < g->n; i++) {
+        fl_node *n = g->nodes[i];
+        n->nconsumers = 0;
+        if (n->op == FL_OP_PARAM) n->needs_grad = n->trainable;
+        else if (n->op == FL_OP_INPUT) n->needs_grad = false;
+        else {
+            n->needs_grad = false;
+            for (int k = 0; k < n->nin; k++)
+                if (n->in[k] && n->in[k]->needs_grad) n->needs_grad = true;
+        }
+    }
+    for (int i = 0; i < g->n; i++)
+        for (int k = 0; k < g->nodes[i]->nin; k++)
+            if (g->nodes[i]->in[k]) g->nodes[i]->in[k]->nconsumers++;
+}
+
+fl_status fl_graph_reserve(fl_graph *g, int64_t batch) {
+    if (batch <= g->batch_cap) return FL_OK;
+    free_batched(g);
+    size_t ws = 0;
+    for (int i = 0; i < g->n; i++) {
+        fl_node *n = g->nodes[i];
+        if (n->op == FL_OP_PARAM || !n->batched) continue;
+        size_t bytes = (size_t)(batch * fl_node_sample_size(n)) * sizeof(float);
+        if (n->op == FL_OP_RESHAPE) {
+            n->val_view = true;
+            n->grad_view = n->in[0]->nconsumers == 1;
+        }
+        if (!n->val_view) {
+            n->val = g->be->alloc(bytes);
+            if (!n->val) goto fail;
+        }
+        if (n->needs_grad && !n->grad_view) {
+            n->grad = g->be->alloc(bytes);
+            if (!n->grad) goto fail;
+        }
+        size_t aux = n->aux_fixed + (size_t)batch * n->aux_per_sample;
+        if (aux) {
+            n->aux = g->be->alloc(aux);
+            if (!n->aux) goto fail;
+        }
+        if (n->op == FL_OP_CONV2D) {
+            fl_conv_desc d = n->conv;
+            d.n = batch;
+            size_t w = g->be->conv_workspace(&d, n->needs_grad);
+            if (w > ws) ws = w;
+        }
+    }
+    /* views point at their input's buffers (inputs come first in topo order) */
+    for (int i = 0; i < g->n; i++) {
+        fl_node *n = g->nodes[i];
+        if (n->val_view) n->val = n->in[0]->val;
+        if (n->grad_view) n->grad = n->in[0]->grad;
+    }
+    if (ws) {
+        g->ws = g->be->alloc(ws);
+        if (!g->ws) goto fail;
+        g->ws_bytes = ws;
+    }
+    g->batch_cap = batch;
+    g->batch = batch;
+    return FL_OK;
+fail:
+    fl_error_prefix("allocating buffers for batch size %lld: ", (long long)batch);
+    free_batched(g);
+    return fl_last_status();
+}
+
+void fl_graph_set_batch(fl_graph *g, int64_t batch) {
+    g->batch = batch;
+    for (int i = 0; i < g->n; i++)
+        if (g->nodes[i]->batched) g->nodes[i]->shape[0] = batch;
+}
+
+void fl_graph_forward(fl_graph *g, bool training) {
+    for (int i = 0; i < g->n; i++) {
+        fl_node *n = g->nodes[i];
+        if (n->op == FL_OP_INPUT || n->op == FL_OP_PARAM) continue;
+        fl_op_forward(g, n, training);
+    }
+}
+
+void fl_graph_clear_grads(fl_graph *g) {
+    for (int i = 0; i < g->n; i++) {
+        g->nodes[i]->grad_ready = false;
+        g->nodes[i]->grad_is_preact = false;
+    }
+}
+
+void fl_graph_backward(fl_graph *g) {
+    for (int i = g->n - 1; i >= 0; i--) {
+        fl_node *n = g->nodes[i];
+        if (!n->grad_ready || n->op == FL_OP_INPUT || n->op == FL_OP_PARAM) continue;
+        fl_op_backward(g, n);
+    }
+}

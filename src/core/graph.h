@@ -1,0 +1,105 @@
+/*
+ * graph.h — the computation graph: nodes (a value, its gradient, the op that
+ * made it) in topological order, and reverse-mode automatic differentiation
+ * over them. A model builds its graph once with a symbolic batch dimension;
+ * buffers are allocated for the largest batch and reused, so a training step
+ * allocates nothing.
+ */
+#ifndef FL_GRAPH_H
+#define FL_GRAPH_H
+
+#include "flynn/flynn.h"
+#include "backend/backend.h"
+
+typedef enum fl_op {
+    FL_OP_INPUT = 0, /* a batch placeholder filled by fit/predict */
+    FL_OP_PARAM,     /* a weight (trainable or not) */
+    FL_OP_DENSE,     /* in: x, kernel[, bias]; fused activation */
+    FL_OP_CONV2D,    /* in: x, kernel[, bias]; fused activation */
+    FL_OP_MAXPOOL,
+    FL_OP_AVGPOOL,
+    FL_OP_GAP,       /* global average pooling 2D */
+    FL_OP_RESHAPE,   /* a view: same buffer, new per-sample shape */
+    FL_OP_DROPOUT,
+    FL_OP_BATCHNORM, /* in: x, gamma|NULL, beta|NULL, moving_mean, moving_var */
+    FL_OP_ACT,       /* element-wise activation or softmax over the last axis */
+    FL_OP_COUNT
+} fl_op;
+
+#define FL_NODE_MAX_IN 5
+
+typedef struct fl_node fl_node;
+struct fl_node {
+    fl_op op;
+    int id;
+    const char *name;          /* the owning layer's name, for messages */
+    int nin;
+    fl_node *in[FL_NODE_MAX_IN];
+    int ndim;                  /* including the batch dimension when batched */
+    int64_t shape[FL_MAX_DIMS];
+    bool batched;              /* shape[0] is the batch */
+    bool trainable;            /* PARAM: updated by the optimizer */
+    bool needs_grad;           /* a gradient must be computed for this node */
+    bool val_view, grad_view;  /* buffers borrowed from in[0] (RESHAPE) */
+    bool grad_is_preact;       /* the loss wrote d/d(pre-activation) (fused softmax/sigmoid) */
+    bool grad_ready;           /* written during this backward pass */
+    int nconsumers;
+    float *val, *grad;         /* backend buffers */
+    void *aux;                 /* saved for backward: argmax, dropout mask, BN batch stats */
+    size_t aux_per_sample, aux_fixed; /* bytes */
+    /* op parameters */
+    int act;
+    fl_conv_desc conv;         /* CONV2D / pools: geometry (n set per batch) */
+    float rate;                /* DROPOUT */
+    uint64_t stream;           /* DROPOUT: Philox stream */
+    float eps, momentum;       /* BATCHNORM */
+};
+
+typedef struct fl_graph {
+    const fl_backend *be;
+    int n, cap;
+    fl_node **nodes;           /* topological order */
+    int64_t batch_cap;         /* batch the buffers hold */
+    int64_t batch;             /* current batch */
+    void *ws;                  /* conv workspace */
+    size_t ws_bytes;
+    uint64_t seed;
+    int64_t step;              /* training steps run (dropout streams) */
+} fl_graph;
+
+void fl_graph_init(fl_graph *g, const fl_backend *be);
+void fl_graph_free(fl_graph *g);
+
+/* Node constructors: check shapes and fail with a message naming `name`. */
+fl_node *fl_graph_input(fl_graph *g, const char *name, int ndim, const int64_t *sample_shape);
+fl_node *fl_graph_param(fl_graph *g, const char *name, int ndim, const int64_t *shape, bool trainable);
+fl_node *fl_graph_dense(fl_graph *g, const char *name, fl_node *x, fl_node *w, fl_node *b, int act);
+fl_node *fl_graph_conv2d(fl_graph *g, const char *name, fl_node *x, fl_node *w, fl_node *b, int sh, int sw,
+                         fl_padding pad, int act);
+fl_node *fl_graph_pool(fl_graph *g, const char *name, fl_op op, fl_node *x, int kh, int kw, int sh, int sw,
+                       fl_padding pad);
+fl_node *fl_graph_gap(fl_graph *g, const char *name, fl_node *x);
+fl_node *fl_graph_reshape(fl_graph *g, const char *name, fl_node *x, int ndim, const int64_t *sample_shape);
+fl_node *fl_graph_dropout(fl_graph *g, const char *name, fl_node *x, float rate, uint64_t stream);
+fl_node *fl_graph_batchnorm(fl_graph *g, const char *name, fl_node *x, fl_node *gamma, fl_node *beta,
+                            fl_node *mean, fl_node *var, float eps, float momentum);
+fl_node *fl_graph_act(fl_graph *g, const char *name, fl_node *x, int act);
+
+/* Marks which nodes need gradients (those downstream of a trainable param)
+ * and counts consumers; call once after building. */
+void fl_graph_finalize(fl_graph *g);
+/* Makes the buffers hold `batch` samples (grows only). */
+fl_status fl_graph_reserve(fl_graph *g, int64_t batch);
+/* Sets the current batch (<= reserved). */
+void fl_graph_set_batch(fl_graph *g, int64_t batch);
+void fl_graph_forward(fl_graph *g, bool training);
+/* Runs backward from nodes whose grad_ready is set (the loss sets the output's). */
+void fl_graph_backward(fl_graph *g);
+/* Clears grad_ready flags before a backward pass. */
+void fl_graph_clear_grads(fl_graph *g);
+
+/* Elements of one sample of a batched node (or of the whole node). */
+int64_t fl_node_sample_size(const fl_node *n);
+int64_t fl_node_size(const fl_node *n);
+
+#endif

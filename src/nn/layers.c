@@ -1,0 +1,325 @@
+/*
+ * layers.c — the Keras layers: their constructors (argument checks and Keras
+ * defaults), how each one builds its graph nodes and weights, the Keras
+ * initializers (glorot_uniform kernels, zero biases, BatchNormalization's
+ * ones/zeros), and the per-layer accessors.
+ */
+#include "nn.h"
+#include "core/error.h"
+#include "core/rng.h"
+#include "core/tensor.h"
+#include "ops/math.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *kind_class[FL_L_COUNT] = {"InputLayer", "Dense", "Conv2D", "MaxPooling2D", "AveragePooling2D",
+                                             "GlobalAveragePooling2D", "Flatten", "Reshape", "Dropout",
+                                             "BatchNormalization", "Activation"};
+static const char *kind_base[FL_L_COUNT] = {"input_layer", "dense", "conv2d", "max_pooling2d", "average_pooling2d",
+                                            "global_average_pooling2d", "flatten", "reshape", "dropout",
+                                            "batch_normalization", "activation"};
+
+const char *fl_layer_kind_class(fl_layer_kind k) { return k < FL_L_COUNT ? kind_class[k] : "?"; }
+const char *fl_layer_kind_base(fl_layer_kind k) { return k < FL_L_COUNT ? kind_base[k] : "?"; }
+
+static const char *act_names[FL_ACTIVATION_COUNT] = {"linear", "relu", "sigmoid", "tanh",
+                                                     "softmax", "leaky_relu", "gelu", "elu"};
+
+const char *fl_activation_name(fl_activation a) {
+    return (unsigned)a < FL_ACTIVATION_COUNT ? act_names[a] : "unknown";
+}
+
+fl_status fl_activation_from_name(const char *name, fl_activation *out) {
+    if (!name) return fl_error(FL_ERR_INVALID_ARG, "activation name is NULL");
+    for (int i = 0; i < FL_ACTIVATION_COUNT; i++)
+        if (strcmp(name, act_names[i]) == 0) { *out = (fl_activation)i; return FL_OK; }
+    return fl_error(FL_ERR_INVALID_ARG,
+                    "unknown activation '%s' (expected linear, relu, sigmoid, tanh, softmax, leaky_relu, gelu or elu)",
+                    name);
+}
+
+static fl_layer *new_layer(fl_layer_kind k, const char *name) {
+    fl_layer *l = fl_calloc(1, sizeof *l, "layer");
+    if (!l) return NULL;
+    l->kind = k;
+    if (name && *name) {
+        if (strlen(name) >= sizeof l->name) {
+            free(l);
+            return fl_error_null(FL_ERR_INVALID_ARG, "%s: name '%.40s...' is longer than %zu characters",
+                                 kind_class[k], name, sizeof l->name - 1);
+        }
+        strcpy(l->name, name);
+        l->user_named = true;
+    }
+    return l;
+}
+
+static fl_status check_act(const char *cls, fl_activation a) {
+    if ((unsigned)a >= FL_ACTIVATION_COUNT)
+        return fl_error(FL_ERR_INVALID_ARG, "%s: activation %d is not an fl_activation", cls, (int)a);
+    return FL_OK;
+}
+
+fl_layer *fl_input_(int ndim, const int64_t *shape) {
+    if (ndim < 1 || ndim > FL_MAX_DIMS - 1)
+        return fl_error_null(FL_ERR_SHAPE, "Input: %d dimensions, expected 1 to %d (without the batch)", ndim,
+                             FL_MAX_DIMS - 1);
+    for (int i = 0; i < ndim; i++)
+        if (shape[i] <= 0)
+            return fl_error_null(FL_ERR_SHAPE, "Input: dimension %d is %lld, expected > 0", i, (long long)shape[i]);
+    fl_layer *l = new_layer(FL_L_INPUT, NULL);
+    if (!l) return NULL;
+    l->a.shape.ndim = ndim;
+    memcpy(l->a.shape.shape, shape, (size_t)ndim * sizeof(int64_t));
+    return l;
+}
+
+fl_layer *fl_dense_(fl_dense_args a) {
+    if (a.units <= 0) return fl_error_null(FL_ERR_INVALID_ARG, "Dense: units is %d, expected > 0", a.units);
+    if (check_act("Dense", a.activation)) return NULL;
+    fl_layer *l = new_layer(FL_L_DENSE, a.name);
+    if (l) { l->a.dense = a; l->a.dense.name = NULL; }
+    return l;
+}
+
+fl_layer *fl_conv2d_(fl_conv2d_args a) {
+    if (a.filters <= 0) return fl_error_null(FL_ERR_INVALID_ARG, "Conv2D: filters is %d, expected > 0", a.filters);
+    if (!a.kernel_h) a.kernel_h = a.kernel_size;
+    if (!a.kernel_w) a.kernel_w = a.kernel_size;
+    if (a.kernel_h <= 0 || a.kernel_w <= 0)
+        return fl_error_null(FL_ERR_INVALID_ARG, "Conv2D: kernel_size is %dx%d, expected > 0", a.kernel_h, a.kernel_w);
+    if (!a.strides) a.strides = 1;
+    if (!a.stride_h) a.stride_h = a.strides;
+    if (!a.stride_w) a.stride_w = a.strides;
+    if (a.stride_h <= 0 || a.stride_w <= 0)
+        return fl_error_null(FL_ERR_INVALID_ARG, "Conv2D: strides %dx%d, expected > 0", a.stride_h, a.stride_w);
+    if (a.dilation_rate != 0 && a.dilation_rate != 1)
+        return fl_error_null(FL_ERR_UNSUPPORTED, "Conv2D: dilation_rate %d is not supported (only 1)", a.dilation_rate);
+    if (a.padding != FL_VALID && a.padding != FL_SAME)
+        return fl_error_null(FL_ERR_INVALID_ARG, "Conv2D: padding %d, expected FL_VALID or FL_SAME", (int)a.padding);
+    if (check_act("Conv2D", a.activation)) return NULL;
+    fl_layer *l = new_layer(FL_L_CONV2D, a.name);
+    if (l) { l->a.conv = a; l->a.conv.name = NULL; }
+    return l;
+}
+
+static fl_layer *pool(fl_layer_kind k, fl_pool2d_args a) {
+    if (!a.pool_size) a.pool_size = 2;
+    if (!a.pool_h) a.pool_h = a.pool_size;
+    if (!a.pool_w) a.pool_w = a.pool_size;
+    if (!a.strides) a.strides = 0;
+    if (!a.stride_h) a.stride_h = a.strides ? a.strides : a.pool_h;
+    if (!a.stride_w) a.stride_w = a.strides ? a.strides : a.pool_w;
+    if (a.pool_h <= 0 || a.pool_w <= 0 || a.stride_h <= 0 || a.stride_w <= 0)
+        return fl_error_null(FL_ERR_INVALID_ARG, "%s: pool_size %dx%d and strides %dx%d must be > 0", kind_class[k],
+                             a.pool_h, a.pool_w, a.stride_h, a.stride_w);
+    if (a.padding != FL_VALID && a.padding != FL_SAME)
+        return fl_error_null(FL_ERR_INVALID_ARG, "%s: padding %d, expected FL_VALID or FL_SAME", kind_class[k],
+                             (int)a.padding);
+    fl_layer *l = new_layer(k, a.name);
+    if (l) { l->a.pool = a; l->a.pool.name = NULL; }
+    return l;
+}
+fl_layer *fl_max_pooling2d_(fl_pool2d_args a) { return pool(FL_L_MAXPOOL, a); }
+fl_layer *fl_average_pooling2d_(fl_pool2d_args a) { return pool(FL_L_AVGPOOL, a); }
+fl_layer *fl_global_average_pooling2d_(fl_name_args a) { return new_layer(FL_L_GAP, a.name); }
+fl_layer *fl_flatten_(fl_name_args a) { return new_layer(FL_L_FLATTEN, a.name); }
+
+fl_layer *fl_reshape_(int ndim, const int64_t *shape) {
+    if (ndim < 1 || ndim > FL_MAX_DIMS - 1)
+        return fl_error_null(FL_ERR_SHAPE, "Reshape: %d target dimensions, expected 1 to %d", ndim, FL_MAX_DIMS - 1);
+    int neg = 0;
+    for (int i = 0; i < ndim; i++) {
+        if (shape[i] == -1) neg++;
+        else if (shape[i] <= 0)
+            return fl_error_null(FL_ERR_SHAPE, "Reshape: target dimension %d is %lld, expected > 0 or -1", i,
+                                 (long long)shape[i]);
+    }
+    if (neg > 1) return fl_error_null(FL_ERR_SHAPE, "Reshape: at most one target dimension may be -1");
+    fl_layer *l = new_layer(FL_L_RESHAPE, NULL);
+    if (!l) return NULL;
+    l->a.shape.ndim = ndim;
+    memcpy(l->a.shape.shape, shape, (size_t)ndim * sizeof(int64_t));
+    return l;
+}
+
+fl_layer *fl_dropout_(fl_dropout_args a) {
+    if (!(a.rate >= 0.0f && a.rate < 1.0f))
+        return fl_error_null(FL_ERR_INVALID_ARG, "Dropout: rate is %g, expected 0 <= rate < 1", a.rate);
+    fl_layer *l = new_layer(FL_L_DROPOUT, a.name);
+    if (l) { l->a.dropout = a; l->a.dropout.name = NULL; }
+    return l;
+}
+
+fl_layer *fl_batch_normalization_(fl_batch_norm_args a) {
+    if (a.momentum == 0.0f) a.momentum = 0.99f;
+    if (a.epsilon == 0.0f) a.epsilon = 1e-3f;
+    if (!(a.momentum >= 0.0f && a.momentum < 1.0f) || !(a.epsilon > 0.0f))
+        return fl_error_null(FL_ERR_INVALID_ARG, "BatchNormalization: momentum %g must be in [0, 1), epsilon %g > 0",
+                             a.momentum, a.epsilon);
+    fl_layer *l = new_layer(FL_L_BATCHNORM, a.name);
+    if (l) { l->a.bn = a; l->a.bn.name = NULL; }
+    return l;
+}
+
+fl_layer *fl_activation_layer_(fl_activation_args a) {
+    if (check_act("Activation", a.activation)) return NULL;
+    fl_layer *l = new_layer(FL_L_ACTIVATION, a.name);
+    if (l) { l->a.act = a; l->a.act.name = NULL; }
+    return l;
+}
+
+void fl_layer_free(fl_layer *l) {
+    if (!l) return;
+    for (int i = 0; i < l->nw; i++) fl_tensor_free(l->wview[i]);
+    free(l);
+}
+
+/* ------------------------------------------------------------- build */
+
+static fl_node *add_weight(fl_layer *l, fl_graph *g, const char *wname, int ndim, const int64_t *shape,
+                           bool trainable) {
+    fl_node *w = fl_graph_param(g, l->name, ndim, shape, trainable);
+    if (!w) return NULL;
+    l->w[l->nw] = w;
+    l->wname[l->nw] = wname;
+    l->wview[l->nw] = NULL;
+    l->nw++;
+    return w;
+}
+
+/* Keras GlorotUniform: U(-limit, limit), limit = sqrt(6 / (fan_in + fan_out)). */
+static void glorot_uniform(float *w, int64_t n, double fan_in, double fan_out, uint64_t seed, uint64_t stream) {
+    float limit = (float)sqrt(6.0 / (fan_in + fan_out));
+    fl_rng_uniform(w, n, -limit, limit, seed, stream);
+}
+
+void fl_layer_init_weights(fl_layer *l, const fl_backend *be, uint64_t seed) {
+    for (int i = 0; i < l->nw; i++) {
+        fl_node *w = l->w[i];
+        int64_t n = fl_node_size(w);
+        float *host = malloc((size_t)n * sizeof(float));
+        if (!host) continue; /* weights stay zero; tiny allocation */
+        uint64_t stream = ((uint64_t)(l->index + 1) << 8) | (uint64_t)i;
+        const char *wn = l->wname[i];
+        if (strcmp(wn, "kernel") == 0) {
+            double fan_in, fan_out;
+            if (w->ndim == 4) { /* (kh, kw, in, out) */
+                double rf = (double)w->shape[0] * (double)w->shape[1];
+                fan_in = rf * (double)w->shape[2];
+                fan_out = rf * (double)w->shape[3];
+            } else {
+                fan_in = (double)w->shape[0];
+                fan_out = (double)w->shape[1];
+            }
+            glorot_uniform(host, n, fan_in, fan_out, seed, stream);
+        } else {
+            float v = (strcmp(wn, "gamma") == 0 || strcmp(wn, "moving_variance") == 0) ? 1.0f : 0.0f;
+            for (int64_t k = 0; k < n; k++) host[k] = v;
+        }
+        be->upload(w->val, host, (size_t)n * sizeof(float));
+        free(host);
+    }
+}
+
+fl_node *fl_layer_build(fl_layer *l, fl_graph *g, fl_node *x, uint64_t seed) {
+    fl_node *out = NULL;
+    switch (l->kind) {
+    case FL_L_INPUT:
+        out = fl_graph_input(g, l->name, l->a.shape.ndim, l->a.shape.shape);
+        break;
+    case FL_L_DENSE: {
+        const fl_dense_args *a = &l->a.dense;
+        int64_t in = x->shape[x->ndim - 1];
+        fl_node *k = add_weight(l, g, "kernel", 2, (int64_t[]){in, a->units}, true);
+        fl_node *b = k && !a->no_bias ? add_weight(l, g, "bias", 1, (int64_t[]){a->units}, true) : NULL;
+        if (!k || (!a->no_bias && !b)) return NULL;
+        int act = (int)a->activation;
+        bool fuse = fl_act_grad_from_output(act);
+        out = fl_graph_dense(g, l->name, x, k, b, fuse ? act : FL_ACT_LINEAR);
+        if (out && !fuse) out = fl_graph_act(g, l->name, out, act);
+        break;
+    }
+    case FL_L_CONV2D: {
+        const fl_conv2d_args *a = &l->a.conv;
+        if (x->ndim != 4) {
+            char s[128];
+            return fl_error_null(FL_ERR_SHAPE, "layer '%s' (Conv2D): input %s must be (batch, height, width, channels)",
+                                 l->name, fl_shape_str(x->ndim, x->shape, s, sizeof s));
+        }
+        fl_node *k = add_weight(l, g, "kernel", 4, (int64_t[]){a->kernel_h, a->kernel_w, x->shape[3], a->filters}, true);
+        fl_node *b = k && !a->no_bias ? add_weight(l, g, "bias", 1, (int64_t[]){a->filters}, true) : NULL;
+        if (!k || (!a->no_bias && !b)) return NULL;
+        int act = (int)a->activation;
+        bool fuse = fl_act_grad_from_output(act);
+        out = fl_graph_conv2d(g, l->name, x, k, b, a->stride_h, a->stride_w, a->padding, fuse ? act : FL_ACT_LINEAR);
+        if (out && !fuse) out = fl_graph_act(g, l->name, out, act);
+        break;
+    }
+    case FL_L_MAXPOOL:
+    case FL_L_AVGPOOL: {
+        const fl_pool2d_args *a = &l->a.pool;
+        out = fl_graph_pool(g, l->name, l->kind == FL_L_MAXPOOL ? FL_OP_MAXPOOL : FL_OP_AVGPOOL, x, a->pool_h,
+                            a->pool_w, a->stride_h, a->stride_w, a->padding);
+        break;
+    }
+    case FL_L_GAP:
+        out = fl_graph_gap(g, l->name, x);
+        break;
+    case FL_L_FLATTEN: {
+        int64_t n = fl_node_sample_size(x);
+        out = fl_graph_reshape(g, l->name, x, 1, &n);
+        break;
+    }
+    case FL_L_RESHAPE:
+        out = fl_graph_reshape(g, l->name, x, l->a.shape.ndim, l->a.shape.shape);
+        break;
+    case FL_L_DROPOUT: {
+        uint64_t stream = l->a.dropout.seed ? l->a.dropout.seed : (uint64_t)(l->index + 1) * 0x9E3779B97F4A7C15ull;
+        out = fl_graph_dropout(g, l->name, x, l->a.dropout.rate, stream);
+        break;
+    }
+    case FL_L_BATCHNORM: {
+        const fl_batch_norm_args *a = &l->a.bn;
+        int64_t c = x->shape[x->ndim - 1];
+        fl_node *gm = a->no_scale ? NULL : add_weight(l, g, "gamma", 1, &c, true);
+        fl_node *bt = a->no_center ? NULL : add_weight(l, g, "beta", 1, &c, true);
+        fl_node *mm = add_weight(l, g, "moving_mean", 1, &c, false);
+        fl_node *mv = add_weight(l, g, "moving_variance", 1, &c, false);
+        if ((!a->no_scale && !gm) || (!a->no_center && !bt) || !mm || !mv) return NULL;
+        out = fl_graph_batchnorm(g, l->name, x, gm, bt, mm, mv, a->epsilon, a->momentum);
+        break;
+    }
+    case FL_L_ACTIVATION:
+        out = fl_graph_act(g, l->name, x, (int)l->a.act.activation);
+        break;
+    default:
+        return fl_error_null(FL_ERR_UNSUPPORTED, "layer '%s': unknown kind %d", l->name, (int)l->kind);
+    }
+    if (!out) return NULL;
+    l->out = out;
+    fl_layer_init_weights(l, g->be, seed);
+    return out;
+}
+
+/* ---------------------------------------------------------- accessors */
+
+const char *fl_layer_name(const fl_layer *l) { return l ? l->name : NULL; }
+const char *fl_layer_class(const fl_layer *l) { return l ? kind_class[l->kind] : NULL; }
+int fl_layer_num_weights(const fl_layer *l) { return l ? l->nw : 0; }
+const char *fl_layer_weight_name(const fl_layer *l, int i) {
+    return l && i >= 0 && i < l->nw ? l->wname[i] : NULL;
+}
+
+fl_tensor *fl_layer_weight(fl_layer *l, int i) {
+    if (!l || i < 0 || i >= l->nw)
+        return fl_error_null(FL_ERR_INVALID_ARG, "layer '%s': no weight %d (it has %d)", l ? l->name : "?", i,
+                             l ? l->nw : 0);
+    if (!l->wview[i]) {
+        fl_node *w = l->w[i];
+        l->wview[i] = fl_tensor_view(FL_FLOAT32, w->ndim, w->shape, w->val);
+    }
+    return l->wview[i];
+}

@@ -1,0 +1,81 @@
+/*
+ * nn.h — the layout of layers, models, optimizers and histories shared by the
+ * files of src/nn (the public header keeps them opaque).
+ */
+#ifndef FL_NN_H
+#define FL_NN_H
+
+#include "flynn/flynn.h"
+#include "core/graph.h"
+
+typedef enum fl_layer_kind {
+    FL_L_INPUT, FL_L_DENSE, FL_L_CONV2D, FL_L_MAXPOOL, FL_L_AVGPOOL, FL_L_GAP, FL_L_FLATTEN, FL_L_RESHAPE,
+    FL_L_DROPOUT, FL_L_BATCHNORM, FL_L_ACTIVATION, FL_L_COUNT
+} fl_layer_kind;
+
+#define FL_LAYER_MAX_WEIGHTS 4
+
+struct fl_layer {
+    fl_layer_kind kind;
+    char name[64];
+    bool user_named;
+    union {
+        fl_dense_args dense;
+        fl_conv2d_args conv;
+        fl_pool2d_args pool;
+        fl_dropout_args dropout;
+        fl_batch_norm_args bn;
+        fl_activation_args act;
+        struct { int ndim; int64_t shape[FL_MAX_DIMS]; } shape; /* Input, Reshape */
+    } a;
+    int nw;
+    fl_node *w[FL_LAYER_MAX_WEIGHTS];
+    const char *wname[FL_LAYER_MAX_WEIGHTS];
+    fl_tensor *wview[FL_LAYER_MAX_WEIGHTS];
+    fl_node *out;     /* the layer's output node once built */
+    int index;        /* position in the model */
+};
+
+/* Builds the layer's nodes on top of x; creates and initialises weights. */
+fl_node *fl_layer_build(fl_layer *l, fl_graph *g, fl_node *x, uint64_t seed);
+/* (Re)initialises a built layer's weights from seed (Keras initializers). */
+void fl_layer_init_weights(fl_layer *l, const fl_backend *be, uint64_t seed);
+const char *fl_layer_kind_class(fl_layer_kind k);
+const char *fl_layer_kind_base(fl_layer_kind k); /* "conv2d": base of default names */
+
+typedef struct fl_optimizer_state fl_optimizer_state;
+
+struct fl_optimizer {
+    int code;              /* fl_opt_code */
+    fl_opt_desc d;         /* hyper-parameters (step filled per update) */
+    int64_t iterations;
+    int nparams;
+    fl_param_ref *params;  /* bound at compile */
+    const fl_backend *be;
+};
+
+/* Binds the optimizer to the model's trainable parameters (allocates slots). */
+fl_status fl_optimizer_bind(fl_optimizer *o, fl_graph *g);
+void fl_optimizer_step(fl_optimizer *o);
+
+struct fl_model {
+    char name[64];
+    int nlayers;
+    fl_layer **layers;
+    fl_graph g;
+    fl_node *input, *output;
+    uint64_t seed;
+    bool compiled;
+    fl_optimizer *opt;
+    fl_loss loss;
+    int nmetrics;
+    fl_metric metrics[FL_MAX_METRICS];  /* as given */
+    int metric_codes[FL_MAX_METRICS];   /* resolved FL_MC_* */
+    fl_device_kind device;
+    /* training-step buffers (allocated with the graph's batch) */
+    float *target, *row_loss, *row_score;
+    int64_t target_cap;
+    int64_t epochs_run;
+};
+
+#endif

@@ -1,0 +1,159 @@
+/*
+ * optimizer.c — SGD, Adam, AdamW and RMSprop with Keras 3 defaults: the
+ * objects, their slot buffers, and one fused step over all trainable
+ * parameters (the per-element formulas are in ops/math.h).
+ */
+#include "nn.h"
+#include "core/error.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static fl_optimizer *new_opt(int code) {
+    fl_optimizer *o = fl_calloc(1, sizeof *o, "optimizer");
+    if (o) { o->code = code; o->d.code = code; }
+    return o;
+}
+
+static bool bad(float v) { return !(v == v) || v < 0.0f; }
+
+fl_optimizer *fl_sgd_(fl_sgd_args a) {
+    if (a.learning_rate == 0.0f) a.learning_rate = 0.01f;
+    if (bad(a.learning_rate) || bad(a.momentum) || a.momentum >= 1.0f)
+        return fl_error_null(FL_ERR_INVALID_ARG, "SGD: learning_rate %g must be > 0 and momentum %g in [0, 1)",
+                             a.learning_rate, a.momentum);
+    fl_optimizer *o = new_opt(FL_OPT_SGD);
+    if (!o) return NULL;
+    o->d.lr = a.learning_rate;
+    o->d.momentum = a.momentum;
+    o->d.nesterov = a.nesterov;
+    return o;
+}
+
+static fl_optimizer *adam(int code, fl_adam_args a) {
+    const char *nm = code == FL_OPT_ADAMW ? "AdamW" : "Adam";
+    if (a.learning_rate == 0.0f) a.learning_rate = 0.001f;
+    if (a.beta_1 == 0.0f) a.beta_1 = 0.9f;
+    if (a.beta_2 == 0.0f) a.beta_2 = 0.999f;
+    if (a.epsilon == 0.0f) a.epsilon = 1e-7f;
+    if (code == FL_OPT_ADAMW) {
+        if (a.weight_decay == 0.0f) a.weight_decay = 0.004f;
+        else if (a.weight_decay < 0.0f) a.weight_decay = 0.0f;
+    } else if (a.weight_decay != 0.0f) {
+        return fl_error_null(FL_ERR_INVALID_ARG, "Adam: weight_decay is only for AdamW (fl_adamw)");
+    }
+    if (bad(a.learning_rate) || a.beta_1 < 0 || a.beta_1 >= 1 || a.beta_2 < 0 || a.beta_2 >= 1 || !(a.epsilon > 0))
+        return fl_error_null(FL_ERR_INVALID_ARG, "%s: learning_rate %g, beta_1 %g, beta_2 %g, epsilon %g out of range",
+                             nm, a.learning_rate, a.beta_1, a.beta_2, a.epsilon);
+    fl_optimizer *o = new_opt(code);
+    if (!o) return NULL;
+    o->d.lr = a.learning_rate;
+    o->d.beta1 = a.beta_1;
+    o->d.beta2 = a.beta_2;
+    o->d.eps = a.epsilon;
+    o->d.weight_decay = a.weight_decay;
+    return o;
+}
+fl_optimizer *fl_adam_(fl_adam_args a) { return adam(FL_OPT_ADAM, a); }
+fl_optimizer *fl_adamw_(fl_adam_args a) { return adam(FL_OPT_ADAMW, a); }
+
+fl_optimizer *fl_rmsprop_(fl_rmsprop_args a) {
+    if (a.learning_rate == 0.0f) a.learning_rate = 0.001f;
+    if (a.rho == 0.0f) a.rho = 0.9f;
+    if (a.epsilon == 0.0f) a.epsilon = 1e-7f;
+    if (bad(a.learning_rate) || a.rho < 0 || a.rho >= 1 || bad(a.momentum) || a.momentum >= 1 || !(a.epsilon > 0))
+        return fl_error_null(FL_ERR_INVALID_ARG, "RMSprop: learning_rate %g, rho %g, momentum %g, epsilon %g out of range",
+                             a.learning_rate, a.rho, a.momentum, a.epsilon);
+    fl_optimizer *o = new_opt(FL_OPT_RMSPROP);
+    if (!o) return NULL;
+    o->d.lr = a.learning_rate;
+    o->d.rho = a.rho;
+    o->d.momentum = a.momentum;
+    o->d.eps = a.epsilon;
+    o->d.centered = a.centered;
+    return o;
+}
+
+static void free_slots(fl_optimizer *o) {
+    if (!o->params) return;
+    for (int i = 0; i < o->nparams; i++) {
+        if (o->params[i].s0) o->be->free(o->params[i].s0);
+        if (o->params[i].s1) o->be->free(o->params[i].s1);
+        if (o->params[i].s2) o->be->free(o->params[i].s2);
+    }
+    free(o->params);
+    o->params = NULL;
+    o->nparams = 0;
+}
+
+void fl_optimizer_free(fl_optimizer *o) {
+    if (!o) return;
+    free_slots(o);
+    free(o);
+}
+
+const char *fl_optimizer_name(const fl_optimizer *o) {
+    if (!o) return NULL;
+    switch (o->code) {
+    case FL_OPT_SGD: return "SGD";
+    case FL_OPT_ADAM: return "Adam";
+    case FL_OPT_ADAMW: return "AdamW";
+    case FL_OPT_RMSPROP: return "RMSprop";
+    }
+    return "?";
+}
+
+int64_t fl_optimizer_iterations(const fl_optimizer *o) { return o ? o->iterations : 0; }
+
+static float *zeroed(const fl_backend *be, int64_t n) {
+    float *p = be->alloc((size_t)n * sizeof(float));
+    if (p) be->zero(p, (size_t)n * sizeof(float));
+    return p;
+}
+
+fl_status fl_optimizer_bind(fl_optimizer *o, fl_graph *g) {
+    free_slots(o);
+    o->be = g->be;
+    int np = 0;
+    for (int i = 0; i < g->n; i++)
+        if (g->nodes[i]->op == FL_OP_PARAM && g->nodes[i]->trainable) np++;
+    o->params = fl_calloc((size_t)(np ? np : 1), sizeof *o->params, "optimizer parameters");
+    if (!o->params) return fl_last_status();
+    o->nparams = np;
+    int k = 0;
+    for (int i = 0; i < g->n; i++) {
+        fl_node *n = g->nodes[i];
+        if (n->op != FL_OP_PARAM || !n->trainable) continue;
+        fl_param_ref *p = &o->params[k++];
+        p->w = n->val;
+        p->g = n->grad;
+        p->n = fl_node_size(n);
+        bool ok = true;
+        switch (o->code) {
+        case FL_OPT_SGD:
+            if (o->d.momentum != 0.0f) ok = (p->s0 = zeroed(o->be, p->n)) != NULL;
+            break;
+        case FL_OPT_ADAM:
+        case FL_OPT_ADAMW:
+            ok = (p->s0 = zeroed(o->be, p->n)) && (p->s1 = zeroed(o->be, p->n));
+            break;
+        case FL_OPT_RMSPROP:
+            ok = (p->s0 = zeroed(o->be, p->n)) != NULL;
+            if (ok && o->d.momentum > 0) ok = (p->s1 = zeroed(o->be, p->n)) != NULL;
+            if (ok && o->d.centered) ok = (p->s2 = zeroed(o->be, p->n)) != NULL;
+            break;
+        }
+        if (!ok) {
+            fl_error_prefix("optimizer %s: ", fl_optimizer_name(o));
+            free_slots(o);
+            return fl_last_status();
+        }
+    }
+    return FL_OK;
+}
+
+void fl_optimizer_step(fl_optimizer *o) {
+    o->iterations++;
+    o->d.step = o->iterations;
+    o->be->optimizer_step(&o->d, o->params, o->nparams);
+}

@@ -1,0 +1,398 @@
+/*
+ * ops.c — every op once: its shape rule (the fl_graph_* constructors, which
+ * refuse bad shapes with a message naming the layer), its forward and its
+ * backward, each dispatched to the graph's backend. Shapes are NHWC; the
+ * batch is dimension 0 of every batched node.
+ */
+#include "ops.h"
+#include "math.h"
+#include "core/error.h"
+#include "core/tensor.h"
+
+#include <string.h>
+
+const char *fl_op_name(fl_op op) {
+    static const char *names[FL_OP_COUNT] = {"input", "param", "dense", "conv2d", "max_pool2d", "avg_pool2d",
+                                             "global_avg_pool2d", "reshape", "dropout", "batch_norm", "activation"};
+    return op < FL_OP_COUNT ? names[op] : "?";
+}
+
+static void set_shape(fl_node *n, bool batched, int ndim, const int64_t *sample) {
+    n->batched = batched;
+    n->ndim = ndim + (batched ? 1 : 0);
+    int o = 0;
+    if (batched) n->shape[o++] = -1;
+    for (int i = 0; i < ndim; i++) n->shape[o++] = sample[i];
+}
+
+static const char *sample_str(const fl_node *x, char *buf, size_t len) {
+    return fl_shape_str(x->ndim, x->shape, buf, len);
+}
+
+/* ---------------------------------------------------------- builders */
+
+fl_node *fl_graph_input(fl_graph *g, const char *name, int ndim, const int64_t *sample_shape) {
+    if (ndim < 1 || ndim > FL_MAX_DIMS - 1)
+        return fl_error_null(FL_ERR_SHAPE, "layer '%s': input has %d dimensions, expected 1 to %d", name, ndim,
+                             FL_MAX_DIMS - 1);
+    for (int i = 0; i < ndim; i++)
+        if (sample_shape[i] <= 0)
+            return fl_error_null(FL_ERR_SHAPE, "layer '%s': input dimension %d is %lld, expected > 0", name, i + 1,
+                                 (long long)sample_shape[i]);
+    fl_node *n = fl_graph_new_node(g, FL_OP_INPUT, name);
+    if (n) set_shape(n, true, ndim, sample_shape);
+    return n;
+}
+
+fl_node *fl_graph_param(fl_graph *g, const char *name, int ndim, const int64_t *shape, bool trainable) {
+    fl_node *n = fl_graph_new_node(g, FL_OP_PARAM, name);
+    if (!n) return NULL;
+    set_shape(n, false, ndim, shape);
+    n->trainable = trainable;
+    size_t bytes = (size_t)fl_node_size(n) * sizeof(float);
+    n->val = g->be->alloc(bytes);
+    if (!n->val) return NULL;
+    g->be->zero(n->val, bytes);
+    if (trainable) {
+        n->grad = g->be->alloc(bytes);
+        if (!n->grad) return NULL;
+        g->be->zero(n->grad, bytes);
+    }
+    return n;
+}
+
+fl_node *fl_graph_dense(fl_graph *g, const char *name, fl_node *x, fl_node *w, fl_node *b, int act) {
+    int64_t k = x->shape[x->ndim - 1];
+    if (w->ndim != 2 || w->shape[0] != k) {
+        char s[128];
+        return fl_error_null(FL_ERR_SHAPE, "layer '%s' (Dense): input %s has %lld features on its last axis, kernel expects %lld",
+                             name, sample_str(x, s, sizeof s), (long long)k, (long long)w->shape[0]);
+    }
+    fl_node *n = fl_graph_new_node(g, FL_OP_DENSE, name);
+    if (!n) return NULL;
+    n->nin = b ? 3 : 2;
+    n->in[0] = x; n->in[1] = w; n->in[2] = b;
+    int64_t s[FL_MAX_DIMS];
+    for (int i = 1; i < x->ndim; i++) s[i - 1] = x->shape[i];
+    s[x->ndim - 2] = w->shape[1];
+    set_shape(n, true, x->ndim - 1, s);
+    n->act = act;
+    return n;
+}
+
+static int out_dim(int in, int k, int s, fl_padding pad, int *pad_before) {
+    if (pad == FL_SAME) {
+        int o = (in + s - 1) / s;
+        int total = (o - 1) * s + k - in;
+        if (total < 0) total = 0;
+        *pad_before = total / 2; /* the extra row/col goes after, as TensorFlow/Keras */
+        return o;
+    }
+    *pad_before = 0;
+    return in < k ? 0 : (in - k) / s + 1;
+}
+
+fl_node *fl_graph_conv2d(fl_graph *g, const char *name, fl_node *x, fl_node *w, fl_node *b, int sh, int sw,
+                         fl_padding pad, int act) {
+    char s[128];
+    if (x->ndim != 4)
+        return fl_error_null(FL_ERR_SHAPE, "layer '%s' (Conv2D): input %s must be (batch, height, width, channels)",
+                             name, sample_str(x, s, sizeof s));
+    if (w->ndim != 4 || w->shape[2] != x->shape[3])
+        return fl_error_null(FL_ERR_SHAPE, "layer '%s' (Conv2D): input has %lld channels, kernel expects %lld", name,
+                             (long long)x->shape[3], (long long)w->shape[2]);
+    fl_conv_desc d = {0};
+    d.h = (int)x->shape[1]; d.w = (int)x->shape[2]; d.c = (int)x->shape[3];
+    d.kh = (int)w->shape[0]; d.kw = (int)w->shape[1]; d.oc = (int)w->shape[3];
+    d.sh = sh; d.sw = sw;
+    d.oh = out_dim(d.h, d.kh, sh, pad, &d.pt);
+    d.ow = out_dim(d.w, d.kw, sw, pad, &d.pl);
+    if (d.oh <= 0 || d.ow <= 0)
+        return fl_error_null(FL_ERR_SHAPE,
+                             "layer '%s' (Conv2D): a %dx%d kernel does not fit the %dx%d input with padding \"valid\"",
+                             name, d.kh, d.kw, d.h, d.w);
+    d.act = act;
+    d.has_bias = b != NULL;
+    fl_node *n = fl_graph_new_node(g, FL_OP_CONV2D, name);
+    if (!n) return NULL;
+    n->nin = b ? 3 : 2;
+    n->in[0] = x; n->in[1] = w; n->in[2] = b;
+    n->conv = d;
+    n->act = act;
+    set_shape(n, true, 3, (int64_t[]){d.oh, d.ow, d.oc});
+    return n;
+}
+
+fl_node *fl_graph_pool(fl_graph *g, const char *name, fl_op op, fl_node *x, int kh, int kw, int sh, int sw,
+                       fl_padding pad) {
+    char s[128];
+    const char *cls = op == FL_OP_MAXPOOL ? "MaxPooling2D" : "AveragePooling2D";
+    if (x->ndim != 4)
+        return fl_error_null(FL_ERR_SHAPE, "layer '%s' (%s): input %s must be (batch, height, width, channels)", name,
+                             cls, sample_str(x, s, sizeof s));
+    fl_conv_desc d = {0};
+    d.h = (int)x->shape[1]; d.w = (int)x->shape[2]; d.c = (int)x->shape[3]; d.oc = d.c;
+    d.kh = kh; d.kw = kw; d.sh = sh; d.sw = sw;
+    d.oh = out_dim(d.h, kh, sh, pad, &d.pt);
+    d.ow = out_dim(d.w, kw, sw, pad, &d.pl);
+    if (d.oh <= 0 || d.ow <= 0)
+        return fl_error_null(FL_ERR_SHAPE, "layer '%s' (%s): a %dx%d window does not fit the %dx%d input", name, cls,
+                             kh, kw, d.h, d.w);
+    fl_node *n = fl_graph_new_node(g, op, name);
+    if (!n) return NULL;
+    n->nin = 1;
+    n->in[0] = x;
+    n->conv = d;
+    set_shape(n, true, 3, (int64_t[]){d.oh, d.ow, d.c});
+    if (op == FL_OP_MAXPOOL) n->aux_per_sample = (size_t)d.oh * d.ow * d.c * sizeof(int32_t);
+    return n;
+}
+
+fl_node *fl_graph_gap(fl_graph *g, const char *name, fl_node *x) {
+    char s[128];
+    if (x->ndim != 4)
+        return fl_error_null(FL_ERR_SHAPE, "layer '%s' (GlobalAveragePooling2D): input %s must be (batch, height, width, channels)",
+                             name, sample_str(x, s, sizeof s));
+    fl_node *n = fl_graph_new_node(g, FL_OP_GAP, name);
+    if (!n) return NULL;
+    n->nin = 1;
+    n->in[0] = x;
+    set_shape(n, true, 1, &x->shape[3]);
+    return n;
+}
+
+fl_node *fl_graph_reshape(fl_graph *g, const char *name, fl_node *x, int ndim, const int64_t *sample_shape) {
+    int64_t have = fl_node_sample_size(x), known = 1;
+    int infer = -1;
+    int64_t s[FL_MAX_DIMS];
+    char a[128], b[128];
+    if (ndim < 1 || ndim > FL_MAX_DIMS - 1)
+        return fl_error_null(FL_ERR_SHAPE, "layer '%s' (Reshape): target has %d dimensions, expected 1 to %d", name,
+                             ndim, FL_MAX_DIMS - 1);
+    for (int i = 0; i < ndim; i++) {
+        s[i] = sample_shape[i];
+        if (s[i] == -1) {
+            if (infer >= 0)
+                return fl_error_null(FL_ERR_SHAPE, "layer '%s' (Reshape): more than one -1 in the target shape", name);
+            infer = i;
+        } else if (s[i] <= 0) {
+            return fl_error_null(FL_ERR_SHAPE, "layer '%s' (Reshape): target dimension %d is %lld", name, i,
+                                 (long long)s[i]);
+        } else {
+            known *= s[i];
+        }
+    }
+    if (infer >= 0 && known > 0 && have % known == 0) s[infer] = have / known;
+    if (fl_shape_prod(ndim, s) != have || (infer >= 0 && s[infer] <= 0))
+        return fl_error_null(FL_ERR_SHAPE, "layer '%s' (Reshape): cannot reshape input %s (%lld values per sample) into %s",
+                             name, sample_str(x, a, sizeof a), (long long)have, fl_shape_str(ndim, sample_shape, b, sizeof b));
+    fl_node *n = fl_graph_new_node(g, FL_OP_RESHAPE, name);
+    if (!n) return NULL;
+    n->nin = 1;
+    n->in[0] = x;
+    set_shape(n, true, ndim, s);
+    return n;
+}
+
+fl_node *fl_graph_dropout(fl_graph *g, const char *name, fl_node *x, float rate, uint64_t stream) {
+    if (!(rate >= 0.0f && rate < 1.0f))
+        return fl_error_null(FL_ERR_INVALID_ARG, "layer '%s' (Dropout): rate %g, expected 0 <= rate < 1", name, rate);
+    fl_node *n = fl_graph_new_node(g, FL_OP_DROPOUT, name);
+    if (!n) return NULL;
+    n->nin = 1;
+    n->in[0] = x;
+    set_shape(n, true, x->ndim - 1, x->shape + 1);
+    n->rate = rate;
+    n->stream = stream;
+    n->aux_per_sample = (size_t)fl_node_sample_size(x);
+    return n;
+}
+
+fl_node *fl_graph_batchnorm(fl_graph *g, const char *name, fl_node *x, fl_node *gamma, fl_node *beta,
+                            fl_node *mean, fl_node *var, float eps, float momentum) {
+    fl_node *n = fl_graph_new_node(g, FL_OP_BATCHNORM, name);
+    if (!n) return NULL;
+    n->nin = 5;
+    n->in[0] = x; n->in[1] = gamma; n->in[2] = beta; n->in[3] = mean; n->in[4] = var;
+    set_shape(n, true, x->ndim - 1, x->shape + 1);
+    n->eps = eps;
+    n->momentum = momentum;
+    n->aux_fixed = 2 * (size_t)x->shape[x->ndim - 1] * sizeof(float);
+    return n;
+}
+
+fl_node *fl_graph_act(fl_graph *g, const char *name, fl_node *x, int act) {
+    fl_node *n = fl_graph_new_node(g, FL_OP_ACT, name);
+    if (!n) return NULL;
+    n->nin = 1;
+    n->in[0] = x;
+    set_shape(n, true, x->ndim - 1, x->shape + 1);
+    n->act = act;
+    return n;
+}
+
+/* ------------------------------------------------------------ forward */
+
+static int64_t rows_of(const fl_node *n) { return fl_node_size(n) / n->shape[n->ndim - 1]; }
+
+void fl_op_forward(fl_graph *g, fl_node *n, bool training) {
+    const fl_backend *be = g->be;
+    fl_node *x = n->in[0];
+    switch (n->op) {
+    case FL_OP_DENSE: {
+        fl_dense_desc d = {rows_of(x), (int)x->shape[x->ndim - 1], (int)n->shape[n->ndim - 1], n->act, n->nin > 2 && n->in[2]};
+        be->dense_fwd(&d, x->val, n->in[1]->val, d.has_bias ? n->in[2]->val : NULL, n->val);
+        break;
+    }
+    case FL_OP_CONV2D: {
+        fl_conv_desc d = n->conv;
+        d.n = g->batch;
+        be->conv2d_fwd(&d, x->val, n->in[1]->val, d.has_bias ? n->in[2]->val : NULL, n->val, g->ws);
+        break;
+    }
+    case FL_OP_MAXPOOL: {
+        fl_conv_desc d = n->conv;
+        d.n = g->batch;
+        be->maxpool_fwd(&d, x->val, n->val, n->aux);
+        break;
+    }
+    case FL_OP_AVGPOOL: {
+        fl_conv_desc d = n->conv;
+        d.n = g->batch;
+        be->avgpool_fwd(&d, x->val, n->val);
+        break;
+    }
+    case FL_OP_GAP:
+        be->gap_fwd(g->batch, x->shape[1] * x->shape[2], (int)x->shape[3], x->val, n->val);
+        break;
+    case FL_OP_RESHAPE:
+        break; /* a view */
+    case FL_OP_DROPOUT:
+        if (training && n->rate > 0.0f)
+            be->dropout_fwd(fl_node_size(n), n->rate, g->seed, n->stream ^ ((uint64_t)g->step << 20), x->val, n->val,
+                            n->aux);
+        else
+            be->copy(n->val, x->val, (size_t)fl_node_size(n) * sizeof(float));
+        break;
+    case FL_OP_BATCHNORM: {
+        int c = (int)x->shape[x->ndim - 1];
+        fl_bn_desc d = {rows_of(x), c, n->eps, n->momentum};
+        const float *gamma = n->in[1] ? n->in[1]->val : NULL, *beta = n->in[2] ? n->in[2]->val : NULL;
+        if (training) {
+            float *save = n->aux;
+            be->bn_fwd_train(&d, x->val, gamma, beta, n->val, save, save + c, n->in[3]->val, n->in[4]->val);
+        } else {
+            be->bn_fwd_infer(&d, x->val, gamma, beta, n->in[3]->val, n->in[4]->val, n->val);
+        }
+        break;
+    }
+    case FL_OP_ACT:
+        be->act_fwd(n->act, rows_of(n), (int)n->shape[n->ndim - 1], x->val, n->val);
+        break;
+    default:
+        break;
+    }
+}
+
+/* ----------------------------------------------------------- backward */
+
+/* The gradient buffer of input k, or NULL if it needs none; *beta says
+ * whether to add (another consumer already wrote it). */
+static float *in_grad(fl_node *n, int k, float *beta) {
+    fl_node *x = n->in[k];
+    if (!x || !x->needs_grad) return NULL;
+    *beta = x->grad_ready ? 1.0f : 0.0f;
+    return x->grad;
+}
+
+static void mark(fl_node *n, int k) {
+    if (n->in[k] && n->in[k]->needs_grad) n->in[k]->grad_ready = true;
+}
+
+void fl_op_backward(fl_graph *g, fl_node *n) {
+    const fl_backend *be = g->be;
+    fl_node *x = n->in[0];
+    float beta = 0.0f;
+    switch (n->op) {
+    case FL_OP_DENSE: {
+        fl_dense_desc d = {rows_of(x), (int)x->shape[x->ndim - 1], (int)n->shape[n->ndim - 1],
+                           n->grad_is_preact ? FL_ACT_LINEAR : n->act, n->nin > 2 && n->in[2]};
+        float *dx = in_grad(n, 0, &beta);
+        be->dense_bwd(&d, x->val, n->in[1]->val, n->val, n->grad, dx, beta, n->in[1]->grad,
+                      d.has_bias ? n->in[2]->grad : NULL);
+        mark(n, 0); mark(n, 1); mark(n, 2);
+        break;
+    }
+    case FL_OP_CONV2D: {
+        fl_conv_desc d = n->conv;
+        d.n = g->batch;
+        if (n->grad_is_preact) d.act = FL_ACT_LINEAR;
+        float *dx = in_grad(n, 0, &beta);
+        be->conv2d_bwd(&d, x->val, n->in[1]->val, n->val, n->grad, dx, beta, n->in[1]->grad,
+                       d.has_bias ? n->in[2]->grad : NULL, g->ws);
+        mark(n, 0); mark(n, 1); mark(n, 2);
+        break;
+    }
+    case FL_OP_MAXPOOL: {
+        float *dx = in_grad(n, 0, &beta);
+        if (!dx) break;
+        fl_conv_desc d = n->conv;
+        d.n = g->batch;
+        be->maxpool_bwd(&d, n->grad, n->aux, dx, beta);
+        mark(n, 0);
+        break;
+    }
+    case FL_OP_AVGPOOL: {
+        float *dx = in_grad(n, 0, &beta);
+        if (!dx) break;
+        fl_conv_desc d = n->conv;
+        d.n = g->batch;
+        be->avgpool_bwd(&d, n->grad, dx, beta);
+        mark(n, 0);
+        break;
+    }
+    case FL_OP_GAP: {
+        float *dx = in_grad(n, 0, &beta);
+        if (!dx) break;
+        be->gap_bwd(g->batch, x->shape[1] * x->shape[2], (int)x->shape[3], n->grad, dx, beta);
+        mark(n, 0);
+        break;
+    }
+    case FL_OP_RESHAPE: {
+        float *dx = in_grad(n, 0, &beta);
+        if (!dx) break;
+        if (!n->grad_view) be->accumulate(fl_node_size(n), n->grad, dx, beta);
+        mark(n, 0);
+        break;
+    }
+    case FL_OP_DROPOUT: {
+        float *dx = in_grad(n, 0, &beta);
+        if (!dx) break;
+        if (n->rate > 0.0f) be->dropout_bwd(fl_node_size(n), n->rate, n->aux, n->grad, dx, beta);
+        else be->accumulate(fl_node_size(n), n->grad, dx, beta);
+        mark(n, 0);
+        break;
+    }
+    case FL_OP_BATCHNORM: {
+        int c = (int)x->shape[x->ndim - 1];
+        fl_bn_desc d = {rows_of(x), c, n->eps, n->momentum};
+        float *dx = in_grad(n, 0, &beta);
+        const float *save = n->aux;
+        be->bn_bwd(&d, x->val, n->in[1] ? n->in[1]->val : NULL, save, save + c, n->grad, dx, beta,
+                   n->in[1] && n->in[1]->needs_grad ? n->in[1]->grad : NULL,
+                   n->in[2] && n->in[2]->needs_grad ? n->in[2]->grad : NULL);
+        mark(n, 0); mark(n, 1); mark(n, 2);
+        break;
+    }
+    case FL_OP_ACT: {
+        float *dx = in_grad(n, 0, &beta);
+        if (!dx) break;
+        if (n->grad_is_preact) be->accumulate(fl_node_size(n), n->grad, dx, beta);
+        else be->act_bwd(n->act, rows_of(n), (int)n->shape[n->ndim - 1], x->val, n->val, n->grad, dx, beta);
+        mark(n, 0);
+        break;
+    }
+    default:
+        break;
+    }
+}

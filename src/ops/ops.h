@@ -1,0 +1,15 @@
+/*
+ * ops.h — what the graph needs from the ops: one forward and one backward
+ * per op kind (the shape rules are the fl_graph_* constructors in ops.c).
+ */
+#ifndef FL_OPS_H
+#define FL_OPS_H
+
+#include "core/graph.h"
+
+fl_node *fl_graph_new_node(fl_graph *g, fl_op op, const char *name);
+void fl_op_forward(fl_graph *g, fl_node *n, bool training);
+void fl_op_backward(fl_graph *g, fl_node *n);
+const char *fl_op_name(fl_op op);
+
+#endif
