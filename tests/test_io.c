@@ -90,8 +90,14 @@ static int rm_entry(const char *p, const struct stat *sb, int flag, struct FTW *
     return remove(p);
 }
 
-/* The expected error: status, and the message contains a and b ("" for none). */
-#define CHECK_ERR(status, a, b) do { \
+/* The expected error: status, and the message contains a and b ("" for none).
+ * Build with -DTEST_IO_VERBOSE to print every message checked. */
+#ifdef TEST_IO_VERBOSE
+#define SHOW_ERR() printf("  [%s] %s\n", fl_status_name(fl_last_status()), fl_last_error())
+#else
+#define SHOW_ERR() ((void)0)
+#endif
+#define CHECK_ERR(status, a, b) do { SHOW_ERR(); \
     CHECK_MSG(fl_last_status() == (status), "status %s, expected %s; message: %s", \
               fl_status_name(fl_last_status()), fl_status_name(status), fl_last_error()); \
     CHECK_STR_CONTAINS(fl_last_error(), (a)); \
@@ -139,6 +145,7 @@ static void test_idx(void) {
     const uint32_t dims[3] = {3, 2, 4};
     size_t n;
     unsigned char *img = idx_bytes(0x08, 3, dims, px, sizeof px, &n);
+    const size_t img_n = n;
     fl_tensor *t;
 
     /* raw, gzip, gzip without a .gz name, raw with a .gz name */
@@ -315,13 +322,13 @@ static void test_idx(void) {
     }
 
     /* truncated: raw data, raw header, gzip data */
-    write_bytes(P("trunc.idx"), img, n - 14); /* 10 of 24 data bytes */
+    write_bytes(P("trunc.idx"), img, img_n - 14); /* 10 of 24 data bytes */
     fl_clear_error();
     CHECK(fl_load_idx(P("trunc.idx")) == NULL);
     CHECK_ERR(FL_ERR_FORMAT, P("trunc.idx"), "truncated");
     CHECK_STR_CONTAINS(fl_last_error(), "file ends after 10 of 24 bytes of data");
 
-    write_gz(P("trunc-data.idx.gz"), img, n - 14); /* a complete gzip of a short IDX */
+    write_gz(P("trunc-data.idx.gz"), img, img_n - 14); /* a complete gzip of a short IDX */
     fl_clear_error();
     CHECK(fl_load_idx(P("trunc-data.idx.gz")) == NULL);
     CHECK_ERR(FL_ERR_FORMAT, P("trunc-data.idx.gz"), "ends after 10 of 24 bytes of data");
@@ -393,11 +400,11 @@ static void test_idx(void) {
 
     /* trailing data is an error (raw and gzip) */
     {
-        unsigned char *b = malloc(n + 3);
-        memcpy(b, img, n);
-        memcpy(b + n, "xyz", 3);
-        write_bytes(P("trailing.idx"), b, n + 3);
-        write_gz(P("trailing.idx.gz"), b, n + 3);
+        unsigned char *b = malloc(img_n + 3);
+        memcpy(b, img, img_n);
+        memcpy(b + img_n, "xyz", 3);
+        write_bytes(P("trailing.idx"), b, img_n + 3);
+        write_gz(P("trailing.idx.gz"), b, img_n + 3);
         free(b);
         fl_clear_error();
         CHECK(fl_load_idx(P("trailing.idx")) == NULL);

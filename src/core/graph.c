@@ -80,7 +80,7 @@ void fl_graph_finalize(fl_graph *g) {
         fl_node *n = g->nodes[i];
         n->nconsumers = 0;
         if (n->op == FL_OP_PARAM) n->needs_grad = n->trainable;
-        else if (n->op == FL_OP_INPUT) n->needs_grad = false;
+        else if (n->op == FL_OP_INPUT) n->needs_grad = n->force_grad;
         else {
             n->needs_grad = false;
             for (int k = 0; k < n->nin; k++)

@@ -40,6 +40,7 @@ struct fl_node {
     bool batched;              /* shape[0] is the batch */
     bool trainable;            /* PARAM: updated by the optimizer */
     bool needs_grad;           /* a gradient must be computed for this node */
+    bool force_grad;           /* INPUT: compute d/d(input) anyway (gradient checks) */
     bool val_view, grad_view;  /* buffers borrowed from in[0] (RESHAPE) */
     bool grad_is_preact;       /* the loss wrote d/d(pre-activation) (fused softmax/sigmoid) */
     bool grad_ready;           /* written during this backward pass */

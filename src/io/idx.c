@@ -292,8 +292,8 @@ static fl_tensor *load(idx_reader *r, int64_t max_rows, int64_t *total_rows) {
             long long have = (long long)(done * (int64_t)type->size + (int64_t)got);
             if (cut)
                 fl_error(FL_ERR_FORMAT,
-                         "%s: truncated: the gzip stream ends early (zlib: unexpected end of file); the "
-                         "data ends after %lld of %lld bytes of data",
+                         "%s: truncated: the gzip stream ends early (zlib: unexpected end of file) after %lld "
+                         "of %lld bytes of data",
                          r->path, have, (long long)full_bytes);
             else
                 fl_error(FL_ERR_FORMAT, "%s: truncated: file ends after %lld of %lld bytes of data", r->path,

@@ -1,0 +1,469 @@
+/*
+ * test_ops.c — every op of the graph on the CPU backend: the forward pass
+ * against a naive reference written here (plain loops, double precision), and
+ * a finite-difference check of the backward pass for the input and every
+ * parameter. The loss used for gradients is L = sum(out * R) for a fixed
+ * random R, so dL/d(out) = R.
+ */
+#include "check.h"
+
+#include "core/graph.h"
+#include "core/rng.h"
+#include "ops/math.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static uint64_t g_stream = 1;
+
+static void fill(float *p, int64_t n, float lo, float hi) { fl_rng_uniform(p, n, lo, hi, 42, g_stream++); }
+
+typedef struct harness {
+    fl_graph g;
+    fl_node *x;
+    fl_node *params[6];
+    int np;
+    fl_node *out;
+    float *R;
+    int64_t batch;
+} harness;
+
+static void h_init(harness *h, int64_t batch, int ndim, const int64_t *sample) {
+    memset(h, 0, sizeof *h);
+    fl_graph_init(&h->g, fl_backend_cpu());
+    h->g.seed = 7;
+    h->batch = batch;
+    h->x = fl_graph_input(&h->g, "x", ndim, sample);
+    h->x->force_grad = true;
+}
+
+static fl_node *h_param(harness *h, int ndim, const int64_t *shape, float lo, float hi) {
+    fl_node *p = fl_graph_param(&h->g, "w", ndim, shape, true);
+    fill(p->val, fl_node_size(p), lo, hi);
+    h->params[h->np++] = p;
+    return p;
+}
+
+static void h_ready(harness *h, fl_node *out, float xlo, float xhi) {
+    h->out = out;
+    fl_graph_finalize(&h->g);
+    CHECK(fl_graph_reserve(&h->g, h->batch) == FL_OK);
+    fl_graph_set_batch(&h->g, h->batch);
+    fill(h->x->val, fl_node_size(h->x), xlo, xhi);
+    h->R = malloc((size_t)fl_node_size(out) * sizeof(float));
+    fill(h->R, fl_node_size(out), -1, 1);
+}
+
+static void h_free(harness *h) {
+    free(h->R);
+    fl_graph_free(&h->g);
+}
+
+static double h_loss(harness *h, bool training) {
+    fl_graph_forward(&h->g, training);
+    double L = 0;
+    for (int64_t i = 0; i < fl_node_size(h->out); i++) L += (double)h->out->val[i] * h->R[i];
+    return L;
+}
+
+/* Analytic gradients (one backward pass), then central differences for a
+ * sample of elements of x and of every parameter. */
+static void h_gradcheck(harness *h, const char *what, double eps, double rtol, bool training) {
+    h_loss(h, training);
+    fl_graph_clear_grads(&h->g);
+    memcpy(h->out->grad, h->R, (size_t)fl_node_size(h->out) * sizeof(float));
+    h->out->grad_ready = true;
+    fl_graph_backward(&h->g);
+    fl_node *targets[8];
+    int nt = 0;
+    targets[nt++] = h->x;
+    for (int i = 0; i < h->np; i++) targets[nt++] = h->params[i];
+    for (int t = 0; t < nt; t++) {
+        fl_node *v = targets[t];
+        int64_t n = fl_node_size(v);
+        float *ana = malloc((size_t)n * sizeof(float));
+        memcpy(ana, v->grad, (size_t)n * sizeof(float));
+        int64_t step = n > 40 ? n / 23 : 1;
+        int bad = 0;
+        for (int64_t i = 0; i < n; i += step) {
+            float keep = v->val[i];
+            v->val[i] = keep + (float)eps;
+            double lp = h_loss(h, training);
+            v->val[i] = keep - (float)eps;
+            double lm = h_loss(h, training);
+            v->val[i] = keep;
+            double num = (lp - lm) / (2 * eps);
+            if (fabs(num - ana[i]) > 2e-3 + rtol * fabs(num)) {
+                if (bad++ < 3)
+                    fprintf(stderr, "  %s: d/d%s[%lld]: analytic %.6g, numeric %.6g\n", what,
+                            t == 0 ? "x" : "param", (long long)i, ana[i], num);
+            }
+        }
+        CHECK_MSG(bad == 0, "%s: %d gradient mismatches in %s", what, bad, t == 0 ? "x" : "a parameter");
+        free(ana);
+    }
+    h_loss(h, training); /* leave forward values consistent */
+}
+
+static double max_abs_diff(const float *a, const double *b, int64_t n) {
+    double m = 0;
+    for (int64_t i = 0; i < n; i++) m = fmax(m, fabs((double)a[i] - b[i]));
+    return m;
+}
+
+static double act_ref(int act, double x) {
+    switch (act) {
+    case FL_ACT_RELU: return x > 0 ? x : 0;
+    case FL_ACT_SIGMOID: return 1 / (1 + exp(-x));
+    case FL_ACT_TANH: return tanh(x);
+    case FL_ACT_LEAKY_RELU: return x > 0 ? x : 0.2 * x;
+    case FL_ACT_GELU: return 0.5 * x * (1 + erf(x / sqrt(2.0)));
+    case FL_ACT_ELU: return x > 0 ? x : expm1(x);
+    default: return x;
+    }
+}
+
+/* ------------------------------------------------------------ dense */
+
+static void test_dense(int act, bool bias) {
+    harness h;
+    const int64_t B = 5, K = 7, N = 4;
+    h_init(&h, B, 1, &K);
+    fl_node *w = h_param(&h, 2, (int64_t[]){K, N}, -0.5f, 0.5f);
+    fl_node *b = bias ? h_param(&h, 1, &N, -0.5f, 0.5f) : NULL;
+    h_ready(&h, fl_graph_dense(&h.g, "dense", h.x, w, b, act), -1, 1);
+    h_loss(&h, true);
+    double ref[5 * 4];
+    for (int64_t i = 0; i < B; i++)
+        for (int64_t j = 0; j < N; j++) {
+            double s = bias ? b->val[j] : 0;
+            for (int64_t k = 0; k < K; k++) s += (double)h.x->val[i * K + k] * w->val[k * N + j];
+            ref[i * N + j] = act_ref(act, s);
+        }
+    char what[64];
+    snprintf(what, sizeof what, "dense act=%d bias=%d", act, bias);
+    CHECK_MSG(max_abs_diff(h.out->val, ref, B * N) < 1e-5, "%s forward", what);
+    h_gradcheck(&h, what, 1e-3, 1e-2, true);
+    h_free(&h);
+}
+
+/* ----------------------------------------------------------- conv2d */
+
+static void conv_ref(const float *x, const float *w, const float *b, int64_t B, const fl_conv_desc *d, int act,
+                     double *y) {
+    for (int64_t n = 0; n < B; n++)
+        for (int oh = 0; oh < d->oh; oh++)
+            for (int ow = 0; ow < d->ow; ow++)
+                for (int oc = 0; oc < d->oc; oc++) {
+                    double s = b ? b[oc] : 0;
+                    for (int kh = 0; kh < d->kh; kh++)
+                        for (int kw = 0; kw < d->kw; kw++) {
+                            int ih = oh * d->sh - d->pt + kh, iw = ow * d->sw - d->pl + kw;
+                            if (ih < 0 || ih >= d->h || iw < 0 || iw >= d->w) continue;
+                            for (int c = 0; c < d->c; c++)
+                                s += (double)x[((n * d->h + ih) * d->w + iw) * d->c + c] *
+                                     w[((kh * d->kw + kw) * d->c + c) * d->oc + oc];
+                        }
+                    y[((n * d->oh + oh) * d->ow + ow) * d->oc + oc] = act_ref(act, s);
+                }
+}
+
+static void test_conv(int H, int W, int C, int OC, int KH, int KW, int S, fl_padding pad, int act, bool bias,
+                      int eoh, int eow) {
+    harness h;
+    const int64_t B = 3;
+    h_init(&h, B, 3, (int64_t[]){H, W, C});
+    fl_node *w = h_param(&h, 4, (int64_t[]){KH, KW, C, OC}, -0.4f, 0.4f);
+    int64_t oc = OC;
+    fl_node *b = bias ? h_param(&h, 1, &oc, -0.3f, 0.3f) : NULL;
+    fl_node *y = fl_graph_conv2d(&h.g, "conv", h.x, w, b, S, S, pad, act);
+    CHECK(y != NULL);
+    if (!y) { h_free(&h); return; }
+    CHECK_MSG(y->shape[1] == eoh && y->shape[2] == eow, "conv output %lldx%lld, expected %dx%d",
+              (long long)y->shape[1], (long long)y->shape[2], eoh, eow);
+    h_ready(&h, y, -1, 1);
+    h_loss(&h, true);
+    int64_t n = fl_node_size(y);
+    double *ref = malloc((size_t)n * sizeof(double));
+    conv_ref(h.x->val, w->val, b ? b->val : NULL, B, &y->conv, act, ref);
+    char what[96];
+    snprintf(what, sizeof what, "conv %dx%dx%d->%d k%dx%d s%d pad=%d act=%d bias=%d", H, W, C, OC, KH, KW, S, pad, act,
+             bias);
+    CHECK_MSG(max_abs_diff(y->val, ref, n) < 1e-4, "%s forward", what);
+    free(ref);
+    h_gradcheck(&h, what, 1e-3, 1e-2, true);
+    h_free(&h);
+}
+
+/* A batch large enough to span several chunks and both threads. */
+static void test_conv_big_batch(void) {
+    harness h;
+    const int64_t B = 37;
+    h_init(&h, B, 3, (int64_t[]){9, 9, 4});
+    fl_node *w = h_param(&h, 4, (int64_t[]){3, 3, 4, 8}, -0.3f, 0.3f);
+    int64_t oc = 8;
+    fl_node *b = h_param(&h, 1, &oc, -0.3f, 0.3f);
+    fl_node *y = fl_graph_conv2d(&h.g, "conv", h.x, w, b, 1, 1, FL_VALID, FL_ACT_LINEAR);
+    h_ready(&h, y, -1, 1);
+    h_loss(&h, true);
+    int64_t n = fl_node_size(y);
+    double *ref = malloc((size_t)n * sizeof(double));
+    conv_ref(h.x->val, w->val, b->val, B, &y->conv, FL_ACT_LINEAR, ref);
+    CHECK_MSG(max_abs_diff(y->val, ref, n) < 1e-4, "conv big batch forward");
+    free(ref);
+    h_gradcheck(&h, "conv big batch", 1e-3, 1e-2, true);
+    h_free(&h);
+}
+
+/* ---------------------------------------------------------- pooling */
+
+static void test_pool(fl_op op, int H, int W, int C, int K, int S, fl_padding pad, int eoh, int eow) {
+    harness h;
+    const int64_t B = 2;
+    h_init(&h, B, 3, (int64_t[]){H, W, C});
+    fl_node *y = fl_graph_pool(&h.g, "pool", op, h.x, K, K, S, S, pad);
+    CHECK(y != NULL);
+    if (!y) { h_free(&h); return; }
+    CHECK_MSG(y->shape[1] == eoh && y->shape[2] == eow, "pool output %lldx%lld, expected %dx%d",
+              (long long)y->shape[1], (long long)y->shape[2], eoh, eow);
+    h_ready(&h, y, -2, 2);
+    h_loss(&h, true);
+    const fl_conv_desc *d = &y->conv;
+    int64_t n = fl_node_size(y);
+    double *ref = malloc((size_t)n * sizeof(double));
+    for (int64_t b = 0; b < B; b++)
+        for (int oh = 0; oh < d->oh; oh++)
+            for (int ow = 0; ow < d->ow; ow++)
+                for (int c = 0; c < C; c++) {
+                    double m = -INFINITY, s = 0;
+                    int cnt = 0;
+                    for (int kh = 0; kh < K; kh++)
+                        for (int kw = 0; kw < K; kw++) {
+                            int ih = oh * S - d->pt + kh, iw = ow * S - d->pl + kw;
+                            if (ih < 0 || ih >= H || iw < 0 || iw >= W) continue;
+                            double v = h.x->val[((b * H + ih) * W + iw) * C + c];
+                            m = fmax(m, v);
+                            s += v;
+                            cnt++;
+                        }
+                    ref[((b * d->oh + oh) * d->ow + ow) * C + c] = op == FL_OP_MAXPOOL ? m : s / cnt;
+                }
+    char what[96];
+    snprintf(what, sizeof what, "%s %dx%dx%d k%d s%d pad=%d", op == FL_OP_MAXPOOL ? "maxpool" : "avgpool", H, W, C, K,
+             S, pad);
+    CHECK_MSG(max_abs_diff(y->val, ref, n) < 1e-6, "%s forward", what);
+    free(ref);
+    h_gradcheck(&h, what, 1e-3, 1e-2, true);
+    h_free(&h);
+}
+
+static void test_gap(void) {
+    harness h;
+    h_init(&h, 3, 3, (int64_t[]){4, 5, 6});
+    fl_node *y = fl_graph_gap(&h.g, "gap", h.x);
+    h_ready(&h, y, -1, 1);
+    h_loss(&h, true);
+    double ref[3 * 6];
+    for (int b = 0; b < 3; b++)
+        for (int c = 0; c < 6; c++) {
+            double s = 0;
+            for (int p = 0; p < 20; p++) s += h.x->val[(b * 20 + p) * 6 + c];
+            ref[b * 6 + c] = s / 20;
+        }
+    CHECK(y->ndim == 2 && y->shape[1] == 6);
+    CHECK_MSG(max_abs_diff(y->val, ref, 18) < 1e-6, "gap forward");
+    h_gradcheck(&h, "gap", 1e-3, 1e-2, true);
+    h_free(&h);
+}
+
+/* Reshape is a view; a dense after it checks the gradient flows through. */
+static void test_reshape(void) {
+    harness h;
+    h_init(&h, 2, 3, (int64_t[]){3, 4, 2});
+    fl_node *r = fl_graph_reshape(&h.g, "reshape", h.x, 2, (int64_t[]){-1, 6});
+    CHECK(r && r->shape[1] == 4 && r->shape[2] == 6);
+    fl_node *w = h_param(&h, 2, (int64_t[]){6, 3}, -0.5f, 0.5f);
+    fl_node *y = fl_graph_dense(&h.g, "dense", r, w, NULL, FL_ACT_LINEAR);
+    CHECK(y && y->ndim == 3 && y->shape[1] == 4 && y->shape[2] == 3);
+    h_ready(&h, y, -1, 1);
+    CHECK(r->val == h.x->val); /* a view: no copy */
+    h_gradcheck(&h, "reshape+dense (3-d dense)", 1e-3, 1e-2, true);
+    /* bad reshapes name the layer and the sizes */
+    CHECK(fl_graph_reshape(&h.g, "bad_reshape", h.x, 1, (int64_t[]){5}) == NULL);
+    CHECK_STR_CONTAINS(fl_last_error(), "bad_reshape");
+    CHECK_STR_CONTAINS(fl_last_error(), "24 values");
+    h_free(&h);
+}
+
+static void test_dropout(void) {
+    harness h;
+    const int64_t B = 64, N = 500;
+    h_init(&h, B, 1, &N);
+    fl_node *y = fl_graph_dropout(&h.g, "dropout", h.x, 0.3f, 99);
+    h_ready(&h, y, 0.5f, 1.5f);
+    h_loss(&h, true);
+    int64_t zeros = 0, n = B * N;
+    int scaled_ok = 1;
+    for (int64_t i = 0; i < n; i++) {
+        if (y->val[i] == 0) zeros++;
+        else if (fabsf(y->val[i] - h.x->val[i] / 0.7f) > 1e-5f) scaled_ok = 0;
+    }
+    double frac = (double)zeros / (double)n;
+    CHECK_MSG(fabs(frac - 0.3) < 0.01, "dropout rate 0.3 dropped %.4f", frac);
+    CHECK_MSG(scaled_ok, "kept values are scaled by 1/(1-rate)");
+    /* the same (seed, step) gives the same mask; the next step another */
+    float *first = malloc((size_t)n * sizeof(float));
+    memcpy(first, y->val, (size_t)n * sizeof(float));
+    h_loss(&h, true);
+    CHECK(memcmp(first, y->val, (size_t)n * sizeof(float)) == 0);
+    h.g.step++;
+    h_loss(&h, true);
+    CHECK(memcmp(first, y->val, (size_t)n * sizeof(float)) != 0);
+    h.g.step--;
+    /* inference: identity */
+    h_loss(&h, false);
+    CHECK(memcmp(h.x->val, y->val, (size_t)n * sizeof(float)) == 0);
+    free(first);
+    h_gradcheck(&h, "dropout", 1e-3, 1e-2, true);
+    h_free(&h);
+}
+
+static void test_batchnorm(void) {
+    harness h;
+    const int64_t B = 6, C = 5;
+    h_init(&h, B, 3, (int64_t[]){2, 3, C});
+    fl_node *gamma = h_param(&h, 1, &C, 0.5f, 1.5f);
+    fl_node *beta = h_param(&h, 1, &C, -0.5f, 0.5f);
+    fl_node *mm = fl_graph_param(&h.g, "moving_mean", 1, &C, false);
+    fl_node *mv = fl_graph_param(&h.g, "moving_variance", 1, &C, false);
+    for (int c = 0; c < C; c++) { mm->val[c] = 0; mv->val[c] = 1; }
+    fl_node *y = fl_graph_batchnorm(&h.g, "bn", h.x, gamma, beta, mm, mv, 1e-3f, 0.99f);
+    h_ready(&h, y, -2, 3);
+    h_loss(&h, true);
+    int64_t M = B * 6;
+    double mean[5] = {0}, var[5] = {0};
+    for (int64_t r = 0; r < M; r++)
+        for (int c = 0; c < C; c++) mean[c] += h.x->val[r * C + c] / (double)M;
+    for (int64_t r = 0; r < M; r++)
+        for (int c = 0; c < C; c++) var[c] += pow(h.x->val[r * C + c] - mean[c], 2) / (double)M;
+    double *ref = malloc((size_t)(M * C) * sizeof(double));
+    for (int64_t r = 0; r < M; r++)
+        for (int c = 0; c < C; c++)
+            ref[r * C + c] = (h.x->val[r * C + c] - mean[c]) / sqrt(var[c] + 1e-3) * gamma->val[c] + beta->val[c];
+    CHECK_MSG(max_abs_diff(y->val, ref, M * C) < 1e-5, "batchnorm training forward");
+    /* Keras: moving = moving * momentum + batch * (1 - momentum), biased variance */
+    CHECK_CLOSE(mm->val[0], 0.01 * mean[0], 1e-5, 1e-7);
+    CHECK_CLOSE(mv->val[0], 0.99 + 0.01 * var[0], 1e-5, 1e-7);
+    /* inference uses the moving statistics */
+    h_loss(&h, false);
+    for (int64_t r = 0; r < M; r++)
+        for (int c = 0; c < C; c++)
+            ref[r * C + c] = (h.x->val[r * C + c] - mm->val[c]) / sqrt(mv->val[c] + 1e-3) * gamma->val[c] + beta->val[c];
+    CHECK_MSG(max_abs_diff(y->val, ref, M * C) < 1e-5, "batchnorm inference forward");
+    free(ref);
+    h_gradcheck(&h, "batchnorm", 1e-3, 2e-2, true);
+    h_free(&h);
+}
+
+static void test_act(int act) {
+    harness h;
+    const int64_t B = 4, N = 6;
+    h_init(&h, B, 1, &N);
+    fl_node *y = fl_graph_act(&h.g, "act", h.x, act);
+    h_ready(&h, y, -3, 3);
+    h_loss(&h, true);
+    double ref[4 * 6];
+    for (int64_t i = 0; i < B; i++) {
+        if (act == FL_ACT_SOFTMAX) {
+            double mx = -INFINITY, s = 0;
+            for (int j = 0; j < N; j++) mx = fmax(mx, h.x->val[i * N + j]);
+            for (int j = 0; j < N; j++) s += exp(h.x->val[i * N + j] - mx);
+            for (int j = 0; j < N; j++) ref[i * N + j] = exp(h.x->val[i * N + j] - mx) / s;
+        } else {
+            for (int j = 0; j < N; j++) ref[i * N + j] = act_ref(act, h.x->val[i * N + j]);
+        }
+    }
+    char what[32];
+    snprintf(what, sizeof what, "activation %d", act);
+    CHECK_MSG(max_abs_diff(y->val, ref, B * N) < 1e-6, "%s forward", what);
+    h_gradcheck(&h, what, 1e-3, 1e-2, true);
+    h_free(&h);
+}
+
+/* Known values of the Keras activations. */
+static void test_act_values(void) {
+    CHECK_CLOSE(fl_act_forward(FL_ACT_GELU, 1.0f), 0.8413447, 1e-6, 0);
+    CHECK_CLOSE(fl_act_forward(FL_ACT_GELU, -0.5f), -0.15426877, 1e-5, 0);
+    CHECK_CLOSE(fl_act_forward(FL_ACT_ELU, -1.0f), -0.63212056, 1e-6, 0);
+    CHECK_CLOSE(fl_act_forward(FL_ACT_LEAKY_RELU, -1.0f), -0.2, 1e-6, 0);
+    CHECK_CLOSE(fl_act_forward(FL_ACT_SIGMOID, -100.0f), 0.0, 0, 1e-30);
+    CHECK_CLOSE(fl_act_forward(FL_ACT_SIGMOID, 100.0f), 1.0, 0, 1e-7);
+    /* derivatives from the output match those from the input */
+    for (float x = -2.5f; x < 2.5f; x += 0.37f)
+        for (int a = FL_ACT_LINEAR; a <= FL_ACT_ELU; a++)
+            if (fl_act_grad_from_output(a)) {
+                float y = fl_act_forward(a, x);
+                CHECK_CLOSE(fl_act_grad_y(a, y), fl_act_grad_x(a, x, y), 1e-5, 1e-6);
+            }
+}
+
+/* Philox 4x32-10 known-answer vectors (Random123 kat_vectors). */
+static void test_philox(void) {
+    fl_philox4 r = fl_philox4x32_10(0, 0, 0, 0, 0, 0);
+    CHECK(r.v[0] == 0x6627e8d5u && r.v[1] == 0xe169c58du && r.v[2] == 0xbc57ac4cu && r.v[3] == 0x9b00dbd8u);
+    r = fl_philox4x32_10(0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu);
+    CHECK(r.v[0] == 0x408f276du && r.v[1] == 0x41c83b0eu && r.v[2] == 0xa20bc7c6u && r.v[3] == 0x6d5451fdu);
+    r = fl_philox4x32_10(0x243f6a88u, 0x85a308d3u, 0x13198a2eu, 0x03707344u, 0xa4093822u, 0x299f31d0u);
+    CHECK(r.v[0] == 0xd16cfe09u && r.v[1] == 0x94fdccebu && r.v[2] == 0x5001e420u && r.v[3] == 0x24126ea1u);
+    /* the public accessors are consistent with the block function */
+    CHECK(fl_philox_u32(5, 6, 9) == fl_philox_block(5, 6, 2).v[1]);
+    float u = fl_philox_uniform(1, 2, 3);
+    CHECK(u >= 0.0f && u < 1.0f);
+}
+
+static void test_shape_errors(void) {
+    fl_graph g;
+    fl_graph_init(&g, fl_backend_cpu());
+    fl_node *x = fl_graph_input(&g, "x", 3, (int64_t[]){5, 5, 3});
+    fl_node *w = fl_graph_param(&g, "k", 4, (int64_t[]){3, 3, 4, 8}, true);
+    CHECK(fl_graph_conv2d(&g, "conv_bad", x, w, NULL, 1, 1, FL_VALID, 0) == NULL);
+    CHECK_STR_CONTAINS(fl_last_error(), "conv_bad");
+    CHECK_STR_CONTAINS(fl_last_error(), "3 channels");
+    fl_node *w2 = fl_graph_param(&g, "k2", 4, (int64_t[]){7, 7, 3, 8}, true);
+    CHECK(fl_graph_conv2d(&g, "conv_big", x, w2, NULL, 1, 1, FL_VALID, 0) == NULL);
+    CHECK_STR_CONTAINS(fl_last_error(), "does not fit");
+    fl_node *w3 = fl_graph_param(&g, "k3", 2, (int64_t[]){4, 2}, true);
+    CHECK(fl_graph_dense(&g, "dense_bad", x, w3, NULL, 0) == NULL);
+    CHECK_STR_CONTAINS(fl_last_error(), "dense_bad");
+    CHECK(fl_graph_dropout(&g, "drop_bad", x, 1.0f, 1) == NULL);
+    CHECK_STR_CONTAINS(fl_last_error(), "rate");
+    fl_graph_free(&g);
+}
+
+int main(void) {
+    test_philox();
+    test_act_values();
+    int acts[] = {FL_ACT_LINEAR, FL_ACT_RELU, FL_ACT_SIGMOID, FL_ACT_TANH, FL_ACT_LEAKY_RELU, FL_ACT_ELU};
+    for (int i = 0; i < 6; i++) test_dense(acts[i], true);
+    test_dense(FL_ACT_RELU, false);
+    test_conv(6, 7, 3, 4, 3, 3, 1, FL_VALID, FL_ACT_LINEAR, true, 4, 5);
+    test_conv(6, 7, 3, 4, 3, 3, 1, FL_VALID, FL_ACT_RELU, true, 4, 5);
+    test_conv(6, 7, 2, 3, 3, 3, 1, FL_SAME, FL_ACT_TANH, true, 6, 7);
+    test_conv(7, 8, 2, 3, 3, 2, 2, FL_SAME, FL_ACT_LINEAR, false, 4, 4);
+    test_conv(7, 8, 2, 3, 3, 3, 2, FL_VALID, FL_ACT_SIGMOID, true, 3, 3);
+    test_conv(5, 5, 4, 6, 1, 1, 1, FL_VALID, FL_ACT_LINEAR, true, 5, 5); /* 1x1: direct GEMM path */
+    test_conv(8, 8, 1, 2, 4, 4, 1, FL_SAME, FL_ACT_ELU, true, 8, 8);     /* even kernel: asymmetric padding */
+    test_conv_big_batch();
+    test_pool(FL_OP_MAXPOOL, 6, 6, 3, 2, 2, FL_VALID, 3, 3);
+    test_pool(FL_OP_MAXPOOL, 7, 5, 2, 3, 2, FL_VALID, 3, 2);
+    test_pool(FL_OP_MAXPOOL, 7, 5, 2, 2, 2, FL_SAME, 4, 3);
+    test_pool(FL_OP_AVGPOOL, 6, 6, 3, 2, 2, FL_VALID, 3, 3);
+    test_pool(FL_OP_AVGPOOL, 7, 5, 2, 3, 1, FL_SAME, 7, 5);
+    test_gap();
+    test_reshape();
+    test_dropout();
+    test_batchnorm();
+    for (int a = FL_ACT_LINEAR; a <= FL_ACT_ELU; a++) test_act(a);
+    test_shape_errors();
+    return check_report("test_ops");
+}
