@@ -1,0 +1,376 @@
+/*
+ * test_model.c — the user-facing model API end to end: building Sequential
+ * models with Keras names and parameter counts, the summary table (compared
+ * with real Keras 3 output), compile/fit/evaluate/predict with their errors,
+ * History, the progress output, determinism, and the accuracy the built-in
+ * models reach on a 2,000-image Fashion-MNIST subset.
+ */
+#include "check.h"
+
+#include <flynn/flynn.h>
+
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define FASHION "/usr/share/datasets/fashion-mnist"
+
+static char *read_all(FILE *f) {
+    fflush(f);
+    long n = ftell(f);
+    rewind(f);
+    char *s = calloc((size_t)n + 1, 1);
+    if (fread(s, 1, (size_t)n, f) != (size_t)n) s[0] = 0;
+    return s;
+}
+
+/* Keras 3.15 prints exactly this for mnist_cnn (captured with keras.Sequential(...).summary()). */
+static const char *keras_mnist_cnn_summary =
+    "Model: \"sequential\"\n"
+    "┏━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━┳━━━━━━━━━━━━━━━━━━━━━━━━┳━━━━━━━━━━━━━━━┓\n"
+    "┃ Layer (type)                    ┃ Output Shape           ┃       Param # ┃\n"
+    "┡━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━╇━━━━━━━━━━━━━━━━━━━━━━━━╇━━━━━━━━━━━━━━━┩\n"
+    "│ conv2d (Conv2D)                 │ (None, 26, 26, 32)     │           320 │\n"
+    "├─────────────────────────────────┼────────────────────────┼───────────────┤\n"
+    "│ conv2d_1 (Conv2D)               │ (None, 24, 24, 64)     │        18,496 │\n"
+    "├─────────────────────────────────┼────────────────────────┼───────────────┤\n"
+    "│ max_pooling2d (MaxPooling2D)    │ (None, 12, 12, 64)     │             0 │\n"
+    "├─────────────────────────────────┼────────────────────────┼───────────────┤\n"
+    "│ dropout (Dropout)               │ (None, 12, 12, 64)     │             0 │\n"
+    "├─────────────────────────────────┼────────────────────────┼───────────────┤\n"
+    "│ flatten (Flatten)               │ (None, 9216)           │             0 │\n"
+    "├─────────────────────────────────┼────────────────────────┼───────────────┤\n"
+    "│ dense (Dense)                   │ (None, 128)            │     1,179,776 │\n"
+    "├─────────────────────────────────┼────────────────────────┼───────────────┤\n"
+    "│ dropout_1 (Dropout)             │ (None, 128)            │             0 │\n"
+    "├─────────────────────────────────┼────────────────────────┼───────────────┤\n"
+    "│ dense_1 (Dense)                 │ (None, 10)             │         1,290 │\n"
+    "└─────────────────────────────────┴────────────────────────┴───────────────┘\n"
+    " Total params: 1,199,882 (4.58 MB)\n"
+    " Trainable params: 1,199,882 (4.58 MB)\n"
+    " Non-trainable params: 0 (0.00 B)\n";
+
+/* Keras 3.15's table for a model with BatchNormalization and a long name. */
+static const char *keras_bn_summary =
+    "Model: \"sequential\"\n"
+    "┏━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━┳━━━━━━━━━━━━━━━━━━━━━━━━┳━━━━━━━━━━━━━━━┓\n"
+    "┃ Layer (type)                    ┃ Output Shape           ┃       Param # ┃\n"
+    "┡━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━╇━━━━━━━━━━━━━━━━━━━━━━━━╇━━━━━━━━━━━━━━━┩\n"
+    "│ conv2d (Conv2D)                 │ (None, 8, 8, 4)        │           112 │\n"
+    "├─────────────────────────────────┼────────────────────────┼───────────────┤\n"
+    "│ batch_normalization             │ (None, 8, 8, 4)        │            16 │\n"
+    "│ (BatchNormalization)            │                        │               │\n"
+    "├─────────────────────────────────┼────────────────────────┼───────────────┤\n"
+    "│ activation (Activation)         │ (None, 8, 8, 4)        │             0 │\n"
+    "├─────────────────────────────────┼────────────────────────┼───────────────┤\n"
+    "│ global_average_pooling2d        │ (None, 4)              │             0 │\n"
+    "│ (GlobalAveragePooling2D)        │                        │               │\n"
+    "├─────────────────────────────────┼────────────────────────┼───────────────┤\n"
+    "│ a_very_long_layer_name_for_tes… │ (None, 2)              │            10 │\n"
+    "│ (Dense)                         │                        │               │\n"
+    "└─────────────────────────────────┴────────────────────────┴───────────────┘\n"
+    " Total params: 138 (552.00 B)\n"
+    " Trainable params: 130 (520.00 B)\n"
+    " Non-trainable params: 8 (32.00 B)\n";
+
+static void test_summary(void) {
+    fl_model *m = fl_builtin_model("mnist_cnn", 28, 28, 1, 10);
+    CHECK(m != NULL);
+    CHECK(fl_model_count_params(m) == 1199882);
+    CHECK(fl_model_count_trainable_params(m) == 1199882);
+    FILE *f = tmpfile();
+    fl_model_summary(m, f);
+    char *s = read_all(f);
+    CHECK_MSG(strcmp(s, keras_mnist_cnn_summary) == 0, "mnist_cnn summary differs from Keras:\n%s", s);
+    free(s);
+    fclose(f);
+    /* Keras layer names and weight layouts */
+    fl_layer *conv = fl_model_get_layer(m, "conv2d_1");
+    CHECK(conv && strcmp(fl_layer_class(conv), "Conv2D") == 0 && fl_layer_num_weights(conv) == 2);
+    fl_tensor *k = fl_layer_weight(conv, 0);
+    CHECK(k && fl_tensor_ndim(k) == 4 && fl_tensor_dim(k, 0) == 3 && fl_tensor_dim(k, 2) == 32 &&
+          fl_tensor_dim(k, 3) == 64);
+    CHECK(strcmp(fl_layer_weight_name(conv, 0), "kernel") == 0 && strcmp(fl_layer_weight_name(conv, 1), "bias") == 0);
+    /* glorot_uniform: |w| <= sqrt(6 / (fan_in + fan_out)), bias zeros */
+    float limit = sqrtf(6.0f / (9 * 32 + 9 * 64));
+    const float *kd = fl_tensor_data(k);
+    float mx = 0;
+    for (int64_t i = 0; i < fl_tensor_size(k); i++) mx = fmaxf(mx, fabsf(kd[i]));
+    CHECK(mx <= limit && mx > 0.9f * limit);
+    const float *bd = fl_tensor_data(fl_layer_weight(conv, 1));
+    CHECK(bd[0] == 0.0f && bd[63] == 0.0f);
+    CHECK(fl_model_get_layer(m, "nope") == NULL);
+    CHECK_STR_CONTAINS(fl_last_error(), "nope");
+    fl_model_free(m);
+
+    m = fl_sequential(fl_input(8, 8, 3), fl_conv2d(4, 3, .padding = FL_SAME), fl_batch_normalization(),
+                      fl_activation_layer(FL_RELU), fl_global_average_pooling2d(),
+                      fl_dense(2, .activation = FL_SOFTMAX, .name = "a_very_long_layer_name_for_testing_truncation"));
+    CHECK(m != NULL);
+    f = tmpfile();
+    fl_model_summary(m, f);
+    s = read_all(f);
+    CHECK_MSG(strcmp(s, keras_bn_summary) == 0, "BN summary differs from Keras:\n%s", s);
+    free(s);
+    fclose(f);
+    fl_model_free(m);
+
+    m = fl_builtin_model("mlp", 28, 28, 1, 10);
+    CHECK(m && fl_model_count_params(m) == 669706); /* Keras mnist_mlp */
+    fl_model_free(m);
+}
+
+static void test_build_errors(void) {
+    fl_model *m = fl_sequential(fl_input(28, 28, 1), fl_dense(0));
+    CHECK(m == NULL);
+    CHECK_STR_CONTAINS(fl_last_error(), "units");
+    m = fl_sequential(fl_input(10), fl_conv2d(4, 3));
+    CHECK(m == NULL);
+    CHECK_STR_CONTAINS(fl_last_error(), "conv2d");
+    CHECK_STR_CONTAINS(fl_last_error(), "(batch, height, width, channels)");
+    m = fl_sequential(fl_dense(3), fl_dense(2));
+    CHECK(m == NULL);
+    CHECK_STR_CONTAINS(fl_last_error(), "fl_input");
+    m = fl_sequential(fl_input(4, 4, 1), fl_conv2d(2, 5));
+    CHECK(m == NULL);
+    CHECK_STR_CONTAINS(fl_last_error(), "does not fit");
+    m = fl_sequential(fl_input(4), fl_dense(3, .name = "same"), fl_dense(3, .name = "same"));
+    CHECK(m == NULL);
+    CHECK_STR_CONTAINS(fl_last_error(), "'same'");
+    m = fl_sequential(fl_input(4), fl_dropout(1.5f));
+    CHECK(m == NULL);
+    CHECK_STR_CONTAINS(fl_last_error(), "Dropout");
+    m = fl_sequential(fl_input(6), fl_reshape(4, -1));
+    CHECK(m == NULL);
+    CHECK_STR_CONTAINS(fl_last_error(), "Reshape");
+    CHECK(fl_sequential(fl_input(4), fl_conv2d(2, 3, .dilation_rate = 2)) == NULL);
+    CHECK_STR_CONTAINS(fl_last_error(), "dilation_rate");
+}
+
+/* A tiny separable problem: two Gaussian blobs in 4-d. */
+static void blobs(int n, fl_tensor **x, fl_tensor **y, uint64_t seed) {
+    *x = fl_tensor_zeros(FL_FLOAT32, n, 4);
+    *y = fl_tensor_zeros(FL_FLOAT32, n);
+    float *xd = fl_tensor_data(*x), *yd = fl_tensor_data(*y);
+    for (int i = 0; i < n; i++) {
+        int c = (int)(fl_philox_u32(seed, 1, (uint64_t)i) & 1);
+        yd[i] = (float)c;
+        for (int j = 0; j < 4; j++) xd[i * 4 + j] = (c ? 1.0f : -1.0f) + 1.5f * (fl_philox_uniform(seed, 2, (uint64_t)(i * 4 + j)) - 0.5f);
+    }
+}
+
+static void test_fit_api(void) {
+    fl_tensor *x, *y;
+    blobs(200, &x, &y, 3);
+    fl_model *m = fl_sequential(fl_input(4), fl_dense(8, .activation = FL_TANH), fl_dense(2, .activation = FL_SOFTMAX));
+    CHECK(fl_fit(m, x, y) == NULL);
+    CHECK(fl_last_status() == FL_ERR_STATE);
+    CHECK_STR_CONTAINS(fl_last_error(), "not compiled");
+    float r[2];
+    CHECK(fl_evaluate(m, x, y, r, 2) == FL_ERR_STATE);
+    CHECK(fl_compile(m, fl_adam(.learning_rate = -1.0f), FL_SPARSE_CATEGORICAL_CROSSENTROPY) != FL_OK);
+    CHECK_STR_CONTAINS(fl_last_error(), "learning_rate");
+    CHECK(fl_compile(m, fl_sgd(.learning_rate = 0.1f, .momentum = 0.9f), FL_SPARSE_CATEGORICAL_CROSSENTROPY,
+                     FL_ACCURACY) == FL_OK);
+
+    /* wrong x shape, wrong dtype, bad labels, wrong y length */
+    fl_tensor *bad = fl_tensor_zeros(FL_FLOAT32, 200, 5);
+    CHECK(fl_fit(m, bad, y) == NULL);
+    CHECK_STR_CONTAINS(fl_last_error(), "(200, 5)");
+    CHECK_STR_CONTAINS(fl_last_error(), "(None, 4)");
+    fl_tensor_free(bad);
+    bad = fl_tensor_zeros(FL_UINT8, 200, 4);
+    CHECK(fl_fit(m, bad, y) == NULL);
+    CHECK_STR_CONTAINS(fl_last_error(), "float32");
+    fl_tensor_free(bad);
+    fl_tensor *yb = fl_tensor_clone(y);
+    ((float *)fl_tensor_data(yb))[17] = 2.0f;
+    CHECK(fl_fit(m, x, yb) == NULL);
+    CHECK_STR_CONTAINS(fl_last_error(), "y[17] = 2");
+    fl_tensor_free(yb);
+    yb = fl_tensor_zeros(FL_FLOAT32, 199);
+    CHECK(fl_fit(m, x, yb) == NULL);
+    CHECK_STR_CONTAINS(fl_last_error(), "200 samples");
+    fl_tensor_free(yb);
+    CHECK(fl_fit(m, x, y, .validation_split = 1.0f) == NULL);
+    CHECK_STR_CONTAINS(fl_last_error(), "validation_split");
+
+    /* training works, History has the Keras keys, validation split */
+    FILE *out = tmpfile();
+    fl_history *h = fl_fit(m, x, y, .batch_size = 16, .epochs = 3, .validation_split = 0.25f, .out = out,
+                           .verbose = FL_VERBOSE_EPOCH);
+    CHECK(h != NULL);
+    if (h) {
+        CHECK(fl_history_epochs(h) == 3);
+        CHECK(fl_history_num_keys(h) == 4);
+        CHECK(fl_history_get(h, "loss") && fl_history_get(h, "accuracy") && fl_history_get(h, "val_loss") &&
+              fl_history_get(h, "val_accuracy"));
+        CHECK(fl_history_get(h, "nope") == NULL);
+        const float *loss = fl_history_get(h, "loss"), *acc = fl_history_get(h, "val_accuracy");
+        CHECK(loss[2] < loss[0]);
+        CHECK(acc[2] > 0.9f);
+        CHECK(fl_history_samples_per_second(h) > 0);
+    }
+    char *s = read_all(out);
+    /* Keras verbose=2: "Epoch 1/3" then "10/10 - 0s - 2ms/step - accuracy: ... - loss: ... - val_accuracy: ..." */
+    CHECK_STR_CONTAINS(s, "Epoch 1/3\n10/10 - ");
+    CHECK_STR_CONTAINS(s, "/step - accuracy: ");
+    CHECK_STR_CONTAINS(s, " - loss: ");
+    CHECK_STR_CONTAINS(s, " - val_accuracy: ");
+    CHECK_STR_CONTAINS(s, "Epoch 3/3\n");
+    CHECK(strstr(s, "━") == NULL);
+    free(s);
+    fclose(out);
+    fl_history_free(h);
+
+    /* the progress bar (Keras verbose=1) */
+    out = tmpfile();
+    h = fl_fit(m, x, y, .batch_size = 50, .epochs = 1, .out = out, .verbose = FL_VERBOSE_BAR);
+    s = read_all(out);
+    CHECK_STR_CONTAINS(s, "4/4 \x1b[32m━━━━━━━━━━━━━━━━━━━━\x1b[0m");
+    CHECK_STR_CONTAINS(s, "- accuracy: ");
+    CHECK(strstr(s, "Epoch") == NULL); /* one epoch: Keras prints no "Epoch 1/1" */
+    CHECK(s[strlen(s) - 1] == '\n');
+    free(s);
+    fclose(out);
+    fl_history_free(h);
+
+    /* evaluate and predict agree */
+    float res[2];
+    CHECK(fl_evaluate(m, x, y, res, 2, .verbose = FL_VERBOSE_SILENT) == FL_OK);
+    fl_tensor *p = fl_predict(m, x, .batch_size = 7);
+    CHECK(p && fl_tensor_ndim(p) == 2 && fl_tensor_dim(p, 0) == 200 && fl_tensor_dim(p, 1) == 2);
+    if (p) {
+        const float *pd = fl_tensor_data(p), *yd = fl_tensor_data(y);
+        int correct = 0;
+        double ce = 0;
+        for (int i = 0; i < 200; i++) {
+            int am = pd[i * 2 + 1] > pd[i * 2] ? 1 : 0;
+            correct += am == (int)yd[i];
+            ce -= log(fmax(pd[i * 2 + (int)yd[i]], 1e-7));
+            CHECK_CLOSE(pd[i * 2] + pd[i * 2 + 1], 1.0, 1e-5, 0);
+        }
+        CHECK_CLOSE(res[1], correct / 200.0, 1e-6, 1e-6);
+        CHECK_CLOSE(res[0], ce / 200.0, 1e-4, 1e-6);
+    }
+    fl_tensor_free(p);
+    /* validation data given explicitly; int labels */
+    fl_tensor *yi = fl_tensor_zeros(FL_INT32, 200);
+    for (int i = 0; i < 200; i++) ((int32_t *)fl_tensor_data(yi))[i] = (int32_t)((float *)fl_tensor_data(y))[i];
+    h = fl_fit(m, x, yi, .epochs = 1, .validation_x = x, .validation_y = yi, .verbose = FL_VERBOSE_SILENT);
+    CHECK(h && fl_history_get(h, "val_loss"));
+    fl_history_free(h);
+    fl_tensor_free(yi);
+    fl_model_free(m);
+    fl_tensor_free(x);
+    fl_tensor_free(y);
+}
+
+/* Every loss trains its own small model (one-hot targets for CCE, a sigmoid output for BCE). */
+static void test_losses_train(void) {
+    fl_tensor *x, *y;
+    blobs(256, &x, &y, 9);
+    fl_tensor *oh = fl_one_hot(y, 2);
+    fl_tensor *yb = fl_tensor_clone(y);
+    fl_tensor_reshape(yb, 2, (int64_t[]){256, 1});
+    struct { fl_loss loss; fl_tensor *y; int units; fl_activation act; fl_metric metric; } cases[] = {
+        {FL_CATEGORICAL_CROSSENTROPY, oh, 2, FL_SOFTMAX, FL_ACCURACY},
+        {fl_categorical_crossentropy(.from_logits = true), oh, 2, FL_LINEAR, FL_CATEGORICAL_ACCURACY},
+        {fl_sparse_categorical_crossentropy(.from_logits = true), y, 2, FL_LINEAR, FL_SPARSE_CATEGORICAL_ACCURACY},
+        {FL_BINARY_CROSSENTROPY, yb, 1, FL_SIGMOID, FL_ACCURACY},
+        {fl_binary_crossentropy(.from_logits = true), yb, 1, FL_LINEAR, FL_BINARY_ACCURACY},
+        {FL_MEAN_SQUARED_ERROR, oh, 2, FL_LINEAR, FL_ACCURACY},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        fl_model *m = fl_sequential(fl_input(4), fl_dense(8, .activation = FL_RELU),
+                                    fl_dense(cases[i].units, .activation = cases[i].act));
+        CHECK(fl_compile(m, fl_rmsprop(.learning_rate = 0.01f), cases[i].loss, cases[i].metric) == FL_OK);
+        fl_history *h = fl_fit(m, x, cases[i].y, .batch_size = 32, .epochs = 8, .verbose = FL_VERBOSE_SILENT);
+        CHECK_MSG(h != NULL, "loss case %zu: %s", i, fl_last_error());
+        if (h) {
+            const float *acc = fl_history_get(h, fl_history_key(h, 1));
+            CHECK_MSG(acc[7] > 0.9f, "loss case %zu (%s): accuracy %.3f", i, fl_loss_name(cases[i].loss.kind), acc[7]);
+        }
+        fl_history_free(h);
+        fl_model_free(m);
+    }
+    /* CCE with class-index targets is refused with a hint */
+    fl_model *m = fl_sequential(fl_input(4), fl_dense(2, .activation = FL_SOFTMAX));
+    fl_compile(m, fl_adam(), FL_CATEGORICAL_CROSSENTROPY);
+    CHECK(fl_fit(m, x, y, .verbose = FL_VERBOSE_SILENT) == NULL);
+    CHECK_STR_CONTAINS(fl_last_error(), "one-hot");
+    CHECK(fl_compile(m, fl_adam(), FL_CATEGORICAL_CROSSENTROPY, FL_SPARSE_CATEGORICAL_ACCURACY) != FL_OK);
+    fl_model_free(m);
+    fl_tensor_free(x);
+    fl_tensor_free(y);
+    fl_tensor_free(oh);
+    fl_tensor_free(yb);
+}
+
+/* Same seed, same data: bit-identical weights; another seed: different. */
+static void weights_after(uint64_t seed, fl_tensor *x, fl_tensor *y, float **out, int64_t *n) {
+    fl_model *m = fl_builtin_model("mnist_cnn", 28, 28, 1, 10);
+    fl_model_set_seed(m, seed);
+    fl_compile(m, fl_adam(), FL_SPARSE_CATEGORICAL_CROSSENTROPY, FL_ACCURACY);
+    fl_history *h = fl_fit(m, x, y, .batch_size = 32, .epochs = 1, .verbose = FL_VERBOSE_SILENT);
+    CHECK(h != NULL);
+    fl_history_free(h);
+    int64_t total = fl_model_count_params(m), o = 0;
+    *out = malloc((size_t)total * sizeof(float));
+    for (int i = 0; i < fl_model_num_layers(m); i++) {
+        fl_layer *l = fl_model_layer(m, i);
+        for (int k = 0; k < fl_layer_num_weights(l); k++) {
+            fl_tensor *w = fl_layer_weight(l, k);
+            memcpy(*out + o, fl_tensor_data(w), (size_t)fl_tensor_size(w) * sizeof(float));
+            o += fl_tensor_size(w);
+        }
+    }
+    *n = total;
+    fl_model_free(m);
+}
+
+static void test_determinism(const fl_dataset *d) {
+    fl_tensor *x = fl_tensor_slice(d->x_train, 0, 256), *y = fl_tensor_slice(d->y_train, 0, 256);
+    float *a, *b, *c;
+    int64_t na, nb, nc;
+    weights_after(11, x, y, &a, &na);
+    weights_after(11, x, y, &b, &nb);
+    weights_after(12, x, y, &c, &nc);
+    CHECK(na == nb && memcmp(a, b, (size_t)na * sizeof(float)) == 0);
+    CHECK(na == nc && memcmp(a, c, (size_t)na * sizeof(float)) != 0);
+    free(a); free(b); free(c);
+    fl_tensor_free(x);
+    fl_tensor_free(y);
+}
+
+static void test_accuracy(const fl_dataset *d, const char *name, int epochs) {
+    fl_model *m = fl_builtin_model(name, 28, 28, 1, 10);
+    fl_model_set_seed(m, 1);
+    CHECK(fl_compile(m, fl_adam(), FL_SPARSE_CATEGORICAL_CROSSENTROPY, FL_ACCURACY) == FL_OK);
+    fl_history *h = fl_fit(m, d->x_train, d->y_train, .batch_size = 32, .epochs = epochs, .verbose = FL_VERBOSE_SILENT);
+    CHECK(h != NULL);
+    float r[2] = {0, 0};
+    CHECK(fl_evaluate(m, d->x_test, d->y_test, r, 2, .batch_size = 500, .verbose = FL_VERBOSE_SILENT) == FL_OK);
+    printf("%s: 2000 Fashion-MNIST images, %d epochs: test accuracy %.4f (10000 images), %.0f samples/s\n", name,
+           epochs, r[1], fl_history_samples_per_second(h));
+    CHECK_MSG(r[1] >= 0.80f, "%s reached %.4f test accuracy, expected >= 0.80", name, r[1]);
+    fl_history_free(h);
+    fl_model_free(m);
+}
+
+int main(void) {
+    test_summary();
+    test_build_errors();
+    test_fit_api();
+    test_losses_train();
+    fl_dataset d;
+    if (fl_load_mnist(FASHION, 2000, 0, &d) != FL_OK) {
+        fprintf(stderr, "Fashion-MNIST is missing (%s): run scripts/setup.sh\n", fl_last_error());
+        return 1;
+    }
+    test_determinism(&d);
+    test_accuracy(&d, "mlp", 15);
+    test_accuracy(&d, "mnist_cnn", 5);
+    fl_dataset_free(&d);
+    return check_report("test_model");
+}
