@@ -540,6 +540,11 @@ static void test_npy(void) {
     u = fl_load_npy(P("f32.npy"));
     CHECK(u && fl_tensor_dim(u, 0) == 0);
     fl_tensor_free(u);
+    umask(027);
+    CHECK(fl_save_npy(t, P("umask027.npy")) == FL_OK);
+    umask(022);
+    if (stat("/proc/self/status", &st) == 0) /* where the umask is read from */
+        CHECK(stat(P("umask027.npy"), &st) == 0 && (st.st_mode & 0777) == 0640);
 
     /* saving into a folder that does not exist, or over a folder, fails cleanly */
     fl_clear_error();

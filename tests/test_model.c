@@ -343,11 +343,11 @@ static void test_determinism(const fl_dataset *d) {
     fl_tensor_free(y);
 }
 
-static void test_accuracy(const fl_dataset *d, const char *name, int epochs) {
+static void test_accuracy(const fl_dataset *d, const char *name, int batch, int epochs) {
     fl_model *m = fl_builtin_model(name, 28, 28, 1, 10);
     fl_model_set_seed(m, 1);
     CHECK(fl_compile(m, fl_adam(), FL_SPARSE_CATEGORICAL_CROSSENTROPY, FL_ACCURACY) == FL_OK);
-    fl_history *h = fl_fit(m, d->x_train, d->y_train, .batch_size = 32, .epochs = epochs, .verbose = FL_VERBOSE_SILENT);
+    fl_history *h = fl_fit(m, d->x_train, d->y_train, .batch_size = batch, .epochs = epochs, .verbose = FL_VERBOSE_SILENT);
     CHECK(h != NULL);
     float r[2] = {0, 0};
     CHECK(fl_evaluate(m, d->x_test, d->y_test, r, 2, .batch_size = 500, .verbose = FL_VERBOSE_SILENT) == FL_OK);
@@ -369,8 +369,10 @@ int main(void) {
         return 1;
     }
     test_determinism(&d);
-    test_accuracy(&d, "mlp", 15);
-    test_accuracy(&d, "mnist_cnn", 5);
+    /* Keras itself swings by about +-0.02 from epoch to epoch here (seen with
+     * keras 3.15 on the same data); batch 64 keeps the MLP steadier */
+    test_accuracy(&d, "mlp", 64, 10);
+    test_accuracy(&d, "mnist_cnn", 32, 5);
     fl_dataset_free(&d);
     return check_report("test_model");
 }

@@ -273,7 +273,8 @@ static fl_tensor *load(idx_reader *r, int64_t max_rows, int64_t *total_rows) {
     const size_t chunk = IDX_CHUNK_BYTES / type->size; /* elements per step */
     unsigned char *tmp = NULL;
     if (!in_place) {
-        tmp = fl_malloc(chunk * type->size, "IDX read buffer");
+        size_t k = (size_t)nelem < chunk ? (size_t)nelem : chunk;
+        tmp = fl_malloc(k * type->size, "IDX read buffer");
         if (!tmp) {
             fl_error_prefix("%s: ", r->path);
             fl_tensor_free(t);
