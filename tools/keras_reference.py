@@ -217,9 +217,9 @@ Y_SOFTMAX_X = np.array([[0, 1, 0, 0, 0], [0, 0, 0, 0, 1]], F32)
 Z_SIGMOID_X = np.array([[2.0, -1.5, 0.3], [-18.0, 0.5, 19.0]], F32)
 Y_SIGMOID_X = np.array([[1, 0, 1], [1, 1, 0]], F32)
 x_cce_v, x_cce_g = loss_grad(LS.CategoricalCrossentropy(), Y_SOFTMAX_X, Z_SOFTMAX_X, keras.ops.softmax)
-_, x_cce_gl = loss_grad(LS.CategoricalCrossentropy(from_logits=True), Y_SOFTMAX_X, Z_SOFTMAX_X)
+x_cce_vl, x_cce_gl = loss_grad(LS.CategoricalCrossentropy(from_logits=True), Y_SOFTMAX_X, Z_SOFTMAX_X)
 x_bce_v, x_bce_g = loss_grad(LS.BinaryCrossentropy(), Y_SIGMOID_X, Z_SIGMOID_X, keras.ops.sigmoid)
-_, x_bce_gl = loss_grad(LS.BinaryCrossentropy(from_logits=True), Y_SIGMOID_X, Z_SIGMOID_X)
+x_bce_vl, x_bce_gl = loss_grad(LS.BinaryCrossentropy(from_logits=True), Y_SIGMOID_X, Z_SIGMOID_X)
 
 # --------------------------------------------------------------------- metrics
 
@@ -236,10 +236,10 @@ Y_MET_SPARSE = np.array([1, 1, 3, 1, 0, 0], F32)
 Y_MET_ONEHOT = np.array([
     [0, 1, 0, 0],
     [1, 0, 0, 0],
-    [0, 0, 0, 1],
+    [0, 1, 0, 0],
     [0, 0.3, 0.7, 0],                  # soft target: argmax 2
+    [0, 0, 0, 1],
     [1, 0, 0, 0],
-    [0, 0, 1, 0],
 ], F32)
 P_MET_BIN = np.array([
     [0.9, 0.2, 0.6],
@@ -331,17 +331,22 @@ emit("/* ---- fused paths with a confidently wrong row (target output < 1e-7) --
 c_array("kr_z_softmax_x", Z_SOFTMAX_X)
 c_array("kr_y_softmax_x", Y_SOFTMAX_X)
 emit("static const float kr_cce_softmax_x_value = %s;" % fl(x_cce_v))
-c_array("kr_cce_softmax_x_grad", x_cce_g)            # jax.grad through the clip
-c_array("kr_cce_softmax_x_grad_logits", x_cce_gl)    # from_logits gradient
+c_array("kr_cce_softmax_x_grad", x_cce_g)  # jax.grad through the clip
+emit("/* the same loss with from_logits=True on z (the TensorFlow backend's result) */")
+emit("static const float kr_cce_softmax_x_value_logits = %s;" % fl(x_cce_vl))
+c_array("kr_cce_softmax_x_grad_logits", x_cce_gl)
 c_array("kr_z_sigmoid_x", Z_SIGMOID_X)
 c_array("kr_y_sigmoid_x", Y_SIGMOID_X)
 emit("static const float kr_bce_sigmoid_x_value = %s;" % fl(x_bce_v))
 c_array("kr_bce_sigmoid_x_grad", x_bce_g)
+emit("static const float kr_bce_sigmoid_x_value_logits = %s;" % fl(x_bce_vl))
 c_array("kr_bce_sigmoid_x_grad_logits", x_bce_gl)
 emit()
 emit("/* ---- metrics: per-sample values and the Keras metric-class result ---- */")
 emit("#define KR_RM %d" % RM)
 emit("#define KR_CM %d" % CM)
+emit("#define KR_RMB %d" % P_MET_BIN.shape[0])
+emit("#define KR_CMB %d" % P_MET_BIN.shape[1])
 c_array("kr_p_met", P_MET)
 c_array("kr_y_met_sparse", Y_MET_SPARSE)
 c_array("kr_y_met_onehot", Y_MET_ONEHOT)

@@ -390,7 +390,8 @@ static fl_tensor *load(FILE *f, const char *path, int64_t file_size) {
         if (got == 0) return fl_error_null(FL_ERR_FORMAT, "%s: file is empty, expected a .npy file", path);
         char found[40] = "";
         for (size_t i = 0; i < got && i < 6; i++) snprintf(found + 3 * i, sizeof found - 3 * i, "%02x ", pre[i]);
-        found[3 * (got < 6 ? got : 6) - 1] = 0;
+        size_t flen = strlen(found);
+        if (flen > 0) found[flen - 1] = 0; /* drop the trailing space */
         const char *hint = "";
         if (got >= 4 && memcmp(pre, "PK\x03\x04", 4) == 0)
             hint = " (this is a zip archive: a .npz holds .npy files, unzip it first)";

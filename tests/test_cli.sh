@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# test_cli.sh — end-to-end checks of the `flynn` command: help texts, the
+# summary, a short training run with saved weights, evaluate on those
+# weights, device selection and its refusal, and errors on bad input.
+# usage: test_cli.sh PATH/TO/flynn
+set -u
+FLYNN=$1
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+pass=0 fail=0
+ok()  { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); echo "FAIL: $*" >&2; }
+expect() { # expect NAME EXIT_CODE PATTERN -- command...
+  local name=$1 code=$2 pat=$3; shift 4
+  local out rc
+  out=$("$@" 2>&1); rc=$?
+  if [ "$rc" != "$code" ]; then bad "$name: exit $rc, expected $code"; echo "$out" | tail -5 >&2; return; fi
+  if ! grep -qE -- "$pat" <<<"$out"; then bad "$name: output lacks /$pat/"; echo "$out" | tail -5 >&2; return; fi
+  ok
+}
+
+expect help 0 "train +train a built-in model" -- "$FLYNN" --help
+expect train-help 0 "--device D +auto" -- "$FLYNN" train --help
+expect eval-help 0 "--weights DIR" -- "$FLYNN" evaluate --help
+expect summary-help 0 "summary table" -- "$FLYNN" summary --help
+expect no-command 2 "usage: flynn <command>" -- "$FLYNN"
+expect unknown-command 2 "unknown command 'fly'" -- "$FLYNN" fly
+expect summary 0 "Total params: 1,199,882 \(4.58 MB\)" -- "$FLYNN" summary
+expect summary-mlp 0 "Total params: 669,706" -- "$FLYNN" summary --model mlp
+expect unknown-model 1 "unknown model 'resnet'" -- "$FLYNN" summary --model resnet
+expect unknown-option 2 "unknown option --epoch" -- "$FLYNN" train --epoch 3
+expect bad-int 2 "expected an integer, got x" -- "$FLYNN" train --epochs x
+expect bad-device 2 "--device wants auto, cpu or gpu" -- "$FLYNN" train --device tpu
+expect bad-data 2 "--data wants" -- "$FLYNN" train --data imagenet
+expect missing-data 1 "$tmp/nothing.*dataset-fashion-mnist" -- "$FLYNN" train --data "fashion-mnist:$tmp/nothing"
+expect gpu-refused 1 "--device gpu: the GPU cannot be used: .*(driver|plugin)" -- "$FLYNN" train --device gpu --samples 100
+expect gpu-disabled 1 "FLYNN_DISABLE_GPU" -- env FLYNN_DISABLE_GPU=1 "$FLYNN" train --device gpu --samples 100
+
+# a short run: device line, Keras one-line-per-epoch output when not a terminal, results
+out=$("$FLYNN" train --samples 600 --epochs 2 --batch-size 64 --seed 3 --save-weights "$tmp/w" 2>&1); rc=$?
+if [ $rc -ne 0 ]; then bad "train: exit $rc"; echo "$out" >&2; else ok; fi
+for pat in "^device: CPU \([0-9]+ threads\); GPU not used: " "^Epoch 1/2$" "^10/10 - [0-9]+s - [0-9]+(ms|s|us)/step - accuracy: 0\.[0-9]{4} - loss: [0-9.]+$" \
+           "^test accuracy: 0\.[0-9]{4} - test loss: [0-9.]+ \(10000 test images\)$" "^training throughput: [0-9]+ samples/s" \
+           "^weights saved to $tmp/w$"; do
+  grep -qE -- "$pat" <<<"$out" && ok || { bad "train output lacks /$pat/"; echo "$out" | tail -8 >&2; }
+done
+[ -f "$tmp/w/conv2d_1.kernel.npy" ] && [ -f "$tmp/w/dense_1.bias.npy" ] && ok || bad "weights files missing"
+train_acc=$(grep -oE "^test accuracy: [0-9.]+" <<<"$out")
+
+# evaluate the saved weights: the same test accuracy
+out=$("$FLYNN" evaluate --weights "$tmp/w" --verbose 0 2>&1); rc=$?
+[ $rc -eq 0 ] && ok || { bad "evaluate: exit $rc"; echo "$out" >&2; }
+[ "$(grep -oE "^test accuracy: [0-9.]+" <<<"$out")" = "$train_acc" ] && ok || bad "evaluate accuracy '$out' differs from training's '$train_acc'"
+expect eval-wrong-model 1 "mlp|dense" -- "$FLYNN" evaluate --weights "$tmp/w" --model mlp
+expect eval-missing 1 "$tmp/none/conv2d.kernel.npy" -- "$FLYNN" evaluate --weights "$tmp/none"
+expect eval-no-weights 2 "--weights DIR is required" -- "$FLYNN" evaluate
+
+# same seed twice: the same results, to the last digit
+a=$("$FLYNN" train --samples 300 --epochs 1 --seed 5 --verbose 0 2>&1 | head -1)
+b=$("$FLYNN" train --samples 300 --epochs 1 --seed 5 --verbose 0 2>&1 | head -1)
+[ -n "$a" ] && [ "$a" = "$b" ] && ok || bad "same seed, different results: '$a' vs '$b'"
+
+echo "test_cli: $pass passed, $fail failed"
+[ $fail -eq 0 ]
