@@ -400,8 +400,10 @@ void fl_history_free(fl_history *h);
 
 /* ------------------------------------------------------------------- data */
 
-/* IDX files (MNIST, Fashion-MNIST), raw or gzip-compressed: a uint8 tensor of
- * the stored shape. */
+/* IDX files (MNIST, Fashion-MNIST), raw or gzip-compressed (detected from the
+ * content): a tensor of the stored shape. Type codes 0x08 -> FL_UINT8;
+ * 0x09, 0x0B, 0x0C -> FL_INT32; 0x0D, 0x0E -> FL_FLOAT32. Data after what
+ * the header describes is an error. */
 fl_tensor *fl_load_idx(const char *path);
 
 typedef struct fl_dataset {
@@ -410,16 +412,22 @@ typedef struct fl_dataset {
 /* MNIST or Fashion-MNIST from a folder with the four standard files
  * (train-images-idx3-ubyte[.gz], ...): x as float32 (N, 28, 28, 1) scaled to
  * [0, 1], y as float32 class indices (N,). max_train/max_test: keep the first
- * N (0 = all). */
+ * N (0, or more than the file holds, = all).
+ * For both dataset loaders: *out is overwritten without freeing what it held,
+ * and is left empty (all NULL) on error. */
 fl_status fl_load_mnist(const char *dir, int64_t max_train, int64_t max_test, fl_dataset *out);
-/* CIFAR-10 binary version (data_batch_1.bin ... test_batch.bin): x float32
- * (N, 32, 32, 3) in [0, 1], y float32 (N,). */
+/* CIFAR-10 binary version (data_batch_1.bin ... test_batch.bin, in dir or in
+ * dir/cifar-10-batches-bin): x float32 (N, 32, 32, 3) in [0, 1], y float32
+ * (N,). Only the batches needed for max_train are read. */
 fl_status fl_load_cifar10(const char *dir, int64_t max_train, int64_t max_test, fl_dataset *out);
 void fl_dataset_free(fl_dataset *d);
 
-/* NumPy .npy (version 1-3; little-endian f4/f8/i1/u1/i4/i8/u4/bool, C order). */
+/* NumPy .npy (version 1-3, C order, little-endian): f4 -> FL_FLOAT32, f8 ->
+ * FL_FLOAT32; u1, b1 -> FL_UINT8; i1, i2, u2, i4 -> FL_INT32; i8, u4, u8 ->
+ * FL_INT32 with an overflow check. fl_save_npy writes what np.save writes
+ * (v1.0, '<f4', '<i4' or '|u1'), atomically (temporary file, fsync, rename). */
 fl_tensor *fl_load_npy(const char *path);
-fl_status fl_save_npy(const fl_tensor *t, const char *path); /* atomic */
+fl_status fl_save_npy(const fl_tensor *t, const char *path);
 
 /* uint8/int32/float32 tensor -> float32 tensor scaled by `scale`. */
 fl_tensor *fl_to_float(const fl_tensor *t, float scale);

@@ -18,6 +18,7 @@
 #include "flynn/flynn.h"
 #include "core/error.h"
 #include "core/tensor.h"
+#include "io/io.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -25,9 +26,6 @@
 #include <string.h>
 #include <sys/stat.h>
 
-/* Defined in idx.c: at most max_rows rows of dimension 0 (0 = all);
- * *total_rows receives the file's dimension 0. */
-fl_tensor *fl_idx_load_rows(const char *path, int64_t max_rows, int64_t *total_rows);
 
 #define MNIST_HINT \
     "install the Debian package dataset-fashion-mnist (Fashion-MNIST in /usr/share/datasets/fashion-mnist)"

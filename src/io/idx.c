@@ -34,6 +34,7 @@
 #include "flynn/flynn.h"
 #include "core/error.h"
 #include "core/tensor.h"
+#include "io/io.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -44,10 +45,6 @@
 #include <unistd.h>
 #include <zlib.h>
 
-/* Internal, used by data.c (which repeats this prototype): loads at most
- * max_rows rows of dimension 0 (0 = all); *total_rows (may be NULL)
- * receives dimension 0 as the file states it. */
-fl_tensor *fl_idx_load_rows(const char *path, int64_t max_rows, int64_t *total_rows);
 
 #define IDX_MAX_ELEMENTS ((int64_t)1 << 31)
 #define IDX_CHUNK_BYTES ((size_t)1 << 24) /* bytes per gzread call */
