@@ -45,7 +45,9 @@ static double run_loss(int code, int input, int rows, int c, const float *x, con
     else memcpy(pred, x, (size_t)rows * c * sizeof(float));
     fl_loss_desc d = {code, input, rows, c, 1.0f / (float)rows};
     be->loss(&d, pred, target, row_loss, grad);
-    return be->sum(rows, row_loss) / (double)rows;
+    double acc = 0;
+    be->sum_into(rows, row_loss, 1.0 / (double)rows, &acc);
+    return acc;
 }
 
 /* One row's loss (for finite differences). */
@@ -202,7 +204,8 @@ static void check_metric(const char *name, int code, int rows, int c, const floa
         CHECK_MSG(fabs(score[r] - kscore[r]) <= 1e-6, "%s: row %d flynn %g, Keras %g", name, r, (double)score[r],
                   (double)kscore[r]);
     /* the epoch value train.c reports: the mean of the row scores */
-    double mean = be->sum(rows, score) / (double)rows;
+    double mean = 0;
+    be->sum_into(rows, score, 1.0 / (double)rows, &mean);
     CHECK_MSG(fabs(mean - kmean) <= 1e-6, "%s: mean flynn %.9g, Keras metric %.9g", name, mean, (double)kmean);
 }
 

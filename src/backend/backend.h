@@ -69,6 +69,7 @@ typedef struct fl_param_ref {
 
 typedef struct fl_backend {
     const char *name;            /* "cpu", "cuda" */
+    int host_memory;             /* buffers are host memory (host pointers usable as device pointers) */
     /* memory */
     void *(*alloc)(size_t bytes);                     /* NULL + fl_error on failure */
     void (*free)(void *p);
@@ -77,6 +78,11 @@ typedef struct fl_backend {
     void (*copy)(void *dst, const void *src, size_t bytes);     /* device -> device */
     void (*zero)(void *dst, size_t bytes);
     void (*sync)(void);
+    /* free and total device memory in bytes */
+    void (*mem_info)(size_t *free_bytes, size_t *total_bytes);
+    /* dst[i, :] = src[idx[i], :] for i < n, rows of `row` floats; src and idx
+     * are backend buffers (a data set resident on the device) */
+    void (*gather_rows)(const float *src, const int64_t *idx, int64_t n, int64_t row, float *dst);
 
     /* Dense: y = act(x[m,k] @ w[k,n] + b[n]) */
     void (*dense_fwd)(const fl_dense_desc *d, const float *x, const float *w, const float *b, float *y);
@@ -128,8 +134,9 @@ typedef struct fl_backend {
     void (*loss)(const fl_loss_desc *d, const float *pred, const float *target, float *row_loss, float *grad);
     /* metric: per-row score (1 correct / 0 wrong; binary: fraction) */
     void (*metric)(int metric_code, int64_t rows, int c, const float *pred, const float *target, float *row_score);
-    /* sum of n floats (device) -> host double */
-    double (*sum)(int64_t n, const float *x);
+    /* acc[0] += scale * sum(x[0..n)); acc is a backend buffer of doubles, so
+     * running totals stay on the device until someone reads them */
+    void (*sum_into)(int64_t n, const float *x, double scale, double *acc);
 
     /* one fused optimizer step for all parameters */
     void (*optimizer_step)(const fl_opt_desc *d, const fl_param_ref *params, int nparams);

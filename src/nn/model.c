@@ -86,10 +86,14 @@ void fl_model_free(fl_model *m) {
     if (!m) return;
     const fl_backend *be = m->g.be;
     if (be) {
-        if (m->target) be->free(m->target);
-        if (m->row_loss) be->free(m->row_loss);
-        if (m->row_score) be->free(m->row_score);
+        be->free(m->target);
+        be->free(m->row_loss);
+        be->free(m->row_score);
+        be->free(m->stats);
+        be->free(m->idx_dev);
     }
+    free(m->stage_x);
+    free(m->stage_y);
     fl_optimizer_free(m->opt);
     for (int i = 0; i < m->nlayers; i++) fl_layer_free(m->layers[i]);
     free(m->layers);

@@ -74,6 +74,9 @@ struct fl_model {
     fl_device_kind device;
     /* training-step buffers (allocated with the graph's batch) */
     float *target, *row_loss, *row_score;
+    double *stats;                      /* running loss/metric totals (device) */
+    int64_t *idx_dev;                   /* batch sample indices (device backends) */
+    float *stage_x, *stage_y;           /* host staging when data stays on the host */
     int64_t target_cap;
     int64_t epochs_run;
 };

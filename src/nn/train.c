@@ -119,14 +119,6 @@ static int loss_input(const fl_model *m) {
 
 /* ---------------------------------------------------------- data checks */
 
-typedef struct batch_src {
-    const fl_tensor *x;
-    float *y;          /* host float copy of the targets: (N,) or (N, out...) */
-    int64_t y_row;     /* floats per sample in y */
-    const int64_t *idx;/* sample order (NULL = identity) */
-    int64_t n;
-} batch_src;
-
 static fl_status check_x(const fl_model *m, const fl_tensor *x, const char *what) {
     char a[128], b[128];
     if (!x) return fl_error(FL_ERR_INVALID_ARG, "%s: x is NULL", what);
@@ -208,44 +200,114 @@ static float *prepare_y(const fl_model *m, const fl_tensor *x, const fl_tensor *
 /* Makes the step buffers hold `batch` samples. */
 static fl_status reserve(fl_model *m, int64_t batch) {
     FL_TRY(fl_graph_reserve(&m->g, batch));
+    const fl_backend *be = m->g.be;
     int64_t rows = fl_node_sample_size(m->output) / out_classes(m);
     int64_t tcap = m->g.batch_cap * fl_node_sample_size(m->output);
+    if (!m->stats) {
+        m->stats = be->alloc((1 + FL_MAX_METRICS) * sizeof(double));
+        if (!m->stats) return fl_last_status();
+    }
     if (tcap > m->target_cap) {
-        const fl_backend *be = m->g.be;
-        if (m->target) be->free(m->target);
-        if (m->row_loss) be->free(m->row_loss);
-        if (m->row_score) be->free(m->row_score);
+        be->free(m->target); be->free(m->row_loss); be->free(m->row_score); be->free(m->idx_dev);
+        free(m->stage_x); free(m->stage_y);
+        m->target = m->row_loss = m->row_score = NULL;
+        m->idx_dev = NULL;
+        m->stage_x = m->stage_y = NULL;
+        m->target_cap = 0;
         m->target = be->alloc((size_t)tcap * sizeof(float));
-        m->row_loss = be->alloc((size_t)(m->g.batch_cap * rows) * sizeof(float));
-        m->row_score = be->alloc((size_t)(m->g.batch_cap * rows) * sizeof(float));
-        if (!m->target || !m->row_loss || !m->row_score) {
-            m->target_cap = 0;
-            return fl_last_status();
+        m->row_loss = m->target ? be->alloc((size_t)(m->g.batch_cap * rows) * sizeof(float)) : NULL;
+        m->row_score = m->row_loss ? be->alloc((size_t)(m->g.batch_cap * rows) * sizeof(float)) : NULL;
+        if (!m->row_score) return fl_last_status();
+        if (!be->host_memory) {
+            /* device backends: batch indices, and host staging for data that stays on the host */
+            m->idx_dev = be->alloc((size_t)m->g.batch_cap * sizeof(int64_t));
+            m->stage_x = fl_malloc((size_t)(m->g.batch_cap * fl_node_sample_size(m->input)) * sizeof(float), "batch staging");
+            m->stage_y = fl_malloc((size_t)tcap * sizeof(float), "batch staging");
+            if (!m->idx_dev || !m->stage_x || !m->stage_y) return fl_last_status();
         }
         m->target_cap = tcap;
     }
     return FL_OK;
 }
 
-/* Copies samples [start, start+b) of src (in src->idx order) to the device. */
-static void load_batch(fl_model *m, const batch_src *src, int64_t start, int64_t b, float *stage_x, float *stage_y) {
+/* A data set as the training loop reads it: x (and targets y, as floats) on
+ * the host, and a copy on the device when the backend's memory is not the
+ * host's and the copy fits, so that a batch is gathered on the device. */
+typedef struct data_src {
+    int64_t n, xrow, yrow;   /* samples; floats per sample of x and of y (0: no targets) */
+    const float *hx, *hy;
+    float *dx, *dy;          /* device copies (NULL: host memory, or not resident) */
+    bool resident;
+} data_src;
+
+static fl_status data_open(fl_model *m, const float *hx, const float *hy, int64_t n, int64_t yrow, data_src *d) {
     const fl_backend *be = m->g.be;
-    int64_t xrow = fl_node_sample_size(m->input);
-    const float *xd = src->x->data;
-    for (int64_t i = 0; i < b; i++) {
-        int64_t k = src->idx ? src->idx[start + i] : start + i;
-        memcpy(stage_x + i * xrow, xd + k * xrow, (size_t)xrow * sizeof(float));
-        if (src->y) memcpy(stage_y + i * src->y_row, src->y + k * src->y_row, (size_t)src->y_row * sizeof(float));
+    memset(d, 0, sizeof *d);
+    d->n = n;
+    d->xrow = fl_node_sample_size(m->input);
+    d->yrow = hy ? yrow : 0;
+    d->hx = hx;
+    d->hy = hy;
+    if (be->host_memory) { d->resident = true; return FL_OK; }
+    size_t xb = (size_t)(n * d->xrow) * sizeof(float), yb = (size_t)(n * d->yrow) * sizeof(float);
+    size_t fr = 0, total = 0;
+    be->mem_info(&fr, &total);
+    if (xb + yb > fr / 2) return FL_OK; /* too big: batches are staged through the host */
+    d->dx = be->alloc(xb);
+    d->dy = d->dx && yb ? be->alloc(yb) : NULL;
+    if (!d->dx || (yb && !d->dy)) {
+        be->free(d->dx);
+        d->dx = NULL;
+        fl_clear_error();
+        return FL_OK;
     }
-    fl_graph_set_batch(&m->g, b);
-    be->upload(m->input->val, stage_x, (size_t)(b * xrow) * sizeof(float));
-    if (src->y) be->upload(m->target, stage_y, (size_t)(b * src->y_row) * sizeof(float));
+    be->upload(d->dx, hx, xb);
+    if (yb) be->upload(d->dy, hy, yb);
+    d->resident = true;
+    return FL_OK;
 }
 
-typedef struct step_stats { double loss, metric[FL_MAX_METRICS]; } step_stats;
+static void data_close(fl_model *m, data_src *d) {
+    if (d->dx) m->g.be->free(d->dx);
+    if (d->dy) m->g.be->free(d->dy);
+    memset(d, 0, sizeof *d);
+}
+
+/* Puts samples idx[0..b) of d into the input node (and targets). */
+static void load_batch(fl_model *m, const data_src *d, const int64_t *idx, int64_t b) {
+    const fl_backend *be = m->g.be;
+    fl_graph_set_batch(&m->g, b);
+    if (d->resident) {
+        const int64_t *di = idx;
+        if (!be->host_memory) {
+            be->upload(m->idx_dev, idx, (size_t)b * sizeof(int64_t));
+            di = m->idx_dev;
+        }
+        be->gather_rows(d->dx ? d->dx : d->hx, di, b, d->xrow, m->input->val);
+        if (d->yrow) be->gather_rows(d->dy ? d->dy : d->hy, di, b, d->yrow, m->target);
+        return;
+    }
+    for (int64_t i = 0; i < b; i++) {
+        memcpy(m->stage_x + i * d->xrow, d->hx + idx[i] * d->xrow, (size_t)d->xrow * sizeof(float));
+        if (d->yrow) memcpy(m->stage_y + i * d->yrow, d->hy + idx[i] * d->yrow, (size_t)d->yrow * sizeof(float));
+    }
+    be->upload(m->input->val, m->stage_x, (size_t)(b * d->xrow) * sizeof(float));
+    if (d->yrow) be->upload(m->target, m->stage_y, (size_t)(b * d->yrow) * sizeof(float));
+}
+
+/* Running totals of loss and metrics live in m->stats (on the device):
+ * per-sample averages times the batch size, so that they weight by samples
+ * like Keras's trackers. They are read only when something is shown. */
+static void zero_stats(fl_model *m) { m->g.be->zero(m->stats, (1 + FL_MAX_METRICS) * sizeof(double)); }
+
+static void read_stats(fl_model *m, int64_t seen, double *out) {
+    double raw[1 + FL_MAX_METRICS];
+    m->g.be->download(raw, m->stats, (size_t)(1 + m->nmetrics) * sizeof(double));
+    for (int i = 0; i <= m->nmetrics; i++) out[i] = raw[i] / (double)(seen > 0 ? seen : 1);
+}
 
 /* Loss (+ gradient when training) and metrics for the batch in the graph. */
-static void loss_and_metrics(fl_model *m, bool grad, step_stats *st) {
+static void loss_and_metrics(fl_model *m, bool grad) {
     const fl_backend *be = m->g.be;
     fl_node *o = m->output;
     int C = out_classes(m);
@@ -259,12 +321,11 @@ static void loss_and_metrics(fl_model *m, bool grad, step_stats *st) {
         o->grad_ready = true;
         o->grad_is_preact = d.input == FL_LI_SOFTMAX_FUSED || d.input == FL_LI_SIGMOID_FUSED;
     }
-    /* per-sample averages, so they weight by samples like Keras's trackers */
-    int64_t b = m->g.batch;
-    st->loss = be->sum(rows, m->row_loss) / (double)rows * (double)b;
+    double scale = (double)m->g.batch / (double)rows;
+    be->sum_into(rows, m->row_loss, scale, m->stats);
     for (int i = 0; i < m->nmetrics; i++) {
         be->metric(m->metric_codes[i], rows, C, o->val, m->target, m->row_score);
-        st->metric[i] = be->sum(rows, m->row_score) / (double)rows * (double)b;
+        be->sum_into(rows, m->row_score, scale, m->stats + 1 + i);
     }
 }
 
@@ -347,12 +408,16 @@ static void fmt_eta(char *buf, size_t n, double eta) {
     else snprintf(buf, n, "%lds", e);
 }
 
+/* Whether the bar shows something now (Keras refreshes at most every 50 ms). */
+static bool progbar_due(const progbar *p, bool final) {
+    if (p->mode == FL_VERBOSE_SILENT) return false;
+    if (final) return true;
+    return p->mode == FL_VERBOSE_BAR && now() - p->last >= 0.05;
+}
+
 /* keys/vals: the "- key: value" pairs, already in Keras order */
 static void progbar_update(progbar *p, int64_t cur, int nkv, char keys[][48], const double *vals, bool final) {
-    if (p->mode == FL_VERBOSE_SILENT) return;
     double t = now();
-    if (p->mode == FL_VERBOSE_EPOCH && !final) return;
-    if (p->mode == FL_VERBOSE_BAR && !final && t - p->last < 0.05) return;
     p->last = t;
     char line[1024], tmp[64];
     int len = 0;
@@ -404,43 +469,49 @@ static void sort_kv(int n, char keys[][48], double *vals) {
         }
 }
 
+/* The loss and metric keys with their current values, sorted as Keras shows them. */
+static int stat_kv(const fl_model *m, const double *v, const char *prefix, char keys[][48], double *vals) {
+    snprintf(keys[0], 48, "%sloss", prefix);
+    vals[0] = v[0];
+    for (int i = 0; i < m->nmetrics; i++) {
+        snprintf(keys[1 + i], 48, "%s%s", prefix, metric_key(m->metrics[i]));
+        vals[1 + i] = v[1 + i];
+    }
+    return 1 + m->nmetrics;
+}
+
 /* --------------------------------------------------------- evaluation */
 
-/* Runs inference over src and writes mean loss and metrics into out. */
-static fl_status run_eval(fl_model *m, const batch_src *src, int64_t bs, double *out, progbar *pb) {
-    int64_t xrow = fl_node_sample_size(m->input);
-    FL_TRY(reserve(m, bs < src->n ? bs : src->n));
-    float *sx = fl_malloc((size_t)(m->g.batch_cap * xrow) * sizeof(float), "batch staging");
-    float *sy = fl_malloc((size_t)(m->g.batch_cap * src->y_row) * sizeof(float), "batch staging");
-    if (!sx || !sy) { free(sx); free(sy); return fl_last_status(); }
-    double tot[1 + FL_MAX_METRICS] = {0};
-    int64_t steps = (src->n + bs - 1) / bs, seen = 0;
+/* Runs inference over samples idx[0..n) of d; writes mean loss and metrics. */
+static fl_status run_eval(fl_model *m, const data_src *d, const int64_t *idx, int64_t n, int64_t bs, double *out,
+                          progbar *pb) {
+    FL_TRY(reserve(m, bs < n ? bs : n));
+    zero_stats(m);
+    int64_t steps = (n + bs - 1) / bs, seen = 0;
     for (int64_t s = 0; s < steps; s++) {
-        int64_t b = src->n - s * bs < bs ? src->n - s * bs : bs;
-        load_batch(m, src, s * bs, b, sx, sy);
+        int64_t b = n - s * bs < bs ? n - s * bs : bs;
+        load_batch(m, d, idx + s * bs, b);
         fl_graph_forward(&m->g, false);
-        step_stats st;
-        loss_and_metrics(m, false, &st);
-        tot[0] += st.loss;
-        for (int i = 0; i < m->nmetrics; i++) tot[1 + i] += st.metric[i];
+        loss_and_metrics(m, false);
         seen += b;
-        if (pb) {
+        if (pb && progbar_due(pb, s + 1 == steps)) {
             char keys[1 + FL_MAX_METRICS][48];
-            double vals[1 + FL_MAX_METRICS];
-            snprintf(keys[0], 48, "loss");
-            vals[0] = tot[0] / (double)seen;
-            for (int i = 0; i < m->nmetrics; i++) {
-                snprintf(keys[1 + i], 48, "%s", metric_key(m->metrics[i]));
-                vals[1 + i] = tot[1 + i] / (double)seen;
-            }
-            sort_kv(1 + m->nmetrics, keys, vals);
-            progbar_update(pb, s + 1, 1 + m->nmetrics, keys, vals, s + 1 == steps);
+            double v[1 + FL_MAX_METRICS], vals[1 + FL_MAX_METRICS];
+            read_stats(m, seen, v);
+            int nkv = stat_kv(m, v, "", keys, vals);
+            sort_kv(nkv, keys, vals);
+            progbar_update(pb, s + 1, nkv, keys, vals, s + 1 == steps);
         }
     }
-    for (int i = 0; i <= m->nmetrics; i++) out[i] = tot[i] / (double)seen;
-    free(sx);
-    free(sy);
+    read_stats(m, seen, out);
     return FL_OK;
+}
+
+static int64_t *iota(int64_t n, int64_t start) {
+    int64_t *p = fl_malloc((size_t)(n > 0 ? n : 1) * sizeof(int64_t), "sample order");
+    if (p)
+        for (int64_t i = 0; i < n; i++) p[i] = start + i;
+    return p;
 }
 
 fl_status fl_evaluate_(fl_model *m, const fl_tensor *x, const fl_tensor *y, float *results, int n_results,
@@ -448,19 +519,25 @@ fl_status fl_evaluate_(fl_model *m, const fl_tensor *x, const fl_tensor *y, floa
     if (!m) return fl_error(FL_ERR_INVALID_ARG, "fl_evaluate: model is NULL");
     if (!m->compiled) return fl_error(FL_ERR_STATE, "fl_evaluate: model '%s' is not compiled (call fl_compile first)", m->name);
     FL_TRY(check_x(m, x, "fl_evaluate"));
-    int64_t bs = a.batch_size > 0 ? a.batch_size : 32;
     if (a.batch_size < 0) return fl_error(FL_ERR_INVALID_ARG, "fl_evaluate: batch_size %d, expected > 0", a.batch_size);
-    batch_src src = {x, NULL, 0, NULL, x->shape[0]};
-    src.y = prepare_y(m, x, y, &src.y_row, "fl_evaluate");
-    if (!src.y) return fl_last_status();
-    FILE *f = a.out ? a.out : stdout;
-    progbar pb = {f, resolve_verbose(a.verbose, f), (src.n + bs - 1) / bs, now(), 0, 0};
-    double r[1 + FL_MAX_METRICS];
-    fl_status s = run_eval(m, &src, bs, r, &pb);
-    free(src.y);
-    if (s != FL_OK) return s;
-    for (int i = 0; i < n_results && i <= m->nmetrics; i++) results[i] = (float)r[i];
-    return FL_OK;
+    int64_t bs = a.batch_size > 0 ? a.batch_size : 32, n = x->shape[0], yrow = 0;
+    float *yh = prepare_y(m, x, y, &yrow, "fl_evaluate");
+    if (!yh) return fl_last_status();
+    int64_t *idx = iota(n, 0);
+    data_src d = {0};
+    fl_status s = idx ? data_open(m, x->data, yh, n, yrow, &d) : fl_last_status();
+    if (s == FL_OK) {
+        FILE *f = a.out ? a.out : stdout;
+        progbar pb = {f, resolve_verbose(a.verbose, f), (n + bs - 1) / bs, now(), 0, 0};
+        double r[1 + FL_MAX_METRICS];
+        s = run_eval(m, &d, idx, n, bs, r, &pb);
+        if (s == FL_OK)
+            for (int i = 0; i < n_results && i <= m->nmetrics; i++) results[i] = (float)r[i];
+    }
+    data_close(m, &d);
+    free(idx);
+    free(yh);
+    return s;
 }
 
 fl_tensor *fl_predict_(fl_model *m, const fl_tensor *x, fl_eval_args a) {
@@ -468,23 +545,26 @@ fl_tensor *fl_predict_(fl_model *m, const fl_tensor *x, fl_eval_args a) {
     if (check_x(m, x, "fl_predict") != FL_OK) return NULL;
     if (a.batch_size < 0) return fl_error_null(FL_ERR_INVALID_ARG, "fl_predict: batch_size %d, expected > 0", a.batch_size);
     int64_t bs = a.batch_size > 0 ? a.batch_size : 32, n = x->shape[0];
-    int64_t orow = fl_node_sample_size(m->output), xrow = fl_node_sample_size(m->input);
+    int64_t orow = fl_node_sample_size(m->output);
     int64_t shape[FL_MAX_DIMS];
     memcpy(shape, m->output->shape, sizeof shape);
     shape[0] = n;
     fl_tensor *out = fl_tensor_new(FL_FLOAT32, m->output->ndim, shape);
-    if (!out) return NULL;
-    if (reserve(m, bs < n ? bs : n) != FL_OK) { fl_tensor_free(out); return NULL; }
-    float *sx = fl_malloc((size_t)(m->g.batch_cap * xrow) * sizeof(float), "batch staging");
-    if (!sx) { fl_tensor_free(out); return NULL; }
-    batch_src src = {x, NULL, 0, NULL, n};
+    int64_t *idx = out ? iota(n, 0) : NULL;
+    data_src d = {0};
+    if (!idx || reserve(m, bs < n ? bs : n) != FL_OK || data_open(m, x->data, NULL, n, 0, &d) != FL_OK) {
+        free(idx);
+        fl_tensor_free(out);
+        return NULL;
+    }
     for (int64_t s = 0; s * bs < n; s++) {
         int64_t b = n - s * bs < bs ? n - s * bs : bs;
-        load_batch(m, &src, s * bs, b, sx, NULL);
+        load_batch(m, &d, idx + s * bs, b);
         fl_graph_forward(&m->g, false);
         m->g.be->download((float *)out->data + s * bs * orow, m->output->val, (size_t)(b * orow) * sizeof(float));
     }
-    free(sx);
+    data_close(m, &d);
+    free(idx);
     return out;
 }
 
@@ -522,32 +602,29 @@ fl_history *fl_fit_(fl_model *m, const fl_tensor *x, const fl_tensor *y, fl_fit_
                                  a.validation_split, (long long)n, (long long)n_train, (long long)n_val);
         }
     }
-    batch_src val = {0};
     float *vyh = NULL;
+    int64_t vrow = 0;
     if (a.validation_x) {
         if (check_x(m, a.validation_x, "fl_fit (validation data)") != FL_OK) { free(yh); return NULL; }
-        int64_t vr;
-        vyh = prepare_y(m, a.validation_x, a.validation_y, &vr, "fl_fit (validation data)");
+        vyh = prepare_y(m, a.validation_x, a.validation_y, &vrow, "fl_fit (validation data)");
         if (!vyh) { free(yh); return NULL; }
-        val = (batch_src){a.validation_x, vyh, vr, NULL, a.validation_x->shape[0]};
-    } else if (n_val > 0) {
-        /* a view of the tail of x: same data, shifted indices */
-        val = (batch_src){x, yh, y_row, NULL, n_val};
     }
+    data_src tr = {0}, vd = {0};
     int64_t *perm = fl_malloc((size_t)n * sizeof(int64_t), "shuffle order");
-    int64_t *vidx = n_val > 0 ? fl_malloc((size_t)n_val * sizeof(int64_t), "validation order") : NULL;
+    int64_t *vidx = NULL, nv = 0;
     fl_history *h = fl_calloc(1, sizeof *h, "History");
-    int64_t xrow = fl_node_sample_size(m->input);
-    float *sx = NULL, *sy = NULL;
-    if (!perm || (n_val > 0 && !vidx) || !h || reserve(m, bs < n_train ? bs : n_train) != FL_OK) goto fail;
-    sx = fl_malloc((size_t)(m->g.batch_cap * xrow) * sizeof(float), "batch staging");
-    sy = fl_malloc((size_t)(m->g.batch_cap * y_row) * sizeof(float), "batch staging");
-    if (!sx || !sy) goto fail;
-    if (vidx) {
-        for (int64_t i = 0; i < n_val; i++) vidx[i] = n_train + i;
-        val.idx = vidx;
+    if (!perm || !h || reserve(m, bs < n_train ? bs : n_train) != FL_OK ||
+        data_open(m, x->data, yh, n, y_row, &tr) != FL_OK)
+        goto fail;
+    if (a.validation_x) {
+        nv = a.validation_x->shape[0];
+        if (!(vidx = iota(nv, 0)) || data_open(m, a.validation_x->data, vyh, nv, vrow, &vd) != FL_OK) goto fail;
+    } else if (n_val > 0) {
+        nv = n_val;
+        if (!(vidx = iota(nv, n_train))) goto fail;
     }
-    bool has_val = val.n > 0;
+    const data_src *val = a.validation_x ? &vd : &tr;
+    bool has_val = nv > 0;
     h->nkeys = 0;
     snprintf(h->keys[h->nkeys++], 48, "loss");
     for (int i = 0; i < m->nmetrics; i++) snprintf(h->keys[h->nkeys++], 48, "%s", metric_key(m->metrics[i]));
@@ -558,78 +635,63 @@ fl_history *fl_fit_(fl_model *m, const fl_tensor *x, const fl_tensor *y, fl_fit_
     FILE *f = a.out ? a.out : stdout;
     int mode = resolve_verbose(a.verbose, f);
     int64_t steps = (n_train + bs - 1) / bs;
-    batch_src tr = {x, yh, y_row, perm, n_train};
     double t_fit = now();
     for (int ep = a.initial_epoch; ep < epochs; ep++) {
         for (int64_t i = 0; i < n; i++) perm[i] = i;
         if (!a.no_shuffle) fl_rng_permutation(perm, n_train, m->seed, 0x5348554646ull << 24 | (uint64_t)ep);
         if (mode != FL_VERBOSE_SILENT && epochs > 1) { fprintf(f, "Epoch %d/%d\n", ep + 1, epochs); fflush(f); }
         progbar pb = {f, mode, steps, now(), 0, 0};
-        double tot[1 + FL_MAX_METRICS] = {0};
+        char keys[FL_HIST_MAX_KEYS][48];
+        double v[1 + FL_MAX_METRICS], vals[FL_HIST_MAX_KEYS];
         int64_t seen = 0;
         double t0 = now();
-        char keys[FL_HIST_MAX_KEYS][48];
-        double vals[FL_HIST_MAX_KEYS];
-        int nkv = 0;
+        if (reserve(m, bs < n_train ? bs : n_train) != FL_OK) goto fail;
+        zero_stats(m);
         for (int64_t s = 0; s < steps; s++) {
             int64_t b = n_train - s * bs < bs ? n_train - s * bs : bs;
-            load_batch(m, &tr, s * bs, b, sx, sy);
+            load_batch(m, &tr, perm + s * bs, b);
             fl_graph_clear_grads(&m->g);
             fl_graph_forward(&m->g, true);
-            step_stats st;
-            loss_and_metrics(m, true, &st);
+            loss_and_metrics(m, true);
             fl_graph_backward(&m->g);
             fl_optimizer_step(m->opt);
             m->g.step++;
-            tot[0] += st.loss;
-            for (int i = 0; i < m->nmetrics; i++) tot[1 + i] += st.metric[i];
             seen += b;
-            nkv = 1 + m->nmetrics;
-            snprintf(keys[0], 48, "loss");
-            vals[0] = tot[0] / (double)seen;
-            for (int i = 0; i < m->nmetrics; i++) {
-                snprintf(keys[1 + i], 48, "%s", metric_key(m->metrics[i]));
-                vals[1 + i] = tot[1 + i] / (double)seen;
-            }
-            if (!isfinite(vals[0]) && s == 0) { /* keep going: Keras does; the user sees nan */ }
-            if (s + 1 < steps) {
-                double sv[FL_HIST_MAX_KEYS];
-                char sk[FL_HIST_MAX_KEYS][48];
-                memcpy(sv, vals, sizeof sv);
-                memcpy(sk, keys, sizeof sk);
-                sort_kv(nkv, sk, sv);
-                progbar_update(&pb, s + 1, nkv, sk, sv, false);
+            if (s + 1 < steps && progbar_due(&pb, false)) {
+                read_stats(m, seen, v);
+                int nkv = stat_kv(m, v, "", keys, vals);
+                sort_kv(nkv, keys, vals);
+                progbar_update(&pb, s + 1, nkv, keys, vals, false);
             }
         }
-        m->g.be->sync();
+        read_stats(m, seen, v); /* waits for the device: the epoch's time ends here */
         h->train_seconds += now() - t0;
         h->train_samples += n_train;
         float hv[FL_HIST_MAX_KEYS];
+        int nkv = stat_kv(m, v, "", keys, vals);
         for (int k = 0; k < nkv; k++) hv[k] = (float)vals[k];
         if (has_val) {
             double r[1 + FL_MAX_METRICS];
-            if (run_eval(m, &val, bs, r, NULL) != FL_OK) goto fail;
-            snprintf(keys[nkv], 48, "val_loss");
-            vals[nkv] = r[0];
-            hv[nkv] = (float)r[0];
-            for (int i = 0; i < m->nmetrics; i++) {
-                snprintf(keys[nkv + 1 + i], 48, "val_%s", metric_key(m->metrics[i]));
-                vals[nkv + 1 + i] = r[1 + i];
-                hv[nkv + 1 + i] = (float)r[1 + i];
-            }
-            nkv += 1 + m->nmetrics;
+            if (run_eval(m, val, vidx, nv, bs, r, NULL) != FL_OK) goto fail;
+            int nv2 = stat_kv(m, r, "val_", keys + nkv, vals + nkv);
+            for (int k = 0; k < nv2; k++) hv[nkv + k] = (float)vals[nkv + k];
+            nkv += nv2;
         }
-        sort_kv(nkv, keys, vals);
-        progbar_update(&pb, steps, nkv, keys, vals, true);
+        if (progbar_due(&pb, true)) {
+            sort_kv(nkv, keys, vals);
+            progbar_update(&pb, steps, nkv, keys, vals, true);
+        }
         if (hist_push(h, hv) != FL_OK) goto fail;
         m->epochs_run++;
         if (a.on_epoch_end && !a.on_epoch_end(m, ep, h, a.user)) break;
     }
     h->seconds = now() - t_fit;
-    free(sx); free(sy); free(perm); free(vidx); free(yh); free(vyh);
+    data_close(m, &tr); data_close(m, &vd);
+    free(perm); free(vidx); free(yh); free(vyh);
     return h;
 fail:
-    free(sx); free(sy); free(perm); free(vidx); free(yh); free(vyh);
+    data_close(m, &tr); data_close(m, &vd);
+    free(perm); free(vidx); free(yh); free(vyh);
     fl_history_free(h);
     return NULL;
 }

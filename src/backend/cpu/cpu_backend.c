@@ -10,6 +10,7 @@
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* ------------------------------------------------------------ threads */
 
@@ -37,6 +38,18 @@ static void cpu_free(void *p) { fl_free_aligned(p); }
 static void cpu_copy(void *dst, const void *src, size_t bytes) { if (bytes) memcpy(dst, src, bytes); }
 static void cpu_zero(void *dst, size_t bytes) { if (bytes) memset(dst, 0, bytes); }
 static void cpu_sync(void) {}
+
+static void cpu_mem_info(size_t *free_bytes, size_t *total_bytes) {
+    long pages = sysconf(_SC_PHYS_PAGES), avail = sysconf(_SC_AVPHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+    *total_bytes = pages > 0 && psz > 0 ? (size_t)pages * (size_t)psz : 0;
+    *free_bytes = avail > 0 && psz > 0 ? (size_t)avail * (size_t)psz : 0;
+}
+
+static void cpu_gather_rows(const float *src, const int64_t *idx, int64_t n, int64_t row, float *dst) {
+    const size_t bytes = (size_t)row * sizeof(float);
+#pragma omp parallel for schedule(static) num_threads(n * row < 65536 ? 1 : fl_cpu_threads())
+    for (int64_t i = 0; i < n; i++) memcpy(dst + (size_t)i * row, src + (size_t)idx[i] * row, bytes);
+}
 
 /* ---------------------------------------------------------- epilogues */
 
@@ -426,10 +439,10 @@ static void cpu_metric(int code, int64_t rows, int c, const float *pred, const f
     }
 }
 
-static double cpu_sum(int64_t n, const float *x) {
+static void cpu_sum_into(int64_t n, const float *x, double scale, double *acc) {
     double s = 0;
     for (int64_t i = 0; i < n; i++) s += x[i];
-    return s;
+    acc[0] += scale * s;
 }
 
 /* ---------------------------------------------------------- optimizer */
@@ -462,6 +475,7 @@ static void cpu_optimizer_step(const fl_opt_desc *d, const fl_param_ref *ps, int
 
 static const fl_backend cpu_backend = {
     .name = "cpu",
+    .host_memory = 1,
     .alloc = cpu_alloc,
     .free = cpu_free,
     .upload = cpu_copy,
@@ -469,6 +483,8 @@ static const fl_backend cpu_backend = {
     .copy = cpu_copy,
     .zero = cpu_zero,
     .sync = cpu_sync,
+    .mem_info = cpu_mem_info,
+    .gather_rows = cpu_gather_rows,
     .dense_fwd = cpu_dense_fwd,
     .dense_bwd = cpu_dense_bwd,
     .conv_workspace = fl_cpu_conv_workspace,
@@ -490,7 +506,7 @@ static const fl_backend cpu_backend = {
     .accumulate = cpu_accumulate,
     .loss = cpu_loss,
     .metric = cpu_metric,
-    .sum = cpu_sum,
+    .sum_into = cpu_sum_into,
     .optimizer_step = cpu_optimizer_step,
 };
 
