@@ -234,10 +234,14 @@ const char *fl_layer_name(const fl_layer *l);
 const char *fl_layer_class(const fl_layer *l); /* "Conv2D" */
 /* The layer's weights in Keras order (Dense: kernel (in, out), bias; Conv2D:
  * kernel (kh, kw, in, out), bias; BatchNormalization: gamma, beta,
- * moving_mean, moving_variance). Borrowed: valid while the model lives;
- * writes to the data change the model. */
+ * moving_mean, moving_variance). Borrowed, valid until the next call for
+ * the same weight or until the model moves to another device. On the CPU it
+ * is a view (writes change the model); on a GPU it is a host copy taken at
+ * the call. fl_layer_set_weight works on both. */
 int fl_layer_num_weights(const fl_layer *l);
 fl_tensor *fl_layer_weight(fl_layer *l, int index);
+/* Copies t (float32, the weight's shape) into the weight. */
+fl_status fl_layer_set_weight(fl_layer *l, int index, const fl_tensor *t);
 const char *fl_layer_weight_name(const fl_layer *l, int index); /* "kernel" */
 
 /* --------------------------------------------------------------- optimizers */

@@ -184,7 +184,10 @@ static int choose_device(const char *cmd, fl_model *m, const char *dev, bool qui
     else if (strcmp(dev, "gpu") == 0) k = FL_DEVICE_GPU;
     else return bad_usage(cmd, "--device wants auto, cpu or gpu, got", dev);
     char why[768];
-    if (fl_model_set_device(m, k, why, sizeof why) != FL_OK) return die(NULL);
+    if (fl_model_set_device(m, k, why, sizeof why) != FL_OK) {
+        fprintf(stderr, "flynn %s: --device %s: %s\n", cmd, dev, fl_last_error());
+        return 1;
+    }
     if (!quiet) printf("%s\n", why);
     return 0;
 }
@@ -225,8 +228,9 @@ static int load_weights(fl_model *m, const char *dir) {
                 fl_tensor_free(t);
                 return 1;
             }
-            memcpy(fl_tensor_data(w), fl_tensor_data(t), (size_t)fl_tensor_size(w) * sizeof(float));
+            fl_status st = fl_layer_set_weight(l, k, t);
             fl_tensor_free(t);
+            if (st != FL_OK) return die("loading weights");
         }
     }
     return 0;

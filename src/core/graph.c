@@ -172,3 +172,51 @@ void fl_graph_backward(fl_graph *g) {
         fl_op_backward(g, n);
     }
 }
+
+fl_status fl_graph_migrate(fl_graph *g, const fl_backend *to) {
+    const fl_backend *from = g->be;
+    if (from == to) return FL_OK;
+    /* allocate everything first, so that a failure changes nothing */
+    int np = 0;
+    for (int i = 0; i < g->n; i++) np += g->nodes[i]->op == FL_OP_PARAM;
+    float **nv = fl_calloc((size_t)(np ? np : 1), sizeof *nv, "migration");
+    float **ng = fl_calloc((size_t)(np ? np : 1), sizeof *ng, "migration");
+    bool ok = nv && ng;
+    for (int i = 0, k = 0; ok && i < g->n; i++) {
+        fl_node *n = g->nodes[i];
+        if (n->op != FL_OP_PARAM) continue;
+        size_t bytes = (size_t)fl_node_size(n) * sizeof(float);
+        ok = (nv[k] = to->alloc(bytes)) != NULL;
+        if (ok && n->grad) ok = (ng[k] = to->alloc(bytes)) != NULL;
+        k++;
+    }
+    if (!ok) {
+        for (int k = 0; nv && ng && k < np; k++) { if (nv[k]) to->free(nv[k]); if (ng[k]) to->free(ng[k]); }
+        free(nv); free(ng);
+        fl_error_prefix("moving the model's weights to the %s: ", to->name);
+        return fl_last_status();
+    }
+    free_batched(g);
+    for (int i = 0, k = 0; i < g->n; i++) {
+        fl_node *n = g->nodes[i];
+        if (n->op != FL_OP_PARAM) continue;
+        size_t bytes = (size_t)fl_node_size(n) * sizeof(float);
+        float *host = malloc(bytes ? bytes : 1);
+        if (host) {
+            from->download(host, n->val, bytes);
+            to->upload(nv[k], host, bytes);
+            free(host);
+        } else {
+            to->zero(nv[k], bytes); /* tiny parameter tensors: practically unreachable */
+        }
+        if (ng[k]) to->zero(ng[k], bytes);
+        from->free(n->val);
+        if (n->grad) from->free(n->grad);
+        n->val = nv[k];
+        n->grad = ng[k];
+        k++;
+    }
+    free(nv); free(ng);
+    g->be = to;
+    return FL_OK;
+}

@@ -89,6 +89,9 @@ fl_node *fl_graph_act(fl_graph *g, const char *name, fl_node *x, int act);
 /* Marks which nodes need gradients (those downstream of a trainable param)
  * and counts consumers; call once after building. */
 void fl_graph_finalize(fl_graph *g);
+/* Moves the parameters to another backend (batch buffers are re-made on
+ * the next reserve). On failure nothing changes. */
+fl_status fl_graph_migrate(fl_graph *g, const fl_backend *to);
 /* Makes the buffers hold `batch` samples (grows only). */
 fl_status fl_graph_reserve(fl_graph *g, int64_t batch);
 /* Sets the current batch (<= reserved). */

@@ -300,6 +300,7 @@ fl_node *fl_layer_build(fl_layer *l, fl_graph *g, fl_node *x, uint64_t seed) {
     }
     if (!out) return NULL;
     l->out = out;
+    l->g = g;
     fl_layer_init_weights(l, g->be, seed);
     return out;
 }
@@ -317,9 +318,38 @@ fl_tensor *fl_layer_weight(fl_layer *l, int i) {
     if (!l || i < 0 || i >= l->nw)
         return fl_error_null(FL_ERR_INVALID_ARG, "layer '%s': no weight %d (it has %d)", l ? l->name : "?", i,
                              l ? l->nw : 0);
-    if (!l->wview[i]) {
-        fl_node *w = l->w[i];
-        l->wview[i] = fl_tensor_view(FL_FLOAT32, w->ndim, w->shape, w->val);
+    fl_node *w = l->w[i];
+    const fl_backend *be = l->g->be;
+    if (be->host_memory) {
+        /* a view: writes change the model */
+        if (!l->wview[i] || l->wview[i]->owns || l->wview[i]->data != w->val) {
+            fl_tensor_free(l->wview[i]);
+            l->wview[i] = fl_tensor_view(FL_FLOAT32, w->ndim, w->shape, w->val);
+        }
+        return l->wview[i];
     }
+    /* device memory: a host snapshot, refreshed on every call */
+    if (!l->wview[i] || !l->wview[i]->owns) {
+        fl_tensor_free(l->wview[i]);
+        l->wview[i] = fl_tensor_new(FL_FLOAT32, w->ndim, w->shape);
+        if (!l->wview[i]) return NULL;
+    }
+    be->download(l->wview[i]->data, w->val, (size_t)fl_node_size(w) * sizeof(float));
     return l->wview[i];
+}
+
+fl_status fl_layer_set_weight(fl_layer *l, int i, const fl_tensor *t) {
+    char a[128], b[128];
+    if (!l || !t) return fl_error(FL_ERR_INVALID_ARG, "fl_layer_set_weight: NULL argument");
+    if (i < 0 || i >= l->nw)
+        return fl_error(FL_ERR_INVALID_ARG, "layer '%s': no weight %d (it has %d)", l->name, i, l->nw);
+    fl_node *w = l->w[i];
+    bool same = t->dtype == FL_FLOAT32 && t->ndim == w->ndim;
+    for (int d = 0; same && d < w->ndim; d++) same = t->shape[d] == w->shape[d];
+    if (!same)
+        return fl_error(FL_ERR_SHAPE, "layer '%s' weight '%s': got a %s tensor of shape %s, expected float32 %s",
+                        l->name, l->wname[i], fl_dtype_name(t->dtype), fl_shape_str(t->ndim, t->shape, a, sizeof a),
+                        fl_shape_str(w->ndim, w->shape, b, sizeof b));
+    l->g->be->upload(w->val, t->data, (size_t)fl_node_size(w) * sizeof(float));
+    return FL_OK;
 }

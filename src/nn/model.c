@@ -4,12 +4,15 @@
  * layer lookup and the choice of device.
  */
 #include "nn.h"
+#include "core/device.h"
 #include "core/error.h"
 #include "core/tensor.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+static void free_step_buffers(fl_model *m);
 
 static void default_names(fl_model *m) {
     int counts[FL_L_COUNT] = {0};
@@ -85,15 +88,7 @@ fail_layers:
 void fl_model_free(fl_model *m) {
     if (!m) return;
     const fl_backend *be = m->g.be;
-    if (be) {
-        be->free(m->target);
-        be->free(m->row_loss);
-        be->free(m->row_score);
-        be->free(m->stats);
-        be->free(m->idx_dev);
-    }
-    free(m->stage_x);
-    free(m->stage_y);
+    if (be) free_step_buffers(m);
     fl_optimizer_free(m->opt);
     for (int i = 0; i < m->nlayers; i++) fl_layer_free(m->layers[i]);
     free(m->layers);
@@ -226,23 +221,52 @@ fl_layer *fl_model_get_layer(const fl_model *m, const char *name) {
     return fl_error_null(FL_ERR_INVALID_ARG, "model '%s' has no layer named '%s'", m->name, name);
 }
 
+/* Frees the training-step buffers (they are re-made on the next step). */
+static void free_step_buffers(fl_model *m) {
+    const fl_backend *be = m->g.be;
+    be->free(m->target); be->free(m->row_loss); be->free(m->row_score); be->free(m->stats); be->free(m->idx_dev);
+    free(m->stage_x); free(m->stage_y);
+    m->target = m->row_loss = m->row_score = NULL;
+    m->stats = NULL;
+    m->idx_dev = NULL;
+    m->stage_x = m->stage_y = NULL;
+    m->target_cap = 0;
+}
+
+static fl_status move_to(fl_model *m, const fl_backend *to) {
+    if (m->g.be == to) return FL_OK;
+    free_step_buffers(m);
+    FL_TRY(fl_graph_migrate(&m->g, to));
+    if (m->opt) FL_TRY(fl_optimizer_migrate(m->opt, &m->g));
+    for (int i = 0; i < m->nlayers; i++)
+        for (int k = 0; k < m->layers[i]->nw; k++) {
+            fl_tensor_free(m->layers[i]->wview[k]);
+            m->layers[i]->wview[k] = NULL;
+        }
+    return FL_OK;
+}
+
 fl_status fl_model_set_device(fl_model *m, fl_device_kind kind, char *why, size_t why_len) {
     if (!m) return fl_error(FL_ERR_INVALID_ARG, "fl_model_set_device: model is NULL");
-    char reason[512] = "";
+    if (kind != FL_DEVICE_AUTO && kind != FL_DEVICE_CPU && kind != FL_DEVICE_GPU)
+        return fl_error(FL_ERR_INVALID_ARG, "fl_model_set_device: %d is not an fl_device_kind", (int)kind);
+    char reason[1536] = "", line[1024];
     if (kind == FL_DEVICE_CPU) {
-        if (why) snprintf(why, why_len, "device: CPU (%d threads), as requested", fl_get_num_threads());
+        FL_TRY(move_to(m, fl_backend_cpu()));
         m->device = FL_DEVICE_CPU;
+        if (why) snprintf(why, why_len, "device: CPU (%d threads), as requested", fl_get_num_threads());
         return FL_OK;
     }
-    fl_status s = fl_gpu_probe(reason, sizeof reason);
-    if (s == FL_OK) {
-        /* The CUDA backend arrives with the plugin; until then probe fails. */
-        s = fl_error(FL_ERR_UNSUPPORTED, "a GPU was found but this build of flynn has no CUDA backend");
-        snprintf(reason, sizeof reason, "%s", fl_last_error());
+    const fl_backend *gpu = fl_gpu_backend(reason, sizeof reason);
+    if (gpu) {
+        FL_TRY(move_to(m, gpu));
+        m->device = FL_DEVICE_GPU;
+        fl_gpu_describe(line, sizeof line);
+        if (why) snprintf(why, why_len, "device: GPU %s", line);
+        return FL_OK;
     }
-    if (kind == FL_DEVICE_GPU)
-        return fl_error(FL_ERR_DEVICE, "--device gpu: the GPU cannot be used: %s", reason);
-    fl_clear_error();
+    if (kind == FL_DEVICE_GPU) return fl_error(FL_ERR_DEVICE, "the GPU cannot be used: %s", reason);
+    FL_TRY(move_to(m, fl_backend_cpu()));
     m->device = FL_DEVICE_CPU;
     if (why) snprintf(why, why_len, "device: CPU (%d threads); GPU not used: %s", fl_get_num_threads(), reason);
     return FL_OK;

@@ -33,6 +33,7 @@ struct fl_layer {
     const char *wname[FL_LAYER_MAX_WEIGHTS];
     fl_tensor *wview[FL_LAYER_MAX_WEIGHTS];
     fl_node *out;     /* the layer's output node once built */
+    fl_graph *g;      /* the graph it was built in */
     int index;        /* position in the model */
 };
 
@@ -57,6 +58,8 @@ struct fl_optimizer {
 /* Binds the optimizer to the model's trainable parameters (allocates slots). */
 fl_status fl_optimizer_bind(fl_optimizer *o, fl_graph *g);
 void fl_optimizer_step(fl_optimizer *o);
+/* After the graph moved to another backend: moves the slots along. */
+fl_status fl_optimizer_migrate(fl_optimizer *o, fl_graph *g);
 
 struct fl_model {
     char name[64];

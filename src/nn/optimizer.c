@@ -157,3 +157,31 @@ void fl_optimizer_step(fl_optimizer *o) {
     o->d.step = o->iterations;
     o->be->optimizer_step(&o->d, o->params, o->nparams);
 }
+
+fl_status fl_optimizer_migrate(fl_optimizer *o, fl_graph *g) {
+    if (!o->params || o->be == g->be) return o->params ? FL_OK : fl_optimizer_bind(o, g);
+    /* slots -> host, re-bind on the graph's (new) backend, host -> slots */
+    int np = o->nparams;
+    float **host = fl_calloc((size_t)np * 3 + 1, sizeof *host, "optimizer state");
+    if (!host) return fl_last_status();
+    fl_status st = FL_OK;
+    for (int k = 0; k < np && st == FL_OK; k++) {
+        float *sl[3] = {o->params[k].s0, o->params[k].s1, o->params[k].s2};
+        for (int j = 0; j < 3; j++) {
+            if (!sl[j]) continue;
+            size_t bytes = (size_t)o->params[k].n * sizeof(float);
+            host[k * 3 + j] = fl_malloc(bytes, "optimizer state");
+            if (!host[k * 3 + j]) { st = fl_last_status(); break; }
+            o->be->download(host[k * 3 + j], sl[j], bytes);
+        }
+    }
+    if (st == FL_OK) st = fl_optimizer_bind(o, g);
+    for (int k = 0; k < np && st == FL_OK && k < o->nparams; k++) {
+        float *sl[3] = {o->params[k].s0, o->params[k].s1, o->params[k].s2};
+        for (int j = 0; j < 3; j++)
+            if (sl[j] && host[k * 3 + j]) o->be->upload(sl[j], host[k * 3 + j], (size_t)o->params[k].n * sizeof(float));
+    }
+    for (int i = 0; i < np * 3; i++) free(host[i]);
+    free(host);
+    return st;
+}

@@ -1,0 +1,42 @@
+/*
+ * device.h — the GPU checks and the CUDA backend they load (device.c): the
+ * ordered list of checks with what each found, for the one-line reason and
+ * for a doctor that prints them all.
+ */
+#ifndef FL_DEVICE_H
+#define FL_DEVICE_H
+
+#include "flynn/flynn.h"
+#include "backend/backend.h"
+#include "backend/cuda/plugin.h"
+
+enum { FL_GPU_PASS = 0, FL_GPU_FAIL = 1, FL_GPU_SKIP = 2 };
+#define FL_GPU_MAX_CHECKS 16
+
+typedef struct fl_gpu_check {
+    char name[32];       /* "driver", "libcuda", "cublas", "cudnn", "plugin", "device", ... */
+    int status;          /* FL_GPU_PASS / FAIL / SKIP */
+    char detail[1024];   /* what was found */
+    char remedy[512];    /* what to do (on FAIL) */
+} fl_gpu_check;
+
+typedef struct fl_gpu_state {
+    fl_gpu_check checks[FL_GPU_MAX_CHECKS];
+    int nchecks;
+    char reason[1536];           /* why the GPU is not used ("" when it is) */
+    int driver_cuda;             /* cuDriverGetVersion, 0 if unknown */
+    char cublas_file[1024], cudnn_file[1024], plugin_file[1024];
+    fl_cuda_report rep;
+    const fl_backend *backend;   /* NULL when the GPU is not usable */
+} fl_gpu_state;
+
+/* Runs the checks once per process and returns their result. */
+const fl_gpu_state *fl_gpu_state_get(void);
+/* The CUDA backend, or NULL with the reason in why. */
+const fl_backend *fl_gpu_backend(char *why, size_t why_len);
+/* "NVIDIA H200 (compute capability 9.0, 139.8 GiB), driver CUDA 13.0, ..." */
+void fl_gpu_describe(char *out, size_t len);
+/* The folders searched for the CUDA libraries ("" = the system's search). */
+int fl_cuda_search_dirs(char dirs[][512], int max);
+
+#endif
