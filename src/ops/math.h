@@ -9,6 +9,7 @@
 
 #include <math.h>
 #include "core/philox.h"
+#include "backend/backend.h"
 
 enum { FL_ACT_LINEAR = 0, FL_ACT_RELU, FL_ACT_SIGMOID, FL_ACT_TANH, FL_ACT_SOFTMAX,
        FL_ACT_LEAKY_RELU, FL_ACT_GELU, FL_ACT_ELU };
@@ -112,6 +113,129 @@ FL_HD void fl_rmsprop_update(float *w, float *v, float *m, float *mg, float g, f
     } else {
         *w -= inc;
     }
+}
+
+/* ---- losses and metrics, one row at a time (Keras 3 formulas) ---- */
+
+#define FL_LOSS_EPS 1e-7f /* keras.config.epsilon() */
+
+FL_HD float fl_clipf(float v, float lo, float hi) { return v < lo ? lo : (v > hi ? hi : v); }
+
+/* The loss of one row of c values (codes: backend.h fl_loss_code, inputs:
+ * fl_loss_input). p: the prediction (probabilities, or logits); t: the
+ * target row (NULL for SCCE, which uses the class index cls). Writes the
+ * gradient times s into g (w.r.t. the logits for fused/logit inputs) when g
+ * is not NULL; returns the row's loss. */
+FL_HD float fl_loss_row(int code, int input, int c, float s, const float *p, const float *t, int cls, float *g) {
+    float L = 0;
+    switch (code) {
+    case FL_LC_CCE:
+    case FL_LC_SCCE: {
+        if (input == FL_LI_LOGITS) {
+            /* log-softmax, stable */
+            float mx = p[0];
+            for (int j = 1; j < c; j++) mx = p[j] > mx ? p[j] : mx;
+            float se = 0;
+            for (int j = 0; j < c; j++) se += expf(p[j] - mx);
+            float lse = mx + logf(se);
+            float tsum = 0;
+            for (int j = 0; j < c; j++) {
+                float tj = t ? t[j] : (j == cls ? 1.0f : 0.0f);
+                L -= tj * (p[j] - lse);
+                tsum += tj;
+            }
+            if (g)
+                for (int j = 0; j < c; j++) {
+                    float tj = t ? t[j] : (j == cls ? 1.0f : 0.0f);
+                    g[j] = s * (expf(p[j] - lse) * tsum - tj);
+                }
+        } else {
+            /* probabilities, as Keras: p / sum(p), clipped to [eps, 1-eps] */
+            float ps = 0;
+            for (int j = 0; j < c; j++) ps += p[j];
+            float tsum = 0;
+            for (int j = 0; j < c; j++) {
+                float tj = t ? t[j] : (j == cls ? 1.0f : 0.0f);
+                if (tj != 0.0f) L -= tj * logf(fl_clipf(p[j] / ps, FL_LOSS_EPS, 1.0f - FL_LOSS_EPS));
+                tsum += tj;
+            }
+            if (g) {
+                if (input == FL_LI_SOFTMAX_FUSED) {
+                    /* gradient w.r.t. the softmax's logits */
+                    for (int j = 0; j < c; j++) {
+                        float tj = t ? t[j] : (j == cls ? 1.0f : 0.0f);
+                        g[j] = s * (p[j] * tsum - tj);
+                    }
+                } else {
+                    /* d/dp_j of -sum_i t_i log(clip(p_i / S)) */
+                    float acc = 0;
+                    for (int i = 0; i < c; i++) {
+                        float ti = t ? t[i] : (i == cls ? 1.0f : 0.0f);
+                        float q = p[i] / ps;
+                        if (ti != 0.0f && q > FL_LOSS_EPS && q < 1.0f - FL_LOSS_EPS) acc += ti / ps;
+                    }
+                    for (int j = 0; j < c; j++) {
+                        float tj = t ? t[j] : (j == cls ? 1.0f : 0.0f);
+                        float q = p[j] / ps;
+                        float direct = (tj != 0.0f && q > FL_LOSS_EPS && q < 1.0f - FL_LOSS_EPS) ? -tj / p[j] : 0.0f;
+                        g[j] = s * (direct + acc);
+                    }
+                }
+            }
+        }
+        break;
+    }
+    case FL_LC_BCE: {
+        for (int j = 0; j < c; j++) {
+            float y = t[j];
+            if (input == FL_LI_LOGITS) {
+                float z = p[j];
+                L += fmaxf(z, 0.0f) - z * y + log1pf(expf(-fabsf(z)));
+                if (g) g[j] = s / (float)c * (fl_sigmoidf(z) - y);
+            } else {
+                float q = fl_clipf(p[j], FL_LOSS_EPS, 1.0f - FL_LOSS_EPS);
+                L -= y * logf(q) + (1.0f - y) * logf(1.0f - q);
+                if (g) {
+                    if (input == FL_LI_SIGMOID_FUSED) g[j] = s / (float)c * (p[j] - y);
+                    else {
+                        int inside = p[j] > FL_LOSS_EPS && p[j] < 1.0f - FL_LOSS_EPS;
+                        g[j] = inside ? s / (float)c * (-y / q + (1.0f - y) / (1.0f - q)) : 0.0f;
+                    }
+                }
+            }
+        }
+        L /= (float)c;
+        break;
+    }
+    case FL_LC_MSE:
+    default:
+        for (int j = 0; j < c; j++) {
+            float e = p[j] - t[j];
+            L += e * e;
+            if (g) g[j] = s * 2.0f * e / (float)c;
+        }
+        L /= (float)c;
+        break;
+    }
+    return L;
+}
+
+/* One row's metric score: 1/0 for (sparse) categorical accuracy, the
+ * fraction of matching outputs for binary accuracy (threshold 0.5).
+ * t: the target row (NULL for sparse: the class index is cls). */
+FL_HD float fl_metric_row(int code, int c, const float *p, const float *t, int cls) {
+    if (code == FL_MC_BINARY) {
+        int ok = 0;
+        for (int j = 0; j < c; j++) ok += ((p[j] > 0.5f) ? 1.0f : 0.0f) == t[j];
+        return (float)ok / (float)c;
+    }
+    int am = 0;
+    for (int j = 1; j < c; j++) if (p[j] > p[am]) am = j;
+    if (code != FL_MC_SPARSE_CATEGORICAL) {
+        cls = 0;
+        for (int j = 1; j < c; j++) if (t[j] > t[cls]) cls = j;
+    }
+    return am == cls ? 1.0f : 0.0f;
 }
 
 #endif

@@ -308,134 +308,23 @@ static void cpu_accumulate(int64_t n, const float *src, float *dst, float beta) 
 
 /* ------------------------------------------------------------- losses */
 
-#define FL_LOSS_EPS 1e-7f /* keras.config.epsilon() */
-
-static inline float clipf(float v, float lo, float hi) { return v < lo ? lo : (v > hi ? hi : v); }
-
 static void cpu_loss(const fl_loss_desc *d, const float *pred, const float *target, float *row_loss, float *grad) {
     const int c = d->c;
-    const float s = d->scale;
 #pragma omp parallel for schedule(static) num_threads(d->rows * c < 32768 ? 1 : fl_cpu_threads())
     for (int64_t r = 0; r < d->rows; r++) {
-        const float *p = pred + (size_t)r * c;
-        float *g = grad ? grad + (size_t)r * c : NULL;
         const float *t = d->code == FL_LC_SCCE ? NULL : target + (size_t)r * c;
         int cls = d->code == FL_LC_SCCE ? (int)target[r] : -1;
-        float L = 0;
-        switch (d->code) {
-        case FL_LC_CCE:
-        case FL_LC_SCCE: {
-            if (d->input == FL_LI_LOGITS) {
-                /* log-softmax, stable */
-                float mx = p[0];
-                for (int j = 1; j < c; j++) mx = p[j] > mx ? p[j] : mx;
-                float se = 0;
-                for (int j = 0; j < c; j++) se += expf(p[j] - mx);
-                float lse = mx + logf(se);
-                float tsum = 0;
-                for (int j = 0; j < c; j++) {
-                    float tj = t ? t[j] : (j == cls ? 1.0f : 0.0f);
-                    L -= tj * (p[j] - lse);
-                    tsum += tj;
-                }
-                if (g)
-                    for (int j = 0; j < c; j++) {
-                        float tj = t ? t[j] : (j == cls ? 1.0f : 0.0f);
-                        g[j] = s * (expf(p[j] - lse) * tsum - tj);
-                    }
-            } else {
-                /* probabilities, as Keras: p / sum(p), clipped to [eps, 1-eps] */
-                float ps = 0;
-                for (int j = 0; j < c; j++) ps += p[j];
-                float tsum = 0;
-                for (int j = 0; j < c; j++) {
-                    float tj = t ? t[j] : (j == cls ? 1.0f : 0.0f);
-                    if (tj != 0.0f) L -= tj * logf(clipf(p[j] / ps, FL_LOSS_EPS, 1.0f - FL_LOSS_EPS));
-                    tsum += tj;
-                }
-                if (g) {
-                    if (d->input == FL_LI_SOFTMAX_FUSED) {
-                        /* gradient w.r.t. the softmax's logits */
-                        for (int j = 0; j < c; j++) {
-                            float tj = t ? t[j] : (j == cls ? 1.0f : 0.0f);
-                            g[j] = s * (p[j] * tsum - tj);
-                        }
-                    } else {
-                        /* d/dp_j of -sum_i t_i log(clip(p_i / S)) */
-                        float acc = 0;
-                        for (int i = 0; i < c; i++) {
-                            float ti = t ? t[i] : (i == cls ? 1.0f : 0.0f);
-                            float q = p[i] / ps;
-                            if (ti != 0.0f && q > FL_LOSS_EPS && q < 1.0f - FL_LOSS_EPS) acc += ti / ps;
-                        }
-                        for (int j = 0; j < c; j++) {
-                            float tj = t ? t[j] : (j == cls ? 1.0f : 0.0f);
-                            float q = p[j] / ps;
-                            float direct = (tj != 0.0f && q > FL_LOSS_EPS && q < 1.0f - FL_LOSS_EPS) ? -tj / p[j] : 0.0f;
-                            g[j] = s * (direct + acc);
-                        }
-                    }
-                }
-            }
-            break;
-        }
-        case FL_LC_BCE: {
-            for (int j = 0; j < c; j++) {
-                float y = t[j];
-                if (d->input == FL_LI_LOGITS) {
-                    float z = p[j];
-                    L += fmaxf(z, 0.0f) - z * y + log1pf(expf(-fabsf(z)));
-                    if (g) g[j] = s / (float)c * (fl_sigmoidf(z) - y);
-                } else {
-                    float q = clipf(p[j], FL_LOSS_EPS, 1.0f - FL_LOSS_EPS);
-                    L -= y * logf(q) + (1.0f - y) * logf(1.0f - q);
-                    if (g) {
-                        if (d->input == FL_LI_SIGMOID_FUSED) g[j] = s / (float)c * (p[j] - y);
-                        else {
-                            int inside = p[j] > FL_LOSS_EPS && p[j] < 1.0f - FL_LOSS_EPS;
-                            g[j] = inside ? s / (float)c * (-y / q + (1.0f - y) / (1.0f - q)) : 0.0f;
-                        }
-                    }
-                }
-            }
-            L /= (float)c;
-            break;
-        }
-        case FL_LC_MSE:
-        default:
-            for (int j = 0; j < c; j++) {
-                float e = p[j] - t[j];
-                L += e * e;
-                if (g) g[j] = s * 2.0f * e / (float)c;
-            }
-            L /= (float)c;
-            break;
-        }
-        row_loss[r] = L;
+        row_loss[r] = fl_loss_row(d->code, d->input, c, d->scale, pred + (size_t)r * c, t, cls,
+                                  grad ? grad + (size_t)r * c : NULL);
     }
 }
 
 static void cpu_metric(int code, int64_t rows, int c, const float *pred, const float *target, float *score) {
 #pragma omp parallel for schedule(static) num_threads(rows * c < 32768 ? 1 : fl_cpu_threads())
     for (int64_t r = 0; r < rows; r++) {
-        const float *p = pred + (size_t)r * c;
-        if (code == FL_MC_BINARY) {
-            const float *t = target + (size_t)r * c;
-            int ok = 0;
-            for (int j = 0; j < c; j++) ok += ((p[j] > 0.5f) ? 1.0f : 0.0f) == t[j];
-            score[r] = (float)ok / (float)c;
-            continue;
-        }
-        int am = 0;
-        for (int j = 1; j < c; j++) if (p[j] > p[am]) am = j;
-        int cls;
-        if (code == FL_MC_SPARSE_CATEGORICAL) cls = (int)target[r];
-        else {
-            const float *t = target + (size_t)r * c;
-            cls = 0;
-            for (int j = 1; j < c; j++) if (t[j] > t[cls]) cls = j;
-        }
-        score[r] = am == cls ? 1.0f : 0.0f;
+        bool sparse = code == FL_MC_SPARSE_CATEGORICAL;
+        score[r] = fl_metric_row(code, c, pred + (size_t)r * c, sparse ? NULL : target + (size_t)r * c,
+                                 sparse ? (int)target[r] : -1);
     }
 }
 
