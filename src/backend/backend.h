@@ -78,6 +78,12 @@ typedef struct fl_backend {
     void (*copy)(void *dst, const void *src, size_t bytes);     /* device -> device */
     void (*zero)(void *dst, size_t bytes);
     void (*sync)(void);
+    /* the first error of an earlier asynchronous call (a failed kernel
+     * launch, an illegal address), reported once via fl_error; FL_OK if none */
+    int (*check)(void);
+    /* matmul/conv precision for float32: 1 = TF32 tensor cores allowed
+     * ("high"), 0 = full float32 ("highest"); NULL where it means nothing */
+    void (*set_tf32)(int allow);
     /* free and total device memory in bytes */
     void (*mem_info)(size_t *free_bytes, size_t *total_bytes);
     /* dst[i, :] = src[idx[i], :] for i < n, rows of `row` floats; src and idx

@@ -295,6 +295,16 @@ static void load_batch(fl_model *m, const data_src *d, const int64_t *idx, int64
     if (d->yrow) be->upload(m->target, m->stage_y, (size_t)(b * d->yrow) * sizeof(float));
 }
 
+/* An asynchronous device error (a failed kernel) surfaces here. */
+static fl_status device_status(fl_model *m, const char *what) {
+    const fl_backend *be = m->g.be;
+    if (be->check && be->check() != 0) {
+        fl_error_prefix("%s on the %s: ", what, be->name);
+        return fl_last_status() != FL_OK ? fl_last_status() : FL_ERR_DEVICE;
+    }
+    return FL_OK;
+}
+
 /* Running totals of loss and metrics live in m->stats (on the device):
  * per-sample averages times the batch size, so that they weight by samples
  * like Keras's trackers. They are read only when something is shown. */
@@ -504,7 +514,7 @@ static fl_status run_eval(fl_model *m, const data_src *d, const int64_t *idx, in
         }
     }
     read_stats(m, seen, out);
-    return FL_OK;
+    return device_status(m, "evaluating");
 }
 
 static int64_t *iota(int64_t n, int64_t start) {
@@ -565,6 +575,10 @@ fl_tensor *fl_predict_(fl_model *m, const fl_tensor *x, fl_eval_args a) {
     }
     data_close(m, &d);
     free(idx);
+    if (device_status(m, "predicting") != FL_OK) {
+        fl_tensor_free(out);
+        return NULL;
+    }
     return out;
 }
 
@@ -665,6 +679,7 @@ fl_history *fl_fit_(fl_model *m, const fl_tensor *x, const fl_tensor *y, fl_fit_
             }
         }
         read_stats(m, seen, v); /* waits for the device: the epoch's time ends here */
+        if (device_status(m, "training") != FL_OK) goto fail;
         h->train_seconds += now() - t0;
         h->train_samples += n_train;
         float hv[FL_HIST_MAX_KEYS];

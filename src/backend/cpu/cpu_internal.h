@@ -14,6 +14,8 @@
 #include "backend/backend.h"
 #include "ops/math.h"
 
+/* One-time set-up (BLAS kernel choice); fl_backend_cpu() calls it. */
+void fl_cpu_init(void);
 int fl_cpu_threads(void);
 int fl_cpu_thread_id(void);
 

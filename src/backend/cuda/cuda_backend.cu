@@ -1,0 +1,1163 @@
+/*
+ * cuda_backend.cu — the CUDA backend (libflynn_cuda.so): the same table as
+ * the CPU backend (backend/backend.h), on one stream. cuBLAS does the dense
+ * matrix products, cuDNN the convolutions (algorithm found once per shape
+ * and cached); own kernels do the rest, calling the per-element formulas of
+ * ops/math.h that the CPU backend calls too, so that the CPU tests already
+ * check the GPU's math. A caching allocator keeps cudaMalloc/cudaFree out
+ * of the training loop. Every CUDA/cuBLAS/cuDNN status is checked and turned
+ * into a flynn error naming the call and the status.
+ *
+ * Layout conventions are the CPU's: NHWC activations, Keras kernels
+ * (kh, kw, in, out); cuDNN wants (out, kh, kw, in), so kernels are
+ * transposed into a cached copy before each forward pass.
+ */
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <cudnn.h>
+
+#include <math.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+extern "C" {
+#include "backend/backend.h"
+#include "backend/cuda/plugin.h"
+}
+#include "ops/math.h"
+
+#ifndef FLYNN_CUDA_ARCHS
+#define FLYNN_CUDA_ARCHS "unknown"
+#endif
+
+/* flynn status codes (flynn.h is C; the plugin only needs these values) */
+enum { ST_INVALID_ARG = 1, ST_NOMEM = 5, ST_DEVICE = 6 };
+
+static const fl_cuda_host *g_host;
+static cudaStream_t g_stream;
+static cublasHandle_t g_cublas;
+static cudnnHandle_t g_cudnn;
+static int g_tf32 = 1;             /* TensorFlow's default: TF32 allowed */
+static int g_sticky = 0;           /* an asynchronous error was seen */
+static char g_sticky_msg[512];
+static cudaDeviceProp g_prop;
+
+/* ------------------------------------------------------------ errors */
+
+static void report(const char *call, const char *status, const char *file, int line) {
+    if (!g_sticky) {
+        g_sticky = 1;
+        snprintf(g_sticky_msg, sizeof g_sticky_msg, "%s failed: %s (%s:%d)", call, status, file, line);
+    }
+    if (g_host) g_host->error(ST_DEVICE, "%s failed: %s (%s:%d)", call, status, file, line);
+}
+
+#define CUDA_OK(call)                                                                     \
+    ([&]() { cudaError_t e_ = (call);                                                     \
+             if (e_ != cudaSuccess) { report(#call, cudaGetErrorName(e_), __FILE__, __LINE__); return false; } \
+             return true; }())
+#define CUBLAS_OK(call)                                                                   \
+    ([&]() { cublasStatus_t e_ = (call);                                                  \
+             if (e_ != CUBLAS_STATUS_SUCCESS) { report(#call, cublasGetStatusName(e_), __FILE__, __LINE__); return false; } \
+             return true; }())
+#define CUDNN_OK(call)                                                                    \
+    ([&]() { cudnnStatus_t e_ = (call);                                                   \
+             if (e_ != CUDNN_STATUS_SUCCESS) { report(#call, cudnnGetErrorString(e_), __FILE__, __LINE__); return false; } \
+             return true; }())
+#define LAUNCHED() CUDA_OK(cudaPeekAtLastError())
+
+static int blocks_for(int64_t n, int threads) {
+    int64_t b = (n + threads - 1) / threads;
+    return (int)(b < 1 ? 1 : (b > 65535 * 8 ? 65535 * 8 : b));
+}
+
+/* ----------------------------------------------------- caching allocator */
+
+/* Power-of-two size classes from 256 bytes; freed blocks wait in a list per
+ * class. A failed cudaMalloc releases the cache and retries once. */
+#define NCLASS 48
+typedef struct blk { void *p; struct blk *next; } blk;
+static blk *g_free[NCLASS];
+static pthread_mutex_t g_mem_lock = PTHREAD_MUTEX_INITIALIZER;
+/* live allocations: pointer -> class (open addressing) */
+static void **g_live_p;
+static unsigned char *g_live_c;
+static size_t g_live_cap, g_live_n;
+
+static int size_class(size_t bytes) {
+    int c = 0;
+    size_t s = 256;
+    while (s < bytes && c < NCLASS - 1) { s <<= 1; c++; }
+    return c;
+}
+static size_t class_bytes(int c) { return (size_t)256 << c; }
+
+static size_t live_slot(void *p) {
+    size_t h = ((uintptr_t)p >> 8) * 0x9E3779B97F4A7C15ull;
+    return h & (g_live_cap - 1);
+}
+
+static bool live_grow(void) {
+    size_t cap = g_live_cap ? g_live_cap * 2 : 1024;
+    void **np = (void **)calloc(cap, sizeof *np);
+    unsigned char *nc = (unsigned char *)calloc(cap, 1);
+    if (!np || !nc) { free(np); free(nc); return false; }
+    void **op = g_live_p;
+    unsigned char *oc = g_live_c;
+    size_t ocap = g_live_cap;
+    g_live_p = np; g_live_c = nc; g_live_cap = cap; g_live_n = 0;
+    for (size_t i = 0; i < ocap; i++)
+        if (op[i]) {
+            size_t k = live_slot(op[i]);
+            while (g_live_p[k]) k = (k + 1) & (g_live_cap - 1);
+            g_live_p[k] = op[i]; g_live_c[k] = oc[i]; g_live_n++;
+        }
+    free(op); free(oc);
+    return true;
+}
+
+static void release_cache(void) {
+    for (int c = 0; c < NCLASS; c++)
+        while (g_free[c]) {
+            blk *b = g_free[c];
+            g_free[c] = b->next;
+            cudaFree(b->p);
+            free(b);
+        }
+}
+
+static void *cu_alloc(size_t bytes) {
+    int c = size_class(bytes ? bytes : 1);
+    void *p = NULL;
+    pthread_mutex_lock(&g_mem_lock);
+    if (g_free[c]) {
+        blk *b = g_free[c];
+        g_free[c] = b->next;
+        p = b->p;
+        free(b);
+    } else {
+        cudaError_t e = cudaMalloc(&p, class_bytes(c));
+        if (e != cudaSuccess) {
+            cudaGetLastError();
+            cudaStreamSynchronize(g_stream);
+            release_cache();
+            e = cudaMalloc(&p, class_bytes(c));
+        }
+        if (e != cudaSuccess) {
+            cudaGetLastError();
+            size_t fr = 0, tot = 0;
+            cudaMemGetInfo(&fr, &tot);
+            pthread_mutex_unlock(&g_mem_lock);
+            g_host->error(ST_NOMEM, "out of GPU memory allocating %.1f MiB (%s): %.1f MiB free of %.1f MiB on %s; "
+                          "use a smaller batch size", (double)class_bytes(c) / 1048576.0, cudaGetErrorName(e),
+                          (double)fr / 1048576.0, (double)tot / 1048576.0, g_prop.name);
+            return NULL;
+        }
+    }
+    if ((g_live_n + 1) * 2 > g_live_cap && !live_grow()) {
+        pthread_mutex_unlock(&g_mem_lock);
+        g_host->error(ST_NOMEM, "out of host memory tracking GPU allocations");
+        return NULL;
+    }
+    size_t k = live_slot(p);
+    while (g_live_p[k]) k = (k + 1) & (g_live_cap - 1);
+    g_live_p[k] = p;
+    g_live_c[k] = (unsigned char)c;
+    g_live_n++;
+    pthread_mutex_unlock(&g_mem_lock);
+    return p;
+}
+
+static void cu_free(void *p) {
+    if (!p) return;
+    pthread_mutex_lock(&g_mem_lock);
+    size_t k = live_slot(p);
+    while (g_live_p[k] && g_live_p[k] != p) k = (k + 1) & (g_live_cap - 1);
+    if (!g_live_p[k]) { pthread_mutex_unlock(&g_mem_lock); return; } /* not ours */
+    int c = g_live_c[k];
+    /* remove with backward-shift deletion */
+    g_live_p[k] = NULL;
+    g_live_n--;
+    size_t j = k;
+    for (;;) {
+        j = (j + 1) & (g_live_cap - 1);
+        if (!g_live_p[j]) break;
+        size_t h = live_slot(g_live_p[j]);
+        bool move = (k <= j) ? (h <= k || h > j) : (h <= k && h > j);
+        if (move) {
+            g_live_p[k] = g_live_p[j]; g_live_c[k] = g_live_c[j];
+            g_live_p[j] = NULL;
+            k = j;
+        }
+    }
+    blk *b = (blk *)malloc(sizeof *b);
+    if (b) {
+        /* the block may still be in use by queued work: reuse is stream-ordered */
+        b->p = p;
+        b->next = g_free[c];
+        g_free[c] = b;
+    } else {
+        cudaStreamSynchronize(g_stream);
+        cudaFree(p);
+    }
+    pthread_mutex_unlock(&g_mem_lock);
+}
+
+static void cu_upload(void *dst, const void *src, size_t bytes) {
+    if (bytes) CUDA_OK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, g_stream));
+}
+static void cu_download(void *dst, const void *src, size_t bytes) {
+    if (!bytes) return;
+    CUDA_OK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, g_stream));
+    CUDA_OK(cudaStreamSynchronize(g_stream));
+}
+static void cu_copy(void *dst, const void *src, size_t bytes) {
+    if (bytes) CUDA_OK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, g_stream));
+}
+static void cu_zero(void *dst, size_t bytes) {
+    if (bytes) CUDA_OK(cudaMemsetAsync(dst, 0, bytes, g_stream));
+}
+static void cu_sync(void) { CUDA_OK(cudaStreamSynchronize(g_stream)); }
+static void cu_mem_info(size_t *fr, size_t *tot) {
+    if (!CUDA_OK(cudaMemGetInfo(fr, tot))) { *fr = 0; *tot = 0; }
+}
+
+static int cu_check(void) {
+    cudaError_t e = cudaPeekAtLastError();
+    if (e != cudaSuccess && !g_sticky) report("a CUDA kernel", cudaGetErrorName(e), __FILE__, __LINE__);
+    if (g_sticky) {
+        g_host->error(ST_DEVICE, "%s", g_sticky_msg);
+        return ST_DEVICE;
+    }
+    return 0;
+}
+
+static void cu_set_tf32(int allow) {
+    g_tf32 = allow;
+    CUBLAS_OK(cublasSetMathMode(g_cublas, allow ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+}
+
+/* ------------------------------------------------------- small kernels */
+
+__global__ void k_gather(const float *src, const int64_t *idx, int64_t n, int64_t row, float *dst) {
+    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n * row; e += (int64_t)gridDim.x * blockDim.x) {
+        int64_t i = e / row, j = e - i * row;
+        dst[e] = src[idx[i] * row + j];
+    }
+}
+
+static void cu_gather_rows(const float *src, const int64_t *idx, int64_t n, int64_t row, float *dst) {
+    k_gather<<<blocks_for(n * row, 256), 256, 0, g_stream>>>(src, idx, n, row, dst);
+    LAUNCHED();
+}
+
+/* y[r, j] = act(y[r, j] + b[j]) */
+__global__ void k_bias_act(int64_t total, int n, const float *b, int act, float *y) {
+    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
+        float v = y[e] + (b ? b[e % n] : 0.0f);
+        y[e] = fl_act_forward(act, v);
+    }
+}
+
+static void bias_act(int64_t rows, int n, const float *b, int act, float *y) {
+    if (!b && act == FL_ACT_LINEAR) return;
+    k_bias_act<<<blocks_for(rows * n, 256), 256, 0, g_stream>>>(rows * n, n, b, act, y);
+    LAUNCHED();
+}
+
+__global__ void k_act_grad_y(int64_t total, int act, const float *y, float *dy) {
+    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x)
+        dy[e] *= fl_act_grad_y(act, y[e]);
+}
+
+/* Deterministic column sums of a [rows, n] matrix, in two stages: partial
+ * sums over row chunks, then the chunks in a fixed order. f(r, j) is the
+ * value summed; used for bias gradients and batch-norm statistics. */
+#define COLSUM_CHUNKS 64
+template <typename F>
+__global__ void k_colsum_partial(int64_t rows, int n, F f, float *partial) {
+    int j = blockIdx.x * 32 + threadIdx.x;
+    int chunk = blockIdx.y;
+    int64_t r0 = rows * chunk / COLSUM_CHUNKS, r1 = rows * (chunk + 1) / COLSUM_CHUNKS;
+    __shared__ float sh[8][33];
+    float s = 0;
+    if (j < n)
+        for (int64_t r = r0 + threadIdx.y; r < r1; r += 8) s += f(r, j);
+    sh[threadIdx.y][threadIdx.x] = s;
+    __syncthreads();
+    if (threadIdx.y == 0 && j < n) {
+        float t = 0;
+        for (int k = 0; k < 8; k++) t += sh[k][threadIdx.x];
+        partial[(size_t)chunk * n + j] = t;
+    }
+}
+
+__global__ void k_colsum_final(int n, const float *partial, float *out, float beta) {
+    int j = blockIdx.x * blockDim.x + threadIdx.x;
+    if (j >= n) return;
+    float t = 0;
+    for (int c = 0; c < COLSUM_CHUNKS; c++) t += partial[(size_t)c * n + j];
+    out[j] = beta == 0.0f ? t : out[j] + t;
+}
+
+static float *g_partial;
+static size_t g_partial_n;
+
+static float *partial_buf(int n) {
+    size_t need = (size_t)COLSUM_CHUNKS * (size_t)n;
+    if (need > g_partial_n) {
+        cu_free(g_partial);
+        g_partial = (float *)cu_alloc(need * sizeof(float));
+        g_partial_n = g_partial ? need : 0;
+    }
+    return g_partial;
+}
+
+template <typename F>
+static void colsum(int64_t rows, int n, F f, float *out) {
+    float *p = partial_buf(n);
+    if (!p) return;
+    dim3 grid((n + 31) / 32, COLSUM_CHUNKS), block(32, 8);
+    k_colsum_partial<<<grid, block, 0, g_stream>>>(rows, n, f, p);
+    k_colsum_final<<<(n + 255) / 256, 256, 0, g_stream>>>(n, p, out, 0.0f);
+    LAUNCHED();
+}
+
+struct f_elem { const float *x; int n; __device__ float operator()(int64_t r, int j) const { return x[r * n + j]; } };
+
+/* dy *= act'(y); db = column sums of dy */
+static void act_grad_bias(int64_t rows, int n, int act, const float *y, float *dy, float *db) {
+    if (act != FL_ACT_LINEAR) {
+        k_act_grad_y<<<blocks_for(rows * n, 256), 256, 0, g_stream>>>(rows * n, act, y, dy);
+        LAUNCHED();
+    }
+    if (db) colsum(rows, n, f_elem{dy, n}, db);
+}
+
+/* ---------------------------------------------------------------- dense */
+
+static void cu_dense_fwd(const fl_dense_desc *d, const float *x, const float *w, const float *b, float *y) {
+    const float one = 1.0f, zero = 0.0f;
+    /* row-major y[m,n] = x[m,k] w[k,n]  ==  column-major y^T = w^T x^T */
+    CUBLAS_OK(cublasSgemm(g_cublas, CUBLAS_OP_N, CUBLAS_OP_N, d->n, (int)d->m, d->k, &one, w, d->n, x, d->k, &zero, y,
+                          d->n));
+    bias_act(d->m, d->n, d->has_bias ? b : NULL, d->act, y);
+}
+
+static void cu_dense_bwd(const fl_dense_desc *d, const float *x, const float *w, const float *y, float *dy, float *dx,
+                         float dx_beta, float *dw, float *db) {
+    const float one = 1.0f, zero = 0.0f;
+    act_grad_bias(d->m, d->n, d->act, y, dy, d->has_bias ? db : NULL);
+    /* dw[k,n] = x^T dy  ==  column-major dw^T[n,k] = dy^T[n,m] x[m,k] */
+    CUBLAS_OK(cublasSgemm(g_cublas, CUBLAS_OP_N, CUBLAS_OP_T, d->n, d->k, (int)d->m, &one, dy, d->n, x, d->k, &zero, dw,
+                          d->n));
+    /* dx[m,k] = dy w^T  ==  column-major dx^T[k,m] = w[k,n] dy^T[n,m] */
+    if (dx)
+        CUBLAS_OK(cublasSgemm(g_cublas, CUBLAS_OP_T, CUBLAS_OP_N, d->k, (int)d->m, d->n, &one, w, d->n, dy, d->n,
+                              &dx_beta, dx, d->k));
+}
+
+/* ----------------------------------------------------------- convolution */
+
+/* (kh, kw, c, oc) <-> (oc, kh, kw, c) */
+__global__ void k_hwio_to_ohwi(int64_t total, int khkwc, int oc, const float *src, float *dst) {
+    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
+        int64_t o = e / khkwc, r = e - o * khkwc; /* dst index e = o*khkwc + r */
+        dst[e] = src[r * oc + o];
+    }
+}
+__global__ void k_ohwi_to_hwio(int64_t total, int khkwc, int oc, const float *src, float *dst) {
+    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
+        int64_t r = e / oc, o = e - r * oc; /* dst index e = r*oc + o */
+        dst[e] = src[o * khkwc + r];
+    }
+}
+
+/* x (n, h, w, c) -> xp (n, h+eh, w+ew, c): an extra zero row/column after,
+ * for the asymmetric "same" padding cuDNN does not do itself. */
+__global__ void k_pad_after(int64_t total, int h, int w, int c, int eh, int ew, const float *x, float *xp) {
+    int hp = h + eh, wp = w + ew;
+    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
+        int64_t t = e;
+        int ch = (int)(t % c); t /= c;
+        int iw = (int)(t % wp); t /= wp;
+        int ih = (int)(t % hp);
+        int64_t n = t / hp;
+        xp[e] = (ih < h && iw < w) ? x[((n * h + ih) * w + iw) * c + ch] : 0.0f;
+    }
+}
+/* dx (n, h, w, c) (+)= the top-left part of dxp (n, h+eh, w+ew, c) */
+__global__ void k_crop_add(int64_t total, int h, int w, int c, int eh, int ew, const float *dxp, float *dx, float beta) {
+    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
+        int64_t t = e;
+        int ch = (int)(t % c); t /= c;
+        int iw = (int)(t % w); t /= w;
+        int ih = (int)(t % h);
+        int64_t n = t / h;
+        float v = dxp[((n * (h + eh) + ih) * (w + ew) + iw) * c + ch];
+        dx[e] = beta == 0.0f ? v : dx[e] + v;
+    }
+}
+
+/* One cuDNN setup per convolution shape (batch included), found once. */
+typedef struct conv_plan {
+    fl_conv_desc d;
+    int tf32;
+    int eh, ew;                       /* extra padding after (asymmetric "same") */
+    cudnnTensorDescriptor_t xd, yd;
+    cudnnFilterDescriptor_t fd;
+    cudnnConvolutionDescriptor_t cd;
+    cudnnConvolutionFwdAlgo_t fwd;
+    cudnnConvolutionBwdDataAlgo_t bwd_data;
+    cudnnConvolutionBwdFilterAlgo_t bwd_filter;
+    size_t ws_bytes;
+    struct conv_plan *next;
+} conv_plan;
+
+static conv_plan *g_plans;
+static void *g_conv_ws;
+static size_t g_conv_ws_bytes;
+
+/* Kernel copies in cuDNN's layout, one per kernel tensor. */
+typedef struct wcopy { const float *w; float *ohwi; size_t n; struct wcopy *next; } wcopy;
+static wcopy *g_wcopies;
+
+static float *ohwi_for(const float *w, size_t n) {
+    for (wcopy *c = g_wcopies; c; c = c->next)
+        if (c->w == w && c->n == n) return c->ohwi;
+    wcopy *c = (wcopy *)calloc(1, sizeof *c);
+    if (!c) return NULL;
+    c->ohwi = (float *)cu_alloc(n * sizeof(float));
+    if (!c->ohwi) { free(c); return NULL; }
+    c->w = w;
+    c->n = n;
+    c->next = g_wcopies;
+    g_wcopies = c;
+    return c->ohwi;
+}
+
+static bool deterministic_only(void) {
+    const char *e = getenv("FLYNN_CUDNN_NONDETERMINISTIC");
+    return !(e && *e && strcmp(e, "0") != 0);
+}
+
+static conv_plan *plan_for(const fl_conv_desc *d) {
+    for (conv_plan *p = g_plans; p; p = p->next)
+        if (memcmp(&p->d, d, sizeof *d) == 0 && p->tf32 == g_tf32) return p;
+    conv_plan *p = (conv_plan *)calloc(1, sizeof *p);
+    if (!p) { g_host->error(ST_NOMEM, "out of host memory for a cuDNN plan"); return NULL; }
+    p->d = *d;
+    p->tf32 = g_tf32;
+    /* symmetric padding = the "before" padding; the rest becomes explicit */
+    int th = (d->oh - 1) * d->sh + d->kh - d->h, tw = (d->ow - 1) * d->sw + d->kw - d->w;
+    p->eh = th - 2 * d->pt > 0 ? th - 2 * d->pt : 0;
+    p->ew = tw - 2 * d->pl > 0 ? tw - 2 * d->pl : 0;
+    bool ok = CUDNN_OK(cudnnCreateTensorDescriptor(&p->xd)) && CUDNN_OK(cudnnCreateTensorDescriptor(&p->yd)) &&
+              CUDNN_OK(cudnnCreateFilterDescriptor(&p->fd)) && CUDNN_OK(cudnnCreateConvolutionDescriptor(&p->cd)) &&
+              CUDNN_OK(cudnnSetTensor4dDescriptor(p->xd, CUDNN_TENSOR_NHWC, CUDNN_DATA_FLOAT, (int)d->n, d->c,
+                                                  d->h + p->eh, d->w + p->ew)) &&
+              CUDNN_OK(cudnnSetTensor4dDescriptor(p->yd, CUDNN_TENSOR_NHWC, CUDNN_DATA_FLOAT, (int)d->n, d->oc, d->oh, d->ow)) &&
+              CUDNN_OK(cudnnSetFilter4dDescriptor(p->fd, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NHWC, d->oc, d->c, d->kh, d->kw)) &&
+              CUDNN_OK(cudnnSetConvolution2dDescriptor(p->cd, d->pt, d->pl, d->sh, d->sw, 1, 1, CUDNN_CROSS_CORRELATION,
+                                                       CUDNN_DATA_FLOAT)) &&
+              CUDNN_OK(cudnnSetConvolutionMathType(p->cd, g_tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH));
+    if (ok) {
+        int on, oc_, oh, ow;
+        ok = CUDNN_OK(cudnnGetConvolution2dForwardOutputDim(p->cd, p->xd, p->fd, &on, &oc_, &oh, &ow));
+        if (ok && (oh != d->oh || ow != d->ow)) {
+            g_host->error(ST_DEVICE, "cuDNN computes a %dx%d output where flynn expects %dx%d", oh, ow, d->oh, d->ow);
+            ok = false;
+        }
+    }
+    /* find the algorithms once (cuDNN times them), keeping deterministic ones */
+    bool det = deterministic_only();
+    if (ok) {
+        cudnnConvolutionFwdAlgoPerf_t r[8];
+        int got = 0;
+        ok = CUDNN_OK(cudnnFindConvolutionForwardAlgorithm(g_cudnn, p->xd, p->fd, p->cd, p->yd, 8, &got, r));
+        int pick = -1;
+        for (int i = 0; ok && i < got && pick < 0; i++)
+            if (r[i].status == CUDNN_STATUS_SUCCESS && (!det || r[i].determinism == CUDNN_DETERMINISTIC)) pick = i;
+        if (ok && pick < 0) { g_host->error(ST_DEVICE, "cuDNN found no forward algorithm for this convolution"); ok = false; }
+        if (ok) { p->fwd = r[pick].algo; p->ws_bytes = r[pick].memory; }
+    }
+    if (ok) {
+        cudnnConvolutionBwdDataAlgoPerf_t r[8];
+        int got = 0;
+        ok = CUDNN_OK(cudnnFindConvolutionBackwardDataAlgorithm(g_cudnn, p->fd, p->yd, p->cd, p->xd, 8, &got, r));
+        int pick = -1;
+        for (int i = 0; ok && i < got && pick < 0; i++)
+            if (r[i].status == CUDNN_STATUS_SUCCESS && (!det || r[i].determinism == CUDNN_DETERMINISTIC)) pick = i;
+        if (ok && pick < 0) { g_host->error(ST_DEVICE, "cuDNN found no backward-data algorithm"); ok = false; }
+        if (ok) { p->bwd_data = r[pick].algo; if (r[pick].memory > p->ws_bytes) p->ws_bytes = r[pick].memory; }
+    }
+    if (ok) {
+        cudnnConvolutionBwdFilterAlgoPerf_t r[8];
+        int got = 0;
+        ok = CUDNN_OK(cudnnFindConvolutionBackwardFilterAlgorithm(g_cudnn, p->xd, p->yd, p->cd, p->fd, 8, &got, r));
+        int pick = -1;
+        for (int i = 0; ok && i < got && pick < 0; i++)
+            if (r[i].status == CUDNN_STATUS_SUCCESS && (!det || r[i].determinism == CUDNN_DETERMINISTIC)) pick = i;
+        if (ok && pick < 0) { g_host->error(ST_DEVICE, "cuDNN found no backward-filter algorithm"); ok = false; }
+        if (ok) { p->bwd_filter = r[pick].algo; if (r[pick].memory > p->ws_bytes) p->ws_bytes = r[pick].memory; }
+    }
+    if (!ok) {
+        if (p->xd) cudnnDestroyTensorDescriptor(p->xd);
+        if (p->yd) cudnnDestroyTensorDescriptor(p->yd);
+        if (p->fd) cudnnDestroyFilterDescriptor(p->fd);
+        if (p->cd) cudnnDestroyConvolutionDescriptor(p->cd);
+        free(p);
+        return NULL;
+    }
+    p->next = g_plans;
+    g_plans = p;
+    return p;
+}
+
+static void *conv_ws(size_t bytes) {
+    if (bytes <= g_conv_ws_bytes) return g_conv_ws;
+    cu_free(g_conv_ws);
+    g_conv_ws = cu_alloc(bytes);
+    g_conv_ws_bytes = g_conv_ws ? bytes : 0;
+    return g_conv_ws;
+}
+
+/* Scratch buffers for padded inputs and cuDNN-layout kernel gradients. */
+static void *g_scratch[2];
+static size_t g_scratch_bytes[2];
+static void *scratch(int i, size_t bytes) {
+    if (bytes <= g_scratch_bytes[i]) return g_scratch[i];
+    cu_free(g_scratch[i]);
+    g_scratch[i] = cu_alloc(bytes);
+    g_scratch_bytes[i] = g_scratch[i] ? bytes : 0;
+    return g_scratch[i];
+}
+
+static size_t cu_conv_workspace(const fl_conv_desc *d, int backward) { return 0; /* kept by the backend */ }
+
+static const float *padded_input(const conv_plan *p, const float *x) {
+    if (!p->eh && !p->ew) return x;
+    const fl_conv_desc *d = &p->d;
+    int64_t total = d->n * (int64_t)(d->h + p->eh) * (d->w + p->ew) * d->c;
+    float *xp = (float *)scratch(0, (size_t)total * sizeof(float));
+    if (!xp) return NULL;
+    k_pad_after<<<blocks_for(total, 256), 256, 0, g_stream>>>(total, d->h, d->w, d->c, p->eh, p->ew, x, xp);
+    LAUNCHED();
+    return xp;
+}
+
+static void cu_conv2d_fwd(const fl_conv_desc *d, const float *x, const float *w, const float *b, float *y, void *ws) {
+    conv_plan *p = plan_for(d);
+    if (!p) return;
+    size_t nw = (size_t)d->kh * d->kw * d->c * d->oc;
+    float *wk = ohwi_for(w, nw);
+    const float *xin = padded_input(p, x);
+    void *work = conv_ws(p->ws_bytes);
+    if (!wk || !xin || (p->ws_bytes && !work)) return;
+    int khkwc = d->kh * d->kw * d->c;
+    k_hwio_to_ohwi<<<blocks_for((int64_t)nw, 256), 256, 0, g_stream>>>((int64_t)nw, khkwc, d->oc, w, wk);
+    LAUNCHED();
+    const float one = 1.0f, zero = 0.0f;
+    CUDNN_OK(cudnnConvolutionForward(g_cudnn, &one, p->xd, xin, p->fd, wk, p->cd, p->fwd, work, p->ws_bytes, &zero,
+                                     p->yd, y));
+    bias_act(d->n * (int64_t)d->oh * d->ow, d->oc, d->has_bias ? b : NULL, d->act, y);
+}
+
+static void cu_conv2d_bwd(const fl_conv_desc *d, const float *x, const float *w, const float *y, float *dy, float *dx,
+                          float dx_beta, float *dw, float *db, void *ws) {
+    conv_plan *p = plan_for(d);
+    if (!p) return;
+    size_t nw = (size_t)d->kh * d->kw * d->c * d->oc;
+    float *wk = ohwi_for(w, nw); /* written by this step's forward pass */
+    float *dwk = (float *)scratch(1, nw * sizeof(float));
+    const float *xin = padded_input(p, x);
+    void *work = conv_ws(p->ws_bytes);
+    if (!wk || !dwk || !xin || (p->ws_bytes && !work)) return;
+    act_grad_bias(d->n * (int64_t)d->oh * d->ow, d->oc, d->act, y, dy, d->has_bias ? db : NULL);
+    const float one = 1.0f, zero = 0.0f;
+    CUDNN_OK(cudnnConvolutionBackwardFilter(g_cudnn, &one, p->xd, xin, p->yd, dy, p->cd, p->bwd_filter, work,
+                                            p->ws_bytes, &zero, p->fd, dwk));
+    int khkwc = d->kh * d->kw * d->c;
+    k_ohwi_to_hwio<<<blocks_for((int64_t)nw, 256), 256, 0, g_stream>>>((int64_t)nw, khkwc, d->oc, dwk, dw);
+    LAUNCHED();
+    if (!dx) return;
+    if (!p->eh && !p->ew) {
+        CUDNN_OK(cudnnConvolutionBackwardData(g_cudnn, &one, p->fd, wk, p->yd, dy, p->cd, p->bwd_data, work,
+                                              p->ws_bytes, &dx_beta, p->xd, dx));
+        return;
+    }
+    /* padded: the gradient of the padded input, then its top-left part */
+    float *dxp = (float *)scratch(0, (size_t)(d->n * (int64_t)(d->h + p->eh) * (d->w + p->ew) * d->c) * sizeof(float));
+    if (!dxp) return;
+    CUDNN_OK(cudnnConvolutionBackwardData(g_cudnn, &one, p->fd, wk, p->yd, dy, p->cd, p->bwd_data, work, p->ws_bytes,
+                                          &zero, p->xd, dxp));
+    int64_t total = d->n * (int64_t)d->h * d->w * d->c;
+    k_crop_add<<<blocks_for(total, 256), 256, 0, g_stream>>>(total, d->h, d->w, d->c, p->eh, p->ew, dxp, dx, dx_beta);
+    LAUNCHED();
+}
+
+/* -------------------------------------------------------------- pooling */
+
+__global__ void k_maxpool_fwd(fl_conv_desc d, const float *x, float *y, int32_t *argmax) {
+    int64_t total = d.n * (int64_t)d.oh * d.ow * d.c;
+    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
+        int64_t t = e;
+        int c = (int)(t % d.c); t /= d.c;
+        int ow = (int)(t % d.ow); t /= d.ow;
+        int oh = (int)(t % d.oh);
+        int64_t n = t / d.oh;
+        const float *xs = x + n * (int64_t)d.h * d.w * d.c;
+        float best = -INFINITY;
+        int32_t arg = -1;
+        for (int kh = 0; kh < d.kh; kh++) {
+            int ih = oh * d.sh - d.pt + kh;
+            if (ih < 0 || ih >= d.h) continue;
+            for (int kw = 0; kw < d.kw; kw++) {
+                int iw = ow * d.sw - d.pl + kw;
+                if (iw < 0 || iw >= d.w) continue;
+                int32_t off = (int32_t)((ih * d.w + iw) * d.c + c);
+                float v = xs[off];
+                if (v > best || arg < 0) { best = v; arg = off; } /* first maximum wins, as on the CPU */
+            }
+        }
+        y[e] = best;
+        argmax[e] = arg;
+    }
+}
+
+/* One thread per input element: sums the gradients of the windows whose
+ * maximum it was (no atomics: deterministic). */
+__global__ void k_maxpool_bwd(fl_conv_desc d, const float *dy, const int32_t *argmax, float *dx, float beta) {
+    int64_t total = d.n * (int64_t)d.h * d.w * d.c;
+    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
+        int64_t t = e;
+        int c = (int)(t % d.c); t /= d.c;
+        int iw = (int)(t % d.w); t /= d.w;
+        int ih = (int)(t % d.h);
+        int64_t n = t / d.h;
+        int32_t off = (int32_t)((ih * d.w + iw) * d.c + c);
+        float g = 0;
+        int oh0 = (ih + d.pt - d.kh + d.sh) / d.sh, oh1 = (ih + d.pt) / d.sh;
+        int ow0 = (iw + d.pl - d.kw + d.sw) / d.sw, ow1 = (iw + d.pl) / d.sw;
+        if (ih + d.pt - d.kh + 1 < 0) oh0 = 0;
+        if (iw + d.pl - d.kw + 1 < 0) ow0 = 0;
+        for (int oh = oh0 < 0 ? 0 : oh0; oh <= oh1 && oh < d.oh; oh++)
+            for (int ow = ow0 < 0 ? 0 : ow0; ow <= ow1 && ow < d.ow; ow++) {
+                int64_t o = ((n * d.oh + oh) * d.ow + ow) * d.c + c;
+                if (argmax[o] == off) g += dy[o];
+            }
+        dx[e] = beta == 0.0f ? g : dx[e] + g;
+    }
+}
+
+__global__ void k_avgpool_fwd(fl_conv_desc d, const float *x, float *y) {
+    int64_t total = d.n * (int64_t)d.oh * d.ow * d.c;
+    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
+        int64_t t = e;
+        int c = (int)(t % d.c); t /= d.c;
+        int ow = (int)(t % d.ow); t /= d.ow;
+        int oh = (int)(t % d.oh);
+        int64_t n = t / d.oh;
+        const float *xs = x + n * (int64_t)d.h * d.w * d.c;
+        float s = 0;
+        int cnt = 0;
+        for (int kh = 0; kh < d.kh; kh++) {
+            int ih = oh * d.sh - d.pt + kh;
+            if (ih < 0 || ih >= d.h) continue;
+            for (int kw = 0; kw < d.kw; kw++) {
+                int iw = ow * d.sw - d.pl + kw;
+                if (iw < 0 || iw >= d.w) continue;
+                s += xs[(ih * d.w + iw) * d.c + c];
+                cnt++;
+            }
+        }
+        y[e] = cnt ? s / (float)cnt : 0.0f;
+    }
+}
+
+__global__ void k_avgpool_bwd(fl_conv_desc d, const float *dy, float *dx, float beta) {
+    int64_t total = d.n * (int64_t)d.h * d.w * d.c;
+    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
+        int64_t t = e;
+        int c = (int)(t % d.c); t /= d.c;
+        int iw = (int)(t % d.w); t /= d.w;
+        int ih = (int)(t % d.h);
+        int64_t n = t / d.h;
+        float g = 0;
+        for (int oh = 0; oh < d.oh; oh++) {
+            int h0 = oh * d.sh - d.pt;
+            if (ih < h0 || ih >= h0 + d.kh) continue;
+            for (int ow = 0; ow < d.ow; ow++) {
+                int w0 = ow * d.sw - d.pl;
+                if (iw < w0 || iw >= w0 + d.kw) continue;
+                int hh0 = h0 < 0 ? 0 : h0, hh1 = h0 + d.kh > d.h ? d.h : h0 + d.kh;
+                int ww0 = w0 < 0 ? 0 : w0, ww1 = w0 + d.kw > d.w ? d.w : w0 + d.kw;
+                g += dy[((n * d.oh + oh) * d.ow + ow) * d.c + c] / (float)((hh1 - hh0) * (ww1 - ww0));
+            }
+        }
+        dx[e] = beta == 0.0f ? g : dx[e] + g;
+    }
+}
+
+static void cu_maxpool_fwd(const fl_conv_desc *d, const float *x, float *y, int32_t *argmax) {
+    k_maxpool_fwd<<<blocks_for(d->n * (int64_t)d->oh * d->ow * d->c, 256), 256, 0, g_stream>>>(*d, x, y, argmax);
+    LAUNCHED();
+}
+static void cu_maxpool_bwd(const fl_conv_desc *d, const float *dy, const int32_t *argmax, float *dx, float beta) {
+    k_maxpool_bwd<<<blocks_for(d->n * (int64_t)d->h * d->w * d->c, 256), 256, 0, g_stream>>>(*d, dy, argmax, dx, beta);
+    LAUNCHED();
+}
+static void cu_avgpool_fwd(const fl_conv_desc *d, const float *x, float *y) {
+    k_avgpool_fwd<<<blocks_for(d->n * (int64_t)d->oh * d->ow * d->c, 256), 256, 0, g_stream>>>(*d, x, y);
+    LAUNCHED();
+}
+static void cu_avgpool_bwd(const fl_conv_desc *d, const float *dy, float *dx, float beta) {
+    k_avgpool_bwd<<<blocks_for(d->n * (int64_t)d->h * d->w * d->c, 256), 256, 0, g_stream>>>(*d, dy, dx, beta);
+    LAUNCHED();
+}
+
+__global__ void k_gap_fwd(int64_t n, int64_t hw, int c, const float *x, float *y) {
+    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n * c; e += (int64_t)gridDim.x * blockDim.x) {
+        int64_t i = e / c;
+        int k = (int)(e % c);
+        float s = 0;
+        for (int64_t p = 0; p < hw; p++) s += x[(i * hw + p) * c + k];
+        y[e] = s / (float)hw;
+    }
+}
+__global__ void k_gap_bwd(int64_t n, int64_t hw, int c, const float *dy, float *dx, float beta) {
+    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n * hw * c; e += (int64_t)gridDim.x * blockDim.x) {
+        int64_t i = e / (hw * c);
+        int k = (int)(e % c);
+        float g = dy[i * c + k] / (float)hw;
+        dx[e] = beta == 0.0f ? g : dx[e] + g;
+    }
+}
+static void cu_gap_fwd(int64_t n, int64_t hw, int c, const float *x, float *y) {
+    k_gap_fwd<<<blocks_for(n * c, 256), 256, 0, g_stream>>>(n, hw, c, x, y);
+    LAUNCHED();
+}
+static void cu_gap_bwd(int64_t n, int64_t hw, int c, const float *dy, float *dx, float beta) {
+    k_gap_bwd<<<blocks_for(n * hw * c, 256), 256, 0, g_stream>>>(n, hw, c, dy, dx, beta);
+    LAUNCHED();
+}
+
+/* ---------------------------------------------------------- activations */
+
+__global__ void k_act_fwd(int64_t total, int act, const float *x, float *y) {
+    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x)
+        y[e] = fl_act_forward(act, x[e]);
+}
+__global__ void k_act_bwd(int64_t total, int act, const float *x, const float *y, const float *dy, float *dx, float beta) {
+    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
+        float g = dy[e] * fl_act_grad_x(act, x[e], y[e]);
+        dx[e] = beta == 0.0f ? g : dx[e] + g;
+    }
+}
+/* softmax over rows: one thread per row (the class axis is short) */
+__global__ void k_softmax_fwd(int64_t rows, int c, const float *x, float *y) {
+    for (int64_t r = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; r < rows; r += (int64_t)gridDim.x * blockDim.x) {
+        const float *xr = x + r * c;
+        float *yr = y + r * c;
+        float mx = xr[0];
+        for (int j = 1; j < c; j++) mx = xr[j] > mx ? xr[j] : mx;
+        float s = 0;
+        for (int j = 0; j < c; j++) { yr[j] = expf(xr[j] - mx); s += yr[j]; }
+        float inv = 1.0f / s;
+        for (int j = 0; j < c; j++) yr[j] *= inv;
+    }
+}
+__global__ void k_softmax_bwd(int64_t rows, int c, const float *y, const float *dy, float *dx, float beta) {
+    for (int64_t r = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; r < rows; r += (int64_t)gridDim.x * blockDim.x) {
+        const float *yr = y + r * c, *g = dy + r * c;
+        float *o = dx + r * c;
+        float s = 0;
+        for (int j = 0; j < c; j++) s += g[j] * yr[j];
+        for (int j = 0; j < c; j++) o[j] = (beta == 0.0f ? 0.0f : o[j]) + yr[j] * (g[j] - s);
+    }
+}
+
+static void cu_act_fwd(int act, int64_t rows, int c, const float *x, float *y) {
+    if (act == FL_ACT_SOFTMAX) k_softmax_fwd<<<blocks_for(rows, 128), 128, 0, g_stream>>>(rows, c, x, y);
+    else k_act_fwd<<<blocks_for(rows * c, 256), 256, 0, g_stream>>>(rows * c, act, x, y);
+    LAUNCHED();
+}
+static void cu_act_bwd(int act, int64_t rows, int c, const float *x, const float *y, const float *dy, float *dx,
+                       float beta) {
+    if (act == FL_ACT_SOFTMAX) k_softmax_bwd<<<blocks_for(rows, 128), 128, 0, g_stream>>>(rows, c, y, dy, dx, beta);
+    else k_act_bwd<<<blocks_for(rows * c, 256), 256, 0, g_stream>>>(rows * c, act, x, y, dy, dx, beta);
+    LAUNCHED();
+}
+
+/* ------------------------------------------------------------- dropout */
+
+/* The same Philox draws as the CPU: block b gives elements 4b..4b+3. */
+__global__ void k_dropout_fwd(int64_t n, float rate, uint64_t seed, uint64_t stream, const float *x, float *y,
+                              uint8_t *mask) {
+    const float scale = 1.0f / (1.0f - rate);
+    int64_t nb = (n + 3) / 4;
+    for (int64_t b = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; b < nb; b += (int64_t)gridDim.x * blockDim.x) {
+        fl_philox4 r = fl_philox_block(seed, stream, (uint64_t)b);
+        for (int j = 0; j < 4; j++) {
+            int64_t i = b * 4 + j;
+            if (i >= n) break;
+            uint8_t keep = fl_u32_to_unit(r.v[j]) >= rate;
+            mask[i] = keep;
+            y[i] = keep ? x[i] * scale : 0.0f;
+        }
+    }
+}
+__global__ void k_dropout_bwd(int64_t n, float scale, const uint8_t *mask, const float *dy, float *dx, float beta) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        float g = mask[i] ? dy[i] * scale : 0.0f;
+        dx[i] = beta == 0.0f ? g : dx[i] + g;
+    }
+}
+static void cu_dropout_fwd(int64_t n, float rate, uint64_t seed, uint64_t stream, const float *x, float *y,
+                           uint8_t *mask) {
+    k_dropout_fwd<<<blocks_for((n + 3) / 4, 256), 256, 0, g_stream>>>(n, rate, seed, stream, x, y, mask);
+    LAUNCHED();
+}
+static void cu_dropout_bwd(int64_t n, float rate, const uint8_t *mask, const float *dy, float *dx, float beta) {
+    k_dropout_bwd<<<blocks_for(n, 256), 256, 0, g_stream>>>(n, 1.0f / (1.0f - rate), mask, dy, dx, beta);
+    LAUNCHED();
+}
+
+/* ---------------------------------------------------------- batch norm */
+
+/* Keras semantics (biased batch variance, moving = moving*momentum +
+ * batch*(1-momentum)), which cuDNN's batch norm does not follow: own kernels. */
+struct f_dev2 { const float *x; const float *mean; int n;
+    __device__ float operator()(int64_t r, int j) const { float t = x[r * n + j] - mean[j]; return t * t; } };
+struct f_dyxhat { const float *x, *dy, *mean, *invstd; int n;
+    __device__ float operator()(int64_t r, int j) const { return dy[r * n + j] * (x[r * n + j] - mean[j]) * invstd[j]; } };
+
+__global__ void k_bn_stats(int c, int64_t m, float eps, float momentum, float *mean, float *var_to_invstd,
+                           float *mm, float *mv) {
+    int j = blockIdx.x * blockDim.x + threadIdx.x;
+    if (j >= c) return;
+    float var = var_to_invstd[j] / (float)m;
+    var_to_invstd[j] = rsqrtf(var + eps);
+    mm[j] = mm[j] * momentum + mean[j] * (1.0f - momentum);
+    mv[j] = mv[j] * momentum + var * (1.0f - momentum);
+}
+__global__ void k_scale(int c, float s, float *v) {
+    int j = blockIdx.x * blockDim.x + threadIdx.x;
+    if (j < c) v[j] *= s;
+}
+__global__ void k_bn_apply(int64_t total, int c, const float *x, const float *gamma, const float *beta,
+                           const float *mean, const float *invstd, float *y) {
+    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
+        int j = (int)(e % c);
+        float v = (x[e] - mean[j]) * invstd[j];
+        if (gamma) v *= gamma[j];
+        if (beta) v += beta[j];
+        y[e] = v;
+    }
+}
+__global__ void k_bn_infer(int64_t total, int c, float eps, const float *x, const float *gamma, const float *beta,
+                           const float *mm, const float *mv, float *y) {
+    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
+        int j = (int)(e % c);
+        float v = (x[e] - mm[j]) / sqrtf(mv[j] + eps);
+        if (gamma) v *= gamma[j];
+        if (beta) v += beta[j];
+        y[e] = v;
+    }
+}
+__global__ void k_bn_bwd(int64_t total, int c, float inv_m, const float *x, const float *gamma, const float *mean,
+                         const float *invstd, const float *dy, const float *sdy, const float *sdyx, float *dx, float beta) {
+    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
+        int j = (int)(e % c);
+        float gm = gamma ? gamma[j] : 1.0f;
+        float xhat = (x[e] - mean[j]) * invstd[j];
+        float v = gm * invstd[j] * (dy[e] - sdy[j] * inv_m - xhat * sdyx[j] * inv_m);
+        dx[e] = beta == 0.0f ? v : dx[e] + v;
+    }
+}
+
+static void cu_bn_fwd_train(const fl_bn_desc *d, const float *x, const float *gamma, const float *beta, float *y,
+                            float *save_mean, float *save_invstd, float *mm, float *mv) {
+    int c = d->c;
+    colsum(d->m, c, f_elem{x, c}, save_mean);
+    k_scale<<<(c + 255) / 256, 256, 0, g_stream>>>(c, 1.0f / (float)d->m, save_mean);
+    colsum(d->m, c, f_dev2{x, save_mean, c}, save_invstd);
+    k_bn_stats<<<(c + 255) / 256, 256, 0, g_stream>>>(c, d->m, d->eps, d->momentum, save_mean, save_invstd, mm, mv);
+    k_bn_apply<<<blocks_for(d->m * c, 256), 256, 0, g_stream>>>(d->m * c, c, x, gamma, beta, save_mean, save_invstd, y);
+    LAUNCHED();
+}
+static void cu_bn_fwd_infer(const fl_bn_desc *d, const float *x, const float *gamma, const float *beta,
+                            const float *mm, const float *mv, float *y) {
+    k_bn_infer<<<blocks_for(d->m * d->c, 256), 256, 0, g_stream>>>(d->m * d->c, d->c, d->eps, x, gamma, beta, mm, mv, y);
+    LAUNCHED();
+}
+static float *g_bn_tmp;
+static int g_bn_tmp_c;
+static void cu_bn_bwd(const fl_bn_desc *d, const float *x, const float *gamma, const float *mean, const float *invstd,
+                      const float *dy, float *dx, float beta, float *dgamma, float *dbeta) {
+    int c = d->c;
+    if (c > g_bn_tmp_c) {
+        cu_free(g_bn_tmp);
+        g_bn_tmp = (float *)cu_alloc((size_t)c * 2 * sizeof(float));
+        g_bn_tmp_c = g_bn_tmp ? c : 0;
+        if (!g_bn_tmp) return;
+    }
+    float *sdy = g_bn_tmp, *sdyx = g_bn_tmp + c;
+    colsum(d->m, c, f_elem{dy, c}, sdy);
+    colsum(d->m, c, f_dyxhat{x, dy, mean, invstd, c}, sdyx);
+    if (dgamma) cu_copy(dgamma, sdyx, (size_t)c * sizeof(float));
+    if (dbeta) cu_copy(dbeta, sdy, (size_t)c * sizeof(float));
+    if (dx) {
+        k_bn_bwd<<<blocks_for(d->m * c, 256), 256, 0, g_stream>>>(d->m * c, c, 1.0f / (float)d->m, x, gamma, mean,
+                                                                   invstd, dy, sdy, sdyx, dx, beta);
+        LAUNCHED();
+    }
+}
+
+/* ------------------------------------------------- losses, metrics, sums */
+
+__global__ void k_accumulate(int64_t n, const float *src, float *dst, float beta) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        dst[i] = beta == 0.0f ? src[i] : dst[i] + src[i];
+}
+static void cu_accumulate(int64_t n, const float *src, float *dst, float beta) {
+    k_accumulate<<<blocks_for(n, 256), 256, 0, g_stream>>>(n, src, dst, beta);
+    LAUNCHED();
+}
+
+__global__ void k_loss(fl_loss_desc d, const float *pred, const float *target, float *row_loss, float *grad) {
+    for (int64_t r = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; r < d.rows; r += (int64_t)gridDim.x * blockDim.x) {
+        const float *t = d.code == FL_LC_SCCE ? NULL : target + r * d.c;
+        int cls = d.code == FL_LC_SCCE ? (int)target[r] : -1;
+        row_loss[r] = fl_loss_row(d.code, d.input, d.c, d.scale, pred + r * d.c, t, cls, grad ? grad + r * d.c : NULL);
+    }
+}
+static void cu_loss(const fl_loss_desc *d, const float *pred, const float *target, float *row_loss, float *grad) {
+    k_loss<<<blocks_for(d->rows, 128), 128, 0, g_stream>>>(*d, pred, target, row_loss, grad);
+    LAUNCHED();
+}
+
+__global__ void k_metric(int code, int64_t rows, int c, const float *pred, const float *target, float *score) {
+    for (int64_t r = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; r < rows; r += (int64_t)gridDim.x * blockDim.x) {
+        bool sparse = code == FL_MC_SPARSE_CATEGORICAL;
+        score[r] = fl_metric_row(code, c, pred + r * c, sparse ? NULL : target + r * c, sparse ? (int)target[r] : -1);
+    }
+}
+static void cu_metric(int code, int64_t rows, int c, const float *pred, const float *target, float *score) {
+    k_metric<<<blocks_for(rows, 128), 128, 0, g_stream>>>(code, rows, c, pred, target, score);
+    LAUNCHED();
+}
+
+/* acc += scale * sum(x): one block, fixed order (deterministic) */
+__global__ void k_sum_into(int64_t n, const float *x, double scale, double *acc) {
+    __shared__ double sh[256];
+    double s = 0;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) s += x[i];
+    sh[threadIdx.x] = s;
+    __syncthreads();
+    for (int k = 128; k > 0; k >>= 1) {
+        if ((int)threadIdx.x < k) sh[threadIdx.x] += sh[threadIdx.x + k];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) acc[0] += scale * sh[0];
+}
+static void cu_sum_into(int64_t n, const float *x, double scale, double *acc) {
+    k_sum_into<<<1, 256, 0, g_stream>>>(n, x, scale, acc);
+    LAUNCHED();
+}
+
+/* ------------------------------------------------------------ optimizer */
+
+typedef struct dev_param { float *w, *g, *s0, *s1, *s2; int64_t n, start; } dev_param;
+static dev_param *g_dparams;       /* device copy of the parameter table */
+static dev_param *g_dparams_host;  /* what was uploaded */
+static int g_dparams_n;
+static int64_t g_dparams_total;
+
+/* One launch for all parameters: each element finds its tensor. */
+__global__ void k_optimizer(fl_opt_desc d, float lr_t, const dev_param *ps, int np, int64_t total) {
+    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
+        int lo = 0, hi = np - 1;
+        while (lo < hi) { /* last tensor whose start <= e */
+            int mid = (lo + hi + 1) / 2;
+            if (ps[mid].start <= e) lo = mid; else hi = mid - 1;
+        }
+        const dev_param p = ps[lo];
+        int64_t i = e - p.start;
+        float *w = p.w + i;
+        float g = p.g[i];
+        switch (d.code) {
+        case FL_OPT_SGD: fl_sgd_update(w, p.s0 ? p.s0 + i : NULL, g, d.lr, d.momentum, d.nesterov); break;
+        case FL_OPT_ADAMW: *w -= *w * d.weight_decay * d.lr; /* fall through */
+        case FL_OPT_ADAM: fl_adam_update(w, p.s0 + i, p.s1 + i, g, lr_t, d.beta1, d.beta2, d.eps); break;
+        case FL_OPT_RMSPROP:
+            fl_rmsprop_update(w, p.s0 + i, p.s1 ? p.s1 + i : NULL, p.s2 ? p.s2 + i : NULL, g, d.lr, d.rho, d.momentum,
+                              d.eps, d.centered);
+            break;
+        }
+    }
+}
+
+static void cu_optimizer_step(const fl_opt_desc *d, const fl_param_ref *ps, int np) {
+    if (np <= 0) return;
+    /* the table changes only when the optimizer is (re)bound: compare, upload if new */
+    dev_param *h = (dev_param *)calloc((size_t)np, sizeof *h);
+    if (!h) { g_host->error(ST_NOMEM, "out of host memory for the optimizer table"); return; }
+    int64_t start = 0;
+    for (int k = 0; k < np; k++) {
+        h[k] = dev_param{ps[k].w, ps[k].g, ps[k].s0, ps[k].s1, ps[k].s2, ps[k].n, start};
+        start += ps[k].n;
+    }
+    if (!g_dparams || g_dparams_n != np || memcmp(h, g_dparams_host, (size_t)np * sizeof *h) != 0) {
+        cu_free(g_dparams);
+        free(g_dparams_host);
+        g_dparams_host = NULL;
+        g_dparams = (dev_param *)cu_alloc((size_t)np * sizeof *h);
+        if (!g_dparams) { free(h); return; }
+        CUDA_OK(cudaMemcpyAsync(g_dparams, h, (size_t)np * sizeof *h, cudaMemcpyHostToDevice, g_stream));
+        CUDA_OK(cudaStreamSynchronize(g_stream)); /* h is freed below */
+        g_dparams_host = h;
+        g_dparams_n = np;
+        g_dparams_total = start;
+    } else {
+        free(h);
+    }
+    float lr_t = d->lr;
+    if (d->code == FL_OPT_ADAM || d->code == FL_OPT_ADAMW)
+        lr_t = (float)(d->lr * sqrt(1.0 - pow(d->beta2, (double)d->step)) / (1.0 - pow(d->beta1, (double)d->step)));
+    k_optimizer<<<blocks_for(g_dparams_total, 256), 256, 0, g_stream>>>(*d, lr_t, g_dparams, np, g_dparams_total);
+    LAUNCHED();
+}
+
+/* ----------------------------------------------------------- the table */
+
+static fl_backend g_backend;
+
+static void fill_table(void) {
+    fl_backend *b = &g_backend;
+    memset(b, 0, sizeof *b);
+    b->name = "cuda";
+    b->host_memory = 0;
+    b->alloc = cu_alloc;
+    b->free = cu_free;
+    b->upload = cu_upload;
+    b->download = cu_download;
+    b->copy = cu_copy;
+    b->zero = cu_zero;
+    b->sync = cu_sync;
+    b->check = cu_check;
+    b->set_tf32 = cu_set_tf32;
+    b->mem_info = cu_mem_info;
+    b->gather_rows = cu_gather_rows;
+    b->dense_fwd = cu_dense_fwd;
+    b->dense_bwd = cu_dense_bwd;
+    b->conv_workspace = cu_conv_workspace;
+    b->conv2d_fwd = cu_conv2d_fwd;
+    b->conv2d_bwd = cu_conv2d_bwd;
+    b->maxpool_fwd = cu_maxpool_fwd;
+    b->maxpool_bwd = cu_maxpool_bwd;
+    b->avgpool_fwd = cu_avgpool_fwd;
+    b->avgpool_bwd = cu_avgpool_bwd;
+    b->gap_fwd = cu_gap_fwd;
+    b->gap_bwd = cu_gap_bwd;
+    b->act_fwd = cu_act_fwd;
+    b->act_bwd = cu_act_bwd;
+    b->dropout_fwd = cu_dropout_fwd;
+    b->dropout_bwd = cu_dropout_bwd;
+    b->bn_fwd_train = cu_bn_fwd_train;
+    b->bn_fwd_infer = cu_bn_fwd_infer;
+    b->bn_bwd = cu_bn_bwd;
+    b->accumulate = cu_accumulate;
+    b->loss = cu_loss;
+    b->metric = cu_metric;
+    b->sum_into = cu_sum_into;
+    b->optimizer_step = cu_optimizer_step;
+}
+
+__global__ void k_probe(int *out) { *out = 42; }
+
+static const fl_backend *fail_open(fl_cuda_report *rep, const char *check, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(rep->reason, sizeof rep->reason, fmt, ap);
+    va_end(ap);
+    snprintf(rep->failed_check, sizeof rep->failed_check, "%s", check);
+    return NULL;
+}
+
+extern "C" __attribute__((visibility("default"))) const fl_backend *fl_cuda_plugin_open(const fl_cuda_host *host,
+                                                                                          fl_cuda_report *rep) {
+    memset(rep, 0, sizeof *rep);
+    snprintf(rep->archs, sizeof rep->archs, "%s", FLYNN_CUDA_ARCHS);
+    rep->cudnn_built = CUDNN_VERSION;
+    if (!host || host->abi != FL_CUDA_PLUGIN_ABI)
+        return fail_open(rep, "plugin", "the CUDA plugin's ABI %d does not match flynn's %d: reinstall flynn",
+                         FL_CUDA_PLUGIN_ABI, host ? host->abi : -1);
+    g_host = host;
+    cudaRuntimeGetVersion(&rep->runtime_version);
+    cudaDriverGetVersion(&rep->driver_version);
+    int count = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    if (e == cudaErrorInsufficientDriver)
+        return fail_open(rep, "driver_version",
+                         "CUDA driver version is insufficient for CUDA runtime version %d.%d (the driver supports "
+                         "%d.%d): update the NVIDIA driver to 580 or newer",
+                         rep->runtime_version / 1000, (rep->runtime_version % 1000) / 10, rep->driver_version / 1000,
+                         (rep->driver_version % 1000) / 10);
+    if (e == cudaErrorNoDevice || (e == cudaSuccess && count == 0))
+        return fail_open(rep, "device", "the driver sees no CUDA device (check CUDA_VISIBLE_DEVICES and nvidia-smi)");
+    if (e != cudaSuccess)
+        return fail_open(rep, "device", "cudaGetDeviceCount failed: %s (%s)", cudaGetErrorName(e), cudaGetErrorString(e));
+    int dev = 0;
+    const char *dv = getenv("FLYNN_CUDA_DEVICE");
+    if (dv && *dv) dev = atoi(dv);
+    if (dev < 0 || dev >= count)
+        return fail_open(rep, "device", "FLYNN_CUDA_DEVICE=%s but there are %d CUDA devices", dv, count);
+    if ((e = cudaSetDevice(dev)) != cudaSuccess || (e = cudaGetDeviceProperties(&g_prop, dev)) != cudaSuccess)
+        return fail_open(rep, "device", "cannot open CUDA device %d: %s", dev, cudaGetErrorName(e));
+    snprintf(rep->device_name, sizeof rep->device_name, "%s", g_prop.name);
+    rep->cc_major = g_prop.major;
+    rep->cc_minor = g_prop.minor;
+    rep->multiprocessors = g_prop.multiProcessorCount;
+    cudaMemGetInfo(&rep->free_mem, &rep->total_mem);
+    /* can this build's code run on it? */
+    int *probe = NULL, val = 0;
+    if ((e = cudaMalloc(&probe, sizeof(int))) != cudaSuccess)
+        return fail_open(rep, "device", "cudaMalloc of 4 bytes failed on %s: %s", g_prop.name, cudaGetErrorName(e));
+    k_probe<<<1, 1>>>(probe);
+    e = cudaGetLastError();
+    if (e == cudaSuccess) e = cudaMemcpy(&val, probe, sizeof val, cudaMemcpyDeviceToHost);
+    cudaFree(probe);
+    if (e == cudaErrorNoKernelImageForDevice || e == cudaErrorUnsupportedPtxVersion || e == cudaErrorInvalidKernelImage)
+        return fail_open(rep, "compute_capability",
+                         "%s has compute capability %d.%d, which this build of flynn has no code for (built for %s): "
+                         "rebuild flynn with CMAKE_CUDA_ARCHITECTURES including %d%d",
+                         g_prop.name, g_prop.major, g_prop.minor, FLYNN_CUDA_ARCHS, g_prop.major, g_prop.minor);
+    if (e != cudaSuccess || val != 42)
+        return fail_open(rep, "device", "a test kernel failed on %s: %s", g_prop.name, cudaGetErrorName(e));
+    rep->cudnn_version = cudnnGetVersion();
+    if (rep->cudnn_version / 10000 != CUDNN_MAJOR)
+        return fail_open(rep, "cudnn_version", "the cuDNN library is version %zu.%zu, flynn is built for cuDNN %d: "
+                         "install cuDNN %d for CUDA 13", rep->cudnn_version / 10000, (rep->cudnn_version % 10000) / 100,
+                         CUDNN_MAJOR, CUDNN_MAJOR);
+    if ((e = cudaStreamCreateWithFlags(&g_stream, cudaStreamNonBlocking)) != cudaSuccess)
+        return fail_open(rep, "device", "cudaStreamCreate failed: %s", cudaGetErrorName(e));
+    cublasStatus_t bs = cublasCreate(&g_cublas);
+    if (bs != CUBLAS_STATUS_SUCCESS)
+        return fail_open(rep, "cublas", "cublasCreate failed: %s", cublasGetStatusName(bs));
+    cublasGetVersion(g_cublas, &rep->cublas_version);
+    cublasSetStream(g_cublas, g_stream);
+    cudnnStatus_t ds = cudnnCreate(&g_cudnn);
+    if (ds != CUDNN_STATUS_SUCCESS)
+        return fail_open(rep, "cudnn", "cudnnCreate failed: %s", cudnnGetErrorString(ds));
+    cudnnSetStream(g_cudnn, g_stream);
+    const char *prec = getenv("FLYNN_MATMUL_PRECISION");
+    int tf32 = !(prec && strcmp(prec, "highest") == 0);
+    fill_table();
+    cu_set_tf32(tf32);
+    return &g_backend;
+}
