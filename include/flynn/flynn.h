@@ -339,8 +339,17 @@ typedef enum fl_device_kind { FL_DEVICE_AUTO = 0, FL_DEVICE_CPU, FL_DEVICE_GPU }
  * the CPU otherwise; GPU fails (FL_ERR_DEVICE) with the reason when none is
  * usable. `why` (may be NULL) receives one line: the device chosen and why. */
 fl_status fl_model_set_device(fl_model *m, fl_device_kind kind, char *why, size_t why_len);
+/* The device the model runs on now (FL_DEVICE_CPU or FL_DEVICE_GPU). */
+fl_device_kind fl_model_device(const fl_model *m);
 /* Why the GPU cannot be used ("" if it can): the one-line diagnosis. */
 fl_status fl_gpu_probe(char *why, size_t why_len);
+/* float32 matrix products and convolutions on the GPU: "high" (the default,
+ * as TensorFlow's) lets cuBLAS/cuDNN use TF32 tensor cores (about 3 decimal
+ * digits per product, much faster); "highest" keeps full float32. The CPU
+ * always computes in full float32. $FLYNN_MATMUL_PRECISION sets the
+ * default. FL_ERR_INVALID_ARG for another name. */
+fl_status fl_set_matmul_precision(const char *precision);
+const char *fl_get_matmul_precision(void);
 /* Threads the CPU backend uses (0: all cores; default: all cores). */
 void fl_set_num_threads(int n);
 int fl_get_num_threads(void);

@@ -14,7 +14,7 @@
 #define DEFAULT_FASHION "/usr/share/datasets/fashion-mnist"
 
 typedef struct opts {
-    const char *model, *data, *device, *save_weights, *weights, *verbose;
+    const char *model, *data, *device, *save_weights, *weights, *verbose, *precision;
     long samples, test_samples;
     int epochs, batch_size, threads;
     unsigned long long seed;
@@ -49,6 +49,8 @@ static void usage_train(FILE *f) {
             "  --validation-split F   hold out the last fraction F for validation (default 0)\n"
             "  --device D             auto (default: the GPU when usable, else the CPU), cpu or gpu\n"
             "  --threads T            CPU threads (default: all cores)\n"
+            "  --precision P          GPU float32 matmul/conv precision: high (default, TF32\n"
+            "                         tensor cores, as TensorFlow) or highest (full float32)\n"
             "  --seed S               seed for weights, dropout and shuffling (default 0)\n"
             "  --verbose V            auto (default: bar on a terminal, one line per epoch otherwise),\n"
             "                         0 (silent), 1 (bar) or 2 (one line per epoch)\n"
@@ -118,6 +120,7 @@ static int parse(const char *cmd, int argc, char **argv, opts *o) {
         else if (strcmp(key, "--save-weights") == 0) o->save_weights = val;
         else if (strcmp(key, "--weights") == 0) o->weights = val;
         else if (strcmp(key, "--verbose") == 0) o->verbose = val;
+        else if (strcmp(key, "--precision") == 0) o->precision = val;
         else if (strcmp(key, "--validation-split") == 0) {
             char *end;
             o->validation_split = strtof(val, &end);
@@ -177,7 +180,9 @@ static int parse_verbose(const char *cmd, const char *v, fl_verbose *out) {
     return 0;
 }
 
-static int choose_device(const char *cmd, fl_model *m, const char *dev, bool quiet) {
+static int choose_device(const char *cmd, fl_model *m, const char *dev, const char *precision, bool quiet) {
+    if (precision && fl_set_matmul_precision(precision) != FL_OK)
+        return bad_usage(cmd, "--precision wants high or highest, got", precision);
     fl_device_kind k;
     if (!dev || strcmp(dev, "auto") == 0) k = FL_DEVICE_AUTO;
     else if (strcmp(dev, "cpu") == 0) k = FL_DEVICE_CPU;
@@ -249,7 +254,7 @@ static int cmd_train(int argc, char **argv) {
 
     fl_model *m = fl_builtin_model(o.model, d.h, d.w, d.c, d.classes);
     if (!m) return die(NULL);
-    if ((r = choose_device("train", m, o.device, verbose == FL_VERBOSE_SILENT))) { fl_model_free(m); return r; }
+    if ((r = choose_device("train", m, o.device, o.precision, verbose == FL_VERBOSE_SILENT))) { fl_model_free(m); return r; }
     fl_dataset data;
     if (load_data(&d, o.samples, o.test_samples, &data) != FL_OK) { fl_model_free(m); return die(NULL); }
     if (verbose != FL_VERBOSE_SILENT)
@@ -273,8 +278,11 @@ static int cmd_train(int argc, char **argv) {
     }
     printf("test accuracy: %.4f - test loss: %.4f (%lld test images)\n", res[1], res[0],
            (long long)fl_tensor_dim(data.x_test, 0));
-    printf("training throughput: %.0f samples/s (%s, %d CPU threads, batch %d, %d epoch%s in %.1fs)\n",
-           fl_history_samples_per_second(h), o.model, fl_get_num_threads(), o.batch_size,
+    char where[64];
+    if (fl_model_device(m) == FL_DEVICE_GPU) snprintf(where, sizeof where, "on the GPU");
+    else snprintf(where, sizeof where, "on the CPU, %d threads", fl_get_num_threads());
+    printf("training throughput: %.0f samples/s (%s %s, batch %d, %d epoch%s in %.1fs)\n",
+           fl_history_samples_per_second(h), o.model, where, o.batch_size,
            fl_history_epochs(h), fl_history_epochs(h) == 1 ? "" : "s", fl_history_seconds(h));
     if (o.save_weights) {
         if ((rc = save_weights(m, o.save_weights)) == 0) printf("weights saved to %s\n", o.save_weights);
@@ -299,7 +307,7 @@ static int cmd_evaluate(int argc, char **argv) {
     if (o.threads) fl_set_num_threads(o.threads);
     fl_model *m = fl_builtin_model(o.model, d.h, d.w, d.c, d.classes);
     if (!m) return die(NULL);
-    if ((r = choose_device("evaluate", m, o.device, verbose == FL_VERBOSE_SILENT)) || (r = load_weights(m, o.weights))) {
+    if ((r = choose_device("evaluate", m, o.device, o.precision, verbose == FL_VERBOSE_SILENT)) || (r = load_weights(m, o.weights))) {
         fl_model_free(m);
         return r;
     }

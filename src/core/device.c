@@ -35,6 +35,8 @@
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static bool g_done = false;
 static fl_gpu_state g_state;
+/* -1: not set (the plugin applies $FLYNN_MATMUL_PRECISION, default high) */
+static int g_tf32_choice = -1;
 
 static void add_check(fl_gpu_state *s, const char *name, int status, const char *remedy, const char *fmt, ...)
     FL_PRINTF(5, 6);
@@ -313,6 +315,7 @@ static void run_checks(fl_gpu_state *s) {
     }
     add_check(s, "device", FL_GPU_PASS, NULL, "%s, compute capability %d.%d, %d SMs", s->rep.device_name,
               s->rep.cc_major, s->rep.cc_minor, s->rep.multiprocessors);
+    if (g_tf32_choice >= 0 && be->set_tf32) be->set_tf32(g_tf32_choice);
     s->backend = be;
 }
 
@@ -348,4 +351,22 @@ void fl_gpu_describe(char *out, size_t len) {
              r->driver_version / 1000, (r->driver_version % 1000) / 10, r->runtime_version / 1000,
              (r->runtime_version % 1000) / 10, r->cudnn_version / 10000, (r->cudnn_version % 10000) / 100,
              r->cudnn_version % 100);
+}
+
+fl_status fl_set_matmul_precision(const char *precision) {
+    if (!precision || (strcmp(precision, "high") != 0 && strcmp(precision, "highest") != 0))
+        return fl_error(FL_ERR_INVALID_ARG, "matmul precision '%s': expected \"high\" (TF32) or \"highest\" (float32)",
+                        precision ? precision : "(null)");
+    pthread_mutex_lock(&g_lock);
+    g_tf32_choice = strcmp(precision, "high") == 0;
+    const fl_backend *be = g_done ? g_state.backend : NULL;
+    pthread_mutex_unlock(&g_lock);
+    if (be && be->set_tf32) be->set_tf32(g_tf32_choice);
+    return FL_OK;
+}
+
+const char *fl_get_matmul_precision(void) {
+    if (g_tf32_choice >= 0) return g_tf32_choice ? "high" : "highest";
+    const char *e = getenv("FLYNN_MATMUL_PRECISION");
+    return e && strcmp(e, "highest") == 0 ? "highest" : "high";
 }

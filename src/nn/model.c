@@ -271,3 +271,5 @@ fl_status fl_model_set_device(fl_model *m, fl_device_kind kind, char *why, size_
     if (why) snprintf(why, why_len, "device: CPU (%d threads); GPU not used: %s", fl_get_num_threads(), reason);
     return FL_OK;
 }
+
+fl_device_kind fl_model_device(const fl_model *m) { return m ? m->device : FL_DEVICE_CPU; }
