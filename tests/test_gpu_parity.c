@@ -1,0 +1,348 @@
+/*
+ * test_gpu_parity.c — the GPU against the CPU: every op's forward and
+ * backward on random inputs, the losses, metrics and optimizers, and a few
+ * training steps of mnist_cnn from the same seed on both devices. Runs in
+ * both float32 precision modes; tolerances (relative to each tensor's
+ * largest value):
+ *   highest (full float32): 2e-4 — only the order of summation differs
+ *   high (TF32 tensor cores): 2e-2 — products keep about 10 mantissa bits
+ * Exits 77 (ctest: skipped) with the reason when no GPU is usable.
+ */
+#include "check.h"
+
+#include "core/device.h"
+#include "core/graph.h"
+#include "core/rng.h"
+#include "ops/math.h"
+
+#include <flynn/flynn.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const fl_backend *CPU, *GPU;
+static double g_tol;
+static const char *g_mode;
+static uint64_t g_stream = 100;
+
+typedef struct side { fl_graph g; fl_node *x, *out, *params[6]; int np; } side;
+typedef fl_node *(*build_fn)(fl_graph *g, fl_node *x, fl_node **params, int *np);
+
+static double rel_diff(const float *a, const float *b, int64_t n) {
+    double mx = 1e-6, d = 0;
+    for (int64_t i = 0; i < n; i++) {
+        mx = fmax(mx, fabs((double)b[i]));
+        d = fmax(d, fabs((double)a[i] - b[i]));
+    }
+    return d / mx;
+}
+
+static float *download(const fl_backend *be, const float *p, int64_t n) {
+    float *h = malloc((size_t)n * sizeof(float));
+    be->download(h, p, (size_t)n * sizeof(float));
+    return h;
+}
+
+static void compare(const char *what, const char *part, const float *cpu, const float *gpu_dev, int64_t n) {
+    float *g = download(GPU, gpu_dev, n);
+    double r = rel_diff(g, cpu, n);
+    CHECK_MSG(r <= g_tol, "[%s] %s %s: GPU differs from CPU by %.3g (relative), tolerance %.1g", g_mode, what, part, r,
+              g_tol);
+    free(g);
+}
+
+/* Builds the op on both backends with the same inputs, runs forward and
+ * backward (dL/dout = R) in training mode, and compares everything. */
+static void parity(const char *what, int ndim, const int64_t *sample, int64_t batch, build_fn build, bool training) {
+    side s[2];
+    const fl_backend *bes[2] = {CPU, GPU};
+    for (int k = 0; k < 2; k++) {
+        memset(&s[k], 0, sizeof s[k]);
+        fl_graph_init(&s[k].g, bes[k]);
+        s[k].g.seed = 5;
+        s[k].g.step = 3;
+        s[k].x = fl_graph_input(&s[k].g, "x", ndim, sample);
+        s[k].x->force_grad = true;
+        s[k].out = build(&s[k].g, s[k].x, s[k].params, &s[k].np);
+        CHECK_MSG(s[k].out != NULL, "%s: build failed: %s", what, fl_last_error());
+        if (!s[k].out) return;
+        fl_graph_finalize(&s[k].g);
+        CHECK(fl_graph_reserve(&s[k].g, batch) == FL_OK);
+        fl_graph_set_batch(&s[k].g, batch);
+    }
+    int64_t nx = fl_node_size(s[0].x), no = fl_node_size(s[0].out);
+    float *hx = malloc((size_t)nx * sizeof(float)), *R = malloc((size_t)no * sizeof(float));
+    fl_rng_uniform(hx, nx, -1.5f, 1.5f, 9, g_stream++);
+    fl_rng_uniform(R, no, -1, 1, 9, g_stream++);
+    for (int k = 0; k < 2; k++) bes[k]->upload(s[k].x->val, hx, (size_t)nx * sizeof(float));
+    for (int p = 0; p < s[0].np; p++) {
+        int64_t n = fl_node_size(s[0].params[p]);
+        float *hp = malloc((size_t)n * sizeof(float));
+        fl_rng_uniform(hp, n, 0.2f, 0.8f, 9, g_stream++); /* positive: valid for BN variances and gammas */
+        if (strcmp(s[0].params[p]->name, "signed") == 0)
+            for (int64_t i = 0; i < n; i++) hp[i] = hp[i] * 2 - 1;
+        for (int k = 0; k < 2; k++) bes[k]->upload(s[k].params[p]->val, hp, (size_t)n * sizeof(float));
+        free(hp);
+    }
+    for (int k = 0; k < 2; k++) {
+        fl_graph_forward(&s[k].g, training);
+        fl_graph_clear_grads(&s[k].g);
+        bes[k]->upload(s[k].out->grad, R, (size_t)no * sizeof(float));
+        s[k].out->grad_ready = true;
+        fl_graph_backward(&s[k].g);
+    }
+    GPU->sync();
+    CHECK_MSG(GPU->check == NULL || GPU->check() == 0, "%s: a CUDA error: %s", what, fl_last_error());
+    compare(what, "forward", s[0].out->val, s[1].out->val, no);
+    compare(what, "d/dx", s[0].x->grad, s[1].x->grad, nx);
+    for (int p = 0; p < s[0].np; p++) {
+        char part[32];
+        snprintf(part, sizeof part, "param %d", p);
+        int64_t n = fl_node_size(s[0].params[p]);
+        if (s[0].params[p]->grad) compare(what, part, s[0].params[p]->grad, s[1].params[p]->grad, n);
+        else compare(what, part, s[0].params[p]->val, s[1].params[p]->val, n); /* BN moving statistics */
+    }
+    free(hx);
+    free(R);
+    for (int k = 0; k < 2; k++) fl_graph_free(&s[k].g);
+}
+
+/* ---------------------------------------------------------- op builders */
+
+static int g_act;
+static fl_node *b_dense(fl_graph *g, fl_node *x, fl_node **p, int *np) {
+    int64_t k = x->shape[x->ndim - 1];
+    p[0] = fl_graph_param(g, "signed", 2, (int64_t[]){k, 33}, true);
+    p[1] = fl_graph_param(g, "signed", 1, (int64_t[]){33}, true);
+    *np = 2;
+    return fl_graph_dense(g, "dense", x, p[0], p[1], g_act);
+}
+
+static int g_k, g_s;
+static fl_padding g_pad;
+static fl_node *b_conv(fl_graph *g, fl_node *x, fl_node **p, int *np) {
+    p[0] = fl_graph_param(g, "signed", 4, (int64_t[]){g_k, g_k, x->shape[3], 16}, true);
+    p[1] = fl_graph_param(g, "signed", 1, (int64_t[]){16}, true);
+    *np = 2;
+    return fl_graph_conv2d(g, "conv", x, p[0], p[1], g_s, g_s, g_pad, g_act);
+}
+static fl_node *b_maxpool(fl_graph *g, fl_node *x, fl_node **p, int *np) {
+    *np = 0;
+    return fl_graph_pool(g, "pool", FL_OP_MAXPOOL, x, g_k, g_k, g_s, g_s, g_pad);
+}
+static fl_node *b_avgpool(fl_graph *g, fl_node *x, fl_node **p, int *np) {
+    *np = 0;
+    return fl_graph_pool(g, "pool", FL_OP_AVGPOOL, x, g_k, g_k, g_s, g_s, g_pad);
+}
+static fl_node *b_gap(fl_graph *g, fl_node *x, fl_node **p, int *np) { *np = 0; return fl_graph_gap(g, "gap", x); }
+static fl_node *b_dropout(fl_graph *g, fl_node *x, fl_node **p, int *np) {
+    *np = 0;
+    return fl_graph_dropout(g, "dropout", x, 0.4f, 77);
+}
+static fl_node *b_act(fl_graph *g, fl_node *x, fl_node **p, int *np) { *np = 0; return fl_graph_act(g, "act", x, g_act); }
+static fl_node *b_bn(fl_graph *g, fl_node *x, fl_node **p, int *np) {
+    int64_t c = x->shape[x->ndim - 1];
+    p[0] = fl_graph_param(g, "gamma", 1, &c, true);
+    p[1] = fl_graph_param(g, "signed", 1, &c, true);
+    p[2] = fl_graph_param(g, "moving_mean", 1, &c, false);
+    p[3] = fl_graph_param(g, "moving_variance", 1, &c, false);
+    *np = 4;
+    return fl_graph_batchnorm(g, "bn", x, p[0], p[1], p[2], p[3], 1e-3f, 0.99f);
+}
+
+static void op_parity(void) {
+    int64_t flat[] = {70};
+    for (g_act = FL_ACT_LINEAR; g_act <= FL_ACT_ELU; g_act++) {
+        if (!fl_act_grad_from_output(g_act)) continue;
+        char name[32];
+        snprintf(name, sizeof name, "dense act %d", g_act);
+        parity(name, 1, flat, 37, b_dense, true);
+    }
+    struct { int k, s; fl_padding pad; int act; int64_t shape[3]; } convs[] = {
+        {3, 1, FL_VALID, FL_ACT_RELU, {28, 28, 1}}, {3, 1, FL_VALID, FL_ACT_RELU, {26, 26, 32}},
+        {3, 1, FL_SAME, FL_ACT_TANH, {9, 11, 5}},   {4, 1, FL_SAME, FL_ACT_LINEAR, {8, 8, 3}},
+        {3, 2, FL_SAME, FL_ACT_SIGMOID, {9, 10, 4}}, {1, 1, FL_VALID, FL_ACT_ELU, {6, 6, 8}},
+    };
+    for (size_t i = 0; i < sizeof convs / sizeof convs[0]; i++) {
+        g_k = convs[i].k; g_s = convs[i].s; g_pad = convs[i].pad; g_act = convs[i].act;
+        char name[64];
+        snprintf(name, sizeof name, "conv2d k%d s%d pad=%d %lldx%lldx%lld", g_k, g_s, g_pad,
+                 (long long)convs[i].shape[0], (long long)convs[i].shape[1], (long long)convs[i].shape[2]);
+        parity(name, 3, convs[i].shape, 19, b_conv, true);
+    }
+    int64_t img[] = {12, 11, 6};
+    g_k = 2; g_s = 2; g_pad = FL_VALID;
+    parity("maxpool 2x2", 3, img, 7, b_maxpool, true);
+    g_k = 3; g_s = 2; g_pad = FL_SAME;
+    parity("maxpool 3x3 s2 same", 3, img, 7, b_maxpool, true);
+    parity("avgpool 3x3 s2 same", 3, img, 7, b_avgpool, true);
+    g_k = 2; g_s = 2; g_pad = FL_VALID;
+    parity("avgpool 2x2", 3, img, 7, b_avgpool, true);
+    parity("global average pooling", 3, img, 7, b_gap, true);
+    parity("dropout (same Philox masks)", 3, img, 7, b_dropout, true);
+    parity("batch norm (training)", 3, img, 7, b_bn, true);
+    parity("batch norm (inference)", 3, img, 7, b_bn, false);
+    int64_t cls[] = {10};
+    for (g_act = FL_ACT_LINEAR; g_act <= FL_ACT_ELU; g_act++) {
+        char name[32];
+        snprintf(name, sizeof name, "activation %d", g_act);
+        parity(name, 1, cls, 33, b_act, true);
+    }
+}
+
+/* ------------------------------------------- losses, metrics, optimizers */
+
+static float *dev_copy(const fl_backend *be, const float *h, int64_t n) {
+    float *d = be->alloc((size_t)n * sizeof(float));
+    be->upload(d, h, (size_t)n * sizeof(float));
+    return d;
+}
+
+static void loss_parity(void) {
+    enum { R = 65, C = 7 };
+    float pred[R * C], logits[R * C], onehot[R * C], cls[R], bin[R * C];
+    fl_rng_uniform(logits, R * C, -4, 4, 3, 1);
+    CPU->act_fwd(FL_ACT_SOFTMAX, R, C, logits, pred);
+    for (int r = 0; r < R; r++) {
+        cls[r] = (float)(fl_philox_u32(3, 2, (uint64_t)r) % C);
+        for (int j = 0; j < C; j++) {
+            onehot[r * C + j] = j == (int)cls[r];
+            bin[r * C + j] = (float)(fl_philox_u32(3, 3, (uint64_t)(r * C + j)) & 1);
+        }
+    }
+    struct { int code, input; const float *p, *t; } cases[] = {
+        {FL_LC_SCCE, FL_LI_SOFTMAX_FUSED, pred, cls}, {FL_LC_SCCE, FL_LI_LOGITS, logits, cls},
+        {FL_LC_CCE, FL_LI_PROBS, pred, onehot},       {FL_LC_CCE, FL_LI_LOGITS, logits, onehot},
+        {FL_LC_BCE, FL_LI_LOGITS, logits, bin},       {FL_LC_MSE, FL_LI_PROBS, logits, onehot},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        fl_loss_desc d = {cases[i].code, cases[i].input, R, C, 1.0f / R};
+        int64_t tn = cases[i].code == FL_LC_SCCE ? R : R * C;
+        float hl[R], hg[R * C];
+        CPU->loss(&d, cases[i].p, cases[i].t, hl, hg);
+        float *dp = dev_copy(GPU, cases[i].p, R * C), *dt = dev_copy(GPU, cases[i].t, tn);
+        float *dl = GPU->alloc(R * sizeof(float)), *dg = GPU->alloc(R * C * sizeof(float));
+        GPU->loss(&d, dp, dt, dl, dg);
+        char name[32];
+        snprintf(name, sizeof name, "loss %d/%d", cases[i].code, cases[i].input);
+        compare(name, "row losses", hl, dl, R);
+        compare(name, "gradient", hg, dg, R * C);
+        double ca = 0, *ga = GPU->alloc(sizeof(double)), gv = 0;
+        GPU->zero(ga, sizeof(double));
+        CPU->sum_into(R, hl, 1.0, &ca);
+        GPU->sum_into(R, dl, 1.0, ga);
+        GPU->download(&gv, ga, sizeof gv);
+        CHECK_CLOSE(gv, ca, 1e-5, 1e-6);
+        GPU->free(dp); GPU->free(dt); GPU->free(dl); GPU->free(dg); GPU->free(ga);
+    }
+    int mcodes[] = {FL_MC_SPARSE_CATEGORICAL, FL_MC_CATEGORICAL, FL_MC_BINARY};
+    const float *mt[] = {cls, onehot, bin};
+    for (int i = 0; i < 3; i++) {
+        float hs[R];
+        int64_t tn = i == 0 ? R : R * C;
+        CPU->metric(mcodes[i], R, C, pred, mt[i], hs);
+        float *dp = dev_copy(GPU, pred, R * C), *dt = dev_copy(GPU, mt[i], tn), *ds = GPU->alloc(R * sizeof(float));
+        GPU->metric(mcodes[i], R, C, dp, dt, ds);
+        compare("metric", "scores", hs, ds, R);
+        GPU->free(dp); GPU->free(dt); GPU->free(ds);
+    }
+}
+
+static void optimizer_parity(void) {
+    fl_opt_desc descs[] = {
+        {.code = FL_OPT_SGD, .lr = 0.01f, .momentum = 0.9f, .nesterov = 1},
+        {.code = FL_OPT_ADAM, .lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-7f},
+        {.code = FL_OPT_ADAMW, .lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-7f, .weight_decay = 0.004f},
+        {.code = FL_OPT_RMSPROP, .lr = 1e-3f, .rho = 0.9f, .momentum = 0.5f, .eps = 1e-7f, .centered = 1},
+    };
+    int64_t sizes[3] = {1000, 17, 4097};
+    for (size_t c = 0; c < sizeof descs / sizeof descs[0]; c++) {
+        fl_param_ref hp[3], dp[3];
+        for (int k = 0; k < 3; k++) {
+            int64_t n = sizes[k];
+            float *w = malloc((size_t)n * sizeof(float)), *g = malloc((size_t)n * sizeof(float));
+            fl_rng_uniform(w, n, -1, 1, 4, (uint64_t)(c * 10 + k));
+            fl_rng_uniform(g, n, -0.1f, 0.1f, 5, (uint64_t)(c * 10 + k));
+            hp[k] = (fl_param_ref){w, g, calloc((size_t)n, 4), calloc((size_t)n, 4), calloc((size_t)n, 4), n};
+            float *z = calloc((size_t)n, 4);
+            dp[k] = (fl_param_ref){dev_copy(GPU, w, n), dev_copy(GPU, g, n), dev_copy(GPU, z, n), dev_copy(GPU, z, n),
+                                   dev_copy(GPU, z, n), n};
+            free(z);
+        }
+        for (int step = 1; step <= 3; step++) {
+            fl_opt_desc d = descs[c];
+            d.step = step;
+            CPU->optimizer_step(&d, hp, 3);
+            GPU->optimizer_step(&d, dp, 3);
+        }
+        for (int k = 0; k < 3; k++) {
+            char name[32];
+            snprintf(name, sizeof name, "optimizer %d", descs[c].code);
+            double keep = g_tol;
+            g_tol = 1e-5; /* element-wise formulas: no summation order */
+            compare(name, "weights", hp[k].w, dp[k].w, sizes[k]);
+            g_tol = keep;
+            free(hp[k].w); free(hp[k].g); free(hp[k].s0); free(hp[k].s1); free(hp[k].s2);
+            GPU->free(dp[k].w); GPU->free(dp[k].g); GPU->free(dp[k].s0); GPU->free(dp[k].s1); GPU->free(dp[k].s2);
+        }
+    }
+}
+
+/* ------------------------------------------- mnist_cnn on both devices */
+
+static void training_parity(const fl_dataset *d) {
+    fl_tensor *x = fl_tensor_slice(d->x_train, 0, 512), *y = fl_tensor_slice(d->y_train, 0, 512);
+    const float *loss[2];
+    fl_history *h[2];
+    fl_model *m[2];
+    for (int k = 0; k < 2; k++) {
+        m[k] = fl_builtin_model("mnist_cnn", 28, 28, 1, 10);
+        fl_model_set_seed(m[k], 21);
+        if (k == 1) CHECK(fl_model_set_device(m[k], FL_DEVICE_GPU, NULL, 0) == FL_OK);
+        fl_compile(m[k], fl_adam(), FL_SPARSE_CATEGORICAL_CROSSENTROPY, FL_ACCURACY);
+        h[k] = fl_fit(m[k], x, y, .batch_size = 64, .epochs = 3, .verbose = FL_VERBOSE_SILENT);
+        CHECK_MSG(h[k] != NULL, "training on %s: %s", k ? "GPU" : "CPU", fl_last_error());
+        if (!h[k]) return;
+        loss[k] = fl_history_get(h[k], "loss");
+    }
+    for (int e = 0; e < 3; e++) {
+        printf("[%s] mnist_cnn epoch %d loss: CPU %.6f GPU %.6f\n", g_mode, e + 1, loss[0][e], loss[1][e]);
+        CHECK_CLOSE(loss[1][e], loss[0][e], g_tol * 5, 1e-4);
+    }
+    fl_tensor *wc = fl_layer_weight(fl_model_get_layer(m[0], "dense"), 0);
+    fl_tensor *wg = fl_layer_weight(fl_model_get_layer(m[1], "dense"), 0);
+    double r = rel_diff(fl_tensor_data(wg), fl_tensor_data(wc), fl_tensor_size(wc));
+    CHECK_MSG(r < g_tol * 50, "[%s] dense kernel after 24 steps differs by %.3g", g_mode, r);
+    for (int k = 0; k < 2; k++) { fl_history_free(h[k]); fl_model_free(m[k]); }
+    fl_tensor_free(x);
+    fl_tensor_free(y);
+}
+
+int main(int argc, char **argv) {
+    char why[1536];
+    CPU = fl_backend_cpu();
+    GPU = fl_gpu_backend(why, sizeof why);
+    if (!GPU) {
+        printf("SKIP: no usable GPU: %s\n", why);
+        return 77;
+    }
+    char desc[512];
+    fl_gpu_describe(desc, sizeof desc);
+    printf("GPU: %s\n", desc);
+    const char *data = argc > 1 ? argv[1] : "/usr/share/datasets/fashion-mnist";
+    fl_dataset d;
+    bool have_data = fl_load_mnist(data, 512, 1, &d) == FL_OK;
+    const char *modes[2] = {"highest", "high"};
+    double tols[2] = {2e-4, 2e-2};
+    for (int i = 0; i < 2; i++) {
+        g_mode = modes[i];
+        g_tol = tols[i];
+        fl_set_matmul_precision(modes[i]);
+        op_parity();
+        loss_parity();
+        optimizer_parity();
+        if (have_data) training_parity(&d);
+        else printf("SKIP training parity: %s\n", fl_last_error());
+    }
+    if (have_data) fl_dataset_free(&d);
+    return check_report("test_gpu_parity");
+}
