@@ -149,6 +149,16 @@ static fl_node *b_bn(fl_graph *g, fl_node *x, fl_node **p, int *np) {
     return fl_graph_batchnorm(g, "bn", x, p[0], p[1], p[2], p[3], 1e-3f, 0.99f);
 }
 
+static fl_op g_merge;
+static fl_node *b_merge(fl_graph *g, fl_node *x, fl_node **p, int *np) {
+    int64_t k = x->shape[x->ndim - 1];
+    p[0] = fl_graph_param(g, "signed", 2, (int64_t[]){k, k}, true);
+    *np = 1;
+    fl_node *a = fl_graph_dense(g, "a", x, p[0], NULL, FL_ACT_TANH);
+    fl_node *xs[3] = {a, x, a};
+    return fl_graph_merge(g, "merge", g_merge, xs, 3, -1);
+}
+
 static void op_parity(void) {
     int64_t flat[] = {70};
     for (g_act = FL_ACT_LINEAR; g_act <= FL_ACT_ELU; g_act++) {
@@ -181,6 +191,14 @@ static void op_parity(void) {
     parity("dropout (same Philox masks)", 3, img, 7, b_dropout, true);
     parity("batch norm (training)", 3, img, 7, b_bn, true);
     parity("batch norm (inference)", 3, img, 7, b_bn, false);
+    int64_t seq[] = {4, 9};
+    fl_op merges[] = {FL_OP_ADD, FL_OP_MUL, FL_OP_CONCAT};
+    for (int i = 0; i < 3; i++) {
+        g_merge = merges[i];
+        char name[32];
+        snprintf(name, sizeof name, "merge op %d", g_merge);
+        parity(name, 2, seq, 11, b_merge, true);
+    }
     int64_t cls[] = {10};
     for (g_act = FL_ACT_LINEAR; g_act <= FL_ACT_ELU; g_act++) {
         char name[32];

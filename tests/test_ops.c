@@ -421,6 +421,52 @@ static void test_philox(void) {
     CHECK(u >= 0.0f && u < 1.0f);
 }
 
+/* Add, Multiply, Concatenate: merged branches of x (two Dense and x itself),
+ * so that the gradient check reaches x and both kernels. */
+static void test_merge(fl_op op, int axis) {
+    harness h;
+    const int64_t B = 4, N = 5;
+    h_init(&h, B, 2, (int64_t[]){3, N});
+    fl_node *w1 = h_param(&h, 2, (int64_t[]){N, N}, -0.6f, 0.6f);
+    fl_node *w2 = h_param(&h, 2, (int64_t[]){N, N}, -0.6f, 0.6f);
+    fl_node *a = fl_graph_dense(&h.g, "a", h.x, w1, NULL, FL_ACT_TANH);
+    fl_node *b = fl_graph_dense(&h.g, "b", h.x, w2, NULL, FL_ACT_LINEAR);
+    fl_node *xs[3] = {a, b, h.x};
+    fl_node *y = fl_graph_merge(&h.g, "merge", op, xs, 3, axis);
+    CHECK(y != NULL);
+    if (!y) { h_free(&h); return; }
+    h_ready(&h, y, -1, 1);
+    h_loss(&h, true);
+    int64_t na = fl_node_size(a);
+    double *ref = malloc((size_t)fl_node_size(y) * sizeof(double));
+    if (op == FL_OP_CONCAT) {
+        int ax = axis < 0 ? axis + 3 : axis;
+        int64_t rows = ax == 1 ? B : B * 3, cin = na / rows, cout = cin * 3;
+        for (int64_t r = 0; r < rows; r++)
+            for (int k = 0; k < 3; k++)
+                for (int64_t j = 0; j < cin; j++) ref[r * cout + k * cin + j] = xs[k]->val[r * cin + j];
+    } else {
+        for (int64_t i = 0; i < na; i++)
+            ref[i] = op == FL_OP_ADD ? (double)a->val[i] + b->val[i] + h.x->val[i]
+                                     : (double)a->val[i] * b->val[i] * h.x->val[i];
+    }
+    char what[48];
+    snprintf(what, sizeof what, "merge op %d axis %d", op, axis);
+    CHECK_MSG(max_abs_diff(y->val, ref, fl_node_size(y)) < 1e-6, "%s forward", what);
+    free(ref);
+    h_gradcheck(&h, what, 1e-3, 1e-2, true);
+    /* shapes that do not fit are refused with the layer's name */
+    fl_node *bad[2] = {a, fl_graph_dense(&h.g, "c", h.x, fl_graph_param(&h.g, "w", 2, (int64_t[]){N, 2}, true), NULL, 0)};
+    if (op != FL_OP_CONCAT) { /* (3, 5) and (3, 2) concatenate on the last axis, but do not add */
+        CHECK(fl_graph_merge(&h.g, "bad_merge", op, bad, 2, -1) == NULL);
+        CHECK_STR_CONTAINS(fl_last_error(), "bad_merge");
+    } else {
+        CHECK(fl_graph_merge(&h.g, "bad_merge", op, bad, 2, 1) == NULL); /* but not on axis 1 */
+        CHECK_STR_CONTAINS(fl_last_error(), "only on the concatenation axis");
+    }
+    h_free(&h);
+}
+
 static void test_shape_errors(void) {
     fl_graph g;
     fl_graph_init(&g, fl_backend_cpu());
@@ -464,6 +510,10 @@ int main(void) {
     test_dropout();
     test_batchnorm();
     for (int a = FL_ACT_LINEAR; a <= FL_ACT_ELU; a++) test_act(a);
+    test_merge(FL_OP_ADD, 0);
+    test_merge(FL_OP_MUL, 0);
+    test_merge(FL_OP_CONCAT, -1);
+    test_merge(FL_OP_CONCAT, 1);
     test_shape_errors();
     return check_report("test_ops");
 }

@@ -131,6 +131,12 @@ typedef struct fl_backend {
                    const float *save_invstd, const float *dy, float *dx, float dx_beta, float *dgamma,
                    float *dbeta);
 
+    /* elementwise: dst = a * b (dst may be a or b) */
+    void (*mul)(int64_t n, const float *a, const float *b, float *dst);
+    /* concatenation as [rows, cols] blocks: y[r, off .. off+cin) = x[r, 0 .. cin)
+     * with y rows of cout columns; backward: dx (+)= that block of dy */
+    void (*concat_fwd)(int64_t rows, int64_t cin, int64_t cout, int64_t off, const float *x, float *y);
+    void (*concat_bwd)(int64_t rows, int64_t cin, int64_t cout, int64_t off, const float *dy, float *dx, float beta);
     /* elementwise: dst = (beta ? dst : 0) + src */
     void (*accumulate)(int64_t n, const float *src, float *dst, float beta);
 

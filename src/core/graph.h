@@ -23,10 +23,13 @@ typedef enum fl_op {
     FL_OP_DROPOUT,
     FL_OP_BATCHNORM, /* in: x, gamma|NULL, beta|NULL, moving_mean, moving_var */
     FL_OP_ACT,       /* element-wise activation or softmax over the last axis */
+    FL_OP_ADD,       /* element-wise sum of 2+ inputs of one shape */
+    FL_OP_MUL,       /* element-wise product of 2+ inputs */
+    FL_OP_CONCAT,    /* concatenation along `axis` */
     FL_OP_COUNT
 } fl_op;
 
-#define FL_NODE_MAX_IN 5
+#define FL_NODE_MAX_IN 16
 
 typedef struct fl_node fl_node;
 struct fl_node {
@@ -54,6 +57,7 @@ struct fl_node {
     float rate;                /* DROPOUT */
     uint64_t stream;           /* DROPOUT: Philox stream */
     float eps, momentum;       /* BATCHNORM */
+    int axis;                  /* CONCAT: axis of the full shape (batch = 0) */
 };
 
 typedef struct fl_graph {
@@ -85,6 +89,9 @@ fl_node *fl_graph_dropout(fl_graph *g, const char *name, fl_node *x, float rate,
 fl_node *fl_graph_batchnorm(fl_graph *g, const char *name, fl_node *x, fl_node *gamma, fl_node *beta,
                             fl_node *mean, fl_node *var, float eps, float momentum);
 fl_node *fl_graph_act(fl_graph *g, const char *name, fl_node *x, int act);
+/* Add, Multiply (same shapes) and Concatenate (shapes equal but on axis;
+ * axis counts the batch as 0, negative from the end) over n inputs. */
+fl_node *fl_graph_merge(fl_graph *g, const char *name, fl_op op, fl_node *const *xs, int n, int axis);
 
 /* Marks which nodes need gradients (those downstream of a trainable param)
  * and counts consumers; call once after building. */

@@ -13,7 +13,8 @@
 
 const char *fl_op_name(fl_op op) {
     static const char *names[FL_OP_COUNT] = {"input", "param", "dense", "conv2d", "max_pool2d", "avg_pool2d",
-                                             "global_avg_pool2d", "reshape", "dropout", "batch_norm", "activation"};
+                                             "global_avg_pool2d", "reshape", "dropout", "batch_norm", "activation",
+                                             "add", "multiply", "concatenate"};
     return op < FL_OP_COUNT ? names[op] : "?";
 }
 
@@ -231,6 +232,47 @@ fl_node *fl_graph_act(fl_graph *g, const char *name, fl_node *x, int act) {
     return n;
 }
 
+fl_node *fl_graph_merge(fl_graph *g, const char *name, fl_op op, fl_node *const *xs, int n, int axis) {
+    const char *cls = op == FL_OP_ADD ? "Add" : op == FL_OP_MUL ? "Multiply" : "Concatenate";
+    char a[128], b[128];
+    if (n < 2 || n > FL_NODE_MAX_IN)
+        return fl_error_null(FL_ERR_INVALID_ARG, "layer '%s' (%s): %d inputs, expected 2 to %d", name, cls, n,
+                             FL_NODE_MAX_IN);
+    int nd = xs[0]->ndim;
+    if (op == FL_OP_CONCAT) {
+        if (axis < 0) axis += nd;
+        if (axis < 1 || axis >= nd)
+            return fl_error_null(FL_ERR_INVALID_ARG, "layer '%s' (Concatenate): axis %d is not a non-batch axis of %s",
+                                 name, axis, sample_str(xs[0], a, sizeof a));
+    }
+    int64_t s[FL_MAX_DIMS];
+    for (int i = 1; i < nd; i++) s[i - 1] = xs[0]->shape[i];
+    for (int k = 1; k < n; k++) {
+        bool ok = xs[k]->ndim == nd;
+        for (int i = 1; ok && i < nd; i++) ok = xs[k]->shape[i] == xs[0]->shape[i] || (op == FL_OP_CONCAT && i == axis);
+        if (!ok)
+            return fl_error_null(FL_ERR_SHAPE, "layer '%s' (%s): input %d has shape %s, input 0 has %s%s", name, cls, k,
+                                 sample_str(xs[k], a, sizeof a), sample_str(xs[0], b, sizeof b),
+                                 op == FL_OP_CONCAT ? " (they may differ only on the concatenation axis)" : "");
+        if (op == FL_OP_CONCAT) s[axis - 1] += xs[k]->shape[axis];
+    }
+    fl_node *o = fl_graph_new_node(g, op, name);
+    if (!o) return NULL;
+    o->nin = n;
+    for (int k = 0; k < n; k++) o->in[k] = xs[k];
+    o->axis = axis;
+    set_shape(o, true, nd - 1, s);
+    if (op == FL_OP_MUL) o->aux_per_sample = (size_t)fl_node_sample_size(o) * sizeof(float); /* product scratch */
+    return o;
+}
+
+/* Concatenation as 2-d blocks: rows = product of dims before axis. */
+static void concat_geom(const fl_node *x, int axis, int64_t *rows, int64_t *cols) {
+    *rows = 1;
+    for (int i = 0; i < axis; i++) *rows *= x->shape[i];
+    *cols = fl_node_size(x) / *rows;
+}
+
 /* ------------------------------------------------------------ forward */
 
 static int64_t rows_of(const fl_node *n) { return fl_node_size(n) / n->shape[n->ndim - 1]; }
@@ -289,6 +331,28 @@ void fl_op_forward(fl_graph *g, fl_node *n, bool training) {
     case FL_OP_ACT:
         be->act_fwd(n->act, rows_of(n), (int)n->shape[n->ndim - 1], x->val, n->val);
         break;
+    case FL_OP_ADD: {
+        int64_t sz = fl_node_size(n);
+        be->copy(n->val, x->val, (size_t)sz * sizeof(float));
+        for (int k = 1; k < n->nin; k++) be->accumulate(sz, n->in[k]->val, n->val, 1.0f);
+        break;
+    }
+    case FL_OP_MUL: {
+        int64_t sz = fl_node_size(n);
+        be->mul(sz, x->val, n->in[1]->val, n->val);
+        for (int k = 2; k < n->nin; k++) be->mul(sz, n->val, n->in[k]->val, n->val);
+        break;
+    }
+    case FL_OP_CONCAT: {
+        int64_t rows, cout, cin, off = 0;
+        concat_geom(n, n->axis, &rows, &cout);
+        for (int k = 0; k < n->nin; k++) {
+            concat_geom(n->in[k], n->axis, &rows, &cin);
+            be->concat_fwd(rows, cin, cout, off, n->in[k]->val, n->val);
+            off += cin;
+        }
+        break;
+    }
     default:
         break;
     }
@@ -390,6 +454,40 @@ void fl_op_backward(fl_graph *g, fl_node *n) {
         if (n->grad_is_preact) be->accumulate(fl_node_size(n), n->grad, dx, beta);
         else be->act_bwd(n->act, rows_of(n), (int)n->shape[n->ndim - 1], x->val, n->val, n->grad, dx, beta);
         mark(n, 0);
+        break;
+    }
+    case FL_OP_ADD:
+        for (int k = 0; k < n->nin; k++) {
+            float *d = in_grad(n, k, &beta);
+            if (d) be->accumulate(fl_node_size(n), n->grad, d, beta);
+            mark(n, k);
+        }
+        break;
+    case FL_OP_MUL: {
+        /* d/dx_k = dy * prod_{j != k} x_j, formed in the scratch buffer */
+        int64_t sz = fl_node_size(n);
+        float *tmp = n->aux;
+        for (int k = 0; k < n->nin; k++) {
+            float *d = in_grad(n, k, &beta);
+            if (!d) continue;
+            be->copy(tmp, n->grad, (size_t)sz * sizeof(float));
+            for (int j = 0; j < n->nin; j++)
+                if (j != k) be->mul(sz, tmp, n->in[j]->val, tmp);
+            be->accumulate(sz, tmp, d, beta);
+            mark(n, k);
+        }
+        break;
+    }
+    case FL_OP_CONCAT: {
+        int64_t rows, cout, cin, off = 0;
+        concat_geom(n, n->axis, &rows, &cout);
+        for (int k = 0; k < n->nin; k++) {
+            concat_geom(n->in[k], n->axis, &rows, &cin);
+            float *d = in_grad(n, k, &beta);
+            if (d) be->concat_bwd(rows, cin, cout, off, n->grad, d, beta);
+            mark(n, k);
+            off += cin;
+        }
         break;
     }
     default:

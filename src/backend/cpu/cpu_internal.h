@@ -14,8 +14,6 @@
 #include "backend/backend.h"
 #include "ops/math.h"
 
-/* One-time set-up (BLAS kernel choice); fl_backend_cpu() calls it. */
-void fl_cpu_init(void);
 int fl_cpu_threads(void);
 int fl_cpu_thread_id(void);
 
@@ -34,5 +32,9 @@ void fl_cpu_avgpool_fwd(const fl_conv_desc *d, const float *x, float *y);
 void fl_cpu_avgpool_bwd(const fl_conv_desc *d, const float *dy, float *dx, float dx_beta);
 void fl_cpu_gap_fwd(int64_t n, int64_t hw, int c, const float *x, float *y);
 void fl_cpu_gap_bwd(int64_t n, int64_t hw, int c, const float *dy, float *dx, float dx_beta);
+
+void fl_cpu_mul(int64_t n, const float *a, const float *b, float *dst);
+void fl_cpu_concat_fwd(int64_t rows, int64_t cin, int64_t cout, int64_t off, const float *x, float *y);
+void fl_cpu_concat_bwd(int64_t rows, int64_t cin, int64_t cout, int64_t off, const float *dy, float *dx, float beta);
 
 #endif

@@ -918,6 +918,38 @@ static void cu_bn_bwd(const fl_bn_desc *d, const float *x, const float *gamma, c
     }
 }
 
+/* --------------------------------------------------------- merge layers */
+
+__global__ void k_mul(int64_t n, const float *a, const float *b, float *dst) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        dst[i] = a[i] * b[i];
+}
+__global__ void k_concat_fwd(int64_t rows, int64_t cin, int64_t cout, int64_t off, const float *x, float *y) {
+    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < rows * cin; e += (int64_t)gridDim.x * blockDim.x) {
+        int64_t r = e / cin, j = e - r * cin;
+        y[r * cout + off + j] = x[e];
+    }
+}
+__global__ void k_concat_bwd(int64_t rows, int64_t cin, int64_t cout, int64_t off, const float *dy, float *dx, float beta) {
+    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < rows * cin; e += (int64_t)gridDim.x * blockDim.x) {
+        int64_t r = e / cin, j = e - r * cin;
+        float g = dy[r * cout + off + j];
+        dx[e] = beta == 0.0f ? g : dx[e] + g;
+    }
+}
+static void cu_mul(int64_t n, const float *a, const float *b, float *dst) {
+    k_mul<<<blocks_for(n, 256), 256, 0, g_stream>>>(n, a, b, dst);
+    LAUNCHED();
+}
+static void cu_concat_fwd(int64_t rows, int64_t cin, int64_t cout, int64_t off, const float *x, float *y) {
+    k_concat_fwd<<<blocks_for(rows * cin, 256), 256, 0, g_stream>>>(rows, cin, cout, off, x, y);
+    LAUNCHED();
+}
+static void cu_concat_bwd(int64_t rows, int64_t cin, int64_t cout, int64_t off, const float *dy, float *dx, float beta) {
+    k_concat_bwd<<<blocks_for(rows * cin, 256), 256, 0, g_stream>>>(rows, cin, cout, off, dy, dx, beta);
+    LAUNCHED();
+}
+
 /* ------------------------------------------------- losses, metrics, sums */
 
 __global__ void k_accumulate(int64_t n, const float *src, float *dst, float beta) {
@@ -1071,6 +1103,9 @@ static void fill_table(void) {
     b->bn_fwd_train = cu_bn_fwd_train;
     b->bn_fwd_infer = cu_bn_fwd_infer;
     b->bn_bwd = cu_bn_bwd;
+    b->mul = cu_mul;
+    b->concat_fwd = cu_concat_fwd;
+    b->concat_bwd = cu_concat_bwd;
     b->accumulate = cu_accumulate;
     b->loss = cu_loss;
     b->metric = cu_metric;
