@@ -8,11 +8,8 @@
 #include "core/error.h"
 
 #include <omp.h>
-#include <stdio.h>
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <unistd.h>
 
 /* ------------------------------------------------------------ threads */
@@ -28,50 +25,11 @@ int fl_cpu_thread_id(void) { return omp_get_thread_num(); }
 extern void openblas_set_num_threads(int);
 
 void fl_set_num_threads(int n) {
-    fl_cpu_init();
     g_threads = n > 0 ? n : omp_get_num_procs();
     openblas_set_num_threads(g_threads);
     omp_set_num_threads(g_threads);
 }
 int fl_get_num_threads(void) { return fl_cpu_threads(); }
-
-/* ---------------------------------------------------- BLAS kernels
- *
- * OpenBLAS built with DYNAMIC_ARCH picks its kernels from the CPU model it
- * recognises. Releases older than the CPU (Debian 12's 0.3.21 on AMD Zen 4
- * and Zen 5) fall back to the AVX2 "Haswell" kernels although the CPU runs
- * AVX-512, which halves sgemm (measured on a Zen 5: 2048^3 at 127 GFLOP/s per
- * core with Haswell kernels, 244 with SkylakeX kernels). When the CPU has
- * the AVX-512 subsets the SkylakeX kernels need, OpenBLAS is re-initialised
- * with them, exactly as OPENBLAS_CORETYPE=SkylakeX would have done at
- * start-up. Nothing changes when the user set OPENBLAS_CORETYPE, when
- * FLYNN_BLAS_CORE=keep, when OpenBLAS already uses AVX-512 kernels, or when
- * the BLAS is not a DYNAMIC_ARCH OpenBLAS (the hooks are weak symbols). */
-extern void gotoblas_dynamic_init(void) __attribute__((weak));
-extern void gotoblas_dynamic_quit(void) __attribute__((weak));
-extern char *openblas_get_corename(void) __attribute__((weak));
-
-static void blas_pick_kernels(void) {
-    fprintf(stderr,"DBG %p %p %p\n",(void*)gotoblas_dynamic_init,(void*)gotoblas_dynamic_quit,(void*)openblas_get_corename);
-    if (!gotoblas_dynamic_init || !gotoblas_dynamic_quit || !openblas_get_corename) return;
-    const char *keep = getenv("FLYNN_BLAS_CORE");
-    if (getenv("OPENBLAS_CORETYPE") || (keep && strcmp(keep, "keep") == 0)) return;
-    const char *core = openblas_get_corename();
-    if (!core || (strcasecmp(core, "haswell") != 0 && strcasecmp(core, "zen") != 0)) return;
-    __builtin_cpu_init();
-    if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512bw") ||
-        !__builtin_cpu_supports("avx512vl") || !__builtin_cpu_supports("avx512dq") ||
-        !__builtin_cpu_supports("avx512cd"))
-        return;
-    fprintf(stderr,"DBG switching from %s\n",core);
-    setenv("OPENBLAS_CORETYPE", "SkylakeX", 1);
-    gotoblas_dynamic_quit();
-    gotoblas_dynamic_init();
-    unsetenv("OPENBLAS_CORETYPE");
-}
-
-static pthread_once_t g_init_once = PTHREAD_ONCE_INIT;
-void fl_cpu_init(void) { pthread_once(&g_init_once, blas_pick_kernels); }
 
 /* ------------------------------------------------------------- memory */
 
@@ -434,6 +392,9 @@ static const fl_backend cpu_backend = {
     .bn_fwd_train = cpu_bn_fwd_train,
     .bn_fwd_infer = cpu_bn_fwd_infer,
     .bn_bwd = cpu_bn_bwd,
+    .mul = fl_cpu_mul,
+    .concat_fwd = fl_cpu_concat_fwd,
+    .concat_bwd = fl_cpu_concat_bwd,
     .accumulate = cpu_accumulate,
     .loss = cpu_loss,
     .metric = cpu_metric,
@@ -441,7 +402,4 @@ static const fl_backend cpu_backend = {
     .optimizer_step = cpu_optimizer_step,
 };
 
-const fl_backend *fl_backend_cpu(void) {
-    fl_cpu_init();
-    return &cpu_backend;
-}
+const fl_backend *fl_backend_cpu(void) { return &cpu_backend; }
