@@ -206,6 +206,17 @@ fl_layer *fl_activation_layer_(fl_activation_args a);
 /* Frees a layer that was never put into a model (a model owns its layers). */
 void fl_layer_free(fl_layer *l);
 
+/* Merge layers for functional models (keras.layers.Add, Multiply,
+ * Concatenate): 2 or more inputs of one shape (Concatenate: equal except on
+ * `axis`, default -1, the last; the batch is not an axis here, as in Keras). */
+typedef struct fl_concat_args { int _reserved; int axis; const char *name; } fl_concat_args;
+fl_layer *fl_add_(fl_name_args a);
+fl_layer *fl_multiply_(fl_name_args a);
+fl_layer *fl_concatenate_(fl_concat_args a);
+#define fl_add(...) fl_add_((fl_name_args){._reserved = 0, __VA_ARGS__})
+#define fl_multiply(...) fl_multiply_((fl_name_args){._reserved = 0, __VA_ARGS__})
+#define fl_concatenate(...) fl_concatenate_((fl_concat_args){._reserved = 0, __VA_ARGS__})
+
 /* ------------------------------------------------------------------ models */
 
 typedef struct fl_model fl_model;
@@ -217,6 +228,37 @@ fl_model *fl_sequential_(fl_layer *const *layers, int n, const char *name);
     fl_sequential_((fl_layer *const[]){__VA_ARGS__}, \
                    (int)(sizeof((fl_layer *const[]){__VA_ARGS__}) / sizeof(fl_layer *)), NULL)
 void fl_model_free(fl_model *m);
+
+/* Functional models, as keras.Input / layer(x) / keras.Model(inputs, outputs):
+ *
+ *     fl_sym *a = fl_keras_input(16), *b = fl_keras_input(16);
+ *     fl_layer *shared = fl_dense(8, .activation = FL_RELU);
+ *     fl_sym *x = fl_call_n(fl_concatenate(), fl_call(shared, a), fl_call(shared, b));
+ *     fl_sym *y = fl_call(fl_dense(1, .activation = FL_SIGMOID), x);
+ *     fl_model *m = fl_model_new(fl_syms(a, b), fl_syms(y), "siamese");
+ *
+ * A layer called twice shares its weights. fl_model_new takes ownership of
+ * every layer and symbolic tensor reachable from the outputs. A call on a
+ * NULL layer or input returns NULL and keeps the first error's message, so
+ * errors surface at fl_model_new. */
+typedef struct fl_sym fl_sym;
+fl_sym *fl_keras_input_(int ndim, const int64_t *shape, const char *name);
+#define fl_keras_input(...) \
+    fl_keras_input_((int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), (int64_t[]){__VA_ARGS__}, NULL)
+#define fl_keras_input_named(name, ...) \
+    fl_keras_input_((int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), (int64_t[]){__VA_ARGS__}, (name))
+fl_sym *fl_call_n_(fl_layer *layer, fl_sym *const *inputs, int n);
+#define fl_call(layer, x) fl_call_n_((layer), (fl_sym *const[]){(x)}, 1)
+#define fl_call_n(layer, ...) \
+    fl_call_n_((layer), (fl_sym *const[]){__VA_ARGS__}, (int)(sizeof((fl_sym *const[]){__VA_ARGS__}) / sizeof(fl_sym *)))
+#define fl_syms(...) (fl_sym *const[]){__VA_ARGS__}, (int)(sizeof((fl_sym *const[]){__VA_ARGS__}) / sizeof(fl_sym *))
+fl_model *fl_model_new(fl_sym *const *inputs, int n_inputs, fl_sym *const *outputs, int n_outputs, const char *name);
+
+int fl_model_num_inputs(const fl_model *m);
+int fl_model_num_outputs(const fl_model *m);
+/* The per-sample shape of input/output i into shape[FL_MAX_DIMS]; returns ndim (-1 if i is out of range). */
+int fl_model_input_shape(const fl_model *m, int i, int64_t *shape);
+int fl_model_output_shape(const fl_model *m, int i, int64_t *shape);
 
 /* Seed for weight initialisation, dropout masks and shuffling. Default 0
  * (deterministic); call before compile to change initial weights. */
@@ -400,6 +442,13 @@ fl_status fl_evaluate_(fl_model *m, const fl_tensor *x, const fl_tensor *y, floa
 /* The model's outputs for x, (N, ...output shape). */
 fl_tensor *fl_predict_(fl_model *m, const fl_tensor *x, fl_eval_args a);
 #define fl_predict(m, x, ...) fl_predict_((m), (x), (fl_eval_args){._reserved = 0, __VA_ARGS__})
+
+/* Outputs of a model with several inputs and outputs: xs[n_inputs] in,
+ * outs[n_outputs] receive new tensors (NULL-filled on error). */
+fl_status fl_predict_multi_(fl_model *m, const fl_tensor *const *xs, int n_inputs, fl_tensor **outs, int n_outputs,
+                            fl_eval_args a);
+#define fl_predict_multi(m, xs, nx, outs, nout, ...) \
+    fl_predict_multi_((m), (xs), (nx), (outs), (nout), (fl_eval_args){._reserved = 0, __VA_ARGS__})
 
 /* History: per-epoch values by Keras key ("loss", "accuracy", "val_loss"). */
 int fl_history_epochs(const fl_history *h);

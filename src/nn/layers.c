@@ -16,10 +16,12 @@
 
 static const char *kind_class[FL_L_COUNT] = {"InputLayer", "Dense", "Conv2D", "MaxPooling2D", "AveragePooling2D",
                                              "GlobalAveragePooling2D", "Flatten", "Reshape", "Dropout",
-                                             "BatchNormalization", "Activation"};
+                                             "BatchNormalization", "Activation", "Add", "Multiply", "Concatenate"};
 static const char *kind_base[FL_L_COUNT] = {"input_layer", "dense", "conv2d", "max_pooling2d", "average_pooling2d",
                                             "global_average_pooling2d", "flatten", "reshape", "dropout",
-                                            "batch_normalization", "activation"};
+                                            "batch_normalization", "activation", "add", "multiply", "concatenate"};
+
+static _Thread_local int64_t g_layer_order; /* creation order of layers on this thread */
 
 const char *fl_layer_kind_class(fl_layer_kind k) { return k < FL_L_COUNT ? kind_class[k] : "?"; }
 const char *fl_layer_kind_base(fl_layer_kind k) { return k < FL_L_COUNT ? kind_base[k] : "?"; }
@@ -44,6 +46,7 @@ static fl_layer *new_layer(fl_layer_kind k, const char *name) {
     fl_layer *l = fl_calloc(1, sizeof *l, "layer");
     if (!l) return NULL;
     l->kind = k;
+    l->order = ++g_layer_order;
     if (name && *name) {
         if (strlen(name) >= sizeof l->name) {
             free(l);
@@ -171,6 +174,14 @@ fl_layer *fl_activation_layer_(fl_activation_args a) {
     return l;
 }
 
+fl_layer *fl_add_(fl_name_args a) { return new_layer(FL_L_ADD, a.name); }
+fl_layer *fl_multiply_(fl_name_args a) { return new_layer(FL_L_MULTIPLY, a.name); }
+fl_layer *fl_concatenate_(fl_concat_args a) {
+    fl_layer *l = new_layer(FL_L_CONCATENATE, a.name);
+    if (l) { l->a.concat = a; l->a.concat.name = NULL; if (!l->a.concat.axis) l->a.concat.axis = -1; }
+    return l;
+}
+
 void fl_layer_free(fl_layer *l) {
     if (!l) return;
     for (int i = 0; i < l->nw; i++) fl_tensor_free(l->wview[i]);
@@ -181,6 +192,22 @@ void fl_layer_free(fl_layer *l) {
 
 static fl_node *add_weight(fl_layer *l, fl_graph *g, const char *wname, int ndim, const int64_t *shape,
                            bool trainable) {
+    if (l->ncalls > 0) { /* a shared layer: its weights exist; the shape must match */
+        for (int i = 0; i < l->nw; i++)
+            if (strcmp(l->wname[i], wname) == 0) {
+                fl_node *w = l->w[i];
+                bool same = w->ndim == ndim;
+                for (int d = 0; same && d < ndim; d++) same = w->shape[d] == shape[d];
+                if (same) return w;
+                char a[128], b[128];
+                return fl_error_null(FL_ERR_SHAPE,
+                                     "layer '%s' (%s) is called again on an input that needs a %s of shape %s, but "
+                                     "its %s has shape %s (a shared layer needs inputs of the same shape)",
+                                     l->name, kind_class[l->kind], wname, fl_shape_str(ndim, shape, a, sizeof a),
+                                     wname, fl_shape_str(w->ndim, w->shape, b, sizeof b));
+            }
+        return fl_error_null(FL_ERR_STATE, "layer '%s': no weight '%s' from its first call", l->name, wname);
+    }
     fl_node *w = fl_graph_param(g, l->name, ndim, shape, trainable);
     if (!w) return NULL;
     l->w[l->nw] = w;
@@ -224,8 +251,14 @@ void fl_layer_init_weights(fl_layer *l, const fl_backend *be, uint64_t seed) {
     }
 }
 
-fl_node *fl_layer_build(fl_layer *l, fl_graph *g, fl_node *x, uint64_t seed) {
+fl_node *fl_layer_build(fl_layer *l, fl_graph *g, fl_node *const *xs, int nx, uint64_t seed) {
     fl_node *out = NULL;
+    bool merge = l->kind == FL_L_ADD || l->kind == FL_L_MULTIPLY || l->kind == FL_L_CONCATENATE;
+    if (l->kind == FL_L_INPUT ? nx != 0 : merge ? nx < 2 : nx != 1)
+        return fl_error_null(FL_ERR_INVALID_ARG, "layer '%s' (%s) takes %s, it was given %d", l->name,
+                             kind_class[l->kind], l->kind == FL_L_INPUT ? "no input" : merge ? "2 or more inputs" : "one input",
+                             nx);
+    fl_node *x = nx > 0 ? xs[0] : NULL;
     switch (l->kind) {
     case FL_L_INPUT:
         out = fl_graph_input(g, l->name, l->a.shape.ndim, l->a.shape.shape);
@@ -295,13 +328,25 @@ fl_node *fl_layer_build(fl_layer *l, fl_graph *g, fl_node *x, uint64_t seed) {
     case FL_L_ACTIVATION:
         out = fl_graph_act(g, l->name, x, (int)l->a.act.activation);
         break;
+    case FL_L_ADD:
+        out = fl_graph_merge(g, l->name, FL_OP_ADD, xs, nx, 0);
+        break;
+    case FL_L_MULTIPLY:
+        out = fl_graph_merge(g, l->name, FL_OP_MUL, xs, nx, 0);
+        break;
+    case FL_L_CONCATENATE: {
+        /* Keras counts axes of the full shape, batch included: -1 is the last */
+        int axis = l->a.concat.axis;
+        out = fl_graph_merge(g, l->name, FL_OP_CONCAT, xs, nx, axis);
+        break;
+    }
     default:
         return fl_error_null(FL_ERR_UNSUPPORTED, "layer '%s': unknown kind %d", l->name, (int)l->kind);
     }
     if (!out) return NULL;
     l->out = out;
     l->g = g;
-    fl_layer_init_weights(l, g->be, seed);
+    if (l->ncalls++ == 0) fl_layer_init_weights(l, g->be, seed);
     return out;
 }
 

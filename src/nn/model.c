@@ -14,15 +14,25 @@
 
 static void free_step_buffers(fl_model *m);
 
+static int cmp_layer(const void *a, const void *b);
+
+/* Keras names layers when they are made: "dense", "dense_1", ... in the
+ * order the layers were constructed (which may differ from the call order). */
 static void default_names(fl_model *m) {
     int counts[FL_L_COUNT] = {0};
+    fl_layer **byorder = malloc((size_t)m->nlayers * sizeof *byorder);
+    if (byorder) {
+        memcpy(byorder, m->layers, (size_t)m->nlayers * sizeof *byorder);
+        qsort(byorder, (size_t)m->nlayers, sizeof *byorder, cmp_layer);
+    }
     for (int i = 0; i < m->nlayers; i++) {
-        fl_layer *l = m->layers[i];
+        fl_layer *l = byorder ? byorder[i] : m->layers[i];
         if (l->user_named) continue;
         int c = counts[l->kind]++;
         if (c == 0) snprintf(l->name, sizeof l->name, "%s", fl_layer_kind_base(l->kind));
         else snprintf(l->name, sizeof l->name, "%s_%d", fl_layer_kind_base(l->kind), c);
     }
+    free(byorder);
 }
 
 fl_model *fl_sequential_(fl_layer *const *layers, int n, const char *name) {
@@ -69,7 +79,7 @@ fl_model *fl_sequential_(fl_layer *const *layers, int n, const char *name) {
     m->device = FL_DEVICE_CPU;
     fl_node *x = NULL;
     for (int i = 0; i < n; i++) {
-        x = fl_layer_build(m->layers[i], &m->g, x, m->seed);
+        x = fl_layer_build(m->layers[i], &m->g, &x, i == 0 ? 0 : 1, m->seed);
         if (!x) {
             fl_error_prefix("fl_sequential: ");
             fl_model_free(m);
@@ -78,11 +88,241 @@ fl_model *fl_sequential_(fl_layer *const *layers, int n, const char *name) {
         if (i == 0) m->input = x;
     }
     m->output = x;
+    m->ninputs = m->noutputs = 1;
+    m->inputs[0] = m->input;
+    m->outputs[0] = m->output;
     fl_graph_finalize(&m->g);
     return m;
 fail_layers:
     for (int k = 0; k < n; k++) fl_layer_free(layers[k]);
     return NULL;
+}
+
+/* ------------------------------------------------------ functional */
+
+static _Thread_local int64_t g_sym_order;
+
+fl_sym *fl_keras_input_(int ndim, const int64_t *shape, const char *name) {
+    fl_layer *l = fl_input_(ndim, shape);
+    if (!l) return NULL;
+    if (name && *name) {
+        if (strlen(name) >= sizeof l->name) {
+            fl_layer_free(l);
+            return fl_error_null(FL_ERR_INVALID_ARG, "Input: name '%.40s...' is too long", name);
+        }
+        strcpy(l->name, name);
+        l->user_named = true;
+    }
+    fl_sym *s = fl_calloc(1, sizeof *s, "symbolic tensor");
+    if (!s) { fl_layer_free(l); return NULL; }
+    s->layer = l;
+    s->order = ++g_sym_order;
+    return s;
+}
+
+fl_sym *fl_call_n_(fl_layer *layer, fl_sym *const *inputs, int n) {
+    if (!layer) {
+        if (fl_last_status() == FL_OK) fl_error(FL_ERR_INVALID_ARG, "fl_call: layer is NULL");
+        return NULL; /* keep the constructor's message */
+    }
+    if (layer->kind == FL_L_INPUT)
+        return fl_error_null(FL_ERR_INVALID_ARG, "fl_call: an InputLayer cannot be called; use fl_keras_input");
+    if (n < 1 || n > FL_NODE_MAX_IN)
+        return fl_error_null(FL_ERR_INVALID_ARG, "fl_call: %d inputs, expected 1 to %d", n, FL_NODE_MAX_IN);
+    for (int i = 0; i < n; i++)
+        if (!inputs[i]) {
+            if (fl_last_status() == FL_OK) fl_error(FL_ERR_INVALID_ARG, "fl_call: input %d is NULL", i);
+            return NULL; /* an earlier call failed: its message stays */
+        }
+    fl_sym *s = fl_calloc(1, sizeof *s, "symbolic tensor");
+    if (!s) return NULL;
+    s->layer = layer;
+    s->nin = n;
+    for (int i = 0; i < n; i++) s->in[i] = inputs[i];
+    s->order = ++g_sym_order;
+    return s;
+}
+
+static int cmp_sym(const void *a, const void *b) {
+    const fl_sym *x = *(fl_sym *const *)a, *y = *(fl_sym *const *)b;
+    return x->order < y->order ? -1 : x->order > y->order;
+}
+static int cmp_layer(const void *a, const void *b) {
+    const fl_layer *x = *(fl_layer *const *)a, *y = *(fl_layer *const *)b;
+    return x->order < y->order ? -1 : x->order > y->order;
+}
+
+/* Every symbolic tensor the outputs depend on (marked, appended to out). */
+static fl_status collect(fl_sym *s, fl_sym ***out, int *n, int *cap) {
+    if (s->mark) return FL_OK;
+    s->mark = true;
+    if (*n == *cap) {
+        int c = *cap ? *cap * 2 : 32;
+        fl_sym **p = realloc(*out, (size_t)c * sizeof *p);
+        if (!p) return fl_error(FL_ERR_NOMEM, "out of memory collecting the model's layers");
+        *out = p;
+        *cap = c;
+    }
+    (*out)[(*n)++] = s;
+    for (int i = 0; i < s->nin; i++) FL_TRY(collect(s->in[i], out, n, cap));
+    return FL_OK;
+}
+
+/* Keras lists a functional model's layers by depth (the longest path to an
+ * output, deepest first), ties in the order a depth-first walk from the
+ * outputs finishes them. */
+static void postorder(fl_sym *s, int *next, int *finish, fl_sym **all, int n) {
+    int k = 0;
+    while (k < n && all[k] != s) k++;
+    if (k == n || finish[k] >= 0) return;
+    finish[k] = -2; /* in progress */
+    for (int i = 0; i < s->nin; i++) postorder(s->in[i], next, finish, all, n);
+    finish[k] = (*next)++;
+}
+
+typedef struct layer_key { fl_layer *l; int depth, index; } layer_key;
+static int cmp_key(const void *a, const void *b) {
+    const layer_key *x = a, *y = b;
+    if (x->depth != y->depth) return y->depth - x->depth;
+    return x->index - y->index;
+}
+
+static void order_like_keras(fl_layer **layers, int nl, fl_sym **all, int n, fl_sym *const *outputs, int nout) {
+    int *depth = calloc((size_t)n, sizeof *depth), *finish = malloc((size_t)n * sizeof *finish);
+    layer_key *keys = calloc((size_t)nl, sizeof *keys);
+    if (!depth || !finish || !keys) { free(depth); free(finish); free(keys); return; } /* creation order stays */
+    /* all[] is in creation order, a topological order: walk it backwards */
+    for (int k = n - 1; k >= 0; k--)
+        for (int i = 0; i < all[k]->nin; i++)
+            for (int j = 0; j < k; j++)
+                if (all[j] == all[k]->in[i] && depth[j] < depth[k] + 1) depth[j] = depth[k] + 1;
+    for (int k = 0; k < n; k++) finish[k] = -1;
+    int next = 0;
+    for (int o = 0; o < nout; o++) postorder(outputs[o], &next, finish, all, n);
+    for (int i = 0; i < nl; i++) {
+        keys[i].l = layers[i];
+        keys[i].depth = -1;
+        keys[i].index = 1 << 30;
+        for (int k = 0; k < n; k++)
+            if (all[k]->layer == layers[i]) {
+                if (depth[k] > keys[i].depth) keys[i].depth = depth[k];
+                if (finish[k] < keys[i].index) keys[i].index = finish[k];
+            }
+    }
+    qsort(keys, (size_t)nl, sizeof *keys, cmp_key);
+    for (int i = 0; i < nl; i++) layers[i] = keys[i].l;
+    free(depth); free(finish); free(keys);
+}
+
+fl_model *fl_model_new(fl_sym *const *inputs, int nin, fl_sym *const *outputs, int nout, const char *name) {
+    if (nin < 1 || nout < 1 || nin > FL_MODEL_MAX_IO || nout > FL_MODEL_MAX_IO)
+        return fl_error_null(FL_ERR_INVALID_ARG, "fl_model_new: %d inputs and %d outputs, expected 1 to %d of each",
+                             nin, nout, FL_MODEL_MAX_IO);
+    for (int i = 0; i < nin; i++)
+        if (!inputs[i]) {
+            if (fl_last_status() == FL_OK) fl_error(FL_ERR_INVALID_ARG, "fl_model_new: input %d is NULL", i);
+            fl_error_prefix("fl_model_new: input %d could not be made: ", i);
+            return NULL;
+        }
+    for (int i = 0; i < nout; i++)
+        if (!outputs[i]) {
+            if (fl_last_status() == FL_OK) fl_error(FL_ERR_INVALID_ARG, "fl_model_new: output %d is NULL", i);
+            fl_error_prefix("fl_model_new: output %d could not be made: ", i);
+            return NULL;
+        }
+    for (int i = 0; i < nin; i++)
+        if (inputs[i]->layer->kind != FL_L_INPUT || inputs[i]->nin != 0)
+            return fl_error_null(FL_ERR_INVALID_ARG, "fl_model_new: input %d is not an fl_keras_input", i);
+    fl_sym **all = NULL;
+    int n = 0, cap = 0;
+    for (int i = 0; i < nout; i++)
+        if (collect(outputs[i], &all, &n, &cap) != FL_OK) goto fail_unmark;
+    for (int i = 0; i < nin; i++)
+        if (!inputs[i]->mark) {
+            fl_error(FL_ERR_INVALID_ARG, "fl_model_new: input %d ('%s') is not used by any output", i,
+                     inputs[i]->layer->name[0] ? inputs[i]->layer->name : "unnamed");
+            goto fail_unmark;
+        }
+    for (int k = 0; k < n; k++) {
+        if (all[k]->layer->kind != FL_L_INPUT) continue;
+        bool given = false;
+        for (int i = 0; i < nin; i++) given |= inputs[i] == all[k];
+        if (!given) {
+            fl_error(FL_ERR_INVALID_ARG, "fl_model_new: the outputs depend on an input that is not in the model's inputs");
+            goto fail_unmark;
+        }
+    }
+    qsort(all, (size_t)n, sizeof *all, cmp_sym);
+    /* the layers, once each, in creation order */
+    fl_layer **layers = fl_calloc((size_t)n, sizeof *layers, "model layers");
+    int nl = 0;
+    if (!layers) goto fail_unmark;
+    for (int k = 0; k < n; k++) {
+        bool seen = false;
+        for (int j = 0; j < nl; j++) seen |= layers[j] == all[k]->layer;
+        if (!seen) layers[nl++] = all[k]->layer;
+    }
+    order_like_keras(layers, nl, all, n, outputs, nout);
+    fl_model *m = fl_calloc(1, sizeof *m, "model");
+    if (!m) { free(layers); goto fail_unmark; }
+    m->layers = layers;
+    m->nlayers = nl;
+    m->syms = all;
+    m->nsyms = n;
+    m->functional = true;
+    snprintf(m->name, sizeof m->name, "%s", name ? name : "functional");
+    for (int i = 0; i < nl; i++) { layers[i]->index = i; layers[i]->ncalls = 0; }
+    default_names(m);
+    for (int i = 0; i < nl; i++)
+        for (int k = 0; k < i; k++)
+            if (strcmp(layers[i]->name, layers[k]->name) == 0) {
+                fl_error(FL_ERR_INVALID_ARG, "fl_model_new: two layers are named '%s'", layers[i]->name);
+                fl_model_free(m);
+                return NULL;
+            }
+    fl_graph_init(&m->g, fl_backend_cpu());
+    m->device = FL_DEVICE_CPU;
+    for (int k = 0; k < n; k++) {
+        fl_sym *s = all[k];
+        s->mark = false;
+        fl_node *xs[FL_NODE_MAX_IN];
+        for (int i = 0; i < s->nin; i++) xs[i] = s->in[i]->node;
+        s->call = s->layer->ncalls;
+        s->node = fl_layer_build(s->layer, &m->g, xs, s->nin, m->seed);
+        if (!s->node) {
+            fl_error_prefix("fl_model_new: ");
+            fl_model_free(m);
+            return NULL;
+        }
+    }
+    m->ninputs = nin;
+    m->noutputs = nout;
+    for (int i = 0; i < nin; i++) m->inputs[i] = inputs[i]->node;
+    for (int i = 0; i < nout; i++) m->outputs[i] = outputs[i]->node;
+    m->input = m->inputs[0];
+    m->output = m->outputs[0];
+    fl_graph_finalize(&m->g);
+    return m;
+fail_unmark:
+    for (int k = 0; k < n; k++) all[k]->mark = false;
+    free(all);
+    return NULL;
+}
+
+int fl_model_num_inputs(const fl_model *m) { return m ? m->ninputs : 0; }
+int fl_model_num_outputs(const fl_model *m) { return m ? m->noutputs : 0; }
+
+static int node_shape(const fl_node *n, int64_t *shape) {
+    for (int i = 1; i < n->ndim; i++) shape[i - 1] = n->shape[i];
+    return n->ndim - 1;
+}
+int fl_model_input_shape(const fl_model *m, int i, int64_t *shape) {
+    if (!m || i < 0 || i >= m->ninputs) return -1;
+    return node_shape(m->inputs[i], shape);
+}
+int fl_model_output_shape(const fl_model *m, int i, int64_t *shape) {
+    if (!m || i < 0 || i >= m->noutputs) return -1;
+    return node_shape(m->outputs[i], shape);
 }
 
 void fl_model_free(fl_model *m) {
@@ -92,6 +332,8 @@ void fl_model_free(fl_model *m) {
     fl_optimizer_free(m->opt);
     for (int i = 0; i < m->nlayers; i++) fl_layer_free(m->layers[i]);
     free(m->layers);
+    for (int i = 0; i < m->nsyms; i++) free(m->syms[i]);
+    free(m->syms);
     fl_graph_free(&m->g);
     free(m);
 }
@@ -138,67 +380,135 @@ static const char *mem_size(double bytes, char *buf, size_t n) {
     return buf;
 }
 
-/* Pads UTF-8 text to `width` columns (one column per code point). */
-static void put_cell(FILE *f, const char *s, int width, bool right) {
-    int cols = 0;
-    for (const char *p = s; *p; p++) if (((unsigned char)*p & 0xC0) != 0x80) cols++;
-    if (right) for (int i = cols; i < width; i++) fputc(' ', f);
-    fputs(s, f);
-    if (!right) for (int i = cols; i < width; i++) fputc(' ', f);
+/* ---- the summary table, drawn as Keras 3 (rich) draws it for an 80-column
+ * console, which is what it prints to a file or a pipe ---- */
+
+static int utf8_cols(const char *s, size_t len) {
+    int c = 0;
+    for (size_t i = 0; i < len; i++) if (((unsigned char)s[i] & 0xC0) != 0x80) c++;
+    return c;
 }
 
-static void rule(FILE *f, const char *l, const char *mid, const char *r, const char *h) {
-    static const int w[3] = {33, 24, 15};
-    fputs(l, f);
-    for (int c = 0; c < 3; c++) {
-        for (int i = 0; i < w[c]; i++) fputs(h, f);
-        fputs(c < 2 ? mid : r, f);
+#define CELL_LINES 8
+typedef struct cell { char line[CELL_LINES][160]; int n; } cell;
+
+/* Greedy word wrap at spaces; a word longer than the width is cut with "…". */
+static void wrap(const char *text, int width, cell *c) {
+    c->n = 0;
+    char buf[512];
+    snprintf(buf, sizeof buf, "%s", text);
+    char *save = NULL;
+    char cur[160] = "";
+    for (char *w = strtok_r(buf, " ", &save); w; w = strtok_r(NULL, " ", &save)) {
+        char word[160];
+        if ((int)strlen(w) > width) snprintf(word, sizeof word, "%.*s…", width - 1, w);
+        else snprintf(word, sizeof word, "%s", w);
+        int cl = utf8_cols(cur, strlen(cur)), wl = utf8_cols(word, strlen(word));
+        if (cur[0] && cl + 1 + wl <= width) {
+            size_t l = strlen(cur), wlen = strlen(word);
+            if (l + 1 + wlen < sizeof cur) {
+                cur[l] = ' ';
+                memcpy(cur + l + 1, word, wlen + 1);
+            }
+        } else {
+            if (cur[0] && c->n < CELL_LINES) snprintf(c->line[c->n++], sizeof c->line[0], "%s", cur);
+            snprintf(cur, sizeof cur, "%s", word);
+        }
     }
-    fputc('\n', f);
+    if (c->n < CELL_LINES) snprintf(c->line[c->n++], sizeof c->line[0], "%s", cur);
 }
 
-static void row(FILE *f, const char *bar, const char *a, const char *b, const char *c) {
-    fputs(bar, f); fputc(' ', f); put_cell(f, a, 31, false); fputc(' ', f);
-    fputs(bar, f); fputc(' ', f); put_cell(f, b, 22, false); fputc(' ', f);
-    fputs(bar, f); fputc(' ', f); put_cell(f, c, 13, true); fputc(' ', f);
-    fputs(bar, f); fputc('\n', f);
+typedef struct table { int ncol; const int *w; const bool *right; FILE *f; } table;
+
+static void rule(const table *t, const char *l, const char *mid, const char *r, const char *h) {
+    fputs(l, t->f);
+    for (int c = 0; c < t->ncol; c++) {
+        for (int i = 0; i < t->w[c]; i++) fputs(h, t->f);
+        fputs(c < t->ncol - 1 ? mid : r, t->f);
+    }
+    fputc('\n', t->f);
+}
+
+static void row(const table *t, const char *bar, const char *const *texts) {
+    cell cells[4];
+    int lines = 1;
+    for (int c = 0; c < t->ncol; c++) {
+        wrap(texts[c], t->w[c] - 2, &cells[c]);
+        if (cells[c].n > lines) lines = cells[c].n;
+    }
+    for (int ln = 0; ln < lines; ln++) {
+        fputs(bar, t->f);
+        for (int c = 0; c < t->ncol; c++) {
+            const char *s = ln < cells[c].n ? cells[c].line[ln] : "";
+            int pad = t->w[c] - 2 - utf8_cols(s, strlen(s));
+            fputc(' ', t->f);
+            if (t->right[c]) for (int i = 0; i < pad; i++) fputc(' ', t->f);
+            fputs(s, t->f);
+            if (!t->right[c]) for (int i = 0; i < pad; i++) fputc(' ', t->f);
+            fputc(' ', t->f);
+            fputs(bar, t->f);
+        }
+        fputc('\n', t->f);
+    }
+}
+
+/* Keras treats a functional model as "sequential-like" (no Connected-to
+ * column) when it is a plain chain: one input, no merges, no shared layers. */
+static bool sequential_like(const fl_model *m) {
+    if (!m->functional) return true;
+    if (m->ninputs != 1 || m->noutputs != 1) return false;
+    for (int i = 0; i < m->nsyms; i++) {
+        if (m->syms[i]->nin > 1 || m->syms[i]->call > 0) return false;
+        int uses = 0;
+        for (int k = 0; k < m->nsyms; k++)
+            for (int j = 0; j < m->syms[k]->nin; j++) uses += m->syms[k]->in[j] == m->syms[i];
+        if (uses > 1) return false;
+    }
+    return true;
 }
 
 fl_status fl_model_summary(const fl_model *m, void *out) {
     if (!m) return fl_error(FL_ERR_INVALID_ARG, "fl_model_summary: model is NULL");
     FILE *f = out ? (FILE *)out : stdout;
+    static const int w3[3] = {33, 24, 15}, w4[4] = {21, 19, 12, 19};
+    static const bool r3[3] = {false, false, true}, r4[4] = {false, false, true, false};
+    bool seq = sequential_like(m);
+    table t = {seq ? 3 : 4, seq ? w3 : w4, seq ? r3 : r4, f};
     fprintf(f, "Model: \"%s\"\n", m->name);
-    rule(f, "┏", "┳", "┓", "━");
-    row(f, "┃", "Layer (type)", "Output Shape", "Param #");
-    rule(f, "┡", "╇", "┩", "━");
+    rule(&t, "┏", "┳", "┓", "━");
+    static const char *head[4] = {"Layer (type)", "Output Shape", "Param #", "Connected to"};
+    row(&t, "┃", head);
+    rule(&t, "┡", "╇", "┩", "━");
     bool first = true;
-    for (int i = 1; i < m->nlayers; i++) { /* Keras does not list the InputLayer */
+    for (int i = m->functional ? 0 : 1; i < m->nlayers; i++) { /* Sequential does not list its InputLayer */
         const fl_layer *l = m->layers[i];
-        if (!first) rule(f, "├", "┼", "┤", "─");
+        if (!first) rule(&t, "├", "┼", "┤", "─");
         first = false;
-        char shape[128], params[32], cell[160];
+        char shape[128], params[32], name[160], conn[512] = "";
         fl_node *o = l->out;
-        int64_t s[FL_MAX_DIMS];
-        memcpy(s, o->shape, sizeof s);
-        s[0] = -1;
-        fl_shape_str(o->ndim, s, shape, sizeof shape);
+        int64_t sh[FL_MAX_DIMS];
+        memcpy(sh, o->shape, sizeof sh);
+        sh[0] = -1;
+        fl_shape_str(o->ndim, sh, shape, sizeof shape);
         int64_t np = 0;
         for (int k = 0; k < l->nw; k++) np += fl_node_size(l->w[k]);
         thousands(np, params, sizeof params);
-        snprintf(cell, sizeof cell, "%s (%s)", l->name, fl_layer_kind_class(l->kind));
-        if (strlen(cell) <= 31) {
-            row(f, "│", cell, shape, params);
-        } else {
-            char name[128];
-            if (strlen(l->name) > 31) snprintf(name, sizeof name, "%.30s…", l->name);
-            else snprintf(name, sizeof name, "%s", l->name);
-            char cls[64];
-            snprintf(cls, sizeof cls, "(%s)", fl_layer_kind_class(l->kind));
-            row(f, "│", name, shape, params);
-            row(f, "│", cls, "", "");
+        snprintf(name, sizeof name, "%s (%s)", l->name, fl_layer_kind_class(l->kind));
+        if (!seq) {
+            size_t o2 = 0;
+            for (int k = 0; k < m->nsyms; k++) {
+                const fl_sym *sy = m->syms[k];
+                if (sy->layer != l) continue;
+                for (int j = 0; j < sy->nin && o2 + 64 < sizeof conn; j++)
+                    o2 += (size_t)snprintf(conn + o2, sizeof conn - o2, "%s%s[%d][0]", o2 ? ", " : "",
+                                           sy->in[j]->layer->name, sy->in[j]->call);
+            }
+            if (!conn[0]) snprintf(conn, sizeof conn, "-");
         }
+        const char *cells[4] = {name, shape, params, conn};
+        row(&t, "│", cells);
     }
-    rule(f, "└", "┴", "┘", "─");
+    rule(&t, "└", "┴", "┘", "─");
     char a[32], b[32];
     int64_t total = count(m, 0), tr = count(m, 1), nt = count(m, 2);
     fprintf(f, " Total params: %s (%s)\n", thousands(total, a, sizeof a), mem_size((double)total * 4, b, sizeof b));

@@ -10,7 +10,7 @@
 
 typedef enum fl_layer_kind {
     FL_L_INPUT, FL_L_DENSE, FL_L_CONV2D, FL_L_MAXPOOL, FL_L_AVGPOOL, FL_L_GAP, FL_L_FLATTEN, FL_L_RESHAPE,
-    FL_L_DROPOUT, FL_L_BATCHNORM, FL_L_ACTIVATION, FL_L_COUNT
+    FL_L_DROPOUT, FL_L_BATCHNORM, FL_L_ACTIVATION, FL_L_ADD, FL_L_MULTIPLY, FL_L_CONCATENATE, FL_L_COUNT
 } fl_layer_kind;
 
 #define FL_LAYER_MAX_WEIGHTS 4
@@ -26,19 +26,36 @@ struct fl_layer {
         fl_dropout_args dropout;
         fl_batch_norm_args bn;
         fl_activation_args act;
+        fl_concat_args concat;
         struct { int ndim; int64_t shape[FL_MAX_DIMS]; } shape; /* Input, Reshape */
     } a;
     int nw;
     fl_node *w[FL_LAYER_MAX_WEIGHTS];
     const char *wname[FL_LAYER_MAX_WEIGHTS];
     fl_tensor *wview[FL_LAYER_MAX_WEIGHTS];
-    fl_node *out;     /* the layer's output node once built */
+    fl_node *out;     /* the layer's output node once built (its last call) */
     fl_graph *g;      /* the graph it was built in */
     int index;        /* position in the model */
+    int64_t order;    /* creation order (default names follow it) */
+    int ncalls;       /* times built: a shared layer is called more than once */
 };
 
-/* Builds the layer's nodes on top of x; creates and initialises weights. */
-fl_node *fl_layer_build(fl_layer *l, fl_graph *g, fl_node *x, uint64_t seed);
+/* A symbolic tensor of a functional model: the output of one layer call. */
+struct fl_sym {
+    fl_layer *layer;  /* the layer called (InputLayer for model inputs) */
+    int nin;
+    fl_sym *in[FL_NODE_MAX_IN];
+    int call;         /* which call of the layer made it (Keras node index) */
+    int64_t order;    /* creation order: a topological order */
+    fl_node *node;    /* once built */
+    bool mark;
+};
+
+#define FL_MODEL_MAX_IO 16
+
+/* Builds one call of the layer on inputs xs[nx]: creates and initialises
+ * its weights on the first call, reuses them on later ones (shared layers). */
+fl_node *fl_layer_build(fl_layer *l, fl_graph *g, fl_node *const *xs, int nx, uint64_t seed);
 /* (Re)initialises a built layer's weights from seed (Keras initializers). */
 void fl_layer_init_weights(fl_layer *l, const fl_backend *be, uint64_t seed);
 const char *fl_layer_kind_class(fl_layer_kind k);
@@ -66,7 +83,12 @@ struct fl_model {
     int nlayers;
     fl_layer **layers;
     fl_graph g;
-    fl_node *input, *output;
+    fl_node *input, *output;            /* inputs[0], outputs[0] */
+    int ninputs, noutputs;
+    fl_node *inputs[FL_MODEL_MAX_IO], *outputs[FL_MODEL_MAX_IO];
+    bool functional;
+    int nsyms;
+    fl_sym **syms;                      /* functional: every call, in topological order */
     uint64_t seed;
     bool compiled;
     fl_optimizer *opt;

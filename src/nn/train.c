@@ -119,13 +119,22 @@ static int loss_input(const fl_model *m) {
 
 /* ---------------------------------------------------------- data checks */
 
+static fl_status check_x_for(const fl_model *m, const fl_node *in, const fl_tensor *x, const char *what);
+
 static fl_status check_x(const fl_model *m, const fl_tensor *x, const char *what) {
+    if (m->ninputs != 1 || m->noutputs != 1)
+        return fl_error(FL_ERR_UNSUPPORTED,
+                        "%s: model '%s' has %d inputs and %d outputs; fit, evaluate and predict take models with one "
+                        "of each (use fl_predict_multi for predictions)", what, m->name, m->ninputs, m->noutputs);
+    return check_x_for(m, m->input, x, what);
+}
+
+static fl_status check_x_for(const fl_model *m, const fl_node *in, const fl_tensor *x, const char *what) {
     char a[128], b[128];
     if (!x) return fl_error(FL_ERR_INVALID_ARG, "%s: x is NULL", what);
     if (x->dtype != FL_FLOAT32)
         return fl_error(FL_ERR_INVALID_ARG, "%s: x is %s, expected float32 (convert with fl_to_float(x, 1/255.f))", what,
                         fl_dtype_name(x->dtype));
-    const fl_node *in = m->input;
     bool ok = x->ndim == in->ndim && x->shape[0] > 0;
     for (int i = 1; ok && i < in->ndim; i++) ok = x->shape[i] == in->shape[i];
     if (!ok) {
@@ -221,7 +230,10 @@ static fl_status reserve(fl_model *m, int64_t batch) {
         if (!be->host_memory) {
             /* device backends: batch indices, and host staging for data that stays on the host */
             m->idx_dev = be->alloc((size_t)m->g.batch_cap * sizeof(int64_t));
-            m->stage_x = fl_malloc((size_t)(m->g.batch_cap * fl_node_sample_size(m->input)) * sizeof(float), "batch staging");
+            int64_t xmax = 0;
+            for (int i = 0; i < m->ninputs; i++)
+                if (fl_node_sample_size(m->inputs[i]) > xmax) xmax = fl_node_sample_size(m->inputs[i]);
+            m->stage_x = fl_malloc((size_t)(m->g.batch_cap * xmax) * sizeof(float), "batch staging");
             m->stage_y = fl_malloc((size_t)tcap * sizeof(float), "batch staging");
             if (!m->idx_dev || !m->stage_x || !m->stage_y) return fl_last_status();
         }
@@ -234,17 +246,20 @@ static fl_status reserve(fl_model *m, int64_t batch) {
  * the host, and a copy on the device when the backend's memory is not the
  * host's and the copy fits, so that a batch is gathered on the device. */
 typedef struct data_src {
+    fl_node *in;             /* the input node the rows go to */
     int64_t n, xrow, yrow;   /* samples; floats per sample of x and of y (0: no targets) */
     const float *hx, *hy;
     float *dx, *dy;          /* device copies (NULL: host memory, or not resident) */
     bool resident;
 } data_src;
 
-static fl_status data_open(fl_model *m, const float *hx, const float *hy, int64_t n, int64_t yrow, data_src *d) {
+static fl_status data_open(fl_model *m, fl_node *in, const float *hx, const float *hy, int64_t n, int64_t yrow,
+                           data_src *d) {
     const fl_backend *be = m->g.be;
     memset(d, 0, sizeof *d);
+    d->in = in;
     d->n = n;
-    d->xrow = fl_node_sample_size(m->input);
+    d->xrow = fl_node_sample_size(in);
     d->yrow = hy ? yrow : 0;
     d->hx = hx;
     d->hy = hy;
@@ -283,7 +298,7 @@ static void load_batch(fl_model *m, const data_src *d, const int64_t *idx, int64
             be->upload(m->idx_dev, idx, (size_t)b * sizeof(int64_t));
             di = m->idx_dev;
         }
-        be->gather_rows(d->dx ? d->dx : d->hx, di, b, d->xrow, m->input->val);
+        be->gather_rows(d->dx ? d->dx : d->hx, di, b, d->xrow, d->in->val);
         if (d->yrow) be->gather_rows(d->dy ? d->dy : d->hy, di, b, d->yrow, m->target);
         return;
     }
@@ -291,7 +306,7 @@ static void load_batch(fl_model *m, const data_src *d, const int64_t *idx, int64
         memcpy(m->stage_x + i * d->xrow, d->hx + idx[i] * d->xrow, (size_t)d->xrow * sizeof(float));
         if (d->yrow) memcpy(m->stage_y + i * d->yrow, d->hy + idx[i] * d->yrow, (size_t)d->yrow * sizeof(float));
     }
-    be->upload(m->input->val, m->stage_x, (size_t)(b * d->xrow) * sizeof(float));
+    be->upload(d->in->val, m->stage_x, (size_t)(b * d->xrow) * sizeof(float));
     if (d->yrow) be->upload(m->target, m->stage_y, (size_t)(b * d->yrow) * sizeof(float));
 }
 
@@ -535,7 +550,7 @@ fl_status fl_evaluate_(fl_model *m, const fl_tensor *x, const fl_tensor *y, floa
     if (!yh) return fl_last_status();
     int64_t *idx = iota(n, 0);
     data_src d = {0};
-    fl_status s = idx ? data_open(m, x->data, yh, n, yrow, &d) : fl_last_status();
+    fl_status s = idx ? data_open(m, m->input, x->data, yh, n, yrow, &d) : fl_last_status();
     if (s == FL_OK) {
         FILE *f = a.out ? a.out : stdout;
         progbar pb = {f, resolve_verbose(a.verbose, f), (n + bs - 1) / bs, now(), 0, 0};
@@ -562,7 +577,7 @@ fl_tensor *fl_predict_(fl_model *m, const fl_tensor *x, fl_eval_args a) {
     fl_tensor *out = fl_tensor_new(FL_FLOAT32, m->output->ndim, shape);
     int64_t *idx = out ? iota(n, 0) : NULL;
     data_src d = {0};
-    if (!idx || reserve(m, bs < n ? bs : n) != FL_OK || data_open(m, x->data, NULL, n, 0, &d) != FL_OK) {
+    if (!idx || reserve(m, bs < n ? bs : n) != FL_OK || data_open(m, m->input, x->data, NULL, n, 0, &d) != FL_OK) {
         free(idx);
         fl_tensor_free(out);
         return NULL;
@@ -580,6 +595,53 @@ fl_tensor *fl_predict_(fl_model *m, const fl_tensor *x, fl_eval_args a) {
         return NULL;
     }
     return out;
+}
+
+fl_status fl_predict_multi_(fl_model *m, const fl_tensor *const *xs, int nx, fl_tensor **outs, int nout,
+                            fl_eval_args a) {
+    if (!m || !xs || !outs) return fl_error(FL_ERR_INVALID_ARG, "fl_predict_multi: NULL argument");
+    for (int i = 0; i < nout; i++) outs[i] = NULL;
+    if (nx != m->ninputs || nout != m->noutputs)
+        return fl_error(FL_ERR_INVALID_ARG, "fl_predict_multi: model '%s' has %d inputs and %d outputs, given %d and %d",
+                        m->name, m->ninputs, m->noutputs, nx, nout);
+    if (a.batch_size < 0) return fl_error(FL_ERR_INVALID_ARG, "fl_predict_multi: batch_size %d, expected > 0", a.batch_size);
+    char what[64];
+    for (int i = 0; i < nx; i++) {
+        snprintf(what, sizeof what, "fl_predict_multi (input %d)", i);
+        FL_TRY(check_x_for(m, m->inputs[i], xs[i], what));
+        if (xs[i]->shape[0] != xs[0]->shape[0])
+            return fl_error(FL_ERR_SHAPE, "fl_predict_multi: input %d has %lld samples, input 0 has %lld", i,
+                            (long long)xs[i]->shape[0], (long long)xs[0]->shape[0]);
+    }
+    int64_t bs = a.batch_size > 0 ? a.batch_size : 32, n = xs[0]->shape[0];
+    fl_status st = FL_OK;
+    for (int o = 0; o < nout && st == FL_OK; o++) {
+        int64_t shape[FL_MAX_DIMS];
+        memcpy(shape, m->outputs[o]->shape, sizeof shape);
+        shape[0] = n;
+        if (!(outs[o] = fl_tensor_new(FL_FLOAT32, m->outputs[o]->ndim, shape))) st = fl_last_status();
+    }
+    int64_t *idx = st == FL_OK ? iota(n, 0) : NULL;
+    data_src d[FL_MODEL_MAX_IO];
+    memset(d, 0, sizeof d);
+    if (st == FL_OK && !idx) st = fl_last_status();
+    if (st == FL_OK) st = reserve(m, bs < n ? bs : n);
+    for (int i = 0; i < nx && st == FL_OK; i++) st = data_open(m, m->inputs[i], xs[i]->data, NULL, n, 0, &d[i]);
+    for (int64_t s = 0; st == FL_OK && s * bs < n; s++) {
+        int64_t b = n - s * bs < bs ? n - s * bs : bs;
+        for (int i = 0; i < nx; i++) load_batch(m, &d[i], idx + s * bs, b);
+        fl_graph_forward(&m->g, false);
+        for (int o = 0; o < nout; o++) {
+            int64_t orow = fl_node_sample_size(m->outputs[o]);
+            m->g.be->download((float *)outs[o]->data + s * bs * orow, m->outputs[o]->val, (size_t)(b * orow) * sizeof(float));
+        }
+    }
+    for (int i = 0; i < nx; i++) data_close(m, &d[i]);
+    free(idx);
+    if (st == FL_OK) st = device_status(m, "predicting");
+    if (st != FL_OK)
+        for (int o = 0; o < nout; o++) { fl_tensor_free(outs[o]); outs[o] = NULL; }
+    return st;
 }
 
 /* ----------------------------------------------------------------- fit */
@@ -628,11 +690,11 @@ fl_history *fl_fit_(fl_model *m, const fl_tensor *x, const fl_tensor *y, fl_fit_
     int64_t *vidx = NULL, nv = 0;
     fl_history *h = fl_calloc(1, sizeof *h, "History");
     if (!perm || !h || reserve(m, bs < n_train ? bs : n_train) != FL_OK ||
-        data_open(m, x->data, yh, n, y_row, &tr) != FL_OK)
+        data_open(m, m->input, x->data, yh, n, y_row, &tr) != FL_OK)
         goto fail;
     if (a.validation_x) {
         nv = a.validation_x->shape[0];
-        if (!(vidx = iota(nv, 0)) || data_open(m, a.validation_x->data, vyh, nv, vrow, &vd) != FL_OK) goto fail;
+        if (!(vidx = iota(nv, 0)) || data_open(m, m->input, a.validation_x->data, vyh, nv, vrow, &vd) != FL_OK) goto fail;
     } else if (n_val > 0) {
         nv = n_val;
         if (!(vidx = iota(nv, n_train))) goto fail;
