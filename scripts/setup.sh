@@ -5,7 +5,7 @@
 set -euo pipefail
 
 pkgs=(build-essential cmake ninja-build pkg-config
-      libopenblas-openmp-dev zlib1g-dev
+      libopenblas-openmp-dev zlib1g-dev libzip-dev libhdf5-dev libjson-c-dev
       dataset-fashion-mnist)
 if [ "${1:-}" = "--bench" ]; then
   pkgs+=(python3-torch libopenblas0-openmp python3-numpy)

@@ -30,7 +30,7 @@ check() {
   grep -qE "^test accuracy: " <<<"$out" && ok || bad "$name: auto did not train on the CPU"
 }
 
-check no-driver "no NVIDIA driver is loaded .* no NVIDIA GPU here, or its driver is not installed" FLYNN_NVIDIA_PROC="$tmp/none"
+check no-driver "no NVIDIA driver is loaded .*: if this machine has an NVIDIA GPU, install its driver, version 580 or newer" FLYNN_NVIDIA_PROC="$tmp/none"
 check disabled "FLYNN_DISABLE_GPU is set" FLYNN_DISABLE_GPU=1
 check no-libcuda "libcuda.so.1 cannot be loaded|$tmp/none.so cannot be loaded" FLYNN_NVIDIA_PROC="$tmp/version" FLYNN_LIBCUDA="$tmp/none.so"
 check old-driver "supports CUDA 12.4, flynn's GPU backend is built with CUDA 13.0: update the NVIDIA driver" "${FAKE_DRIVER[@]}" STUB_CUDA_VERSION=12040

@@ -5,6 +5,8 @@
  */
 #include <flynn/flynn.h>
 
+#include "devtools.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,6 +31,9 @@ static void usage_main(FILE *f) {
             "  train      train a built-in model on a data set and report test accuracy\n"
             "  evaluate   evaluate saved weights of a built-in model on the test set\n"
             "  summary    print a built-in model's Keras summary table\n"
+            "  devices    list the CUDA devices (as deviceQuery)\n"
+            "  bandwidth  measure host/device copy bandwidth (as bandwidthTest)\n"
+            "  doctor     check step by step whether flynn can use the GPU, and what to fix\n"
             "  version    print the version\n\n"
             "`flynn <command> --help` describes each command's options.\n",
             fl_version());
@@ -348,6 +353,9 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "train") == 0) return cmd_train(argc - 2, argv + 2);
     if (strcmp(cmd, "evaluate") == 0) return cmd_evaluate(argc - 2, argv + 2);
     if (strcmp(cmd, "summary") == 0) return cmd_summary(argc - 2, argv + 2);
+    if (strcmp(cmd, "devices") == 0) return flynn_cmd_devices(argc - 2, argv + 2);
+    if (strcmp(cmd, "bandwidth") == 0) return flynn_cmd_bandwidth(argc - 2, argv + 2);
+    if (strcmp(cmd, "doctor") == 0) return flynn_cmd_doctor(argc - 2, argv + 2);
     fprintf(stderr, "flynn: unknown command '%s'\n\n", cmd);
     usage_main(stderr);
     return 2;

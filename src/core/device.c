@@ -196,8 +196,8 @@ static void run_checks(fl_gpu_state *s) {
     bool dev = !(proc && *proc) && (access("/dev/nvidiactl", F_OK) == 0 || access("/dev/nvidia0", F_OK) == 0);
     if (!f && !dev) {
         fail(s, "driver",
-             "no NVIDIA GPU here, or its driver is not installed (Debian: apt install nvidia-driver; "
-             "the driver must support CUDA 13, i.e. version 580 or newer)",
+             "if this machine has an NVIDIA GPU, install its driver, version 580 or newer (Debian: apt install "
+             "nvidia-driver; check with nvidia-smi); without one, flynn trains on the CPU and there is nothing to fix",
              "no NVIDIA driver is loaded (%s and /dev/nvidia* are missing)", pfile);
         return;
     }
@@ -229,8 +229,13 @@ static void run_checks(fl_gpu_state *s) {
              (drv % 1000) / 10, FL_CUDA_BUILD_MAJOR);
         return;
     }
-    add_check(s, "libcuda", FL_GPU_PASS, NULL, "libcuda.so.1 loaded: the driver supports CUDA %d.%d", drv / 1000,
-              (drv % 1000) / 10);
+    {
+        Dl_info info;
+        const char *file = dladdr((void *)get_ver, &info) && info.dli_fname ? info.dli_fname : lcname;
+        add_check(s, "libcuda", FL_GPU_PASS, NULL, "%s", file);
+    }
+    add_check(s, "driver_version", FL_GPU_PASS, NULL, "the driver supports CUDA %d.%d (flynn needs %d.0 or newer)",
+              drv / 1000, (drv % 1000) / 10, FL_CUDA_BUILD_MAJOR);
 
     /* 4: cuBLAS and cuDNN */
     char dirs[48][512];
@@ -304,17 +309,34 @@ static void run_checks(fl_gpu_state *s) {
         return;
     }
     add_check(s, "plugin", FL_GPU_PASS, NULL, "%s", path);
+    fl_cuda_tools_fn tools = (fl_cuda_tools_fn)dlsym(plugin, FL_CUDA_TOOLS_ENTRY);
 
-    /* 6: the device */
+    /* 6: the device, as the plugin sees it */
     fl_cuda_host host = {FL_CUDA_PLUGIN_ABI, host_error};
     const fl_backend *be = open_fn(&host, &s->rep);
+    const fl_cuda_report *r = &s->rep;
+    add_check(s, "cudart", FL_GPU_PASS, NULL, "CUDA runtime %d.%d, linked into the plugin", r->runtime_version / 1000,
+              (r->runtime_version % 1000) / 10);
+    /* the checks before the one that failed passed */
+    static const char *order[] = {"device", "compute_capability", "cudnn_version"};
+    const char *failed = be ? "" : (r->failed_check[0] ? r->failed_check : "device");
+    for (int i = 0; i < 3; i++) {
+        if (strcmp(order[i], failed) == 0 || (!be && strcmp(failed, "driver_version") == 0)) break;
+        if (i == 0) add_check(s, "device", FL_GPU_PASS, NULL, "%s (%d multiprocessors, %.1f GiB, %.1f GiB free)",
+                              r->device_name, r->multiprocessors, (double)r->total_mem / 1073741824.0,
+                              (double)r->free_mem / 1073741824.0);
+        if (i == 1) add_check(s, "compute_capability", FL_GPU_PASS, NULL, "%d.%d, covered by this build (%s)",
+                              r->cc_major, r->cc_minor, r->archs);
+        if (i == 2) add_check(s, "cudnn_version", FL_GPU_PASS, NULL, "cuDNN %zu.%zu.%zu (built with %zu.%zu.%zu)",
+                              r->cudnn_version / 10000, (r->cudnn_version % 10000) / 100, r->cudnn_version % 100,
+                              r->cudnn_built / 10000, (r->cudnn_built % 10000) / 100, r->cudnn_built % 100);
+    }
     if (!be) {
-        snprintf(s->reason, sizeof s->reason, "%s", s->rep.reason[0] ? s->rep.reason : "the CUDA plugin failed to start");
-        add_check(s, s->rep.failed_check[0] ? s->rep.failed_check : "device", FL_GPU_FAIL, NULL, "%s", s->reason);
+        snprintf(s->reason, sizeof s->reason, "%s", r->reason[0] ? r->reason : "the CUDA plugin failed to start");
+        add_check(s, failed, FL_GPU_FAIL, NULL, "%s", s->reason);
         return;
     }
-    add_check(s, "device", FL_GPU_PASS, NULL, "%s, compute capability %d.%d, %d SMs", s->rep.device_name,
-              s->rep.cc_major, s->rep.cc_minor, s->rep.multiprocessors);
+    s->tools = tools ? tools() : NULL;
     if (g_tf32_choice >= 0 && be->set_tf32) be->set_tf32(g_tf32_choice);
     s->backend = be;
 }
@@ -369,4 +391,75 @@ const char *fl_get_matmul_precision(void) {
     if (g_tf32_choice >= 0) return g_tf32_choice ? "high" : "highest";
     const char *e = getenv("FLYNN_MATMUL_PRECISION");
     return e && strcmp(e, "highest") == 0 ? "highest" : "high";
+}
+
+const char *const fl_gpu_check_order[] = {"enabled", "driver", "libcuda", "driver_version", "cublas", "cudnn", "plugin",
+                                          "cudart", "device", "compute_capability", "cudnn_version", "memory", "hello"};
+const int fl_gpu_check_count = (int)(sizeof fl_gpu_check_order / sizeof fl_gpu_check_order[0]);
+
+#define FL_MIN_FREE_MIB 512
+
+int fl_gpu_check_memory(char *detail, size_t len, char *remedy, size_t rlen) {
+    const fl_gpu_state *s = fl_gpu_state_get();
+    if (!s->backend) { snprintf(detail, len, "no GPU"); return FL_GPU_SKIP; }
+    size_t fr = 0, tot = 0;
+    s->backend->mem_info(&fr, &tot);
+    snprintf(detail, len, "%.1f GiB free of %.1f GiB", (double)fr / 1073741824.0, (double)tot / 1073741824.0);
+    if (fr < (size_t)FL_MIN_FREE_MIB << 20) {
+        snprintf(remedy, rlen, "less than %d MiB of GPU memory is free: stop the other programs using the GPU "
+                 "(nvidia-smi lists them)", FL_MIN_FREE_MIB);
+        return FL_GPU_FAIL;
+    }
+    return FL_GPU_PASS;
+}
+
+static double max_rel(const float *a, const float *b, int64_t n) {
+    double mx = 1e-6, d = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double v = b[i] < 0 ? -b[i] : b[i], e = a[i] - b[i];
+        if (v > mx) mx = v;
+        if (e < 0) e = -e;
+        if (e > d) d = e;
+    }
+    return d / mx;
+}
+
+/* A 3x3 convolution and a matrix product on the GPU, compared with the CPU. */
+int fl_gpu_check_hello(char *detail, size_t len) {
+    const fl_gpu_state *s = fl_gpu_state_get();
+    const fl_backend *G = s->backend, *C = fl_backend_cpu();
+    if (!G) { snprintf(detail, len, "no GPU"); return FL_GPU_SKIP; }
+    fl_conv_desc cd = {.n = 8, .h = 12, .w = 12, .c = 4, .oh = 10, .ow = 10, .oc = 8, .kh = 3, .kw = 3, .sh = 1, .sw = 1,
+                       .act = 0, .has_bias = 1};
+    fl_dense_desc dd = {64, 96, 48, 0, 1};
+    size_t nx = 8 * 12 * 12 * 4, nw = 3 * 3 * 4 * 8, ny = 8 * 10 * 10 * 8, na = 64 * 96, nb = 96 * 48, nc = 64 * 48;
+    size_t total = nx + nw + 8 + ny + na + nb + 48 + nc;
+    float *h = malloc(total * 2 * sizeof(float));
+    if (!h) { snprintf(detail, len, "out of host memory"); return FL_GPU_FAIL; }
+    float *x = h, *w = x + nx, *b = w + nw, *y = b + 8, *a = y + ny, *bm = a + na, *bb = bm + nb, *c = bb + 48;
+    float *gy = h + total, *gc = gy + ny;
+    for (size_t i = 0; i < ny; i++) y[i] = 0;
+    for (size_t i = 0; i < total; i++) h[i] = (float)((i * 2654435761u) % 1000) / 500.0f - 1.0f;
+    void *ws = malloc(C->conv_workspace(&cd, 0) + 64);
+    C->conv2d_fwd(&cd, x, w, b, y, ws);
+    C->dense_fwd(&dd, a, bm, bb, c);
+    free(ws);
+    float *d = G->alloc(total * sizeof(float));
+    if (!d) { free(h); snprintf(detail, len, "GPU allocation failed: %s", fl_last_error()); return FL_GPU_FAIL; }
+    G->upload(d, h, total * sizeof(float));
+    float *dx = d, *dw = dx + nx, *db = dw + nw, *dy = db + 8, *da = dy + ny, *dbm = da + na, *dbb = dbm + nb, *dc = dbb + 48;
+    G->conv2d_fwd(&cd, dx, dw, db, dy, NULL);
+    G->dense_fwd(&dd, da, dbm, dbb, dc);
+    G->download(gy, dy, ny * sizeof(float));
+    G->download(gc, dc, nc * sizeof(float));
+    int err = G->check ? G->check() : 0;
+    G->free(d);
+    double rc = max_rel(gy, y, (int64_t)ny), rm = max_rel(gc, c, (int64_t)nc);
+    free(h);
+    if (err) { snprintf(detail, len, "the GPU reported an error: %s", fl_last_error()); return FL_GPU_FAIL; }
+    double tol = strcmp(fl_get_matmul_precision(), "high") == 0 ? 2e-2 : 1e-4;
+    snprintf(detail, len, "conv2d 3x3 and a 64x96x48 matmul on the GPU match the CPU (max relative difference %.1e and "
+             "%.1e, tolerance %.0e for precision \"%s\")", rc, rm, tol, fl_get_matmul_precision());
+    if (!(rc <= tol && rm <= tol)) return FL_GPU_FAIL;
+    return FL_GPU_PASS;
 }

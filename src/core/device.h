@@ -28,7 +28,17 @@ typedef struct fl_gpu_state {
     char cublas_file[1024], cudnn_file[1024], plugin_file[1024];
     fl_cuda_report rep;
     const fl_backend *backend;   /* NULL when the GPU is not usable */
+    const fl_cuda_tools *tools;  /* device query and bandwidth (with the backend) */
 } fl_gpu_state;
+
+/* The checks `flynn doctor` reports, in order (those the loader did not
+ * reach are SKIP). */
+extern const char *const fl_gpu_check_order[];
+extern const int fl_gpu_check_count;
+/* The doctor's last checks, run on a usable GPU: free memory, and a small
+ * convolution and matrix product on the GPU compared with the CPU. */
+int fl_gpu_check_memory(char *detail, size_t len, char *remedy, size_t rlen);
+int fl_gpu_check_hello(char *detail, size_t len);
 
 /* Runs the checks once per process and returns their result. */
 const fl_gpu_state *fl_gpu_state_get(void);

@@ -45,4 +45,43 @@ typedef struct fl_cuda_report {
  * rep->reason set. Called once per process. */
 typedef const fl_backend *(*fl_cuda_plugin_open_fn)(const fl_cuda_host *host, fl_cuda_report *rep);
 
+/* What deviceQuery prints, for one device. */
+typedef struct fl_cuda_device_info {
+    int index;
+    char name[256];
+    char uuid[64];                   /* GPU-xxxxxxxx-xxxx-... */
+    int cc_major, cc_minor;
+    int multiprocessors, cuda_cores; /* cores: SMs x cores per SM for the architecture (0 if unknown) */
+    int clock_khz, mem_clock_khz;    /* SM and memory clocks */
+    int mem_bus_width;               /* bits */
+    double peak_bandwidth_gbs;       /* 2 x memory clock x bus width / 8 */
+    size_t total_mem, free_mem;
+    int l2_bytes;
+    size_t shared_per_block, shared_per_sm;
+    int regs_per_block, regs_per_sm;
+    int warp_size, max_threads_per_block, max_threads_per_sm;
+    int max_block[3], max_grid[3];
+    int ecc, pci_domain, pci_bus, pci_device;
+    int async_engines;               /* concurrent copy engines */
+    int runnable;                    /* this build has code (cubin or PTX) it can run */
+    char runnable_why[256];
+} fl_cuda_device_info;
+
+/* One bandwidth measurement: bytes per copy, GB/s (1e9 bytes/s). */
+typedef struct fl_cuda_bw_point { size_t bytes; double h2d, d2h, d2d; } fl_cuda_bw_point;
+
+/* Entry points beyond the backend, for `flynn devices` and `flynn bandwidth`
+ * (exported as "fl_cuda_plugin_tools"; valid after a successful open). */
+typedef struct fl_cuda_tools {
+    int (*device_count)(void);
+    /* 0 on success; else fills why */
+    int (*device_info)(int index, fl_cuda_device_info *out, char *why, size_t why_len);
+    /* copies of each size `reps` times on `device`; pinned or pageable host
+     * memory; 0 on success */
+    int (*bandwidth)(int device, int pinned, const size_t *sizes, int nsizes, int reps, fl_cuda_bw_point *out,
+                     char *why, size_t why_len);
+} fl_cuda_tools;
+#define FL_CUDA_TOOLS_ENTRY "fl_cuda_plugin_tools"
+typedef const fl_cuda_tools *(*fl_cuda_tools_fn)(void);
+
 #endif

@@ -1,0 +1,335 @@
+/*
+ * devtools.c — `flynn devices`, `flynn bandwidth` and `flynn doctor`: what
+ * the CUDA samples deviceQuery and bandwidthTest print, and the install
+ * doctor, built on the GPU checks of src/core/device.c. Each ends with
+ * "Result = PASS" or "Result = FAIL" and exits 0 or 1 to match; --json gives
+ * the same facts in the stable form described in docs/device-tools.md.
+ */
+#include "devtools.h"
+
+#include "core/device.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ------------------------------------------------------------ JSON out */
+
+static void json_str(FILE *f, const char *s) {
+    fputc('"', f);
+    for (; s && *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
+        else if (c == '\n') fputs("\\n", f);
+        else if (c == '\t') fputs("\\t", f);
+        else if (c < 0x20) fprintf(f, "\\u%04x", c);
+        else fputc(c, f);
+    }
+    fputc('"', f);
+}
+
+static bool has_flag(int argc, char **argv, const char *flag) {
+    for (int i = 0; i < argc; i++)
+        if (strcmp(argv[i], flag) == 0) return true;
+    return false;
+}
+
+static const char *opt_value(int argc, char **argv, const char *key) {
+    size_t kl = strlen(key);
+    for (int i = 0; i < argc; i++) {
+        if (strcmp(argv[i], key) == 0 && i + 1 < argc) return argv[i + 1];
+        if (strncmp(argv[i], key, kl) == 0 && argv[i][kl] == '=') return argv[i] + kl + 1;
+    }
+    return NULL;
+}
+
+static int unknown_options(const char *cmd, int argc, char **argv, const char *const *known) {
+    for (int i = 0; i < argc; i++) {
+        if (strncmp(argv[i], "--", 2) != 0) {
+            fprintf(stderr, "flynn %s: unexpected argument %s (see `flynn %s --help`)\n", cmd, argv[i], cmd);
+            return 2;
+        }
+        bool ok = false;
+        for (int k = 0; known[k] && !ok; k++) {
+            size_t kl = strlen(known[k]);
+            ok = strncmp(argv[i], known[k], kl) == 0 && (argv[i][kl] == 0 || argv[i][kl] == '=');
+            if (ok && argv[i][kl] == 0 && strcmp(known[k], "--json") != 0) i++; /* skip its value */
+        }
+        if (!ok) {
+            fprintf(stderr, "flynn %s: unknown option %s (see `flynn %s --help`)\n", cmd, argv[i], cmd);
+            return 2;
+        }
+    }
+    return 0;
+}
+
+static void versions(const fl_gpu_state *s, char *out, size_t len) {
+    const fl_cuda_report *r = &s->rep;
+    snprintf(out, len, "driver supports CUDA %d.%d, CUDA runtime %d.%d (static), cuBLAS %d.%d.%d, cuDNN %zu.%zu.%zu",
+             s->driver_cuda / 1000, (s->driver_cuda % 1000) / 10, r->runtime_version / 1000,
+             (r->runtime_version % 1000) / 10, r->cublas_version / 10000, (r->cublas_version % 10000) / 100,
+             r->cublas_version % 100, r->cudnn_version / 10000, (r->cudnn_version % 10000) / 100,
+             r->cudnn_version % 100);
+}
+
+/* ------------------------------------------------------------- devices */
+
+int flynn_cmd_devices(int argc, char **argv) {
+    if (has_flag(argc, argv, "--help")) {
+        printf("usage: flynn devices [--json]\n\n"
+               "Lists every CUDA device as the CUDA sample deviceQuery does (name, compute\n"
+               "capability, multiprocessors and cores, clocks, memory, bus width and peak\n"
+               "bandwidth, caches, limits, ECC, PCI ids, UUID, copy engines), the driver, runtime,\n"
+               "cuBLAS and cuDNN versions, and whether this build of flynn can run on it.\n"
+               "Ends with Result = PASS or Result = FAIL (exit code 0 or 1).\n");
+        return 0;
+    }
+    static const char *const known[] = {"--json", NULL};
+    int rc = unknown_options("devices", argc, argv, known);
+    if (rc) return rc;
+    bool json = has_flag(argc, argv, "--json");
+    const fl_gpu_state *s = fl_gpu_state_get();
+    int n = s->tools ? s->tools->device_count() : 0;
+    fl_cuda_device_info *info = calloc((size_t)(n > 0 ? n : 1), sizeof *info);
+    bool ok = s->backend && s->tools && n > 0 && info;
+    char why[1536] = "";
+    if (!ok) snprintf(why, sizeof why, "%s", s->reason[0] ? s->reason : "the CUDA plugin offers no device query");
+    for (int i = 0; ok && i < n; i++)
+        if (s->tools->device_info(i, &info[i], why, sizeof why) != 0) ok = false;
+    char ver[256] = "";
+    if (s->backend) versions(s, ver, sizeof ver);
+    if (json) {
+        printf("{\"tool\": \"flynn devices\", \"version\": \"%s\", \"result\": \"%s\", ", fl_version(), ok ? "PASS" : "FAIL");
+        printf("\"reason\": ");
+        json_str(stdout, ok ? "" : why);
+        printf(", \"driver_cuda_version\": %d, \"runtime_version\": %d, \"cublas_version\": %d, \"cudnn_version\": %zu, ",
+               s->driver_cuda, s->rep.runtime_version, s->rep.cublas_version, s->rep.cudnn_version);
+        printf("\"built_for\": ");
+        json_str(stdout, s->rep.archs);
+        printf(", \"devices\": [");
+        for (int i = 0; ok && i < n; i++) {
+            const fl_cuda_device_info *d = &info[i];
+            printf("%s{\"index\": %d, \"name\": ", i ? ", " : "", d->index);
+            json_str(stdout, d->name);
+            printf(", \"uuid\": \"%s\", \"compute_capability\": \"%d.%d\", \"multiprocessors\": %d, \"cuda_cores\": %d, "
+                   "\"clock_mhz\": %.0f, \"memory_clock_mhz\": %.0f, \"memory_bus_width_bits\": %d, "
+                   "\"peak_bandwidth_gbs\": %.1f, \"total_memory_bytes\": %zu, \"free_memory_bytes\": %zu, "
+                   "\"l2_cache_bytes\": %d, \"shared_memory_per_block_bytes\": %zu, "
+                   "\"shared_memory_per_multiprocessor_bytes\": %zu, \"registers_per_block\": %d, "
+                   "\"registers_per_multiprocessor\": %d, \"warp_size\": %d, \"max_threads_per_block\": %d, "
+                   "\"max_threads_per_multiprocessor\": %d, \"max_block\": [%d, %d, %d], \"max_grid\": [%d, %d, %d], "
+                   "\"ecc\": %s, \"pci\": \"%04x:%02x:%02x\", \"copy_engines\": %d, \"runnable\": %s, \"runnable_detail\": ",
+                   d->uuid, d->cc_major, d->cc_minor, d->multiprocessors, d->cuda_cores, d->clock_khz / 1000.0,
+                   d->mem_clock_khz / 1000.0, d->mem_bus_width, d->peak_bandwidth_gbs, d->total_mem, d->free_mem,
+                   d->l2_bytes, d->shared_per_block, d->shared_per_sm, d->regs_per_block, d->regs_per_sm, d->warp_size,
+                   d->max_threads_per_block, d->max_threads_per_sm, d->max_block[0], d->max_block[1], d->max_block[2],
+                   d->max_grid[0], d->max_grid[1], d->max_grid[2], d->ecc ? "true" : "false", d->pci_domain, d->pci_bus,
+                   d->pci_device, d->async_engines, d->runnable ? "true" : "false");
+            json_str(stdout, d->runnable_why);
+            printf("}");
+        }
+        printf("]}\n");
+    } else {
+        printf("flynn devices (deviceQuery)\n\n");
+        if (!ok) {
+            printf("No usable CUDA device: %s\n", why);
+            printf("(`flynn doctor` checks the install step by step.)\n");
+        } else {
+            printf("Detected %d CUDA capable device%s; %s\n", n, n == 1 ? "" : "s", ver);
+            for (int i = 0; i < n; i++) {
+                const fl_cuda_device_info *d = &info[i];
+                printf("\nDevice %d: \"%s\"\n", i, d->name);
+                printf("  CUDA capability:                              %d.%d\n", d->cc_major, d->cc_minor);
+                printf("  Multiprocessors, CUDA cores:                  %d, %d\n", d->multiprocessors, d->cuda_cores);
+                printf("  GPU max clock rate:                           %.0f MHz\n", d->clock_khz / 1000.0);
+                printf("  Memory clock rate:                            %.0f MHz\n", d->mem_clock_khz / 1000.0);
+                printf("  Memory bus width:                             %d-bit\n", d->mem_bus_width);
+                printf("  Peak memory bandwidth:                        %.1f GB/s\n", d->peak_bandwidth_gbs);
+                printf("  Global memory:                                %.0f MiB (%.0f MiB free)\n",
+                       d->total_mem / 1048576.0, d->free_mem / 1048576.0);
+                printf("  L2 cache size:                                %d bytes\n", d->l2_bytes);
+                printf("  Shared memory per block / multiprocessor:     %zu / %zu bytes\n", d->shared_per_block,
+                       d->shared_per_sm);
+                printf("  Registers per block / multiprocessor:         %d / %d\n", d->regs_per_block, d->regs_per_sm);
+                printf("  Warp size:                                    %d\n", d->warp_size);
+                printf("  Max threads per block / multiprocessor:       %d / %d\n", d->max_threads_per_block,
+                       d->max_threads_per_sm);
+                printf("  Max block dimensions:                         (%d, %d, %d)\n", d->max_block[0],
+                       d->max_block[1], d->max_block[2]);
+                printf("  Max grid dimensions:                          (%d, %d, %d)\n", d->max_grid[0], d->max_grid[1],
+                       d->max_grid[2]);
+                printf("  Concurrent copy engines:                      %d\n", d->async_engines);
+                printf("  ECC:                                          %s\n", d->ecc ? "enabled" : "disabled");
+                printf("  PCI domain / bus / device:                    %d / %d / %d\n", d->pci_domain, d->pci_bus,
+                       d->pci_device);
+                printf("  UUID:                                         %s\n", d->uuid);
+                printf("  flynn can run here:                           %s (%s)\n", d->runnable ? "yes" : "NO",
+                       d->runnable_why);
+                if (!d->runnable) ok = false;
+            }
+        }
+        printf("\nResult = %s\n", ok ? "PASS" : "FAIL");
+    }
+    free(info);
+    return ok ? 0 : 1;
+}
+
+/* ----------------------------------------------------------- bandwidth */
+
+int flynn_cmd_bandwidth(int argc, char **argv) {
+    if (has_flag(argc, argv, "--help")) {
+        printf("usage: flynn bandwidth [--json] [--memory pinned|pageable] [--mode quick|range|shmoo] [--device N]\n\n"
+               "Measures host-to-device, device-to-host and device-to-device copy bandwidth as the\n"
+               "CUDA sample bandwidthTest does: copies timed with CUDA events, several repetitions\n"
+               "per size, GB/s = 10^9 bytes/s (device-to-device counts bytes read and written).\n"
+               "  quick: 32 MB copies (default); range: 1 MB to 64 MB; shmoo: 1 KB to 64 MB.\n"
+               "Ends with Result = PASS or Result = FAIL (exit code 0 or 1).\n");
+        return 0;
+    }
+    static const char *const known[] = {"--json", "--memory", "--mode", "--device", NULL};
+    int rc = unknown_options("bandwidth", argc, argv, known);
+    if (rc) return rc;
+    bool json = has_flag(argc, argv, "--json");
+    const char *mem = opt_value(argc, argv, "--memory"), *mode = opt_value(argc, argv, "--mode");
+    const char *devs = opt_value(argc, argv, "--device");
+    if (!mem) mem = "pinned";
+    if (!mode) mode = "quick";
+    if (strcmp(mem, "pinned") && strcmp(mem, "pageable")) {
+        fprintf(stderr, "flynn bandwidth: --memory wants pinned or pageable, got %s\n", mem);
+        return 2;
+    }
+    size_t sizes[64];
+    int ns = 0;
+    if (strcmp(mode, "quick") == 0) sizes[ns++] = 32000000;
+    else if (strcmp(mode, "range") == 0)
+        for (size_t b = 1 << 20; b <= (size_t)64 << 20; b <<= 1) sizes[ns++] = b;
+    else if (strcmp(mode, "shmoo") == 0)
+        for (size_t b = 1024; b <= (size_t)64 << 20 && ns < 64; b = b < 65536 ? b * 2 : b + b / 2) sizes[ns++] = b;
+    else {
+        fprintf(stderr, "flynn bandwidth: --mode wants quick, range or shmoo, got %s\n", mode);
+        return 2;
+    }
+    int dev = devs ? atoi(devs) : 0;
+    const fl_gpu_state *s = fl_gpu_state_get();
+    fl_cuda_bw_point pts[64];
+    char why[1536] = "";
+    bool ok = s->backend && s->tools;
+    if (!ok) snprintf(why, sizeof why, "%s", s->reason[0] ? s->reason : "the CUDA plugin offers no bandwidth test");
+    if (ok && (dev < 0 || dev >= s->tools->device_count())) {
+        snprintf(why, sizeof why, "--device %d: there are %d CUDA devices", dev, s->tools->device_count());
+        ok = false;
+    }
+    if (ok && s->tools->bandwidth(dev, strcmp(mem, "pinned") == 0, sizes, ns, 10, pts, why, sizeof why) != 0) ok = false;
+    for (int i = 0; ok && i < ns; i++)
+        if (!(pts[i].h2d > 0 && pts[i].d2h > 0 && pts[i].d2d > 0)) {
+            snprintf(why, sizeof why, "a copy of %zu bytes measured no bandwidth", pts[i].bytes);
+            ok = false;
+        }
+    if (json) {
+        printf("{\"tool\": \"flynn bandwidth\", \"version\": \"%s\", \"result\": \"%s\", \"reason\": ", fl_version(),
+               ok ? "PASS" : "FAIL");
+        json_str(stdout, ok ? "" : why);
+        printf(", \"device\": %d, \"memory\": \"%s\", \"mode\": \"%s\", \"unit\": \"GB/s\", \"points\": [", dev, mem, mode);
+        for (int i = 0; ok && i < ns; i++)
+            printf("%s{\"bytes\": %zu, \"host_to_device\": %.2f, \"device_to_host\": %.2f, \"device_to_device\": %.2f}",
+                   i ? ", " : "", pts[i].bytes, pts[i].h2d, pts[i].d2h, pts[i].d2d);
+        printf("]}\n");
+    } else {
+        printf("flynn bandwidth (bandwidthTest)\n\n");
+        if (!ok) printf("%s\n", why);
+        else {
+            printf(" Device %d: %s\n %s Mode\n", dev, s->rep.device_name, mode);
+            const char *names[3] = {"Host to Device", "Device to Host", "Device to Device"};
+            for (int k = 0; k < 3; k++) {
+                printf("\n %s Bandwidth, 1 Device(s)\n %s Memory Transfers\n", names[k],
+                       k == 2 ? "" : (strcmp(mem, "pinned") == 0 ? "PINNED" : "PAGEABLE"));
+                printf("   Transfer Size (Bytes)\tBandwidth(GB/s)\n");
+                for (int i = 0; i < ns; i++)
+                    printf("   %-20zu\t%.1f\n", pts[i].bytes, k == 0 ? pts[i].h2d : k == 1 ? pts[i].d2h : pts[i].d2d);
+            }
+        }
+        printf("\nResult = %s\n", ok ? "PASS" : "FAIL");
+    }
+    return ok ? 0 : 1;
+}
+
+/* -------------------------------------------------------------- doctor */
+
+int flynn_cmd_doctor(int argc, char **argv) {
+    if (has_flag(argc, argv, "--help")) {
+        printf("usage: flynn doctor [--json]\n\n"
+               "Checks, in order, everything flynn needs to train on an NVIDIA GPU: the kernel\n"
+               "driver, libcuda and the CUDA version it supports, cuBLAS and cuDNN (which files),\n"
+               "the flynn CUDA plugin, the CUDA runtime, a device, its compute capability against\n"
+               "this build, the cuDNN version, free GPU memory, and a small convolution and matrix\n"
+               "product on the GPU compared with the CPU. Each check prints PASS, FAIL or SKIP with\n"
+               "what it found; the first failure says what to do. Exit code 1 if any check fails.\n");
+        return 0;
+    }
+    static const char *const known[] = {"--json", NULL};
+    int rc = unknown_options("doctor", argc, argv, known);
+    if (rc) return rc;
+    bool json = has_flag(argc, argv, "--json");
+    const fl_gpu_state *s = fl_gpu_state_get();
+    /* the loader's checks, then memory and hello when the GPU is usable */
+    fl_gpu_check all[FL_GPU_MAX_CHECKS + 4];
+    int n = 0;
+    for (int i = 0; i < s->nchecks; i++) all[n++] = s->checks[i];
+    if (s->backend) {
+        fl_gpu_check *c = &all[n++];
+        memset(c, 0, sizeof *c);
+        snprintf(c->name, sizeof c->name, "memory");
+        c->status = fl_gpu_check_memory(c->detail, sizeof c->detail, c->remedy, sizeof c->remedy);
+        c = &all[n++];
+        memset(c, 0, sizeof *c);
+        snprintf(c->name, sizeof c->name, "hello");
+        c->status = fl_gpu_check_hello(c->detail, sizeof c->detail);
+        if (c->status == FL_GPU_FAIL)
+            snprintf(c->remedy, sizeof c->remedy,
+                     "the GPU computes wrong results or fails: update the driver, and report it with `flynn doctor --json`");
+    }
+    /* the checks never reached are SKIP */
+    for (int k = 0; k < fl_gpu_check_count; k++) {
+        bool seen = false;
+        for (int i = 0; i < n; i++) seen |= strcmp(all[i].name, fl_gpu_check_order[k]) == 0;
+        if (!seen && n < FL_GPU_MAX_CHECKS + 4) {
+            fl_gpu_check *c = &all[n++];
+            memset(c, 0, sizeof *c);
+            snprintf(c->name, sizeof c->name, "%s", fl_gpu_check_order[k]);
+            c->status = FL_GPU_SKIP;
+            snprintf(c->detail, sizeof c->detail, "not checked: an earlier check failed");
+        }
+    }
+    bool ok = true;
+    const char *next = "";
+    for (int i = 0; i < n; i++)
+        if (all[i].status == FL_GPU_FAIL) {
+            if (ok) next = all[i].remedy[0] ? all[i].remedy : all[i].detail;
+            ok = false;
+        }
+    if (ok) next = "nothing: `flynn train --device auto` will train on this GPU";
+    static const char *st[3] = {"PASS", "FAIL", "SKIP"};
+    if (json) {
+        printf("{\"tool\": \"flynn doctor\", \"version\": \"%s\", \"result\": \"%s\", \"checks\": [", fl_version(),
+               ok ? "PASS" : "FAIL");
+        for (int i = 0; i < n; i++) {
+            printf("%s{\"name\": \"%s\", \"status\": \"%s\", \"detail\": ", i ? ", " : "", all[i].name, st[all[i].status]);
+            json_str(stdout, all[i].detail);
+            printf(", \"remedy\": ");
+            json_str(stdout, all[i].remedy);
+            printf("}");
+        }
+        printf("], \"next_step\": ");
+        json_str(stdout, next);
+        printf("}\n");
+    } else {
+        printf("flynn doctor: can flynn train on an NVIDIA GPU here?\n\n");
+        for (int i = 0; i < n; i++) {
+            printf("%2d. %-20s %s  %s\n", i + 1, all[i].name, st[all[i].status], all[i].detail);
+            if (all[i].status == FL_GPU_FAIL && all[i].remedy[0]) printf("    %-20s       fix: %s\n", "", all[i].remedy);
+        }
+        printf("\nResult = %s\n", ok ? "PASS" : "FAIL");
+        printf("Next step: %s\n", next);
+    }
+    return ok ? 0 : 1;
+}

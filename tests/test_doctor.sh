@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# test_doctor.sh — `flynn doctor`, `flynn devices` and `flynn bandwidth` on a
+# machine without a GPU: each situation is arranged (no driver, a stub
+# libcuda reporting an old or a current driver, missing cuBLAS/cuDNN, a
+# missing plugin, a device-less driver) and the test asserts which check
+# fails, what the remedy says, that the later checks are SKIP, the exit
+# codes, and that --json parses.
+# usage: test_doctor.sh FLYNN STUB_LIBCUDA_DIR PLUGIN|none
+set -u
+FLYNN=$1 STUB=$2 PLUGIN=$3
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+pass=0 fail=0
+ok()  { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); echo "FAIL: $*" >&2; }
+echo "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.00  (test stub)" > "$tmp/version"
+FAKE=(FLYNN_NVIDIA_PROC="$tmp/version" FLYNN_LIBCUDA="$STUB/libcuda.so.1")
+
+# doctor_case NAME FAILED_CHECK REMEDY_PATTERN ENV... : text and JSON agree
+doctor_case() {
+  local name=$1 check=$2 pat=$3; shift 3
+  local out rc json
+  out=$(env "$@" "$FLYNN" doctor 2>&1); rc=$?
+  [ $rc -eq 1 ] && ok || bad "$name: doctor exit $rc, expected 1"
+  grep -qE "^ *[0-9]+\. $check +FAIL " <<<"$out" && ok || { bad "$name: '$check' is not the failing check"; echo "$out" >&2; }
+  grep -qE "^Next step: .*$pat" <<<"$out" && ok || { bad "$name: next step lacks /$pat/"; echo "$out" | tail -3 >&2; }
+  grep -q "^Result = FAIL$" <<<"$out" && ok || bad "$name: no Result = FAIL"
+  # every check after the failing one is SKIP
+  after=$(sed -n "/ $check  *FAIL /,\$p" <<<"$out" | grep -E "^ *[0-9]+\. " | tail -n +2)
+  if [ -n "$after" ] && grep -qvE " SKIP " <<<"$after"; then bad "$name: a check after '$check' is not SKIP"; echo "$after" >&2; else ok; fi
+  json=$(env "$@" "$FLYNN" doctor --json 2>/dev/null)
+  python3 - "$check" "$json" <<'PY' && ok || bad "$name: doctor --json"
+import json, sys
+want, d = sys.argv[1], json.loads(sys.argv[2])
+assert d["tool"] == "flynn doctor" and d["result"] == "FAIL", d
+fails = [c for c in d["checks"] if c["status"] == "FAIL"]
+assert fails and fails[0]["name"] == want, fails
+assert d["next_step"], d
+assert {"name", "status", "detail", "remedy"} <= set(d["checks"][0]), d["checks"][0]
+PY
+}
+
+doctor_case no-driver driver "if this machine has an NVIDIA GPU, install its driver, version 580 or newer" FLYNN_NVIDIA_PROC="$tmp/none"
+doctor_case disabled enabled "unset FLYNN_DISABLE_GPU" FLYNN_DISABLE_GPU=1
+doctor_case no-libcuda libcuda "reinstall the NVIDIA driver" FLYNN_NVIDIA_PROC="$tmp/version" FLYNN_LIBCUDA="$tmp/none.so"
+doctor_case old-driver driver_version "update the NVIDIA driver to version 580 or newer .*the GPU is fine, only the driver is too old" "${FAKE[@]}" STUB_CUDA_VERSION=12040
+doctor_case no-cublas cublas "install cuBLAS for CUDA 13" "${FAKE[@]}" FLYNN_CUDA_LIB_PATH="$tmp/empty"
+cublas=$(ldconfig -p | grep -oE '/[^ ]*/libcublasLt\.so\.13$' | head -1)
+[ -z "$cublas" ] && cublas=$(ls /usr/local/cuda/lib64/libcublasLt.so.13 2>/dev/null)
+if [ -n "$cublas" ]; then
+  mkdir -p "$tmp/cublas_only"
+  ln -s "$cublas" "$tmp/cublas_only/libcublasLt.so.13"
+  ln -s "$(dirname "$cublas")/libcublas.so.13" "$tmp/cublas_only/libcublas.so.13"
+  doctor_case no-cudnn cudnn "install cuDNN 9 for CUDA 13" "${FAKE[@]}" FLYNN_CUDA_LIB_PATH="$tmp/cublas_only"
+  doctor_case no-plugin plugin "built without its CUDA plugin" "${FAKE[@]}" FLYNN_CUDA_PLUGIN="$tmp/none_plugin.so"
+  if [ "$PLUGIN" != none ] && [ -f "$PLUGIN" ]; then
+    doctor_case no-device device "the driver sees no CUDA device" "${FAKE[@]}" FLYNN_CUDA_PLUGIN="$PLUGIN"
+    # the checks before the device passed, and say what they found
+    out=$(env "${FAKE[@]}" FLYNN_CUDA_PLUGIN="$PLUGIN" "$FLYNN" doctor 2>&1)
+    for c in "driver +PASS .*580.00" "libcuda +PASS .*libcuda.so.1" "driver_version +PASS .*CUDA 13.0" \
+             "cublas +PASS .*libcublas.so.13" "cudnn +PASS .*libcudnn.so.9" "plugin +PASS .*libflynn_cuda.so" \
+             "cudart +PASS .*CUDA runtime 13"; do
+      grep -qE "^ *[0-9]+\. $c" <<<"$out" && ok || { bad "no-device: lacks /$c/"; echo "$out" >&2; }
+    done
+  else
+    echo "SKIP no-device: the CUDA plugin is not built here"
+  fi
+fi
+
+# devices and bandwidth without a GPU: the reason, Result = FAIL, exit 1, valid JSON
+for cmd in devices bandwidth; do
+  out=$("$FLYNN" $cmd 2>&1); rc=$?
+  [ $rc -eq 1 ] && grep -q "^Result = FAIL$" <<<"$out" && grep -q "no NVIDIA driver is loaded" <<<"$out" && ok || { bad "$cmd without GPU"; echo "$out" >&2; }
+  "$FLYNN" $cmd --json | python3 -c 'import json,sys; d=json.load(sys.stdin); assert d["result"]=="FAIL" and d["reason"]' && ok || bad "$cmd --json"
+  "$FLYNN" $cmd --help | grep -q "Result = PASS or Result = FAIL" && ok || bad "$cmd --help"
+done
+"$FLYNN" bandwidth --mode fast >/dev/null 2>&1; [ $? -eq 2 ] && ok || bad "bandwidth --mode fast: expected exit 2"
+"$FLYNN" bandwidth --memory device >/dev/null 2>&1; [ $? -eq 2 ] && ok || bad "bandwidth --memory device: expected exit 2"
+"$FLYNN" doctor --verbose >/dev/null 2>&1; [ $? -eq 2 ] && ok || bad "doctor --verbose: expected exit 2"
+
+echo "test_doctor: $pass passed, $fail failed"
+[ $fail -eq 0 ]
