@@ -39,6 +39,27 @@ DATA=.gpu/data/fashion-mnist
 [ -d "$DATA" ] || DATA=/usr/share/datasets/fashion-mnist
 ldd "$B/flynn" | grep -E "not found" && echo "missing libraries above"
 
+step "flynn doctor / devices / bandwidth"
+timeout 60 "$B/flynn" doctor; doctor_rc=$?
+timeout 60 "$B/flynn" devices; devices_rc=$?
+timeout 60 "$B/flynn" devices --json > "$OUT/devices.json"
+timeout 90 "$B/flynn" bandwidth --memory pinned --mode range; bw_rc=$?
+timeout 60 "$B/flynn" bandwidth --json --mode quick > "$OUT/bandwidth.json"
+bw_check=$(python3 - "$OUT/devices.json" "$OUT/bandwidth.json" <<'PY'
+import json, sys
+try:
+    dev = json.load(open(sys.argv[1]))["devices"][0]
+    bw = json.load(open(sys.argv[2]))["points"][0]
+    peak, d2d = dev["peak_bandwidth_gbs"], bw["device_to_device"]
+    ok = peak / 2 <= d2d <= peak * 2
+    print(f"{'PASS' if ok else 'FAIL'}: device-to-device {d2d:.0f} GB/s vs peak {peak:.0f} GB/s "
+          f"(host-to-device {bw['host_to_device']:.1f}, device-to-host {bw['device_to_host']:.1f} GB/s)")
+except Exception as e:
+    print(f"FAIL: {e}")
+PY
+)
+echo "$bw_check"
+
 step "GPU checks (flynn train --device gpu, 512 images)"
 timeout 120 "$B/flynn" train --device gpu --data "fashion-mnist:$DATA" --samples 512 --test-samples 1000 --epochs 1 --verbose 2
 gpu_ok=$?
@@ -60,6 +81,9 @@ step "summary"
 gpu_sps=$(grep -oE "training throughput: [0-9]+" "$OUT/gpu_train.log" | grep -oE "[0-9]+$")
 cpu_sps=$(grep -oE "training throughput: [0-9]+" "$OUT/cpu_train.log" | grep -oE "[0-9]+$")
 gpu_acc=$(grep -oE "test accuracy: [0-9.]+" "$OUT/gpu_train.log" | grep -oE "[0-9.]+$")
+printf "%-40s %s\n" "flynn doctor" "$([ $doctor_rc -eq 0 ] && echo PASS || echo FAIL)"
+printf "%-40s %s\n" "flynn devices" "$([ $devices_rc -eq 0 ] && echo PASS || echo FAIL)"
+printf "%-40s %s\n" "flynn bandwidth" "$([ $bw_rc -eq 0 ] && echo PASS || echo FAIL); $bw_check"
 printf "%-40s %s\n" "GPU checks (--device gpu)" "$([ $gpu_ok -eq 0 ] && echo PASS || echo FAIL)"
 printf "%-40s %s\n" "parity (ops, losses, optimizers, steps)" "$([ $parity_rc -eq 0 ] && echo PASS || echo "FAIL ($parity_rc)") $(tail -1 "$OUT/parity.log")"
 printf "%-40s %s samples/s (3 epochs incl. warm-up), test accuracy %s\n" "mnist_cnn 20k, batch 128, GPU" "${gpu_sps:-?}" "${gpu_acc:-?}"
