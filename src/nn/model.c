@@ -120,22 +120,34 @@ fl_sym *fl_keras_input_(int ndim, const int64_t *shape, const char *name) {
     return s;
 }
 
+/* A layer that no call has used yet is freed when its first call fails,
+ * so that a failed chain of fl_call leaks nothing. */
+static fl_sym *call_failed(fl_layer *layer) {
+    if (layer && layer->ncalls == 0 && layer->kind != FL_L_INPUT) fl_layer_free(layer);
+    return NULL;
+}
+
 fl_sym *fl_call_n_(fl_layer *layer, fl_sym *const *inputs, int n) {
     if (!layer) {
         if (fl_last_status() == FL_OK) fl_error(FL_ERR_INVALID_ARG, "fl_call: layer is NULL");
         return NULL; /* keep the constructor's message */
     }
-    if (layer->kind == FL_L_INPUT)
-        return fl_error_null(FL_ERR_INVALID_ARG, "fl_call: an InputLayer cannot be called; use fl_keras_input");
-    if (n < 1 || n > FL_NODE_MAX_IN)
-        return fl_error_null(FL_ERR_INVALID_ARG, "fl_call: %d inputs, expected 1 to %d", n, FL_NODE_MAX_IN);
+    if (layer->kind == FL_L_INPUT) {
+        fl_error(FL_ERR_INVALID_ARG, "fl_call: an InputLayer cannot be called; use fl_keras_input");
+        return call_failed(layer);
+    }
+    if (n < 1 || n > FL_NODE_MAX_IN) {
+        fl_error(FL_ERR_INVALID_ARG, "fl_call: %d inputs, expected 1 to %d", n, FL_NODE_MAX_IN);
+        return call_failed(layer);
+    }
     for (int i = 0; i < n; i++)
         if (!inputs[i]) {
             if (fl_last_status() == FL_OK) fl_error(FL_ERR_INVALID_ARG, "fl_call: input %d is NULL", i);
-            return NULL; /* an earlier call failed: its message stays */
+            return call_failed(layer); /* an earlier call failed: its message stays */
         }
     fl_sym *s = fl_calloc(1, sizeof *s, "symbolic tensor");
-    if (!s) return NULL;
+    if (!s) return call_failed(layer);
+    layer->ncalls++; /* counts calls until fl_model_new builds them */
     s->layer = layer;
     s->nin = n;
     for (int i = 0; i < n; i++) s->in[i] = inputs[i];
@@ -214,27 +226,53 @@ static void order_like_keras(fl_layer **layers, int nl, fl_sym **all, int n, fl_
     free(depth); free(finish); free(keys);
 }
 
-fl_model *fl_model_new(fl_sym *const *inputs, int nin, fl_sym *const *outputs, int nout, const char *name) {
-    if (nin < 1 || nout < 1 || nin > FL_MODEL_MAX_IO || nout > FL_MODEL_MAX_IO)
-        return fl_error_null(FL_ERR_INVALID_ARG, "fl_model_new: %d inputs and %d outputs, expected 1 to %d of each",
-                             nin, nout, FL_MODEL_MAX_IO);
+/* On failure fl_model_new frees what it was given: every symbolic tensor
+ * reachable from the inputs and outputs, and their layers. */
+static void discard(fl_sym *const *inputs, int nin, fl_sym *const *outputs, int nout) {
+    fl_sym **all = NULL;
+    int n = 0, cap = 0;
+    for (int i = 0; i < nout; i++)
+        if (outputs[i] && collect(outputs[i], &all, &n, &cap) != FL_OK) break;
     for (int i = 0; i < nin; i++)
+        if (inputs[i] && collect(inputs[i], &all, &n, &cap) != FL_OK) break;
+    for (int k = 0; k < n; k++) {
+        fl_layer *l = all[k]->layer;
+        bool first = true; /* free each layer once */
+        for (int j = 0; j < k; j++) first &= all[j]->layer != l;
+        if (first) all[k]->layer = l; else all[k]->layer = NULL;
+    }
+    for (int k = 0; k < n; k++) {
+        if (all[k]->layer) fl_layer_free(all[k]->layer);
+        free(all[k]);
+    }
+    free(all);
+}
+
+fl_model *fl_model_new(fl_sym *const *inputs, int nin, fl_sym *const *outputs, int nout, const char *name) {
+    fl_sym **all = NULL;
+    int n = 0, cap = 0;
+    fl_status why = FL_OK;
+    if (nin < 1 || nout < 1 || nin > FL_MODEL_MAX_IO || nout > FL_MODEL_MAX_IO) {
+        why = fl_error(FL_ERR_INVALID_ARG, "fl_model_new: %d inputs and %d outputs, expected 1 to %d of each", nin,
+                       nout, FL_MODEL_MAX_IO);
+        goto discard_all;
+    }
+    for (int i = 0; i < nin && why == FL_OK; i++)
         if (!inputs[i]) {
             if (fl_last_status() == FL_OK) fl_error(FL_ERR_INVALID_ARG, "fl_model_new: input %d is NULL", i);
             fl_error_prefix("fl_model_new: input %d could not be made: ", i);
-            return NULL;
+            why = fl_last_status();
         }
-    for (int i = 0; i < nout; i++)
+    for (int i = 0; i < nout && why == FL_OK; i++)
         if (!outputs[i]) {
             if (fl_last_status() == FL_OK) fl_error(FL_ERR_INVALID_ARG, "fl_model_new: output %d is NULL", i);
             fl_error_prefix("fl_model_new: output %d could not be made: ", i);
-            return NULL;
+            why = fl_last_status();
         }
-    for (int i = 0; i < nin; i++)
+    for (int i = 0; i < nin && why == FL_OK; i++)
         if (inputs[i]->layer->kind != FL_L_INPUT || inputs[i]->nin != 0)
-            return fl_error_null(FL_ERR_INVALID_ARG, "fl_model_new: input %d is not an fl_keras_input", i);
-    fl_sym **all = NULL;
-    int n = 0, cap = 0;
+            why = fl_error(FL_ERR_INVALID_ARG, "fl_model_new: input %d is not an fl_keras_input", i);
+    if (why != FL_OK) goto discard_all;
     for (int i = 0; i < nout; i++)
         if (collect(outputs[i], &all, &n, &cap) != FL_OK) goto fail_unmark;
     for (int i = 0; i < nin; i++)
@@ -306,6 +344,8 @@ fl_model *fl_model_new(fl_sym *const *inputs, int nin, fl_sym *const *outputs, i
 fail_unmark:
     for (int k = 0; k < n; k++) all[k]->mark = false;
     free(all);
+discard_all:
+    discard(inputs, nin > 0 && nin <= FL_MODEL_MAX_IO ? nin : 0, outputs, nout > 0 && nout <= FL_MODEL_MAX_IO ? nout : 0);
     return NULL;
 }
 
