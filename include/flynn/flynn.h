@@ -238,9 +238,10 @@ void fl_model_free(fl_model *m);
  *     fl_model *m = fl_model_new(fl_syms(a, b), fl_syms(y), "siamese");
  *
  * A layer called twice shares its weights. fl_model_new takes ownership of
- * every layer and symbolic tensor reachable from the outputs. A call on a
- * NULL layer or input returns NULL and keeps the first error's message, so
- * errors surface at fl_model_new. */
+ * every layer and symbolic tensor reachable from its inputs and outputs,
+ * also when it fails (it frees them then). A call on a NULL layer or input
+ * returns NULL, frees the layer if nothing uses it yet, and keeps the first
+ * error's message, so that errors surface at fl_model_new. */
 typedef struct fl_sym fl_sym;
 fl_sym *fl_keras_input_(int ndim, const int64_t *shape, const char *name);
 #define fl_keras_input(...) \
