@@ -445,9 +445,17 @@ static bool deterministic_only(void) {
     return !(e && *e && strcmp(e, "0") != 0);
 }
 
+/* Same convolution geometry (the fused activation and bias do not matter to
+ * cuDNN; compared field by field, not with memcmp, because of padding). */
+static bool same_geom(const fl_conv_desc *a, const fl_conv_desc *b) {
+    return a->n == b->n && a->h == b->h && a->w == b->w && a->c == b->c && a->oh == b->oh && a->ow == b->ow &&
+           a->oc == b->oc && a->kh == b->kh && a->kw == b->kw && a->sh == b->sh && a->sw == b->sw && a->pt == b->pt &&
+           a->pl == b->pl;
+}
+
 static conv_plan *plan_for(const fl_conv_desc *d) {
     for (conv_plan *p = g_plans; p; p = p->next)
-        if (memcmp(&p->d, d, sizeof *d) == 0 && p->tf32 == g_tf32) return p;
+        if (same_geom(&p->d, d) && p->tf32 == g_tf32) return p;
     conv_plan *p = (conv_plan *)calloc(1, sizeof *p);
     if (!p) { g_host->error(ST_NOMEM, "out of host memory for a cuDNN plan"); return NULL; }
     p->d = *d;
@@ -527,8 +535,8 @@ static void *conv_ws(size_t bytes) {
 }
 
 /* Scratch buffers for padded inputs and cuDNN-layout kernel gradients. */
-static void *g_scratch[2];
-static size_t g_scratch_bytes[2];
+static void *g_scratch[3]; /* 0: padded input, 1: kernel gradient, 2: padded input gradient */
+static size_t g_scratch_bytes[3];
 static void *scratch(int i, size_t bytes) {
     if (bytes <= g_scratch_bytes[i]) return g_scratch[i];
     cu_free(g_scratch[i]);
@@ -591,7 +599,7 @@ static void cu_conv2d_bwd(const fl_conv_desc *d, const float *x, const float *w,
         return;
     }
     /* padded: the gradient of the padded input, then its top-left part */
-    float *dxp = (float *)scratch(0, (size_t)(d->n * (int64_t)(d->h + p->eh) * (d->w + p->ew) * d->c) * sizeof(float));
+    float *dxp = (float *)scratch(2, (size_t)(d->n * (int64_t)(d->h + p->eh) * (d->w + p->ew) * d->c) * sizeof(float));
     if (!dxp) return;
     CUDNN_OK(cudnnConvolutionBackwardData(g_cudnn, &one, p->fd, wk, p->yd, dy, p->cd, p->bwd_data, work, p->ws_bytes,
                                           &zero, p->xd, dxp));
