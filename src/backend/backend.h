@@ -152,6 +152,19 @@ typedef struct fl_backend {
 
     /* one fused optimizer step for all parameters */
     void (*optimizer_step)(const fl_opt_desc *d, const fl_param_ref *params, int nparams);
+
+    /* Graphs (NULL where the backend has none): the calls between
+     * graph_begin and graph_end are recorded, not run, and graph_launch
+     * replays them. A captured training step reads what changes between
+     * steps from the device: the optimizer step (opt_step = iterations done
+     * before the captured step) and the graph step that dropout streams mix
+     * in (graph_step, see fl_dropout_stream); each replay advances both.
+     * graph_end returns NULL (and clears the error) when capture failed:
+     * the captured step did not run then and must be run again. */
+    int (*graph_begin)(int64_t opt_step, int64_t graph_step);
+    void *(*graph_end)(void);
+    int (*graph_launch)(void *graph);
+    void (*graph_free)(void *graph);
 } fl_backend;
 
 /* Metric codes for fl_backend.metric (match fl_metric's resolved values). */

@@ -137,6 +137,7 @@ fl_status fl_graph_reserve(fl_graph *g, int64_t batch) {
     }
     g->batch_cap = batch;
     g->batch = batch;
+    g->generation++;
     return FL_OK;
 fail:
     fl_error_prefix("allocating buffers for batch size %lld: ", (long long)batch);
@@ -218,5 +219,6 @@ fl_status fl_graph_migrate(fl_graph *g, const fl_backend *to) {
     }
     free(nv); free(ng);
     g->be = to;
+    g->generation++;
     return FL_OK;
 }

@@ -70,6 +70,7 @@ typedef struct fl_graph {
     size_t ws_bytes;
     uint64_t seed;
     int64_t step;              /* training steps run (dropout streams) */
+    int64_t generation;        /* changes whenever buffers move: invalidates captured steps */
 } fl_graph;
 
 void fl_graph_init(fl_graph *g, const fl_backend *be);

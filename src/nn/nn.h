@@ -75,6 +75,8 @@ struct fl_optimizer {
 /* Binds the optimizer to the model's trainable parameters (allocates slots). */
 fl_status fl_optimizer_bind(fl_optimizer *o, fl_graph *g);
 void fl_optimizer_step(fl_optimizer *o);
+/* Counts a step that a replayed graph performed on the device. */
+void fl_optimizer_count_step(fl_optimizer *o);
 /* After the graph moved to another backend: moves the slots along. */
 fl_status fl_optimizer_migrate(fl_optimizer *o, fl_graph *g);
 

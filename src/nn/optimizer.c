@@ -152,6 +152,11 @@ fl_status fl_optimizer_bind(fl_optimizer *o, fl_graph *g) {
     return FL_OK;
 }
 
+void fl_optimizer_count_step(fl_optimizer *o) {
+    o->iterations++;
+    o->d.step = o->iterations;
+}
+
 void fl_optimizer_step(fl_optimizer *o) {
     o->iterations++;
     o->d.step = o->iterations;

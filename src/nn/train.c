@@ -646,6 +646,61 @@ fl_status fl_predict_multi_(fl_model *m, const fl_tensor *const *xs, int nx, fl_
 
 /* ----------------------------------------------------------------- fit */
 
+/* A training step of the full batch size is captured as a device graph
+ * (where the backend has graphs) after two ordinary steps, so that the
+ * first-call work (algorithm searches, allocations) is done, and replayed
+ * from then on; any change of buffers (the generation) captures anew. If
+ * capture fails, the step runs as usual and capture is not tried again. */
+typedef struct graph_state {
+    void *graph;
+    int64_t generation;
+    int eager_full_steps;
+    bool failed;
+} graph_state;
+
+static void run_step(fl_model *m) {
+    fl_graph_clear_grads(&m->g);
+    fl_graph_forward(&m->g, true);
+    loss_and_metrics(m, true);
+    fl_graph_backward(&m->g);
+    fl_optimizer_step(m->opt);
+}
+
+static fl_status train_step(fl_model *m, graph_state *gs, bool full) {
+    const fl_backend *be = m->g.be;
+    if (gs->graph && full && gs->generation == m->g.generation) {
+        if (be->graph_launch(gs->graph) != 0) return device_status(m, "replaying a training step");
+        fl_optimizer_count_step(m->opt);
+        return FL_OK;
+    }
+    if (gs->graph && gs->generation != m->g.generation) {
+        be->graph_free(gs->graph);
+        gs->graph = NULL;
+        gs->eager_full_steps = 0;
+    }
+    bool capture = be->graph_begin && !gs->graph && !gs->failed && full && gs->eager_full_steps >= 2;
+    int64_t it0 = m->opt->iterations;
+    if (capture && be->graph_begin(it0, m->g.step) != 0) {
+        capture = false;
+        gs->failed = true;
+    }
+    run_step(m);
+    if (full) gs->eager_full_steps++;
+    if (!capture) return FL_OK;
+    void *g = be->graph_end();
+    if (!g) { /* the step was recorded but not run: run it now */
+        gs->failed = true;
+        m->opt->iterations = it0;
+        run_step(m);
+        return FL_OK;
+    }
+    gs->graph = g;
+    gs->generation = m->g.generation;
+    if (be->graph_launch(g) != 0) return device_status(m, "running a captured training step");
+    return FL_OK;
+}
+
+
 fl_history *fl_fit_(fl_model *m, const fl_tensor *x, const fl_tensor *y, fl_fit_args a) {
     if (!m) return fl_error_null(FL_ERR_INVALID_ARG, "fl_fit: model is NULL");
     if (!m->compiled)
@@ -686,6 +741,7 @@ fl_history *fl_fit_(fl_model *m, const fl_tensor *x, const fl_tensor *y, fl_fit_
         if (!vyh) { free(yh); return NULL; }
     }
     data_src tr = {0}, vd = {0};
+    graph_state gs = {0};
     int64_t *perm = fl_malloc((size_t)n * sizeof(int64_t), "shuffle order");
     int64_t *vidx = NULL, nv = 0;
     fl_history *h = fl_calloc(1, sizeof *h, "History");
@@ -726,11 +782,7 @@ fl_history *fl_fit_(fl_model *m, const fl_tensor *x, const fl_tensor *y, fl_fit_
         for (int64_t s = 0; s < steps; s++) {
             int64_t b = n_train - s * bs < bs ? n_train - s * bs : bs;
             load_batch(m, &tr, perm + s * bs, b);
-            fl_graph_clear_grads(&m->g);
-            fl_graph_forward(&m->g, true);
-            loss_and_metrics(m, true);
-            fl_graph_backward(&m->g);
-            fl_optimizer_step(m->opt);
+            if (train_step(m, &gs, b == bs) != FL_OK) goto fail;
             m->g.step++;
             seen += b;
             if (s + 1 < steps && progbar_due(&pb, false)) {
@@ -763,10 +815,12 @@ fl_history *fl_fit_(fl_model *m, const fl_tensor *x, const fl_tensor *y, fl_fit_
         if (a.on_epoch_end && !a.on_epoch_end(m, ep, h, a.user)) break;
     }
     h->seconds = now() - t_fit;
+    if (gs.graph) m->g.be->graph_free(gs.graph);
     data_close(m, &tr); data_close(m, &vd);
     free(perm); free(vidx); free(yh); free(vyh);
     return h;
 fail:
+    if (gs.graph) m->g.be->graph_free(gs.graph);
     data_close(m, &tr); data_close(m, &vd);
     free(perm); free(vidx); free(yh); free(vyh);
     fl_history_free(h);

@@ -71,6 +71,16 @@ FL_HD float fl_act_grad_x(int act, float x, float y) {
     }
 }
 
+/* The Philox stream of a dropout layer at a training step. XOR makes it its
+ * own inverse: fl_dropout_stream(fl_dropout_stream(b, s), s) == b, which
+ * the CUDA graph replay uses to move a captured stream to a later step. */
+FL_HD uint64_t fl_dropout_stream(uint64_t base, int64_t step) { return base ^ ((uint64_t)step << 20); }
+
+/* Adam's step size at step t (1-based): lr * sqrt(1 - b2^t) / (1 - b1^t). */
+FL_HD float fl_adam_lr_t(float lr, float b1, float b2, int64_t t) {
+    return (float)(lr * sqrt(1.0 - pow((double)b2, (double)t)) / (1.0 - pow((double)b1, (double)t)));
+}
+
 /* ---- optimizer updates (Keras 3 formulas; one parameter element) ---- */
 
 /* SGD: m = momentum*m - lr*g; w += nesterov ? momentum*m - lr*g : m.

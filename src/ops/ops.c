@@ -311,7 +311,7 @@ void fl_op_forward(fl_graph *g, fl_node *n, bool training) {
         break; /* a view */
     case FL_OP_DROPOUT:
         if (training && n->rate > 0.0f)
-            be->dropout_fwd(fl_node_size(n), n->rate, g->seed, n->stream ^ ((uint64_t)g->step << 20), x->val, n->val,
+            be->dropout_fwd(fl_node_size(n), n->rate, g->seed, fl_dropout_stream(n->stream, g->step), x->val, n->val,
                             n->aux);
         else
             be->copy(n->val, x->val, (size_t)fl_node_size(n) * sizeof(float));

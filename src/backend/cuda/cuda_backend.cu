@@ -45,6 +45,11 @@ static int g_tf32 = 1;             /* TensorFlow's default: TF32 allowed */
 static int g_sticky = 0;           /* an asynchronous error was seen */
 static char g_sticky_msg[512];
 static cudaDeviceProp g_prop;
+/* graph capture: the steps the captured kernels read, [0] optimizer, [1] graph */
+static int g_capturing;
+static int64_t g_cap_gstep;
+static int64_t *g_dsteps;
+static void *g_cublas_ws;
 
 /* ------------------------------------------------------------ errors */
 
@@ -804,9 +809,12 @@ static void cu_act_bwd(int act, int64_t rows, int c, const float *x, const float
 /* ------------------------------------------------------------- dropout */
 
 /* The same Philox draws as the CPU: block b gives elements 4b..4b+3. */
-__global__ void k_dropout_fwd(int64_t n, float rate, uint64_t seed, uint64_t stream, const float *x, float *y,
-                              uint8_t *mask) {
+/* gstep: NULL in eager mode; while a graph is captured, the stream given is
+ * the layer's base stream and the step is read from the device. */
+__global__ void k_dropout_fwd(int64_t n, float rate, uint64_t seed, uint64_t stream, const int64_t *gstep,
+                              const float *x, float *y, uint8_t *mask) {
     const float scale = 1.0f / (1.0f - rate);
+    if (gstep) stream = fl_dropout_stream(stream, *gstep);
     int64_t nb = (n + 3) / 4;
     for (int64_t b = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; b < nb; b += (int64_t)gridDim.x * blockDim.x) {
         fl_philox4 r = fl_philox_block(seed, stream, (uint64_t)b);
@@ -827,7 +835,12 @@ __global__ void k_dropout_bwd(int64_t n, float scale, const uint8_t *mask, const
 }
 static void cu_dropout_fwd(int64_t n, float rate, uint64_t seed, uint64_t stream, const float *x, float *y,
                            uint8_t *mask) {
-    k_dropout_fwd<<<blocks_for((n + 3) / 4, 256), 256, 0, g_stream>>>(n, rate, seed, stream, x, y, mask);
+    if (g_capturing) /* back to the base stream: replays mix in the device's step */
+        k_dropout_fwd<<<blocks_for((n + 3) / 4, 256), 256, 0, g_stream>>>(n, rate, seed,
+                                                                          fl_dropout_stream(stream, g_cap_gstep),
+                                                                          g_dsteps + 1, x, y, mask);
+    else
+        k_dropout_fwd<<<blocks_for((n + 3) / 4, 256), 256, 0, g_stream>>>(n, rate, seed, stream, NULL, x, y, mask);
     LAUNCHED();
 }
 static void cu_dropout_bwd(int64_t n, float rate, const uint8_t *mask, const float *dy, float *dx, float beta) {
@@ -1019,7 +1032,18 @@ static int g_dparams_n;
 static int64_t g_dparams_total;
 
 /* One launch for all parameters: each element finds its tensor. */
-__global__ void k_optimizer(fl_opt_desc d, float lr_t, const dev_param *ps, int np, int64_t total) {
+__global__ void k_inc(int64_t *v) { (*v)++; }
+
+/* ostep: NULL in eager mode (lr_t given); in a captured step the step
+ * (already advanced) is read from the device and lr_t computed here. */
+__global__ void k_optimizer(fl_opt_desc d, float lr_t, const int64_t *ostep, const dev_param *ps, int np, int64_t total) {
+    __shared__ float lr_shared;
+    if (ostep) {
+        if (threadIdx.x == 0)
+            lr_shared = (d.code == FL_OPT_ADAM || d.code == FL_OPT_ADAMW) ? fl_adam_lr_t(d.lr, d.beta1, d.beta2, *ostep) : d.lr;
+        __syncthreads();
+        lr_t = lr_shared;
+    }
     for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
         int lo = 0, hi = np - 1;
         while (lo < hi) { /* last tensor whose start <= e */
@@ -1067,10 +1091,64 @@ static void cu_optimizer_step(const fl_opt_desc *d, const fl_param_ref *ps, int 
         free(h);
     }
     float lr_t = d->lr;
-    if (d->code == FL_OPT_ADAM || d->code == FL_OPT_ADAMW)
-        lr_t = (float)(d->lr * sqrt(1.0 - pow(d->beta2, (double)d->step)) / (1.0 - pow(d->beta1, (double)d->step)));
-    k_optimizer<<<blocks_for(g_dparams_total, 256), 256, 0, g_stream>>>(*d, lr_t, g_dparams, np, g_dparams_total);
+    if (d->code == FL_OPT_ADAM || d->code == FL_OPT_ADAMW) lr_t = fl_adam_lr_t(d->lr, d->beta1, d->beta2, d->step);
+    if (g_capturing) {
+        k_inc<<<1, 1, 0, g_stream>>>(g_dsteps);
+        k_optimizer<<<blocks_for(g_dparams_total, 256), 256, 0, g_stream>>>(*d, lr_t, g_dsteps, g_dparams, np,
+                                                                            g_dparams_total);
+    } else {
+        k_optimizer<<<blocks_for(g_dparams_total, 256), 256, 0, g_stream>>>(*d, lr_t, NULL, g_dparams, np,
+                                                                            g_dparams_total);
+    }
     LAUNCHED();
+}
+
+/* --------------------------------------------------------- CUDA graphs */
+
+static int g_sticky_before;
+
+static int cu_graph_begin(int64_t opt_step, int64_t graph_step) {
+    const char *e = getenv("FLYNN_CUDA_GRAPHS");
+    if (e && strcmp(e, "0") == 0) return 1;
+    if (!g_dsteps && !(g_dsteps = (int64_t *)cu_alloc(2 * sizeof(int64_t)))) return 1;
+    int64_t v[2] = {opt_step, graph_step};
+    if (!CUDA_OK(cudaMemcpyAsync(g_dsteps, v, sizeof v, cudaMemcpyHostToDevice, g_stream)) ||
+        !CUDA_OK(cudaStreamSynchronize(g_stream)))
+        return 1;
+    g_sticky_before = g_sticky;
+    g_cap_gstep = graph_step;
+    if (cudaStreamBeginCapture(g_stream, cudaStreamCaptureModeRelaxed) != cudaSuccess) {
+        cudaGetLastError();
+        return 1;
+    }
+    g_capturing = 1;
+    return 0;
+}
+
+static void *cu_graph_end(void) {
+    k_inc<<<1, 1, 0, g_stream>>>(g_dsteps + 1); /* the graph step advances with each replay */
+    cudaGraph_t graph = NULL;
+    cudaError_t e = cudaStreamEndCapture(g_stream, &graph);
+    g_capturing = 0;
+    cudaGraphExec_t exec = NULL;
+    if (e == cudaSuccess && graph && g_sticky == g_sticky_before) e = cudaGraphInstantiate(&exec, graph, 0);
+    else if (e == cudaSuccess) e = cudaErrorStreamCaptureInvalidated;
+    if (graph) cudaGraphDestroy(graph);
+    if (e != cudaSuccess || !exec) {
+        /* capture is an optimisation: forget its errors, run eagerly */
+        cudaGetLastError();
+        g_sticky = g_sticky_before;
+        return NULL;
+    }
+    return (void *)exec;
+}
+
+static int cu_graph_launch(void *graph) {
+    return CUDA_OK(cudaGraphLaunch((cudaGraphExec_t)graph, g_stream)) ? 0 : 1;
+}
+
+static void cu_graph_free(void *graph) {
+    if (graph) cudaGraphExecDestroy((cudaGraphExec_t)graph);
 }
 
 /* ----------------------------------------------------------- the table */
@@ -1119,6 +1197,10 @@ static void fill_table(void) {
     b->metric = cu_metric;
     b->sum_into = cu_sum_into;
     b->optimizer_step = cu_optimizer_step;
+    b->graph_begin = cu_graph_begin;
+    b->graph_end = cu_graph_end;
+    b->graph_launch = cu_graph_launch;
+    b->graph_free = cu_graph_free;
 }
 
 __global__ void k_probe(int *out) { *out = 42; }
@@ -1194,6 +1276,10 @@ extern "C" __attribute__((visibility("default"))) const fl_backend *fl_cuda_plug
         return fail_open(rep, "cublas_init", "cublasCreate failed: %s", cublasGetStatusName(bs));
     cublasGetVersion(g_cublas, &rep->cublas_version);
     cublasSetStream(g_cublas, g_stream);
+    /* a workspace of our own, so that cuBLAS allocates nothing while a graph is captured */
+    const size_t ws = (size_t)32 << 20;
+    if (cudaMalloc(&g_cublas_ws, ws) == cudaSuccess) cublasSetWorkspace(g_cublas, g_cublas_ws, ws);
+    else cudaGetLastError();
     cudnnStatus_t ds = cudnnCreate(&g_cudnn);
     if (ds != CUDNN_STATUS_SUCCESS)
         return fail_open(rep, "cudnn_init", "cudnnCreate failed: %s", cudnnGetErrorString(ds));
