@@ -1,0 +1,1220 @@
+#!/usr/bin/env python3
+"""keras_fixtures.py — owns tests/fixtures/keras/: small model files written by
+REAL Keras 3 (JAX backend) for flynn's Keras-file conformance tests.
+
+Regenerate with (Keras 3 and h5py installed; TensorFlow is not needed):
+
+    KERAS_BACKEND=jax python3 tools/keras_fixtures.py [--out tests/fixtures/keras]
+
+The script is deterministic: every model is built after
+keras.backend.clear_session() + keras.utils.set_random_seed(seed) with a seed
+derived from the fixture's name, and every input batch comes from
+numpy.random.default_rng(seed). The .npy, .h5, .weights.h5, .json and
+manifest.json files are byte-identical on every run; the .keras zips are not
+(Keras stamps metadata.json with the save date, the model.weights.h5 entry
+with the current time, and config.json's "shared_object_id" values are
+Python object ids), but what they hold is.
+
+For each model M it writes
+    M.keras          model.save("M.keras")        (Keras 3 zip format)
+    M_x.npy          a fixed input batch (M_x0.npy, M_x1.npy, ... for several inputs)
+    M_y.npy          model.predict(M_x)           (M_y0.npy, M_y1.npy, ... for several outputs)
+and, for the models whose formats include them (see ALL/KERAS below),
+    M.h5             model.save("M.h5")           (legacy HDF5 full model)
+    M.weights.h5     model.save_weights(...)      (Keras 3 weights-only HDF5)
+    M.json           model.to_json()
+and, for the training fixtures (compiled; M.keras is saved BEFORE the step),
+    M_train_x.npy, M_train_y.npy          the fixed training batch
+    M_step1.weights.h5                    save_weights after one train_on_batch
+    M_step1_<layer>_<weight>.npy          each weight after that step, Keras order
+    M_after.keras                         model.save after the step (holds the optimizer state)
+    M_step2_<layer>_<weight>.npy          each weight after a second train_on_batch on
+                                          the same batch (checks that a reader restored the
+                                          optimizer state of M_after.keras exactly)
+plus bad_* files that a reader must refuse, tf2_* files in the tf.keras 2.x
+legacy-HDF5 dialect (written here with h5py, since TensorFlow is not
+installed; Keras 3 loads them), and manifest.json describing all of it.
+
+After writing, the script re-runs itself with --check in a fresh Python
+process (no custom classes registered) which reloads every file with Keras
+and compares the predictions and weights with the saved .npy files. See
+docs/keras-format.md for the file layouts.
+"""
+import argparse
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+import zlib
+
+if os.environ.get("KERAS_BACKEND", "jax") != "jax":
+    sys.exit("run with KERAS_BACKEND=jax (see the comment at the top)")
+os.environ["KERAS_BACKEND"] = "jax"
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+import warnings  # noqa: E402
+
+import numpy as np  # noqa: E402
+import h5py  # noqa: E402
+
+try:  # Keras logs a warning through absl for every legacy .h5 save
+    import absl.logging  # noqa: E402
+
+    absl.logging.set_verbosity(absl.logging.ERROR)
+except ImportError:  # pragma: no cover
+    pass
+
+import keras  # noqa: E402
+from keras import layers as L  # noqa: E402
+
+F32 = np.float32
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DEFAULT_OUT = os.path.join(REPO, "tests", "fixtures", "keras")
+
+# Tolerances the C tests use: |got - want| <= atol + rtol * |want|.
+TOL_PRED = {"rtol": 1e-5, "atol": 1e-6}
+TOL_STEP = {"rtol": 1e-4, "atol": 1e-6}
+
+# Config keys copied into the manifest's per-layer summary.
+LAYER_KEYS = (
+    "units", "activation", "use_bias", "filters", "kernel_size", "strides",
+    "padding", "pool_size", "target_shape", "rate", "axis", "momentum",
+    "epsilon", "center", "scale", "data_format", "dilation_rate",
+)
+
+
+def seed_of(name):
+    return zlib.crc32(name.encode()) & 0x7FFFFFFF
+
+
+def reset(name):
+    keras.backend.clear_session()
+    keras.utils.set_random_seed(seed_of(name) % (2**31 - 1))
+
+
+def normal(rng, *shape, scale=1.0):
+    return (rng.standard_normal(shape) * scale).astype(F32)
+
+
+# --------------------------------------------------------------- the models
+#
+# Each builder returns (model, [input arrays]). Batch sizes are 3-5. Names are
+# Keras's automatic ones (clear_session() restarts the counters) except where
+# a name documents something (functional inputs/outputs).
+
+
+def m_dense_activations(rng):
+    # Every activation on a Dense layer, plus use_bias=False.
+    m = keras.Sequential([
+        keras.Input((5,)),
+        L.Dense(6, activation=None),          # serialized as "linear"
+        L.Dense(6, activation="leaky_relu"),
+        L.Dense(6, activation="elu", use_bias=False),
+        L.Dense(6, activation="gelu"),
+        L.Dense(6, activation="tanh"),
+        L.Dense(5, activation="relu"),
+        L.Dense(5, activation="sigmoid"),
+        L.Dense(3, activation="softmax"),
+    ], name="dense_activations")
+    return m, [normal(rng, 4, 5, scale=2.0)]
+
+
+def m_activation_layers(rng):
+    # The Activation layer with every activation name.
+    m = keras.Sequential([
+        keras.Input((6,)),
+        L.Dense(6),
+        L.Activation("linear"),
+        L.Activation("leaky_relu"),
+        L.Activation("elu"),
+        L.Activation("gelu"),
+        L.Activation("tanh"),
+        L.Activation("relu"),
+        L.Activation("sigmoid"),
+        L.Activation("softmax"),
+    ], name="activation_layers")
+    return m, [normal(rng, 4, 6, scale=2.0)]
+
+
+def m_conv_basic(rng):
+    # valid / same, kernels 3x3, 2x3 (non-square) and 1x1, use_bias=False,
+    # stride 2 with valid padding, several activations.
+    m = keras.Sequential([
+        keras.Input((7, 7, 2)),
+        L.Conv2D(3, 3, padding="valid", activation="relu"),              # 5x5x3
+        L.Conv2D(4, (2, 3), padding="same", use_bias=False,
+                 activation="tanh"),                                      # 5x5x4
+        L.Conv2D(3, 1, activation="elu"),                                 # 5x5x3
+        L.Conv2D(2, 3, strides=2, padding="valid", activation="sigmoid"),  # 2x2x2
+    ], name="conv_basic")
+    return m, [normal(rng, 3, 7, 7, 2)]
+
+
+def m_conv_strides(rng):
+    # stride 2 with same padding on even and odd sizes (Keras/TF pad the
+    # extra row/column at the bottom/right), non-square strides, non-square
+    # kernels with strides, softmax over channels.
+    m = keras.Sequential([
+        keras.Input((8, 7, 2)),
+        L.Conv2D(3, 3, strides=2, padding="same", activation="gelu"),      # 4x4x3
+        L.Conv2D(2, (3, 2), strides=(2, 1), padding="same",
+                 activation="leaky_relu"),                                 # 2x4x2
+        L.Conv2D(3, (2, 3), strides=(1, 2), padding="valid",
+                 activation="softmax"),                                    # 1x1x3
+    ], name="conv_strides")
+    return m, [normal(rng, 3, 8, 7, 2)]
+
+
+def m_pool_max(rng):
+    m = keras.Sequential([
+        keras.Input((11, 11, 2)),
+        L.MaxPooling2D(3, strides=1, padding="same"),      # 11x11
+        L.MaxPooling2D(3, strides=2, padding="valid"),     # 5x5
+        L.MaxPooling2D(2, padding="same"),                 # 3x3 (strides default = pool)
+        L.MaxPooling2D((2, 3), strides=(1, 2), padding="same"),  # 3x2
+        L.MaxPooling2D(2),                                 # 1x1 (valid, default strides)
+    ], name="pool_max")
+    return m, [normal(rng, 3, 11, 11, 2)]
+
+
+def m_pool_avg(rng):
+    # Keras's average pooling with padding="same" divides by the number of
+    # real (unpadded) elements in each window.
+    m = keras.Sequential([
+        keras.Input((11, 11, 2)),
+        L.AveragePooling2D(3, strides=1, padding="same"),      # 11x11
+        L.AveragePooling2D(3, strides=2, padding="valid"),     # 5x5
+        L.AveragePooling2D(2, padding="same"),                 # 3x3
+        L.AveragePooling2D((2, 3), strides=(1, 2), padding="same"),  # 3x2
+        L.AveragePooling2D(2),                                 # 1x1
+    ], name="pool_avg")
+    return m, [normal(rng, 3, 11, 11, 2)]
+
+
+def m_reshape_pool_flatten(rng):
+    # Reshape with -1 (first and middle position), Flatten, Dropout (the
+    # identity at inference), GlobalAveragePooling2D.
+    m = keras.Sequential([
+        keras.Input((12,)),
+        L.Reshape((2, -1, 3)),                       # (2, 2, 3)
+        L.Conv2D(4, 2, padding="same", activation="relu"),
+        L.Flatten(),                                 # 16
+        L.Dropout(0.5),
+        L.Dense(12),
+        L.Reshape((-1, 3, 2)),                       # (2, 3, 2)
+        L.GlobalAveragePooling2D(),                  # 2
+    ], name="reshape_pool_flatten")
+    return m, [normal(rng, 4, 12)]
+
+
+def m_batchnorm(rng):
+    # BatchNormalization after Conv2D (4-D, axis -1 = channels) and after
+    # Dense (2-D). The weights are set to random values and then the model
+    # is trained one step (SGD, MSE), so that gamma/beta/moving statistics
+    # are none of the initial ones (see prepare_batchnorm).
+    m = keras.Sequential([
+        keras.Input((4, 4, 3)),
+        L.Conv2D(4, 3, padding="same"),
+        L.BatchNormalization(),                                   # defaults
+        L.BatchNormalization(center=False),
+        L.BatchNormalization(scale=False, momentum=0.9, epsilon=1e-2),
+        L.GlobalAveragePooling2D(),
+        L.Dense(3),
+        L.BatchNormalization(center=False, scale=False, momentum=0.5,
+                             epsilon=1e-4),
+    ], name="batchnorm")
+    return m, [normal(rng, 4, 4, 4, 3)]
+
+
+def prepare_batchnorm(m, rng):
+    for layer in m.layers:
+        if isinstance(layer, L.BatchNormalization):
+            vals = []
+            for v in layer.weights:
+                n = v.shape[0]
+                if v.name == "gamma":
+                    vals.append(rng.uniform(0.5, 1.5, n).astype(F32))
+                elif v.name == "beta":
+                    vals.append(normal(rng, n, scale=0.3))
+                elif v.name == "moving_mean":
+                    vals.append(normal(rng, n, scale=0.5))
+                else:  # moving_variance
+                    vals.append(rng.uniform(0.5, 2.0, n).astype(F32))
+            layer.set_weights(vals)
+    m.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
+    x = normal(rng, 6, 4, 4, 3)
+    y = normal(rng, 6, 3)
+    m.train_on_batch(x, y)
+    # A fresh, uncompiled copy with the same config and weights: the saved
+    # files describe a model for inference only.
+    fresh = keras.Sequential.from_config(m.get_config())
+    fresh.set_weights(m.get_weights())
+    return fresh
+
+
+def m_func_residual(rng):
+    # The most common Functional shape: one input, one output, a skip
+    # connection (Add of the input and a Dense branch).
+    x = keras.Input((6,), name="features")
+    h = L.Dense(6, activation="relu")(x)
+    r = L.Add()([x, h])
+    y = L.Dense(3, activation="softmax", name="probs")(r)
+    m = keras.Model(x, y, name="func_residual")
+    return m, [normal(rng, 4, 6)]
+
+
+def m_func_multi_io(rng):
+    # Two inputs of different ranks, two outputs; Concatenate(axis=-1) of
+    # 4-D tensors (the channels of NHWC) and of 2-D tensors.
+    v = keras.Input((6,), name="vec")
+    img = keras.Input((4, 4, 1), name="img")
+    a = L.Conv2D(2, 3, padding="same", activation="relu")(img)
+    c4 = L.Concatenate(axis=-1)([a, img])           # (4, 4, 3)
+    f = L.Flatten()(c4)                             # 48
+    h = L.Dense(5, activation="relu")(v)
+    c = L.Concatenate()([h, f])
+    h2 = L.Dense(5, activation="tanh")(c)
+    out_class = L.Dense(3, activation="softmax", name="out_class")(h2)
+    out_reg = L.Dense(1, name="out_reg")(h2)
+    m = keras.Model([v, img], [out_class, out_reg], name="func_multi_io")
+    return m, [normal(rng, 4, 6), normal(rng, 4, 4, 4, 1)]
+
+
+def m_func_shared(rng):
+    # The same Dense layer called on two inputs: two nodes of one layer, one
+    # set of weights. Its second call is keras_history [name, 1, 0]. Add,
+    # Multiply and a three-way Concatenate of 2-D tensors.
+    a = keras.Input((5,), name="left")
+    b = keras.Input((5,), name="right")
+    shared = L.Dense(4, activation="relu", name="shared")
+    ha = shared(a)
+    hb = shared(b)
+    total = L.Add()([ha, hb])
+    prod = L.Multiply()([ha, hb])
+    c = L.Concatenate()([total, prod, hb])
+    y = L.Dense(2, name="y")(c)
+    m = keras.Model([a, b], y, name="func_shared")
+    return m, [normal(rng, 4, 5), normal(rng, 4, 5)]
+
+
+# Which files a fixture gets. Keras's HDF5 files cost ~2.5 KB per layer
+# whatever the layer holds (two HDF5 groups per layer) plus ~6 KB per file,
+# so writing all four formats for every model would make the folder ~2 MB.
+# Every model gets M.keras (the layer and option coverage). The legacy .h5,
+# the .weights.h5 and the .json (the same JSON as the .keras's config.json)
+# are written for a subset that covers what differs between the formats: a
+# compiled Sequential with training_config and optimizer weights in all four
+# formats (train_mlp_adam), the legacy .h5 of a Functional model with a
+# shared layer and two inputs (func_shared); the tf2_* files add legacy .h5
+# with BatchNormalization (non-trainable weights), Conv2D/pooling configs
+# and a two-output Functional model. The .weights.h5 layout is also covered
+# by the four M_step1.weights.h5 files.
+ALL = ("keras", "h5", "weights_h5", "json")
+KERAS_H5 = ("keras", "h5")
+KERAS = ("keras",)
+
+MODELS = [
+    ("dense_activations", "sequential", m_dense_activations, KERAS),
+    ("activation_layers", "sequential", m_activation_layers, KERAS),
+    ("conv_basic", "sequential", m_conv_basic, KERAS),
+    ("conv_strides", "sequential", m_conv_strides, KERAS),
+    ("pool_max", "sequential", m_pool_max, KERAS),
+    ("pool_avg", "sequential", m_pool_avg, KERAS),
+    ("reshape_pool_flatten", "sequential", m_reshape_pool_flatten, KERAS),
+    ("batchnorm", "sequential", m_batchnorm, KERAS),
+    ("func_residual", "functional", m_func_residual, KERAS),
+    ("func_multi_io", "functional", m_func_multi_io, KERAS),
+    ("func_shared", "functional", m_func_shared, KERAS_H5),
+]
+
+
+# ------------------------------------------------------ the training models
+#
+# (name, builder, optimizer factory, loss, metrics, batch maker)
+# No Dropout in these models; train_on_batch has no shuffling.
+
+
+def t_mlp_adam():
+    return keras.Sequential([
+        keras.Input((6,)),
+        L.Dense(8, activation="relu"),
+        L.Dense(4, activation="softmax"),
+    ], name="train_mlp_adam")
+
+
+def t_cnn_sgd():
+    return keras.Sequential([
+        keras.Input((6, 6, 1)),
+        L.Conv2D(3, 3, activation="relu"),
+        L.MaxPooling2D(2),
+        L.Flatten(),
+        L.Dense(3, activation="softmax"),
+    ], name="train_cnn_sgd")
+
+
+def t_bn_rmsprop():
+    return keras.Sequential([
+        keras.Input((5,)),
+        # No bias before BatchNormalization: its gradient is 0 up to
+        # rounding (BN subtracts the batch mean), and RMSprop's first step
+        # would amplify that rounding noise to ~1e-4.
+        L.Dense(6, use_bias=False),
+        L.BatchNormalization(),
+        L.Activation("relu"),
+        L.Dense(2),
+    ], name="train_bn_rmsprop")
+
+
+def t_adamw():
+    return keras.Sequential([
+        keras.Input((6,)),
+        L.Dense(5, activation="tanh"),
+        L.Dense(1),                      # logits
+    ], name="train_adamw")
+
+
+def b_sparse(classes, *shape):
+    def make(rng):
+        x = normal(rng, 8, *shape)
+        y = rng.integers(0, classes, 8).astype(np.int32)
+        return x, y
+    return make
+
+
+def b_onehot(classes, *shape):
+    def make(rng):
+        x = normal(rng, 8, *shape)
+        y = np.eye(classes, dtype=F32)[rng.integers(0, classes, 8)]
+        return x, y
+    return make
+
+
+def b_regression(outs, *shape):
+    def make(rng):
+        return normal(rng, 8, *shape), normal(rng, 8, outs)
+    return make
+
+
+def b_binary(*shape):
+    def make(rng):
+        x = normal(rng, 8, *shape)
+        y = rng.integers(0, 2, (8, 1)).astype(F32)
+        return x, y
+    return make
+
+
+TRAINING = [
+    ("train_mlp_adam", t_mlp_adam,
+     lambda: keras.optimizers.Adam(learning_rate=0.01),
+     "sparse_categorical_crossentropy", ["accuracy"], b_sparse(4, 6), ALL),
+    ("train_cnn_sgd", t_cnn_sgd,
+     lambda: keras.optimizers.SGD(learning_rate=0.1, momentum=0.9),
+     "categorical_crossentropy", ["accuracy"], b_onehot(3, 6, 6, 1), KERAS),
+    # momentum and centered make every kind of RMSprop state appear.
+    ("train_bn_rmsprop", t_bn_rmsprop,
+     lambda: keras.optimizers.RMSprop(learning_rate=0.01, momentum=0.5,
+                                      centered=True),
+     "mean_squared_error", None, b_regression(2, 5), KERAS),
+    # A loss object (not a string) in the compile config, from_logits=True.
+    ("train_adamw", t_adamw,
+     lambda: keras.optimizers.AdamW(learning_rate=0.01),
+     lambda: keras.losses.BinaryCrossentropy(from_logits=True), None,
+     b_binary(6), KERAS),
+]
+
+
+# ----------------------------------------------------------------- helpers
+
+
+def layer_summary(layer):
+    cfg = layer.get_config()
+    d = {"name": layer.name, "class_name": layer.__class__.__name__}
+    for k in LAYER_KEYS:
+        if k in cfg:
+            v = cfg[k]
+            d[k] = list(v) if isinstance(v, tuple) else v
+    # [name, shape] in Keras order; only BatchNormalization's moving_mean
+    # and moving_variance are non-trainable.
+    d["weights"] = [[w.name, list(w.shape)] for w in layer.weights]
+    return d
+
+
+def compact_json(o, ind=0):
+    """JSON with one line per object or list that fits in ~100 columns."""
+    flat = json.dumps(o)
+    if len(flat) <= 110 or not isinstance(o, (dict, list)) or not o:
+        return flat
+    pad = " " * (ind + 1)
+    if isinstance(o, dict):
+        items = ["%s%s: %s" % (pad, json.dumps(k), compact_json(v, ind + 1))
+                 for k, v in o.items()]
+        return "{\n" + ",\n".join(items) + "\n" + " " * ind + "}"
+    items = [pad + compact_json(v, ind + 1) for v in o]
+    return "[\n" + ",\n".join(items) + "\n" + " " * ind + "]"
+
+
+def save_npy(out, fname, arr):
+    np.save(os.path.join(out, fname), np.ascontiguousarray(arr))
+    return fname
+
+
+def write_model_files(out, name, kind, model, xs, formats):
+    """Writes M.keras [M.h5, M.weights.h5, M.json], M_x*.npy, M_y*.npy."""
+    p = lambda suffix: os.path.join(out, name + suffix)  # noqa: E731
+    model.save(p(".keras"))
+    files = {"keras": name + ".keras"}
+    if "h5" in formats:
+        write_legacy_h5(model, p(".h5"))
+        files["h5"] = name + ".h5"
+    if "weights_h5" in formats:
+        model.save_weights(p(".weights.h5"))
+        files["weights_h5"] = name + ".weights.h5"
+    if "json" in formats:
+        with open(p(".json"), "w") as f:
+            f.write(model.to_json())
+        files["json"] = name + ".json"
+
+
+    ys = model.predict(xs if len(xs) > 1 else xs[0], verbose=0)
+    if not isinstance(ys, (list, tuple)):
+        ys = [ys]
+    ys = [np.asarray(y, F32) for y in ys]
+    if len(xs) == 1:
+        xf = [save_npy(out, name + "_x.npy", xs[0])]
+    else:
+        xf = [save_npy(out, "%s_x%d.npy" % (name, i), x) for i, x in enumerate(xs)]
+    if len(ys) == 1:
+        yf = [save_npy(out, name + "_y.npy", ys[0])]
+    else:
+        yf = [save_npy(out, "%s_y%d.npy" % (name, i), y) for i, y in enumerate(ys)]
+
+    entry = {
+        "name": name,
+        "kind": kind,
+        "files": dict(files, x=xf, y=yf),
+        "inputs": [{"name": t._keras_history[0].name, "shape": list(x.shape),
+                    "file": f} for t, x, f in zip(model.inputs, xs, xf)],
+        "outputs": [{"name": t._keras_history[0].name, "shape": list(y.shape),
+                     "file": f} for t, y, f in zip(model.outputs, ys, yf)],
+        "layers": [layer_summary(layer) for layer in model.layers],
+        "layer_classes": sorted({layer.__class__.__name__ for layer in model.layers}
+                                | {"InputLayer"}),
+        "tolerance": {"predictions": TOL_PRED},
+    }
+    return entry
+
+
+def write_legacy_h5(model, path):
+    """model.save("M.h5"): the legacy HDF5 format (Keras warns that it is
+    legacy). Keras 3.15's legacy writer pops "optimizer" from the model's
+    compile config in place (legacy/saving/saving_utils.py model_metadata),
+    so a later .keras save of the same model would lose its optimizer: keep
+    a copy and restore it."""
+    cc = getattr(model, "_compile_config", None)
+    saved_cc = dict(cc.config) if cc is not None else None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model.save(path)
+    if cc is not None:
+        cc.config.clear()
+        cc.config.update(saved_cc)
+
+
+def weight_files(out, model, prefix):
+    """Saves each weight as <prefix>_<layer>_<weight>.npy, Keras order."""
+    items = []
+    for layer in model.layers:
+        for w in layer.weights:
+            fname = "%s_%s_%s.npy" % (prefix, layer.name, w.name)
+            save_npy(out, fname, np.asarray(w.numpy(), F32))
+            items.append([layer.name, w.name, fname])
+    return items
+
+
+def gradient_check(model, loss_obj, x, y):
+    """Adam/AdamW/RMSprop's first step is ~lr*sign(g): an element whose
+    gradient is tiny but not zero (a near-cancellation) would make the C
+    comparison flaky. Returns the smallest non-zero |g| (must be >= 1e-5)."""
+    import jax
+    import jax.numpy as jnp
+
+    tv = [v.value for v in model.trainable_variables]
+    ntv = [v.value for v in model.non_trainable_variables]
+
+    def f(tv):
+        yp, _ = model.stateless_call(tv, ntv, x, training=True)
+        return jnp.mean(loss_obj(y, yp))
+
+    grads = jax.grad(f)(tv)
+    small = np.inf
+    for g in grads:
+        a = np.abs(np.asarray(g))
+        nz = a[a > 0]
+        if nz.size:
+            small = min(small, float(nz.min()))
+    return small
+
+
+def optimizer_state_layout(model):
+    """The optimizer variables in the order Keras saves them."""
+    return [[i, v.path, list(v.shape), str(v.dtype)]
+            for i, v in enumerate(model.optimizer.variables)]
+
+
+def loss_repr(loss):
+    if isinstance(loss, str):
+        return loss
+    return keras.saving.serialize_keras_object(loss)
+
+
+# ----------------------------------------------------------------- writing
+
+
+def write_inference(out, manifest):
+    for name, kind, build, formats in MODELS:
+        reset(name)
+        rng = np.random.default_rng(seed_of(name))
+        model, xs = build(rng)
+        notes = None
+        if name == "batchnorm":
+            model = prepare_batchnorm(model, rng)
+            notes = ("gamma/beta/moving stats were set to random values, then "
+                     "one SGD(0.1)+MSE train_on_batch step was taken before "
+                     "saving; the saved model is not compiled")
+        entry = write_model_files(out, name, kind, model, xs, formats)
+        if notes:
+            entry["notes"] = notes
+        manifest["fixtures"].append(entry)
+        print("wrote %-26s %s" % (name, ", ".join(
+            "%s%s" % (i["name"], tuple(i["shape"])) for i in entry["inputs"])))
+
+
+def write_training(out, manifest):
+    for name, build, make_opt, loss, metrics, make_batch, formats in TRAINING:
+        reset(name)
+        rng = np.random.default_rng(seed_of(name))
+        model = build()
+        loss_v = loss() if callable(loss) else loss
+        opt = make_opt()
+        model.compile(optimizer=opt, loss=loss_v, metrics=metrics)
+        xs = [normal(rng, 4, *model.inputs[0].shape[1:])]
+        # The model BEFORE the step: M.keras etc. (compiled; the optimizer is
+        # not built yet, so it only holds iteration and learning_rate).
+        entry = write_model_files(out, name, "sequential", model, xs, formats)
+        x, y = make_batch(rng)
+        tx = save_npy(out, name + "_train_x.npy", x)
+        ty = save_npy(out, name + "_train_y.npy", y)
+        loss_obj = keras.losses.get(loss_v) if isinstance(loss_v, str) else loss_v
+        smallest = gradient_check(model, loss_obj, x, y)
+        assert smallest >= 1e-5, (name, smallest)
+
+        before = model.train_on_batch(x, y, return_dict=True)
+        model.save_weights(os.path.join(out, name + "_step1.weights.h5"))
+        step1 = weight_files(out, model, name + "_step1")
+        model.save(os.path.join(out, name + "_after.keras"))
+        opt_layout = optimizer_state_layout(model)
+        model.train_on_batch(x, y)
+        step2 = weight_files(out, model, name + "_step2")
+
+        entry["files"].update({
+            "train_x": tx, "train_y": ty,
+            "step1_weights_h5": name + "_step1.weights.h5",
+            "after_keras": name + "_after.keras",
+        })
+        entry["training"] = {
+            "loss": loss_repr(loss_v),
+            "optimizer": {"class_name": opt.__class__.__name__,
+                          "config": json.loads(json.dumps(
+                              opt.get_config(), default=float))},
+            "metrics": metrics,
+            "train_x": tx, "train_y": ty,
+            "train_y_dtype": str(y.dtype),
+            "batch_size": int(x.shape[0]),
+            "loss_value_step1": float(before["loss"]),
+            "logs_step1": {k: float(v) for k, v in before.items() if k != "loss"},
+            "smallest_nonzero_abs_gradient": smallest,
+            "step1_weights": step1,
+            "step2_weights": step2,
+            "optimizer_state_in_after_keras": {
+                "h5_group": "optimizer/vars",
+                "variables": opt_layout,
+                "columns": ["dataset name under optimizer/vars", "Keras variable path",
+                            "shape", "dtype"],
+            },
+            "step_weights_columns": ["layer", "weight", "file"],
+            "howto": ("load M.keras (compiled), train_on_batch(M_train_x, "
+                      "M_train_y) once -> M_step1_*; load M_after.keras, one "
+                      "more step on the same batch -> M_step2_*"),
+        }
+        entry["tolerance"]["step_weights"] = TOL_STEP
+        manifest["fixtures"].append(entry)
+        print("wrote %-26s loss %.6f, %d optimizer variables" % (
+            name, before["loss"], len(opt_layout)))
+
+
+# ------------------------------------------------------------- bad fixtures
+
+
+def rezip(src, dst, replace):
+    """Copies the zip src to dst, replacing the named entries' contents
+    (keeping each entry's name, order and compression)."""
+    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w") as zout:
+        for info in zin.infolist():
+            data = replace.get(info.filename, zin.read(info.filename))
+            zi = zipfile.ZipInfo(info.filename, date_time=info.date_time)
+            zi.compress_type = info.compress_type
+            zi.external_attr = info.external_attr
+            zout.writestr(zi, data)
+
+
+def h5_bytes_with(h5_bytes, edit):
+    """Applies edit(h5py.File) to an in-memory copy of an HDF5 file."""
+    bio = io.BytesIO(h5_bytes)
+    with h5py.File(bio, "r+") as f:
+        edit(f)
+    return bio.getvalue()
+
+
+def transpose_dataset(group, name):
+    data = np.asarray(group[name])
+    del group[name]
+    group.create_dataset(name, data=np.ascontiguousarray(data.T))
+
+
+def write_bad(out, manifest):
+    bad = manifest["bad"]
+    tiny = lambda: keras.Sequential([keras.Input((5,)), L.Dense(6), L.Dense(6)],  # noqa: E731
+                                    name="tiny")
+
+    def add(fname, reason, keras_refuses, detail):
+        bad.append({"file": fname, "reason": reason,
+                    "keras_refuses": keras_refuses, "detail": detail,
+                    "size": os.path.getsize(os.path.join(out, fname))})
+        print("wrote %-26s %s" % (fname, reason))
+
+    # A registered custom layer class. It is defined here, not at module
+    # level, so that the --check process (which runs this file as __main__
+    # too) does not know it.
+    @keras.saving.register_keras_serializable(package="flynn_fixtures")
+    class ScaleByTwo(L.Layer):
+        def call(self, x):
+            return x * 2.0
+
+    reset("bad_custom_layer")
+    m = keras.Sequential([keras.Input((5,)), L.Dense(3), ScaleByTwo()],
+                         name="custom")
+    m.save(os.path.join(out, "bad_custom_layer.keras"))
+    add("bad_custom_layer.keras", "custom_layer", True,
+        "a layer of class 'ScaleByTwo', \"module\": null, \"registered_name\": "
+        "'flynn_fixtures>ScaleByTwo' (a registered custom class); Keras "
+        "without that class registered refuses it")
+
+    # A Lambda layer (Python bytecode in the config).
+    reset("bad_lambda")
+    m = keras.Sequential([keras.Input((5,)), L.Dense(3),
+                          L.Lambda(lambda t: t * 2.0)], name="lambda")
+    m.save(os.path.join(out, "bad_lambda.keras"))
+    add("bad_lambda.keras", "lambda_layer", True,
+        "a keras.layers.Lambda whose function is marshalled Python bytecode; "
+        "Keras refuses it in safe_mode (the default)")
+
+    # A real Keras layer that flynn does not have.
+    reset("bad_unsupported_layer")
+    m = keras.Sequential([keras.Input((5,)), L.Dense(4),
+                          L.LayerNormalization()], name="unsupported")
+    m.save(os.path.join(out, "bad_unsupported_layer.keras"))
+    add("bad_unsupported_layer.keras", "unsupported_layer", False,
+        "a LayerNormalization layer (valid Keras, not a flynn layer): Keras "
+        "loads it, flynn must refuse it naming the layer and its class")
+
+    # A valid tiny model to damage.
+    reset("bad_base")
+    m = tiny()
+    good = os.path.join(out, "_good.keras")
+    m.save(good)
+    with open(good, "rb") as f:
+        raw = f.read()
+
+    with open(os.path.join(out, "bad_truncated.keras"), "wb") as f:
+        f.write(raw[: len(raw) // 2])
+    add("bad_truncated.keras", "truncated_zip", True,
+        "the first %d of the %d bytes of a valid .keras (no central directory)"
+        % (len(raw) // 2, len(raw)))
+
+    with open(os.path.join(out, "bad_not_zip.keras"), "wb") as f:
+        f.write(b"this is not a zip archive, only text\n")
+    add("bad_not_zip.keras", "not_a_zip", True, "a text file named .keras")
+
+    with zipfile.ZipFile(good) as z:
+        cfg = z.read("config.json")
+        wts = z.read("model.weights.h5")
+    broken = cfg[: len(cfg) // 2] + b"}}]"
+    rezip(good, os.path.join(out, "bad_config_json.keras"),
+          {"config.json": broken})
+    add("bad_config_json.keras", "invalid_json", True,
+        "config.json cut in the middle of an object and closed with '}}]' "
+        "(not valid JSON); the zip itself is valid")
+
+    def tr_keras(f):
+        transpose_dataset(f["layers/dense/vars"], "0")
+    rezip(good, os.path.join(out, "bad_wrong_shape.keras"),
+          {"model.weights.h5": h5_bytes_with(wts, tr_keras)})
+    add("bad_wrong_shape.keras", "wrong_shape", True,
+        "layers/dense/vars/0 (Dense 'dense' kernel, expected (5, 6)) stored "
+        "transposed as (6, 5): the element count is right, the shape is not")
+
+    def drop_layer(f):
+        del f["layers/dense_1"]
+    rezip(good, os.path.join(out, "bad_missing_weights.keras"),
+          {"model.weights.h5": h5_bytes_with(wts, drop_layer)})
+    add("bad_missing_weights.keras", "missing_weights", True,
+        "model.weights.h5 lacks the group layers/dense_1 (Dense 'dense_1' "
+        "kernel and bias): nothing may be half-loaded")
+
+    h5p = os.path.join(out, "bad_wrong_shape.h5")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        m.save(h5p)
+    with h5py.File(h5p, "r+") as f:
+        g = f["model_weights/dense"]
+        names = [n.decode() if isinstance(n, bytes) else str(n)
+                 for n in g.attrs["weight_names"]]
+        kname = [n for n in names if n.endswith("kernel")][0]
+        parent, leaf = kname.rsplit("/", 1)
+        transpose_dataset(g[parent], leaf)
+    add("bad_wrong_shape.h5", "wrong_shape", True,
+        "legacy .h5: model_weights/dense/%s (expected (5, 6)) stored as "
+        "(6, 5)" % kname)
+
+    # Zip bomb: config.json is the valid config followed by BOMB_MB MiB of
+    # spaces (still valid JSON), deflated at level 9 (~1030:1). Only a size
+    # limit stops a reader from inflating all of it.
+    bomb_mb = 100
+    data = cfg + b" " * (bomb_mb * 2**20)
+    dst = os.path.join(out, "bad_zip_bomb.keras")
+    with zipfile.ZipFile(good) as zin, zipfile.ZipFile(dst, "w") as zout:
+        for info in zin.infolist():
+            zi = zipfile.ZipInfo(info.filename, date_time=info.date_time)
+            if info.filename == "config.json":
+                zi.compress_type = zipfile.ZIP_DEFLATED
+                zout.writestr(zi, data, compresslevel=9)
+            else:
+                zi.compress_type = info.compress_type
+                zout.writestr(zi, zin.read(info.filename))
+    del data
+    with zipfile.ZipFile(dst) as z:
+        zi = z.getinfo("config.json")
+        declared, packed = zi.file_size, zi.compress_size
+    add("bad_zip_bomb.keras", "zip_bomb", False,
+        "config.json declares (truthfully) %d bytes uncompressed (%d MiB: "
+        "the real config plus spaces, valid JSON), %d bytes deflated. Keras "
+        "reads it all and loads the model; flynn must refuse it from the "
+        "declared size before inflating (Keras 3.15 loads it in ~1 s)"
+        % (declared, bomb_mb, packed))
+    bad[-1]["declared_uncompressed_size"] = declared
+    bad[-1]["compressed_size"] = packed
+    os.remove(good)
+
+
+# ------------------------------------------------ tf.keras 2.x style .h5
+#
+# TensorFlow is not installed, so these files are written here with h5py in
+# the layout of tf_keras/saving/legacy/hdf5_format.py (tf.keras 2.x): weight
+# names "<layer>/<weight>:0", datasets at model_weights/<layer>/<layer>/<w>:0,
+# keras_version "2.15.0", backend "tensorflow", and the tf.keras 2 model
+# config dialect (InputLayer "batch_input_shape", "dtype": "float32" strings,
+# list "inbound_nodes" [[["layer", node, tensor, {}]]], BatchNormalization
+# "axis" as a list). The weights and predictions come from a real Keras 3
+# model of the same architecture.
+
+
+def _tf2_init(cls, cfg=None):
+    return {"class_name": cls, "config": cfg or {}}
+
+
+def _tf2_layer_config(layer):
+    """The tf.keras 2.x get_config() of a flynn-supported Keras 3 layer."""
+    c = layer.get_config()
+    base = {"name": layer.name, "trainable": True, "dtype": "float32"}
+    cls = layer.__class__.__name__
+    glorot = _tf2_init("GlorotUniform", {"seed": None})
+    zeros, ones = _tf2_init("Zeros"), _tf2_init("Ones")
+    if cls == "Dense":
+        base.update(units=c["units"], activation=c["activation"],
+                    use_bias=c["use_bias"], kernel_initializer=glorot,
+                    bias_initializer=zeros, kernel_regularizer=None,
+                    bias_regularizer=None, activity_regularizer=None,
+                    kernel_constraint=None, bias_constraint=None)
+    elif cls == "Conv2D":
+        base.update(filters=c["filters"], kernel_size=list(c["kernel_size"]),
+                    strides=list(c["strides"]), padding=c["padding"],
+                    data_format="channels_last", dilation_rate=[1, 1],
+                    groups=1, activation=c["activation"],
+                    use_bias=c["use_bias"], kernel_initializer=glorot,
+                    bias_initializer=zeros, kernel_regularizer=None,
+                    bias_regularizer=None, activity_regularizer=None,
+                    kernel_constraint=None, bias_constraint=None)
+    elif cls in ("MaxPooling2D", "AveragePooling2D"):
+        base.update(pool_size=list(c["pool_size"]), padding=c["padding"],
+                    strides=list(c["strides"]), data_format="channels_last")
+    elif cls in ("Flatten", "GlobalAveragePooling2D"):
+        base.update(data_format="channels_last")
+        if cls == "GlobalAveragePooling2D":
+            base.update(keepdims=False)
+    elif cls == "BatchNormalization":
+        rank = len(layer.input.shape)
+        base.update(axis=[rank - 1], momentum=c["momentum"],
+                    epsilon=c["epsilon"], center=c["center"],
+                    scale=c["scale"], beta_initializer=zeros,
+                    gamma_initializer=ones, moving_mean_initializer=zeros,
+                    moving_variance_initializer=ones, beta_regularizer=None,
+                    gamma_regularizer=None, beta_constraint=None,
+                    gamma_constraint=None)
+    elif cls == "Concatenate":
+        base.update(axis=c["axis"])
+    elif cls in ("Add", "Multiply"):
+        pass
+    else:
+        raise ValueError("no tf.keras 2 config for " + cls)
+    return {"class_name": cls, "config": base}
+
+
+def _fixed(strings):
+    """A numpy fixed-length byte-string array: h5py stores it as a
+    fixed-length, NULLPAD, ASCII HDF5 string (what h5py 2.x wrote for the
+    bytes that tf.keras 2 stored); Keras 3 with h5py 3 writes
+    variable-length strings instead, so a reader must take both."""
+    return np.array([t.encode("utf8") for t in strings])
+
+
+def _tf2_write(path, model, model_config):
+    with h5py.File(path, "w") as f:
+        # str -> variable-length UTF-8; bytes -> fixed-length ASCII.
+        f.attrs["keras_version"] = "2.15.0"
+        f.attrs["backend"] = "tensorflow"
+        f.attrs["model_config"] = np.bytes_(json.dumps(model_config).encode("utf8"))
+        g = f.create_group("model_weights")
+        g.attrs["layer_names"] = _fixed([lay.name for lay in model.layers])
+        g.attrs["backend"] = np.bytes_(b"tensorflow")
+        g.attrs["keras_version"] = np.bytes_(b"2.15.0")
+        for layer in sorted(model.layers, key=lambda x: x.name):
+            lg = g.create_group(layer.name)
+            ws = layer.trainable_weights + layer.non_trainable_weights
+            names = ["%s/%s:0" % (layer.name, w.name) for w in ws]
+            # An empty list is stored as an empty float64 array, as Keras does.
+            lg.attrs["weight_names"] = _fixed(names) if names else np.array([])
+            for n, w in zip(names, ws):
+                lg.create_dataset(n, data=np.asarray(w.numpy(), F32))
+        tg = g.create_group("top_level_model_weights")
+        tg.attrs["weight_names"] = np.array([])
+
+
+def write_tf2(out, manifest):
+    # Sequential CNN with BatchNormalization (axis [3]) and pooling.
+    name = "tf2_seq_cnn"
+    reset(name)
+    rng = np.random.default_rng(seed_of(name))
+    m = keras.Sequential([
+        keras.Input((6, 6, 2)),
+        L.Conv2D(3, 3, padding="same", activation="relu"),
+        L.BatchNormalization(),
+        L.MaxPooling2D(2),
+        L.Flatten(),
+        L.Dense(3, activation="softmax"),
+    ], name="sequential")
+    for layer in m.layers:  # non-trivial BN values
+        if isinstance(layer, L.BatchNormalization):
+            layer.set_weights([rng.uniform(0.5, 1.5, 3).astype(F32),
+                               normal(rng, 3, scale=0.3),
+                               normal(rng, 3, scale=0.5),
+                               rng.uniform(0.5, 2.0, 3).astype(F32)])
+    x = normal(rng, 3, 6, 6, 2)
+    y = np.asarray(m.predict(x, verbose=0), F32)
+    layers_cfg = [{"class_name": "InputLayer", "config": {
+        "batch_input_shape": [None, 6, 6, 2], "dtype": "float32",
+        "sparse": False, "ragged": False, "name": "conv2d_input"}}]
+    layers_cfg += [_tf2_layer_config(lay) for lay in m.layers]
+    cfg = {"class_name": "Sequential",
+           "config": {"name": "sequential", "layers": layers_cfg}}
+    _tf2_write(os.path.join(out, name + ".h5"), m, cfg)
+    manifest["fixtures"].append({
+        "name": name, "kind": "sequential", "dialect": "tf.keras 2.x (synthesized)",
+        "files": {"h5": name + ".h5",
+                  "x": [save_npy(out, name + "_x.npy", x)],
+                  "y": [save_npy(out, name + "_y.npy", y)]},
+        "inputs": [{"name": "conv2d_input", "shape": list(x.shape),
+                    "file": name + "_x.npy"}],
+        "outputs": [{"name": "dense", "shape": list(y.shape),
+                     "file": name + "_y.npy"}],
+        "layers": [layer_summary(lay) for lay in m.layers],
+        "layer_classes": sorted({lay.__class__.__name__ for lay in m.layers}
+                                | {"InputLayer"}),
+        "tolerance": {"predictions": TOL_PRED},
+        "notes": "written by this script with h5py in the tf.keras 2.x legacy "
+                 "HDF5 layout (TensorFlow is not installed); Keras 3 loads it",
+    })
+    print("wrote %-26s (tf.keras 2.x dialect)" % name)
+
+    # Functional: two inputs, a shared layer, Add, Concatenate, two outputs.
+    name = "tf2_func_shared"
+    reset(name)
+    rng = np.random.default_rng(seed_of(name))
+    a = keras.Input((5,), name="input_1")
+    b = keras.Input((5,), name="input_2")
+    shared = L.Dense(4, activation="tanh", name="shared")
+    ha, hb = shared(a), shared(b)
+    s = L.Add(name="add")([ha, hb])
+    c = L.Concatenate(name="concatenate")([ha, hb])
+    o1 = L.Dense(2, activation="softmax", name="out_a")(c)
+    o2 = L.Dense(1, name="out_b")(s)
+    m = keras.Model([a, b], [o1, o2], name="model")
+    xs = [normal(rng, 4, 5), normal(rng, 4, 5)]
+    ys = [np.asarray(t, F32) for t in m.predict(xs, verbose=0)]
+    inbound = {
+        "input_1": [], "input_2": [],
+        "shared": [[["input_1", 0, 0, {}]], [["input_2", 0, 0, {}]]],
+        "add": [[["shared", 0, 0, {}], ["shared", 1, 0, {}]]],
+        "concatenate": [[["shared", 0, 0, {}], ["shared", 1, 0, {}]]],
+        "out_a": [[["concatenate", 0, 0, {}]]],
+        "out_b": [[["add", 0, 0, {}]]],
+    }
+    layers_cfg = []
+    for lay in m.layers:
+        if isinstance(lay, L.InputLayer):
+            lc = {"class_name": "InputLayer", "config": {
+                "batch_input_shape": [None, 5], "dtype": "float32",
+                "sparse": False, "ragged": False, "name": lay.name}}
+        else:
+            lc = _tf2_layer_config(lay)
+        lc["name"] = lay.name
+        lc["inbound_nodes"] = inbound[lay.name]
+        layers_cfg.append(lc)
+    cfg = {"class_name": "Functional", "config": {
+        "name": "model", "trainable": True, "layers": layers_cfg,
+        "input_layers": [["input_1", 0, 0], ["input_2", 0, 0]],
+        "output_layers": [["out_a", 0, 0], ["out_b", 0, 0]]}}
+    _tf2_write(os.path.join(out, name + ".h5"), m, cfg)
+    xf = [save_npy(out, "%s_x%d.npy" % (name, i), t) for i, t in enumerate(xs)]
+    yf = [save_npy(out, "%s_y%d.npy" % (name, i), t) for i, t in enumerate(ys)]
+    manifest["fixtures"].append({
+        "name": name, "kind": "functional", "dialect": "tf.keras 2.x (synthesized)",
+        "files": {"h5": name + ".h5", "x": xf, "y": yf},
+        "inputs": [{"name": n, "shape": list(t.shape), "file": f}
+                   for n, t, f in zip(["input_1", "input_2"], xs, xf)],
+        "outputs": [{"name": n, "shape": list(t.shape), "file": f}
+                    for n, t, f in zip(["out_a", "out_b"], ys, yf)],
+        "layers": [layer_summary(lay) for lay in m.layers],
+        "layer_classes": sorted({lay.__class__.__name__ for lay in m.layers}),
+        "tolerance": {"predictions": TOL_PRED},
+        "notes": "written by this script with h5py in the tf.keras 2.x legacy "
+                 "HDF5 layout (TensorFlow is not installed); Keras 3 loads it",
+    })
+    print("wrote %-26s (tf.keras 2.x dialect)" % name)
+
+
+# ------------------------------------------------------------------ checking
+
+
+def snake_case(name):
+    """keras.src.utils.naming.to_snake_case."""
+    import re
+    name = re.sub(r"\W+", "", name)
+    name = re.sub("(.)([A-Z][a-z]+)", r"\1_\2", name)
+    return re.sub("([a-z])([A-Z])", r"\1_\2", name).lower()
+
+
+def check_group_names(path):
+    """docs/keras-format.md section 3: the model.weights.h5 group of the
+    i-th layer is layers/<snake_case(class)>[_k], in the order of config.json's
+    "layers" (Sequential: without the InputLayer). Returns the mismatches."""
+    with zipfile.ZipFile(path) as z:
+        cfg = json.loads(z.read("config.json"))
+        h5 = h5py.File(io.BytesIO(z.read("model.weights.h5")), "r")
+    layers = cfg["config"]["layers"]
+    if cfg["class_name"] == "Sequential":
+        layers = [la for la in layers if la["class_name"] != "InputLayer"]
+    used, bad = {}, []
+    for la in layers:
+        base = snake_case(la["class_name"])
+        group = base if base not in used else "%s_%d" % (base, used[base] + 1)
+        used[base] = used.get(base, -1) + 1
+        name = la["config"]["name"]
+        vars_path = "layers/%s/vars" % group
+        if vars_path not in h5 or h5[vars_path].attrs.get("name") != name:
+            bad.append("%s: layer %s expected at %s" % (path, name, vars_path))
+    if len(h5["layers"]) != len(layers):
+        bad.append("%s: %d layer groups for %d layers" % (path, len(h5["layers"]), len(layers)))
+    return bad
+
+
+def check(out):
+    """Reloads every fixture with Keras (in a process where no custom class
+    is registered) and compares with the saved arrays."""
+    with open(os.path.join(out, "manifest.json")) as f:
+        man = json.load(f)
+    P = lambda fn: os.path.join(out, fn)  # noqa: E731
+    problems = []
+
+    def close(a, b, what, rtol=1e-6, atol=1e-7):
+        a, b = np.asarray(a, F32), np.asarray(b, F32)
+        if a.shape != b.shape or not np.allclose(a, b, rtol=rtol, atol=atol):
+            err = float(np.max(np.abs(a - b))) if a.shape == b.shape else "shape"
+            problems.append("%s: mismatch (max abs err %s)" % (what, err))
+            return False
+        return True
+
+    def predict(model, xs):
+        ys = model.predict(xs if len(xs) > 1 else xs[0], verbose=0)
+        return ys if isinstance(ys, (list, tuple)) else [ys]
+
+    n_checks = 0
+    for fx in man["fixtures"]:
+        name, files = fx["name"], fx["files"]
+        xs = [np.load(P(fn)) for fn in files["x"]]
+        want = [np.load(P(fn)) for fn in files["y"]]
+        loaders = {}
+        if "keras" in files:
+            loaders["keras"] = lambda: keras.saving.load_model(P(files["keras"]))
+        if "h5" in files:
+            loaders["h5"] = lambda: keras.saving.load_model(P(files["h5"]))
+        if "json" in files:
+            def from_json():
+                with open(P(files["json"])) as f:
+                    m = keras.models.model_from_json(f.read())
+                m.load_weights(P(files["weights_h5"]))
+                return m
+            loaders["json+weights_h5"] = from_json
+        for how, load in loaders.items():
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                model = load()
+            got = predict(model, xs)
+            ok = all(close(g, w, "%s via %s, output %d" % (name, how, i))
+                     for i, (g, w) in enumerate(zip(got, want)))
+            n_checks += 1
+            print("check %-26s %-16s %s" % (name, how, "ok" if ok else "MISMATCH"))
+
+        for key in ("keras", "after_keras"):
+            if key in files:
+                problems.extend(check_group_names(P(files[key])))
+
+        tr = fx.get("training")
+        if tr:
+            # Loading M.keras warns that its saved optimizer (2 variables,
+            # never built) does not match the built one: expected.
+            warnings.filterwarnings("ignore", message="Skipping variable loading")
+            x, y = np.load(P(tr["train_x"])), np.load(P(tr["train_y"]))
+            # Reproduce the step from the saved pre-step model.
+            model = keras.saving.load_model(P(files["keras"]))
+            model.train_on_batch(x, y)
+            ok = True
+            for lname, wname, wfile in tr["step1_weights"]:
+                v = [t for t in model.get_layer(lname).weights if t.name == wname][0]
+                ok &= close(v.numpy(), np.load(P(wfile)),
+                            "%s step1 %s/%s" % (name, lname, wname),
+                            rtol=1e-5, atol=1e-7)
+            # step1.weights.h5 == the npy files.
+            m2 = keras.saving.load_model(P(files["keras"]))
+            m2.load_weights(P(files["step1_weights_h5"]))
+            for lname, wname, wfile in tr["step1_weights"]:
+                v = [t for t in m2.get_layer(lname).weights if t.name == wname][0]
+                ok &= close(v.numpy(), np.load(P(wfile)),
+                            "%s step1.weights.h5 %s" % (name, wfile), 0, 0)
+            # The after-step file restores weights and optimizer state: one
+            # more step gives step2.
+            m3 = keras.saving.load_model(P(files["after_keras"]))
+            ok &= int(m3.optimizer.iterations.numpy()) == 1
+            m3.train_on_batch(x, y)
+            for lname, wname, wfile in tr["step2_weights"]:
+                v = [t for t in m3.get_layer(lname).weights if t.name == wname][0]
+                ok &= close(v.numpy(), np.load(P(wfile)),
+                            "%s step2 %s/%s" % (name, lname, wname),
+                            rtol=1e-5, atol=1e-7)
+            n_checks += 1
+            print("check %-26s %-16s %s" % (name, "train steps", "ok" if ok else "MISMATCH"))
+
+    for b in man["bad"]:
+        fn = b["file"]
+        if fn == "bad_zip_bomb.keras":
+            with zipfile.ZipFile(P(fn)) as z:
+                zi = z.getinfo("config.json")
+                ok = zi.file_size == b["declared_uncompressed_size"]
+            # Keras would load it (valid JSON); not worth inflating 150 MiB here.
+            print("check %-26s %-16s %s" % (fn, "declared size", "ok" if ok else "BAD"))
+            if not ok:
+                problems.append(fn + ": declared size")
+            continue
+        err = None
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                keras.saving.load_model(P(fn))
+        except Exception as e:  # noqa: BLE001
+            err = "%s: %s" % (type(e).__name__, str(e).splitlines()[0][:150])
+        refused = err is not None
+        if refused != b["keras_refuses"]:
+            problems.append("%s: Keras %s it" % (fn, "refused" if refused else "loaded"))
+        print("check %-26s %-16s %s" % (fn, "keras refuses" if refused else "keras loads",
+                                         err or ""))
+        n_checks += 1
+
+    if problems:
+        print("\n".join(["PROBLEMS:"] + problems))
+        return 1
+    print("all %d checks passed" % n_checks)
+    return 0
+
+
+# --------------------------------------------------------------------- main
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", default=DEFAULT_OUT)
+    ap.add_argument("--check-only", action="store_true",
+                    help="only reload the existing fixtures and compare")
+    args = ap.parse_args()
+    out = os.path.abspath(args.out)
+    if args.check_only:
+        return check(out)
+
+    if os.path.isdir(out):
+        if os.listdir(out) and not os.path.exists(os.path.join(out, "manifest.json")):
+            sys.exit("%s exists and is not a fixture folder (no manifest.json)" % out)
+        shutil.rmtree(out)
+    os.makedirs(out)
+
+    manifest = {
+        "generator": "tools/keras_fixtures.py",
+        "keras_version": keras.__version__,
+        "backend": keras.backend.backend(),
+        "h5py_version": h5py.__version__,
+        "numpy_version": np.__version__,
+        "tolerance_rule": "pass if |got - want| <= atol + rtol * |want| elementwise",
+        "tolerance": {"predictions": TOL_PRED, "step_weights": TOL_STEP},
+        "fixtures": [],
+        "bad": [],
+    }
+    write_inference(out, manifest)
+    write_training(out, manifest)
+    write_tf2(out, manifest)
+    write_bad(out, manifest)
+    manifest["files"] = {fn: os.path.getsize(os.path.join(out, fn))
+                         for fn in sorted(os.listdir(out))}
+    with open(os.path.join(out, "manifest.json"), "w") as f:
+        f.write(compact_json(manifest) + "\n")
+    total = sum(os.path.getsize(os.path.join(out, fn)) for fn in os.listdir(out))
+    print("%d files, %d bytes in %s" % (len(os.listdir(out)), total, out))
+
+    # Check in a fresh process: no custom class registered there.
+    env = dict(os.environ, KERAS_BACKEND="jax")
+    return subprocess.call([sys.executable, os.path.abspath(__file__),
+                            "--check-only", "--out", out], env=env)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
