@@ -76,16 +76,28 @@ for _ in range(a.epochs):
     epoch(not a.predict)
 dt = time.perf_counter() - t
 n = len(x) * a.epochs
-blas = "unknown"
+# which libraries this process runs on: the BLAS (dense layers) and oneDNN
+# (PyTorch's convolutions on the CPU), and the kernels OpenBLAS picked
+libs = []
 try:
-    maps = open("/proc/self/maps").read()
-    for name in ("openblas", "libmkl", "libblis", "libblas.so"):
-        if name in maps:
-            blas = next(l.split()[-1] for l in maps.splitlines() if name in l)
-            break
+    for l in open("/proc/self/maps").read().splitlines():
+        path = l.split()[-1] if len(l.split()) >= 6 else ""
+        if any(k in path for k in ("blas", "lapack", "libmkl", "dnnl")) and path not in libs:
+            libs.append(path)
 except OSError:
     pass
+blas = next((l for l in libs if "openblas" in os.path.basename(l)), next((l for l in libs if "blas" in l), "unknown"))
+blas_core = ""
+try:
+    import ctypes
+    ob = ctypes.CDLL("libopenblas.so.0")
+    ob.openblas_get_corename.restype = ctypes.c_char_p
+    blas_core = ob.openblas_get_corename().decode()
+except (OSError, AttributeError):
+    pass
+onednn = next((l for l in libs if "dnnl" in l), "") if torch.backends.mkldnn.is_available() else ""
 print(json.dumps({"framework": "pytorch " + torch.__version__, "model": a.model, "batch_size": B,
                   "threads": torch.get_num_threads(), "samples": n, "seconds": dt,
                   "samples_per_s": n / dt, "gflops": (flops if a.predict else train_flops) * n / dt / 1e9,
-                  "mode": "predict" if a.predict else "train", "blas": blas}))
+                  "mode": "predict" if a.predict else "train", "blas": blas, "blas_core": blas_core,
+                  "onednn": onednn}))

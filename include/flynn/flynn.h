@@ -461,6 +461,88 @@ double fl_history_seconds(const fl_history *h);  /* wall time of all epochs */
 double fl_history_samples_per_second(const fl_history *h); /* training samples/s */
 void fl_history_free(fl_history *h);
 
+/* ------------------------------------------------------------ model files */
+
+/* Keras model files, both ways (docs/keras-files.md):
+ *   .keras        Keras 3 (zip of config.json, metadata.json, model.weights.h5)
+ *   .h5 / .hdf5   the legacy full-model HDF5 file (Keras 3 and tf.keras 2)
+ *   .weights.h5   weights only (Keras 3 save_weights / load_weights)
+ *   .json         model.to_json(): the architecture and compile config
+ * Sequential and Functional models of the layers above, with Keras's layer
+ * names, weight layouts and optimizer state.
+ *
+ * Loading returns a new model or NULL; a file flynn cannot represent exactly
+ * (an unknown or custom layer, Lambda, channels_first, dilation or groups,
+ * regularizers/constraints, a frozen layer, a wrong weight shape, missing
+ * weights, a damaged zip or HDF5 file, invalid JSON, a zip entry declaring
+ * more than 64 MiB of config or 4 GiB of weights) is refused with a message
+ * naming the file, the layer and the reason, and nothing is half-loaded.
+ * When the file has a compile config the model comes back compiled (same
+ * optimizer and hyper-parameters, loss, metrics), with the optimizer state
+ * (iterations and slots) when the file holds it, so that fl_fit continues
+ * exactly where Keras (or flynn) stopped. .no_compile = true (Keras
+ * compile=False) skips the compile config. A .json model has fresh weights.
+ *
+ * Saving writes what Keras 3.15 loads, atomically: a temporary file in the
+ * same folder, fsync, rename; on failure the old file is untouched. */
+typedef struct fl_load_args {
+    int _reserved;
+    bool no_compile; /* Keras compile=False: ignore the file's compile config */
+} fl_load_args;
+fl_model *fl_load_model_(const char *path, fl_load_args a);
+#define fl_load_model(path, ...) fl_load_model_((path), (fl_load_args){._reserved = 0, __VA_ARGS__})
+/* By the name's ending: .keras, .h5 (legacy HDF5) or .json (architecture only). */
+fl_status fl_save_model(fl_model *m, const char *path);
+/* Weights (and, when they match the compiled optimizer, its state, as Keras's
+ * load_weights) from a .weights.h5, legacy .h5 or .keras file; the layers are
+ * matched as Keras matches them. Nothing changes unless every weight fits. */
+fl_status fl_load_weights(fl_model *m, const char *path);
+/* Keras 3 weights file; the name must end in .weights.h5. */
+fl_status fl_save_weights(fl_model *m, const char *path);
+/* model.to_json(): a new string the caller frees with free(). */
+char *fl_model_to_json(const fl_model *m);
+/* keras.models.model_from_json (compiled when the JSON has a compile config). */
+fl_model *fl_model_from_json_(const char *json, fl_load_args a);
+#define fl_model_from_json(json, ...) fl_model_from_json_((json), (fl_load_args){._reserved = 0, __VA_ARGS__})
+
+/* What a model was compiled with (a loaded model: what its file restored):
+ * the optimizer (NULL when not compiled) and the loss (FL_LOSS_NONE). */
+const fl_optimizer *fl_model_optimizer(const fl_model *m);
+fl_loss fl_model_loss(const fl_model *m);
+float fl_optimizer_learning_rate(const fl_optimizer *o);
+
+/* keras.callbacks.ModelCheckpoint, for fl_fit's on_epoch_end:
+ *
+ *     fl_checkpoint *ck = fl_model_checkpoint("best.keras", .save_best_only = true);
+ *     fl_fit(m, x, y, .validation_split = 0.1f, .on_epoch_end = fl_checkpoint_on_epoch_end, .user = ck);
+ *     fl_checkpoint_free(ck);
+ *
+ * filepath may hold Keras's placeholders, "{epoch:02d}" (1-based) and
+ * "{val_loss:.4f}" (any History key), with d/f/e/g formats. Each save is
+ * atomic. A failed save stops training; fl_checkpoint_status says why. */
+typedef enum fl_checkpoint_mode { FL_CHECKPOINT_AUTO = 0, FL_CHECKPOINT_MIN, FL_CHECKPOINT_MAX } fl_checkpoint_mode;
+typedef struct fl_checkpoint fl_checkpoint;
+typedef struct fl_checkpoint_args {
+    int _reserved;
+    const char *monitor;      /* NULL = "val_loss" */
+    bool save_best_only;
+    fl_checkpoint_mode mode;  /* AUTO: min for losses, max for accuracies, as Keras */
+    bool save_weights_only;   /* fl_save_weights (a .weights.h5 name) instead of fl_save_model */
+    bool verbose;             /* Keras verbose=1: a line per epoch ("Epoch 3: val_loss improved from ...") */
+    void *out;                /* FILE* for those lines; NULL = stdout */
+} fl_checkpoint_args;
+fl_checkpoint *fl_model_checkpoint_(const char *filepath, fl_checkpoint_args a);
+#define fl_model_checkpoint(path, ...) fl_model_checkpoint_((path), (fl_checkpoint_args){._reserved = 0, __VA_ARGS__})
+/* The fl_epoch_callback; `checkpoint` is the fl_checkpoint (fl_fit's .user). */
+bool fl_checkpoint_on_epoch_end(fl_model *m, int epoch, const fl_history *h, void *checkpoint);
+/* FL_OK, or the status of the save that failed (its message in fl_checkpoint_error). */
+fl_status fl_checkpoint_status(const fl_checkpoint *c);
+const char *fl_checkpoint_error(const fl_checkpoint *c);
+int fl_checkpoint_saves(const fl_checkpoint *c);      /* files written so far */
+double fl_checkpoint_best(const fl_checkpoint *c);    /* best monitored value (NAN before the first) */
+const char *fl_checkpoint_last_path(const fl_checkpoint *c); /* the last file written ("" if none) */
+void fl_checkpoint_free(fl_checkpoint *c);
+
 /* ------------------------------------------------------------------- data */
 
 /* IDX files (MNIST, Fashion-MNIST), raw or gzip-compressed (detected from the

@@ -1,13 +1,17 @@
 /*
  * flynn.c — the `flynn` command: train, evaluate and summary of the built-in
- * models on MNIST-style or CIFAR-10 data, on the CPU or (when usable) the GPU.
+ * models or of Keras model files (--model/--resume/--save/--checkpoint; the
+ * file commands predict, convert and summary FILE are in files.c) on
+ * MNIST-style or CIFAR-10 data, on the CPU or (when usable) the GPU.
  * Everything here goes through the public API in flynn/flynn.h.
  */
 #include <flynn/flynn.h>
 
 #include "devtools.h"
+#include "files.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +21,7 @@
 
 typedef struct opts {
     const char *model, *data, *device, *save_weights, *weights, *verbose, *precision;
+    const char *resume, *save, *checkpoint; /* model files (train) */
     long samples, test_samples;
     int epochs, batch_size, threads;
     unsigned long long seed;
@@ -28,12 +33,15 @@ static void usage_main(FILE *f) {
             "flynn %s — Keras-style deep learning in C\n\n"
             "usage: flynn <command> [options]\n\n"
             "commands:\n"
-            "  train      train a built-in model on a data set and report test accuracy\n"
+            "  train      train a built-in model or a Keras model file on a data set and report test accuracy\n"
             "  evaluate   evaluate saved weights of a built-in model on the test set\n"
-            "  summary    print a built-in model's Keras summary table\n"
+            "  summary    print the Keras summary table of a model file or a built-in model\n"
+            "  predict    write a model file's predictions for a .npy input to a .npy file\n"
+            "  convert    convert a model file between .keras, .h5 and .json\n"
             "  devices    list the CUDA devices (as deviceQuery)\n"
             "  bandwidth  measure host/device copy bandwidth (as bandwidthTest)\n"
             "  doctor     check step by step whether flynn can use the GPU, and what to fix\n"
+            "  bench      time training (and predict) per device and batch size: samples/s, GPU/CPU\n"
             "  version    print the version\n\n"
             "`flynn <command> --help` describes each command's options.\n",
             fl_version());
@@ -42,9 +50,18 @@ static void usage_main(FILE *f) {
 static void usage_train(FILE *f) {
     fprintf(f,
             "usage: flynn train [options]\n\n"
-            "Trains a built-in model, showing a Keras progress bar per epoch, then prints the\n"
-            "test accuracy and the training throughput in samples/s.\n\n"
-            "  --model NAME           mnist_cnn (default) or mlp\n"
+            "Trains a built-in model or a Keras model file, showing a Keras progress bar per\n"
+            "epoch, then prints the test accuracy and the training throughput in samples/s.\n\n"
+            "  --model NAME|FILE      mnist_cnn (default), mlp, or a model file (.keras, .h5, .json):\n"
+            "                         compiled as the file says, else Adam + sparse categorical\n"
+            "                         crossentropy + accuracy\n"
+            "  --resume FILE          continue training a saved model (.keras or .h5) with its\n"
+            "                         optimizer state: --epochs more epochs, numbered on from the\n"
+            "                         file's (exactly as an uninterrupted run with the same options)\n"
+            "  --save FILE            save the trained model (.keras, .h5), atomically\n"
+            "  --checkpoint FILE      after each epoch, save the model if val_loss improved (loss\n"
+            "                         without --validation-split), as Keras ModelCheckpoint\n"
+            "                         (save_best_only); FILE may hold {epoch:02d} and {val_loss:.4f}\n"
             "  --data SPEC            fashion-mnist[:DIR] (default, DIR defaults to %s),\n"
             "                         mnist:DIR, or cifar10:DIR (CIFAR-10 binary version)\n"
             "  --samples N            train on the first N training images (default 20000; 0 = all)\n"
@@ -78,9 +95,11 @@ static void usage_evaluate(FILE *f) {
 
 static void usage_summary(FILE *f) {
     fprintf(f,
-            "usage: flynn summary [--model NAME] [--data SPEC]\n\n"
+            "usage: flynn summary [--model NAME] [--data SPEC]\n"
+            "       flynn summary FILE [--weights FILE.weights.h5]\n\n"
             "Prints the Keras summary table of a built-in model (mnist_cnn or mlp) for the\n"
-            "data set's image shape (default fashion-mnist: 28x28x1, 10 classes).\n");
+            "data set's image shape (default fashion-mnist: 28x28x1, 10 classes), or of a\n"
+            "model file (.keras, .h5, .json) and what it was compiled with.\n");
 }
 
 static int die(const char *what) {
@@ -120,6 +139,9 @@ static int parse(const char *cmd, int argc, char **argv, opts *o) {
         long v = 0;
         bool num = parse_long(val, &v);
         if (strcmp(key, "--model") == 0) o->model = val;
+        else if (strcmp(key, "--resume") == 0) o->resume = val;
+        else if (strcmp(key, "--save") == 0) o->save = val;
+        else if (strcmp(key, "--checkpoint") == 0) o->checkpoint = val;
         else if (strcmp(key, "--data") == 0) o->data = val;
         else if (strcmp(key, "--device") == 0) o->device = val;
         else if (strcmp(key, "--save-weights") == 0) o->save_weights = val;
@@ -246,6 +268,65 @@ static int load_weights(fl_model *m, const char *dir) {
     return 0;
 }
 
+/* A seed for a model whose weights came from a file: dropout masks and
+ * shuffling follow it, the weights stay. */
+static fl_status set_seed_keep_weights(fl_model *m, uint64_t seed) {
+    int nl = fl_model_num_layers(m), total = 0;
+    for (int i = 0; i < nl; i++) total += fl_layer_num_weights(fl_model_layer(m, i));
+    fl_tensor **keep = calloc((size_t)total + 1, sizeof *keep);
+    if (!keep) return FL_ERR_NOMEM;
+    fl_status s = FL_OK;
+    int k = 0;
+    for (int i = 0; i < nl && s == FL_OK; i++)
+        for (int j = 0; j < fl_layer_num_weights(fl_model_layer(m, i)) && s == FL_OK; j++, k++)
+            if (!(keep[k] = fl_tensor_clone(fl_layer_weight(fl_model_layer(m, i), j)))) s = fl_last_status();
+    if (s == FL_OK) s = fl_model_set_seed(m, seed);
+    k = 0;
+    for (int i = 0; i < nl && s == FL_OK; i++)
+        for (int j = 0; j < fl_layer_num_weights(fl_model_layer(m, i)) && s == FL_OK; j++, k++)
+            s = fl_layer_set_weight(fl_model_layer(m, i), j, keep[k]);
+    for (int i = 0; i < total; i++) fl_tensor_free(keep[i]);
+    free(keep);
+    return s;
+}
+
+/* A model file's input may be the images flattened (or reshaped): the data
+ * follows the model when the sizes agree. */
+static int fit_data_to_model(fl_model *m, fl_dataset *d) {
+    int64_t shape[FL_MAX_DIMS];
+    if (fl_model_num_inputs(m) != 1 || fl_model_num_outputs(m) != 1) {
+        fprintf(stderr, "flynn: error: flynn train takes models with one input and one output; this one has %d and %d\n",
+                fl_model_num_inputs(m), fl_model_num_outputs(m));
+        return 1;
+    }
+    int nd = fl_model_input_shape(m, 0, shape);
+    int64_t want = 1, have = 1;
+    for (int i = 0; i < nd; i++) want *= shape[i];
+    for (int i = 1; i < fl_tensor_ndim(d->x_train); i++) have *= fl_tensor_dim(d->x_train, i);
+    bool same = nd == fl_tensor_ndim(d->x_train) - 1;
+    for (int i = 0; same && i < nd; i++) same = shape[i] == fl_tensor_dim(d->x_train, i + 1);
+    if (same) return 0;
+    char a[128], b[128];
+    int64_t ms[FL_MAX_DIMS];
+    ms[0] = -1;
+    for (int i = 0; i < nd; i++) ms[i + 1] = shape[i];
+    snprintf(a, sizeof a, "(");
+    for (int i = 0; i < nd; i++) snprintf(a + strlen(a), sizeof a - strlen(a), "%s%lld", i ? ", " : "", (long long)shape[i]);
+    snprintf(a + strlen(a), sizeof a - strlen(a), ")");
+    fl_tensor_shape_str(d->x_train, b, sizeof b);
+    if (want != have) {
+        fprintf(stderr, "flynn: error: the model takes samples of shape %s, the data set's are %s (without the batch)\n",
+                a, strchr(b, ',') ? strchr(b, ',') + 2 : b);
+        return 1;
+    }
+    for (int t = 0; t < 2; t++) {
+        fl_tensor *x = t == 0 ? d->x_train : d->x_test;
+        ms[0] = fl_tensor_dim(x, 0);
+        if (fl_tensor_reshape(x, nd + 1, ms) != FL_OK) return die(NULL);
+    }
+    return 0;
+}
+
 static int cmd_train(int argc, char **argv) {
     opts o = {.model = "mnist_cnn", .data = "fashion-mnist", .samples = 20000, .epochs = 2, .batch_size = 128};
     int r = parse("train", argc, argv, &o);
@@ -257,42 +338,108 @@ static int cmd_train(int argc, char **argv) {
     if ((r = parse_verbose("train", o.verbose, &verbose))) return r;
     if (o.threads) fl_set_num_threads(o.threads);
 
-    fl_model *m = fl_builtin_model(o.model, d.h, d.w, d.c, d.classes);
-    if (!m) return die(NULL);
+    if (o.resume && flynn_is_model_file(o.model) && strcmp(o.model, "mnist_cnn") != 0)
+        return bad_usage("train", "give --model FILE or --resume FILE, not both", NULL);
+    const char *file = o.resume ? o.resume : flynn_is_model_file(o.model) ? o.model : NULL;
+    fl_model *m = NULL;
+    if (file) {
+        if (!(m = flynn_load_model_file("train", file, NULL, true))) return die(NULL);
+        if (o.resume && !fl_model_optimizer(m)) {
+            fl_model_free(m);
+            fprintf(stderr, "flynn: error: --resume %s: the file has no training configuration (it was saved "
+                    "uncompiled); start from its weights with --model %s\n", file, file);
+            return 1;
+        }
+    } else if (!(m = fl_builtin_model(o.model, d.h, d.w, d.c, d.classes))) {
+        return die(NULL);
+    }
+    const char *mname = file ? file : o.model;
     if ((r = choose_device("train", m, o.device, o.precision, verbose == FL_VERBOSE_SILENT))) { fl_model_free(m); return r; }
     fl_dataset data;
     if (load_data(&d, o.samples, o.test_samples, &data) != FL_OK) { fl_model_free(m); return die(NULL); }
     if (verbose != FL_VERBOSE_SILENT)
         printf("data: %s from %s: %lld training and %lld test images\n", d.kind, d.dir,
                (long long)fl_tensor_dim(data.x_train, 0), (long long)fl_tensor_dim(data.x_test, 0));
-    fl_model_set_seed(m, o.seed);
     int rc = 0;
     fl_history *h = NULL;
-    if (fl_compile(m, fl_adam(.learning_rate = 1e-3f), FL_SPARSE_CATEGORICAL_CROSSENTROPY, FL_ACCURACY) != FL_OK) {
+    fl_checkpoint *ck = NULL;
+    if (!file) fl_model_set_seed(m, o.seed);
+    else if (set_seed_keep_weights(m, o.seed) != FL_OK) { rc = die(NULL); goto done; }
+    if (file && (rc = fit_data_to_model(m, &data))) goto done;
+    if (!fl_model_optimizer(m) &&
+        fl_compile(m, fl_adam(.learning_rate = 1e-3f), FL_SPARSE_CATEGORICAL_CROSSENTROPY, FL_ACCURACY) != FL_OK) {
         rc = die(NULL);
         goto done;
     }
-    if (verbose != FL_VERBOSE_SILENT) fl_model_summary(m, stdout);
-    h = fl_fit(m, data.x_train, data.y_train, .batch_size = o.batch_size, .epochs = o.epochs,
-               .validation_split = o.validation_split, .verbose = verbose);
+    if (verbose != FL_VERBOSE_SILENT) {
+        fl_model_summary(m, stdout);
+        if (file) flynn_print_compile_info(m, stdout);
+    }
+    int initial = 0;
+    if (o.resume) {
+        int64_t ntrain = fl_tensor_dim(data.x_train, 0);
+        ntrain = o.validation_split > 0 ? (int64_t)ceil((double)ntrain * (1.0 - o.validation_split)) : ntrain;
+        int64_t steps = (ntrain + o.batch_size - 1) / o.batch_size, it = fl_optimizer_iterations(fl_model_optimizer(m));
+        if (steps > 0 && it % steps == 0) initial = (int)(it / steps);
+        else if (verbose != FL_VERBOSE_SILENT)
+            printf("note: %lld optimizer steps is not a whole number of %lld-step epochs: epochs are numbered from 1\n",
+                   (long long)it, (long long)steps);
+        if (verbose != FL_VERBOSE_SILENT)
+            printf("resuming %s after %lld optimizer steps (epoch %d)\n", file, (long long)it, initial);
+    }
+    if (o.checkpoint) {
+        const char *mon = o.validation_split > 0 ? "val_loss" : "loss";
+        if (o.validation_split <= 0 && verbose != FL_VERBOSE_SILENT)
+            printf("note: no --validation-split: --checkpoint keeps the model with the best training loss\n");
+        ck = fl_model_checkpoint(o.checkpoint, .monitor = mon, .save_best_only = true,
+                                 .verbose = verbose != FL_VERBOSE_SILENT);
+        if (!ck) { rc = die("--checkpoint"); goto done; }
+    }
+    h = fl_fit(m, data.x_train, data.y_train, .batch_size = o.batch_size, .epochs = initial + o.epochs,
+               .initial_epoch = initial, .validation_split = o.validation_split, .verbose = verbose,
+               .on_epoch_end = ck ? fl_checkpoint_on_epoch_end : NULL, .user = ck);
     if (!h) { rc = die("training"); goto done; }
-    float res[2];
-    if (fl_evaluate(m, data.x_test, data.y_test, res, 2, .batch_size = 256, .verbose = FL_VERBOSE_SILENT) != FL_OK) {
+    if (ck && fl_checkpoint_status(ck) != FL_OK) {
+        fprintf(stderr, "flynn: error: %s\n", fl_checkpoint_error(ck));
+        rc = 1;
+        goto done;
+    }
+    float res[1 + 4];
+    int nres = fl_history_num_keys(h);
+    if (fl_evaluate(m, data.x_test, data.y_test, res, 5, .batch_size = 256, .verbose = FL_VERBOSE_SILENT) != FL_OK) {
         rc = die("evaluating");
         goto done;
     }
-    printf("test accuracy: %.4f - test loss: %.4f (%lld test images)\n", res[1], res[0],
-           (long long)fl_tensor_dim(data.x_test, 0));
+    /* History keys: loss, the metrics, then val_*: the metrics are keys 1.. before any val_ */
+    int acc = -1;
+    for (int k = 1; k < nres && k < 5; k++) {
+        const char *key = fl_history_key(h, k);
+        if (strncmp(key, "val_", 4) == 0) break;
+        if (acc < 0 && strstr(key, "accuracy")) acc = k;
+    }
+    if (acc > 0)
+        printf("test accuracy: %.4f - test loss: %.4f (%lld test images)\n", res[acc], res[0],
+               (long long)fl_tensor_dim(data.x_test, 0));
+    else
+        printf("test loss: %.4f (%lld test images)\n", res[0], (long long)fl_tensor_dim(data.x_test, 0));
     char where[64];
     if (fl_model_device(m) == FL_DEVICE_GPU) snprintf(where, sizeof where, "on the GPU");
     else snprintf(where, sizeof where, "on the CPU, %d threads", fl_get_num_threads());
     printf("training throughput: %.0f samples/s (%s %s, batch %d, %d epoch%s in %.1fs)\n",
-           fl_history_samples_per_second(h), o.model, where, o.batch_size,
+           fl_history_samples_per_second(h), mname, where, o.batch_size,
            fl_history_epochs(h), fl_history_epochs(h) == 1 ? "" : "s", fl_history_seconds(h));
+    if (ck && fl_checkpoint_saves(ck) > 0)
+        printf("best model (%s %.4f) saved to %s\n", o.validation_split > 0 ? "val_loss" : "loss", fl_checkpoint_best(ck),
+               fl_checkpoint_last_path(ck));
     if (o.save_weights) {
         if ((rc = save_weights(m, o.save_weights)) == 0) printf("weights saved to %s\n", o.save_weights);
     }
+    if (rc == 0 && o.save) {
+        if (fl_save_model(m, o.save) != FL_OK) rc = die(NULL);
+        else printf("model saved to %s\n", o.save);
+    }
 done:
+    fl_checkpoint_free(ck);
     fl_history_free(h);
     fl_dataset_free(&data);
     fl_model_free(m);
@@ -332,6 +479,9 @@ static int cmd_evaluate(int argc, char **argv) {
 }
 
 static int cmd_summary(int argc, char **argv) {
+    if (argc > 0 && strncmp(argv[0], "--", 2) != 0) return flynn_cmd_summary_file(argc, argv);
+    for (int i = 0; i + 1 < argc; i++)
+        if (strcmp(argv[i], "--model") == 0 && flynn_is_model_file(argv[i + 1])) return flynn_cmd_summary_file(argc, argv);
     opts o = {.model = "mnist_cnn", .data = "fashion-mnist"};
     int r = parse("summary", argc, argv, &o);
     if (r == -1) { usage_summary(stdout); return 0; }
@@ -353,9 +503,12 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "train") == 0) return cmd_train(argc - 2, argv + 2);
     if (strcmp(cmd, "evaluate") == 0) return cmd_evaluate(argc - 2, argv + 2);
     if (strcmp(cmd, "summary") == 0) return cmd_summary(argc - 2, argv + 2);
+    if (strcmp(cmd, "predict") == 0) return flynn_cmd_predict(argc - 2, argv + 2);
+    if (strcmp(cmd, "convert") == 0) return flynn_cmd_convert(argc - 2, argv + 2);
     if (strcmp(cmd, "devices") == 0) return flynn_cmd_devices(argc - 2, argv + 2);
     if (strcmp(cmd, "bandwidth") == 0) return flynn_cmd_bandwidth(argc - 2, argv + 2);
     if (strcmp(cmd, "doctor") == 0) return flynn_cmd_doctor(argc - 2, argv + 2);
+    if (strcmp(cmd, "bench") == 0) { int flynn_cmd_bench(int, char **); return flynn_cmd_bench(argc - 2, argv + 2); }
     fprintf(stderr, "flynn: unknown command '%s'\n\n", cmd);
     usage_main(stderr);
     return 2;

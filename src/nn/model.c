@@ -180,16 +180,44 @@ static fl_status collect(fl_sym *s, fl_sym ***out, int *n, int *cap) {
     return FL_OK;
 }
 
-/* Keras lists a functional model's layers by depth (the longest path to an
- * output, deepest first), ties in the order a depth-first walk from the
- * outputs finishes them. */
-static void postorder(fl_sym *s, int *next, int *finish, fl_sym **all, int n) {
-    int k = 0;
-    while (k < n && all[k] != s) k++;
-    if (k == n || finish[k] >= 0) return;
-    finish[k] = -2; /* in progress */
-    for (int i = 0; i < s->nin; i++) postorder(s->in[i], next, finish, all, n);
-    finish[k] = (*next)++;
+/* Keras lists a functional model's layers as keras.src.ops.function.map_graph
+ * does: a depth-first walk from each output in turn (inputs in call order)
+ * numbers each layer when it first reaches it and lists the calls as it
+ * finishes them; then, from the outputs back, each call gets a depth (the
+ * longest path to an output, raised to the deepest depth its layer already
+ * has, which a shared layer passes on to its inputs); layers go deepest
+ * first, ties in the walk's numbering. The weights of a Keras file are
+ * stored by this order, so it has to be exact. */
+static int sym_index(fl_sym *const *all, int n, const fl_sym *s) {
+    for (int k = 0; k < n; k++)
+        if (all[k] == s) return k;
+    return -1;
+}
+static int layer_index(fl_layer *const *layers, int nl, const fl_layer *l) {
+    for (int k = 0; k < nl; k++)
+        if (layers[k] == l) return k;
+    return -1;
+}
+
+typedef struct keras_walk {
+    fl_sym **all; int n;
+    fl_layer **layers; int nl;
+    int *state;      /* per call: 0 new, 1 in progress, 2 finished */
+    int *post;       /* calls in finishing order */
+    int npost;
+    int *first;      /* per layer: walk number, -1 before it is reached */
+    int next;
+} keras_walk;
+
+static void keras_dfs(keras_walk *w, fl_sym *s) {
+    int k = sym_index(w->all, w->n, s);
+    if (k < 0 || w->state[k] != 0) return;
+    int li = layer_index(w->layers, w->nl, s->layer);
+    if (li >= 0 && w->first[li] < 0) w->first[li] = w->next++;
+    w->state[k] = 1;
+    for (int i = 0; i < s->nin; i++) keras_dfs(w, s->in[i]);
+    w->state[k] = 2;
+    w->post[w->npost++] = k;
 }
 
 typedef struct layer_key { fl_layer *l; int depth, index; } layer_key;
@@ -200,30 +228,34 @@ static int cmp_key(const void *a, const void *b) {
 }
 
 static void order_like_keras(fl_layer **layers, int nl, fl_sym **all, int n, fl_sym *const *outputs, int nout) {
-    int *depth = calloc((size_t)n, sizeof *depth), *finish = malloc((size_t)n * sizeof *finish);
-    layer_key *keys = calloc((size_t)nl, sizeof *keys);
-    if (!depth || !finish || !keys) { free(depth); free(finish); free(keys); return; } /* creation order stays */
-    /* all[] is in creation order, a topological order: walk it backwards */
-    for (int k = n - 1; k >= 0; k--)
-        for (int i = 0; i < all[k]->nin; i++)
-            for (int j = 0; j < k; j++)
-                if (all[j] == all[k]->in[i] && depth[j] < depth[k] + 1) depth[j] = depth[k] + 1;
-    for (int k = 0; k < n; k++) finish[k] = -1;
-    int next = 0;
-    for (int o = 0; o < nout; o++) postorder(outputs[o], &next, finish, all, n);
+    keras_walk w = {all, n, layers, nl, calloc((size_t)n + 1, sizeof(int)), calloc((size_t)n + 1, sizeof(int)), 0,
+                    malloc(((size_t)nl + 1) * sizeof(int)), 0};
+    int *node_depth = calloc((size_t)n + 1, sizeof(int)), *layer_depth = calloc((size_t)nl + 1, sizeof(int));
+    layer_key *keys = calloc((size_t)nl + 1, sizeof *keys);
+    if (!w.state || !w.post || !w.first || !node_depth || !layer_depth || !keys) goto done; /* creation order stays */
+    for (int i = 0; i < nl; i++) w.first[i] = -1;
+    for (int o = 0; o < nout; o++) keras_dfs(&w, outputs[o]);
+    for (int p = w.npost - 1; p >= 0; p--) {
+        int k = w.post[p];
+        int li = layer_index(layers, nl, all[k]->layer);
+        int depth = node_depth[k];
+        if (li >= 0 && layer_depth[li] > depth) depth = layer_depth[li];
+        if (li >= 0) layer_depth[li] = depth;
+        node_depth[k] = depth;
+        for (int i = 0; i < all[k]->nin; i++) {
+            int pk = sym_index(all, n, all[k]->in[i]);
+            if (pk >= 0 && node_depth[pk] < depth + 1) node_depth[pk] = depth + 1;
+        }
+    }
     for (int i = 0; i < nl; i++) {
         keys[i].l = layers[i];
-        keys[i].depth = -1;
-        keys[i].index = 1 << 30;
-        for (int k = 0; k < n; k++)
-            if (all[k]->layer == layers[i]) {
-                if (depth[k] > keys[i].depth) keys[i].depth = depth[k];
-                if (finish[k] < keys[i].index) keys[i].index = finish[k];
-            }
+        keys[i].depth = layer_depth[i];
+        keys[i].index = w.first[i] < 0 ? (1 << 30) + i : w.first[i];
     }
     qsort(keys, (size_t)nl, sizeof *keys, cmp_key);
     for (int i = 0; i < nl; i++) layers[i] = keys[i].l;
-    free(depth); free(finish); free(keys);
+done:
+    free(w.state); free(w.post); free(w.first); free(node_depth); free(layer_depth); free(keys);
 }
 
 /* On failure fl_model_new frees what it was given: every symbolic tensor

@@ -5,6 +5,7 @@
  * element-wise work; OpenBLAS (its OpenMP build) the large GEMMs.
  */
 #include "cpu_internal.h"
+#include "cpu_simd.h"
 #include "core/error.h"
 
 #include <omp.h>
@@ -87,38 +88,54 @@ void fl_cpu_act_grad_rows(int64_t rows, int n, int act, const float *y, float *d
     }
 }
 
-/* Runs fn over row blocks in parallel, each thread with a private
- * column-sum buffer, then reduces into db (overwritten). */
+/* dy *= act'(y) over row blocks in parallel, each thread with a private
+ * column-sum buffer, then reduces into db (overwritten) in thread order. */
+#define COLSUM_STACK 4096
 static void act_grad_colsum(int64_t m, int n, int act, const float *y, float *dy, float *db) {
     int nt = fl_cpu_threads();
     if (m * n < 32768) nt = 1;
-    float *part = db ? calloc((size_t)nt * n, sizeof(float)) : NULL;
-    if (db && !part) { /* fall back to one thread, no extra memory */
-        memset(db, 0, (size_t)n * sizeof(float));
-        fl_cpu_act_grad_rows(m, n, act, y, dy, db);
-        return;
+    const int simd = fl_cpu_simd() && (act == FL_ACT_RELU || act == FL_ACT_LINEAR);
+    float stack_part[COLSUM_STACK];
+    float *part = NULL;
+    if (db) {
+        part = (size_t)nt * n <= COLSUM_STACK ? stack_part : calloc((size_t)nt * n, sizeof(float));
+        if (!part) { /* fall back to one thread, no extra memory */
+            memset(db, 0, (size_t)n * sizeof(float));
+            fl_cpu_act_grad_rows(m, n, act, y, dy, db);
+            return;
+        }
+        memset(part, 0, (size_t)nt * n * sizeof(float));
     }
 #pragma omp parallel num_threads(nt)
     {
         int t = omp_get_thread_num(), T = omp_get_num_threads();
         int64_t r0 = m * t / T, r1 = m * (t + 1) / T;
-        fl_cpu_act_grad_rows(r1 - r0, n, act, y + (size_t)r0 * n, dy + (size_t)r0 * n,
-                             part ? part + (size_t)t * n : NULL);
+        float *pt = part ? part + (size_t)t * n : NULL;
+        if (simd) fl_simd_relu_grad_colsum(r1 - r0, n, act == FL_ACT_RELU, y + (size_t)r0 * n, dy + (size_t)r0 * n, pt);
+        else fl_cpu_act_grad_rows(r1 - r0, n, act, y + (size_t)r0 * n, dy + (size_t)r0 * n, pt);
     }
     if (db) {
         memset(db, 0, (size_t)n * sizeof(float));
         for (int t = 0; t < nt; t++)
             for (int j = 0; j < n; j++) db[j] += part[(size_t)t * n + j];
-        free(part);
+        if (part != stack_part) free(part);
     }
 }
 
 /* -------------------------------------------------------------- dense */
 
 static void cpu_dense_fwd(const fl_dense_desc *d, const float *x, const float *w, const float *b, float *y) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)d->m, d->n, d->k, 1.0f, x, d->k, w, d->n, 0.0f, y,
-                d->n);
-    if (!d->has_bias && d->act == FL_ACT_LINEAR) return;
+    const int relu = d->act == FL_ACT_RELU, fused = relu || d->act == FL_ACT_LINEAR;
+    if (fl_cpu_simd()) {
+        fl_simd_gemm(0, 0, d->m, d->n, d->k, x, d->k, w, d->n, 0.0f, y, d->n, d->has_bias ? b : NULL, relu,
+                     fl_cpu_threads());
+        if (fused) return;
+        b = NULL; /* already added */
+    } else {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)d->m, d->n, d->k, 1.0f, x, d->k, w, d->n, 0.0f,
+                    y, d->n);
+        if (!d->has_bias && d->act == FL_ACT_LINEAR) return;
+    }
     int nt = d->m * d->n < 32768 ? 1 : fl_cpu_threads();
 #pragma omp parallel num_threads(nt)
     {
@@ -131,6 +148,11 @@ static void cpu_dense_fwd(const fl_dense_desc *d, const float *x, const float *w
 static void cpu_dense_bwd(const fl_dense_desc *d, const float *x, const float *w, const float *y, float *dy,
                           float *dx, float dx_beta, float *dw, float *db) {
     act_grad_colsum(d->m, d->n, d->act, y, dy, d->has_bias ? db : NULL);
+    if (fl_cpu_simd()) {
+        fl_simd_gemm(1, 0, d->k, d->n, d->m, x, d->k, dy, d->n, 0.0f, dw, d->n, NULL, 0, fl_cpu_threads());
+        if (dx) fl_simd_gemm(0, 1, d->m, d->k, d->n, dy, d->n, w, d->n, dx_beta, dx, d->k, NULL, 0, fl_cpu_threads());
+        return;
+    }
     /* dw[k, n] = x^T @ dy */
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, d->k, d->n, (int)d->m, 1.0f, x, d->k, dy, d->n, 0.0f, dw,
                 d->n);
@@ -189,8 +211,20 @@ static void cpu_act_bwd(int act, int64_t rows, int c, const float *x, const floa
 static void cpu_dropout_fwd(int64_t n, float rate, uint64_t seed, uint64_t stream, const float *x, float *y,
                             uint8_t *mask) {
     const float scale = 1.0f / (1.0f - rate);
+    const int nt = n < 32768 ? 1 : fl_cpu_threads();
+    if (fl_cpu_simd()) {
+#pragma omp parallel num_threads(nt)
+        {
+            int t = omp_get_thread_num(), T = omp_get_num_threads();
+            /* split on multiples of 64 elements (whole vector groups) */
+            int64_t g = (n + 63) / 64, i0 = g * t / T * 64, i1 = g * (t + 1) / T * 64;
+            if (i1 > n) i1 = n;
+            if (i0 < i1) fl_simd_dropout_fwd(i0, i1, rate, seed, stream, x, y, mask);
+        }
+        return;
+    }
     const int64_t nb = (n + 3) / 4;
-#pragma omp parallel for schedule(static) num_threads(n < 32768 ? 1 : fl_cpu_threads())
+#pragma omp parallel for schedule(static) num_threads(nt)
     for (int64_t b = 0; b < nb; b++) {
         fl_philox4 r = fl_philox_block(seed, stream, (uint64_t)b);
         for (int j = 0; j < 4; j++) {
@@ -205,7 +239,18 @@ static void cpu_dropout_fwd(int64_t n, float rate, uint64_t seed, uint64_t strea
 
 static void cpu_dropout_bwd(int64_t n, float rate, const uint8_t *mask, const float *dy, float *dx, float beta) {
     const float scale = 1.0f / (1.0f - rate);
-#pragma omp parallel for schedule(static) num_threads(n < 32768 ? 1 : fl_cpu_threads())
+    const int nt = n < 32768 ? 1 : fl_cpu_threads();
+    if (fl_cpu_simd()) {
+#pragma omp parallel num_threads(nt)
+        {
+            int t = omp_get_thread_num(), T = omp_get_num_threads();
+            int64_t g = (n + 63) / 64, i0 = g * t / T * 64, i1 = g * (t + 1) / T * 64;
+            if (i1 > n) i1 = n;
+            if (i0 < i1) fl_simd_dropout_bwd(i0, i1, scale, mask, dy, dx, beta != 0.0f);
+        }
+        return;
+    }
+#pragma omp parallel for schedule(static) num_threads(nt)
     for (int64_t i = 0; i < n; i++) {
         float g = mask[i] ? dy[i] * scale : 0.0f;
         dx[i] = beta == 0.0f ? g : dx[i] + g;
@@ -341,6 +386,22 @@ static void cpu_optimizer_step(const fl_opt_desc *d, const fl_param_ref *ps, int
     if (d->code == FL_OPT_ADAM || d->code == FL_OPT_ADAMW) {
         double b1p = pow(d->beta1, (double)d->step), b2p = pow(d->beta2, (double)d->step);
         lr_t = (float)(d->lr * sqrt(1.0 - b2p) / (1.0 - b1p));
+    }
+    if (fl_cpu_simd() && (d->code == FL_OPT_ADAM || d->code == FL_OPT_ADAMW)) {
+        const float wd = d->code == FL_OPT_ADAMW ? d->weight_decay : 0.0f;
+#pragma omp parallel num_threads(fl_cpu_threads())
+        {
+            int t = omp_get_thread_num(), T = omp_get_num_threads();
+            for (int k = 0; k < np; k++) {
+                const fl_param_ref *p = &ps[k];
+                /* thread ranges on multiples of 16 elements */
+                int64_t g = (p->n + 15) / 16, i0 = g * t / T * 16, i1 = g * (t + 1) / T * 16;
+                if (i1 > p->n) i1 = p->n;
+                if (i0 < i1)
+                    fl_simd_adam(i0, i1, p->w, p->s0, p->s1, p->g, lr_t, d->beta1, d->beta2, d->eps, wd, d->lr);
+            }
+        }
+        return;
     }
 #pragma omp parallel num_threads(fl_cpu_threads())
     for (int k = 0; k < np; k++) {

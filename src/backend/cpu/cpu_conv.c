@@ -1,8 +1,22 @@
 /*
- * cpu_conv.c — CPU Conv2D and pooling, NHWC. A convolution is a GEMM per
- * chunk of samples: im2col turns the chunk into rows of kh*kw*c patch values
- * so that, with Keras's kernel layout (kh, kw, c, oc) read as a [K, oc]
- * matrix,
+ * cpu_conv.c — CPU Conv2D and pooling, NHWC.
+ *
+ * Direct convolution (CPUs with AVX-512, see cpu_simd.h): no im2col buffer.
+ * With Keras's kernel layout (kh, kw, c, oc), for a fixed kernel row kh the
+ * kw*c values a output pixel needs are contiguous in the NHWC input, and so
+ * are the matching kernel rows; a tile of R output pixels x up to 64 filters
+ * is one micro-kernel call that runs over kh (segments) and kw*c (steps):
+ *     forward          y[p, oc]   = sum_{kh, kw, c} x[p + (kh, kw), c] w[kh, kw, c, oc]   (+ bias, relu)
+ *     backward data    dx = the same loop over dy padded by kh-1/kw-1, with the
+ *                      kernel rotated by 180 degrees and transposed (c <-> oc)
+ *     backward filter  dw[kh, kw, c, oc] += sum_p x[p + (kh, kw), c] dy[p, oc]
+ * Samples are split between the OpenMP threads; each thread keeps a private
+ * dw that is reduced at the end (a fixed order: deterministic). The ReLU
+ * gradient and the bias gradient are one pass that also writes the padded dy.
+ *
+ * Otherwise (no AVX-512, or strided backward data), a convolution is a GEMM
+ * per chunk of samples: im2col turns the chunk into rows of kh*kw*c patch
+ * values so that, reading the kernel as a [K, oc] matrix,
  *     forward          y[rows, oc]  = col[rows, K] @ w[K, oc]   (+ bias, act)
  *     backward filter  dw[K, oc]   += col^T @ dy
  *     backward data    dcol[rows,K] = dy @ w^T, then col2im adds into dx
@@ -11,6 +25,7 @@
  * bias/activation epilogue runs on data that is still hot.
  */
 #include "cpu_internal.h"
+#include "cpu_simd.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -40,10 +55,264 @@ static size_t thread_ws_floats(const fl_conv_desc *d, int64_t cs, int backward) 
     return (f + 15) & ~(size_t)15;
 }
 
+/* ------------------------------------------------ direct convolution */
+
+/* The input as the direct loops read it: padded when the convolution pads. */
+typedef struct conv_geom {
+    int hp, wp;         /* padded input size */
+    int pad;            /* any padding at all */
+    int hd, wd;         /* padded dy for the data gradient (stride 1): h+kh-1, w+kw-1 */
+    int offh, offw;     /* where dy starts inside it */
+} conv_geom;
+
+static conv_geom geom(const fl_conv_desc *d) {
+    conv_geom g;
+    g.hp = (d->oh - 1) * d->sh + d->kh;
+    g.wp = (d->ow - 1) * d->sw + d->kw;
+    if (g.hp < d->h + d->pt) g.hp = d->h + d->pt;
+    if (g.wp < d->w + d->pl) g.wp = d->w + d->pl;
+    g.pad = d->pt || d->pl || g.hp != d->h || g.wp != d->w;
+    g.hd = d->h + d->kh - 1;
+    g.wd = d->w + d->kw - 1;
+    g.offh = d->kh - 1 - d->pt;
+    g.offw = d->kw - 1 - d->pl;
+    return g;
+}
+
+static int direct_fwd_ok(const fl_conv_desc *d) { return fl_cpu_simd() && d->oc > 0; }
+
+/* The data gradient needs stride 1 and padding of at most kernel-1. */
+static int direct_bwd_ok(const fl_conv_desc *d, int need_dx) {
+    if (!fl_cpu_simd()) return 0;
+    if (!need_dx) return 1;
+    conv_geom g = geom(d);
+    return d->sh == 1 && d->sw == 1 && g.offh >= 0 && g.offw >= 0 && g.offh + d->oh <= g.hd &&
+           g.offw + d->ow <= g.wd;
+}
+
+/* Per-thread floats of the direct path: padded x, padded dy, private dw + db. */
+static size_t direct_thread_floats(const fl_conv_desc *d, int backward) {
+    conv_geom g = geom(d);
+    size_t f = g.pad ? (size_t)g.hp * g.wp * d->c : 0;
+    if (backward) {
+        f += (size_t)g.hd * g.wd * d->oc;
+        f += (size_t)d->kh * d->kw * d->c * d->oc + (size_t)d->oc;
+    }
+    return (f + 15) & ~(size_t)15;
+}
+
+/* Shared floats: the rotated kernel for the data gradient. */
+static size_t direct_shared_floats(const fl_conv_desc *d) {
+    return ((size_t)d->kh * d->kw * d->c * d->oc + 15) & ~(size_t)15;
+}
+
 size_t fl_cpu_conv_workspace(const fl_conv_desc *d, int backward) {
     int64_t cs = chunk_samples(d);
-    return thread_ws_floats(d, cs, backward) * sizeof(float) * (size_t)fl_cpu_threads();
+    size_t gemm = thread_ws_floats(d, cs, backward) * (size_t)fl_cpu_threads();
+    size_t direct = direct_thread_floats(d, backward) * (size_t)fl_cpu_threads() + direct_shared_floats(d);
+    size_t f = fl_cpu_simd() ? (gemm > direct ? gemm : direct) : gemm;
+    return f * sizeof(float);
 }
+
+/* Copies sample x (h, w, c) into xp (hp, wp, c) at (pt, pl); the border is zero. */
+static void pad_sample(const fl_conv_desc *d, const conv_geom *g, const float *x, float *xp) {
+    const size_t C = (size_t)d->c;
+    memset(xp, 0, (size_t)g->hp * g->wp * C * sizeof(float));
+    for (int ih = 0; ih < d->h; ih++)
+        memcpy(xp + ((size_t)(ih + d->pt) * g->wp + d->pl) * C, x + (size_t)ih * d->w * C,
+               (size_t)d->w * C * sizeof(float));
+}
+
+/* Output rows oh0..oh1 of one sample: y = act(conv(xs) + b); xs is the (padded) sample. */
+static void direct_fwd_rows(const fl_conv_desc *d, const conv_geom *g, const float *xs, const float *w,
+                            const float *b, float *ys, int oh0, int oh1) {
+    const int C = d->c, OC = d->oc;
+    const int relu = d->act == FL_ACT_RELU;
+    for (int oc0 = 0; oc0 < OC; oc0 += 64) {
+        fl_simd_tile t = {0};
+        t.cols = OC - oc0 < 64 ? OC - oc0 : 64;
+        t.as = (int64_t)d->sw * C;
+        t.aj = 1;
+        t.aseg = (int64_t)g->wp * C;
+        t.nseg = d->kh;
+        t.nj = d->kw * C;
+        t.b = w + oc0;
+        t.bj = OC;
+        t.bseg = (int64_t)d->kw * C * OC;
+        t.ldc = OC;
+        t.bias = d->has_bias && b ? b + oc0 : NULL;
+        t.relu = relu;
+        int rm = fl_simd_max_rows(t.cols), nt = fl_tiles(d->ow, rm);
+        for (int oh = oh0; oh < oh1; oh++)
+            for (int k = 0; k < nt; k++) {
+                int ow0 = (int)fl_tile_start(d->ow, nt, k), ow1 = (int)fl_tile_start(d->ow, nt, k + 1);
+                t.a = xs + ((size_t)oh * d->sh * g->wp + (size_t)ow0 * d->sw) * C;
+                t.c = ys + ((size_t)oh * d->ow + ow0) * OC + oc0;
+                fl_simd_run(&t, ow1 - ow0);
+            }
+    }
+    if (d->act != FL_ACT_LINEAR && !relu)
+        fl_cpu_bias_act_rows((int64_t)(oh1 - oh0) * d->ow, OC, NULL, d->act, ys + (size_t)oh0 * d->ow * OC);
+}
+
+static void direct_fwd(const fl_conv_desc *d, const float *x, const float *w, const float *b, float *y, void *ws) {
+    const conv_geom g = geom(d);
+    const size_t in_sz = (size_t)d->h * d->w * d->c, out_sz = (size_t)d->oh * d->ow * d->oc;
+    const size_t tws = direct_thread_floats(d, 0);
+    const int nt = fl_cpu_threads();
+    if (!g.pad && d->n < 2 * nt) {
+        /* few samples (inference on a small batch): split output rows */
+        const int64_t items = d->n * d->oh;
+#pragma omp parallel for schedule(static) num_threads(nt)
+        for (int64_t it = 0; it < items; it++) {
+            int64_t n = it / d->oh;
+            int oh = (int)(it % d->oh);
+            direct_fwd_rows(d, &g, x + (size_t)n * in_sz, w, b, y + (size_t)n * out_sz, oh, oh + 1);
+        }
+        return;
+    }
+#pragma omp parallel for schedule(static) num_threads(nt)
+    for (int64_t n = 0; n < d->n; n++) {
+        const float *xs = x + (size_t)n * in_sz;
+        if (g.pad) {
+            float *xp = (float *)ws + (size_t)fl_cpu_thread_id() * tws;
+            pad_sample(d, &g, xs, xp);
+            xs = xp;
+        }
+        direct_fwd_rows(d, &g, xs, w, b, y + (size_t)n * out_sz, 0, d->oh);
+    }
+}
+
+/* dy of one sample times act'(y), its column sums added to db, written to
+ * dst (row stride dst_row floats, dst_row >= ow*oc); dst may be dy itself. */
+static void prep_dy(const fl_conv_desc *d, const float *ys, const float *dys, float *dst, size_t dst_row, float *db) {
+    const int OC = d->oc;
+    const size_t row = (size_t)d->ow * OC;
+    for (int oh = 0; oh < d->oh; oh++) {
+        float *o = dst + (size_t)oh * dst_row;
+        if (o != dys + (size_t)oh * row) memcpy(o, dys + (size_t)oh * row, row * sizeof(float));
+        if (d->act == FL_ACT_RELU || d->act == FL_ACT_LINEAR)
+            fl_simd_relu_grad_colsum(d->ow, OC, d->act == FL_ACT_RELU, ys + (size_t)oh * row, o, d->has_bias ? db : NULL);
+        else
+            fl_cpu_act_grad_rows(d->ow, OC, d->act, ys + (size_t)oh * row, o, d->has_bias ? db : NULL);
+    }
+}
+
+static void direct_bwd(const fl_conv_desc *d, const float *x, const float *w, const float *y, float *dy, float *dx,
+                       float dx_beta, float *dw, float *db, void *ws) {
+    const conv_geom g = geom(d);
+    const int C = d->c, OC = d->oc, KH = d->kh, KW = d->kw;
+    const size_t in_sz = (size_t)d->h * d->w * C, out_sz = (size_t)d->oh * d->ow * OC;
+    const size_t nw = (size_t)KH * KW * C * OC;
+    const size_t tws = direct_thread_floats(d, 1);
+    const int nt = fl_cpu_threads();
+    float *shared = (float *)ws + tws * (size_t)nt;
+    if (dx) {
+        /* w_rot[kh'][kw'][oc][c] = w[kh-1-kh'][kw-1-kw'][c][oc] */
+        for (int kh = 0; kh < KH; kh++)
+            for (int kw = 0; kw < KW; kw++) {
+                const float *src = w + ((size_t)(KH - 1 - kh) * KW + (KW - 1 - kw)) * C * OC;
+                float *dst = shared + ((size_t)kh * KW + kw) * OC * C;
+                for (int c = 0; c < C; c++)
+                    for (int oc = 0; oc < OC; oc++) dst[(size_t)oc * C + c] = src[(size_t)c * OC + oc];
+            }
+    }
+#pragma omp parallel num_threads(nt)
+    {
+        const int tid = fl_cpu_thread_id();
+        float *base = (float *)ws + (size_t)tid * tws;
+        float *xp = base;
+        float *dyp = xp + (g.pad ? (size_t)g.hp * g.wp * C : 0);
+        float *dw_t = dyp + (size_t)g.hd * g.wd * OC;
+        float *db_t = dw_t + nw;
+        memset(dw_t, 0, (nw + (size_t)OC) * sizeof(float));
+        if (dx) memset(dyp, 0, (size_t)g.hd * g.wd * OC * sizeof(float)); /* the border stays zero */
+#pragma omp for schedule(static)
+        for (int64_t n = 0; n < d->n; n++) {
+            const float *xs = x + (size_t)n * in_sz;
+            if (g.pad) {
+                pad_sample(d, &g, xs, xp);
+                xs = xp;
+            }
+            float *dys = dy + (size_t)n * out_sz;
+            /* 1. dy * act'(y) and db; into the padded buffer when dx is wanted */
+            const float *gy;
+            size_t gy_row;
+            if (dx) {
+                gy_row = (size_t)g.wd * OC;
+                float *dst = dyp + ((size_t)g.offh * g.wd + g.offw) * OC;
+                prep_dy(d, y + (size_t)n * out_sz, dys, dst, gy_row, db_t);
+                gy = dst;
+            } else {
+                gy_row = (size_t)d->ow * OC;
+                prep_dy(d, y + (size_t)n * out_sz, dys, dys, gy_row, db_t);
+                gy = dys;
+            }
+            /* 2. dw += sum_p x[p + (kh, kw), c] gy[p, oc]: rows of the tile are
+             * consecutive (kw, c) of one kernel row kh */
+            for (int oc0 = 0; oc0 < OC; oc0 += 64) {
+                fl_simd_tile t = {0};
+                t.cols = OC - oc0 < 64 ? OC - oc0 : 64;
+                t.as = 1;
+                t.aj = (int64_t)d->sw * C;
+                t.aseg = (int64_t)d->sh * g.wp * C;
+                t.nseg = d->oh;
+                t.nj = d->ow;
+                t.b = gy + oc0;
+                t.bj = OC;
+                t.bseg = (int64_t)gy_row;
+                t.ldc = OC;
+                t.accumulate = 1;
+                const int kwc = KW * C, rm = fl_simd_max_rows(t.cols), ntile = fl_tiles(kwc, rm);
+                for (int kh = 0; kh < KH; kh++)
+                    for (int k = 0; k < ntile; k++) {
+                        int r0 = (int)fl_tile_start(kwc, ntile, k), r1 = (int)fl_tile_start(kwc, ntile, k + 1);
+                        t.a = xs + (size_t)kh * g.wp * C + r0;
+                        t.c = dw_t + ((size_t)kh * kwc + r0) * OC + oc0;
+                        fl_simd_run(&t, r1 - r0);
+                    }
+            }
+            /* 3. dx = conv(padded gy, rotated kernel) */
+            if (dx) {
+                float *dxs = dx + (size_t)n * in_sz;
+                for (int c0 = 0; c0 < C; c0 += 64) {
+                    fl_simd_tile t = {0};
+                    t.cols = C - c0 < 64 ? C - c0 : 64;
+                    t.as = OC;
+                    t.aj = 1;
+                    t.aseg = (int64_t)g.wd * OC;
+                    t.nseg = KH;
+                    t.nj = KW * OC;
+                    t.b = shared + c0;
+                    t.bj = C;
+                    t.bseg = (int64_t)KW * OC * C;
+                    t.ldc = C;
+                    t.accumulate = dx_beta != 0.0f;
+                    int rm = fl_simd_max_rows(t.cols), ntile = fl_tiles(d->w, rm);
+                    for (int ih = 0; ih < d->h; ih++)
+                        for (int k = 0; k < ntile; k++) {
+                            int iw0 = (int)fl_tile_start(d->w, ntile, k), iw1 = (int)fl_tile_start(d->w, ntile, k + 1);
+                            t.a = dyp + ((size_t)ih * g.wd + iw0) * OC;
+                            t.c = dxs + ((size_t)ih * d->w + iw0) * C + c0;
+                            fl_simd_run(&t, iw1 - iw0);
+                        }
+                }
+            }
+        }
+    }
+    /* reduce the per-thread partial gradients in thread order */
+    float *acc = NULL;
+    for (int t = 0; t < nt; t++) {
+        float *base = (float *)ws + (size_t)t * tws;
+        float *part = base + (g.pad ? (size_t)g.hp * g.wp * C : 0) + (size_t)g.hd * g.wd * OC;
+        if (!acc) { acc = part; continue; }
+        for (size_t i = 0; i < nw + (size_t)OC; i++) acc[i] += part[i];
+    }
+    memcpy(dw, acc, nw * sizeof(float));
+    if (d->has_bias && db) memcpy(db, acc + nw, (size_t)OC * sizeof(float));
+}
+
+/* ------------------------------------------------ im2col + GEMM path */
 
 /* col[rows, K] for samples x[0..cn) (x points at the first sample). */
 static void im2col(const fl_conv_desc *d, const float *x, int64_t cn, float *col) {
@@ -101,6 +370,7 @@ static void col2im_add(const fl_conv_desc *d, const float *dcol, int64_t cn, flo
 }
 
 void fl_cpu_conv2d_fwd(const fl_conv_desc *d, const float *x, const float *w, const float *b, float *y, void *ws) {
+    if (direct_fwd_ok(d)) { direct_fwd(d, x, w, b, y, ws); return; }
     const int64_t cs = chunk_samples(d);
     const int64_t nchunks = (d->n + cs - 1) / cs;
     const size_t K = (size_t)d->kh * d->kw * d->c;
@@ -124,6 +394,7 @@ void fl_cpu_conv2d_fwd(const fl_conv_desc *d, const float *x, const float *w, co
 
 void fl_cpu_conv2d_bwd(const fl_conv_desc *d, const float *x, const float *w, const float *y, float *dy, float *dx,
                        float dx_beta, float *dw, float *db, void *ws) {
+    if (direct_bwd_ok(d, dx != NULL)) { direct_bwd(d, x, w, y, dy, dx, dx_beta, dw, db, ws); return; }
     const int64_t cs = chunk_samples(d);
     const int64_t nchunks = (d->n + cs - 1) / cs;
     const size_t K = (size_t)d->kh * d->kw * d->c;
@@ -176,12 +447,28 @@ void fl_cpu_conv2d_bwd(const fl_conv_desc *d, const float *x, const float *w, co
 
 /* ------------------------------------------------------------- pooling */
 
+/* argmax holds, per output element, the window position kh*kw_size + kw of
+ * the maximum (the first one on ties), or -1 when the window holds no input. */
+
+/* Whether the window never leaves the input (no padding reaches into it). */
+static int pool_inside(const fl_conv_desc *d) {
+    return d->pt == 0 && d->pl == 0 && (d->oh - 1) * d->sh + d->kh <= d->h && (d->ow - 1) * d->sw + d->kw <= d->w;
+}
+
 void fl_cpu_maxpool_fwd(const fl_conv_desc *d, const float *x, float *y, int32_t *argmax) {
     const int H = d->h, W = d->w, C = d->c;
+    const size_t in_sz = (size_t)H * W * C, out_sz = (size_t)d->oh * d->ow * C;
+    if (fl_cpu_simd() && pool_inside(d)) {
+#pragma omp parallel for schedule(static) num_threads(d->n * in_sz < 65536 ? 1 : fl_cpu_threads())
+        for (int64_t n = 0; n < d->n; n++)
+            fl_simd_maxpool_fwd_sample(H, W, C, d->oh, d->ow, d->kh, d->kw, d->sh, d->sw, x + (size_t)n * in_sz,
+                                       y + (size_t)n * out_sz, argmax + (size_t)n * out_sz);
+        return;
+    }
 #pragma omp parallel for collapse(2) schedule(static) num_threads(fl_cpu_threads())
     for (int64_t n = 0; n < d->n; n++) {
         for (int oh = 0; oh < d->oh; oh++) {
-            const float *xs = x + (size_t)n * H * W * C;
+            const float *xs = x + (size_t)n * in_sz;
             for (int ow = 0; ow < d->ow; ow++) {
                 size_t o = (((size_t)n * d->oh + oh) * d->ow + ow) * C;
                 float *yo = y + o;
@@ -193,10 +480,10 @@ void fl_cpu_maxpool_fwd(const fl_conv_desc *d, const float *x, float *y, int32_t
                     for (int kw = 0; kw < d->kw; kw++) {
                         int iw = ow * d->sw - d->pl + kw;
                         if (iw < 0 || iw >= W) continue;
-                        int32_t off = (int32_t)(((size_t)ih * W + iw) * C);
-                        const float *xi = xs + off;
+                        const float *xi = xs + ((size_t)ih * W + iw) * C;
+                        int32_t pos = kh * d->kw + kw;
                         for (int c = 0; c < C; c++)
-                            if (xi[c] > yo[c] || ao[c] < 0) { yo[c] = xi[c]; ao[c] = off + c; }
+                            if (xi[c] > yo[c] || ao[c] < 0) { yo[c] = xi[c]; ao[c] = pos; }
                     }
                 }
             }
@@ -205,14 +492,33 @@ void fl_cpu_maxpool_fwd(const fl_conv_desc *d, const float *x, float *y, int32_t
 }
 
 void fl_cpu_maxpool_bwd(const fl_conv_desc *d, const float *dy, const int32_t *argmax, float *dx, float dx_beta) {
-    const size_t in_sz = (size_t)d->h * d->w * d->c, out_sz = (size_t)d->oh * d->ow * d->c;
-#pragma omp parallel for schedule(static) num_threads(fl_cpu_threads())
+    const int W = d->w, C = d->c;
+    const size_t in_sz = (size_t)d->h * W * C, out_sz = (size_t)d->oh * d->ow * C;
+    const int nt = d->n * in_sz < 65536 ? 1 : fl_cpu_threads();
+    if (fl_cpu_simd() && pool_inside(d) && d->sh >= d->kh && d->sw >= d->kw) {
+        /* windows do not overlap: every dx element is written once, no zeroing pass */
+#pragma omp parallel for schedule(static) num_threads(nt)
+        for (int64_t n = 0; n < d->n; n++)
+            fl_simd_maxpool_bwd_sample(d->h, W, C, d->oh, d->ow, d->kh, d->kw, d->sh, d->sw, dy + (size_t)n * out_sz,
+                                       argmax + (size_t)n * out_sz, dx + (size_t)n * in_sz, dx_beta != 0.0f);
+        return;
+    }
+#pragma omp parallel for schedule(static) num_threads(nt)
     for (int64_t n = 0; n < d->n; n++) {
         float *dxs = dx + (size_t)n * in_sz;
         if (dx_beta == 0.0f) memset(dxs, 0, in_sz * sizeof(float));
         const float *dys = dy + (size_t)n * out_sz;
         const int32_t *as = argmax + (size_t)n * out_sz;
-        for (size_t i = 0; i < out_sz; i++) dxs[as[i]] += dys[i];
+        for (int oh = 0; oh < d->oh; oh++)
+            for (int ow = 0; ow < d->ow; ow++) {
+                size_t o = ((size_t)oh * d->ow + ow) * C;
+                for (int c = 0; c < C; c++) {
+                    int32_t pos = as[o + c];
+                    if (pos < 0) continue;
+                    int ih = oh * d->sh - d->pt + pos / d->kw, iw = ow * d->sw - d->pl + pos % d->kw;
+                    dxs[((size_t)ih * W + iw) * C + c] += dys[o + c];
+                }
+            }
     }
 }
 

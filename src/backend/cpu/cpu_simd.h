@@ -1,0 +1,87 @@
+/*
+ * cpu_simd.h — flynn's own AVX-512 kernels (cpu_avx512.c), used by the CPU
+ * backend when the CPU has AVX-512 and FLYNN_CPU_KERNELS is not "generic".
+ * Everything else (other CPUs, unusual shapes) goes through the portable
+ * code and OpenBLAS.
+ *
+ * The core is one register-blocked micro-kernel family that computes an
+ * R x (16*V) tile of
+ *     C[r, n] (+)= sum_seg sum_j A[r*as + j*aj + seg*aseg] * B[j*bj + seg*bseg + n]
+ * with A read by scalar broadcast (any strides, so no packing) and B read as
+ * 16-wide vectors. Dense layers (x @ W, x^T @ dy, dy @ W^T), direct
+ * convolutions (forward, data gradient, weight gradient) are all this loop
+ * with different strides; see fl_simd_tile.
+ */
+#ifndef FL_CPU_SIMD_H
+#define FL_CPU_SIMD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* 1 when the AVX-512 kernels are used (the CPU has AVX-512F/BW/DQ/VL and
+ * FLYNN_CPU_KERNELS is not "generic"), else 0. */
+int fl_cpu_simd(void);
+/* Whether this CPU could run them at all. */
+int fl_cpu_simd_available(void);
+/* Tests: 1 uses the AVX-512 kernels (where available), 0 the portable code,
+ * -1 goes back to the default. Not for use while another thread runs ops. */
+void fl_cpu_simd_force(int on);
+
+/* One tile job for the micro-kernel. */
+typedef struct fl_simd_tile {
+    const float *a;     /* A at r = 0, j = 0, seg = 0 */
+    int64_t as, aj, aseg;
+    const float *b;     /* B at j = 0, seg = 0, column 0 of the tile */
+    int64_t bj, bseg;
+    int nseg, nj;
+    float *c;           /* C at row 0, column 0 of the tile */
+    int64_t ldc;
+    const float *bias;  /* start from bias[n] (NULL: from zero) unless accumulate */
+    int accumulate;     /* start from C itself */
+    int relu;           /* max(0, .) before the store */
+    int cols;           /* columns of the tile: 1 .. 64 */
+} fl_simd_tile;
+
+/* Largest R the kernels take for a tile `cols` wide. */
+int fl_simd_max_rows(int cols);
+/* Computes an R x cols tile, 1 <= R <= fl_simd_max_rows(cols). */
+void fl_simd_run(const fl_simd_tile *t, int rows);
+
+/* Splits n rows into tiles of at most rmax, as even as possible: tile k
+ * starts at fl_tile_start(n, nt, k) for nt = ceil(n / rmax) tiles. */
+static inline int fl_tiles(int64_t n, int rmax) { return (int)((n + rmax - 1) / rmax); }
+static inline int64_t fl_tile_start(int64_t n, int nt, int k) { return n * k / nt; }
+
+/* C[M, N] = op(A)[M, K] @ op(B)[K, N] (+ bias, relu), row-major, with
+ * op(A) = A (lda: row stride) or A^T, op(B) likewise. beta 0 overwrites C, 1
+ * adds to it; bias (N floats, may be NULL) and relu apply only with beta 0.
+ * Runs on `threads` OpenMP threads (1 inside a parallel region). */
+void fl_simd_gemm(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
+                  const float *B, int64_t ldb, float beta, float *C, int64_t ldc, const float *bias, int relu,
+                  int threads);
+
+/* dy *= relu'(y) (relu != 0) and db[j] += column sums of the result, over
+ * rows x n; db may be NULL. Single-threaded; n % 16 == 0 not required. */
+void fl_simd_relu_grad_colsum(int64_t rows, int n, int relu, const float *y, float *dy, float *db);
+
+/* Max pooling of one sample whose windows lie inside the input (no
+ * padding): y and the window-relative argmax kh*KW + kw per output. */
+void fl_simd_maxpool_fwd_sample(int H, int W, int C, int OH, int OW, int KH, int KW, int SH, int SW,
+                                const float *x, float *y, int32_t *argmax);
+/* Its gradient when windows do not overlap (SH >= KH, SW >= KW): writes every
+ * element of dx (dy at the argmax, 0 elsewhere), or adds when accumulate. */
+void fl_simd_maxpool_bwd_sample(int H, int W, int C, int OH, int OW, int KH, int KW, int SH, int SW,
+                                const float *dy, const int32_t *argmax, float *dx, int accumulate);
+
+/* Dropout forward over [i0, i1): Philox masks as the portable code draws them. */
+void fl_simd_dropout_fwd(int64_t i0, int64_t i1, float rate, uint64_t seed, uint64_t stream, const float *x,
+                         float *y, uint8_t *mask);
+void fl_simd_dropout_bwd(int64_t i0, int64_t i1, float scale, const uint8_t *mask, const float *dy, float *dx,
+                         int accumulate);
+
+/* Adam over [i0, i1) of one parameter, the formula of fl_adam_update; with
+ * wd != 0 first the AdamW decay w -= w * wd * lr. */
+void fl_simd_adam(int64_t i0, int64_t i1, float *w, float *m, float *v, const float *g, float lr_t, float b1,
+                  float b2, float eps, float wd, float lr);
+
+#endif

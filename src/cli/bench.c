@@ -1,0 +1,710 @@
+/*
+ * bench.c — `flynn bench`: the seed's CPU-versus-GPU experiment in one
+ * command. For every device and batch size it builds a fresh built-in model,
+ * trains a few warm-up steps, then times one epoch of training (and/or one
+ * pass of predict) over the same samples, and reports samples/s, GFLOP/s and
+ * the GPU/CPU speedup per batch size as a table, as JSON (for scripts such as
+ * bench/compare_cpu.sh; fields in docs/performance.md) and as an SVG chart.
+ * Only the public API (flynn/flynn.h) is used; which BLAS the process loaded
+ * is read from the dynamic loader, not from flynn.
+ */
+#include <flynn/flynn.h>
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <link.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define BENCH_DEFAULT_DATA "/usr/share/datasets/fashion-mnist"
+#define BENCH_MAX_POINTS 32
+
+enum { DEV_CPU, DEV_GPU, NDEV };
+enum { MODE_TRAIN, MODE_PREDICT, NMODE };
+static const char *const dev_name[NDEV] = {"cpu", "gpu"};
+static const char *const mode_name[NMODE] = {"train", "predict"};
+
+typedef struct bench_opts {
+    const char *model, *data, *json, *svg, *precision;
+    long samples;
+    int batch[BENCH_MAX_POINTS], nbatch;
+    bool dev_on[NDEV];
+    bool mode_on[NMODE];
+    int threads, warmup, repeat;
+    unsigned long long seed;
+} bench_opts;
+
+/* One measured point; samples_per_s < 0: not measured. */
+typedef struct point {
+    double seconds, samples_per_s;
+} point;
+
+typedef struct device_state {
+    bool requested, usable;
+    char detail[1024]; /* the device line, or why it cannot be used */
+} device_state;
+
+typedef struct bench_run {
+    bench_opts o;
+    char data_kind[16], data_dir[1024];
+    int64_t h, w, c;
+    int classes;
+    int64_t n;                      /* training samples used */
+    double flops[NMODE];            /* per sample */
+    device_state dev[NDEV];
+    point res[NDEV][NMODE][BENCH_MAX_POINTS];
+    char cpu_model[256];
+    char blas_path[1024], blas_config[256], blas_core[64];
+} bench_run;
+
+static void usage_bench(FILE *f) {
+    fprintf(f,
+            "usage: flynn bench [options]\n\n"
+            "Times one epoch of training (after a few warm-up steps) of a built-in model for\n"
+            "each device and batch size, and prints samples/s, GFLOP/s and the GPU/CPU\n"
+            "speedup per batch size. Where the GPU cannot be used it says why and reports\n"
+            "the CPU side.\n\n"
+            "  --model NAME           mnist_cnn (default) or mlp\n"
+            "  --data SPEC            fashion-mnist[:DIR] (default, DIR defaults to %s),\n"
+            "                         mnist:DIR or cifar10:DIR\n"
+            "  --samples N            samples per epoch: the first N training images (default 20000)\n"
+            "  --batch-sizes LIST     comma-separated batch sizes (default 32,64,128,256,512,1024)\n"
+            "  --devices LIST         cpu, gpu or cpu,gpu (default cpu,gpu)\n"
+            "  --mode M               train (default), predict (inference over the same\n"
+            "                         samples) or both\n"
+            "  --threads T            CPU threads (default: all cores)\n"
+            "  --warmup-steps S       training steps before each timed epoch (default 5)\n"
+            "  --repeat R             time each point R times and keep the fastest (default 1)\n"
+            "  --precision P          GPU float32 precision: high (TF32) or highest\n"
+            "  --seed S               seed for weights, dropout and shuffling (default 0)\n"
+            "  --json FILE            also write the results as JSON (`-`: to stdout, and the\n"
+            "                         table to stderr)\n"
+            "  --svg FILE             also draw the results as an SVG bar chart\n",
+            BENCH_DEFAULT_DATA);
+}
+
+static int bench_usage_error(const char *msg, const char *arg) {
+    fprintf(stderr, "flynn bench: %s%s%s\n(see `flynn bench --help`)\n", msg, arg ? " " : "", arg ? arg : "");
+    return 2;
+}
+
+static bool parse_int(const char *s, long lo, long hi, long *out) {
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || *end || end == s || v < lo || v > hi) return false;
+    *out = v;
+    return true;
+}
+
+static int parse_batches(const char *s, bench_opts *o) {
+    char buf[512];
+    snprintf(buf, sizeof buf, "%s", s);
+    o->nbatch = 0;
+    for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        long v;
+        if (!parse_int(t, 1, 1 << 20, &v)) return bench_usage_error("--batch-sizes wants positive integers, got", t);
+        if (o->nbatch == BENCH_MAX_POINTS) return bench_usage_error("--batch-sizes: at most 32 sizes, got", s);
+        o->batch[o->nbatch++] = (int)v;
+    }
+    if (o->nbatch == 0) return bench_usage_error("--batch-sizes wants a list such as 32,64,128, got", s);
+    return 0;
+}
+
+static int parse_devices(const char *s, bench_opts *o) {
+    char buf[128];
+    snprintf(buf, sizeof buf, "%s", s);
+    o->dev_on[DEV_CPU] = o->dev_on[DEV_GPU] = false;
+    for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        if (strcmp(t, "cpu") == 0) o->dev_on[DEV_CPU] = true;
+        else if (strcmp(t, "gpu") == 0) o->dev_on[DEV_GPU] = true;
+        else return bench_usage_error("--devices wants cpu, gpu or cpu,gpu, got", s);
+    }
+    if (!o->dev_on[DEV_CPU] && !o->dev_on[DEV_GPU]) return bench_usage_error("--devices wants cpu, gpu or cpu,gpu, got", s);
+    return 0;
+}
+
+/* Returns 0, 2 on a usage error, -1 for --help. */
+static int parse_bench(int argc, char **argv, bench_opts *o) {
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) return -1;
+        if (strncmp(a, "--", 2) != 0) return bench_usage_error("unexpected argument", a);
+        char key[64];
+        const char *eq = strchr(a, '='), *val;
+        size_t kl = eq ? (size_t)(eq - a) : strlen(a);
+        if (kl >= sizeof key) return bench_usage_error("unknown option", a);
+        memcpy(key, a, kl);
+        key[kl] = 0;
+        if (eq) val = eq + 1;
+        else if (i + 1 < argc) val = argv[++i];
+        else return bench_usage_error("missing value for", key);
+        long v;
+        int r = 0;
+        if (strcmp(key, "--model") == 0) o->model = val;
+        else if (strcmp(key, "--data") == 0) o->data = val;
+        else if (strcmp(key, "--json") == 0) o->json = val;
+        else if (strcmp(key, "--svg") == 0) o->svg = val;
+        else if (strcmp(key, "--precision") == 0) o->precision = val;
+        else if (strcmp(key, "--batch-sizes") == 0) r = parse_batches(val, o);
+        else if (strcmp(key, "--devices") == 0) r = parse_devices(val, o);
+        else if (strcmp(key, "--mode") == 0) {
+            o->mode_on[MODE_TRAIN] = strcmp(val, "train") == 0 || strcmp(val, "both") == 0;
+            o->mode_on[MODE_PREDICT] = strcmp(val, "predict") == 0 || strcmp(val, "both") == 0;
+            if (!o->mode_on[MODE_TRAIN] && !o->mode_on[MODE_PREDICT])
+                return bench_usage_error("--mode wants train, predict or both, got", val);
+        } else if (strcmp(key, "--samples") == 0) {
+            if (!parse_int(val, 1, 1L << 40, &v)) return bench_usage_error("--samples wants a positive integer, got", val);
+            o->samples = v;
+        } else if (strcmp(key, "--threads") == 0) {
+            if (!parse_int(val, 0, 4096, &v)) return bench_usage_error("--threads wants an integer in [0, 4096], got", val);
+            o->threads = (int)v;
+        } else if (strcmp(key, "--warmup-steps") == 0) {
+            if (!parse_int(val, 0, 1000000, &v)) return bench_usage_error("--warmup-steps wants an integer >= 0, got", val);
+            o->warmup = (int)v;
+        } else if (strcmp(key, "--repeat") == 0) {
+            if (!parse_int(val, 1, 1000, &v)) return bench_usage_error("--repeat wants an integer in [1, 1000], got", val);
+            o->repeat = (int)v;
+        } else if (strcmp(key, "--seed") == 0) {
+            if (!parse_int(val, 0, __LONG_MAX__, &v)) return bench_usage_error("--seed wants an integer >= 0, got", val);
+            o->seed = (unsigned long long)v;
+        } else return bench_usage_error("unknown option", key);
+        if (r) return r;
+    }
+    return 0;
+}
+
+static int parse_bench_data(bench_run *b) {
+    const char *spec = b->o.data, *colon = strchr(spec, ':');
+    size_t kl = colon ? (size_t)(colon - spec) : strlen(spec);
+    b->classes = 10;
+    if (kl == 13 && strncmp(spec, "fashion-mnist", kl) == 0) {
+        snprintf(b->data_kind, sizeof b->data_kind, "fashion-mnist");
+        snprintf(b->data_dir, sizeof b->data_dir, "%s", colon ? colon + 1 : BENCH_DEFAULT_DATA);
+        b->h = 28; b->w = 28; b->c = 1;
+    } else if (kl == 5 && strncmp(spec, "mnist", kl) == 0 && colon) {
+        snprintf(b->data_kind, sizeof b->data_kind, "mnist");
+        snprintf(b->data_dir, sizeof b->data_dir, "%s", colon + 1);
+        b->h = 28; b->w = 28; b->c = 1;
+    } else if (kl == 7 && strncmp(spec, "cifar10", kl) == 0 && colon) {
+        snprintf(b->data_kind, sizeof b->data_kind, "cifar10");
+        snprintf(b->data_dir, sizeof b->data_dir, "%s", colon + 1);
+        b->h = 32; b->w = 32; b->c = 3;
+    } else {
+        return bench_usage_error("--data wants fashion-mnist[:DIR], mnist:DIR or cifar10:DIR, got", spec);
+    }
+    return 0;
+}
+
+/* FLOPs per sample of a built-in model, counted as bench/torch_train.py does:
+ * 2 per multiply-add of the convolutions and dense layers; training is the
+ * forward, the weight gradients of every layer and the input gradients of
+ * every layer but the first (2x forward), i.e. 3x forward minus the first
+ * layer's input gradient. Element-wise work (activations, pooling, dropout,
+ * the optimizer) is not counted. */
+static bool model_flops(const char *model, int64_t h, int64_t w, int64_t c, int classes, double *train, double *infer) {
+    double f, first;
+    if (strcmp(model, "mnist_cnn") == 0) {
+        double h1 = (double)(h - 2), w1 = (double)(w - 2), h2 = (double)(h - 4), w2 = (double)(w - 4);
+        double flat = floor(h2 / 2) * floor(w2 / 2) * 64;
+        first = 2 * h1 * w1 * 32 * 9 * (double)c;
+        f = first + 2 * (h2 * w2 * 64 * 9 * 32 + flat * 128 + 128.0 * classes);
+    } else if (strcmp(model, "mlp") == 0) {
+        double in = (double)(h * w * c);
+        first = 2 * in * 512;
+        f = first + 2 * (512.0 * 512 + 512.0 * classes);
+    } else {
+        return false;
+    }
+    *infer = f;
+    *train = 3 * f - first;
+    return true;
+}
+
+/* ------------------------------------------------------- machine facts */
+
+static void read_cpu_model(char *out, size_t n) {
+    snprintf(out, n, "unknown");
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f) return;
+    char line[512];
+    while (fgets(line, sizeof line, f)) {
+        if (strncmp(line, "model name", 10) != 0) continue;
+        const char *v = strchr(line, ':');
+        if (!v) break;
+        v++;
+        while (*v == ' ' || *v == '\t') v++;
+        snprintf(out, n, "%s", v);
+        out[strcspn(out, "\n")] = 0;
+        break;
+    }
+    fclose(f);
+}
+
+static int find_blas(struct dl_phdr_info *info, size_t size, void *data) {
+    (void)size;
+    bench_run *b = data;
+    const char *p = info->dlpi_name, *base = p ? strrchr(p, '/') : NULL;
+    base = base ? base + 1 : p;
+    if (!base || b->blas_path[0]) return 0;
+    if (strstr(base, "blas") || strstr(base, "mkl_rt") || strstr(base, "blis")) {
+        char real[1024];
+        snprintf(b->blas_path, sizeof b->blas_path, "%s", realpath(p, real) ? real : p);
+    }
+    return 0;
+}
+
+/* Which BLAS the process loaded, and OpenBLAS's own description of itself. */
+static void read_blas(bench_run *b) {
+    dl_iterate_phdr(find_blas, b);
+    if (!b->blas_path[0]) snprintf(b->blas_path, sizeof b->blas_path, "unknown");
+    char *(*config)(void) = (char *(*)(void))dlsym(RTLD_DEFAULT, "openblas_get_config");
+    char *(*core)(void) = (char *(*)(void))dlsym(RTLD_DEFAULT, "openblas_get_corename");
+    snprintf(b->blas_config, sizeof b->blas_config, "%s", config ? config() : "");
+    snprintf(b->blas_core, sizeof b->blas_core, "%s", core ? core() : "");
+    /* trailing blanks from OpenBLAS's fixed-width strings */
+    for (size_t k = strlen(b->blas_config); k > 0 && b->blas_config[k - 1] == ' '; k--) b->blas_config[k - 1] = 0;
+}
+
+/* ------------------------------------------------------------ measuring */
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* A fresh compiled model on device d. NULL with d's reason set when the
+ * device refuses; *fatal when something else failed. */
+static fl_model *make_model(bench_run *b, int d, bool *fatal) {
+    *fatal = false;
+    fl_model *m = fl_builtin_model(b->o.model, b->h, b->w, b->c, b->classes);
+    if (!m) { *fatal = true; return NULL; }
+    fl_model_set_seed(m, b->o.seed);
+    char why[1024] = "";
+    if (fl_model_set_device(m, d == DEV_GPU ? FL_DEVICE_GPU : FL_DEVICE_CPU, why, sizeof why) != FL_OK) {
+        snprintf(b->dev[d].detail, sizeof b->dev[d].detail, "%s", fl_last_error());
+        b->dev[d].usable = false;
+        fl_model_free(m);
+        return NULL;
+    }
+    if (!b->dev[d].detail[0]) snprintf(b->dev[d].detail, sizeof b->dev[d].detail, "%s", why);
+    if (fl_compile(m, fl_adam(.learning_rate = 1e-3f), FL_SPARSE_CATEGORICAL_CROSSENTROPY, FL_ACCURACY) != FL_OK) {
+        fl_model_free(m);
+        *fatal = true;
+        return NULL;
+    }
+    return m;
+}
+
+/* Measures device d at batch size index bi. Returns 0, or 1 on an error. */
+static int measure(bench_run *b, int d, int bi, const fl_dataset *ds, const fl_tensor *xw, const fl_tensor *yw) {
+    int bs = b->o.batch[bi];
+    bool fatal;
+    fl_model *m = make_model(b, d, &fatal);
+    if (!m) return fatal ? 1 : 0;
+    int rc = 0;
+    if (b->o.mode_on[MODE_TRAIN]) {
+        if (xw) {
+            fl_history *h = fl_fit(m, xw, yw, .batch_size = bs, .epochs = 1, .verbose = FL_VERBOSE_SILENT);
+            if (!h) { rc = 1; goto done; }
+            fl_history_free(h);
+        }
+        point best = {0, -1};
+        for (int r = 0; r < b->o.repeat; r++) {
+            fl_history *h = fl_fit(m, ds->x_train, ds->y_train, .batch_size = bs, .epochs = 1,
+                                   .verbose = FL_VERBOSE_SILENT);
+            if (!h) { rc = 1; goto done; }
+            double sps = fl_history_samples_per_second(h);
+            if (sps > best.samples_per_s) best = (point){(double)b->n / sps, sps};
+            fl_history_free(h);
+        }
+        b->res[d][MODE_TRAIN][bi] = best;
+    }
+    if (b->o.mode_on[MODE_PREDICT]) {
+        if (xw) {
+            fl_tensor *p = fl_predict(m, xw, .batch_size = bs, .verbose = FL_VERBOSE_SILENT);
+            if (!p) { rc = 1; goto done; }
+            fl_tensor_free(p);
+        }
+        point best = {0, -1};
+        for (int r = 0; r < b->o.repeat; r++) {
+            double t0 = now_s();
+            fl_tensor *p = fl_predict(m, ds->x_train, .batch_size = bs, .verbose = FL_VERBOSE_SILENT);
+            double dt = now_s() - t0;
+            if (!p) { rc = 1; goto done; }
+            fl_tensor_free(p);
+            if (dt > 0 && (double)b->n / dt > best.samples_per_s) best = (point){dt, (double)b->n / dt};
+        }
+        b->res[d][MODE_PREDICT][bi] = best;
+    }
+done:
+    fl_model_free(m);
+    return rc;
+}
+
+/* ------------------------------------------------------------- output */
+
+static const point *pt(const bench_run *b, int d, int mode, int bi) {
+    const point *p = &b->res[d][mode][bi];
+    return p->samples_per_s > 0 ? p : NULL;
+}
+
+static void print_header(const bench_run *b, FILE *f) {
+    fprintf(f, "flynn bench: %s on %lld %s images, one epoch per point after %d warm-up step%s%s\n", b->o.model,
+            (long long)b->n, b->data_kind, b->o.warmup, b->o.warmup == 1 ? "" : "s",
+            b->o.repeat > 1 ? " (fastest of repeats)" : "");
+    fprintf(f, "FLOPs per sample: %.2f M training, %.2f M predict\n", b->flops[MODE_TRAIN] / 1e6,
+            b->flops[MODE_PREDICT] / 1e6);
+    fprintf(f, "cpu: %s, %d threads; BLAS %s%s%s%s\n", b->cpu_model, fl_get_num_threads(), b->blas_path,
+            b->blas_core[0] ? " (core " : "", b->blas_core, b->blas_core[0] ? ")" : "");
+    for (int d = 0; d < NDEV; d++) {
+        if (!b->dev[d].requested || (d == DEV_CPU && b->dev[d].usable)) continue;
+        if (b->dev[d].usable) fprintf(f, "%s: %s\n", dev_name[d], b->dev[d].detail);
+        else fprintf(f, "%s: not usable: %s\n", dev_name[d], b->dev[d].detail);
+    }
+    fprintf(f, "\n%7s  %-7s", "batch", "mode");
+    for (int d = 0; d < NDEV; d++)
+        if (b->dev[d].usable) fprintf(f, "  %s samples/s  %s GFLOP/s", dev_name[d], dev_name[d]);
+    if (b->dev[DEV_CPU].usable && b->dev[DEV_GPU].usable) fprintf(f, "  gpu/cpu");
+    fputc('\n', f);
+    fflush(f);
+}
+
+/* The rows of batch size index bi, printed as soon as they are measured. */
+static void print_rows(const bench_run *b, int bi, FILE *f) {
+    bool both = b->dev[DEV_CPU].usable && b->dev[DEV_GPU].usable;
+    for (int mode = 0; mode < NMODE; mode++) {
+        if (!b->o.mode_on[mode]) continue;
+        fprintf(f, "%7d  %-7s", b->o.batch[bi], mode_name[mode]);
+        for (int d = 0; d < NDEV; d++) {
+            if (!b->dev[d].usable) continue;
+            const point *p = pt(b, d, mode, bi);
+            if (p) fprintf(f, "  %13.0f  %11.1f", p->samples_per_s, p->samples_per_s * b->flops[mode] / 1e9);
+            else fprintf(f, "  %13s  %11s", "-", "-");
+        }
+        if (both) {
+            const point *c = pt(b, DEV_CPU, mode, bi), *g = pt(b, DEV_GPU, mode, bi);
+            if (c && g) fprintf(f, "  %6.1fx", g->samples_per_s / c->samples_per_s);
+            else fprintf(f, "  %7s", "-");
+        }
+        fputc('\n', f);
+    }
+    fflush(f);
+}
+
+static void json_str(FILE *f, const char *s) {
+    fputc('"', f);
+    for (; *s; s++) {
+        unsigned char ch = (unsigned char)*s;
+        if (ch == '"' || ch == '\\') fprintf(f, "\\%c", ch);
+        else if (ch == '\n') fputs("\\n", f);
+        else if (ch < 0x20) fprintf(f, "\\u%04x", ch);
+        else fputc(ch, f);
+    }
+    fputc('"', f);
+}
+
+static void write_json(const bench_run *b, FILE *f) {
+    fprintf(f, "{\n  \"flynn_version\": ");
+    json_str(f, fl_version());
+    fprintf(f, ",\n  \"model\": ");
+    json_str(f, b->o.model);
+    fprintf(f, ",\n  \"data\": ");
+    json_str(f, b->data_kind);
+    fprintf(f, ",\n  \"input_shape\": [%lld, %lld, %lld],\n  \"classes\": %d,\n", (long long)b->h, (long long)b->w,
+            (long long)b->c, b->classes);
+    fprintf(f, "  \"samples\": %lld,\n  \"warmup_steps\": %d,\n  \"repeat\": %d,\n  \"seed\": %llu,\n", (long long)b->n,
+            b->o.warmup, b->o.repeat, b->o.seed);
+    fprintf(f, "  \"threads\": %d,\n", fl_get_num_threads());
+    fprintf(f, "  \"flops_per_sample\": {\"train\": %.0f, \"predict\": %.0f},\n", b->flops[MODE_TRAIN],
+            b->flops[MODE_PREDICT]);
+    fprintf(f, "  \"cpu_model\": ");
+    json_str(f, b->cpu_model);
+    fprintf(f, ",\n  \"blas\": {\"library\": ");
+    json_str(f, b->blas_path);
+    fprintf(f, ", \"config\": ");
+    json_str(f, b->blas_config);
+    fprintf(f, ", \"core\": ");
+    json_str(f, b->blas_core);
+    fprintf(f, "},\n  \"devices\": [");
+    bool first = true;
+    for (int d = 0; d < NDEV; d++) {
+        if (!b->dev[d].requested) continue;
+        fprintf(f, "%s\n    {\"device\": \"%s\", \"usable\": %s, \"%s\": ", first ? "" : ",", dev_name[d],
+                b->dev[d].usable ? "true" : "false", b->dev[d].usable ? "detail" : "reason");
+        json_str(f, b->dev[d].detail);
+        fputc('}', f);
+        first = false;
+    }
+    fprintf(f, "\n  ],\n  \"results\": [");
+    first = true;
+    for (int mode = 0; mode < NMODE; mode++)
+        for (int bi = 0; bi < b->o.nbatch; bi++)
+            for (int d = 0; d < NDEV; d++) {
+                const point *p = pt(b, d, mode, bi);
+                if (!p) continue;
+                fprintf(f,
+                        "%s\n    {\"device\": \"%s\", \"mode\": \"%s\", \"batch_size\": %d, \"samples\": %lld, "
+                        "\"seconds\": %.6f, \"samples_per_s\": %.2f, \"gflops\": %.3f}",
+                        first ? "" : ",", dev_name[d], mode_name[mode], b->o.batch[bi], (long long)b->n, p->seconds,
+                        p->samples_per_s, p->samples_per_s * b->flops[mode] / 1e9);
+                first = false;
+            }
+    fprintf(f, "\n  ],\n  \"speedup\": [");
+    first = true;
+    for (int mode = 0; mode < NMODE; mode++)
+        for (int bi = 0; bi < b->o.nbatch && b->o.mode_on[mode]; bi++) {
+            const point *c = pt(b, DEV_CPU, mode, bi), *g = pt(b, DEV_GPU, mode, bi);
+            fprintf(f, "%s\n    {\"mode\": \"%s\", \"batch_size\": %d, \"gpu_over_cpu\": ", first ? "" : ",",
+                    mode_name[mode], b->o.batch[bi]);
+            if (c && g) fprintf(f, "%.3f}", g->samples_per_s / c->samples_per_s);
+            else fprintf(f, "null}");
+            first = false;
+        }
+    fprintf(f, "\n  ]\n}\n");
+}
+
+static void svg_text(FILE *f, double x, double y, const char *anchor, int size, const char *weight, const char *fill,
+                     const char *s) {
+    fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"%s\" font-size=\"%d\" font-weight=\"%s\" fill=\"%s\">", x, y,
+            anchor, size, weight, fill);
+    for (; *s; s++) {
+        if (*s == '<') fputs("&lt;", f);
+        else if (*s == '>') fputs("&gt;", f);
+        else if (*s == '&') fputs("&amp;", f);
+        else if (*s == '"') fputs("&quot;", f);
+        else fputc(*s, f);
+    }
+    fputs("</text>\n", f);
+}
+
+/* Text over several lines of at most `width` characters, broken at blanks. */
+static void svg_wrapped(FILE *f, double x, double y, int width, const char *fill, const char *s) {
+    char line[256];
+    while (*s) {
+        int n = (int)strlen(s);
+        if (n > width) {
+            n = width;
+            while (n > width / 2 && s[n] != ' ') n--;
+            if (s[n] != ' ') n = width;
+        }
+        snprintf(line, sizeof line, "%.*s", n, s);
+        svg_text(f, x, y, "start", 11, "normal", fill, line);
+        y += 14;
+        s += n;
+        while (*s == ' ') s++;
+    }
+}
+
+/* A "nice" axis step (1, 2, 2.5 or 5 times a power of ten) for about 5 ticks. */
+static double nice_step(double max) {
+    double raw = max / 5, p = pow(10, floor(log10(raw))), m = raw / p;
+    return p * (m <= 1 ? 1 : m <= 2 ? 2 : m <= 2.5 ? 2.5 : m <= 5 ? 5 : 10);
+}
+
+static void fmt_count(char *buf, size_t n, double v) {
+    if (v >= 1e6) snprintf(buf, n, "%.2fM", v / 1e6);
+    else if (v >= 1e4) snprintf(buf, n, "%.0fk", v / 1e3);
+    else if (v >= 1e3) snprintf(buf, n, "%.1fk", v / 1e3);
+    else snprintf(buf, n, "%.0f", v);
+}
+
+/* One panel: grouped bars of samples/s per batch size, one bar per device. */
+static void svg_panel(FILE *f, const bench_run *b, int mode, double y0) {
+    static const char *const color[NDEV] = {"#4C72B0", "#DD8452"};
+    const double X0 = 90, W = 640, H = 260, top = y0 + 80;
+    char buf[512];
+    snprintf(buf, sizeof buf, "flynn bench: %s throughput of %s", mode == MODE_TRAIN ? "training" : "predict",
+             b->o.model);
+    svg_text(f, X0 + W / 2, y0 + 24, "middle", 16, "bold", "#222", buf);
+    snprintf(buf, sizeof buf, "%s, %lld samples, %.1f MFLOP per sample%s", b->data_kind, (long long)b->n,
+             b->flops[mode] / 1e6, mode == MODE_TRAIN ? ", one epoch after warm-up" : "");
+    svg_text(f, X0 + W / 2, y0 + 42, "middle", 12, "normal", "#555", buf);
+    double max = 0;
+    int ndev = 0;
+    for (int d = 0; d < NDEV; d++) {
+        if (!b->dev[d].usable) continue;
+        ndev++;
+        for (int bi = 0; bi < b->o.nbatch; bi++) {
+            const point *p = pt(b, d, mode, bi);
+            if (p && p->samples_per_s > max) max = p->samples_per_s;
+        }
+    }
+    if (max <= 0) max = 1;
+    double step = nice_step(max * 1.1), ymax = ceil(max * 1.12 / step) * step;
+    /* axes and grid */
+    for (double v = 0; v <= ymax + step / 2; v += step) {
+        double y = top + H - H * v / ymax;
+        fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/>\n", X0, y, X0 + W, y);
+        fmt_count(buf, sizeof buf, v);
+        svg_text(f, X0 - 8, y + 4, "end", 12, "normal", "#444", buf);
+    }
+    fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#444\"/>\n", X0, top + H, X0 + W, top + H);
+    fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#444\"/>\n", X0, top, X0, top + H);
+    fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\" font-size=\"13\" fill=\"#444\" "
+               "transform=\"rotate(-90 %.1f %.1f)\">samples/s</text>\n",
+            X0 - 62, top + H / 2, X0 - 62, top + H / 2);
+    svg_text(f, X0 + W / 2, top + H + 42, "middle", 13, "normal", "#444", "batch size");
+    /* bars */
+    double gw = W / b->o.nbatch, bw = (gw * 0.7) / (ndev ? ndev : 1);
+    for (int bi = 0; bi < b->o.nbatch; bi++) {
+        double gx = X0 + gw * bi + gw * 0.15;
+        snprintf(buf, sizeof buf, "%d", b->o.batch[bi]);
+        svg_text(f, X0 + gw * bi + gw / 2, top + H + 18, "middle", 13, "normal", "#222", buf);
+        int k = 0;
+        for (int d = 0; d < NDEV; d++) {
+            if (!b->dev[d].usable) continue;
+            const point *p = pt(b, d, mode, bi);
+            double x = gx + bw * k++;
+            if (!p) continue;
+            double hgt = H * p->samples_per_s / ymax;
+            fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"%s\"/>\n", x + 1,
+                    top + H - hgt, bw - 2, hgt, color[d]);
+            fmt_count(buf, sizeof buf, p->samples_per_s);
+            svg_text(f, x + bw / 2, top + H - hgt - 5, "middle", 11, "normal", "#222", buf);
+            if (d == DEV_GPU) {
+                const point *c = pt(b, DEV_CPU, mode, bi);
+                if (c) {
+                    snprintf(buf, sizeof buf, "%.1fx", p->samples_per_s / c->samples_per_s);
+                    svg_text(f, x + bw / 2, top + H - hgt - 19, "middle", 12, "bold", color[d], buf);
+                }
+            }
+        }
+    }
+    /* legend */
+    double lx = X0 + 10, ly = y0 + 62;
+    for (int d = 0; d < NDEV; d++) {
+        if (!b->dev[d].requested) continue;
+        fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"12\" height=\"12\" fill=\"%s\"%s/>\n", lx, ly - 10, color[d],
+                b->dev[d].usable ? "" : " fill-opacity=\"0.25\"");
+        if (d == DEV_CPU)
+            snprintf(buf, sizeof buf, "CPU (%d threads)", fl_get_num_threads());
+        else
+            snprintf(buf, sizeof buf, b->dev[d].usable ? "GPU (label: speed-up over the CPU)" : "GPU: not usable");
+        svg_text(f, lx + 17, ly, "start", 12, "normal", "#222", buf);
+        lx += 260;
+    }
+}
+
+static int write_svg(const bench_run *b, const char *path) {
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        fprintf(stderr, "flynn bench: cannot write %s: %s\n", path, strerror(errno));
+        return 1;
+    }
+    int npanel = 0;
+    for (int mode = 0; mode < NMODE; mode++) npanel += b->o.mode_on[mode];
+    const double panel_h = 410, foot = 80;
+    double total_h = panel_h * npanel + foot;
+    fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"760\" height=\"%.0f\" viewBox=\"0 0 760 %.0f\" "
+               "font-family=\"DejaVu Sans, Helvetica, Arial, sans-serif\">\n",
+            total_h, total_h);
+    fprintf(f, "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n");
+    int k = 0;
+    for (int mode = 0; mode < NMODE; mode++)
+        if (b->o.mode_on[mode]) svg_panel(f, b, mode, panel_h * k++);
+    /* footer: the machine and, where the GPU was not usable, why */
+    char buf[1400];
+    double y = panel_h * npanel + 16;
+    snprintf(buf, sizeof buf, "flynn %s bench - CPU: %s, %d threads, BLAS %s%s%s%s", fl_version(), b->cpu_model,
+             fl_get_num_threads(), strrchr(b->blas_path, '/') ? strrchr(b->blas_path, '/') + 1 : b->blas_path,
+             b->blas_core[0] ? " (" : "", b->blas_core, b->blas_core[0] ? ")" : "");
+    svg_text(f, 20, y, "start", 11, "normal", "#555", buf);
+    if (b->dev[DEV_GPU].requested) {
+        snprintf(buf, sizeof buf, "GPU%s: %s", b->dev[DEV_GPU].usable ? "" : " not usable", b->dev[DEV_GPU].detail);
+        svg_wrapped(f, 20, y + 18, 118, b->dev[DEV_GPU].usable ? "#555" : "#a33", buf);
+    }
+    fprintf(f, "</svg>\n");
+    if (fclose(f) != 0) {
+        fprintf(stderr, "flynn bench: cannot write %s: %s\n", path, strerror(errno));
+        return 1;
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------- main */
+
+int flynn_cmd_bench(int argc, char **argv) {
+    static bench_run run; /* large; one per process */
+    bench_run *b = &run;
+    memset(b, 0, sizeof *b);
+    bench_opts *o = &b->o;
+    *o = (bench_opts){.model = "mnist_cnn", .data = "fashion-mnist", .samples = 20000, .warmup = 5, .repeat = 1,
+                      .batch = {32, 64, 128, 256, 512, 1024}, .nbatch = 6, .dev_on = {true, true},
+                      .mode_on = {true, false}};
+    int r = parse_bench(argc, argv, o);
+    if (r == -1) { usage_bench(stdout); return 0; }
+    if (r) return r;
+    if ((r = parse_bench_data(b))) return r;
+    if (!model_flops(o->model, b->h, b->w, b->c, b->classes, &b->flops[MODE_TRAIN], &b->flops[MODE_PREDICT])) {
+        fl_model *m = fl_builtin_model(o->model, b->h, b->w, b->c, b->classes); /* for the error message */
+        fl_model_free(m);
+        fprintf(stderr, "flynn: error: %s\n", fl_last_error()[0] ? fl_last_error() : "unknown model");
+        return 1;
+    }
+    if (o->threads) fl_set_num_threads(o->threads);
+    if (o->precision && fl_set_matmul_precision(o->precision) != FL_OK)
+        return bench_usage_error("--precision wants high or highest, got", o->precision);
+    FILE *out = o->json && strcmp(o->json, "-") == 0 ? stderr : stdout;
+
+    fl_dataset ds;
+    fl_status ls = strcmp(b->data_kind, "cifar10") == 0 ? fl_load_cifar10(b->data_dir, o->samples, 1, &ds)
+                                                       : fl_load_mnist(b->data_dir, o->samples, 1, &ds);
+    if (ls != FL_OK) {
+        fprintf(stderr, "flynn: error: %s\n", fl_last_error());
+        return 1;
+    }
+    b->n = fl_tensor_dim(ds.x_train, 0);
+    read_cpu_model(b->cpu_model, sizeof b->cpu_model);
+    read_blas(b);
+    for (int d = 0; d < NDEV; d++)
+        for (int mode = 0; mode < NMODE; mode++)
+            for (int bi = 0; bi < BENCH_MAX_POINTS; bi++) b->res[d][mode][bi].samples_per_s = -1;
+    /* which devices can be used, and the line that says so */
+    int rc = 0;
+    for (int d = 0; d < NDEV && rc == 0; d++) {
+        b->dev[d].requested = b->dev[d].usable = o->dev_on[d];
+        if (!o->dev_on[d]) continue;
+        bool fatal;
+        fl_model *m = make_model(b, d, &fatal);
+        if (fatal) rc = 1;
+        fl_model_free(m);
+    }
+    if (rc == 0) print_header(b, out);
+    for (int bi = 0; bi < o->nbatch && rc == 0; bi++) {
+        /* the warm-up set: the first few batches */
+        int64_t nw = (int64_t)o->warmup * o->batch[bi];
+        if (nw > b->n) nw = b->n;
+        fl_tensor *xw = nw > 0 ? fl_tensor_slice(ds.x_train, 0, nw) : NULL;
+        fl_tensor *yw = nw > 0 ? fl_tensor_slice(ds.y_train, 0, nw) : NULL;
+        if (nw > 0 && (!xw || !yw)) rc = 1;
+        for (int d = 0; d < NDEV && rc == 0; d++)
+            if (b->dev[d].usable) rc = measure(b, d, bi, &ds, xw, yw);
+        if (rc == 0) print_rows(b, bi, out);
+        fl_tensor_free(xw);
+        fl_tensor_free(yw);
+    }
+    if (rc) {
+        fprintf(stderr, "flynn: error: %s\n", fl_last_error());
+    } else {
+        if (o->json) {
+            FILE *jf = strcmp(o->json, "-") == 0 ? stdout : fopen(o->json, "w");
+            if (!jf) {
+                fprintf(stderr, "flynn bench: cannot write %s: %s\n", o->json, strerror(errno));
+                rc = 1;
+            } else {
+                write_json(b, jf);
+                if (jf != stdout && fclose(jf) != 0) rc = 1;
+                else fflush(stdout);
+            }
+        }
+        if (o->svg && write_svg(b, o->svg) != 0) rc = 1;
+    }
+    fl_dataset_free(&ds);
+    return rc;
+}

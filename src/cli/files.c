@@ -1,0 +1,265 @@
+/*
+ * files.c — the model-file side of the `flynn` command: `flynn predict FILE`,
+ * `flynn convert IN OUT`, `flynn summary FILE`, and the helpers `flynn
+ * train` uses for --model FILE, --resume FILE, --save FILE and --checkpoint
+ * FILE. Keras files (.keras, .h5, .json + .weights.h5) go through the public
+ * API (fl_load_model, fl_save_model, ...).
+ */
+#include "files.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static bool has_suffix(const char *s, const char *suf) {
+    size_t a = strlen(s), b = strlen(suf);
+    return a >= b && strcmp(s + a - b, suf) == 0;
+}
+
+bool flynn_is_model_file(const char *name) {
+    if (!name) return false;
+    if (has_suffix(name, ".keras") || has_suffix(name, ".h5") || has_suffix(name, ".hdf5") || has_suffix(name, ".json"))
+        return true;
+    return strchr(name, '/') != NULL || access(name, F_OK) == 0;
+}
+
+static int fail(const char *cmd, const char *what) {
+    fprintf(stderr, "flynn %s: error: %s%s%s\n", cmd, what ? what : "", what ? ": " : "", fl_last_error());
+    return 1;
+}
+
+static int usage_error(const char *cmd, const char *msg, const char *arg) {
+    fprintf(stderr, "flynn %s: %s%s%s\n(see `flynn %s --help`)\n", cmd, msg, arg ? " " : "", arg ? arg : "", cmd);
+    return 2;
+}
+
+fl_model *flynn_load_model_file(const char *cmd, const char *path, const char *weights, bool compile) {
+    fl_model *m = fl_load_model(path, .no_compile = !compile);
+    if (!m) return NULL;
+    return flynn_add_weights(cmd, m, path, weights);
+}
+
+fl_model *flynn_add_weights(const char *cmd, fl_model *m, const char *path, const char *weights) {
+    if (weights) {
+        if (fl_load_weights(m, weights) != FL_OK) {
+            fl_model_free(m);
+            return NULL;
+        }
+    } else if (has_suffix(path, ".json")) {
+        fprintf(stderr, "flynn %s: note: %s holds no weights: the model starts from fresh weights (give --weights "
+                "FILE.weights.h5 to load some)\n", cmd, path);
+    }
+    return m;
+}
+
+fl_model *flynn_load_lenient(const char *cmd, const char *path) {
+    fl_model *m = fl_load_model(path);
+    if (m) return m;
+    char why[1024];
+    snprintf(why, sizeof why, "%s", fl_last_error());
+    m = fl_load_model(path, .no_compile = true);
+    if (!m) return fl_load_model(path); /* fails again: its message is the first reason */
+    fprintf(stderr, "flynn %s: note: the model's compile config is left out: %s\n", cmd, why);
+    return m;
+}
+
+void flynn_print_compile_info(const fl_model *m, FILE *f) {
+    const fl_optimizer *o = fl_model_optimizer(m);
+    if (!o) return;
+    fl_loss l = fl_model_loss(m);
+    fprintf(f, " Compiled: %s (learning_rate %g), loss %s%s; %lld optimizer step%s taken\n", fl_optimizer_name(o),
+            (double)fl_optimizer_learning_rate(o), fl_loss_name(l.kind), l.from_logits ? " (from_logits)" : "",
+            (long long)fl_optimizer_iterations(o), fl_optimizer_iterations(o) == 1 ? "" : "s");
+}
+
+/* ------------------------------------------------------------ summary */
+
+static void usage_summary_file(FILE *f) {
+    fprintf(f,
+            "usage: flynn summary FILE [--weights FILE.weights.h5]\n"
+            "       flynn summary [--model NAME] [--data SPEC]\n\n"
+            "Prints the Keras summary table of a model file (.keras, .h5 or .json; see\n"
+            "docs/keras-files.md), and what it was compiled with. Without FILE it prints\n"
+            "the table of a built-in model (mnist_cnn or mlp) for the data set's image\n"
+            "shape (default fashion-mnist: 28x28x1, 10 classes).\n\n"
+            "  --weights FILE     weights for a .json model (its architecture only)\n");
+}
+
+int flynn_cmd_summary_file(int argc, char **argv) {
+    const char *path = NULL, *weights = NULL;
+    for (int i = 0; i < argc; i++) {
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) { usage_summary_file(stdout); return 0; }
+        if (strcmp(argv[i], "--weights") == 0 && i + 1 < argc) weights = argv[++i];
+        else if (strcmp(argv[i], "--model") == 0 && i + 1 < argc && !path) path = argv[++i];
+        else if (strncmp(argv[i], "--", 2) == 0) return usage_error("summary", "unknown option", argv[i]);
+        else if (!path) path = argv[i];
+        else return usage_error("summary", "unexpected argument", argv[i]);
+    }
+    if (!path) return usage_error("summary", "FILE is required", NULL);
+    fl_model *m = flynn_load_lenient("summary", path);
+    if (!m || !(m = flynn_add_weights("summary", m, path, weights))) return fail("summary", NULL);
+    fl_model_summary(m, stdout);
+    flynn_print_compile_info(m, stdout);
+    fl_model_free(m);
+    return 0;
+}
+
+/* ------------------------------------------------------------ predict */
+
+static void usage_predict(FILE *f) {
+    fprintf(f,
+            "usage: flynn predict FILE --input X.npy [--input X2.npy ...] --output Y.npy [options]\n\n"
+            "Loads a model file (.keras, .h5, or .json with --weights) and writes its predictions\n"
+            "for the samples in X.npy (float32, or integers taken as they are) as float32 .npy.\n"
+            "A model with several inputs takes one --input per input, in the model's order; one\n"
+            "with several outputs takes one --output per output, or one name Y.npy from which\n"
+            "Y_0.npy, Y_1.npy, ... are made.\n\n"
+            "  --input X.npy          the samples, (N, ...input shape)\n"
+            "  --output Y.npy         where the predictions go (written atomically)\n"
+            "  --weights FILE         weights for a .json model (a .weights.h5 file)\n"
+            "  --batch-size B         batch size (default 32)\n"
+            "  --device D             auto (default), cpu or gpu\n"
+            "  --threads T            CPU threads (default: all cores)\n");
+}
+
+int flynn_cmd_predict(int argc, char **argv) {
+    const char *path = NULL, *weights = NULL, *device = NULL;
+    const char *inputs[16], *outputs[16];
+    int nin = 0, nout = 0;
+    long bs = 32, threads = 0;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) { usage_predict(stdout); return 0; }
+        if (strncmp(a, "--", 2) != 0) {
+            if (path) return usage_error("predict", "unexpected argument", a);
+            path = a;
+            continue;
+        }
+        if (i + 1 >= argc) return usage_error("predict", "missing value for", a);
+        const char *v = argv[++i];
+        char *end;
+        if (strcmp(a, "--input") == 0) {
+            if (nin == 16) return usage_error("predict", "too many --input", NULL);
+            inputs[nin++] = v;
+        } else if (strcmp(a, "--output") == 0) {
+            if (nout == 16) return usage_error("predict", "too many --output", NULL);
+            outputs[nout++] = v;
+        } else if (strcmp(a, "--weights") == 0) {
+            weights = v;
+        } else if (strcmp(a, "--device") == 0) {
+            device = v;
+        } else if (strcmp(a, "--batch-size") == 0) {
+            bs = strtol(v, &end, 10);
+            if (*end || bs <= 0 || bs > (1 << 20)) return usage_error("predict", "--batch-size wants a positive integer, got", v);
+        } else if (strcmp(a, "--threads") == 0) {
+            threads = strtol(v, &end, 10);
+            if (*end || threads < 0 || threads > 4096) return usage_error("predict", "--threads wants an integer, got", v);
+        } else {
+            return usage_error("predict", "unknown option", a);
+        }
+    }
+    if (!path) return usage_error("predict", "FILE (the model) is required", NULL);
+    if (nin == 0) return usage_error("predict", "--input X.npy is required", NULL);
+    if (nout == 0) return usage_error("predict", "--output Y.npy is required", NULL);
+    fl_device_kind dk = FL_DEVICE_AUTO;
+    if (device && strcmp(device, "auto") != 0) {
+        if (strcmp(device, "cpu") == 0) dk = FL_DEVICE_CPU;
+        else if (strcmp(device, "gpu") == 0) dk = FL_DEVICE_GPU;
+        else return usage_error("predict", "--device wants auto, cpu or gpu, got", device);
+    }
+    if (threads) fl_set_num_threads((int)threads);
+    fl_model *m = flynn_load_model_file("predict", path, weights, false);
+    if (!m) return fail("predict", NULL);
+    int rc = 0;
+    fl_tensor *xs[16] = {0}, *ys[16] = {0};
+    int mi = fl_model_num_inputs(m), mo = fl_model_num_outputs(m);
+    if (nin != mi) {
+        fprintf(stderr, "flynn predict: error: model %s has %d input%s, %d --input given\n", path, mi, mi == 1 ? "" : "s", nin);
+        rc = 2;
+        goto done;
+    }
+    if (nout != mo && nout != 1) {
+        fprintf(stderr, "flynn predict: error: model %s has %d outputs: give %d --output or one name\n", path, mo, mo);
+        rc = 2;
+        goto done;
+    }
+    char why[768];
+    if (fl_model_set_device(m, dk, why, sizeof why) != FL_OK) { rc = fail("predict", "--device"); goto done; }
+    for (int i = 0; i < nin; i++) {
+        fl_tensor *t = fl_load_npy(inputs[i]);
+        if (!t) { rc = fail("predict", NULL); goto done; }
+        if (fl_tensor_dtype(t) != FL_FLOAT32) {
+            fl_tensor *f = fl_to_float(t, 1.0f);
+            fl_tensor_free(t);
+            if (!f) { rc = fail("predict", NULL); goto done; }
+            t = f;
+        }
+        xs[i] = t;
+    }
+    if (fl_predict_multi(m, (const fl_tensor *const *)xs, nin, ys, mo, .batch_size = (int)bs,
+                         .verbose = FL_VERBOSE_SILENT) != FL_OK) {
+        rc = fail("predict", NULL);
+        goto done;
+    }
+    for (int o = 0; o < mo; o++) {
+        char name[4096];
+        if (nout == mo) {
+            snprintf(name, sizeof name, "%s", outputs[o]);
+        } else {
+            const char *dot = has_suffix(outputs[0], ".npy") ? outputs[0] + strlen(outputs[0]) - 4 : NULL;
+            int stem = dot ? (int)(dot - outputs[0]) : (int)strlen(outputs[0]);
+            snprintf(name, sizeof name, "%.*s_%d.npy", stem, outputs[0], o);
+        }
+        if (fl_save_npy(ys[o], name) != FL_OK) { rc = fail("predict", NULL); goto done; }
+        char shape[128];
+        printf("predictions %s written to %s\n", fl_tensor_shape_str(ys[o], shape, sizeof shape), name);
+    }
+done:
+    for (int i = 0; i < 16; i++) { fl_tensor_free(xs[i]); fl_tensor_free(ys[i]); }
+    fl_model_free(m);
+    return rc;
+}
+
+/* ------------------------------------------------------------ convert */
+
+static void usage_convert(FILE *f) {
+    fprintf(f,
+            "usage: flynn convert IN OUT [--weights FILE.weights.h5]\n\n"
+            "Converts a model file between the Keras formats, keeping the architecture, the\n"
+            "weights, the compile config and the optimizer state:\n"
+            "  .keras   Keras 3 (a zip of config.json, metadata.json and model.weights.h5)\n"
+            "  .h5      the legacy HDF5 full-model file (Keras 3 / tf.keras 2)\n"
+            "  .json    the architecture (model.to_json()); flynn also writes the weights next\n"
+            "           to it as OUT-without-.json + .weights.h5\n"
+            "OUT is written atomically. For a .json IN, --weights gives its weights.\n");
+}
+
+int flynn_cmd_convert(int argc, char **argv) {
+    const char *in = NULL, *out = NULL, *weights = NULL;
+    for (int i = 0; i < argc; i++) {
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) { usage_convert(stdout); return 0; }
+        if (strcmp(argv[i], "--weights") == 0 && i + 1 < argc) weights = argv[++i];
+        else if (strncmp(argv[i], "--", 2) == 0) return usage_error("convert", "unknown option", argv[i]);
+        else if (!in) in = argv[i];
+        else if (!out) out = argv[i];
+        else return usage_error("convert", "unexpected argument", argv[i]);
+    }
+    if (!in || !out) return usage_error("convert", "IN and OUT are required", NULL);
+    fl_model *m = flynn_load_lenient("convert", in);
+    if (!m || !(m = flynn_add_weights("convert", m, in, weights))) return fail("convert", NULL);
+    int rc = 0;
+    if (fl_save_model(m, out) != FL_OK) {
+        rc = fail("convert", NULL);
+    } else if (has_suffix(out, ".json")) {
+        char wpath[4096];
+        snprintf(wpath, sizeof wpath, "%.*s.weights.h5", (int)(strlen(out) - 5), out);
+        if (fl_save_weights(m, wpath) != FL_OK) rc = fail("convert", NULL);
+        else printf("%s -> %s (architecture) and %s (weights)\n", in, out, wpath);
+    } else {
+        printf("%s -> %s\n", in, out);
+    }
+    fl_model_free(m);
+    return rc;
+}

@@ -1,0 +1,1562 @@
+/*
+ * keras_config.c — Keras model configs (JSON) <-> fl_model, with json-c.
+ *
+ * Reading takes the model config of a Keras 3 .keras file (config.json), of
+ * model.to_json(), and of a legacy .h5 file's model_config attribute, in both
+ * the Keras 3 dialect and the tf.keras 2 one (InputLayer "batch_input_shape",
+ * list-style "inbound_nodes", "dtype" as a string, BatchNormalization "axis"
+ * as a list). Sequential models become fl_sequential; Functional ones are
+ * rebuilt call by call as Keras's functional_from_config does (each layer's
+ * calls in order, deferring a call until its inputs exist), so shared layers,
+ * merges and several inputs/outputs come out with Keras's node numbering and
+ * layer order.
+ *
+ * Whatever flynn cannot represent exactly is refused with a message naming
+ * the file, the layer and the reason: an unknown or custom class (module not
+ * keras, a registered_name), Lambda, channels_first, dilation or groups != 1,
+ * regularizers and constraints (they change training), frozen layers
+ * (trainable false), non-float32 dtype policies, inputs of unknown size...
+ * Initializers only matter for fresh weights: flynn always uses Keras's
+ * defaults (GlorotUniform kernels, zero biases, BatchNormalization ones and
+ * zeros), and writes those names back.
+ *
+ * Compile configs (Keras 3 "compile_config", legacy "training_config") map
+ * onto fl_compile: Adam, AdamW, SGD and RMSprop with exact hyper-parameters;
+ * the four losses (strings or objects, from_logits); the accuracy metrics.
+ * Gradient clipping, EMA, loss scaling, gradient accumulation, amsgrad,
+ * learning-rate schedules, label smoothing, loss weights and other metrics
+ * are refused, since training would silently differ.
+ *
+ * Writing produces what Keras 3.15 writes: module/registered_name, the
+ * DTypePolicy, every config key of each class with its default, and the
+ * build_config for the layers that have one.
+ */
+#include "io/keras.h"
+#include "core/error.h"
+#include "core/tensor.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SUPPORTED_LAYERS                                                                                          \
+    "InputLayer, Dense, Conv2D, MaxPooling2D, AveragePooling2D, GlobalAveragePooling2D, Flatten, Reshape, "      \
+    "Dropout, BatchNormalization, Activation, Add, Multiply, Concatenate"
+
+/* ------------------------------------------------------------ messages */
+
+typedef struct kctx {
+    const char *src;  /* file name */
+    char where[192];  /* "layer 'dense' (Dense)" or "" */
+} kctx;
+
+static fl_status kfail(const kctx *c, fl_status s, const char *fmt, ...) FL_PRINTF(3, 4);
+static fl_status kfail(const kctx *c, fl_status s, const char *fmt, ...) {
+    char msg[900];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return fl_error(s, "%s: %s%s%s", c->src, c->where, c->where[0] ? ": " : "", msg);
+}
+
+static void set_where(kctx *c, const char *name, const char *cls) {
+    snprintf(c->where, sizeof c->where, "layer '%.80s' (%.60s)", name ? name : "?", cls ? cls : "?");
+}
+
+/* ------------------------------------------------------------ JSON reading */
+
+json_object *fl_keras_parse_json(const char *text, size_t len, const char *src) {
+    if (len > (size_t)INT32_MAX)
+        return fl_error_null(FL_ERR_FORMAT, "%s: JSON text of %zu bytes is too large", src, len);
+    json_tokener *tok = json_tokener_new_ex(128);
+    if (!tok) return fl_error_null(FL_ERR_NOMEM, "%s: out of memory parsing JSON", src);
+    json_object *o = json_tokener_parse_ex(tok, text, (int)len);
+    enum json_tokener_error err = json_tokener_get_error(tok);
+    size_t end = json_tokener_get_parse_end(tok);
+    const char *why = NULL;
+    if (o && err == json_tokener_success) {
+        while (end < len && (text[end] == ' ' || text[end] == '\n' || text[end] == '\r' || text[end] == '\t')) end++;
+        if (end < len) {
+            why = "extra data after the JSON value";
+            json_object_put(o);
+            o = NULL;
+        }
+    } else if (err == json_tokener_continue || err == json_tokener_success) {
+        why = "unexpected end of the text (truncated JSON)";
+        end = len;
+        json_object_put(o);
+        o = NULL;
+    } else {
+        why = json_tokener_error_desc(err);
+        json_object_put(o);
+        o = NULL;
+    }
+    json_tokener_free(tok);
+    if (!o) {
+        long line = 1, col = 1;
+        for (size_t i = 0; i < end && i < len; i++) {
+            if (text[i] == '\n') { line++; col = 1; }
+            else col++;
+        }
+        return fl_error_null(FL_ERR_FORMAT, "%s: invalid JSON: %s at line %ld, column %ld (byte %zu of %zu)", src, why,
+                             line, col, end, len);
+    }
+    return o;
+}
+
+static json_object *jkey(json_object *o, const char *k) {
+    json_object *v = NULL;
+    if (o && json_object_is_type(o, json_type_object) && json_object_object_get_ex(o, k, &v)) return v;
+    return NULL;
+}
+static bool jhas(json_object *o, const char *k) {
+    return o && json_object_is_type(o, json_type_object) && json_object_object_get_ex(o, k, NULL);
+}
+static bool jis(json_object *o, json_type t) { return o && json_object_is_type(o, t); }
+static const char *jstr(json_object *o) { return jis(o, json_type_string) ? json_object_get_string(o) : NULL; }
+static bool jnum(json_object *o) { return jis(o, json_type_int) || jis(o, json_type_double); }
+
+static const char *jtype_name(json_object *o) {
+    if (!o) return "null";
+    switch (json_object_get_type(o)) {
+    case json_type_boolean: return "a boolean";
+    case json_type_double: return "a number";
+    case json_type_int: return "an integer";
+    case json_type_object: return "an object";
+    case json_type_array: return "a list";
+    case json_type_string: return "a string";
+    default: return "null";
+    }
+}
+
+static fl_status get_int(const kctx *c, json_object *cfg, const char *key, int64_t def, bool required, int64_t *out) {
+    json_object *v = jkey(cfg, key);
+    if (!v) {
+        if (required) return kfail(c, FL_ERR_FORMAT, "'%s' is missing or null, expected an integer", key);
+        *out = def;
+        return FL_OK;
+    }
+    if (jis(v, json_type_int)) { *out = json_object_get_int64(v); return FL_OK; }
+    if (jis(v, json_type_double)) {
+        double d = json_object_get_double(v);
+        if (d == floor(d) && fabs(d) < 9e15) { *out = (int64_t)d; return FL_OK; }
+    }
+    return kfail(c, FL_ERR_FORMAT, "'%s' is %s, expected an integer", key, jtype_name(v));
+}
+
+static fl_status get_num(const kctx *c, json_object *cfg, const char *key, double def, bool required, double *out) {
+    json_object *v = jkey(cfg, key);
+    if (!v) {
+        if (required) return kfail(c, FL_ERR_FORMAT, "'%s' is missing or null, expected a number", key);
+        *out = def;
+        return FL_OK;
+    }
+    if (!jnum(v)) return kfail(c, FL_ERR_FORMAT, "'%s' is %s, expected a number", key, jtype_name(v));
+    *out = json_object_get_double(v);
+    if (!isfinite(*out)) return kfail(c, FL_ERR_FORMAT, "'%s' is not a finite number", key);
+    return FL_OK;
+}
+
+static fl_status get_bool(const kctx *c, json_object *cfg, const char *key, bool def, bool *out) {
+    json_object *v = jkey(cfg, key);
+    if (!v) { *out = def; return FL_OK; }
+    if (!jis(v, json_type_boolean)) return kfail(c, FL_ERR_FORMAT, "'%s' is %s, expected true or false", key, jtype_name(v));
+    *out = json_object_get_boolean(v);
+    return FL_OK;
+}
+
+/* An integer or a list of two integers (kernel_size, strides, ...). */
+static fl_status get_pair(const kctx *c, json_object *cfg, const char *key, int def, bool required, int *a, int *b) {
+    json_object *v = jkey(cfg, key);
+    if (!v) {
+        if (required) return kfail(c, FL_ERR_FORMAT, "'%s' is missing or null", key);
+        *a = *b = def;
+        return FL_OK;
+    }
+    int64_t x[2];
+    if (jis(v, json_type_int)) {
+        x[0] = x[1] = json_object_get_int64(v);
+    } else if (jis(v, json_type_array) && json_object_array_length(v) == 2 &&
+               jis(json_object_array_get_idx(v, 0), json_type_int) && jis(json_object_array_get_idx(v, 1), json_type_int)) {
+        x[0] = json_object_get_int64(json_object_array_get_idx(v, 0));
+        x[1] = json_object_get_int64(json_object_array_get_idx(v, 1));
+    } else {
+        return kfail(c, FL_ERR_FORMAT, "'%s' is %s, expected an integer or a list of two integers", key, jtype_name(v));
+    }
+    if (x[0] <= 0 || x[1] <= 0 || x[0] > (1 << 20) || x[1] > (1 << 20))
+        return kfail(c, FL_ERR_FORMAT, "'%s' is [%lld, %lld], expected positive sizes", key, (long long)x[0], (long long)x[1]);
+    *a = (int)x[0];
+    *b = (int)x[1];
+    return FL_OK;
+}
+
+/* A key whose non-null value changes what the model computes or how it trains. */
+static fl_status must_be_null(const kctx *c, json_object *cfg, const char *key, const char *what) {
+    json_object *v = jkey(cfg, key);
+    if (!v) return FL_OK;
+    if (jis(v, json_type_boolean) && !json_object_get_boolean(v)) return FL_OK;
+    const char *name = jstr(v) ? jstr(v) : jstr(jkey(v, "class_name"));
+    return kfail(c, FL_ERR_UNSUPPORTED, "'%s' is set%s%s%s; flynn does not support %s, and ignoring it would change "
+                 "what the model computes or how it trains", key, name ? " (" : "", name ? name : "", name ? ")" : "", what);
+}
+
+/* A serialized Keras object that must be built in (no registered custom class). */
+static fl_status check_builtin_object(const kctx *c, json_object *obj, const char *key) {
+    if (!jis(obj, json_type_object)) return FL_OK;
+    const char *reg = jstr(jkey(obj, "registered_name")), *mod = jstr(jkey(obj, "module"));
+    const char *cls = jstr(jkey(obj, "class_name"));
+    if ((reg && strcmp(reg, "function") != 0 && (!cls || strcmp(reg, cls) != 0)) ||
+        (mod && strncmp(mod, "keras", 5) != 0))
+        return kfail(c, FL_ERR_UNSUPPORTED, "'%s' is a custom object (class '%s', registered as '%s', module '%s'); "
+                     "flynn only reads built-in Keras objects", key, cls ? cls : "?", reg ? reg : "-", mod ? mod : "-");
+    return FL_OK;
+}
+
+static const char *act_keras_names[FL_ACTIVATION_COUNT] = {"linear", "relu", "sigmoid", "tanh",
+                                                           "softmax", "leaky_relu", "gelu", "elu"};
+
+static fl_status get_activation(const kctx *c, json_object *cfg, const char *key, fl_activation *out) {
+    json_object *v = jkey(cfg, key);
+    *out = FL_LINEAR;
+    if (!v) return FL_OK;
+    const char *name = jstr(v);
+    if (!name && jis(v, json_type_object)) {
+        FL_TRY(check_builtin_object(c, v, key));
+        name = jstr(jkey(v, "config"));
+        if (!name) name = jstr(jkey(jkey(v, "config"), "name"));
+        if (!name) name = jstr(jkey(v, "class_name"));
+    }
+    if (!name) return kfail(c, FL_ERR_FORMAT, "'%s' is %s, expected an activation name", key, jtype_name(v));
+    for (int i = 0; i < FL_ACTIVATION_COUNT; i++)
+        if (strcmp(name, act_keras_names[i]) == 0) { *out = (fl_activation)i; return FL_OK; }
+    return kfail(c, FL_ERR_UNSUPPORTED, "activation '%s' is not supported (flynn has linear, relu, sigmoid, tanh, "
+                 "softmax, leaky_relu, gelu and elu)", name);
+}
+
+/* dtype: absent/null, "float32", or a DTypePolicy whose name is float32. */
+static fl_status check_dtype(const kctx *c, json_object *cfg) {
+    json_object *d = jkey(cfg, "dtype");
+    if (!d) return FL_OK;
+    const char *name = jstr(d);
+    if (!name && jis(d, json_type_object)) {
+        FL_TRY(check_builtin_object(c, d, "dtype"));
+        name = jstr(jkey(jkey(d, "config"), "name"));
+    }
+    if (!name) return kfail(c, FL_ERR_FORMAT, "'dtype' is %s, expected a dtype policy", jtype_name(d));
+    if (strcmp(name, "float32") != 0)
+        return kfail(c, FL_ERR_UNSUPPORTED, "dtype policy '%s' is not supported (flynn computes in float32 only)", name);
+    return FL_OK;
+}
+
+static fl_status check_data_format(const kctx *c, json_object *cfg) {
+    json_object *v = jkey(cfg, "data_format");
+    if (!v) return FL_OK;
+    const char *s = jstr(v);
+    if (!s) return kfail(c, FL_ERR_FORMAT, "'data_format' is %s, expected a string", jtype_name(v));
+    if (strcmp(s, "channels_last") != 0)
+        return kfail(c, FL_ERR_UNSUPPORTED, "data_format '%s' is not supported (flynn is channels_last, NHWC)", s);
+    return FL_OK;
+}
+
+static fl_status get_padding(const kctx *c, json_object *cfg, fl_padding *out) {
+    json_object *v = jkey(cfg, "padding");
+    const char *s = v ? jstr(v) : "valid";
+    if (!s) return kfail(c, FL_ERR_FORMAT, "'padding' is %s, expected \"valid\" or \"same\"", jtype_name(v));
+    if (strcmp(s, "valid") == 0) *out = FL_VALID;
+    else if (strcmp(s, "same") == 0) *out = FL_SAME;
+    else return kfail(c, FL_ERR_UNSUPPORTED, "padding '%s' is not supported (valid or same)", s);
+    return FL_OK;
+}
+
+static fl_status check_initializers(const kctx *c, json_object *cfg, const char *const *keys) {
+    for (int i = 0; keys[i]; i++) FL_TRY(check_builtin_object(c, jkey(cfg, keys[i]), keys[i]));
+    return FL_OK;
+}
+
+/* Per-sample shape from [null, d1, ...] (the batch entry may be null or a number). */
+static fl_status get_batch_shape(const kctx *c, json_object *v, const char *key, int *ndim, int64_t *shape) {
+    if (!jis(v, json_type_array))
+        return kfail(c, FL_ERR_FORMAT, "'%s' is %s, expected a list like [null, 28, 28, 1]", key, jtype_name(v));
+    size_t n = json_object_array_length(v);
+    if (n < 2 || n > FL_MAX_DIMS)
+        return kfail(c, FL_ERR_UNSUPPORTED, "'%s' has %zu dimensions (batch included), flynn takes 2 to %d", key, n,
+                     FL_MAX_DIMS);
+    json_object *b = json_object_array_get_idx(v, 0);
+    if (b && !jis(b, json_type_int))
+        return kfail(c, FL_ERR_FORMAT, "'%s': the batch dimension is %s, expected null or an integer", key, jtype_name(b));
+    for (size_t i = 1; i < n; i++) {
+        json_object *d = json_object_array_get_idx(v, i);
+        if (!d)
+            return kfail(c, FL_ERR_UNSUPPORTED, "'%s': dimension %zu is None (unknown size); flynn needs fixed input "
+                         "sizes", key, i);
+        if (!jis(d, json_type_int) || json_object_get_int64(d) <= 0 || json_object_get_int64(d) > ((int64_t)1 << 40))
+            return kfail(c, FL_ERR_FORMAT, "'%s': dimension %zu is not a positive integer", key, i);
+        shape[i - 1] = json_object_get_int64(d);
+    }
+    *ndim = (int)n - 1;
+    return FL_OK;
+}
+
+static fl_status set_layer_name(const kctx *c, fl_layer *l, const char *name) {
+    if (strlen(name) >= sizeof l->name)
+        return kfail(c, FL_ERR_UNSUPPORTED, "the name is longer than %zu characters", sizeof l->name - 1);
+    strcpy(l->name, name);
+    l->user_named = true;
+    return FL_OK;
+}
+
+/* ------------------------------------------------------------ layers */
+
+typedef struct klayer_extra {
+    bool bn;         /* a BatchNormalization: axis to check once built */
+    int64_t bn_axis;
+} klayer_extra;
+
+/* The common checks of every layer entry: class known and built in, dtype,
+ * trainable. */
+static fl_status check_entry(const kctx *c, json_object *entry, const char *cls, json_object *cfg) {
+    const char *mod = jstr(jkey(entry, "module")), *reg = jstr(jkey(entry, "registered_name"));
+    if (strcmp(cls, "Lambda") == 0)
+        return kfail(c, FL_ERR_UNSUPPORTED, "Lambda layers hold Python code (marshalled bytecode), which flynn cannot "
+                     "run; flynn supports %s", SUPPORTED_LAYERS);
+    if ((reg && strcmp(reg, cls) != 0) || (mod && strncmp(mod, "keras", 5) != 0))
+        return kfail(c, FL_ERR_UNSUPPORTED, "a custom object (class '%s', registered as '%s', module '%s'); flynn "
+                     "only loads built-in Keras layers: %s", cls, reg ? reg : "-", mod ? mod : "-", SUPPORTED_LAYERS);
+    if (!jis(cfg, json_type_object)) return kfail(c, FL_ERR_FORMAT, "'config' is %s, expected an object", jtype_name(cfg));
+    bool trainable = true;
+    FL_TRY(get_bool(c, cfg, "trainable", true, &trainable));
+    if (!trainable)
+        return kfail(c, FL_ERR_UNSUPPORTED, "trainable is false (a frozen layer); flynn trains every layer, so it "
+                     "refuses frozen layers rather than train them");
+    return check_dtype(c, cfg);
+}
+
+/* A layer (not InputLayer) from its class and config, named. */
+static fl_layer *layer_from_config(const kctx *c, const char *cls, json_object *cfg, const char *name,
+                                   klayer_extra *x) {
+    static const char *const kinit[] = {"kernel_initializer", "bias_initializer", NULL};
+    static const char *const binit[] = {"beta_initializer", "gamma_initializer", "moving_mean_initializer",
+                                        "moving_variance_initializer", NULL};
+    fl_layer *l = NULL;
+    memset(x, 0, sizeof *x);
+    if (strcmp(cls, "Dense") == 0) {
+        int64_t units;
+        bool use_bias;
+        fl_activation act;
+        if (get_int(c, cfg, "units", 0, true, &units) || get_bool(c, cfg, "use_bias", true, &use_bias) ||
+            get_activation(c, cfg, "activation", &act) || check_initializers(c, cfg, kinit) ||
+            must_be_null(c, cfg, "kernel_regularizer", "weight regularizers") ||
+            must_be_null(c, cfg, "bias_regularizer", "weight regularizers") ||
+            must_be_null(c, cfg, "activity_regularizer", "activity regularizers") ||
+            must_be_null(c, cfg, "kernel_constraint", "weight constraints") ||
+            must_be_null(c, cfg, "bias_constraint", "weight constraints") ||
+            must_be_null(c, cfg, "lora_rank", "LoRA") ||
+            must_be_null(c, cfg, "quantization_config", "quantized layers"))
+            return NULL;
+        if (units <= 0 || units > INT32_MAX) return kfail(c, FL_ERR_FORMAT, "units is %lld", (long long)units), NULL;
+        l = fl_dense_((fl_dense_args){.units = (int)units, .activation = act, .no_bias = !use_bias});
+    } else if (strcmp(cls, "Conv2D") == 0) {
+        int64_t filters, groups;
+        int kh, kw, sh, sw, dh, dw;
+        bool use_bias;
+        fl_activation act;
+        fl_padding pad;
+        if (get_int(c, cfg, "filters", 0, true, &filters) || get_pair(c, cfg, "kernel_size", 0, true, &kh, &kw) ||
+            get_pair(c, cfg, "strides", 1, false, &sh, &sw) || get_padding(c, cfg, &pad) ||
+            check_data_format(c, cfg) || get_pair(c, cfg, "dilation_rate", 1, false, &dh, &dw) ||
+            get_int(c, cfg, "groups", 1, false, &groups) || get_activation(c, cfg, "activation", &act) ||
+            get_bool(c, cfg, "use_bias", true, &use_bias) || check_initializers(c, cfg, kinit) ||
+            must_be_null(c, cfg, "kernel_regularizer", "weight regularizers") ||
+            must_be_null(c, cfg, "bias_regularizer", "weight regularizers") ||
+            must_be_null(c, cfg, "activity_regularizer", "activity regularizers") ||
+            must_be_null(c, cfg, "kernel_constraint", "weight constraints") ||
+            must_be_null(c, cfg, "bias_constraint", "weight constraints") ||
+            must_be_null(c, cfg, "lora_rank", "LoRA"))
+            return NULL;
+        if (dh != 1 || dw != 1)
+            return kfail(c, FL_ERR_UNSUPPORTED, "dilation_rate (%d, %d) is not supported (only 1)", dh, dw), NULL;
+        if (groups != 1)
+            return kfail(c, FL_ERR_UNSUPPORTED, "groups %lld is not supported (only 1: no grouped convolutions)",
+                         (long long)groups), NULL;
+        if (filters <= 0 || filters > INT32_MAX) return kfail(c, FL_ERR_FORMAT, "filters is %lld", (long long)filters), NULL;
+        l = fl_conv2d_((fl_conv2d_args){.filters = (int)filters, .kernel_h = kh, .kernel_w = kw, .stride_h = sh,
+                                        .stride_w = sw, .padding = pad, .activation = act, .no_bias = !use_bias});
+    } else if (strcmp(cls, "MaxPooling2D") == 0 || strcmp(cls, "AveragePooling2D") == 0) {
+        int ph, pw, sh, sw;
+        fl_padding pad;
+        if (get_pair(c, cfg, "pool_size", 2, false, &ph, &pw) || check_data_format(c, cfg) || get_padding(c, cfg, &pad))
+            return NULL;
+        if (get_pair(c, cfg, "strides", 0, false, &sh, &sw)) return NULL;
+        if (!jkey(cfg, "strides")) { sh = ph; sw = pw; }
+        fl_pool2d_args a = {.pool_h = ph, .pool_w = pw, .stride_h = sh, .stride_w = sw, .padding = pad};
+        l = cls[0] == 'M' ? fl_max_pooling2d_(a) : fl_average_pooling2d_(a);
+    } else if (strcmp(cls, "GlobalAveragePooling2D") == 0) {
+        bool keepdims;
+        if (check_data_format(c, cfg) || get_bool(c, cfg, "keepdims", false, &keepdims)) return NULL;
+        if (keepdims) return kfail(c, FL_ERR_UNSUPPORTED, "keepdims true is not supported"), NULL;
+        l = fl_global_average_pooling2d_((fl_name_args){0});
+    } else if (strcmp(cls, "Flatten") == 0) {
+        if (check_data_format(c, cfg)) return NULL;
+        l = fl_flatten_((fl_name_args){0});
+    } else if (strcmp(cls, "Reshape") == 0) {
+        json_object *t = jkey(cfg, "target_shape");
+        int64_t shape[FL_MAX_DIMS];
+        size_t n = jis(t, json_type_array) ? json_object_array_length(t) : 0;
+        if (n < 1 || n > FL_MAX_DIMS - 1)
+            return kfail(c, FL_ERR_FORMAT, "'target_shape' is %s with %zu entries, expected a list of 1 to %d sizes",
+                         jtype_name(t), n, FL_MAX_DIMS - 1), NULL;
+        for (size_t i = 0; i < n; i++) {
+            json_object *d = json_object_array_get_idx(t, i);
+            if (!jis(d, json_type_int))
+                return kfail(c, FL_ERR_FORMAT, "'target_shape' entry %zu is %s, expected an integer", i, jtype_name(d)), NULL;
+            shape[i] = json_object_get_int64(d);
+        }
+        l = fl_reshape_((int)n, shape);
+    } else if (strcmp(cls, "Dropout") == 0) {
+        double rate;
+        int64_t seed;
+        if (get_num(c, cfg, "rate", 0, true, &rate) || get_int(c, cfg, "seed", 0, false, &seed) ||
+            must_be_null(c, cfg, "noise_shape", "a noise_shape"))
+            return NULL;
+        if (seed < 0) return kfail(c, FL_ERR_FORMAT, "seed %lld is negative", (long long)seed), NULL;
+        l = fl_dropout_((fl_dropout_args){.rate = (float)rate, .seed = (uint64_t)seed});
+    } else if (strcmp(cls, "BatchNormalization") == 0) {
+        double momentum, eps;
+        bool center, scale, renorm;
+        json_object *ax = jkey(cfg, "axis");
+        if (get_num(c, cfg, "momentum", 0.99, false, &momentum) || get_num(c, cfg, "epsilon", 1e-3, false, &eps) ||
+            get_bool(c, cfg, "center", true, &center) || get_bool(c, cfg, "scale", true, &scale) ||
+            get_bool(c, cfg, "renorm", false, &renorm) || check_initializers(c, cfg, binit) ||
+            must_be_null(c, cfg, "beta_regularizer", "weight regularizers") ||
+            must_be_null(c, cfg, "gamma_regularizer", "weight regularizers") ||
+            must_be_null(c, cfg, "beta_constraint", "weight constraints") ||
+            must_be_null(c, cfg, "gamma_constraint", "weight constraints"))
+            return NULL;
+        if (renorm) return kfail(c, FL_ERR_UNSUPPORTED, "renorm true (batch renormalization) is not supported"), NULL;
+        x->bn = true;
+        x->bn_axis = -1;
+        if (jis(ax, json_type_array) && json_object_array_length(ax) == 1 &&
+            jis(json_object_array_get_idx(ax, 0), json_type_int))
+            x->bn_axis = json_object_get_int64(json_object_array_get_idx(ax, 0));
+        else if (jis(ax, json_type_int))
+            x->bn_axis = json_object_get_int64(ax);
+        else if (ax)
+            return kfail(c, FL_ERR_UNSUPPORTED, "axis %s is not supported (flynn normalizes over the last axis only)",
+                         json_object_to_json_string(ax)), NULL;
+        if (!(momentum >= 0 && momentum < 1) || !(eps > 0))
+            return kfail(c, FL_ERR_FORMAT, "momentum %g must be in [0, 1) and epsilon %g > 0", momentum, eps), NULL;
+        l = fl_batch_normalization_((fl_batch_norm_args){.no_center = !center, .no_scale = !scale});
+        if (l) { l->a.bn.momentum = (float)momentum; l->a.bn.epsilon = (float)eps; }
+    } else if (strcmp(cls, "Activation") == 0) {
+        fl_activation act;
+        if (!jkey(cfg, "activation")) return kfail(c, FL_ERR_FORMAT, "'activation' is missing"), NULL;
+        if (get_activation(c, cfg, "activation", &act)) return NULL;
+        l = fl_activation_layer_((fl_activation_args){.activation = act});
+    } else if (strcmp(cls, "Add") == 0 || strcmp(cls, "Multiply") == 0) {
+        l = cls[0] == 'A' ? fl_add_((fl_name_args){0}) : fl_multiply_((fl_name_args){0});
+    } else if (strcmp(cls, "Concatenate") == 0) {
+        int64_t axis;
+        if (get_int(c, cfg, "axis", -1, false, &axis)) return NULL;
+        if (axis == 0) return kfail(c, FL_ERR_UNSUPPORTED, "axis 0 (the batch) is not supported"), NULL;
+        if (axis < -FL_MAX_DIMS || axis >= FL_MAX_DIMS) return kfail(c, FL_ERR_FORMAT, "axis %lld is out of range", (long long)axis), NULL;
+        l = fl_concatenate_((fl_concat_args){.axis = (int)axis});
+    } else if (strcmp(cls, "Sequential") == 0 || strcmp(cls, "Functional") == 0 || strcmp(cls, "Model") == 0) {
+        return kfail(c, FL_ERR_UNSUPPORTED, "a model used as a layer (nested models) is not supported; flynn "
+                     "supports %s", SUPPORTED_LAYERS), NULL;
+    } else {
+        return kfail(c, FL_ERR_UNSUPPORTED, "layer class '%s' is not supported; flynn supports %s", cls,
+                     SUPPORTED_LAYERS), NULL;
+    }
+    if (!l) {
+        char why[700];
+        snprintf(why, sizeof why, "%s", fl_last_error());
+        return kfail(c, fl_last_status() ? fl_last_status() : FL_ERR_FORMAT, "%s", why), NULL;
+    }
+    if (set_layer_name(c, l, name) != FL_OK) { fl_layer_free(l); return NULL; }
+    return l;
+}
+
+/* The layer's name: entry "name" (functional) or config "name". */
+static const char *entry_name(json_object *entry, json_object *cfg) {
+    const char *n = jstr(jkey(entry, "name"));
+    return n ? n : jstr(jkey(cfg, "name"));
+}
+
+static fl_status check_bn_axis(const kctx *c0, const fl_layer *l, const klayer_extra *x) {
+    if (!x->bn || !l->out) return FL_OK;
+    int rank = l->out->ndim; /* batch included */
+    if (x->bn_axis == -1 || x->bn_axis == rank - 1) return FL_OK;
+    kctx c = *c0;
+    set_where(&c, l->name, "BatchNormalization");
+    return kfail(&c, FL_ERR_UNSUPPORTED, "axis %lld of a rank-%d input is not supported (flynn normalizes over the "
+                 "last axis, -1 or %d)", (long long)x->bn_axis, rank, rank - 1);
+}
+
+static fl_status check_model_object(const kctx *c, json_object *mc, const char **cls_out) {
+    if (!jis(mc, json_type_object)) return kfail(c, FL_ERR_FORMAT, "the model config is %s, expected an object", jtype_name(mc));
+    const char *cls = jstr(jkey(mc, "class_name"));
+    if (!cls) return kfail(c, FL_ERR_FORMAT, "the model config has no class_name");
+    const char *reg = jstr(jkey(mc, "registered_name")), *mod = jstr(jkey(mc, "module"));
+    bool known = strcmp(cls, "Sequential") == 0 || strcmp(cls, "Functional") == 0 || strcmp(cls, "Model") == 0;
+    if (!known || (reg && strcmp(reg, cls) != 0) || (mod && strncmp(mod, "keras", 5) != 0))
+        return kfail(c, FL_ERR_UNSUPPORTED, "the model is of class '%s' (registered as '%s', module '%s'); flynn loads "
+                     "Sequential and Functional models only (not subclassed or custom models)", cls, reg ? reg : "-",
+                     mod ? mod : "-");
+    *cls_out = cls;
+    json_object *cfg = jkey(mc, "config");
+    if (!jis(cfg, json_type_object)) return kfail(c, FL_ERR_FORMAT, "the model config has no 'config' object");
+    bool trainable = true;
+    FL_TRY(get_bool(c, cfg, "trainable", true, &trainable));
+    if (!trainable) return kfail(c, FL_ERR_UNSUPPORTED, "the model has trainable false (frozen); flynn refuses frozen models");
+    if (!jis(jkey(cfg, "layers"), json_type_array)) return kfail(c, FL_ERR_FORMAT, "the model config has no 'layers' list");
+    return FL_OK;
+}
+
+/* ------------------------------------------------------------ Sequential */
+
+static fl_model *sequential_from_config(kctx *c, json_object *cfg) {
+    json_object *layers = jkey(cfg, "layers");
+    size_t n = json_object_array_length(layers);
+    const char *mname = jstr(jkey(cfg, "name"));
+    if (mname && strlen(mname) >= sizeof ((fl_model *)0)->name)
+        return kfail(c, FL_ERR_UNSUPPORTED, "the model name '%.40s...' is longer than 63 characters", mname), NULL;
+    fl_layer **ls = fl_calloc(n + 1, sizeof *ls, "layers");
+    klayer_extra *ex = fl_calloc(n + 1, sizeof *ex, "layers");
+    if (!ls || !ex) { free(ls); free(ex); return NULL; }
+    int nl = 0;
+    size_t first = 0;
+    int ndim = 0;
+    int64_t shape[FL_MAX_DIMS];
+    const char *in_name = NULL;
+    /* the input: an InputLayer entry, else the build shape */
+    json_object *e0 = n ? json_object_array_get_idx(layers, 0) : NULL;
+    const char *cls0 = jstr(jkey(e0, "class_name"));
+    if (cls0 && strcmp(cls0, "InputLayer") == 0) {
+        json_object *ic = jkey(e0, "config");
+        in_name = jstr(jkey(ic, "name"));
+        set_where(c, in_name, "InputLayer");
+        json_object *bs = jkey(ic, "batch_shape");
+        if (!bs) bs = jkey(ic, "batch_input_shape");
+        if (check_entry(c, e0, "InputLayer", ic) != FL_OK ||
+            get_batch_shape(c, bs, jkey(ic, "batch_shape") ? "batch_shape" : "batch_input_shape", &ndim, shape) ||
+            must_be_null(c, ic, "sparse", "sparse inputs") || must_be_null(c, ic, "ragged", "ragged inputs") ||
+            must_be_null(c, ic, "optional", "optional inputs"))
+            goto fail;
+        first = 1;
+    } else {
+        c->where[0] = 0;
+        json_object *bs = jkey(cfg, "build_input_shape"), *e0c = jkey(e0, "config");
+        const char *key = "build_input_shape";
+        if (!bs) { bs = jkey(jkey(e0, "build_config"), "input_shape"); key = "build_config.input_shape"; }
+        if (!bs) { bs = jkey(e0c, "batch_input_shape"); key = "batch_input_shape"; }
+        if (!bs) { bs = jkey(e0c, "batch_shape"); key = "batch_shape"; }
+        if (!bs) {
+            kfail(c, FL_ERR_UNSUPPORTED, "the Sequential model has no InputLayer and no build shape (it was never "
+                  "built), so its input shape is unknown");
+            goto fail;
+        }
+        if (get_batch_shape(c, bs, key, &ndim, shape)) goto fail;
+    }
+    if (n <= first) {
+        c->where[0] = 0;
+        kfail(c, FL_ERR_FORMAT, "the Sequential model has no layers");
+        goto fail;
+    }
+    ls[nl] = fl_input_(ndim, shape);
+    if (!ls[nl]) { fl_error_prefix("%s: ", c->src); goto fail; }
+    nl++;
+    if (in_name && set_layer_name(c, ls[0], in_name)) goto fail;
+    for (size_t i = first; i < n; i++) {
+        json_object *e = json_object_array_get_idx(layers, i);
+        const char *cls = jstr(jkey(e, "class_name"));
+        json_object *lc = jkey(e, "config");
+        const char *name = entry_name(e, lc);
+        c->where[0] = 0;
+        if (!cls || !name) { kfail(c, FL_ERR_FORMAT, "layer %zu has no class_name or name", i); goto fail; }
+        set_where(c, name, cls);
+        if (strcmp(cls, "InputLayer") == 0) { kfail(c, FL_ERR_FORMAT, "an InputLayer after the first layer"); goto fail; }
+        if (check_entry(c, e, cls, lc)) goto fail;
+        ls[nl] = layer_from_config(c, cls, lc, name, &ex[nl]);
+        if (!ls[nl]) goto fail;
+        nl++;
+    }
+    fl_model *m = fl_sequential_(ls, nl, mname ? mname : "sequential");
+    nl = 0; /* owned by fl_sequential_, also on failure */
+    if (!m) { fl_error_prefix("%s: ", c->src); goto fail; }
+    for (int i = 0; i < m->nlayers; i++)
+        if (check_bn_axis(c, m->layers[i], &ex[i])) { fl_model_free(m); goto fail; }
+    free(ls);
+    free(ex);
+    return m;
+fail:
+    for (int i = 0; i < nl; i++) fl_layer_free(ls[i]);
+    free(ls);
+    free(ex);
+    return NULL;
+}
+
+/* ------------------------------------------------------------ Functional */
+
+typedef struct kref { const char *layer; int64_t node, tensor; } kref;
+typedef struct knode { int n; kref in[FL_NODE_MAX_IN]; } knode;
+typedef struct kentry {
+    const char *name, *cls;
+    json_object *entry, *cfg;
+    bool input;
+    fl_layer *layer;     /* non-input layers */
+    int nnodes, done;
+    knode *nodes;
+    fl_sym **syms;       /* one per node (inputs: syms[0]) */
+    klayer_extra ex;
+} kentry;
+
+static fl_status parse_ref_list(const kctx *c, json_object *v, kref *r) {
+    /* [name, node, tensor(, kwargs)] */
+    if (!jis(v, json_type_array) || json_object_array_length(v) < 3 || !jstr(json_object_array_get_idx(v, 0)) ||
+        !jis(json_object_array_get_idx(v, 1), json_type_int) || !jis(json_object_array_get_idx(v, 2), json_type_int))
+        return kfail(c, FL_ERR_FORMAT, "a tensor reference is %s, expected [layer_name, node_index, tensor_index]",
+                     v ? json_object_to_json_string_ext(v, JSON_C_TO_STRING_PLAIN) : "null");
+    r->layer = jstr(json_object_array_get_idx(v, 0));
+    r->node = json_object_get_int64(json_object_array_get_idx(v, 1));
+    r->tensor = json_object_get_int64(json_object_array_get_idx(v, 2));
+    if (json_object_array_length(v) >= 4) {
+        json_object *kw = json_object_array_get_idx(v, 3);
+        if (jis(kw, json_type_object) && json_object_object_length(kw) > 0) {
+            json_object_object_foreach(kw, k, val) {
+                if (val) return kfail(c, FL_ERR_UNSUPPORTED, "a call with the keyword argument '%s' is not supported", k);
+            }
+        }
+    }
+    return FL_OK;
+}
+
+/* Collects the __keras_tensor__ references of a Keras 3 call's args, in order. */
+static fl_status collect_tensors(const kctx *c, json_object *v, knode *nd) {
+    if (jis(v, json_type_array)) {
+        for (size_t i = 0; i < json_object_array_length(v); i++)
+            FL_TRY(collect_tensors(c, json_object_array_get_idx(v, i), nd));
+        return FL_OK;
+    }
+    const char *cn = jstr(jkey(v, "class_name"));
+    if (cn && strcmp(cn, "__keras_tensor__") == 0) {
+        if (nd->n == FL_NODE_MAX_IN) return kfail(c, FL_ERR_UNSUPPORTED, "a call with more than %d inputs", FL_NODE_MAX_IN);
+        return parse_ref_list(c, jkey(jkey(v, "config"), "keras_history"), &nd->in[nd->n++]);
+    }
+    return kfail(c, FL_ERR_UNSUPPORTED, "a call argument that is not a tensor (%s); flynn supports layer calls on "
+                 "tensors only", v ? json_object_to_json_string_ext(v, JSON_C_TO_STRING_PLAIN) : "null");
+}
+
+static fl_status parse_nodes(const kctx *c, kentry *e) {
+    json_object *nodes = jkey(e->entry, "inbound_nodes");
+    if (!nodes) { e->nnodes = 0; return FL_OK; }
+    if (!jis(nodes, json_type_array)) return kfail(c, FL_ERR_FORMAT, "'inbound_nodes' is %s, expected a list", jtype_name(nodes));
+    size_t n = json_object_array_length(nodes);
+    if (n > 4096) return kfail(c, FL_ERR_UNSUPPORTED, "%zu calls of one layer", n);
+    e->nodes = fl_calloc(n + 1, sizeof *e->nodes, "layer calls");
+    e->syms = fl_calloc(n + 1, sizeof *e->syms, "layer calls");
+    if (!e->nodes || !e->syms) return fl_last_status();
+    e->nnodes = (int)n;
+    for (size_t i = 0; i < n; i++) {
+        json_object *nd = json_object_array_get_idx(nodes, i);
+        knode *k = &e->nodes[i];
+        if (jis(nd, json_type_object)) { /* Keras 3: {"args": [...], "kwargs": {...}} */
+            json_object *kw = jkey(nd, "kwargs");
+            if (jis(kw, json_type_object)) {
+                json_object_object_foreach(kw, key, val) {
+                    if (val) return kfail(c, FL_ERR_UNSUPPORTED, "a call with the keyword argument '%s' is not supported", key);
+                }
+            }
+            FL_TRY(collect_tensors(c, jkey(nd, "args"), k));
+        } else if (jis(nd, json_type_array)) { /* tf.keras 2: [[name, node, tensor, kwargs], ...] */
+            size_t m = json_object_array_length(nd);
+            if (m > FL_NODE_MAX_IN) return kfail(c, FL_ERR_UNSUPPORTED, "a call with more than %d inputs", FL_NODE_MAX_IN);
+            for (size_t j = 0; j < m; j++) FL_TRY(parse_ref_list(c, json_object_array_get_idx(nd, j), &k->in[k->n++]));
+        } else {
+            return kfail(c, FL_ERR_FORMAT, "inbound node %zu is %s", i, jtype_name(nd));
+        }
+        if (k->n == 0) return kfail(c, FL_ERR_FORMAT, "call %zu has no input tensors", i);
+    }
+    return FL_OK;
+}
+
+/* input_layers / output_layers: [[name, node, tensor], ...], one [name, node,
+ * tensor], or {"key": [name, node, tensor], ...}. */
+static fl_status parse_io(const kctx *c, json_object *v, const char *key, kref *out, int *n) {
+    *n = 0;
+    if (jis(v, json_type_array) && json_object_array_length(v) >= 1 && jstr(json_object_array_get_idx(v, 0))) {
+        *n = 1;
+        return parse_ref_list(c, v, &out[0]);
+    }
+    if (jis(v, json_type_array)) {
+        size_t len = json_object_array_length(v);
+        if (len < 1 || len > FL_MODEL_MAX_IO)
+            return kfail(c, FL_ERR_UNSUPPORTED, "'%s' lists %zu tensors (flynn takes 1 to %d)", key, len, FL_MODEL_MAX_IO);
+        for (size_t i = 0; i < len; i++) FL_TRY(parse_ref_list(c, json_object_array_get_idx(v, i), &out[(*n)++]));
+        return FL_OK;
+    }
+    if (jis(v, json_type_object)) {
+        json_object_object_foreach(v, k, val) {
+            (void)k;
+            if (*n == FL_MODEL_MAX_IO) return kfail(c, FL_ERR_UNSUPPORTED, "'%s' lists more than %d tensors", key, FL_MODEL_MAX_IO);
+            FL_TRY(parse_ref_list(c, val, &out[(*n)++]));
+        }
+        if (*n) return FL_OK;
+    }
+    return kfail(c, FL_ERR_FORMAT, "'%s' is %s, expected a list of [layer_name, node_index, tensor_index]", key,
+                 jtype_name(v));
+}
+
+static kentry *find_entry(kentry *es, int n, const char *name) {
+    for (int i = 0; i < n; i++)
+        if (strcmp(es[i].name, name) == 0) return &es[i];
+    return NULL;
+}
+
+/* The symbolic tensor a reference names, NULL if not made yet (*bad set on an invalid reference). */
+static fl_sym *resolve(const kctx *c, kentry *es, int n, const kref *r, fl_status *bad) {
+    kentry *t = find_entry(es, n, r->layer);
+    if (!t) { *bad = kfail(c, FL_ERR_FORMAT, "a call refers to layer '%s', which the model does not have", r->layer); return NULL; }
+    if (r->tensor != 0) {
+        *bad = kfail(c, FL_ERR_UNSUPPORTED, "a call takes output %lld of layer '%s'; flynn layers have one output",
+                     (long long)r->tensor, r->layer);
+        return NULL;
+    }
+    int64_t nn = t->input ? 1 : t->nnodes;
+    if (r->node < 0 || r->node >= nn) {
+        *bad = kfail(c, FL_ERR_FORMAT, "a call refers to call %lld of layer '%s', which has %lld", (long long)r->node,
+                     r->layer, (long long)nn);
+        return NULL;
+    }
+    return t->syms[r->node];
+}
+
+static bool sym_reach(fl_sym *s, fl_sym **seen, int *nseen, int cap) {
+    for (int i = 0; i < *nseen; i++)
+        if (seen[i] == s) return true;
+    if (*nseen == cap) return false;
+    seen[(*nseen)++] = s;
+    for (int i = 0; i < s->nin; i++)
+        if (!sym_reach(s->in[i], seen, nseen, cap)) return false;
+    return true;
+}
+
+static fl_model *functional_from_config(kctx *c, json_object *cfg) {
+    json_object *layers = jkey(cfg, "layers");
+    int n = (int)json_object_array_length(layers);
+    const char *mname = jstr(jkey(cfg, "name"));
+    fl_model *m = NULL;
+    int total_syms = 0;
+    if (mname && strlen(mname) >= sizeof ((fl_model *)0)->name)
+        return kfail(c, FL_ERR_UNSUPPORTED, "the model name '%.40s...' is longer than 63 characters", mname), NULL;
+    if (n < 2) return kfail(c, FL_ERR_FORMAT, "the Functional model has %d layers", n), NULL;
+    kentry *es = fl_calloc((size_t)n, sizeof *es, "layers");
+    fl_sym **all = NULL;
+    if (!es) return NULL;
+    for (int i = 0; i < n; i++) {
+        kentry *e = &es[i];
+        e->entry = json_object_array_get_idx(layers, i);
+        e->cls = jstr(jkey(e->entry, "class_name"));
+        e->cfg = jkey(e->entry, "config");
+        e->name = entry_name(e->entry, e->cfg);
+        c->where[0] = 0;
+        if (!e->cls || !e->name) { kfail(c, FL_ERR_FORMAT, "layer %d has no class_name or name", i); goto fail; }
+        set_where(c, e->name, e->cls);
+        for (int k = 0; k < i; k++)
+            if (strcmp(es[k].name, e->name) == 0) { kfail(c, FL_ERR_FORMAT, "two layers are named '%s'", e->name); goto fail; }
+        if (check_entry(c, e->entry, e->cls, e->cfg)) goto fail;
+        if (strcmp(e->cls, "InputLayer") == 0) {
+            int ndim;
+            int64_t shape[FL_MAX_DIMS];
+            json_object *bs = jkey(e->cfg, "batch_shape");
+            const char *key = "batch_shape";
+            if (!bs) { bs = jkey(e->cfg, "batch_input_shape"); key = "batch_input_shape"; }
+            if (get_batch_shape(c, bs, key, &ndim, shape) || must_be_null(c, e->cfg, "sparse", "sparse inputs") ||
+                must_be_null(c, e->cfg, "ragged", "ragged inputs") || must_be_null(c, e->cfg, "optional", "optional inputs"))
+                goto fail;
+            e->input = true;
+            e->syms = fl_calloc(1, sizeof *e->syms, "input");
+            if (!e->syms) goto fail;
+            e->syms[0] = fl_keras_input_(ndim, shape, e->name);
+            if (!e->syms[0]) { fl_error_prefix("%s: %s: ", c->src, c->where); goto fail; }
+            total_syms++;
+        } else {
+            e->layer = layer_from_config(c, e->cls, e->cfg, e->name, &e->ex);
+            if (!e->layer || parse_nodes(c, e)) goto fail;
+        }
+    }
+    /* make the calls as Keras does: each layer's calls in order, deferring a
+     * call (and the layer's later ones) until its inputs exist */
+    for (;;) {
+        bool progress = false, left = false;
+        for (int i = 0; i < n; i++) {
+            kentry *e = &es[i];
+            if (e->input) continue;
+            set_where(c, e->name, e->cls);
+            while (e->done < e->nnodes) {
+                knode *nd = &e->nodes[e->done];
+                fl_sym *ins[FL_NODE_MAX_IN];
+                bool ready = true;
+                for (int k = 0; k < nd->n; k++) {
+                    fl_status bad = FL_OK;
+                    ins[k] = resolve(c, es, n, &nd->in[k], &bad);
+                    if (bad) goto fail;
+                    if (!ins[k]) ready = false;
+                }
+                if (!ready) break;
+                fl_sym *s = fl_call_n_(e->layer, ins, nd->n);
+                if (!s) {
+                    if (e->done == 0) e->layer = NULL; /* a failed first call frees its layer */
+                    fl_error_prefix("%s: %s: ", c->src, c->where);
+                    goto fail;
+                }
+                e->syms[e->done++] = s;
+                total_syms++;
+                progress = true;
+            }
+            if (e->done < e->nnodes) left = true;
+        }
+        if (!left) break;
+        if (!progress) {
+            for (int i = 0; i < n; i++)
+                if (!es[i].input && es[i].done < es[i].nnodes) {
+                    set_where(c, es[i].name, es[i].cls);
+                    kfail(c, FL_ERR_FORMAT, "call %d waits for a tensor that is never computed (a cycle in the layer "
+                          "graph)", es[i].done);
+                    break;
+                }
+            goto fail;
+        }
+    }
+    c->where[0] = 0;
+    kref iref[FL_MODEL_MAX_IO], oref[FL_MODEL_MAX_IO];
+    int nin = 0, nout = 0;
+    fl_sym *ins[FL_MODEL_MAX_IO], *outs[FL_MODEL_MAX_IO];
+    if (parse_io(c, jkey(cfg, "input_layers"), "input_layers", iref, &nin) ||
+        parse_io(c, jkey(cfg, "output_layers"), "output_layers", oref, &nout))
+        goto fail;
+    for (int i = 0; i < nin; i++) {
+        fl_status bad = FL_OK;
+        ins[i] = resolve(c, es, n, &iref[i], &bad);
+        if (bad) goto fail;
+        if (!find_entry(es, n, iref[i].layer)->input) {
+            kfail(c, FL_ERR_UNSUPPORTED, "model input %d is layer '%s', which is not an InputLayer", i, iref[i].layer);
+            goto fail;
+        }
+    }
+    for (int i = 0; i < nout; i++) {
+        fl_status bad = FL_OK;
+        outs[i] = resolve(c, es, n, &oref[i], &bad);
+        if (bad) goto fail;
+    }
+    /* everything must be used: flynn's model owns what the outputs reach */
+    all = fl_calloc((size_t)total_syms + 1, sizeof *all, "layer calls");
+    if (!all) goto fail;
+    int nseen = 0;
+    for (int i = 0; i < nout; i++) sym_reach(outs[i], all, &nseen, total_syms);
+    for (int i = 0; i < n; i++) {
+        int nn = es[i].input ? 1 : es[i].nnodes;
+        for (int k = 0; k < nn; k++) {
+            bool found = false;
+            for (int j = 0; j < nseen && !found; j++) found = all[j] == es[i].syms[k];
+            if (!found) {
+                set_where(c, es[i].name, es[i].cls);
+                kfail(c, FL_ERR_UNSUPPORTED, "call %d does not lead to any model output (unused layers are not "
+                      "supported)", k);
+                goto fail;
+            }
+        }
+        if (nn == 0) {
+            set_where(c, es[i].name, es[i].cls);
+            kfail(c, FL_ERR_UNSUPPORTED, "the layer is never called (unused layers are not supported)");
+            goto fail;
+        }
+    }
+    free(all);
+    all = NULL;
+    m = fl_model_new(ins, nin, outs, nout, mname ? mname : "functional");
+    /* fl_model_new owned every layer and call (they are all reachable), also on failure */
+    for (int i = 0; i < n; i++) { es[i].layer = NULL; free(es[i].syms); es[i].syms = NULL; free(es[i].nodes); es[i].nodes = NULL; }
+    if (!m) { fl_error_prefix("%s: ", c->src); goto fail; }
+    /* Keras's layer order is the config's */
+    if (m->nlayers != n) {
+        kfail(c, FL_ERR_FORMAT, "the model has %d layers, the config lists %d", m->nlayers, n);
+        goto fail;
+    }
+    for (int i = 0; i < n; i++) {
+        int k = i;
+        while (k < n && strcmp(m->layers[k]->name, es[i].name) != 0) k++;
+        if (k == n) { kfail(c, FL_ERR_FORMAT, "layer '%s' is missing from the model", es[i].name); goto fail; }
+        fl_layer *t = m->layers[i];
+        m->layers[i] = m->layers[k];
+        m->layers[k] = t;
+    }
+    for (int i = 0; i < n; i++) {
+        m->layers[i]->index = i;
+        if (check_bn_axis(c, m->layers[i], &es[i].ex)) goto fail;
+    }
+    free(es);
+    return m;
+fail:
+    fl_model_free(m);
+    free(all);
+    for (int i = 0; i < n; i++) {
+        kentry *e = &es[i];
+        int nn = e->input ? 1 : e->done;
+        if (e->syms)
+            for (int k = 0; k < nn; k++) {
+                if (e->syms[k] && e->input) fl_layer_free(e->syms[k]->layer);
+                free(e->syms[k]);
+            }
+        fl_layer_free(e->layer);
+        free(e->syms);
+        free(e->nodes);
+    }
+    free(es);
+    return NULL;
+}
+
+fl_model *fl_keras_model_from_config(json_object *mc, const char *src) {
+    kctx c = {.src = src};
+    const char *cls = NULL;
+    if (check_model_object(&c, mc, &cls)) return NULL;
+    json_object *cfg = jkey(mc, "config");
+    if (strcmp(cls, "Sequential") == 0) return sequential_from_config(&c, cfg);
+    return functional_from_config(&c, cfg);
+}
+
+/* ------------------------------------------------------------ compile */
+
+static fl_status optimizer_from_config(const kctx *c, json_object *oc, fl_optimizer **out) {
+    const char *cls = jstr(oc);
+    json_object *cfg = NULL;
+    if (!cls) {
+        if (!jis(oc, json_type_object)) return kfail(c, FL_ERR_FORMAT, "the optimizer is %s", jtype_name(oc));
+        FL_TRY(check_builtin_object(c, oc, "optimizer"));
+        cls = jstr(jkey(oc, "class_name"));
+        cfg = jkey(oc, "config");
+        if (!cls) return kfail(c, FL_ERR_FORMAT, "the optimizer has no class_name");
+    }
+    char lc[32];
+    size_t i = 0;
+    for (; cls[i] && i + 1 < sizeof lc; i++) lc[i] = (char)(cls[i] >= 'A' && cls[i] <= 'Z' ? cls[i] + 32 : cls[i]);
+    lc[i] = 0;
+    int code = strcmp(lc, "adam") == 0 ? FL_OPT_ADAM : strcmp(lc, "adamw") == 0 ? FL_OPT_ADAMW
+             : strcmp(lc, "sgd") == 0  ? FL_OPT_SGD  : strcmp(lc, "rmsprop") == 0 ? FL_OPT_RMSPROP : 0;
+    if (!code)
+        return kfail(c, FL_ERR_UNSUPPORTED, "optimizer '%s' is not supported (flynn has Adam, AdamW, SGD and RMSprop)", cls);
+    /* things that change the update and that flynn does not do */
+    static const struct { const char *key, *what; } no[] = {
+        {"clipnorm", "gradient clipping"}, {"clipvalue", "gradient clipping"}, {"global_clipnorm", "gradient clipping"},
+        {"use_ema", "an exponential moving average of the weights"}, {"loss_scale_factor", "loss scaling"},
+        {"amsgrad", "AMSGrad"}};
+    for (size_t k = 0; k < sizeof no / sizeof no[0]; k++) FL_TRY(must_be_null(c, cfg, no[k].key, no[k].what));
+    int64_t accum = 1;
+    FL_TRY(get_int(c, cfg, "gradient_accumulation_steps", 1, false, &accum));
+    if (accum > 1) return kfail(c, FL_ERR_UNSUPPORTED, "gradient_accumulation_steps %lld is not supported", (long long)accum);
+    double decay = 0;
+    FL_TRY(get_num(c, cfg, "decay", 0, false, &decay)); /* tf.keras 2 */
+    if (decay != 0) return kfail(c, FL_ERR_UNSUPPORTED, "optimizer decay %g (a learning-rate schedule) is not supported", decay);
+    json_object *lrv = jkey(cfg, "learning_rate");
+    if (!lrv) lrv = jkey(cfg, "lr");
+    if (lrv && !jnum(lrv))
+        return kfail(c, FL_ERR_UNSUPPORTED, "the learning rate is %s (a schedule?); flynn takes a constant learning rate",
+                     jtype_name(lrv));
+    double lr = lrv ? json_object_get_double(lrv) : (code == FL_OPT_SGD ? 0.01 : 0.001);
+    double wd = 0;
+    json_object *wdv = jkey(cfg, "weight_decay");
+    if (wdv && !jnum(wdv)) return kfail(c, FL_ERR_FORMAT, "weight_decay is %s", jtype_name(wdv));
+    if (wdv) wd = json_object_get_double(wdv);
+    else if (code == FL_OPT_ADAMW && !jhas(cfg, "weight_decay")) wd = 0.004;
+    if (code != FL_OPT_ADAMW && wd != 0)
+        return kfail(c, FL_ERR_UNSUPPORTED, "%s with weight_decay %g is not supported (use AdamW)", cls, wd);
+    if (!(lr > 0) || !isfinite(lr)) return kfail(c, FL_ERR_FORMAT, "learning_rate %g, expected > 0", lr);
+    fl_optimizer *o = NULL;
+    if (code == FL_OPT_SGD) {
+        double mom;
+        bool nest;
+        FL_TRY(get_num(c, cfg, "momentum", 0, false, &mom));
+        FL_TRY(get_bool(c, cfg, "nesterov", false, &nest));
+        if (!(mom >= 0 && mom < 1)) return kfail(c, FL_ERR_FORMAT, "SGD momentum %g, expected [0, 1)", mom);
+        o = fl_sgd_((fl_sgd_args){.learning_rate = 0.01f});
+        if (o) { o->d.lr = (float)lr; o->d.momentum = (float)mom; o->d.nesterov = nest; }
+    } else if (code == FL_OPT_RMSPROP) {
+        double rho, mom, eps;
+        bool centered;
+        FL_TRY(get_num(c, cfg, "rho", 0.9, false, &rho));
+        FL_TRY(get_num(c, cfg, "momentum", 0, false, &mom));
+        FL_TRY(get_num(c, cfg, "epsilon", 1e-7, false, &eps));
+        FL_TRY(get_bool(c, cfg, "centered", false, &centered));
+        if (!(rho >= 0 && rho < 1) || !(mom >= 0 && mom < 1) || !(eps >= 0))
+            return kfail(c, FL_ERR_FORMAT, "RMSprop rho %g, momentum %g, epsilon %g out of range", rho, mom, eps);
+        o = fl_rmsprop_((fl_rmsprop_args){.learning_rate = 0.001f});
+        if (o) { o->d.lr = (float)lr; o->d.rho = (float)rho; o->d.momentum = (float)mom; o->d.eps = (float)eps; o->d.centered = centered; }
+    } else {
+        double b1, b2, eps;
+        FL_TRY(get_num(c, cfg, "beta_1", 0.9, false, &b1));
+        FL_TRY(get_num(c, cfg, "beta_2", 0.999, false, &b2));
+        FL_TRY(get_num(c, cfg, "epsilon", 1e-7, false, &eps));
+        if (!(b1 >= 0 && b1 < 1) || !(b2 >= 0 && b2 < 1) || !(eps >= 0) || !(wd >= 0))
+            return kfail(c, FL_ERR_FORMAT, "%s beta_1 %g, beta_2 %g, epsilon %g, weight_decay %g out of range", cls, b1, b2, eps, wd);
+        o = code == FL_OPT_ADAM ? fl_adam_((fl_adam_args){.learning_rate = 0.001f}) : fl_adamw_((fl_adam_args){.learning_rate = 0.001f});
+        if (o) { o->d.lr = (float)lr; o->d.beta1 = (float)b1; o->d.beta2 = (float)b2; o->d.eps = (float)eps; o->d.weight_decay = (float)wd; }
+    }
+    if (!o) return fl_last_status();
+    *out = o;
+    return FL_OK;
+}
+
+static fl_status loss_from_config(const kctx *c, json_object *lv, fl_loss *out) {
+    const char *name = jstr(lv);
+    json_object *cfg = NULL;
+    bool from_logits = false;
+    if (jis(lv, json_type_array) && json_object_array_length(lv) == 1) return loss_from_config(c, json_object_array_get_idx(lv, 0), out);
+    if (!name) {
+        if (!jis(lv, json_type_object))
+            return kfail(c, FL_ERR_UNSUPPORTED, "the loss is %s; flynn takes one loss for a model with one output", jtype_name(lv));
+        FL_TRY(check_builtin_object(c, lv, "loss"));
+        name = jstr(jkey(lv, "class_name"));
+        cfg = jkey(lv, "config");
+        if (name && strcmp(name, "function") == 0) { name = jstr(cfg); cfg = NULL; }
+        if (!name) return kfail(c, FL_ERR_FORMAT, "the loss has no class_name");
+        FL_TRY(get_bool(c, cfg, "from_logits", false, &from_logits));
+        double ls = 0;
+        FL_TRY(get_num(c, cfg, "label_smoothing", 0, false, &ls));
+        if (ls != 0) return kfail(c, FL_ERR_UNSUPPORTED, "loss label_smoothing %g is not supported", ls);
+        int64_t axis = -1;
+        FL_TRY(get_int(c, cfg, "axis", -1, false, &axis));
+        if (axis != -1) return kfail(c, FL_ERR_UNSUPPORTED, "loss axis %lld is not supported (only -1)", (long long)axis);
+        FL_TRY(must_be_null(c, cfg, "ignore_class", "ignore_class"));
+        const char *red = jstr(jkey(cfg, "reduction"));
+        if (red && strcmp(red, "sum_over_batch_size") != 0 && strcmp(red, "auto") != 0)
+            return kfail(c, FL_ERR_UNSUPPORTED, "loss reduction '%s' is not supported (sum_over_batch_size)", red);
+    }
+    static const struct { const char *name; fl_loss_kind k; } map[] = {
+        {"sparse_categorical_crossentropy", FL_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY},
+        {"SparseCategoricalCrossentropy", FL_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY},
+        {"categorical_crossentropy", FL_LOSS_CATEGORICAL_CROSSENTROPY},
+        {"CategoricalCrossentropy", FL_LOSS_CATEGORICAL_CROSSENTROPY},
+        {"binary_crossentropy", FL_LOSS_BINARY_CROSSENTROPY},
+        {"BinaryCrossentropy", FL_LOSS_BINARY_CROSSENTROPY},
+        {"mean_squared_error", FL_LOSS_MEAN_SQUARED_ERROR}, {"mse", FL_LOSS_MEAN_SQUARED_ERROR},
+        {"MeanSquaredError", FL_LOSS_MEAN_SQUARED_ERROR}, {"MSE", FL_LOSS_MEAN_SQUARED_ERROR}};
+    for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
+        if (strcmp(name, map[i].name) == 0) {
+            if (from_logits && map[i].k == FL_LOSS_MEAN_SQUARED_ERROR)
+                return kfail(c, FL_ERR_FORMAT, "mean_squared_error has no from_logits");
+            out->kind = map[i].k;
+            out->from_logits = from_logits;
+            return FL_OK;
+        }
+    return kfail(c, FL_ERR_UNSUPPORTED, "loss '%s' is not supported (flynn has sparse_categorical_crossentropy, "
+                 "categorical_crossentropy, binary_crossentropy and mean_squared_error)", name);
+}
+
+static fl_status metric_from_config(const kctx *c, json_object *mv, fl_metric *out) {
+    const char *name = jstr(mv);
+    if (!name) {
+        if (!jis(mv, json_type_object)) return kfail(c, FL_ERR_UNSUPPORTED, "a metric is %s", jtype_name(mv));
+        FL_TRY(check_builtin_object(c, mv, "metrics"));
+        name = jstr(jkey(mv, "class_name"));
+        json_object *cfg = jkey(mv, "config");
+        if (name && strcmp(name, "function") == 0) name = jstr(cfg);
+        double th = 0.5;
+        FL_TRY(get_num(c, cfg, "threshold", 0.5, false, &th));
+        if (th != 0.5) return kfail(c, FL_ERR_UNSUPPORTED, "metric threshold %g is not supported (only 0.5)", th);
+        if (!name) return kfail(c, FL_ERR_FORMAT, "a metric has no class_name");
+    }
+    static const struct { const char *name; fl_metric m; } map[] = {
+        {"accuracy", FL_ACCURACY}, {"acc", FL_ACCURACY}, {"Accuracy", FL_ACCURACY},
+        {"categorical_accuracy", FL_CATEGORICAL_ACCURACY}, {"CategoricalAccuracy", FL_CATEGORICAL_ACCURACY},
+        {"sparse_categorical_accuracy", FL_SPARSE_CATEGORICAL_ACCURACY},
+        {"SparseCategoricalAccuracy", FL_SPARSE_CATEGORICAL_ACCURACY},
+        {"binary_accuracy", FL_BINARY_ACCURACY}, {"BinaryAccuracy", FL_BINARY_ACCURACY}};
+    for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
+        if (strcmp(name, map[i].name) == 0) { *out = map[i].m; return FL_OK; }
+    return kfail(c, FL_ERR_UNSUPPORTED, "metric '%s' is not supported (flynn has accuracy, categorical_accuracy, "
+                 "sparse_categorical_accuracy and binary_accuracy)", name);
+}
+
+fl_status fl_keras_compile_from_config(fl_model *m, json_object *cc, const char *src) {
+    kctx c = {.src = src};
+    snprintf(c.where, sizeof c.where, "compile config");
+    if (!jis(cc, json_type_object)) return kfail(&c, FL_ERR_FORMAT, "it is %s, expected an object", jtype_name(cc));
+    if (m->noutputs != 1)
+        return kfail(&c, FL_ERR_UNSUPPORTED, "model '%s' has %d outputs; flynn compiles and trains models with one "
+                     "output (load it without compiling to predict)", m->name, m->noutputs);
+    json_object *oc = jkey(cc, "optimizer");
+    if (!oc) oc = jkey(cc, "optimizer_config");
+
+    json_object *lw = jkey(cc, "loss_weights");
+    if (lw) {
+        bool ones = jnum(lw) && json_object_get_double(lw) == 1.0;
+        if (jis(lw, json_type_array) && json_object_array_length(lw) == 1) {
+            json_object *w = json_object_array_get_idx(lw, 0);
+            ones = jnum(w) && json_object_get_double(w) == 1.0;
+        }
+        if (!ones) return kfail(&c, FL_ERR_UNSUPPORTED, "loss_weights are not supported");
+    }
+    json_object *wm = jkey(cc, "weighted_metrics");
+    if (wm && !(jis(wm, json_type_array) && json_object_array_length(wm) == 0))
+        return kfail(&c, FL_ERR_UNSUPPORTED, "weighted_metrics are not supported");
+    fl_loss loss = {0};
+    if (!jkey(cc, "loss")) return kfail(&c, FL_ERR_UNSUPPORTED, "there is no loss");
+    FL_TRY(loss_from_config(&c, jkey(cc, "loss"), &loss));
+    fl_metric metrics[FL_MAX_METRICS];
+    int nm = 0;
+    json_object *mv = jkey(cc, "metrics");
+    if (jis(mv, json_type_array) && json_object_array_length(mv) == 1 &&
+        jis(json_object_array_get_idx(mv, 0), json_type_array))
+        mv = json_object_array_get_idx(mv, 0); /* per-output lists of a one-output model */
+    if (mv && !jis(mv, json_type_array)) return kfail(&c, FL_ERR_UNSUPPORTED, "metrics is %s, expected a list", jtype_name(mv));
+    for (size_t i = 0; mv && i < json_object_array_length(mv); i++) {
+        json_object *e = json_object_array_get_idx(mv, i);
+        if (!e) continue;
+        if (nm == FL_MAX_METRICS) return kfail(&c, FL_ERR_UNSUPPORTED, "more than %d metrics", FL_MAX_METRICS);
+        FL_TRY(metric_from_config(&c, e, &metrics[nm++]));
+    }
+    fl_optimizer *o = NULL;
+    json_object *dflt = NULL;
+    if (!oc) oc = dflt = json_object_new_string("rmsprop"); /* Keras's compile() default */
+    fl_status s = optimizer_from_config(&c, oc, &o);
+    json_object_put(dflt);
+    if (s != FL_OK) return s;
+    s = fl_compile_(m, o, loss, metrics, nm);
+    if (s != FL_OK) fl_error_prefix("%s: compile config: ", src);
+    return s;
+}
+
+/* ------------------------------------------------------------ writing */
+
+static json_object *jfloat(double v) {
+    /* the shortest text that reads back as the same float32, Python style */
+    char buf[40];
+    float f = (float)v;
+    for (int p = 1; p <= 9; p++) {
+        snprintf(buf, sizeof buf, "%.*g", p, (double)f);
+        if ((float)strtod(buf, NULL) == f) break;
+    }
+    if (!strpbrk(buf, ".eEni")) strcat(buf, ".0");
+    return json_object_new_double_s((double)f, buf);
+}
+static json_object *jint(int64_t v) { return json_object_new_int64(v); }
+static json_object *jbool(bool v) { return json_object_new_boolean(v); }
+static json_object *jstring(const char *s) { return json_object_new_string(s); }
+static void put(json_object *o, const char *k, json_object *v) { json_object_object_add(o, k, v); }
+static json_object *jpair(int a, int b) {
+    json_object *x = json_object_new_array();
+    json_object_array_add(x, jint(a));
+    json_object_array_add(x, jint(b));
+    return x;
+}
+
+/* [null, d1, ...] of a node (dimension 0 is the batch). */
+static json_object *jshape(const fl_node *n) {
+    json_object *a = json_object_new_array();
+    json_object_array_add(a, NULL);
+    for (int i = 1; i < n->ndim; i++) json_object_array_add(a, jint(n->shape[i]));
+    return a;
+}
+
+static json_object *jobject(const char *module, const char *cls, json_object *config, bool legacy) {
+    json_object *o = json_object_new_object();
+    if (!legacy) put(o, "module", jstring(module));
+    put(o, "class_name", jstring(cls));
+    put(o, "config", config ? config : json_object_new_object());
+    if (!legacy) put(o, "registered_name", NULL);
+    return o;
+}
+
+static json_object *dtype_policy(void) {
+    json_object *c = json_object_new_object();
+    put(c, "name", jstring("float32"));
+    json_object *o = json_object_new_object();
+    put(o, "module", jstring("keras"));
+    put(o, "class_name", jstring("DTypePolicy"));
+    put(o, "config", c);
+    put(o, "registered_name", NULL);
+    return o;
+}
+
+static json_object *initializer(const char *cls) {
+    json_object *c = json_object_new_object();
+    if (strcmp(cls, "GlorotUniform") == 0) {
+        put(c, "seed", NULL);
+        put(c, "input_axes", NULL);
+        put(c, "output_axes", NULL);
+    }
+    json_object *o = json_object_new_object();
+    put(o, "module", jstring("keras.initializers"));
+    put(o, "class_name", jstring(cls));
+    put(o, "config", c);
+    put(o, "registered_name", NULL);
+    return o;
+}
+
+/* The node feeding call `call` of layer l, input k (functional models). */
+static const fl_sym *layer_call(const fl_model *m, const fl_layer *l, int call) {
+    for (int i = 0; i < m->nsyms; i++)
+        if (m->syms[i]->layer == l && m->syms[i]->call == call) return m->syms[i];
+    return NULL;
+}
+
+/* The input nodes of l's first call. */
+static int layer_inputs(const fl_model *m, const fl_layer *l, const fl_node **ins) {
+    if (!m->functional) {
+        if (l->index == 0) return 0;
+        ins[0] = m->layers[l->index - 1]->out;
+        return 1;
+    }
+    const fl_sym *s = layer_call(m, l, 0);
+    if (!s) return 0;
+    for (int i = 0; i < s->nin; i++) ins[i] = s->in[i]->node;
+    return s->nin;
+}
+
+static json_object *layer_config(const fl_model *m, const fl_layer *l) {
+    json_object *c = json_object_new_object();
+    if (l->kind == FL_L_INPUT) {
+        put(c, "batch_shape", jshape(l->out));
+        put(c, "dtype", jstring("float32"));
+        put(c, "sparse", jbool(false));
+        put(c, "ragged", jbool(false));
+        put(c, "name", jstring(l->name));
+        put(c, "optional", jbool(false));
+        return c;
+    }
+    (void)m;
+    put(c, "name", jstring(l->name));
+    put(c, "trainable", jbool(true));
+    put(c, "dtype", dtype_policy());
+    switch (l->kind) {
+    case FL_L_DENSE: {
+        const fl_dense_args *a = &l->a.dense;
+        put(c, "units", jint(a->units));
+        put(c, "activation", jstring(fl_activation_name(a->activation)));
+        put(c, "use_bias", jbool(!a->no_bias));
+        put(c, "kernel_initializer", initializer("GlorotUniform"));
+        put(c, "bias_initializer", initializer("Zeros"));
+        put(c, "kernel_regularizer", NULL);
+        put(c, "bias_regularizer", NULL);
+        put(c, "kernel_constraint", NULL);
+        put(c, "bias_constraint", NULL);
+        put(c, "quantization_config", NULL);
+        break;
+    }
+    case FL_L_CONV2D: {
+        const fl_conv2d_args *a = &l->a.conv;
+        put(c, "filters", jint(a->filters));
+        put(c, "kernel_size", jpair(a->kernel_h, a->kernel_w));
+        put(c, "strides", jpair(a->stride_h, a->stride_w));
+        put(c, "padding", jstring(a->padding == FL_SAME ? "same" : "valid"));
+        put(c, "data_format", jstring("channels_last"));
+        put(c, "dilation_rate", jpair(1, 1));
+        put(c, "groups", jint(1));
+        put(c, "activation", jstring(fl_activation_name(a->activation)));
+        put(c, "use_bias", jbool(!a->no_bias));
+        put(c, "kernel_initializer", initializer("GlorotUniform"));
+        put(c, "bias_initializer", initializer("Zeros"));
+        put(c, "kernel_regularizer", NULL);
+        put(c, "bias_regularizer", NULL);
+        put(c, "activity_regularizer", NULL);
+        put(c, "kernel_constraint", NULL);
+        put(c, "bias_constraint", NULL);
+        break;
+    }
+    case FL_L_MAXPOOL:
+    case FL_L_AVGPOOL: {
+        const fl_pool2d_args *a = &l->a.pool;
+        put(c, "pool_size", jpair(a->pool_h, a->pool_w));
+        put(c, "padding", jstring(a->padding == FL_SAME ? "same" : "valid"));
+        put(c, "strides", jpair(a->stride_h, a->stride_w));
+        put(c, "data_format", jstring("channels_last"));
+        break;
+    }
+    case FL_L_GAP:
+        put(c, "data_format", jstring("channels_last"));
+        put(c, "keepdims", jbool(false));
+        break;
+    case FL_L_FLATTEN:
+        put(c, "data_format", jstring("channels_last"));
+        break;
+    case FL_L_RESHAPE: {
+        json_object *t = json_object_new_array();
+        for (int i = 0; i < l->a.shape.ndim; i++) json_object_array_add(t, jint(l->a.shape.shape[i]));
+        put(c, "target_shape", t);
+        break;
+    }
+    case FL_L_DROPOUT:
+        put(c, "rate", jfloat(l->a.dropout.rate));
+        put(c, "seed", l->a.dropout.seed ? jint((int64_t)(l->a.dropout.seed & INT64_MAX)) : NULL);
+        put(c, "noise_shape", NULL);
+        break;
+    case FL_L_BATCHNORM: {
+        const fl_batch_norm_args *a = &l->a.bn;
+        put(c, "axis", jint(-1));
+        put(c, "momentum", jfloat(a->momentum));
+        put(c, "epsilon", jfloat(a->epsilon));
+        put(c, "center", jbool(!a->no_center));
+        put(c, "scale", jbool(!a->no_scale));
+        put(c, "beta_initializer", initializer("Zeros"));
+        put(c, "gamma_initializer", initializer("Ones"));
+        put(c, "moving_mean_initializer", initializer("Zeros"));
+        put(c, "moving_variance_initializer", initializer("Ones"));
+        put(c, "beta_regularizer", NULL);
+        put(c, "gamma_regularizer", NULL);
+        put(c, "beta_constraint", NULL);
+        put(c, "gamma_constraint", NULL);
+        put(c, "synchronized", jbool(false));
+        put(c, "renorm", jbool(false));
+        put(c, "renorm_clipping", NULL);
+        put(c, "renorm_momentum", jfloat(0.99));
+        break;
+    }
+    case FL_L_ACTIVATION:
+        put(c, "activation", jstring(fl_activation_name(l->a.act.activation)));
+        break;
+    case FL_L_CONCATENATE:
+        put(c, "axis", jint(l->a.concat.axis));
+        break;
+    default:
+        break;
+    }
+    return c;
+}
+
+/* The layers Keras gives a build_config. */
+static bool has_build_config(fl_layer_kind k) {
+    return k == FL_L_DENSE || k == FL_L_CONV2D || k == FL_L_BATCHNORM || k == FL_L_FLATTEN || k == FL_L_ADD ||
+           k == FL_L_MULTIPLY || k == FL_L_CONCATENATE;
+}
+
+static json_object *keras_tensor(const fl_sym *s) {
+    json_object *h = json_object_new_array();
+    json_object_array_add(h, jstring(s->layer->name));
+    json_object_array_add(h, jint(s->call));
+    json_object_array_add(h, jint(0));
+    json_object *c = json_object_new_object();
+    put(c, "shape", jshape(s->node));
+    put(c, "dtype", jstring("float32"));
+    put(c, "keras_history", h);
+    json_object *t = json_object_new_object();
+    put(t, "class_name", jstring("__keras_tensor__"));
+    put(t, "config", c);
+    return t;
+}
+
+static json_object *layer_entry(const fl_model *m, const fl_layer *l, bool legacy) {
+    json_object *e = jobject("keras.layers", fl_layer_kind_class(l->kind), layer_config(m, l), legacy);
+    if (!legacy && has_build_config(l->kind)) {
+        const fl_node *ins[FL_NODE_MAX_IN];
+        int n = layer_inputs(m, l, ins);
+        json_object *shape;
+        if (n == 1 && l->kind != FL_L_ADD && l->kind != FL_L_MULTIPLY && l->kind != FL_L_CONCATENATE) {
+            shape = jshape(ins[0]);
+        } else {
+            shape = json_object_new_array();
+            for (int i = 0; i < n; i++) json_object_array_add(shape, jshape(ins[i]));
+        }
+        json_object *bc = json_object_new_object();
+        put(bc, "input_shape", shape);
+        put(e, "build_config", bc);
+    }
+    if (m->functional) {
+        put(e, "name", jstring(l->name));
+        json_object *nodes = json_object_new_array();
+        bool merge = l->kind == FL_L_ADD || l->kind == FL_L_MULTIPLY || l->kind == FL_L_CONCATENATE;
+        for (int call = 0; l->kind != FL_L_INPUT; call++) {
+            const fl_sym *s = layer_call(m, l, call);
+            if (!s) break;
+            json_object *args = json_object_new_array();
+            if (merge) {
+                json_object *lst = json_object_new_array();
+                for (int i = 0; i < s->nin; i++) json_object_array_add(lst, keras_tensor(s->in[i]));
+                json_object_array_add(args, lst);
+            } else {
+                for (int i = 0; i < s->nin; i++) json_object_array_add(args, keras_tensor(s->in[i]));
+            }
+            json_object *nd = json_object_new_object();
+            put(nd, "args", args);
+            put(nd, "kwargs", json_object_new_object());
+            json_object_array_add(nodes, nd);
+        }
+        put(e, "inbound_nodes", nodes);
+    }
+    return e;
+}
+
+static json_object *io_list(const fl_model *m, fl_node *const *nodes, int n) {
+    json_object *a = json_object_new_array();
+    for (int i = 0; i < n; i++) {
+        const fl_sym *s = NULL;
+        for (int k = 0; k < m->nsyms && !s; k++)
+            if (m->syms[k]->node == nodes[i]) s = m->syms[k];
+        json_object *r = json_object_new_array();
+        json_object_array_add(r, jstring(s ? s->layer->name : "?"));
+        json_object_array_add(r, jint(s ? s->call : 0));
+        json_object_array_add(r, jint(0));
+        json_object_array_add(a, r);
+    }
+    return a;
+}
+
+json_object *fl_keras_model_config(const fl_model *m, bool legacy) {
+    json_object *cfg = json_object_new_object();
+    json_object *layers = json_object_new_array();
+    put(cfg, "name", jstring(m->name));
+    put(cfg, "trainable", jbool(true));
+    if (!m->functional) put(cfg, "dtype", dtype_policy());
+    for (int i = 0; i < m->nlayers; i++) json_object_array_add(layers, layer_entry(m, m->layers[i], legacy));
+    put(cfg, "layers", layers);
+    json_object *mc;
+    if (m->functional) {
+        put(cfg, "input_layers", io_list(m, m->inputs, m->ninputs));
+        put(cfg, "output_layers", io_list(m, m->outputs, m->noutputs));
+        mc = json_object_new_object();
+        if (!legacy) put(mc, "module", jstring("keras.src.models.functional"));
+        put(mc, "class_name", jstring("Functional"));
+        put(mc, "config", cfg);
+        if (!legacy) {
+            put(mc, "registered_name", jstring("Functional"));
+            json_object *bc = json_object_new_object();
+            put(bc, "input_shape", NULL);
+            put(mc, "build_config", bc);
+        }
+    } else {
+        put(cfg, "build_input_shape", jshape(m->input));
+        mc = jobject("keras", "Sequential", cfg, legacy);
+        if (!legacy) {
+            json_object *bc = json_object_new_object();
+            put(bc, "input_shape", jshape(m->input));
+            put(mc, "build_config", bc);
+        }
+    }
+    if (!legacy) {
+        json_object *cc = fl_keras_compile_config(m);
+        put(mc, "compile_config", cc ? cc : json_object_new_object());
+    }
+    return mc;
+}
+
+const char *fl_keras_optimizer_name(const fl_optimizer *o) {
+    switch (o ? o->code : 0) {
+    case FL_OPT_SGD: return "sgd";
+    case FL_OPT_ADAM: return "adam";
+    case FL_OPT_ADAMW: return "adamw";
+    case FL_OPT_RMSPROP: return "rmsprop";
+    }
+    return "optimizer";
+}
+
+static json_object *optimizer_config(const fl_optimizer *o, bool legacy) {
+    const fl_opt_desc *d = &o->d;
+    json_object *c = json_object_new_object();
+    put(c, "name", jstring(fl_keras_optimizer_name(o)));
+    put(c, "learning_rate", jfloat(d->lr));
+    put(c, "weight_decay", o->code == FL_OPT_ADAMW ? jfloat(d->weight_decay) : NULL);
+    put(c, "clipnorm", NULL);
+    put(c, "global_clipnorm", NULL);
+    put(c, "clipvalue", NULL);
+    put(c, "use_ema", jbool(false));
+    put(c, "ema_momentum", jfloat(0.99));
+    put(c, "ema_overwrite_frequency", NULL);
+    put(c, "loss_scale_factor", NULL);
+    put(c, "gradient_accumulation_steps", NULL);
+    const char *cls = "Adam";
+    switch (o->code) {
+    case FL_OPT_SGD:
+        cls = "SGD";
+        put(c, "momentum", jfloat(d->momentum));
+        put(c, "nesterov", jbool(d->nesterov));
+        break;
+    case FL_OPT_RMSPROP:
+        cls = "RMSprop";
+        put(c, "rho", jfloat(d->rho));
+        put(c, "momentum", jfloat(d->momentum));
+        put(c, "epsilon", jfloat(d->eps));
+        put(c, "centered", jbool(d->centered));
+        break;
+    default:
+        cls = o->code == FL_OPT_ADAMW ? "AdamW" : "Adam";
+        put(c, "beta_1", jfloat(d->beta1));
+        put(c, "beta_2", jfloat(d->beta2));
+        put(c, "epsilon", jfloat(d->eps));
+        put(c, "amsgrad", jbool(false));
+        break;
+    }
+    return jobject("keras.optimizers", cls, c, legacy);
+}
+
+static json_object *loss_config(fl_loss l, bool legacy) {
+    const char *name = fl_loss_name(l.kind);
+    if (!l.from_logits) return jstring(name);
+    json_object *c = json_object_new_object();
+    put(c, "name", jstring(name));
+    put(c, "reduction", jstring("sum_over_batch_size"));
+    put(c, "from_logits", jbool(true));
+    const char *cls = "SparseCategoricalCrossentropy";
+    if (l.kind == FL_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY) {
+        put(c, "ignore_class", NULL);
+    } else {
+        cls = l.kind == FL_LOSS_CATEGORICAL_CROSSENTROPY ? "CategoricalCrossentropy" : "BinaryCrossentropy";
+        put(c, "label_smoothing", jfloat(0.0));
+        put(c, "axis", jint(-1));
+    }
+    return jobject("keras.losses", cls, c, legacy);
+}
+
+static const char *metric_name(fl_metric mt) {
+    switch (mt) {
+    case FL_ACCURACY: return "accuracy";
+    case FL_CATEGORICAL_ACCURACY: return "categorical_accuracy";
+    case FL_SPARSE_CATEGORICAL_ACCURACY: return "sparse_categorical_accuracy";
+    case FL_BINARY_ACCURACY: return "binary_accuracy";
+    default: return "accuracy";
+    }
+}
+
+static json_object *compile_common(const fl_model *m, bool legacy) {
+    json_object *c = json_object_new_object();
+    put(c, "loss", loss_config(m->loss, legacy));
+    put(c, "loss_weights", NULL);
+    json_object *mt = NULL;
+    if (m->nmetrics) {
+        mt = json_object_new_array();
+        for (int i = 0; i < m->nmetrics; i++) json_object_array_add(mt, jstring(metric_name(m->metrics[i])));
+    }
+    put(c, "metrics", mt);
+    put(c, "weighted_metrics", NULL);
+    put(c, "run_eagerly", jbool(false));
+    put(c, "steps_per_execution", jint(1));
+    put(c, "jit_compile", jbool(true));
+    return c;
+}
+
+json_object *fl_keras_compile_config(const fl_model *m) {
+    if (!m->compiled || !m->opt) return NULL;
+    json_object *c = json_object_new_object();
+    put(c, "optimizer", optimizer_config(m->opt, false));
+    json_object *rest = compile_common(m, false);
+    json_object_object_foreach(rest, k, v) put(c, k, json_object_get(v));
+    json_object_put(rest);
+    return c;
+}
+
+json_object *fl_keras_training_config(const fl_model *m) {
+    if (!m->compiled || !m->opt) return NULL;
+    json_object *c = compile_common(m, true);
+    json_object *oc = optimizer_config(m->opt, true);
+    put(c, "optimizer_config", oc);
+    return c;
+}
+
+char *fl_keras_json_text(json_object *obj) {
+    const char *s = json_object_to_json_string_ext(obj, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE);
+    if (!s) return fl_error_null(FL_ERR_NOMEM, "out of memory writing JSON");
+    size_t n = strlen(s);
+    char *out = fl_malloc(n + 1, "JSON text");
+    if (out) memcpy(out, s, n + 1);
+    return out;
+}

@@ -1,0 +1,126 @@
+#!/usr/bin/env bash
+# test_cli_files.sh — end-to-end checks of the model-file side of the `flynn`
+# command: help texts; `flynn summary FILE`; `flynn predict` on one- and
+# two-input fixtures (the same predictions from every format); `flynn
+# convert` between .keras, .h5 and .json (+ .weights.h5), byte-identical
+# when repeated; `flynn train --model FILE`, `--save`, `--checkpoint` and
+# `--resume` (an interrupted and resumed run ends exactly where an
+# uninterrupted one does); and the refusals (bad files, wrong shapes, usage).
+# usage: test_cli_files.sh PATH/TO/flynn FIXTURE_DIR
+set -u
+FLYNN=$1
+FX=$2
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+pass=0 fail=0
+ok()  { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); echo "FAIL: $*" >&2; }
+expect() { # expect NAME EXIT_CODE PATTERN -- command...
+  local name=$1 code=$2 pat=$3; shift 4
+  local out rc
+  out=$("$@" 2>&1); rc=$?
+  if [ "$rc" != "$code" ]; then bad "$name: exit $rc, expected $code"; echo "$out" | tail -5 >&2; return; fi
+  if ! grep -qE -- "$pat" <<<"$out"; then bad "$name: output lacks /$pat/"; echo "$out" | tail -5 >&2; return; fi
+  ok
+}
+same() { # same NAME FILE1 FILE2: byte-identical
+  if cmp -s "$2" "$3"; then ok; else bad "$1: $2 and $3 differ"; fi
+}
+
+# help texts
+expect predict-help 0 "--input X.npy" -- "$FLYNN" predict --help
+expect convert-help 0 "\.keras +Keras 3" -- "$FLYNN" convert --help
+expect summary-help 0 "flynn summary FILE" -- "$FLYNN" summary --help
+expect train-help 0 "--resume FILE" -- "$FLYNN" train --help
+expect main-help 0 "convert +convert a model file" -- "$FLYNN" --help
+
+# summary of a file: the Keras table and what it was compiled with
+expect summary-file 0 "Model: \"train_mlp_adam\"" -- "$FLYNN" summary "$FX/train_mlp_adam_after.keras"
+expect summary-compiled 0 "Compiled: Adam \(learning_rate 0.01\), loss sparse_categorical_crossentropy; 1 optimizer step taken" \
+  -- "$FLYNN" summary "$FX/train_mlp_adam_after.keras"
+expect summary-functional 0 "Connected to" -- "$FLYNN" summary "$FX/func_shared.h5"
+expect summary-model-opt 0 "Total params" -- "$FLYNN" summary --model "$FX/conv_basic.keras"
+expect summary-builtin 0 "Total params: 1,199,882" -- "$FLYNN" summary
+
+# predict: one input; the same bytes from the .keras and from flynn's .h5 and .json + weights
+expect predict 0 "predictions \(3, 2, 2, 2\) written to $tmp/y1.npy" -- \
+  "$FLYNN" predict "$FX/conv_basic.keras" --input "$FX/conv_basic_x.npy" --output "$tmp/y1.npy"
+expect convert-h5 0 "-> $tmp/c.h5" -- "$FLYNN" convert "$FX/conv_basic.keras" "$tmp/c.h5"
+expect convert-json 0 "$tmp/c.weights.h5 \(weights\)" -- "$FLYNN" convert "$FX/conv_basic.keras" "$tmp/c.json"
+expect convert-keras 0 "-> $tmp/c2.keras" -- "$FLYNN" convert "$tmp/c.json" "$tmp/c2.keras" --weights "$tmp/c.weights.h5"
+expect predict-h5 0 "written" -- "$FLYNN" predict "$tmp/c.h5" --input "$FX/conv_basic_x.npy" --output "$tmp/y2.npy"
+expect predict-json 0 "written" -- "$FLYNN" predict "$tmp/c.json" --weights "$tmp/c.weights.h5" \
+  --input "$FX/conv_basic_x.npy" --output "$tmp/y3.npy"
+expect predict-keras2 0 "written" -- "$FLYNN" predict "$tmp/c2.keras" --input "$FX/conv_basic_x.npy" --output "$tmp/y4.npy" --device cpu --batch-size 2
+same predict-h5-same "$tmp/y1.npy" "$tmp/y2.npy"
+same predict-json-same "$tmp/y1.npy" "$tmp/y3.npy"
+same predict-keras-same "$tmp/y1.npy" "$tmp/y4.npy"
+expect predict-json-fresh 0 "holds no weights" -- "$FLYNN" predict "$tmp/c.json" --input "$FX/conv_basic_x.npy" --output "$tmp/y5.npy"
+# the same conversion twice: the same bytes (no timestamps in the HDF5 files)
+"$FLYNN" convert "$FX/conv_basic.keras" "$tmp/d.h5" >/dev/null 2>&1
+same convert-deterministic "$tmp/c.h5" "$tmp/d.h5"
+
+# two inputs, two outputs (Y_0.npy, Y_1.npy from one name)
+expect predict-multi 0 "written to $tmp/m_1.npy" -- "$FLYNN" predict "$FX/func_multi_io.keras" \
+  --input "$FX/func_multi_io_x0.npy" --input "$FX/func_multi_io_x1.npy" --output "$tmp/m.npy"
+[ -f "$tmp/m_0.npy" ] && [ -f "$tmp/m_1.npy" ] && ok || bad "predict-multi: outputs missing"
+expect predict-multi-missing 2 "2 inputs, 1 --input given" -- "$FLYNN" predict "$FX/func_multi_io.keras" \
+  --input "$FX/func_multi_io_x0.npy" --output "$tmp/m.npy"
+
+# refusals, with the file and the reason
+expect predict-wrong-shape 1 "x has shape \(4, 5\), model 'conv_basic' expects \(-1, 7, 7, 2\)|expects" -- \
+  "$FLYNN" predict "$FX/conv_basic.keras" --input "$FX/dense_activations_x.npy" --output "$tmp/z.npy"
+expect summary-bad-layer 1 "LayerNormalization.*not supported" -- "$FLYNN" summary "$FX/bad_unsupported_layer.keras"
+expect summary-truncated 1 "bad_truncated.keras.*zip" -- "$FLYNN" summary "$FX/bad_truncated.keras"
+expect convert-bomb 1 "declares .* bytes uncompressed" -- "$FLYNN" convert "$FX/bad_zip_bomb.keras" "$tmp/x.keras"
+[ ! -e "$tmp/x.keras" ] && ok || bad "convert-bomb: wrote an output"
+expect convert-missing 1 "cannot open $tmp/none.keras" -- "$FLYNN" convert "$tmp/none.keras" "$tmp/x.keras"
+expect convert-bad-name 1 "must end in .keras" -- "$FLYNN" convert "$FX/conv_basic.keras" "$tmp/x.bin"
+expect convert-usage 2 "IN and OUT are required" -- "$FLYNN" convert "$FX/conv_basic.keras"
+expect predict-usage 2 "--input X.npy is required" -- "$FLYNN" predict "$FX/conv_basic.keras" --output "$tmp/z.npy"
+expect predict-bad-option 2 "unknown option --inputs" -- "$FLYNN" predict "$FX/conv_basic.keras" --inputs x
+
+# a compile config flynn cannot honour: summary and convert go on without it and say so
+cat >"$tmp/mae.json" <<'JSON'
+{"class_name": "Sequential", "config": {"name": "mae_model", "layers": [
+ {"class_name": "InputLayer", "config": {"batch_shape": [null, 3], "name": "in"}},
+ {"class_name": "Dense", "config": {"name": "d", "units": 2}}]},
+ "compile_config": {"optimizer": "adam", "loss": "mae"}}
+JSON
+expect summary-lenient 0 "compile config is left out: .*loss 'mae' is not supported" -- "$FLYNN" summary "$tmp/mae.json"
+expect convert-lenient 0 "-> $tmp/mae.keras" -- "$FLYNN" convert "$tmp/mae.json" "$tmp/mae.keras"
+expect train-mae 1 "loss 'mae' is not supported" -- "$FLYNN" train --model "$tmp/mae.json" --samples 100
+
+# train a model file; save; checkpoint the best val_loss; resume exactly
+common=(--samples 600 --test-samples 500 --batch-size 100 --seed 3 --verbose 2)
+expect train-save 0 "model saved to $tmp/mlp.keras" -- "$FLYNN" train --model mlp "${common[@]}" --epochs 1 --save "$tmp/mlp.keras"
+expect train-file 0 "test accuracy: 0\.[0-9]{4}" -- "$FLYNN" train --model "$tmp/mlp.keras" "${common[@]}" --epochs 1
+expect train-file-compiled 0 "Compiled: Adam .*6 optimizer steps taken" -- "$FLYNN" train --model "$tmp/mlp.keras" "${common[@]}" --epochs 1
+out=$("$FLYNN" train --model mlp "${common[@]}" --epochs 3 --validation-split 0.2 --checkpoint "$tmp/best.keras" 2>&1); rc=$?
+[ $rc -eq 0 ] && ok || { bad "checkpoint: exit $rc"; echo "$out" | tail -5 >&2; }
+grep -qE "^Epoch 1: val_loss improved from None to [0-9.]+, saving model to $tmp/best.keras" <<<"$out" && ok || { bad "checkpoint: no save line"; echo "$out" | tail -8 >&2; }
+grep -qE "^best model \(val_loss [0-9.]+\) saved to $tmp/best.keras" <<<"$out" && ok || bad "checkpoint: no summary line"
+expect checkpoint-loads 0 "Total params: 669,706" -- "$FLYNN" summary "$tmp/best.keras"
+# interrupted after 1 epoch, resumed for 2 more == 3 epochs in one go
+full=$("$FLYNN" train --model mlp "${common[@]}" --epochs 3 --save "$tmp/full.keras" 2>&1 | grep "^test accuracy")
+"$FLYNN" train --model mlp "${common[@]}" --epochs 1 --save "$tmp/part.keras" >/dev/null 2>&1
+out=$("$FLYNN" train --resume "$tmp/part.keras" "${common[@]}" --epochs 2 --save "$tmp/resumed.keras" 2>&1); rc=$?
+[ $rc -eq 0 ] && ok || { bad "resume: exit $rc"; echo "$out" | tail -5 >&2; }
+grep -q "^resuming $tmp/part.keras after 6 optimizer steps (epoch 1)" <<<"$out" && ok || { bad "resume: no resume line"; echo "$out" | head -20 >&2; }
+grep -q "^Epoch 2/3" <<<"$out" && ok || bad "resume: epochs not numbered on"
+resumed=$(grep "^test accuracy" <<<"$out")
+[ -n "$full" ] && [ "$full" = "$resumed" ] && ok || bad "resume: '$resumed' differs from the uninterrupted run's '$full'"
+"$FLYNN" convert "$tmp/full.keras" "$tmp/full.json" >/dev/null && "$FLYNN" convert "$tmp/resumed.keras" "$tmp/resumed.json" >/dev/null
+same resume-weights "$tmp/full.weights.h5" "$tmp/resumed.weights.h5"
+# a .h5 resume works the same way
+"$FLYNN" convert "$tmp/part.keras" "$tmp/part.h5" >/dev/null
+out=$("$FLYNN" train --resume "$tmp/part.h5" "${common[@]}" --epochs 2 2>&1 | grep "^test accuracy")
+[ "$out" = "$full" ] && ok || bad "resume from .h5: '$out' vs '$full'"
+# refusals
+"$FLYNN" convert "$FX/conv_basic.keras" "$tmp/uncompiled.keras" >/dev/null
+expect resume-uncompiled 1 "no training configuration" -- "$FLYNN" train --resume "$tmp/uncompiled.keras" "${common[@]}"
+expect train-wrong-input 1 "model takes samples of shape \(7, 7, 2\)" -- "$FLYNN" train --model "$tmp/uncompiled.keras" "${common[@]}"
+expect checkpoint-bad-name 1 "must end in .keras or .h5" -- "$FLYNN" train --model mlp "${common[@]}" --epochs 1 --checkpoint "$tmp/x.txt"
+
+echo "test_cli_files: $pass passed, $fail failed"
+[ $fail -eq 0 ]

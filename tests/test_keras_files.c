@@ -1,0 +1,844 @@
+/*
+ * test_keras_files.c — Keras model files against real Keras 3.15: every
+ * fixture of tests/fixtures/keras (written by tools/keras_fixtures.py, listed
+ * in its manifest.json) loads from each format it comes in (.keras, .h5,
+ * .json + .weights.h5) and predicts what Keras predicted; the training
+ * fixtures take one step as Keras did and continue from Keras's saved
+ * optimizer state as Keras does; save -> load round-trips every fixture
+ * through .keras, .h5 and .json + .weights.h5 bit for bit; the bad_* files
+ * and hand-made configs are refused with the promised messages, nothing
+ * half-loaded; saving is atomic; the checkpoint callback and an interrupted
+ * + resumed run match an uninterrupted one.
+ *
+ * usage: test_keras_files FIXTURE_DIR
+ */
+#include "check.h"
+
+#include <flynn/flynn.h>
+#include <json-c/json.h>
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static const char *dir;
+static char tmpdir[256];
+static json_object *manifest;
+static double tol_pred_r = 1e-5, tol_pred_a = 1e-6, tol_step_r = 1e-4, tol_step_a = 1e-6;
+
+static const char *P(const char *name) {
+    static char buf[8][1024];
+    static int k;
+    k = (k + 1) % 8;
+    snprintf(buf[k], sizeof buf[k], "%s/%s", dir, name);
+    return buf[k];
+}
+static const char *T(const char *name) {
+    static char buf[8][1024];
+    static int k;
+    k = (k + 1) % 8;
+    snprintf(buf[k], sizeof buf[k], "%s/%s", tmpdir, name);
+    return buf[k];
+}
+
+static json_object *jget(json_object *o, const char *k) {
+    json_object *v = NULL;
+    return o && json_object_object_get_ex(o, k, &v) ? v : NULL;
+}
+static const char *jstr(json_object *o, const char *k) {
+    json_object *v = jget(o, k);
+    return v && json_object_is_type(v, json_type_string) ? json_object_get_string(v) : NULL;
+}
+
+/* ------------------------------------------------------------ comparisons */
+
+typedef struct errs { double abs, rel; } errs;
+
+/* |got - want| <= atol + rtol*|want| everywhere; tracks the largest errors. */
+static bool close_all(const fl_tensor *got, const fl_tensor *want, double rtol, double atol, errs *e, const char *what) {
+    check_count++;
+    char a[64], b[64];
+    bool same = fl_tensor_ndim(got) == fl_tensor_ndim(want);
+    for (int i = 0; same && i < fl_tensor_ndim(got); i++) same = fl_tensor_dim(got, i) == fl_tensor_dim(want, i);
+    if (!same) {
+        check_failures++;
+        fprintf(stderr, "%s: shape %s, expected %s\n", what, fl_tensor_shape_str(got, a, sizeof a),
+                fl_tensor_shape_str(want, b, sizeof b));
+        return false;
+    }
+    const float *g = fl_tensor_cdata(got), *w = fl_tensor_cdata(want);
+    int64_t bad = 0, first = -1;
+    for (int64_t i = 0; i < fl_tensor_size(got); i++) {
+        double d = fabs((double)g[i] - (double)w[i]);
+        if (d > e->abs) e->abs = d;
+        double r = d / (fabs((double)w[i]) > 1e-30 ? fabs((double)w[i]) : 1e-30);
+        if (fabs((double)w[i]) > 1e-3 && r > e->rel) e->rel = r;
+        if (!(d <= atol + rtol * fabs((double)w[i]))) { if (first < 0) first = i; bad++; }
+    }
+    if (bad) {
+        check_failures++;
+        fprintf(stderr, "%s: %lld of %lld values differ beyond rtol %g atol %g; first at %lld: %.9g vs %.9g\n", what,
+                (long long)bad, (long long)fl_tensor_size(got), rtol, atol, (long long)first, g[first], w[first]);
+    }
+    return bad == 0;
+}
+
+static bool bit_equal(const fl_tensor *a, const fl_tensor *b) {
+    if (!a || !b || fl_tensor_ndim(a) != fl_tensor_ndim(b) || fl_tensor_size(a) != fl_tensor_size(b)) return false;
+    for (int i = 0; i < fl_tensor_ndim(a); i++)
+        if (fl_tensor_dim(a, i) != fl_tensor_dim(b, i)) return false;
+    return memcmp(fl_tensor_cdata(a), fl_tensor_cdata(b), (size_t)fl_tensor_size(a) * 4) == 0;
+}
+
+/* ------------------------------------------------------------ fixture io */
+
+typedef struct io { int n; fl_tensor *t[8]; } io;
+
+static void io_free(io *x) {
+    for (int i = 0; i < x->n; i++) fl_tensor_free(x->t[i]);
+    x->n = 0;
+}
+
+static bool io_load(json_object *list, io *x) {
+    x->n = 0;
+    for (size_t i = 0; list && i < json_object_array_length(list) && i < 8; i++) {
+        fl_tensor *t = fl_load_npy(P(json_object_get_string(json_object_array_get_idx(list, i))));
+        CHECK_MSG(t != NULL, "%s", fl_last_error());
+        if (!t) return false;
+        if (fl_tensor_dtype(t) != FL_FLOAT32) {
+            fl_tensor *f = fl_to_float(t, 1.0f);
+            fl_tensor_free(t);
+            t = f;
+        }
+        x->t[x->n++] = t;
+    }
+    return x->n > 0;
+}
+
+static bool predict(fl_model *m, const io *x, io *y) {
+    y->n = fl_model_num_outputs(m);
+    fl_status s = fl_predict_multi(m, (const fl_tensor *const *)x->t, x->n, y->t, y->n, .verbose = FL_VERBOSE_SILENT);
+    CHECK_MSG(s == FL_OK, "predict: %s", fl_last_error());
+    if (s != FL_OK) y->n = 0;
+    return s == FL_OK;
+}
+
+static void compare_predictions(fl_model *m, const io *x, const io *want, const char *name, const char *how, errs *worst) {
+    io got = {0};
+    if (!predict(m, x, &got)) return;
+    errs e = {0, 0};
+    char what[256];
+    CHECK_MSG(got.n == want->n, "%s via %s: %d outputs, Keras %d", name, how, got.n, want->n);
+    for (int i = 0; i < got.n && i < want->n; i++) {
+        snprintf(what, sizeof what, "%s via %s, output %d", name, how, i);
+        close_all(got.t[i], want->t[i], tol_pred_r, tol_pred_a, &e, what);
+    }
+    printf("  %-24s %-16s predictions: max abs err %.3g, max rel err %.3g\n", name, how, e.abs, e.rel);
+    if (e.abs > worst->abs) worst->abs = e.abs;
+    if (e.rel > worst->rel) worst->rel = e.rel;
+    io_free(&got);
+}
+
+static char *summary_text(fl_model *m) {
+    FILE *f = tmpfile();
+    fl_model_summary(m, f);
+    long n = ftell(f);
+    rewind(f);
+    char *s = calloc((size_t)n + 1, 1);
+    if (fread(s, 1, (size_t)n, f) != (size_t)n) s[0] = 0;
+    fclose(f);
+    return s;
+}
+
+/* Every weight of a and b bit-identical. */
+static bool same_weights(fl_model *a, fl_model *b) {
+    if (fl_model_num_layers(a) != fl_model_num_layers(b)) return false;
+    for (int i = 0; i < fl_model_num_layers(a); i++) {
+        fl_layer *la = fl_model_layer(a, i), *lb = fl_model_layer(b, i);
+        if (strcmp(fl_layer_name(la), fl_layer_name(lb)) != 0 || fl_layer_num_weights(la) != fl_layer_num_weights(lb))
+            return false;
+        for (int k = 0; k < fl_layer_num_weights(la); k++)
+            if (!bit_equal(fl_layer_weight(la, k), fl_layer_weight(lb, k))) return false;
+    }
+    return true;
+}
+
+static bool same_compile(fl_model *a, fl_model *b) {
+    const fl_optimizer *oa = fl_model_optimizer(a), *ob = fl_model_optimizer(b);
+    if (!oa || !ob) return !oa && !ob;
+    return strcmp(fl_optimizer_name(oa), fl_optimizer_name(ob)) == 0 &&
+           fl_optimizer_iterations(oa) == fl_optimizer_iterations(ob) &&
+           fl_optimizer_learning_rate(oa) == fl_optimizer_learning_rate(ob) &&
+           fl_model_loss(a).kind == fl_model_loss(b).kind && fl_model_loss(a).from_logits == fl_model_loss(b).from_logits;
+}
+
+/* save m to each format, load it back: same weights, summary, compile state, predictions */
+static void round_trip(fl_model *m, const io *x, const char *name) {
+    io ref = {0};
+    if (!predict(m, x, &ref)) return;
+    char *sum = summary_text(m);
+    static const char *exts[] = {".keras", ".h5", ".json"};
+    for (int e = 0; e < 3; e++) {
+        char fn[600], wfn[600];
+        snprintf(fn, sizeof fn, "%s/rt_%s%s", tmpdir, name, exts[e]);
+        snprintf(wfn, sizeof wfn, "%s/rt_%s.weights.h5", tmpdir, name);
+        CHECK_MSG(fl_save_model(m, fn) == FL_OK, "%s: save %s: %s", name, exts[e], fl_last_error());
+        if (e == 2) CHECK_MSG(fl_save_weights(m, wfn) == FL_OK, "%s: save_weights: %s", name, fl_last_error());
+        fl_model *b = fl_load_model(fn);
+        CHECK_MSG(b != NULL, "%s: reload %s: %s", name, exts[e], fl_last_error());
+        if (!b) continue;
+        if (e == 2) CHECK_MSG(fl_load_weights(b, wfn) == FL_OK, "%s: load_weights: %s", name, fl_last_error());
+        CHECK_MSG(same_weights(m, b), "%s: weights differ after %s round trip", name, exts[e]);
+        char *sb = summary_text(b);
+        CHECK_MSG(strcmp(sum, sb) == 0, "%s: summary differs after %s round trip:\n%s\nvs\n%s", name, exts[e], sum, sb);
+        free(sb);
+        CHECK_MSG(same_compile(m, b), "%s: compile state differs after %s round trip", name, exts[e]);
+        io got = {0};
+        if (predict(b, x, &got)) {
+            bool eq = got.n == ref.n;
+            for (int i = 0; eq && i < got.n; i++) eq = bit_equal(got.t[i], ref.t[i]);
+            CHECK_MSG(eq, "%s: predictions differ after %s round trip", name, exts[e]);
+        }
+        io_free(&got);
+        fl_model_free(b);
+        unlink(fn);
+    }
+    /* the JSON text round-trips to the same text */
+    char *j1 = fl_model_to_json(m);
+    fl_model *c = j1 ? fl_model_from_json(j1) : NULL;
+    char *j2 = c ? fl_model_to_json(c) : NULL;
+    CHECK_MSG(j1 && j2 && strcmp(j1, j2) == 0, "%s: to_json -> from_json -> to_json changed the text", name);
+    free(j1);
+    free(j2);
+    fl_model_free(c);
+    free(sum);
+    io_free(&ref);
+}
+
+/* ------------------------------------------------------------ training */
+
+static fl_tensor *load_train_y(const char *file) {
+    fl_tensor *t = fl_load_npy(P(file));
+    CHECK_MSG(t != NULL, "%s", fl_last_error());
+    return t;
+}
+
+/* step list items: {"layer","weight","file"} objects or [layer, weight, file] lists */
+static void item(json_object *it, const char **layer, const char **weight, const char **file) {
+    if (json_object_is_type(it, json_type_array)) {
+        *layer = json_object_get_string(json_object_array_get_idx(it, 0));
+        *weight = json_object_get_string(json_object_array_get_idx(it, 1));
+        *file = json_object_get_string(json_object_array_get_idx(it, 2));
+    } else {
+        *layer = jstr(it, "layer");
+        *weight = jstr(it, "weight");
+        *file = jstr(it, "file");
+    }
+}
+
+static fl_tensor *weight_of(fl_model *m, const char *layer, const char *weight) {
+    fl_layer *l = fl_model_get_layer(m, layer);
+    if (!l) return NULL;
+    for (int k = 0; k < fl_layer_num_weights(l); k++)
+        if (strcmp(fl_layer_weight_name(l, k), weight) == 0) return fl_layer_weight(l, k);
+    return NULL;
+}
+
+static void compare_weights(fl_model *m, json_object *list, const char *name, const char *what, double rtol, double atol,
+                            errs *e) {
+    for (size_t i = 0; list && i < json_object_array_length(list); i++) {
+        const char *ln, *wn, *fn;
+        item(json_object_array_get_idx(list, i), &ln, &wn, &fn);
+        fl_tensor *want = fl_load_npy(P(fn)), *got = weight_of(m, ln, wn);
+        CHECK_MSG(want && got, "%s %s: %s/%s: %s", name, what, ln, wn, fl_last_error());
+        char w[256];
+        snprintf(w, sizeof w, "%s %s %s/%s", name, what, ln, wn);
+        if (want && got) close_all(got, want, rtol, atol, e, w);
+        fl_tensor_free(want);
+    }
+}
+
+static void one_step(fl_model *m, const fl_tensor *x, const fl_tensor *y, int bs, const char *name) {
+    fl_history *h = fl_fit(m, x, y, .batch_size = bs, .epochs = 1, .no_shuffle = true, .verbose = FL_VERBOSE_SILENT);
+    CHECK_MSG(h != NULL, "%s: fit: %s", name, fl_last_error());
+    fl_history_free(h);
+}
+
+static void training_fixture(json_object *fx, const char *name) {
+    json_object *tr = jget(fx, "training"), *files = jget(fx, "files");
+    if (!tr) return;
+    const char *tx = jstr(tr, "train_x") ? jstr(tr, "train_x") : jstr(files, "train_x");
+    const char *ty = jstr(tr, "train_y") ? jstr(tr, "train_y") : jstr(files, "train_y");
+    int bs = json_object_get_int(jget(tr, "batch_size"));
+    fl_tensor *x = fl_load_npy(P(tx)), *y = load_train_y(ty);
+    CHECK(x && y && bs > 0);
+    if (!x || !y || bs <= 0) { fl_tensor_free(x); fl_tensor_free(y); return; }
+    errs e1 = {0, 0}, e2 = {0, 0};
+    /* 1. M.keras (compiled, before the step): one step -> Keras's step-1 weights */
+    fl_model *m = fl_load_model(P(jstr(files, "keras")));
+    CHECK_MSG(m != NULL, "%s: %s", name, fl_last_error());
+    if (!m) goto out;
+    CHECK_MSG(fl_model_optimizer(m) != NULL, "%s: M.keras came back uncompiled", name);
+    one_step(m, x, y, bs, name);
+    compare_weights(m, jget(tr, "step1_weights"), name, "step 1", tol_step_r, tol_step_a, &e1);
+    /* ... and flynn's own state saved after the step continues like Keras's */
+    CHECK(fl_save_model(m, T("after_flynn.keras")) == FL_OK);
+    CHECK(fl_save_model(m, T("after_flynn.h5")) == FL_OK);
+    fl_model_free(m);
+    /* 2. the step-1 weights file holds exactly the step-1 weights */
+    if (jstr(files, "step1_weights_h5")) {
+        m = fl_load_model(P(jstr(files, "keras")));
+        CHECK_MSG(m && fl_load_weights(m, P(jstr(files, "step1_weights_h5"))) == FL_OK, "%s: %s", name, fl_last_error());
+        if (m) {
+            errs ez = {0, 0};
+            compare_weights(m, jget(tr, "step1_weights"), name, "step1.weights.h5", 0, 0, &ez);
+            CHECK_MSG(fl_optimizer_iterations(fl_model_optimizer(m)) == 1,
+                      "%s: load_weights did not restore the optimizer iterations", name);
+        }
+        fl_model_free(m);
+    }
+    /* 3. resume: M_after.keras (Keras's optimizer state) -> one more step -> Keras's step 2 */
+    const char *resumes[3] = {jstr(files, "after_keras"), "after_flynn.keras", "after_flynn.h5"};
+    for (int r = 0; r < 3; r++) {
+        if (!resumes[r]) continue;
+        m = fl_load_model(r == 0 ? P(resumes[r]) : T(resumes[r]));
+        CHECK_MSG(m != NULL, "%s: %s: %s", name, resumes[r], fl_last_error());
+        if (!m) continue;
+        CHECK_MSG(fl_optimizer_iterations(fl_model_optimizer(m)) == 1, "%s: %s: iterations %lld, expected 1", name,
+                  resumes[r], (long long)fl_optimizer_iterations(fl_model_optimizer(m)));
+        one_step(m, x, y, bs, name);
+        errs e = {0, 0};
+        compare_weights(m, jget(tr, "step2_weights"), name, r == 0 ? "step 2 (from M_after.keras)" : "step 2 (from flynn's save)",
+                        tol_step_r, tol_step_a, r == 0 ? &e2 : &e);
+        fl_model_free(m);
+    }
+    printf("  %-24s %-16s step 1: max abs err %.3g, rel %.3g; step 2 after resume: max abs err %.3g, rel %.3g\n", name,
+           "training", e1.abs, e1.rel, e2.abs, e2.rel);
+out:
+    fl_tensor_free(x);
+    fl_tensor_free(y);
+}
+
+static void fixtures(void) {
+    json_object *list = jget(manifest, "fixtures");
+    errs worst = {0, 0};
+    int n = 0;
+    for (size_t i = 0; list && i < json_object_array_length(list); i++) {
+        json_object *fx = json_object_array_get_idx(list, i), *files = jget(fx, "files");
+        const char *name = jstr(fx, "name");
+        io x = {0}, y = {0};
+        if (!io_load(jget(files, "x"), &x) || !io_load(jget(files, "y"), &y)) { io_free(&x); io_free(&y); continue; }
+        n++;
+        fl_model *first = NULL;
+        if (jstr(files, "keras")) {
+            fl_model *m = fl_load_model(P(jstr(files, "keras")));
+            CHECK_MSG(m != NULL, "%s.keras: %s", name, fl_last_error());
+            if (m) compare_predictions(m, &x, &y, name, ".keras", &worst);
+            first = m;
+        }
+        if (jstr(files, "h5")) {
+            fl_model *m = fl_load_model(P(jstr(files, "h5")));
+            CHECK_MSG(m != NULL, "%s.h5: %s", name, fl_last_error());
+            if (m) compare_predictions(m, &x, &y, name, ".h5", &worst);
+            if (!first) first = m;
+            else fl_model_free(m);
+        }
+        if (jstr(files, "json")) {
+            fl_model *m = fl_load_model(P(jstr(files, "json")));
+            CHECK_MSG(m != NULL, "%s.json: %s", name, fl_last_error());
+            if (m && jstr(files, "weights_h5")) {
+                CHECK_MSG(fl_load_weights(m, P(jstr(files, "weights_h5"))) == FL_OK, "%s.weights.h5: %s", name, fl_last_error());
+                compare_predictions(m, &x, &y, name, ".json+.weights.h5", &worst);
+            }
+            fl_model_free(m);
+        }
+        if (first) {
+            /* the formats the fixture does not come in: flynn writes them, flynn reads them back */
+            round_trip(first, &x, name);
+            char fn[600], wfn[600];
+            snprintf(fn, sizeof fn, "%s/conv_%s.h5", tmpdir, name);
+            if (fl_save_model(first, fn) == FL_OK) {
+                fl_model *m = fl_load_model(fn);
+                if (m) compare_predictions(m, &x, &y, name, "flynn .h5", &worst);
+                CHECK(m != NULL);
+                fl_model_free(m);
+            }
+            snprintf(fn, sizeof fn, "%s/conv_%s.json", tmpdir, name);
+            snprintf(wfn, sizeof wfn, "%s/conv_%s.weights.h5", tmpdir, name);
+            if (fl_save_model(first, fn) == FL_OK && fl_save_weights(first, wfn) == FL_OK) {
+                fl_model *m = fl_load_model(fn);
+                CHECK(m && fl_load_weights(m, wfn) == FL_OK);
+                if (m) compare_predictions(m, &x, &y, name, "flynn .json+w", &worst);
+                fl_model_free(m);
+            }
+        }
+        fl_model_free(first);
+        training_fixture(fx, name);
+        io_free(&x);
+        io_free(&y);
+    }
+    CHECK_MSG(n >= 10, "only %d fixtures found in %s/manifest.json", n, dir);
+    printf("fixtures: %d, worst prediction error: abs %.3g, rel %.3g\n", n, worst.abs, worst.rel);
+}
+
+/* ------------------------------------------------------------ refusals */
+
+/* Loads path (or JSON text) and expects NULL with every fragment in the message. */
+static void expect_refused(const char *path, const char *json, const char *const *frags) {
+    fl_clear_error();
+    /* HDF5, libzip and json-c must not print anything themselves */
+    fflush(stderr);
+    int saved = dup(2);
+    FILE *cap = tmpfile();
+    dup2(fileno(cap), 2);
+    fl_model *m = path ? fl_load_model(path) : fl_model_from_json(json);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    long printed = ftell(cap) > 0 ? ftell(cap) : (fseek(cap, 0, SEEK_END), ftell(cap));
+    fclose(cap);
+    const char *what = path ? path : "JSON";
+    CHECK_MSG(m == NULL, "%s: loaded, expected a refusal", what);
+    CHECK_MSG(printed == 0, "%s: %ld bytes printed on stderr by a library", what, printed);
+    fl_model_free(m);
+    const char *msg = fl_last_error();
+    for (int i = 0; frags[i]; i++) CHECK_MSG(strstr(msg, frags[i]) != NULL, "%s: message \"%s\" lacks \"%s\"", what, msg, frags[i]);
+    if (m == NULL) printf("  refused %-40.40s %s\n", path ? strrchr(path, '/') + 1 : "(JSON)", msg);
+}
+
+static void bad_fixtures(void) {
+    json_object *list = jget(manifest, "bad");
+    int n = 0;
+    for (size_t i = 0; list && i < json_object_array_length(list); i++) {
+        json_object *b = json_object_array_get_idx(list, i);
+        const char *file = jstr(b, "file"), *reason = jstr(b, "reason");
+        const char *frags[6] = {file, NULL};
+        if (strcmp(reason, "custom_layer") == 0) { frags[1] = "custom object"; frags[2] = "ScaleByTwo"; frags[3] = "built-in Keras layers"; }
+        else if (strcmp(reason, "lambda_layer") == 0) { frags[1] = "Lambda"; frags[2] = "Python code"; }
+        else if (strcmp(reason, "unsupported_layer") == 0) { frags[1] = "LayerNormalization"; frags[2] = "not supported"; frags[3] = "Dense, Conv2D"; }
+        else if (strcmp(reason, "truncated_zip") == 0 || strcmp(reason, "not_a_zip") == 0) { frags[1] = "zip"; }
+        else if (strcmp(reason, "invalid_json") == 0) { frags[1] = "config.json"; frags[2] = "invalid JSON"; frags[3] = "line 1, column"; }
+        else if (strcmp(reason, "wrong_shape") == 0) { frags[1] = "layer 'dense' (Dense) weight 'kernel'"; frags[2] = "has shape (6, 5), expected (5, 6)"; }
+        else if (strcmp(reason, "missing_weights") == 0) { frags[1] = "dense_1"; frags[2] = "missing"; }
+        else if (strcmp(reason, "zip_bomb") == 0) { frags[1] = "config.json declares"; frags[2] = "limit"; frags[3] = "before inflating"; }
+        else { frags[1] = NULL; }
+        expect_refused(P(file), NULL, frags);
+        n++;
+    }
+    CHECK(n >= 8);
+}
+
+/* A small valid Sequential config with one Dense layer whose config gets `extra`. */
+static char *config_with(const char *cls, const char *layer_cfg) {
+    static const char *fmt =
+        "{\"module\":\"keras\",\"class_name\":\"Sequential\",\"config\":{\"name\":\"s\",\"trainable\":true,\"layers\":["
+        "{\"module\":\"keras.layers\",\"class_name\":\"InputLayer\",\"config\":{\"batch_shape\":[null,6,6,2],"
+        "\"dtype\":\"float32\",\"name\":\"in\"},\"registered_name\":null},"
+        "{\"module\":\"keras.layers\",\"class_name\":\"%s\",\"config\":{\"name\":\"layer\",\"trainable\":true%s},"
+        "\"registered_name\":null}]}}";
+    char *s = malloc(strlen(fmt) + strlen(cls) + strlen(layer_cfg) + 1);
+    sprintf(s, fmt, cls, layer_cfg);
+    return s;
+}
+
+static void config_refusals(void) {
+    static const struct { const char *cls, *cfg; const char *frag[3]; } cases[] = {
+        {"Conv2D", ",\"filters\":2,\"kernel_size\":[3,3],\"data_format\":\"channels_first\"", {"'layer' (Conv2D)", "channels_first"}},
+        {"Conv2D", ",\"filters\":2,\"kernel_size\":3,\"dilation_rate\":[2,2]", {"'layer' (Conv2D)", "dilation_rate (2, 2)"}},
+        {"Conv2D", ",\"filters\":2,\"kernel_size\":3,\"groups\":2", {"'layer' (Conv2D)", "groups 2"}},
+        {"Conv2D", ",\"filters\":2,\"kernel_size\":3,\"kernel_regularizer\":{\"module\":\"keras.regularizers\",\"class_name\":\"L2\",\"config\":{\"l2\":0.01}}", {"kernel_regularizer", "(L2)"}},
+        {"Dense", ",\"units\":3,\"kernel_constraint\":{\"class_name\":\"MaxNorm\",\"config\":{}}", {"'layer' (Dense)", "kernel_constraint"}},
+        {"Dense", ",\"units\":3,\"activity_regularizer\":{\"class_name\":\"L1\",\"config\":{}}", {"activity_regularizer"}},
+        {"Dense", ",\"units\":3,\"activation\":\"swish\"", {"activation 'swish'", "not supported"}},
+        {"Dense", ",\"units\":3,\"dtype\":{\"module\":\"keras\",\"class_name\":\"DTypePolicy\",\"config\":{\"name\":\"mixed_float16\"}}", {"mixed_float16"}},
+        {"Dense", ",\"units\":3,\"trainable\":false", {"frozen"}},
+        {"Dense", ",\"units\":3,\"kernel_initializer\":{\"module\":\"my\",\"class_name\":\"Mine\",\"registered_name\":\"x>Mine\",\"config\":{}}", {"kernel_initializer", "custom object"}},
+        {"BatchNormalization", ",\"axis\":1", {"(BatchNormalization)", "axis 1"}},
+        {"BatchNormalization", ",\"renorm\":true", {"renorm"}},
+        {"Dropout", ",\"rate\":0.5,\"noise_shape\":[null,1,1,2]", {"noise_shape"}},
+        {"GlobalAveragePooling2D", ",\"keepdims\":true", {"keepdims"}},
+        {"LSTM", ",\"units\":3", {"layer class 'LSTM' is not supported", "Concatenate"}},
+        {"Lambda", ",\"function\":{}", {"Lambda", "Python code"}},
+        {"Sequential", ",\"layers\":[]", {"nested models"}},
+        {"Dense", "", {"'units' is missing"}},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *j = config_with(cases[i].cls, cases[i].cfg);
+        const char *fr[5] = {cases[i].frag[0], cases[i].frag[1], cases[i].frag[2], NULL, NULL};
+        expect_refused(NULL, j, fr);
+        free(j);
+    }
+    /* model-level and input refusals */
+    const char *unknown_dim = "{\"class_name\":\"Sequential\",\"config\":{\"name\":\"s\",\"layers\":[{\"class_name\":"
+                              "\"InputLayer\",\"config\":{\"batch_shape\":[null,null,3],\"name\":\"in\"}},{\"class_name\":"
+                              "\"Dense\",\"config\":{\"name\":\"d\",\"units\":2}}]}}";
+    expect_refused(NULL, unknown_dim, (const char *[]){"dimension 1 is None", "fixed input", NULL});
+    const char *custom_model = "{\"module\":\"my_models\",\"class_name\":\"MyModel\",\"registered_name\":\"x>MyModel\","
+                               "\"config\":{\"layers\":[]}}";
+    expect_refused(NULL, custom_model, (const char *[]){"MyModel", "Sequential and Functional", NULL});
+    expect_refused(NULL, "{\"class_name\": \"Sequential\", \"config\": {\"layers\": [}",
+                   (const char *[]){"invalid JSON", "line 1, column", NULL});
+    expect_refused(NULL, "{\"class_name\": \"Sequential\"", (const char *[]){"invalid JSON", "truncated", NULL});
+    expect_refused(NULL, "{\"class_name\": \"Sequential\", \"config\": {\"layers\": []}} trailing",
+                   (const char *[]){"extra data", NULL});
+    /* a functional graph that refers to a layer it does not have */
+    const char *dangling =
+        "{\"class_name\":\"Functional\",\"config\":{\"name\":\"f\",\"layers\":["
+        "{\"class_name\":\"InputLayer\",\"name\":\"a\",\"config\":{\"batch_shape\":[null,3],\"name\":\"a\"},\"inbound_nodes\":[]},"
+        "{\"class_name\":\"Dense\",\"name\":\"d\",\"config\":{\"name\":\"d\",\"units\":2},\"inbound_nodes\":[[[\"zz\",0,0,{}]]]}],"
+        "\"input_layers\":[[\"a\",0,0]],\"output_layers\":[[\"d\",0,0]]}}";
+    expect_refused(NULL, dangling, (const char *[]){"layer 'd' (Dense)", "'zz'", NULL});
+    /* compile configs flynn cannot honour */
+    static const char *bad_compile[][2] = {
+        {"{\"optimizer\":{\"class_name\":\"Adam\",\"config\":{\"learning_rate\":0.001,\"clipnorm\":1.0}},\"loss\":\"mse\"}", "gradient clipping"},
+        {"{\"optimizer\":{\"class_name\":\"Adagrad\",\"config\":{}},\"loss\":\"mse\"}", "optimizer 'Adagrad'"},
+        {"{\"optimizer\":\"adam\",\"loss\":\"mae\"}", "loss 'mae'"},
+        {"{\"optimizer\":\"adam\",\"loss\":\"mse\",\"metrics\":[\"auc\"]}", "metric 'auc'"},
+        {"{\"optimizer\":{\"class_name\":\"Adam\",\"config\":{\"learning_rate\":{\"class_name\":\"ExponentialDecay\",\"config\":{}}}},\"loss\":\"mse\"}", "schedule"},
+    };
+    for (size_t i = 0; i < sizeof bad_compile / sizeof bad_compile[0]; i++) {
+        char j[2048];
+        snprintf(j, sizeof j,
+                 "{\"class_name\":\"Sequential\",\"config\":{\"name\":\"s\",\"layers\":[{\"class_name\":\"InputLayer\","
+                 "\"config\":{\"batch_shape\":[null,3],\"name\":\"in\"}},{\"class_name\":\"Dense\",\"config\":{\"name\":"
+                 "\"d\",\"units\":2}}]},\"compile_config\":%s}", bad_compile[i][0]);
+        expect_refused(NULL, j, (const char *[]){"compile config", bad_compile[i][1], NULL});
+        fl_model *m = fl_model_from_json(j, .no_compile = true);
+        CHECK_MSG(m != NULL && fl_model_optimizer(m) == NULL, "no_compile: %s", fl_last_error());
+        fl_model_free(m);
+    }
+}
+
+/* A truncated .h5 and a damaged weights image: HDF5's error stack becomes the message. */
+static void damaged_files(void) {
+    fl_model *m = fl_load_model(P("func_shared.h5"));
+    CHECK_MSG(m != NULL, "%s", fl_last_error());
+    if (!m) return;
+    CHECK(fl_save_model(m, T("full.h5")) == FL_OK);
+    CHECK(fl_save_model(m, T("full.keras")) == FL_OK);
+    FILE *f = fopen(T("full.h5"), "rb");
+    char *buf = malloc(1 << 20);
+    size_t n = fread(buf, 1, 1 << 20, f);
+    fclose(f);
+    f = fopen(T("cut.h5"), "wb");
+    fwrite(buf, 1, n / 2, f);
+    fclose(f);
+    expect_refused(T("cut.h5"), NULL, (const char *[]){"cut.h5", "HDF5: ", NULL});
+    /* weights-only file given to fl_load_model */
+    CHECK(fl_save_weights(m, T("w.weights.h5")) == FL_OK);
+    expect_refused(T("w.weights.h5"), NULL, (const char *[]){"no model_config", "fl_load_weights", NULL});
+    /* nothing half-loaded: a failing fl_load_weights leaves every weight as it was */
+    fl_model *a = fl_load_model(P("func_shared.keras"));
+    fl_model *orig = fl_load_model(P("func_shared.keras"));
+    if (a && orig) {
+        fl_layer *l = fl_model_get_layer(a, "shared");
+        CHECK(fl_load_weights(a, P("bad_wrong_shape.keras")) != FL_OK);
+        CHECK(same_weights(a, orig));
+        CHECK(l != NULL);
+        CHECK(fl_load_weights(a, T("cut.h5")) != FL_OK);
+        CHECK(same_weights(a, orig));
+    }
+    fl_model_free(a);
+    fl_model_free(orig);
+    fl_model_free(m);
+    free(buf);
+}
+
+/* ------------------------------------------------------------ atomic saving */
+
+static int count_tmp(const char *d) {
+    DIR *dp = opendir(d);
+    int n = 0;
+    struct dirent *e;
+    while (dp && (e = readdir(dp)))
+        if (strstr(e->d_name, ".tmp.")) n++;
+    if (dp) closedir(dp);
+    return n;
+}
+
+static char *slurp(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    *n = (size_t)ftell(f);
+    rewind(f);
+    char *b = malloc(*n + 1);
+    if (fread(b, 1, *n, f) != *n) *n = 0;
+    fclose(f);
+    return b;
+}
+
+static void atomic_saving(void) {
+    fl_model *m = fl_load_model(P("conv_basic.keras"));
+    CHECK_MSG(m != NULL, "%s", fl_last_error());
+    if (!m) return;
+    const char *target = T("keep.keras");
+    CHECK(fl_save_model(m, target) == FL_OK);
+    size_t n0 = 0, n1 = 0;
+    char *before = slurp(target, &n0);
+    /* a write that fails half-way (file size limit): the old file stays, no temporary file is left */
+    struct rlimit old, small;
+    getrlimit(RLIMIT_FSIZE, &old);
+    small = old;
+    small.rlim_cur = 2000;
+    signal(SIGXFSZ, SIG_IGN);
+    setrlimit(RLIMIT_FSIZE, &small);
+    fl_status s = fl_save_model(m, target);
+    setrlimit(RLIMIT_FSIZE, &old);
+    CHECK_MSG(s == FL_ERR_IO, "save under a 2000-byte file size limit: %s", fl_status_name(s));
+    CHECK_STR_CONTAINS(fl_last_error(), "keep.keras");
+    char *after = slurp(target, &n1);
+    CHECK_MSG(before && after && n0 == n1 && memcmp(before, after, n0) == 0, "the old file changed on a failed save");
+    CHECK_MSG(count_tmp(tmpdir) == 0, "a temporary file was left behind");
+    free(before);
+    free(after);
+    /* a folder that does not exist, and a name that is a folder */
+    CHECK(fl_save_model(m, T("no/such/dir/x.keras")) == FL_ERR_IO);
+    CHECK_STR_CONTAINS(fl_last_error(), "no/such/dir/x.keras");
+    mkdir(T("adir.keras"), 0777);
+    CHECK(fl_save_model(m, T("adir.keras")) == FL_ERR_IO);
+    CHECK_MSG(count_tmp(tmpdir) == 0, "a temporary file was left behind after a failed rename");
+    rmdir(T("adir.keras"));
+    /* a read-only folder (root ignores permissions, so only as a normal user) */
+    if (geteuid() != 0) {
+        mkdir(T("ro"), 0777);
+        CHECK(fl_save_model(m, T("ro/x.keras")) == FL_OK);
+        chmod(T("ro"), 0555);
+        size_t a = 0, b = 0;
+        char *pre = slurp(T("ro/x.keras"), &a);
+        CHECK(fl_save_model(m, T("ro/x.keras")) == FL_ERR_IO);
+        char *post = slurp(T("ro/x.keras"), &b);
+        CHECK(pre && post && a == b && memcmp(pre, post, a) == 0);
+        CHECK(count_tmp(T("ro")) == 0);
+        free(pre);
+        free(post);
+        chmod(T("ro"), 0777);
+        unlink(T("ro/x.keras"));
+        rmdir(T("ro"));
+    }
+    /* names */
+    CHECK(fl_save_model(m, T("x.weights.h5")) == FL_ERR_INVALID_ARG);
+    CHECK(fl_save_model(m, T("x.bin")) == FL_ERR_INVALID_ARG);
+    CHECK(fl_save_weights(m, T("x.h5")) == FL_ERR_INVALID_ARG);
+    unlink(target);
+    fl_model_free(m);
+}
+
+/* ------------------------------------------------------------ checkpoint and resume */
+
+static fl_model *small_model(void) {
+    fl_model *m = fl_sequential(fl_input(8), fl_dense(16, .activation = FL_RELU), fl_dropout(0.25f),
+                                fl_dense(3, .activation = FL_SOFTMAX));
+    fl_model_set_seed(m, 11);
+    fl_compile(m, fl_adam(.learning_rate = 0.01f), FL_SPARSE_CATEGORICAL_CROSSENTROPY, FL_ACCURACY);
+    return m;
+}
+
+static void make_data(fl_tensor **x, fl_tensor **y) {
+    *x = fl_tensor_zeros(FL_FLOAT32, 120, 8);
+    *y = fl_tensor_zeros(FL_FLOAT32, 120);
+    float *xd = fl_tensor_data(*x), *yd = fl_tensor_data(*y);
+    for (int i = 0; i < 120; i++) {
+        float s = 0;
+        for (int k = 0; k < 8; k++) { xd[i * 8 + k] = fl_philox_uniform(5, 1, (uint64_t)(i * 8 + k)) * 2 - 1; s += xd[i * 8 + k] * (float)(k - 3); }
+        yd[i] = s > 1 ? 2 : s > -1 ? 1 : 0;
+    }
+}
+
+static void checkpoint_and_resume(void) {
+    fl_tensor *x, *y;
+    make_data(&x, &y);
+    /* ModelCheckpoint(save_best_only) on val_loss */
+    fl_model *m = small_model();
+    fl_checkpoint *ck = fl_model_checkpoint(T("best.keras"), .save_best_only = true);
+    fl_checkpoint *every = fl_model_checkpoint(T("ep{epoch:02d}-{loss:.3f}.keras"));
+    CHECK(ck && every);
+    fl_history *h = fl_fit(m, x, y, .batch_size = 16, .epochs = 6, .validation_split = 0.25f, .verbose = FL_VERBOSE_SILENT,
+                           .on_epoch_end = fl_checkpoint_on_epoch_end, .user = ck);
+    CHECK_MSG(h != NULL, "%s", fl_last_error());
+    if (h) {
+        const float *vl = fl_history_get(h, "val_loss");
+        float best = vl[0];
+        for (int e = 1; e < fl_history_epochs(h); e++) best = vl[e] < best ? vl[e] : best;
+        CHECK(fl_checkpoint_status(ck) == FL_OK);
+        CHECK(fl_checkpoint_saves(ck) >= 1);
+        CHECK_CLOSE(fl_checkpoint_best(ck), best, 0, 0);
+        /* the saved model is the best epoch's: its validation loss is the best one */
+        fl_model *b = fl_load_model(T("best.keras"));
+        CHECK_MSG(b != NULL, "%s", fl_last_error());
+        if (b) {
+            fl_tensor *vx = fl_tensor_slice(x, 90, 30), *vy = fl_tensor_slice(y, 90, 30);
+            float r[2];
+            CHECK(fl_evaluate(b, vx, vy, r, 2, .verbose = FL_VERBOSE_SILENT) == FL_OK);
+            CHECK_CLOSE(r[0], best, 1e-6, 1e-7);
+            fl_tensor_free(vx);
+            fl_tensor_free(vy);
+        }
+        fl_model_free(b);
+    }
+    fl_history_free(h);
+    /* every epoch, with placeholders in the name */
+    h = fl_fit(m, x, y, .batch_size = 16, .epochs = 2, .verbose = FL_VERBOSE_SILENT,
+               .on_epoch_end = fl_checkpoint_on_epoch_end, .user = every);
+    CHECK(h && fl_checkpoint_saves(every) == 2);
+    CHECK_STR_CONTAINS(fl_checkpoint_last_path(every), "ep02-");
+    fl_history_free(h);
+    fl_checkpoint_free(ck);
+    fl_checkpoint_free(every);
+    fl_model_free(m);
+    /* a save that fails stops training with the reason */
+    m = small_model();
+    ck = fl_model_checkpoint(T("no/such/dir/c.keras"));
+    h = fl_fit(m, x, y, .batch_size = 16, .epochs = 3, .verbose = FL_VERBOSE_SILENT,
+               .on_epoch_end = fl_checkpoint_on_epoch_end, .user = ck);
+    CHECK(h && fl_history_epochs(h) == 1 && fl_checkpoint_status(ck) == FL_ERR_IO);
+    CHECK_STR_CONTAINS(fl_checkpoint_error(ck), "no/such/dir/c.keras");
+    fl_history_free(h);
+    fl_checkpoint_free(ck);
+    fl_model_free(m);
+    CHECK(fl_model_checkpoint("x.keras", .monitor = "val_f1") == NULL);
+    CHECK_STR_CONTAINS(fl_last_error(), "FL_CHECKPOINT_MIN");
+    CHECK(fl_model_checkpoint("x.txt") == NULL);
+
+    /* interrupted + resumed == uninterrupted, bit for bit (shuffling, dropout, Adam state), for a
+     * seeded model: the seed is not part of a Keras file, so it is set again, then the weights and
+     * optimizer state are loaded (fl_model_set_seed re-initialises the weights) */
+    static const char *exts[] = {".keras", ".h5"};
+    for (int e = 0; e < 2; e++) {
+        fl_model *full = small_model(), *part = small_model();
+        fl_history *h1 = fl_fit(full, x, y, .batch_size = 16, .epochs = 3, .verbose = FL_VERBOSE_SILENT);
+        fl_history *h2 = fl_fit(part, x, y, .batch_size = 16, .epochs = 2, .verbose = FL_VERBOSE_SILENT);
+        char fn[600];
+        snprintf(fn, sizeof fn, "%s/resume%s", tmpdir, exts[e]);
+        CHECK(fl_save_model(part, fn) == FL_OK);
+        fl_model *res = fl_load_model(fn);
+        CHECK_MSG(res != NULL, "%s", fl_last_error());
+        if (res) {
+            CHECK(fl_model_set_seed(res, 11) == FL_OK);
+            CHECK_MSG(fl_load_weights(res, fn) == FL_OK, "%s", fl_last_error());
+            CHECK(fl_optimizer_iterations(fl_model_optimizer(res)) == 16); /* 2 epochs of 8 steps */
+            fl_history *h3 = fl_fit(res, x, y, .batch_size = 16, .epochs = 3, .initial_epoch = 2, .verbose = FL_VERBOSE_SILENT);
+            CHECK(h3 != NULL);
+            CHECK_MSG(same_weights(full, res), "seeded run resumed from %s: weights differ from an uninterrupted run", exts[e]);
+            fl_history_free(h3);
+        }
+        fl_history_free(h1);
+        fl_history_free(h2);
+        fl_model_free(full);
+        fl_model_free(part);
+        fl_model_free(res);
+    }
+    fl_tensor_free(x);
+    fl_tensor_free(y);
+}
+
+/* Seed 0 models resume bit-identically (the seed is not in Keras files). */
+static void exact_resume(void) {
+    fl_tensor *x, *y;
+    make_data(&x, &y);
+    static const char *exts[] = {".keras", ".h5"};
+    for (int e = 0; e < 2; e++) {
+        fl_model *full = fl_sequential(fl_input(8), fl_dense(16, .activation = FL_RELU), fl_dropout(0.25f),
+                                       fl_batch_normalization(), fl_dense(3, .activation = FL_SOFTMAX));
+        fl_model *part = fl_sequential(fl_input(8), fl_dense(16, .activation = FL_RELU), fl_dropout(0.25f),
+                                       fl_batch_normalization(), fl_dense(3, .activation = FL_SOFTMAX));
+        fl_compile(full, fl_adam(.learning_rate = 0.01f), FL_SPARSE_CATEGORICAL_CROSSENTROPY, FL_ACCURACY);
+        fl_compile(part, fl_adam(.learning_rate = 0.01f), FL_SPARSE_CATEGORICAL_CROSSENTROPY, FL_ACCURACY);
+        fl_history *h1 = fl_fit(full, x, y, .batch_size = 16, .epochs = 3, .verbose = FL_VERBOSE_SILENT);
+        fl_history *h2 = fl_fit(part, x, y, .batch_size = 16, .epochs = 1, .verbose = FL_VERBOSE_SILENT);
+        char fn[600];
+        snprintf(fn, sizeof fn, "%s/exact%s", tmpdir, exts[e]);
+        CHECK(fl_save_model(part, fn) == FL_OK);
+        fl_model *res = fl_load_model(fn);
+        CHECK_MSG(res != NULL, "%s", fl_last_error());
+        if (res) {
+            CHECK(fl_optimizer_iterations(fl_model_optimizer(res)) == 8);
+            fl_history *h3 = fl_fit(res, x, y, .batch_size = 16, .epochs = 3, .initial_epoch = 1, .verbose = FL_VERBOSE_SILENT);
+            CHECK(h3 != NULL);
+            CHECK_MSG(same_weights(full, res), "resumed from %s: weights differ from an uninterrupted run", exts[e]);
+            CHECK(fl_optimizer_iterations(fl_model_optimizer(res)) == 24);
+            fl_history_free(h3);
+        }
+        fl_history_free(h1);
+        fl_history_free(h2);
+        fl_model_free(full);
+        fl_model_free(part);
+        fl_model_free(res);
+    }
+    fl_tensor_free(x);
+    fl_tensor_free(y);
+}
+
+/* A functional model built in C (shared layer, merges, two inputs and outputs) round-trips too. */
+static void functional_round_trip(void) {
+    fl_sym *a = fl_keras_input_named("a", 6), *b = fl_keras_input_named("b", 4, 4, 1);
+    fl_layer *shared = fl_dense(5, .activation = FL_TANH);
+    fl_sym *fb = fl_call(fl_flatten(), b);
+    fl_sym *pb = fl_call(fl_dense(6), fb);
+    fl_sym *s1 = fl_call(shared, a), *s2 = fl_call(shared, pb);
+    fl_sym *add = fl_call_n(fl_add(), s1, s2), *mul = fl_call_n(fl_multiply(), s1, s2);
+    fl_sym *cat = fl_call_n(fl_concatenate(), add, mul, s2);
+    fl_sym *o1 = fl_call(fl_dense(3, .activation = FL_SOFTMAX, .name = "cls"), cat);
+    fl_sym *o2 = fl_call(fl_dense(1, .name = "reg"), add);
+    fl_model *m = fl_model_new(fl_syms(a, b), fl_syms(o1, o2), "two_heads");
+    CHECK_MSG(m != NULL, "%s", fl_last_error());
+    if (!m) return;
+    io x = {2, {fl_tensor_zeros(FL_FLOAT32, 5, 6), fl_tensor_zeros(FL_FLOAT32, 5, 4, 4, 1)}};
+    for (int i = 0; i < 2; i++) {
+        float *d = fl_tensor_data(x.t[i]);
+        for (int64_t k = 0; k < fl_tensor_size(x.t[i]); k++) d[k] = fl_philox_uniform(3, (uint64_t)i, (uint64_t)k) - 0.5f;
+    }
+    round_trip(m, &x, "c_functional");
+    io_free(&x);
+    fl_model_free(m);
+}
+
+int main(int argc, char **argv) {
+    dir = argc > 1 ? argv[1] : "tests/fixtures/keras";
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/flynn_keras_test.XXXXXX");
+    if (!mkdtemp(tmpdir)) { perror("mkdtemp"); return 1; }
+    char mpath[1024];
+    snprintf(mpath, sizeof mpath, "%s/manifest.json", dir);
+    manifest = json_object_from_file(mpath);
+    if (!manifest) {
+        fprintf(stderr, "cannot read %s (run tools/keras_fixtures.py)\n", mpath);
+        return 1;
+    }
+    json_object *tol = jget(manifest, "tolerance");
+    if (jget(tol, "predictions")) {
+        tol_pred_r = json_object_get_double(jget(jget(tol, "predictions"), "rtol"));
+        tol_pred_a = json_object_get_double(jget(jget(tol, "predictions"), "atol"));
+    }
+    if (jget(tol, "step_weights")) {
+        tol_step_r = json_object_get_double(jget(jget(tol, "step_weights"), "rtol"));
+        tol_step_a = json_object_get_double(jget(jget(tol, "step_weights"), "atol"));
+    }
+    fixtures();
+    bad_fixtures();
+    config_refusals();
+    damaged_files();
+    atomic_saving();
+    checkpoint_and_resume();
+    exact_resume();
+    functional_round_trip();
+    json_object_put(manifest);
+    /* leave nothing behind */
+    DIR *dp = opendir(tmpdir);
+    struct dirent *e;
+    while (dp && (e = readdir(dp))) {
+        if (e->d_name[0] == '.') continue;
+        char p[1300];
+        snprintf(p, sizeof p, "%s/%s", tmpdir, e->d_name);
+        unlink(p);
+    }
+    if (dp) closedir(dp);
+    rmdir(tmpdir);
+    return check_report("test_keras_files");
+}

@@ -1,0 +1,231 @@
+/*
+ * keras_export.c — writes models built and trained in flynn as Keras files,
+ * for tools/keras_check_flynn_files.py (the reverse-direction check: real
+ * Keras loads what flynn wrote). Built by `cmake --build build --target
+ * keras-roundtrip`, not by the plain build.
+ *
+ * usage: keras_export OUTDIR
+ *
+ * For each model NAME it writes NAME.keras, NAME.h5, NAME.json and
+ * NAME.weights.h5, the inputs NAME_x<i>.npy and flynn's predictions
+ * NAME_y<i>.npy; for a compiled model it first trains a few steps (so the
+ * files carry optimizer state), then also writes the training batch
+ * NAME_train_x.npy / NAME_train_y.npy and the weights flynn has after one
+ * more step on it, NAME_next_<layer>_<weight>.npy, for Keras to reproduce
+ * from the saved optimizer state. models.txt lists "NAME INPUTS OUTPUTS
+ * TRAINED BATCH STEPS" per line (STEPS: optimizer steps taken before saving).
+ */
+#include <flynn/flynn.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *out;
+static FILE *list;
+
+static fl_tensor *rnd(uint64_t stream, int ndim, const int64_t *shape, float scale) {
+    fl_tensor *t = fl_tensor_new(FL_FLOAT32, ndim, shape);
+    float *d = fl_tensor_data(t);
+    for (int64_t i = 0; i < fl_tensor_size(t); i++) d[i] = (fl_philox_uniform(2024, stream, (uint64_t)i) * 2 - 1) * scale;
+    return t;
+}
+
+/* A batch of n samples for input i of m. */
+static fl_tensor *input_for(fl_model *m, int i, int64_t n, uint64_t stream) {
+    int64_t shape[FL_MAX_DIMS + 1];
+    int nd = fl_model_input_shape(m, i, shape + 1);
+    shape[0] = n;
+    return rnd(stream, nd + 1, shape, 1.5f);
+}
+
+static void check(fl_status s, const char *what) {
+    if (s != FL_OK) {
+        fprintf(stderr, "keras_export: %s: %s\n", what, fl_last_error());
+        exit(1);
+    }
+}
+
+static const char *path(const char *name, const char *suffix) {
+    static char buf[4][2048];
+    static int k;
+    k = (k + 1) % 4;
+    snprintf(buf[k], sizeof buf[k], "%s/%s%s", out, name, suffix);
+    return buf[k];
+}
+
+/* Targets for the model's loss: class indices, one-hot, 0/1 or values. */
+static fl_tensor *targets(fl_model *m, int64_t n, uint64_t stream) {
+    fl_loss l = fl_model_loss(m);
+    int64_t shape[FL_MAX_DIMS + 1];
+    int nd = fl_model_output_shape(m, 0, shape + 1);
+    int64_t c = shape[nd];
+    shape[0] = n;
+    fl_tensor *y;
+    if (l.kind == FL_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY) {
+        y = fl_tensor_zeros(FL_INT32, n);
+        for (int64_t i = 0; i < n; i++) ((int32_t *)fl_tensor_data(y))[i] = (int32_t)(fl_philox_u32(7, stream, (uint64_t)i) % (uint32_t)c);
+    } else if (l.kind == FL_LOSS_CATEGORICAL_CROSSENTROPY) {
+        y = fl_tensor_new(FL_FLOAT32, nd + 1, shape);
+        for (int64_t i = 0; i < n; i++) ((float *)fl_tensor_data(y))[i * c + fl_philox_u32(7, stream, (uint64_t)i) % (uint32_t)c] = 1;
+    } else if (l.kind == FL_LOSS_BINARY_CROSSENTROPY) {
+        y = fl_tensor_new(FL_FLOAT32, nd + 1, shape);
+        for (int64_t i = 0; i < fl_tensor_size(y); i++) ((float *)fl_tensor_data(y))[i] = (float)(fl_philox_u32(7, stream, (uint64_t)i) & 1);
+    } else {
+        y = rnd(stream + 99, nd + 1, shape, 1.0f);
+    }
+    return y;
+}
+
+static void export_model(const char *name, fl_model *m, int train_steps, int batch) {
+    if (!m) check(FL_ERR_INVALID_ARG, name);
+    int ni = fl_model_num_inputs(m), no = fl_model_num_outputs(m);
+    bool trained = fl_model_optimizer(m) != NULL;
+    fl_tensor *tx = NULL, *ty = NULL;
+    if (trained) {
+        tx = input_for(m, 0, batch, 100);
+        ty = targets(m, batch, 200);
+        for (int s = 0; s < train_steps; s++) {
+            fl_history *h = fl_fit(m, tx, ty, .batch_size = batch, .epochs = 1, .no_shuffle = true, .verbose = FL_VERBOSE_SILENT);
+            if (!h) check(fl_last_status(), "fit");
+            fl_history_free(h);
+        }
+    }
+    check(fl_save_model(m, path(name, ".keras")), "save .keras");
+    check(fl_save_model(m, path(name, ".h5")), "save .h5");
+    check(fl_save_model(m, path(name, ".json")), "save .json");
+    check(fl_save_weights(m, path(name, ".weights.h5")), "save .weights.h5");
+    fl_tensor *xs[8] = {0}, *ys[8] = {0};
+    for (int i = 0; i < ni; i++) {
+        xs[i] = input_for(m, i, 5, 300 + (uint64_t)i);
+        char suf[32];
+        snprintf(suf, sizeof suf, "_x%d.npy", i);
+        check(fl_save_npy(xs[i], path(name, suf)), "save x");
+    }
+    check(fl_predict_multi(m, (const fl_tensor *const *)xs, ni, ys, no, .verbose = FL_VERBOSE_SILENT), "predict");
+    for (int i = 0; i < no; i++) {
+        char suf[32];
+        snprintf(suf, sizeof suf, "_y%d.npy", i);
+        check(fl_save_npy(ys[i], path(name, suf)), "save y");
+    }
+    if (trained) {
+        check(fl_save_npy(tx, path(name, "_train_x.npy")), "save train x");
+        check(fl_save_npy(ty, path(name, "_train_y.npy")), "save train y");
+        fl_history *h = fl_fit(m, tx, ty, .batch_size = batch, .epochs = 1, .no_shuffle = true, .verbose = FL_VERBOSE_SILENT);
+        if (!h) check(fl_last_status(), "fit");
+        fl_history_free(h);
+        for (int i = 0; i < fl_model_num_layers(m); i++) {
+            fl_layer *l = fl_model_layer(m, i);
+            for (int k = 0; k < fl_layer_num_weights(l); k++) {
+                char suf[300];
+                snprintf(suf, sizeof suf, "_next_%s_%s.npy", fl_layer_name(l), fl_layer_weight_name(l, k));
+                check(fl_save_npy(fl_layer_weight(l, k), path(name, suf)), "save next weights");
+            }
+        }
+    }
+    fprintf(list, "%s %d %d %d %d %d\n", name, ni, no, trained ? 1 : 0, batch, train_steps);
+    printf("keras_export: %-22s %d input(s), %d output(s)%s\n", name, ni, no, trained ? ", compiled and trained" : "");
+    for (int i = 0; i < 8; i++) { fl_tensor_free(xs[i]); fl_tensor_free(ys[i]); }
+    fl_tensor_free(tx);
+    fl_tensor_free(ty);
+    fl_model_free(m);
+}
+
+int main(int argc, char **argv) {
+    if (argc != 2) { fprintf(stderr, "usage: keras_export OUTDIR\n"); return 2; }
+    out = argv[1];
+    list = fopen(path("models", ".txt"), "w");
+    if (!list) { perror(out); return 1; }
+
+    /* Sequential CNN: conv (same/valid, non-square, strides), BN, pools, Adam, sparse CE */
+    fl_model *m = fl_sequential(fl_input(9, 8, 2), fl_conv2d(4, 3, .padding = FL_SAME, .activation = FL_RELU),
+                                fl_batch_normalization(), fl_max_pooling2d(2),
+                                fl_conv2d(3, .kernel_h = 2, .kernel_w = 3, .strides = 1, .no_bias = true, .activation = FL_TANH),
+                                fl_average_pooling2d(2, .padding = FL_SAME), fl_flatten(),
+                                fl_dense(6, .activation = FL_GELU), fl_dense(4, .activation = FL_SOFTMAX));
+    fl_model_set_seed(m, 1);
+    check(fl_compile(m, fl_adam(.learning_rate = 0.01f), FL_SPARSE_CATEGORICAL_CROSSENTROPY, FL_ACCURACY), "compile");
+    export_model("seq_cnn_adam", m, 3, 8);
+
+    /* MLP: centered RMSprop with momentum, categorical CE, BN after Dense, leaky relu, elu */
+    m = fl_sequential(fl_input(7), fl_dense(8, .activation = FL_LEAKY_RELU, .no_bias = true),
+                      fl_batch_normalization(.momentum = 0.9f, .epsilon = 0.01f), fl_activation_layer(.activation = FL_ELU),
+                      fl_dense(3, .activation = FL_SOFTMAX));
+    fl_model_set_seed(m, 2);
+    check(fl_compile(m, fl_rmsprop(.learning_rate = 0.01f, .momentum = 0.5f, .centered = true), FL_CATEGORICAL_CROSSENTROPY,
+                     FL_CATEGORICAL_ACCURACY), "compile");
+    export_model("seq_mlp_rmsprop", m, 2, 6);
+
+    /* SGD with Nesterov momentum, MSE, GAP and a Reshape */
+    m = fl_sequential(fl_input(12), fl_reshape(2, 2, 3), fl_conv2d(5, 2, .padding = FL_SAME, .activation = FL_SIGMOID),
+                      fl_global_average_pooling2d(), fl_dense(2));
+    fl_model_set_seed(m, 3);
+    check(fl_compile(m, fl_sgd(.learning_rate = 0.1f, .momentum = 0.9f, .nesterov = true), FL_MEAN_SQUARED_ERROR), "compile");
+    export_model("seq_sgd_mse", m, 2, 8);
+
+    /* AdamW, binary CE from logits */
+    m = fl_sequential(fl_input(6), fl_dense(5, .activation = FL_TANH), fl_dense(1));
+    fl_model_set_seed(m, 4);
+    check(fl_compile(m, fl_adamw(.learning_rate = 0.01f), fl_binary_crossentropy(.from_logits = true), FL_BINARY_ACCURACY),
+          "compile");
+    export_model("seq_adamw_logits", m, 2, 8);
+
+    /* plain SGD, sparse CE from logits (no slots) */
+    m = fl_sequential(fl_input(5), fl_dense(4, .activation = FL_RELU), fl_dense(3));
+    fl_model_set_seed(m, 5);
+    check(fl_compile(m, fl_sgd(.learning_rate = 0.05f), fl_sparse_categorical_crossentropy(.from_logits = true)), "compile");
+    export_model("seq_sgd_plain", m, 2, 6);
+
+    /* inference only: Dropout, every activation layer, uncompiled */
+    m = fl_sequential(fl_input(4, 4, 3), fl_conv2d(2, 1), fl_dropout(0.4f), fl_flatten(),
+                      fl_dense(5, .activation = FL_ELU), fl_activation_layer(.activation = FL_GELU),
+                      fl_activation_layer(.activation = FL_LEAKY_RELU), fl_dense(3, .activation = FL_SIGMOID));
+    fl_model_set_seed(m, 6);
+    export_model("seq_dropout_infer", m, 0, 0);
+
+    /* Functional, one input and output, branches + merges + BN, trained with Adam: checks
+     * that the optimizer variables of a functional model are in Keras's order. (A layer
+     * shared by two calls is exported for inference only, in func_two_heads: flynn's
+     * backward pass does not yet sum a shared layer's weight gradients over its calls.) */
+    {
+        fl_sym *x = fl_keras_input_named("x", 6);
+        fl_sym *a = fl_call(fl_dense(6, .activation = FL_TANH), x);
+        fl_sym *b = fl_call(fl_dense(6, .activation = FL_RELU), x);
+        /* no bias: BatchNormalization below cancels its gradient, which is then rounding
+         * noise that Adam's normalised step would turn into a visible difference */
+        fl_sym *c = fl_call(fl_dense(6, .no_bias = true), b);
+        fl_sym *s = fl_call_n(fl_add(), a, c);
+        fl_sym *p = fl_call_n(fl_multiply(), a, b);
+        fl_sym *cat = fl_call_n(fl_concatenate(), s, p, x);
+        fl_sym *bn = fl_call(fl_batch_normalization(), cat);
+        fl_sym *y = fl_call(fl_dense(3, .activation = FL_SOFTMAX, .name = "probs"), bn);
+        m = fl_model_new(fl_syms(x), fl_syms(y), "func_merge_adam");
+        fl_model_set_seed(m, 7);
+        check(fl_compile(m, fl_adam(.learning_rate = 0.02f), FL_SPARSE_CATEGORICAL_CROSSENTROPY, FL_ACCURACY), "compile");
+        export_model("func_merge_adam", m, 3, 8);
+    }
+    /* Functional, two inputs of different ranks, two outputs, a layer used twice, uncompiled */
+    {
+        fl_sym *v = fl_keras_input_named("vec", 6), *img = fl_keras_input_named("img", 6, 6, 1);
+        fl_sym *f = fl_call(fl_conv2d(2, 3, .activation = FL_RELU), img);
+        f = fl_call(fl_max_pooling2d(2), f);
+        f = fl_call(fl_flatten(), f);
+        fl_layer *proj = fl_dense(5, .activation = FL_RELU);
+        fl_sym *h1 = fl_call(proj, v);
+        fl_sym *h2 = fl_call(proj, fl_call(fl_dense(6), f));
+        fl_sym *c = fl_call_n(fl_concatenate(.axis = -1), h1, h2);
+        fl_sym *o1 = fl_call(fl_dense(3, .activation = FL_SOFTMAX, .name = "cls"), c);
+        fl_sym *o2 = fl_call(fl_dense(1, .name = "reg"), fl_call_n(fl_add(), h1, h2));
+        m = fl_model_new(fl_syms(v, img), fl_syms(o1, o2), "func_two_heads");
+        fl_model_set_seed(m, 8);
+        export_model("func_two_heads", m, 0, 0);
+    }
+    /* the built-in mnist_cnn, as `flynn train` makes it */
+    m = fl_builtin_model("mnist_cnn", 12, 12, 1, 10);
+    fl_model_set_seed(m, 9);
+    check(fl_compile(m, fl_adam(.learning_rate = 1e-3f), FL_SPARSE_CATEGORICAL_CROSSENTROPY, FL_ACCURACY), "compile");
+    /* its Dropout makes training random in both libraries: compare inference only */
+    export_model("builtin_mnist_cnn", m, 2, 16);
+    fclose(list);
+    return 0;
+}
