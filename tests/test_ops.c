@@ -467,6 +467,32 @@ static void test_merge(fl_op op, int axis) {
     h_free(&h);
 }
 
+/* One kernel used by two calls (a shared layer): its gradient is the sum of
+ * both calls' contributions. */
+static void test_shared_weights(bool conv) {
+    harness h;
+    const int64_t B = 3;
+    if (conv) h_init(&h, B, 3, (int64_t[]){5, 5, 2});
+    else h_init(&h, B, 1, (int64_t[]){4});
+    fl_node *w = conv ? h_param(&h, 4, (int64_t[]){3, 3, 2, 2}, -0.5f, 0.5f) : h_param(&h, 2, (int64_t[]){4, 4}, -0.5f, 0.5f);
+    int64_t nb = conv ? 2 : 4;
+    fl_node *b = h_param(&h, 1, &nb, -0.5f, 0.5f);
+    fl_node *a1, *a2;
+    if (conv) {
+        a1 = fl_graph_conv2d(&h.g, "c1", h.x, w, b, 1, 1, FL_SAME, FL_ACT_TANH);
+        a2 = fl_graph_conv2d(&h.g, "c2", a1, w, b, 1, 1, FL_SAME, FL_ACT_LINEAR);
+    } else {
+        a1 = fl_graph_dense(&h.g, "d1", h.x, w, b, FL_ACT_TANH);
+        a2 = fl_graph_dense(&h.g, "d2", a1, w, b, FL_ACT_LINEAR);
+    }
+    fl_node *xs[2] = {a1, a2};
+    fl_node *y = fl_graph_merge(&h.g, "sum", FL_OP_ADD, xs, 2, 0);
+    h_ready(&h, y, -1, 1);
+    CHECK(w->nconsumers == 2);
+    h_gradcheck(&h, conv ? "shared conv2d kernel" : "shared dense kernel", 1e-3, 1e-2, true);
+    h_free(&h);
+}
+
 static void test_shape_errors(void) {
     fl_graph g;
     fl_graph_init(&g, fl_backend_cpu());
@@ -514,6 +540,8 @@ int main(void) {
     test_merge(FL_OP_MUL, 0);
     test_merge(FL_OP_CONCAT, -1);
     test_merge(FL_OP_CONCAT, 1);
+    test_shared_weights(false);
+    test_shared_weights(true);
     test_shape_errors();
     return check_report("test_ops");
 }

@@ -22,8 +22,10 @@ static void free_batched(fl_graph *g) {
         if (!n->val_view && n->val) g->be->free(n->val);
         if (!n->grad_view && n->grad) g->be->free(n->grad);
         if (n->aux) g->be->free(n->aux);
+        if (n->gscratch) g->be->free(n->gscratch);
         n->val = n->grad = NULL;
         n->aux = NULL;
+        n->gscratch = NULL;
     }
     if (g->ws) g->be->free(g->ws);
     g->ws = NULL;
@@ -90,6 +92,21 @@ void fl_graph_finalize(fl_graph *g) {
     for (int i = 0; i < g->n; i++)
         for (int k = 0; k < g->nodes[i]->nin; k++)
             if (g->nodes[i]->in[k]) g->nodes[i]->in[k]->nconsumers++;
+    /* a weight used by several calls (a shared layer) sums their gradients:
+     * the later calls write theirs to scratch first */
+    for (int i = 0; i < g->n; i++) {
+        fl_node *n = g->nodes[i];
+        n->gscratch_bytes = 0;
+        if (n->op != FL_OP_DENSE && n->op != FL_OP_CONV2D && n->op != FL_OP_BATCHNORM) continue;
+        bool shared = false;
+        size_t floats = 0;
+        for (int k = 1; k < n->nin && k < 3; k++)
+            if (n->in[k]) {
+                shared |= n->in[k]->nconsumers > 1;
+                floats += (size_t)fl_node_size(n->in[k]);
+            }
+        if (shared) n->gscratch_bytes = floats * sizeof(float);
+    }
 }
 
 fl_status fl_graph_reserve(fl_graph *g, int64_t batch) {
@@ -117,6 +134,7 @@ fl_status fl_graph_reserve(fl_graph *g, int64_t batch) {
             n->aux = g->be->alloc(aux);
             if (!n->aux) goto fail;
         }
+        if (n->gscratch_bytes && !(n->gscratch = g->be->alloc(n->gscratch_bytes))) goto fail;
         if (n->op == FL_OP_CONV2D) {
             fl_conv_desc d = n->conv;
             d.n = batch;

@@ -51,6 +51,8 @@ struct fl_node {
     float *val, *grad;         /* backend buffers */
     void *aux;                 /* saved for backward: argmax, dropout mask, BN batch stats */
     size_t aux_per_sample, aux_fixed; /* bytes */
+    float *gscratch;           /* a shared layer's later calls: weight gradients before they are added */
+    size_t gscratch_bytes;
     /* op parameters */
     int act;
     fl_conv_desc conv;         /* CONV2D / pools: geometry (n set per batch) */

@@ -373,6 +373,24 @@ static void mark(fl_node *n, int k) {
     if (n->in[k] && n->in[k]->needs_grad) n->in[k]->grad_ready = true;
 }
 
+/* Where the gradient of weight input k goes: the weight's own buffer, or,
+ * when another call of a shared layer already wrote it, scratch space
+ * (*off floats into n->gscratch) that weight_grads_add then adds in. */
+static float *weight_grad(fl_node *n, int k, size_t *off) {
+    fl_node *w = n->in[k];
+    if (!w || !w->needs_grad) return NULL;
+    if (!w->grad_ready) return w->grad;
+    float *p = n->gscratch + *off;
+    *off += (size_t)fl_node_size(w);
+    return p;
+}
+
+static void weight_grads_add(const fl_backend *be, fl_node *n, int k0, int k1, float *const *dst) {
+    for (int k = k0; k <= k1; k++)
+        if (n->in[k] && dst[k - k0] && dst[k - k0] != n->in[k]->grad)
+            be->accumulate(fl_node_size(n->in[k]), dst[k - k0], n->in[k]->grad, 1.0f);
+}
+
 void fl_op_backward(fl_graph *g, fl_node *n) {
     const fl_backend *be = g->be;
     fl_node *x = n->in[0];
@@ -382,8 +400,10 @@ void fl_op_backward(fl_graph *g, fl_node *n) {
         fl_dense_desc d = {rows_of(x), (int)x->shape[x->ndim - 1], (int)n->shape[n->ndim - 1],
                            n->grad_is_preact ? FL_ACT_LINEAR : n->act, n->nin > 2 && n->in[2]};
         float *dx = in_grad(n, 0, &beta);
-        be->dense_bwd(&d, x->val, n->in[1]->val, n->val, n->grad, dx, beta, n->in[1]->grad,
-                      d.has_bias ? n->in[2]->grad : NULL);
+        size_t off = 0;
+        float *dw[2] = {weight_grad(n, 1, &off), d.has_bias ? weight_grad(n, 2, &off) : NULL};
+        be->dense_bwd(&d, x->val, n->in[1]->val, n->val, n->grad, dx, beta, dw[0], dw[1]);
+        weight_grads_add(be, n, 1, 2, dw);
         mark(n, 0); mark(n, 1); mark(n, 2);
         break;
     }
@@ -392,8 +412,10 @@ void fl_op_backward(fl_graph *g, fl_node *n) {
         d.n = g->batch;
         if (n->grad_is_preact) d.act = FL_ACT_LINEAR;
         float *dx = in_grad(n, 0, &beta);
-        be->conv2d_bwd(&d, x->val, n->in[1]->val, n->val, n->grad, dx, beta, n->in[1]->grad,
-                       d.has_bias ? n->in[2]->grad : NULL, g->ws);
+        size_t off = 0;
+        float *dw[2] = {weight_grad(n, 1, &off), d.has_bias ? weight_grad(n, 2, &off) : NULL};
+        be->conv2d_bwd(&d, x->val, n->in[1]->val, n->val, n->grad, dx, beta, dw[0], dw[1], g->ws);
+        weight_grads_add(be, n, 1, 2, dw);
         mark(n, 0); mark(n, 1); mark(n, 2);
         break;
     }
@@ -442,9 +464,10 @@ void fl_op_backward(fl_graph *g, fl_node *n) {
         fl_bn_desc d = {rows_of(x), c, n->eps, n->momentum};
         float *dx = in_grad(n, 0, &beta);
         const float *save = n->aux;
-        be->bn_bwd(&d, x->val, n->in[1] ? n->in[1]->val : NULL, save, save + c, n->grad, dx, beta,
-                   n->in[1] && n->in[1]->needs_grad ? n->in[1]->grad : NULL,
-                   n->in[2] && n->in[2]->needs_grad ? n->in[2]->grad : NULL);
+        size_t off = 0;
+        float *dgb[2] = {weight_grad(n, 1, &off), weight_grad(n, 2, &off)};
+        be->bn_bwd(&d, x->val, n->in[1] ? n->in[1]->val : NULL, save, save + c, n->grad, dx, beta, dgb[0], dgb[1]);
+        weight_grads_add(be, n, 1, 2, dgb);
         mark(n, 0); mark(n, 1); mark(n, 2);
         break;
     }
