@@ -77,6 +77,11 @@ if "$B/flynn" bench --help >/dev/null 2>&1; then
   timeout 150 "$B/flynn" bench --model mnist_cnn --data "fashion-mnist:$DATA" --samples 20000 --batch-sizes 32,64,128,256,512,1024 --devices cpu,gpu --json "$OUT/bench.json" --svg "$OUT/bench.svg"
 fi
 
+if [ -x bench/gpu/run.sh ] && python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
+  step "flynn vs PyTorch eager on the GPU (mnist_cnn, 20k images)"
+  timeout 420 bash bench/gpu/run.sh "$B/flynn" "$DATA" | tee "$OUT/vs_torch.txt"
+fi
+
 step "summary"
 gpu_sps=$(grep -oE "training throughput: [0-9]+" "$OUT/gpu_train.log" | grep -oE "[0-9]+$")
 cpu_sps=$(grep -oE "training throughput: [0-9]+" "$OUT/cpu_train.log" | grep -oE "[0-9]+$")
@@ -89,4 +94,5 @@ printf "%-40s %s\n" "parity (ops, losses, optimizers, steps)" "$([ $parity_rc -e
 printf "%-40s %s samples/s (3 epochs incl. warm-up), test accuracy %s\n" "mnist_cnn 20k, batch 128, GPU" "${gpu_sps:-?}" "${gpu_acc:-?}"
 printf "%-40s %s samples/s (1 epoch, %s threads)\n" "mnist_cnn 20k, batch 128, CPU" "${cpu_sps:-?}" "$(nproc)"
 [ -n "${gpu_sps:-}" ] && [ -n "${cpu_sps:-}" ] && awk -v g="$gpu_sps" -v c="$cpu_sps" 'BEGIN { printf "%-40s %.1fx\n", "GPU / CPU", g / c }'
+[ -f "$OUT/vs_torch.txt" ] && { echo; cat "$OUT/vs_torch.txt"; }
 echo "total: $(( $(date +%s) - T0 ))s"
