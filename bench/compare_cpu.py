@@ -18,7 +18,7 @@ OpenBLAS kernels) each side loaded.
 
 usage: bench/compare_cpu.py [--flynn build/flynn] [--models mnist_cnn,mlp]
          [--batch-sizes 32,64,128,256,512,1024] [--samples 20000] [--threads T]
-         [--repeat 3] [--data DIR] [--json FILE] [--no-sgemm]
+         [--repeat 3] [--data DIR] [--json FILE] [--no-sgemm] [--openblas-core env|auto|NAME]
 Run it with Debian's python3 (/usr/bin/python3), which has python3-torch
 (scripts/setup.sh --bench installs it). The machine should be otherwise idle;
 alternating the two sides spreads whatever noise remains over both.
@@ -46,6 +46,9 @@ def parse_args():
     p.add_argument("--data", default="/usr/share/datasets/fashion-mnist")
     p.add_argument("--json", help="write every measurement to this file")
     p.add_argument("--no-sgemm", action="store_true", help="skip measuring the sgemm ceiling")
+    p.add_argument("--openblas-core", default="env",
+                   help="OpenBLAS kernels for both sides: env (as the environment says, default), auto (unset "
+                        "OPENBLAS_CORETYPE: OpenBLAS picks by the CPU) or a core name such as SkylakeX")
     return p.parse_args()
 
 
@@ -84,6 +87,7 @@ def sgemm_ceiling(env, threads, has_avx512):
     flags = subprocess.run(["pkg-config", "--cflags", "--libs", "openblas"], stdout=subprocess.PIPE, text=True).stdout.split()
     run(["cc", "-O2", os.path.join(HERE, "sgemm_peak.c"), "-o", exe] + flags, env, "building sgemm_peak")
     runs = [last_json(run([exe, "--threads", str(threads), "--json"], env, "sgemm_peak"))]
+    runs[0]["environment"] = env.get("OPENBLAS_CORETYPE", "")
     avx512_cores = ("skylakex", "cooperlake", "sapphirerapids")
     if has_avx512 and runs[0]["blas_core"].lower() not in avx512_cores:
         e = dict(env, OPENBLAS_CORETYPE="SkylakeX")
@@ -100,13 +104,18 @@ def main():
     models = a.models.split(",")
     batches = [int(b) for b in a.batch_sizes.split(",")]
     env = dict(os.environ, OMP_NUM_THREADS=str(a.threads))
+    if a.openblas_core == "auto":
+        env.pop("OPENBLAS_CORETYPE", None)
+    elif a.openblas_core != "env":
+        env["OPENBLAS_CORETYPE"] = a.openblas_core
     if not os.path.exists(a.flynn):
         sys.exit("compare_cpu: %s not found (build flynn first, or give --flynn PATH)" % a.flynn)
     model_name, ncpu, has_avx512 = cpu_info()
     print("machine: %s, %d CPUs; %d threads for both sides; %d samples; fastest of %d runs per point"
           % (model_name, ncpu, a.threads, a.samples, a.repeat))
-    if os.environ.get("OPENBLAS_CORETYPE"):
-        print("note: OPENBLAS_CORETYPE=%s is set in the environment; both sides inherit it" % os.environ["OPENBLAS_CORETYPE"])
+    if env.get("OPENBLAS_CORETYPE"):
+        print("note: OPENBLAS_CORETYPE=%s for both sides (OpenBLAS uses those kernels, not the CPU's best)"
+              % env["OPENBLAS_CORETYPE"])
 
     ceiling = None
     sg = []

@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # scripts/setup.sh — installs what flynn needs to build, test and run its main
 # job on a fresh Debian 12 machine. Idempotent: installs only what is missing.
-# Usage: scripts/setup.sh [--bench]   (--bench also installs PyTorch for bench/)
+# Usage: scripts/setup.sh [--bench]   (--bench also installs PyTorch for bench/,
+#                                      and rsvg-convert to look at flynn bench's charts)
 set -euo pipefail
 
 pkgs=(build-essential cmake ninja-build pkg-config
       libopenblas-openmp-dev zlib1g-dev libzip-dev libhdf5-dev libjson-c-dev
       dataset-fashion-mnist)
 if [ "${1:-}" = "--bench" ]; then
-  pkgs+=(python3-torch libopenblas0-openmp python3-numpy)
+  pkgs+=(python3-torch libopenblas0-openmp python3-numpy librsvg2-bin)
 fi
 
 missing=()

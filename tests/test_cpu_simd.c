@@ -10,6 +10,7 @@
  * no AVX-512 the test says so and passes.
  */
 #include "check.h"
+#include "flynn/flynn.h"
 #include "backend/cpu/cpu_internal.h"
 #include "backend/cpu/cpu_simd.h"
 
@@ -96,6 +97,85 @@ static void test_conv(int n, int h, int w, int c, int oc, int kh, int kw, int s,
     if (bias) CHECK_MSG(rel_diff(db[1], db[0], oc) < 1e-5, "%s: db differs", what);
     for (int k = 0; k < 2; k++) { free(y[k]); free(dy[k]); free(dx[k]); free(dxa[k]); free(dw[k]); free(db[k]); }
     free(x); free(wt); free(b); free(g); free(dx0); free(ws);
+}
+
+/* Conv2D + max pooling fused (forward and backward, with the ReLU gradient
+ * of the convolution's input folded into dx) against the two ops run
+ * apart by the portable code. */
+static void test_conv_pool(int n, int h, int w, int c, int oc, int k, int same, int act, int pk, int ps) {
+    fl_conv_desc d = {0}, p = {0};
+    d.n = n; d.h = h; d.w = w; d.c = c; d.oc = oc; d.kh = k; d.kw = k; d.sh = 1; d.sw = 1;
+    d.oh = out_dim(h, k, 1, same, &d.pt);
+    d.ow = out_dim(w, k, 1, same, &d.pl);
+    d.act = act;
+    d.has_bias = 1;
+    p.n = n; p.h = d.oh; p.w = d.ow; p.c = oc; p.oc = oc; p.kh = pk; p.kw = pk; p.sh = ps; p.sw = ps;
+    p.oh = out_dim(d.oh, pk, ps, 0, &p.pt);
+    p.ow = out_dim(d.ow, pk, ps, 0, &p.pl);
+    size_t nx = (size_t)n * h * w * c, ny = (size_t)n * d.oh * d.ow * oc, np = (size_t)n * p.oh * p.ow * oc;
+    size_t nw = (size_t)k * k * c * oc;
+    float *x = rnd(nx, 61), *wt = rnd(nw, 62), *b = rnd(oc, 63), *g = rnd(np, 64);
+    for (size_t i = 0; i < nx; i += 3) x[i] = -fabsf(x[i]); /* x as a ReLU output would not be, but gated */
+    void *ws = ws_for(&d);
+    float *y[2], *pv[2], *dx[2], *dw[2], *db[2], *scratch = malloc(ny * sizeof(float));
+    int32_t *am[2];
+    for (int t = 0; t < 2; t++) {
+        fl_cpu_simd_force(t);
+        y[t] = malloc(ny * sizeof(float));
+        pv[t] = malloc(np * sizeof(float));
+        am[t] = malloc(np * sizeof(int32_t));
+        dx[t] = malloc(nx * sizeof(float));
+        dw[t] = malloc(nw * sizeof(float));
+        db[t] = malloc(oc * sizeof(float));
+        if (t == 0) { /* apart */
+            fl_cpu_conv2d_fwd(&d, x, wt, b, y[t], ws);
+            fl_cpu_maxpool_fwd(&p, y[t], pv[t], am[t]);
+            fl_cpu_maxpool_bwd(&p, g, am[t], scratch, 0.0f);
+            fl_cpu_conv2d_bwd(&d, x, wt, y[t], scratch, dx[t], 0.0f, dw[t], db[t], ws);
+            for (size_t i = 0; i < nx; i++) if (!(x[i] > 0)) dx[t][i] = 0;
+        } else {
+            fl_cpu_conv2d_maxpool_fwd(&d, &p, x, wt, b, y[t], pv[t], am[t], ws);
+            fl_cpu_conv2d_maxpool_bwd(&d, &p, x, wt, y[t], pv[t], g, am[t], scratch, dx[t], 0.0f, 1, dw[t], db[t], ws);
+        }
+    }
+    fl_cpu_simd_force(-1);
+    char what[128];
+    snprintf(what, sizeof what, "conv+pool n%d %dx%dx%d->%d k%d %s act%d pool %d/%d", n, h, w, c, oc, k,
+             same ? "same" : "valid", act, pk, ps);
+    CHECK_MSG(rel_diff(y[1], y[0], ny) < 1e-5, "%s: conv output differs", what);
+    CHECK_MSG(rel_diff(pv[1], pv[0], np) < 1e-5, "%s: pooled differs", what);
+    CHECK_MSG(rel_diff(dx[1], dx[0], nx) < 1e-5, "%s: dx differs by %g", what, rel_diff(dx[1], dx[0], nx));
+    CHECK_MSG(rel_diff(dw[1], dw[0], nw) < 1e-5, "%s: dw differs by %g", what, rel_diff(dw[1], dw[0], nw));
+    CHECK_MSG(rel_diff(db[1], db[0], oc) < 1e-5, "%s: db differs", what);
+    for (int t = 0; t < 2; t++) { free(y[t]); free(pv[t]); free(am[t]); free(dx[t]); free(dw[t]); free(db[t]); }
+    free(x); free(wt); free(b); free(g); free(scratch); free(ws);
+}
+
+/* A workspace sized under one thread count serves a later, larger one
+ * (fl_set_num_threads after the graph reserved its buffers); the sanitizer
+ * build checks the bounds. */
+static void test_threads_after_reserve(void) {
+    fl_conv_desc d = {0};
+    d.n = 8; d.h = 12; d.w = 12; d.c = 16; d.oc = 32; d.kh = 3; d.kw = 3; d.sh = 1; d.sw = 1; d.oh = 10; d.ow = 10;
+    d.act = FL_ACT_RELU;
+    d.has_bias = 1;
+    int before = fl_get_num_threads();
+    fl_set_num_threads(1);
+    size_t bytes = fl_cpu_conv_workspace(&d, 1);
+    void *ws = malloc(bytes);
+    fl_set_num_threads(16);
+    size_t nx = (size_t)8 * 12 * 12 * 16, ny = (size_t)8 * 10 * 10 * 32, nw = (size_t)9 * 16 * 32;
+    float *x = rnd(nx, 71), *w = rnd(nw, 72), *b = rnd(32, 73), *y = malloc(ny * 4), *g = rnd(ny, 74);
+    float *dx = malloc(nx * 4), *dw = malloc(nw * 4), *db = malloc(32 * 4);
+    for (int t = 0; t < 2; t++) {
+        fl_cpu_simd_force(t);
+        fl_cpu_conv2d_fwd(&d, x, w, b, y, ws);
+        fl_cpu_conv2d_bwd(&d, x, w, y, g, dx, 0.0f, dw, db, ws);
+    }
+    fl_cpu_simd_force(-1);
+    fl_set_num_threads(before);
+    CHECK(isfinite(dw[0]) && isfinite(dx[0]));
+    free(x); free(w); free(b); free(y); free(g); free(dx); free(dw); free(db); free(ws);
 }
 
 /* The backend's Dense through fl_simd_gemm against cblas. */
@@ -235,6 +315,14 @@ int main(void) {
     test_conv(2, 8, 8, 7, 17, 1, 1, 1, 0, FL_ACT_ELU, 1);       /* 1x1 */
     test_conv(3, 7, 40, 48, 48, 3, 5, 1, 0, FL_ACT_RELU, 1);    /* 36-wide rows: several row tiles */
     test_conv(2, 6, 6, 65, 33, 3, 3, 1, 1, FL_ACT_LEAKY_RELU, 1);
+    /* convolution + max pooling, fused */
+    test_conv_pool(4, 26, 26, 32, 64, 3, 0, FL_ACT_RELU, 2, 2);  /* mnist_cnn's conv2 + pool */
+    test_conv_pool(1, 26, 26, 32, 64, 3, 0, FL_ACT_RELU, 2, 2);  /* one sample: row bands */
+    test_conv_pool(3, 11, 10, 5, 20, 3, 1, FL_ACT_RELU, 2, 2);   /* odd conv output: uncovered row/column */
+    test_conv_pool(2, 12, 12, 8, 16, 3, 0, FL_ACT_TANH, 3, 3);
+    test_conv_pool(2, 13, 13, 8, 16, 3, 0, FL_ACT_LINEAR, 2, 3); /* gaps between windows */
+    test_conv_pool(2, 10, 10, 4, 8, 3, 0, FL_ACT_RELU, 3, 2);    /* overlapping: run apart */
+    test_threads_after_reserve();
     /* Dense: mnist_cnn's, the MLP's, and the GEMM driver's edge cases */
     test_dense(128, 9216, 128, FL_ACT_RELU, 1, 0.0f);
     test_dense(33, 784, 512, FL_ACT_RELU, 1, 0.0f);

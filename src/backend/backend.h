@@ -102,7 +102,24 @@ typedef struct fl_backend {
     void (*conv2d_bwd)(const fl_conv_desc *d, const float *x, const float *w, const float *y, float *dy,
                        float *dx, float dx_beta, float *dw, float *db, void *ws);
 
-    /* pooling: argmax holds, per output, the input offset of the max */
+    /* Conv2D followed by max pooling, where the convolution's only consumer
+     * is the pooling (NULL: not fused; ops/ops.c then runs the two ops).
+     * Forward writes the convolution's y and the pooling's outputs in one
+     * pass (pooling rows while they are in cache). Backward runs the
+     * convolution's whole backward from the pooling's gradient, without the
+     * gradient of y ever being written in full: dy_scratch (y's gradient
+     * buffer) may be used as scratch. dx_relu_mask: x is the output of a
+     * ReLU whose only consumer is this convolution; dx is written already
+     * multiplied by (x > 0), and dx_beta is 0. */
+    void (*conv2d_maxpool_fwd)(const fl_conv_desc *conv, const fl_conv_desc *pool, const float *x, const float *w,
+                               const float *b, float *y, float *pooled, int32_t *argmax, void *ws);
+    void (*conv2d_maxpool_bwd)(const fl_conv_desc *conv, const fl_conv_desc *pool, const float *x, const float *w,
+                               const float *y, const float *pooled, const float *dpooled, const int32_t *argmax,
+                               float *dy_scratch, float *dx, float dx_beta, int dx_relu_mask, float *dw, float *db,
+                               void *ws);
+
+    /* pooling: argmax holds, per output, where the maximum was (in the
+     * backend's own encoding: only its maxpool_bwd reads it) */
     void (*maxpool_fwd)(const fl_conv_desc *d, const float *x, float *y, int32_t *argmax);
     void (*maxpool_bwd)(const fl_conv_desc *d, const float *dy, const int32_t *argmax, float *dx, float dx_beta);
     void (*avgpool_fwd)(const fl_conv_desc *d, const float *x, float *y);

@@ -354,6 +354,13 @@ static const point *pt(const bench_run *b, int d, int mode, int bi) {
     return p->samples_per_s > 0 ? p : NULL;
 }
 
+/* A device's reason without the library's "the GPU cannot be used: " lead,
+ * which "gpu: not usable:" already says. */
+static const char *short_reason(const char *r) {
+    static const char lead[] = "the GPU cannot be used: ";
+    return strncmp(r, lead, sizeof lead - 1) == 0 ? r + sizeof lead - 1 : r;
+}
+
 static void print_header(const bench_run *b, FILE *f) {
     fprintf(f, "flynn bench: %s on %lld %s images, one epoch per point after %d warm-up step%s%s\n", b->o.model,
             (long long)b->n, b->data_kind, b->o.warmup, b->o.warmup == 1 ? "" : "s",
@@ -365,7 +372,7 @@ static void print_header(const bench_run *b, FILE *f) {
     for (int d = 0; d < NDEV; d++) {
         if (!b->dev[d].requested || (d == DEV_CPU && b->dev[d].usable)) continue;
         if (b->dev[d].usable) fprintf(f, "%s: %s\n", dev_name[d], b->dev[d].detail);
-        else fprintf(f, "%s: not usable: %s\n", dev_name[d], b->dev[d].detail);
+        else fprintf(f, "%s: not usable: %s\n", dev_name[d], short_reason(b->dev[d].detail));
     }
     fprintf(f, "\n%7s  %-7s", "batch", "mode");
     for (int d = 0; d < NDEV; d++)
@@ -616,7 +623,9 @@ static int write_svg(const bench_run *b, const char *path) {
              b->blas_core[0] ? " (" : "", b->blas_core, b->blas_core[0] ? ")" : "");
     svg_text(f, 20, y, "start", 11, "normal", "#555", buf);
     if (b->dev[DEV_GPU].requested) {
-        snprintf(buf, sizeof buf, "GPU%s: %s", b->dev[DEV_GPU].usable ? "" : " not usable", b->dev[DEV_GPU].detail);
+        const char *det = b->dev[DEV_GPU].detail;
+        if (strncmp(det, "device: ", 8) == 0) det += 8;
+        snprintf(buf, sizeof buf, "GPU%s: %s", b->dev[DEV_GPU].usable ? "" : " not usable", short_reason(det));
         svg_wrapped(f, 20, y + 18, 118, b->dev[DEV_GPU].usable ? "#555" : "#a33", buf);
     }
     fprintf(f, "</svg>\n");
@@ -674,6 +683,14 @@ int flynn_cmd_bench(int argc, char **argv) {
         fl_model *m = make_model(b, d, &fatal);
         if (fatal) rc = 1;
         fl_model_free(m);
+    }
+    if (rc == 0 && !b->dev[DEV_CPU].usable && !b->dev[DEV_GPU].usable) {
+        for (int d = 0; d < NDEV; d++)
+            if (b->dev[d].requested)
+                fprintf(stderr, "flynn bench: %s not usable: %s\n", dev_name[d], short_reason(b->dev[d].detail));
+        fprintf(stderr, "flynn bench: no device to measure\n");
+        fl_dataset_free(&ds);
+        return 1;
     }
     if (rc == 0) print_header(b, out);
     for (int bi = 0; bi < o->nbatch && rc == 0; bi++) {

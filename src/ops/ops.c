@@ -277,6 +277,15 @@ static void concat_geom(const fl_node *x, int axis, int64_t *rows, int64_t *cols
 
 static int64_t rows_of(const fl_node *n) { return fl_node_size(n) / n->shape[n->ndim - 1]; }
 
+/* The max pooling that consumes conv2d node c, when c has no other consumer
+ * and the backend runs the two fused; else NULL. */
+static fl_node *pooled_by(const fl_graph *g, const fl_node *c) {
+    if (!g->be->conv2d_maxpool_fwd || !g->be->conv2d_maxpool_bwd || c->nconsumers != 1) return NULL;
+    for (int i = c->id + 1; i < g->n; i++)
+        if (g->nodes[i]->nin > 0 && g->nodes[i]->in[0] == c) return g->nodes[i]->op == FL_OP_MAXPOOL ? g->nodes[i] : NULL;
+    return NULL;
+}
+
 void fl_op_forward(fl_graph *g, fl_node *n, bool training) {
     const fl_backend *be = g->be;
     fl_node *x = n->in[0];
@@ -289,10 +298,19 @@ void fl_op_forward(fl_graph *g, fl_node *n, bool training) {
     case FL_OP_CONV2D: {
         fl_conv_desc d = n->conv;
         d.n = g->batch;
+        fl_node *pool = pooled_by(g, n);
+        if (pool) {
+            fl_conv_desc pd = pool->conv;
+            pd.n = g->batch;
+            be->conv2d_maxpool_fwd(&d, &pd, x->val, n->in[1]->val, d.has_bias ? n->in[2]->val : NULL, n->val,
+                                   pool->val, pool->aux, g->ws);
+            break;
+        }
         be->conv2d_fwd(&d, x->val, n->in[1]->val, d.has_bias ? n->in[2]->val : NULL, n->val, g->ws);
         break;
     }
     case FL_OP_MAXPOOL: {
+        if (x->op == FL_OP_CONV2D && pooled_by(g, x) == n) break; /* done with the convolution */
         fl_conv_desc d = n->conv;
         d.n = g->batch;
         be->maxpool_fwd(&d, x->val, n->val, n->aux);
@@ -424,6 +442,25 @@ void fl_op_backward(fl_graph *g, fl_node *n) {
         if (!dx) break;
         fl_conv_desc d = n->conv;
         d.n = g->batch;
+        if (x->op == FL_OP_CONV2D && pooled_by(g, x) == n && !x->grad_ready) {
+            /* the convolution's backward, from this gradient: the
+             * convolution's own dy is never written in full, and its
+             * node is left unmarked so that backward skips it */
+            fl_conv_desc cd = x->conv;
+            cd.n = g->batch;
+            if (x->grad_is_preact) cd.act = FL_ACT_LINEAR;
+            fl_node *xi = x->in[0];
+            float cbeta = 0.0f;
+            float *cdx = in_grad(x, 0, &cbeta);
+            /* x's input is a ReLU output that only x reads: mask its gradient here */
+            int relu_mask = cdx && cbeta == 0.0f && xi->nconsumers == 1 && xi->act == FL_ACT_RELU &&
+                            (xi->op == FL_OP_CONV2D || xi->op == FL_OP_DENSE);
+            be->conv2d_maxpool_bwd(&cd, &d, xi->val, x->in[1]->val, x->val, n->val, n->grad, n->aux, x->grad, cdx,
+                                   cbeta, relu_mask, x->in[1]->grad, cd.has_bias ? x->in[2]->grad : NULL, g->ws);
+            mark(x, 0); mark(x, 1); mark(x, 2);
+            if (relu_mask) xi->grad_is_preact = true;
+            break;
+        }
         be->maxpool_bwd(&d, n->grad, n->aux, dx, beta);
         mark(n, 0);
         break;

@@ -28,7 +28,8 @@
 #define FL_HAVE_AVX512 0
 #endif
 
-static int cached = -1;
+/* -1: not decided yet; else the answer of fl_cpu_simd() */
+static int g_simd = -1;
 
 int fl_cpu_simd_available(void) {
 #if FL_HAVE_AVX512
@@ -40,15 +41,17 @@ int fl_cpu_simd_available(void) {
 #endif
 }
 
-void fl_cpu_simd_force(int on) { __atomic_store_n(&cached, on < 0 ? -1 : (on && fl_cpu_simd_available()), __ATOMIC_RELAXED); }
+void fl_cpu_simd_force(int on) {
+    __atomic_store_n(&g_simd, on < 0 ? -1 : (on && fl_cpu_simd_available()), __ATOMIC_RELAXED);
+}
 
 int fl_cpu_simd(void) {
-    int v = __atomic_load_n(&cached, __ATOMIC_RELAXED);
+    int v = __atomic_load_n(&g_simd, __ATOMIC_RELAXED);
     if (v >= 0) return v;
     v = fl_cpu_simd_available();
     const char *e = getenv("FLYNN_CPU_KERNELS");
     if (e && strcmp(e, "generic") == 0) v = 0;
-    __atomic_store_n(&cached, v, __ATOMIC_RELAXED);
+    __atomic_store_n(&g_simd, v, __ATOMIC_RELAXED);
     return v;
 }
 
@@ -94,6 +97,11 @@ int fl_cpu_simd(void) {
         _Pragma("GCC unroll 16") for (int r = 0; r < R; r++) {                                                 \
             _Pragma("GCC unroll 4") for (int v = 0; v < V; v++) {                                              \
                 __m512 o = t->relu ? _mm512_max_ps(acc[r][v], zero) : acc[r][v];                               \
+                if (t->gate)                                                                                   \
+                    o = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(_mm512_maskz_loadu_ps(v == V - 1 ? tail : 0xFFFF,    \
+                                                                                     t->gate + r * t->ldc + 16 * v), \
+                                                               zero, _CMP_GT_OQ),                              \
+                                            o);                                                                \
                 if (v == V - 1) _mm512_mask_storeu_ps(t->c + r * t->ldc + 16 * v, tail, o);                     \
                 else _mm512_storeu_ps(t->c + r * t->ldc + 16 * v, o);                                          \
             }                                                                                                  \
@@ -134,6 +142,7 @@ void fl_simd_run(const fl_simd_tile *t, int rows) {
  * every row tile of A passes over it. */
 #define GEMM_KC 384
 #define GEMM_NC 64
+#define GEMM_MC_BYTES (256 * 1024)
 
 /* Packs op(B)[k0:k0+kc, n0:n0+nc] = B^T (B stored N x K) into bp[kc][64]. */
 FL_AVX512 static void pack_bt(const float *B, int64_t ldb, int64_t k0, int kc, int64_t n0, int nc, float *bp) {
@@ -158,9 +167,15 @@ void fl_simd_gemm(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, con
     }
     const int64_t ncb = (N + GEMM_NC - 1) / GEMM_NC; /* column blocks */
     const int rmax = 6;                               /* rows per tile for 64-wide tiles */
-    /* work items: column blocks x row chunks, enough of them for the threads */
-    int64_t nrc = 1;
-    if (threads > 1 && ncb < 2 * threads) {
+    /* work items: row chunks x column blocks. A chunk's rows of one K block
+     * (GEMM_MC_BYTES) stay in L2 while the items of that chunk, consecutive
+     * on one thread, pass their column blocks over them; and there are
+     * enough items for the threads. */
+    int64_t mc = GEMM_MC_BYTES / ((K < GEMM_KC ? K : GEMM_KC) * (int64_t)sizeof(float));
+    mc = mc < 4 * rmax ? 4 * rmax : mc - mc % rmax;
+    /* (with B transposed every item packs its block of B: no more items than needed) */
+    int64_t nrc = trans_b ? 1 : (M + mc - 1) / mc;
+    if (threads > 1 && ncb * nrc < 2 * threads) {
         nrc = (2 * threads + ncb - 1) / ncb;
         int64_t max_rc = (M + 4 * rmax - 1) / (4 * rmax); /* chunks of >= 4 tiles */
         if (nrc > max_rc) nrc = max_rc > 0 ? max_rc : 1;
@@ -174,7 +189,7 @@ void fl_simd_gemm(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, con
         float bp[GEMM_KC * GEMM_NC] __attribute__((aligned(64)));
 #pragma omp for schedule(static)
         for (int64_t it = 0; it < items; it++) {
-            int64_t cb = it / nrc, rc = it % nrc;
+            int64_t rc = it / ncb, cb = it % ncb;
             int64_t n0 = cb * GEMM_NC;
             int nc = (int)(N - n0 < GEMM_NC ? N - n0 : GEMM_NC);
             int64_t m0 = M * rc / nrc, m1 = M * (rc + 1) / nrc;
@@ -294,6 +309,51 @@ FL_AVX512 void fl_simd_maxpool_bwd_sample(int H, int W, int C, int OH, int OW, i
                     }
             }
         }
+}
+
+FL_AVX512 void fl_simd_unpool_grad(int POH, int POW, int C, int KH, int KW, int SH, int SW, int act,
+                                   const float *pooled, const float *dpooled, const int32_t *argmax, float *dst,
+                                   int64_t dst_row, float *db) {
+    const __m512 zero = _mm512_setzero_ps();
+    /* up to 64 channels per sweep, so that each pixel's channels are written together */
+    for (int c0 = 0; c0 < C; c0 += 64) {
+        const int nv = (C - c0 < 64 ? C - c0 + 15 : 64) / 16;
+        __mmask16 mk[4];
+        for (int v = 0; v < 4; v++) {
+            int left = C - c0 - 16 * v;
+            mk[v] = (__mmask16)(left >= 16 ? 0xFFFF : left > 0 ? (1u << left) - 1 : 0);
+        }
+        __m512 sum[4] = {zero, zero, zero, zero};
+        for (int ph = 0; ph < POH; ph++)
+            for (int pw = 0; pw < POW; pw++) {
+                const size_t o = ((size_t)ph * POW + pw) * C + c0;
+                float *d0 = dst + (size_t)ph * SH * dst_row + (size_t)pw * SW * C + c0;
+                for (int v = 0; v < nv; v++) {
+                    __m512 g = _mm512_maskz_loadu_ps(mk[v], dpooled + o + 16 * v);
+                    __m512 yv = _mm512_maskz_loadu_ps(mk[v], pooled + o + 16 * v);
+                    if (act == FL_ACT_RELU) {
+                        g = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(yv, zero, _CMP_GT_OQ), g);
+                    } else if (act != FL_ACT_LINEAR) {
+                        float yy[16], f[16];
+                        _mm512_storeu_ps(yy, yv);
+                        for (int k = 0; k < 16; k++) f[k] = fl_act_grad_y(act, yy[k]);
+                        g = _mm512_mul_ps(g, _mm512_loadu_ps(f));
+                    }
+                    sum[v] = _mm512_add_ps(sum[v], g);
+                    const __m512i av = _mm512_maskz_loadu_epi32(mk[v], argmax + o + 16 * v);
+                    for (int kh = 0; kh < KH; kh++)
+                        for (int kw = 0; kw < KW; kw++) {
+                            __mmask16 hit = _mm512_mask_cmpeq_epi32_mask(mk[v], av, _mm512_set1_epi32(kh * KW + kw));
+                            _mm512_mask_storeu_ps(d0 + (size_t)kh * dst_row + (size_t)kw * C + 16 * v, mk[v],
+                                                  _mm512_maskz_mov_ps(hit, g));
+                        }
+                }
+            }
+        if (db)
+            for (int v = 0; v < nv; v++)
+                _mm512_mask_storeu_ps(db + c0 + 16 * v, mk[v],
+                                      _mm512_add_ps(_mm512_maskz_loadu_ps(mk[v], db + c0 + 16 * v), sum[v]));
+    }
 }
 
 /* Philox 4x32-10 for 16 consecutive block indices at once (the same
@@ -439,6 +499,11 @@ void fl_simd_maxpool_bwd_sample(int H, int W, int C, int OH, int OW, int KH, int
                                 const float *dy, const int32_t *argmax, float *dx, int accumulate) {
     (void)H; (void)W; (void)C; (void)OH; (void)OW; (void)KH; (void)KW; (void)SH; (void)SW; (void)dy; (void)argmax;
     (void)dx; (void)accumulate;
+}
+void fl_simd_unpool_grad(int POH, int POW, int C, int KH, int KW, int SH, int SW, int act, const float *pooled,
+                         const float *dpooled, const int32_t *argmax, float *dst, int64_t dst_row, float *db) {
+    (void)POH; (void)POW; (void)C; (void)KH; (void)KW; (void)SH; (void)SW; (void)act; (void)pooled; (void)dpooled;
+    (void)argmax; (void)dst; (void)dst_row; (void)db;
 }
 void fl_simd_dropout_fwd(int64_t i0, int64_t i1, float rate, uint64_t seed, uint64_t stream, const float *x,
                          float *y, uint8_t *mask) {

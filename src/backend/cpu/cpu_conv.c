@@ -13,6 +13,9 @@
  * Samples are split between the OpenMP threads; each thread keeps a private
  * dw that is reduced at the end (a fixed order: deterministic). The ReLU
  * gradient and the bias gradient are one pass that also writes the padded dy.
+ * Followed by a max pooling (fl_cpu_conv2d_maxpool_*), the forward pools
+ * each band of rows while it is in cache, and the backward builds dy from
+ * the pooling's gradient per sample instead of reading a full-size dy.
  *
  * Otherwise (no AVX-512, or strided backward data), a convolution is a GEMM
  * per chunk of samples: im2col turns the chunk into rows of kh*kw*c patch
@@ -27,8 +30,21 @@
 #include "cpu_internal.h"
 #include "cpu_simd.h"
 
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* Threads for the convolutions: at most the cores. The workspace is cut
+ * into max(threads, cores) per-thread slices when the graph reserves it, so
+ * every thread has its slice even if fl_set_num_threads changed since. */
+static int conv_threads(void) {
+    int t = fl_cpu_threads(), p = omp_get_num_procs();
+    return t < p ? t : p;
+}
+static int ws_slices(void) {
+    int t = fl_cpu_threads(), p = omp_get_num_procs();
+    return t > p ? t : p;
+}
 
 /* Output rows per chunk; FLYNN_CONV_ROWS overrides (for benchmarking). */
 static int64_t chunk_samples(const fl_conv_desc *d) {
@@ -41,8 +57,9 @@ static int64_t chunk_samples(const fl_conv_desc *d) {
     int64_t per = (int64_t)d->oh * d->ow;
     int64_t cs = target / (per > 0 ? per : 1);
     if (cs < 1) cs = 1;
-    /* keep at least 2 chunks per thread when the batch allows */
-    int64_t nt = fl_cpu_threads();
+    /* keep at least 2 chunks per core when the batch allows (cores, not
+     * threads: the chunk size, and so the workspace, must not change) */
+    int64_t nt = omp_get_num_procs();
     while (cs > 1 && (d->n + cs - 1) / cs < 2 * nt) cs /= 2;
     return cs;
 }
@@ -101,15 +118,16 @@ static size_t direct_thread_floats(const fl_conv_desc *d, int backward) {
     return (f + 15) & ~(size_t)15;
 }
 
-/* Shared floats: the rotated kernel for the data gradient. */
+/* Shared floats: the rotated kernel for the data gradient (at the start of
+ * the workspace, before the per-thread slices). */
 static size_t direct_shared_floats(const fl_conv_desc *d) {
     return ((size_t)d->kh * d->kw * d->c * d->oc + 15) & ~(size_t)15;
 }
 
 size_t fl_cpu_conv_workspace(const fl_conv_desc *d, int backward) {
     int64_t cs = chunk_samples(d);
-    size_t gemm = thread_ws_floats(d, cs, backward) * (size_t)fl_cpu_threads();
-    size_t direct = direct_thread_floats(d, backward) * (size_t)fl_cpu_threads() + direct_shared_floats(d);
+    size_t gemm = thread_ws_floats(d, cs, backward) * (size_t)ws_slices();
+    size_t direct = direct_thread_floats(d, backward) * (size_t)ws_slices() + direct_shared_floats(d);
     size_t f = fl_cpu_simd() ? (gemm > direct ? gemm : direct) : gemm;
     return f * sizeof(float);
 }
@@ -159,7 +177,7 @@ static void direct_fwd(const fl_conv_desc *d, const float *x, const float *w, co
     const conv_geom g = geom(d);
     const size_t in_sz = (size_t)d->h * d->w * d->c, out_sz = (size_t)d->oh * d->ow * d->oc;
     const size_t tws = direct_thread_floats(d, 0);
-    const int nt = fl_cpu_threads();
+    const int nt = conv_threads();
     if (!g.pad && d->n < 2 * nt) {
         /* few samples (inference on a small batch): split output rows */
         const int64_t items = d->n * d->oh;
@@ -198,15 +216,45 @@ static void prep_dy(const fl_conv_desc *d, const float *ys, const float *dys, fl
     }
 }
 
+/* Where the gradient of y comes from when a max pooling follows (NULL: dy). */
+typedef struct pool_grad {
+    const fl_conv_desc *pool;
+    const float *pooled, *dpooled;
+    const int32_t *argmax;
+} pool_grad;
+
+/* Whether the pooling's windows stay inside the input and do not overlap. */
+static int pool_tiles(const fl_conv_desc *p) {
+    return p->pt == 0 && p->pl == 0 && p->sh >= p->kh && p->sw >= p->kw && (p->oh - 1) * p->sh + p->kh <= p->h &&
+           (p->ow - 1) * p->sw + p->kw <= p->w;
+}
+
+/* dst (oh x ow x oc, rows dst_row floats apart) = the gradient of y built
+ * from the pooling's: dpooled * act'(pooled) at each window's argmax, 0
+ * elsewhere; db += its column sums. */
+static void unpool_grad(const fl_conv_desc *d, const pool_grad *pg, int64_t n, float *dst, size_t dst_row, float *db) {
+    const fl_conv_desc *p = pg->pool;
+    const size_t psz = (size_t)p->oh * p->ow * p->c, row = (size_t)d->ow * d->oc;
+    if (p->sh != p->kh || p->sw != p->kw || p->oh * p->sh != d->oh || p->ow * p->sw != d->ow)
+        for (int oh = 0; oh < d->oh; oh++) memset(dst + (size_t)oh * dst_row, 0, row * sizeof(float));
+    fl_simd_unpool_grad(p->oh, p->ow, p->c, p->kh, p->kw, p->sh, p->sw, d->act, pg->pooled + (size_t)n * psz,
+                        pg->dpooled + (size_t)n * psz, pg->argmax + (size_t)n * psz, dst, (int64_t)dst_row,
+                        d->has_bias ? db : NULL);
+}
+
+/* dx_mask: multiply dx by (x > 0) (the ReLU that produced x, fused). pg: the
+ * gradient of y comes from a max pooling (dy is then only scratch). */
 static void direct_bwd(const fl_conv_desc *d, const float *x, const float *w, const float *y, float *dy, float *dx,
-                       float dx_beta, float *dw, float *db, void *ws) {
+                       float dx_beta, int dx_mask, float *dw, float *db, void *ws, const pool_grad *pg) {
     const conv_geom g = geom(d);
     const int C = d->c, OC = d->oc, KH = d->kh, KW = d->kw;
     const size_t in_sz = (size_t)d->h * d->w * C, out_sz = (size_t)d->oh * d->ow * OC;
     const size_t nw = (size_t)KH * KW * C * OC;
     const size_t tws = direct_thread_floats(d, 1);
-    const int nt = fl_cpu_threads();
-    float *shared = (float *)ws + tws * (size_t)nt;
+    const int nt = conv_threads();
+    /* the rotated kernel first, then one slice per thread */
+    float *shared = (float *)ws;
+    ws = shared + direct_shared_floats(d);
     if (dx) {
         /* w_rot[kh'][kw'][oc][c] = w[kh-1-kh'][kw-1-kw'][c][oc] */
         for (int kh = 0; kh < KH; kh++)
@@ -217,6 +265,11 @@ static void direct_bwd(const fl_conv_desc *d, const float *x, const float *w, co
                     for (int oc = 0; oc < OC; oc++) dst[(size_t)oc * C + c] = src[(size_t)c * OC + oc];
             }
     }
+    /* every slice's partial dw is zeroed here, so that the reduction below is
+     * right even if the team is smaller than asked (a nested region) */
+    for (int t = 0; t < nt; t++)
+        memset((float *)ws + (size_t)t * tws + (g.pad ? (size_t)g.hp * g.wp * C : 0) + (size_t)g.hd * g.wd * OC, 0,
+               (nw + (size_t)OC) * sizeof(float));
 #pragma omp parallel num_threads(nt)
     {
         const int tid = fl_cpu_thread_id();
@@ -225,7 +278,6 @@ static void direct_bwd(const fl_conv_desc *d, const float *x, const float *w, co
         float *dyp = xp + (g.pad ? (size_t)g.hp * g.wp * C : 0);
         float *dw_t = dyp + (size_t)g.hd * g.wd * OC;
         float *db_t = dw_t + nw;
-        memset(dw_t, 0, (nw + (size_t)OC) * sizeof(float));
         if (dx) memset(dyp, 0, (size_t)g.hd * g.wd * OC * sizeof(float)); /* the border stays zero */
 #pragma omp for schedule(static)
         for (int64_t n = 0; n < d->n; n++) {
@@ -241,11 +293,13 @@ static void direct_bwd(const fl_conv_desc *d, const float *x, const float *w, co
             if (dx) {
                 gy_row = (size_t)g.wd * OC;
                 float *dst = dyp + ((size_t)g.offh * g.wd + g.offw) * OC;
-                prep_dy(d, y + (size_t)n * out_sz, dys, dst, gy_row, db_t);
+                if (pg) unpool_grad(d, pg, n, dst, gy_row, db_t);
+                else prep_dy(d, y + (size_t)n * out_sz, dys, dst, gy_row, db_t);
                 gy = dst;
             } else {
                 gy_row = (size_t)d->ow * OC;
-                prep_dy(d, y + (size_t)n * out_sz, dys, dys, gy_row, db_t);
+                if (pg) unpool_grad(d, pg, n, dys, gy_row, db_t);
+                else prep_dy(d, y + (size_t)n * out_sz, dys, dys, gy_row, db_t);
                 gy = dys;
             }
             /* 2. dw += sum_p x[p + (kh, kw), c] gy[p, oc]: rows of the tile are
@@ -288,12 +342,14 @@ static void direct_bwd(const fl_conv_desc *d, const float *x, const float *w, co
                     t.bseg = (int64_t)KW * OC * C;
                     t.ldc = C;
                     t.accumulate = dx_beta != 0.0f;
+                    const float *xg = x + (size_t)n * in_sz; /* the unpadded x gates dx */
                     int rm = fl_simd_max_rows(t.cols), ntile = fl_tiles(d->w, rm);
                     for (int ih = 0; ih < d->h; ih++)
                         for (int k = 0; k < ntile; k++) {
                             int iw0 = (int)fl_tile_start(d->w, ntile, k), iw1 = (int)fl_tile_start(d->w, ntile, k + 1);
                             t.a = dyp + ((size_t)ih * g.wd + iw0) * OC;
                             t.c = dxs + ((size_t)ih * d->w + iw0) * C + c0;
+                            t.gate = dx_mask ? xg + ((size_t)ih * d->w + iw0) * C + c0 : NULL;
                             fl_simd_run(&t, iw1 - iw0);
                         }
                 }
@@ -377,7 +433,7 @@ void fl_cpu_conv2d_fwd(const fl_conv_desc *d, const float *x, const float *w, co
     const size_t in_sz = (size_t)d->h * d->w * d->c, out_rows = (size_t)d->oh * d->ow;
     const size_t tws = thread_ws_floats(d, cs, 0);
     const int direct = d->kh == 1 && d->kw == 1 && d->sh == 1 && d->sw == 1 && d->pt == 0 && d->pl == 0;
-#pragma omp parallel for schedule(static) num_threads(fl_cpu_threads())
+#pragma omp parallel for schedule(static) num_threads(conv_threads())
     for (int64_t ci = 0; ci < nchunks; ci++) {
         float *col = (float *)ws + (size_t)fl_cpu_thread_id() * tws;
         int64_t n0 = ci * cs, cn = d->n - n0 < cs ? d->n - n0 : cs;
@@ -394,7 +450,7 @@ void fl_cpu_conv2d_fwd(const fl_conv_desc *d, const float *x, const float *w, co
 
 void fl_cpu_conv2d_bwd(const fl_conv_desc *d, const float *x, const float *w, const float *y, float *dy, float *dx,
                        float dx_beta, float *dw, float *db, void *ws) {
-    if (direct_bwd_ok(d, dx != NULL)) { direct_bwd(d, x, w, y, dy, dx, dx_beta, dw, db, ws); return; }
+    if (direct_bwd_ok(d, dx != NULL)) { direct_bwd(d, x, w, y, dy, dx, dx_beta, 0, dw, db, ws, NULL); return; }
     const int64_t cs = chunk_samples(d);
     const int64_t nchunks = (d->n + cs - 1) / cs;
     const size_t K = (size_t)d->kh * d->kw * d->c;
@@ -402,7 +458,7 @@ void fl_cpu_conv2d_bwd(const fl_conv_desc *d, const float *x, const float *w, co
     const size_t tws = thread_ws_floats(d, cs, 1);
     const size_t col_floats = (size_t)cs * out_rows * K;
     const int direct = d->kh == 1 && d->kw == 1 && d->sh == 1 && d->sw == 1 && d->pt == 0 && d->pl == 0;
-    const int nt = fl_cpu_threads();
+    const int nt = conv_threads();
     for (int t = 0; t < nt; t++) {
         float *p = (float *)ws + (size_t)t * tws + col_floats;
         memset(p, 0, (K * (size_t)d->oc + (size_t)d->oc) * sizeof(float));
@@ -443,6 +499,75 @@ void fl_cpu_conv2d_bwd(const fl_conv_desc *d, const float *x, const float *w, co
     }
     memcpy(dw, p0, nw * sizeof(float));
     if (d->has_bias && db) memcpy(db, p0 + nw, (size_t)d->oc * sizeof(float));
+}
+
+/* ------------------------------------------ convolution + max pooling */
+
+/* Pools rows [ph0, ph1) of pooling p from sample ys of the convolution output. */
+static void pool_rows(const fl_conv_desc *d, const fl_conv_desc *p, const float *ys, float *ps, int32_t *as, int ph0,
+                      int ph1) {
+    const size_t prow = (size_t)p->ow * p->c;
+    for (int ph = ph0; ph < ph1; ph++)
+        fl_simd_maxpool_fwd_sample(p->kh, d->ow, d->oc, 1, p->ow, p->kh, p->kw, p->sh, p->sw,
+                                   ys + (size_t)ph * p->sh * d->ow * d->oc, ps + (size_t)ph * prow, as + (size_t)ph * prow);
+}
+
+void fl_cpu_conv2d_maxpool_fwd(const fl_conv_desc *d, const fl_conv_desc *p, const float *x, const float *w,
+                               const float *b, float *y, float *pooled, int32_t *argmax, void *ws) {
+    if (!direct_fwd_ok(d) || !pool_tiles(p) || p->h != d->oh || p->w != d->ow || p->c != d->oc) {
+        fl_cpu_conv2d_fwd(d, x, w, b, y, ws);
+        fl_cpu_maxpool_fwd(p, y, pooled, argmax);
+        return;
+    }
+    const conv_geom g = geom(d);
+    const size_t in_sz = (size_t)d->h * d->w * d->c, out_sz = (size_t)d->oh * d->ow * d->oc;
+    const size_t psz = (size_t)p->oh * p->ow * p->c;
+    const size_t tws = direct_thread_floats(d, 0);
+    const int nt = conv_threads();
+    /* items: one pooling row band (the convolution rows it reads) of one
+     * sample, or whole samples when padding needs a per-sample copy */
+    const int per = g.pad || d->n >= 2 * nt ? 1 : p->oh;
+    const int64_t items = d->n * per;
+#pragma omp parallel for schedule(static) num_threads(nt)
+    for (int64_t it = 0; it < items; it++) {
+        int64_t n = it / per;
+        int band = (int)(it % per);
+        const float *xs = x + (size_t)n * in_sz;
+        if (g.pad) {
+            float *xp = (float *)ws + (size_t)fl_cpu_thread_id() * tws;
+            pad_sample(d, &g, xs, xp);
+            xs = xp;
+        }
+        float *ys = y + (size_t)n * out_sz;
+        int ph0 = per == 1 ? 0 : band, ph1 = per == 1 ? p->oh : band + 1;
+        for (int ph = ph0; ph < ph1; ph++) {
+            int r0 = ph * p->sh, r1 = ph + 1 == p->oh && per == 1 ? d->oh : (ph + 1) * p->sh;
+            if (r1 > d->oh) r1 = d->oh;
+            direct_fwd_rows(d, &g, xs, w, b, ys, r0, r1);
+            pool_rows(d, p, ys, pooled + (size_t)n * psz, argmax + (size_t)n * psz, ph, ph + 1);
+        }
+        if (per > 1 && band + 1 == per && (band + 1) * p->sh < d->oh) /* rows below the last window */
+            direct_fwd_rows(d, &g, xs, w, b, ys, (band + 1) * p->sh, d->oh);
+    }
+}
+
+void fl_cpu_conv2d_maxpool_bwd(const fl_conv_desc *d, const fl_conv_desc *p, const float *x, const float *w,
+                               const float *y, const float *pooled, const float *dpooled, const int32_t *argmax,
+                               float *dy_scratch, float *dx, float dx_beta, int dx_relu_mask, float *dw, float *db,
+                               void *ws) {
+    if (direct_bwd_ok(d, dx != NULL) && pool_tiles(p) && p->h == d->oh && p->w == d->ow && p->c == d->oc) {
+        pool_grad pg = {p, pooled, dpooled, argmax};
+        direct_bwd(d, x, w, y, dy_scratch, dx, dx_beta, dx_relu_mask, dw, db, ws, &pg);
+        return;
+    }
+    fl_cpu_maxpool_bwd(p, dpooled, argmax, dy_scratch, 0.0f);
+    fl_cpu_conv2d_bwd(d, x, w, y, dy_scratch, dx, dx_beta, dw, db, ws);
+    if (dx && dx_relu_mask) {
+        const int64_t n = d->n * d->h * d->w * d->c;
+#pragma omp parallel for schedule(static) num_threads(n < 32768 ? 1 : fl_cpu_threads())
+        for (int64_t i = 0; i < n; i++)
+            if (!(x[i] > 0.0f)) dx[i] = 0.0f;
+    }
 }
 
 /* ------------------------------------------------------------- pooling */

@@ -26,6 +26,12 @@ size_t fl_cpu_conv_workspace(const fl_conv_desc *d, int backward);
 void fl_cpu_conv2d_fwd(const fl_conv_desc *d, const float *x, const float *w, const float *b, float *y, void *ws);
 void fl_cpu_conv2d_bwd(const fl_conv_desc *d, const float *x, const float *w, const float *y, float *dy, float *dx,
                        float dx_beta, float *dw, float *db, void *ws);
+void fl_cpu_conv2d_maxpool_fwd(const fl_conv_desc *d, const fl_conv_desc *p, const float *x, const float *w,
+                               const float *b, float *y, float *pooled, int32_t *argmax, void *ws);
+void fl_cpu_conv2d_maxpool_bwd(const fl_conv_desc *d, const fl_conv_desc *p, const float *x, const float *w,
+                               const float *y, const float *pooled, const float *dpooled, const int32_t *argmax,
+                               float *dy_scratch, float *dx, float dx_beta, int dx_relu_mask, float *dw, float *db,
+                               void *ws);
 void fl_cpu_maxpool_fwd(const fl_conv_desc *d, const float *x, float *y, int32_t *argmax);
 void fl_cpu_maxpool_bwd(const fl_conv_desc *d, const float *dy, const int32_t *argmax, float *dx, float dx_beta);
 void fl_cpu_avgpool_fwd(const fl_conv_desc *d, const float *x, float *y);

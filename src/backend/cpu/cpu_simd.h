@@ -39,6 +39,7 @@ typedef struct fl_simd_tile {
     const float *bias;  /* start from bias[n] (NULL: from zero) unless accumulate */
     int accumulate;     /* start from C itself */
     int relu;           /* max(0, .) before the store */
+    const float *gate;  /* NULL, or zero the output where gate <= 0 (gate laid out as C, ldc apart) */
     int cols;           /* columns of the tile: 1 .. 64 */
 } fl_simd_tile;
 
@@ -72,6 +73,14 @@ void fl_simd_maxpool_fwd_sample(int H, int W, int C, int OH, int OW, int KH, int
  * element of dx (dy at the argmax, 0 elsewhere), or adds when accumulate. */
 void fl_simd_maxpool_bwd_sample(int H, int W, int C, int OH, int OW, int KH, int KW, int SH, int SW,
                                 const float *dy, const int32_t *argmax, float *dx, int accumulate);
+
+/* The gradient of a convolution output from that of its max pooling
+ * (windows inside the input and not overlapping): within each window, dst =
+ * dpooled * act'(pooled) at the argmax and 0 elsewhere (act' from the output,
+ * fl_act_grad_y); db[c] (may be NULL) += its sums. dst rows are dst_row
+ * floats apart; elements no window covers are left alone. */
+void fl_simd_unpool_grad(int POH, int POW, int C, int KH, int KW, int SH, int SW, int act, const float *pooled,
+                         const float *dpooled, const int32_t *argmax, float *dst, int64_t dst_row, float *db);
 
 /* Dropout forward over [i0, i1): Philox masks as the portable code draws them. */
 void fl_simd_dropout_fwd(int64_t i0, int64_t i1, float rate, uint64_t seed, uint64_t stream, const float *x,

@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# test_bench.sh — `flynn bench` end to end on a tiny size: the table, the JSON
+# fields (docs/performance.md), the SVG chart, the GPU's refusal with its
+# reason, and bad usage. Benchmarks are not tests: nothing here checks a time
+# or a speed, only that the numbers are there.
+# usage: test_bench.sh PATH/TO/flynn
+set -u
+FLYNN=$1
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+pass=0 fail=0
+ok()  { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); echo "FAIL: $*" >&2; }
+
+# a small run of both modes on every device asked for; the GPU is usable or not
+out=$("$FLYNN" bench --samples 512 --batch-sizes 64,128 --mode both --warmup-steps 1 \
+      --json "$tmp/b.json" --svg "$tmp/b.svg" 2>&1); rc=$?
+[ $rc -eq 0 ] && ok || { bad "bench: exit $rc"; echo "$out" >&2; }
+for pat in "^flynn bench: mnist_cnn on 512 fashion-mnist images" "^FLOPs per sample: 71\.57 M training, 23\.98 M predict" \
+           "^cpu: .*[0-9]+ threads; BLAS " "^gpu: " "^ +batch +mode +cpu samples/s +cpu GFLOP/s" \
+           "^ +64 +train +[0-9]+ +[0-9.]+" "^ +128 +predict +[0-9]+ +[0-9.]+"; do
+  grep -qE -- "$pat" <<<"$out" && ok || { bad "bench output lacks /$pat/"; echo "$out" | head -12 >&2; }
+done
+
+# the JSON, field by field
+if [ -s "$tmp/b.json" ]; then
+  python3 - "$tmp/b.json" <<'PY' && ok || bad "JSON fields"
+import json, sys
+j = json.load(open(sys.argv[1]))
+def need(c, what):
+    if not c:
+        sys.exit("test_bench: JSON: " + what)
+need(j["model"] == "mnist_cnn" and j["data"] == "fashion-mnist" and j["samples"] == 512, "model/data/samples")
+need(j["input_shape"] == [28, 28, 1] and j["classes"] == 10 and j["threads"] >= 1, "shape/classes/threads")
+need(j["flops_per_sample"] == {"train": 71565312, "predict": 23984896}, "flops_per_sample")
+need(j["blas"]["library"] and "core" in j["blas"] and "config" in j["blas"], "blas")
+need(j["warmup_steps"] == 1 and j["repeat"] == 1 and isinstance(j["flynn_version"], str), "run settings")
+dev = {d["device"]: d for d in j["devices"]}
+need(dev["cpu"]["usable"] is True and dev["cpu"]["detail"], "cpu device")
+g = dev["gpu"]
+need(g["usable"] or g["reason"], "gpu: usable, or the reason why not")
+cpu = [r for r in j["results"] if r["device"] == "cpu"]
+need(sorted((r["batch_size"], r["mode"]) for r in cpu) ==
+     [(64, "predict"), (64, "train"), (128, "predict"), (128, "train")], "cpu results")
+for r in j["results"]:
+    need(r["samples"] == 512 and r["seconds"] > 0 and r["samples_per_s"] > 0 and r["gflops"] > 0, "a result")
+need(len(j["speedup"]) == 4, "speedup rows")
+for s in j["speedup"]:
+    need((s["gpu_over_cpu"] is None) == (not g["usable"]), "speedup is null exactly without a GPU")
+PY
+else
+  bad "no JSON written"
+fi
+
+# the chart: an SVG with both panels, rendered if rsvg-convert is installed
+if grep -q "^<svg" "$tmp/b.svg" 2>/dev/null && grep -q "training throughput" "$tmp/b.svg" && grep -q "predict throughput" "$tmp/b.svg"; then ok; else bad "SVG chart"; fi
+if command -v rsvg-convert >/dev/null; then
+  rsvg-convert -o "$tmp/b.png" "$tmp/b.svg" && [ -s "$tmp/b.png" ] && ok || bad "rsvg-convert cannot render the chart"
+fi
+
+# the GPU switched off: the CPU is still measured, the GPU's line says why
+out=$(FLYNN_DISABLE_GPU=1 "$FLYNN" bench --samples 256 --batch-sizes 128 --warmup-steps 0 --json - 2>"$tmp/err"); rc=$?
+[ $rc -eq 0 ] && ok || bad "bench with FLYNN_DISABLE_GPU: exit $rc"
+grep -qE "^gpu: not usable: .*FLYNN_DISABLE_GPU" "$tmp/err" && ok || { bad "no reason for the GPU on stderr"; cat "$tmp/err" >&2; }
+python3 -c 'import json,sys; j=json.loads(sys.stdin.read()); g=[d for d in j["devices"] if d["device"]=="gpu"][0]; sys.exit(0 if not g["usable"] and "FLYNN_DISABLE_GPU" in g["reason"] and j["results"] else 1)' <<<"$out" \
+  && ok || bad "JSON on stdout: gpu reason / cpu results"
+out=$(FLYNN_DISABLE_GPU=1 "$FLYNN" bench --samples 256 --batch-sizes 128 --devices gpu 2>&1); rc=$?
+[ $rc -eq 1 ] && grep -q "gpu not usable: .*FLYNN_DISABLE_GPU" <<<"$out" && ok || { bad "gpu only, disabled: exit $rc"; echo "$out" >&2; }
+
+# usage errors
+for args in "--batch-sizes 64,x" "--devices tpu" "--mode fast" "--samples 0" "--frobnicate 1"; do
+  "$FLYNN" bench $args >/dev/null 2>&1; rc=$?
+  [ $rc -eq 2 ] && ok || bad "bench $args: exit $rc, expected 2"
+done
+"$FLYNN" bench --help | grep -q -- "--batch-sizes LIST" && ok || bad "bench --help"
+
+echo "test_bench: $pass passed, $fail failed"
+[ $fail -eq 0 ]
