@@ -493,6 +493,26 @@ static void test_shared_weights(bool conv) {
     h_free(&h);
 }
 
+/* The same, each call followed by a max pooling: the CPU backend runs
+ * each Conv2D with its pooling fused, and the shared kernel's gradient must
+ * still be the sum of both calls'. */
+static void test_shared_weights_pooled(void) {
+    harness h;
+    const int64_t B = 2;
+    h_init(&h, B, 3, (int64_t[]){8, 8, 2});
+    fl_node *w = h_param(&h, 4, (int64_t[]){3, 3, 2, 2}, -0.5f, 0.5f);
+    int64_t nb = 2;
+    fl_node *b = h_param(&h, 1, &nb, -0.5f, 0.5f);
+    fl_node *c1 = fl_graph_conv2d(&h.g, "c1", h.x, w, b, 1, 1, FL_SAME, FL_ACT_RELU);
+    fl_node *p1 = fl_graph_pool(&h.g, "p1", FL_OP_MAXPOOL, c1, 2, 2, 2, 2, FL_VALID);
+    fl_node *c2 = fl_graph_conv2d(&h.g, "c2", p1, w, b, 1, 1, FL_SAME, FL_ACT_TANH);
+    fl_node *p2 = fl_graph_pool(&h.g, "p2", FL_OP_MAXPOOL, c2, 2, 2, 2, 2, FL_VALID);
+    h_ready(&h, p2, -1, 1);
+    CHECK(w->nconsumers == 2 && c1->nconsumers == 1 && c2->nconsumers == 1);
+    h_gradcheck(&h, "shared conv2d kernel, each call pooled", 1e-3, 1e-2, true);
+    h_free(&h);
+}
+
 static void test_shape_errors(void) {
     fl_graph g;
     fl_graph_init(&g, fl_backend_cpu());
@@ -542,6 +562,7 @@ int main(void) {
     test_merge(FL_OP_CONCAT, 1);
     test_shared_weights(false);
     test_shared_weights(true);
+    test_shared_weights_pooled();
     test_shape_errors();
     return check_report("test_ops");
 }

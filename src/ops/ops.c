@@ -455,8 +455,11 @@ void fl_op_backward(fl_graph *g, fl_node *n) {
             /* x's input is a ReLU output that only x reads: mask its gradient here */
             int relu_mask = cdx && cbeta == 0.0f && xi->nconsumers == 1 && xi->act == FL_ACT_RELU &&
                             (xi->op == FL_OP_CONV2D || xi->op == FL_OP_DENSE);
+            size_t off = 0;
+            float *dw[2] = {weight_grad(x, 1, &off), cd.has_bias ? weight_grad(x, 2, &off) : NULL};
             be->conv2d_maxpool_bwd(&cd, &d, xi->val, x->in[1]->val, x->val, n->val, n->grad, n->aux, x->grad, cdx,
-                                   cbeta, relu_mask, x->in[1]->grad, cd.has_bias ? x->in[2]->grad : NULL, g->ws);
+                                   cbeta, relu_mask, dw[0], dw[1], g->ws);
+            weight_grads_add(be, x, 1, 2, dw);
             mark(x, 0); mark(x, 1); mark(x, 2);
             if (relu_mask) xi->grad_is_preact = true;
             break;
