@@ -456,7 +456,7 @@ static void config_refusals(void) {
         {"Conv2D", ",\"filters\":2,\"kernel_size\":3,\"kernel_regularizer\":{\"module\":\"keras.regularizers\",\"class_name\":\"L2\",\"config\":{\"l2\":0.01}}", {"kernel_regularizer", "(L2)"}},
         {"Dense", ",\"units\":3,\"kernel_constraint\":{\"class_name\":\"MaxNorm\",\"config\":{}}", {"'layer' (Dense)", "kernel_constraint"}},
         {"Dense", ",\"units\":3,\"activity_regularizer\":{\"class_name\":\"L1\",\"config\":{}}", {"activity_regularizer"}},
-        {"Dense", ",\"units\":3,\"activation\":\"swish\"", {"activation 'swish'", "not supported"}},
+        {"Dense", ",\"units\":3,\"activation\":\"mish\"", {"activation 'mish'", "not supported"}},
         {"Dense", ",\"units\":3,\"dtype\":{\"module\":\"keras\",\"class_name\":\"DTypePolicy\",\"config\":{\"name\":\"mixed_float16\"}}", {"mixed_float16"}},
         {"Dense", ",\"units\":3,\"trainable\":false", {"frozen"}},
         {"Dense", ",\"units\":3,\"kernel_initializer\":{\"module\":\"my\",\"class_name\":\"Mine\",\"registered_name\":\"x>Mine\",\"config\":{}}", {"kernel_initializer", "custom object"}},

@@ -119,6 +119,14 @@ static double act_ref(int act, double x) {
     case FL_ACT_LEAKY_RELU: return x > 0 ? x : 0.2 * x;
     case FL_ACT_GELU: return 0.5 * x * (1 + erf(x / sqrt(2.0)));
     case FL_ACT_ELU: return x > 0 ? x : expm1(x);
+    case FL_ACT_SILU: return x / (1 + exp(-x));
+    case FL_ACT_RELU6: return fmin(fmax(x, 0), 6);
+    case FL_ACT_HARD_SIGMOID: return fmin(fmax(x + 3, 0), 6) / 6;
+    case FL_ACT_HARD_SILU: return x * fmin(fmax(x + 3, 0), 6) / 6;
+    case FL_ACT_SELU: return x > 0 ? 1.0507009873554805 * x : 1.0507009873554805 * 1.6732632423543772 * expm1(x);
+    case FL_ACT_SOFTPLUS: return log1p(exp(x));
+    case FL_ACT_SOFTSIGN: return x / (fabs(x) + 1);
+    case FL_ACT_EXPONENTIAL: return exp(x);
     default: return x;
     }
 }
@@ -398,9 +406,30 @@ static void test_act_values(void) {
     CHECK_CLOSE(fl_act_forward(FL_ACT_LEAKY_RELU, -1.0f), -0.2, 1e-6, 0);
     CHECK_CLOSE(fl_act_forward(FL_ACT_SIGMOID, -100.0f), 0.0, 0, 1e-30);
     CHECK_CLOSE(fl_act_forward(FL_ACT_SIGMOID, 100.0f), 1.0, 0, 1e-7);
+    /* values printed by keras.activations (Keras 3.15, JAX) */
+    CHECK_CLOSE(fl_act_forward(FL_ACT_SILU, 1.0f), 0.7310586, 1e-6, 0);
+    CHECK_CLOSE(fl_act_forward(FL_ACT_RELU6, 7.0f), 6.0, 0, 0);
+    CHECK_CLOSE(fl_act_forward(FL_ACT_HARD_SIGMOID, 1.0f), 0.6666667, 1e-6, 0);
+    CHECK_CLOSE(fl_act_forward(FL_ACT_HARD_SIGMOID, -3.5f), 0.0, 0, 0);
+    CHECK_CLOSE(fl_act_forward(FL_ACT_HARD_SILU, -1.0f), -0.33333334, 1e-6, 0);
+    CHECK_CLOSE(fl_act_forward(FL_ACT_SELU, -1.0f), -1.1113307, 1e-6, 0);
+    CHECK_CLOSE(fl_act_forward(FL_ACT_SOFTPLUS, 1.0f), 1.3132616, 1e-6, 0);
+    CHECK_CLOSE(fl_act_forward(FL_ACT_SOFTPLUS, 100.0f), 100.0, 1e-7, 0);
+    CHECK_CLOSE(fl_act_forward(FL_ACT_SOFTSIGN, -3.0f), -0.75, 1e-7, 0);
+    CHECK_CLOSE(fl_act_forward(FL_ACT_EXPONENTIAL, 1.0f), 2.7182817, 1e-6, 0);
+    /* every name maps back to its code, aliases too */
+    for (int a = 0; a < FL_ACTIVATION_COUNT; a++) {
+        fl_activation back = FL_LINEAR;
+        CHECK(fl_activation_from_name(fl_activation_name((fl_activation)a), &back) == FL_OK && (int)back == a);
+    }
+    fl_activation al = FL_LINEAR;
+    CHECK(fl_activation_from_name("swish", &al) == FL_OK && al == FL_SILU);
+    CHECK(fl_activation_from_name("hard_swish", &al) == FL_OK && al == FL_HARD_SILU);
+    CHECK(fl_activation_from_name("mish", &al) == FL_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(fl_last_error(), "softsign");
     /* derivatives from the output match those from the input */
     for (float x = -2.5f; x < 2.5f; x += 0.37f)
-        for (int a = FL_ACT_LINEAR; a <= FL_ACT_ELU; a++)
+        for (int a = FL_ACT_LINEAR; a < FL_ACT_COUNT; a++)
             if (fl_act_grad_from_output(a)) {
                 float y = fl_act_forward(a, x);
                 CHECK_CLOSE(fl_act_grad_y(a, y), fl_act_grad_x(a, x, y), 1e-5, 1e-6);
@@ -564,5 +593,11 @@ int main(void) {
     test_shared_weights(true);
     test_shared_weights_pooled();
     test_shape_errors();
+    /* the later activations fused into Dense (last, so that the random
+     * data of the tests above stay as they were) */
+    for (int a = FL_ACT_ELU + 1; a < FL_ACT_COUNT; a++) {
+        test_act(a);
+        if (fl_act_grad_from_output(a)) test_dense(a, true);
+    }
     return check_report("test_ops");
 }

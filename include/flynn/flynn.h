@@ -32,6 +32,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include "flynn/activations.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -100,15 +101,11 @@ float fl_philox_uniform(uint64_t seed, uint64_t stream, uint64_t index); /* [0, 
 
 /* ------------------------------------------------------------- activations */
 
+/* The list and each one's Keras name: flynn/activations.h. */
 typedef enum fl_activation {
-    FL_LINEAR = 0, /* Keras None / "linear" */
-    FL_RELU,
-    FL_SIGMOID,
-    FL_TANH,
-    FL_SOFTMAX,
-    FL_LEAKY_RELU, /* negative_slope 0.2, as keras.activations.leaky_relu */
-    FL_GELU,       /* approximate=False (erf), as keras.activations.gelu */
-    FL_ELU,        /* alpha 1.0 */
+#define FL_ACTIVATION_ENUM_(e, name) FL_##e,
+    FL_ACTIVATION_LIST(FL_ACTIVATION_ENUM_)
+#undef FL_ACTIVATION_ENUM_
     FL_ACTIVATION_COUNT
 } fl_activation;
 

@@ -215,9 +215,6 @@ static fl_status check_builtin_object(const kctx *c, json_object *obj, const cha
     return FL_OK;
 }
 
-static const char *act_keras_names[FL_ACTIVATION_COUNT] = {"linear", "relu", "sigmoid", "tanh",
-                                                           "softmax", "leaky_relu", "gelu", "elu"};
-
 static fl_status get_activation(const kctx *c, json_object *cfg, const char *key, fl_activation *out) {
     json_object *v = jkey(cfg, key);
     *out = FL_LINEAR;
@@ -230,10 +227,9 @@ static fl_status get_activation(const kctx *c, json_object *cfg, const char *key
         if (!name) name = jstr(jkey(v, "class_name"));
     }
     if (!name) return kfail(c, FL_ERR_FORMAT, "'%s' is %s, expected an activation name", key, jtype_name(v));
-    for (int i = 0; i < FL_ACTIVATION_COUNT; i++)
-        if (strcmp(name, act_keras_names[i]) == 0) { *out = (fl_activation)i; return FL_OK; }
-    return kfail(c, FL_ERR_UNSUPPORTED, "activation '%s' is not supported (flynn has linear, relu, sigmoid, tanh, "
-                 "softmax, leaky_relu, gelu and elu)", name);
+    if (fl_activation_from_name(name, out) == FL_OK) return FL_OK;
+    fl_clear_error();
+    return kfail(c, FL_ERR_UNSUPPORTED, "activation '%s' is not supported (flynn has %s)", name, fl_activation_list());
 }
 
 /* dtype: absent/null, "float32", or a DTypePolicy whose name is float32. */

@@ -26,20 +26,41 @@ static _Thread_local int64_t g_layer_order; /* creation order of layers on this 
 const char *fl_layer_kind_class(fl_layer_kind k) { return k < FL_L_COUNT ? kind_class[k] : "?"; }
 const char *fl_layer_kind_base(fl_layer_kind k) { return k < FL_L_COUNT ? kind_base[k] : "?"; }
 
-static const char *act_names[FL_ACTIVATION_COUNT] = {"linear", "relu", "sigmoid", "tanh",
-                                                     "softmax", "leaky_relu", "gelu", "elu"};
+static const char *act_names[FL_ACTIVATION_COUNT] = {
+#define ACT_NAME_(e, name) name,
+    FL_ACTIVATION_LIST(ACT_NAME_)
+#undef ACT_NAME_
+};
+/* the public enum and the kernels' codes come from one list; make sure */
+#define ACT_SAME_(e, name) _Static_assert((int)FL_##e == (int)FL_ACT_##e, "activation codes disagree: " #e);
+FL_ACTIVATION_LIST(ACT_SAME_)
+#undef ACT_SAME_
+_Static_assert((int)FL_ACTIVATION_COUNT == (int)FL_ACT_COUNT, "activation counts disagree");
 
 const char *fl_activation_name(fl_activation a) {
     return (unsigned)a < FL_ACTIVATION_COUNT ? act_names[a] : "unknown";
+}
+
+/* "linear, relu, ..." for messages */
+const char *fl_activation_list(void) {
+    static const char list[] =
+#define ACT_LIST_(e, name) name ", "
+        FL_ACTIVATION_LIST(ACT_LIST_) "and the aliases"
+#undef ACT_LIST_
+#define ACT_ALIAS_(alias, e) " " alias
+        FL_ACTIVATION_ALIASES(ACT_ALIAS_);
+#undef ACT_ALIAS_
+    return list;
 }
 
 fl_status fl_activation_from_name(const char *name, fl_activation *out) {
     if (!name) return fl_error(FL_ERR_INVALID_ARG, "activation name is NULL");
     for (int i = 0; i < FL_ACTIVATION_COUNT; i++)
         if (strcmp(name, act_names[i]) == 0) { *out = (fl_activation)i; return FL_OK; }
-    return fl_error(FL_ERR_INVALID_ARG,
-                    "unknown activation '%s' (expected linear, relu, sigmoid, tanh, softmax, leaky_relu, gelu or elu)",
-                    name);
+#define ACT_ALIAS_(alias, e) if (strcmp(name, alias) == 0) { *out = FL_##e; return FL_OK; }
+    FL_ACTIVATION_ALIASES(ACT_ALIAS_)
+#undef ACT_ALIAS_
+    return fl_error(FL_ERR_INVALID_ARG, "unknown activation '%s' (expected one of %s)", name, fl_activation_list());
 }
 
 static fl_layer *new_layer(fl_layer_kind k, const char *name) {

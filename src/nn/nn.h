@@ -58,6 +58,8 @@ struct fl_sym {
 fl_node *fl_layer_build(fl_layer *l, fl_graph *g, fl_node *const *xs, int nx, uint64_t seed);
 /* (Re)initialises a built layer's weights from seed (Keras initializers). */
 void fl_layer_init_weights(fl_layer *l, const fl_backend *be, uint64_t seed);
+/* "linear, relu, ...": every activation name, for messages */
+const char *fl_activation_list(void);
 const char *fl_layer_kind_class(fl_layer_kind k);
 const char *fl_layer_kind_base(fl_layer_kind k); /* "conv2d": base of default names */
 

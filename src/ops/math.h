@@ -10,12 +10,21 @@
 #include <math.h>
 #include "core/philox.h"
 #include "backend/backend.h"
+#include "flynn/activations.h"
 
-enum { FL_ACT_LINEAR = 0, FL_ACT_RELU, FL_ACT_SIGMOID, FL_ACT_TANH, FL_ACT_SOFTMAX,
-       FL_ACT_LEAKY_RELU, FL_ACT_GELU, FL_ACT_ELU };
+/* Activation codes: the same values as the public fl_activation (both are
+ * made from flynn/activations.h; layers.c asserts that they agree). */
+enum {
+#define FL_ACT_ENUM_(e, name) FL_ACT_##e,
+    FL_ACTIVATION_LIST(FL_ACT_ENUM_)
+#undef FL_ACT_ENUM_
+    FL_ACT_COUNT
+};
 
 #define FL_LEAKY_SLOPE 0.2f /* keras.activations.leaky_relu default negative_slope */
 #define FL_ELU_ALPHA 1.0f
+#define FL_SELU_ALPHA 1.67326324235437728f /* keras.activations.selu */
+#define FL_SELU_SCALE 1.05070098735548049f
 
 FL_HD float fl_sigmoidf(float x) {
     /* no overflow for large |x| */
@@ -23,6 +32,12 @@ FL_HD float fl_sigmoidf(float x) {
     float e = expf(x);
     return e / (1.0f + e);
 }
+
+/* softplus(x) = log(1 + exp(x)) without overflow for large |x|. */
+FL_HD float fl_softplusf(float x) { return x > 0 ? x + log1pf(expf(-x)) : log1pf(expf(x)); }
+
+/* Keras 3's hard_sigmoid: relu6(x + 3) / 6. */
+FL_HD float fl_hard_sigmoidf(float x) { return x <= -3.0f ? 0.0f : (x >= 3.0f ? 1.0f : x / 6.0f + 0.5f); }
 
 /* y = act(x) for the element-wise activations (not softmax). */
 FL_HD float fl_act_forward(int act, float x) {
@@ -33,6 +48,14 @@ FL_HD float fl_act_forward(int act, float x) {
     case FL_ACT_LEAKY_RELU: return x > 0 ? x : FL_LEAKY_SLOPE * x;
     case FL_ACT_GELU: return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
     case FL_ACT_ELU: return x > 0 ? x : FL_ELU_ALPHA * expm1f(x);
+    case FL_ACT_SILU: return x * fl_sigmoidf(x);
+    case FL_ACT_RELU6: return x > 0 ? (x < 6.0f ? x : 6.0f) : 0.0f;
+    case FL_ACT_HARD_SIGMOID: return fl_hard_sigmoidf(x);
+    case FL_ACT_HARD_SILU: return x * fl_hard_sigmoidf(x);
+    case FL_ACT_SELU: return x > 0 ? FL_SELU_SCALE * x : FL_SELU_SCALE * FL_SELU_ALPHA * expm1f(x);
+    case FL_ACT_SOFTPLUS: return fl_softplusf(x);
+    case FL_ACT_SOFTSIGN: return x / (fabsf(x) + 1.0f);
+    case FL_ACT_EXPONENTIAL: return expf(x);
     default: return x;
     }
 }
@@ -40,11 +63,19 @@ FL_HD float fl_act_forward(int act, float x) {
 /* True for activations whose derivative follows from the output y alone;
  * only those are fused into Dense/Conv2D (which keep y, not x). */
 FL_HD int fl_act_grad_from_output(int act) {
-    return act == FL_ACT_LINEAR || act == FL_ACT_RELU || act == FL_ACT_SIGMOID || act == FL_ACT_TANH ||
-           act == FL_ACT_LEAKY_RELU || act == FL_ACT_ELU;
+    switch (act) {
+    case FL_ACT_LINEAR: case FL_ACT_RELU: case FL_ACT_SIGMOID: case FL_ACT_TANH: case FL_ACT_LEAKY_RELU:
+    case FL_ACT_ELU: case FL_ACT_RELU6: case FL_ACT_HARD_SIGMOID: case FL_ACT_SELU: case FL_ACT_SOFTPLUS:
+    case FL_ACT_SOFTSIGN: case FL_ACT_EXPONENTIAL:
+        return 1;
+    default:
+        return 0;
+    }
 }
 
-/* d act / dx expressed through y = act(x) (see fl_act_grad_from_output). */
+/* d act / dx expressed through y = act(x) (see fl_act_grad_from_output).
+ * At the kinks (relu6 at 0 and 6, hard_sigmoid at -3 and 3) the derivative
+ * is 0, as in JAX and TensorFlow. */
 FL_HD float fl_act_grad_y(int act, float y) {
     switch (act) {
     case FL_ACT_RELU: return y > 0 ? 1.0f : 0.0f;
@@ -52,6 +83,12 @@ FL_HD float fl_act_grad_y(int act, float y) {
     case FL_ACT_TANH: return 1.0f - y * y;
     case FL_ACT_LEAKY_RELU: return y > 0 ? 1.0f : FL_LEAKY_SLOPE;
     case FL_ACT_ELU: return y > 0 ? 1.0f : y + FL_ELU_ALPHA;
+    case FL_ACT_RELU6: return y > 0 && y < 6.0f ? 1.0f : 0.0f;
+    case FL_ACT_HARD_SIGMOID: return y > 0 && y < 1.0f ? 1.0f / 6.0f : 0.0f;
+    case FL_ACT_SELU: return y > 0 ? FL_SELU_SCALE : y + FL_SELU_SCALE * FL_SELU_ALPHA;
+    case FL_ACT_SOFTPLUS: return -expm1f(-y); /* sigmoid(x) = 1 - exp(-softplus(x)) */
+    case FL_ACT_SOFTSIGN: { float a = 1.0f - fabsf(y); return a * a; } /* 1 / (1 + |x|)^2 */
+    case FL_ACT_EXPONENTIAL: return y;
     default: return 1.0f;
     }
 }
@@ -67,6 +104,13 @@ FL_HD float fl_act_grad_x(int act, float x, float y) {
     case FL_ACT_RELU: return x > 0 ? 1.0f : 0.0f;
     case FL_ACT_LEAKY_RELU: return x > 0 ? 1.0f : FL_LEAKY_SLOPE;
     case FL_ACT_ELU: return x > 0 ? 1.0f : y + FL_ELU_ALPHA;
+    case FL_ACT_SILU: { float s = fl_sigmoidf(x); return s * (1.0f + x * (1.0f - s)); }
+    case FL_ACT_RELU6: return x > 0 && x < 6.0f ? 1.0f : 0.0f;
+    case FL_ACT_HARD_SIGMOID: return x > -3.0f && x < 3.0f ? 1.0f / 6.0f : 0.0f;
+    case FL_ACT_HARD_SILU: return fl_hard_sigmoidf(x) + (x > -3.0f && x < 3.0f ? x / 6.0f : 0.0f);
+    case FL_ACT_SELU: return x > 0 ? FL_SELU_SCALE : y + FL_SELU_SCALE * FL_SELU_ALPHA;
+    case FL_ACT_SOFTPLUS: return fl_sigmoidf(x);
+    case FL_ACT_SOFTSIGN: { float a = fabsf(x) + 1.0f; return 1.0f / (a * a); }
     default: return fl_act_grad_y(act, y);
     }
 }
