@@ -10,6 +10,7 @@
 #include "core/graph.h"
 #include "core/rng.h"
 #include "ops/math.h"
+#include "ops/ops.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -561,7 +562,34 @@ static void test_shape_errors(void) {
     fl_graph_free(&g);
 }
 
+/* The capability query: a backend without a kernel that an op needs is
+ * refused with the layer, op and kernel named; every op has a table row. */
+static void test_capability(void) {
+    fl_graph g;
+    fl_graph_init(&g, fl_backend_cpu());
+    int64_t s[3] = {5, 5, 2};
+    fl_node *x = fl_graph_input(&g, "in", 3, s);
+    fl_node *w = fl_graph_param(&g, "w", 4, (int64_t[]){3, 3, 2, 4}, true);
+    fl_node *c = fl_graph_conv2d(&g, "my_conv", x, w, NULL, 1, 1, FL_SAME, FL_ACT_RELU);
+    fl_graph_act(&g, "act", c, FL_ACT_TANH);
+    char why[256] = "";
+    CHECK(fl_graph_runs_on(&g, fl_backend_cpu(), why, sizeof why));
+    fl_backend lacking = *fl_backend_cpu();
+    lacking.name = "test";
+    lacking.conv2d_bwd = NULL;
+    CHECK(!fl_graph_runs_on(&g, &lacking, why, sizeof why));
+    CHECK_STR_CONTAINS(why, "'my_conv'");
+    CHECK_STR_CONTAINS(why, "conv2d_bwd");
+    CHECK_STR_CONTAINS(why, "test backend");
+    for (int op = 0; op < FL_OP_COUNT; op++) {
+        CHECK(strcmp(fl_op_name((fl_op)op), "?") != 0);
+        CHECK(fl_op_missing_kernel(fl_backend_cpu(), (fl_op)op) == NULL);
+    }
+    fl_graph_free(&g);
+}
+
 int main(void) {
+    test_capability();
     test_philox();
     test_act_values();
     int acts[] = {FL_ACT_LINEAR, FL_ACT_RELU, FL_ACT_SIGMOID, FL_ACT_TANH, FL_ACT_LEAKY_RELU, FL_ACT_ELU};

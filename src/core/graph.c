@@ -7,6 +7,7 @@
 #include "error.h"
 #include "ops/ops.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -190,6 +191,19 @@ void fl_graph_backward(fl_graph *g) {
         if (!n->grad_ready || n->op == FL_OP_INPUT || n->op == FL_OP_PARAM) continue;
         fl_op_backward(g, n);
     }
+}
+
+bool fl_graph_runs_on(const fl_graph *g, const fl_backend *be, char *why, size_t len) {
+    for (int i = 0; i < g->n; i++) {
+        const fl_node *n = g->nodes[i];
+        const char *k = fl_op_missing_kernel(be, n->op);
+        if (k) {
+            if (why) snprintf(why, len, "layer '%s' (op %s) needs the kernel %s, which the %s backend does not have",
+                              n->name ? n->name : "?", fl_op_name(n->op), k, be->name);
+            return false;
+        }
+    }
+    return true;
 }
 
 fl_status fl_graph_migrate(fl_graph *g, const fl_backend *to) {

@@ -99,6 +99,10 @@ fl_node *fl_graph_merge(fl_graph *g, const char *name, fl_op op, fl_node *const 
 /* Marks which nodes need gradients (those downstream of a trainable param)
  * and counts consumers; call once after building. */
 void fl_graph_finalize(fl_graph *g);
+/* The capability query for a whole graph: true when backend `be` has every
+ * kernel the graph's ops need; else false, with a line naming the first
+ * layer, op and kernel that it lacks in why[len]. */
+bool fl_graph_runs_on(const fl_graph *g, const fl_backend *be, char *why, size_t len);
 /* Moves the parameters to another backend (batch buffers are re-made on
  * the next reserve). On failure nothing changes. */
 fl_status fl_graph_migrate(fl_graph *g, const fl_backend *to);

@@ -640,6 +640,7 @@ fl_status fl_model_set_device(fl_model *m, fl_device_kind kind, char *why, size_
         return FL_OK;
     }
     const fl_backend *gpu = fl_gpu_backend(reason, sizeof reason);
+    if (gpu && !fl_graph_runs_on(&m->g, gpu, reason, sizeof reason)) gpu = NULL; /* the model runs on the CPU */
     if (gpu) {
         FL_TRY(move_to(m, gpu));
         m->device = FL_DEVICE_GPU;

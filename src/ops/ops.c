@@ -1,22 +1,18 @@
 /*
  * ops.c — every op once: its shape rule (the fl_graph_* constructors, which
  * refuse bad shapes with a message naming the layer), its forward and its
- * backward, each dispatched to the graph's backend. Shapes are NHWC; the
- * batch is dimension 0 of every batched node.
+ * backward side by side, each dispatched to the graph's backend, and the op
+ * table at the end that ties them together (name, forward, backward, the
+ * backend kernels the op needs). Shapes are NHWC; the batch is dimension 0
+ * of every batched node.
  */
 #include "ops.h"
 #include "math.h"
 #include "core/error.h"
 #include "core/tensor.h"
 
+#include <stddef.h>
 #include <string.h>
-
-const char *fl_op_name(fl_op op) {
-    static const char *names[FL_OP_COUNT] = {"input", "param", "dense", "conv2d", "max_pool2d", "avg_pool2d",
-                                             "global_avg_pool2d", "reshape", "dropout", "batch_norm", "activation",
-                                             "add", "multiply", "concatenate"};
-    return op < FL_OP_COUNT ? names[op] : "?";
-}
 
 static void set_shape(fl_node *n, bool batched, int ndim, const int64_t *sample) {
     n->batched = batched;
@@ -273,7 +269,7 @@ static void concat_geom(const fl_node *x, int axis, int64_t *rows, int64_t *cols
     *cols = fl_node_size(x) / *rows;
 }
 
-/* ------------------------------------------------------------ forward */
+/* ------------------------------------------------------ shared helpers */
 
 static int64_t rows_of(const fl_node *n) { return fl_node_size(n) / n->shape[n->ndim - 1]; }
 
@@ -286,97 +282,7 @@ static fl_node *pooled_by(const fl_graph *g, const fl_node *c) {
     return NULL;
 }
 
-void fl_op_forward(fl_graph *g, fl_node *n, bool training) {
-    const fl_backend *be = g->be;
-    fl_node *x = n->in[0];
-    switch (n->op) {
-    case FL_OP_DENSE: {
-        fl_dense_desc d = {rows_of(x), (int)x->shape[x->ndim - 1], (int)n->shape[n->ndim - 1], n->act, n->nin > 2 && n->in[2]};
-        be->dense_fwd(&d, x->val, n->in[1]->val, d.has_bias ? n->in[2]->val : NULL, n->val);
-        break;
-    }
-    case FL_OP_CONV2D: {
-        fl_conv_desc d = n->conv;
-        d.n = g->batch;
-        fl_node *pool = pooled_by(g, n);
-        if (pool) {
-            fl_conv_desc pd = pool->conv;
-            pd.n = g->batch;
-            be->conv2d_maxpool_fwd(&d, &pd, x->val, n->in[1]->val, d.has_bias ? n->in[2]->val : NULL, n->val,
-                                   pool->val, pool->aux, g->ws);
-            break;
-        }
-        be->conv2d_fwd(&d, x->val, n->in[1]->val, d.has_bias ? n->in[2]->val : NULL, n->val, g->ws);
-        break;
-    }
-    case FL_OP_MAXPOOL: {
-        if (x->op == FL_OP_CONV2D && pooled_by(g, x) == n) break; /* done with the convolution */
-        fl_conv_desc d = n->conv;
-        d.n = g->batch;
-        be->maxpool_fwd(&d, x->val, n->val, n->aux);
-        break;
-    }
-    case FL_OP_AVGPOOL: {
-        fl_conv_desc d = n->conv;
-        d.n = g->batch;
-        be->avgpool_fwd(&d, x->val, n->val);
-        break;
-    }
-    case FL_OP_GAP:
-        be->gap_fwd(g->batch, x->shape[1] * x->shape[2], (int)x->shape[3], x->val, n->val);
-        break;
-    case FL_OP_RESHAPE:
-        break; /* a view */
-    case FL_OP_DROPOUT:
-        if (training && n->rate > 0.0f)
-            be->dropout_fwd(fl_node_size(n), n->rate, g->seed, fl_dropout_stream(n->stream, g->step), x->val, n->val,
-                            n->aux);
-        else
-            be->copy(n->val, x->val, (size_t)fl_node_size(n) * sizeof(float));
-        break;
-    case FL_OP_BATCHNORM: {
-        int c = (int)x->shape[x->ndim - 1];
-        fl_bn_desc d = {rows_of(x), c, n->eps, n->momentum};
-        const float *gamma = n->in[1] ? n->in[1]->val : NULL, *beta = n->in[2] ? n->in[2]->val : NULL;
-        if (training) {
-            float *save = n->aux;
-            be->bn_fwd_train(&d, x->val, gamma, beta, n->val, save, save + c, n->in[3]->val, n->in[4]->val);
-        } else {
-            be->bn_fwd_infer(&d, x->val, gamma, beta, n->in[3]->val, n->in[4]->val, n->val);
-        }
-        break;
-    }
-    case FL_OP_ACT:
-        be->act_fwd(n->act, rows_of(n), (int)n->shape[n->ndim - 1], x->val, n->val);
-        break;
-    case FL_OP_ADD: {
-        int64_t sz = fl_node_size(n);
-        be->copy(n->val, x->val, (size_t)sz * sizeof(float));
-        for (int k = 1; k < n->nin; k++) be->accumulate(sz, n->in[k]->val, n->val, 1.0f);
-        break;
-    }
-    case FL_OP_MUL: {
-        int64_t sz = fl_node_size(n);
-        be->mul(sz, x->val, n->in[1]->val, n->val);
-        for (int k = 2; k < n->nin; k++) be->mul(sz, n->val, n->in[k]->val, n->val);
-        break;
-    }
-    case FL_OP_CONCAT: {
-        int64_t rows, cout, cin, off = 0;
-        concat_geom(n, n->axis, &rows, &cout);
-        for (int k = 0; k < n->nin; k++) {
-            concat_geom(n->in[k], n->axis, &rows, &cin);
-            be->concat_fwd(rows, cin, cout, off, n->in[k]->val, n->val);
-            off += cin;
-        }
-        break;
-    }
-    default:
-        break;
-    }
-}
-
-/* ----------------------------------------------------------- backward */
+/* ---------------------------------------------------- gradient helpers */
 
 /* The gradient buffer of input k, or NULL if it needs none; *beta says
  * whether to add (another consumer already wrote it). */
@@ -409,151 +315,316 @@ static void weight_grads_add(const fl_backend *be, fl_node *n, int k0, int k1, f
             be->accumulate(fl_node_size(n->in[k]), dst[k - k0], n->in[k]->grad, 1.0f);
 }
 
-void fl_op_backward(fl_graph *g, fl_node *n) {
-    const fl_backend *be = g->be;
+/* --------------------------------------------- forward and backward
+ *
+ * One pair per op, side by side. Forward writes n->val from the inputs'
+ * val; backward reads n->grad and writes (beta = 0) or adds (beta = 1) the
+ * gradient of every input that needs one, then marks it ready. */
+
+#define BATCH_DESC(d, src) fl_conv_desc d = (src); d.n = g->batch
+
+static void dense_forward(fl_graph *g, fl_node *n, bool training) {
+    (void)training;
+    fl_node *x = n->in[0];
+    fl_dense_desc d = {rows_of(x), (int)x->shape[x->ndim - 1], (int)n->shape[n->ndim - 1], n->act, n->nin > 2 && n->in[2]};
+    g->be->dense_fwd(&d, x->val, n->in[1]->val, d.has_bias ? n->in[2]->val : NULL, n->val);
+}
+
+static void dense_backward(fl_graph *g, fl_node *n) {
     fl_node *x = n->in[0];
     float beta = 0.0f;
-    switch (n->op) {
-    case FL_OP_DENSE: {
-        fl_dense_desc d = {rows_of(x), (int)x->shape[x->ndim - 1], (int)n->shape[n->ndim - 1],
-                           n->grad_is_preact ? FL_ACT_LINEAR : n->act, n->nin > 2 && n->in[2]};
-        float *dx = in_grad(n, 0, &beta);
+    fl_dense_desc d = {rows_of(x), (int)x->shape[x->ndim - 1], (int)n->shape[n->ndim - 1],
+                       n->grad_is_preact ? FL_ACT_LINEAR : n->act, n->nin > 2 && n->in[2]};
+    float *dx = in_grad(n, 0, &beta);
+    size_t off = 0;
+    float *dw[2] = {weight_grad(n, 1, &off), d.has_bias ? weight_grad(n, 2, &off) : NULL};
+    g->be->dense_bwd(&d, x->val, n->in[1]->val, n->val, n->grad, dx, beta, dw[0], dw[1]);
+    weight_grads_add(g->be, n, 1, 2, dw);
+    mark(n, 0); mark(n, 1); mark(n, 2);
+}
+
+static void conv2d_forward(fl_graph *g, fl_node *n, bool training) {
+    (void)training;
+    fl_node *x = n->in[0];
+    BATCH_DESC(d, n->conv);
+    fl_node *pool = pooled_by(g, n);
+    if (pool) { /* the pooling's output too, in one pass */
+        BATCH_DESC(pd, pool->conv);
+        g->be->conv2d_maxpool_fwd(&d, &pd, x->val, n->in[1]->val, d.has_bias ? n->in[2]->val : NULL, n->val,
+                                  pool->val, pool->aux, g->ws);
+        return;
+    }
+    g->be->conv2d_fwd(&d, x->val, n->in[1]->val, d.has_bias ? n->in[2]->val : NULL, n->val, g->ws);
+}
+
+static void conv2d_backward(fl_graph *g, fl_node *n) {
+    fl_node *x = n->in[0];
+    float beta = 0.0f;
+    BATCH_DESC(d, n->conv);
+    if (n->grad_is_preact) d.act = FL_ACT_LINEAR;
+    float *dx = in_grad(n, 0, &beta);
+    size_t off = 0;
+    float *dw[2] = {weight_grad(n, 1, &off), d.has_bias ? weight_grad(n, 2, &off) : NULL};
+    g->be->conv2d_bwd(&d, x->val, n->in[1]->val, n->val, n->grad, dx, beta, dw[0], dw[1], g->ws);
+    weight_grads_add(g->be, n, 1, 2, dw);
+    mark(n, 0); mark(n, 1); mark(n, 2);
+}
+
+static void maxpool_forward(fl_graph *g, fl_node *n, bool training) {
+    (void)training;
+    fl_node *x = n->in[0];
+    if (x->op == FL_OP_CONV2D && pooled_by(g, x) == n) return; /* done with the convolution */
+    BATCH_DESC(d, n->conv);
+    g->be->maxpool_fwd(&d, x->val, n->val, n->aux);
+}
+
+static void maxpool_backward(fl_graph *g, fl_node *n) {
+    fl_node *x = n->in[0];
+    float beta = 0.0f;
+    float *dx = in_grad(n, 0, &beta);
+    if (!dx) return;
+    BATCH_DESC(d, n->conv);
+    if (x->op == FL_OP_CONV2D && pooled_by(g, x) == n && !x->grad_ready) {
+        /* the convolution's backward, from this gradient: the
+         * convolution's own dy is never written in full, and its
+         * node is left unmarked so that backward skips it */
+        BATCH_DESC(cd, x->conv);
+        if (x->grad_is_preact) cd.act = FL_ACT_LINEAR;
+        fl_node *xi = x->in[0];
+        float cbeta = 0.0f;
+        float *cdx = in_grad(x, 0, &cbeta);
+        /* x's input is a ReLU output that only x reads: mask its gradient here */
+        int relu_mask = cdx && cbeta == 0.0f && xi->nconsumers == 1 && xi->act == FL_ACT_RELU &&
+                        (xi->op == FL_OP_CONV2D || xi->op == FL_OP_DENSE);
         size_t off = 0;
-        float *dw[2] = {weight_grad(n, 1, &off), d.has_bias ? weight_grad(n, 2, &off) : NULL};
-        be->dense_bwd(&d, x->val, n->in[1]->val, n->val, n->grad, dx, beta, dw[0], dw[1]);
-        weight_grads_add(be, n, 1, 2, dw);
-        mark(n, 0); mark(n, 1); mark(n, 2);
-        break;
+        float *dw[2] = {weight_grad(x, 1, &off), cd.has_bias ? weight_grad(x, 2, &off) : NULL};
+        g->be->conv2d_maxpool_bwd(&cd, &d, xi->val, x->in[1]->val, x->val, n->val, n->grad, n->aux, x->grad, cdx,
+                                  cbeta, relu_mask, dw[0], dw[1], g->ws);
+        weight_grads_add(g->be, x, 1, 2, dw);
+        mark(x, 0); mark(x, 1); mark(x, 2);
+        if (relu_mask) xi->grad_is_preact = true;
+        return;
     }
-    case FL_OP_CONV2D: {
-        fl_conv_desc d = n->conv;
-        d.n = g->batch;
-        if (n->grad_is_preact) d.act = FL_ACT_LINEAR;
-        float *dx = in_grad(n, 0, &beta);
-        size_t off = 0;
-        float *dw[2] = {weight_grad(n, 1, &off), d.has_bias ? weight_grad(n, 2, &off) : NULL};
-        be->conv2d_bwd(&d, x->val, n->in[1]->val, n->val, n->grad, dx, beta, dw[0], dw[1], g->ws);
-        weight_grads_add(be, n, 1, 2, dw);
-        mark(n, 0); mark(n, 1); mark(n, 2);
-        break;
+    g->be->maxpool_bwd(&d, n->grad, n->aux, dx, beta);
+    mark(n, 0);
+}
+
+static void avgpool_forward(fl_graph *g, fl_node *n, bool training) {
+    (void)training;
+    BATCH_DESC(d, n->conv);
+    g->be->avgpool_fwd(&d, n->in[0]->val, n->val);
+}
+
+static void avgpool_backward(fl_graph *g, fl_node *n) {
+    float beta = 0.0f;
+    float *dx = in_grad(n, 0, &beta);
+    if (!dx) return;
+    BATCH_DESC(d, n->conv);
+    g->be->avgpool_bwd(&d, n->grad, dx, beta);
+    mark(n, 0);
+}
+
+static void gap_forward(fl_graph *g, fl_node *n, bool training) {
+    (void)training;
+    fl_node *x = n->in[0];
+    g->be->gap_fwd(g->batch, x->shape[1] * x->shape[2], (int)x->shape[3], x->val, n->val);
+}
+
+static void gap_backward(fl_graph *g, fl_node *n) {
+    fl_node *x = n->in[0];
+    float beta = 0.0f;
+    float *dx = in_grad(n, 0, &beta);
+    if (!dx) return;
+    g->be->gap_bwd(g->batch, x->shape[1] * x->shape[2], (int)x->shape[3], n->grad, dx, beta);
+    mark(n, 0);
+}
+
+static void reshape_forward(fl_graph *g, fl_node *n, bool training) {
+    (void)g; (void)n; (void)training; /* a view of its input */
+}
+
+static void reshape_backward(fl_graph *g, fl_node *n) {
+    float beta = 0.0f;
+    float *dx = in_grad(n, 0, &beta);
+    if (!dx) return;
+    if (!n->grad_view) g->be->accumulate(fl_node_size(n), n->grad, dx, beta);
+    mark(n, 0);
+}
+
+static void dropout_forward(fl_graph *g, fl_node *n, bool training) {
+    fl_node *x = n->in[0];
+    if (training && n->rate > 0.0f)
+        g->be->dropout_fwd(fl_node_size(n), n->rate, g->seed, fl_dropout_stream(n->stream, g->step), x->val, n->val,
+                           n->aux);
+    else
+        g->be->copy(n->val, x->val, (size_t)fl_node_size(n) * sizeof(float));
+}
+
+static void dropout_backward(fl_graph *g, fl_node *n) {
+    float beta = 0.0f;
+    float *dx = in_grad(n, 0, &beta);
+    if (!dx) return;
+    if (n->rate > 0.0f) g->be->dropout_bwd(fl_node_size(n), n->rate, n->aux, n->grad, dx, beta);
+    else g->be->accumulate(fl_node_size(n), n->grad, dx, beta);
+    mark(n, 0);
+}
+
+static void batchnorm_forward(fl_graph *g, fl_node *n, bool training) {
+    fl_node *x = n->in[0];
+    int c = (int)x->shape[x->ndim - 1];
+    fl_bn_desc d = {rows_of(x), c, n->eps, n->momentum};
+    const float *gamma = n->in[1] ? n->in[1]->val : NULL, *beta = n->in[2] ? n->in[2]->val : NULL;
+    if (training) {
+        float *save = n->aux; /* mean, then 1/std, of this batch */
+        g->be->bn_fwd_train(&d, x->val, gamma, beta, n->val, save, save + c, n->in[3]->val, n->in[4]->val);
+    } else {
+        g->be->bn_fwd_infer(&d, x->val, gamma, beta, n->in[3]->val, n->in[4]->val, n->val);
     }
-    case FL_OP_MAXPOOL: {
-        float *dx = in_grad(n, 0, &beta);
-        if (!dx) break;
-        fl_conv_desc d = n->conv;
-        d.n = g->batch;
-        if (x->op == FL_OP_CONV2D && pooled_by(g, x) == n && !x->grad_ready) {
-            /* the convolution's backward, from this gradient: the
-             * convolution's own dy is never written in full, and its
-             * node is left unmarked so that backward skips it */
-            fl_conv_desc cd = x->conv;
-            cd.n = g->batch;
-            if (x->grad_is_preact) cd.act = FL_ACT_LINEAR;
-            fl_node *xi = x->in[0];
-            float cbeta = 0.0f;
-            float *cdx = in_grad(x, 0, &cbeta);
-            /* x's input is a ReLU output that only x reads: mask its gradient here */
-            int relu_mask = cdx && cbeta == 0.0f && xi->nconsumers == 1 && xi->act == FL_ACT_RELU &&
-                            (xi->op == FL_OP_CONV2D || xi->op == FL_OP_DENSE);
-            size_t off = 0;
-            float *dw[2] = {weight_grad(x, 1, &off), cd.has_bias ? weight_grad(x, 2, &off) : NULL};
-            be->conv2d_maxpool_bwd(&cd, &d, xi->val, x->in[1]->val, x->val, n->val, n->grad, n->aux, x->grad, cdx,
-                                   cbeta, relu_mask, dw[0], dw[1], g->ws);
-            weight_grads_add(be, x, 1, 2, dw);
-            mark(x, 0); mark(x, 1); mark(x, 2);
-            if (relu_mask) xi->grad_is_preact = true;
-            break;
-        }
-        be->maxpool_bwd(&d, n->grad, n->aux, dx, beta);
-        mark(n, 0);
-        break;
+}
+
+static void batchnorm_backward(fl_graph *g, fl_node *n) {
+    fl_node *x = n->in[0];
+    int c = (int)x->shape[x->ndim - 1];
+    fl_bn_desc d = {rows_of(x), c, n->eps, n->momentum};
+    float beta = 0.0f;
+    float *dx = in_grad(n, 0, &beta);
+    const float *save = n->aux;
+    size_t off = 0;
+    float *dgb[2] = {weight_grad(n, 1, &off), weight_grad(n, 2, &off)};
+    g->be->bn_bwd(&d, x->val, n->in[1] ? n->in[1]->val : NULL, save, save + c, n->grad, dx, beta, dgb[0], dgb[1]);
+    weight_grads_add(g->be, n, 1, 2, dgb);
+    mark(n, 0); mark(n, 1); mark(n, 2);
+}
+
+static void act_forward(fl_graph *g, fl_node *n, bool training) {
+    (void)training;
+    g->be->act_fwd(n->act, rows_of(n), (int)n->shape[n->ndim - 1], n->in[0]->val, n->val);
+}
+
+static void act_backward(fl_graph *g, fl_node *n) {
+    float beta = 0.0f;
+    float *dx = in_grad(n, 0, &beta);
+    if (!dx) return;
+    if (n->grad_is_preact) g->be->accumulate(fl_node_size(n), n->grad, dx, beta);
+    else g->be->act_bwd(n->act, rows_of(n), (int)n->shape[n->ndim - 1], n->in[0]->val, n->val, n->grad, dx, beta);
+    mark(n, 0);
+}
+
+static void add_forward(fl_graph *g, fl_node *n, bool training) {
+    (void)training;
+    int64_t sz = fl_node_size(n);
+    g->be->copy(n->val, n->in[0]->val, (size_t)sz * sizeof(float));
+    for (int k = 1; k < n->nin; k++) g->be->accumulate(sz, n->in[k]->val, n->val, 1.0f);
+}
+
+static void add_backward(fl_graph *g, fl_node *n) {
+    float beta = 0.0f;
+    for (int k = 0; k < n->nin; k++) {
+        float *d = in_grad(n, k, &beta);
+        if (d) g->be->accumulate(fl_node_size(n), n->grad, d, beta);
+        mark(n, k);
     }
-    case FL_OP_AVGPOOL: {
-        float *dx = in_grad(n, 0, &beta);
-        if (!dx) break;
-        fl_conv_desc d = n->conv;
-        d.n = g->batch;
-        be->avgpool_bwd(&d, n->grad, dx, beta);
-        mark(n, 0);
-        break;
+}
+
+static void mul_forward(fl_graph *g, fl_node *n, bool training) {
+    (void)training;
+    int64_t sz = fl_node_size(n);
+    g->be->mul(sz, n->in[0]->val, n->in[1]->val, n->val);
+    for (int k = 2; k < n->nin; k++) g->be->mul(sz, n->val, n->in[k]->val, n->val);
+}
+
+static void mul_backward(fl_graph *g, fl_node *n) {
+    /* d/dx_k = dy * prod_{j != k} x_j, formed in the scratch buffer */
+    int64_t sz = fl_node_size(n);
+    float *tmp = n->aux, beta = 0.0f;
+    for (int k = 0; k < n->nin; k++) {
+        float *d = in_grad(n, k, &beta);
+        if (!d) continue;
+        g->be->copy(tmp, n->grad, (size_t)sz * sizeof(float));
+        for (int j = 0; j < n->nin; j++)
+            if (j != k) g->be->mul(sz, tmp, n->in[j]->val, tmp);
+        g->be->accumulate(sz, tmp, d, beta);
+        mark(n, k);
     }
-    case FL_OP_GAP: {
-        float *dx = in_grad(n, 0, &beta);
-        if (!dx) break;
-        be->gap_bwd(g->batch, x->shape[1] * x->shape[2], (int)x->shape[3], n->grad, dx, beta);
-        mark(n, 0);
-        break;
+}
+
+static void concat_forward(fl_graph *g, fl_node *n, bool training) {
+    (void)training;
+    int64_t rows, cout, cin, off = 0;
+    concat_geom(n, n->axis, &rows, &cout);
+    for (int k = 0; k < n->nin; k++) {
+        concat_geom(n->in[k], n->axis, &rows, &cin);
+        g->be->concat_fwd(rows, cin, cout, off, n->in[k]->val, n->val);
+        off += cin;
     }
-    case FL_OP_RESHAPE: {
-        float *dx = in_grad(n, 0, &beta);
-        if (!dx) break;
-        if (!n->grad_view) be->accumulate(fl_node_size(n), n->grad, dx, beta);
-        mark(n, 0);
-        break;
+}
+
+static void concat_backward(fl_graph *g, fl_node *n) {
+    int64_t rows, cout, cin, off = 0;
+    float beta = 0.0f;
+    concat_geom(n, n->axis, &rows, &cout);
+    for (int k = 0; k < n->nin; k++) {
+        concat_geom(n->in[k], n->axis, &rows, &cin);
+        float *d = in_grad(n, k, &beta);
+        if (d) g->be->concat_bwd(rows, cin, cout, off, n->grad, d, beta);
+        mark(n, k);
+        off += cin;
     }
-    case FL_OP_DROPOUT: {
-        float *dx = in_grad(n, 0, &beta);
-        if (!dx) break;
-        if (n->rate > 0.0f) be->dropout_bwd(fl_node_size(n), n->rate, n->aux, n->grad, dx, beta);
-        else be->accumulate(fl_node_size(n), n->grad, dx, beta);
-        mark(n, 0);
-        break;
+}
+
+/* ------------------------------------------------------- the op table
+ *
+ * One row per op: its name, forward, backward, and the backend kernels it
+ * calls (a backend that lacks one cannot run the op: fl_op_missing_kernel).
+ * INPUT and PARAM hold data and run nothing. */
+
+#define KERNEL(f) {#f, offsetof(fl_backend, f)}
+typedef struct op_kernel { const char *name; size_t off; } op_kernel;
+#define MAX_KERNELS 4
+
+typedef struct fl_op_def {
+    const char *name;
+    void (*forward)(fl_graph *g, fl_node *n, bool training);
+    void (*backward)(fl_graph *g, fl_node *n);
+    op_kernel kernels[MAX_KERNELS];
+} fl_op_def;
+
+static const fl_op_def op_table[FL_OP_COUNT] = {
+    [FL_OP_INPUT] = {"input", NULL, NULL, {{0}}},
+    [FL_OP_PARAM] = {"param", NULL, NULL, {{0}}},
+    [FL_OP_DENSE] = {"dense", dense_forward, dense_backward, {KERNEL(dense_fwd), KERNEL(dense_bwd)}},
+    [FL_OP_CONV2D] = {"conv2d", conv2d_forward, conv2d_backward,
+                      {KERNEL(conv_workspace), KERNEL(conv2d_fwd), KERNEL(conv2d_bwd)}},
+    [FL_OP_MAXPOOL] = {"max_pool2d", maxpool_forward, maxpool_backward, {KERNEL(maxpool_fwd), KERNEL(maxpool_bwd)}},
+    [FL_OP_AVGPOOL] = {"avg_pool2d", avgpool_forward, avgpool_backward, {KERNEL(avgpool_fwd), KERNEL(avgpool_bwd)}},
+    [FL_OP_GAP] = {"global_avg_pool2d", gap_forward, gap_backward, {KERNEL(gap_fwd), KERNEL(gap_bwd)}},
+    [FL_OP_RESHAPE] = {"reshape", reshape_forward, reshape_backward, {KERNEL(accumulate)}},
+    [FL_OP_DROPOUT] = {"dropout", dropout_forward, dropout_backward,
+                       {KERNEL(dropout_fwd), KERNEL(dropout_bwd), KERNEL(copy), KERNEL(accumulate)}},
+    [FL_OP_BATCHNORM] = {"batch_norm", batchnorm_forward, batchnorm_backward,
+                         {KERNEL(bn_fwd_train), KERNEL(bn_fwd_infer), KERNEL(bn_bwd)}},
+    [FL_OP_ACT] = {"activation", act_forward, act_backward, {KERNEL(act_fwd), KERNEL(act_bwd), KERNEL(accumulate)}},
+    [FL_OP_ADD] = {"add", add_forward, add_backward, {KERNEL(copy), KERNEL(accumulate)}},
+    [FL_OP_MUL] = {"multiply", mul_forward, mul_backward, {KERNEL(mul), KERNEL(copy), KERNEL(accumulate)}},
+    [FL_OP_CONCAT] = {"concatenate", concat_forward, concat_backward, {KERNEL(concat_fwd), KERNEL(concat_bwd)}},
+};
+
+const char *fl_op_name(fl_op op) { return (unsigned)op < FL_OP_COUNT && op_table[op].name ? op_table[op].name : "?"; }
+
+void fl_op_forward(fl_graph *g, fl_node *n, bool training) {
+    if (op_table[n->op].forward) op_table[n->op].forward(g, n, training);
+}
+
+void fl_op_backward(fl_graph *g, fl_node *n) {
+    if (op_table[n->op].backward) op_table[n->op].backward(g, n);
+}
+
+const char *fl_op_missing_kernel(const fl_backend *be, fl_op op) {
+    if ((unsigned)op >= FL_OP_COUNT) return "?";
+    if (op != FL_OP_INPUT && op != FL_OP_PARAM && !op_table[op].forward) return "(no forward)";
+    for (int k = 0; k < MAX_KERNELS && op_table[op].kernels[k].name; k++) {
+        void *const *entry = (void *const *)((const char *)be + op_table[op].kernels[k].off);
+        if (!*entry) return op_table[op].kernels[k].name;
     }
-    case FL_OP_BATCHNORM: {
-        int c = (int)x->shape[x->ndim - 1];
-        fl_bn_desc d = {rows_of(x), c, n->eps, n->momentum};
-        float *dx = in_grad(n, 0, &beta);
-        const float *save = n->aux;
-        size_t off = 0;
-        float *dgb[2] = {weight_grad(n, 1, &off), weight_grad(n, 2, &off)};
-        be->bn_bwd(&d, x->val, n->in[1] ? n->in[1]->val : NULL, save, save + c, n->grad, dx, beta, dgb[0], dgb[1]);
-        weight_grads_add(be, n, 1, 2, dgb);
-        mark(n, 0); mark(n, 1); mark(n, 2);
-        break;
-    }
-    case FL_OP_ACT: {
-        float *dx = in_grad(n, 0, &beta);
-        if (!dx) break;
-        if (n->grad_is_preact) be->accumulate(fl_node_size(n), n->grad, dx, beta);
-        else be->act_bwd(n->act, rows_of(n), (int)n->shape[n->ndim - 1], x->val, n->val, n->grad, dx, beta);
-        mark(n, 0);
-        break;
-    }
-    case FL_OP_ADD:
-        for (int k = 0; k < n->nin; k++) {
-            float *d = in_grad(n, k, &beta);
-            if (d) be->accumulate(fl_node_size(n), n->grad, d, beta);
-            mark(n, k);
-        }
-        break;
-    case FL_OP_MUL: {
-        /* d/dx_k = dy * prod_{j != k} x_j, formed in the scratch buffer */
-        int64_t sz = fl_node_size(n);
-        float *tmp = n->aux;
-        for (int k = 0; k < n->nin; k++) {
-            float *d = in_grad(n, k, &beta);
-            if (!d) continue;
-            be->copy(tmp, n->grad, (size_t)sz * sizeof(float));
-            for (int j = 0; j < n->nin; j++)
-                if (j != k) be->mul(sz, tmp, n->in[j]->val, tmp);
-            be->accumulate(sz, tmp, d, beta);
-            mark(n, k);
-        }
-        break;
-    }
-    case FL_OP_CONCAT: {
-        int64_t rows, cout, cin, off = 0;
-        concat_geom(n, n->axis, &rows, &cout);
-        for (int k = 0; k < n->nin; k++) {
-            concat_geom(n->in[k], n->axis, &rows, &cin);
-            float *d = in_grad(n, k, &beta);
-            if (d) be->concat_bwd(rows, cin, cout, off, n->grad, d, beta);
-            mark(n, k);
-            off += cin;
-        }
-        break;
-    }
-    default:
-        break;
-    }
+    return NULL;
 }

@@ -1,6 +1,7 @@
 /*
  * ops.h — what the graph needs from the ops: one forward and one backward
- * per op kind (the shape rules are the fl_graph_* constructors in ops.c).
+ * per op kind, and whether a backend can run an op (the shape rules are the
+ * fl_graph_* constructors in ops.c; the op table is at the end of ops.c).
  */
 #ifndef FL_OPS_H
 #define FL_OPS_H
@@ -11,5 +12,8 @@ fl_node *fl_graph_new_node(fl_graph *g, fl_op op, const char *name);
 void fl_op_forward(fl_graph *g, fl_node *n, bool training);
 void fl_op_backward(fl_graph *g, fl_node *n);
 const char *fl_op_name(fl_op op);
+/* The capability query: NULL when backend `be` has every kernel op needs,
+ * else the name of the first one it lacks ("conv2d_fwd"). */
+const char *fl_op_missing_kernel(const fl_backend *be, fl_op op);
 
 #endif
