@@ -1,27 +1,66 @@
 #!/usr/bin/env bash
 # tests/gpu/prepare.sh — run HERE (the development machine) before a GPU
-# session: builds flynn with its CUDA plugin and packs what the GPU machine
-# needs into .gpu/ (ignored by git, carried by the device tool): the
-# binaries, the shared libraries the GPU image may lack (OpenBLAS and its
-# Fortran runtime), and Fashion-MNIST (20,000 training images, the full test
-# set), because that machine has no network and no Debian packages.
+# session: builds flynn with its CUDA plugin in build-gpu/ and packs what
+# the GPU machine needs into .gpu/ (ignored by git, carried by the device
+# tool), because that machine has no network and no Debian packages:
+#   .gpu/flynn-gpu.tar.xz   flynn, test_gpu_parity, libflynn.so.0,
+#                           libflynn_cuda.so and their whole ldd closure
+#                           except glibc, libstdc++, libgcc_s and CUDA
+#                           (OpenBLAS, HDF5, libzip, json-c, curl, gnutls,
+#                           krb5, ...; see tests/gpu/bundle.sh)
+#   .gpu/data/fashion-mnist the first 20,000 training images, the test set
+# tests/gpu/prove-bundle.sh then shows the bundle starts in a bare root.
 # Then: device run with carry [".gpu"] and command `bash tests/gpu/run.sh`.
+# usage: tests/gpu/prepare.sh [--no-build]   (--no-build: pack build-gpu/ as it is)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-scripts/setup.sh
-cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DFLYNN_SANITIZE=OFF >/dev/null
-cmake --build build-gpu -j "$(nproc)"
+. tests/gpu/bundle.sh
+if [ "${1:-}" != --no-build ]; then
+  scripts/setup.sh
+  cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DFLYNN_SANITIZE=OFF >/dev/null
+  cmake --build build-gpu -j "$(nproc)"
+fi
 test -f build-gpu/libflynn_cuda.so || { echo "prepare: the CUDA plugin was not built (no nvcc/cuDNN?)" >&2; exit 1; }
+# the plugin must carry the CUDA runtime itself: the target has no libcudart to match
+if readelf -d build-gpu/libflynn_cuda.so | grep -q 'NEEDED.*libcudart'; then
+  echo "prepare: libflynn_cuda.so links libcudart dynamically; the bundle expects it static" >&2; exit 1
+fi
 
 rm -rf .gpu
-mkdir -p .gpu/bin .gpu/lib .gpu/data/fashion-mnist
-cp -L build-gpu/flynn build-gpu/libflynn_cuda.so build-gpu/tests/test_gpu_parity .gpu/bin/
-cp -L build-gpu/libflynn.so.0 .gpu/lib/
-# the non-system libraries flynn links (OpenBLAS, libgfortran, libquadmath, libgomp)
-for lib in $(ldd build-gpu/flynn | awk '/=> \// {print $3}' | grep -E 'openblas|gfortran|quadmath|gomp'); do
-  cp -L "$lib" ".gpu/lib/$(basename "$lib")"
-done
-gzip -9 .gpu/lib/libopenblas.so.0   # unpacked by run.sh; keeps the carried tree small
+mkdir -p .gpu/data/fashion-mnist
+stage=$(mktemp -d)
+trap 'rm -rf "$stage"' EXIT
+mkdir -p "$stage/bin" "$stage/lib"
+files=(build-gpu/flynn build-gpu/libflynn.so.0 build-gpu/libflynn_cuda.so build-gpu/tests/test_gpu_parity)
+cp -L build-gpu/flynn build-gpu/tests/test_gpu_parity "$stage/bin/"
+cp -L build-gpu/libflynn.so.0 build-gpu/libflynn_cuda.so "$stage/lib/"
+closure=$(bundle_closure "${files[@]}")
+if ldd "${files[@]}" | grep "not found" | grep -vE "^[[:space:]]*(${BUNDLE_CUDA_RE#^})"; then
+  echo "prepare: the libraries above are missing here" >&2; exit 1
+fi
+while read -r soname path; do
+  [ -f "$stage/lib/$soname" ] || cp -L "$path" "$stage/lib/$soname"
+done <<<"$closure"
+
+{
+  echo "flynn GPU bundle, packed by tests/gpu/prepare.sh on $(date -u +%Y-%m-%dT%H:%MZ)"
+  echo "source: $(git rev-parse --short HEAD 2>/dev/null)$(git diff --quiet HEAD -- src include CMakeLists.txt 2>/dev/null || echo ' + uncommitted changes')$([ "${1:-}" = --no-build ] && echo ' (--no-build: build-gpu as it was)')"
+  echo "built on: $(grep -h PRETTY_NAME /etc/os-release | cut -d= -f2 | tr -d '"'), $(ldd --version | head -1)"
+  echo "needs from the target: $(bundle_needs "$stage") (glibc, libstdc++, libgcc_s), a driver for CUDA 13, cuBLAS 13 and cuDNN 9"
+  echo "libflynn_cuda.so: CUDA runtime linked statically; loads libcublas.so.13 and libcudnn.so.9 from the CUDA search"
+  echo
+  echo "lib/ (from):"
+  for f in "$stage"/lib/*; do
+    n=$(basename "$f")
+    src=$(awk -v n="$n" '$1 == n {print $2}' <<<"$closure")
+    pkg=""
+    [ -n "$src" ] && pkg=$( { dpkg -S "$src" || dpkg -S "/usr$src" || dpkg -S "${src#/usr}"; } 2>/dev/null | head -1 | cut -d: -f1 || true)
+    printf '  %-28s %6s KiB  %s\n' "$n" "$(( $(stat -c %s "$f") / 1024 ))" "${src:-build-gpu}${pkg:+ ($pkg)}"
+  done
+} > "$stage/MANIFEST.txt"
+XZ_OPT="-6 -T$(nproc)" tar -C "$stage" -cJf .gpu/flynn-gpu.tar.xz bin lib MANIFEST.txt
+cp "$stage/MANIFEST.txt" .gpu/MANIFEST.txt
+head -4 .gpu/MANIFEST.txt
 
 # Fashion-MNIST: the first 20,000 training images as a valid IDX file, and the test set
 src=/usr/share/datasets/fashion-mnist
@@ -40,9 +79,8 @@ subset("train-labels-idx1-ubyte.gz", 8, 1, 20000)
 for name in ("t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"):
     shutil.copy(os.path.join(src, name), os.path.join(dst, name))
 PY
-# the PyTorch side of the GPU benchmark, if present
-[ -d bench/gpu ] && cp -r bench/gpu .gpu/bench || true
+echo "bundle: $(ls "$stage/lib" | wc -l) libraries, $(du -sh "$stage" | cut -f1) unpacked, $(du -h .gpu/flynn-gpu.tar.xz | cut -f1) packed"
 du -sh .gpu
 total=$(du -sk .gpu | cut -f1)
 [ "$total" -lt 60000 ] || { echo "prepare: .gpu is ${total} KiB, over the device tool's 64 MiB" >&2; exit 1; }
-echo "prepare: ready; run: device run, carry [\".gpu\"], command: bash tests/gpu/run.sh"
+echo "prepare: ready; check it: tests/gpu/prove-bundle.sh; run: device run, carry [\".gpu\"], command: bash tests/gpu/run.sh"
