@@ -4,12 +4,15 @@ mlp) trained in eager mode on one GPU with the same data (Fashion-MNIST,
 first N images, resident on the GPU), optimizer (Adam, Keras defaults:
 eps 1e-7), batch sizes and loss as `flynn bench --devices gpu`. One warm-up
 epoch, then one timed epoch per batch size (torch.cuda.synchronize around
-it). Prints one JSON line per batch size.
+it). Prints one JSON line per batch size. With --deadline (a time.time()
+value) it starts no batch size it cannot finish by then, judging by how
+long the previous one took (a larger batch size takes no longer).
 
 usage: torch_gpu.py --data DIR [--model mnist_cnn] [--samples 20000] [--batch-sizes 32,...,1024]
                     [--tf32 0|1] (matmul TF32; PyTorch's default is 0, convolutions use TF32 by default)
+                    [--deadline UNIX_TIME]
 """
-import argparse, gzip, json, os, time
+import argparse, gzip, json, os, sys, time
 
 import numpy as np
 import torch
@@ -21,6 +24,7 @@ p.add_argument("--data", default="/usr/share/datasets/fashion-mnist")
 p.add_argument("--samples", type=int, default=20000)
 p.add_argument("--batch-sizes", default="32,64,128,256,512,1024")
 p.add_argument("--tf32", type=int, default=0)
+p.add_argument("--deadline", type=float, default=0)
 a = p.parse_args()
 torch.backends.cuda.matmul.allow_tf32 = bool(a.tf32)
 dev = torch.device("cuda")
@@ -44,7 +48,13 @@ def make():
                          nn.Dropout(0.2), nn.Linear(512, 10)).to(dev)
 
 loss_fn = nn.CrossEntropyLoss()
+last = 0.0
 for B in [int(b) for b in a.batch_sizes.split(",")]:
+    if a.deadline and time.time() + 1.2 * last > a.deadline:
+        print(f"torch_gpu.py: stopped before batch {B}: {a.deadline - time.time():.0f}s left, the last batch size "
+              f"took {last:.0f}s", file=sys.stderr)
+        break
+    t_start = time.perf_counter()
     model = make()
     opt = torch.optim.Adam(model.parameters(), lr=1e-3, eps=1e-7)
     def epoch():
@@ -65,3 +75,4 @@ for B in [int(b) for b in a.batch_sizes.split(",")]:
                       "model": a.model, "batch_size": B, "samples": len(x), "seconds": dt,
                       "samples_per_s": len(x) / dt, "matmul_tf32": bool(a.tf32),
                       "cudnn": torch.backends.cudnn.version()}), flush=True)
+    last = time.perf_counter() - t_start

@@ -1,51 +1,152 @@
 #!/usr/bin/env bash
 # tests/gpu/run.sh — run THERE (the GPU machine), in the repository root,
-# after tests/gpu/prepare.sh packed .gpu/ here. Within about 8 minutes on one
-# H200 it: reports what the machine has; walks flynn's GPU checks; runs the
-# GPU-vs-CPU parity of every op, loss and optimizer and N training steps of
-# mnist_cnn on both devices (tests/test_gpu_parity.c); trains the seed
-# workload (mnist_cnn, 20,000 Fashion-MNIST images, batch 128) on the GPU and
-# the CPU; and prints a short table last. Logs go to $OUT when it is set.
+# after tests/gpu/prepare.sh packed .gpu/ here. It: reports what the machine
+# has; unpacks the bundle into /tmp/flynn-gpu and checks that the loader
+# finds every library; walks flynn's GPU checks (doctor, devices,
+# bandwidth); runs the GPU-vs-CPU parity of every op, loss and optimizer
+# and N training steps of mnist_cnn on both devices (tests/test_gpu_parity.c);
+# trains the seed workload (mnist_cnn, 20,000 Fashion-MNIST images, batch
+# 128) on the GPU and the CPU; times `flynn bench --devices cpu,gpu`; then,
+# if time is left, flynn against PyTorch (bench/gpu/run.sh); and prints a
+# table last.
+#
+# It finishes within a deadline, whatever hangs: $FLYNN_GPU_DEADLINE seconds
+# (or the first argument; default 420, 7 minutes) from its start. Each step
+# runs under `timeout -k 5 T`, T = its own cap or the time left (less 20 s
+# kept for the table; a tenth of the deadline under 200 s), whichever is smaller; a step that would get less
+# than its minimum is SKIPPED with a line saying so. Without a usable GPU
+# (flynn doctor fails) the GPU-only steps are skipped.
+#
+# flynn's commands get LD_LIBRARY_PATH=/tmp/flynn-gpu/lib; nothing else
+# does, so Python and PyTorch never see the bundle's libraries. cuBLAS and
+# cuDNN come from the pip wheels PyTorch installed: FLYNN_CUDA_LIB_PATH is
+# set to the site-packages nvidia/*/lib folders (a colon-separated list;
+# it replaces flynn's own search), when there are any.
+#
+# Logs go to $OUT (default /tmp/flynn-gpu-out), 7 files: run.log (all of
+# it), devices.json, bandwidth.json, parity.log, bench.json, bench.svg,
+# vs_torch.json. Exit status 1 when a step failed or timed out.
+# usage: bash tests/gpu/run.sh [DEADLINE_SECONDS]
 set -u
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
+. tests/gpu/bundle.sh
 OUT=${OUT:-/tmp/flynn-gpu-out}
+DEADLINE=${FLYNN_GPU_DEADLINE:-${1:-420}}
+BDIR=${FLYNN_GPU_DIR:-/tmp/flynn-gpu}       # the bundle, unpacked
+WORK=$BDIR-work                             # scratch logs, not brought back
+RESERVE=$(( DEADLINE >= 200 ? 20 : DEADLINE / 10 ))   # seconds kept for the summary
 mkdir -p "$OUT"
+rm -rf "$WORK" && mkdir -p "$WORK"
 exec > >(tee "$OUT/run.log") 2>&1
 T0=$(date +%s)
-step() { echo; echo "== $* ($(( $(date +%s) - T0 ))s)"; }
+T_END=$((T0 + DEADLINE))
+step() { echo; echo "== $* ($(( $(date +%s) - T0 ))s of ${DEADLINE}s)"; }
+
+# run_step KEY CAP MIN CMD... : CMD under timeout -k 5 T, T = min(CAP, time
+# left - RESERVE - 5); skipped when T < MIN. ST[KEY] gets PASS, FAIL (rc),
+# TIMEOUT or SKIP. LOG=FILE tees the output to FILE (TAIL=N shows only its
+# last N lines); TO=FILE sends stdout to FILE.
+declare -A ST
+run_step() {
+  local key=$1 cap=$2 min=$3; shift 3
+  local avail=$(( T_END - $(date +%s) - RESERVE - 5 ))
+  local t=$(( cap < avail ? cap : avail )) rc
+  if [ "$t" -lt "$min" ]; then
+    echo "SKIP $key: ${avail}s left before the deadline, the step needs at least ${min}s"
+    ST[$key]="SKIP: out of time"
+    return 125
+  fi
+  if [ -n "${TO:-}" ]; then
+    timeout -k 5 "$t" "$@" > "$TO"; rc=$?
+  elif [ -n "${LOG:-}" ] && [ -n "${TAIL:-}" ]; then
+    timeout -k 5 "$t" "$@" 2>&1 | tee "$LOG" | grep -vE '^[[:space:]]*$' | tail -n "$TAIL"; rc=${PIPESTATUS[0]}
+  elif [ -n "${LOG:-}" ]; then
+    timeout -k 5 "$t" "$@" 2>&1 | tee "$LOG"; rc=${PIPESTATUS[0]}
+  else
+    timeout -k 5 "$t" "$@"; rc=$?
+  fi
+  case $rc in
+    0) ST[$key]=PASS ;;
+    124|137) ST[$key]="TIMEOUT after ${t}s"; echo "TIMEOUT $key: killed after ${t}s" ;;
+    *) ST[$key]="FAIL ($rc)" ;;
+  esac
+  return "$rc"
+}
+# capped CAP CMD... : a small command (machine info) under the same deadline
+capped() {
+  local cap=$1; shift
+  local t=$(( T_END - $(date +%s) - RESERVE - 5 ))
+  [ "$t" -gt "$cap" ] && t=$cap
+  [ "$t" -ge 2 ] || { echo "(not run, out of time: $1)"; return 125; }
+  timeout -k 2 "$t" "$@"
+}
+# skip KEY REASON... : a step not run
+skip() { local key=$1; shift; echo "SKIP $key: $*"; ST[$key]="SKIP: $*"; }
 
 step "machine"
-nvidia-smi -L 2>&1 | head -4
-nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv,noheader 2>&1 | head -2
-grep -h PRETTY_NAME /etc/os-release 2>/dev/null; ldd --version 2>&1 | head -1
+capped 15 nvidia-smi -L 2>&1 | head -4
+capped 15 nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv,noheader 2>&1 | head -2
+grep -h PRETTY_NAME /etc/os-release 2>/dev/null; echo "glibc: $(getconf GNU_LIBC_VERSION 2>&1)"; nproc
 command -v nvcc >/dev/null && nvcc --version | tail -1
-python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "cudnn", torch.backends.cudnn.version())' 2>&1 | tail -1
-ls -d $(python3 -c 'import site; print(" ".join(site.getsitepackages()))' 2>/dev/null | tr ' ' '\n' | sed 's|$|/nvidia/*/lib|') 2>/dev/null | head -12
+torch_line=$(capped 40 python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "cudnn", torch.backends.cudnn.version(), "device:", torch.cuda.is_available() and torch.cuda.get_device_name(0))' 2>&1 | tail -1)
+echo "$torch_line"
+torch_ok=0
+grep -qE "^torch .* device: [^F]" <<<"$torch_line" && torch_ok=1
+# cuBLAS/cuDNN as PyTorch's pip wheels install them: site-packages/nvidia/*/lib
+NVLIBS=$(capped 20 python3 -c 'import site, sys; print("\n".join(site.getsitepackages() + [site.getusersitepackages()] + sys.path))' 2>/dev/null |
+  while read -r d; do for l in "$d"/nvidia/cu1[3-9]/lib "$d"/nvidia/*/lib; do [ -d "$l" ] && echo "$l"; done; done | awk '!seen[$0]++')
+if [ -n "$NVLIBS" ]; then
+  # the variable replaces flynn's whole search: keep the system's CUDA folders after the wheels
+  export FLYNN_CUDA_LIB_PATH
+  FLYNN_CUDA_LIB_PATH=$( { echo "$NVLIBS"; tr ':' '\n' <<<"${LD_LIBRARY_PATH:-}"; ls -d /usr/local/cuda/lib64 /usr/local/cuda/lib 2>/dev/null; } |
+    awk 'NF && !seen[$0]++' | paste -sd: -)
+  echo "FLYNN_CUDA_LIB_PATH=$FLYNN_CUDA_LIB_PATH"
+  echo "in them: $(while read -r d; do find "$d" -maxdepth 1 -name 'lib*.so.*' -printf '%f\n'; done <<<"$NVLIBS" |
+    grep -E '^lib(cublas|cublasLt|cudnn|cudart|nvrtc)\.so\.[0-9]+$' | sort -u | tr '\n' ' ')"
+else
+  echo "no site-packages/nvidia/*/lib: FLYNN_CUDA_LIB_PATH not set, flynn searches its default places"
+fi
 
 step "binaries"
-if [ -x .gpu/bin/flynn ]; then
-  B=.gpu/bin
-  [ -f .gpu/lib/libopenblas.so.0.gz ] && gunzip -f .gpu/lib/libopenblas.so.0.gz
-  export LD_LIBRARY_PATH="$PWD/.gpu/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-  echo "using the binaries carried in .gpu/ (built on the development machine)"
-else
-  echo "no .gpu/ bundle: building here"
-  cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null && cmake --build build-gpu -j 16 >/dev/null || { echo "build failed"; exit 1; }
-  B=build-gpu
-  cp build-gpu/tests/test_gpu_parity build-gpu/ 2>/dev/null
-fi
-export FLYNN_CUDA_PLUGIN="$PWD/$B/libflynn_cuda.so"
+usable=1 why=""
 DATA=.gpu/data/fashion-mnist
 [ -d "$DATA" ] || DATA=/usr/share/datasets/fashion-mnist
-ldd "$B/flynn" | grep -E "not found" && echo "missing libraries above"
+if [ -f .gpu/flynn-gpu.tar.xz ]; then
+  LOG=$WORK/unpack.log run_step unpack 60 5 bash -c '. tests/gpu/bundle.sh && bundle_unpack "$1" "$2"' _ .gpu/flynn-gpu.tar.xz "$BDIR"
+  B=$BDIR/bin LIB=$BDIR/lib
+  sed -n '1,4p' "$BDIR/MANIFEST.txt" 2>/dev/null
+  if [ "${ST[unpack]}" != PASS ]; then
+    usable=0 why="the bundle could not be unpacked (${ST[unpack]})"
+  else
+    echo "ldd of the bundle (LD_LIBRARY_PATH=$LIB):"
+    if bundle_ldd "$BDIR"; then ST[ldd]=PASS
+    else ST[ldd]=FAIL; usable=0 why="the loader cannot find some of the bundle's libraries (NOT FOUND above)"; fi
+  fi
+else
+  echo "no .gpu/flynn-gpu.tar.xz: building here"
+  LOG=$WORK/build.log TAIL=5 run_step build 240 60 bash -c 'cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null && cmake --build build-gpu -j "$(nproc)"'
+  B=build-gpu LIB=$PWD/build-gpu
+  [ "${ST[build]}" = PASS ] || { usable=0 why="the build failed (${ST[build]})"; }
+fi
+# flynn's commands, and only they, see the bundle's libraries
+FL=(env "LD_LIBRARY_PATH=$LIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "FLYNN_CUDA_PLUGIN=$LIB/libflynn_cuda.so")
+[ $usable = 1 ] || echo "SKIP every flynn step: $why"
 
+gpu=0 gpu_why="flynn did not run"
 step "flynn doctor / devices / bandwidth"
-timeout 60 "$B/flynn" doctor; doctor_rc=$?
-timeout 60 "$B/flynn" devices; devices_rc=$?
-timeout 60 "$B/flynn" devices --json > "$OUT/devices.json"
-timeout 90 "$B/flynn" bandwidth --memory pinned --mode range; bw_rc=$?
-timeout 60 "$B/flynn" bandwidth --json --mode quick > "$OUT/bandwidth.json"
-bw_check=$(python3 - "$OUT/devices.json" "$OUT/bandwidth.json" <<'PY'
+if [ $usable = 1 ]; then
+  LOG=$WORK/doctor.log run_step doctor 30 5 "${FL[@]}" "$B/flynn" doctor && gpu=1
+  [ $gpu = 1 ] || gpu_why="no usable GPU ($(sed -nE 's/^ *[0-9]+\. +([a-z_]+) +FAIL +/\1: /p' "$WORK/doctor.log" | head -1 | sed -E 's/ \(.*//'))"
+  run_step devices 30 5 "${FL[@]}" "$B/flynn" devices
+  TO=$OUT/devices.json run_step devices_json 30 5 "${FL[@]}" "$B/flynn" devices --json
+else
+  skip doctor "$why"; skip devices "$why"
+fi
+bw_check="not measured"
+if [ $gpu = 1 ]; then
+  run_step bandwidth 60 10 "${FL[@]}" "$B/flynn" bandwidth --memory pinned --mode range
+  TO=$OUT/bandwidth.json run_step bandwidth_json 30 10 "${FL[@]}" "$B/flynn" bandwidth --json --mode quick
+  bw_check=$(capped 20 python3 - "$OUT/devices.json" "$OUT/bandwidth.json" <<'PY'
 import json, sys
 try:
     dev = json.load(open(sys.argv[1]))["devices"][0]
@@ -58,41 +159,84 @@ except Exception as e:
     print(f"FAIL: {e}")
 PY
 )
-echo "$bw_check"
+  echo "$bw_check"
+else
+  skip bandwidth "${why:-$gpu_why}"
+fi
 
 step "GPU checks (flynn train --device gpu, 512 images)"
-timeout 120 "$B/flynn" train --device gpu --data "fashion-mnist:$DATA" --samples 512 --test-samples 1000 --epochs 1 --verbose 2
-gpu_ok=$?
+if [ $gpu = 1 ]; then
+  run_step gpu_check 60 10 "${FL[@]}" "$B/flynn" train --device gpu --data "fashion-mnist:$DATA" --samples 512 --test-samples 1000 --epochs 1 --verbose 2
+else
+  skip gpu_check "${why:-$gpu_why}"
+fi
 
 step "parity: every op, loss, optimizer; mnist_cnn steps on both devices"
 PAR=$B/test_gpu_parity; [ -x "$PAR" ] || PAR=$B/tests/test_gpu_parity
-timeout 240 "$PAR" "$DATA" 2>&1 | tee "$OUT/parity.log" | grep -vE "^\s*$" | tail -40
-parity_rc=${PIPESTATUS[0]}
-
-step "seed workload: mnist_cnn, 20,000 images, batch 128"
-timeout 150 "$B/flynn" train --device gpu --data "fashion-mnist:$DATA" --samples 20000 --epochs 3 --batch-size 128 --verbose 2 | tee "$OUT/gpu_train.log"
-timeout 120 "$B/flynn" train --device cpu --data "fashion-mnist:$DATA" --samples 20000 --epochs 1 --batch-size 128 --verbose 2 | tee "$OUT/cpu_train.log"
-if "$B/flynn" bench --help >/dev/null 2>&1; then
-  step "flynn bench (GPU vs CPU by batch size)"
-  timeout 150 "$B/flynn" bench --model mnist_cnn --data "fashion-mnist:$DATA" --samples 20000 --batch-sizes 32,64,128,256,512,1024 --devices cpu,gpu --json "$OUT/bench.json" --svg "$OUT/bench.svg"
+if [ $usable = 1 ]; then
+  LOG=$OUT/parity.log TAIL=40 run_step parity 150 30 "${FL[@]}" "$PAR" "$DATA"
+  [ "${ST[parity]}" = "FAIL (77)" ] && ST[parity]="SKIP: $(grep -m1 '^SKIP' "$OUT/parity.log" | cut -c7-)"
+else
+  skip parity "$why"
 fi
 
-if [ -x bench/gpu/run.sh ] && python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
-  step "flynn vs PyTorch eager on the GPU (mnist_cnn, 20k images)"
-  timeout 420 bash bench/gpu/run.sh "$B/flynn" "$DATA" | tee "$OUT/vs_torch.txt"
+step "seed workload: mnist_cnn, 20,000 images, batch 128"
+if [ $gpu = 1 ]; then
+  LOG=$WORK/gpu_train.log run_step gpu_train 90 20 "${FL[@]}" "$B/flynn" train --device gpu --data "fashion-mnist:$DATA" --samples 20000 --epochs 3 --batch-size 128 --verbose 2
+else
+  skip gpu_train "${why:-$gpu_why}"
+fi
+# the CPU side of the ratio; without a GPU there is no ratio: a 1,024-image smoke run
+cpu_samples=20000
+[ $gpu = 1 ] || cpu_samples=1024
+if [ $usable = 1 ]; then
+  LOG=$WORK/cpu_train.log run_step cpu_train 90 20 "${FL[@]}" "$B/flynn" train --device cpu --data "fashion-mnist:$DATA" --samples $cpu_samples --epochs 1 --batch-size 128 --verbose 2
+else
+  skip cpu_train "$why"
+fi
+
+step "flynn bench (GPU vs CPU by batch size)"
+if [ $gpu = 1 ]; then
+  run_step bench 120 30 "${FL[@]}" "$B/flynn" bench --model mnist_cnn --data "fashion-mnist:$DATA" --samples 20000 --batch-sizes 32,64,128,256,512,1024 --devices cpu,gpu --json "$OUT/bench.json" --svg "$OUT/bench.svg"
+else
+  skip bench "${why:-$gpu_why}: nothing to compare the CPU with"
+fi
+
+step "flynn vs PyTorch eager on the GPU (mnist_cnn, 20k images)"
+if [ $gpu != 1 ]; then
+  skip vs_torch "${why:-$gpu_why}"
+elif [ $torch_ok != 1 ]; then
+  skip vs_torch "PyTorch with CUDA is not importable here"
+else
+  # bench/gpu/run.sh stops starting batch sizes 10 s before the timeout it runs under
+  left=$(( T_END - $(date +%s) - RESERVE - 5 ))
+  [ $left -gt 240 ] && left=240
+  LOG=$WORK/vs_torch.txt run_step vs_torch 240 60 \
+    env "FLYNN_LIB_DIR=$LIB" bash bench/gpu/run.sh "$B/flynn" "$DATA" $((left - 10))
 fi
 
 step "summary"
-gpu_sps=$(grep -oE "training throughput: [0-9]+" "$OUT/gpu_train.log" | grep -oE "[0-9]+$")
-cpu_sps=$(grep -oE "training throughput: [0-9]+" "$OUT/cpu_train.log" | grep -oE "[0-9]+$")
-gpu_acc=$(grep -oE "test accuracy: [0-9.]+" "$OUT/gpu_train.log" | grep -oE "[0-9.]+$")
-printf "%-40s %s\n" "flynn doctor" "$([ $doctor_rc -eq 0 ] && echo PASS || echo FAIL)"
-printf "%-40s %s\n" "flynn devices" "$([ $devices_rc -eq 0 ] && echo PASS || echo FAIL)"
-printf "%-40s %s\n" "flynn bandwidth" "$([ $bw_rc -eq 0 ] && echo PASS || echo FAIL); $bw_check"
-printf "%-40s %s\n" "GPU checks (--device gpu)" "$([ $gpu_ok -eq 0 ] && echo PASS || echo FAIL)"
-printf "%-40s %s\n" "parity (ops, losses, optimizers, steps)" "$([ $parity_rc -eq 0 ] && echo PASS || echo "FAIL ($parity_rc)") $(tail -1 "$OUT/parity.log")"
-printf "%-40s %s samples/s (3 epochs incl. warm-up), test accuracy %s\n" "mnist_cnn 20k, batch 128, GPU" "${gpu_sps:-?}" "${gpu_acc:-?}"
-printf "%-40s %s samples/s (1 epoch, %s threads)\n" "mnist_cnn 20k, batch 128, CPU" "${cpu_sps:-?}" "$(nproc)"
+gpu_sps=$(grep -oE "training throughput: [0-9]+" "$WORK/gpu_train.log" 2>/dev/null | grep -oE "[0-9]+$")
+cpu_sps=$(grep -oE "training throughput: [0-9]+" "$WORK/cpu_train.log" 2>/dev/null | grep -oE "[0-9]+$")
+gpu_acc=$(grep -oE "test accuracy: [0-9.]+" "$WORK/gpu_train.log" 2>/dev/null | grep -oE "[0-9.]+$")
+row() { printf "%-40s %s\n" "$1" "$(cut -c1-150 <<<"$2")"; }
+row "bundle: unpack, ldd" "${ST[ldd]:-${ST[unpack]:-${ST[build]:-?}}}"
+row "flynn doctor" "${ST[doctor]:-?}"
+row "flynn devices" "${ST[devices]:-?}"
+row "flynn bandwidth" "${ST[bandwidth]:-?}; $bw_check"
+row "GPU checks (--device gpu)" "${ST[gpu_check]:-?}"
+row "parity (ops, losses, optimizers, steps)" "${ST[parity]:-?} $([ -f "$OUT/parity.log" ] && tail -1 "$OUT/parity.log" | cut -c1-120)"
+row "mnist_cnn 20k, batch 128, GPU" "${ST[gpu_train]:-?}; ${gpu_sps:-?} samples/s (3 epochs incl. warm-up), test accuracy ${gpu_acc:-?}"
+row "mnist_cnn $((cpu_samples / 1000))k, batch 128, CPU" "${ST[cpu_train]:-?}; ${cpu_sps:-?} samples/s (1 epoch, $(nproc) threads)"
 [ -n "${gpu_sps:-}" ] && [ -n "${cpu_sps:-}" ] && awk -v g="$gpu_sps" -v c="$cpu_sps" 'BEGIN { printf "%-40s %.1fx\n", "GPU / CPU", g / c }'
-[ -f "$OUT/vs_torch.txt" ] && { echo; cat "$OUT/vs_torch.txt"; }
-echo "total: $(( $(date +%s) - T0 ))s"
+row "flynn bench --devices cpu,gpu" "${ST[bench]:-?}"
+row "flynn vs PyTorch" "${ST[vs_torch]:-?}"
+[ -s "$WORK/vs_torch.txt" ] && { echo; cat "$WORK/vs_torch.txt"; }
+echo "total: $(( $(date +%s) - T0 ))s (deadline ${DEADLINE}s)"
+# exit 1 when a step failed or timed out (doctor and devices failing is the news itself without a GPU)
+rc=0
+for k in "${!ST[@]}"; do
+  [ $gpu = 0 ] && { [ "$k" = doctor ] || [ "$k" = devices ] || [ "$k" = devices_json ]; } && continue
+  case ${ST[$k]} in FAIL*|TIMEOUT*) rc=1 ;; esac
+done
+exit $rc
