@@ -423,6 +423,7 @@ static void bad_fixtures(void) {
         if (strcmp(reason, "custom_layer") == 0) { frags[1] = "custom object"; frags[2] = "ScaleByTwo"; frags[3] = "built-in Keras layers"; }
         else if (strcmp(reason, "lambda_layer") == 0) { frags[1] = "Lambda"; frags[2] = "Python code"; }
         else if (strcmp(reason, "unsupported_layer") == 0) { frags[1] = "LayerNormalization"; frags[2] = "not supported"; frags[3] = "Dense, Conv2D"; }
+        else if (strcmp(reason, "many_unsupported") == 0) { frags[1] = "5 layers cannot be loaded"; frags[2] = "DepthwiseConv2D, 2 layers ('depthwise_conv2d', 'depthwise_conv2d_1')"; frags[3] = "UpSampling2D, 1 layer"; }
         else if (strcmp(reason, "truncated_zip") == 0 || strcmp(reason, "not_a_zip") == 0) { frags[1] = "zip"; }
         else if (strcmp(reason, "invalid_json") == 0) { frags[1] = "config.json"; frags[2] = "invalid JSON"; frags[3] = "line 1, column"; }
         else if (strcmp(reason, "wrong_shape") == 0) { frags[1] = "layer 'dense' (Dense) weight 'kernel'"; frags[2] = "has shape (6, 5), expected (5, 6)"; }

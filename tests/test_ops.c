@@ -562,6 +562,35 @@ static void test_shape_errors(void) {
     fl_graph_free(&g);
 }
 
+/* ZeroPadding2D (counts >= 0) and Cropping2D (counts < 0). */
+static void test_pad2d(int top, int bottom, int left, int right) {
+    harness h;
+    const int64_t B = 2, H = 5, W = 4, C = 3;
+    h_init(&h, B, 3, (int64_t[]){H, W, C});
+    fl_node *y = fl_graph_pad2d(&h.g, "pad", h.x, top, bottom, left, right);
+    CHECK(y != NULL);
+    if (!y) { h_free(&h); return; }
+    const int64_t OH = H + top + bottom, OW = W + left + right;
+    CHECK(y->shape[1] == OH && y->shape[2] == OW && y->shape[3] == C);
+    h_ready(&h, y, -1, 1);
+    h_loss(&h, true);
+    double *ref = malloc((size_t)(B * OH * OW * C) * sizeof(double));
+    for (int64_t n = 0; n < B; n++)
+        for (int64_t i = 0; i < OH; i++)
+            for (int64_t j = 0; j < OW; j++)
+                for (int64_t c = 0; c < C; c++) {
+                    int64_t si = i - top, sj = j - left;
+                    ref[((n * OH + i) * OW + j) * C + c] =
+                        si >= 0 && si < H && sj >= 0 && sj < W ? h.x->val[((n * H + si) * W + sj) * C + c] : 0.0;
+                }
+    char what[64];
+    snprintf(what, sizeof what, "pad2d ((%d, %d), (%d, %d))", top, bottom, left, right);
+    CHECK_MSG(max_abs_diff(y->val, ref, B * OH * OW * C) == 0, "%s forward", what);
+    free(ref);
+    h_gradcheck(&h, what, 1e-3, 1e-3, true);
+    h_free(&h);
+}
+
 /* The capability query: a backend without a kernel that an op needs is
  * refused with the layer, op and kernel named; every op has a table row. */
 static void test_capability(void) {
@@ -621,6 +650,10 @@ int main(void) {
     test_shared_weights(true);
     test_shared_weights_pooled();
     test_shape_errors();
+    test_pad2d(1, 1, 1, 1);
+    test_pad2d(0, 2, 3, 1);   /* asymmetric, as MobileNetV2's correct_pad */
+    test_pad2d(-1, -2, 0, -1); /* cropping */
+    test_pad2d(2, -1, -1, 3);  /* both at once */
     /* the later activations fused into Dense (last, so that the random
      * data of the tests above stay as they were) */
     for (int a = FL_ACT_ELU + 1; a < FL_ACT_COUNT; a++) {

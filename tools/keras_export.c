@@ -147,6 +147,16 @@ int main(int argc, char **argv) {
     check(fl_compile(m, fl_adam(.learning_rate = 0.01f), FL_SPARSE_CATEGORICAL_CROSSENTROPY, FL_ACCURACY), "compile");
     export_model("seq_cnn_adam", m, 3, 8);
 
+    /* ZeroPadding2D (symmetric, per side) and Cropping2D around convolutions; the later activations */
+    m = fl_sequential(fl_input(7, 6, 2), fl_zero_padding2d(1), fl_conv2d(3, 3, .strides = 2, .activation = FL_SILU),
+                      fl_zero_padding2d(.bottom = 1, .right = 1), fl_conv2d(4, 2, .activation = FL_RELU6),
+                      fl_cropping2d(.top = 1, .left = 1), fl_flatten(), fl_dense(5, .activation = FL_HARD_SILU),
+                      fl_dense(5, .activation = FL_SELU), fl_activation_layer(FL_SOFTPLUS),
+                      fl_dense(3, .activation = FL_SOFTMAX));
+    fl_model_set_seed(m, 7);
+    check(fl_compile(m, fl_adam(.learning_rate = 0.01f), FL_SPARSE_CATEGORICAL_CROSSENTROPY, FL_ACCURACY), "compile");
+    export_model("seq_pad_crop_adam", m, 3, 8);
+
     /* MLP: centered RMSprop with momentum, categorical CE, BN after Dense, leaky relu, elu */
     m = fl_sequential(fl_input(7), fl_dense(8, .activation = FL_LEAKY_RELU, .no_bias = true),
                       fl_batch_normalization(.momentum = 0.9f, .epsilon = 0.01f), fl_activation_layer(.activation = FL_ELU),

@@ -301,6 +301,42 @@ def m_func_shared(rng):
     return m, [normal(rng, 4, 5), normal(rng, 4, 5)]
 
 
+def m_padding_cropping(rng):
+    # ZeroPadding2D in its three config forms (int, per-axis, per-side, the
+    # asymmetric ((0, 1), (0, 1)) of keras.applications' correct_pad) and
+    # Cropping2D, between convolutions so that the zeros meet weights.
+    m = keras.Sequential([
+        keras.Input((7, 6, 2)),
+        L.ZeroPadding2D(1),                          # 9x8
+        L.Conv2D(3, 3, strides=2, activation="relu"),  # 4x3
+        L.ZeroPadding2D((2, 1)),                     # 8x5
+        L.ZeroPadding2D(((0, 1), (0, 1))),           # 9x6
+        L.Conv2D(2, 2, activation="tanh"),            # 8x5
+        L.Cropping2D(((1, 2), (0, 1))),              # 5x4
+        L.Cropping2D(1),                              # 3x2
+    ], name="padding_cropping")
+    return m, [normal(rng, 3, 7, 6, 2)]
+
+
+def m_activations_more(rng):
+    # The activations added with the activation list: as Activation layers
+    # and fused into Dense ("swish" is Keras's other name for silu).
+    m = keras.Sequential([
+        keras.Input((6,)),
+        L.Dense(6, activation="swish"),
+        L.Activation("relu6"),
+        L.Dense(6, activation="hard_sigmoid"),
+        L.Activation("hard_silu"),
+        L.Dense(6, activation="selu"),
+        L.Activation("softplus"),
+        L.Dense(6, activation="softsign"),
+        L.Activation("exponential"),
+        L.Dense(6, activation="silu"),
+        L.Activation("hard_swish"),
+    ], name="activations_more")
+    return m, [normal(rng, 4, 6, scale=3.0)]
+
+
 # Which files a fixture gets. Keras's HDF5 files cost ~2.5 KB per layer
 # whatever the layer holds (two HDF5 groups per layer) plus ~6 KB per file,
 # so writing all four formats for every model would make the folder ~2 MB.
@@ -329,6 +365,8 @@ MODELS = [
     ("func_residual", "functional", m_func_residual, KERAS),
     ("func_multi_io", "functional", m_func_multi_io, KERAS),
     ("func_shared", "functional", m_func_shared, KERAS_H5),
+    ("padding_cropping", "sequential", m_padding_cropping, ALL),
+    ("activations_more", "sequential", m_activations_more, KERAS),
 ]
 
 
@@ -375,6 +413,16 @@ def t_adamw():
         L.Dense(5, activation="tanh"),
         L.Dense(1),                      # logits
     ], name="train_adamw")
+
+
+def t_pad_crop_adam():
+    x = keras.Input((6, 6, 1), name="image")
+    h = L.ZeroPadding2D(((1, 0), (2, 1)))(x)        # 7x9
+    h = L.Conv2D(3, 3, activation="softplus")(h)    # 5x7
+    h = L.Cropping2D(((0, 1), (1, 1)))(h)           # 4x5
+    h = L.Flatten()(h)
+    y = L.Dense(3, activation="softmax")(h)
+    return keras.Model(x, y, name="train_pad_crop_adam")
 
 
 def b_sparse(classes, *shape):
@@ -424,6 +472,9 @@ TRAINING = [
      lambda: keras.optimizers.AdamW(learning_rate=0.01),
      lambda: keras.losses.BinaryCrossentropy(from_logits=True), None,
      b_binary(6), KERAS),
+    ("train_pad_crop_adam", t_pad_crop_adam,
+     lambda: keras.optimizers.Adam(learning_rate=0.01),
+     "sparse_categorical_crossentropy", ["accuracy"], b_sparse(3, 6, 6, 1), KERAS),
 ]
 
 
@@ -730,6 +781,22 @@ def write_bad(out, manifest):
     add("bad_unsupported_layer.keras", "unsupported_layer", False,
         "a LayerNormalization layer (valid Keras, not a flynn layer): Keras "
         "loads it, flynn must refuse it naming the layer and its class")
+
+    # Several layers flynn does not have, of several classes: the refusal
+    # must list them all at once, each with its class.
+    reset("bad_many_unsupported")
+    m = keras.Sequential([keras.Input((8, 8, 3)),
+                          L.DepthwiseConv2D(3, padding="same"),
+                          L.Conv2D(4, 3, dilation_rate=2, padding="same"),
+                          L.DepthwiseConv2D(3, padding="same"),
+                          L.UpSampling2D(2),
+                          L.GlobalAveragePooling2D(),
+                          L.LayerNormalization()], name="many_unsupported")
+    m.save(os.path.join(out, "bad_many_unsupported.keras"))
+    add("bad_many_unsupported.keras", "many_unsupported", False,
+        "two DepthwiseConv2D, a dilated Conv2D, an UpSampling2D and a "
+        "LayerNormalization: Keras loads it, flynn must refuse it listing "
+        "every one of them with its class in one message")
 
     # A valid tiny model to damage.
     reset("bad_base")

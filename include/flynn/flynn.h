@@ -200,6 +200,26 @@ typedef struct fl_activation_args { int _reserved; fl_activation activation; con
 fl_layer *fl_activation_layer_(fl_activation_args a);
 #define fl_activation_layer(...) fl_activation_layer_((fl_activation_args){._reserved = 0, __VA_ARGS__})
 
+/* ZeroPadding2D / Cropping2D: rows added to (ZeroPadding2D) or removed from
+ * (Cropping2D) the top and bottom of each image, columns on the left and
+ * right. `size` applies to every side, `pad_h`/`pad_w` to both sides of one
+ * axis, `top`/`bottom`/`left`/`right` to one side; a narrower field
+ * overrides a broader one when it is not 0. Keras's
+ * padding=((1, 2), (3, 4)) is {.top = 1, .bottom = 2, .left = 3, .right = 4}.
+ * All fields 0: Keras's default (ZeroPadding2D 1 on every side,
+ * Cropping2D nothing). */
+typedef struct fl_padding2d_args {
+    int _reserved; /* keeps the macros warning-free; leave it out */
+    int size;
+    int pad_h, pad_w;
+    int top, bottom, left, right;
+    const char *name;
+} fl_padding2d_args;
+fl_layer *fl_zero_padding2d_(fl_padding2d_args a);
+fl_layer *fl_cropping2d_(fl_padding2d_args a);
+#define fl_zero_padding2d(...) fl_zero_padding2d_((fl_padding2d_args){._reserved = 0, __VA_ARGS__}) /* (1) */
+#define fl_cropping2d(...) fl_cropping2d_((fl_padding2d_args){._reserved = 0, __VA_ARGS__})
+
 /* Frees a layer that was never put into a model (a model owns its layers). */
 void fl_layer_free(fl_layer *l);
 

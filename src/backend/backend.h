@@ -154,6 +154,11 @@ typedef struct fl_backend {
      * with y rows of cout columns; backward: dx (+)= that block of dy */
     void (*concat_fwd)(int64_t rows, int64_t cin, int64_t cout, int64_t off, const float *x, float *y);
     void (*concat_bwd)(int64_t rows, int64_t cin, int64_t cout, int64_t off, const float *dy, float *dx, float beta);
+    /* zero padding / cropping of NHWC images: y[n, i, j, :] (beta: +)=
+     * x[n, i - pt, j - pl, :] where that lies inside x (h x w), else 0; y
+     * is oh x ow. pt/pl < 0 crop. The same call with the roles swapped
+     * (pt, pl negated) is the backward. */
+    void (*pad2d)(const fl_conv_desc *d, const float *x, float *y, float beta);
     /* elementwise: dst = (beta ? dst : 0) + src */
     void (*accumulate)(int64_t n, const float *src, float *dst, float beta);
 

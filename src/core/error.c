@@ -10,7 +10,7 @@
 #include <string.h>
 
 static _Thread_local fl_status tl_status = FL_OK;
-static _Thread_local char tl_msg[1024];
+static _Thread_local char tl_msg[4096];
 
 const char *fl_version(void) { return "0.1.0"; }
 
@@ -61,7 +61,7 @@ void fl_error_prefix(const char *fmt, ...) {
     vsnprintf(pre, sizeof pre, fmt, ap);
     va_end(ap);
     memcpy(old, tl_msg, sizeof old);
-    snprintf(tl_msg, sizeof tl_msg, "%.500s%.520s", pre, old);
+    snprintf(tl_msg, sizeof tl_msg, "%.500s%.3500s", pre, old);
 }
 
 void *fl_malloc(size_t bytes, const char *what) {

@@ -31,8 +31,7 @@
  * DTypePolicy, every config key of each class with its default, and the
  * build_config for the layers that have one.
  */
-#include "io/keras.h"
-#include "core/error.h"
+#include "io/keras_json.h"
 #include "core/tensor.h"
 
 #include <math.h>
@@ -41,260 +40,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define SUPPORTED_LAYERS                                                                                          \
-    "InputLayer, Dense, Conv2D, MaxPooling2D, AveragePooling2D, GlobalAveragePooling2D, Flatten, Reshape, "      \
-    "Dropout, BatchNormalization, Activation, Add, Multiply, Concatenate"
+#define SUPPORTED_LAYERS fl_keras_supported_layers()
 
-/* ------------------------------------------------------------ messages */
 
-typedef struct kctx {
-    const char *src;  /* file name */
-    char where[192];  /* "layer 'dense' (Dense)" or "" */
-} kctx;
 
-static fl_status kfail(const kctx *c, fl_status s, const char *fmt, ...) FL_PRINTF(3, 4);
-static fl_status kfail(const kctx *c, fl_status s, const char *fmt, ...) {
-    char msg[900];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    return fl_error(s, "%s: %s%s%s", c->src, c->where, c->where[0] ? ": " : "", msg);
-}
-
-static void set_where(kctx *c, const char *name, const char *cls) {
-    snprintf(c->where, sizeof c->where, "layer '%.80s' (%.60s)", name ? name : "?", cls ? cls : "?");
-}
-
-/* ------------------------------------------------------------ JSON reading */
-
-json_object *fl_keras_parse_json(const char *text, size_t len, const char *src) {
-    if (len > (size_t)INT32_MAX)
-        return fl_error_null(FL_ERR_FORMAT, "%s: JSON text of %zu bytes is too large", src, len);
-    json_tokener *tok = json_tokener_new_ex(128);
-    if (!tok) return fl_error_null(FL_ERR_NOMEM, "%s: out of memory parsing JSON", src);
-    json_object *o = json_tokener_parse_ex(tok, text, (int)len);
-    enum json_tokener_error err = json_tokener_get_error(tok);
-    size_t end = json_tokener_get_parse_end(tok);
-    const char *why = NULL;
-    if (o && err == json_tokener_success) {
-        while (end < len && (text[end] == ' ' || text[end] == '\n' || text[end] == '\r' || text[end] == '\t')) end++;
-        if (end < len) {
-            why = "extra data after the JSON value";
-            json_object_put(o);
-            o = NULL;
-        }
-    } else if (err == json_tokener_continue || err == json_tokener_success) {
-        why = "unexpected end of the text (truncated JSON)";
-        end = len;
-        json_object_put(o);
-        o = NULL;
-    } else {
-        why = json_tokener_error_desc(err);
-        json_object_put(o);
-        o = NULL;
-    }
-    json_tokener_free(tok);
-    if (!o) {
-        long line = 1, col = 1;
-        for (size_t i = 0; i < end && i < len; i++) {
-            if (text[i] == '\n') { line++; col = 1; }
-            else col++;
-        }
-        return fl_error_null(FL_ERR_FORMAT, "%s: invalid JSON: %s at line %ld, column %ld (byte %zu of %zu)", src, why,
-                             line, col, end, len);
-    }
-    return o;
-}
-
-static json_object *jkey(json_object *o, const char *k) {
-    json_object *v = NULL;
-    if (o && json_object_is_type(o, json_type_object) && json_object_object_get_ex(o, k, &v)) return v;
-    return NULL;
-}
-static bool jhas(json_object *o, const char *k) {
-    return o && json_object_is_type(o, json_type_object) && json_object_object_get_ex(o, k, NULL);
-}
-static bool jis(json_object *o, json_type t) { return o && json_object_is_type(o, t); }
-static const char *jstr(json_object *o) { return jis(o, json_type_string) ? json_object_get_string(o) : NULL; }
-static bool jnum(json_object *o) { return jis(o, json_type_int) || jis(o, json_type_double); }
-
-static const char *jtype_name(json_object *o) {
-    if (!o) return "null";
-    switch (json_object_get_type(o)) {
-    case json_type_boolean: return "a boolean";
-    case json_type_double: return "a number";
-    case json_type_int: return "an integer";
-    case json_type_object: return "an object";
-    case json_type_array: return "a list";
-    case json_type_string: return "a string";
-    default: return "null";
-    }
-}
-
-static fl_status get_int(const kctx *c, json_object *cfg, const char *key, int64_t def, bool required, int64_t *out) {
-    json_object *v = jkey(cfg, key);
-    if (!v) {
-        if (required) return kfail(c, FL_ERR_FORMAT, "'%s' is missing or null, expected an integer", key);
-        *out = def;
-        return FL_OK;
-    }
-    if (jis(v, json_type_int)) { *out = json_object_get_int64(v); return FL_OK; }
-    if (jis(v, json_type_double)) {
-        double d = json_object_get_double(v);
-        if (d == floor(d) && fabs(d) < 9e15) { *out = (int64_t)d; return FL_OK; }
-    }
-    return kfail(c, FL_ERR_FORMAT, "'%s' is %s, expected an integer", key, jtype_name(v));
-}
-
-static fl_status get_num(const kctx *c, json_object *cfg, const char *key, double def, bool required, double *out) {
-    json_object *v = jkey(cfg, key);
-    if (!v) {
-        if (required) return kfail(c, FL_ERR_FORMAT, "'%s' is missing or null, expected a number", key);
-        *out = def;
-        return FL_OK;
-    }
-    if (!jnum(v)) return kfail(c, FL_ERR_FORMAT, "'%s' is %s, expected a number", key, jtype_name(v));
-    *out = json_object_get_double(v);
-    if (!isfinite(*out)) return kfail(c, FL_ERR_FORMAT, "'%s' is not a finite number", key);
-    return FL_OK;
-}
-
-static fl_status get_bool(const kctx *c, json_object *cfg, const char *key, bool def, bool *out) {
-    json_object *v = jkey(cfg, key);
-    if (!v) { *out = def; return FL_OK; }
-    if (!jis(v, json_type_boolean)) return kfail(c, FL_ERR_FORMAT, "'%s' is %s, expected true or false", key, jtype_name(v));
-    *out = json_object_get_boolean(v);
-    return FL_OK;
-}
-
-/* An integer or a list of two integers (kernel_size, strides, ...). */
-static fl_status get_pair(const kctx *c, json_object *cfg, const char *key, int def, bool required, int *a, int *b) {
-    json_object *v = jkey(cfg, key);
-    if (!v) {
-        if (required) return kfail(c, FL_ERR_FORMAT, "'%s' is missing or null", key);
-        *a = *b = def;
-        return FL_OK;
-    }
-    int64_t x[2];
-    if (jis(v, json_type_int)) {
-        x[0] = x[1] = json_object_get_int64(v);
-    } else if (jis(v, json_type_array) && json_object_array_length(v) == 2 &&
-               jis(json_object_array_get_idx(v, 0), json_type_int) && jis(json_object_array_get_idx(v, 1), json_type_int)) {
-        x[0] = json_object_get_int64(json_object_array_get_idx(v, 0));
-        x[1] = json_object_get_int64(json_object_array_get_idx(v, 1));
-    } else {
-        return kfail(c, FL_ERR_FORMAT, "'%s' is %s, expected an integer or a list of two integers", key, jtype_name(v));
-    }
-    if (x[0] <= 0 || x[1] <= 0 || x[0] > (1 << 20) || x[1] > (1 << 20))
-        return kfail(c, FL_ERR_FORMAT, "'%s' is [%lld, %lld], expected positive sizes", key, (long long)x[0], (long long)x[1]);
-    *a = (int)x[0];
-    *b = (int)x[1];
-    return FL_OK;
-}
-
-/* A key whose non-null value changes what the model computes or how it trains. */
-static fl_status must_be_null(const kctx *c, json_object *cfg, const char *key, const char *what) {
-    json_object *v = jkey(cfg, key);
-    if (!v) return FL_OK;
-    if (jis(v, json_type_boolean) && !json_object_get_boolean(v)) return FL_OK;
-    const char *name = jstr(v) ? jstr(v) : jstr(jkey(v, "class_name"));
-    return kfail(c, FL_ERR_UNSUPPORTED, "'%s' is set%s%s%s; flynn does not support %s, and ignoring it would change "
-                 "what the model computes or how it trains", key, name ? " (" : "", name ? name : "", name ? ")" : "", what);
-}
-
-/* A serialized Keras object that must be built in (no registered custom class). */
-static fl_status check_builtin_object(const kctx *c, json_object *obj, const char *key) {
-    if (!jis(obj, json_type_object)) return FL_OK;
-    const char *reg = jstr(jkey(obj, "registered_name")), *mod = jstr(jkey(obj, "module"));
-    const char *cls = jstr(jkey(obj, "class_name"));
-    if ((reg && strcmp(reg, "function") != 0 && (!cls || strcmp(reg, cls) != 0)) ||
-        (mod && strncmp(mod, "keras", 5) != 0))
-        return kfail(c, FL_ERR_UNSUPPORTED, "'%s' is a custom object (class '%s', registered as '%s', module '%s'); "
-                     "flynn only reads built-in Keras objects", key, cls ? cls : "?", reg ? reg : "-", mod ? mod : "-");
-    return FL_OK;
-}
-
-static fl_status get_activation(const kctx *c, json_object *cfg, const char *key, fl_activation *out) {
-    json_object *v = jkey(cfg, key);
-    *out = FL_LINEAR;
-    if (!v) return FL_OK;
-    const char *name = jstr(v);
-    if (!name && jis(v, json_type_object)) {
-        FL_TRY(check_builtin_object(c, v, key));
-        name = jstr(jkey(v, "config"));
-        if (!name) name = jstr(jkey(jkey(v, "config"), "name"));
-        if (!name) name = jstr(jkey(v, "class_name"));
-    }
-    if (!name) return kfail(c, FL_ERR_FORMAT, "'%s' is %s, expected an activation name", key, jtype_name(v));
-    if (fl_activation_from_name(name, out) == FL_OK) return FL_OK;
-    fl_clear_error();
-    return kfail(c, FL_ERR_UNSUPPORTED, "activation '%s' is not supported (flynn has %s)", name, fl_activation_list());
-}
-
-/* dtype: absent/null, "float32", or a DTypePolicy whose name is float32. */
-static fl_status check_dtype(const kctx *c, json_object *cfg) {
-    json_object *d = jkey(cfg, "dtype");
-    if (!d) return FL_OK;
-    const char *name = jstr(d);
-    if (!name && jis(d, json_type_object)) {
-        FL_TRY(check_builtin_object(c, d, "dtype"));
-        name = jstr(jkey(jkey(d, "config"), "name"));
-    }
-    if (!name) return kfail(c, FL_ERR_FORMAT, "'dtype' is %s, expected a dtype policy", jtype_name(d));
-    if (strcmp(name, "float32") != 0)
-        return kfail(c, FL_ERR_UNSUPPORTED, "dtype policy '%s' is not supported (flynn computes in float32 only)", name);
-    return FL_OK;
-}
-
-static fl_status check_data_format(const kctx *c, json_object *cfg) {
-    json_object *v = jkey(cfg, "data_format");
-    if (!v) return FL_OK;
-    const char *s = jstr(v);
-    if (!s) return kfail(c, FL_ERR_FORMAT, "'data_format' is %s, expected a string", jtype_name(v));
-    if (strcmp(s, "channels_last") != 0)
-        return kfail(c, FL_ERR_UNSUPPORTED, "data_format '%s' is not supported (flynn is channels_last, NHWC)", s);
-    return FL_OK;
-}
-
-static fl_status get_padding(const kctx *c, json_object *cfg, fl_padding *out) {
-    json_object *v = jkey(cfg, "padding");
-    const char *s = v ? jstr(v) : "valid";
-    if (!s) return kfail(c, FL_ERR_FORMAT, "'padding' is %s, expected \"valid\" or \"same\"", jtype_name(v));
-    if (strcmp(s, "valid") == 0) *out = FL_VALID;
-    else if (strcmp(s, "same") == 0) *out = FL_SAME;
-    else return kfail(c, FL_ERR_UNSUPPORTED, "padding '%s' is not supported (valid or same)", s);
-    return FL_OK;
-}
-
-static fl_status check_initializers(const kctx *c, json_object *cfg, const char *const *keys) {
-    for (int i = 0; keys[i]; i++) FL_TRY(check_builtin_object(c, jkey(cfg, keys[i]), keys[i]));
-    return FL_OK;
-}
-
-/* Per-sample shape from [null, d1, ...] (the batch entry may be null or a number). */
-static fl_status get_batch_shape(const kctx *c, json_object *v, const char *key, int *ndim, int64_t *shape) {
-    if (!jis(v, json_type_array))
-        return kfail(c, FL_ERR_FORMAT, "'%s' is %s, expected a list like [null, 28, 28, 1]", key, jtype_name(v));
-    size_t n = json_object_array_length(v);
-    if (n < 2 || n > FL_MAX_DIMS)
-        return kfail(c, FL_ERR_UNSUPPORTED, "'%s' has %zu dimensions (batch included), flynn takes 2 to %d", key, n,
-                     FL_MAX_DIMS);
-    json_object *b = json_object_array_get_idx(v, 0);
-    if (b && !jis(b, json_type_int))
-        return kfail(c, FL_ERR_FORMAT, "'%s': the batch dimension is %s, expected null or an integer", key, jtype_name(b));
-    for (size_t i = 1; i < n; i++) {
-        json_object *d = json_object_array_get_idx(v, i);
-        if (!d)
-            return kfail(c, FL_ERR_UNSUPPORTED, "'%s': dimension %zu is None (unknown size); flynn needs fixed input "
-                         "sizes", key, i);
-        if (!jis(d, json_type_int) || json_object_get_int64(d) <= 0 || json_object_get_int64(d) > ((int64_t)1 << 40))
-            return kfail(c, FL_ERR_FORMAT, "'%s': dimension %zu is not a positive integer", key, i);
-        shape[i - 1] = json_object_get_int64(d);
-    }
-    *ndim = (int)n - 1;
-    return FL_OK;
-}
 
 static fl_status set_layer_name(const kctx *c, fl_layer *l, const char *name) {
     if (strlen(name) >= sizeof l->name)
@@ -305,11 +54,6 @@ static fl_status set_layer_name(const kctx *c, fl_layer *l, const char *name) {
 }
 
 /* ------------------------------------------------------------ layers */
-
-typedef struct klayer_extra {
-    bool bn;         /* a BatchNormalization: axis to check once built */
-    int64_t bn_axis;
-} klayer_extra;
 
 /* The common checks of every layer entry: class known and built in, dtype,
  * trainable. */
@@ -333,149 +77,27 @@ static fl_status check_entry(const kctx *c, json_object *entry, const char *cls,
 /* A layer (not InputLayer) from its class and config, named. */
 static fl_layer *layer_from_config(const kctx *c, const char *cls, json_object *cfg, const char *name,
                                    klayer_extra *x) {
-    static const char *const kinit[] = {"kernel_initializer", "bias_initializer", NULL};
-    static const char *const binit[] = {"beta_initializer", "gamma_initializer", "moving_mean_initializer",
-                                        "moving_variance_initializer", NULL};
-    fl_layer *l = NULL;
     memset(x, 0, sizeof *x);
-    if (strcmp(cls, "Dense") == 0) {
-        int64_t units;
-        bool use_bias;
-        fl_activation act;
-        if (get_int(c, cfg, "units", 0, true, &units) || get_bool(c, cfg, "use_bias", true, &use_bias) ||
-            get_activation(c, cfg, "activation", &act) || check_initializers(c, cfg, kinit) ||
-            must_be_null(c, cfg, "kernel_regularizer", "weight regularizers") ||
-            must_be_null(c, cfg, "bias_regularizer", "weight regularizers") ||
-            must_be_null(c, cfg, "activity_regularizer", "activity regularizers") ||
-            must_be_null(c, cfg, "kernel_constraint", "weight constraints") ||
-            must_be_null(c, cfg, "bias_constraint", "weight constraints") ||
-            must_be_null(c, cfg, "lora_rank", "LoRA") ||
-            must_be_null(c, cfg, "quantization_config", "quantized layers"))
-            return NULL;
-        if (units <= 0 || units > INT32_MAX) return kfail(c, FL_ERR_FORMAT, "units is %lld", (long long)units), NULL;
-        l = fl_dense_((fl_dense_args){.units = (int)units, .activation = act, .no_bias = !use_bias});
-    } else if (strcmp(cls, "Conv2D") == 0) {
-        int64_t filters, groups;
-        int kh, kw, sh, sw, dh, dw;
-        bool use_bias;
-        fl_activation act;
-        fl_padding pad;
-        if (get_int(c, cfg, "filters", 0, true, &filters) || get_pair(c, cfg, "kernel_size", 0, true, &kh, &kw) ||
-            get_pair(c, cfg, "strides", 1, false, &sh, &sw) || get_padding(c, cfg, &pad) ||
-            check_data_format(c, cfg) || get_pair(c, cfg, "dilation_rate", 1, false, &dh, &dw) ||
-            get_int(c, cfg, "groups", 1, false, &groups) || get_activation(c, cfg, "activation", &act) ||
-            get_bool(c, cfg, "use_bias", true, &use_bias) || check_initializers(c, cfg, kinit) ||
-            must_be_null(c, cfg, "kernel_regularizer", "weight regularizers") ||
-            must_be_null(c, cfg, "bias_regularizer", "weight regularizers") ||
-            must_be_null(c, cfg, "activity_regularizer", "activity regularizers") ||
-            must_be_null(c, cfg, "kernel_constraint", "weight constraints") ||
-            must_be_null(c, cfg, "bias_constraint", "weight constraints") ||
-            must_be_null(c, cfg, "lora_rank", "LoRA"))
-            return NULL;
-        if (dh != 1 || dw != 1)
-            return kfail(c, FL_ERR_UNSUPPORTED, "dilation_rate (%d, %d) is not supported (only 1)", dh, dw), NULL;
-        if (groups != 1)
-            return kfail(c, FL_ERR_UNSUPPORTED, "groups %lld is not supported (only 1: no grouped convolutions)",
-                         (long long)groups), NULL;
-        if (filters <= 0 || filters > INT32_MAX) return kfail(c, FL_ERR_FORMAT, "filters is %lld", (long long)filters), NULL;
-        l = fl_conv2d_((fl_conv2d_args){.filters = (int)filters, .kernel_h = kh, .kernel_w = kw, .stride_h = sh,
-                                        .stride_w = sw, .padding = pad, .activation = act, .no_bias = !use_bias});
-    } else if (strcmp(cls, "MaxPooling2D") == 0 || strcmp(cls, "AveragePooling2D") == 0) {
-        int ph, pw, sh, sw;
-        fl_padding pad;
-        if (get_pair(c, cfg, "pool_size", 2, false, &ph, &pw) || check_data_format(c, cfg) || get_padding(c, cfg, &pad))
-            return NULL;
-        if (get_pair(c, cfg, "strides", 0, false, &sh, &sw)) return NULL;
-        if (!jkey(cfg, "strides")) { sh = ph; sw = pw; }
-        fl_pool2d_args a = {.pool_h = ph, .pool_w = pw, .stride_h = sh, .stride_w = sw, .padding = pad};
-        l = cls[0] == 'M' ? fl_max_pooling2d_(a) : fl_average_pooling2d_(a);
-    } else if (strcmp(cls, "GlobalAveragePooling2D") == 0) {
-        bool keepdims;
-        if (check_data_format(c, cfg) || get_bool(c, cfg, "keepdims", false, &keepdims)) return NULL;
-        if (keepdims) return kfail(c, FL_ERR_UNSUPPORTED, "keepdims true is not supported"), NULL;
-        l = fl_global_average_pooling2d_((fl_name_args){0});
-    } else if (strcmp(cls, "Flatten") == 0) {
-        if (check_data_format(c, cfg)) return NULL;
-        l = fl_flatten_((fl_name_args){0});
-    } else if (strcmp(cls, "Reshape") == 0) {
-        json_object *t = jkey(cfg, "target_shape");
-        int64_t shape[FL_MAX_DIMS];
-        size_t n = jis(t, json_type_array) ? json_object_array_length(t) : 0;
-        if (n < 1 || n > FL_MAX_DIMS - 1)
-            return kfail(c, FL_ERR_FORMAT, "'target_shape' is %s with %zu entries, expected a list of 1 to %d sizes",
-                         jtype_name(t), n, FL_MAX_DIMS - 1), NULL;
-        for (size_t i = 0; i < n; i++) {
-            json_object *d = json_object_array_get_idx(t, i);
-            if (!jis(d, json_type_int))
-                return kfail(c, FL_ERR_FORMAT, "'target_shape' entry %zu is %s, expected an integer", i, jtype_name(d)), NULL;
-            shape[i] = json_object_get_int64(d);
-        }
-        l = fl_reshape_((int)n, shape);
-    } else if (strcmp(cls, "Dropout") == 0) {
-        double rate;
-        int64_t seed;
-        if (get_num(c, cfg, "rate", 0, true, &rate) || get_int(c, cfg, "seed", 0, false, &seed) ||
-            must_be_null(c, cfg, "noise_shape", "a noise_shape"))
-            return NULL;
-        if (seed < 0) return kfail(c, FL_ERR_FORMAT, "seed %lld is negative", (long long)seed), NULL;
-        l = fl_dropout_((fl_dropout_args){.rate = (float)rate, .seed = (uint64_t)seed});
-    } else if (strcmp(cls, "BatchNormalization") == 0) {
-        double momentum, eps;
-        bool center, scale, renorm;
-        json_object *ax = jkey(cfg, "axis");
-        if (get_num(c, cfg, "momentum", 0.99, false, &momentum) || get_num(c, cfg, "epsilon", 1e-3, false, &eps) ||
-            get_bool(c, cfg, "center", true, &center) || get_bool(c, cfg, "scale", true, &scale) ||
-            get_bool(c, cfg, "renorm", false, &renorm) || check_initializers(c, cfg, binit) ||
-            must_be_null(c, cfg, "beta_regularizer", "weight regularizers") ||
-            must_be_null(c, cfg, "gamma_regularizer", "weight regularizers") ||
-            must_be_null(c, cfg, "beta_constraint", "weight constraints") ||
-            must_be_null(c, cfg, "gamma_constraint", "weight constraints"))
-            return NULL;
-        if (renorm) return kfail(c, FL_ERR_UNSUPPORTED, "renorm true (batch renormalization) is not supported"), NULL;
-        x->bn = true;
-        x->bn_axis = -1;
-        if (jis(ax, json_type_array) && json_object_array_length(ax) == 1 &&
-            jis(json_object_array_get_idx(ax, 0), json_type_int))
-            x->bn_axis = json_object_get_int64(json_object_array_get_idx(ax, 0));
-        else if (jis(ax, json_type_int))
-            x->bn_axis = json_object_get_int64(ax);
-        else if (ax)
-            return kfail(c, FL_ERR_UNSUPPORTED, "axis %s is not supported (flynn normalizes over the last axis only)",
-                         json_object_to_json_string(ax)), NULL;
-        if (!(momentum >= 0 && momentum < 1) || !(eps > 0))
-            return kfail(c, FL_ERR_FORMAT, "momentum %g must be in [0, 1) and epsilon %g > 0", momentum, eps), NULL;
-        l = fl_batch_normalization_((fl_batch_norm_args){.no_center = !center, .no_scale = !scale});
-        if (l) { l->a.bn.momentum = (float)momentum; l->a.bn.epsilon = (float)eps; }
-    } else if (strcmp(cls, "Activation") == 0) {
-        fl_activation act;
-        if (!jkey(cfg, "activation")) return kfail(c, FL_ERR_FORMAT, "'activation' is missing"), NULL;
-        if (get_activation(c, cfg, "activation", &act)) return NULL;
-        l = fl_activation_layer_((fl_activation_args){.activation = act});
-    } else if (strcmp(cls, "Add") == 0 || strcmp(cls, "Multiply") == 0) {
-        l = cls[0] == 'A' ? fl_add_((fl_name_args){0}) : fl_multiply_((fl_name_args){0});
-    } else if (strcmp(cls, "Concatenate") == 0) {
-        int64_t axis;
-        if (get_int(c, cfg, "axis", -1, false, &axis)) return NULL;
-        if (axis == 0) return kfail(c, FL_ERR_UNSUPPORTED, "axis 0 (the batch) is not supported"), NULL;
-        if (axis < -FL_MAX_DIMS || axis >= FL_MAX_DIMS) return kfail(c, FL_ERR_FORMAT, "axis %lld is out of range", (long long)axis), NULL;
-        l = fl_concatenate_((fl_concat_args){.axis = (int)axis});
-    } else if (strcmp(cls, "Sequential") == 0 || strcmp(cls, "Functional") == 0 || strcmp(cls, "Model") == 0) {
-        return kfail(c, FL_ERR_UNSUPPORTED, "a model used as a layer (nested models) is not supported; flynn "
-                     "supports %s", SUPPORTED_LAYERS), NULL;
-    } else {
+    const fl_keras_layer_def *d = fl_keras_layer_by_class(cls);
+    if (!d || !d->from_config) {
+        if (strcmp(cls, "Sequential") == 0 || strcmp(cls, "Functional") == 0 || strcmp(cls, "Model") == 0)
+            return kfail(c, FL_ERR_UNSUPPORTED, "a model used as a layer (nested models) is not supported; flynn "
+                         "supports %s", SUPPORTED_LAYERS), NULL;
         return kfail(c, FL_ERR_UNSUPPORTED, "layer class '%s' is not supported; flynn supports %s", cls,
                      SUPPORTED_LAYERS), NULL;
     }
+    fl_layer *l = d->from_config(c, cls, cfg, x);
     if (!l) {
         char why[700];
         snprintf(why, sizeof why, "%s", fl_last_error());
+        /* the readers' own refusals already name the file and layer */
+        if (strncmp(why, c->src, strlen(c->src)) == 0) return NULL;
         return kfail(c, fl_last_status() ? fl_last_status() : FL_ERR_FORMAT, "%s", why), NULL;
     }
     if (set_layer_name(c, l, name) != FL_OK) { fl_layer_free(l); return NULL; }
     return l;
 }
 
-/* The layer's name: entry "name" (functional) or config "name". */
 static const char *entry_name(json_object *entry, json_object *cfg) {
     const char *n = jstr(jkey(entry, "name"));
     return n ? n : jstr(jkey(cfg, "name"));
@@ -914,11 +536,78 @@ fail:
     return NULL;
 }
 
+/* Reads every layer entry once before building anything, so that a model
+ * with several layers flynn cannot load is refused with all of them listed
+ * at once: grouped by class and reason, with the count and the first names
+ * of each group. Returns FL_OK when at most one layer is refused: the build
+ * then reports it in context. */
+typedef struct refusal { char cls[64], why[200], names[200]; int count; } refusal;
+
+static fl_status refuse_all_unsupported(const kctx *c0, json_object *cfg) {
+    enum { MAX_GROUPS = 24 };
+    json_object *layers = jkey(cfg, "layers");
+    size_t n = json_object_array_length(layers);
+    refusal *rs = fl_calloc(MAX_GROUPS, sizeof *rs, "refusals");
+    if (!rs) return fl_last_status();
+    int ngroups = 0, bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        json_object *e = json_object_array_get_idx(layers, i);
+        const char *cls = jstr(jkey(e, "class_name"));
+        json_object *lc = jkey(e, "config");
+        const char *name = entry_name(e, lc);
+        if (!cls || !name || strcmp(cls, "InputLayer") == 0) continue;
+        kctx c = {.src = c0->src};
+        set_where(&c, name, cls);
+        klayer_extra x;
+        fl_layer *l = NULL;
+        if (check_entry(&c, e, cls, lc) == FL_OK) l = layer_from_config(&c, cls, lc, name, &x);
+        if (l) { fl_layer_free(l); continue; }
+        if (fl_last_status() != FL_ERR_UNSUPPORTED) { fl_clear_error(); continue; } /* broken: reported in context */
+        /* the reason alone: without "file: layer 'x' (Cls): " and the list of what flynn supports */
+        const char *p = fl_last_error(), *w = strstr(p, c.where);
+        if (w) p = w + strlen(c.where) + (w[strlen(c.where)] == ':' ? 2 : 0);
+        const char *cut = strstr(p, "; flynn supports ");
+        if (!cut) cut = strstr(p, "; flynn only loads");
+        char why[200];
+        snprintf(why, sizeof why, "%.*s", cut ? (int)(cut - p) : (int)strlen(p), p);
+        fl_clear_error();
+        bad++;
+        int k = 0;
+        while (k < ngroups && !(strcmp(rs[k].cls, cls) == 0 && strcmp(rs[k].why, why) == 0)) k++;
+        if (k == ngroups) {
+            if (ngroups == MAX_GROUPS) continue;
+            ngroups++;
+            snprintf(rs[k].cls, sizeof rs[k].cls, "%s", cls);
+            snprintf(rs[k].why, sizeof rs[k].why, "%s", why);
+        }
+        size_t len = strlen(rs[k].names);
+        if (rs[k].count < 3)
+            snprintf(rs[k].names + len, sizeof rs[k].names - len, "%s'%s'", rs[k].count ? ", " : "", name);
+        else if (rs[k].count == 3)
+            snprintf(rs[k].names + len, sizeof rs[k].names - len, ", ...");
+        rs[k].count++;
+    }
+    fl_status st = FL_OK;
+    if (bad >= 2) {
+        char list[3000];
+        size_t off = 0;
+        for (int k = 0; k < ngroups && off < sizeof list; k++)
+            off += (size_t)snprintf(list + off, sizeof list - off, "\n  %s, %d layer%s (%s): %s", rs[k].cls,
+                                    rs[k].count, rs[k].count > 1 ? "s" : "", rs[k].names, rs[k].why);
+        kctx c = {.src = c0->src};
+        st = kfail(&c, FL_ERR_UNSUPPORTED, "%d layers cannot be loaded:%s\nflynn supports %s", bad, list,
+                   SUPPORTED_LAYERS);
+    }
+    free(rs);
+    return st;
+}
+
 fl_model *fl_keras_model_from_config(json_object *mc, const char *src) {
     kctx c = {.src = src};
     const char *cls = NULL;
     if (check_model_object(&c, mc, &cls)) return NULL;
     json_object *cfg = jkey(mc, "config");
+    if (refuse_all_unsupported(&c, cfg)) return NULL;
     if (strcmp(cls, "Sequential") == 0) return sequential_from_config(&c, cfg);
     return functional_from_config(&c, cfg);
 }
@@ -1124,72 +813,6 @@ fl_status fl_keras_compile_from_config(fl_model *m, json_object *cc, const char 
     return s;
 }
 
-/* ------------------------------------------------------------ writing */
-
-static json_object *jfloat(double v) {
-    /* the shortest text that reads back as the same float32, Python style */
-    char buf[40];
-    float f = (float)v;
-    for (int p = 1; p <= 9; p++) {
-        snprintf(buf, sizeof buf, "%.*g", p, (double)f);
-        if ((float)strtod(buf, NULL) == f) break;
-    }
-    if (!strpbrk(buf, ".eEni")) strcat(buf, ".0");
-    return json_object_new_double_s((double)f, buf);
-}
-static json_object *jint(int64_t v) { return json_object_new_int64(v); }
-static json_object *jbool(bool v) { return json_object_new_boolean(v); }
-static json_object *jstring(const char *s) { return json_object_new_string(s); }
-static void put(json_object *o, const char *k, json_object *v) { json_object_object_add(o, k, v); }
-static json_object *jpair(int a, int b) {
-    json_object *x = json_object_new_array();
-    json_object_array_add(x, jint(a));
-    json_object_array_add(x, jint(b));
-    return x;
-}
-
-/* [null, d1, ...] of a node (dimension 0 is the batch). */
-static json_object *jshape(const fl_node *n) {
-    json_object *a = json_object_new_array();
-    json_object_array_add(a, NULL);
-    for (int i = 1; i < n->ndim; i++) json_object_array_add(a, jint(n->shape[i]));
-    return a;
-}
-
-static json_object *jobject(const char *module, const char *cls, json_object *config, bool legacy) {
-    json_object *o = json_object_new_object();
-    if (!legacy) put(o, "module", jstring(module));
-    put(o, "class_name", jstring(cls));
-    put(o, "config", config ? config : json_object_new_object());
-    if (!legacy) put(o, "registered_name", NULL);
-    return o;
-}
-
-static json_object *dtype_policy(void) {
-    json_object *c = json_object_new_object();
-    put(c, "name", jstring("float32"));
-    json_object *o = json_object_new_object();
-    put(o, "module", jstring("keras"));
-    put(o, "class_name", jstring("DTypePolicy"));
-    put(o, "config", c);
-    put(o, "registered_name", NULL);
-    return o;
-}
-
-static json_object *initializer(const char *cls) {
-    json_object *c = json_object_new_object();
-    if (strcmp(cls, "GlorotUniform") == 0) {
-        put(c, "seed", NULL);
-        put(c, "input_axes", NULL);
-        put(c, "output_axes", NULL);
-    }
-    json_object *o = json_object_new_object();
-    put(o, "module", jstring("keras.initializers"));
-    put(o, "class_name", jstring(cls));
-    put(o, "config", c);
-    put(o, "registered_name", NULL);
-    return o;
-}
 
 /* The node feeding call `call` of layer l, input k (functional models). */
 static const fl_sym *layer_call(const fl_model *m, const fl_layer *l, int call) {
@@ -1211,7 +834,7 @@ static int layer_inputs(const fl_model *m, const fl_layer *l, const fl_node **in
     return s->nin;
 }
 
-static json_object *layer_config(const fl_model *m, const fl_layer *l) {
+static json_object *layer_config(const fl_layer *l) {
     json_object *c = json_object_new_object();
     if (l->kind == FL_L_INPUT) {
         put(c, "batch_shape", jshape(l->out));
@@ -1222,109 +845,18 @@ static json_object *layer_config(const fl_model *m, const fl_layer *l) {
         put(c, "optional", jbool(false));
         return c;
     }
-    (void)m;
     put(c, "name", jstring(l->name));
     put(c, "trainable", jbool(true));
     put(c, "dtype", dtype_policy());
-    switch (l->kind) {
-    case FL_L_DENSE: {
-        const fl_dense_args *a = &l->a.dense;
-        put(c, "units", jint(a->units));
-        put(c, "activation", jstring(fl_activation_name(a->activation)));
-        put(c, "use_bias", jbool(!a->no_bias));
-        put(c, "kernel_initializer", initializer("GlorotUniform"));
-        put(c, "bias_initializer", initializer("Zeros"));
-        put(c, "kernel_regularizer", NULL);
-        put(c, "bias_regularizer", NULL);
-        put(c, "kernel_constraint", NULL);
-        put(c, "bias_constraint", NULL);
-        put(c, "quantization_config", NULL);
-        break;
-    }
-    case FL_L_CONV2D: {
-        const fl_conv2d_args *a = &l->a.conv;
-        put(c, "filters", jint(a->filters));
-        put(c, "kernel_size", jpair(a->kernel_h, a->kernel_w));
-        put(c, "strides", jpair(a->stride_h, a->stride_w));
-        put(c, "padding", jstring(a->padding == FL_SAME ? "same" : "valid"));
-        put(c, "data_format", jstring("channels_last"));
-        put(c, "dilation_rate", jpair(1, 1));
-        put(c, "groups", jint(1));
-        put(c, "activation", jstring(fl_activation_name(a->activation)));
-        put(c, "use_bias", jbool(!a->no_bias));
-        put(c, "kernel_initializer", initializer("GlorotUniform"));
-        put(c, "bias_initializer", initializer("Zeros"));
-        put(c, "kernel_regularizer", NULL);
-        put(c, "bias_regularizer", NULL);
-        put(c, "activity_regularizer", NULL);
-        put(c, "kernel_constraint", NULL);
-        put(c, "bias_constraint", NULL);
-        break;
-    }
-    case FL_L_MAXPOOL:
-    case FL_L_AVGPOOL: {
-        const fl_pool2d_args *a = &l->a.pool;
-        put(c, "pool_size", jpair(a->pool_h, a->pool_w));
-        put(c, "padding", jstring(a->padding == FL_SAME ? "same" : "valid"));
-        put(c, "strides", jpair(a->stride_h, a->stride_w));
-        put(c, "data_format", jstring("channels_last"));
-        break;
-    }
-    case FL_L_GAP:
-        put(c, "data_format", jstring("channels_last"));
-        put(c, "keepdims", jbool(false));
-        break;
-    case FL_L_FLATTEN:
-        put(c, "data_format", jstring("channels_last"));
-        break;
-    case FL_L_RESHAPE: {
-        json_object *t = json_object_new_array();
-        for (int i = 0; i < l->a.shape.ndim; i++) json_object_array_add(t, jint(l->a.shape.shape[i]));
-        put(c, "target_shape", t);
-        break;
-    }
-    case FL_L_DROPOUT:
-        put(c, "rate", jfloat(l->a.dropout.rate));
-        put(c, "seed", l->a.dropout.seed ? jint((int64_t)(l->a.dropout.seed & INT64_MAX)) : NULL);
-        put(c, "noise_shape", NULL);
-        break;
-    case FL_L_BATCHNORM: {
-        const fl_batch_norm_args *a = &l->a.bn;
-        put(c, "axis", jint(-1));
-        put(c, "momentum", jfloat(a->momentum));
-        put(c, "epsilon", jfloat(a->epsilon));
-        put(c, "center", jbool(!a->no_center));
-        put(c, "scale", jbool(!a->no_scale));
-        put(c, "beta_initializer", initializer("Zeros"));
-        put(c, "gamma_initializer", initializer("Ones"));
-        put(c, "moving_mean_initializer", initializer("Zeros"));
-        put(c, "moving_variance_initializer", initializer("Ones"));
-        put(c, "beta_regularizer", NULL);
-        put(c, "gamma_regularizer", NULL);
-        put(c, "beta_constraint", NULL);
-        put(c, "gamma_constraint", NULL);
-        put(c, "synchronized", jbool(false));
-        put(c, "renorm", jbool(false));
-        put(c, "renorm_clipping", NULL);
-        put(c, "renorm_momentum", jfloat(0.99));
-        break;
-    }
-    case FL_L_ACTIVATION:
-        put(c, "activation", jstring(fl_activation_name(l->a.act.activation)));
-        break;
-    case FL_L_CONCATENATE:
-        put(c, "axis", jint(l->a.concat.axis));
-        break;
-    default:
-        break;
-    }
+    const fl_keras_layer_def *d = fl_keras_layer_by_kind(l->kind);
+    if (d && d->to_config) d->to_config(l, c);
     return c;
 }
 
 /* The layers Keras gives a build_config. */
 static bool has_build_config(fl_layer_kind k) {
-    return k == FL_L_DENSE || k == FL_L_CONV2D || k == FL_L_BATCHNORM || k == FL_L_FLATTEN || k == FL_L_ADD ||
-           k == FL_L_MULTIPLY || k == FL_L_CONCATENATE;
+    const fl_keras_layer_def *d = fl_keras_layer_by_kind(k);
+    return d && d->build_config;
 }
 
 static json_object *keras_tensor(const fl_sym *s) {
@@ -1343,12 +875,12 @@ static json_object *keras_tensor(const fl_sym *s) {
 }
 
 static json_object *layer_entry(const fl_model *m, const fl_layer *l, bool legacy) {
-    json_object *e = jobject("keras.layers", fl_layer_kind_class(l->kind), layer_config(m, l), legacy);
+    json_object *e = jobject("keras.layers", fl_layer_kind_class(l->kind), layer_config(l), legacy);
     if (!legacy && has_build_config(l->kind)) {
         const fl_node *ins[FL_NODE_MAX_IN];
         int n = layer_inputs(m, l, ins);
         json_object *shape;
-        if (n == 1 && l->kind != FL_L_ADD && l->kind != FL_L_MULTIPLY && l->kind != FL_L_CONCATENATE) {
+        if (n == 1 && !fl_layer_kind_merges(l->kind)) {
             shape = jshape(ins[0]);
         } else {
             shape = json_object_new_array();
@@ -1361,7 +893,7 @@ static json_object *layer_entry(const fl_model *m, const fl_layer *l, bool legac
     if (m->functional) {
         put(e, "name", jstring(l->name));
         json_object *nodes = json_object_new_array();
-        bool merge = l->kind == FL_L_ADD || l->kind == FL_L_MULTIPLY || l->kind == FL_L_CONCATENATE;
+        bool merge = fl_layer_kind_merges(l->kind);
         for (int call = 0; l->kind != FL_L_INPUT; call++) {
             const fl_sym *s = layer_call(m, l, call);
             if (!s) break;

@@ -14,17 +14,27 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *kind_class[FL_L_COUNT] = {"InputLayer", "Dense", "Conv2D", "MaxPooling2D", "AveragePooling2D",
-                                             "GlobalAveragePooling2D", "Flatten", "Reshape", "Dropout",
-                                             "BatchNormalization", "Activation", "Add", "Multiply", "Concatenate"};
-static const char *kind_base[FL_L_COUNT] = {"input_layer", "dense", "conv2d", "max_pooling2d", "average_pooling2d",
-                                            "global_average_pooling2d", "flatten", "reshape", "dropout",
-                                            "batch_normalization", "activation", "add", "multiply", "concatenate"};
+static const char *kind_class[FL_L_COUNT] = {
+#define KIND_CLASS_(k, cls, base, in) cls,
+    FL_LAYER_KINDS(KIND_CLASS_)
+#undef KIND_CLASS_
+};
+static const char *kind_base[FL_L_COUNT] = {
+#define KIND_BASE_(k, cls, base, in) base,
+    FL_LAYER_KINDS(KIND_BASE_)
+#undef KIND_BASE_
+};
+static const int kind_inputs[FL_L_COUNT] = {
+#define KIND_IN_(k, cls, base, in) in,
+    FL_LAYER_KINDS(KIND_IN_)
+#undef KIND_IN_
+};
 
 static _Thread_local int64_t g_layer_order; /* creation order of layers on this thread */
 
 const char *fl_layer_kind_class(fl_layer_kind k) { return k < FL_L_COUNT ? kind_class[k] : "?"; }
 const char *fl_layer_kind_base(fl_layer_kind k) { return k < FL_L_COUNT ? kind_base[k] : "?"; }
+bool fl_layer_kind_merges(fl_layer_kind k) { return k < FL_L_COUNT && kind_inputs[k] == FL_IN_MANY; }
 
 static const char *act_names[FL_ACTIVATION_COUNT] = {
 #define ACT_NAME_(e, name) name,
@@ -203,6 +213,24 @@ fl_layer *fl_concatenate_(fl_concat_args a) {
     return l;
 }
 
+/* Resolves size < pad_h/pad_w < top/bottom/left/right (see flynn.h). */
+static fl_layer *padding2d(fl_layer_kind k, fl_padding2d_args a, int dflt) {
+    if (!a.size && !a.pad_h && !a.pad_w && !a.top && !a.bottom && !a.left && !a.right) a.size = dflt;
+    int ph = a.pad_h ? a.pad_h : a.size, pw = a.pad_w ? a.pad_w : a.size;
+    if (!a.top) a.top = ph;
+    if (!a.bottom) a.bottom = ph;
+    if (!a.left) a.left = pw;
+    if (!a.right) a.right = pw;
+    if (a.top < 0 || a.bottom < 0 || a.left < 0 || a.right < 0)
+        return fl_error_null(FL_ERR_INVALID_ARG, "%s: ((top %d, bottom %d), (left %d, right %d)), expected >= 0",
+                             kind_class[k], a.top, a.bottom, a.left, a.right);
+    fl_layer *l = new_layer(k, a.name);
+    if (l) { l->a.pad = a; l->a.pad.name = NULL; }
+    return l;
+}
+fl_layer *fl_zero_padding2d_(fl_padding2d_args a) { return padding2d(FL_L_ZEROPAD2D, a, 1); }
+fl_layer *fl_cropping2d_(fl_padding2d_args a) { return padding2d(FL_L_CROPPING2D, a, 0); }
+
 void fl_layer_free(fl_layer *l) {
     if (!l) return;
     for (int i = 0; i < l->nw; i++) fl_tensor_free(l->wview[i]);
@@ -272,98 +300,141 @@ void fl_layer_init_weights(fl_layer *l, const fl_backend *be, uint64_t seed) {
     }
 }
 
+/* Each kind's build: its weights (add_weight) and graph nodes on inputs
+ * xs[nx] (the count is checked by fl_layer_build), one function per kind,
+ * in the table below. */
+typedef fl_node *(*build_fn)(fl_layer *l, fl_graph *g, fl_node *const *xs, int nx);
+
+static fl_node *build_input(fl_layer *l, fl_graph *g, fl_node *const *xs, int nx) {
+    (void)xs; (void)nx;
+    return fl_graph_input(g, l->name, l->a.shape.ndim, l->a.shape.shape);
+}
+
+/* Dense/Conv2D run their activation fused when its derivative follows from
+ * the output, else as a node of its own. */
+static fl_node *then_act(fl_graph *g, const char *name, fl_node *out, int act) {
+    return out && !fl_act_grad_from_output(act) ? fl_graph_act(g, name, out, act) : out;
+}
+static int fused_act(int act) { return fl_act_grad_from_output(act) ? act : FL_ACT_LINEAR; }
+
+static fl_node *build_dense(fl_layer *l, fl_graph *g, fl_node *const *xs, int nx) {
+    (void)nx;
+    const fl_dense_args *a = &l->a.dense;
+    fl_node *x = xs[0];
+    int64_t in = x->shape[x->ndim - 1];
+    fl_node *k = add_weight(l, g, "kernel", 2, (int64_t[]){in, a->units}, true);
+    fl_node *b = k && !a->no_bias ? add_weight(l, g, "bias", 1, (int64_t[]){a->units}, true) : NULL;
+    if (!k || (!a->no_bias && !b)) return NULL;
+    int act = (int)a->activation;
+    return then_act(g, l->name, fl_graph_dense(g, l->name, x, k, b, fused_act(act)), act);
+}
+
+static fl_status need_image(const fl_layer *l, const fl_node *x) {
+    if (x->ndim == 4) return FL_OK;
+    char s[128];
+    return fl_error(FL_ERR_SHAPE, "layer '%s' (%s): input %s must be (batch, height, width, channels)", l->name,
+                    kind_class[l->kind], fl_shape_str(x->ndim, x->shape, s, sizeof s));
+}
+
+static fl_node *build_conv2d(fl_layer *l, fl_graph *g, fl_node *const *xs, int nx) {
+    (void)nx;
+    const fl_conv2d_args *a = &l->a.conv;
+    fl_node *x = xs[0];
+    if (need_image(l, x)) return NULL;
+    fl_node *k = add_weight(l, g, "kernel", 4, (int64_t[]){a->kernel_h, a->kernel_w, x->shape[3], a->filters}, true);
+    fl_node *b = k && !a->no_bias ? add_weight(l, g, "bias", 1, (int64_t[]){a->filters}, true) : NULL;
+    if (!k || (!a->no_bias && !b)) return NULL;
+    int act = (int)a->activation;
+    return then_act(g, l->name,
+                    fl_graph_conv2d(g, l->name, x, k, b, a->stride_h, a->stride_w, a->padding, fused_act(act)), act);
+}
+
+static fl_node *build_pool(fl_layer *l, fl_graph *g, fl_node *const *xs, int nx) {
+    (void)nx;
+    const fl_pool2d_args *a = &l->a.pool;
+    return fl_graph_pool(g, l->name, l->kind == FL_L_MAXPOOL ? FL_OP_MAXPOOL : FL_OP_AVGPOOL, xs[0], a->pool_h,
+                         a->pool_w, a->stride_h, a->stride_w, a->padding);
+}
+
+static fl_node *build_gap(fl_layer *l, fl_graph *g, fl_node *const *xs, int nx) {
+    (void)nx;
+    return fl_graph_gap(g, l->name, xs[0]);
+}
+
+static fl_node *build_flatten(fl_layer *l, fl_graph *g, fl_node *const *xs, int nx) {
+    (void)nx;
+    int64_t n = fl_node_sample_size(xs[0]);
+    return fl_graph_reshape(g, l->name, xs[0], 1, &n);
+}
+
+static fl_node *build_reshape(fl_layer *l, fl_graph *g, fl_node *const *xs, int nx) {
+    (void)nx;
+    return fl_graph_reshape(g, l->name, xs[0], l->a.shape.ndim, l->a.shape.shape);
+}
+
+static fl_node *build_dropout(fl_layer *l, fl_graph *g, fl_node *const *xs, int nx) {
+    (void)nx;
+    uint64_t stream = l->a.dropout.seed ? l->a.dropout.seed : (uint64_t)(l->index + 1) * 0x9E3779B97F4A7C15ull;
+    return fl_graph_dropout(g, l->name, xs[0], l->a.dropout.rate, stream);
+}
+
+static fl_node *build_batchnorm(fl_layer *l, fl_graph *g, fl_node *const *xs, int nx) {
+    (void)nx;
+    const fl_batch_norm_args *a = &l->a.bn;
+    fl_node *x = xs[0];
+    int64_t c = x->shape[x->ndim - 1];
+    fl_node *gm = a->no_scale ? NULL : add_weight(l, g, "gamma", 1, &c, true);
+    fl_node *bt = a->no_center ? NULL : add_weight(l, g, "beta", 1, &c, true);
+    fl_node *mm = add_weight(l, g, "moving_mean", 1, &c, false);
+    fl_node *mv = add_weight(l, g, "moving_variance", 1, &c, false);
+    if ((!a->no_scale && !gm) || (!a->no_center && !bt) || !mm || !mv) return NULL;
+    return fl_graph_batchnorm(g, l->name, x, gm, bt, mm, mv, a->epsilon, a->momentum);
+}
+
+static fl_node *build_activation(fl_layer *l, fl_graph *g, fl_node *const *xs, int nx) {
+    (void)nx;
+    return fl_graph_act(g, l->name, xs[0], (int)l->a.act.activation);
+}
+
+static fl_node *build_add(fl_layer *l, fl_graph *g, fl_node *const *xs, int nx) {
+    return fl_graph_merge(g, l->name, FL_OP_ADD, xs, nx, 0);
+}
+
+static fl_node *build_multiply(fl_layer *l, fl_graph *g, fl_node *const *xs, int nx) {
+    return fl_graph_merge(g, l->name, FL_OP_MUL, xs, nx, 0);
+}
+
+static fl_node *build_concatenate(fl_layer *l, fl_graph *g, fl_node *const *xs, int nx) {
+    /* Keras counts axes of the full shape, batch included: -1 is the last */
+    return fl_graph_merge(g, l->name, FL_OP_CONCAT, xs, nx, l->a.concat.axis);
+}
+
+static fl_node *build_padding2d(fl_layer *l, fl_graph *g, fl_node *const *xs, int nx) {
+    (void)nx;
+    const fl_padding2d_args *a = &l->a.pad;
+    int s = l->kind == FL_L_CROPPING2D ? -1 : 1;
+    if (need_image(l, xs[0])) return NULL;
+    return fl_graph_pad2d(g, l->name, xs[0], s * a->top, s * a->bottom, s * a->left, s * a->right);
+}
+
+static const build_fn kind_build[FL_L_COUNT] = {
+    [FL_L_INPUT] = build_input,         [FL_L_DENSE] = build_dense,         [FL_L_CONV2D] = build_conv2d,
+    [FL_L_MAXPOOL] = build_pool,        [FL_L_AVGPOOL] = build_pool,        [FL_L_GAP] = build_gap,
+    [FL_L_FLATTEN] = build_flatten,     [FL_L_RESHAPE] = build_reshape,     [FL_L_DROPOUT] = build_dropout,
+    [FL_L_BATCHNORM] = build_batchnorm, [FL_L_ACTIVATION] = build_activation, [FL_L_ADD] = build_add,
+    [FL_L_MULTIPLY] = build_multiply,   [FL_L_CONCATENATE] = build_concatenate,
+    [FL_L_ZEROPAD2D] = build_padding2d, [FL_L_CROPPING2D] = build_padding2d,
+};
+
 fl_node *fl_layer_build(fl_layer *l, fl_graph *g, fl_node *const *xs, int nx, uint64_t seed) {
-    fl_node *out = NULL;
-    bool merge = l->kind == FL_L_ADD || l->kind == FL_L_MULTIPLY || l->kind == FL_L_CONCATENATE;
-    if (l->kind == FL_L_INPUT ? nx != 0 : merge ? nx < 2 : nx != 1)
-        return fl_error_null(FL_ERR_INVALID_ARG, "layer '%s' (%s) takes %s, it was given %d", l->name,
-                             kind_class[l->kind], l->kind == FL_L_INPUT ? "no input" : merge ? "2 or more inputs" : "one input",
-                             nx);
-    fl_node *x = nx > 0 ? xs[0] : NULL;
-    switch (l->kind) {
-    case FL_L_INPUT:
-        out = fl_graph_input(g, l->name, l->a.shape.ndim, l->a.shape.shape);
-        break;
-    case FL_L_DENSE: {
-        const fl_dense_args *a = &l->a.dense;
-        int64_t in = x->shape[x->ndim - 1];
-        fl_node *k = add_weight(l, g, "kernel", 2, (int64_t[]){in, a->units}, true);
-        fl_node *b = k && !a->no_bias ? add_weight(l, g, "bias", 1, (int64_t[]){a->units}, true) : NULL;
-        if (!k || (!a->no_bias && !b)) return NULL;
-        int act = (int)a->activation;
-        bool fuse = fl_act_grad_from_output(act);
-        out = fl_graph_dense(g, l->name, x, k, b, fuse ? act : FL_ACT_LINEAR);
-        if (out && !fuse) out = fl_graph_act(g, l->name, out, act);
-        break;
-    }
-    case FL_L_CONV2D: {
-        const fl_conv2d_args *a = &l->a.conv;
-        if (x->ndim != 4) {
-            char s[128];
-            return fl_error_null(FL_ERR_SHAPE, "layer '%s' (Conv2D): input %s must be (batch, height, width, channels)",
-                                 l->name, fl_shape_str(x->ndim, x->shape, s, sizeof s));
-        }
-        fl_node *k = add_weight(l, g, "kernel", 4, (int64_t[]){a->kernel_h, a->kernel_w, x->shape[3], a->filters}, true);
-        fl_node *b = k && !a->no_bias ? add_weight(l, g, "bias", 1, (int64_t[]){a->filters}, true) : NULL;
-        if (!k || (!a->no_bias && !b)) return NULL;
-        int act = (int)a->activation;
-        bool fuse = fl_act_grad_from_output(act);
-        out = fl_graph_conv2d(g, l->name, x, k, b, a->stride_h, a->stride_w, a->padding, fuse ? act : FL_ACT_LINEAR);
-        if (out && !fuse) out = fl_graph_act(g, l->name, out, act);
-        break;
-    }
-    case FL_L_MAXPOOL:
-    case FL_L_AVGPOOL: {
-        const fl_pool2d_args *a = &l->a.pool;
-        out = fl_graph_pool(g, l->name, l->kind == FL_L_MAXPOOL ? FL_OP_MAXPOOL : FL_OP_AVGPOOL, x, a->pool_h,
-                            a->pool_w, a->stride_h, a->stride_w, a->padding);
-        break;
-    }
-    case FL_L_GAP:
-        out = fl_graph_gap(g, l->name, x);
-        break;
-    case FL_L_FLATTEN: {
-        int64_t n = fl_node_sample_size(x);
-        out = fl_graph_reshape(g, l->name, x, 1, &n);
-        break;
-    }
-    case FL_L_RESHAPE:
-        out = fl_graph_reshape(g, l->name, x, l->a.shape.ndim, l->a.shape.shape);
-        break;
-    case FL_L_DROPOUT: {
-        uint64_t stream = l->a.dropout.seed ? l->a.dropout.seed : (uint64_t)(l->index + 1) * 0x9E3779B97F4A7C15ull;
-        out = fl_graph_dropout(g, l->name, x, l->a.dropout.rate, stream);
-        break;
-    }
-    case FL_L_BATCHNORM: {
-        const fl_batch_norm_args *a = &l->a.bn;
-        int64_t c = x->shape[x->ndim - 1];
-        fl_node *gm = a->no_scale ? NULL : add_weight(l, g, "gamma", 1, &c, true);
-        fl_node *bt = a->no_center ? NULL : add_weight(l, g, "beta", 1, &c, true);
-        fl_node *mm = add_weight(l, g, "moving_mean", 1, &c, false);
-        fl_node *mv = add_weight(l, g, "moving_variance", 1, &c, false);
-        if ((!a->no_scale && !gm) || (!a->no_center && !bt) || !mm || !mv) return NULL;
-        out = fl_graph_batchnorm(g, l->name, x, gm, bt, mm, mv, a->epsilon, a->momentum);
-        break;
-    }
-    case FL_L_ACTIVATION:
-        out = fl_graph_act(g, l->name, x, (int)l->a.act.activation);
-        break;
-    case FL_L_ADD:
-        out = fl_graph_merge(g, l->name, FL_OP_ADD, xs, nx, 0);
-        break;
-    case FL_L_MULTIPLY:
-        out = fl_graph_merge(g, l->name, FL_OP_MUL, xs, nx, 0);
-        break;
-    case FL_L_CONCATENATE: {
-        /* Keras counts axes of the full shape, batch included: -1 is the last */
-        int axis = l->a.concat.axis;
-        out = fl_graph_merge(g, l->name, FL_OP_CONCAT, xs, nx, axis);
-        break;
-    }
-    default:
+    if ((unsigned)l->kind >= FL_L_COUNT || !kind_build[l->kind])
         return fl_error_null(FL_ERR_UNSUPPORTED, "layer '%s': unknown kind %d", l->name, (int)l->kind);
-    }
+    int in = kind_inputs[l->kind];
+    if (in == FL_IN_NONE ? nx != 0 : in == FL_IN_MANY ? nx < 2 : nx != 1)
+        return fl_error_null(FL_ERR_INVALID_ARG, "layer '%s' (%s) takes %s, it was given %d", l->name,
+                             kind_class[l->kind],
+                             in == FL_IN_NONE ? "no input" : in == FL_IN_MANY ? "2 or more inputs" : "one input", nx);
+    fl_node *out = kind_build[l->kind](l, g, xs, nx);
     if (!out) return NULL;
     l->out = out;
     l->g = g;

@@ -8,9 +8,35 @@
 #include "flynn/flynn.h"
 #include "core/graph.h"
 
+/* The one list of layer kinds: X(KIND, "KerasClass", "default_name_base",
+ * inputs), inputs being FL_IN_NONE (InputLayer), FL_IN_ONE or FL_IN_MANY
+ * (merges: 2 or more). layers.c holds each kind's build function in a
+ * table of the same order; io/keras_config.c its file form. */
+#define FL_LAYER_KINDS(X)                                                           \
+    X(INPUT, "InputLayer", "input_layer", FL_IN_NONE)                                \
+    X(DENSE, "Dense", "dense", FL_IN_ONE)                                            \
+    X(CONV2D, "Conv2D", "conv2d", FL_IN_ONE)                                         \
+    X(MAXPOOL, "MaxPooling2D", "max_pooling2d", FL_IN_ONE)                           \
+    X(AVGPOOL, "AveragePooling2D", "average_pooling2d", FL_IN_ONE)                   \
+    X(GAP, "GlobalAveragePooling2D", "global_average_pooling2d", FL_IN_ONE)          \
+    X(FLATTEN, "Flatten", "flatten", FL_IN_ONE)                                      \
+    X(RESHAPE, "Reshape", "reshape", FL_IN_ONE)                                      \
+    X(DROPOUT, "Dropout", "dropout", FL_IN_ONE)                                      \
+    X(BATCHNORM, "BatchNormalization", "batch_normalization", FL_IN_ONE)             \
+    X(ACTIVATION, "Activation", "activation", FL_IN_ONE)                             \
+    X(ADD, "Add", "add", FL_IN_MANY)                                                 \
+    X(MULTIPLY, "Multiply", "multiply", FL_IN_MANY)                                  \
+    X(CONCATENATE, "Concatenate", "concatenate", FL_IN_MANY)                         \
+    X(ZEROPAD2D, "ZeroPadding2D", "zero_padding2d", FL_IN_ONE)                       \
+    X(CROPPING2D, "Cropping2D", "cropping2d", FL_IN_ONE)
+
+enum { FL_IN_NONE, FL_IN_ONE, FL_IN_MANY };
+
 typedef enum fl_layer_kind {
-    FL_L_INPUT, FL_L_DENSE, FL_L_CONV2D, FL_L_MAXPOOL, FL_L_AVGPOOL, FL_L_GAP, FL_L_FLATTEN, FL_L_RESHAPE,
-    FL_L_DROPOUT, FL_L_BATCHNORM, FL_L_ACTIVATION, FL_L_ADD, FL_L_MULTIPLY, FL_L_CONCATENATE, FL_L_COUNT
+#define FL_LAYER_KIND_ENUM_(k, cls, base, in) FL_L_##k,
+    FL_LAYER_KINDS(FL_LAYER_KIND_ENUM_)
+#undef FL_LAYER_KIND_ENUM_
+    FL_L_COUNT
 } fl_layer_kind;
 
 #define FL_LAYER_MAX_WEIGHTS 4
@@ -27,6 +53,7 @@ struct fl_layer {
         fl_batch_norm_args bn;
         fl_activation_args act;
         fl_concat_args concat;
+        fl_padding2d_args pad;     /* ZeroPadding2D, Cropping2D */
         struct { int ndim; int64_t shape[FL_MAX_DIMS]; } shape; /* Input, Reshape */
     } a;
     int nw;
@@ -62,6 +89,7 @@ void fl_layer_init_weights(fl_layer *l, const fl_backend *be, uint64_t seed);
 const char *fl_activation_list(void);
 const char *fl_layer_kind_class(fl_layer_kind k);
 const char *fl_layer_kind_base(fl_layer_kind k); /* "conv2d": base of default names */
+bool fl_layer_kind_merges(fl_layer_kind k);      /* takes 2 or more inputs (Add, Concatenate, ...) */
 
 typedef struct fl_optimizer_state fl_optimizer_state;
 

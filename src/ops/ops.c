@@ -12,6 +12,7 @@
 #include "core/tensor.h"
 
 #include <stddef.h>
+#include <stdint.h>
 #include <string.h>
 
 static void set_shape(fl_node *n, bool batched, int ndim, const int64_t *sample) {
@@ -260,6 +261,31 @@ fl_node *fl_graph_merge(fl_graph *g, const char *name, fl_op op, fl_node *const 
     set_shape(o, true, nd - 1, s);
     if (op == FL_OP_MUL) o->aux_per_sample = (size_t)fl_node_sample_size(o) * sizeof(float); /* product scratch */
     return o;
+}
+
+fl_node *fl_graph_pad2d(fl_graph *g, const char *name, fl_node *x, int top, int bottom, int left, int right) {
+    char s[128];
+    if (x->ndim != 4)
+        return fl_error_null(FL_ERR_SHAPE, "layer '%s': input %s must be (batch, height, width, channels)", name,
+                             sample_str(x, s, sizeof s));
+    int64_t oh = x->shape[1] + top + bottom, ow = x->shape[2] + left + right;
+    if (oh <= 0 || ow <= 0 || oh > INT32_MAX || ow > INT32_MAX)
+        return fl_error_null(FL_ERR_SHAPE,
+                             "layer '%s': padding ((%d, %d), (%d, %d)) turns the %lldx%lld input into %lldx%lld, "
+                             "expected at least 1x1 (cropping more than the image?)",
+                             name, top, bottom, left, right, (long long)x->shape[1], (long long)x->shape[2],
+                             (long long)oh, (long long)ow);
+    fl_node *n = fl_graph_new_node(g, FL_OP_PAD2D, name);
+    if (!n) return NULL;
+    n->nin = 1;
+    n->in[0] = x;
+    fl_conv_desc d = {0};
+    d.h = (int)x->shape[1]; d.w = (int)x->shape[2]; d.c = (int)x->shape[3]; d.oc = d.c;
+    d.oh = (int)oh; d.ow = (int)ow;
+    d.pt = top; d.pl = left;
+    n->conv = d;
+    set_shape(n, true, 3, (int64_t[]){oh, ow, d.c});
+    return n;
 }
 
 /* Concatenation as 2-d blocks: rows = product of dims before axis. */
@@ -572,6 +598,26 @@ static void concat_backward(fl_graph *g, fl_node *n) {
     }
 }
 
+static void pad2d_forward(fl_graph *g, fl_node *n, bool training) {
+    (void)training;
+    BATCH_DESC(d, n->conv);
+    g->be->pad2d(&d, n->in[0]->val, n->val, 0.0f);
+}
+
+static void pad2d_backward(fl_graph *g, fl_node *n) {
+    float beta = 0.0f;
+    float *dx = in_grad(n, 0, &beta);
+    if (!dx) return;
+    /* dx = the window of dy that the input occupies: the same copy with
+     * input and output swapped and the offsets negated */
+    BATCH_DESC(f, n->conv);
+    fl_conv_desc d = f;
+    d.h = f.oh; d.w = f.ow; d.oh = f.h; d.ow = f.w;
+    d.pt = -f.pt; d.pl = -f.pl;
+    g->be->pad2d(&d, n->grad, dx, beta);
+    mark(n, 0);
+}
+
 /* ------------------------------------------------------- the op table
  *
  * One row per op: its name, forward, backward, and the backend kernels it
@@ -607,6 +653,7 @@ static const fl_op_def op_table[FL_OP_COUNT] = {
     [FL_OP_ADD] = {"add", add_forward, add_backward, {KERNEL(copy), KERNEL(accumulate)}},
     [FL_OP_MUL] = {"multiply", mul_forward, mul_backward, {KERNEL(mul), KERNEL(copy), KERNEL(accumulate)}},
     [FL_OP_CONCAT] = {"concatenate", concat_forward, concat_backward, {KERNEL(concat_fwd), KERNEL(concat_bwd)}},
+    [FL_OP_PAD2D] = {"pad2d", pad2d_forward, pad2d_backward, {KERNEL(pad2d)}},
 };
 
 const char *fl_op_name(fl_op op) { return (unsigned)op < FL_OP_COUNT && op_table[op].name ? op_table[op].name : "?"; }

@@ -458,6 +458,7 @@ static const fl_backend cpu_backend = {
     .mul = fl_cpu_mul,
     .concat_fwd = fl_cpu_concat_fwd,
     .concat_bwd = fl_cpu_concat_bwd,
+    .pad2d = fl_cpu_pad2d,
     .accumulate = cpu_accumulate,
     .loss = cpu_loss,
     .metric = cpu_metric,

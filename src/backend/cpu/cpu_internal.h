@@ -8,6 +8,7 @@
 
 #include <cblas.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -42,5 +43,6 @@ void fl_cpu_gap_bwd(int64_t n, int64_t hw, int c, const float *dy, float *dx, fl
 void fl_cpu_mul(int64_t n, const float *a, const float *b, float *dst);
 void fl_cpu_concat_fwd(int64_t rows, int64_t cin, int64_t cout, int64_t off, const float *x, float *y);
 void fl_cpu_concat_bwd(int64_t rows, int64_t cin, int64_t cout, int64_t off, const float *dy, float *dx, float beta);
+void fl_cpu_pad2d(const fl_conv_desc *d, const float *x, float *y, float beta);
 
 #endif

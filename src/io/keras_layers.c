@@ -1,0 +1,393 @@
+/*
+ * keras_layers.c — every Keras layer class flynn reads and writes, one row
+ * each at the end of this file: how its config becomes a flynn layer
+ * (refusing, with the key and the reason, whatever flynn cannot compute
+ * exactly) and how a flynn layer's config is written, with every key Keras
+ * 3.15 writes for that class. The model structure around the layers
+ * (Sequential, Functional, names, calls) is keras_config.c's.
+ */
+#include "io/keras_json.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const kinit[] = {"kernel_initializer", "bias_initializer", NULL};
+
+/* The regularizer/constraint keys of a layer with a kernel and a bias. */
+static fl_status check_kernel_extras(const kctx *c, json_object *cfg) {
+    if (check_initializers(c, cfg, kinit) || must_be_null(c, cfg, "kernel_regularizer", "weight regularizers") ||
+        must_be_null(c, cfg, "bias_regularizer", "weight regularizers") ||
+        must_be_null(c, cfg, "activity_regularizer", "activity regularizers") ||
+        must_be_null(c, cfg, "kernel_constraint", "weight constraints") ||
+        must_be_null(c, cfg, "bias_constraint", "weight constraints") || must_be_null(c, cfg, "lora_rank", "LoRA"))
+        return fl_last_status();
+    return FL_OK;
+}
+
+static void put_kernel_extras(json_object *c, bool activity) {
+    put(c, "kernel_initializer", initializer("GlorotUniform"));
+    put(c, "bias_initializer", initializer("Zeros"));
+    put(c, "kernel_regularizer", NULL);
+    put(c, "bias_regularizer", NULL);
+    if (activity) put(c, "activity_regularizer", NULL);
+    put(c, "kernel_constraint", NULL);
+    put(c, "bias_constraint", NULL);
+}
+
+/* ---------------------------------------------------------------- Dense */
+
+static fl_layer *dense_from(const kctx *c, const char *cls, json_object *cfg, klayer_extra *x) {
+    (void)cls; (void)x;
+    int64_t units;
+    bool use_bias;
+    fl_activation act;
+    if (get_int(c, cfg, "units", 0, true, &units) || get_bool(c, cfg, "use_bias", true, &use_bias) ||
+        get_activation(c, cfg, "activation", &act) || check_kernel_extras(c, cfg) ||
+        must_be_null(c, cfg, "quantization_config", "quantized layers"))
+        return NULL;
+    if (units <= 0 || units > INT32_MAX) return kfail(c, FL_ERR_FORMAT, "units is %lld", (long long)units), NULL;
+    return fl_dense_((fl_dense_args){.units = (int)units, .activation = act, .no_bias = !use_bias});
+}
+
+static void dense_to(const fl_layer *l, json_object *c) {
+    const fl_dense_args *a = &l->a.dense;
+    put(c, "units", jint(a->units));
+    put(c, "activation", jstring(fl_activation_name(a->activation)));
+    put(c, "use_bias", jbool(!a->no_bias));
+    put_kernel_extras(c, false);
+    put(c, "quantization_config", NULL);
+}
+
+/* --------------------------------------------------------------- Conv2D */
+
+static fl_layer *conv2d_from(const kctx *c, const char *cls, json_object *cfg, klayer_extra *x) {
+    (void)cls; (void)x;
+    int64_t filters, groups;
+    int kh, kw, sh, sw, dh, dw;
+    bool use_bias;
+    fl_activation act;
+    fl_padding pad;
+    if (get_int(c, cfg, "filters", 0, true, &filters) || get_pair(c, cfg, "kernel_size", 0, true, &kh, &kw) ||
+        get_pair(c, cfg, "strides", 1, false, &sh, &sw) || get_padding(c, cfg, &pad) || check_data_format(c, cfg) ||
+        get_pair(c, cfg, "dilation_rate", 1, false, &dh, &dw) || get_int(c, cfg, "groups", 1, false, &groups) ||
+        get_activation(c, cfg, "activation", &act) || get_bool(c, cfg, "use_bias", true, &use_bias) ||
+        check_kernel_extras(c, cfg))
+        return NULL;
+    if (dh != 1 || dw != 1)
+        return kfail(c, FL_ERR_UNSUPPORTED, "dilation_rate (%d, %d) is not supported (only 1)", dh, dw), NULL;
+    if (groups != 1)
+        return kfail(c, FL_ERR_UNSUPPORTED, "groups %lld is not supported (only 1: no grouped convolutions)",
+                     (long long)groups), NULL;
+    if (filters <= 0 || filters > INT32_MAX) return kfail(c, FL_ERR_FORMAT, "filters is %lld", (long long)filters), NULL;
+    return fl_conv2d_((fl_conv2d_args){.filters = (int)filters, .kernel_h = kh, .kernel_w = kw, .stride_h = sh,
+                                       .stride_w = sw, .padding = pad, .activation = act, .no_bias = !use_bias});
+}
+
+static void conv2d_to(const fl_layer *l, json_object *c) {
+    const fl_conv2d_args *a = &l->a.conv;
+    put(c, "filters", jint(a->filters));
+    put(c, "kernel_size", jpair(a->kernel_h, a->kernel_w));
+    put(c, "strides", jpair(a->stride_h, a->stride_w));
+    put(c, "padding", jstring(a->padding == FL_SAME ? "same" : "valid"));
+    put(c, "data_format", jstring("channels_last"));
+    put(c, "dilation_rate", jpair(1, 1));
+    put(c, "groups", jint(1));
+    put(c, "activation", jstring(fl_activation_name(a->activation)));
+    put(c, "use_bias", jbool(!a->no_bias));
+    put_kernel_extras(c, true);
+}
+
+/* -------------------------------------------- MaxPooling2D, AveragePooling2D */
+
+static fl_layer *pool2d_from(const kctx *c, const char *cls, json_object *cfg, klayer_extra *x) {
+    (void)x;
+    int ph, pw, sh, sw;
+    fl_padding pad;
+    if (get_pair(c, cfg, "pool_size", 2, false, &ph, &pw) || check_data_format(c, cfg) || get_padding(c, cfg, &pad))
+        return NULL;
+    if (get_pair(c, cfg, "strides", 0, false, &sh, &sw)) return NULL;
+    if (!jkey(cfg, "strides")) { sh = ph; sw = pw; }
+    fl_pool2d_args a = {.pool_h = ph, .pool_w = pw, .stride_h = sh, .stride_w = sw, .padding = pad};
+    return cls[0] == 'M' ? fl_max_pooling2d_(a) : fl_average_pooling2d_(a);
+}
+
+static void pool2d_to(const fl_layer *l, json_object *c) {
+    const fl_pool2d_args *a = &l->a.pool;
+    put(c, "pool_size", jpair(a->pool_h, a->pool_w));
+    put(c, "padding", jstring(a->padding == FL_SAME ? "same" : "valid"));
+    put(c, "strides", jpair(a->stride_h, a->stride_w));
+    put(c, "data_format", jstring("channels_last"));
+}
+
+/* ---------------------------------------------------- GlobalAveragePooling2D */
+
+static fl_layer *gap_from(const kctx *c, const char *cls, json_object *cfg, klayer_extra *x) {
+    (void)cls; (void)x;
+    bool keepdims;
+    if (check_data_format(c, cfg) || get_bool(c, cfg, "keepdims", false, &keepdims)) return NULL;
+    if (keepdims) return kfail(c, FL_ERR_UNSUPPORTED, "keepdims true is not supported"), NULL;
+    return fl_global_average_pooling2d_((fl_name_args){0});
+}
+
+static void gap_to(const fl_layer *l, json_object *c) {
+    (void)l;
+    put(c, "data_format", jstring("channels_last"));
+    put(c, "keepdims", jbool(false));
+}
+
+/* -------------------------------------------------------- Flatten, Reshape */
+
+static fl_layer *flatten_from(const kctx *c, const char *cls, json_object *cfg, klayer_extra *x) {
+    (void)cls; (void)x;
+    if (check_data_format(c, cfg)) return NULL;
+    return fl_flatten_((fl_name_args){0});
+}
+
+static void flatten_to(const fl_layer *l, json_object *c) {
+    (void)l;
+    put(c, "data_format", jstring("channels_last"));
+}
+
+static fl_layer *reshape_from(const kctx *c, const char *cls, json_object *cfg, klayer_extra *x) {
+    (void)cls; (void)x;
+    json_object *t = jkey(cfg, "target_shape");
+    int64_t shape[FL_MAX_DIMS];
+    size_t n = jis(t, json_type_array) ? json_object_array_length(t) : 0;
+    if (n < 1 || n > FL_MAX_DIMS - 1)
+        return kfail(c, FL_ERR_FORMAT, "'target_shape' is %s with %zu entries, expected a list of 1 to %d sizes",
+                     jtype_name(t), n, FL_MAX_DIMS - 1), NULL;
+    for (size_t i = 0; i < n; i++) {
+        json_object *d = json_object_array_get_idx(t, i);
+        if (!jis(d, json_type_int))
+            return kfail(c, FL_ERR_FORMAT, "'target_shape' entry %zu is %s, expected an integer", i, jtype_name(d)), NULL;
+        shape[i] = json_object_get_int64(d);
+    }
+    return fl_reshape_((int)n, shape);
+}
+
+static void reshape_to(const fl_layer *l, json_object *c) {
+    json_object *t = json_object_new_array();
+    for (int i = 0; i < l->a.shape.ndim; i++) json_object_array_add(t, jint(l->a.shape.shape[i]));
+    put(c, "target_shape", t);
+}
+
+/* ---------------------------------------------------------------- Dropout */
+
+static fl_layer *dropout_from(const kctx *c, const char *cls, json_object *cfg, klayer_extra *x) {
+    (void)cls; (void)x;
+    double rate;
+    int64_t seed;
+    if (get_num(c, cfg, "rate", 0, true, &rate) || get_int(c, cfg, "seed", 0, false, &seed) ||
+        must_be_null(c, cfg, "noise_shape", "a noise_shape"))
+        return NULL;
+    if (seed < 0) return kfail(c, FL_ERR_FORMAT, "seed %lld is negative", (long long)seed), NULL;
+    return fl_dropout_((fl_dropout_args){.rate = (float)rate, .seed = (uint64_t)seed});
+}
+
+static void dropout_to(const fl_layer *l, json_object *c) {
+    put(c, "rate", jfloat(l->a.dropout.rate));
+    put(c, "seed", l->a.dropout.seed ? jint((int64_t)(l->a.dropout.seed & INT64_MAX)) : NULL);
+    put(c, "noise_shape", NULL);
+}
+
+/* ----------------------------------------------------- BatchNormalization */
+
+static fl_layer *batchnorm_from(const kctx *c, const char *cls, json_object *cfg, klayer_extra *x) {
+    (void)cls;
+    static const char *const binit[] = {"beta_initializer", "gamma_initializer", "moving_mean_initializer",
+                                        "moving_variance_initializer", NULL};
+    double momentum, eps;
+    bool center, scale, renorm;
+    json_object *ax = jkey(cfg, "axis");
+    if (get_num(c, cfg, "momentum", 0.99, false, &momentum) || get_num(c, cfg, "epsilon", 1e-3, false, &eps) ||
+        get_bool(c, cfg, "center", true, &center) || get_bool(c, cfg, "scale", true, &scale) ||
+        get_bool(c, cfg, "renorm", false, &renorm) || check_initializers(c, cfg, binit) ||
+        must_be_null(c, cfg, "beta_regularizer", "weight regularizers") ||
+        must_be_null(c, cfg, "gamma_regularizer", "weight regularizers") ||
+        must_be_null(c, cfg, "beta_constraint", "weight constraints") ||
+        must_be_null(c, cfg, "gamma_constraint", "weight constraints"))
+        return NULL;
+    if (renorm) return kfail(c, FL_ERR_UNSUPPORTED, "renorm true (batch renormalization) is not supported"), NULL;
+    x->bn = true;
+    x->bn_axis = -1;
+    if (jis(ax, json_type_array) && json_object_array_length(ax) == 1 &&
+        jis(json_object_array_get_idx(ax, 0), json_type_int))
+        x->bn_axis = json_object_get_int64(json_object_array_get_idx(ax, 0));
+    else if (jis(ax, json_type_int))
+        x->bn_axis = json_object_get_int64(ax);
+    else if (ax)
+        return kfail(c, FL_ERR_UNSUPPORTED, "axis %s is not supported (flynn normalizes over the last axis only)",
+                     json_object_to_json_string(ax)), NULL;
+    if (!(momentum >= 0 && momentum < 1) || !(eps > 0))
+        return kfail(c, FL_ERR_FORMAT, "momentum %g must be in [0, 1) and epsilon %g > 0", momentum, eps), NULL;
+    fl_layer *l = fl_batch_normalization_((fl_batch_norm_args){.no_center = !center, .no_scale = !scale});
+    if (l) { l->a.bn.momentum = (float)momentum; l->a.bn.epsilon = (float)eps; }
+    return l;
+}
+
+static void batchnorm_to(const fl_layer *l, json_object *c) {
+    const fl_batch_norm_args *a = &l->a.bn;
+    put(c, "axis", jint(-1));
+    put(c, "momentum", jfloat(a->momentum));
+    put(c, "epsilon", jfloat(a->epsilon));
+    put(c, "center", jbool(!a->no_center));
+    put(c, "scale", jbool(!a->no_scale));
+    put(c, "beta_initializer", initializer("Zeros"));
+    put(c, "gamma_initializer", initializer("Ones"));
+    put(c, "moving_mean_initializer", initializer("Zeros"));
+    put(c, "moving_variance_initializer", initializer("Ones"));
+    put(c, "beta_regularizer", NULL);
+    put(c, "gamma_regularizer", NULL);
+    put(c, "beta_constraint", NULL);
+    put(c, "gamma_constraint", NULL);
+    put(c, "synchronized", jbool(false));
+    put(c, "renorm", jbool(false));
+    put(c, "renorm_clipping", NULL);
+    put(c, "renorm_momentum", jfloat(0.99));
+}
+
+/* ------------------------------------------------------------- Activation */
+
+static fl_layer *activation_from(const kctx *c, const char *cls, json_object *cfg, klayer_extra *x) {
+    (void)cls; (void)x;
+    fl_activation act;
+    if (!jkey(cfg, "activation")) return kfail(c, FL_ERR_FORMAT, "'activation' is missing"), NULL;
+    if (get_activation(c, cfg, "activation", &act)) return NULL;
+    return fl_activation_layer_((fl_activation_args){.activation = act});
+}
+
+static void activation_to(const fl_layer *l, json_object *c) {
+    put(c, "activation", jstring(fl_activation_name(l->a.act.activation)));
+}
+
+/* ------------------------------------------------ Add, Multiply, Concatenate */
+
+static fl_layer *merge_from(const kctx *c, const char *cls, json_object *cfg, klayer_extra *x) {
+    (void)c; (void)cfg; (void)x;
+    return cls[0] == 'A' ? fl_add_((fl_name_args){0}) : fl_multiply_((fl_name_args){0});
+}
+
+static fl_layer *concatenate_from(const kctx *c, const char *cls, json_object *cfg, klayer_extra *x) {
+    (void)cls; (void)x;
+    int64_t axis;
+    if (get_int(c, cfg, "axis", -1, false, &axis)) return NULL;
+    if (axis == 0) return kfail(c, FL_ERR_UNSUPPORTED, "axis 0 (the batch) is not supported"), NULL;
+    if (axis < -FL_MAX_DIMS || axis >= FL_MAX_DIMS)
+        return kfail(c, FL_ERR_FORMAT, "axis %lld is out of range", (long long)axis), NULL;
+    return fl_concatenate_((fl_concat_args){.axis = (int)axis});
+}
+
+static void concatenate_to(const fl_layer *l, json_object *c) { put(c, "axis", jint(l->a.concat.axis)); }
+
+/* ---------------------------------------------- ZeroPadding2D, Cropping2D */
+
+/* n, [a, b] (symmetric per axis) or [[top, bottom], [left, right]]. */
+static fl_status get_sides(const kctx *c, json_object *cfg, const char *key, int dflt, int s[4]) {
+    json_object *v = jkey(cfg, key);
+    int64_t t[4] = {dflt, dflt, dflt, dflt};
+    bool ok = true;
+    if (!v) {
+    } else if (jis(v, json_type_int)) {
+        t[0] = t[1] = t[2] = t[3] = json_object_get_int64(v);
+    } else if (jis(v, json_type_array) && json_object_array_length(v) == 2) {
+        for (int a = 0; a < 2 && ok; a++) {
+            json_object *e = json_object_array_get_idx(v, a);
+            if (jis(e, json_type_int)) {
+                t[2 * a] = t[2 * a + 1] = json_object_get_int64(e);
+            } else if (jis(e, json_type_array) && json_object_array_length(e) == 2 &&
+                       jis(json_object_array_get_idx(e, 0), json_type_int) &&
+                       jis(json_object_array_get_idx(e, 1), json_type_int)) {
+                t[2 * a] = json_object_get_int64(json_object_array_get_idx(e, 0));
+                t[2 * a + 1] = json_object_get_int64(json_object_array_get_idx(e, 1));
+            } else {
+                ok = false;
+            }
+        }
+    } else {
+        ok = false;
+    }
+    if (!ok)
+        return kfail(c, FL_ERR_FORMAT, "'%s' is %s, expected an integer, [rows, columns] or [[top, bottom], [left, "
+                     "right]]", key, v ? json_object_to_json_string_ext(v, JSON_C_TO_STRING_PLAIN) : "null");
+    for (int i = 0; i < 4; i++) {
+        if (t[i] < 0 || t[i] > (1 << 20))
+            return kfail(c, FL_ERR_FORMAT, "'%s' has %lld, expected a size from 0 to %d", key, (long long)t[i], 1 << 20);
+        s[i] = (int)t[i];
+    }
+    return FL_OK;
+}
+
+static fl_layer *padding2d_from(const kctx *c, const char *cls, json_object *cfg, klayer_extra *x) {
+    (void)x;
+    bool crop = strcmp(cls, "Cropping2D") == 0;
+    int s[4];
+    if (check_data_format(c, cfg) || get_sides(c, cfg, crop ? "cropping" : "padding", crop ? 0 : 1, s)) return NULL;
+    /* all four explicit: a side of 0 must stay 0 (see fl_padding2d_args) */
+    fl_layer *l = crop ? fl_cropping2d_((fl_padding2d_args){0}) : fl_zero_padding2d_((fl_padding2d_args){0});
+    if (l) {
+        l->a.pad.top = s[0]; l->a.pad.bottom = s[1]; l->a.pad.left = s[2]; l->a.pad.right = s[3];
+    }
+    return l;
+}
+
+static void padding2d_to(const fl_layer *l, json_object *c) {
+    const fl_padding2d_args *a = &l->a.pad;
+    json_object *v = json_object_new_array();
+    json_object_array_add(v, jpair(a->top, a->bottom));
+    json_object_array_add(v, jpair(a->left, a->right));
+    put(c, l->kind == FL_L_CROPPING2D ? "cropping" : "padding", v);
+    put(c, "data_format", jstring("channels_last"));
+}
+
+/* ------------------------------------------------------------- the table */
+
+static const fl_keras_layer_def layer_defs[] = {
+    /* class, kind, read, write, build_config */
+    {"InputLayer", FL_L_INPUT, NULL, NULL, false}, /* read and written with the model structure */
+    {"Dense", FL_L_DENSE, dense_from, dense_to, true},
+    {"Conv2D", FL_L_CONV2D, conv2d_from, conv2d_to, true},
+    {"MaxPooling2D", FL_L_MAXPOOL, pool2d_from, pool2d_to, false},
+    {"AveragePooling2D", FL_L_AVGPOOL, pool2d_from, pool2d_to, false},
+    {"GlobalAveragePooling2D", FL_L_GAP, gap_from, gap_to, false},
+    {"Flatten", FL_L_FLATTEN, flatten_from, flatten_to, true},
+    {"Reshape", FL_L_RESHAPE, reshape_from, reshape_to, false},
+    {"Dropout", FL_L_DROPOUT, dropout_from, dropout_to, false},
+    {"BatchNormalization", FL_L_BATCHNORM, batchnorm_from, batchnorm_to, true},
+    {"Activation", FL_L_ACTIVATION, activation_from, activation_to, false},
+    {"Add", FL_L_ADD, merge_from, NULL, true},
+    {"Multiply", FL_L_MULTIPLY, merge_from, NULL, true},
+    {"Concatenate", FL_L_CONCATENATE, concatenate_from, concatenate_to, true},
+    {"ZeroPadding2D", FL_L_ZEROPAD2D, padding2d_from, padding2d_to, true},
+    {"Cropping2D", FL_L_CROPPING2D, padding2d_from, padding2d_to, true},
+};
+#define NDEFS (sizeof layer_defs / sizeof layer_defs[0])
+
+const fl_keras_layer_def *fl_keras_layer_by_class(const char *cls) {
+    for (size_t i = 0; cls && i < NDEFS; i++)
+        if (strcmp(layer_defs[i].cls, cls) == 0) return &layer_defs[i];
+    return NULL;
+}
+
+const fl_keras_layer_def *fl_keras_layer_by_kind(fl_layer_kind kind) {
+    for (size_t i = 0; i < NDEFS; i++)
+        if (layer_defs[i].kind == kind) return &layer_defs[i];
+    return NULL;
+}
+
+static char supported[1024];
+static pthread_once_t supported_once = PTHREAD_ONCE_INIT;
+
+static void make_supported(void) {
+    size_t off = 0;
+    for (size_t i = 0; i < NDEFS && off < sizeof supported; i++)
+        off += (size_t)snprintf(supported + off, sizeof supported - off, "%s%s", i ? ", " : "", layer_defs[i].cls);
+}
+
+const char *fl_keras_supported_layers(void) {
+    pthread_once(&supported_once, make_supported);
+    return supported;
+}
