@@ -20,6 +20,8 @@
 #                  (the bundle's libraries; PyTorch must not load them)
 set -u
 FLYNN=${1:-/tmp/flynn-gpu/bin/flynn}
+# the bundle as tests/gpu/run.sh unpacks it: its libraries go with it
+[ -z "${1:-}" ] && [ -z "${FLYNN_LIB_DIR+set}" ] && FLYNN_LIB_DIR=/tmp/flynn-gpu/lib
 DATA=${2:-.gpu/data/fashion-mnist}
 DEADLINE=${3:-${BENCH_DEADLINE:-600}}
 OUT=${OUT:-/tmp/flynn-gpu-out}

@@ -38,6 +38,7 @@ RESERVE=$(( DEADLINE >= 200 ? 20 : DEADLINE / 10 ))   # seconds kept for the sum
 mkdir -p "$OUT"
 rm -rf "$WORK" && mkdir -p "$WORK"
 exec > >(tee "$OUT/run.log") 2>&1
+TEE=$!
 T0=$(date +%s)
 T_END=$((T0 + DEADLINE))
 step() { echo; echo "== $* ($(( $(date +%s) - T0 ))s of ${DEADLINE}s)"; }
@@ -239,4 +240,6 @@ for k in "${!ST[@]}"; do
   [ $gpu = 0 ] && { [ "$k" = doctor ] || [ "$k" = devices ] || [ "$k" = devices_json ]; } && continue
   case ${ST[$k]} in FAIL*|TIMEOUT*) rc=1 ;; esac
 done
+exec >&- 2>&-
+wait "$TEE" 2>/dev/null   # run.log complete before $OUT is collected
 exit $rc
