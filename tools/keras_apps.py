@@ -1,0 +1,159 @@
+#!/usr/bin/env python3
+"""keras_apps.py — real Keras models against flynn: the convolutional
+networks of keras.applications (weights=None) and of the keras.io examples,
+made by real Keras 3, loaded by flynn.
+
+    KERAS_BACKEND=jax python3 tools/keras_apps.py --flynn build/flynn [--out DIR] [--only NAME,...]
+
+For each model it writes DIR/NAME.keras, a fixed input batch NAME_x.npy and
+Keras's predictions NAME_y.npy, then runs `flynn summary NAME.keras` and
+`flynn predict NAME.keras --input NAME_x.npy` and compares: a model passes
+when flynn loads it and |flynn - keras| <= 1e-6 + 1e-5 |keras| everywhere.
+A model flynn refuses is listed with flynn's reason (the first line of it),
+so the table doubles as the to-do list of issue 10. Nothing here is part of
+the test command: it needs Keras and writes ~100 MB of model files.
+
+The models are made with small inputs (the applications accept any size
+above their minimum) so that a run takes minutes, not hours, on 2 cores.
+"""
+import argparse
+import os
+import subprocess
+import sys
+import time
+
+os.environ.setdefault("KERAS_BACKEND", "jax")
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+import numpy as np  # noqa: E402
+import keras  # noqa: E402
+from keras import layers as L  # noqa: E402
+
+A = keras.applications
+
+
+def unet(shape=(64, 64, 3)):
+    # The keras.io "image segmentation with a U-Net-like architecture"
+    # example: separable convolutions, residual 1x1 projections, transposed
+    # convolutions and upsampling.
+    inputs = keras.Input(shape)
+    x = L.Conv2D(32, 3, strides=2, padding="same")(inputs)
+    x = L.BatchNormalization()(x)
+    x = L.Activation("relu")(x)
+    previous = x
+    for filters in [64, 128]:
+        x = L.Activation("relu")(x)
+        x = L.SeparableConv2D(filters, 3, padding="same")(x)
+        x = L.BatchNormalization()(x)
+        x = L.Activation("relu")(x)
+        x = L.SeparableConv2D(filters, 3, padding="same")(x)
+        x = L.BatchNormalization()(x)
+        x = L.MaxPooling2D(3, strides=2, padding="same")(x)
+        residual = L.Conv2D(filters, 1, strides=2, padding="same")(previous)
+        x = L.add([x, residual])
+        previous = x
+    for filters in [128, 64, 32]:
+        x = L.Activation("relu")(x)
+        x = L.Conv2DTranspose(filters, 3, padding="same")(x)
+        x = L.BatchNormalization()(x)
+        x = L.Activation("relu")(x)
+        x = L.Conv2DTranspose(filters, 3, padding="same")(x)
+        x = L.BatchNormalization()(x)
+        x = L.UpSampling2D(2)(x)
+        residual = L.UpSampling2D(2)(previous)
+        residual = L.Conv2D(filters, 1, padding="same")(residual)
+        x = L.add([x, residual])
+        previous = x
+    outputs = L.Conv2D(3, 3, activation="softmax", padding="same")(x)
+    return keras.Model(inputs, outputs, name="unet")
+
+
+def mnist_convnet():
+    # keras.io "Simple MNIST convnet".
+    return keras.Sequential([
+        keras.Input((28, 28, 1)),
+        L.Conv2D(32, 3, activation="relu"), L.MaxPooling2D(2),
+        L.Conv2D(64, 3, activation="relu"), L.MaxPooling2D(2),
+        L.Flatten(), L.Dropout(0.5), L.Dense(10, activation="softmax"),
+    ], name="mnist_convnet")
+
+
+def cifar_bn():
+    return keras.Sequential([
+        keras.Input((32, 32, 3)),
+        L.Conv2D(32, 3, padding="same"), L.BatchNormalization(), L.Activation("relu"),
+        L.Conv2D(32, 3, padding="same"), L.BatchNormalization(), L.Activation("relu"),
+        L.MaxPooling2D(2), L.Dropout(0.25),
+        L.Conv2D(64, 3, padding="same"), L.BatchNormalization(), L.Activation("relu"),
+        L.MaxPooling2D(2), L.Flatten(), L.Dense(128, activation="relu"),
+        L.Dense(10, activation="softmax"),
+    ], name="cifar_bn")
+
+
+MODELS = {
+    "mnist_convnet": lambda: mnist_convnet(),
+    "cifar_bn": lambda: cifar_bn(),
+    "vgg16": lambda: A.VGG16(weights=None, input_shape=(32, 32, 3), classes=10),
+    "resnet50": lambda: A.ResNet50(weights=None, input_shape=(64, 64, 3), classes=10),
+    "resnet50v2": lambda: A.ResNet50V2(weights=None, input_shape=(64, 64, 3), classes=10),
+    "densenet121": lambda: A.DenseNet121(weights=None, input_shape=(64, 64, 3), classes=10),
+    "mobilenet": lambda: A.MobileNet(weights=None, input_shape=(64, 64, 3), classes=10),
+    "mobilenetv2": lambda: A.MobileNetV2(weights=None, input_shape=(64, 64, 3), classes=10),
+    "efficientnetb0": lambda: A.EfficientNetB0(weights=None, input_shape=(64, 64, 3), classes=10),
+    "xception": lambda: A.Xception(weights=None, input_shape=(71, 71, 3), classes=10),
+    "inceptionv3": lambda: A.InceptionV3(weights=None, input_shape=(75, 75, 3), classes=10),
+    "nasnetmobile": lambda: A.NASNetMobile(weights=None, input_shape=(64, 64, 3), classes=10),
+    "convnexttiny": lambda: A.ConvNeXtTiny(weights=None, input_shape=(64, 64, 3), classes=10),
+    "unet": lambda: unet(),
+}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--flynn", required=True)
+    ap.add_argument("--out", default="/tmp/flynn-keras-apps")
+    ap.add_argument("--only", default="")
+    ap.add_argument("--batch", type=int, default=2)
+    args = ap.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    names = [n for n in args.only.split(",") if n] or list(MODELS)
+    rows = []
+    for name in names:
+        keras.backend.clear_session()
+        keras.utils.set_random_seed(1)
+        m = MODELS[name]()
+        path = os.path.join(args.out, name + ".keras")
+        m.save(path)
+        rng = np.random.default_rng(0)
+        x = rng.standard_normal((args.batch,) + tuple(m.input_shape[1:])).astype("float32")
+        y = np.asarray(m.predict(x, verbose=0))
+        np.save(os.path.join(args.out, name + "_x.npy"), x)
+        np.save(os.path.join(args.out, name + "_y.npy"), y)
+        out = os.path.join(args.out, name + "_flynn.npy")
+        if os.path.exists(out):
+            os.remove(out)
+        t0 = time.time()
+        p = subprocess.run([args.flynn, "predict", path, "--input", os.path.join(args.out, name + "_x.npy"),
+                            "--output", out, "--device", "cpu"], capture_output=True, text=True)
+        dt = time.time() - t0
+        if p.returncode != 0:
+            msg = (p.stderr.strip() or p.stdout.strip()).replace(path, name + ".keras")
+            lines = msg.split("\n")
+            why = lines[0] if len(lines) == 1 else lines[0] + " " + " | ".join(l.strip() for l in lines[1:6])
+            rows.append((name, m.count_params(), "refused", why[:400]))
+        else:
+            got = np.load(out)
+            err = np.abs(got - y)
+            ok = bool(np.all(err <= 1e-6 + 1e-5 * np.abs(y)))
+            rel = float(np.max(err / (np.abs(y) + 1e-6)))
+            rows.append((name, m.count_params(), "ok" if ok else "MISMATCH",
+                         "max abs err %.2e, max rel err %.2e, flynn predict %.1f s" % (float(err.max()), rel, dt)))
+        print("%-15s %10d  %-9s %s" % rows[-1], flush=True)
+    passed = sum(r[2] == "ok" for r in rows)
+    print("\n%d of %d models load in flynn and match Keras %s within 1e-5" % (passed, len(rows), keras.__version__))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
