@@ -179,13 +179,15 @@ typedef struct fl_backend {
      * graph_begin and graph_end are recorded, not run, and graph_launch
      * replays them. A captured training step reads what changes between
      * steps from the device: the optimizer step (opt_step = iterations done
-     * before the captured step) and the graph step that dropout streams mix
-     * in (graph_step, see fl_dropout_stream); each replay advances both.
-     * graph_end returns NULL (and clears the error) when capture failed:
-     * the captured step did not run then and must be run again. */
+     * before the step) and the graph step that dropout streams mix in
+     * (graph_step, see fl_dropout_stream). graph_begin gets the captured
+     * step's; every graph_launch gets the replayed step's, which the backend
+     * sets on the device first (eager steps in between move only the host's
+     * counters). graph_end returns NULL (and clears the error) when capture
+     * failed: the captured step did not run then and must be run again. */
     int (*graph_begin)(int64_t opt_step, int64_t graph_step);
     void *(*graph_end)(void);
-    int (*graph_launch)(void *graph);
+    int (*graph_launch)(void *graph, int64_t opt_step, int64_t graph_step);
     void (*graph_free)(void *graph);
 } fl_backend;
 

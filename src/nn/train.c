@@ -650,7 +650,11 @@ fl_status fl_predict_multi_(fl_model *m, const fl_tensor *const *xs, int nx, fl_
  * (where the backend has graphs) after two ordinary steps, so that the
  * first-call work (algorithm searches, allocations) is done, and replayed
  * from then on; any change of buffers (the generation) captures anew. If
- * capture fails, the step runs as usual and capture is not tried again. */
+ * capture fails, the step runs as usual and capture is not tried again.
+ * What differs from step to step inside a replayed step, the optimizer's
+ * step (Adam's t) and the dropout streams' step, is handed to every launch
+ * from the host's counters: steps run eagerly between replays (the partial
+ * last batch of each epoch) advance those, and the replay must see it. */
 typedef struct graph_state {
     void *graph;
     int64_t generation;
@@ -669,7 +673,8 @@ static void run_step(fl_model *m) {
 static fl_status train_step(fl_model *m, graph_state *gs, bool full) {
     const fl_backend *be = m->g.be;
     if (gs->graph && full && gs->generation == m->g.generation) {
-        if (be->graph_launch(gs->graph) != 0) return device_status(m, "replaying a training step");
+        if (be->graph_launch(gs->graph, m->opt->iterations, m->g.step) != 0)
+            return device_status(m, "replaying a training step");
         fl_optimizer_count_step(m->opt);
         return FL_OK;
     }
@@ -683,6 +688,7 @@ static fl_status train_step(fl_model *m, graph_state *gs, bool full) {
     if (capture && be->graph_begin(it0, m->g.step) != 0) {
         capture = false;
         gs->failed = true;
+        fl_clear_error(); /* no graph is no error: the step runs as usual */
     }
     run_step(m);
     if (full) gs->eager_full_steps++;
@@ -691,12 +697,13 @@ static fl_status train_step(fl_model *m, graph_state *gs, bool full) {
     if (!g) { /* the step was recorded but not run: run it now */
         gs->failed = true;
         m->opt->iterations = it0;
+        fl_clear_error(); /* whatever failed while recording was about the capture */
         run_step(m);
         return FL_OK;
     }
     gs->graph = g;
     gs->generation = m->g.generation;
-    if (be->graph_launch(g) != 0) return device_status(m, "running a captured training step");
+    if (be->graph_launch(g, it0, m->g.step) != 0) return device_status(m, "running a captured training step");
     return FL_OK;
 }
 

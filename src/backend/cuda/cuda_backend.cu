@@ -45,10 +45,17 @@ static int g_tf32 = 1;             /* TensorFlow's default: TF32 allowed */
 static int g_sticky = 0;           /* an asynchronous error was seen */
 static char g_sticky_msg[512];
 static cudaDeviceProp g_prop;
-/* graph capture: the steps the captured kernels read, [0] optimizer, [1] graph */
+/* CUDA graphs. A captured training step reads what changes from step to
+ * step from two device counters, g_dsteps[0] = optimizer steps done before
+ * the step (Adam's t - 1) and g_dsteps[1] = the graph step its dropout
+ * streams mix in. They are written from the host's counters right before
+ * every replay (cu_graph_launch), never advanced on the device: eager steps
+ * between replays (the partial last batch of an epoch) move only the host's
+ * counters, and a device copy that moved by itself would fall behind. */
 static int g_capturing;
-static int64_t g_cap_gstep;
+static int64_t g_cap_gstep;        /* the graph step of the step being captured */
 static int64_t *g_dsteps;
+static int g_graphs_live;          /* instantiated graphs not yet freed */
 static void *g_cublas_ws;
 
 /* ------------------------------------------------------------ errors */
@@ -212,6 +219,44 @@ static void cu_free(void *p) {
     pthread_mutex_unlock(&g_mem_lock);
 }
 
+/* Buffers of the backend's own that grow (the convolution workspace, the
+ * scratch buffers, the column-sum partials, the batch-norm temporaries, the
+ * optimizer's parameter table) are replaced by bigger ones when a call
+ * needs more. A captured graph holds the
+ * old pointers and would go on using them on every replay, so while any graph
+ * is alive (or one is being captured) a replaced block is not given back to
+ * the allocator, where it could be reused or released on OOM: it waits here
+ * until the last graph is freed (graph_free, or a failed capture with no
+ * graph alive). The graph keeps a block of the size it was captured with,
+ * eager calls get the new one, and nothing has to be captured again. These
+ * buffers only grow, so the list stays short. */
+typedef struct retired { void *p; struct retired *next; } retired;
+static retired *g_retired;
+
+static void cu_free_retire(void *p) {
+    if (!p) return;
+    if (g_graphs_live > 0 || g_capturing) {
+        retired *r = (retired *)malloc(sizeof *r);
+        if (r) {
+            r->p = p;
+            r->next = g_retired;
+            g_retired = r;
+        } /* else: leak the block rather than let a graph write into reused memory */
+        return;
+    }
+    cu_free(p);
+}
+
+static void release_retired(void) {
+    if (g_graphs_live > 0 || g_capturing) return;
+    while (g_retired) {
+        retired *r = g_retired;
+        g_retired = r->next;
+        cu_free(r->p);
+        free(r);
+    }
+}
+
 static void cu_upload(void *dst, const void *src, size_t bytes) {
     if (bytes) CUDA_OK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, g_stream));
 }
@@ -315,7 +360,7 @@ static size_t g_partial_n;
 static float *partial_buf(int n) {
     size_t need = (size_t)COLSUM_CHUNKS * (size_t)n;
     if (need > g_partial_n) {
-        cu_free(g_partial);
+        cu_free_retire(g_partial);
         g_partial = (float *)cu_alloc(need * sizeof(float));
         g_partial_n = g_partial ? need : 0;
     }
@@ -533,7 +578,7 @@ static conv_plan *plan_for(const fl_conv_desc *d) {
 
 static void *conv_ws(size_t bytes) {
     if (bytes <= g_conv_ws_bytes) return g_conv_ws;
-    cu_free(g_conv_ws);
+    cu_free_retire(g_conv_ws);
     g_conv_ws = cu_alloc(bytes);
     g_conv_ws_bytes = g_conv_ws ? bytes : 0;
     return g_conv_ws;
@@ -544,7 +589,7 @@ static void *g_scratch[3]; /* 0: padded input, 1: kernel gradient, 2: padded inp
 static size_t g_scratch_bytes[3];
 static void *scratch(int i, size_t bytes) {
     if (bytes <= g_scratch_bytes[i]) return g_scratch[i];
-    cu_free(g_scratch[i]);
+    cu_free_retire(g_scratch[i]);
     g_scratch[i] = cu_alloc(bytes);
     g_scratch_bytes[i] = g_scratch[i] ? bytes : 0;
     return g_scratch[i];
@@ -922,7 +967,7 @@ static void cu_bn_bwd(const fl_bn_desc *d, const float *x, const float *gamma, c
                       const float *dy, float *dx, float beta, float *dgamma, float *dbeta) {
     int c = d->c;
     if (c > g_bn_tmp_c) {
-        cu_free(g_bn_tmp);
+        cu_free_retire(g_bn_tmp);
         g_bn_tmp = (float *)cu_alloc((size_t)c * 2 * sizeof(float));
         g_bn_tmp_c = g_bn_tmp ? c : 0;
         if (!g_bn_tmp) return;
@@ -1031,16 +1076,16 @@ static dev_param *g_dparams_host;  /* what was uploaded */
 static int g_dparams_n;
 static int64_t g_dparams_total;
 
-/* One launch for all parameters: each element finds its tensor. */
-__global__ void k_inc(int64_t *v) { (*v)++; }
-
-/* ostep: NULL in eager mode (lr_t given); in a captured step the step
- * (already advanced) is read from the device and lr_t computed here. */
+/* One launch for all parameters: each element finds its tensor.
+ * ostep: NULL in eager mode (lr_t given); in a captured step, the count of
+ * steps done before it is read from the device (g_dsteps[0], set before
+ * each replay) and lr_t is computed here for step *ostep + 1. */
 __global__ void k_optimizer(fl_opt_desc d, float lr_t, const int64_t *ostep, const dev_param *ps, int np, int64_t total) {
     __shared__ float lr_shared;
     if (ostep) {
         if (threadIdx.x == 0)
-            lr_shared = (d.code == FL_OPT_ADAM || d.code == FL_OPT_ADAMW) ? fl_adam_lr_t(d.lr, d.beta1, d.beta2, *ostep) : d.lr;
+            lr_shared = (d.code == FL_OPT_ADAM || d.code == FL_OPT_ADAMW)
+                            ? fl_adam_lr_t(d.lr, d.beta1, d.beta2, *ostep + 1) : d.lr;
         __syncthreads();
         lr_t = lr_shared;
     }
@@ -1077,7 +1122,7 @@ static void cu_optimizer_step(const fl_opt_desc *d, const fl_param_ref *ps, int 
         start += ps[k].n;
     }
     if (!g_dparams || g_dparams_n != np || memcmp(h, g_dparams_host, (size_t)np * sizeof *h) != 0) {
-        cu_free(g_dparams);
+        cu_free_retire(g_dparams);
         free(g_dparams_host);
         g_dparams_host = NULL;
         g_dparams = (dev_param *)cu_alloc((size_t)np * sizeof *h);
@@ -1093,7 +1138,6 @@ static void cu_optimizer_step(const fl_opt_desc *d, const fl_param_ref *ps, int 
     float lr_t = d->lr;
     if (d->code == FL_OPT_ADAM || d->code == FL_OPT_ADAMW) lr_t = fl_adam_lr_t(d->lr, d->beta1, d->beta2, d->step);
     if (g_capturing) {
-        k_inc<<<1, 1, 0, g_stream>>>(g_dsteps);
         k_optimizer<<<blocks_for(g_dparams_total, 256), 256, 0, g_stream>>>(*d, lr_t, g_dsteps, g_dparams, np,
                                                                             g_dparams_total);
     } else {
@@ -1105,16 +1149,22 @@ static void cu_optimizer_step(const fl_opt_desc *d, const fl_param_ref *ps, int 
 
 /* --------------------------------------------------------- CUDA graphs */
 
+/* A training step captured on the stream and replayed (train.c decides
+ * when). What the captured kernels must not freeze, they read from
+ * g_dsteps (see its comment): the optimizer step (k_optimizer) and the
+ * dropout step (k_dropout_fwd). Buffers replaced while a graph is alive wait
+ * in the retired list (cu_free_retire). */
 static int g_sticky_before;
+
+__global__ void k_set_steps(int64_t *d, int64_t opt_step, int64_t graph_step) {
+    d[0] = opt_step;
+    d[1] = graph_step;
+}
 
 static int cu_graph_begin(int64_t opt_step, int64_t graph_step) {
     const char *e = getenv("FLYNN_CUDA_GRAPHS");
     if (e && strcmp(e, "0") == 0) return 1;
     if (!g_dsteps && !(g_dsteps = (int64_t *)cu_alloc(2 * sizeof(int64_t)))) return 1;
-    int64_t v[2] = {opt_step, graph_step};
-    if (!CUDA_OK(cudaMemcpyAsync(g_dsteps, v, sizeof v, cudaMemcpyHostToDevice, g_stream)) ||
-        !CUDA_OK(cudaStreamSynchronize(g_stream)))
-        return 1;
     g_sticky_before = g_sticky;
     g_cap_gstep = graph_step;
     if (cudaStreamBeginCapture(g_stream, cudaStreamCaptureModeRelaxed) != cudaSuccess) {
@@ -1126,7 +1176,6 @@ static int cu_graph_begin(int64_t opt_step, int64_t graph_step) {
 }
 
 static void *cu_graph_end(void) {
-    k_inc<<<1, 1, 0, g_stream>>>(g_dsteps + 1); /* the graph step advances with each replay */
     cudaGraph_t graph = NULL;
     cudaError_t e = cudaStreamEndCapture(g_stream, &graph);
     g_capturing = 0;
@@ -1135,20 +1184,31 @@ static void *cu_graph_end(void) {
     else if (e == cudaSuccess) e = cudaErrorStreamCaptureInvalidated;
     if (graph) cudaGraphDestroy(graph);
     if (e != cudaSuccess || !exec) {
-        /* capture is an optimisation: forget its errors, run eagerly */
+        /* capture is an optimisation: forget its errors (the sticky one and
+         * the thread's message), run eagerly */
         cudaGetLastError();
         g_sticky = g_sticky_before;
+        g_host->error(0, "%s", "");
+        release_retired();
         return NULL;
     }
+    g_graphs_live++;
     return (void *)exec;
 }
 
-static int cu_graph_launch(void *graph) {
+/* The counters of the step being replayed go to the device first, in stream
+ * order (kernel parameters: nothing on the host has to outlive the call). */
+static int cu_graph_launch(void *graph, int64_t opt_step, int64_t graph_step) {
+    k_set_steps<<<1, 1, 0, g_stream>>>(g_dsteps, opt_step, graph_step);
+    if (!LAUNCHED()) return 1;
     return CUDA_OK(cudaGraphLaunch((cudaGraphExec_t)graph, g_stream)) ? 0 : 1;
 }
 
 static void cu_graph_free(void *graph) {
-    if (graph) cudaGraphExecDestroy((cudaGraphExec_t)graph);
+    if (!graph) return;
+    cudaGraphExecDestroy((cudaGraphExec_t)graph);
+    if (g_graphs_live > 0) g_graphs_live--;
+    release_retired();
 }
 
 /* ----------------------------------------------------------- the table */
