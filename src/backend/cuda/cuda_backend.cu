@@ -184,8 +184,11 @@ static void *cu_alloc(size_t bytes) {
     return p;
 }
 
+static void wcopies_forget(const void *w);
+
 static void cu_free(void *p) {
     if (!p) return;
+    wcopies_forget(p); /* a kernel tensor goes: its copy in cuDNN's layout goes with it */
     pthread_mutex_lock(&g_mem_lock);
     size_t k = live_slot(p);
     while (g_live_p[k] && g_live_p[k] != p) k = (k + 1) & (g_live_cap - 1);
@@ -221,8 +224,8 @@ static void cu_free(void *p) {
 
 /* Buffers of the backend's own that grow (the convolution workspace, the
  * scratch buffers, the column-sum partials, the batch-norm temporaries, the
- * optimizer's parameter table) are replaced by bigger ones when a call
- * needs more. A captured graph holds the
+ * optimizer's parameter table, the kernel copies in cuDNN's layout) are
+ * replaced by bigger ones when a call needs more. A captured graph holds the
  * old pointers and would go on using them on every replay, so while any graph
  * is alive (or one is being captured) a replaced block is not given back to
  * the allocator, where it could be reused or released on OOM: it waits here
@@ -453,34 +456,48 @@ __global__ void k_crop_add(int64_t total, int h, int w, int c, int eh, int ew, c
     }
 }
 
-/* One cuDNN setup per convolution shape (batch included), found once. */
+/* One cuDNN setup per convolution shape (batch included). The algorithm of
+ * each direction (forward, backward data, backward filter) is searched the
+ * first time that direction runs: inference searches only the forward one,
+ * and a direction without a deterministic algorithm troubles no other. */
+enum { CONV_FWD, CONV_BWD_DATA, CONV_BWD_FILTER };
+static const char *const conv_dir_name[3] = {"forward", "backward-data", "backward-filter"};
+
 typedef struct conv_plan {
     fl_conv_desc d;
     int tf32;
     int eh, ew;                       /* extra padding after (asymmetric "same") */
     cudnnTensorDescriptor_t xd, yd;
     cudnnFilterDescriptor_t fd;
-    cudnnConvolutionDescriptor_t cd;
-    cudnnConvolutionFwdAlgo_t fwd;
-    cudnnConvolutionBwdDataAlgo_t bwd_data;
-    cudnnConvolutionBwdFilterAlgo_t bwd_filter;
-    size_t ws_bytes;
+    /* one convolution descriptor per direction, each set to the math type
+     * of the algorithm chosen for that direction */
+    cudnnConvolutionDescriptor_t cd[3];
+    bool found[3];
+    int algo[3];                      /* cudnnConvolution{Fwd,BwdData,BwdFilter}Algo_t */
+    size_t ws[3];                     /* its workspace, from cudnnGetConvolution*WorkspaceSize */
     struct conv_plan *next;
 } conv_plan;
 
+/* Plans, most recently used first. There are few (one per convolution and
+ * batch size); beyond MAX_PLANS the least recently used is dropped, so that
+ * a long-lived process that sees many shapes does not grow without bound
+ * (a plan is host state only, and no captured graph refers to it). */
+#define MAX_PLANS 256
 static conv_plan *g_plans;
+static int g_nplans;
 static void *g_conv_ws;
 static size_t g_conv_ws_bytes;
 
-/* Kernel copies in cuDNN's layout, one per kernel tensor. */
-typedef struct wcopy { const float *w; float *ohwi; size_t n; struct wcopy *next; } wcopy;
+/* Kernel copies in cuDNN's layout, one per kernel tensor, rewritten by each
+ * forward pass; freed when the kernel tensor itself is freed (cu_free). */
+typedef struct wcopy { const void *w; float *ohwi; size_t n; struct wcopy *next; } wcopy;
 static wcopy *g_wcopies;
 
 static float *ohwi_for(const float *w, size_t n) {
     for (wcopy *c = g_wcopies; c; c = c->next)
         if (c->w == w && c->n == n) return c->ohwi;
     wcopy *c = (wcopy *)calloc(1, sizeof *c);
-    if (!c) return NULL;
+    if (!c) { g_host->error(ST_NOMEM, "out of host memory for a kernel copy"); return NULL; }
     c->ohwi = (float *)cu_alloc(n * sizeof(float));
     if (!c->ohwi) { free(c); return NULL; }
     c->w = w;
@@ -488,6 +505,16 @@ static float *ohwi_for(const float *w, size_t n) {
     c->next = g_wcopies;
     g_wcopies = c;
     return c->ohwi;
+}
+
+static void wcopies_forget(const void *w) {
+    for (wcopy **pc = &g_wcopies; *pc;) {
+        wcopy *c = *pc;
+        if (c->w != w) { pc = &c->next; continue; }
+        *pc = c->next; /* unlinked first: cu_free_retire -> cu_free walks the list again */
+        cu_free_retire(c->ohwi);
+        free(c);
+    }
 }
 
 static bool deterministic_only(void) {
@@ -503,9 +530,30 @@ static bool same_geom(const fl_conv_desc *a, const fl_conv_desc *b) {
            a->pl == b->pl;
 }
 
+static void plan_destroy(conv_plan *p) {
+    if (p->xd) cudnnDestroyTensorDescriptor(p->xd);
+    if (p->yd) cudnnDestroyTensorDescriptor(p->yd);
+    if (p->fd) cudnnDestroyFilterDescriptor(p->fd);
+    for (int k = 0; k < 3; k++)
+        if (p->cd[k]) cudnnDestroyConvolutionDescriptor(p->cd[k]);
+    free(p);
+}
+
+/* The math type a search starts from: TF32 allowed ("high"), or FMA only
+ * ("highest", full float32). */
+static cudnnMathType_t base_math(int tf32) { return tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH; }
+
+/* The plan for d: its descriptors; the algorithms come with conv_find. */
 static conv_plan *plan_for(const fl_conv_desc *d) {
-    for (conv_plan *p = g_plans; p; p = p->next)
-        if (same_geom(&p->d, d) && p->tf32 == g_tf32) return p;
+    for (conv_plan **pp = &g_plans; *pp; pp = &(*pp)->next) {
+        conv_plan *p = *pp;
+        if (same_geom(&p->d, d) && p->tf32 == g_tf32) {
+            *pp = p->next; /* to the front: most recently used first */
+            p->next = g_plans;
+            g_plans = p;
+            return p;
+        }
+    }
     conv_plan *p = (conv_plan *)calloc(1, sizeof *p);
     if (!p) { g_host->error(ST_NOMEM, "out of host memory for a cuDNN plan"); return NULL; }
     p->d = *d;
@@ -515,65 +563,118 @@ static conv_plan *plan_for(const fl_conv_desc *d) {
     p->eh = th - 2 * d->pt > 0 ? th - 2 * d->pt : 0;
     p->ew = tw - 2 * d->pl > 0 ? tw - 2 * d->pl : 0;
     bool ok = CUDNN_OK(cudnnCreateTensorDescriptor(&p->xd)) && CUDNN_OK(cudnnCreateTensorDescriptor(&p->yd)) &&
-              CUDNN_OK(cudnnCreateFilterDescriptor(&p->fd)) && CUDNN_OK(cudnnCreateConvolutionDescriptor(&p->cd)) &&
+              CUDNN_OK(cudnnCreateFilterDescriptor(&p->fd)) &&
               CUDNN_OK(cudnnSetTensor4dDescriptor(p->xd, CUDNN_TENSOR_NHWC, CUDNN_DATA_FLOAT, (int)d->n, d->c,
                                                   d->h + p->eh, d->w + p->ew)) &&
               CUDNN_OK(cudnnSetTensor4dDescriptor(p->yd, CUDNN_TENSOR_NHWC, CUDNN_DATA_FLOAT, (int)d->n, d->oc, d->oh, d->ow)) &&
-              CUDNN_OK(cudnnSetFilter4dDescriptor(p->fd, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NHWC, d->oc, d->c, d->kh, d->kw)) &&
-              CUDNN_OK(cudnnSetConvolution2dDescriptor(p->cd, d->pt, d->pl, d->sh, d->sw, 1, 1, CUDNN_CROSS_CORRELATION,
-                                                       CUDNN_DATA_FLOAT)) &&
-              CUDNN_OK(cudnnSetConvolutionMathType(p->cd, g_tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH));
+              CUDNN_OK(cudnnSetFilter4dDescriptor(p->fd, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NHWC, d->oc, d->c, d->kh, d->kw));
+    for (int k = 0; ok && k < 3; k++)
+        ok = CUDNN_OK(cudnnCreateConvolutionDescriptor(&p->cd[k])) &&
+             CUDNN_OK(cudnnSetConvolution2dDescriptor(p->cd[k], d->pt, d->pl, d->sh, d->sw, 1, 1,
+                                                      CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT)) &&
+             CUDNN_OK(cudnnSetConvolutionMathType(p->cd[k], base_math(g_tf32)));
     if (ok) {
         int on, oc_, oh, ow;
-        ok = CUDNN_OK(cudnnGetConvolution2dForwardOutputDim(p->cd, p->xd, p->fd, &on, &oc_, &oh, &ow));
+        ok = CUDNN_OK(cudnnGetConvolution2dForwardOutputDim(p->cd[CONV_FWD], p->xd, p->fd, &on, &oc_, &oh, &ow));
         if (ok && (oh != d->oh || ow != d->ow)) {
             g_host->error(ST_DEVICE, "cuDNN computes a %dx%d output where flynn expects %dx%d", oh, ow, d->oh, d->ow);
             ok = false;
         }
     }
-    /* find the algorithms once (cuDNN times them), keeping deterministic ones */
-    bool det = deterministic_only();
-    if (ok) {
-        cudnnConvolutionFwdAlgoPerf_t r[8];
-        int got = 0;
-        ok = CUDNN_OK(cudnnFindConvolutionForwardAlgorithm(g_cudnn, p->xd, p->fd, p->cd, p->yd, 8, &got, r));
-        int pick = -1;
-        for (int i = 0; ok && i < got && pick < 0; i++)
-            if (r[i].status == CUDNN_STATUS_SUCCESS && (!det || r[i].determinism == CUDNN_DETERMINISTIC)) pick = i;
-        if (ok && pick < 0) { g_host->error(ST_DEVICE, "cuDNN found no forward algorithm for this convolution"); ok = false; }
-        if (ok) { p->fwd = r[pick].algo; p->ws_bytes = r[pick].memory; }
-    }
-    if (ok) {
-        cudnnConvolutionBwdDataAlgoPerf_t r[8];
-        int got = 0;
-        ok = CUDNN_OK(cudnnFindConvolutionBackwardDataAlgorithm(g_cudnn, p->fd, p->yd, p->cd, p->xd, 8, &got, r));
-        int pick = -1;
-        for (int i = 0; ok && i < got && pick < 0; i++)
-            if (r[i].status == CUDNN_STATUS_SUCCESS && (!det || r[i].determinism == CUDNN_DETERMINISTIC)) pick = i;
-        if (ok && pick < 0) { g_host->error(ST_DEVICE, "cuDNN found no backward-data algorithm"); ok = false; }
-        if (ok) { p->bwd_data = r[pick].algo; if (r[pick].memory > p->ws_bytes) p->ws_bytes = r[pick].memory; }
-    }
-    if (ok) {
-        cudnnConvolutionBwdFilterAlgoPerf_t r[8];
-        int got = 0;
-        ok = CUDNN_OK(cudnnFindConvolutionBackwardFilterAlgorithm(g_cudnn, p->xd, p->yd, p->cd, p->fd, 8, &got, r));
-        int pick = -1;
-        for (int i = 0; ok && i < got && pick < 0; i++)
-            if (r[i].status == CUDNN_STATUS_SUCCESS && (!det || r[i].determinism == CUDNN_DETERMINISTIC)) pick = i;
-        if (ok && pick < 0) { g_host->error(ST_DEVICE, "cuDNN found no backward-filter algorithm"); ok = false; }
-        if (ok) { p->bwd_filter = r[pick].algo; if (r[pick].memory > p->ws_bytes) p->ws_bytes = r[pick].memory; }
-    }
     if (!ok) {
-        if (p->xd) cudnnDestroyTensorDescriptor(p->xd);
-        if (p->yd) cudnnDestroyTensorDescriptor(p->yd);
-        if (p->fd) cudnnDestroyFilterDescriptor(p->fd);
-        if (p->cd) cudnnDestroyConvolutionDescriptor(p->cd);
-        free(p);
+        plan_destroy(p);
         return NULL;
     }
     p->next = g_plans;
     g_plans = p;
+    if (++g_nplans > MAX_PLANS) { /* drop the least recently used (never p, the first) */
+        conv_plan **pp = &g_plans;
+        while ((*pp)->next) pp = &(*pp)->next;
+        plan_destroy(*pp);
+        *pp = NULL;
+        g_nplans--;
+    }
     return p;
+}
+
+/* A search result flynn may use: it ran, and it computes in the precision
+ * asked for. float32 data is never converted down to half; a "highest"
+ * search runs with FMA math only, and the chosen algorithm keeps FMA. */
+template <typename Perf> static bool perf_usable(const Perf &r, int tf32) {
+    if (r.status != CUDNN_STATUS_SUCCESS || r.mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION) return false;
+    return tf32 || r.mathType == CUDNN_FMA_MATH || r.mathType == CUDNN_DEFAULT_MATH;
+}
+
+/* The fastest usable result (cuDNN lists them fastest first) that is
+ * deterministic, unless FLYNN_CUDNN_NONDETERMINISTIC is set. Where no
+ * deterministic algorithm exists, the fastest one, with a one-line note, as
+ * PyTorch's warn-only determinism does. -1: none. */
+template <typename Perf> static int perf_pick(const Perf *r, int got, const conv_plan *p, int dir) {
+    bool det = deterministic_only();
+    for (int i = 0; i < got; i++)
+        if (perf_usable(r[i], p->tf32) && (!det || r[i].determinism == CUDNN_DETERMINISTIC)) return i;
+    for (int i = 0; det && i < got; i++)
+        if (perf_usable(r[i], p->tf32)) {
+            const fl_conv_desc *d = &p->d;
+            fprintf(stderr,
+                    "flynn: note: cuDNN has no deterministic %s algorithm for the convolution %lldx%dx%dx%d -> "
+                    "%dx%dx%d (kernel %dx%d, strides %dx%d); using the fastest one (algorithm %d), whose results "
+                    "may differ slightly from run to run\n",
+                    conv_dir_name[dir], (long long)d->n, d->h, d->w, d->c, d->oh, d->ow, d->oc, d->kh, d->kw, d->sh,
+                    d->sw, (int)r[i].algo);
+            return i;
+        }
+    return -1;
+}
+
+/* Finds the algorithm of one direction once: cuDNN times the candidates;
+ * the chosen one's math type goes onto that direction's descriptor, and its
+ * workspace is asked for with that math type set. */
+static bool conv_find(conv_plan *p, int dir) {
+    if (p->found[dir]) return true;
+    enum { NPERF = 16 }; /* more than any direction's algorithm count */
+    cudnnConvolutionDescriptor_t cd = p->cd[dir];
+    int got = 0, pick = -1;
+    cudnnMathType_t math = base_math(p->tf32);
+    bool ok = false;
+    if (dir == CONV_FWD) {
+        cudnnConvolutionFwdAlgoPerf_t r[NPERF];
+        ok = CUDNN_OK(cudnnFindConvolutionForwardAlgorithm(g_cudnn, p->xd, p->fd, cd, p->yd, NPERF, &got, r));
+        if (ok && (pick = perf_pick(r, got, p, dir)) >= 0) { p->algo[dir] = (int)r[pick].algo; math = r[pick].mathType; }
+    } else if (dir == CONV_BWD_DATA) {
+        cudnnConvolutionBwdDataAlgoPerf_t r[NPERF];
+        ok = CUDNN_OK(cudnnFindConvolutionBackwardDataAlgorithm(g_cudnn, p->fd, p->yd, cd, p->xd, NPERF, &got, r));
+        if (ok && (pick = perf_pick(r, got, p, dir)) >= 0) { p->algo[dir] = (int)r[pick].algo; math = r[pick].mathType; }
+    } else {
+        cudnnConvolutionBwdFilterAlgoPerf_t r[NPERF];
+        ok = CUDNN_OK(cudnnFindConvolutionBackwardFilterAlgorithm(g_cudnn, p->xd, p->yd, cd, p->fd, NPERF, &got, r));
+        if (ok && (pick = perf_pick(r, got, p, dir)) >= 0) { p->algo[dir] = (int)r[pick].algo; math = r[pick].mathType; }
+    }
+    if (!ok) return false;
+    if (pick < 0) {
+        g_host->error(ST_DEVICE, "cuDNN found no %s algorithm for the convolution %lldx%dx%dx%d -> %dx%dx%d",
+                      conv_dir_name[dir], (long long)p->d.n, p->d.h, p->d.w, p->d.c, p->d.oh, p->d.ow, p->d.oc);
+        return false;
+    }
+    if (!p->tf32) math = CUDNN_FMA_MATH;
+    size_t ws = 0;
+    ok = CUDNN_OK(cudnnSetConvolutionMathType(cd, math));
+    if (ok && dir == CONV_FWD)
+        ok = CUDNN_OK(cudnnGetConvolutionForwardWorkspaceSize(g_cudnn, p->xd, p->fd, cd, p->yd,
+                                                              (cudnnConvolutionFwdAlgo_t)p->algo[dir], &ws));
+    else if (ok && dir == CONV_BWD_DATA)
+        ok = CUDNN_OK(cudnnGetConvolutionBackwardDataWorkspaceSize(g_cudnn, p->fd, p->yd, cd, p->xd,
+                                                                   (cudnnConvolutionBwdDataAlgo_t)p->algo[dir], &ws));
+    else if (ok)
+        ok = CUDNN_OK(cudnnGetConvolutionBackwardFilterWorkspaceSize(g_cudnn, p->xd, p->yd, cd, p->fd,
+                                                                     (cudnnConvolutionBwdFilterAlgo_t)p->algo[dir], &ws));
+    if (!ok) {
+        cudnnSetConvolutionMathType(cd, base_math(p->tf32)); /* the next try searches as this one did */
+        return false;
+    }
+    p->ws[dir] = ws;
+    p->found[dir] = true;
+    return true;
 }
 
 static void *conv_ws(size_t bytes) {
@@ -610,48 +711,56 @@ static const float *padded_input(const conv_plan *p, const float *x) {
 
 static void cu_conv2d_fwd(const fl_conv_desc *d, const float *x, const float *w, const float *b, float *y, void *ws) {
     conv_plan *p = plan_for(d);
-    if (!p) return;
+    if (!p || !conv_find(p, CONV_FWD)) return;
     size_t nw = (size_t)d->kh * d->kw * d->c * d->oc;
     float *wk = ohwi_for(w, nw);
     const float *xin = padded_input(p, x);
-    void *work = conv_ws(p->ws_bytes);
-    if (!wk || !xin || (p->ws_bytes && !work)) return;
+    size_t wsb = p->ws[CONV_FWD];
+    void *work = conv_ws(wsb);
+    if (!wk || !xin || (wsb && !work)) return;
     int khkwc = d->kh * d->kw * d->c;
     k_hwio_to_ohwi<<<blocks_for((int64_t)nw, 256), 256, 0, g_stream>>>((int64_t)nw, khkwc, d->oc, w, wk);
     LAUNCHED();
     const float one = 1.0f, zero = 0.0f;
-    CUDNN_OK(cudnnConvolutionForward(g_cudnn, &one, p->xd, xin, p->fd, wk, p->cd, p->fwd, work, p->ws_bytes, &zero,
-                                     p->yd, y));
+    CUDNN_OK(cudnnConvolutionForward(g_cudnn, &one, p->xd, xin, p->fd, wk, p->cd[CONV_FWD],
+                                     (cudnnConvolutionFwdAlgo_t)p->algo[CONV_FWD], work, wsb, &zero, p->yd, y));
     bias_act(d->n * (int64_t)d->oh * d->ow, d->oc, d->has_bias ? b : NULL, d->act, y);
 }
 
 static void cu_conv2d_bwd(const fl_conv_desc *d, const float *x, const float *w, const float *y, float *dy, float *dx,
                           float dx_beta, float *dw, float *db, void *ws) {
     conv_plan *p = plan_for(d);
-    if (!p) return;
+    if (!p || (dw && !conv_find(p, CONV_BWD_FILTER)) || (dx && !conv_find(p, CONV_BWD_DATA))) return;
+    size_t wsb = 0;
+    if (dw) wsb = p->ws[CONV_BWD_FILTER];
+    if (dx && p->ws[CONV_BWD_DATA] > wsb) wsb = p->ws[CONV_BWD_DATA];
     size_t nw = (size_t)d->kh * d->kw * d->c * d->oc;
     float *wk = ohwi_for(w, nw); /* written by this step's forward pass */
-    float *dwk = (float *)scratch(1, nw * sizeof(float));
-    const float *xin = padded_input(p, x);
-    void *work = conv_ws(p->ws_bytes);
-    if (!wk || !dwk || !xin || (p->ws_bytes && !work)) return;
+    float *dwk = dw ? (float *)scratch(1, nw * sizeof(float)) : NULL;
+    const float *xin = dw ? padded_input(p, x) : x;
+    void *work = conv_ws(wsb);
+    if (!wk || (dw && (!dwk || !xin)) || (wsb && !work)) return;
     act_grad_bias(d->n * (int64_t)d->oh * d->ow, d->oc, d->act, y, dy, d->has_bias ? db : NULL);
     const float one = 1.0f, zero = 0.0f;
-    CUDNN_OK(cudnnConvolutionBackwardFilter(g_cudnn, &one, p->xd, xin, p->yd, dy, p->cd, p->bwd_filter, work,
-                                            p->ws_bytes, &zero, p->fd, dwk));
-    int khkwc = d->kh * d->kw * d->c;
-    k_ohwi_to_hwio<<<blocks_for((int64_t)nw, 256), 256, 0, g_stream>>>((int64_t)nw, khkwc, d->oc, dwk, dw);
-    LAUNCHED();
+    if (dw) {
+        CUDNN_OK(cudnnConvolutionBackwardFilter(g_cudnn, &one, p->xd, xin, p->yd, dy, p->cd[CONV_BWD_FILTER],
+                                                (cudnnConvolutionBwdFilterAlgo_t)p->algo[CONV_BWD_FILTER], work, wsb,
+                                                &zero, p->fd, dwk));
+        int khkwc = d->kh * d->kw * d->c;
+        k_ohwi_to_hwio<<<blocks_for((int64_t)nw, 256), 256, 0, g_stream>>>((int64_t)nw, khkwc, d->oc, dwk, dw);
+        LAUNCHED();
+    }
     if (!dx) return;
+    cudnnConvolutionBwdDataAlgo_t alg = (cudnnConvolutionBwdDataAlgo_t)p->algo[CONV_BWD_DATA];
     if (!p->eh && !p->ew) {
-        CUDNN_OK(cudnnConvolutionBackwardData(g_cudnn, &one, p->fd, wk, p->yd, dy, p->cd, p->bwd_data, work,
-                                              p->ws_bytes, &dx_beta, p->xd, dx));
+        CUDNN_OK(cudnnConvolutionBackwardData(g_cudnn, &one, p->fd, wk, p->yd, dy, p->cd[CONV_BWD_DATA], alg, work, wsb,
+                                              &dx_beta, p->xd, dx));
         return;
     }
     /* padded: the gradient of the padded input, then its top-left part */
     float *dxp = (float *)scratch(2, (size_t)(d->n * (int64_t)(d->h + p->eh) * (d->w + p->ew) * d->c) * sizeof(float));
     if (!dxp) return;
-    CUDNN_OK(cudnnConvolutionBackwardData(g_cudnn, &one, p->fd, wk, p->yd, dy, p->cd, p->bwd_data, work, p->ws_bytes,
+    CUDNN_OK(cudnnConvolutionBackwardData(g_cudnn, &one, p->fd, wk, p->yd, dy, p->cd[CONV_BWD_DATA], alg, work, wsb,
                                           &zero, p->xd, dxp));
     int64_t total = d->n * (int64_t)d->h * d->w * d->c;
     k_crop_add<<<blocks_for(total, 256), 256, 0, g_stream>>>(total, d->h, d->w, d->c, p->eh, p->ew, dxp, dx, dx_beta);
