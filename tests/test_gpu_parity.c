@@ -186,6 +186,20 @@ static void op_parity(void) {
     g_k = 3; g_s = 2; g_pad = FL_SAME;
     parity("maxpool 3x3 s2 same", 3, img, 7, b_maxpool, true);
     parity("avgpool 3x3 s2 same", 3, img, 7, b_avgpool, true);
+    /* "same" average pooling divides by the elements inside the input; strides
+     * other than the pool size make windows overlap (s < k) or skip (s > k) */
+    struct { int k, s; int64_t shape[3]; } avg_same[] = {
+        {2, 1, {7, 9, 3}}, {3, 1, {8, 8, 4}}, {4, 3, {13, 10, 5}}, {5, 2, {17, 15, 3}}, {2, 3, {11, 12, 2}},
+    };
+    for (size_t i = 0; i < sizeof avg_same / sizeof avg_same[0]; i++) {
+        g_k = avg_same[i].k; g_s = avg_same[i].s; g_pad = FL_SAME;
+        char name[64];
+        snprintf(name, sizeof name, "avgpool %dx%d s%d same %lldx%lld", g_k, g_k, g_s,
+                 (long long)avg_same[i].shape[0], (long long)avg_same[i].shape[1]);
+        parity(name, 3, avg_same[i].shape, 5, b_avgpool, true);
+    }
+    g_k = 3; g_s = 2; g_pad = FL_VALID;
+    parity("avgpool 3x3 s2 valid", 3, img, 7, b_avgpool, true);
     g_k = 2; g_s = 2; g_pad = FL_VALID;
     parity("avgpool 2x2", 3, img, 7, b_avgpool, true);
     parity("global average pooling", 3, img, 7, b_gap, true);

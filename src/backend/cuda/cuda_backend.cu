@@ -796,6 +796,16 @@ __global__ void k_maxpool_fwd(fl_conv_desc d, const float *x, float *y, int32_t 
     }
 }
 
+/* The outputs o0..o1 (inclusive; none when o0 > o1) of a pooling axis whose
+ * window [o*s - pad, o*s - pad + k) covers input position i: o*s <= i + pad
+ * and o*s > i + pad - k. */
+__device__ __forceinline__ void pool_cover(int i, int pad, int k, int s, int on, int *o0, int *o1) {
+    int a = i + pad - k + 1; /* the first o has o*s >= a */
+    *o0 = a <= 0 ? 0 : (a + s - 1) / s;
+    int b = (i + pad) / s;   /* i + pad >= 0 */
+    *o1 = b < on - 1 ? b : on - 1;
+}
+
 /* One thread per input element: sums the gradients of the windows whose
  * maximum it was (no atomics: deterministic). */
 __global__ void k_maxpool_bwd(fl_conv_desc d, const float *dy, const int32_t *argmax, float *dx, float beta) {
@@ -808,12 +818,11 @@ __global__ void k_maxpool_bwd(fl_conv_desc d, const float *dy, const int32_t *ar
         int64_t n = t / d.h;
         int32_t off = (int32_t)((ih * d.w + iw) * d.c + c);
         float g = 0;
-        int oh0 = (ih + d.pt - d.kh + d.sh) / d.sh, oh1 = (ih + d.pt) / d.sh;
-        int ow0 = (iw + d.pl - d.kw + d.sw) / d.sw, ow1 = (iw + d.pl) / d.sw;
-        if (ih + d.pt - d.kh + 1 < 0) oh0 = 0;
-        if (iw + d.pl - d.kw + 1 < 0) ow0 = 0;
-        for (int oh = oh0 < 0 ? 0 : oh0; oh <= oh1 && oh < d.oh; oh++)
-            for (int ow = ow0 < 0 ? 0 : ow0; ow <= ow1 && ow < d.ow; ow++) {
+        int oh0, oh1, ow0, ow1;
+        pool_cover(ih, d.pt, d.kh, d.sh, d.oh, &oh0, &oh1);
+        pool_cover(iw, d.pl, d.kw, d.sw, d.ow, &ow0, &ow1);
+        for (int oh = oh0; oh <= oh1; oh++)
+            for (int ow = ow0; ow <= ow1; ow++) {
                 int64_t o = ((n * d.oh + oh) * d.ow + ow) * d.c + c;
                 if (argmax[o] == off) g += dy[o];
             }
@@ -821,6 +830,8 @@ __global__ void k_maxpool_bwd(fl_conv_desc d, const float *dy, const int32_t *ar
     }
 }
 
+/* Windows clipped to the input, as Keras pads "same" pooling: the mean of
+ * the elements inside (the CPU's fl_cpu_avgpool_fwd: the sum times 1/count). */
 __global__ void k_avgpool_fwd(fl_conv_desc d, const float *x, float *y) {
     int64_t total = d.n * (int64_t)d.oh * d.ow * d.c;
     for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
@@ -842,10 +853,15 @@ __global__ void k_avgpool_fwd(fl_conv_desc d, const float *x, float *y) {
                 cnt++;
             }
         }
-        y[e] = cnt ? s / (float)cnt : 0.0f;
+        y[e] = __fmul_rn(s, cnt ? 1.0f / (float)cnt : 0.0f);
     }
 }
 
+/* One thread per input element: the windows that cover it (pool_cover, as
+ * maxpool's backward), each adding its gradient times 1/count of the
+ * window's elements inside the input. The same sum as fl_cpu_avgpool_bwd,
+ * in the same order (output rows, then columns, onto 0 or the old dx),
+ * with the product rounded on its own as the CPU does (no fused multiply-add). */
 __global__ void k_avgpool_bwd(fl_conv_desc d, const float *dy, float *dx, float beta) {
     int64_t total = d.n * (int64_t)d.h * d.w * d.c;
     for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
@@ -854,19 +870,21 @@ __global__ void k_avgpool_bwd(fl_conv_desc d, const float *dy, float *dx, float 
         int iw = (int)(t % d.w); t /= d.w;
         int ih = (int)(t % d.h);
         int64_t n = t / d.h;
-        float g = 0;
-        for (int oh = 0; oh < d.oh; oh++) {
+        int oh0, oh1, ow0, ow1;
+        pool_cover(ih, d.pt, d.kh, d.sh, d.oh, &oh0, &oh1);
+        pool_cover(iw, d.pl, d.kw, d.sw, d.ow, &ow0, &ow1);
+        float g = beta == 0.0f ? 0.0f : dx[e];
+        for (int oh = oh0; oh <= oh1; oh++) {
             int h0 = oh * d.sh - d.pt;
-            if (ih < h0 || ih >= h0 + d.kh) continue;
-            for (int ow = 0; ow < d.ow; ow++) {
+            int rows = (h0 + d.kh > d.h ? d.h : h0 + d.kh) - (h0 < 0 ? 0 : h0);
+            for (int ow = ow0; ow <= ow1; ow++) {
                 int w0 = ow * d.sw - d.pl;
-                if (iw < w0 || iw >= w0 + d.kw) continue;
-                int hh0 = h0 < 0 ? 0 : h0, hh1 = h0 + d.kh > d.h ? d.h : h0 + d.kh;
-                int ww0 = w0 < 0 ? 0 : w0, ww1 = w0 + d.kw > d.w ? d.w : w0 + d.kw;
-                g += dy[((n * d.oh + oh) * d.ow + ow) * d.c + c] / (float)((hh1 - hh0) * (ww1 - ww0));
+                int cols = (w0 + d.kw > d.w ? d.w : w0 + d.kw) - (w0 < 0 ? 0 : w0);
+                float inv = 1.0f / (float)(rows * cols); /* >= 1 element: the window covers (ih, iw) */
+                g = __fadd_rn(g, __fmul_rn(dy[((n * d.oh + oh) * d.ow + ow) * d.c + c], inv));
             }
         }
-        dx[e] = beta == 0.0f ? g : dx[e] + g;
+        dx[e] = g;
     }
 }
 
