@@ -220,6 +220,14 @@ static void op_parity(void) {
         snprintf(name, sizeof name, "activation %d", g_act);
         parity(name, 1, cls, 33, b_act, true);
     }
+    /* softmax rows shorter and longer than a warp, and not a multiple of one */
+    int64_t wide[][1] = {{1}, {33}, {1000}};
+    g_act = FL_ACT_SOFTMAX;
+    for (int i = 0; i < 3; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "softmax over %lld", (long long)wide[i][0]);
+        parity(name, 1, wide[i], 37, b_act, true);
+    }
 }
 
 /* ------------------------------------------- losses, metrics, optimizers */
@@ -230,35 +238,38 @@ static float *dev_copy(const fl_backend *be, const float *h, int64_t n) {
     return d;
 }
 
-static void loss_parity(void) {
-    enum { R = 65, C = 7 };
-    float pred[R * C], logits[R * C], onehot[R * C], cls[R], bin[R * C];
-    fl_rng_uniform(logits, R * C, -4, 4, 3, 1);
+/* Losses and metrics over R rows of C classes (a warp per row on the GPU:
+ * C below, at and above 32 matter). */
+static void loss_parity_rc(int R, int C) {
+    size_t rc = (size_t)R * C;
+    float *pred = malloc(rc * 4), *logits = malloc(rc * 4), *onehot = malloc(rc * 4), *bin = malloc(rc * 4);
+    float *cls = malloc((size_t)R * 4), *hl = malloc((size_t)R * 4), *hg = malloc(rc * 4), *hs = malloc((size_t)R * 4);
+    fl_rng_uniform(logits, (int64_t)rc, -4, 4, 3, 1);
     CPU->act_fwd(FL_ACT_SOFTMAX, R, C, logits, pred);
     for (int r = 0; r < R; r++) {
-        cls[r] = (float)(fl_philox_u32(3, 2, (uint64_t)r) % C);
+        cls[r] = (float)(fl_philox_u32(3, 2, (uint64_t)r) % (uint32_t)C);
         for (int j = 0; j < C; j++) {
-            onehot[r * C + j] = j == (int)cls[r];
-            bin[r * C + j] = (float)(fl_philox_u32(3, 3, (uint64_t)(r * C + j)) & 1);
+            onehot[(size_t)r * C + j] = j == (int)cls[r];
+            bin[(size_t)r * C + j] = (float)(fl_philox_u32(3, 3, (uint64_t)r * C + j) & 1);
         }
     }
     struct { int code, input; const float *p, *t; } cases[] = {
         {FL_LC_SCCE, FL_LI_SOFTMAX_FUSED, pred, cls}, {FL_LC_SCCE, FL_LI_LOGITS, logits, cls},
         {FL_LC_CCE, FL_LI_PROBS, pred, onehot},       {FL_LC_CCE, FL_LI_LOGITS, logits, onehot},
-        {FL_LC_BCE, FL_LI_LOGITS, logits, bin},       {FL_LC_MSE, FL_LI_PROBS, logits, onehot},
+        {FL_LC_CCE, FL_LI_SOFTMAX_FUSED, pred, onehot}, {FL_LC_BCE, FL_LI_LOGITS, logits, bin},
+        {FL_LC_BCE, FL_LI_PROBS, pred, bin},          {FL_LC_MSE, FL_LI_PROBS, logits, onehot},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        fl_loss_desc d = {cases[i].code, cases[i].input, R, C, 1.0f / R};
-        int64_t tn = cases[i].code == FL_LC_SCCE ? R : R * C;
-        float hl[R], hg[R * C];
+        fl_loss_desc d = {cases[i].code, cases[i].input, R, C, 1.0f / (float)R};
+        int64_t tn = cases[i].code == FL_LC_SCCE ? R : (int64_t)rc;
         CPU->loss(&d, cases[i].p, cases[i].t, hl, hg);
-        float *dp = dev_copy(GPU, cases[i].p, R * C), *dt = dev_copy(GPU, cases[i].t, tn);
-        float *dl = GPU->alloc(R * sizeof(float)), *dg = GPU->alloc(R * C * sizeof(float));
+        float *dp = dev_copy(GPU, cases[i].p, (int64_t)rc), *dt = dev_copy(GPU, cases[i].t, tn);
+        float *dl = GPU->alloc((size_t)R * sizeof(float)), *dg = GPU->alloc(rc * sizeof(float));
         GPU->loss(&d, dp, dt, dl, dg);
-        char name[32];
-        snprintf(name, sizeof name, "loss %d/%d", cases[i].code, cases[i].input);
+        char name[48];
+        snprintf(name, sizeof name, "loss %d/%d, %dx%d", cases[i].code, cases[i].input, R, C);
         compare(name, "row losses", hl, dl, R);
-        compare(name, "gradient", hg, dg, R * C);
+        compare(name, "gradient", hg, dg, (int64_t)rc);
         double ca = 0, *ga = GPU->alloc(sizeof(double)), gv = 0;
         GPU->zero(ga, sizeof(double));
         CPU->sum_into(R, hl, 1.0, &ca);
@@ -270,14 +281,45 @@ static void loss_parity(void) {
     int mcodes[] = {FL_MC_SPARSE_CATEGORICAL, FL_MC_CATEGORICAL, FL_MC_BINARY};
     const float *mt[] = {cls, onehot, bin};
     for (int i = 0; i < 3; i++) {
-        float hs[R];
-        int64_t tn = i == 0 ? R : R * C;
+        int64_t tn = i == 0 ? R : (int64_t)rc;
         CPU->metric(mcodes[i], R, C, pred, mt[i], hs);
-        float *dp = dev_copy(GPU, pred, R * C), *dt = dev_copy(GPU, mt[i], tn), *ds = GPU->alloc(R * sizeof(float));
+        float *dp = dev_copy(GPU, pred, (int64_t)rc), *dt = dev_copy(GPU, mt[i], tn), *ds = GPU->alloc((size_t)R * sizeof(float));
         GPU->metric(mcodes[i], R, C, dp, dt, ds);
-        compare("metric", "scores", hs, ds, R);
+        float *g = download(GPU, ds, R);
+        int diff = 0; /* scores are exact: the same argmax (first maximum), the same count */
+        for (int r = 0; r < R; r++) diff += g[r] != hs[r];
+        CHECK_MSG(diff == 0, "[%s] metric %d, %dx%d: %d rows score differently on the GPU", g_mode, mcodes[i], R, C, diff);
+        free(g);
         GPU->free(dp); GPU->free(dt); GPU->free(ds);
     }
+    free(pred); free(logits); free(onehot); free(bin); free(cls); free(hl); free(hg); free(hs);
+}
+
+static void loss_parity(void) {
+    loss_parity_rc(65, 7);
+    loss_parity_rc(33, 2);
+    loss_parity_rc(40, 32);
+    loss_parity_rc(37, 1000);
+    /* ties: the first maximum wins on both devices */
+    enum { R = 9, C = 70 };
+    float p[R * C], t[R];
+    for (int r = 0; r < R; r++) {
+        int first = -1;
+        for (int j = 0; j < C; j++) {
+            p[r * C + j] = (float)((j * 7 + r) % 5); /* the maximum 4 every 5 columns */
+            if (first < 0 && p[r * C + j] == 4.0f) first = j;
+        }
+        t[r] = (float)(r % 2 ? first + 5 : first); /* right on even rows only */
+    }
+    float hs[R];
+    CPU->metric(FL_MC_SPARSE_CATEGORICAL, R, C, p, t, hs);
+    CHECK(hs[0] == 1.0f && hs[1] == 0.0f);
+    float *dp = dev_copy(GPU, p, R * C), *dt = dev_copy(GPU, t, R), *ds = GPU->alloc(R * sizeof(float));
+    GPU->metric(FL_MC_SPARSE_CATEGORICAL, R, C, dp, dt, ds);
+    float *g = download(GPU, ds, R);
+    for (int r = 0; r < R; r++) CHECK_MSG(g[r] == hs[r], "[%s] argmax with ties, row %d: GPU %g, CPU %g", g_mode, r, g[r], hs[r]);
+    free(g);
+    GPU->free(dp); GPU->free(dt); GPU->free(ds);
 }
 
 static void optimizer_parity(void) {

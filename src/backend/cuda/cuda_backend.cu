@@ -16,6 +16,7 @@
 #include <cuda_runtime.h>
 #include <cudnn.h>
 
+#include <limits.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -943,37 +944,80 @@ __global__ void k_act_bwd(int64_t total, int act, const float *x, const float *y
         dx[e] = beta == 0.0f ? g : dx[e] + g;
     }
 }
-/* softmax over rows: one thread per row (the class axis is short) */
+/* Row reductions: one warp per row, lanes striding over the row's columns,
+ * combined with butterfly shuffles (every lane gets the result; a fixed
+ * order, so deterministic). The whole warp walks the same rows. */
+#define ROW_WARPS 8 /* warps per block */
+__device__ __forceinline__ float warp_sum(float v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+    for (int o = 16; o > 0; o >>= 1) {
+        float w = __shfl_xor_sync(0xffffffffu, v, o);
+        v = w > v ? w : v;
+    }
+    return v;
+}
+/* The first position of the largest value (as `if (p[j] > p[am]) am = j`):
+ * v, i: the lane's candidate (i = INT_MAX: none). */
+__device__ __forceinline__ int warp_argmax(float v, int i) {
+    for (int o = 16; o > 0; o >>= 1) {
+        float w = __shfl_xor_sync(0xffffffffu, v, o);
+        int k = __shfl_xor_sync(0xffffffffu, i, o);
+        if (k != INT_MAX && (i == INT_MAX || w > v || (w == v && k < i))) { v = w; i = k; }
+    }
+    return i;
+}
+/* The first maximum of r[0..c) seen by this lane (columns lane, lane+32, ...) */
+__device__ __forceinline__ int row_argmax(const float *r, int c, int lane) {
+    float v = -INFINITY;
+    int i = INT_MAX;
+    for (int j = lane; j < c; j += 32)
+        if (i == INT_MAX || r[j] > v) { v = r[j]; i = j; }
+    return warp_argmax(v, i);
+}
+static int row_blocks(int64_t rows) { return blocks_for(rows, ROW_WARPS); }
+#define ROW_LOOP(r, rows)                                                                                           \
+    for (int64_t r = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) / 32; r < (rows);                             \
+         r += (int64_t)gridDim.x * blockDim.x / 32)
+
+/* softmax along rows of c: y = exp(x - max) / sum, as the CPU's cpu_act_fwd */
 __global__ void k_softmax_fwd(int64_t rows, int c, const float *x, float *y) {
-    for (int64_t r = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; r < rows; r += (int64_t)gridDim.x * blockDim.x) {
+    const int lane = threadIdx.x & 31;
+    ROW_LOOP(r, rows) {
         const float *xr = x + r * c;
         float *yr = y + r * c;
         float mx = xr[0];
-        for (int j = 1; j < c; j++) mx = xr[j] > mx ? xr[j] : mx;
+        for (int j = lane; j < c; j += 32) mx = xr[j] > mx ? xr[j] : mx;
+        mx = warp_max(mx);
         float s = 0;
-        for (int j = 0; j < c; j++) { yr[j] = expf(xr[j] - mx); s += yr[j]; }
-        float inv = 1.0f / s;
-        for (int j = 0; j < c; j++) yr[j] *= inv;
+        for (int j = lane; j < c; j += 32) { float e = expf(xr[j] - mx); yr[j] = e; s += e; }
+        float inv = 1.0f / warp_sum(s);
+        for (int j = lane; j < c; j += 32) yr[j] *= inv; /* the lane's own writes */
     }
 }
+/* dx (+)= y * (dy - sum(dy * y)) */
 __global__ void k_softmax_bwd(int64_t rows, int c, const float *y, const float *dy, float *dx, float beta) {
-    for (int64_t r = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; r < rows; r += (int64_t)gridDim.x * blockDim.x) {
+    const int lane = threadIdx.x & 31;
+    ROW_LOOP(r, rows) {
         const float *yr = y + r * c, *g = dy + r * c;
         float *o = dx + r * c;
         float s = 0;
-        for (int j = 0; j < c; j++) s += g[j] * yr[j];
-        for (int j = 0; j < c; j++) o[j] = (beta == 0.0f ? 0.0f : o[j]) + yr[j] * (g[j] - s);
+        for (int j = lane; j < c; j += 32) s += g[j] * yr[j];
+        s = warp_sum(s);
+        for (int j = lane; j < c; j += 32) o[j] = (beta == 0.0f ? 0.0f : o[j]) + yr[j] * (g[j] - s);
     }
 }
 
 static void cu_act_fwd(int act, int64_t rows, int c, const float *x, float *y) {
-    if (act == FL_ACT_SOFTMAX) k_softmax_fwd<<<blocks_for(rows, 128), 128, 0, g_stream>>>(rows, c, x, y);
+    if (act == FL_ACT_SOFTMAX) k_softmax_fwd<<<row_blocks(rows), 32 * ROW_WARPS, 0, g_stream>>>(rows, c, x, y);
     else k_act_fwd<<<blocks_for(rows * c, 256), 256, 0, g_stream>>>(rows * c, act, x, y);
     LAUNCHED();
 }
 static void cu_act_bwd(int act, int64_t rows, int c, const float *x, const float *y, const float *dy, float *dx,
                        float beta) {
-    if (act == FL_ACT_SOFTMAX) k_softmax_bwd<<<blocks_for(rows, 128), 128, 0, g_stream>>>(rows, c, y, dy, dx, beta);
+    if (act == FL_ACT_SOFTMAX) k_softmax_bwd<<<row_blocks(rows), 32 * ROW_WARPS, 0, g_stream>>>(rows, c, y, dy, dx, beta);
     else k_act_bwd<<<blocks_for(rows * c, 256), 256, 0, g_stream>>>(rows * c, act, x, y, dy, dx, beta);
     LAUNCHED();
 }
@@ -1154,26 +1198,149 @@ static void cu_accumulate(int64_t n, const float *src, float *dst, float beta) {
     LAUNCHED();
 }
 
+__device__ __forceinline__ int warp_sum_int(int v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+/* fl_loss_row (ops/math.h) with a warp per row: the same per-element terms
+ * and the same row sums (the maximum, the sum of exponentials, the loss,
+ * the targets' sum, the gradient's shared term), each summed per lane and
+ * then across lanes; only the order of those sums differs from the CPU's.
+ * Keep the two in step. Returns the row's loss in every lane. */
+__device__ float loss_row_warp(int lane, int code, int input, int c, float s, const float *p, const float *t, int cls,
+                               float *g) {
+#define TJ(j) (t ? t[(j)] : ((j) == cls ? 1.0f : 0.0f))
+    float L = 0;
+    switch (code) {
+    case FL_LC_CCE:
+    case FL_LC_SCCE: {
+        if (input == FL_LI_LOGITS) {
+            /* log-softmax, stable */
+            float mx = p[0];
+            for (int j = lane; j < c; j += 32) mx = p[j] > mx ? p[j] : mx;
+            mx = warp_max(mx);
+            float se = 0;
+            for (int j = lane; j < c; j += 32) se += expf(p[j] - mx);
+            float lse = mx + logf(warp_sum(se));
+            float tsum = 0;
+            for (int j = lane; j < c; j += 32) {
+                float tj = TJ(j);
+                L -= tj * (p[j] - lse);
+                tsum += tj;
+            }
+            L = warp_sum(L);
+            tsum = warp_sum(tsum);
+            if (g)
+                for (int j = lane; j < c; j += 32) g[j] = s * (expf(p[j] - lse) * tsum - TJ(j));
+        } else {
+            /* probabilities, as Keras: p / sum(p), clipped to [eps, 1-eps] */
+            float ps = 0;
+            for (int j = lane; j < c; j += 32) ps += p[j];
+            ps = warp_sum(ps);
+            float tsum = 0;
+            for (int j = lane; j < c; j += 32) {
+                float tj = TJ(j);
+                if (tj != 0.0f) L -= tj * logf(fl_clipf(p[j] / ps, FL_LOSS_EPS, 1.0f - FL_LOSS_EPS));
+                tsum += tj;
+            }
+            L = warp_sum(L);
+            tsum = warp_sum(tsum);
+            if (g) {
+                if (input == FL_LI_SOFTMAX_FUSED) {
+                    /* gradient w.r.t. the softmax's logits */
+                    for (int j = lane; j < c; j += 32) g[j] = s * (p[j] * tsum - TJ(j));
+                } else {
+                    /* d/dp_j of -sum_i t_i log(clip(p_i / S)) */
+                    float acc = 0;
+                    for (int i = lane; i < c; i += 32) {
+                        float ti = TJ(i), q = p[i] / ps;
+                        if (ti != 0.0f && q > FL_LOSS_EPS && q < 1.0f - FL_LOSS_EPS) acc += ti / ps;
+                    }
+                    acc = warp_sum(acc);
+                    for (int j = lane; j < c; j += 32) {
+                        float tj = TJ(j), q = p[j] / ps;
+                        float direct = (tj != 0.0f && q > FL_LOSS_EPS && q < 1.0f - FL_LOSS_EPS) ? -tj / p[j] : 0.0f;
+                        g[j] = s * (direct + acc);
+                    }
+                }
+            }
+        }
+        break;
+    }
+    case FL_LC_BCE: {
+        for (int j = lane; j < c; j += 32) {
+            float y = t[j];
+            if (input == FL_LI_LOGITS) {
+                float z = p[j];
+                L += fmaxf(z, 0.0f) - z * y + log1pf(expf(-fabsf(z)));
+                if (g) g[j] = s / (float)c * (fl_sigmoidf(z) - y);
+            } else {
+                float q = fl_clipf(p[j], FL_LOSS_EPS, 1.0f - FL_LOSS_EPS);
+                L -= y * logf(q) + (1.0f - y) * logf(1.0f - q);
+                if (g) {
+                    if (input == FL_LI_SIGMOID_FUSED) g[j] = s / (float)c * (p[j] - y);
+                    else {
+                        int inside = p[j] > FL_LOSS_EPS && p[j] < 1.0f - FL_LOSS_EPS;
+                        g[j] = inside ? s / (float)c * (-y / q + (1.0f - y) / (1.0f - q)) : 0.0f;
+                    }
+                }
+            }
+        }
+        L = warp_sum(L) / (float)c;
+        break;
+    }
+    case FL_LC_MSE:
+    default:
+        for (int j = lane; j < c; j += 32) {
+            float e = p[j] - t[j];
+            L += e * e;
+            if (g) g[j] = s * 2.0f * e / (float)c;
+        }
+        L = warp_sum(L) / (float)c;
+        break;
+    }
+    return L;
+#undef TJ
+}
+
 __global__ void k_loss(fl_loss_desc d, const float *pred, const float *target, float *row_loss, float *grad) {
-    for (int64_t r = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; r < d.rows; r += (int64_t)gridDim.x * blockDim.x) {
+    const int lane = threadIdx.x & 31;
+    ROW_LOOP(r, d.rows) {
         const float *t = d.code == FL_LC_SCCE ? NULL : target + r * d.c;
         int cls = d.code == FL_LC_SCCE ? (int)target[r] : -1;
-        row_loss[r] = fl_loss_row(d.code, d.input, d.c, d.scale, pred + r * d.c, t, cls, grad ? grad + r * d.c : NULL);
+        float L = loss_row_warp(lane, d.code, d.input, d.c, d.scale, pred + r * d.c, t, cls,
+                                grad ? grad + r * d.c : NULL);
+        if (lane == 0) row_loss[r] = L;
     }
 }
 static void cu_loss(const fl_loss_desc *d, const float *pred, const float *target, float *row_loss, float *grad) {
-    k_loss<<<blocks_for(d->rows, 128), 128, 0, g_stream>>>(*d, pred, target, row_loss, grad);
+    k_loss<<<row_blocks(d->rows), 32 * ROW_WARPS, 0, g_stream>>>(*d, pred, target, row_loss, grad);
     LAUNCHED();
 }
 
+/* fl_metric_row with a warp per row: the first maximum (argmax) of the
+ * prediction and of a one-hot target; the count of matching outputs. */
 __global__ void k_metric(int code, int64_t rows, int c, const float *pred, const float *target, float *score) {
-    for (int64_t r = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; r < rows; r += (int64_t)gridDim.x * blockDim.x) {
-        bool sparse = code == FL_MC_SPARSE_CATEGORICAL;
-        score[r] = fl_metric_row(code, c, pred + r * c, sparse ? NULL : target + r * c, sparse ? (int)target[r] : -1);
+    const int lane = threadIdx.x & 31;
+    ROW_LOOP(r, rows) {
+        const float *p = pred + r * c;
+        float v;
+        if (code == FL_MC_BINARY) {
+            const float *t = target + r * c;
+            int ok = 0;
+            for (int j = lane; j < c; j += 32) ok += ((p[j] > 0.5f) ? 1.0f : 0.0f) == t[j];
+            v = (float)warp_sum_int(ok) / (float)c;
+        } else {
+            int am = row_argmax(p, c, lane);
+            int cls = code == FL_MC_SPARSE_CATEGORICAL ? (int)target[r] : row_argmax(target + r * c, c, lane);
+            v = am == cls ? 1.0f : 0.0f;
+        }
+        if (lane == 0) score[r] = v;
     }
 }
 static void cu_metric(int code, int64_t rows, int c, const float *pred, const float *target, float *score) {
-    k_metric<<<blocks_for(rows, 128), 128, 0, g_stream>>>(code, rows, c, pred, target, score);
+    k_metric<<<row_blocks(rows), 32 * ROW_WARPS, 0, g_stream>>>(code, rows, c, pred, target, score);
     LAUNCHED();
 }
 
