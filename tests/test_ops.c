@@ -591,6 +591,37 @@ static void test_pad2d(int top, int bottom, int left, int right) {
     h_free(&h);
 }
 
+/* Conv1D's form of Conv2D: a one-column image and a (k, in, out) kernel,
+ * after a causal pad of k - 1 rows. */
+static void test_conv1d_form(void) {
+    harness h;
+    const int64_t B = 3, T = 7, C = 2, K = 3, F = 4;
+    h_init(&h, B, 3, (int64_t[]){T, 1, C});
+    fl_node *w = h_param(&h, 3, (int64_t[]){K, C, F}, -0.5f, 0.5f);
+    fl_node *b = h_param(&h, 1, &F, -0.5f, 0.5f);
+    fl_node *p = fl_graph_pad2d(&h.g, "causal", h.x, (int)K - 1, 0, 0, 0);
+    fl_node *y = fl_graph_conv2d(&h.g, "conv1d", p, w, b, 1, 1, FL_VALID, FL_ACT_TANH);
+    CHECK(y && y->shape[1] == T && y->shape[2] == 1 && y->shape[3] == F);
+    if (!y) { h_free(&h); return; }
+    h_ready(&h, y, -1, 1);
+    h_loss(&h, true);
+    double ref[3 * 7 * 4];
+    for (int64_t n = 0; n < B; n++)
+        for (int64_t t = 0; t < T; t++)
+            for (int64_t f = 0; f < F; f++) {
+                double s = b->val[f];
+                for (int64_t k = 0; k < K; k++) {
+                    int64_t st = t - (K - 1) + k; /* output t sees inputs t-K+1 .. t */
+                    if (st < 0) continue;
+                    for (int64_t c = 0; c < C; c++) s += (double)h.x->val[(n * T + st) * C + c] * w->val[(k * C + c) * F + f];
+                }
+                ref[(n * T + t) * F + f] = tanh(s);
+            }
+    CHECK_MSG(max_abs_diff(y->val, ref, B * T * F) < 1e-5, "conv1d causal forward");
+    h_gradcheck(&h, "conv1d causal", 1e-3, 1e-2, true);
+    h_free(&h);
+}
+
 /* The capability query: a backend without a kernel that an op needs is
  * refused with the layer, op and kernel named; every op has a table row. */
 static void test_capability(void) {
@@ -654,6 +685,7 @@ int main(void) {
     test_pad2d(0, 2, 3, 1);   /* asymmetric, as MobileNetV2's correct_pad */
     test_pad2d(-1, -2, 0, -1); /* cropping */
     test_pad2d(2, -1, -1, 3);  /* both at once */
+    test_conv1d_form();
     /* the later activations fused into Dense (last, so that the random
      * data of the tests above stay as they were) */
     for (int a = FL_ACT_ELU + 1; a < FL_ACT_COUNT; a++) {

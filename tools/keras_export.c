@@ -157,6 +157,19 @@ int main(int argc, char **argv) {
     check(fl_compile(m, fl_adam(.learning_rate = 0.01f), FL_SPARSE_CATEGORICAL_CROSSENTROPY, FL_ACCURACY), "compile");
     export_model("seq_pad_crop_adam", m, 3, 8);
 
+    /* Conv1D (causal, same with stride), the 1D and global poolings */
+    m = fl_sequential(fl_input(12, 3), fl_conv1d(4, 3, .padding = FL_CAUSAL, .activation = FL_RELU),
+                      fl_max_pooling1d(2), fl_conv1d(5, 2, .strides = 2, .padding = FL_SAME, .no_bias = true),
+                      fl_average_pooling1d(2, .padding = FL_SAME), fl_global_max_pooling1d(.keepdims = true),
+                      fl_flatten(), fl_dense(3, .activation = FL_SOFTMAX));
+    fl_model_set_seed(m, 9);
+    check(fl_compile(m, fl_adam(.learning_rate = 0.01f), FL_SPARSE_CATEGORICAL_CROSSENTROPY, FL_ACCURACY), "compile");
+    export_model("seq_conv1d_adam", m, 3, 8);
+    m = fl_sequential(fl_input(6, 5, 2), fl_conv2d(3, 3, .activation = FL_TANH), fl_global_max_pooling2d(.keepdims = true),
+                      fl_global_average_pooling2d(), fl_dense(2));
+    fl_model_set_seed(m, 10);
+    export_model("seq_global_pools", m, 0, 0);
+
     /* MLP: centered RMSprop with momentum, categorical CE, BN after Dense, leaky relu, elu */
     m = fl_sequential(fl_input(7), fl_dense(8, .activation = FL_LEAKY_RELU, .no_bias = true),
                       fl_batch_normalization(.momentum = 0.9f, .epsilon = 0.01f), fl_activation_layer(.activation = FL_ELU),

@@ -337,6 +337,36 @@ def m_activations_more(rng):
     return m, [normal(rng, 4, 6, scale=3.0)]
 
 
+def m_sequence_1d(rng):
+    # Conv1D (causal, same with stride 2, valid with an even kernel), the 1D
+    # poolings and the global ones, keepdims both ways.
+    x = keras.Input((11, 3), name="seq")
+    h = L.Conv1D(4, 3, padding="causal", activation="relu")(x)     # 11x4
+    h = L.Conv1D(5, 2, strides=2, padding="same", use_bias=False)(h)  # 6x5
+    a = L.MaxPooling1D(2)(h)                                         # 3x5
+    b = L.AveragePooling1D(3, strides=2, padding="same")(h)          # 3x5
+    h = L.Concatenate()([a, b])                                      # 3x10
+    h = L.Conv1D(6, 2, activation="tanh")(h)                         # 2x6
+    g1 = L.GlobalMaxPooling1D()(h)
+    g2 = L.GlobalAveragePooling1D(keepdims=True)(h)                  # 1x6
+    g2 = L.Flatten()(g2)
+    y = L.Concatenate()([g1, g2])
+    m = keras.Model(x, y, name="sequence_1d")
+    return m, [normal(rng, 3, 11, 3)]
+
+
+def m_global_pools_2d(rng):
+    x = keras.Input((5, 4, 3), name="img")
+    h = L.Conv2D(4, 3, padding="same", activation="relu")(x)
+    a = L.GlobalMaxPooling2D()(h)
+    b = L.GlobalMaxPooling2D(keepdims=True)(h)                       # 1x1x4
+    c = L.GlobalAveragePooling2D(keepdims=True)(h)                   # 1x1x4
+    d = L.Flatten()(L.Add()([b, c]))
+    y = L.Concatenate()([a, d])
+    m = keras.Model(x, y, name="global_pools_2d")
+    return m, [normal(rng, 3, 5, 4, 3)]
+
+
 # Which files a fixture gets. Keras's HDF5 files cost ~2.5 KB per layer
 # whatever the layer holds (two HDF5 groups per layer) plus ~6 KB per file,
 # so writing all four formats for every model would make the folder ~2 MB.
@@ -367,6 +397,8 @@ MODELS = [
     ("func_shared", "functional", m_func_shared, KERAS_H5),
     ("padding_cropping", "sequential", m_padding_cropping, ALL),
     ("activations_more", "sequential", m_activations_more, KERAS),
+    ("sequence_1d", "functional", m_sequence_1d, ALL),
+    ("global_pools_2d", "functional", m_global_pools_2d, KERAS),
 ]
 
 
@@ -425,6 +457,17 @@ def t_pad_crop_adam():
     return keras.Model(x, y, name="train_pad_crop_adam")
 
 
+def t_conv1d_adam():
+    return keras.Sequential([
+        keras.Input((9, 2)),
+        L.Conv1D(4, 3, padding="causal", activation="tanh"),
+        L.MaxPooling1D(2),
+        L.Conv1D(3, 2, padding="same", activation="relu"),
+        L.GlobalMaxPooling1D(),
+        L.Dense(2, activation="softmax"),
+    ], name="train_conv1d_adam")
+
+
 def b_sparse(classes, *shape):
     def make(rng):
         x = normal(rng, 8, *shape)
@@ -475,6 +518,9 @@ TRAINING = [
     ("train_pad_crop_adam", t_pad_crop_adam,
      lambda: keras.optimizers.Adam(learning_rate=0.01),
      "sparse_categorical_crossentropy", ["accuracy"], b_sparse(3, 6, 6, 1), KERAS),
+    ("train_conv1d_adam", t_conv1d_adam,
+     lambda: keras.optimizers.Adam(learning_rate=0.01),
+     "sparse_categorical_crossentropy", ["accuracy"], b_sparse(2, 9, 2), KERAS),
 ]
 
 

@@ -117,7 +117,11 @@ fl_status fl_activation_from_name(const char *name, fl_activation *out);
 
 typedef struct fl_layer fl_layer;
 
-typedef enum fl_padding { FL_VALID = 0, FL_SAME } fl_padding;
+typedef enum fl_padding {
+    FL_VALID = 0,
+    FL_SAME,
+    FL_CAUSAL /* Conv1D only: all the padding before the sequence (Keras "causal") */
+} fl_padding;
 
 /* Input(shape): the shape of one sample, without the batch dimension. */
 fl_layer *fl_input_(int ndim, const int64_t *shape);
@@ -166,10 +170,49 @@ fl_layer *fl_average_pooling2d_(fl_pool2d_args a);
 /* fl_max_pooling2d(2) works: the first positional field is pool_size. */
 
 typedef struct fl_name_args { int _reserved; const char *name; } fl_name_args;
-fl_layer *fl_global_average_pooling2d_(fl_name_args a);
 fl_layer *fl_flatten_(fl_name_args a);
-#define fl_global_average_pooling2d(...) fl_global_average_pooling2d_((fl_name_args){._reserved = 0, __VA_ARGS__})
 #define fl_flatten(...) fl_flatten_((fl_name_args){._reserved = 0, __VA_ARGS__})
+
+/* Global pooling over all positions: of an image (2D: (h, w, c) -> (c)) or
+ * a sequence (1D: (steps, c) -> (c)); keepdims keeps the pooled axes as 1s. */
+typedef struct fl_global_pool_args { int _reserved; bool keepdims; const char *name; } fl_global_pool_args;
+fl_layer *fl_global_average_pooling2d_(fl_global_pool_args a);
+fl_layer *fl_global_max_pooling2d_(fl_global_pool_args a);
+fl_layer *fl_global_average_pooling1d_(fl_global_pool_args a);
+fl_layer *fl_global_max_pooling1d_(fl_global_pool_args a);
+#define fl_global_average_pooling2d(...) fl_global_average_pooling2d_((fl_global_pool_args){._reserved = 0, __VA_ARGS__})
+#define fl_global_max_pooling2d(...) fl_global_max_pooling2d_((fl_global_pool_args){._reserved = 0, __VA_ARGS__})
+#define fl_global_average_pooling1d(...) fl_global_average_pooling1d_((fl_global_pool_args){._reserved = 0, __VA_ARGS__})
+#define fl_global_max_pooling1d(...) fl_global_max_pooling1d_((fl_global_pool_args){._reserved = 0, __VA_ARGS__})
+
+/* MaxPooling1D / AveragePooling1D over (steps, channels). */
+typedef struct fl_pool1d_args {
+    int _reserved;   /* keeps the macros warning-free; leave it out */
+    int pool_size;   /* 0 = 2 */
+    int strides;     /* 0 = pool_size, as Keras strides=None */
+    fl_padding padding;
+    const char *name;
+} fl_pool1d_args;
+fl_layer *fl_max_pooling1d_(fl_pool1d_args a);
+fl_layer *fl_average_pooling1d_(fl_pool1d_args a);
+#define fl_max_pooling1d(...) fl_max_pooling1d_((fl_pool1d_args){._reserved = 0, __VA_ARGS__})
+#define fl_average_pooling1d(...) fl_average_pooling1d_((fl_pool1d_args){._reserved = 0, __VA_ARGS__})
+
+/* Conv1D over (steps, channels): kernel (kernel_size, in, filters).
+ * padding FL_VALID, FL_SAME or FL_CAUSAL (output t sees inputs <= t). */
+typedef struct fl_conv1d_args {
+    int _reserved; /* keeps the macros warning-free; leave it out */
+    int filters;
+    int kernel_size;
+    int strides;       /* 0 = 1 */
+    fl_padding padding;
+    int dilation_rate; /* 0 = 1; only 1 is supported */
+    fl_activation activation;
+    bool no_bias;
+    const char *name;
+} fl_conv1d_args;
+fl_layer *fl_conv1d_(fl_conv1d_args a);
+#define fl_conv1d(...) fl_conv1d_((fl_conv1d_args){._reserved = 0, __VA_ARGS__}) /* fl_conv1d(64, 3, ...) */
 
 /* Reshape(target_shape): per-sample shape; one dimension may be -1. */
 fl_layer *fl_reshape_(int ndim, const int64_t *shape);

@@ -101,6 +101,11 @@ static void conv2d_to(const fl_layer *l, json_object *c) {
     put_kernel_extras(c, true);
 }
 
+/* ---------------------------------------------------------------- Conv1D */
+
+static fl_layer *conv1d_from(const kctx *c, const char *cls, json_object *cfg, klayer_extra *x);
+static void conv1d_to(const fl_layer *l, json_object *c);
+
 /* -------------------------------------------- MaxPooling2D, AveragePooling2D */
 
 static fl_layer *pool2d_from(const kctx *c, const char *cls, json_object *cfg, klayer_extra *x) {
@@ -123,20 +128,65 @@ static void pool2d_to(const fl_layer *l, json_object *c) {
     put(c, "data_format", jstring("channels_last"));
 }
 
-/* ---------------------------------------------------- GlobalAveragePooling2D */
+/* --------------------------------------- the global poolings, 2D and 1D */
 
-static fl_layer *gap_from(const kctx *c, const char *cls, json_object *cfg, klayer_extra *x) {
-    (void)cls; (void)x;
+static fl_layer *global_pool_from(const kctx *c, const char *cls, json_object *cfg, klayer_extra *x) {
+    (void)x;
     bool keepdims;
     if (check_data_format(c, cfg) || get_bool(c, cfg, "keepdims", false, &keepdims)) return NULL;
-    if (keepdims) return kfail(c, FL_ERR_UNSUPPORTED, "keepdims true is not supported"), NULL;
-    return fl_global_average_pooling2d_((fl_name_args){0});
+    fl_global_pool_args a = {.keepdims = keepdims};
+    const fl_keras_layer_def *d = fl_keras_layer_by_class(cls);
+    switch (d->kind) {
+    case FL_L_GMP: return fl_global_max_pooling2d_(a);
+    case FL_L_GAP1D: return fl_global_average_pooling1d_(a);
+    case FL_L_GMP1D: return fl_global_max_pooling1d_(a);
+    default: return fl_global_average_pooling2d_(a);
+    }
 }
 
-static void gap_to(const fl_layer *l, json_object *c) {
-    (void)l;
+static void global_pool_to(const fl_layer *l, json_object *c) {
     put(c, "data_format", jstring("channels_last"));
-    put(c, "keepdims", jbool(false));
+    put(c, "keepdims", jbool(l->a.gpool.keepdims));
+}
+
+/* ------------------------------------------ MaxPooling1D, AveragePooling1D */
+
+/* An integer or a list of one integer (Keras 3 writes pool_size [2]). */
+static fl_status get_one(const kctx *c, json_object *cfg, const char *key, int def, int *out) {
+    json_object *v = jkey(cfg, key);
+    if (jis(v, json_type_array) && json_object_array_length(v) == 1) v = json_object_array_get_idx(v, 0);
+    int64_t n = def;
+    if (v && !jis(v, json_type_int))
+        return kfail(c, FL_ERR_FORMAT, "'%s' is %s, expected an integer or a list of one integer", key, jtype_name(v));
+    if (v) n = json_object_get_int64(v);
+    if (n <= 0 || n > (1 << 20)) return kfail(c, FL_ERR_FORMAT, "'%s' is %lld, expected a positive size", key, (long long)n);
+    *out = (int)n;
+    return FL_OK;
+}
+
+static json_object *jone(int n) {
+    json_object *a = json_object_new_array();
+    json_object_array_add(a, jint(n));
+    return a;
+}
+
+static fl_layer *pool1d_from(const kctx *c, const char *cls, json_object *cfg, klayer_extra *x) {
+    (void)x;
+    int k = 2, s = 0;
+    fl_padding pad;
+    if (get_one(c, cfg, "pool_size", 2, &k) || check_data_format(c, cfg) || get_padding(c, cfg, &pad) ||
+        get_one(c, cfg, "strides", k, &s))
+        return NULL;
+    fl_pool1d_args a = {.pool_size = k, .strides = s, .padding = pad};
+    return cls[0] == 'M' ? fl_max_pooling1d_(a) : fl_average_pooling1d_(a);
+}
+
+static void pool1d_to(const fl_layer *l, json_object *c) {
+    const fl_pool1d_args *a = &l->a.pool1d;
+    put(c, "pool_size", jone(a->pool_size));
+    put(c, "padding", jstring(a->padding == FL_SAME ? "same" : "valid"));
+    put(c, "strides", jone(a->strides));
+    put(c, "data_format", jstring("channels_last"));
 }
 
 /* -------------------------------------------------------- Flatten, Reshape */
@@ -343,6 +393,45 @@ static void padding2d_to(const fl_layer *l, json_object *c) {
     put(c, "data_format", jstring("channels_last"));
 }
 
+static fl_layer *conv1d_from(const kctx *c, const char *cls, json_object *cfg, klayer_extra *x) {
+    (void)cls; (void)x;
+    int64_t filters, groups;
+    int k = 0, s = 1, d = 1;
+    bool use_bias;
+    fl_activation act;
+    const char *pad = jstr(jkey(cfg, "padding"));
+    if (jkey(cfg, "padding") && !pad) return kfail(c, FL_ERR_FORMAT, "'padding' is not a string"), NULL;
+    if (get_int(c, cfg, "filters", 0, true, &filters) || get_one(c, cfg, "kernel_size", 0, &k) ||
+        get_one(c, cfg, "strides", 1, &s) || check_data_format(c, cfg) || get_one(c, cfg, "dilation_rate", 1, &d) ||
+        get_int(c, cfg, "groups", 1, false, &groups) || get_activation(c, cfg, "activation", &act) ||
+        get_bool(c, cfg, "use_bias", true, &use_bias) || check_kernel_extras(c, cfg))
+        return NULL;
+    fl_padding p = !pad || strcmp(pad, "valid") == 0 ? FL_VALID : strcmp(pad, "same") == 0 ? FL_SAME
+                 : strcmp(pad, "causal") == 0 ? FL_CAUSAL : (fl_padding)-1;
+    if ((int)p < 0) return kfail(c, FL_ERR_UNSUPPORTED, "padding '%s' is not supported (valid, same or causal)", pad), NULL;
+    if (d != 1) return kfail(c, FL_ERR_UNSUPPORTED, "dilation_rate %d is not supported (only 1)", d), NULL;
+    if (groups != 1)
+        return kfail(c, FL_ERR_UNSUPPORTED, "groups %lld is not supported (only 1: no grouped convolutions)",
+                     (long long)groups), NULL;
+    if (filters <= 0 || filters > INT32_MAX) return kfail(c, FL_ERR_FORMAT, "filters is %lld", (long long)filters), NULL;
+    return fl_conv1d_((fl_conv1d_args){.filters = (int)filters, .kernel_size = k, .strides = s, .padding = p,
+                                       .activation = act, .no_bias = !use_bias});
+}
+
+static void conv1d_to(const fl_layer *l, json_object *c) {
+    const fl_conv1d_args *a = &l->a.conv1d;
+    put(c, "filters", jint(a->filters));
+    put(c, "kernel_size", jone(a->kernel_size));
+    put(c, "strides", jone(a->strides));
+    put(c, "padding", jstring(a->padding == FL_SAME ? "same" : a->padding == FL_CAUSAL ? "causal" : "valid"));
+    put(c, "data_format", jstring("channels_last"));
+    put(c, "dilation_rate", jone(1));
+    put(c, "groups", jint(1));
+    put(c, "activation", jstring(fl_activation_name(a->activation)));
+    put(c, "use_bias", jbool(!a->no_bias));
+    put_kernel_extras(c, true);
+}
+
 /* ------------------------------------------------------------- the table */
 
 static const fl_keras_layer_def layer_defs[] = {
@@ -352,7 +441,7 @@ static const fl_keras_layer_def layer_defs[] = {
     {"Conv2D", FL_L_CONV2D, conv2d_from, conv2d_to, true},
     {"MaxPooling2D", FL_L_MAXPOOL, pool2d_from, pool2d_to, false},
     {"AveragePooling2D", FL_L_AVGPOOL, pool2d_from, pool2d_to, false},
-    {"GlobalAveragePooling2D", FL_L_GAP, gap_from, gap_to, false},
+    {"GlobalAveragePooling2D", FL_L_GAP, global_pool_from, global_pool_to, false},
     {"Flatten", FL_L_FLATTEN, flatten_from, flatten_to, true},
     {"Reshape", FL_L_RESHAPE, reshape_from, reshape_to, false},
     {"Dropout", FL_L_DROPOUT, dropout_from, dropout_to, false},
@@ -363,6 +452,12 @@ static const fl_keras_layer_def layer_defs[] = {
     {"Concatenate", FL_L_CONCATENATE, concatenate_from, concatenate_to, true},
     {"ZeroPadding2D", FL_L_ZEROPAD2D, padding2d_from, padding2d_to, true},
     {"Cropping2D", FL_L_CROPPING2D, padding2d_from, padding2d_to, true},
+    {"GlobalMaxPooling2D", FL_L_GMP, global_pool_from, global_pool_to, false},
+    {"GlobalAveragePooling1D", FL_L_GAP1D, global_pool_from, global_pool_to, false},
+    {"GlobalMaxPooling1D", FL_L_GMP1D, global_pool_from, global_pool_to, false},
+    {"MaxPooling1D", FL_L_MAXPOOL1D, pool1d_from, pool1d_to, false},
+    {"AveragePooling1D", FL_L_AVGPOOL1D, pool1d_from, pool1d_to, false},
+    {"Conv1D", FL_L_CONV1D, conv1d_from, conv1d_to, true},
 };
 #define NDEFS (sizeof layer_defs / sizeof layer_defs[0])
 

@@ -158,7 +158,48 @@ static fl_layer *pool(fl_layer_kind k, fl_pool2d_args a) {
 }
 fl_layer *fl_max_pooling2d_(fl_pool2d_args a) { return pool(FL_L_MAXPOOL, a); }
 fl_layer *fl_average_pooling2d_(fl_pool2d_args a) { return pool(FL_L_AVGPOOL, a); }
-fl_layer *fl_global_average_pooling2d_(fl_name_args a) { return new_layer(FL_L_GAP, a.name); }
+static fl_layer *global_pool(fl_layer_kind k, fl_global_pool_args a) {
+    fl_layer *l = new_layer(k, a.name);
+    if (l) { l->a.gpool = a; l->a.gpool.name = NULL; }
+    return l;
+}
+fl_layer *fl_global_average_pooling2d_(fl_global_pool_args a) { return global_pool(FL_L_GAP, a); }
+fl_layer *fl_global_max_pooling2d_(fl_global_pool_args a) { return global_pool(FL_L_GMP, a); }
+fl_layer *fl_global_average_pooling1d_(fl_global_pool_args a) { return global_pool(FL_L_GAP1D, a); }
+fl_layer *fl_global_max_pooling1d_(fl_global_pool_args a) { return global_pool(FL_L_GMP1D, a); }
+
+static fl_layer *pool1d(fl_layer_kind k, fl_pool1d_args a) {
+    if (!a.pool_size) a.pool_size = 2;
+    if (!a.strides) a.strides = a.pool_size;
+    if (a.pool_size <= 0 || a.strides <= 0)
+        return fl_error_null(FL_ERR_INVALID_ARG, "%s: pool_size %d and strides %d must be > 0", kind_class[k],
+                             a.pool_size, a.strides);
+    if (a.padding != FL_VALID && a.padding != FL_SAME)
+        return fl_error_null(FL_ERR_INVALID_ARG, "%s: padding %d, expected FL_VALID or FL_SAME", kind_class[k],
+                             (int)a.padding);
+    fl_layer *l = new_layer(k, a.name);
+    if (l) { l->a.pool1d = a; l->a.pool1d.name = NULL; }
+    return l;
+}
+fl_layer *fl_max_pooling1d_(fl_pool1d_args a) { return pool1d(FL_L_MAXPOOL1D, a); }
+fl_layer *fl_average_pooling1d_(fl_pool1d_args a) { return pool1d(FL_L_AVGPOOL1D, a); }
+
+fl_layer *fl_conv1d_(fl_conv1d_args a) {
+    if (a.filters <= 0) return fl_error_null(FL_ERR_INVALID_ARG, "Conv1D: filters is %d, expected > 0", a.filters);
+    if (a.kernel_size <= 0)
+        return fl_error_null(FL_ERR_INVALID_ARG, "Conv1D: kernel_size is %d, expected > 0", a.kernel_size);
+    if (!a.strides) a.strides = 1;
+    if (a.strides <= 0) return fl_error_null(FL_ERR_INVALID_ARG, "Conv1D: strides %d, expected > 0", a.strides);
+    if (a.dilation_rate != 0 && a.dilation_rate != 1)
+        return fl_error_null(FL_ERR_UNSUPPORTED, "Conv1D: dilation_rate %d is not supported (only 1)", a.dilation_rate);
+    if (a.padding != FL_VALID && a.padding != FL_SAME && a.padding != FL_CAUSAL)
+        return fl_error_null(FL_ERR_INVALID_ARG, "Conv1D: padding %d, expected FL_VALID, FL_SAME or FL_CAUSAL",
+                             (int)a.padding);
+    if (check_act("Conv1D", a.activation)) return NULL;
+    fl_layer *l = new_layer(FL_L_CONV1D, a.name);
+    if (l) { l->a.conv1d = a; l->a.conv1d.name = NULL; }
+    return l;
+}
 fl_layer *fl_flatten_(fl_name_args a) { return new_layer(FL_L_FLATTEN, a.name); }
 
 fl_layer *fl_reshape_(int ndim, const int64_t *shape) {
@@ -286,6 +327,9 @@ void fl_layer_init_weights(fl_layer *l, const fl_backend *be, uint64_t seed) {
                 double rf = (double)w->shape[0] * (double)w->shape[1];
                 fan_in = rf * (double)w->shape[2];
                 fan_out = rf * (double)w->shape[3];
+            } else if (w->ndim == 3) { /* Conv1D (k, in, out) */
+                fan_in = (double)w->shape[0] * (double)w->shape[1];
+                fan_out = (double)w->shape[0] * (double)w->shape[2];
             } else {
                 fan_in = (double)w->shape[0];
                 fan_out = (double)w->shape[1];
@@ -356,9 +400,70 @@ static fl_node *build_pool(fl_layer *l, fl_graph *g, fl_node *const *xs, int nx)
                          a->pool_w, a->stride_h, a->stride_w, a->padding);
 }
 
-static fl_node *build_gap(fl_layer *l, fl_graph *g, fl_node *const *xs, int nx) {
+/* A view of x with the per-sample shape s (ndim dims). */
+static fl_node *view(fl_layer *l, fl_graph *g, fl_node *x, int ndim, const int64_t *s) {
+    return x ? fl_graph_reshape(g, l->name, x, ndim, s) : NULL;
+}
+
+static fl_status need_rank(const fl_layer *l, const fl_node *x, int ndim, const char *what) {
+    if (x->ndim == ndim) return FL_OK;
+    char s[128];
+    return fl_error(FL_ERR_SHAPE, "layer '%s' (%s): input %s must be %s", l->name, kind_class[l->kind],
+                    fl_shape_str(x->ndim, x->shape, s, sizeof s), what);
+}
+#define SEQUENCE "(batch, steps, channels)"
+
+/* GlobalAveragePooling2D, GlobalMaxPooling2D and their 1D forms: a 1D
+ * sequence is pooled as an image of one column; max pooling is a max pool
+ * whose window is the whole image (its kernels are the pooling's). */
+static fl_node *build_global_pool(fl_layer *l, fl_graph *g, fl_node *const *xs, int nx) {
     (void)nx;
-    return fl_graph_gap(g, l->name, xs[0]);
+    fl_node *x = xs[0];
+    bool one_d = l->kind == FL_L_GAP1D || l->kind == FL_L_GMP1D, max = l->kind == FL_L_GMP || l->kind == FL_L_GMP1D;
+    if (one_d ? need_rank(l, x, 3, SEQUENCE) : need_image(l, x)) return NULL;
+    int64_t c = x->shape[x->ndim - 1];
+    if (one_d) x = view(l, g, x, 3, (int64_t[]){x->shape[1], 1, c});
+    if (!x) return NULL;
+    fl_node *y = max ? fl_graph_pool(g, l->name, FL_OP_MAXPOOL, x, (int)x->shape[1], (int)x->shape[2],
+                                     (int)x->shape[1], (int)x->shape[2], FL_VALID)
+                     : fl_graph_gap(g, l->name, x);
+    if (!y) return NULL;
+    if (l->a.gpool.keepdims) return view(l, g, y, one_d ? 2 : 3, one_d ? (int64_t[]){1, c} : (int64_t[]){1, 1, c});
+    return max ? view(l, g, y, 1, &c) : y;
+}
+
+static fl_node *build_pool1d(fl_layer *l, fl_graph *g, fl_node *const *xs, int nx) {
+    (void)nx;
+    const fl_pool1d_args *a = &l->a.pool1d;
+    fl_node *x = xs[0];
+    if (need_rank(l, x, 3, SEQUENCE)) return NULL;
+    int64_t c = x->shape[2];
+    fl_node *y = fl_graph_pool(g, l->name, l->kind == FL_L_MAXPOOL1D ? FL_OP_MAXPOOL : FL_OP_AVGPOOL,
+                               view(l, g, x, 3, (int64_t[]){x->shape[1], 1, c}), a->pool_size, 1, a->strides, 1,
+                               a->padding);
+    return y ? view(l, g, y, 2, (int64_t[]){y->shape[1], c}) : NULL;
+}
+
+/* Conv1D: the sequence as an image of one column and the kernel
+ * (k, in, out) as (k, 1, in, out), the same bytes; "causal" pads k - 1
+ * steps before the sequence and convolves "valid". */
+static fl_node *build_conv1d(fl_layer *l, fl_graph *g, fl_node *const *xs, int nx) {
+    (void)nx;
+    const fl_conv1d_args *a = &l->a.conv1d;
+    fl_node *x = xs[0];
+    if (need_rank(l, x, 3, SEQUENCE)) return NULL;
+    fl_node *k = add_weight(l, g, "kernel", 3, (int64_t[]){a->kernel_size, x->shape[2], a->filters}, true);
+    fl_node *b = k && !a->no_bias ? add_weight(l, g, "bias", 1, (int64_t[]){a->filters}, true) : NULL;
+    if (!k || (!a->no_bias && !b)) return NULL;
+    fl_node *img = view(l, g, x, 3, (int64_t[]){x->shape[1], 1, x->shape[2]});
+    if (img && a->padding == FL_CAUSAL && a->kernel_size > 1)
+        img = fl_graph_pad2d(g, l->name, img, a->kernel_size - 1, 0, 0, 0);
+    if (!img) return NULL;
+    int act = (int)a->activation;
+    fl_node *y = fl_graph_conv2d(g, l->name, img, k, b, a->strides, 1, a->padding == FL_SAME ? FL_SAME : FL_VALID,
+                                 fused_act(act));
+    y = y ? view(l, g, y, 2, (int64_t[]){y->shape[1], a->filters}) : NULL;
+    return then_act(g, l->name, y, act);
 }
 
 static fl_node *build_flatten(fl_layer *l, fl_graph *g, fl_node *const *xs, int nx) {
@@ -419,11 +524,13 @@ static fl_node *build_padding2d(fl_layer *l, fl_graph *g, fl_node *const *xs, in
 
 static const build_fn kind_build[FL_L_COUNT] = {
     [FL_L_INPUT] = build_input,         [FL_L_DENSE] = build_dense,         [FL_L_CONV2D] = build_conv2d,
-    [FL_L_MAXPOOL] = build_pool,        [FL_L_AVGPOOL] = build_pool,        [FL_L_GAP] = build_gap,
+    [FL_L_MAXPOOL] = build_pool,        [FL_L_AVGPOOL] = build_pool,        [FL_L_GAP] = build_global_pool,
     [FL_L_FLATTEN] = build_flatten,     [FL_L_RESHAPE] = build_reshape,     [FL_L_DROPOUT] = build_dropout,
     [FL_L_BATCHNORM] = build_batchnorm, [FL_L_ACTIVATION] = build_activation, [FL_L_ADD] = build_add,
     [FL_L_MULTIPLY] = build_multiply,   [FL_L_CONCATENATE] = build_concatenate,
     [FL_L_ZEROPAD2D] = build_padding2d, [FL_L_CROPPING2D] = build_padding2d,
+    [FL_L_GMP] = build_global_pool,     [FL_L_GAP1D] = build_global_pool,   [FL_L_GMP1D] = build_global_pool,
+    [FL_L_MAXPOOL1D] = build_pool1d,    [FL_L_AVGPOOL1D] = build_pool1d,    [FL_L_CONV1D] = build_conv1d,
 };
 
 fl_node *fl_layer_build(fl_layer *l, fl_graph *g, fl_node *const *xs, int nx, uint64_t seed) {

@@ -28,7 +28,13 @@
     X(MULTIPLY, "Multiply", "multiply", FL_IN_MANY)                                  \
     X(CONCATENATE, "Concatenate", "concatenate", FL_IN_MANY)                         \
     X(ZEROPAD2D, "ZeroPadding2D", "zero_padding2d", FL_IN_ONE)                       \
-    X(CROPPING2D, "Cropping2D", "cropping2d", FL_IN_ONE)
+    X(CROPPING2D, "Cropping2D", "cropping2d", FL_IN_ONE)                             \
+    X(GMP, "GlobalMaxPooling2D", "global_max_pooling2d", FL_IN_ONE)                  \
+    X(GAP1D, "GlobalAveragePooling1D", "global_average_pooling1d", FL_IN_ONE)        \
+    X(GMP1D, "GlobalMaxPooling1D", "global_max_pooling1d", FL_IN_ONE)                \
+    X(MAXPOOL1D, "MaxPooling1D", "max_pooling1d", FL_IN_ONE)                         \
+    X(AVGPOOL1D, "AveragePooling1D", "average_pooling1d", FL_IN_ONE)                 \
+    X(CONV1D, "Conv1D", "conv1d", FL_IN_ONE)
 
 enum { FL_IN_NONE, FL_IN_ONE, FL_IN_MANY };
 
@@ -54,6 +60,9 @@ struct fl_layer {
         fl_activation_args act;
         fl_concat_args concat;
         fl_padding2d_args pad;     /* ZeroPadding2D, Cropping2D */
+        fl_global_pool_args gpool; /* the global poolings */
+        fl_pool1d_args pool1d;
+        fl_conv1d_args conv1d;
         struct { int ndim; int64_t shape[FL_MAX_DIMS]; } shape; /* Input, Reshape */
     } a;
     int nw;

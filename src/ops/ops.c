@@ -96,12 +96,14 @@ fl_node *fl_graph_conv2d(fl_graph *g, const char *name, fl_node *x, fl_node *w, 
     if (x->ndim != 4)
         return fl_error_null(FL_ERR_SHAPE, "layer '%s' (Conv2D): input %s must be (batch, height, width, channels)",
                              name, sample_str(x, s, sizeof s));
-    if (w->ndim != 4 || w->shape[2] != x->shape[3])
+    /* the kernel is (kh, kw, in, out), or (kh, in, out) for a one-column
+     * image (Conv1D's kernel: the same bytes as (kh, 1, in, out)) */
+    if ((w->ndim != 4 && w->ndim != 3) || w->shape[w->ndim - 2] != x->shape[3])
         return fl_error_null(FL_ERR_SHAPE, "layer '%s' (Conv2D): input has %lld channels, kernel expects %lld", name,
-                             (long long)x->shape[3], (long long)w->shape[2]);
+                             (long long)x->shape[3], (long long)w->shape[w->ndim - 2]);
     fl_conv_desc d = {0};
     d.h = (int)x->shape[1]; d.w = (int)x->shape[2]; d.c = (int)x->shape[3];
-    d.kh = (int)w->shape[0]; d.kw = (int)w->shape[1]; d.oc = (int)w->shape[3];
+    d.kh = (int)w->shape[0]; d.kw = w->ndim == 4 ? (int)w->shape[1] : 1; d.oc = (int)w->shape[w->ndim - 1];
     d.sh = sh; d.sw = sw;
     d.oh = out_dim(d.h, d.kh, sh, pad, &d.pt);
     d.ow = out_dim(d.w, d.kw, sw, pad, &d.pl);
