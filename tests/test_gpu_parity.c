@@ -150,6 +150,12 @@ static fl_node *b_bn(fl_graph *g, fl_node *x, fl_node **p, int *np) {
     return fl_graph_batchnorm(g, "bn", x, p[0], p[1], p[2], p[3], 1e-3f, 0.99f);
 }
 
+static int g_pads[4];
+static fl_node *b_pad2d(fl_graph *g, fl_node *x, fl_node **p, int *np) {
+    *np = 0;
+    return fl_graph_pad2d(g, "pad", x, g_pads[0], g_pads[1], g_pads[2], g_pads[3]);
+}
+
 static fl_op g_merge;
 static fl_node *b_merge(fl_graph *g, fl_node *x, fl_node **p, int *np) {
     int64_t k = x->shape[x->ndim - 1];
@@ -162,7 +168,7 @@ static fl_node *b_merge(fl_graph *g, fl_node *x, fl_node **p, int *np) {
 
 static void op_parity(void) {
     int64_t flat[] = {70};
-    for (g_act = FL_ACT_LINEAR; g_act <= FL_ACT_ELU; g_act++) {
+    for (g_act = FL_ACT_LINEAR; g_act < FL_ACT_COUNT; g_act++) {
         if (!fl_act_grad_from_output(g_act)) continue;
         char name[32];
         snprintf(name, sizeof name, "dense act %d", g_act);
@@ -206,6 +212,14 @@ static void op_parity(void) {
     parity("dropout (same Philox masks)", 3, img, 7, b_dropout, true);
     parity("batch norm (training)", 3, img, 7, b_bn, true);
     parity("batch norm (inference)", 3, img, 7, b_bn, false);
+    /* ZeroPadding2D (asymmetric), Cropping2D, and both at once */
+    int pads[][4] = {{1, 1, 1, 1}, {0, 1, 0, 1}, {-2, -1, -3, 0}, {2, -1, -1, 3}};
+    for (int i = 0; i < 4; i++) {
+        memcpy(g_pads, pads[i], sizeof g_pads);
+        char name[64];
+        snprintf(name, sizeof name, "pad2d ((%d, %d), (%d, %d))", pads[i][0], pads[i][1], pads[i][2], pads[i][3]);
+        parity(name, 3, img, 7, b_pad2d, true);
+    }
     int64_t seq[] = {4, 9};
     fl_op merges[] = {FL_OP_ADD, FL_OP_MUL, FL_OP_CONCAT};
     for (int i = 0; i < 3; i++) {
@@ -215,7 +229,7 @@ static void op_parity(void) {
         parity(name, 2, seq, 11, b_merge, true);
     }
     int64_t cls[] = {10};
-    for (g_act = FL_ACT_LINEAR; g_act <= FL_ACT_ELU; g_act++) {
+    for (g_act = FL_ACT_LINEAR; g_act < FL_ACT_COUNT; g_act++) {
         char name[32];
         snprintf(name, sizeof name, "activation %d", g_act);
         parity(name, 1, cls, 33, b_act, true);

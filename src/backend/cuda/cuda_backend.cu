@@ -1187,6 +1187,26 @@ static void cu_concat_bwd(int64_t rows, int64_t cin, int64_t cout, int64_t off, 
     LAUNCHED();
 }
 
+/* zero padding / cropping (fl_cpu_pad2d's twin): one thread per output
+ * element, y (beta: +)= x at (i - pt, j - pl) inside x, else 0 */
+__global__ void k_pad2d(fl_conv_desc d, const float *x, float *y, float beta) {
+    const int64_t total = d.n * d.oh * d.ow * (int64_t)d.c;
+    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
+        int64_t c = e % d.c, r = e / d.c;
+        int j = (int)(r % d.ow);
+        r /= d.ow;
+        int i = (int)(r % d.oh);
+        int64_t n = r / d.oh;
+        int si = i - d.pt, sj = j - d.pl;
+        float v = si >= 0 && si < d.h && sj >= 0 && sj < d.w ? x[((n * d.h + si) * d.w + sj) * d.c + c] : 0.0f;
+        y[e] = beta == 0.0f ? v : y[e] + v;
+    }
+}
+static void cu_pad2d(const fl_conv_desc *d, const float *x, float *y, float beta) {
+    k_pad2d<<<blocks_for(d->n * d->oh * d->ow * (int64_t)d->c, 256), 256, 0, g_stream>>>(*d, x, y, beta);
+    LAUNCHED();
+}
+
 /* ------------------------------------------------- losses, metrics, sums */
 
 __global__ void k_accumulate(int64_t n, const float *src, float *dst, float beta) {
@@ -1546,6 +1566,7 @@ static void fill_table(void) {
     b->mul = cu_mul;
     b->concat_fwd = cu_concat_fwd;
     b->concat_bwd = cu_concat_bwd;
+    b->pad2d = cu_pad2d;
     b->accumulate = cu_accumulate;
     b->loss = cu_loss;
     b->metric = cu_metric;
