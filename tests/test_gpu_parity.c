@@ -163,7 +163,17 @@ static fl_node *b_merge(fl_graph *g, fl_node *x, fl_node **p, int *np) {
     *np = 1;
     fl_node *a = fl_graph_dense(g, "a", x, p[0], NULL, FL_ACT_TANH);
     fl_node *xs[3] = {a, x, a};
+    /* Maximum/Minimum: a and x, then a again (ties with the first: JAX's half rule) */
     return fl_graph_merge(g, "merge", g_merge, xs, 3, -1);
+}
+
+static fl_node *b_sub(fl_graph *g, fl_node *x, fl_node **p, int *np) {
+    int64_t k = x->shape[x->ndim - 1];
+    p[0] = fl_graph_param(g, "signed", 2, (int64_t[]){k, k}, true);
+    *np = 1;
+    fl_node *a = fl_graph_dense(g, "a", x, p[0], NULL, FL_ACT_TANH);
+    fl_node *xs[2] = {a, x};
+    return fl_graph_merge(g, "subtract", FL_OP_SUB, xs, 2, -1);
 }
 
 static void op_parity(void) {
@@ -221,13 +231,15 @@ static void op_parity(void) {
         parity(name, 3, img, 7, b_pad2d, true);
     }
     int64_t seq[] = {4, 9};
-    fl_op merges[] = {FL_OP_ADD, FL_OP_MUL, FL_OP_CONCAT};
-    for (int i = 0; i < 3; i++) {
+    fl_op merges[] = {FL_OP_ADD, FL_OP_MUL, FL_OP_CONCAT, FL_OP_AVG, FL_OP_MAX, FL_OP_MIN};
+    for (int i = 0; i < 6; i++) {
         g_merge = merges[i];
         char name[32];
         snprintf(name, sizeof name, "merge op %d", g_merge);
         parity(name, 2, seq, 11, b_merge, true);
     }
+    g_merge = FL_OP_SUB;
+    parity("subtract", 2, seq, 11, b_sub, true);
     int64_t cls[] = {10};
     for (g_act = FL_ACT_LINEAR; g_act < FL_ACT_COUNT; g_act++) {
         char name[32];

@@ -622,6 +622,38 @@ static void test_conv1d_form(void) {
     h_free(&h);
 }
 
+/* Subtract (two inputs), Average, Maximum, Minimum (three). */
+static void test_arith(fl_op op) {
+    harness h;
+    const int64_t B = 4, N = 5;
+    h_init(&h, B, 1, &N);
+    fl_node *w1 = h_param(&h, 2, (int64_t[]){N, N}, -0.6f, 0.6f);
+    fl_node *w2 = h_param(&h, 2, (int64_t[]){N, N}, -0.6f, 0.6f);
+    fl_node *a = fl_graph_dense(&h.g, "a", h.x, w1, NULL, FL_ACT_TANH);
+    fl_node *b = fl_graph_dense(&h.g, "b", h.x, w2, NULL, FL_ACT_LINEAR);
+    fl_node *xs[3] = {a, b, h.x};
+    int nin = op == FL_OP_SUB ? 2 : 3;
+    fl_node *y = fl_graph_merge(&h.g, "arith", op, xs, nin, 0);
+    CHECK(y != NULL);
+    if (!y) { h_free(&h); return; }
+    h_ready(&h, y, -1, 1);
+    h_loss(&h, true);
+    double ref[4 * 5];
+    for (int64_t i = 0; i < B * N; i++) {
+        double u = a->val[i], v = b->val[i], w = h.x->val[i];
+        ref[i] = op == FL_OP_SUB ? u - v : op == FL_OP_AVG ? (u + v + w) / 3
+               : op == FL_OP_MAX ? fmax(fmax(u, v), w) : fmin(fmin(u, v), w);
+    }
+    char what[32];
+    snprintf(what, sizeof what, "merge op %d", op);
+    CHECK_MSG(max_abs_diff(y->val, ref, B * N) < 1e-6, "%s forward", what);
+    h_gradcheck(&h, what, 1e-3, 1e-2, true);
+    h_free(&h);
+    /* JAX's rule at a tie: half the gradient to each side */
+    CHECK(fl_minmax_grad(1, 2.0f, 2.0f, 1.0f) == 0.5f && fl_minmax_grad(1, 3.0f, 2.0f, 1.0f) == 1.0f &&
+          fl_minmax_grad(0, 3.0f, 2.0f, 1.0f) == 0.0f);
+}
+
 /* The capability query: a backend without a kernel that an op needs is
  * refused with the layer, op and kernel named; every op has a table row. */
 static void test_capability(void) {
@@ -686,6 +718,10 @@ int main(void) {
     test_pad2d(-1, -2, 0, -1); /* cropping */
     test_pad2d(2, -1, -1, 3);  /* both at once */
     test_conv1d_form();
+    test_arith(FL_OP_SUB);
+    test_arith(FL_OP_AVG);
+    test_arith(FL_OP_MAX);
+    test_arith(FL_OP_MIN);
     /* the later activations fused into Dense (last, so that the random
      * data of the tests above stay as they were) */
     for (int a = FL_ACT_ELU + 1; a < FL_ACT_COUNT; a++) {

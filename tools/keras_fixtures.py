@@ -367,6 +367,21 @@ def m_global_pools_2d(rng):
     return m, [normal(rng, 3, 5, 4, 3)]
 
 
+def m_merges_more(rng):
+    # Subtract, Average (three inputs), Maximum, Minimum.
+    a = keras.Input((5,), name="a")
+    b = keras.Input((5,), name="b")
+    ha = L.Dense(5, activation="tanh")(a)
+    hb = L.Dense(5)(b)
+    s = L.Subtract()([ha, hb])
+    v = L.Average()([ha, hb, s])
+    mx = L.Maximum()([ha, hb, v])
+    mn = L.Minimum()([ha, s])
+    y = L.Concatenate()([s, v, mx, mn])
+    m = keras.Model([a, b], y, name="merges_more")
+    return m, [normal(rng, 4, 5), normal(rng, 4, 5)]
+
+
 # Which files a fixture gets. Keras's HDF5 files cost ~2.5 KB per layer
 # whatever the layer holds (two HDF5 groups per layer) plus ~6 KB per file,
 # so writing all four formats for every model would make the folder ~2 MB.
@@ -399,6 +414,7 @@ MODELS = [
     ("activations_more", "sequential", m_activations_more, KERAS),
     ("sequence_1d", "functional", m_sequence_1d, ALL),
     ("global_pools_2d", "functional", m_global_pools_2d, KERAS),
+    ("merges_more", "functional", m_merges_more, KERAS_H5),
 ]
 
 
@@ -468,6 +484,15 @@ def t_conv1d_adam():
     ], name="train_conv1d_adam")
 
 
+def t_merges_sgd():
+    x = keras.Input((6,), name="x")
+    p = L.Dense(4, activation="tanh")(x)
+    q = L.Dense(4)(x)
+    h = L.Concatenate()([L.Subtract()([p, q]), L.Maximum()([p, q]), L.Average()([p, q])])
+    y = L.Dense(1)(h)
+    return keras.Model(x, y, name="train_merges_sgd")
+
+
 def b_sparse(classes, *shape):
     def make(rng):
         x = normal(rng, 8, *shape)
@@ -521,6 +546,9 @@ TRAINING = [
     ("train_conv1d_adam", t_conv1d_adam,
      lambda: keras.optimizers.Adam(learning_rate=0.01),
      "sparse_categorical_crossentropy", ["accuracy"], b_sparse(2, 9, 2), KERAS),
+    ("train_merges_sgd", t_merges_sgd,
+     lambda: keras.optimizers.SGD(learning_rate=0.05, momentum=0.9),
+     "mean_squared_error", None, b_regression(1, 6), KERAS),
 ]
 
 

@@ -275,6 +275,15 @@ fl_layer *fl_multiply_(fl_name_args a);
 fl_layer *fl_concatenate_(fl_concat_args a);
 #define fl_add(...) fl_add_((fl_name_args){._reserved = 0, __VA_ARGS__})
 #define fl_multiply(...) fl_multiply_((fl_name_args){._reserved = 0, __VA_ARGS__})
+/* Subtract (exactly two inputs: a - b), Average, Maximum, Minimum. */
+fl_layer *fl_subtract_(fl_name_args a);
+fl_layer *fl_average_(fl_name_args a);
+fl_layer *fl_maximum_(fl_name_args a);
+fl_layer *fl_minimum_(fl_name_args a);
+#define fl_subtract(...) fl_subtract_((fl_name_args){._reserved = 0, __VA_ARGS__})
+#define fl_average(...) fl_average_((fl_name_args){._reserved = 0, __VA_ARGS__})
+#define fl_maximum(...) fl_maximum_((fl_name_args){._reserved = 0, __VA_ARGS__})
+#define fl_minimum(...) fl_minimum_((fl_name_args){._reserved = 0, __VA_ARGS__})
 #define fl_concatenate(...) fl_concatenate_((fl_concat_args){._reserved = 0, __VA_ARGS__})
 
 /* ------------------------------------------------------------------ models */

@@ -159,6 +159,14 @@ typedef struct fl_backend {
      * is oh x ow. pt/pl < 0 crop. The same call with the roles swapped
      * (pt, pl negated) is the backward. */
     void (*pad2d)(const fl_conv_desc *d, const float *x, float *y, float beta);
+    /* elementwise: y = a - b, max(a, b) or min(a, b) (FL_BIN_*); y may be a */
+    void (*binary)(int mode, int64_t n, const float *a, const float *b, float *y);
+    /* elementwise: y = alpha * x + (beta ? beta * y : 0) */
+    void (*axpby)(int64_t n, float alpha, const float *x, float beta, float *y);
+    /* the gradient of max(x, other) (is_max) or min(x, other) w.r.t. x, as
+     * JAX takes it: dx (beta: +)= dy where x wins, dy / 2 where they tie */
+    void (*minmax_grad)(int is_max, int64_t n, const float *x, const float *other, const float *dy, float *dx,
+                        float beta);
     /* elementwise: dst = (beta ? dst : 0) + src */
     void (*accumulate)(int64_t n, const float *src, float *dst, float beta);
 
@@ -190,6 +198,9 @@ typedef struct fl_backend {
     int (*graph_launch)(void *graph, int64_t opt_step, int64_t graph_step);
     void (*graph_free)(void *graph);
 } fl_backend;
+
+/* Modes of fl_backend.binary. */
+enum { FL_BIN_SUB = 1, FL_BIN_MAX, FL_BIN_MIN };
 
 /* Metric codes for fl_backend.metric (match fl_metric's resolved values). */
 enum { FL_MC_CATEGORICAL = 1, FL_MC_SPARSE_CATEGORICAL, FL_MC_BINARY };

@@ -27,6 +27,10 @@ typedef enum fl_op {
     FL_OP_MUL,       /* element-wise product of 2+ inputs */
     FL_OP_CONCAT,    /* concatenation along `axis` */
     FL_OP_PAD2D,     /* zero padding (or cropping: negative) of an image's rows and columns */
+    FL_OP_SUB,       /* in[0] - in[1] */
+    FL_OP_AVG,       /* mean of 2+ inputs of one shape */
+    FL_OP_MAX,       /* element-wise maximum of 2+ inputs */
+    FL_OP_MIN,       /* element-wise minimum of 2+ inputs */
     FL_OP_COUNT
 } fl_op;
 
@@ -96,8 +100,9 @@ fl_node *fl_graph_act(fl_graph *g, const char *name, fl_node *x, int act);
 /* Adds zero rows/columns to each side of an NHWC image (ZeroPadding2D), or
  * removes them where a count is negative (Cropping2D). */
 fl_node *fl_graph_pad2d(fl_graph *g, const char *name, fl_node *x, int top, int bottom, int left, int right);
-/* Add, Multiply (same shapes) and Concatenate (shapes equal but on axis;
- * axis counts the batch as 0, negative from the end) over n inputs. */
+/* Add, Multiply, Subtract (2), Average, Maximum, Minimum (same shapes) and
+ * Concatenate (shapes equal but on axis; axis counts the batch as 0,
+ * negative from the end) over n inputs. */
 fl_node *fl_graph_merge(fl_graph *g, const char *name, fl_op op, fl_node *const *xs, int n, int axis);
 
 /* Marks which nodes need gradients (those downstream of a trainable param)

@@ -318,7 +318,14 @@ static void activation_to(const fl_layer *l, json_object *c) {
 
 static fl_layer *merge_from(const kctx *c, const char *cls, json_object *cfg, klayer_extra *x) {
     (void)c; (void)cfg; (void)x;
-    return cls[0] == 'A' ? fl_add_((fl_name_args){0}) : fl_multiply_((fl_name_args){0});
+    switch (fl_keras_layer_by_class(cls)->kind) {
+    case FL_L_ADD: return fl_add_((fl_name_args){0});
+    case FL_L_MULTIPLY: return fl_multiply_((fl_name_args){0});
+    case FL_L_SUBTRACT: return fl_subtract_((fl_name_args){0});
+    case FL_L_AVERAGE: return fl_average_((fl_name_args){0});
+    case FL_L_MAXIMUM: return fl_maximum_((fl_name_args){0});
+    default: return fl_minimum_((fl_name_args){0});
+    }
 }
 
 static fl_layer *concatenate_from(const kctx *c, const char *cls, json_object *cfg, klayer_extra *x) {
@@ -458,6 +465,10 @@ static const fl_keras_layer_def layer_defs[] = {
     {"MaxPooling1D", FL_L_MAXPOOL1D, pool1d_from, pool1d_to, false},
     {"AveragePooling1D", FL_L_AVGPOOL1D, pool1d_from, pool1d_to, false},
     {"Conv1D", FL_L_CONV1D, conv1d_from, conv1d_to, true},
+    {"Subtract", FL_L_SUBTRACT, merge_from, NULL, true},
+    {"Average", FL_L_AVERAGE, merge_from, NULL, true},
+    {"Maximum", FL_L_MAXIMUM, merge_from, NULL, true},
+    {"Minimum", FL_L_MINIMUM, merge_from, NULL, true},
 };
 #define NDEFS (sizeof layer_defs / sizeof layer_defs[0])
 

@@ -248,6 +248,10 @@ fl_layer *fl_activation_layer_(fl_activation_args a) {
 
 fl_layer *fl_add_(fl_name_args a) { return new_layer(FL_L_ADD, a.name); }
 fl_layer *fl_multiply_(fl_name_args a) { return new_layer(FL_L_MULTIPLY, a.name); }
+fl_layer *fl_subtract_(fl_name_args a) { return new_layer(FL_L_SUBTRACT, a.name); }
+fl_layer *fl_average_(fl_name_args a) { return new_layer(FL_L_AVERAGE, a.name); }
+fl_layer *fl_maximum_(fl_name_args a) { return new_layer(FL_L_MAXIMUM, a.name); }
+fl_layer *fl_minimum_(fl_name_args a) { return new_layer(FL_L_MINIMUM, a.name); }
 fl_layer *fl_concatenate_(fl_concat_args a) {
     fl_layer *l = new_layer(FL_L_CONCATENATE, a.name);
     if (l) { l->a.concat = a; l->a.concat.name = NULL; if (!l->a.concat.axis) l->a.concat.axis = -1; }
@@ -505,6 +509,16 @@ static fl_node *build_add(fl_layer *l, fl_graph *g, fl_node *const *xs, int nx) 
     return fl_graph_merge(g, l->name, FL_OP_ADD, xs, nx, 0);
 }
 
+/* Subtract, Average, Maximum, Minimum */
+static fl_node *build_arith(fl_layer *l, fl_graph *g, fl_node *const *xs, int nx) {
+    if (l->kind == FL_L_SUBTRACT && nx != 2)
+        return fl_error_null(FL_ERR_INVALID_ARG, "layer '%s' (Subtract) takes exactly 2 inputs, it was given %d",
+                             l->name, nx);
+    fl_op op = l->kind == FL_L_SUBTRACT ? FL_OP_SUB : l->kind == FL_L_AVERAGE ? FL_OP_AVG
+             : l->kind == FL_L_MAXIMUM ? FL_OP_MAX : FL_OP_MIN;
+    return fl_graph_merge(g, l->name, op, xs, nx, 0);
+}
+
 static fl_node *build_multiply(fl_layer *l, fl_graph *g, fl_node *const *xs, int nx) {
     return fl_graph_merge(g, l->name, FL_OP_MUL, xs, nx, 0);
 }
@@ -531,6 +545,8 @@ static const build_fn kind_build[FL_L_COUNT] = {
     [FL_L_ZEROPAD2D] = build_padding2d, [FL_L_CROPPING2D] = build_padding2d,
     [FL_L_GMP] = build_global_pool,     [FL_L_GAP1D] = build_global_pool,   [FL_L_GMP1D] = build_global_pool,
     [FL_L_MAXPOOL1D] = build_pool1d,    [FL_L_AVGPOOL1D] = build_pool1d,    [FL_L_CONV1D] = build_conv1d,
+    [FL_L_SUBTRACT] = build_arith,      [FL_L_AVERAGE] = build_arith,       [FL_L_MAXIMUM] = build_arith,
+    [FL_L_MINIMUM] = build_arith,
 };
 
 fl_node *fl_layer_build(fl_layer *l, fl_graph *g, fl_node *const *xs, int nx, uint64_t seed) {

@@ -34,7 +34,11 @@
     X(GMP1D, "GlobalMaxPooling1D", "global_max_pooling1d", FL_IN_ONE)                \
     X(MAXPOOL1D, "MaxPooling1D", "max_pooling1d", FL_IN_ONE)                         \
     X(AVGPOOL1D, "AveragePooling1D", "average_pooling1d", FL_IN_ONE)                 \
-    X(CONV1D, "Conv1D", "conv1d", FL_IN_ONE)
+    X(CONV1D, "Conv1D", "conv1d", FL_IN_ONE)                                         \
+    X(SUBTRACT, "Subtract", "subtract", FL_IN_MANY)                                  \
+    X(AVERAGE, "Average", "average", FL_IN_MANY)                                     \
+    X(MAXIMUM, "Maximum", "maximum", FL_IN_MANY)                                     \
+    X(MINIMUM, "Minimum", "minimum", FL_IN_MANY)
 
 enum { FL_IN_NONE, FL_IN_ONE, FL_IN_MANY };
 

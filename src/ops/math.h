@@ -115,6 +115,14 @@ FL_HD float fl_act_grad_x(int act, float x, float y) {
     }
 }
 
+/* d max(x, other) / dx (is_max) or d min(x, other) / dx, times dy, as JAX
+ * differentiates jnp.maximum/minimum: all of dy to the winner, half to
+ * each on a tie. */
+FL_HD float fl_minmax_grad(int is_max, float x, float other, float dy) {
+    if (x == other) return 0.5f * dy;
+    return (is_max ? x > other : x < other) ? dy : 0.0f;
+}
+
 /* The Philox stream of a dropout layer at a training step. XOR makes it its
  * own inverse: fl_dropout_stream(fl_dropout_stream(b, s), s) == b, which
  * the CUDA graph replay uses to move a captured stream to a later step. */

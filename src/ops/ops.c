@@ -232,7 +232,9 @@ fl_node *fl_graph_act(fl_graph *g, const char *name, fl_node *x, int act) {
 }
 
 fl_node *fl_graph_merge(fl_graph *g, const char *name, fl_op op, fl_node *const *xs, int n, int axis) {
-    const char *cls = op == FL_OP_ADD ? "Add" : op == FL_OP_MUL ? "Multiply" : "Concatenate";
+    const char *cls = op == FL_OP_ADD ? "Add" : op == FL_OP_MUL ? "Multiply" : op == FL_OP_SUB ? "Subtract"
+                    : op == FL_OP_AVG ? "Average" : op == FL_OP_MAX ? "Maximum" : op == FL_OP_MIN ? "Minimum"
+                    : "Concatenate";
     char a[128], b[128];
     if (n < 2 || n > FL_NODE_MAX_IN)
         return fl_error_null(FL_ERR_INVALID_ARG, "layer '%s' (%s): %d inputs, expected 2 to %d", name, cls, n,
@@ -261,7 +263,9 @@ fl_node *fl_graph_merge(fl_graph *g, const char *name, fl_op op, fl_node *const 
     for (int k = 0; k < n; k++) o->in[k] = xs[k];
     o->axis = axis;
     set_shape(o, true, nd - 1, s);
-    if (op == FL_OP_MUL) o->aux_per_sample = (size_t)fl_node_sample_size(o) * sizeof(float); /* product scratch */
+    /* scratch: the product of the other inputs (Multiply), the max/min of the others (Maximum, Minimum) */
+    if (op == FL_OP_MUL || ((op == FL_OP_MAX || op == FL_OP_MIN) && n > 2))
+        o->aux_per_sample = (size_t)fl_node_sample_size(o) * sizeof(float);
     return o;
 }
 
@@ -600,6 +604,68 @@ static void concat_backward(fl_graph *g, fl_node *n) {
     }
 }
 
+static void sub_forward(fl_graph *g, fl_node *n, bool training) {
+    (void)training;
+    g->be->binary(FL_BIN_SUB, fl_node_size(n), n->in[0]->val, n->in[1]->val, n->val);
+}
+
+static void sub_backward(fl_graph *g, fl_node *n) {
+    float beta = 0.0f;
+    float *d = in_grad(n, 0, &beta);
+    if (d) g->be->accumulate(fl_node_size(n), n->grad, d, beta);
+    mark(n, 0);
+    d = in_grad(n, 1, &beta);
+    if (d) g->be->axpby(fl_node_size(n), -1.0f, n->grad, beta, d);
+    mark(n, 1);
+}
+
+static void avg_forward(fl_graph *g, fl_node *n, bool training) {
+    add_forward(g, n, training);
+    g->be->axpby(fl_node_size(n), 1.0f / (float)n->nin, n->val, 0.0f, n->val);
+}
+
+static void avg_backward(fl_graph *g, fl_node *n) {
+    float beta = 0.0f;
+    for (int k = 0; k < n->nin; k++) {
+        float *d = in_grad(n, k, &beta);
+        if (d) g->be->axpby(fl_node_size(n), 1.0f / (float)n->nin, n->grad, beta, d);
+        mark(n, k);
+    }
+}
+
+/* Maximum, Minimum: folded over the inputs in order, as Keras does. */
+static void minmax_forward(fl_graph *g, fl_node *n, bool training) {
+    (void)training;
+    int mode = n->op == FL_OP_MAX ? FL_BIN_MAX : FL_BIN_MIN;
+    int64_t sz = fl_node_size(n);
+    g->be->binary(mode, sz, n->in[0]->val, n->in[1]->val, n->val);
+    for (int k = 2; k < n->nin; k++) g->be->binary(mode, sz, n->val, n->in[k]->val, n->val);
+}
+
+/* Input k against the max (min) of the others: exact for two inputs
+ * (JAX's rule, ties split the gradient), and for more wherever the winner
+ * is unique. */
+static void minmax_backward(fl_graph *g, fl_node *n) {
+    int mode = n->op == FL_OP_MAX ? FL_BIN_MAX : FL_BIN_MIN;
+    int64_t sz = fl_node_size(n);
+    float beta = 0.0f;
+    for (int k = 0; k < n->nin; k++) {
+        float *d = in_grad(n, k, &beta);
+        if (!d) continue;
+        const float *other = n->in[1 - (k > 0 ? 1 : 0)]->val; /* two inputs: the other one */
+        if (n->nin > 2) {
+            float *tmp = n->aux;
+            int first = k == 0 ? 1 : 0;
+            g->be->copy(tmp, n->in[first]->val, (size_t)sz * sizeof(float));
+            for (int j = first + 1; j < n->nin; j++)
+                if (j != k) g->be->binary(mode, sz, tmp, n->in[j]->val, tmp);
+            other = tmp;
+        }
+        g->be->minmax_grad(mode == FL_BIN_MAX, sz, n->in[k]->val, other, n->grad, d, beta);
+        mark(n, k);
+    }
+}
+
 static void pad2d_forward(fl_graph *g, fl_node *n, bool training) {
     (void)training;
     BATCH_DESC(d, n->conv);
@@ -656,6 +722,10 @@ static const fl_op_def op_table[FL_OP_COUNT] = {
     [FL_OP_MUL] = {"multiply", mul_forward, mul_backward, {KERNEL(mul), KERNEL(copy), KERNEL(accumulate)}},
     [FL_OP_CONCAT] = {"concatenate", concat_forward, concat_backward, {KERNEL(concat_fwd), KERNEL(concat_bwd)}},
     [FL_OP_PAD2D] = {"pad2d", pad2d_forward, pad2d_backward, {KERNEL(pad2d)}},
+    [FL_OP_SUB] = {"subtract", sub_forward, sub_backward, {KERNEL(binary), KERNEL(axpby), KERNEL(accumulate)}},
+    [FL_OP_AVG] = {"average", avg_forward, avg_backward, {KERNEL(copy), KERNEL(accumulate), KERNEL(axpby)}},
+    [FL_OP_MAX] = {"maximum", minmax_forward, minmax_backward, {KERNEL(binary), KERNEL(minmax_grad), KERNEL(copy)}},
+    [FL_OP_MIN] = {"minimum", minmax_forward, minmax_backward, {KERNEL(binary), KERNEL(minmax_grad), KERNEL(copy)}},
 };
 
 const char *fl_op_name(fl_op op) { return (unsigned)op < FL_OP_COUNT && op_table[op].name ? op_table[op].name : "?"; }

@@ -41,6 +41,10 @@ void fl_cpu_gap_fwd(int64_t n, int64_t hw, int c, const float *x, float *y);
 void fl_cpu_gap_bwd(int64_t n, int64_t hw, int c, const float *dy, float *dx, float dx_beta);
 
 void fl_cpu_mul(int64_t n, const float *a, const float *b, float *dst);
+void fl_cpu_binary(int mode, int64_t n, const float *a, const float *b, float *y);
+void fl_cpu_axpby(int64_t n, float alpha, const float *x, float beta, float *y);
+void fl_cpu_minmax_grad(int is_max, int64_t n, const float *x, const float *other, const float *dy, float *dx,
+                        float beta);
 void fl_cpu_concat_fwd(int64_t rows, int64_t cin, int64_t cout, int64_t off, const float *x, float *y);
 void fl_cpu_concat_bwd(int64_t rows, int64_t cin, int64_t cout, int64_t off, const float *dy, float *dx, float beta);
 void fl_cpu_pad2d(const fl_conv_desc *d, const float *x, float *y, float beta);

@@ -1,6 +1,7 @@
 /*
  * cpu_merge.c — the CPU kernels of the merge layers (Add, Multiply,
- * Concatenate): element-wise products and column-block copies.
+ * Subtract, Average, Maximum, Minimum, Concatenate): element-wise
+ * arithmetic, the gradients of max/min, and column-block copies.
  */
 #include "cpu_internal.h"
 
@@ -9,6 +10,26 @@
 void fl_cpu_mul(int64_t n, const float *a, const float *b, float *dst) {
 #pragma omp parallel for schedule(static) num_threads(n < 32768 ? 1 : fl_cpu_threads())
     for (int64_t i = 0; i < n; i++) dst[i] = a[i] * b[i];
+}
+
+void fl_cpu_binary(int mode, int64_t n, const float *a, const float *b, float *y) {
+#pragma omp parallel for schedule(static) num_threads(n < 32768 ? 1 : fl_cpu_threads())
+    for (int64_t i = 0; i < n; i++)
+        y[i] = mode == FL_BIN_SUB ? a[i] - b[i] : mode == FL_BIN_MAX ? fmaxf(a[i], b[i]) : fminf(a[i], b[i]);
+}
+
+void fl_cpu_axpby(int64_t n, float alpha, const float *x, float beta, float *y) {
+#pragma omp parallel for schedule(static) num_threads(n < 32768 ? 1 : fl_cpu_threads())
+    for (int64_t i = 0; i < n; i++) y[i] = alpha * x[i] + (beta == 0.0f ? 0.0f : beta * y[i]);
+}
+
+void fl_cpu_minmax_grad(int is_max, int64_t n, const float *x, const float *other, const float *dy, float *dx,
+                        float beta) {
+#pragma omp parallel for schedule(static) num_threads(n < 32768 ? 1 : fl_cpu_threads())
+    for (int64_t i = 0; i < n; i++) {
+        float g = fl_minmax_grad(is_max, x[i], other[i], dy[i]);
+        dx[i] = beta == 0.0f ? g : dx[i] + g;
+    }
 }
 
 void fl_cpu_concat_fwd(int64_t rows, int64_t cin, int64_t cout, int64_t off, const float *x, float *y) {

@@ -1187,6 +1187,36 @@ static void cu_concat_bwd(int64_t rows, int64_t cin, int64_t cout, int64_t off, 
     LAUNCHED();
 }
 
+/* Subtract, Maximum, Minimum; Average's scaling; max/min gradients (the cpu_merge.c twins) */
+__global__ void k_binary(int mode, int64_t n, const float *a, const float *b, float *y) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        y[i] = mode == FL_BIN_SUB ? a[i] - b[i] : mode == FL_BIN_MAX ? fmaxf(a[i], b[i]) : fminf(a[i], b[i]);
+}
+__global__ void k_axpby(int64_t n, float alpha, const float *x, float beta, float *y) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        y[i] = alpha * x[i] + (beta == 0.0f ? 0.0f : beta * y[i]);
+}
+__global__ void k_minmax_grad(int is_max, int64_t n, const float *x, const float *other, const float *dy, float *dx,
+                              float beta) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        float g = fl_minmax_grad(is_max, x[i], other[i], dy[i]);
+        dx[i] = beta == 0.0f ? g : dx[i] + g;
+    }
+}
+static void cu_binary(int mode, int64_t n, const float *a, const float *b, float *y) {
+    k_binary<<<blocks_for(n, 256), 256, 0, g_stream>>>(mode, n, a, b, y);
+    LAUNCHED();
+}
+static void cu_axpby(int64_t n, float alpha, const float *x, float beta, float *y) {
+    k_axpby<<<blocks_for(n, 256), 256, 0, g_stream>>>(n, alpha, x, beta, y);
+    LAUNCHED();
+}
+static void cu_minmax_grad(int is_max, int64_t n, const float *x, const float *other, const float *dy, float *dx,
+                           float beta) {
+    k_minmax_grad<<<blocks_for(n, 256), 256, 0, g_stream>>>(is_max, n, x, other, dy, dx, beta);
+    LAUNCHED();
+}
+
 /* zero padding / cropping (fl_cpu_pad2d's twin): one thread per output
  * element, y (beta: +)= x at (i - pt, j - pl) inside x, else 0 */
 __global__ void k_pad2d(fl_conv_desc d, const float *x, float *y, float beta) {
@@ -1567,6 +1597,9 @@ static void fill_table(void) {
     b->concat_fwd = cu_concat_fwd;
     b->concat_bwd = cu_concat_bwd;
     b->pad2d = cu_pad2d;
+    b->binary = cu_binary;
+    b->axpby = cu_axpby;
+    b->minmax_grad = cu_minmax_grad;
     b->accumulate = cu_accumulate;
     b->loss = cu_loss;
     b->metric = cu_metric;
