@@ -28,7 +28,14 @@
     X(MULTIPLY, "Multiply", "multiply", FL_IN_MANY)                                  \
     X(CONCATENATE, "Concatenate", "concatenate", FL_IN_MANY)                         \
     X(ZEROPAD2D, "ZeroPadding2D", "zero_padding2d", FL_IN_ONE)                       \
-    X(CROPPING2D, "Cropping2D", "cropping2d", FL_IN_ONE)
+    X(CROPPING2D, "Cropping2D", "cropping2d", FL_IN_ONE)                             \
+    X(RELU, "ReLU", "re_lu", FL_IN_ONE)                                              \
+    X(LEAKY_RELU, "LeakyReLU", "leaky_re_lu", FL_IN_ONE)                             \
+    X(ELU, "ELU", "elu", FL_IN_ONE)                                                  \
+    X(PRELU, "PReLU", "p_re_lu", FL_IN_ONE)                                          \
+    X(SOFTMAX, "Softmax", "softmax", FL_IN_ONE)                                      \
+    X(RESCALING, "Rescaling", "rescaling", FL_IN_ONE)                                \
+    X(NORMALIZATION, "Normalization", "normalization", FL_IN_ONE)
 
 enum { FL_IN_NONE, FL_IN_ONE, FL_IN_MANY };
 
@@ -54,6 +61,15 @@ struct fl_layer {
         fl_activation_args act;
         fl_concat_args concat;
         fl_padding2d_args pad;     /* ZeroPadding2D, Cropping2D */
+        fl_pact_desc pact;         /* ReLU, LeakyReLU, ELU, Rescaling: resolved formula and parameters */
+        fl_prelu_args prelu;
+        fl_softmax_args softmax;
+        struct {                   /* Normalization */
+            int axis;              /* Keras's, batch = 0, negative from the end; ignored when axis_none */
+            bool axis_none, invert;
+            int size;              /* values in mean/variance (given: constants), 0 = adapted state (weights) */
+            float *mean, *variance;
+        } norm;
         struct { int ndim; int64_t shape[FL_MAX_DIMS]; } shape; /* Input, Reshape */
     } a;
     int nw;
