@@ -337,6 +337,40 @@ def m_activations_more(rng):
     return m, [normal(rng, 4, 6, scale=3.0)]
 
 
+def m_param_layers(rng):
+    # The activation and preprocessing layers with parameters: Rescaling,
+    # Normalization adapted (axis -1: weights mean/variance/count) and given
+    # (a list on axis 1, a scalar with axis=None), ReLU with all three
+    # options (max_value low enough to clip), PReLU shared and per element
+    # (random alphas: zeros would make it a ReLU), LeakyReLU's 0.3, ELU,
+    # Softmax on a middle axis and the last; all four formats.
+    adapted = L.Normalization()
+    adapted.adapt(normal(rng, 20, 5, 4, 3, scale=2.0) + 0.5)
+    m = keras.Sequential([
+        keras.Input((5, 4, 3)),
+        L.Rescaling(2.0, offset=-0.5),
+        adapted,
+        L.Normalization(axis=1, mean=[0.1, -0.2, 0.3, 0.0, 0.5], variance=[1.0, 2.0, 0.5, 4.0, 1.5]),
+        L.Conv2D(4, 2, padding="same"),
+        L.ReLU(max_value=1.5, negative_slope=0.1, threshold=0.2),
+        L.PReLU(shared_axes=[1, 2]),
+        L.LeakyReLU(),
+        L.Conv2D(4, 2),
+        L.ELU(alpha=0.7),
+        L.PReLU(),
+        L.Softmax(axis=1),
+        L.Flatten(),
+        L.Dense(6),
+        L.ReLU(6.0),
+        L.Normalization(axis=None, mean=0.5, variance=2.0),
+        L.Softmax(),
+    ], name="param_layers")
+    for layer in m.layers:
+        if isinstance(layer, L.PReLU):
+            layer.alpha.assign(rng.uniform(-0.5, 0.9, layer.alpha.shape).astype(F32))
+    return m, [normal(rng, 3, 5, 4, 3, scale=2.0)]
+
+
 # Which files a fixture gets. Keras's HDF5 files cost ~2.5 KB per layer
 # whatever the layer holds (two HDF5 groups per layer) plus ~6 KB per file,
 # so writing all four formats for every model would make the folder ~2 MB.
@@ -367,6 +401,7 @@ MODELS = [
     ("func_shared", "functional", m_func_shared, KERAS_H5),
     ("padding_cropping", "sequential", m_padding_cropping, ALL),
     ("activations_more", "sequential", m_activations_more, KERAS),
+    ("param_layers", "sequential", m_param_layers, ALL),
 ]
 
 
@@ -425,6 +460,22 @@ def t_pad_crop_adam():
     return keras.Model(x, y, name="train_pad_crop_adam")
 
 
+def t_prelu_relu_adam():
+    # PReLU's trainable alpha (shared over the image, and per element) and
+    # ReLU(max_value) whose cap some units reach.
+    return keras.Sequential([
+        keras.Input((5, 5, 2)),
+        L.Conv2D(3, 2),
+        L.PReLU(shared_axes=[1, 2]),
+        L.Flatten(),
+        L.Dense(8),
+        L.PReLU(),
+        L.Dense(6),
+        L.ReLU(max_value=0.6, negative_slope=0.05),
+        L.Dense(3, activation="softmax"),
+    ], name="train_prelu_relu_adam")
+
+
 def b_sparse(classes, *shape):
     def make(rng):
         x = normal(rng, 8, *shape)
@@ -475,6 +526,9 @@ TRAINING = [
     ("train_pad_crop_adam", t_pad_crop_adam,
      lambda: keras.optimizers.Adam(learning_rate=0.01),
      "sparse_categorical_crossentropy", ["accuracy"], b_sparse(3, 6, 6, 1), KERAS),
+    ("train_prelu_relu_adam", t_prelu_relu_adam,
+     lambda: keras.optimizers.Adam(learning_rate=0.01),
+     "sparse_categorical_crossentropy", ["accuracy"], b_sparse(3, 5, 5, 2), KERAS),
 ]
 
 
