@@ -775,6 +775,25 @@ static void test_normalize(int axis, bool invert) {
     h_free(&h);
 }
 
+/* A PReLU called twice (a shared layer): alpha's gradient sums both calls. */
+static void test_prelu_shared(void) {
+    harness h;
+    const int64_t B = 2, S[2] = {3, 4};
+    h_init(&h, B, 2, S);
+    fl_node *alpha = h_param(&h, 2, (int64_t[]){1, 4}, -0.5f, 0.9f);
+    fl_node *y1 = fl_graph_prelu(&h.g, "prelu", h.x, alpha);
+    fl_node *t = fl_graph_pact(&h.g, "shift", y1, (fl_pact_desc){FL_PACT_AFFINE, 1.5f, -0.7f, 0});
+    fl_node *y2 = fl_graph_prelu(&h.g, "prelu", t, alpha);
+    CHECK(y2 != NULL);
+    if (!y2) { h_free(&h); return; }
+    h_ready(&h, y2, -2, 2);
+    int64_t n = fl_node_size(y2);
+    away_from(h.x->val, n, 0, 0.05f);
+    away_from(h.x->val, n, 0.7f / 1.5f, 0.05f); /* t's kink at 0 */
+    h_gradcheck(&h, "prelu shared by two calls", 1e-3, 1e-2, true);
+    h_free(&h);
+}
+
 int main(void) {
     test_capability();
     test_philox();
@@ -836,5 +855,6 @@ int main(void) {
     test_normalize(0, false);
     test_normalize(-1, false);
     test_normalize(1, true);
+    test_prelu_shared();
     return check_report("test_ops");
 }
