@@ -680,6 +680,183 @@ static void test_capability(void) {
     fl_graph_free(&g);
 }
 
+/* ------------------------------------------ parametrized activation layers */
+
+/* Moves x values within `margin` of a kink k away from it (finite
+ * differences across a kink are meaningless). */
+static void away_from(float *x, int64_t n, float k, float margin) {
+    for (int64_t i = 0; i < n; i++)
+        if (fabsf(x[i] - k) < margin) x[i] = x[i] < k ? k - margin : k + margin;
+}
+
+static double pact_ref(const fl_pact_desc *p, double x) {
+    switch (p->code) {
+    case FL_PACT_RELU: return x > p->b ? fmin(x, (double)p->c) : x < p->b ? (double)p->a * (x - p->b) : 0.0;
+    case FL_PACT_ELU: return x > 0 ? x : (double)p->a * expm1(x);
+    case FL_PACT_AFFINE: return x * p->a + p->b;
+    default: return x;
+    }
+}
+
+/* ReLU (max_value, negative_slope, threshold), LeakyReLU, ELU, Rescaling. */
+static void test_pact(fl_pact_desc p, const char *what) {
+    harness h;
+    const int64_t B = 3, H = 4, C = 5;
+    h_init(&h, B, 2, (int64_t[]){H, C});
+    fl_node *y = fl_graph_pact(&h.g, "pact", h.x, p);
+    h_ready(&h, y, -4, 8);
+    int64_t n = fl_node_size(y);
+    if (p.code == FL_PACT_RELU) {
+        away_from(h.x->val, n, p.b, 0.05f);
+        if (isfinite(p.c)) away_from(h.x->val, n, p.c, 0.05f);
+    }
+    if (p.code == FL_PACT_ELU) away_from(h.x->val, n, 0, 0.05f);
+    h_loss(&h, true);
+    double *ref = malloc((size_t)n * sizeof(double));
+    for (int64_t i = 0; i < n; i++) ref[i] = pact_ref(&p, h.x->val[i]);
+    CHECK_MSG(max_abs_diff(y->val, ref, n) < 1e-5, "%s forward", what);
+    free(ref);
+    h_gradcheck(&h, what, 1e-3, 1e-2, true);
+    h_free(&h);
+}
+
+/* keras.activations.relu's documented values, boundaries included. */
+static void test_pact_values(void) {
+    const float xs[5] = {-10, -5, 0, 5, 10};
+    const float slope[5] = {-5, -2.5f, 0, 5, 10}, cap[5] = {0, 0, 0, 5, 5}, thr[5] = {0, 0, 0, 0, 10};
+    fl_pact_desc ps = {FL_PACT_RELU, 0.5f, 0, INFINITY}, pc = {FL_PACT_RELU, 0, 0, 5}, pt = {FL_PACT_RELU, 0, 5, INFINITY};
+    for (int i = 0; i < 5; i++) {
+        CHECK_CLOSE(fl_pact_forward(&ps, xs[i]), slope[i], 0, 0);
+        CHECK_CLOSE(fl_pact_forward(&pc, xs[i]), cap[i], 0, 0);
+        CHECK_CLOSE(fl_pact_forward(&pt, xs[i]), thr[i], 0, 0);
+    }
+    /* ReLU(max_value=6, negative_slope=0.1, threshold=1) at 0 and 7 (Keras 3.15: -0.1, 6) */
+    fl_pact_desc pm = {FL_PACT_RELU, 0.1f, 1, 6};
+    CHECK_CLOSE(fl_pact_forward(&pm, 0.0f), -0.1, 1e-7, 0);
+    CHECK_CLOSE(fl_pact_forward(&pm, 7.0f), 6.0, 0, 0);
+}
+
+/* Softmax along a middle axis of (B, 3, 4, 5). */
+static void test_softmax_axis(int axis) {
+    harness h;
+    const int64_t B = 2, S[3] = {3, 4, 5};
+    h_init(&h, B, 3, S);
+    fl_node *y = fl_graph_softmax(&h.g, "softmax", h.x, axis);
+    CHECK(y != NULL);
+    if (!y) { h_free(&h); return; }
+    int a = axis < 0 ? axis + 4 : axis;
+    CHECK(y->op == (a == 3 ? FL_OP_ACT : FL_OP_SOFTMAX));
+    h_ready(&h, y, -3, 3);
+    h_loss(&h, true);
+    int64_t outer = B, inner = 1, c = S[a - 1], n = fl_node_size(y);
+    for (int i = 1; i < a; i++) outer *= S[i - 1];
+    for (int i = a + 1; i < 4; i++) inner *= S[i - 1];
+    double *ref = malloc((size_t)n * sizeof(double));
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t i = 0; i < inner; i++) {
+            double mx = -INFINITY, sum = 0;
+            for (int64_t j = 0; j < c; j++) mx = fmax(mx, h.x->val[(o * c + j) * inner + i]);
+            for (int64_t j = 0; j < c; j++) sum += exp(h.x->val[(o * c + j) * inner + i] - mx);
+            for (int64_t j = 0; j < c; j++) ref[(o * c + j) * inner + i] = exp(h.x->val[(o * c + j) * inner + i] - mx) / sum;
+        }
+    char what[48];
+    snprintf(what, sizeof what, "softmax axis %d", axis);
+    CHECK_MSG(max_abs_diff(y->val, ref, n) < 1e-6, "%s forward", what);
+    free(ref);
+    h_gradcheck(&h, what, 1e-3, 1e-2, true);
+    h_free(&h);
+}
+
+/* PReLU on (B, 3, 4, 2) with alpha shared over the axes in `shared` (batch = 0). */
+static void test_prelu(int s1, int s2) {
+    harness h;
+    const int64_t B = 3, S[3] = {3, 4, 2};
+    h_init(&h, B, 3, S);
+    int64_t p[3] = {S[0], S[1], S[2]};
+    if (s1) p[s1 - 1] = 1;
+    if (s2) p[s2 - 1] = 1;
+    fl_node *alpha = h_param(&h, 3, p, -0.5f, 0.9f);
+    fl_node *y = fl_graph_prelu(&h.g, "prelu", h.x, alpha);
+    CHECK(y != NULL);
+    if (!y) { h_free(&h); return; }
+    h_ready(&h, y, -2, 2);
+    int64_t n = fl_node_size(y);
+    away_from(h.x->val, n, 0, 0.05f);
+    h_loss(&h, true);
+    double *ref = malloc((size_t)n * sizeof(double));
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t i = 0; i < S[0]; i++)
+            for (int64_t j = 0; j < S[1]; j++)
+                for (int64_t k = 0; k < S[2]; k++) {
+                    int64_t e = ((b * S[0] + i) * S[1] + j) * S[2] + k;
+                    int64_t ai = ((p[0] == 1 ? 0 : i) * p[1] + (p[1] == 1 ? 0 : j)) * p[2] + (p[2] == 1 ? 0 : k);
+                    double x = h.x->val[e];
+                    ref[e] = x > 0 ? x : alpha->val[ai] * x;
+                }
+    char what[48];
+    snprintf(what, sizeof what, "prelu shared (%d, %d)", s1, s2);
+    CHECK_MSG(max_abs_diff(y->val, ref, n) < 1e-6, "%s forward", what);
+    free(ref);
+    h_gradcheck(&h, what, 1e-3, 1e-2, true);
+    h_free(&h);
+}
+
+/* Normalization on (B, 3, 4) along per-sample axis `axis` (-1: axis=None). */
+static void test_normalize(int axis, bool invert) {
+    harness h;
+    const int64_t B = 3, S[2] = {3, 4};
+    h_init(&h, B, 2, S);
+    int64_t len = axis < 0 ? 1 : S[axis];
+    fl_node *mean = fl_graph_param(&h.g, "mean", 1, &len, false);
+    fl_node *var = fl_graph_param(&h.g, "var", 1, &len, false);
+    fill(mean->val, len, -1, 1);
+    fill(var->val, len, 0.2f, 3);
+    if (len > 1) var->val[1] = 1e-16f; /* below epsilon^2: the divisor is 1e-7 */
+    fl_node *y = fl_graph_normalize(&h.g, "norm", h.x, mean, var, axis, invert);
+    CHECK(y != NULL);
+    if (!y) { h_free(&h); return; }
+    h_ready(&h, y, -2, 2);
+    if (len > 1 && !invert) /* x - mean ~ 1e-7 there: keeps y (and its gradient) of order 1 */
+        for (int64_t e = 0; e < fl_node_size(y); e++)
+            if ((axis == 0 ? e / S[1] % S[0] : e % S[1]) == 1) h.x->val[e] = mean->val[1] + 1e-7f * (float)(e % 3);
+    h_loss(&h, true);
+    int64_t n = fl_node_size(y);
+    double *ref = malloc((size_t)n * sizeof(double)), err = 0;
+    for (int64_t e = 0; e < n; e++) {
+        int64_t p = axis < 0 ? 0 : axis == 0 ? e / S[1] % S[0] : e % S[1];
+        double den = fmax(sqrt((double)var->val[p]), 1e-7);
+        ref[e] = invert ? mean->val[p] + h.x->val[e] * den : (h.x->val[e] - mean->val[p]) / den;
+        err = fmax(err, fabs(y->val[e] - ref[e]) / (1e-6 + fabs(ref[e])));
+    }
+    char what[48];
+    snprintf(what, sizeof what, "normalize axis %d%s", axis, invert ? " invert" : "");
+    CHECK_MSG(err < 1e-5, "%s forward: relative error %g", what, err);
+    free(ref);
+    /* the gradient near the tiny variance is 1e7: check the others */
+    if (len > 1 && !invert) var->val[1] = 0.5f;
+    h_gradcheck(&h, what, 1e-3, 1e-2, true);
+    h_free(&h);
+}
+
+/* A PReLU called twice (a shared layer): alpha's gradient sums both calls. */
+static void test_prelu_shared(void) {
+    harness h;
+    const int64_t B = 2, S[2] = {3, 4};
+    h_init(&h, B, 2, S);
+    fl_node *alpha = h_param(&h, 2, (int64_t[]){1, 4}, -0.5f, 0.9f);
+    fl_node *y1 = fl_graph_prelu(&h.g, "prelu", h.x, alpha);
+    fl_node *t = fl_graph_pact(&h.g, "shift", y1, (fl_pact_desc){FL_PACT_AFFINE, 1.5f, -0.7f, 0});
+    fl_node *y2 = fl_graph_prelu(&h.g, "prelu", t, alpha);
+    CHECK(y2 != NULL);
+    if (!y2) { h_free(&h); return; }
+    h_ready(&h, y2, -2, 2);
+    int64_t n = fl_node_size(y2);
+    away_from(h.x->val, n, 0, 0.05f);
+    away_from(h.x->val, n, 0.7f / 1.5f, 0.05f); /* t's kink at 0 */
+    h_gradcheck(&h, "prelu shared by two calls", 1e-3, 1e-2, true);
+    h_free(&h);
+}
+
 int main(void) {
     test_capability();
     test_philox();
@@ -728,5 +905,24 @@ int main(void) {
         test_act(a);
         if (fl_act_grad_from_output(a)) test_dense(a, true);
     }
+    /* the activation and preprocessing layers with parameters */
+    test_pact_values();
+    test_pact((fl_pact_desc){FL_PACT_RELU, 0, 0, 6}, "ReLU(6.0)");
+    test_pact((fl_pact_desc){FL_PACT_RELU, 0.1f, 0.5f, 5}, "ReLU(5.0, negative_slope=0.1, threshold=0.5)");
+    test_pact((fl_pact_desc){FL_PACT_RELU, 0.3f, 0, INFINITY}, "LeakyReLU()");
+    test_pact((fl_pact_desc){FL_PACT_ELU, 0.7f, 0, 0}, "ELU(0.7)");
+    test_pact((fl_pact_desc){FL_PACT_AFFINE, 1.0f / 255, -1, 0}, "Rescaling(1/255, -1)");
+    test_softmax_axis(1);
+    test_softmax_axis(2);
+    test_softmax_axis(-1);
+    test_prelu(0, 0);
+    test_prelu(1, 2);
+    test_prelu(2, 0);
+    test_prelu(1, 3);
+    test_normalize(1, false);
+    test_normalize(0, false);
+    test_normalize(-1, false);
+    test_normalize(1, true);
+    test_prelu_shared();
     return check_report("test_ops");
 }

@@ -169,6 +169,36 @@ int main(int argc, char **argv) {
                       fl_global_average_pooling2d(), fl_dense(2));
     fl_model_set_seed(m, 10);
     export_model("seq_global_pools", m, 0, 0);
+    /* The activation and preprocessing layers with parameters, trained with Adam: Rescaling,
+     * Normalization adapted (weights set here), given per index and given as scalars
+     * (axis=None, and inverted), ReLU with all options, PReLU shared and per element,
+     * LeakyReLU, ELU, Softmax on a middle axis */
+    {
+        fl_layer *norm = fl_normalization();
+        m = fl_sequential(fl_input(5, 4, 3), fl_rescaling(2.0f, .offset = -0.5f), norm,
+                          fl_normalization(.axis = 1, .mean = (const float[]){0.1f, -0.2f, 0.3f, 0, 0.5f},
+                                           .variance = (const float[]){1, 2, 0.5f, 4, 1.5f}, .size = 5),
+                          fl_conv2d(4, 2, .padding = FL_SAME),
+                          fl_relu_layer(1.5f, .negative_slope = 0.1f, .threshold = 0.2f),
+                          fl_prelu(.shared_axes = {1, 2}), fl_leaky_relu(), fl_conv2d(4, 2), fl_elu_layer(0.7f),
+                          fl_prelu(), fl_softmax_layer(.axis = 1), fl_flatten(), fl_dense(6), fl_relu_layer(6.0f),
+                          fl_normalization(.axis_none = true, .mean = (const float[]){0.5f},
+                                           .variance = (const float[]){2.0f}, .size = 1),
+                          fl_normalization(.invert = true, .axis_none = true, .mean = (const float[]){0.1f},
+                                           .variance = (const float[]){1.5f}, .size = 1),
+                          fl_dense(3, .activation = FL_SOFTMAX));
+        fl_model_set_seed(m, 8);
+        const float mean[3] = {0.2f, -0.1f, 0.4f}, var[3] = {1.5f, 0.7f, 2.0f};
+        fl_tensor *w = fl_layer_weight(norm, 0); /* views: writes change the model */
+        if (w) memcpy(fl_tensor_data(w), mean, sizeof mean);
+        w = fl_layer_weight(norm, 1);
+        if (w) memcpy(fl_tensor_data(w), var, sizeof var);
+        w = fl_layer_weight(norm, 2);
+        if (w) *(float *)fl_tensor_data(w) = 20;
+        check(fl_compile(m, fl_adam(.learning_rate = 0.01f), FL_SPARSE_CATEGORICAL_CROSSENTROPY, FL_ACCURACY),
+              "compile");
+        export_model("seq_param_layers_adam", m, 3, 8);
+    }
 
     /* MLP: centered RMSprop with momentum, categorical CE, BN after Dense, leaky relu, elu */
     m = fl_sequential(fl_input(7), fl_dense(8, .activation = FL_LEAKY_RELU, .no_bias = true),

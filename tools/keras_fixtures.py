@@ -380,6 +380,38 @@ def m_merges_more(rng):
     y = L.Concatenate()([s, v, mx, mn])
     m = keras.Model([a, b], y, name="merges_more")
     return m, [normal(rng, 4, 5), normal(rng, 4, 5)]
+def m_param_layers(rng):
+    # The activation and preprocessing layers with parameters: Rescaling,
+    # Normalization adapted (axis -1: weights mean/variance/count) and given
+    # (a list on axis 1, a scalar with axis=None), ReLU with all three
+    # options (max_value low enough to clip), PReLU shared and per element
+    # (random alphas: zeros would make it a ReLU), LeakyReLU's 0.3, ELU,
+    # Softmax on a middle axis and the last; all four formats.
+    adapted = L.Normalization()
+    adapted.adapt(normal(rng, 20, 5, 4, 3, scale=2.0) + 0.5)
+    m = keras.Sequential([
+        keras.Input((5, 4, 3)),
+        L.Rescaling(2.0, offset=-0.5),
+        adapted,
+        L.Normalization(axis=1, mean=[0.1, -0.2, 0.3, 0.0, 0.5], variance=[1.0, 2.0, 0.5, 4.0, 1.5]),
+        L.Conv2D(4, 2, padding="same"),
+        L.ReLU(max_value=1.5, negative_slope=0.1, threshold=0.2),
+        L.PReLU(shared_axes=[1, 2]),
+        L.LeakyReLU(),
+        L.Conv2D(4, 2),
+        L.ELU(alpha=0.7),
+        L.PReLU(),
+        L.Softmax(axis=1),
+        L.Flatten(),
+        L.Dense(6),
+        L.ReLU(6.0),
+        L.Normalization(axis=None, mean=0.5, variance=2.0),
+        L.Softmax(),
+    ], name="param_layers")
+    for layer in m.layers:
+        if isinstance(layer, L.PReLU):
+            layer.alpha.assign(rng.uniform(-0.5, 0.9, layer.alpha.shape).astype(F32))
+    return m, [normal(rng, 3, 5, 4, 3, scale=2.0)]
 
 
 # Which files a fixture gets. Keras's HDF5 files cost ~2.5 KB per layer
@@ -415,6 +447,7 @@ MODELS = [
     ("sequence_1d", "functional", m_sequence_1d, ALL),
     ("global_pools_2d", "functional", m_global_pools_2d, KERAS),
     ("merges_more", "functional", m_merges_more, KERAS_H5),
+    ("param_layers", "sequential", m_param_layers, ALL),
 ]
 
 
@@ -491,6 +524,20 @@ def t_merges_sgd():
     h = L.Concatenate()([L.Subtract()([p, q]), L.Maximum()([p, q]), L.Average()([p, q])])
     y = L.Dense(1)(h)
     return keras.Model(x, y, name="train_merges_sgd")
+def t_prelu_relu_adam():
+    # PReLU's trainable alpha (shared over the image, and per element) and
+    # ReLU(max_value) whose cap some units reach.
+    return keras.Sequential([
+        keras.Input((5, 5, 2)),
+        L.Conv2D(3, 2),
+        L.PReLU(shared_axes=[1, 2]),
+        L.Flatten(),
+        L.Dense(8),
+        L.PReLU(),
+        L.Dense(6),
+        L.ReLU(max_value=0.6, negative_slope=0.05),
+        L.Dense(3, activation="softmax"),
+    ], name="train_prelu_relu_adam")
 
 
 def b_sparse(classes, *shape):
@@ -549,6 +596,9 @@ TRAINING = [
     ("train_merges_sgd", t_merges_sgd,
      lambda: keras.optimizers.SGD(learning_rate=0.05, momentum=0.9),
      "mean_squared_error", None, b_regression(1, 6), KERAS),
+    ("train_prelu_relu_adam", t_prelu_relu_adam,
+     lambda: keras.optimizers.Adam(learning_rate=0.01),
+     "sparse_categorical_crossentropy", ["accuracy"], b_sparse(3, 5, 5, 2), KERAS),
 ]
 
 

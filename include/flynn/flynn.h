@@ -263,6 +263,77 @@ fl_layer *fl_cropping2d_(fl_padding2d_args a);
 #define fl_zero_padding2d(...) fl_zero_padding2d_((fl_padding2d_args){._reserved = 0, __VA_ARGS__}) /* (1) */
 #define fl_cropping2d(...) fl_cropping2d_((fl_padding2d_args){._reserved = 0, __VA_ARGS__})
 
+/* Activation layers with parameters (keras.layers.ReLU, LeakyReLU, ELU,
+ * PReLU, Softmax); the names carry _layer where the bare one is an
+ * fl_activation (FL_RELU, FL_ELU, FL_SOFTMAX).
+ *
+ * ReLU: y = min(x, max_value) where x > threshold, negative_slope * (x -
+ * threshold) where x < threshold, 0 at threshold. max_value 0 means none
+ * (Keras None; INFINITY too); fl_relu_layer(6.0) is MobileNet's ReLU(6.0). */
+typedef struct fl_relu_args {
+    int _reserved; /* keeps the macros warning-free; leave it out */
+    float max_value;      /* 0 = none */
+    float negative_slope; /* >= 0 */
+    float threshold;      /* >= 0 */
+    const char *name;
+} fl_relu_args;
+fl_layer *fl_relu_layer_(fl_relu_args a);
+#define fl_relu_layer(...) fl_relu_layer_((fl_relu_args){._reserved = 0, __VA_ARGS__})
+
+/* LeakyReLU: x > 0 ? x : negative_slope * x; 0 = 0.3, the layer's Keras
+ * default (the activation "leaky_relu" uses 0.2). For slope 0 use
+ * fl_relu_layer(). */
+typedef struct fl_leaky_relu_args { int _reserved; float negative_slope; const char *name; } fl_leaky_relu_args;
+fl_layer *fl_leaky_relu_(fl_leaky_relu_args a);
+#define fl_leaky_relu(...) fl_leaky_relu_((fl_leaky_relu_args){._reserved = 0, __VA_ARGS__})
+
+/* ELU: x > 0 ? x : alpha * (exp(x) - 1); alpha 0 = 1.0. */
+typedef struct fl_elu_args { int _reserved; float alpha; const char *name; } fl_elu_args;
+fl_layer *fl_elu_layer_(fl_elu_args a);
+#define fl_elu_layer(...) fl_elu_layer_((fl_elu_args){._reserved = 0, __VA_ARGS__})
+
+/* PReLU: x > 0 ? x : alpha * x with a learned weight 'alpha' (zeros at
+ * first, as Keras) of the input's per-sample shape, of size 1 on the shared
+ * axes: .shared_axes = {1, 2} shares it over an image's rows and columns
+ * (one alpha per channel). Axes count the batch as 0; the list ends at the
+ * first 0. */
+typedef struct fl_prelu_args { int _reserved; int shared_axes[FL_MAX_DIMS]; const char *name; } fl_prelu_args;
+fl_layer *fl_prelu_(fl_prelu_args a);
+#define fl_prelu(...) fl_prelu_((fl_prelu_args){._reserved = 0, __VA_ARGS__})
+
+/* Softmax along `axis` (0 = -1, the last; counts the batch as 0). */
+typedef struct fl_softmax_args { int _reserved; int axis; const char *name; } fl_softmax_args;
+fl_layer *fl_softmax_layer_(fl_softmax_args a);
+#define fl_softmax_layer(...) fl_softmax_layer_((fl_softmax_args){._reserved = 0, __VA_ARGS__})
+
+/* Preprocessing layers.
+ *
+ * Rescaling: y = x * scale + offset (scalars): fl_rescaling(1.0 / 255). */
+typedef struct fl_rescaling_args { int _reserved; float scale; float offset; const char *name; } fl_rescaling_args;
+fl_layer *fl_rescaling_(fl_rescaling_args a);
+#define fl_rescaling(...) fl_rescaling_((fl_rescaling_args){._reserved = 0, __VA_ARGS__})
+
+/* Normalization: y = (x - mean) / max(sqrt(variance), 1e-7), per index of
+ * `axis` (0 = -1, the last; counts the batch as 0), or with one mean and
+ * variance for all values when axis_none (Keras axis=None); invert: y =
+ * mean + x * max(sqrt(variance), 1e-7). Given .mean and .variance (`size`
+ * values each: 1, broadcast, or the axis's length; copied) they are
+ * constants of the layer (Keras's mean=..., variance=...). Without them the
+ * layer has Keras's adapted state as non-trainable weights 'mean' (zeros),
+ * 'variance' (ones) and 'count', to be set with fl_layer_set_weight or
+ * loaded from a Keras file. Gradients flow to x only. */
+typedef struct fl_normalization_args {
+    int _reserved;
+    int axis;
+    bool axis_none;
+    const float *mean, *variance;
+    int size;
+    bool invert;
+    const char *name;
+} fl_normalization_args;
+fl_layer *fl_normalization_(fl_normalization_args a);
+#define fl_normalization(...) fl_normalization_((fl_normalization_args){._reserved = 0, __VA_ARGS__})
+
 /* Frees a layer that was never put into a model (a model owns its layers). */
 void fl_layer_free(fl_layer *l);
 

@@ -39,6 +39,30 @@ typedef struct fl_bn_desc {
     float eps, momentum;
 } fl_bn_desc;
 
+/* A parametrized element-wise activation (the layers ReLU, LeakyReLU, ELU,
+ * Rescaling); the formulas are fl_pact_forward/fl_pact_grad in ops/math.h. */
+enum fl_pact_code { FL_PACT_RELU = 1, FL_PACT_ELU, FL_PACT_AFFINE };
+typedef struct fl_pact_desc {
+    int code;            /* fl_pact_code */
+    float a, b, c;       /* RELU: negative_slope, threshold, max_value (INFINITY: none);
+                          * ELU: alpha; AFFINE: scale, offset */
+} fl_pact_desc;
+
+/* A per-sample parameter broadcast over some axes (PReLU's alpha with its
+ * shared axes, Normalization's mean and variance): element j of a sample
+ * (row-major over dim[0..ndim)) reads parameter element
+ * sum_k ((j / inner_k) % dim[k]) * pstride[k], inner_k being the product
+ * of the later dims; pstride[k] = 0 on broadcast (shared) axes, whose
+ * neighbours are merged, so ndim is small. */
+#define FL_BCAST_MAX_DIMS 8
+typedef struct fl_bcast_desc {
+    int64_t n;           /* batch */
+    int64_t size;        /* elements of one sample */
+    int64_t psize;       /* elements of the parameter */
+    int ndim;
+    int64_t dim[FL_BCAST_MAX_DIMS], sstride[FL_BCAST_MAX_DIMS], pstride[FL_BCAST_MAX_DIMS];
+} fl_bcast_desc;
+
 enum fl_loss_code { FL_LC_CCE = 1, FL_LC_SCCE, FL_LC_BCE, FL_LC_MSE };
 /* How the prediction relates to the loss input (fused paths). */
 enum fl_loss_input { FL_LI_PROBS = 0, FL_LI_LOGITS, FL_LI_SOFTMAX_FUSED, FL_LI_SIGMOID_FUSED };
@@ -167,6 +191,29 @@ typedef struct fl_backend {
      * JAX takes it: dx (beta: +)= dy where x wins, dy / 2 where they tie */
     void (*minmax_grad)(int is_max, int64_t n, const float *x, const float *other, const float *dy, float *dx,
                         float beta);
+    /* parametrized activations over n values: y = f(x); dx (beta: +)= dy * f'(x) */
+    void (*pact_fwd)(const fl_pact_desc *d, int64_t n, const float *x, float *y);
+    void (*pact_bwd)(const fl_pact_desc *d, int64_t n, const float *x, const float *y, const float *dy, float *dx,
+                     float dx_beta);
+    /* softmax along the middle axis of x[outer, c, inner] (the last axis is
+     * act_fwd's FL_ACT_SOFTMAX); backward dx (beta: +)= y * (dy - sum_c(dy * y)) */
+    void (*softmax_axis_fwd)(int64_t outer, int c, int64_t inner, const float *x, float *y);
+    void (*softmax_axis_bwd)(int64_t outer, int c, int64_t inner, const float *y, const float *dy, float *dx,
+                             float dx_beta);
+    /* PReLU: y = x > 0 ? x : alpha[p(j)] * x over [d->n, d->size], p: d's
+     * broadcast. Backward: dx (beta: +)= dy * (x > 0 ? 1 : alpha); dalpha
+     * (overwritten, may be NULL) = sum over the batch and the shared axes of
+     * dy * min(x, 0); dx may be NULL. */
+    void (*prelu_fwd)(const fl_bcast_desc *d, const float *x, const float *alpha, float *y);
+    void (*prelu_bwd)(const fl_bcast_desc *d, const float *x, const float *alpha, const float *dy, float *dx,
+                      float dx_beta, float *dalpha);
+    /* Normalization: y = (x - mean[p]) / max(sqrt(var[p]), 1e-7), or with
+     * invert y = mean[p] + x * max(sqrt(var[p]), 1e-7); backward dx (beta:
+     * +)= dy / that (invert: * that). mean, var: d's broadcast parameter. */
+    void (*normalize_fwd)(const fl_bcast_desc *d, int invert, const float *x, const float *mean, const float *var,
+                          float *y);
+    void (*normalize_bwd)(const fl_bcast_desc *d, int invert, const float *var, const float *dy, float *dx,
+                          float dx_beta);
     /* elementwise: dst = (beta ? dst : 0) + src */
     void (*accumulate)(int64_t n, const float *src, float *dst, float beta);
 

@@ -31,6 +31,10 @@ typedef enum fl_op {
     FL_OP_AVG,       /* mean of 2+ inputs of one shape */
     FL_OP_MAX,       /* element-wise maximum of 2+ inputs */
     FL_OP_MIN,       /* element-wise minimum of 2+ inputs */
+    FL_OP_PACT,      /* element-wise activation with parameters: ReLU, LeakyReLU, ELU, Rescaling */
+    FL_OP_SOFTMAX,   /* softmax along an axis other than the last (the last: FL_OP_ACT) */
+    FL_OP_PRELU,     /* in: x, alpha (broadcast over the shared axes) */
+    FL_OP_NORMALIZE, /* in: x, mean, variance (broadcast); no gradient to them */
     FL_OP_COUNT
 } fl_op;
 
@@ -64,7 +68,10 @@ struct fl_node {
     float rate;                /* DROPOUT */
     uint64_t stream;           /* DROPOUT: Philox stream */
     float eps, momentum;       /* BATCHNORM */
-    int axis;                  /* CONCAT: axis of the full shape (batch = 0) */
+    int axis;                  /* CONCAT, SOFTMAX: axis of the full shape (batch = 0) */
+    fl_pact_desc pact;         /* PACT: formula and parameters */
+    fl_bcast_desc bcast;       /* PRELU, NORMALIZE: how the parameter broadcasts (n set per batch) */
+    bool invert;               /* NORMALIZE: the inverse transformation */
 };
 
 typedef struct fl_graph {
@@ -100,6 +107,17 @@ fl_node *fl_graph_act(fl_graph *g, const char *name, fl_node *x, int act);
 /* Adds zero rows/columns to each side of an NHWC image (ZeroPadding2D), or
  * removes them where a count is negative (Cropping2D). */
 fl_node *fl_graph_pad2d(fl_graph *g, const char *name, fl_node *x, int top, int bottom, int left, int right);
+/* y = f(x) element-wise with parameters (fl_pact_desc). */
+fl_node *fl_graph_pact(fl_graph *g, const char *name, fl_node *x, fl_pact_desc p);
+/* Softmax along `axis` of the full shape (batch = 0; negative from the end). */
+fl_node *fl_graph_softmax(fl_graph *g, const char *name, fl_node *x, int axis);
+/* PReLU: alpha has x's per-sample shape with 1 on the shared axes. */
+fl_node *fl_graph_prelu(fl_graph *g, const char *name, fl_node *x, fl_node *alpha);
+/* Normalization: mean and variance hold one value per index of per-sample
+ * axis `axis` (0-based, the batch not counted), or one value in all when
+ * axis is -1 (Keras axis=None). */
+fl_node *fl_graph_normalize(fl_graph *g, const char *name, fl_node *x, fl_node *mean, fl_node *var, int axis,
+                            bool invert);
 /* Add, Multiply, Subtract (2), Average, Maximum, Minimum (same shapes) and
  * Concatenate (shapes equal but on axis; axis counts the batch as 0,
  * negative from the end) over n inputs. */

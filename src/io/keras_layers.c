@@ -439,6 +439,202 @@ static void conv1d_to(const fl_layer *l, json_object *c) {
     put_kernel_extras(c, true);
 }
 
+/* ------------------------------------- ReLU, LeakyReLU, ELU, PReLU, Softmax */
+
+static fl_layer *relu_from(const kctx *c, const char *cls, json_object *cfg, klayer_extra *x) {
+    (void)cls; (void)x;
+    double mx = 0, slope, thr;
+    bool has_max = jkey(cfg, "max_value") != NULL;
+    if ((has_max && get_num(c, cfg, "max_value", 0, true, &mx)) || get_num(c, cfg, "negative_slope", 0, false, &slope) ||
+        get_num(c, cfg, "threshold", 0, false, &thr))
+        return NULL;
+    if (mx < 0 || slope < 0 || thr < 0)
+        return kfail(c, FL_ERR_FORMAT, "max_value %g, negative_slope %g, threshold %g: expected each >= 0", mx, slope,
+                     thr), NULL;
+    fl_layer *l = fl_relu_layer_((fl_relu_args){.negative_slope = (float)slope, .threshold = (float)thr});
+    if (l) l->a.pact.c = has_max ? (float)mx : INFINITY; /* max_value 0.0 stays 0 */
+    return l;
+}
+
+static void relu_to(const fl_layer *l, json_object *c) {
+    put(c, "max_value", isinf(l->a.pact.c) ? NULL : jfloat(l->a.pact.c));
+    put(c, "negative_slope", jfloat(l->a.pact.a));
+    put(c, "threshold", jfloat(l->a.pact.b));
+}
+
+static fl_layer *leaky_relu_from(const kctx *c, const char *cls, json_object *cfg, klayer_extra *x) {
+    (void)cls; (void)x;
+    double slope;
+    /* tf.keras 2 wrote "alpha" */
+    const char *key = !jkey(cfg, "negative_slope") && jkey(cfg, "alpha") ? "alpha" : "negative_slope";
+    if (get_num(c, cfg, key, 0.3, false, &slope)) return NULL;
+    if (slope < 0) return kfail(c, FL_ERR_FORMAT, "%s %g, expected >= 0", key, slope), NULL;
+    fl_layer *l = fl_leaky_relu_((fl_leaky_relu_args){0});
+    if (l) l->a.pact.a = (float)slope; /* 0 stays 0 */
+    return l;
+}
+
+static void leaky_relu_to(const fl_layer *l, json_object *c) { put(c, "negative_slope", jfloat(l->a.pact.a)); }
+
+static fl_layer *elu_from(const kctx *c, const char *cls, json_object *cfg, klayer_extra *x) {
+    (void)cls; (void)x;
+    double alpha;
+    if (get_num(c, cfg, "alpha", 1.0, false, &alpha)) return NULL;
+    fl_layer *l = fl_elu_layer_((fl_elu_args){0});
+    if (l) l->a.pact.a = (float)alpha; /* 0 stays 0 */
+    return l;
+}
+
+static void elu_to(const fl_layer *l, json_object *c) { put(c, "alpha", jfloat(l->a.pact.a)); }
+
+static fl_layer *prelu_from(const kctx *c, const char *cls, json_object *cfg, klayer_extra *x) {
+    (void)cls; (void)x;
+    static const char *const pinit[] = {"alpha_initializer", NULL};
+    if (check_initializers(c, cfg, pinit) || must_be_null(c, cfg, "alpha_regularizer", "weight regularizers") ||
+        must_be_null(c, cfg, "alpha_constraint", "weight constraints"))
+        return NULL;
+    fl_prelu_args a = {0};
+    json_object *v = jkey(cfg, "shared_axes");
+    size_t n = jis(v, json_type_array) ? json_object_array_length(v) : 0;
+    if (v && jis(v, json_type_int)) {
+        a.shared_axes[0] = (int)json_object_get_int64(v);
+        n = 0;
+        if (a.shared_axes[0] < 1 || a.shared_axes[0] >= FL_MAX_DIMS)
+            return kfail(c, FL_ERR_FORMAT, "shared_axes %d, expected 1 to %d", a.shared_axes[0], FL_MAX_DIMS - 1), NULL;
+    } else if (v && (!jis(v, json_type_array) || n >= FL_MAX_DIMS)) {
+        return kfail(c, FL_ERR_FORMAT, "'shared_axes' is %s, expected null or a list of axes", jtype_name(v)), NULL;
+    }
+    for (size_t i = 0; i < n; i++) {
+        json_object *e = json_object_array_get_idx(v, i);
+        int64_t ax = jis(e, json_type_int) ? json_object_get_int64(e) : -1;
+        if (ax < 1 || ax >= FL_MAX_DIMS)
+            return kfail(c, FL_ERR_UNSUPPORTED, "'shared_axes' entry %zu is %s, expected an axis from 1 to %d", i,
+                         json_object_to_json_string(e), FL_MAX_DIMS - 1), NULL;
+        a.shared_axes[i] = (int)ax;
+    }
+    return fl_prelu_(a);
+}
+
+static void prelu_to(const fl_layer *l, json_object *c) {
+    put(c, "alpha_initializer", initializer("Zeros"));
+    put(c, "alpha_regularizer", NULL);
+    put(c, "alpha_constraint", NULL);
+    json_object *v = NULL;
+    for (int i = 0; i < FL_MAX_DIMS && l->a.prelu.shared_axes[i]; i++) {
+        if (!v) v = json_object_new_array();
+        json_object_array_add(v, jint(l->a.prelu.shared_axes[i]));
+    }
+    put(c, "shared_axes", v);
+}
+
+/* An integer axis, or a list of one (Softmax; Normalization: [] and null
+ * are axis=None, *none set). */
+static fl_status get_one_axis(const kctx *c, json_object *cfg, const char *key, int *axis, bool *none) {
+    json_object *v = jkey(cfg, key);
+    if (none) *none = false;
+    if (jis(v, json_type_array) && json_object_array_length(v) == 1) v = json_object_array_get_idx(v, 0);
+    else if (none && (!v || (jis(v, json_type_array) && json_object_array_length(v) == 0))) { *none = true; return FL_OK; }
+    if (!v) { *axis = -1; return FL_OK; }
+    if (!jis(v, json_type_int))
+        return kfail(c, FL_ERR_UNSUPPORTED, "'%s' is %s; flynn takes one axis", key,
+                     json_object_to_json_string_ext(jkey(cfg, key), JSON_C_TO_STRING_PLAIN));
+    int64_t a = json_object_get_int64(v);
+    if (a == 0) return kfail(c, FL_ERR_UNSUPPORTED, "'%s' 0 (the batch) is not supported", key);
+    if (a < -(FL_MAX_DIMS - 1) || a >= FL_MAX_DIMS) return kfail(c, FL_ERR_FORMAT, "'%s' %lld is out of range", key, (long long)a);
+    *axis = (int)a;
+    return FL_OK;
+}
+
+static fl_layer *softmax_from(const kctx *c, const char *cls, json_object *cfg, klayer_extra *x) {
+    (void)cls; (void)x;
+    int axis = -1;
+    if (get_one_axis(c, cfg, "axis", &axis, NULL)) return NULL;
+    return fl_softmax_layer_((fl_softmax_args){.axis = axis});
+}
+
+static void softmax_to(const fl_layer *l, json_object *c) { put(c, "axis", jint(l->a.softmax.axis)); }
+
+/* --------------------------------------------- Rescaling, Normalization */
+
+static fl_layer *rescaling_from(const kctx *c, const char *cls, json_object *cfg, klayer_extra *x) {
+    (void)cls; (void)x;
+    double scale, offset;
+    json_object *sv = jkey(cfg, "scale"), *ov = jkey(cfg, "offset");
+    if ((sv && !jnum(sv)) || (ov && !jnum(ov)))
+        return kfail(c, FL_ERR_UNSUPPORTED, "scale %s and offset %s: flynn takes numbers only (no per-channel lists)",
+                     sv ? json_object_to_json_string_ext(sv, JSON_C_TO_STRING_PLAIN) : "null",
+                     ov ? json_object_to_json_string_ext(ov, JSON_C_TO_STRING_PLAIN) : "null"), NULL;
+    if (get_num(c, cfg, "scale", 0, true, &scale) || get_num(c, cfg, "offset", 0, false, &offset)) return NULL;
+    return fl_rescaling_((fl_rescaling_args){.scale = (float)scale, .offset = (float)offset});
+}
+
+static void rescaling_to(const fl_layer *l, json_object *c) {
+    put(c, "scale", jfloat(l->a.pact.a));
+    put(c, "offset", jfloat(l->a.pact.b));
+}
+
+/* mean/variance: null (adapted), a number or a flat list of numbers. */
+static fl_status get_values(const kctx *c, json_object *cfg, const char *key, float **out, int *n) {
+    json_object *v = jkey(cfg, key);
+    *out = NULL;
+    *n = 0;
+    if (!v) return FL_OK;
+    size_t len = jis(v, json_type_array) ? json_object_array_length(v) : 1;
+    if (!jnum(v) && (!jis(v, json_type_array) || len == 0 || len > (1 << 24)))
+        return kfail(c, FL_ERR_UNSUPPORTED, "'%s' is %s, expected null, a number or a list of numbers", key, jtype_name(v));
+    *out = fl_malloc(len * sizeof(float), "Normalization values");
+    if (!*out) return fl_last_status();
+    for (size_t i = 0; i < len; i++) {
+        json_object *e = jnum(v) ? v : json_object_array_get_idx(v, i);
+        if (!jnum(e)) {
+            free(*out);
+            *out = NULL;
+            return kfail(c, FL_ERR_UNSUPPORTED, "'%s' entry %zu is %s, expected a number (a flat list)", key, i,
+                         jtype_name(e));
+        }
+        (*out)[i] = (float)json_object_get_double(e);
+    }
+    *n = (int)len;
+    return FL_OK;
+}
+
+static fl_layer *normalization_from(const kctx *c, const char *cls, json_object *cfg, klayer_extra *x) {
+    (void)cls; (void)x;
+    int axis = -1, nm = 0, nv = 0;
+    bool none, invert;
+    float *mean = NULL, *var = NULL;
+    fl_layer *l = NULL;
+    if (get_one_axis(c, cfg, "axis", &axis, &none) || get_bool(c, cfg, "invert", false, &invert) ||
+        get_values(c, cfg, "mean", &mean, &nm) || get_values(c, cfg, "variance", &var, &nv))
+        goto done;
+    if (nm != nv) {
+        kfail(c, FL_ERR_FORMAT, "'mean' has %d values and 'variance' %d, expected the same (or both null)", nm, nv);
+        goto done;
+    }
+    l = fl_normalization_((fl_normalization_args){.axis = axis, .axis_none = none, .mean = mean, .variance = var,
+                                                  .size = nm, .invert = invert});
+done:
+    free(mean);
+    free(var);
+    return l;
+}
+
+static json_object *jvalues(const float *v, int n) {
+    if (n == 1) return jfloat(v[0]);
+    json_object *a = json_object_new_array();
+    for (int i = 0; i < n; i++) json_object_array_add(a, jfloat(v[i]));
+    return a;
+}
+
+static void normalization_to(const fl_layer *l, json_object *c) {
+    json_object *ax = json_object_new_array();
+    if (!l->a.norm.axis_none) json_object_array_add(ax, jint(l->a.norm.axis));
+    put(c, "axis", ax);
+    put(c, "invert", jbool(l->a.norm.invert));
+    put(c, "mean", l->a.norm.size ? jvalues(l->a.norm.mean, l->a.norm.size) : NULL);
+    put(c, "variance", l->a.norm.size ? jvalues(l->a.norm.variance, l->a.norm.size) : NULL);
+}
+
 /* ------------------------------------------------------------- the table */
 
 static const fl_keras_layer_def layer_defs[] = {
@@ -469,6 +665,13 @@ static const fl_keras_layer_def layer_defs[] = {
     {"Average", FL_L_AVERAGE, merge_from, NULL, true},
     {"Maximum", FL_L_MAXIMUM, merge_from, NULL, true},
     {"Minimum", FL_L_MINIMUM, merge_from, NULL, true},
+    {"ReLU", FL_L_RELU, relu_from, relu_to, false},
+    {"LeakyReLU", FL_L_LEAKY_RELU, leaky_relu_from, leaky_relu_to, false},
+    {"ELU", FL_L_ELU, elu_from, elu_to, false},
+    {"PReLU", FL_L_PRELU, prelu_from, prelu_to, true},
+    {"Softmax", FL_L_SOFTMAX, softmax_from, softmax_to, false},
+    {"Rescaling", FL_L_RESCALING, rescaling_from, rescaling_to, true},
+    {"Normalization", FL_L_NORMALIZATION, normalization_from, normalization_to, true},
 };
 #define NDEFS (sizeof layer_defs / sizeof layer_defs[0])
 

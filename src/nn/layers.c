@@ -276,9 +276,90 @@ static fl_layer *padding2d(fl_layer_kind k, fl_padding2d_args a, int dflt) {
 fl_layer *fl_zero_padding2d_(fl_padding2d_args a) { return padding2d(FL_L_ZEROPAD2D, a, 1); }
 fl_layer *fl_cropping2d_(fl_padding2d_args a) { return padding2d(FL_L_CROPPING2D, a, 0); }
 
+/* ------------------------------------------ activation / preprocessing layers */
+
+static fl_layer *pact_layer(fl_layer_kind k, const char *name, fl_pact_desc p) {
+    fl_layer *l = new_layer(k, name);
+    if (l) l->a.pact = p;
+    return l;
+}
+
+fl_layer *fl_relu_layer_(fl_relu_args a) {
+    if (!(a.max_value >= 0) || !(a.negative_slope >= 0) || !(a.threshold >= 0))
+        return fl_error_null(FL_ERR_INVALID_ARG,
+                             "ReLU: max_value %g, negative_slope %g, threshold %g: expected each >= 0", a.max_value,
+                             a.negative_slope, a.threshold);
+    return pact_layer(FL_L_RELU, a.name,
+                      (fl_pact_desc){FL_PACT_RELU, a.negative_slope, a.threshold,
+                                     a.max_value == 0.0f ? INFINITY : a.max_value});
+}
+
+fl_layer *fl_leaky_relu_(fl_leaky_relu_args a) {
+    if (a.negative_slope == 0.0f) a.negative_slope = 0.3f;
+    if (!(a.negative_slope >= 0))
+        return fl_error_null(FL_ERR_INVALID_ARG, "LeakyReLU: negative_slope %g, expected >= 0", a.negative_slope);
+    return pact_layer(FL_L_LEAKY_RELU, a.name, (fl_pact_desc){FL_PACT_RELU, a.negative_slope, 0.0f, INFINITY});
+}
+
+fl_layer *fl_elu_layer_(fl_elu_args a) {
+    if (a.alpha == 0.0f) a.alpha = 1.0f;
+    if (!isfinite(a.alpha)) return fl_error_null(FL_ERR_INVALID_ARG, "ELU: alpha %g, expected a finite number", a.alpha);
+    return pact_layer(FL_L_ELU, a.name, (fl_pact_desc){FL_PACT_ELU, a.alpha, 0.0f, 0.0f});
+}
+
+fl_layer *fl_rescaling_(fl_rescaling_args a) {
+    if (!isfinite(a.scale) || !isfinite(a.offset))
+        return fl_error_null(FL_ERR_INVALID_ARG, "Rescaling: scale %g and offset %g must be finite", a.scale, a.offset);
+    return pact_layer(FL_L_RESCALING, a.name, (fl_pact_desc){FL_PACT_AFFINE, a.scale, a.offset, 0.0f});
+}
+
+fl_layer *fl_prelu_(fl_prelu_args a) {
+    for (int i = 0; i < FL_MAX_DIMS && a.shared_axes[i]; i++)
+        if (a.shared_axes[i] < 1 || a.shared_axes[i] >= FL_MAX_DIMS)
+            return fl_error_null(FL_ERR_INVALID_ARG, "PReLU: shared axis %d, expected 1 to %d (the batch is axis 0)",
+                                 a.shared_axes[i], FL_MAX_DIMS - 1);
+    fl_layer *l = new_layer(FL_L_PRELU, a.name);
+    if (l) { l->a.prelu = a; l->a.prelu.name = NULL; }
+    return l;
+}
+
+fl_layer *fl_softmax_layer_(fl_softmax_args a) {
+    if (!a.axis) a.axis = -1;
+    if (a.axis < -(FL_MAX_DIMS - 1) || a.axis >= FL_MAX_DIMS)
+        return fl_error_null(FL_ERR_INVALID_ARG, "Softmax: axis %d is out of range", a.axis);
+    fl_layer *l = new_layer(FL_L_SOFTMAX, a.name);
+    if (l) { l->a.softmax = a; l->a.softmax.name = NULL; }
+    return l;
+}
+
+fl_layer *fl_normalization_(fl_normalization_args a) {
+    if (!a.axis) a.axis = -1;
+    if (!a.axis_none && (a.axis < -(FL_MAX_DIMS - 1) || a.axis >= FL_MAX_DIMS))
+        return fl_error_null(FL_ERR_INVALID_ARG, "Normalization: axis %d is out of range", a.axis);
+    if ((a.mean == NULL) != (a.variance == NULL))
+        return fl_error_null(FL_ERR_INVALID_ARG, "Normalization: give both mean and variance, or neither (adapted)");
+    if (a.mean && a.size <= 0)
+        return fl_error_null(FL_ERR_INVALID_ARG, "Normalization: size %d with mean and variance, expected >= 1", a.size);
+    fl_layer *l = new_layer(FL_L_NORMALIZATION, a.name);
+    if (!l) return NULL;
+    l->a.norm.axis = a.axis;
+    l->a.norm.axis_none = a.axis_none;
+    l->a.norm.invert = a.invert;
+    if (a.mean) {
+        l->a.norm.mean = fl_malloc((size_t)a.size * sizeof(float), "Normalization mean");
+        l->a.norm.variance = fl_malloc((size_t)a.size * sizeof(float), "Normalization variance");
+        if (!l->a.norm.mean || !l->a.norm.variance) { fl_layer_free(l); return NULL; }
+        memcpy(l->a.norm.mean, a.mean, (size_t)a.size * sizeof(float));
+        memcpy(l->a.norm.variance, a.variance, (size_t)a.size * sizeof(float));
+        l->a.norm.size = a.size;
+    }
+    return l;
+}
+
 void fl_layer_free(fl_layer *l) {
     if (!l) return;
     for (int i = 0; i < l->nw; i++) fl_tensor_free(l->wview[i]);
+    if (l->kind == FL_L_NORMALIZATION) { free(l->a.norm.mean); free(l->a.norm.variance); }
     free(l);
 }
 
@@ -340,7 +421,8 @@ void fl_layer_init_weights(fl_layer *l, const fl_backend *be, uint64_t seed) {
             }
             glorot_uniform(host, n, fan_in, fan_out, seed, stream);
         } else {
-            float v = (strcmp(wn, "gamma") == 0 || strcmp(wn, "moving_variance") == 0) ? 1.0f : 0.0f;
+            float v = (strcmp(wn, "gamma") == 0 || strcmp(wn, "moving_variance") == 0 || strcmp(wn, "variance") == 0)
+                          ? 1.0f : 0.0f; /* else zeros: bias, beta, moving_mean, PReLU alpha, mean, count */
             for (int64_t k = 0; k < n; k++) host[k] = v;
         }
         be->upload(w->val, host, (size_t)n * sizeof(float));
@@ -536,6 +618,72 @@ static fl_node *build_padding2d(fl_layer *l, fl_graph *g, fl_node *const *xs, in
     return fl_graph_pad2d(g, l->name, xs[0], s * a->top, s * a->bottom, s * a->left, s * a->right);
 }
 
+static fl_node *build_pact(fl_layer *l, fl_graph *g, fl_node *const *xs, int nx) {
+    (void)nx;
+    return fl_graph_pact(g, l->name, xs[0], l->a.pact);
+}
+
+static fl_node *build_prelu(fl_layer *l, fl_graph *g, fl_node *const *xs, int nx) {
+    (void)nx;
+    fl_node *x = xs[0];
+    int64_t p[FL_MAX_DIMS];
+    for (int i = 1; i < x->ndim; i++) p[i - 1] = x->shape[i];
+    for (int i = 0; i < FL_MAX_DIMS && l->a.prelu.shared_axes[i]; i++) {
+        int ax = l->a.prelu.shared_axes[i];
+        if (ax >= x->ndim) {
+            char s[128];
+            return fl_error_null(FL_ERR_SHAPE, "layer '%s' (PReLU): shared axis %d is not an axis of input %s",
+                                 l->name, ax, fl_shape_str(x->ndim, x->shape, s, sizeof s));
+        }
+        p[ax - 1] = 1;
+    }
+    fl_node *alpha = add_weight(l, g, "alpha", x->ndim - 1, p, true);
+    return alpha ? fl_graph_prelu(g, l->name, x, alpha) : NULL;
+}
+
+static fl_node *build_softmax(fl_layer *l, fl_graph *g, fl_node *const *xs, int nx) {
+    (void)nx;
+    return fl_graph_softmax(g, l->name, xs[0], l->a.softmax.axis);
+}
+
+static fl_node *build_normalization(fl_layer *l, fl_graph *g, fl_node *const *xs, int nx) {
+    (void)nx;
+    fl_node *x = xs[0];
+    char s[128];
+    int axis = -1; /* per-sample axis, -1: none */
+    int64_t len = 1;
+    if (!l->a.norm.axis_none) {
+        int a = l->a.norm.axis < 0 ? l->a.norm.axis + x->ndim : l->a.norm.axis;
+        if (a < 1 || a >= x->ndim)
+            return fl_error_null(FL_ERR_SHAPE, "layer '%s' (Normalization): axis %d is not a non-batch axis of input %s",
+                                 l->name, l->a.norm.axis, fl_shape_str(x->ndim, x->shape, s, sizeof s));
+        axis = a - 1;
+        len = x->shape[a];
+    }
+    fl_node *mean, *var;
+    if (l->a.norm.size) { /* given: constants of this graph, not weights (Keras has none then) */
+        int n = l->a.norm.size;
+        if (n != 1 && n != len)
+            return fl_error_null(FL_ERR_SHAPE,
+                                 "layer '%s' (Normalization): %d mean/variance values for an axis of %lld (input %s)",
+                                 l->name, n, (long long)len, fl_shape_str(x->ndim, x->shape, s, sizeof s));
+        mean = fl_graph_param(g, l->name, 1, &len, false);
+        var = mean ? fl_graph_param(g, l->name, 1, &len, false) : NULL;
+        if (!var) return NULL;
+        for (int64_t i = 0; i < len; i++) {
+            float m = l->a.norm.mean[n == 1 ? 0 : i], v = l->a.norm.variance[n == 1 ? 0 : i];
+            g->be->upload(mean->val + i, &m, sizeof m);
+            g->be->upload(var->val + i, &v, sizeof v);
+        }
+    } else { /* Keras's adapted state: mean, variance, count (unused here) */
+        int nd = axis < 0 ? 0 : 1;
+        mean = add_weight(l, g, "mean", nd, &len, false);
+        var = mean ? add_weight(l, g, "variance", nd, &len, false) : NULL;
+        if (!var || !add_weight(l, g, "count", 0, NULL, false)) return NULL;
+    }
+    return fl_graph_normalize(g, l->name, x, mean, var, axis, l->a.norm.invert);
+}
+
 static const build_fn kind_build[FL_L_COUNT] = {
     [FL_L_INPUT] = build_input,         [FL_L_DENSE] = build_dense,         [FL_L_CONV2D] = build_conv2d,
     [FL_L_MAXPOOL] = build_pool,        [FL_L_AVGPOOL] = build_pool,        [FL_L_GAP] = build_global_pool,
@@ -547,6 +695,9 @@ static const build_fn kind_build[FL_L_COUNT] = {
     [FL_L_MAXPOOL1D] = build_pool1d,    [FL_L_AVGPOOL1D] = build_pool1d,    [FL_L_CONV1D] = build_conv1d,
     [FL_L_SUBTRACT] = build_arith,      [FL_L_AVERAGE] = build_arith,       [FL_L_MAXIMUM] = build_arith,
     [FL_L_MINIMUM] = build_arith,
+    [FL_L_RELU] = build_pact,           [FL_L_LEAKY_RELU] = build_pact,     [FL_L_ELU] = build_pact,
+    [FL_L_PRELU] = build_prelu,         [FL_L_SOFTMAX] = build_softmax,     [FL_L_RESCALING] = build_pact,
+    [FL_L_NORMALIZATION] = build_normalization,
 };
 
 fl_node *fl_layer_build(fl_layer *l, fl_graph *g, fl_node *const *xs, int nx, uint64_t seed) {

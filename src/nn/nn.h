@@ -38,7 +38,14 @@
     X(SUBTRACT, "Subtract", "subtract", FL_IN_MANY)                                  \
     X(AVERAGE, "Average", "average", FL_IN_MANY)                                     \
     X(MAXIMUM, "Maximum", "maximum", FL_IN_MANY)                                     \
-    X(MINIMUM, "Minimum", "minimum", FL_IN_MANY)
+    X(MINIMUM, "Minimum", "minimum", FL_IN_MANY)                                     \
+    X(RELU, "ReLU", "re_lu", FL_IN_ONE)                                              \
+    X(LEAKY_RELU, "LeakyReLU", "leaky_re_lu", FL_IN_ONE)                             \
+    X(ELU, "ELU", "elu", FL_IN_ONE)                                                  \
+    X(PRELU, "PReLU", "p_re_lu", FL_IN_ONE)                                          \
+    X(SOFTMAX, "Softmax", "softmax", FL_IN_ONE)                                      \
+    X(RESCALING, "Rescaling", "rescaling", FL_IN_ONE)                                \
+    X(NORMALIZATION, "Normalization", "normalization", FL_IN_ONE)
 
 enum { FL_IN_NONE, FL_IN_ONE, FL_IN_MANY };
 
@@ -67,6 +74,15 @@ struct fl_layer {
         fl_global_pool_args gpool; /* the global poolings */
         fl_pool1d_args pool1d;
         fl_conv1d_args conv1d;
+        fl_pact_desc pact;         /* ReLU, LeakyReLU, ELU, Rescaling: resolved formula and parameters */
+        fl_prelu_args prelu;
+        fl_softmax_args softmax;
+        struct {                   /* Normalization */
+            int axis;              /* Keras's, batch = 0, negative from the end; ignored when axis_none */
+            bool axis_none, invert;
+            int size;              /* values in mean/variance (given: constants), 0 = adapted state (weights) */
+            float *mean, *variance;
+        } norm;
         struct { int ndim; int64_t shape[FL_MAX_DIMS]; } shape; /* Input, Reshape */
     } a;
     int nw;

@@ -123,6 +123,50 @@ FL_HD float fl_minmax_grad(int is_max, float x, float other, float dy) {
     return (is_max ? x > other : x < other) ? dy : 0.0f;
 }
 
+/* ---- parametrized activations (fl_pact_desc, backend.h) ---- */
+
+/* ReLU(max_value, negative_slope, threshold) as keras.activations.relu:
+ * x > threshold: min(x, max_value); x < threshold: negative_slope * (x -
+ * threshold); x == threshold: 0. LeakyReLU is threshold 0, no max_value.
+ * ELU: x > 0 ? x : alpha * (exp(x) - 1). AFFINE (Rescaling): x * scale + offset. */
+FL_HD float fl_pact_forward(const fl_pact_desc *p, float x) {
+    switch (p->code) {
+    case FL_PACT_RELU:
+        if (x > p->b) return x < p->c ? x : p->c;
+        return x < p->b ? p->a * (x - p->b) : 0.0f;
+    case FL_PACT_ELU: return x > 0 ? x : p->a * expm1f(x);
+    case FL_PACT_AFFINE: return x * p->a + p->b;
+    default: return x;
+    }
+}
+
+/* d f / dx at x (y = f(x)); 0 at max_value and above, as JAX's clip. */
+FL_HD float fl_pact_grad(const fl_pact_desc *p, float x, float y) {
+    switch (p->code) {
+    case FL_PACT_RELU:
+        if (x > p->b) return x < p->c ? 1.0f : 0.0f;
+        return x < p->b ? p->a : 0.0f;
+    case FL_PACT_ELU: return x > 0 ? 1.0f : y + p->a;
+    case FL_PACT_AFFINE: return p->a;
+    default: return 1.0f;
+    }
+}
+
+/* The parameter element that sample element j reads (fl_bcast_desc). */
+FL_HD int64_t fl_bcast_index(const fl_bcast_desc *d, int64_t j) {
+    int64_t idx = 0;
+    for (int k = d->ndim - 1; k >= 0; k--) {
+        idx += (j % d->dim[k]) * d->pstride[k];
+        j /= d->dim[k];
+    }
+    return idx;
+}
+
+#define FL_NORM_EPS 1e-7f /* keras.config.epsilon(): Normalization's floor on sqrt(variance) */
+
+/* Normalization's divisor: max(sqrt(variance), epsilon). */
+FL_HD float fl_norm_den(float var) { return fmaxf(sqrtf(var), FL_NORM_EPS); }
+
 /* The Philox stream of a dropout layer at a training step. XOR makes it its
  * own inverse: fl_dropout_stream(fl_dropout_stream(b, s), s) == b, which
  * the CUDA graph replay uses to move a captured stream to a later step. */

@@ -294,6 +294,113 @@ fl_node *fl_graph_pad2d(fl_graph *g, const char *name, fl_node *x, int top, int 
     return n;
 }
 
+fl_node *fl_graph_pact(fl_graph *g, const char *name, fl_node *x, fl_pact_desc p) {
+    fl_node *n = fl_graph_new_node(g, FL_OP_PACT, name);
+    if (!n) return NULL;
+    n->nin = 1;
+    n->in[0] = x;
+    set_shape(n, true, x->ndim - 1, x->shape + 1);
+    n->pact = p;
+    return n;
+}
+
+fl_node *fl_graph_softmax(fl_graph *g, const char *name, fl_node *x, int axis) {
+    char s[128];
+    int a = axis < 0 ? axis + x->ndim : axis;
+    if (a < 1 || a >= x->ndim)
+        return fl_error_null(FL_ERR_INVALID_ARG, "layer '%s' (Softmax): axis %d is not a non-batch axis of input %s",
+                             name, axis, sample_str(x, s, sizeof s));
+    if (a == x->ndim - 1) return fl_graph_act(g, name, x, FL_ACT_SOFTMAX);
+    if (x->shape[a] > INT32_MAX)
+        return fl_error_null(FL_ERR_SHAPE, "layer '%s' (Softmax): axis %d has %lld values", name, axis,
+                             (long long)x->shape[a]);
+    fl_node *n = fl_graph_new_node(g, FL_OP_SOFTMAX, name);
+    if (!n) return NULL;
+    n->nin = 1;
+    n->in[0] = x;
+    set_shape(n, true, x->ndim - 1, x->shape + 1);
+    n->axis = a;
+    return n;
+}
+
+/* The broadcast of a parameter of per-sample shape p (x's rank, 1 where it
+ * is shared) over x's samples; dims of size 1 dropped, runs of kept or of
+ * shared axes merged. False when p does not fit x. */
+static bool make_bcast(const fl_node *x, const int64_t *p, fl_bcast_desc *d) {
+    memset(d, 0, sizeof *d);
+    int nd = x->ndim - 1;
+    const int64_t *s = x->shape + 1;
+    d->size = 1;
+    d->psize = 1;
+    for (int i = 0; i < nd; i++) {
+        if (p[i] != s[i] && p[i] != 1) return false;
+        d->size *= s[i];
+        d->psize *= p[i];
+    }
+    /* from the last axis: sample stride, and parameter stride when kept */
+    int64_t ss = 1, ps = 1;
+    int k = 0;
+    int64_t dim[FL_MAX_DIMS], sst[FL_MAX_DIMS], pst[FL_MAX_DIMS];
+    for (int i = nd - 1; i >= 0; i--) {
+        if (s[i] == 1) continue;
+        bool kept = p[i] != 1;
+        if (k > 0 && (pst[k - 1] != 0) == kept) {
+            dim[k - 1] *= s[i]; /* extends the run: strides stay those of its innermost axis */
+        } else {
+            dim[k] = s[i]; sst[k] = ss; pst[k] = kept ? ps : 0;
+            k++;
+        }
+        ss *= s[i];
+        if (kept) ps *= p[i];
+    }
+    if (k == 0) { dim[0] = 1; sst[0] = 1; pst[0] = 0; k = 1; }
+    d->ndim = k;
+    for (int i = 0; i < k; i++) { /* outermost first */
+        d->dim[i] = dim[k - 1 - i]; d->sstride[i] = sst[k - 1 - i]; d->pstride[i] = pst[k - 1 - i];
+    }
+    return true;
+}
+
+fl_node *fl_graph_prelu(fl_graph *g, const char *name, fl_node *x, fl_node *alpha) {
+    char a[128], b[128];
+    fl_bcast_desc d;
+    if (alpha->ndim != x->ndim - 1 || !make_bcast(x, alpha->shape, &d))
+        return fl_error_null(FL_ERR_SHAPE, "layer '%s' (PReLU): alpha of shape %s does not fit input %s", name,
+                             fl_shape_str(alpha->ndim, alpha->shape, a, sizeof a), sample_str(x, b, sizeof b));
+    fl_node *n = fl_graph_new_node(g, FL_OP_PRELU, name);
+    if (!n) return NULL;
+    n->nin = 2;
+    n->in[0] = x; n->in[1] = alpha;
+    set_shape(n, true, x->ndim - 1, x->shape + 1);
+    n->bcast = d;
+    return n;
+}
+
+fl_node *fl_graph_normalize(fl_graph *g, const char *name, fl_node *x, fl_node *mean, fl_node *var, int axis,
+                            bool invert) {
+    char a[128];
+    int nd = x->ndim - 1;
+    if (axis < -1 || axis >= nd)
+        return fl_error_null(FL_ERR_INVALID_ARG, "layer '%s' (Normalization): axis %d is not an axis of input %s",
+                             name, axis + 1, sample_str(x, a, sizeof a));
+    int64_t want = axis < 0 ? 1 : x->shape[axis + 1];
+    if (fl_node_size(mean) != want || fl_node_size(var) != want)
+        return fl_error_null(FL_ERR_SHAPE,
+                             "layer '%s' (Normalization): mean and variance have %lld and %lld values, expected %lld "
+                             "(input %s)", name, (long long)fl_node_size(mean), (long long)fl_node_size(var),
+                             (long long)want, sample_str(x, a, sizeof a));
+    int64_t p[FL_MAX_DIMS];
+    for (int i = 0; i < nd; i++) p[i] = i == axis ? x->shape[i + 1] : 1;
+    fl_node *n = fl_graph_new_node(g, FL_OP_NORMALIZE, name);
+    if (!n) return NULL;
+    n->nin = 3;
+    n->in[0] = x; n->in[1] = mean; n->in[2] = var;
+    set_shape(n, true, nd, x->shape + 1);
+    make_bcast(x, p, &n->bcast);
+    n->invert = invert;
+    return n;
+}
+
 /* Concatenation as 2-d blocks: rows = product of dims before axis. */
 static void concat_geom(const fl_node *x, int axis, int64_t *rows, int64_t *cols) {
     *rows = 1;
@@ -686,6 +793,83 @@ static void pad2d_backward(fl_graph *g, fl_node *n) {
     mark(n, 0);
 }
 
+static void pact_forward(fl_graph *g, fl_node *n, bool training) {
+    (void)training;
+    g->be->pact_fwd(&n->pact, fl_node_size(n), n->in[0]->val, n->val);
+}
+
+static void pact_backward(fl_graph *g, fl_node *n) {
+    float beta = 0.0f;
+    float *dx = in_grad(n, 0, &beta);
+    if (!dx) return;
+    g->be->pact_bwd(&n->pact, fl_node_size(n), n->in[0]->val, n->val, n->grad, dx, beta);
+    mark(n, 0);
+}
+
+/* x as [outer, c, inner] around the softmax axis */
+static void softmax_geom(const fl_node *n, int64_t *outer, int *c, int64_t *inner) {
+    *outer = 1; *inner = 1;
+    for (int i = 0; i < n->axis; i++) *outer *= n->shape[i];
+    for (int i = n->axis + 1; i < n->ndim; i++) *inner *= n->shape[i];
+    *c = (int)n->shape[n->axis];
+}
+
+static void softmax_forward(fl_graph *g, fl_node *n, bool training) {
+    (void)training;
+    int64_t outer, inner;
+    int c;
+    softmax_geom(n, &outer, &c, &inner);
+    g->be->softmax_axis_fwd(outer, c, inner, n->in[0]->val, n->val);
+}
+
+static void softmax_backward(fl_graph *g, fl_node *n) {
+    float beta = 0.0f;
+    float *dx = in_grad(n, 0, &beta);
+    if (!dx) return;
+    int64_t outer, inner;
+    int c;
+    softmax_geom(n, &outer, &c, &inner);
+    g->be->softmax_axis_bwd(outer, c, inner, n->val, n->grad, dx, beta);
+    mark(n, 0);
+}
+
+static void prelu_forward(fl_graph *g, fl_node *n, bool training) {
+    (void)training;
+    fl_bcast_desc d = n->bcast;
+    d.n = g->batch;
+    g->be->prelu_fwd(&d, n->in[0]->val, n->in[1]->val, n->val);
+}
+
+static void prelu_backward(fl_graph *g, fl_node *n) {
+    float beta = 0.0f;
+    fl_bcast_desc d = n->bcast;
+    d.n = g->batch;
+    float *dx = in_grad(n, 0, &beta);
+    size_t off = 0;
+    float *da[1] = {weight_grad(n, 1, &off)};
+    if (dx || da[0]) g->be->prelu_bwd(&d, n->in[0]->val, n->in[1]->val, n->grad, dx, beta, da[0]);
+    weight_grads_add(g->be, n, 1, 1, da);
+    mark(n, 0); mark(n, 1);
+}
+
+static void normalize_forward(fl_graph *g, fl_node *n, bool training) {
+    (void)training;
+    fl_bcast_desc d = n->bcast;
+    d.n = g->batch;
+    g->be->normalize_fwd(&d, n->invert, n->in[0]->val, n->in[1]->val, n->in[2]->val, n->val);
+}
+
+static void normalize_backward(fl_graph *g, fl_node *n) {
+    /* mean and variance are constants (Keras: non-trainable, no gradient) */
+    float beta = 0.0f;
+    float *dx = in_grad(n, 0, &beta);
+    if (!dx) return;
+    fl_bcast_desc d = n->bcast;
+    d.n = g->batch;
+    g->be->normalize_bwd(&d, n->invert, n->in[2]->val, n->grad, dx, beta);
+    mark(n, 0);
+}
+
 /* ------------------------------------------------------- the op table
  *
  * One row per op: its name, forward, backward, and the backend kernels it
@@ -726,6 +910,12 @@ static const fl_op_def op_table[FL_OP_COUNT] = {
     [FL_OP_AVG] = {"average", avg_forward, avg_backward, {KERNEL(copy), KERNEL(accumulate), KERNEL(axpby)}},
     [FL_OP_MAX] = {"maximum", minmax_forward, minmax_backward, {KERNEL(binary), KERNEL(minmax_grad), KERNEL(copy)}},
     [FL_OP_MIN] = {"minimum", minmax_forward, minmax_backward, {KERNEL(binary), KERNEL(minmax_grad), KERNEL(copy)}},
+    [FL_OP_PACT] = {"param_activation", pact_forward, pact_backward, {KERNEL(pact_fwd), KERNEL(pact_bwd)}},
+    [FL_OP_SOFTMAX] = {"softmax_axis", softmax_forward, softmax_backward,
+                       {KERNEL(softmax_axis_fwd), KERNEL(softmax_axis_bwd)}},
+    [FL_OP_PRELU] = {"prelu", prelu_forward, prelu_backward, {KERNEL(prelu_fwd), KERNEL(prelu_bwd), KERNEL(accumulate)}},
+    [FL_OP_NORMALIZE] = {"normalize", normalize_forward, normalize_backward,
+                         {KERNEL(normalize_fwd), KERNEL(normalize_bwd)}},
 };
 
 const char *fl_op_name(fl_op op) { return (unsigned)op < FL_OP_COUNT && op_table[op].name ? op_table[op].name : "?"; }

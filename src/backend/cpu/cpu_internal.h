@@ -40,6 +40,20 @@ void fl_cpu_avgpool_bwd(const fl_conv_desc *d, const float *dy, float *dx, float
 void fl_cpu_gap_fwd(int64_t n, int64_t hw, int c, const float *x, float *y);
 void fl_cpu_gap_bwd(int64_t n, int64_t hw, int c, const float *dy, float *dx, float dx_beta);
 
+void fl_cpu_pact_fwd(const fl_pact_desc *d, int64_t n, const float *x, float *y);
+void fl_cpu_pact_bwd(const fl_pact_desc *d, int64_t n, const float *x, const float *y, const float *dy, float *dx,
+                     float beta);
+void fl_cpu_softmax_axis_fwd(int64_t outer, int c, int64_t inner, const float *x, float *y);
+void fl_cpu_softmax_axis_bwd(int64_t outer, int c, int64_t inner, const float *y, const float *dy, float *dx,
+                             float beta);
+void fl_cpu_prelu_fwd(const fl_bcast_desc *d, const float *x, const float *alpha, float *y);
+void fl_cpu_prelu_bwd(const fl_bcast_desc *d, const float *x, const float *alpha, const float *dy, float *dx,
+                      float beta, float *dalpha);
+void fl_cpu_normalize_fwd(const fl_bcast_desc *d, int invert, const float *x, const float *mean, const float *var,
+                          float *y);
+void fl_cpu_normalize_bwd(const fl_bcast_desc *d, int invert, const float *var, const float *dy, float *dx,
+                          float beta);
+
 void fl_cpu_mul(int64_t n, const float *a, const float *b, float *dst);
 void fl_cpu_binary(int mode, int64_t n, const float *a, const float *b, float *y);
 void fl_cpu_axpby(int64_t n, float alpha, const float *x, float beta, float *y);

@@ -1,0 +1,124 @@
+/*
+ * cpu_activation.c — the CPU kernels of the activation and preprocessing
+ * layers whose formulas take parameters: ReLU/LeakyReLU/ELU/Rescaling
+ * (fl_pact_desc), Softmax along an axis other than the last, PReLU (a
+ * learned, broadcast alpha) and Normalization (broadcast mean and
+ * variance). The per-element formulas are ops/math.h's, shared with any
+ * other backend; OpenMP splits the elements as cpu_backend.c's act_fwd does.
+ */
+#include "cpu_internal.h"
+
+#define PAR(n) num_threads((n) < 32768 ? 1 : fl_cpu_threads())
+
+void fl_cpu_pact_fwd(const fl_pact_desc *d, int64_t n, const float *x, float *y) {
+    const fl_pact_desc p = *d;
+#pragma omp parallel for schedule(static) PAR(n)
+    for (int64_t i = 0; i < n; i++) y[i] = fl_pact_forward(&p, x[i]);
+}
+
+void fl_cpu_pact_bwd(const fl_pact_desc *d, int64_t n, const float *x, const float *y, const float *dy, float *dx,
+                     float beta) {
+    const fl_pact_desc p = *d;
+#pragma omp parallel for schedule(static) PAR(n)
+    for (int64_t i = 0; i < n; i++) {
+        float g = dy[i] * fl_pact_grad(&p, x[i], y[i]);
+        dx[i] = beta == 0.0f ? g : dx[i] + g;
+    }
+}
+
+/* x[outer, c, inner]: one softmax per (o, i) over c values inner apart. */
+void fl_cpu_softmax_axis_fwd(int64_t outer, int c, int64_t inner, const float *x, float *y) {
+    int64_t m = outer * inner;
+#pragma omp parallel for schedule(static) PAR(m * c)
+    for (int64_t r = 0; r < m; r++) {
+        size_t base = (size_t)(r / inner) * (size_t)c * (size_t)inner + (size_t)(r % inner);
+        const float *xr = x + base;
+        float *yr = y + base;
+        float mx = xr[0];
+        for (int j = 1; j < c; j++) mx = xr[(size_t)j * inner] > mx ? xr[(size_t)j * inner] : mx;
+        float s = 0;
+        for (int j = 0; j < c; j++) { float e = expf(xr[(size_t)j * inner] - mx); yr[(size_t)j * inner] = e; s += e; }
+        float inv = 1.0f / s;
+        for (int j = 0; j < c; j++) yr[(size_t)j * inner] *= inv;
+    }
+}
+
+void fl_cpu_softmax_axis_bwd(int64_t outer, int c, int64_t inner, const float *y, const float *dy, float *dx,
+                             float beta) {
+    int64_t m = outer * inner;
+#pragma omp parallel for schedule(static) PAR(m * c)
+    for (int64_t r = 0; r < m; r++) {
+        size_t base = (size_t)(r / inner) * (size_t)c * (size_t)inner + (size_t)(r % inner);
+        float s = 0;
+        for (int j = 0; j < c; j++) s += dy[base + (size_t)j * inner] * y[base + (size_t)j * inner];
+        for (int j = 0; j < c; j++) {
+            size_t k = base + (size_t)j * inner;
+            float g = y[k] * (dy[k] - s);
+            dx[k] = beta == 0.0f ? g : dx[k] + g;
+        }
+    }
+}
+
+void fl_cpu_prelu_fwd(const fl_bcast_desc *d, const float *x, const float *alpha, float *y) {
+    const int64_t n = d->n * d->size;
+#pragma omp parallel for schedule(static) PAR(n)
+    for (int64_t i = 0; i < n; i++) {
+        float v = x[i];
+        y[i] = v > 0 ? v : alpha[fl_bcast_index(d, i % d->size)] * v;
+    }
+}
+
+void fl_cpu_prelu_bwd(const fl_bcast_desc *d, const float *x, const float *alpha, const float *dy, float *dx,
+                      float beta, float *dalpha) {
+    const int64_t n = d->n * d->size;
+    if (dx) {
+#pragma omp parallel for schedule(static) PAR(n)
+        for (int64_t i = 0; i < n; i++) {
+            float v = x[i], g = v > 0 ? dy[i] : dy[i] * alpha[fl_bcast_index(d, i % d->size)];
+            dx[i] = beta == 0.0f ? g : dx[i] + g;
+        }
+    }
+    if (!dalpha) return;
+    /* one alpha element per iteration: its kept coordinates give a base
+     * offset in the sample; then every batch row and shared position */
+    int64_t shared = 1;
+    for (int k = 0; k < d->ndim; k++)
+        if (!d->pstride[k]) shared *= d->dim[k];
+#pragma omp parallel for schedule(static) PAR(n)
+    for (int64_t a = 0; a < d->psize; a++) {
+        int64_t base = 0;
+        for (int k = 0; k < d->ndim; k++)
+            if (d->pstride[k]) base += (a / d->pstride[k]) % d->dim[k] * d->sstride[k];
+        double s = 0;
+        for (int64_t b = 0; b < d->n; b++)
+            for (int64_t t = 0; t < shared; t++) {
+                int64_t off = b * d->size + base, r = t;
+                for (int k = d->ndim - 1; k >= 0; k--)
+                    if (!d->pstride[k]) { off += r % d->dim[k] * d->sstride[k]; r /= d->dim[k]; }
+                if (x[off] < 0) s += (double)dy[off] * x[off];
+            }
+        dalpha[a] = (float)s;
+    }
+}
+
+void fl_cpu_normalize_fwd(const fl_bcast_desc *d, int invert, const float *x, const float *mean, const float *var,
+                          float *y) {
+    const int64_t n = d->n * d->size;
+#pragma omp parallel for schedule(static) PAR(n)
+    for (int64_t i = 0; i < n; i++) {
+        int64_t p = fl_bcast_index(d, i % d->size);
+        float den = fl_norm_den(var[p]);
+        y[i] = invert ? mean[p] + x[i] * den : (x[i] - mean[p]) / den;
+    }
+}
+
+void fl_cpu_normalize_bwd(const fl_bcast_desc *d, int invert, const float *var, const float *dy, float *dx,
+                          float beta) {
+    const int64_t n = d->n * d->size;
+#pragma omp parallel for schedule(static) PAR(n)
+    for (int64_t i = 0; i < n; i++) {
+        float den = fl_norm_den(var[fl_bcast_index(d, i % d->size)]);
+        float g = invert ? dy[i] * den : dy[i] / den;
+        dx[i] = beta == 0.0f ? g : dx[i] + g;
+    }
+}
