@@ -27,6 +27,7 @@ typedef enum fl_op {
     FL_OP_MUL,       /* element-wise product of 2+ inputs */
     FL_OP_CONCAT,    /* concatenation along `axis` */
     FL_OP_PAD2D,     /* zero padding (or cropping: negative) of an image's rows and columns */
+    FL_OP_DEPTHWISE_CONV2D, /* in: x, kernel (kh, kw, c, dm)[, bias (c*dm)]; fused activation */
     FL_OP_COUNT
 } fl_op;
 
@@ -96,6 +97,11 @@ fl_node *fl_graph_act(fl_graph *g, const char *name, fl_node *x, int act);
 /* Adds zero rows/columns to each side of an NHWC image (ZeroPadding2D), or
  * removes them where a count is negative (Cropping2D). */
 fl_node *fl_graph_pad2d(fl_graph *g, const char *name, fl_node *x, int top, int bottom, int left, int right);
+/* Depthwise 2D convolution (DepthwiseConv2D, the first half of
+ * SeparableConv2D): w (kh, kw, c, dm), b (c*dm) or NULL; output channel
+ * c*dm + m = sum over the window of x[.., c] * w[i, j, c, m]. */
+fl_node *fl_graph_depthwise_conv2d(fl_graph *g, const char *name, fl_node *x, fl_node *w, fl_node *b, int sh, int sw,
+                                   fl_padding pad, int act);
 /* Add, Multiply (same shapes) and Concatenate (shapes equal but on axis;
  * axis counts the batch as 0, negative from the end) over n inputs. */
 fl_node *fl_graph_merge(fl_graph *g, const char *name, fl_op op, fl_node *const *xs, int n, int axis);
