@@ -769,5 +769,7 @@ int main(void) {
     test_depthwise(37, 9, 9, 16, 1, 3, 3, 1, 1, FL_SAME, FL_ACT_LINEAR, true, 9, 9); /* both threads */
     test_depthwise(33, 9, 8, 8, 2, 3, 3, 2, 2, FL_SAME, FL_ACT_SIGMOID, true, 5, 4);
     test_depthwise_chain();
+    test_depthwise(3, 6, 6, 20, 1, 3, 3, 1, 1, FL_SAME, FL_ACT_LINEAR, true, 6, 6);  /* 16 in registers + 4 */
+    test_depthwise(3, 7, 6, 35, 1, 3, 2, 2, 2, FL_VALID, FL_ACT_SIGMOID, false, 3, 3);
     return check_report("test_ops");
 }
