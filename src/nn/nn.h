@@ -28,7 +28,9 @@
     X(MULTIPLY, "Multiply", "multiply", FL_IN_MANY)                                  \
     X(CONCATENATE, "Concatenate", "concatenate", FL_IN_MANY)                         \
     X(ZEROPAD2D, "ZeroPadding2D", "zero_padding2d", FL_IN_ONE)                       \
-    X(CROPPING2D, "Cropping2D", "cropping2d", FL_IN_ONE)
+    X(CROPPING2D, "Cropping2D", "cropping2d", FL_IN_ONE)                             \
+    X(DEPTHWISE2D, "DepthwiseConv2D", "depthwise_conv2d", FL_IN_ONE)                 \
+    X(SEPARABLE2D, "SeparableConv2D", "separable_conv2d", FL_IN_ONE)
 
 enum { FL_IN_NONE, FL_IN_ONE, FL_IN_MANY };
 
@@ -54,6 +56,8 @@ struct fl_layer {
         fl_activation_args act;
         fl_concat_args concat;
         fl_padding2d_args pad;     /* ZeroPadding2D, Cropping2D */
+        fl_depthwise_conv2d_args dw;
+        fl_separable_conv2d_args sep;
         struct { int ndim; int64_t shape[FL_MAX_DIMS]; } shape; /* Input, Reshape */
     } a;
     int nw;
