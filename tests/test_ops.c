@@ -654,6 +654,101 @@ static void test_arith(fl_op op) {
           fl_minmax_grad(0, 3.0f, 2.0f, 1.0f) == 0.0f);
 }
 
+/* ------------------------------------------------- depthwise conv */
+
+/* y[n, p, q, c*dm+m] = act(b + sum_{i,j} x[n, p*sh-pt+i, q*sw-pl+j, c] * w[i, j, c, m]) */
+static void depthwise_ref(const float *x, const float *w, const float *b, int64_t B, const fl_conv_desc *d, int act,
+                          double *y) {
+    const int dm = d->oc / d->c;
+    for (int64_t n = 0; n < B; n++)
+        for (int p = 0; p < d->oh; p++)
+            for (int q = 0; q < d->ow; q++)
+                for (int c = 0; c < d->c; c++)
+                    for (int m = 0; m < dm; m++) {
+                        double s = b ? b[c * dm + m] : 0.0;
+                        for (int i = 0; i < d->kh; i++)
+                            for (int j = 0; j < d->kw; j++) {
+                                int ih = p * d->sh - d->pt + i, iw = q * d->sw - d->pl + j;
+                                if (ih < 0 || ih >= d->h || iw < 0 || iw >= d->w) continue;
+                                s += (double)x[((n * d->h + ih) * d->w + iw) * d->c + c] *
+                                     w[((i * d->kw + j) * d->c + c) * dm + m];
+                            }
+                        y[((n * d->oh + p) * d->ow + q) * d->oc + c * dm + m] = act_ref(act, s);
+                    }
+}
+
+static void test_depthwise(int64_t B, int H, int W, int C, int DM, int KH, int KW, int SH, int SW, fl_padding pad,
+                           int act, bool bias, int eoh, int eow) {
+    harness h;
+    h_init(&h, B, 3, (int64_t[]){H, W, C});
+    fl_node *w = h_param(&h, 4, (int64_t[]){KH, KW, C, DM}, -0.5f, 0.5f);
+    int64_t oc = (int64_t)C * DM;
+    fl_node *b = bias ? h_param(&h, 1, &oc, -0.3f, 0.3f) : NULL;
+    fl_node *y = fl_graph_depthwise_conv2d(&h.g, "dw", h.x, w, b, SH, SW, pad, act);
+    CHECK(y != NULL);
+    if (!y) { h_free(&h); return; }
+    char what[128];
+    snprintf(what, sizeof what, "depthwise %dx%dx%d dm%d k%dx%d s%dx%d pad=%d act=%d bias=%d B=%lld", H, W, C, DM, KH,
+             KW, SH, SW, pad, act, bias, (long long)B);
+    CHECK_MSG(y->shape[1] == eoh && y->shape[2] == eow && y->shape[3] == oc, "%s: output %lldx%lldx%lld", what,
+              (long long)y->shape[1], (long long)y->shape[2], (long long)y->shape[3]);
+    h_ready(&h, y, -1, 1);
+    h_loss(&h, true);
+    int64_t n = fl_node_size(y);
+    double *ref = malloc((size_t)n * sizeof(double));
+    depthwise_ref(h.x->val, w->val, b ? b->val : NULL, B, &y->conv, act, ref);
+    CHECK_MSG(max_abs_diff(y->val, ref, n) < 1e-5, "%s forward", what);
+    free(ref);
+    h_gradcheck(&h, what, 1e-3, 1e-2, true);
+    h_free(&h);
+}
+
+/* SeparableConv2D's two nodes (depthwise, then a 1x1 convolution), and a
+ * depthwise node shared by two inputs (its weight gradients add up). */
+static void test_depthwise_chain(void) {
+    harness h;
+    h_init(&h, 2, 3, (int64_t[]){6, 5, 3});
+    fl_node *dk = h_param(&h, 4, (int64_t[]){3, 2, 3, 2}, -0.5f, 0.5f);
+    fl_node *pk = h_param(&h, 4, (int64_t[]){1, 1, 6, 4}, -0.5f, 0.5f);
+    int64_t f = 4;
+    fl_node *b = h_param(&h, 1, &f, -0.3f, 0.3f);
+    fl_node *d = fl_graph_depthwise_conv2d(&h.g, "sep", h.x, dk, NULL, 2, 1, FL_SAME, FL_ACT_LINEAR);
+    fl_node *y = d ? fl_graph_conv2d(&h.g, "sep", d, pk, b, 1, 1, FL_VALID, FL_ACT_TANH) : NULL;
+    CHECK(y != NULL && y->shape[1] == 3 && y->shape[2] == 5 && y->shape[3] == 4);
+    if (!y) { h_free(&h); return; }
+    h_ready(&h, y, -1, 1);
+    h_gradcheck(&h, "separable (depthwise + pointwise)", 1e-3, 1e-2, true);
+    h_free(&h);
+
+    /* shared: the same kernel and bias on x and on tanh(x), added */
+    h_init(&h, 2, 3, (int64_t[]){5, 5, 4});
+    fl_node *k = h_param(&h, 4, (int64_t[]){3, 3, 4, 1}, -0.5f, 0.5f);
+    int64_t c = 4;
+    fl_node *bb = h_param(&h, 1, &c, -0.3f, 0.3f);
+    fl_node *t = fl_graph_act(&h.g, "t", h.x, FL_ACT_TANH);
+    fl_node *a1 = fl_graph_depthwise_conv2d(&h.g, "dw", h.x, k, bb, 1, 1, FL_SAME, FL_ACT_SIGMOID);
+    fl_node *a2 = fl_graph_depthwise_conv2d(&h.g, "dw", t, k, bb, 1, 1, FL_SAME, FL_ACT_SIGMOID);
+    fl_node *s = fl_graph_merge(&h.g, "add", FL_OP_ADD, (fl_node *[]){a1, a2}, 2, 0);
+    CHECK(s != NULL);
+    if (!s) { h_free(&h); return; }
+    h_ready(&h, s, -1, 1);
+    h_gradcheck(&h, "depthwise shared", 1e-3, 1e-2, true);
+    h_free(&h);
+
+    /* shape errors name the layer and the dimension */
+    fl_graph g;
+    fl_graph_init(&g, fl_backend_cpu());
+    fl_node *x = fl_graph_input(&g, "in", 3, (int64_t[]){4, 4, 3});
+    fl_node *w5 = fl_graph_param(&g, "w", 4, (int64_t[]){3, 3, 5, 1}, true);
+    CHECK(fl_graph_depthwise_conv2d(&g, "my_dw", x, w5, NULL, 1, 1, FL_VALID, FL_ACT_LINEAR) == NULL);
+    CHECK_STR_CONTAINS(fl_last_error(), "'my_dw'");
+    CHECK_STR_CONTAINS(fl_last_error(), "3 channels");
+    fl_node *w7 = fl_graph_param(&g, "w", 4, (int64_t[]){5, 5, 3, 1}, true);
+    CHECK(fl_graph_depthwise_conv2d(&g, "my_dw", x, w7, NULL, 1, 1, FL_VALID, FL_ACT_LINEAR) == NULL);
+    CHECK_STR_CONTAINS(fl_last_error(), "does not fit");
+    fl_graph_free(&g);
+}
+
 /* The capability query: a backend without a kernel that an op needs is
  * refused with the layer, op and kernel named; every op has a table row. */
 static void test_capability(void) {
@@ -924,5 +1019,21 @@ int main(void) {
     test_normalize(-1, false);
     test_normalize(1, true);
     test_prelu_shared();
+    /* DepthwiseConv2D (last, so that the random data above stay as they were) */
+    test_depthwise(2, 6, 7, 3, 1, 3, 3, 1, 1, FL_VALID, FL_ACT_LINEAR, true, 4, 5);
+    test_depthwise(2, 6, 7, 3, 2, 3, 3, 1, 1, FL_VALID, FL_ACT_TANH, true, 4, 5);
+    test_depthwise(2, 6, 7, 4, 1, 3, 3, 1, 1, FL_SAME, FL_ACT_SIGMOID, true, 6, 7);
+    test_depthwise(2, 7, 8, 3, 2, 3, 3, 2, 2, FL_SAME, FL_ACT_LINEAR, false, 4, 4);
+    test_depthwise(2, 7, 8, 2, 1, 3, 3, 2, 2, FL_VALID, FL_ACT_ELU, true, 3, 3);
+    test_depthwise(2, 8, 8, 3, 1, 4, 4, 1, 1, FL_SAME, FL_ACT_LINEAR, true, 8, 8); /* even: asymmetric padding */
+    test_depthwise(2, 8, 9, 2, 3, 2, 3, 2, 1, FL_SAME, FL_ACT_SOFTSIGN, true, 4, 9); /* non-square, dm 3 */
+    test_depthwise(1, 9, 6, 5, 2, 2, 4, 1, 2, FL_VALID, FL_ACT_LINEAR, true, 8, 2);
+    test_depthwise(2, 5, 5, 3, 1, 5, 3, 2, 2, FL_SAME, FL_ACT_LINEAR, true, 3, 3); /* window wider than padding */
+    test_depthwise(2, 3, 3, 2, 2, 5, 5, 1, 1, FL_SAME, FL_ACT_TANH, true, 3, 3);   /* kernel larger than the image */
+    test_depthwise(37, 9, 9, 16, 1, 3, 3, 1, 1, FL_SAME, FL_ACT_LINEAR, true, 9, 9); /* both threads */
+    test_depthwise(33, 9, 8, 8, 2, 3, 3, 2, 2, FL_SAME, FL_ACT_SIGMOID, true, 5, 4);
+    test_depthwise_chain();
+    test_depthwise(3, 6, 6, 20, 1, 3, 3, 1, 1, FL_SAME, FL_ACT_LINEAR, true, 6, 6);  /* 16 in registers + 4 */
+    test_depthwise(3, 7, 6, 35, 1, 3, 2, 2, 2, FL_VALID, FL_ACT_SIGMOID, false, 3, 3);
     return check_report("test_ops");
 }

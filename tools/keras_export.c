@@ -199,6 +199,18 @@ int main(int argc, char **argv) {
               "compile");
         export_model("seq_param_layers_adam", m, 3, 8);
     }
+    /* DepthwiseConv2D (depth_multiplier 1 and 2, strides, non-square kernel,
+     * no bias) and SeparableConv2D (fused and separate activations) */
+    m = fl_sequential(fl_input(9, 8, 3), fl_depthwise_conv2d(3, .depth_multiplier = 2, .activation = FL_RELU6),
+                      fl_depthwise_conv2d(.kernel_h = 2, .kernel_w = 3, .strides = 2, .padding = FL_SAME,
+                                          .no_bias = true),
+                      fl_separable_conv2d(5, 3, .padding = FL_SAME, .activation = FL_TANH),
+                      fl_separable_conv2d(4, 2, .stride_h = 2, .depth_multiplier = 2, .no_bias = true,
+                                          .activation = FL_SILU),
+                      fl_flatten(), fl_dense(3, .activation = FL_SOFTMAX));
+    fl_model_set_seed(m, 11);
+    check(fl_compile(m, fl_adam(.learning_rate = 0.01f), FL_SPARSE_CATEGORICAL_CROSSENTROPY, FL_ACCURACY), "compile");
+    export_model("seq_depthwise_adam", m, 3, 8);
 
     /* MLP: centered RMSprop with momentum, categorical CE, BN after Dense, leaky relu, elu */
     m = fl_sequential(fl_input(7), fl_dense(8, .activation = FL_LEAKY_RELU, .no_bias = true),

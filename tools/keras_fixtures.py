@@ -412,6 +412,54 @@ def m_param_layers(rng):
         if isinstance(layer, L.PReLU):
             layer.alpha.assign(rng.uniform(-0.5, 0.9, layer.alpha.shape).astype(F32))
     return m, [normal(rng, 3, 5, 4, 3, scale=2.0)]
+def m_depthwise_separable(rng):
+    # DepthwiseConv2D and SeparableConv2D in their config forms: square and
+    # non-square kernels, strides 1 and 2, "valid" and "same" (with an even
+    # kernel: asymmetric padding), depth_multiplier 1, 2 and 3, with and
+    # without bias, activations fused (relu6, tanh) and not (silu, gelu).
+    m = keras.Sequential([
+        keras.Input((9, 8, 3)),
+        L.DepthwiseConv2D(3),                                          # 7x6x3
+        L.DepthwiseConv2D((2, 3), strides=2, padding="same",
+                          depth_multiplier=2, activation="relu6"),     # 4x3x6
+        L.SeparableConv2D(4, 3, padding="same", activation="tanh"),    # 4x3x4
+        L.SeparableConv2D(5, (3, 2), strides=(2, 1), padding="same",
+                          depth_multiplier=2, use_bias=False,
+                          activation="silu"),                          # 2x3x5
+        L.DepthwiseConv2D(2, padding="same", depth_multiplier=3,
+                          use_bias=False, activation="gelu"),          # 2x3x15
+    ], name="depthwise_separable")
+    return m, [normal(rng, 3, 9, 8, 3)]
+
+
+def m_mobilenet_block(rng):
+    # keras.applications.MobileNetV2's inverted residual block: expand
+    # (1x1), correct_pad + strided "valid" DepthwiseConv2D without bias,
+    # BatchNormalization, ReLU6, project; then a stride-1 "same" block with
+    # the residual Add, and a SeparableConv2D head.
+    x = keras.Input((10, 10, 4), name="image")
+    h = L.Conv2D(12, 1, use_bias=False)(x)
+    h = L.BatchNormalization()(h)
+    h = L.Activation("relu6")(h)
+    h = L.ZeroPadding2D(((0, 1), (0, 1)))(h)
+    h = L.DepthwiseConv2D(3, strides=2, use_bias=False)(h)       # 5x5x12
+    h = L.BatchNormalization()(h)
+    h = L.Activation("relu6")(h)
+    p = L.Conv2D(6, 1, use_bias=False)(h)
+    e = L.Conv2D(18, 1, activation="relu6")(p)
+    e = L.DepthwiseConv2D(3, padding="same", activation="relu6")(e)
+    e = L.Conv2D(6, 1)(e)
+    h = L.Add()([p, e])
+    h = L.SeparableConv2D(8, 3, activation="relu")(h)            # 3x3x8
+    y = L.GlobalAveragePooling2D()(h)
+    m = keras.Model(x, y, name="mobilenet_block")
+    # BatchNormalization with moving statistics that are not 0 and 1
+    for layer in m.layers:
+        if isinstance(layer, L.BatchNormalization):
+            c = layer.moving_mean.shape[0]
+            layer.moving_mean.assign(rng.normal(0, 0.3, c).astype(F32))
+            layer.moving_variance.assign(rng.uniform(0.5, 1.5, c).astype(F32))
+    return m, [normal(rng, 2, 10, 10, 4)]
 
 
 # Which files a fixture gets. Keras's HDF5 files cost ~2.5 KB per layer
@@ -448,6 +496,8 @@ MODELS = [
     ("global_pools_2d", "functional", m_global_pools_2d, KERAS),
     ("merges_more", "functional", m_merges_more, KERAS_H5),
     ("param_layers", "sequential", m_param_layers, ALL),
+    ("depthwise_separable", "sequential", m_depthwise_separable, ALL),
+    ("mobilenet_block", "functional", m_mobilenet_block, KERAS),
 ]
 
 
@@ -538,6 +588,15 @@ def t_prelu_relu_adam():
         L.ReLU(max_value=0.6, negative_slope=0.05),
         L.Dense(3, activation="softmax"),
     ], name="train_prelu_relu_adam")
+def t_depthwise_adam():
+    return keras.Sequential([
+        keras.Input((7, 7, 2)),
+        L.DepthwiseConv2D(3, depth_multiplier=2, activation="tanh"),   # 5x5x4
+        L.SeparableConv2D(4, 3, strides=2, padding="same",
+                          activation="relu"),                          # 3x3x4
+        L.Flatten(),
+        L.Dense(3, activation="softmax"),
+    ], name="train_depthwise_adam")
 
 
 def b_sparse(classes, *shape):
@@ -599,6 +658,9 @@ TRAINING = [
     ("train_prelu_relu_adam", t_prelu_relu_adam,
      lambda: keras.optimizers.Adam(learning_rate=0.01),
      "sparse_categorical_crossentropy", ["accuracy"], b_sparse(3, 5, 5, 2), KERAS),
+    ("train_depthwise_adam", t_depthwise_adam,
+     lambda: keras.optimizers.Adam(learning_rate=0.01),
+     "sparse_categorical_crossentropy", ["accuracy"], b_sparse(3, 7, 7, 2), KERAS),
 ]
 
 
@@ -910,15 +972,15 @@ def write_bad(out, manifest):
     # must list them all at once, each with its class.
     reset("bad_many_unsupported")
     m = keras.Sequential([keras.Input((8, 8, 3)),
-                          L.DepthwiseConv2D(3, padding="same"),
+                          L.DepthwiseConv2D(3, padding="same", dilation_rate=2),
                           L.Conv2D(4, 3, dilation_rate=2, padding="same"),
-                          L.DepthwiseConv2D(3, padding="same"),
+                          L.DepthwiseConv2D(3, padding="same", dilation_rate=2),
                           L.UpSampling2D(2),
                           L.GlobalAveragePooling2D(),
                           L.LayerNormalization()], name="many_unsupported")
     m.save(os.path.join(out, "bad_many_unsupported.keras"))
     add("bad_many_unsupported.keras", "many_unsupported", False,
-        "two DepthwiseConv2D, a dilated Conv2D, an UpSampling2D and a "
+        "two dilated DepthwiseConv2D, a dilated Conv2D, an UpSampling2D and a "
         "LayerNormalization: Keras loads it, flynn must refuse it listing "
         "every one of them with its class in one message")
 

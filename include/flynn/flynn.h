@@ -154,6 +154,50 @@ typedef struct fl_conv2d_args {
 fl_layer *fl_conv2d_(fl_conv2d_args a);
 #define fl_conv2d(...) fl_conv2d_((fl_conv2d_args){._reserved = 0, __VA_ARGS__}) /* fl_conv2d(32, 3, ...) */
 
+/* DepthwiseConv2D(kernel_size, ...): each input channel c convolved with
+ * its own depth_multiplier filters; output channel c*depth_multiplier + m.
+ * Weights as Keras 3: kernel (kh, kw, in, depth_multiplier), bias
+ * (in*depth_multiplier,). */
+typedef struct fl_depthwise_conv2d_args {
+    int _reserved;              /* keeps the macros warning-free; leave it out */
+    int kernel_size;            /* square kernel; kernel_h/kernel_w override */
+    int kernel_h, kernel_w;
+    int strides;                /* 0 = 1; stride_h/stride_w override */
+    int stride_h, stride_w;
+    fl_padding padding;         /* default FL_VALID */
+    int depth_multiplier;       /* 0 = 1 */
+    int dilation_rate;          /* 0 = 1; only 1 is supported */
+    fl_activation activation;
+    bool no_bias;
+    const char *name;
+} fl_depthwise_conv2d_args;
+fl_layer *fl_depthwise_conv2d_(fl_depthwise_conv2d_args a);
+#define fl_depthwise_conv2d(...) \
+    fl_depthwise_conv2d_((fl_depthwise_conv2d_args){._reserved = 0, __VA_ARGS__}) /* fl_depthwise_conv2d(3, ...) */
+
+/* SeparableConv2D(filters, kernel_size, ...): a depthwise convolution
+ * (strides and padding apply here, no bias) followed by a 1x1 convolution
+ * to `filters` channels with the bias and the activation. Weights as Keras
+ * 3: depthwise_kernel (kh, kw, in, depth_multiplier), pointwise_kernel
+ * (1, 1, in*depth_multiplier, filters), bias (filters,). */
+typedef struct fl_separable_conv2d_args {
+    int _reserved;              /* keeps the macros warning-free; leave it out */
+    int filters;
+    int kernel_size;            /* square kernel; kernel_h/kernel_w override */
+    int kernel_h, kernel_w;
+    int strides;                /* 0 = 1; stride_h/stride_w override */
+    int stride_h, stride_w;
+    fl_padding padding;         /* default FL_VALID */
+    int depth_multiplier;       /* 0 = 1 */
+    int dilation_rate;          /* 0 = 1; only 1 is supported */
+    fl_activation activation;
+    bool no_bias;
+    const char *name;
+} fl_separable_conv2d_args;
+fl_layer *fl_separable_conv2d_(fl_separable_conv2d_args a);
+#define fl_separable_conv2d(...) \
+    fl_separable_conv2d_((fl_separable_conv2d_args){._reserved = 0, __VA_ARGS__}) /* fl_separable_conv2d(64, 3, ...) */
+
 typedef struct fl_pool2d_args {
     int _reserved;    /* keeps the macros warning-free; leave it out */
     int pool_size;    /* 0 = 2 */    /* square window; pool_h/pool_w override */

@@ -126,6 +126,15 @@ typedef struct fl_backend {
     void (*conv2d_bwd)(const fl_conv_desc *d, const float *x, const float *w, const float *y, float *dy,
                        float *dx, float dx_beta, float *dw, float *db, void *ws);
 
+    /* Depthwise Conv2D NHWC: d->c input channels, w[kh,kw,c,dm] with
+     * dm = d->oc / d->c, b[oc] or NULL; y[n,oh,ow,c*dm+m] = act(b[c*dm+m] +
+     * sum_{i,j} x[n, oh*sh-pt+i, ow*sw-pl+j, c] * w[i,j,c,m]) (outside x: 0).
+     * Backward: dy is overwritten with dy*act'(y); dx (beta) may be NULL; dw
+     * and db (either may be NULL) are overwritten. */
+    void (*depthwise_fwd)(const fl_conv_desc *d, const float *x, const float *w, const float *b, float *y);
+    void (*depthwise_bwd)(const fl_conv_desc *d, const float *x, const float *w, const float *y, float *dy,
+                          float *dx, float dx_beta, float *dw, float *db);
+
     /* Conv2D followed by max pooling, where the convolution's only consumer
      * is the pooling (NULL: not fused; ops/ops.c then runs the two ops).
      * Forward writes the convolution's y and the pooling's outputs in one

@@ -98,7 +98,9 @@ void fl_graph_finalize(fl_graph *g) {
     for (int i = 0; i < g->n; i++) {
         fl_node *n = g->nodes[i];
         n->gscratch_bytes = 0;
-        if (n->op != FL_OP_DENSE && n->op != FL_OP_CONV2D && n->op != FL_OP_BATCHNORM && n->op != FL_OP_PRELU) continue;
+        if (n->op != FL_OP_DENSE && n->op != FL_OP_CONV2D && n->op != FL_OP_DEPTHWISE_CONV2D &&
+            n->op != FL_OP_BATCHNORM && n->op != FL_OP_PRELU)
+            continue;
         bool shared = false;
         size_t floats = 0;
         for (int k = 1; k < n->nin && k < 3; k++)

@@ -35,6 +35,7 @@ typedef enum fl_op {
     FL_OP_SOFTMAX,   /* softmax along an axis other than the last (the last: FL_OP_ACT) */
     FL_OP_PRELU,     /* in: x, alpha (broadcast over the shared axes) */
     FL_OP_NORMALIZE, /* in: x, mean, variance (broadcast); no gradient to them */
+    FL_OP_DEPTHWISE_CONV2D, /* in: x, kernel (kh, kw, c, dm)[, bias (c*dm)]; fused activation */
     FL_OP_COUNT
 } fl_op;
 
@@ -107,6 +108,11 @@ fl_node *fl_graph_act(fl_graph *g, const char *name, fl_node *x, int act);
 /* Adds zero rows/columns to each side of an NHWC image (ZeroPadding2D), or
  * removes them where a count is negative (Cropping2D). */
 fl_node *fl_graph_pad2d(fl_graph *g, const char *name, fl_node *x, int top, int bottom, int left, int right);
+/* Depthwise 2D convolution (DepthwiseConv2D, the first half of
+ * SeparableConv2D): w (kh, kw, c, dm), b (c*dm) or NULL; output channel
+ * c*dm + m = sum over the window of x[.., c] * w[i, j, c, m]. */
+fl_node *fl_graph_depthwise_conv2d(fl_graph *g, const char *name, fl_node *x, fl_node *w, fl_node *b, int sh, int sw,
+                                   fl_padding pad, int act);
 /* y = f(x) element-wise with parameters (fl_pact_desc). */
 fl_node *fl_graph_pact(fl_graph *g, const char *name, fl_node *x, fl_pact_desc p);
 /* Softmax along `axis` of the full shape (batch = 0; negative from the end). */

@@ -106,6 +106,82 @@ static void conv2d_to(const fl_layer *l, json_object *c) {
 static fl_layer *conv1d_from(const kctx *c, const char *cls, json_object *cfg, klayer_extra *x);
 static void conv1d_to(const fl_layer *l, json_object *c);
 
+/* ---------------------------------------- DepthwiseConv2D, SeparableConv2D */
+
+/* The keys the two classes share: kernel_size .. use_bias, the
+ * depthwise/bias initializers, regularizers and constraints. */
+static fl_status depthwise_common(const kctx *c, json_object *cfg, int *kh, int *kw, int *sh, int *sw, fl_padding *pad,
+                                  int *dm, fl_activation *act, bool *use_bias) {
+    static const char *const init[] = {"depthwise_initializer", "bias_initializer", NULL};
+    int64_t m;
+    int dh, dw;
+    if (get_int(c, cfg, "depth_multiplier", 1, false, &m) || get_pair(c, cfg, "kernel_size", 0, true, kh, kw) ||
+        get_pair(c, cfg, "strides", 1, false, sh, sw) || get_padding(c, cfg, pad) || check_data_format(c, cfg) ||
+        get_pair(c, cfg, "dilation_rate", 1, false, &dh, &dw) || get_activation(c, cfg, "activation", act) ||
+        get_bool(c, cfg, "use_bias", true, use_bias) || check_initializers(c, cfg, init) ||
+        must_be_null(c, cfg, "depthwise_regularizer", "weight regularizers") ||
+        must_be_null(c, cfg, "bias_regularizer", "weight regularizers") ||
+        must_be_null(c, cfg, "activity_regularizer", "activity regularizers") ||
+        must_be_null(c, cfg, "depthwise_constraint", "weight constraints") ||
+        must_be_null(c, cfg, "bias_constraint", "weight constraints"))
+        return fl_last_status();
+    if (dh != 1 || dw != 1)
+        return kfail(c, FL_ERR_UNSUPPORTED, "dilation_rate (%d, %d) is not supported (only 1)", dh, dw);
+    if (m <= 0 || m > INT32_MAX) return kfail(c, FL_ERR_FORMAT, "depth_multiplier is %lld", (long long)m);
+    *dm = (int)m;
+    return FL_OK;
+}
+
+static fl_layer *depthwise2d_from(const kctx *c, const char *cls, json_object *cfg, klayer_extra *x) {
+    (void)x;
+    int kh = 0, kw = 0, sh = 1, sw = 1, dm = 1;
+    fl_padding pad;
+    fl_activation act;
+    bool use_bias;
+    if (depthwise_common(c, cfg, &kh, &kw, &sh, &sw, &pad, &dm, &act, &use_bias)) return NULL;
+    if (strcmp(cls, "DepthwiseConv2D") == 0)
+        return fl_depthwise_conv2d_((fl_depthwise_conv2d_args){.kernel_h = kh, .kernel_w = kw, .stride_h = sh,
+                                                               .stride_w = sw, .padding = pad, .depth_multiplier = dm,
+                                                               .activation = act, .no_bias = !use_bias});
+    static const char *const pinit[] = {"pointwise_initializer", NULL};
+    int64_t filters;
+    if (get_int(c, cfg, "filters", 0, true, &filters) || check_initializers(c, cfg, pinit) ||
+        must_be_null(c, cfg, "pointwise_regularizer", "weight regularizers") ||
+        must_be_null(c, cfg, "pointwise_constraint", "weight constraints"))
+        return NULL;
+    if (filters <= 0 || filters > INT32_MAX) return kfail(c, FL_ERR_FORMAT, "filters is %lld", (long long)filters), NULL;
+    return fl_separable_conv2d_((fl_separable_conv2d_args){.filters = (int)filters, .kernel_h = kh, .kernel_w = kw,
+                                                           .stride_h = sh, .stride_w = sw, .padding = pad,
+                                                           .depth_multiplier = dm, .activation = act,
+                                                           .no_bias = !use_bias});
+}
+
+/* Keras 3.15's get_config, in its order. */
+static void depthwise2d_to(const fl_layer *l, json_object *c) {
+    const bool sep = l->kind == FL_L_SEPARABLE2D;
+    const fl_depthwise_conv2d_args *d = &l->a.dw;
+    const fl_separable_conv2d_args *s = &l->a.sep;
+    put(c, "depth_multiplier", jint(sep ? s->depth_multiplier : d->depth_multiplier));
+    if (sep) put(c, "filters", jint(s->filters));
+    put(c, "kernel_size", sep ? jpair(s->kernel_h, s->kernel_w) : jpair(d->kernel_h, d->kernel_w));
+    put(c, "strides", sep ? jpair(s->stride_h, s->stride_w) : jpair(d->stride_h, d->stride_w));
+    put(c, "padding", jstring((sep ? s->padding : d->padding) == FL_SAME ? "same" : "valid"));
+    put(c, "data_format", jstring("channels_last"));
+    put(c, "dilation_rate", jpair(1, 1));
+    put(c, "activation", jstring(fl_activation_name(sep ? s->activation : d->activation)));
+    put(c, "use_bias", jbool(!(sep ? s->no_bias : d->no_bias)));
+    put(c, "depthwise_initializer", initializer("GlorotUniform"));
+    if (sep) put(c, "pointwise_initializer", initializer("GlorotUniform"));
+    put(c, "bias_initializer", initializer("Zeros"));
+    put(c, "depthwise_regularizer", NULL);
+    if (sep) put(c, "pointwise_regularizer", NULL);
+    put(c, "bias_regularizer", NULL);
+    put(c, "activity_regularizer", NULL);
+    put(c, "depthwise_constraint", NULL);
+    if (sep) put(c, "pointwise_constraint", NULL);
+    put(c, "bias_constraint", NULL);
+}
+
 /* -------------------------------------------- MaxPooling2D, AveragePooling2D */
 
 static fl_layer *pool2d_from(const kctx *c, const char *cls, json_object *cfg, klayer_extra *x) {
@@ -672,6 +748,8 @@ static const fl_keras_layer_def layer_defs[] = {
     {"Softmax", FL_L_SOFTMAX, softmax_from, softmax_to, false},
     {"Rescaling", FL_L_RESCALING, rescaling_from, rescaling_to, true},
     {"Normalization", FL_L_NORMALIZATION, normalization_from, normalization_to, true},
+    {"DepthwiseConv2D", FL_L_DEPTHWISE2D, depthwise2d_from, depthwise2d_to, true},
+    {"SeparableConv2D", FL_L_SEPARABLE2D, depthwise2d_from, depthwise2d_to, true},
 };
 #define NDEFS (sizeof layer_defs / sizeof layer_defs[0])
 

@@ -139,6 +139,49 @@ fl_layer *fl_conv2d_(fl_conv2d_args a) {
     return l;
 }
 
+/* kernel_size/strides/dilation/padding of the depthwise and separable
+ * convolutions: Keras defaults filled in, then checked. */
+static fl_status conv_window(const char *cls, int ks, int *kh, int *kw, int s, int *sh, int *sw, int *dm,
+                             int dilation, fl_padding pad) {
+    if (!*kh) *kh = ks;
+    if (!*kw) *kw = ks;
+    if (*kh <= 0 || *kw <= 0)
+        return fl_error(FL_ERR_INVALID_ARG, "%s: kernel_size is %dx%d, expected > 0", cls, *kh, *kw);
+    if (!s) s = 1;
+    if (!*sh) *sh = s;
+    if (!*sw) *sw = s;
+    if (*sh <= 0 || *sw <= 0) return fl_error(FL_ERR_INVALID_ARG, "%s: strides %dx%d, expected > 0", cls, *sh, *sw);
+    if (!*dm) *dm = 1;
+    if (*dm <= 0) return fl_error(FL_ERR_INVALID_ARG, "%s: depth_multiplier is %d, expected > 0", cls, *dm);
+    if (dilation != 0 && dilation != 1)
+        return fl_error(FL_ERR_UNSUPPORTED, "%s: dilation_rate %d is not supported (only 1)", cls, dilation);
+    if (pad != FL_VALID && pad != FL_SAME)
+        return fl_error(FL_ERR_INVALID_ARG, "%s: padding %d, expected FL_VALID or FL_SAME", cls, (int)pad);
+    return FL_OK;
+}
+
+fl_layer *fl_depthwise_conv2d_(fl_depthwise_conv2d_args a) {
+    if (conv_window("DepthwiseConv2D", a.kernel_size, &a.kernel_h, &a.kernel_w, a.strides, &a.stride_h,
+                    &a.stride_w, &a.depth_multiplier, a.dilation_rate, a.padding) ||
+        check_act("DepthwiseConv2D", a.activation))
+        return NULL;
+    fl_layer *l = new_layer(FL_L_DEPTHWISE2D, a.name);
+    if (l) { l->a.dw = a; l->a.dw.name = NULL; }
+    return l;
+}
+
+fl_layer *fl_separable_conv2d_(fl_separable_conv2d_args a) {
+    if (a.filters <= 0)
+        return fl_error_null(FL_ERR_INVALID_ARG, "SeparableConv2D: filters is %d, expected > 0", a.filters);
+    if (conv_window("SeparableConv2D", a.kernel_size, &a.kernel_h, &a.kernel_w, a.strides, &a.stride_h,
+                    &a.stride_w, &a.depth_multiplier, a.dilation_rate, a.padding) ||
+        check_act("SeparableConv2D", a.activation))
+        return NULL;
+    fl_layer *l = new_layer(FL_L_SEPARABLE2D, a.name);
+    if (l) { l->a.sep = a; l->a.sep.name = NULL; }
+    return l;
+}
+
 static fl_layer *pool(fl_layer_kind k, fl_pool2d_args a) {
     if (!a.pool_size) a.pool_size = 2;
     if (!a.pool_h) a.pool_h = a.pool_size;
@@ -406,7 +449,10 @@ void fl_layer_init_weights(fl_layer *l, const fl_backend *be, uint64_t seed) {
         if (!host) continue; /* weights stay zero; tiny allocation */
         uint64_t stream = ((uint64_t)(l->index + 1) << 8) | (uint64_t)i;
         const char *wn = l->wname[i];
-        if (strcmp(wn, "kernel") == 0) {
+        if (strcmp(wn, "kernel") == 0 || strcmp(wn, "depthwise_kernel") == 0 || strcmp(wn, "pointwise_kernel") == 0) {
+            /* Keras's compute_fans: a 4-D kernel (kh, kw, a, b), DepthwiseConv2D's
+             * (kh, kw, in, depth_multiplier) included, has fan_in kh*kw*a and
+             * fan_out kh*kw*b */
             double fan_in, fan_out;
             if (w->ndim == 4) { /* (kh, kw, in, out) */
                 double rf = (double)w->shape[0] * (double)w->shape[1];
@@ -684,6 +730,41 @@ static fl_node *build_normalization(fl_layer *l, fl_graph *g, fl_node *const *xs
     return fl_graph_normalize(g, l->name, x, mean, var, axis, l->a.norm.invert);
 }
 
+static fl_node *build_depthwise2d(fl_layer *l, fl_graph *g, fl_node *const *xs, int nx) {
+    (void)nx;
+    const fl_depthwise_conv2d_args *a = &l->a.dw;
+    fl_node *x = xs[0];
+    if (need_image(l, x)) return NULL;
+    int64_t c = x->shape[3], dm = a->depth_multiplier;
+    fl_node *k = add_weight(l, g, "kernel", 4, (int64_t[]){a->kernel_h, a->kernel_w, c, dm}, true);
+    fl_node *b = k && !a->no_bias ? add_weight(l, g, "bias", 1, (int64_t[]){c * dm}, true) : NULL;
+    if (!k || (!a->no_bias && !b)) return NULL;
+    int act = (int)a->activation;
+    return then_act(g, l->name,
+                    fl_graph_depthwise_conv2d(g, l->name, x, k, b, a->stride_h, a->stride_w, a->padding,
+                                              fused_act(act)),
+                    act);
+}
+
+/* Keras's SeparableConv2D: depthwise (strides, padding, no bias), then a
+ * 1x1 convolution with the bias and the activation. */
+static fl_node *build_separable2d(fl_layer *l, fl_graph *g, fl_node *const *xs, int nx) {
+    (void)nx;
+    const fl_separable_conv2d_args *a = &l->a.sep;
+    fl_node *x = xs[0];
+    if (need_image(l, x)) return NULL;
+    int64_t c = x->shape[3], dm = a->depth_multiplier;
+    fl_node *dk = add_weight(l, g, "depthwise_kernel", 4, (int64_t[]){a->kernel_h, a->kernel_w, c, dm}, true);
+    fl_node *pk = dk ? add_weight(l, g, "pointwise_kernel", 4, (int64_t[]){1, 1, c * dm, a->filters}, true) : NULL;
+    fl_node *b = pk && !a->no_bias ? add_weight(l, g, "bias", 1, (int64_t[]){a->filters}, true) : NULL;
+    if (!dk || !pk || (!a->no_bias && !b)) return NULL;
+    fl_node *d = fl_graph_depthwise_conv2d(g, l->name, x, dk, NULL, a->stride_h, a->stride_w, a->padding,
+                                           FL_ACT_LINEAR);
+    if (!d) return NULL;
+    int act = (int)a->activation;
+    return then_act(g, l->name, fl_graph_conv2d(g, l->name, d, pk, b, 1, 1, FL_VALID, fused_act(act)), act);
+}
+
 static const build_fn kind_build[FL_L_COUNT] = {
     [FL_L_INPUT] = build_input,         [FL_L_DENSE] = build_dense,         [FL_L_CONV2D] = build_conv2d,
     [FL_L_MAXPOOL] = build_pool,        [FL_L_AVGPOOL] = build_pool,        [FL_L_GAP] = build_global_pool,
@@ -698,6 +779,7 @@ static const build_fn kind_build[FL_L_COUNT] = {
     [FL_L_RELU] = build_pact,           [FL_L_LEAKY_RELU] = build_pact,     [FL_L_ELU] = build_pact,
     [FL_L_PRELU] = build_prelu,         [FL_L_SOFTMAX] = build_softmax,     [FL_L_RESCALING] = build_pact,
     [FL_L_NORMALIZATION] = build_normalization,
+    [FL_L_DEPTHWISE2D] = build_depthwise2d, [FL_L_SEPARABLE2D] = build_separable2d,
 };
 
 fl_node *fl_layer_build(fl_layer *l, fl_graph *g, fl_node *const *xs, int nx, uint64_t seed) {

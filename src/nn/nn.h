@@ -45,7 +45,9 @@
     X(PRELU, "PReLU", "p_re_lu", FL_IN_ONE)                                          \
     X(SOFTMAX, "Softmax", "softmax", FL_IN_ONE)                                      \
     X(RESCALING, "Rescaling", "rescaling", FL_IN_ONE)                                \
-    X(NORMALIZATION, "Normalization", "normalization", FL_IN_ONE)
+    X(NORMALIZATION, "Normalization", "normalization", FL_IN_ONE)                    \
+    X(DEPTHWISE2D, "DepthwiseConv2D", "depthwise_conv2d", FL_IN_ONE)                 \
+    X(SEPARABLE2D, "SeparableConv2D", "separable_conv2d", FL_IN_ONE)
 
 enum { FL_IN_NONE, FL_IN_ONE, FL_IN_MANY };
 
@@ -83,6 +85,8 @@ struct fl_layer {
             int size;              /* values in mean/variance (given: constants), 0 = adapted state (weights) */
             float *mean, *variance;
         } norm;
+        fl_depthwise_conv2d_args dw;
+        fl_separable_conv2d_args sep;
         struct { int ndim; int64_t shape[FL_MAX_DIMS]; } shape; /* Input, Reshape */
     } a;
     int nw;

@@ -123,6 +123,46 @@ fl_node *fl_graph_conv2d(fl_graph *g, const char *name, fl_node *x, fl_node *w, 
     return n;
 }
 
+fl_node *fl_graph_depthwise_conv2d(fl_graph *g, const char *name, fl_node *x, fl_node *w, fl_node *b, int sh, int sw,
+                                   fl_padding pad, int act) {
+    char s[128];
+    if (x->ndim != 4)
+        return fl_error_null(FL_ERR_SHAPE,
+                             "layer '%s' (depthwise convolution): input %s must be (batch, height, width, channels)",
+                             name, sample_str(x, s, sizeof s));
+    if (w->ndim != 4 || w->shape[2] != x->shape[3])
+        return fl_error_null(FL_ERR_SHAPE,
+                             "layer '%s' (depthwise convolution): input has %lld channels, kernel expects %lld", name,
+                             (long long)x->shape[3], (long long)(w->ndim == 4 ? w->shape[2] : -1));
+    int64_t oc = w->shape[2] * w->shape[3];
+    if (b && (b->ndim != 1 || b->shape[0] != oc))
+        return fl_error_null(FL_ERR_SHAPE, "layer '%s' (depthwise convolution): bias has %lld values, expected %lld",
+                             name, (long long)b->shape[0], (long long)oc);
+    if (sh <= 0 || sw <= 0)
+        return fl_error_null(FL_ERR_INVALID_ARG, "layer '%s' (depthwise convolution): strides %dx%d, expected > 0",
+                             name, sh, sw);
+    fl_conv_desc d = {0};
+    d.h = (int)x->shape[1]; d.w = (int)x->shape[2]; d.c = (int)x->shape[3];
+    d.kh = (int)w->shape[0]; d.kw = (int)w->shape[1]; d.oc = (int)oc;
+    d.sh = sh; d.sw = sw;
+    d.oh = out_dim(d.h, d.kh, sh, pad, &d.pt);
+    d.ow = out_dim(d.w, d.kw, sw, pad, &d.pl);
+    if (d.oh <= 0 || d.ow <= 0)
+        return fl_error_null(FL_ERR_SHAPE,
+                             "layer '%s' (depthwise convolution): a %dx%d kernel does not fit the %dx%d input with "
+                             "padding \"valid\"", name, d.kh, d.kw, d.h, d.w);
+    d.act = act;
+    d.has_bias = b != NULL;
+    fl_node *n = fl_graph_new_node(g, FL_OP_DEPTHWISE_CONV2D, name);
+    if (!n) return NULL;
+    n->nin = b ? 3 : 2;
+    n->in[0] = x; n->in[1] = w; n->in[2] = b;
+    n->conv = d;
+    n->act = act;
+    set_shape(n, true, 3, (int64_t[]){d.oh, d.ow, d.oc});
+    return n;
+}
+
 fl_node *fl_graph_pool(fl_graph *g, const char *name, fl_op op, fl_node *x, int kh, int kw, int sh, int sw,
                        fl_padding pad) {
     char s[128];
@@ -505,6 +545,24 @@ static void conv2d_backward(fl_graph *g, fl_node *n) {
     size_t off = 0;
     float *dw[2] = {weight_grad(n, 1, &off), d.has_bias ? weight_grad(n, 2, &off) : NULL};
     g->be->conv2d_bwd(&d, x->val, n->in[1]->val, n->val, n->grad, dx, beta, dw[0], dw[1], g->ws);
+    weight_grads_add(g->be, n, 1, 2, dw);
+    mark(n, 0); mark(n, 1); mark(n, 2);
+}
+
+static void depthwise_forward(fl_graph *g, fl_node *n, bool training) {
+    (void)training;
+    BATCH_DESC(d, n->conv);
+    g->be->depthwise_fwd(&d, n->in[0]->val, n->in[1]->val, d.has_bias ? n->in[2]->val : NULL, n->val);
+}
+
+static void depthwise_backward(fl_graph *g, fl_node *n) {
+    float beta = 0.0f;
+    BATCH_DESC(d, n->conv);
+    if (n->grad_is_preact) d.act = FL_ACT_LINEAR;
+    float *dx = in_grad(n, 0, &beta);
+    size_t off = 0;
+    float *dw[2] = {weight_grad(n, 1, &off), d.has_bias ? weight_grad(n, 2, &off) : NULL};
+    g->be->depthwise_bwd(&d, n->in[0]->val, n->in[1]->val, n->val, n->grad, dx, beta, dw[0], dw[1]);
     weight_grads_add(g->be, n, 1, 2, dw);
     mark(n, 0); mark(n, 1); mark(n, 2);
 }
@@ -916,6 +974,8 @@ static const fl_op_def op_table[FL_OP_COUNT] = {
     [FL_OP_PRELU] = {"prelu", prelu_forward, prelu_backward, {KERNEL(prelu_fwd), KERNEL(prelu_bwd), KERNEL(accumulate)}},
     [FL_OP_NORMALIZE] = {"normalize", normalize_forward, normalize_backward,
                          {KERNEL(normalize_fwd), KERNEL(normalize_bwd)}},
+    [FL_OP_DEPTHWISE_CONV2D] = {"depthwise_conv2d", depthwise_forward, depthwise_backward,
+                                {KERNEL(depthwise_fwd), KERNEL(depthwise_bwd)}},
 };
 
 const char *fl_op_name(fl_op op) { return (unsigned)op < FL_OP_COUNT && op_table[op].name ? op_table[op].name : "?"; }

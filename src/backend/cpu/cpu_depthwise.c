@@ -1,0 +1,330 @@
+/*
+ * cpu_depthwise.c — the CPU kernels of the depthwise 2D convolution
+ * (DepthwiseConv2D, and the first half of SeparableConv2D), forward and
+ * backward, as direct loops over NHWC data.
+ *
+ * Shapes (fl_conv_desc): x [n, h, w, c], w [kh, kw, c, dm], b [c*dm],
+ * y [n, oh, ow, oc] with oc = c*dm and output channel c*dm + m:
+ *
+ *     y[n, p, q, c*dm+m] = act(b[c*dm+m] + sum_{i,j} x[n, p*sh-pt+i, q*sw-pl+j, c] * w[i, j, c, m])
+ *
+ * (taps outside x count 0). The channel axis is innermost and contiguous in
+ * x, w and y, so every inner loop runs over channels with no branch: the
+ * window's rows and columns are clamped to the image once per output pixel
+ * (forward), or the taps that reach an input pixel are found once per tap
+ * (backward). With depth multiplier 1 the forward keeps 16 channels of
+ * the output pixel in registers across the whole window. Each pass is
+ * memory-bound: one read of x and one write of y forward; backward one pass
+ * over dy for act' and db, one over x, dy and dx for dx and dw. OpenMP
+ * splits batch*rows; dw and db are summed per thread and then added in
+ * thread order (deterministic for a thread count). The row functions are
+ * compiled three times from the same source: portable, AVX2+FMA and AVX-512
+ * (when fl_cpu_simd() says so, as for the kernels of cpu_avx512.c).
+ */
+#include "cpu_internal.h"
+#include "cpu_simd.h"
+
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#define DW_AVX512 __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,fma")))
+#define DW_AVX2 __attribute__((target("avx2,fma")))
+#define DW_HAVE_X86 1
+#else
+#define DW_HAVE_X86 0
+#endif
+#define DW_INLINE static inline __attribute__((always_inline))
+
+static inline int imax(int a, int b) { return a > b ? a : b; }
+static inline int imin(int a, int b) { return a < b ? a : b; }
+
+/* y[k] += x[k] * w[k] (depth multiplier 1) */
+DW_INLINE void madd1(int n, const float *restrict x, const float *restrict w, float *restrict y) {
+    for (int k = 0; k < n; k++) y[k] += x[k] * w[k];
+}
+
+/* y[c*dm+m] += x[c] * w[c*dm+m] */
+DW_INLINE void maddm(int c, int dm, const float *restrict x, const float *restrict w, float *restrict y) {
+    for (int k = 0; k < c; k++) {
+        const float xv = x[k];
+        for (int m = 0; m < dm; m++) y[k * dm + m] += xv * w[k * dm + m];
+    }
+}
+
+/* y = act(y) over n values; ReLU and ReLU6 (MobileNet's) as plain clamps */
+DW_INLINE void act_span(int act, int64_t n, float *restrict y) {
+    switch (act) {
+    case FL_ACT_LINEAR: break;
+    case FL_ACT_RELU:
+        for (int64_t k = 0; k < n; k++) y[k] = y[k] > 0.0f ? y[k] : 0.0f;
+        break;
+    case FL_ACT_RELU6:
+        for (int64_t k = 0; k < n; k++) y[k] = y[k] > 0.0f ? (y[k] < 6.0f ? y[k] : 6.0f) : 0.0f;
+        break;
+    default:
+        for (int64_t k = 0; k < n; k++) y[k] = fl_act_forward(act, y[k]);
+    }
+}
+
+/* dy *= act'(y) over rows of n, db[j] += the result's column sums (db may be NULL) */
+DW_INLINE void act_grad_span(int act, int64_t rows, int n, const float *restrict y, float *restrict dy,
+                             float *restrict db) {
+    for (int64_t r = 0; r < rows; r++) {
+        const float *yr = y + (size_t)r * n;
+        float *g = dy + (size_t)r * n;
+        switch (act) {
+        case FL_ACT_LINEAR: break;
+        case FL_ACT_RELU:
+            for (int k = 0; k < n; k++) g[k] = yr[k] > 0.0f ? g[k] : 0.0f;
+            break;
+        case FL_ACT_RELU6:
+            for (int k = 0; k < n; k++) g[k] = yr[k] > 0.0f && yr[k] < 6.0f ? g[k] : 0.0f;
+            break;
+        default:
+            for (int k = 0; k < n; k++) g[k] *= fl_act_grad_y(act, yr[k]);
+        }
+        if (db)
+            for (int k = 0; k < n; k++) db[k] += g[k];
+    }
+}
+
+#define DW_BLOCK 16 /* channels kept in registers per output pixel */
+
+/* One output row r = (n, p): each output pixel starts from the bias and
+ * adds its clamped window; the activation runs over the finished row while
+ * it is in cache. */
+DW_INLINE void fwd_row_body(const fl_conv_desc *d, const float *x, const float *w, const float *b, float *y,
+                            int64_t r) {
+    const int C = d->c, OC = d->oc, dm = OC / C;
+    const int64_t n = r / d->oh;
+    const int p = (int)(r % d->oh), ih0 = p * d->sh - d->pt;
+    const int i0 = imax(0, -ih0), i1 = imin(d->kh, d->h - ih0);
+    const float *xn = x + (size_t)n * d->h * d->w * C;
+    float *yr = y + (size_t)r * d->ow * OC;
+    for (int q = 0; q < d->ow; q++) {
+        const int iw0 = q * d->sw - d->pl;
+        const int j0 = imax(0, -iw0), j1 = imin(d->kw, d->w - iw0);
+        float *yp = yr + (size_t)q * OC;
+        int c0 = 0;
+        if (dm == 1) /* 16 channels at a time, in registers over the whole window */
+            for (; c0 + DW_BLOCK <= C; c0 += DW_BLOCK) {
+                float acc[DW_BLOCK];
+                for (int k = 0; k < DW_BLOCK; k++) acc[k] = b ? b[c0 + k] : 0.0f;
+                for (int i = i0; i < i1; i++) {
+                    const float *xrow = xn + ((size_t)(ih0 + i) * d->w + iw0) * C + c0;
+                    const float *wrow = w + (size_t)i * d->kw * OC + c0;
+                    for (int j = j0; j < j1; j++) {
+                        const float *xp = xrow + (size_t)j * C, *wp = wrow + (size_t)j * OC;
+                        for (int k = 0; k < DW_BLOCK; k++) acc[k] += xp[k] * wp[k];
+                    }
+                }
+                for (int k = 0; k < DW_BLOCK; k++) yp[c0 + k] = acc[k];
+            }
+        if (c0 == OC) continue;
+        /* the other channels (all of them when dm > 1): accumulated in y */
+        float *yt = yp + c0;
+        const int nc = C - c0 / dm; /* input channels left (c0 is a multiple of dm) */
+        if (b) memcpy(yt, b + c0, (size_t)(OC - c0) * sizeof(float));
+        else memset(yt, 0, (size_t)(OC - c0) * sizeof(float));
+        for (int i = i0; i < i1; i++) {
+            const float *xrow = xn + ((size_t)(ih0 + i) * d->w + iw0) * C + c0 / dm;
+            const float *wrow = w + (size_t)i * d->kw * OC + c0;
+            for (int j = j0; j < j1; j++) {
+                const float *xp = xrow + (size_t)j * C, *wp = wrow + (size_t)j * OC;
+                if (dm == 1) madd1(nc, xp, wp, yt);
+                else maddm(nc, dm, xp, wp, yt);
+            }
+        }
+    }
+    act_span(d->act, (int64_t)d->ow * OC, yr);
+}
+
+/* Backward, depth multiplier 1, both gradients:
+ * dx[k] += dy[k] * w[k], dw[k] += dy[k] * x[k] in one pass over dy. */
+DW_INLINE void bwd1(int n, const float *restrict dy, const float *restrict w, const float *restrict x,
+                    float *restrict dx, float *restrict dw) {
+    for (int k = 0; k < n; k++) {
+        const float g = dy[k];
+        dx[k] += g * w[k];
+        dw[k] += g * x[k];
+    }
+}
+
+/* dx[c] += sum_m dy[c*dm+m] * w[c*dm+m] */
+DW_INLINE void dxm(int c, int dm, const float *restrict dy, const float *restrict w, float *restrict dx) {
+    for (int k = 0; k < c; k++) {
+        float s = 0.0f;
+        for (int m = 0; m < dm; m++) s += dy[k * dm + m] * w[k * dm + m];
+        dx[k] += s;
+    }
+}
+
+/* One input row r = (n, row): each input pixel gathers from the taps
+ * (i, j) whose output pixel (p, q) it feeds, p*sh - pt + i = row,
+ * q*sw - pl + j = column, and adds dy * w into its dx and dy * x into that
+ * tap's dw. Each (output pixel, tap) inside x is visited once, so dw is
+ * complete once every row is done. */
+DW_INLINE void bwd_row_body(const fl_conv_desc *d, const float *x, const float *w, const float *dy, float *dx,
+                            float dx_beta, float *dw, int64_t r) {
+    const int C = d->c, OC = d->oc, dm = OC / C;
+    const int64_t n = r / d->h;
+    const int row = (int)(r % d->h);
+    const float *dyn = dy + (size_t)n * d->oh * d->ow * OC;
+    for (int col = 0; col < d->w; col++) {
+        const size_t pix = (size_t)r * d->w + col;
+        const float *xp = x + pix * C;
+        float *dxp = dx ? dx + pix * C : NULL;
+        if (dxp && dx_beta == 0.0f) memset(dxp, 0, (size_t)C * sizeof(float));
+        for (int i = 0; i < d->kh; i++) {
+            const int th = row + d->pt - i; /* = p * sh */
+            if (th < 0) break;
+            const int p = th / d->sh;
+            if (th != p * d->sh || p >= d->oh) continue;
+            for (int j = 0; j < d->kw; j++) {
+                const int tw = col + d->pl - j; /* = q * sw */
+                if (tw < 0) break;
+                const int q = tw / d->sw;
+                if (tw != q * d->sw || q >= d->ow) continue;
+                const float *g = dyn + ((size_t)p * d->ow + q) * OC;
+                const size_t tap = (size_t)(i * d->kw + j) * OC;
+                if (dm == 1) {
+                    if (dxp && dw) bwd1(C, g, w + tap, xp, dxp, dw + tap);
+                    else if (dxp) madd1(C, g, w + tap, dxp);
+                    else madd1(C, g, xp, dw + tap);
+                } else {
+                    if (dxp) dxm(C, dm, g, w + tap, dxp);
+                    if (dw) maddm(C, dm, xp, g, dw + tap);
+                }
+            }
+        }
+    }
+}
+
+/* The same source compiled three times: portable, AVX2+FMA, AVX-512. */
+#define DW_ROWS(SUFFIX, ATTR)                                                                                   \
+    ATTR static void fwd_rows_##SUFFIX(const fl_conv_desc *d, const float *x, const float *w, const float *b,      \
+                                       float *y, int64_t r0, int64_t r1) {                                         \
+        for (int64_t r = r0; r < r1; r++) fwd_row_body(d, x, w, b, y, r);                                          \
+    }                                                                                                              \
+    ATTR static void bwd_rows_##SUFFIX(const fl_conv_desc *d, const float *x, const float *w, const float *y,      \
+                                       float *dy, float *dx, float dx_beta, float *dw, float *db, int pass,         \
+                                       int64_t r0, int64_t r1) {                                                   \
+        if (pass == 1)                                                                                             \
+            act_grad_span(d->act, (r1 - r0) * d->ow, d->oc, y + (size_t)r0 * d->ow * d->oc,                        \
+                          dy + (size_t)r0 * d->ow * d->oc, db);                                                    \
+        else                                                                                                       \
+            for (int64_t r = r0; r < r1; r++) bwd_row_body(d, x, w, dy, dx, dx_beta, dw, r);                       \
+    }
+DW_ROWS(plain, )
+#if DW_HAVE_X86
+DW_ROWS(avx512, DW_AVX512)
+DW_ROWS(avx2, DW_AVX2)
+#endif
+
+typedef void (*fwd_rows_fn)(const fl_conv_desc *, const float *, const float *, const float *, float *, int64_t,
+                            int64_t);
+typedef void (*bwd_rows_fn)(const fl_conv_desc *, const float *, const float *, const float *, float *, float *,
+                            float, float *, float *, int, int64_t, int64_t);
+
+/* AVX-512 where fl_cpu_simd() says so; else AVX2+FMA where the CPU has it
+ * (unless FLYNN_CPU_KERNELS=generic); else the portable code. */
+static int dw_level(void) {
+    if (fl_cpu_simd()) return 2;
+#if DW_HAVE_X86
+    static int avx2 = -1;
+    int v = __atomic_load_n(&avx2, __ATOMIC_RELAXED);
+    if (v < 0) {
+        const char *e = getenv("FLYNN_CPU_KERNELS");
+        __builtin_cpu_init();
+        v = !(e && strcmp(e, "generic") == 0) && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+        __atomic_store_n(&avx2, v, __ATOMIC_RELAXED);
+    }
+    return v;
+#else
+    return 0;
+#endif
+}
+
+static fwd_rows_fn fwd_rows(void) {
+#if DW_HAVE_X86
+    switch (dw_level()) {
+    case 2: return fwd_rows_avx512;
+    case 1: return fwd_rows_avx2;
+    }
+#endif
+    return fwd_rows_plain;
+}
+
+static bwd_rows_fn bwd_rows(void) {
+#if DW_HAVE_X86
+    switch (dw_level()) {
+    case 2: return bwd_rows_avx512;
+    case 1: return bwd_rows_avx2;
+    }
+#endif
+    return bwd_rows_plain;
+}
+
+static int threads_for(const fl_conv_desc *d) {
+    return d->n * d->oh * d->ow * d->oc * d->kh * d->kw < 65536 ? 1 : fl_cpu_threads();
+}
+
+void fl_cpu_depthwise_fwd(const fl_conv_desc *d, const float *x, const float *w, const float *b, float *y) {
+    const int64_t rows = d->n * d->oh;
+    const fwd_rows_fn f = fwd_rows();
+#pragma omp parallel num_threads(threads_for(d))
+    {
+        const int t = omp_get_thread_num(), T = omp_get_num_threads();
+        f(d, x, w, b, y, rows * t / T, rows * (t + 1) / T);
+    }
+}
+
+#define DW_STACK 8192 /* floats of per-thread dw/db sums kept on the stack */
+
+/* Pass 1 (output rows): dy *= act'(y), db sums. Pass 2 (input rows, after a
+ * barrier, since it reads the dy rows of its neighbours): dx and dw (see
+ * bwd_row_body). */
+void fl_cpu_depthwise_bwd(const fl_conv_desc *d, const float *x, const float *w, const float *y, float *dy,
+                          float *dx, float dx_beta, float *dw, float *db) {
+    const int OC = d->oc, KK = d->kh * d->kw;
+    const int64_t orows = d->n * d->oh, irows = d->n * d->h;
+    const bwd_rows_fn f = bwd_rows();
+    int nt = threads_for(d);
+    const size_t ndw = dw ? (size_t)KK * OC : 0, ndb = db ? (size_t)OC : 0, per = ndw + ndb;
+    float stack_part[DW_STACK];
+    float *part = NULL; /* nt blocks of per floats: dw sums, then db sums */
+    if (nt > 1 && per) {
+        part = (size_t)nt * per <= DW_STACK ? stack_part : malloc((size_t)nt * per * sizeof(float));
+        if (!part) nt = 1; /* no memory for the sums: one thread, into dw/db directly */
+    }
+    const bool act_pass = d->act != FL_ACT_LINEAR || db;
+#pragma omp parallel num_threads(nt)
+    {
+        const int t = omp_get_thread_num(), T = omp_get_num_threads();
+        float *tdw = part ? part + (size_t)t * per : dw;
+        float *tdb = part ? part + (size_t)t * per + ndw : db;
+        if (tdw) memset(tdw, 0, ndw * sizeof(float));
+        if (tdb) memset(tdb, 0, ndb * sizeof(float));
+        if (act_pass) {
+            const int64_t r0 = orows * t / T, r1 = orows * (t + 1) / T;
+            f(d, x, w, y, dy, dx, dx_beta, tdw, tdb, 1, r0, r1);
+        }
+#pragma omp barrier
+        if (dx || dw) {
+            const int64_t r0 = irows * t / T, r1 = irows * (t + 1) / T;
+            f(d, x, w, y, dy, dx, dx_beta, tdw, tdb, 2, r0, r1);
+        }
+    }
+    if (part) { /* the threads' sums, in thread order */
+        if (dw) memcpy(dw, part, ndw * sizeof(float));
+        if (db) memcpy(db, part + ndw, ndb * sizeof(float));
+        for (int t = 1; t < nt; t++) {
+            const float *pt = part + (size_t)t * per;
+            for (size_t k = 0; k < ndw; k++) dw[k] += pt[k];
+            for (size_t k = 0; k < ndb; k++) db[k] += pt[ndw + k];
+        }
+        if (part != stack_part) free(part);
+    }
+}
