@@ -156,6 +156,17 @@ static fl_node *b_pad2d(fl_graph *g, fl_node *x, fl_node **p, int *np) {
     return fl_graph_pad2d(g, "pad", x, g_pads[0], g_pads[1], g_pads[2], g_pads[3]);
 }
 
+/* Multiply/Add with a broadcast (1, 1, c) or (h, 1, c) operand */
+static fl_op g_bop;
+static int g_brows;
+static fl_node *b_bmerge(fl_graph *g, fl_node *x, fl_node **p, int *np) {
+    *np = 0;
+    fl_node *b = g_brows ? fl_graph_pool(g, "pool", FL_OP_AVGPOOL, x, 1, (int)x->shape[2], 1, (int)x->shape[2], FL_VALID)
+                         : fl_graph_reshape(g, "r", fl_graph_gap(g, "gap", x), 3, (int64_t[]){1, 1, x->shape[3]});
+    fl_node *xs[2] = {x, fl_graph_act(g, "t", b, FL_ACT_TANH)};
+    return fl_graph_merge(g, "se", g_bop, xs, 2, 0);
+}
+
 static fl_op g_merge;
 static fl_node *b_merge(fl_graph *g, fl_node *x, fl_node **p, int *np) {
     int64_t k = x->shape[x->ndim - 1];
@@ -237,6 +248,13 @@ static void op_parity(void) {
         char name[32];
         snprintf(name, sizeof name, "merge op %d", g_merge);
         parity(name, 2, seq, 11, b_merge, true);
+    }
+    for (int i = 0; i < 4; i++) {
+        g_bop = i < 2 ? FL_OP_MUL : FL_OP_ADD;
+        g_brows = i % 2;
+        char name[48];
+        snprintf(name, sizeof name, "broadcast %s (%s)", i < 2 ? "multiply" : "add", g_brows ? "h, 1, c" : "1, 1, c");
+        parity(name, 3, img, 7, b_bmerge, true);
     }
     g_merge = FL_OP_SUB;
     parity("subtract", 2, seq, 11, b_sub, true);

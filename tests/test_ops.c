@@ -749,6 +749,47 @@ static void test_depthwise_chain(void) {
     fl_graph_free(&g);
 }
 
+/* Multiply/Add with broadcasting, as EfficientNet's squeeze-and-excitation:
+ * x (3, 4, 5) with its per-channel mean as (1, 1, 5), and (3, 1, 5). */
+static void test_bmerge(fl_op op, bool swap, bool rows) {
+    harness h;
+    const int64_t B = 3, H = 3, W = 4, C = 5;
+    h_init(&h, B, 3, (int64_t[]){H, W, C});
+    fl_node *b;
+    if (rows) { /* (H, 1, C): the mean over the columns, via a pool */
+        b = fl_graph_pool(&h.g, "pool", FL_OP_AVGPOOL, h.x, 1, (int)W, 1, (int)W, FL_VALID);
+    } else {
+        b = fl_graph_gap(&h.g, "gap", h.x);
+        b = fl_graph_reshape(&h.g, "r", b, 3, (int64_t[]){1, 1, C});
+    }
+    fl_node *t = fl_graph_act(&h.g, "t", b, FL_ACT_TANH);
+    fl_node *xs[2] = {swap ? t : h.x, swap ? h.x : t};
+    fl_node *y = fl_graph_merge(&h.g, "se", op, xs, 2, 0);
+    CHECK(y != NULL && y->op == FL_OP_BMERGE);
+    if (!y) { h_free(&h); return; }
+    h_ready(&h, y, -1, 1);
+    h_loss(&h, true);
+    double *ref = malloc((size_t)(B * H * W * C) * sizeof(double));
+    for (int64_t n = 0; n < B; n++)
+        for (int64_t i = 0; i < H; i++)
+            for (int64_t j = 0; j < W; j++)
+                for (int64_t c = 0; c < C; c++) {
+                    double xv = h.x->val[((n * H + i) * W + j) * C + c];
+                    double bv = t->val[rows ? (n * H + i) * C + c : n * C + c];
+                    ref[((n * H + i) * W + j) * C + c] = op == FL_OP_MUL ? xv * bv : xv + bv;
+                }
+    char what[48];
+    snprintf(what, sizeof what, "broadcast merge op %d swap %d rows %d", op, swap, rows);
+    CHECK_MSG(max_abs_diff(y->val, ref, B * H * W * C) < 1e-6, "%s forward", what);
+    free(ref);
+    h_gradcheck(&h, what, 1e-3, 1e-2, true);
+    /* shapes that do not broadcast are refused */
+    fl_node *bad[2] = {h.x, fl_graph_reshape(&h.g, "r2", fl_graph_gap(&h.g, "g2", h.x), 3, (int64_t[]){1, C, 1})};
+    CHECK(fl_graph_merge(&h.g, "bad_se", op, bad, 2, 0) == NULL);
+    CHECK_STR_CONTAINS(fl_last_error(), "bad_se");
+    h_free(&h);
+}
+
 /* The capability query: a backend without a kernel that an op needs is
  * refused with the layer, op and kernel named; every op has a table row. */
 static void test_capability(void) {
@@ -1035,5 +1076,9 @@ int main(void) {
     test_depthwise_chain();
     test_depthwise(3, 6, 6, 20, 1, 3, 3, 1, 1, FL_SAME, FL_ACT_LINEAR, true, 6, 6);  /* 16 in registers + 4 */
     test_depthwise(3, 7, 6, 35, 1, 3, 2, 2, 2, FL_VALID, FL_ACT_SIGMOID, false, 3, 3);
+    test_bmerge(FL_OP_MUL, false, false);
+    test_bmerge(FL_OP_MUL, true, true);
+    test_bmerge(FL_OP_ADD, false, true);
+    test_bmerge(FL_OP_ADD, true, false);
     return check_report("test_ops");
 }

@@ -223,6 +223,15 @@ typedef struct fl_backend {
                           float *y);
     void (*normalize_bwd)(const fl_bcast_desc *d, int invert, const float *var, const float *dy, float *dx,
                           float dx_beta);
+    /* Add/Multiply with broadcasting (EfficientNet's squeeze-and-excitation:
+     * x (h, w, c) * b (1, 1, c)): y[n, j] = x[n, j] + or * b[n, p(j)], b
+     * holding d->psize values per sample (p: d's broadcast). Backward: dx
+     * (beta_x: +)= dy (* b); db[n, q] (beta_b: +)= the sum over the
+     * elements j with p(j) = q of dy (* x), in ascending j; dx or db may be
+     * NULL. */
+    void (*bmerge_fwd)(int mode, const fl_bcast_desc *d, const float *x, const float *b, float *y);
+    void (*bmerge_bwd)(int mode, const fl_bcast_desc *d, const float *x, const float *b, const float *dy, float *dx,
+                       float beta_x, float *db, float beta_b);
     /* elementwise: dst = (beta ? dst : 0) + src */
     void (*accumulate)(int64_t n, const float *src, float *dst, float beta);
 
@@ -254,6 +263,9 @@ typedef struct fl_backend {
     int (*graph_launch)(void *graph, int64_t opt_step, int64_t graph_step);
     void (*graph_free)(void *graph);
 } fl_backend;
+
+/* Modes of fl_backend.bmerge_*. */
+enum { FL_BM_ADD = 1, FL_BM_MUL };
 
 /* Modes of fl_backend.binary. */
 enum { FL_BIN_SUB = 1, FL_BIN_MAX, FL_BIN_MIN };

@@ -35,6 +35,7 @@ typedef enum fl_op {
     FL_OP_SOFTMAX,   /* softmax along an axis other than the last (the last: FL_OP_ACT) */
     FL_OP_PRELU,     /* in: x, alpha (broadcast over the shared axes) */
     FL_OP_NORMALIZE, /* in: x, mean, variance (broadcast); no gradient to them */
+    FL_OP_BMERGE,    /* Add/Multiply of x and a batched b broadcast over some axes (mode: FL_BM_*) */
     FL_OP_DEPTHWISE_CONV2D, /* in: x, kernel (kh, kw, c, dm)[, bias (c*dm)]; fused activation */
     FL_OP_COUNT
 } fl_op;
@@ -71,7 +72,8 @@ struct fl_node {
     float eps, momentum;       /* BATCHNORM */
     int axis;                  /* CONCAT, SOFTMAX: axis of the full shape (batch = 0) */
     fl_pact_desc pact;         /* PACT: formula and parameters */
-    fl_bcast_desc bcast;       /* PRELU, NORMALIZE: how the parameter broadcasts (n set per batch) */
+    fl_bcast_desc bcast;       /* PRELU, NORMALIZE, BMERGE: how the parameter broadcasts (n set per batch) */
+    int mode;                  /* BMERGE: FL_BM_ADD or FL_BM_MUL */
     bool invert;               /* NORMALIZE: the inverse transformation */
 };
 

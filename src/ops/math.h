@@ -162,6 +162,23 @@ FL_HD int64_t fl_bcast_index(const fl_bcast_desc *d, int64_t j) {
     return idx;
 }
 
+/* The t-th sample element (ascending) that reads parameter element q:
+ * q's coordinates on the kept axes, t's (row-major) on the broadcast ones. */
+FL_HD int64_t fl_bcast_member(const fl_bcast_desc *d, int64_t q, int64_t t) {
+    int64_t j = 0;
+    for (int k = d->ndim - 1; k >= 0; k--) {
+        int64_t c;
+        if (d->pstride[k]) {
+            c = (q / d->pstride[k]) % d->dim[k];
+        } else {
+            c = t % d->dim[k];
+            t /= d->dim[k];
+        }
+        j += c * d->sstride[k];
+    }
+    return j;
+}
+
 #define FL_NORM_EPS 1e-7f /* keras.config.epsilon(): Normalization's floor on sqrt(variance) */
 
 /* Normalization's divisor: max(sqrt(variance), epsilon). */

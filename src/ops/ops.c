@@ -271,6 +271,27 @@ fl_node *fl_graph_act(fl_graph *g, const char *name, fl_node *x, int act) {
     return n;
 }
 
+static bool make_bcast(const fl_node *x, const int64_t *p, fl_bcast_desc *d);
+
+/* Add or Multiply of two inputs whose shapes differ where one of them has
+ * 1s (Keras broadcasts): x is the full one, b the broadcast one. */
+static fl_node *bmerge(fl_graph *g, const char *name, fl_op op, fl_node *x, fl_node *b) {
+    fl_bcast_desc d;
+    if (x->ndim != b->ndim || !make_bcast(x, b->shape + 1, &d)) {
+        if (x->ndim == b->ndim && make_bcast(b, x->shape + 1, &d)) return bmerge(g, name, op, b, x);
+        return NULL;
+    }
+    fl_node *o = fl_graph_new_node(g, FL_OP_BMERGE, name);
+    if (!o) return NULL;
+    o->nin = 2;
+    o->in[0] = x;
+    o->in[1] = b;
+    o->bcast = d;
+    o->mode = op == FL_OP_MUL ? FL_BM_MUL : FL_BM_ADD;
+    set_shape(o, true, x->ndim - 1, x->shape + 1);
+    return o;
+}
+
 fl_node *fl_graph_merge(fl_graph *g, const char *name, fl_op op, fl_node *const *xs, int n, int axis) {
     const char *cls = op == FL_OP_ADD ? "Add" : op == FL_OP_MUL ? "Multiply" : op == FL_OP_SUB ? "Subtract"
                     : op == FL_OP_AVG ? "Average" : op == FL_OP_MAX ? "Maximum" : op == FL_OP_MIN ? "Minimum"
@@ -291,6 +312,10 @@ fl_node *fl_graph_merge(fl_graph *g, const char *name, fl_op op, fl_node *const 
     for (int k = 1; k < n; k++) {
         bool ok = xs[k]->ndim == nd;
         for (int i = 1; ok && i < nd; i++) ok = xs[k]->shape[i] == xs[0]->shape[i] || (op == FL_OP_CONCAT && i == axis);
+        if (!ok && n == 2 && (op == FL_OP_ADD || op == FL_OP_MUL)) {
+            fl_node *o = bmerge(g, name, op, xs[0], xs[1]);
+            if (o || fl_last_status() == FL_ERR_NOMEM) return o;
+        }
         if (!ok)
             return fl_error_null(FL_ERR_SHAPE, "layer '%s' (%s): input %d has shape %s, input 0 has %s%s", name, cls, k,
                                  sample_str(xs[k], a, sizeof a), sample_str(xs[0], b, sizeof b),
@@ -831,6 +856,23 @@ static void minmax_backward(fl_graph *g, fl_node *n) {
     }
 }
 
+static void bmerge_forward(fl_graph *g, fl_node *n, bool training) {
+    (void)training;
+    fl_bcast_desc d = n->bcast;
+    d.n = g->batch;
+    g->be->bmerge_fwd(n->mode, &d, n->in[0]->val, n->in[1]->val, n->val);
+}
+
+static void bmerge_backward(fl_graph *g, fl_node *n) {
+    fl_bcast_desc d = n->bcast;
+    d.n = g->batch;
+    float bx = 0.0f, bb = 0.0f;
+    float *dx = in_grad(n, 0, &bx), *db = in_grad(n, 1, &bb);
+    if (dx || db) g->be->bmerge_bwd(n->mode, &d, n->in[0]->val, n->in[1]->val, n->grad, dx, bx, db, bb);
+    mark(n, 0);
+    mark(n, 1);
+}
+
 static void pad2d_forward(fl_graph *g, fl_node *n, bool training) {
     (void)training;
     BATCH_DESC(d, n->conv);
@@ -964,6 +1006,7 @@ static const fl_op_def op_table[FL_OP_COUNT] = {
     [FL_OP_MUL] = {"multiply", mul_forward, mul_backward, {KERNEL(mul), KERNEL(copy), KERNEL(accumulate)}},
     [FL_OP_CONCAT] = {"concatenate", concat_forward, concat_backward, {KERNEL(concat_fwd), KERNEL(concat_bwd)}},
     [FL_OP_PAD2D] = {"pad2d", pad2d_forward, pad2d_backward, {KERNEL(pad2d)}},
+    [FL_OP_BMERGE] = {"broadcast_merge", bmerge_forward, bmerge_backward, {KERNEL(bmerge_fwd), KERNEL(bmerge_bwd)}},
     [FL_OP_SUB] = {"subtract", sub_forward, sub_backward, {KERNEL(binary), KERNEL(axpby), KERNEL(accumulate)}},
     [FL_OP_AVG] = {"average", avg_forward, avg_backward, {KERNEL(copy), KERNEL(accumulate), KERNEL(axpby)}},
     [FL_OP_MAX] = {"maximum", minmax_forward, minmax_backward, {KERNEL(binary), KERNEL(minmax_grad), KERNEL(copy)}},

@@ -32,6 +32,44 @@ void fl_cpu_minmax_grad(int is_max, int64_t n, const float *x, const float *othe
     }
 }
 
+void fl_cpu_bmerge_fwd(int mode, const fl_bcast_desc *d, const float *x, const float *b, float *y) {
+#pragma omp parallel for schedule(static) num_threads(d->n * d->size < 32768 ? 1 : fl_cpu_threads())
+    for (int64_t n = 0; n < d->n; n++) {
+        const float *xs = x + n * d->size, *bs = b + n * d->psize;
+        float *ys = y + n * d->size;
+        /* per parameter element: its members, so that b is read once */
+        const int64_t per = d->size / d->psize;
+        for (int64_t q = 0; q < d->psize; q++) {
+            const float v = bs[q];
+            for (int64_t t = 0; t < per; t++) {
+                int64_t j = fl_bcast_member(d, q, t);
+                ys[j] = mode == FL_BM_MUL ? xs[j] * v : xs[j] + v;
+            }
+        }
+    }
+}
+
+void fl_cpu_bmerge_bwd(int mode, const fl_bcast_desc *d, const float *x, const float *b, const float *dy, float *dx,
+                       float beta_x, float *db, float beta_b) {
+    const int64_t per = d->size / d->psize;
+#pragma omp parallel for schedule(static) num_threads(d->n * d->size < 32768 ? 1 : fl_cpu_threads())
+    for (int64_t n = 0; n < d->n; n++) {
+        const float *xs = x + n * d->size, *bs = b + n * d->psize, *g = dy + n * d->size;
+        for (int64_t q = 0; q < d->psize; q++) {
+            float acc = 0.0f;
+            for (int64_t t = 0; t < per; t++) {
+                int64_t j = fl_bcast_member(d, q, t);
+                if (dx) {
+                    float v = mode == FL_BM_MUL ? g[j] * bs[q] : g[j];
+                    dx[n * d->size + j] = beta_x == 0.0f ? v : dx[n * d->size + j] + v;
+                }
+                acc += mode == FL_BM_MUL ? g[j] * xs[j] : g[j];
+            }
+            if (db) db[n * d->psize + q] = beta_b == 0.0f ? acc : db[n * d->psize + q] + acc;
+        }
+    }
+}
+
 void fl_cpu_concat_fwd(int64_t rows, int64_t cin, int64_t cout, int64_t off, const float *x, float *y) {
 #pragma omp parallel for schedule(static) num_threads(rows * cin < 32768 ? 1 : fl_cpu_threads())
     for (int64_t r = 0; r < rows; r++) memcpy(y + r * cout + off, x + r * cin, (size_t)cin * sizeof(float));

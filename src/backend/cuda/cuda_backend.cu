@@ -1217,6 +1217,45 @@ static void cu_minmax_grad(int is_max, int64_t n, const float *x, const float *o
     LAUNCHED();
 }
 
+/* Add/Multiply with broadcasting (the cpu_merge.c twins): forward one
+ * thread per output element; backward one thread per (sample, parameter
+ * element), which writes its members' dx and sums their db in ascending
+ * order, as the CPU does (no atomics: runs repeat exactly) */
+__global__ void k_bmerge_fwd(int mode, fl_bcast_desc d, const float *x, const float *b, float *y) {
+    const int64_t total = d.n * d.size;
+    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
+        int64_t n = e / d.size;
+        float v = b[n * d.psize + fl_bcast_index(&d, e - n * d.size)];
+        y[e] = mode == FL_BM_MUL ? x[e] * v : x[e] + v;
+    }
+}
+__global__ void k_bmerge_bwd(int mode, fl_bcast_desc d, const float *x, const float *b, const float *dy, float *dx,
+                             float beta_x, float *db, float beta_b) {
+    const int64_t total = d.n * d.psize, per = d.size / d.psize;
+    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
+        int64_t n = e / d.psize, q = e - n * d.psize, base = n * d.size;
+        float bq = b[e], acc = 0.0f;
+        for (int64_t t = 0; t < per; t++) {
+            int64_t j = base + fl_bcast_member(&d, q, t);
+            if (dx) {
+                float v = mode == FL_BM_MUL ? dy[j] * bq : dy[j];
+                dx[j] = beta_x == 0.0f ? v : dx[j] + v;
+            }
+            acc += mode == FL_BM_MUL ? dy[j] * x[j] : dy[j];
+        }
+        if (db) db[e] = beta_b == 0.0f ? acc : db[e] + acc;
+    }
+}
+static void cu_bmerge_fwd(int mode, const fl_bcast_desc *d, const float *x, const float *b, float *y) {
+    k_bmerge_fwd<<<blocks_for(d->n * d->size, 256), 256, 0, g_stream>>>(mode, *d, x, b, y);
+    LAUNCHED();
+}
+static void cu_bmerge_bwd(int mode, const fl_bcast_desc *d, const float *x, const float *b, const float *dy, float *dx,
+                          float beta_x, float *db, float beta_b) {
+    k_bmerge_bwd<<<blocks_for(d->n * d->psize, 128), 128, 0, g_stream>>>(mode, *d, x, b, dy, dx, beta_x, db, beta_b);
+    LAUNCHED();
+}
+
 /* zero padding / cropping (fl_cpu_pad2d's twin): one thread per output
  * element, y (beta: +)= x at (i - pt, j - pl) inside x, else 0 */
 __global__ void k_pad2d(fl_conv_desc d, const float *x, float *y, float beta) {
@@ -1598,6 +1637,8 @@ static void fill_table(void) {
     b->concat_bwd = cu_concat_bwd;
     b->pad2d = cu_pad2d;
     b->binary = cu_binary;
+    b->bmerge_fwd = cu_bmerge_fwd;
+    b->bmerge_bwd = cu_bmerge_bwd;
     b->axpby = cu_axpby;
     b->minmax_grad = cu_minmax_grad;
     b->accumulate = cu_accumulate;
