@@ -98,7 +98,9 @@ void fl_graph_finalize(fl_graph *g) {
     for (int i = 0; i < g->n; i++) {
         fl_node *n = g->nodes[i];
         n->gscratch_bytes = 0;
-        if (n->op != FL_OP_DENSE && n->op != FL_OP_CONV2D && n->op != FL_OP_BATCHNORM) continue;
+        if (n->op != FL_OP_DENSE && n->op != FL_OP_CONV2D && n->op != FL_OP_CONV2D_TRANSPOSE &&
+            n->op != FL_OP_BATCHNORM)
+            continue;
         bool shared = false;
         size_t floats = 0;
         for (int k = 1; k < n->nin && k < 3; k++)
@@ -136,7 +138,7 @@ fl_status fl_graph_reserve(fl_graph *g, int64_t batch) {
             if (!n->aux) goto fail;
         }
         if (n->gscratch_bytes && !(n->gscratch = g->be->alloc(n->gscratch_bytes))) goto fail;
-        if (n->op == FL_OP_CONV2D) {
+        if (n->op == FL_OP_CONV2D || n->op == FL_OP_CONV2D_TRANSPOSE) {
             fl_conv_desc d = n->conv;
             d.n = batch;
             size_t w = g->be->conv_workspace(&d, n->needs_grad);

@@ -27,6 +27,9 @@ typedef enum fl_op {
     FL_OP_MUL,       /* element-wise product of 2+ inputs */
     FL_OP_CONCAT,    /* concatenation along `axis` */
     FL_OP_PAD2D,     /* zero padding (or cropping: negative) of an image's rows and columns */
+    FL_OP_UPSAMPLE2D, /* nearest or bilinear upsampling by integer factors */
+    FL_OP_CONV2D_TRANSPOSE, /* in: x, kernel (kh, kw, filters, in)[, bias]; fused activation */
+    FL_OP_PERMUTE,   /* transposition of the non-batch axes */
     FL_OP_COUNT
 } fl_op;
 
@@ -61,6 +64,8 @@ struct fl_node {
     uint64_t stream;           /* DROPOUT: Philox stream */
     float eps, momentum;       /* BATCHNORM */
     int axis;                  /* CONCAT: axis of the full shape (batch = 0) */
+    int bilinear;              /* UPSAMPLE2D: 1 bilinear, 0 nearest */
+    int perm[FL_MAX_DIMS];     /* PERMUTE: output axis i is input axis perm[i] (batch: perm[0] = 0) */
 };
 
 typedef struct fl_graph {
@@ -96,6 +101,16 @@ fl_node *fl_graph_act(fl_graph *g, const char *name, fl_node *x, int act);
 /* Adds zero rows/columns to each side of an NHWC image (ZeroPadding2D), or
  * removes them where a count is negative (Cropping2D). */
 fl_node *fl_graph_pad2d(fl_graph *g, const char *name, fl_node *x, int top, int bottom, int left, int right);
+/* UpSampling2D: an NHWC image made sh x sw times larger, nearest or bilinear. */
+fl_node *fl_graph_upsample2d(fl_graph *g, const char *name, fl_node *x, int sh, int sw, bool bilinear);
+/* Conv2DTranspose: kernel w (kh, kw, filters, in channels) as Keras; the
+ * output is Keras's deconv_output_length (output_padding None): valid
+ * in*s + max(k - s, 0), same in*s, per axis. */
+fl_node *fl_graph_conv2d_transpose(fl_graph *g, const char *name, fl_node *x, fl_node *w, fl_node *b, int sh, int sw,
+                                   fl_padding pad, int act);
+/* Permute: output sample axis i is input sample axis dims[i] (0-based, a
+ * permutation of the ndim - 1 non-batch axes). */
+fl_node *fl_graph_permute(fl_graph *g, const char *name, fl_node *x, const int *dims);
 /* Add, Multiply (same shapes) and Concatenate (shapes equal but on axis;
  * axis counts the batch as 0, negative from the end) over n inputs. */
 fl_node *fl_graph_merge(fl_graph *g, const char *name, fl_op op, fl_node *const *xs, int n, int axis);

@@ -44,5 +44,12 @@ void fl_cpu_mul(int64_t n, const float *a, const float *b, float *dst);
 void fl_cpu_concat_fwd(int64_t rows, int64_t cin, int64_t cout, int64_t off, const float *x, float *y);
 void fl_cpu_concat_bwd(int64_t rows, int64_t cin, int64_t cout, int64_t off, const float *dy, float *dx, float beta);
 void fl_cpu_pad2d(const fl_conv_desc *d, const float *x, float *y, float beta);
+void fl_cpu_upsample2d_fwd(const fl_conv_desc *d, int bilinear, const float *x, float *y);
+void fl_cpu_upsample2d_bwd(const fl_conv_desc *d, int bilinear, const float *dy, float *dx, float dx_beta);
+void fl_cpu_permute(int ndim, const int64_t *shape, const int *perm, const float *x, float *y, float beta);
+void fl_cpu_conv2d_transpose_fwd(const fl_conv_desc *d, const float *x, const float *w, const float *b, float *y,
+                                 void *ws);
+void fl_cpu_conv2d_transpose_bwd(const fl_conv_desc *d, const float *x, const float *w, const float *y, float *dy,
+                                 float *dx, float dx_beta, float *dw, float *db, void *ws);
 
 #endif
