@@ -34,7 +34,10 @@
     X(GMP1D, "GlobalMaxPooling1D", "global_max_pooling1d", FL_IN_ONE)                \
     X(MAXPOOL1D, "MaxPooling1D", "max_pooling1d", FL_IN_ONE)                         \
     X(AVGPOOL1D, "AveragePooling1D", "average_pooling1d", FL_IN_ONE)                 \
-    X(CONV1D, "Conv1D", "conv1d", FL_IN_ONE)
+    X(CONV1D, "Conv1D", "conv1d", FL_IN_ONE)                                         \
+    X(UPSAMPLE2D, "UpSampling2D", "up_sampling2d", FL_IN_ONE)                        \
+    X(CONV2D_TRANSPOSE, "Conv2DTranspose", "conv2d_transpose", FL_IN_ONE)            \
+    X(PERMUTE, "Permute", "permute", FL_IN_ONE)
 
 enum { FL_IN_NONE, FL_IN_ONE, FL_IN_MANY };
 
@@ -63,6 +66,8 @@ struct fl_layer {
         fl_global_pool_args gpool; /* the global poolings */
         fl_pool1d_args pool1d;
         fl_conv1d_args conv1d;
+        fl_up_sampling2d_args up;
+        struct { int ndim; int dims[FL_MAX_DIMS]; } perm; /* Permute: 1-based, as Keras */
         struct { int ndim; int64_t shape[FL_MAX_DIMS]; } shape; /* Input, Reshape */
     } a;
     int nw;
