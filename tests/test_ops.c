@@ -703,6 +703,104 @@ static void test_depthwise(int64_t B, int H, int W, int C, int DM, int KH, int K
     h_free(&h);
 }
 
+/* ------------------------------------------------------ UpSampling2D */
+
+/* One axis of the reference bilinear resize, written as jax.image.resize
+ * does it: a triangle kernel at the half-pixel source coordinate over the
+ * inputs that exist, normalized by its total weight there. */
+static double resize_weight(int o, int i, int s, int n) {
+    double src = (o + 0.5) / s - 0.5, tot = 0;
+    for (int k = 0; k < n; k++) tot += fmax(0.0, 1.0 - fabs(src - k));
+    return fmax(0.0, 1.0 - fabs(src - i)) / tot;
+}
+
+static void test_upsample2d(int H, int W, int C, int SH, int SW, bool bilinear) {
+    harness h;
+    const int64_t B = 2;
+    h_init(&h, B, 3, (int64_t[]){H, W, C});
+    fl_node *y = fl_graph_upsample2d(&h.g, "up", h.x, SH, SW, bilinear);
+    CHECK(y && y->shape[1] == H * SH && y->shape[2] == W * SW && y->shape[3] == C);
+    if (!y) { h_free(&h); return; }
+    h_ready(&h, y, -1, 1);
+    h_loss(&h, true);
+    const int OH = H * SH, OW = W * SW;
+    double *ref = calloc((size_t)(B * OH * OW * C), sizeof(double));
+    for (int64_t n = 0; n < B; n++)
+        for (int i = 0; i < OH; i++)
+            for (int j = 0; j < OW; j++)
+                for (int c = 0; c < C; c++) {
+                    double v = 0;
+                    for (int a = 0; a < H; a++)
+                        for (int b = 0; b < W; b++) {
+                            double wt = bilinear ? resize_weight(i, a, SH, H) * resize_weight(j, b, SW, W)
+                                                 : (a == i / SH && b == j / SW);
+                            v += wt * h.x->val[((n * H + a) * W + b) * C + c];
+                        }
+                    ref[((n * OH + i) * OW + j) * C + c] = v;
+                }
+    char what[80];
+    snprintf(what, sizeof what, "upsample2d %dx%dx%d size (%d, %d) %s", H, W, C, SH, SW,
+             bilinear ? "bilinear" : "nearest");
+    CHECK_MSG(max_abs_diff(y->val, ref, B * OH * OW * C) < 1e-5, "%s forward", what);
+    free(ref);
+    h_gradcheck(&h, what, 1e-3, 1e-3, true);
+    h_free(&h);
+}
+
+/* --------------------------------------------------- Conv2DTranspose */
+
+/* Where Keras (JAX backend) puts the padding of a transposed convolution:
+ * keras/src/backend/common/backend_utils.py, for output_padding None; the
+ * output o of input i and kernel tap t is i*s + t - (k - 1 - left_pad). */
+static int keras_deconv_left_pad(int k, int s, fl_padding pad) {
+    if (pad == FL_VALID) return k - 1;
+    int len = s + k - 2, left = len / 2 + len % 2;
+    return left < k - 1 ? left : k - 1;
+}
+
+static void test_conv_transpose(int64_t B, int H, int W, int C, int F, int KH, int KW, int SH, int SW, fl_padding pad,
+                                int act, bool bias, int eoh, int eow) {
+    harness h;
+    h_init(&h, B, 3, (int64_t[]){H, W, C});
+    fl_node *w = h_param(&h, 4, (int64_t[]){KH, KW, F, C}, -0.4f, 0.4f);
+    int64_t f = F;
+    fl_node *b = bias ? h_param(&h, 1, &f, -0.3f, 0.3f) : NULL;
+    fl_node *y = fl_graph_conv2d_transpose(&h.g, "deconv", h.x, w, b, SH, SW, pad, act);
+    CHECK(y != NULL);
+    if (!y) { h_free(&h); return; }
+    char what[112];
+    snprintf(what, sizeof what, "conv2d_transpose B%lld %dx%dx%d->%d k%dx%d s%dx%d pad=%d act=%d bias=%d",
+             (long long)B, H, W, C, F, KH, KW, SH, SW, pad, act, bias);
+    CHECK_MSG(y->shape[1] == eoh && y->shape[2] == eow && y->shape[3] == F, "%s: output %lldx%lld, expected %dx%d",
+              what, (long long)y->shape[1], (long long)y->shape[2], eoh, eow);
+    h_ready(&h, y, -1, 1);
+    h_loss(&h, true);
+    const int OH = (int)y->shape[1], OW = (int)y->shape[2];
+    const int ph = KH - 1 - keras_deconv_left_pad(KH, SH, pad), pw = KW - 1 - keras_deconv_left_pad(KW, SW, pad);
+    int64_t n = fl_node_size(y);
+    double *ref = calloc((size_t)n, sizeof(double));
+    for (int64_t s = 0; s < B; s++)
+        for (int i = 0; i < H; i++)
+            for (int j = 0; j < W; j++)
+                for (int th = 0; th < KH; th++)
+                    for (int tw = 0; tw < KW; tw++) {
+                        int o = i * SH + th - ph, q = j * SW + tw - pw;
+                        if (o < 0 || o >= OH || q < 0 || q >= OW) continue;
+                        for (int fo = 0; fo < F; fo++) {
+                            double acc = 0;
+                            for (int c = 0; c < C; c++)
+                                acc += (double)h.x->val[((s * H + i) * W + j) * C + c] *
+                                       w->val[((th * KW + tw) * F + fo) * C + c];
+                            ref[((s * OH + o) * OW + q) * F + fo] += acc;
+                        }
+                    }
+    for (int64_t i = 0; i < n; i++) ref[i] = act_ref(act, ref[i] + (b ? b->val[i % F] : 0.0));
+    CHECK_MSG(max_abs_diff(y->val, ref, n) < 1e-4, "%s forward", what);
+    free(ref);
+    h_gradcheck(&h, what, 1e-3, 1e-2, true);
+    h_free(&h);
+}
+
 /* SeparableConv2D's two nodes (depthwise, then a 1x1 convolution), and a
  * depthwise node shared by two inputs (its weight gradients add up). */
 static void test_depthwise_chain(void) {
@@ -788,6 +886,65 @@ static void test_bmerge(fl_op op, bool swap, bool rows) {
     CHECK(fl_graph_merge(&h.g, "bad_se", op, bad, 2, 0) == NULL);
     CHECK_STR_CONTAINS(fl_last_error(), "bad_se");
     h_free(&h);
+}
+
+
+/* ------------------------------------------------------------ Permute */
+
+static void test_permute(int nd, const int64_t *shape, const int *dims) {
+    harness h;
+    const int64_t B = 3;
+    h_init(&h, B, nd, shape);
+    fl_node *y = fl_graph_permute(&h.g, "perm", h.x, dims);
+    CHECK(y != NULL);
+    if (!y) { h_free(&h); return; }
+    for (int i = 0; i < nd; i++) CHECK(y->shape[i + 1] == shape[dims[i]]);
+    h_ready(&h, y, -1, 1);
+    h_loss(&h, true);
+    /* walk x in order; its element (b, i...) lands at (b, i[dims[0]], ...) */
+    int64_t per = fl_node_sample_size(h.x), idx[FL_MAX_DIMS];
+    int bad = 0;
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t e = 0; e < per; e++) {
+            int64_t rem = e;
+            for (int a = nd - 1; a >= 0; a--) { idx[a] = rem % shape[a]; rem /= shape[a]; }
+            int64_t o = 0;
+            for (int a = 0; a < nd; a++) o = o * shape[dims[a]] + idx[dims[a]];
+            bad += y->val[b * per + o] != h.x->val[b * per + e];
+        }
+    char what[64];
+    snprintf(what, sizeof what, "permute %d axes, dims[0] = %d", nd, dims[0]);
+    CHECK_MSG(bad == 0, "%s forward: %d elements misplaced", what, bad);
+    h_gradcheck(&h, what, 1e-3, 1e-3, true);
+    h_free(&h);
+}
+
+/* Permute's backward adds into a gradient another consumer already wrote. */
+static void test_permute_shared_input(void) {
+    harness h;
+    h_init(&h, 2, 2, (int64_t[]){3, 4});
+    fl_node *a = fl_graph_permute(&h.g, "pa", h.x, (int[]){1, 0});
+    fl_node *b = fl_graph_permute(&h.g, "pb", h.x, (int[]){1, 0});
+    fl_node *xs[2] = {a, b};
+    fl_node *y = fl_graph_merge(&h.g, "sum", FL_OP_ADD, xs, 2, 0);
+    h_ready(&h, y, -1, 1);
+    h_gradcheck(&h, "permute twice, summed", 1e-3, 1e-3, true);
+    h_free(&h);
+}
+
+static void test_new_layout_shape_errors(void) {
+    fl_graph g;
+    fl_graph_init(&g, fl_backend_cpu());
+    fl_node *x = fl_graph_input(&g, "x", 3, (int64_t[]){5, 5, 3});
+    fl_node *w = fl_graph_param(&g, "k", 4, (int64_t[]){3, 3, 8, 4}, true);
+    CHECK(fl_graph_conv2d_transpose(&g, "deconv_bad", x, w, NULL, 2, 2, FL_SAME, 0) == NULL);
+    CHECK_STR_CONTAINS(fl_last_error(), "deconv_bad");
+    CHECK_STR_CONTAINS(fl_last_error(), "3 channels");
+    CHECK(fl_graph_permute(&g, "perm_bad", x, (int[]){0, 0, 1}) == NULL);
+    CHECK_STR_CONTAINS(fl_last_error(), "perm_bad");
+    CHECK(fl_graph_upsample2d(&g, "up_bad", x, 0, 2, false) == NULL);
+    CHECK_STR_CONTAINS(fl_last_error(), "up_bad");
+    fl_graph_free(&g);
 }
 
 /* The capability query: a backend without a kernel that an op needs is
@@ -1080,5 +1237,32 @@ int main(void) {
     test_bmerge(FL_OP_MUL, true, true);
     test_bmerge(FL_OP_ADD, false, true);
     test_bmerge(FL_OP_ADD, true, false);
+    /* UpSampling2D, Conv2DTranspose, Permute (appended: the streams above stay) */
+    test_upsample2d(3, 4, 2, 2, 2, false);
+    test_upsample2d(3, 4, 2, 2, 3, false);
+    test_upsample2d(3, 4, 2, 2, 2, true);
+    test_upsample2d(4, 3, 3, 3, 2, true);
+    test_upsample2d(1, 5, 2, 4, 1, true);
+    /* expected sizes: Keras 3.15's Conv2DTranspose.compute_output_shape */
+    test_conv_transpose(3, 4, 5, 3, 2, 3, 3, 1, 1, FL_VALID, FL_ACT_LINEAR, true, 6, 7);
+    test_conv_transpose(3, 4, 5, 3, 2, 3, 3, 2, 2, FL_SAME, FL_ACT_LINEAR, true, 8, 10);
+    /* ReLU at stride 1: at stride 2 some outputs get one tap only, and so many
+     * lie within the difference step of the kink that the check fails */
+    test_conv_transpose(3, 4, 5, 3, 2, 3, 3, 1, 1, FL_SAME, FL_ACT_RELU, true, 4, 5);
+    test_conv_transpose(3, 4, 5, 3, 2, 3, 3, 2, 2, FL_VALID, FL_ACT_TANH, false, 9, 11);
+    test_conv_transpose(2, 4, 5, 2, 3, 2, 2, 3, 3, FL_VALID, FL_ACT_LINEAR, true, 12, 15); /* k < s: gaps */
+    test_conv_transpose(2, 4, 5, 2, 3, 5, 5, 3, 3, FL_SAME, FL_ACT_SIGMOID, true, 12, 15);
+    test_conv_transpose(2, 4, 5, 2, 3, 4, 4, 2, 2, FL_SAME, FL_ACT_LINEAR, true, 8, 10);  /* even kernel */
+    test_conv_transpose(2, 4, 5, 3, 4, 3, 2, 2, 1, FL_VALID, FL_ACT_ELU, true, 9, 6);     /* non-square */
+    test_conv_transpose(2, 4, 5, 3, 4, 3, 2, 1, 3, FL_SAME, FL_ACT_LINEAR, true, 4, 15);
+    test_conv_transpose(2, 4, 5, 4, 3, 1, 1, 1, 1, FL_VALID, FL_ACT_LINEAR, true, 4, 5);  /* 1x1: one GEMM */
+    test_conv_transpose(37, 5, 4, 3, 4, 3, 3, 2, 2, FL_SAME, FL_ACT_LINEAR, true, 10, 8); /* chunks, threads */
+    test_permute(3, (int64_t[]){2, 3, 4}, (int[]){2, 0, 1});
+    test_permute(3, (int64_t[]){2, 3, 4}, (int[]){1, 0, 2});
+    test_permute(3, (int64_t[]){2, 3, 4}, (int[]){0, 2, 1});
+    test_permute(2, (int64_t[]){3, 5}, (int[]){1, 0});
+    test_permute(4, (int64_t[]){2, 3, 2, 3}, (int[]){3, 1, 0, 2});
+    test_permute_shared_input();
+    test_new_layout_shape_errors();
     return check_report("test_ops");
 }

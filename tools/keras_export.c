@@ -165,6 +165,19 @@ int main(int argc, char **argv) {
     fl_model_set_seed(m, 9);
     check(fl_compile(m, fl_adam(.learning_rate = 0.01f), FL_SPARSE_CATEGORICAL_CROSSENTROPY, FL_ACCURACY), "compile");
     export_model("seq_conv1d_adam", m, 3, 8);
+    /* an encoder-decoder: strided Conv2D down; Conv2DTranspose (same, and valid
+     * with a stride above the kernel), nearest and bilinear UpSampling2D up;
+     * Permute (axes swapped, then channels first and back) */
+    m = fl_sequential(fl_input(8, 6, 2), fl_conv2d(4, 3, .strides = 2, .padding = FL_SAME, .activation = FL_RELU),
+                      fl_conv2d_transpose(3, 3, .strides = 2, .padding = FL_SAME, .activation = FL_TANH),
+                      fl_up_sampling2d(.size_h = 2, .size_w = 3, .interpolation = FL_BILINEAR), fl_permute(2, 1, 3),
+                      fl_conv2d_transpose(2, .kernel_h = 2, .kernel_w = 1, .stride_h = 1, .stride_w = 2, .no_bias = true),
+                      fl_up_sampling2d(2), fl_permute(3, 1, 2), fl_permute(2, 3, 1),
+                      fl_conv2d(2, 3, .strides = 3, .activation = FL_RELU), fl_flatten(),
+                      fl_dense(3, .activation = FL_SOFTMAX));
+    fl_model_set_seed(m, 11);
+    check(fl_compile(m, fl_adam(.learning_rate = 0.01f), FL_SPARSE_CATEGORICAL_CROSSENTROPY, FL_ACCURACY), "compile");
+    export_model("seq_deconv_adam", m, 3, 8);
     m = fl_sequential(fl_input(6, 5, 2), fl_conv2d(3, 3, .activation = FL_TANH), fl_global_max_pooling2d(.keepdims = true),
                       fl_global_average_pooling2d(), fl_dense(2));
     fl_model_set_seed(m, 10);

@@ -84,6 +84,7 @@ LAYER_KEYS = (
     "units", "activation", "use_bias", "filters", "kernel_size", "strides",
     "padding", "pool_size", "target_shape", "rate", "axis", "momentum",
     "epsilon", "center", "scale", "data_format", "dilation_rate",
+    "size", "interpolation", "output_padding", "dims",
 )
 
 
@@ -462,6 +463,26 @@ def m_mobilenet_block(rng):
     return m, [normal(rng, 2, 10, 10, 4)]
 
 
+
+def m_upsample_deconv_permute(rng):
+    # UpSampling2D (nearest, and bilinear with unequal factors),
+    # Conv2DTranspose ("same" with an odd and an even kernel, "valid" with a
+    # stride larger than the kernel: rows only the bias reaches) and Permute
+    # (a swap of two axes, and channels first).
+    x = keras.Input((3, 4, 2), name="img")
+    a = L.Conv2DTranspose(4, 3, strides=2, padding="same", activation="relu")(x)  # 6x8x4
+    b = L.UpSampling2D(2)(x)                                                     # 6x8x2
+    h = L.Concatenate()([a, b])                                                  # 6x8x6
+    h = L.Conv2DTranspose(3, (2, 3), strides=(3, 1), use_bias=False)(h)          # 18x10x3
+    h = L.Conv2D(4, 3, strides=2, padding="same")(h)                             # 9x5x4
+    h = L.UpSampling2D((2, 3), interpolation="bilinear")(h)                      # 18x15x4
+    h = L.Permute((2, 1, 3))(h)                                                  # 15x18x4
+    h = L.Conv2DTranspose(2, 4, strides=2, padding="same", activation="tanh")(h)  # 30x36x2
+    y = L.Permute((3, 1, 2))(h)                                                  # 2x30x36
+    m = keras.Model(x, y, name="upsample_deconv_permute")
+    return m, [normal(rng, 3, 3, 4, 2)]
+
+
 # Which files a fixture gets. Keras's HDF5 files cost ~2.5 KB per layer
 # whatever the layer holds (two HDF5 groups per layer) plus ~6 KB per file,
 # so writing all four formats for every model would make the folder ~2 MB.
@@ -498,6 +519,7 @@ MODELS = [
     ("param_layers", "sequential", m_param_layers, ALL),
     ("depthwise_separable", "sequential", m_depthwise_separable, ALL),
     ("mobilenet_block", "functional", m_mobilenet_block, KERAS),
+    ("upsample_deconv_permute", "functional", m_upsample_deconv_permute, ALL),
 ]
 
 
@@ -599,6 +621,22 @@ def t_depthwise_adam():
     ], name="train_depthwise_adam")
 
 
+
+def t_deconv_adam():
+    # An encoder-decoder step: a strided Conv2D down, a strided
+    # Conv2DTranspose and a bilinear UpSampling2D up, a Permute between.
+    return keras.Sequential([
+        keras.Input((8, 8, 2)),
+        L.Conv2D(4, 3, strides=2, padding="same", activation="relu"),            # 4x4x4
+        L.Conv2DTranspose(3, 3, strides=2, padding="same", activation="tanh"),   # 8x8x3
+        L.UpSampling2D(2, interpolation="bilinear"),                             # 16x16x3
+        L.Permute((2, 1, 3)),
+        L.Conv2D(2, 3, strides=2, activation="tanh"),                            # 7x7x2
+        L.Flatten(),
+        L.Dense(3, activation="softmax"),
+    ], name="train_deconv_adam")
+
+
 def b_sparse(classes, *shape):
     def make(rng):
         x = normal(rng, 8, *shape)
@@ -661,6 +699,9 @@ TRAINING = [
     ("train_depthwise_adam", t_depthwise_adam,
      lambda: keras.optimizers.Adam(learning_rate=0.01),
      "sparse_categorical_crossentropy", ["accuracy"], b_sparse(3, 7, 7, 2), KERAS),
+    ("train_deconv_adam", t_deconv_adam,
+     lambda: keras.optimizers.Adam(learning_rate=0.01),
+     "sparse_categorical_crossentropy", ["accuracy"], b_sparse(3, 8, 8, 2), KERAS),
 ]
 
 
@@ -975,12 +1016,12 @@ def write_bad(out, manifest):
                           L.DepthwiseConv2D(3, padding="same", dilation_rate=2),
                           L.Conv2D(4, 3, dilation_rate=2, padding="same"),
                           L.DepthwiseConv2D(3, padding="same", dilation_rate=2),
-                          L.UpSampling2D(2),
+                          L.UpSampling2D(2, interpolation="bicubic"),
                           L.GlobalAveragePooling2D(),
                           L.LayerNormalization()], name="many_unsupported")
     m.save(os.path.join(out, "bad_many_unsupported.keras"))
     add("bad_many_unsupported.keras", "many_unsupported", False,
-        "two dilated DepthwiseConv2D, a dilated Conv2D, an UpSampling2D and a "
+        "two dilated DepthwiseConv2D, a dilated Conv2D, a bicubic UpSampling2D and a "
         "LayerNormalization: Keras loads it, flynn must refuse it listing "
         "every one of them with its class in one message")
 

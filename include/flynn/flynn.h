@@ -378,6 +378,34 @@ typedef struct fl_normalization_args {
 fl_layer *fl_normalization_(fl_normalization_args a);
 #define fl_normalization(...) fl_normalization_((fl_normalization_args){._reserved = 0, __VA_ARGS__})
 
+
+/* UpSampling2D: each image made size_h x size_w times larger. `size`
+ * applies to both axes (0 = 2), size_h/size_w override it. interpolation
+ * FL_NEAREST (default: each pixel repeated) or FL_BILINEAR (Keras 3's, as
+ * jax.image.resize: half-pixel centres, edges clamped). */
+typedef enum fl_interpolation { FL_NEAREST = 0, FL_BILINEAR } fl_interpolation;
+typedef struct fl_up_sampling2d_args {
+    int _reserved; /* keeps the macros warning-free; leave it out */
+    int size;
+    int size_h, size_w;
+    fl_interpolation interpolation;
+    const char *name;
+} fl_up_sampling2d_args;
+fl_layer *fl_up_sampling2d_(fl_up_sampling2d_args a);
+#define fl_up_sampling2d(...) fl_up_sampling2d_((fl_up_sampling2d_args){._reserved = 0, __VA_ARGS__}) /* (2) */
+
+/* Conv2DTranspose (a "deconvolution"), with Conv2D's arguments: kernel
+ * (kh, kw, filters, in channels) as Keras; output size per axis in*s +
+ * max(k - s, 0) ("valid") or in*s ("same"), Keras's output_padding=None
+ * (no other output_padding is supported); dilation_rate 1 only. */
+fl_layer *fl_conv2d_transpose_(fl_conv2d_args a);
+#define fl_conv2d_transpose(...) fl_conv2d_transpose_((fl_conv2d_args){._reserved = 0, __VA_ARGS__}) /* (64, 3, ...) */
+
+/* Permute(dims): reorders the non-batch axes; dims are 1-based as Keras's,
+ * fl_permute(2, 1) swaps the two axes of a (steps, features) input. */
+fl_layer *fl_permute_(int ndim, const int *dims);
+#define fl_permute(...) fl_permute_((int)(sizeof((int[]){__VA_ARGS__}) / sizeof(int)), (int[]){__VA_ARGS__})
+
 /* Frees a layer that was never put into a model (a model owns its layers). */
 void fl_layer_free(fl_layer *l);
 

@@ -232,6 +232,28 @@ typedef struct fl_backend {
     void (*bmerge_fwd)(int mode, const fl_bcast_desc *d, const float *x, const float *b, float *y);
     void (*bmerge_bwd)(int mode, const fl_bcast_desc *d, const float *x, const float *b, const float *dy, float *dx,
                        float beta_x, float *db, float beta_b);
+    /* UpSampling2D of NHWC images by integer factors sh, sw: y is oh x ow =
+     * (h*sh) x (w*sw). Nearest: y[i, j] = x[i / sh, j / sw]. Bilinear
+     * (Keras 3 = jax.image.resize "bilinear", antialias off): half-pixel
+     * centres, source row (i + 0.5) / sh - 0.5 between rows floor() and
+     * floor() + 1, both clamped to the image (same for columns). Backward:
+     * dx (beta: +)= the transpose of those weights applied to dy. */
+    void (*upsample2d_fwd)(const fl_conv_desc *d, int bilinear, const float *x, float *y);
+    void (*upsample2d_bwd)(const fl_conv_desc *d, int bilinear, const float *dy, float *dx, float dx_beta);
+    /* Conv2DTranspose as the data gradient of the Conv2D that d describes
+     * (input h x w x c, output oh x ow x oc, kernel kh x kw, strides, pt/pl):
+     * the transposed convolution's input x is [n, oh, ow, oc], its output y
+     * [n, h, w, c], its kernel w[kh, kw, c, oc] (Keras's (kh, kw, filters,
+     * in)):  y[i*s + t - pad, :] += x[i, :] @ w[t]^T, then y = act(y + b[c]).
+     * Backward: dy is overwritten with dy*act'(y); dx (beta: +)= Conv2D(dy, w)
+     * (d's forward); dw, db overwritten. ws: conv_workspace(d, backward). */
+    void (*conv2d_transpose_fwd)(const fl_conv_desc *d, const float *x, const float *w, const float *b, float *y,
+                                 void *ws);
+    void (*conv2d_transpose_bwd)(const fl_conv_desc *d, const float *x, const float *w, const float *y, float *dy,
+                                 float *dx, float dx_beta, float *dw, float *db, void *ws);
+    /* Transposition of a row-major tensor of ndim (<= 8) dims: y (beta: +)=
+     * x with y's axis i being x's axis perm[i] (y.shape[i] = shape[perm[i]]). */
+    void (*permute)(int ndim, const int64_t *shape, const int *perm, const float *x, float *y, float beta);
     /* elementwise: dst = (beta ? dst : 0) + src */
     void (*accumulate)(int64_t n, const float *src, float *dst, float beta);
 

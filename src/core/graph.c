@@ -99,7 +99,7 @@ void fl_graph_finalize(fl_graph *g) {
         fl_node *n = g->nodes[i];
         n->gscratch_bytes = 0;
         if (n->op != FL_OP_DENSE && n->op != FL_OP_CONV2D && n->op != FL_OP_DEPTHWISE_CONV2D &&
-            n->op != FL_OP_BATCHNORM && n->op != FL_OP_PRELU)
+            n->op != FL_OP_CONV2D_TRANSPOSE && n->op != FL_OP_BATCHNORM && n->op != FL_OP_PRELU)
             continue;
         bool shared = false;
         size_t floats = 0;
@@ -138,7 +138,7 @@ fl_status fl_graph_reserve(fl_graph *g, int64_t batch) {
             if (!n->aux) goto fail;
         }
         if (n->gscratch_bytes && !(n->gscratch = g->be->alloc(n->gscratch_bytes))) goto fail;
-        if (n->op == FL_OP_CONV2D) {
+        if (n->op == FL_OP_CONV2D || n->op == FL_OP_CONV2D_TRANSPOSE) {
             fl_conv_desc d = n->conv;
             d.n = batch;
             size_t w = g->be->conv_workspace(&d, n->needs_grad);

@@ -37,6 +37,9 @@ typedef enum fl_op {
     FL_OP_NORMALIZE, /* in: x, mean, variance (broadcast); no gradient to them */
     FL_OP_BMERGE,    /* Add/Multiply of x and a batched b broadcast over some axes (mode: FL_BM_*) */
     FL_OP_DEPTHWISE_CONV2D, /* in: x, kernel (kh, kw, c, dm)[, bias (c*dm)]; fused activation */
+    FL_OP_UPSAMPLE2D, /* nearest or bilinear upsampling by integer factors */
+    FL_OP_CONV2D_TRANSPOSE, /* in: x, kernel (kh, kw, filters, in)[, bias]; fused activation */
+    FL_OP_PERMUTE,   /* transposition of the non-batch axes */
     FL_OP_COUNT
 } fl_op;
 
@@ -75,6 +78,8 @@ struct fl_node {
     fl_bcast_desc bcast;       /* PRELU, NORMALIZE, BMERGE: how the parameter broadcasts (n set per batch) */
     int mode;                  /* BMERGE: FL_BM_ADD or FL_BM_MUL */
     bool invert;               /* NORMALIZE: the inverse transformation */
+    int bilinear;              /* UPSAMPLE2D: 1 bilinear, 0 nearest */
+    int perm[FL_MAX_DIMS];     /* PERMUTE: output axis i is input axis perm[i] (batch: perm[0] = 0) */
 };
 
 typedef struct fl_graph {
@@ -126,6 +131,16 @@ fl_node *fl_graph_prelu(fl_graph *g, const char *name, fl_node *x, fl_node *alph
  * axis is -1 (Keras axis=None). */
 fl_node *fl_graph_normalize(fl_graph *g, const char *name, fl_node *x, fl_node *mean, fl_node *var, int axis,
                             bool invert);
+/* UpSampling2D: an NHWC image made sh x sw times larger, nearest or bilinear. */
+fl_node *fl_graph_upsample2d(fl_graph *g, const char *name, fl_node *x, int sh, int sw, bool bilinear);
+/* Conv2DTranspose: kernel w (kh, kw, filters, in channels) as Keras; the
+ * output is Keras's deconv_output_length (output_padding None): valid
+ * in*s + max(k - s, 0), same in*s, per axis. */
+fl_node *fl_graph_conv2d_transpose(fl_graph *g, const char *name, fl_node *x, fl_node *w, fl_node *b, int sh, int sw,
+                                   fl_padding pad, int act);
+/* Permute: output sample axis i is input sample axis dims[i] (0-based, a
+ * permutation of the ndim - 1 non-batch axes). */
+fl_node *fl_graph_permute(fl_graph *g, const char *name, fl_node *x, const int *dims);
 /* Add, Multiply, Subtract (2), Average, Maximum, Minimum (same shapes) and
  * Concatenate (shapes equal but on axis; axis counts the batch as 0,
  * negative from the end) over n inputs. */

@@ -711,6 +711,96 @@ static void normalization_to(const fl_layer *l, json_object *c) {
     put(c, "variance", l->a.norm.size ? jvalues(l->a.norm.variance, l->a.norm.size) : NULL);
 }
 
+/* ---------------------------------------------------------- UpSampling2D */
+
+static fl_layer *upsample2d_from(const kctx *c, const char *cls, json_object *cfg, klayer_extra *x) {
+    (void)cls; (void)x;
+    int sh, sw;
+    const char *interp = jstr(jkey(cfg, "interpolation"));
+    if (jkey(cfg, "interpolation") && !interp) return kfail(c, FL_ERR_FORMAT, "'interpolation' is not a string"), NULL;
+    if (get_pair(c, cfg, "size", 2, false, &sh, &sw) || check_data_format(c, cfg)) return NULL;
+    fl_interpolation mode = FL_NEAREST;
+    if (interp && strcmp(interp, "bilinear") == 0) mode = FL_BILINEAR;
+    else if (interp && strcmp(interp, "nearest") != 0)
+        return kfail(c, FL_ERR_UNSUPPORTED, "interpolation '%s' is not supported (only \"nearest\" and \"bilinear\")",
+                     interp), NULL;
+    return fl_up_sampling2d_((fl_up_sampling2d_args){.size_h = sh, .size_w = sw, .interpolation = mode});
+}
+
+static void upsample2d_to(const fl_layer *l, json_object *c) {
+    const fl_up_sampling2d_args *a = &l->a.up;
+    put(c, "size", jpair(a->size_h, a->size_w));
+    put(c, "data_format", jstring("channels_last"));
+    put(c, "interpolation", jstring(a->interpolation == FL_BILINEAR ? "bilinear" : "nearest"));
+}
+
+/* ------------------------------------------------------- Conv2DTranspose */
+
+static fl_layer *conv2d_transpose_from(const kctx *c, const char *cls, json_object *cfg, klayer_extra *x) {
+    (void)cls; (void)x;
+    int64_t filters;
+    int kh, kw, sh, sw, dh, dw;
+    bool use_bias;
+    fl_activation act;
+    fl_padding pad;
+    if (get_int(c, cfg, "filters", 0, true, &filters) || get_pair(c, cfg, "kernel_size", 0, true, &kh, &kw) ||
+        get_pair(c, cfg, "strides", 1, false, &sh, &sw) || get_padding(c, cfg, &pad) || check_data_format(c, cfg) ||
+        get_pair(c, cfg, "dilation_rate", 1, false, &dh, &dw) || get_activation(c, cfg, "activation", &act) ||
+        get_bool(c, cfg, "use_bias", true, &use_bias) || check_kernel_extras(c, cfg) ||
+        must_be_null(c, cfg, "output_padding", "an output_padding (only None, Keras's default)"))
+        return NULL;
+    if (dh != 1 || dw != 1)
+        return kfail(c, FL_ERR_UNSUPPORTED, "dilation_rate (%d, %d) is not supported (only 1)", dh, dw), NULL;
+    if (filters <= 0 || filters > INT32_MAX) return kfail(c, FL_ERR_FORMAT, "filters is %lld", (long long)filters), NULL;
+    return fl_conv2d_transpose_((fl_conv2d_args){.filters = (int)filters, .kernel_h = kh, .kernel_w = kw,
+                                                 .stride_h = sh, .stride_w = sw, .padding = pad, .activation = act,
+                                                 .no_bias = !use_bias});
+}
+
+static void conv2d_transpose_to(const fl_layer *l, json_object *c) {
+    const fl_conv2d_args *a = &l->a.conv;
+    put(c, "filters", jint(a->filters));
+    put(c, "kernel_size", jpair(a->kernel_h, a->kernel_w));
+    put(c, "strides", jpair(a->stride_h, a->stride_w));
+    put(c, "padding", jstring(a->padding == FL_SAME ? "same" : "valid"));
+    put(c, "output_padding", NULL);
+    put(c, "data_format", jstring("channels_last"));
+    put(c, "dilation_rate", jpair(1, 1));
+    put(c, "activation", jstring(fl_activation_name(a->activation)));
+    put(c, "use_bias", jbool(!a->no_bias));
+    put_kernel_extras(c, true);
+}
+
+/* --------------------------------------------------------------- Permute */
+
+static fl_layer *permute_from(const kctx *c, const char *cls, json_object *cfg, klayer_extra *x) {
+    (void)cls; (void)x;
+    json_object *t = jkey(cfg, "dims");
+    int dims[FL_MAX_DIMS];
+    size_t n = jis(t, json_type_array) ? json_object_array_length(t) : 0;
+    if (n < 1 || n > FL_MAX_DIMS - 1)
+        return kfail(c, FL_ERR_FORMAT, "'dims' is %s with %zu entries, expected a list of 1 to %d axes", jtype_name(t),
+                     n, FL_MAX_DIMS - 1), NULL;
+    for (size_t i = 0; i < n; i++) {
+        json_object *d = json_object_array_get_idx(t, i);
+        if (!jis(d, json_type_int) || json_object_get_int64(d) < 1 || json_object_get_int64(d) > (int64_t)n)
+            return kfail(c, FL_ERR_FORMAT, "'dims' entry %zu is %s, expected an axis from 1 to %zu", i,
+                         d ? json_object_to_json_string(d) : "null", n), NULL;
+        dims[i] = (int)json_object_get_int64(d);
+        for (size_t k = 0; k < i; k++)
+            if (dims[k] == dims[i])
+                return kfail(c, FL_ERR_FORMAT, "'dims' names axis %d twice, expected a permutation of 1..%zu",
+                             dims[i], n), NULL;
+    }
+    return fl_permute_((int)n, dims);
+}
+
+static void permute_to(const fl_layer *l, json_object *c) {
+    json_object *t = json_object_new_array();
+    for (int i = 0; i < l->a.perm.ndim; i++) json_object_array_add(t, jint(l->a.perm.dims[i]));
+    put(c, "dims", t);
+}
+
 /* ------------------------------------------------------------- the table */
 
 static const fl_keras_layer_def layer_defs[] = {
@@ -750,6 +840,9 @@ static const fl_keras_layer_def layer_defs[] = {
     {"Normalization", FL_L_NORMALIZATION, normalization_from, normalization_to, true},
     {"DepthwiseConv2D", FL_L_DEPTHWISE2D, depthwise2d_from, depthwise2d_to, true},
     {"SeparableConv2D", FL_L_SEPARABLE2D, depthwise2d_from, depthwise2d_to, true},
+    {"UpSampling2D", FL_L_UPSAMPLE2D, upsample2d_from, upsample2d_to, true},
+    {"Conv2DTranspose", FL_L_CONV2D_TRANSPOSE, conv2d_transpose_from, conv2d_transpose_to, true},
+    {"Permute", FL_L_PERMUTE, permute_from, permute_to, true},
 };
 #define NDEFS (sizeof layer_defs / sizeof layer_defs[0])
 

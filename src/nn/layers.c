@@ -118,24 +118,62 @@ fl_layer *fl_dense_(fl_dense_args a) {
     return l;
 }
 
-fl_layer *fl_conv2d_(fl_conv2d_args a) {
-    if (a.filters <= 0) return fl_error_null(FL_ERR_INVALID_ARG, "Conv2D: filters is %d, expected > 0", a.filters);
+/* Conv2D and Conv2DTranspose: the same arguments and checks. */
+static fl_layer *conv2d_kind(fl_layer_kind k, fl_conv2d_args a) {
+    const char *cls = kind_class[k];
+    if (a.filters <= 0) return fl_error_null(FL_ERR_INVALID_ARG, "%s: filters is %d, expected > 0", cls, a.filters);
     if (!a.kernel_h) a.kernel_h = a.kernel_size;
     if (!a.kernel_w) a.kernel_w = a.kernel_size;
     if (a.kernel_h <= 0 || a.kernel_w <= 0)
-        return fl_error_null(FL_ERR_INVALID_ARG, "Conv2D: kernel_size is %dx%d, expected > 0", a.kernel_h, a.kernel_w);
+        return fl_error_null(FL_ERR_INVALID_ARG, "%s: kernel_size is %dx%d, expected > 0", cls, a.kernel_h, a.kernel_w);
     if (!a.strides) a.strides = 1;
     if (!a.stride_h) a.stride_h = a.strides;
     if (!a.stride_w) a.stride_w = a.strides;
     if (a.stride_h <= 0 || a.stride_w <= 0)
-        return fl_error_null(FL_ERR_INVALID_ARG, "Conv2D: strides %dx%d, expected > 0", a.stride_h, a.stride_w);
+        return fl_error_null(FL_ERR_INVALID_ARG, "%s: strides %dx%d, expected > 0", cls, a.stride_h, a.stride_w);
     if (a.dilation_rate != 0 && a.dilation_rate != 1)
-        return fl_error_null(FL_ERR_UNSUPPORTED, "Conv2D: dilation_rate %d is not supported (only 1)", a.dilation_rate);
+        return fl_error_null(FL_ERR_UNSUPPORTED, "%s: dilation_rate %d is not supported (only 1)", cls, a.dilation_rate);
     if (a.padding != FL_VALID && a.padding != FL_SAME)
-        return fl_error_null(FL_ERR_INVALID_ARG, "Conv2D: padding %d, expected FL_VALID or FL_SAME", (int)a.padding);
-    if (check_act("Conv2D", a.activation)) return NULL;
-    fl_layer *l = new_layer(FL_L_CONV2D, a.name);
+        return fl_error_null(FL_ERR_INVALID_ARG, "%s: padding %d, expected FL_VALID or FL_SAME", cls, (int)a.padding);
+    if (check_act(cls, a.activation)) return NULL;
+    fl_layer *l = new_layer(k, a.name);
     if (l) { l->a.conv = a; l->a.conv.name = NULL; }
+    return l;
+}
+fl_layer *fl_conv2d_(fl_conv2d_args a) { return conv2d_kind(FL_L_CONV2D, a); }
+fl_layer *fl_conv2d_transpose_(fl_conv2d_args a) { return conv2d_kind(FL_L_CONV2D_TRANSPOSE, a); }
+
+fl_layer *fl_up_sampling2d_(fl_up_sampling2d_args a) {
+    if (!a.size) a.size = 2;
+    if (!a.size_h) a.size_h = a.size;
+    if (!a.size_w) a.size_w = a.size;
+    if (a.size_h <= 0 || a.size_w <= 0)
+        return fl_error_null(FL_ERR_INVALID_ARG, "UpSampling2D: size (%d, %d), expected factors > 0", a.size_h,
+                             a.size_w);
+    if (a.interpolation != FL_NEAREST && a.interpolation != FL_BILINEAR)
+        return fl_error_null(FL_ERR_UNSUPPORTED,
+                             "UpSampling2D: interpolation %d is not supported (FL_NEAREST or FL_BILINEAR)",
+                             (int)a.interpolation);
+    fl_layer *l = new_layer(FL_L_UPSAMPLE2D, a.name);
+    if (l) { l->a.up = a; l->a.up.name = NULL; }
+    return l;
+}
+
+fl_layer *fl_permute_(int ndim, const int *dims) {
+    if (ndim < 1 || ndim > FL_MAX_DIMS - 1)
+        return fl_error_null(FL_ERR_INVALID_ARG, "Permute: %d dims, expected 1 to %d", ndim, FL_MAX_DIMS - 1);
+    bool seen[FL_MAX_DIMS] = {0};
+    for (int i = 0; i < ndim; i++) {
+        if (dims[i] < 1 || dims[i] > ndim || seen[dims[i]])
+            return fl_error_null(FL_ERR_INVALID_ARG,
+                                 "Permute: dims must be a permutation of 1..%d (1-based, the batch excluded); entry "
+                                 "%d is %d", ndim, i, dims[i]);
+        seen[dims[i]] = true;
+    }
+    fl_layer *l = new_layer(FL_L_PERMUTE, NULL);
+    if (!l) return NULL;
+    l->a.perm.ndim = ndim;
+    memcpy(l->a.perm.dims, dims, (size_t)ndim * sizeof(int));
     return l;
 }
 
@@ -765,6 +803,43 @@ static fl_node *build_separable2d(fl_layer *l, fl_graph *g, fl_node *const *xs, 
     return then_act(g, l->name, fl_graph_conv2d(g, l->name, d, pk, b, 1, 1, FL_VALID, fused_act(act)), act);
 }
 
+static fl_node *build_upsample2d(fl_layer *l, fl_graph *g, fl_node *const *xs, int nx) {
+    (void)nx;
+    const fl_up_sampling2d_args *a = &l->a.up;
+    if (need_image(l, xs[0])) return NULL;
+    return fl_graph_upsample2d(g, l->name, xs[0], a->size_h, a->size_w, a->interpolation == FL_BILINEAR);
+}
+
+/* Conv2DTranspose: kernel (kh, kw, filters, in) as Keras; glorot_uniform's
+ * fans follow from that shape as Keras computes them (fan_in = kh*kw*filters). */
+static fl_node *build_conv2d_transpose(fl_layer *l, fl_graph *g, fl_node *const *xs, int nx) {
+    (void)nx;
+    const fl_conv2d_args *a = &l->a.conv;
+    fl_node *x = xs[0];
+    if (need_image(l, x)) return NULL;
+    fl_node *k = add_weight(l, g, "kernel", 4, (int64_t[]){a->kernel_h, a->kernel_w, a->filters, x->shape[3]}, true);
+    fl_node *b = k && !a->no_bias ? add_weight(l, g, "bias", 1, (int64_t[]){a->filters}, true) : NULL;
+    if (!k || (!a->no_bias && !b)) return NULL;
+    int act = (int)a->activation;
+    return then_act(g, l->name,
+                    fl_graph_conv2d_transpose(g, l->name, x, k, b, a->stride_h, a->stride_w, a->padding, fused_act(act)),
+                    act);
+}
+
+static fl_node *build_permute(fl_layer *l, fl_graph *g, fl_node *const *xs, int nx) {
+    (void)nx;
+    fl_node *x = xs[0];
+    if (x->ndim - 1 != l->a.perm.ndim) {
+        char s[128];
+        return fl_error_null(FL_ERR_SHAPE, "layer '%s' (Permute): dims has %d entries, input %s has %d axes besides "
+                             "the batch", l->name, l->a.perm.ndim, fl_shape_str(x->ndim, x->shape, s, sizeof s),
+                             x->ndim - 1);
+    }
+    int dims[FL_MAX_DIMS];
+    for (int i = 0; i < l->a.perm.ndim; i++) dims[i] = l->a.perm.dims[i] - 1;
+    return fl_graph_permute(g, l->name, x, dims);
+}
+
 static const build_fn kind_build[FL_L_COUNT] = {
     [FL_L_INPUT] = build_input,         [FL_L_DENSE] = build_dense,         [FL_L_CONV2D] = build_conv2d,
     [FL_L_MAXPOOL] = build_pool,        [FL_L_AVGPOOL] = build_pool,        [FL_L_GAP] = build_global_pool,
@@ -780,6 +855,8 @@ static const build_fn kind_build[FL_L_COUNT] = {
     [FL_L_PRELU] = build_prelu,         [FL_L_SOFTMAX] = build_softmax,     [FL_L_RESCALING] = build_pact,
     [FL_L_NORMALIZATION] = build_normalization,
     [FL_L_DEPTHWISE2D] = build_depthwise2d, [FL_L_SEPARABLE2D] = build_separable2d,
+    [FL_L_UPSAMPLE2D] = build_upsample2d, [FL_L_CONV2D_TRANSPOSE] = build_conv2d_transpose,
+    [FL_L_PERMUTE] = build_permute,
 };
 
 fl_node *fl_layer_build(fl_layer *l, fl_graph *g, fl_node *const *xs, int nx, uint64_t seed) {

@@ -47,7 +47,10 @@
     X(RESCALING, "Rescaling", "rescaling", FL_IN_ONE)                                \
     X(NORMALIZATION, "Normalization", "normalization", FL_IN_ONE)                    \
     X(DEPTHWISE2D, "DepthwiseConv2D", "depthwise_conv2d", FL_IN_ONE)                 \
-    X(SEPARABLE2D, "SeparableConv2D", "separable_conv2d", FL_IN_ONE)
+    X(SEPARABLE2D, "SeparableConv2D", "separable_conv2d", FL_IN_ONE)                 \
+    X(UPSAMPLE2D, "UpSampling2D", "up_sampling2d", FL_IN_ONE)                        \
+    X(CONV2D_TRANSPOSE, "Conv2DTranspose", "conv2d_transpose", FL_IN_ONE)            \
+    X(PERMUTE, "Permute", "permute", FL_IN_ONE)
 
 enum { FL_IN_NONE, FL_IN_ONE, FL_IN_MANY };
 
@@ -87,6 +90,8 @@ struct fl_layer {
         } norm;
         fl_depthwise_conv2d_args dw;
         fl_separable_conv2d_args sep;
+        fl_up_sampling2d_args up;
+        struct { int ndim; int dims[FL_MAX_DIMS]; } perm; /* Permute: 1-based, as Keras */
         struct { int ndim; int64_t shape[FL_MAX_DIMS]; } shape; /* Input, Reshape */
     } a;
     int nw;

@@ -112,7 +112,8 @@ static int loss_input(const fl_model *m) {
               m->loss.kind == FL_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY;
     if (ce && o->op == FL_OP_ACT && o->act == FL_ACT_SOFTMAX) return FL_LI_SOFTMAX_FUSED;
     if (m->loss.kind == FL_LOSS_BINARY_CROSSENTROPY && o->act == FL_ACT_SIGMOID &&
-        (o->op == FL_OP_ACT || o->op == FL_OP_DENSE || o->op == FL_OP_CONV2D))
+        (o->op == FL_OP_ACT || o->op == FL_OP_DENSE || o->op == FL_OP_CONV2D ||
+         o->op == FL_OP_CONV2D_TRANSPOSE))
         return FL_LI_SIGMOID_FUSED;
     return FL_LI_PROBS;
 }

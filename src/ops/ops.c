@@ -15,6 +15,8 @@
 #include <stdint.h>
 #include <string.h>
 
+_Static_assert(FL_MAX_DIMS <= 8, "the permute kernels take at most 8 dimensions (backend.h)");
+
 static void set_shape(fl_node *n, bool batched, int ndim, const int64_t *sample) {
     n->batched = batched;
     n->ndim = ndim + (batched ? 1 : 0);
@@ -463,6 +465,100 @@ fl_node *fl_graph_normalize(fl_graph *g, const char *name, fl_node *x, fl_node *
     set_shape(n, true, nd, x->shape + 1);
     make_bcast(x, p, &n->bcast);
     n->invert = invert;
+    return n;
+}
+
+fl_node *fl_graph_upsample2d(fl_graph *g, const char *name, fl_node *x, int sh, int sw, bool bilinear) {
+    char s[128];
+    if (x->ndim != 4)
+        return fl_error_null(FL_ERR_SHAPE, "layer '%s' (UpSampling2D): input %s must be (batch, height, width, channels)",
+                             name, sample_str(x, s, sizeof s));
+    int64_t oh = x->shape[1] * sh, ow = x->shape[2] * sw;
+    if (sh <= 0 || sw <= 0 || oh > INT32_MAX || ow > INT32_MAX)
+        return fl_error_null(FL_ERR_SHAPE, "layer '%s' (UpSampling2D): size (%d, %d) on the %lldx%lld input, expected "
+                             "factors > 0 and an output below 2^31 rows and columns", name, sh, sw,
+                             (long long)x->shape[1], (long long)x->shape[2]);
+    fl_node *n = fl_graph_new_node(g, FL_OP_UPSAMPLE2D, name);
+    if (!n) return NULL;
+    n->nin = 1;
+    n->in[0] = x;
+    fl_conv_desc d = {0};
+    d.h = (int)x->shape[1]; d.w = (int)x->shape[2]; d.c = (int)x->shape[3]; d.oc = d.c;
+    d.oh = (int)oh; d.ow = (int)ow;
+    d.sh = sh; d.sw = sw;
+    n->conv = d;
+    n->bilinear = bilinear;
+    set_shape(n, true, 3, (int64_t[]){oh, ow, d.c});
+    return n;
+}
+
+/* Keras's deconv_output_length with output_padding None. */
+static int64_t deconv_dim(int64_t in, int k, int s, fl_padding pad) {
+    return pad == FL_SAME ? in * s : in * s + (k > s ? k - s : 0);
+}
+
+fl_node *fl_graph_conv2d_transpose(fl_graph *g, const char *name, fl_node *x, fl_node *w, fl_node *b, int sh, int sw,
+                                   fl_padding pad, int act) {
+    char s[128];
+    if (x->ndim != 4)
+        return fl_error_null(FL_ERR_SHAPE,
+                             "layer '%s' (Conv2DTranspose): input %s must be (batch, height, width, channels)", name,
+                             sample_str(x, s, sizeof s));
+    if (w->ndim != 4 || w->shape[3] != x->shape[3])
+        return fl_error_null(FL_ERR_SHAPE,
+                             "layer '%s' (Conv2DTranspose): input has %lld channels, kernel (kh, kw, filters, in) "
+                             "expects %lld", name, (long long)x->shape[3], (long long)w->shape[w->ndim - 1]);
+    if (sh <= 0 || sw <= 0)
+        return fl_error_null(FL_ERR_INVALID_ARG, "layer '%s' (Conv2DTranspose): strides %dx%d", name, sh, sw);
+    int64_t oh = deconv_dim(x->shape[1], (int)w->shape[0], sh, pad);
+    int64_t ow = deconv_dim(x->shape[2], (int)w->shape[1], sw, pad);
+    if (oh > INT32_MAX || ow > INT32_MAX)
+        return fl_error_null(FL_ERR_SHAPE, "layer '%s' (Conv2DTranspose): output %lldx%lld is too large", name,
+                             (long long)oh, (long long)ow);
+    /* the Conv2D whose data gradient this is: from the output back to the input */
+    fl_conv_desc d = {0};
+    d.h = (int)oh; d.w = (int)ow; d.c = (int)w->shape[2];
+    d.kh = (int)w->shape[0]; d.kw = (int)w->shape[1]; d.oc = (int)x->shape[3];
+    d.sh = sh; d.sw = sw;
+    int ch = out_dim(d.h, d.kh, sh, pad, &d.pt), cw = out_dim(d.w, d.kw, sw, pad, &d.pl);
+    d.oh = (int)x->shape[1]; d.ow = (int)x->shape[2];
+    if (ch != d.oh || cw != d.ow) /* cannot happen with the lengths above; kept as a guard */
+        return fl_error_null(FL_ERR_SHAPE, "layer '%s' (Conv2DTranspose): output %dx%d does not map back to %dx%d",
+                             name, d.h, d.w, d.oh, d.ow);
+    d.act = act;
+    d.has_bias = b != NULL;
+    fl_node *n = fl_graph_new_node(g, FL_OP_CONV2D_TRANSPOSE, name);
+    if (!n) return NULL;
+    n->nin = b ? 3 : 2;
+    n->in[0] = x; n->in[1] = w; n->in[2] = b;
+    n->conv = d;
+    n->act = act;
+    set_shape(n, true, 3, (int64_t[]){oh, ow, d.c});
+    return n;
+}
+
+fl_node *fl_graph_permute(fl_graph *g, const char *name, fl_node *x, const int *dims) {
+    char s[128];
+    int nd = x->ndim - 1;
+    bool seen[FL_MAX_DIMS] = {0}, ok = nd >= 1;
+    for (int i = 0; ok && i < nd; i++) {
+        ok = dims[i] >= 0 && dims[i] < nd && !seen[dims[i]];
+        if (ok) seen[dims[i]] = true;
+    }
+    if (!ok)
+        return fl_error_null(FL_ERR_SHAPE, "layer '%s' (Permute): dims are not a permutation of the %d axes of input %s",
+                             name, nd, sample_str(x, s, sizeof s));
+    fl_node *n = fl_graph_new_node(g, FL_OP_PERMUTE, name);
+    if (!n) return NULL;
+    n->nin = 1;
+    n->in[0] = x;
+    int64_t shape[FL_MAX_DIMS];
+    n->perm[0] = 0;
+    for (int i = 0; i < nd; i++) {
+        n->perm[i + 1] = dims[i] + 1;
+        shape[i] = x->shape[dims[i] + 1];
+    }
+    set_shape(n, true, nd, shape);
     return n;
 }
 
@@ -970,6 +1066,58 @@ static void normalize_backward(fl_graph *g, fl_node *n) {
     mark(n, 0);
 }
 
+static void upsample2d_forward(fl_graph *g, fl_node *n, bool training) {
+    (void)training;
+    BATCH_DESC(d, n->conv);
+    g->be->upsample2d_fwd(&d, n->bilinear, n->in[0]->val, n->val);
+}
+
+static void upsample2d_backward(fl_graph *g, fl_node *n) {
+    float beta = 0.0f;
+    float *dx = in_grad(n, 0, &beta);
+    if (!dx) return;
+    BATCH_DESC(d, n->conv);
+    g->be->upsample2d_bwd(&d, n->bilinear, n->grad, dx, beta);
+    mark(n, 0);
+}
+
+/* n->conv is the Conv2D whose data gradient the transposed convolution is:
+ * its input is this node's output, its output this node's input. */
+static void conv2d_transpose_forward(fl_graph *g, fl_node *n, bool training) {
+    (void)training;
+    BATCH_DESC(d, n->conv);
+    g->be->conv2d_transpose_fwd(&d, n->in[0]->val, n->in[1]->val, d.has_bias ? n->in[2]->val : NULL, n->val, g->ws);
+}
+
+static void conv2d_transpose_backward(fl_graph *g, fl_node *n) {
+    float beta = 0.0f;
+    BATCH_DESC(d, n->conv);
+    if (n->grad_is_preact) d.act = FL_ACT_LINEAR;
+    float *dx = in_grad(n, 0, &beta);
+    size_t off = 0;
+    float *dw[2] = {weight_grad(n, 1, &off), d.has_bias ? weight_grad(n, 2, &off) : NULL};
+    g->be->conv2d_transpose_bwd(&d, n->in[0]->val, n->in[1]->val, n->val, n->grad, dx, beta, dw[0], dw[1], g->ws);
+    weight_grads_add(g->be, n, 1, 2, dw);
+    mark(n, 0); mark(n, 1); mark(n, 2);
+}
+
+static void permute_forward(fl_graph *g, fl_node *n, bool training) {
+    (void)training;
+    fl_node *x = n->in[0];
+    g->be->permute(x->ndim, x->shape, n->perm, x->val, n->val, 0.0f);
+}
+
+static void permute_backward(fl_graph *g, fl_node *n) {
+    float beta = 0.0f;
+    float *dx = in_grad(n, 0, &beta);
+    if (!dx) return;
+    /* the inverse permutation, from the output's shape back to the input's */
+    int inv[FL_MAX_DIMS];
+    for (int i = 0; i < n->ndim; i++) inv[n->perm[i]] = i;
+    g->be->permute(n->ndim, n->shape, inv, n->grad, dx, beta);
+    mark(n, 0);
+}
+
 /* ------------------------------------------------------- the op table
  *
  * One row per op: its name, forward, backward, and the backend kernels it
@@ -1019,6 +1167,11 @@ static const fl_op_def op_table[FL_OP_COUNT] = {
                          {KERNEL(normalize_fwd), KERNEL(normalize_bwd)}},
     [FL_OP_DEPTHWISE_CONV2D] = {"depthwise_conv2d", depthwise_forward, depthwise_backward,
                                 {KERNEL(depthwise_fwd), KERNEL(depthwise_bwd)}},
+    [FL_OP_UPSAMPLE2D] = {"upsample2d", upsample2d_forward, upsample2d_backward,
+                          {KERNEL(upsample2d_fwd), KERNEL(upsample2d_bwd)}},
+    [FL_OP_CONV2D_TRANSPOSE] = {"conv2d_transpose", conv2d_transpose_forward, conv2d_transpose_backward,
+                                {KERNEL(conv_workspace), KERNEL(conv2d_transpose_fwd), KERNEL(conv2d_transpose_bwd)}},
+    [FL_OP_PERMUTE] = {"permute", permute_forward, permute_backward, {KERNEL(permute)}},
 };
 
 const char *fl_op_name(fl_op op) { return (unsigned)op < FL_OP_COUNT && op_table[op].name ? op_table[op].name : "?"; }

@@ -68,7 +68,8 @@ static size_t thread_ws_floats(const fl_conv_desc *d, int64_t cs, int backward) 
     size_t K = (size_t)d->kh * d->kw * d->c;
     size_t rows = (size_t)cs * d->oh * d->ow;
     size_t f = rows * K;
-    if (backward) f += K * (size_t)d->oc + (size_t)d->oc; /* private dw, db */
+    /* private dw, db (db: oc floats for Conv2D, c for Conv2DTranspose) */
+    if (backward) f += K * (size_t)d->oc + (size_t)(d->oc > d->c ? d->oc : d->c);
     return (f + 15) & ~(size_t)15;
 }
 
@@ -499,6 +500,84 @@ void fl_cpu_conv2d_bwd(const fl_conv_desc *d, const float *x, const float *w, co
     }
     memcpy(dw, p0, nw * sizeof(float));
     if (d->has_bias && db) memcpy(db, p0 + nw, (size_t)d->oc * sizeof(float));
+}
+
+/* ------------------------------------------------ transposed convolution
+ *
+ * Conv2DTranspose is the data gradient of the Conv2D that d describes, and
+ * its gradients are that Conv2D's forward and filter gradient, so it runs
+ * on the same GEMMs, im2col and col2im with the roles of x and y swapped
+ * (x: [n, oh, ow, oc], y: [n, h, w, c], w: [K = kh*kw*c, oc]):
+ *     forward          col[rows, K] = x @ w^T, y = col2im(col), act(y + b)
+ *     backward data    dx[rows, oc] = im2col(dy) @ w        (d's forward)
+ *     backward filter  dw[K, oc]   += im2col(dy)^T @ x
+ * in chunks of samples, one per OpenMP thread, with private dw/db reduced in
+ * thread order at the end, as fl_cpu_conv2d_bwd. */
+
+void fl_cpu_conv2d_transpose_fwd(const fl_conv_desc *d, const float *x, const float *w, const float *b, float *y,
+                                 void *ws) {
+    const int64_t cs = chunk_samples(d);
+    const int64_t nchunks = (d->n + cs - 1) / cs;
+    const size_t K = (size_t)d->kh * d->kw * d->c;
+    const size_t y_sz = (size_t)d->h * d->w * d->c, x_rows = (size_t)d->oh * d->ow;
+    const size_t tws = thread_ws_floats(d, cs, 0);
+    const int direct = d->kh == 1 && d->kw == 1 && d->sh == 1 && d->sw == 1 && d->pt == 0 && d->pl == 0;
+#pragma omp parallel for schedule(static) num_threads(conv_threads())
+    for (int64_t ci = 0; ci < nchunks; ci++) {
+        float *col = (float *)ws + (size_t)fl_cpu_thread_id() * tws;
+        int64_t n0 = ci * cs, cn = d->n - n0 < cs ? d->n - n0 : cs;
+        const float *xc = x + (size_t)n0 * x_rows * d->oc;
+        float *yc = y + (size_t)n0 * y_sz;
+        int64_t rows = cn * (int64_t)x_rows;
+        if (direct) { /* 1x1, stride 1: y = x @ w^T, no scatter */
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)K, d->oc, 1.0f, xc, d->oc, w, d->oc,
+                        0.0f, yc, (int)K);
+        } else {
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)K, d->oc, 1.0f, xc, d->oc, w, d->oc,
+                        0.0f, col, (int)K);
+            memset(yc, 0, (size_t)cn * y_sz * sizeof(float));
+            col2im_add(d, col, cn, yc);
+        }
+        fl_cpu_bias_act_rows(cn * d->h * d->w, d->c, d->has_bias ? b : NULL, d->act, yc);
+    }
+}
+
+void fl_cpu_conv2d_transpose_bwd(const fl_conv_desc *d, const float *x, const float *w, const float *y, float *dy,
+                                 float *dx, float dx_beta, float *dw, float *db, void *ws) {
+    const int64_t cs = chunk_samples(d);
+    const int64_t nchunks = (d->n + cs - 1) / cs;
+    const size_t K = (size_t)d->kh * d->kw * d->c, nw = K * (size_t)d->oc;
+    const size_t y_sz = (size_t)d->h * d->w * d->c, x_rows = (size_t)d->oh * d->ow;
+    const size_t tws = thread_ws_floats(d, cs, 1);
+    const size_t col_floats = (size_t)cs * x_rows * K;
+    const int direct = d->kh == 1 && d->kw == 1 && d->sh == 1 && d->sw == 1 && d->pt == 0 && d->pl == 0;
+    const int nt = conv_threads();
+    for (int t = 0; t < nt; t++)
+        memset((float *)ws + (size_t)t * tws + col_floats, 0, (nw + (size_t)d->c) * sizeof(float));
+#pragma omp parallel for schedule(static) num_threads(nt)
+    for (int64_t ci = 0; ci < nchunks; ci++) {
+        float *col = (float *)ws + (size_t)fl_cpu_thread_id() * tws;
+        float *dw_t = col + col_floats, *db_t = dw_t + nw;
+        int64_t n0 = ci * cs, cn = d->n - n0 < cs ? d->n - n0 : cs;
+        int64_t rows = cn * (int64_t)x_rows;
+        const float *xc = x + (size_t)n0 * x_rows * d->oc;
+        float *dyc = dy + (size_t)n0 * y_sz;
+        fl_cpu_act_grad_rows(cn * d->h * d->w, d->c, d->act, y + (size_t)n0 * y_sz, dyc, d->has_bias ? db_t : NULL);
+        const float *a = dyc;
+        if (!direct) { im2col(d, dyc, cn, col); a = col; }
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)K, d->oc, (int)rows, 1.0f, a, (int)K, xc, d->oc,
+                    1.0f, dw_t, d->oc);
+        if (dx)
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows, d->oc, (int)K, 1.0f, a, (int)K, w, d->oc,
+                        dx_beta, dx + (size_t)n0 * x_rows * d->oc, d->oc);
+    }
+    float *p0 = (float *)ws + col_floats;
+    for (int t = 1; t < nt; t++) {
+        const float *p = (float *)ws + (size_t)t * tws + col_floats;
+        for (size_t i = 0; i < nw + (size_t)d->c; i++) p0[i] += p[i];
+    }
+    memcpy(dw, p0, nw * sizeof(float));
+    if (d->has_bias && db) memcpy(db, p0 + nw, (size_t)d->c * sizeof(float));
 }
 
 /* ------------------------------------------ convolution + max pooling */

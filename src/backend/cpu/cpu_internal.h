@@ -69,4 +69,12 @@ void fl_cpu_depthwise_fwd(const fl_conv_desc *d, const float *x, const float *w,
 void fl_cpu_depthwise_bwd(const fl_conv_desc *d, const float *x, const float *w, const float *y, float *dy,
                           float *dx, float dx_beta, float *dw, float *db);
 
+void fl_cpu_upsample2d_fwd(const fl_conv_desc *d, int bilinear, const float *x, float *y);
+void fl_cpu_upsample2d_bwd(const fl_conv_desc *d, int bilinear, const float *dy, float *dx, float dx_beta);
+void fl_cpu_permute(int ndim, const int64_t *shape, const int *perm, const float *x, float *y, float beta);
+void fl_cpu_conv2d_transpose_fwd(const fl_conv_desc *d, const float *x, const float *w, const float *b, float *y,
+                                 void *ws);
+void fl_cpu_conv2d_transpose_bwd(const fl_conv_desc *d, const float *x, const float *w, const float *y, float *dy,
+                                 float *dx, float dx_beta, float *dw, float *db, void *ws);
+
 #endif

@@ -1,7 +1,10 @@
 /*
- * cpu_layout.c — the CPU kernels that move image data without arithmetic
- * beyond accumulation: zero padding and cropping (ZeroPadding2D,
- * Cropping2D) forward and backward.
+ * cpu_layout.c — the CPU kernels that move image data with little or no
+ * arithmetic: zero padding and cropping (ZeroPadding2D, Cropping2D),
+ * upsampling by integer factors, nearest or bilinear (UpSampling2D), and the
+ * transposition of a tensor's axes (Permute), each forward and backward.
+ * Images are NHWC: the loops run over rows in parallel and over channels
+ * innermost, contiguous.
  */
 #include "cpu_internal.h"
 
@@ -31,6 +34,151 @@ void fl_cpu_pad2d(const fl_conv_desc *d, const float *x, float *y, float beta) {
             const float *xr = x + (((size_t)n * d->h + si) * d->w + (j0 - d->pl)) * c;
             float *o = yr + (size_t)j0 * c;
             for (size_t k = 0; k < (size_t)(j1 - j0) * c; k++) o[k] += xr[k];
+        }
+    }
+}
+
+/* ------------------------------------------------------------ upsampling */
+
+/* One axis of a bilinear upsampling by factor s of n inputs: output o reads
+ * inputs *i0 (weight 1 - *f) and *i1 (weight *f), clamped to [0, n). The
+ * source coordinate has half-pixel centres, (o + 0.5) / s - 0.5, as
+ * jax.image.resize (Keras 3's UpSampling2D "bilinear"). */
+static void bilinear_taps(int o, int s, int n, int *i0, int *i1, float *f) {
+    double src = ((double)o + 0.5) / s - 0.5, fl = floor(src);
+    int a = (int)fl, b = a + 1;
+    *f = (float)(src - fl);
+    *i0 = a < 0 ? 0 : a >= n ? n - 1 : a;
+    *i1 = b < 0 ? 0 : b >= n ? n - 1 : b;
+}
+
+/* The weight with which output o reads input i along one axis. */
+static float bilinear_weight(int o, int i, int s, int n) {
+    int i0, i1;
+    float f;
+    bilinear_taps(o, s, n, &i0, &i1, &f);
+    return (i0 == i ? 1.0f - f : 0.0f) + (i1 == i ? f : 0.0f);
+}
+
+/* The outputs that can read input i: the source coordinate of output o lies
+ * in [i - 1, i + 1) for those, so o is in [(i - 1) s, (i + 2) s). */
+static void bilinear_reach(int i, int s, int out, int *o0, int *o1) {
+    *o0 = (i - 1) * s < 0 ? 0 : (i - 1) * s;
+    *o1 = (i + 2) * s > out ? out : (i + 2) * s;
+}
+
+/* y[n, i, j, :] = x[n, i / sh, j / sw, :] (nearest), or the bilinear blend of
+ * the four source pixels around ((i + .5) / sh - .5, (j + .5) / sw - .5). */
+void fl_cpu_upsample2d_fwd(const fl_conv_desc *d, int bilinear, const float *x, float *y) {
+    const int64_t rows = d->n * d->oh;
+    const size_t C = (size_t)d->c;
+#pragma omp parallel for schedule(static) num_threads(rows * d->ow * d->c < 32768 ? 1 : fl_cpu_threads())
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t n = r / d->oh;
+        int i = (int)(r % d->oh);
+        float *yr = y + (size_t)r * d->ow * C;
+        const float *xs = x + (size_t)n * d->h * d->w * C;
+        if (!bilinear) {
+            const float *xr = xs + (size_t)(i / d->sh) * d->w * C;
+            for (int j = 0; j < d->ow; j++) memcpy(yr + (size_t)j * C, xr + (size_t)(j / d->sw) * C, C * sizeof(float));
+            continue;
+        }
+        int i0, i1;
+        float fh;
+        bilinear_taps(i, d->sh, d->h, &i0, &i1, &fh);
+        const float *x0 = xs + (size_t)i0 * d->w * C, *x1 = xs + (size_t)i1 * d->w * C;
+        for (int j = 0; j < d->ow; j++) {
+            int j0, j1;
+            float fw;
+            bilinear_taps(j, d->sw, d->w, &j0, &j1, &fw);
+            const float w00 = (1 - fh) * (1 - fw), w01 = (1 - fh) * fw, w10 = fh * (1 - fw), w11 = fh * fw;
+            const float *a = x0 + (size_t)j0 * C, *b = x0 + (size_t)j1 * C, *c = x1 + (size_t)j0 * C,
+                        *e = x1 + (size_t)j1 * C;
+            float *o = yr + (size_t)j * C;
+            for (size_t k = 0; k < C; k++) o[k] = w00 * a[k] + w01 * b[k] + w10 * c[k] + w11 * e[k];
+        }
+    }
+}
+
+/* dx (beta: +)= the transpose of the forward's weights applied to dy,
+ * gathered per input row (no two threads write one element): nearest sums
+ * the sh x sw block each input pixel was copied to; bilinear sums the
+ * outputs within reach, each times its weight for this input. */
+void fl_cpu_upsample2d_bwd(const fl_conv_desc *d, int bilinear, const float *dy, float *dx, float dx_beta) {
+    const int64_t rows = d->n * d->h;
+    const size_t C = (size_t)d->c, orow = (size_t)d->ow * C;
+#pragma omp parallel for schedule(static) num_threads(d->n * d->oh * d->ow * d->c < 32768 ? 1 : fl_cpu_threads())
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t n = r / d->h;
+        int i = (int)(r % d->h);
+        float *dxr = dx + (size_t)r * d->w * C;
+        const float *dys = dy + (size_t)n * d->oh * orow;
+        if (dx_beta == 0.0f) memset(dxr, 0, (size_t)d->w * C * sizeof(float));
+        if (!bilinear) {
+            for (int a = 0; a < d->sh; a++) {
+                const float *g = dys + (size_t)(i * d->sh + a) * orow;
+                for (int j = 0; j < d->w; j++) {
+                    float *o = dxr + (size_t)j * C;
+                    for (int b = 0; b < d->sw; b++) {
+                        const float *gb = g + (size_t)(j * d->sw + b) * C;
+                        for (size_t k = 0; k < C; k++) o[k] += gb[k];
+                    }
+                }
+            }
+            continue;
+        }
+        int o0, o1;
+        bilinear_reach(i, d->sh, d->oh, &o0, &o1);
+        for (int oi = o0; oi < o1; oi++) {
+            float wh = bilinear_weight(oi, i, d->sh, d->h);
+            if (wh == 0.0f) continue;
+            const float *g = dys + (size_t)oi * orow;
+            for (int j = 0; j < d->w; j++) {
+                int q0, q1;
+                bilinear_reach(j, d->sw, d->ow, &q0, &q1);
+                float *o = dxr + (size_t)j * C;
+                for (int q = q0; q < q1; q++) {
+                    float ww = bilinear_weight(q, j, d->sw, d->w);
+                    if (ww == 0.0f) continue;
+                    const float a = wh * ww, *gq = g + (size_t)q * C;
+                    for (size_t k = 0; k < C; k++) o[k] += a * gq[k];
+                }
+            }
+        }
+    }
+}
+
+/* ----------------------------------------------------------- transposition */
+
+/* y[idx] (beta: +)= x[idx permuted]: y's axis a is x's axis perm[a]. Rows
+ * of y's last axis in parallel; along a row x is read with that axis's
+ * stride (contiguous when the last axis stays last). */
+void fl_cpu_permute(int ndim, const int64_t *shape, const int *perm, const float *x, float *y, float beta) {
+    int64_t xstride[8] = {0}, ystep[8] = {0}, yshape[8] = {0}, total = 1; /* ndim <= 8: backend.h */
+    if (ndim < 1 || ndim > 8) return;
+    for (int a = ndim - 1; a >= 0; a--) {
+        xstride[a] = total;
+        total *= shape[a];
+    }
+    for (int a = 0; a < ndim; a++) {
+        yshape[a] = shape[perm[a]];
+        ystep[a] = xstride[perm[a]];
+    }
+    const int64_t inner = yshape[ndim - 1], step = ystep[ndim - 1], rows = inner ? total / inner : 0;
+#pragma omp parallel for schedule(static) num_threads(total < 32768 ? 1 : fl_cpu_threads())
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t off = 0, rem = r;
+        for (int a = ndim - 2; a >= 0; a--) {
+            off += (rem % yshape[a]) * ystep[a];
+            rem /= yshape[a];
+        }
+        const float *xr = x + off;
+        float *yr = y + r * inner;
+        if (beta == 0.0f) {
+            if (step == 1) memcpy(yr, xr, (size_t)inner * sizeof(float));
+            else for (int64_t k = 0; k < inner; k++) yr[k] = xr[k * step];
+        } else {
+            for (int64_t k = 0; k < inner; k++) yr[k] += xr[k * step];
         }
     }
 }
