@@ -137,7 +137,7 @@ static fl_node *b_avgpool(fl_graph *g, fl_node *x, fl_node **p, int *np) {
 static fl_node *b_gap(fl_graph *g, fl_node *x, fl_node **p, int *np) { *np = 0; return fl_graph_gap(g, "gap", x); }
 static fl_node *b_dropout(fl_graph *g, fl_node *x, fl_node **p, int *np) {
     *np = 0;
-    return fl_graph_dropout(g, "dropout", x, 0.4f, 77);
+    return fl_graph_dropout(g, "dropout", x, 0.4f, 77, NULL);
 }
 static fl_node *b_act(fl_graph *g, fl_node *x, fl_node **p, int *np) { *np = 0; return fl_graph_act(g, "act", x, g_act); }
 static fl_node *b_bn(fl_graph *g, fl_node *x, fl_node **p, int *np) {

@@ -463,7 +463,7 @@ static void config_refusals(void) {
         {"Dense", ",\"units\":3,\"kernel_initializer\":{\"module\":\"my\",\"class_name\":\"Mine\",\"registered_name\":\"x>Mine\",\"config\":{}}", {"kernel_initializer", "custom object"}},
         {"BatchNormalization", ",\"axis\":1", {"(BatchNormalization)", "axis 1"}},
         {"BatchNormalization", ",\"renorm\":true", {"renorm"}},
-        {"Dropout", ",\"rate\":0.5,\"noise_shape\":[null,1,1,2]", {"noise_shape"}},
+        {"Dropout", ",\"rate\":0.5,\"noise_shape\":[4,1,1,2]", {"noise_shape", "across the batch"}},
         {"Conv1D", ",\"filters\":2,\"kernel_size\":[3],\"padding\":\"full\"", {"'layer' (Conv1D)", "padding 'full'"}},
         {"Conv1D", ",\"filters\":2,\"kernel_size\":3,\"dilation_rate\":[2]", {"dilation_rate 2"}},
         {"UpSampling2D", ",\"size\":[2,2],\"interpolation\":\"bicubic\"", {"'layer' (UpSampling2D)", "interpolation 'bicubic'"}},

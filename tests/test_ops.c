@@ -308,7 +308,7 @@ static void test_dropout(void) {
     harness h;
     const int64_t B = 64, N = 500;
     h_init(&h, B, 1, &N);
-    fl_node *y = fl_graph_dropout(&h.g, "dropout", h.x, 0.3f, 99);
+    fl_node *y = fl_graph_dropout(&h.g, "dropout", h.x, 0.3f, 99, NULL);
     h_ready(&h, y, 0.5f, 1.5f);
     h_loss(&h, true);
     int64_t zeros = 0, n = B * N;
@@ -557,7 +557,7 @@ static void test_shape_errors(void) {
     fl_node *w3 = fl_graph_param(&g, "k3", 2, (int64_t[]){4, 2}, true);
     CHECK(fl_graph_dense(&g, "dense_bad", x, w3, NULL, 0) == NULL);
     CHECK_STR_CONTAINS(fl_last_error(), "dense_bad");
-    CHECK(fl_graph_dropout(&g, "drop_bad", x, 1.0f, 1) == NULL);
+    CHECK(fl_graph_dropout(&g, "drop_bad", x, 1.0f, 1, NULL) == NULL);
     CHECK_STR_CONTAINS(fl_last_error(), "rate");
     fl_graph_free(&g);
 }
@@ -947,6 +947,41 @@ static void test_new_layout_shape_errors(void) {
     fl_graph_free(&g);
 }
 
+/* Dropout with a noise shape: EfficientNet's (1, 1, 1) drops whole
+ * samples, SpatialDropout2D's (1, 1, c) whole channels. */
+static void test_dropout_noise(const int64_t *noise, const char *what) {
+    harness h;
+    const int64_t B = 40, H = 3, W = 4, C = 5;
+    h_init(&h, B, 3, (int64_t[]){H, W, C});
+    fl_node *y = fl_graph_dropout(&h.g, "dropout", h.x, 0.4f, 5, noise);
+    CHECK(y != NULL);
+    if (!y) { h_free(&h); return; }
+    h_ready(&h, y, 0.5f, 1.5f);
+    h_loss(&h, true);
+    int64_t groups = 0, dropped = 0;
+    int ok = 1;
+    for (int64_t n = 0; n < B; n++)
+        for (int64_t c = 0; c < (noise[2] == 1 ? 1 : C); c++) {
+            /* one decision for every element that shares this noise entry */
+            int64_t i0 = (n * H * W) * C + c;
+            bool keep = y->val[i0] != 0;
+            for (int64_t p = 0; p < H * W; p++)
+                for (int64_t cc = (noise[2] == 1 ? 0 : c); cc < (noise[2] == 1 ? C : c + 1); cc++) {
+                    int64_t i = (n * H * W + p) * C + cc;
+                    float want = keep ? h.x->val[i] / 0.6f : 0.0f;
+                    if (fabsf(y->val[i] - want) > 1e-5f) ok = 0;
+                }
+            groups++;
+            dropped += !keep;
+        }
+    CHECK_MSG(ok, "%s: one keep/drop decision per noise entry, kept values scaled", what);
+    CHECK_MSG(dropped > 0 && dropped < groups, "%s: %lld of %lld dropped", what, (long long)dropped, (long long)groups);
+    h_gradcheck(&h, what, 1e-3, 1e-2, true);
+    h_loss(&h, false); /* inference: identity */
+    CHECK(memcmp(h.x->val, y->val, (size_t)fl_node_size(y) * sizeof(float)) == 0);
+    h_free(&h);
+}
+
 /* The capability query: a backend without a kernel that an op needs is
  * refused with the layer, op and kernel named; every op has a table row. */
 static void test_capability(void) {
@@ -1264,5 +1299,7 @@ int main(void) {
     test_permute(4, (int64_t[]){2, 3, 2, 3}, (int[]){3, 1, 0, 2});
     test_permute_shared_input();
     test_new_layout_shape_errors();
+    test_dropout_noise((int64_t[]){1, 1, 1}, "dropout noise (1, 1, 1)");
+    test_dropout_noise((int64_t[]){1, 1, 5}, "dropout noise (1, 1, c)");
     return check_report("test_ops");
 }

@@ -483,6 +483,32 @@ def m_upsample_deconv_permute(rng):
     return m, [normal(rng, 3, 3, 4, 2)]
 
 
+def m_dropout_call(rng):
+    # keras.applications.MobileNet calls its Dropout with training=False; in
+    # Keras 3 the model's training flag overrides it, so it is an ordinary
+    # Dropout that must be read and written back with its call kwargs.
+    x = keras.Input((6,), name="x")
+    h = L.Dense(5, activation="relu")(x)
+    h = L.Dropout(0.5)(h, training=False)
+    y = L.Dense(3, activation="softmax")(h)
+    return keras.Model(x, y, name="dropout_call"), [normal(rng, 4, 6)]
+
+
+def m_dropout_noise(rng):
+    # Dropout with EfficientNet's noise_shape and SpatialDropout2D: identity
+    # in inference, read and written with their shapes.
+    m = keras.Sequential([
+        keras.Input((4, 4, 3)),
+        L.Conv2D(4, 3, padding="same", activation="relu"),
+        L.Dropout(0.2, noise_shape=(None, 1, 1, 1)),
+        L.SpatialDropout2D(0.3),
+        L.Dropout(0.1, noise_shape=(None, 4, 1, 4)),
+        L.GlobalAveragePooling2D(),
+        L.Dense(2),
+    ], name="dropout_noise")
+    return m, [normal(rng, 3, 4, 4, 3)]
+
+
 # Which files a fixture gets. Keras's HDF5 files cost ~2.5 KB per layer
 # whatever the layer holds (two HDF5 groups per layer) plus ~6 KB per file,
 # so writing all four formats for every model would make the folder ~2 MB.
@@ -516,6 +542,8 @@ MODELS = [
     ("sequence_1d", "functional", m_sequence_1d, ALL),
     ("global_pools_2d", "functional", m_global_pools_2d, KERAS),
     ("merges_more", "functional", m_merges_more, KERAS_H5),
+    ("dropout_noise", "sequential", m_dropout_noise, KERAS_H5),
+    ("dropout_call", "functional", m_dropout_call, KERAS),
     ("param_layers", "sequential", m_param_layers, ALL),
     ("depthwise_separable", "sequential", m_depthwise_separable, ALL),
     ("mobilenet_block", "functional", m_mobilenet_block, KERAS),

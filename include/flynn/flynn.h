@@ -267,10 +267,17 @@ typedef struct fl_dropout_args {
     int _reserved; /* keeps the macros warning-free; leave it out */
     float rate;
     uint64_t seed; /* 0: derived from the model's seed and the layer index */
+    /* Keras noise_shape without the batch: 1 on the axes that share one
+     * keep/drop decision, 0 (Keras None) for the input's size; all 0: every
+     * element its own. EfficientNet's (None, 1, 1, 1) is {1, 1, 1}. */
+    int64_t noise_shape[FL_MAX_DIMS - 1];
     const char *name;
 } fl_dropout_args;
 fl_layer *fl_dropout_(fl_dropout_args a);
 #define fl_dropout(...) fl_dropout_((fl_dropout_args){._reserved = 0, __VA_ARGS__}) /* fl_dropout(0.25) */
+/* SpatialDropout2D: whole channels of an image dropped (noise (1, 1, c)). */
+fl_layer *fl_spatial_dropout2d_(fl_dropout_args a);
+#define fl_spatial_dropout2d(...) fl_spatial_dropout2d_((fl_dropout_args){._reserved = 0, __VA_ARGS__})
 
 typedef struct fl_batch_norm_args {
     int _reserved;

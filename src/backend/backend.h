@@ -254,6 +254,8 @@ typedef struct fl_backend {
     /* Transposition of a row-major tensor of ndim (<= 8) dims: y (beta: +)=
      * x with y's axis i being x's axis perm[i] (y.shape[i] = shape[perm[i]]). */
     void (*permute)(int ndim, const int64_t *shape, const int *perm, const float *x, float *y, float beta);
+    /* y[0 .. n) = v */
+    void (*fill)(int64_t n, float v, float *y);
     /* elementwise: dst = (beta ? dst : 0) + src */
     void (*accumulate)(int64_t n, const float *src, float *dst, float beta);
 

@@ -76,7 +76,7 @@ struct fl_node {
     int axis;                  /* CONCAT, SOFTMAX: axis of the full shape (batch = 0) */
     fl_pact_desc pact;         /* PACT: formula and parameters */
     fl_bcast_desc bcast;       /* PRELU, NORMALIZE, BMERGE: how the parameter broadcasts (n set per batch) */
-    int mode;                  /* BMERGE: FL_BM_ADD or FL_BM_MUL */
+    int mode;                  /* BMERGE: FL_BM_ADD or FL_BM_MUL; DROPOUT: 1 with a noise shape (bcast) */
     bool invert;               /* NORMALIZE: the inverse transformation */
     int bilinear;              /* UPSAMPLE2D: 1 bilinear, 0 nearest */
     int perm[FL_MAX_DIMS];     /* PERMUTE: output axis i is input axis perm[i] (batch: perm[0] = 0) */
@@ -108,7 +108,10 @@ fl_node *fl_graph_pool(fl_graph *g, const char *name, fl_op op, fl_node *x, int 
                        fl_padding pad);
 fl_node *fl_graph_gap(fl_graph *g, const char *name, fl_node *x);
 fl_node *fl_graph_reshape(fl_graph *g, const char *name, fl_node *x, int ndim, const int64_t *sample_shape);
-fl_node *fl_graph_dropout(fl_graph *g, const char *name, fl_node *x, float rate, uint64_t stream);
+/* noise: the per-sample shape of the keep/drop decisions (Keras
+ * noise_shape, each entry 1 or x's size), or NULL for one per element. */
+fl_node *fl_graph_dropout(fl_graph *g, const char *name, fl_node *x, float rate, uint64_t stream,
+                          const int64_t *noise);
 fl_node *fl_graph_batchnorm(fl_graph *g, const char *name, fl_node *x, fl_node *gamma, fl_node *beta,
                             fl_node *mean, fl_node *var, float eps, float momentum);
 fl_node *fl_graph_act(fl_graph *g, const char *name, fl_node *x, int act);

@@ -284,6 +284,14 @@ static fl_status parse_nodes(const kctx *c, kentry *e) {
             json_object *kw = jkey(nd, "kwargs");
             if (jis(kw, json_type_object)) {
                 json_object_object_foreach(kw, key, val) {
+                    /* Dropout(x, training=False), as keras.applications.MobileNet calls it. Keras 3's
+                     * Functional passes the model's own training flag over it (active in fit, as
+                     * flynn's Dropout), so it only needs to be written back */
+                    if (val && strcmp(key, "training") == 0 && jis(val, json_type_boolean) &&
+                        !json_object_get_boolean(val) && e->layer && e->layer->kind == FL_L_DROPOUT) {
+                        e->layer->inference_call = true;
+                        continue;
+                    }
                     if (val) return kfail(c, FL_ERR_UNSUPPORTED, "a call with the keyword argument '%s' is not supported", key);
                 }
             }
@@ -907,7 +915,9 @@ static json_object *layer_entry(const fl_model *m, const fl_layer *l, bool legac
             }
             json_object *nd = json_object_new_object();
             put(nd, "args", args);
-            put(nd, "kwargs", json_object_new_object());
+            json_object *kw = json_object_new_object();
+            if (l->inference_call) put(kw, "training", jbool(false));
+            put(nd, "kwargs", kw);
             json_object_array_add(nodes, nd);
         }
         put(e, "inbound_nodes", nodes);

@@ -303,21 +303,61 @@ static void reshape_to(const fl_layer *l, json_object *c) {
 
 /* ---------------------------------------------------------------- Dropout */
 
+/* noise_shape: null, or [null, d1, ...] with each d null (the input's
+ * size) or a size (1 to share one decision along that axis). */
+static fl_status get_noise_shape(const kctx *c, json_object *cfg, int64_t *noise) {
+    json_object *v = jkey(cfg, "noise_shape");
+    if (!v) return FL_OK;
+    size_t n = jis(v, json_type_array) ? json_object_array_length(v) : 0;
+    if (n < 2 || n > FL_MAX_DIMS)
+        return kfail(c, FL_ERR_FORMAT, "'noise_shape' is %s, expected null or a list like [null, 1, 1, 1]",
+                     json_object_to_json_string_ext(v, JSON_C_TO_STRING_PLAIN));
+    if (json_object_array_get_idx(v, 0))
+        return kfail(c, FL_ERR_UNSUPPORTED, "'noise_shape' shares decisions across the batch (its first entry is not "
+                     "null); flynn draws them per sample");
+    for (size_t i = 1; i < n; i++) {
+        json_object *d = json_object_array_get_idx(v, i);
+        if (d && (!jis(d, json_type_int) || json_object_get_int64(d) <= 0 || json_object_get_int64(d) > ((int64_t)1 << 40)))
+            return kfail(c, FL_ERR_FORMAT, "'noise_shape' entry %zu is not null or a positive size", i);
+        noise[i - 1] = d ? json_object_get_int64(d) : 0;
+    }
+    return FL_OK;
+}
+
 static fl_layer *dropout_from(const kctx *c, const char *cls, json_object *cfg, klayer_extra *x) {
-    (void)cls; (void)x;
+    (void)x;
     double rate;
     int64_t seed;
+    fl_dropout_args a = {0};
+    bool spatial = strcmp(cls, "SpatialDropout2D") == 0;
     if (get_num(c, cfg, "rate", 0, true, &rate) || get_int(c, cfg, "seed", 0, false, &seed) ||
-        must_be_null(c, cfg, "noise_shape", "a noise_shape"))
+        (spatial ? check_data_format(c, cfg) : get_noise_shape(c, cfg, a.noise_shape)))
         return NULL;
     if (seed < 0) return kfail(c, FL_ERR_FORMAT, "seed %lld is negative", (long long)seed), NULL;
-    return fl_dropout_((fl_dropout_args){.rate = (float)rate, .seed = (uint64_t)seed});
+    a.rate = (float)rate;
+    a.seed = (uint64_t)seed;
+    return spatial ? fl_spatial_dropout2d_(a) : fl_dropout_(a);
 }
 
 static void dropout_to(const fl_layer *l, json_object *c) {
     put(c, "rate", jfloat(l->a.dropout.rate));
     put(c, "seed", l->a.dropout.seed ? jint((int64_t)(l->a.dropout.seed & INT64_MAX)) : NULL);
-    put(c, "noise_shape", NULL);
+    if (l->kind == FL_L_SPATIAL_DROPOUT2D) {
+        put(c, "data_format", jstring("channels_last"));
+        return;
+    }
+    /* as many entries as the input has axes: known once built */
+    int nd = l->out ? l->out->ndim - 1 : 0;
+    bool any = false;
+    for (int i = 0; i < FL_MAX_DIMS - 1; i++) any |= l->a.dropout.noise_shape[i] != 0;
+    json_object *v = NULL;
+    if (any && nd > 0) {
+        v = json_object_new_array();
+        json_object_array_add(v, NULL);
+        for (int i = 0; i < nd; i++)
+            json_object_array_add(v, l->a.dropout.noise_shape[i] ? jint(l->a.dropout.noise_shape[i]) : NULL);
+    }
+    put(c, "noise_shape", v);
 }
 
 /* ----------------------------------------------------- BatchNormalization */
@@ -814,6 +854,7 @@ static const fl_keras_layer_def layer_defs[] = {
     {"Flatten", FL_L_FLATTEN, flatten_from, flatten_to, true},
     {"Reshape", FL_L_RESHAPE, reshape_from, reshape_to, false},
     {"Dropout", FL_L_DROPOUT, dropout_from, dropout_to, false},
+    {"SpatialDropout2D", FL_L_SPATIAL_DROPOUT2D, dropout_from, dropout_to, false},
     {"BatchNormalization", FL_L_BATCHNORM, batchnorm_from, batchnorm_to, true},
     {"Activation", FL_L_ACTIVATION, activation_from, activation_to, false},
     {"Add", FL_L_ADD, merge_from, NULL, true},

@@ -309,6 +309,14 @@ fl_layer *fl_dropout_(fl_dropout_args a) {
     return l;
 }
 
+fl_layer *fl_spatial_dropout2d_(fl_dropout_args a) {
+    if (!(a.rate >= 0.0f && a.rate < 1.0f))
+        return fl_error_null(FL_ERR_INVALID_ARG, "SpatialDropout2D: rate is %g, expected 0 <= rate < 1", a.rate);
+    fl_layer *l = new_layer(FL_L_SPATIAL_DROPOUT2D, a.name);
+    if (l) { l->a.dropout = a; l->a.dropout.name = NULL; }
+    return l;
+}
+
 fl_layer *fl_batch_normalization_(fl_batch_norm_args a) {
     if (a.momentum == 0.0f) a.momentum = 0.99f;
     if (a.epsilon == 0.0f) a.epsilon = 1e-3f;
@@ -649,8 +657,18 @@ static fl_node *build_reshape(fl_layer *l, fl_graph *g, fl_node *const *xs, int 
 
 static fl_node *build_dropout(fl_layer *l, fl_graph *g, fl_node *const *xs, int nx) {
     (void)nx;
+    fl_node *x = xs[0];
     uint64_t stream = l->a.dropout.seed ? l->a.dropout.seed : (uint64_t)(l->index + 1) * 0x9E3779B97F4A7C15ull;
-    return fl_graph_dropout(g, l->name, xs[0], l->a.dropout.rate, stream);
+    /* the noise shape per sample: 0 takes the input's size; SpatialDropout2D drops whole channels */
+    int64_t noise[FL_MAX_DIMS];
+    bool shared = false;
+    if (l->kind == FL_L_SPATIAL_DROPOUT2D && need_image(l, x)) return NULL;
+    for (int i = 1; i < x->ndim; i++) {
+        int64_t v = l->kind == FL_L_SPATIAL_DROPOUT2D ? (i < x->ndim - 1 ? 1 : 0) : l->a.dropout.noise_shape[i - 1];
+        noise[i - 1] = v ? v : x->shape[i];
+        shared |= noise[i - 1] != x->shape[i];
+    }
+    return fl_graph_dropout(g, l->name, x, l->a.dropout.rate, stream, shared ? noise : NULL);
 }
 
 static fl_node *build_batchnorm(fl_layer *l, fl_graph *g, fl_node *const *xs, int nx) {
@@ -850,7 +868,7 @@ static const build_fn kind_build[FL_L_COUNT] = {
     [FL_L_GMP] = build_global_pool,     [FL_L_GAP1D] = build_global_pool,   [FL_L_GMP1D] = build_global_pool,
     [FL_L_MAXPOOL1D] = build_pool1d,    [FL_L_AVGPOOL1D] = build_pool1d,    [FL_L_CONV1D] = build_conv1d,
     [FL_L_SUBTRACT] = build_arith,      [FL_L_AVERAGE] = build_arith,       [FL_L_MAXIMUM] = build_arith,
-    [FL_L_MINIMUM] = build_arith,
+    [FL_L_MINIMUM] = build_arith,       [FL_L_SPATIAL_DROPOUT2D] = build_dropout,
     [FL_L_RELU] = build_pact,           [FL_L_LEAKY_RELU] = build_pact,     [FL_L_ELU] = build_pact,
     [FL_L_PRELU] = build_prelu,         [FL_L_SOFTMAX] = build_softmax,     [FL_L_RESCALING] = build_pact,
     [FL_L_NORMALIZATION] = build_normalization,

@@ -39,6 +39,7 @@
     X(AVERAGE, "Average", "average", FL_IN_MANY)                                     \
     X(MAXIMUM, "Maximum", "maximum", FL_IN_MANY)                                     \
     X(MINIMUM, "Minimum", "minimum", FL_IN_MANY)                                     \
+    X(SPATIAL_DROPOUT2D, "SpatialDropout2D", "spatial_dropout2d", FL_IN_ONE)         \
     X(RELU, "ReLU", "re_lu", FL_IN_ONE)                                              \
     X(LEAKY_RELU, "LeakyReLU", "leaky_re_lu", FL_IN_ONE)                             \
     X(ELU, "ELU", "elu", FL_IN_ONE)                                                  \
@@ -103,6 +104,8 @@ struct fl_layer {
     int index;        /* position in the model */
     int64_t order;    /* creation order (default names follow it) */
     int ncalls;       /* times built: a shared layer is called more than once */
+    bool inference_call; /* Dropout called with training=False in the file: written back; Keras 3's
+                          * Functional lets the model's own training flag override it (fit: active) */
 };
 
 /* A symbolic tensor of a functional model: the output of one layer call. */

@@ -236,9 +236,18 @@ fl_node *fl_graph_reshape(fl_graph *g, const char *name, fl_node *x, int ndim, c
     return n;
 }
 
-fl_node *fl_graph_dropout(fl_graph *g, const char *name, fl_node *x, float rate, uint64_t stream) {
+static bool make_bcast(const fl_node *x, const int64_t *p, fl_bcast_desc *d);
+
+fl_node *fl_graph_dropout(fl_graph *g, const char *name, fl_node *x, float rate, uint64_t stream,
+                          const int64_t *noise) {
     if (!(rate >= 0.0f && rate < 1.0f))
         return fl_error_null(FL_ERR_INVALID_ARG, "layer '%s' (Dropout): rate %g, expected 0 <= rate < 1", name, rate);
+    fl_bcast_desc d;
+    char a[128], b[128];
+    if (noise && !make_bcast(x, noise, &d))
+        return fl_error_null(FL_ERR_SHAPE, "layer '%s' (Dropout): noise_shape %s does not fit input %s (each entry "
+                             "must be 1 or the input's size)", name, fl_shape_str(x->ndim - 1, noise, a, sizeof a),
+                             sample_str(x, b, sizeof b));
     fl_node *n = fl_graph_new_node(g, FL_OP_DROPOUT, name);
     if (!n) return NULL;
     n->nin = 1;
@@ -247,6 +256,11 @@ fl_node *fl_graph_dropout(fl_graph *g, const char *name, fl_node *x, float rate,
     n->rate = rate;
     n->stream = stream;
     n->aux_per_sample = (size_t)fl_node_sample_size(x);
+    if (noise) { /* per sample: ones, the scaled keep mask (floats), the mask bytes */
+        n->mode = 1;
+        n->bcast = d;
+        n->aux_per_sample = (size_t)d.psize * (2 * sizeof(float) + 1);
+    }
     return n;
 }
 
@@ -273,7 +287,6 @@ fl_node *fl_graph_act(fl_graph *g, const char *name, fl_node *x, int act) {
     return n;
 }
 
-static bool make_bcast(const fl_node *x, const int64_t *p, fl_bcast_desc *d);
 
 /* Add or Multiply of two inputs whose shapes differ where one of them has
  * 1s (Keras broadcasts): x is the full one, b the broadcast one. */
@@ -769,8 +782,27 @@ static void reshape_backward(fl_graph *g, fl_node *n) {
     mark(n, 0);
 }
 
+/* Dropout with a noise shape (EfficientNet's (None, 1, 1, 1),
+ * SpatialDropout2D): a keep mask of the noise shape, made by the ordinary
+ * dropout kernel from ones, multiplies x with broadcasting. */
+static float *noise_ones(fl_graph *g, fl_node *n) { (void)g; return (float *)n->aux; }
+static float *noise_scaled(fl_graph *g, fl_node *n) { return (float *)n->aux + g->batch * n->bcast.psize; }
+static uint8_t *noise_mask(fl_graph *g, fl_node *n) {
+    return (uint8_t *)((float *)n->aux + 2 * g->batch * n->bcast.psize);
+}
+
 static void dropout_forward(fl_graph *g, fl_node *n, bool training) {
     fl_node *x = n->in[0];
+    if (training && n->rate > 0.0f && n->mode) {
+        fl_bcast_desc d = n->bcast;
+        d.n = g->batch;
+        int64_t k = g->batch * d.psize;
+        g->be->fill(k, 1.0f, noise_ones(g, n));
+        g->be->dropout_fwd(k, n->rate, g->seed, fl_dropout_stream(n->stream, g->step), noise_ones(g, n),
+                           noise_scaled(g, n), noise_mask(g, n));
+        g->be->bmerge_fwd(FL_BM_MUL, &d, x->val, noise_scaled(g, n), n->val);
+        return;
+    }
     if (training && n->rate > 0.0f)
         g->be->dropout_fwd(fl_node_size(n), n->rate, g->seed, fl_dropout_stream(n->stream, g->step), x->val, n->val,
                            n->aux);
@@ -782,7 +814,11 @@ static void dropout_backward(fl_graph *g, fl_node *n) {
     float beta = 0.0f;
     float *dx = in_grad(n, 0, &beta);
     if (!dx) return;
-    if (n->rate > 0.0f) g->be->dropout_bwd(fl_node_size(n), n->rate, n->aux, n->grad, dx, beta);
+    if (n->rate > 0.0f && n->mode) {
+        fl_bcast_desc d = n->bcast;
+        d.n = g->batch;
+        g->be->bmerge_bwd(FL_BM_MUL, &d, n->in[0]->val, noise_scaled(g, n), n->grad, dx, beta, NULL, 0.0f);
+    } else if (n->rate > 0.0f) g->be->dropout_bwd(fl_node_size(n), n->rate, n->aux, n->grad, dx, beta);
     else g->be->accumulate(fl_node_size(n), n->grad, dx, beta);
     mark(n, 0);
 }
@@ -1126,7 +1162,7 @@ static void permute_backward(fl_graph *g, fl_node *n) {
 
 #define KERNEL(f) {#f, offsetof(fl_backend, f)}
 typedef struct op_kernel { const char *name; size_t off; } op_kernel;
-#define MAX_KERNELS 4
+#define MAX_KERNELS 8
 
 typedef struct fl_op_def {
     const char *name;
@@ -1146,7 +1182,8 @@ static const fl_op_def op_table[FL_OP_COUNT] = {
     [FL_OP_GAP] = {"global_avg_pool2d", gap_forward, gap_backward, {KERNEL(gap_fwd), KERNEL(gap_bwd)}},
     [FL_OP_RESHAPE] = {"reshape", reshape_forward, reshape_backward, {KERNEL(accumulate)}},
     [FL_OP_DROPOUT] = {"dropout", dropout_forward, dropout_backward,
-                       {KERNEL(dropout_fwd), KERNEL(dropout_bwd), KERNEL(copy), KERNEL(accumulate)}},
+                       {KERNEL(dropout_fwd), KERNEL(dropout_bwd), KERNEL(copy), KERNEL(accumulate), KERNEL(fill),
+                        KERNEL(bmerge_fwd), KERNEL(bmerge_bwd)}},
     [FL_OP_BATCHNORM] = {"batch_norm", batchnorm_forward, batchnorm_backward,
                          {KERNEL(bn_fwd_train), KERNEL(bn_fwd_infer), KERNEL(bn_bwd)}},
     [FL_OP_ACT] = {"activation", act_forward, act_backward, {KERNEL(act_fwd), KERNEL(act_bwd), KERNEL(accumulate)}},

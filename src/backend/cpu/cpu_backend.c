@@ -462,6 +462,7 @@ static const fl_backend cpu_backend = {
     .concat_bwd = fl_cpu_concat_bwd,
     .pad2d = fl_cpu_pad2d,
     .binary = fl_cpu_binary,
+    .fill = fl_cpu_fill,
     .bmerge_fwd = fl_cpu_bmerge_fwd,
     .bmerge_bwd = fl_cpu_bmerge_bwd,
     .axpby = fl_cpu_axpby,

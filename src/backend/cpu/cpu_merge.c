@@ -70,6 +70,11 @@ void fl_cpu_bmerge_bwd(int mode, const fl_bcast_desc *d, const float *x, const f
     }
 }
 
+void fl_cpu_fill(int64_t n, float v, float *y) {
+#pragma omp parallel for schedule(static) num_threads(n < 32768 ? 1 : fl_cpu_threads())
+    for (int64_t i = 0; i < n; i++) y[i] = v;
+}
+
 void fl_cpu_concat_fwd(int64_t rows, int64_t cin, int64_t cout, int64_t off, const float *x, float *y) {
 #pragma omp parallel for schedule(static) num_threads(rows * cin < 32768 ? 1 : fl_cpu_threads())
     for (int64_t r = 0; r < rows; r++) memcpy(y + r * cout + off, x + r * cin, (size_t)cin * sizeof(float));

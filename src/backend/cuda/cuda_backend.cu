@@ -1203,6 +1203,13 @@ __global__ void k_minmax_grad(int is_max, int64_t n, const float *x, const float
         dx[i] = beta == 0.0f ? g : dx[i] + g;
     }
 }
+__global__ void k_fill(int64_t n, float v, float *y) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) y[i] = v;
+}
+static void cu_fill(int64_t n, float v, float *y) {
+    k_fill<<<blocks_for(n, 256), 256, 0, g_stream>>>(n, v, y);
+    LAUNCHED();
+}
 static void cu_binary(int mode, int64_t n, const float *a, const float *b, float *y) {
     k_binary<<<blocks_for(n, 256), 256, 0, g_stream>>>(mode, n, a, b, y);
     LAUNCHED();
@@ -1637,6 +1644,7 @@ static void fill_table(void) {
     b->concat_bwd = cu_concat_bwd;
     b->pad2d = cu_pad2d;
     b->binary = cu_binary;
+    b->fill = cu_fill;
     b->bmerge_fwd = cu_bmerge_fwd;
     b->bmerge_bwd = cu_bmerge_bwd;
     b->axpby = cu_axpby;
