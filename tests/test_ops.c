@@ -1035,5 +1035,8 @@ int main(void) {
     test_depthwise_chain();
     test_depthwise(3, 6, 6, 20, 1, 3, 3, 1, 1, FL_SAME, FL_ACT_LINEAR, true, 6, 6);  /* 16 in registers + 4 */
     test_depthwise(3, 7, 6, 35, 1, 3, 2, 2, 2, FL_VALID, FL_ACT_SIGMOID, false, 3, 3);
+    /* both threads, an activation and no bias: the activation pass has no
+     * bias sums, and must not add dy's column sums into the kernel's */
+    test_depthwise(33, 9, 8, 8, 2, 3, 3, 2, 2, FL_SAME, FL_ACT_SIGMOID, false, 5, 4);
     return check_report("test_ops");
 }
