@@ -187,6 +187,127 @@ static fl_node *b_sub(fl_graph *g, fl_node *x, fl_node **p, int *np) {
     return fl_graph_merge(g, "subtract", FL_OP_SUB, xs, 2, -1);
 }
 
+/* DepthwiseConv2D: kernel (kh, kw, c, dm), bias (c*dm) when g_bias */
+static int g_kh, g_kw, g_dm, g_bias;
+static fl_node *b_depthwise(fl_graph *g, fl_node *x, fl_node **p, int *np) {
+    int64_t c = x->shape[3];
+    p[0] = fl_graph_param(g, "signed", 4, (int64_t[]){g_kh, g_kw, c, g_dm}, true);
+    p[1] = g_bias ? fl_graph_param(g, "signed", 1, (int64_t[]){c * g_dm}, true) : NULL;
+    *np = g_bias ? 2 : 1;
+    return fl_graph_depthwise_conv2d(g, "depthwise", x, p[0], p[1], g_s, g_s, g_pad, g_act);
+}
+/* SeparableConv2D as the layer builds it: depthwise (no bias, linear), then
+ * a 1x1 convolution with the bias and the activation */
+static fl_node *b_separable(fl_graph *g, fl_node *x, fl_node **p, int *np) {
+    int64_t c = x->shape[3];
+    p[0] = fl_graph_param(g, "signed", 4, (int64_t[]){g_kh, g_kw, c, g_dm}, true);
+    p[1] = fl_graph_param(g, "signed", 4, (int64_t[]){1, 1, c * g_dm, 16}, true);
+    p[2] = fl_graph_param(g, "signed", 1, (int64_t[]){16}, true);
+    *np = 3;
+    fl_node *d = fl_graph_depthwise_conv2d(g, "separable", x, p[0], NULL, g_s, g_s, g_pad, FL_ACT_LINEAR);
+    return d ? fl_graph_conv2d(g, "separable", d, p[1], p[2], 1, 1, FL_VALID, g_act) : NULL;
+}
+
+static fl_pact_desc g_pact;
+static fl_node *b_pact(fl_graph *g, fl_node *x, fl_node **p, int *np) {
+    *np = 0;
+    return fl_graph_pact(g, "pact", x, g_pact);
+}
+
+static int g_axis; /* Softmax: axis of the full shape; Normalization: per-sample axis or -1 */
+static fl_node *b_softmax_axis(fl_graph *g, fl_node *x, fl_node **p, int *np) {
+    *np = 0;
+    return fl_graph_softmax(g, "softmax", x, g_axis);
+}
+
+/* PReLU: alpha of x's per-sample shape with 1 on the axes set in g_shared
+ * (bit k: per-sample axis k) */
+static int g_shared;
+static fl_node *b_prelu(fl_graph *g, fl_node *x, fl_node **p, int *np) {
+    int64_t shape[8];
+    for (int i = 1; i < x->ndim; i++) shape[i - 1] = (g_shared >> (i - 1)) & 1 ? 1 : x->shape[i];
+    p[0] = fl_graph_param(g, "signed", x->ndim - 1, shape, true);
+    *np = 1;
+    return fl_graph_prelu(g, "prelu", x, p[0]);
+}
+
+static bool g_invert;
+static fl_node *b_normalize(fl_graph *g, fl_node *x, fl_node **p, int *np) {
+    int64_t len = g_axis < 0 ? 1 : x->shape[g_axis + 1];
+    p[0] = fl_graph_param(g, "signed", 1, &len, false); /* mean */
+    p[1] = fl_graph_param(g, "variance", 1, &len, false);
+    *np = 2;
+    return fl_graph_normalize(g, "normalization", x, p[0], p[1], g_axis, g_invert);
+}
+
+/* DepthwiseConv2D, SeparableConv2D and the activation and preprocessing
+ * layers with parameters (ReLU/LeakyReLU/ELU/Rescaling, Softmax on an inner
+ * axis, PReLU, Normalization). */
+static void layer_parity(void) {
+    struct { int kh, kw, s; fl_padding pad; int dm, bias, act; int64_t shape[3]; } dws[] = {
+        {3, 3, 1, FL_VALID, 1, 1, FL_ACT_RELU, {9, 10, 8}},     {3, 3, 1, FL_SAME, 2, 0, FL_ACT_LINEAR, {8, 7, 3}},
+        {3, 3, 2, FL_SAME, 1, 1, FL_ACT_RELU6, {11, 9, 16}},    {3, 3, 2, FL_VALID, 2, 1, FL_ACT_TANH, {9, 10, 5}},
+        {5, 5, 2, FL_SAME, 1, 0, FL_ACT_SIGMOID, {10, 12, 33}}, {2, 2, 1, FL_SAME, 3, 1, FL_ACT_ELU, {6, 7, 4}},
+        {3, 2, 1, FL_SAME, 2, 1, FL_ACT_LINEAR, {7, 6, 5}},     {3, 3, 2, FL_SAME, 1, 1, FL_ACT_RELU, {12, 12, 40}},
+    };
+    for (size_t i = 0; i < sizeof dws / sizeof dws[0]; i++) {
+        g_kh = dws[i].kh; g_kw = dws[i].kw; g_s = dws[i].s; g_pad = dws[i].pad;
+        g_dm = dws[i].dm; g_bias = dws[i].bias; g_act = dws[i].act;
+        char name[96];
+        snprintf(name, sizeof name, "depthwise k%dx%d s%d pad=%d dm%d bias=%d act %d %lldx%lldx%lld", g_kh, g_kw, g_s,
+                 g_pad, g_dm, g_bias, g_act, (long long)dws[i].shape[0], (long long)dws[i].shape[1],
+                 (long long)dws[i].shape[2]);
+        parity(name, 3, dws[i].shape, 7, b_depthwise, true);
+    }
+    int64_t sep[] = {9, 8, 6};
+    g_kh = g_kw = 3; g_s = 1; g_pad = FL_SAME; g_dm = 2; g_act = FL_ACT_RELU;
+    parity("separable k3 s1 same dm2 (depthwise + 1x1 conv)", 3, sep, 7, b_separable, true);
+    g_s = 2; g_pad = FL_VALID; g_dm = 1; g_act = FL_ACT_LINEAR;
+    parity("separable k3 s2 valid dm1 (depthwise + 1x1 conv)", 3, sep, 7, b_separable, true);
+
+    int64_t img[] = {6, 5, 4};
+    struct { const char *name; fl_pact_desc p; } pacts[] = {
+        {"ReLU(max_value 1, negative_slope 0.1, threshold 0.3)", {FL_PACT_RELU, 0.1f, 0.3f, 1.0f}},
+        {"ReLU()", {FL_PACT_RELU, 0.0f, 0.0f, INFINITY}},
+        {"LeakyReLU(0.3)", {FL_PACT_RELU, 0.3f, 0.0f, INFINITY}},
+        {"ELU(0.7)", {FL_PACT_ELU, 0.7f, 0, 0}},
+        {"Rescaling(0.5, -0.2)", {FL_PACT_AFFINE, 0.5f, -0.2f, 0}},
+    };
+    for (size_t i = 0; i < sizeof pacts / sizeof pacts[0]; i++) {
+        g_pact = pacts[i].p;
+        parity(pacts[i].name, 3, img, 7, b_pact, true);
+    }
+
+    int64_t r3[] = {5, 7}, r4[] = {3, 6, 4};
+    g_axis = 1;
+    parity("Softmax(axis=1) of (batch, 5, 7)", 2, r3, 9, b_softmax_axis, true);
+    g_axis = 2;
+    parity("Softmax(axis=2) of (batch, 3, 6, 4)", 3, r4, 9, b_softmax_axis, true);
+    g_axis = 1;
+    parity("Softmax(axis=1) of (batch, 3, 6, 4)", 3, r4, 9, b_softmax_axis, true);
+
+    int64_t big[] = {12, 10, 8}; /* enough rows per alpha element for several partial-sum chunks */
+    struct { int shared; const int64_t *shape; const char *name; } prelus[] = {
+        {0, img, "PReLU()"}, {1 | 2, img, "PReLU(shared_axes=[1, 2])"}, {2, img, "PReLU(shared_axes=[2])"},
+        {1 | 2 | 4, img, "PReLU(shared_axes=[1, 2, 3])"}, {1 | 2, big, "PReLU(shared_axes=[1, 2]) 12x10x8"},
+    };
+    for (size_t i = 0; i < sizeof prelus / sizeof prelus[0]; i++) {
+        g_shared = prelus[i].shared;
+        parity(prelus[i].name, 3, prelus[i].shape, 7, b_prelu, true);
+    }
+
+    /* per-sample axis 2 (Keras axis=-1), 1 (an inner one), -1 (Keras axis=None) */
+    int axes[] = {2, 1, -1};
+    for (int i = 0; i < 3; i++)
+        for (int inv = 0; inv < 2; inv++) {
+            g_axis = axes[i];
+            g_invert = inv;
+            char name[64];
+            snprintf(name, sizeof name, "Normalization(axis=%d of the sample, invert=%d)", g_axis, inv);
+            parity(name, 3, img, 7, b_normalize, true);
+        }
+}
+
 static void op_parity(void) {
     int64_t flat[] = {70};
     for (g_act = FL_ACT_LINEAR; g_act < FL_ACT_COUNT; g_act++) {
@@ -272,6 +393,7 @@ static void op_parity(void) {
         snprintf(name, sizeof name, "softmax over %lld", (long long)wide[i][0]);
         parity(name, 1, wide[i], 37, b_act, true);
     }
+    layer_parity();
 }
 
 /* ------------------------------------------- losses, metrics, optimizers */

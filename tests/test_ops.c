@@ -1301,5 +1301,8 @@ int main(void) {
     test_new_layout_shape_errors();
     test_dropout_noise((int64_t[]){1, 1, 1}, "dropout noise (1, 1, 1)");
     test_dropout_noise((int64_t[]){1, 1, 5}, "dropout noise (1, 1, c)");
+    /* both threads, an activation and no bias: the activation pass has no
+     * bias sums, and must not add dy's column sums into the kernel's */
+    test_depthwise(33, 9, 8, 8, 2, 3, 3, 2, 2, FL_SAME, FL_ACT_SIGMOID, false, 5, 4);
     return check_report("test_ops");
 }

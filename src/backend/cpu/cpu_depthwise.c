@@ -304,7 +304,7 @@ void fl_cpu_depthwise_bwd(const fl_conv_desc *d, const float *x, const float *w,
     {
         const int t = omp_get_thread_num(), T = omp_get_num_threads();
         float *tdw = part ? part + (size_t)t * per : dw;
-        float *tdb = part ? part + (size_t)t * per + ndw : db;
+        float *tdb = !db ? NULL : part ? part + (size_t)t * per + ndw : db; /* never part of the dw sums */
         if (tdw) memset(tdw, 0, ndw * sizeof(float));
         if (tdb) memset(tdb, 0, ndb * sizeof(float));
         if (act_pass) {

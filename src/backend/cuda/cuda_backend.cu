@@ -1,12 +1,13 @@
 /*
  * cuda_backend.cu — the CUDA backend (libflynn_cuda.so): the same table as
  * the CPU backend (backend/backend.h), on one stream. cuBLAS does the dense
- * matrix products, cuDNN the convolutions (algorithm found once per shape
- * and cached); own kernels do the rest, calling the per-element formulas of
- * ops/math.h that the CPU backend calls too, so that the CPU tests already
- * check the GPU's math. A caching allocator keeps cudaMalloc/cudaFree out
- * of the training loop. Every CUDA/cuBLAS/cuDNN status is checked and turned
- * into a flynn error naming the call and the status.
+ * matrix products, cuDNN the convolutions other than the depthwise ones
+ * (algorithm found once per shape and cached); own kernels do the rest,
+ * calling the per-element formulas of ops/math.h that the CPU backend calls
+ * too, so that the CPU tests already check the GPU's math. A caching
+ * allocator keeps cudaMalloc/cudaFree out of the training loop. Every
+ * CUDA/cuBLAS/cuDNN status is checked and turned into a flynn error naming
+ * the call and the status.
  *
  * Layout conventions are the CPU's: NHWC activations, Keras kernels
  * (kh, kw, in, out); cuDNN wants (out, kh, kw, in), so kernels are
@@ -329,14 +330,15 @@ __global__ void k_act_grad_y(int64_t total, int act, const float *y, float *dy) 
 }
 
 /* Deterministic column sums of a [rows, n] matrix, in two stages: partial
- * sums over row chunks, then the chunks in a fixed order. f(r, j) is the
- * value summed; used for bias gradients and batch-norm statistics. */
-#define COLSUM_CHUNKS 64
+ * sums over `chunks` row chunks, then the chunks in a fixed order. f(r, j)
+ * is the value summed; used for bias gradients, batch-norm statistics, the
+ * depthwise kernel's gradient and PReLU's alpha gradient. */
+#define COLSUM_CHUNKS 64 /* the most chunks, and the default */
 template <typename F>
-__global__ void k_colsum_partial(int64_t rows, int n, F f, float *partial) {
+__global__ void k_colsum_partial(int64_t rows, int n, int chunks, F f, float *partial) {
     int j = blockIdx.x * 32 + threadIdx.x;
     int chunk = blockIdx.y;
-    int64_t r0 = rows * chunk / COLSUM_CHUNKS, r1 = rows * (chunk + 1) / COLSUM_CHUNKS;
+    int64_t r0 = rows * chunk / chunks, r1 = rows * (chunk + 1) / chunks;
     __shared__ float sh[8][33];
     float s = 0;
     if (j < n)
@@ -350,19 +352,19 @@ __global__ void k_colsum_partial(int64_t rows, int n, F f, float *partial) {
     }
 }
 
-__global__ void k_colsum_final(int n, const float *partial, float *out, float beta) {
+__global__ void k_colsum_final(int n, int chunks, const float *partial, float *out, float beta) {
     int j = blockIdx.x * blockDim.x + threadIdx.x;
     if (j >= n) return;
     float t = 0;
-    for (int c = 0; c < COLSUM_CHUNKS; c++) t += partial[(size_t)c * n + j];
+    for (int c = 0; c < chunks; c++) t += partial[(size_t)c * n + j];
     out[j] = beta == 0.0f ? t : out[j] + t;
 }
 
 static float *g_partial;
 static size_t g_partial_n;
 
-static float *partial_buf(int n) {
-    size_t need = (size_t)COLSUM_CHUNKS * (size_t)n;
+static float *partial_buf(int n, int chunks) {
+    size_t need = (size_t)chunks * (size_t)n;
     if (need > g_partial_n) {
         cu_free_retire(g_partial);
         g_partial = (float *)cu_alloc(need * sizeof(float));
@@ -371,13 +373,15 @@ static float *partial_buf(int n) {
     return g_partial;
 }
 
+/* out[j] = sum_r f(r, j), overwritten. chunks (1..COLSUM_CHUNKS): fewer
+ * for many columns of few rows, so the partial sums stay small. */
 template <typename F>
-static void colsum(int64_t rows, int n, F f, float *out) {
-    float *p = partial_buf(n);
+static void colsum(int64_t rows, int n, F f, float *out, int chunks = COLSUM_CHUNKS) {
+    float *p = partial_buf(n, chunks);
     if (!p) return;
-    dim3 grid((n + 31) / 32, COLSUM_CHUNKS), block(32, 8);
-    k_colsum_partial<<<grid, block, 0, g_stream>>>(rows, n, f, p);
-    k_colsum_final<<<(n + 255) / 256, 256, 0, g_stream>>>(n, p, out, 0.0f);
+    dim3 grid((n + 31) / 32, chunks), block(32, 8);
+    k_colsum_partial<<<grid, block, 0, g_stream>>>(rows, n, chunks, f, p);
+    k_colsum_final<<<(n + 255) / 256, 256, 0, g_stream>>>(n, chunks, p, out, 0.0f);
     LAUNCHED();
 }
 
@@ -768,6 +772,123 @@ static void cu_conv2d_bwd(const fl_conv_desc *d, const float *x, const float *w,
     LAUNCHED();
 }
 
+/* ---------------------------------------------- depthwise convolution */
+
+/* cpu_depthwise.c's twins, as own kernels over NHWC data (no cuDNN: its
+ * grouped convolutions want the kernel transposed and offer no
+ * deterministic backward-filter algorithm for every shape). Shapes:
+ * x [n, h, w, c], w [kh, kw, c, dm], b [c*dm], y [n, oh, ow, oc], oc = c*dm,
+ *
+ *     y[n, p, q, c*dm+m] = act(b[c*dm+m] + sum_{i,j} x[n, p*sh-pt+i, q*sw-pl+j, c] * w[i, j, c, m])
+ *
+ * Forward: one thread per output element, the output channel fastest, so
+ * that a warp reads neighbouring channels of x and w; the window clamped to
+ * the image and summed from the bias in the CPU's order (rows, then
+ * columns). Backward: dy *= act'(y) and the bias gradient as Dense's
+ * (act_grad_bias); dx as a gather, one thread per input element over the
+ * taps whose output pixel it feeds (the CPU's bwd_row_body); dw as column
+ * sums over the output pixels (colsum). No atomics: deterministic. */
+__global__ void k_depthwise_fwd(fl_conv_desc d, const float *x, const float *w, const float *b, float *y) {
+    const int OC = d.oc, dm = d.oc / d.c;
+    const int64_t total = d.n * (int64_t)d.oh * d.ow * OC;
+    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
+        int64_t t = e;
+        const int o = (int)(t % OC); t /= OC;
+        const int q = (int)(t % d.ow); t /= d.ow;
+        const int p = (int)(t % d.oh);
+        const int64_t n = t / d.oh;
+        const int c = o / dm;
+        const int ih0 = p * d.sh - d.pt, iw0 = q * d.sw - d.pl;
+        const int i0 = ih0 < 0 ? -ih0 : 0, i1 = d.h - ih0 < d.kh ? d.h - ih0 : d.kh;
+        const int j0 = iw0 < 0 ? -iw0 : 0, j1 = d.w - iw0 < d.kw ? d.w - iw0 : d.kw;
+        const float *xn = x + n * d.h * d.w * d.c;
+        float acc = b ? b[o] : 0.0f;
+        for (int i = i0; i < i1; i++)
+            for (int j = j0; j < j1; j++)
+                acc += xn[((int64_t)(ih0 + i) * d.w + (iw0 + j)) * d.c + c] * w[(int64_t)(i * d.kw + j) * OC + o];
+        y[e] = fl_act_forward(d.act, acc);
+    }
+}
+
+/* dx[n, row, col, c] (beta: +)= sum over the taps (i, j) whose output pixel
+ * (p, q) it feeds (p*sh - pt + i = row, q*sw - pl + j = col) of
+ * sum_m dy[n, p, q, c*dm+m] * w[i, j, c, m]; taps in the CPU's order. */
+__global__ void k_depthwise_bwd_dx(fl_conv_desc d, const float *w, const float *dy, float *dx, float beta) {
+    const int C = d.c, OC = d.oc, dm = d.oc / d.c;
+    const int64_t total = d.n * (int64_t)d.h * d.w * C;
+    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
+        int64_t t = e;
+        const int c = (int)(t % C); t /= C;
+        const int col = (int)(t % d.w); t /= d.w;
+        const int row = (int)(t % d.h);
+        const int64_t n = t / d.h;
+        const float *dyn = dy + n * d.oh * d.ow * OC;
+        float g = beta == 0.0f ? 0.0f : dx[e];
+        for (int i = 0; i < d.kh; i++) {
+            const int th = row + d.pt - i; /* = p * sh */
+            if (th < 0) break;
+            const int p = th / d.sh;
+            if (th != p * d.sh || p >= d.oh) continue;
+            for (int j = 0; j < d.kw; j++) {
+                const int tw = col + d.pl - j; /* = q * sw */
+                if (tw < 0) break;
+                const int q = tw / d.sw;
+                if (tw != q * d.sw || q >= d.ow) continue;
+                const float *gp = dyn + ((int64_t)p * d.ow + q) * OC + (int64_t)c * dm;
+                const float *wp = w + (int64_t)(i * d.kw + j) * OC + (int64_t)c * dm;
+                if (dm == 1) {
+                    g += gp[0] * wp[0];
+                } else {
+                    float s = 0.0f;
+                    for (int m = 0; m < dm; m++) s += gp[m] * wp[m];
+                    g += s;
+                }
+            }
+        }
+        dx[e] = g;
+    }
+}
+
+/* dw[i, j, o] = sum over the output pixels r = (n, p, q) whose tap (i, j)
+ * lies inside x of dy[r, o] * x[n, p*sh-pt+i, q*sw-pl+j, o/dm]: column
+ * tap*oc + o of a [n*oh*ow, kh*kw*oc] matrix (neighbouring threads:
+ * neighbouring channels). */
+struct f_depthwise_dw {
+    const float *x, *dy;
+    fl_conv_desc d;
+    __device__ float operator()(int64_t r, int col) const {
+        const int OC = d.oc;
+        const int o = col % OC, tap = col / OC, i = tap / d.kw, j = tap - i * d.kw;
+        int64_t t = r;
+        const int q = (int)(t % d.ow); t /= d.ow;
+        const int p = (int)(t % d.oh);
+        const int64_t n = t / d.oh;
+        const int ih = p * d.sh - d.pt + i, iw = q * d.sw - d.pl + j;
+        if (ih < 0 || ih >= d.h || iw < 0 || iw >= d.w) return 0.0f;
+        return dy[r * OC + o] * x[((n * d.h + ih) * d.w + iw) * d.c + o / (OC / d.c)];
+    }
+};
+
+static void cu_depthwise_fwd(const fl_conv_desc *d, const float *x, const float *w, const float *b, float *y) {
+    const int64_t total = d->n * (int64_t)d->oh * d->ow * d->oc;
+    k_depthwise_fwd<<<blocks_for(total, 256), 256, 0, g_stream>>>(*d, x, w, b, y);
+    LAUNCHED();
+}
+
+/* dy *= act'(y) and db first (both read by what follows), then dx and dw;
+ * dx (beta), dw and db (overwritten) may each be NULL. */
+static void cu_depthwise_bwd(const fl_conv_desc *d, const float *x, const float *w, const float *y, float *dy,
+                             float *dx, float dx_beta, float *dw, float *db) {
+    const int64_t orows = d->n * (int64_t)d->oh * d->ow;
+    act_grad_bias(orows, d->oc, d->act, y, dy, db);
+    if (dx) {
+        const int64_t total = d->n * (int64_t)d->h * d->w * d->c;
+        k_depthwise_bwd_dx<<<blocks_for(total, 256), 256, 0, g_stream>>>(*d, w, dy, dx, dx_beta);
+        LAUNCHED();
+    }
+    if (dw) colsum(orows, d->kh * d->kw * d->oc, f_depthwise_dw{x, dy, *d}, dw);
+}
+
 /* -------------------------------------------------------------- pooling */
 
 __global__ void k_maxpool_fwd(fl_conv_desc d, const float *x, float *y, int32_t *argmax) {
@@ -1019,6 +1140,166 @@ static void cu_act_bwd(int act, int64_t rows, int c, const float *x, const float
                        float beta) {
     if (act == FL_ACT_SOFTMAX) k_softmax_bwd<<<row_blocks(rows), 32 * ROW_WARPS, 0, g_stream>>>(rows, c, y, dy, dx, beta);
     else k_act_bwd<<<blocks_for(rows * c, 256), 256, 0, g_stream>>>(rows * c, act, x, y, dy, dx, beta);
+    LAUNCHED();
+}
+
+/* ------------------------ parametrized activations, Softmax(axis), PReLU,
+ * Normalization: cpu_activation.c's twins, calling the same math.h formulas */
+
+/* ReLU(max_value, negative_slope, threshold), LeakyReLU, ELU, Rescaling */
+__global__ void k_pact_fwd(fl_pact_desc p, int64_t n, const float *x, float *y) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        y[i] = fl_pact_forward(&p, x[i]);
+}
+__global__ void k_pact_bwd(fl_pact_desc p, int64_t n, const float *x, const float *y, const float *dy, float *dx,
+                           float beta) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        float g = dy[i] * fl_pact_grad(&p, x[i], y[i]);
+        dx[i] = beta == 0.0f ? g : dx[i] + g;
+    }
+}
+static void cu_pact_fwd(const fl_pact_desc *d, int64_t n, const float *x, float *y) {
+    k_pact_fwd<<<blocks_for(n, 256), 256, 0, g_stream>>>(*d, n, x, y);
+    LAUNCHED();
+}
+static void cu_pact_bwd(const fl_pact_desc *d, int64_t n, const float *x, const float *y, const float *dy, float *dx,
+                        float beta) {
+    k_pact_bwd<<<blocks_for(n, 256), 256, 0, g_stream>>>(*d, n, x, y, dy, dx, beta);
+    LAUNCHED();
+}
+
+/* Softmax along the middle axis of x[outer, c, inner]: one thread per
+ * (o, i), walking its c values inner apart in the CPU's order; neighbouring
+ * threads take neighbouring i, so each step of the walk reads contiguous
+ * memory. (The last axis, inner = 1, is act_fwd's warp-per-row softmax.) */
+__global__ void k_softmax_axis_fwd(int64_t outer, int c, int64_t inner, const float *x, float *y) {
+    const int64_t m = outer * inner;
+    for (int64_t r = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; r < m; r += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t base = r / inner * c * inner + r % inner;
+        const float *xr = x + base;
+        float *yr = y + base;
+        float mx = xr[0];
+        for (int j = 1; j < c; j++) mx = xr[j * inner] > mx ? xr[j * inner] : mx;
+        float s = 0;
+        for (int j = 0; j < c; j++) { float e = expf(xr[j * inner] - mx); yr[j * inner] = e; s += e; }
+        float inv = 1.0f / s;
+        for (int j = 0; j < c; j++) yr[j * inner] *= inv;
+    }
+}
+/* dx (+)= y * (dy - sum_c(dy * y)) */
+__global__ void k_softmax_axis_bwd(int64_t outer, int c, int64_t inner, const float *y, const float *dy, float *dx,
+                                   float beta) {
+    const int64_t m = outer * inner;
+    for (int64_t r = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; r < m; r += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t base = r / inner * c * inner + r % inner;
+        float s = 0;
+        for (int j = 0; j < c; j++) s += dy[base + j * inner] * y[base + j * inner];
+        for (int j = 0; j < c; j++) {
+            const int64_t k = base + j * inner;
+            float g = y[k] * (dy[k] - s);
+            dx[k] = beta == 0.0f ? g : dx[k] + g;
+        }
+    }
+}
+static void cu_softmax_axis_fwd(int64_t outer, int c, int64_t inner, const float *x, float *y) {
+    k_softmax_axis_fwd<<<blocks_for(outer * inner, 256), 256, 0, g_stream>>>(outer, c, inner, x, y);
+    LAUNCHED();
+}
+static void cu_softmax_axis_bwd(int64_t outer, int c, int64_t inner, const float *y, const float *dy, float *dx,
+                                float beta) {
+    k_softmax_axis_bwd<<<blocks_for(outer * inner, 256), 256, 0, g_stream>>>(outer, c, inner, y, dy, dx, beta);
+    LAUNCHED();
+}
+
+/* PReLU: y = x > 0 ? x : alpha[p(j)] * x, p: the broadcast (fl_bcast_index).
+ * The descriptor stays in the kernel's parameter space (__grid_constant__):
+ * fl_bcast_index indexes its arrays with a loop counter, uniform across the
+ * warp, and no thread needs a copy of its own. */
+__global__ void k_prelu_fwd(const __grid_constant__ fl_bcast_desc d, const float *x, const float *alpha, float *y) {
+    const int64_t n = d.n * d.size;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        float v = x[i];
+        y[i] = v > 0 ? v : alpha[fl_bcast_index(&d, i % d.size)] * v;
+    }
+}
+/* dx (+)= dy * (x > 0 ? 1 : alpha) */
+__global__ void k_prelu_bwd_dx(const __grid_constant__ fl_bcast_desc d, const float *x, const float *alpha,
+                               const float *dy, float *dx, float beta) {
+    const int64_t n = d.n * d.size;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        float v = x[i], g = v > 0 ? dy[i] : dy[i] * alpha[fl_bcast_index(&d, i % d.size)];
+        dx[i] = beta == 0.0f ? g : dx[i] + g;
+    }
+}
+/* dalpha[a] = sum over the batch and the shared positions of dy * min(x, 0),
+ * as column sums (colsum) of a [n * shared, psize] matrix: row r = (batch b,
+ * shared position t), column a = the alpha element. Element offsets as the
+ * CPU's fl_cpu_prelu_bwd: a's kept coordinates, then t's shared ones. */
+struct f_prelu_dalpha {
+    const float *x, *dy;
+    fl_bcast_desc d;
+    int64_t shared;
+    __device__ float operator()(int64_t r, int a) const {
+        const int64_t b = r / shared;
+        int64_t t = r - b * shared, off = b * d.size;
+        for (int k = 0; k < d.ndim; k++)
+            if (d.pstride[k]) off += a / d.pstride[k] % d.dim[k] * d.sstride[k];
+        for (int k = d.ndim - 1; k >= 0; k--)
+            if (!d.pstride[k]) { off += t % d.dim[k] * d.sstride[k]; t /= d.dim[k]; }
+        const float v = x[off];
+        return v < 0 ? dy[off] * v : 0.0f;
+    }
+};
+static void cu_prelu_fwd(const fl_bcast_desc *d, const float *x, const float *alpha, float *y) {
+    k_prelu_fwd<<<blocks_for(d->n * d->size, 256), 256, 0, g_stream>>>(*d, x, alpha, y);
+    LAUNCHED();
+}
+static void cu_prelu_bwd(const fl_bcast_desc *d, const float *x, const float *alpha, const float *dy, float *dx,
+                         float dx_beta, float *dalpha) {
+    if (dx) {
+        k_prelu_bwd_dx<<<blocks_for(d->n * d->size, 256), 256, 0, g_stream>>>(*d, x, alpha, dy, dx, dx_beta);
+        LAUNCHED();
+    }
+    if (!dalpha) return;
+    int64_t shared = 1;
+    for (int k = 0; k < d->ndim; k++)
+        if (!d->pstride[k]) shared *= d->dim[k];
+    /* a chunk per 64 rows at least: alpha without shared axes (psize =
+     * size) sums only n rows, and needs no 64 partial sums of each element */
+    const int64_t rows = d->n * shared;
+    const int chunks = (int)(rows / 64 < 1 ? 1 : (rows / 64 > COLSUM_CHUNKS ? COLSUM_CHUNKS : rows / 64));
+    colsum(rows, (int)d->psize, f_prelu_dalpha{x, dy, *d, shared}, dalpha, chunks);
+}
+
+/* Normalization: y = (x - mean[p]) / den, or with invert mean[p] + x * den;
+ * den = fl_norm_den(var[p]) = max(sqrt(var[p]), 1e-7) */
+__global__ void k_normalize_fwd(const __grid_constant__ fl_bcast_desc d, int invert, const float *x, const float *mean,
+                                const float *var, float *y) {
+    const int64_t n = d.n * d.size;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t p = fl_bcast_index(&d, i % d.size);
+        float den = fl_norm_den(var[p]);
+        y[i] = invert ? mean[p] + x[i] * den : (x[i] - mean[p]) / den;
+    }
+}
+/* dx (+)= dy / den (invert: dy * den) */
+__global__ void k_normalize_bwd(const __grid_constant__ fl_bcast_desc d, int invert, const float *var, const float *dy,
+                                float *dx, float beta) {
+    const int64_t n = d.n * d.size;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        float den = fl_norm_den(var[fl_bcast_index(&d, i % d.size)]);
+        float g = invert ? dy[i] * den : dy[i] / den;
+        dx[i] = beta == 0.0f ? g : dx[i] + g;
+    }
+}
+static void cu_normalize_fwd(const fl_bcast_desc *d, int invert, const float *x, const float *mean, const float *var,
+                             float *y) {
+    k_normalize_fwd<<<blocks_for(d->n * d->size, 256), 256, 0, g_stream>>>(*d, invert, x, mean, var, y);
+    LAUNCHED();
+}
+static void cu_normalize_bwd(const fl_bcast_desc *d, int invert, const float *var, const float *dy, float *dx,
+                             float beta) {
+    k_normalize_bwd<<<blocks_for(d->n * d->size, 256), 256, 0, g_stream>>>(*d, invert, var, dy, dx, beta);
     LAUNCHED();
 }
 
@@ -1626,6 +1907,8 @@ static void fill_table(void) {
     b->conv_workspace = cu_conv_workspace;
     b->conv2d_fwd = cu_conv2d_fwd;
     b->conv2d_bwd = cu_conv2d_bwd;
+    b->depthwise_fwd = cu_depthwise_fwd;
+    b->depthwise_bwd = cu_depthwise_bwd;
     b->maxpool_fwd = cu_maxpool_fwd;
     b->maxpool_bwd = cu_maxpool_bwd;
     b->avgpool_fwd = cu_avgpool_fwd;
@@ -1649,6 +1932,14 @@ static void fill_table(void) {
     b->bmerge_bwd = cu_bmerge_bwd;
     b->axpby = cu_axpby;
     b->minmax_grad = cu_minmax_grad;
+    b->pact_fwd = cu_pact_fwd;
+    b->pact_bwd = cu_pact_bwd;
+    b->softmax_axis_fwd = cu_softmax_axis_fwd;
+    b->softmax_axis_bwd = cu_softmax_axis_bwd;
+    b->prelu_fwd = cu_prelu_fwd;
+    b->prelu_bwd = cu_prelu_bwd;
+    b->normalize_fwd = cu_normalize_fwd;
+    b->normalize_bwd = cu_normalize_bwd;
     b->accumulate = cu_accumulate;
     b->loss = cu_loss;
     b->metric = cu_metric;
