@@ -196,6 +196,25 @@ static fl_node *b_depthwise(fl_graph *g, fl_node *x, fl_node **p, int *np) {
     *np = g_bias ? 2 : 1;
     return fl_graph_depthwise_conv2d(g, "depthwise", x, p[0], p[1], g_s, g_s, g_pad, g_act);
 }
+/* UpSampling2D (factors g_ush x g_usw), Permute (sample axes g_perm),
+ * Conv2DTranspose: kernel (kh, kw, filters, in), bias (filters) when g_bias,
+ * strides g_tsh x g_tsw */
+static int g_ush, g_usw, g_bilinear, g_perm[4], g_tsh, g_tsw, g_filters;
+static fl_node *b_upsample(fl_graph *g, fl_node *x, fl_node **p, int *np) {
+    *np = 0;
+    return fl_graph_upsample2d(g, "up", x, g_ush, g_usw, g_bilinear);
+}
+static fl_node *b_permute(fl_graph *g, fl_node *x, fl_node **p, int *np) {
+    *np = 0;
+    return fl_graph_permute(g, "permute", x, g_perm);
+}
+static fl_node *b_conv_transpose(fl_graph *g, fl_node *x, fl_node **p, int *np) {
+    p[0] = fl_graph_param(g, "signed", 4, (int64_t[]){g_kh, g_kw, g_filters, x->shape[3]}, true);
+    p[1] = g_bias ? fl_graph_param(g, "signed", 1, (int64_t[]){g_filters}, true) : NULL;
+    *np = g_bias ? 2 : 1;
+    return fl_graph_conv2d_transpose(g, "deconv", x, p[0], p[1], g_tsh, g_tsw, g_pad, g_act);
+}
+
 /* SeparableConv2D as the layer builds it: depthwise (no bias, linear), then
  * a 1x1 convolution with the bias and the activation */
 static fl_node *b_separable(fl_graph *g, fl_node *x, fl_node **p, int *np) {
@@ -306,6 +325,55 @@ static void layer_parity(void) {
             snprintf(name, sizeof name, "Normalization(axis=%d of the sample, invert=%d)", g_axis, inv);
             parity(name, 3, img, 7, b_normalize, true);
         }
+
+    /* UpSampling2D, unequal factors (bilinear: taps clamped at both edges) */
+    struct { int sh, sw, bilinear; int64_t shape[3]; } ups[] = {
+        {2, 3, 0, {5, 4, 6}}, {3, 2, 1, {5, 4, 6}}, {2, 2, 1, {4, 7, 3}}, {1, 4, 1, {3, 5, 33}}, {4, 1, 0, {1, 6, 2}},
+    };
+    for (size_t i = 0; i < sizeof ups / sizeof ups[0]; i++) {
+        g_ush = ups[i].sh; g_usw = ups[i].sw; g_bilinear = ups[i].bilinear;
+        char name[80];
+        snprintf(name, sizeof name, "UpSampling2D((%d, %d), %s) of %lldx%lldx%lld", g_ush, g_usw,
+                 g_bilinear ? "bilinear" : "nearest", (long long)ups[i].shape[0], (long long)ups[i].shape[1],
+                 (long long)ups[i].shape[2]);
+        parity(name, 3, ups[i].shape, 5, b_upsample, true);
+    }
+
+    /* Permute of 3 and 4 sample axes (the last axis moved: strided reads) */
+    struct { int nd; int perm[4]; int64_t shape[4]; } perms[] = {
+        {3, {2, 0, 1}, {4, 5, 6}}, {3, {1, 0, 2}, {4, 5, 6}}, {3, {0, 2, 1}, {3, 7, 2}},
+        {4, {3, 1, 0, 2}, {3, 4, 2, 5}}, {4, {1, 0, 3, 2}, {2, 3, 4, 5}},
+    };
+    for (size_t i = 0; i < sizeof perms / sizeof perms[0]; i++) {
+        memcpy(g_perm, perms[i].perm, sizeof g_perm);
+        char name[64];
+        int k = snprintf(name, sizeof name, "Permute(");
+        for (int a = 0; a < perms[i].nd; a++)
+            k += snprintf(name + k, sizeof name - (size_t)k, "%s%d", a ? ", " : "", perms[i].perm[a] + 1);
+        snprintf(name + k, sizeof name - (size_t)k, ") of %d axes", perms[i].nd);
+        parity(name, perms[i].nd, perms[i].shape, 5, b_permute, true);
+    }
+
+    /* Conv2DTranspose: strides 1/2/3, valid and same (symmetric and
+     * asymmetric implied padding), kernels smaller than the stride */
+    struct { int kh, kw, sh, sw; fl_padding pad; int filters, bias, act; int64_t shape[3]; } deconvs[] = {
+        {3, 3, 1, 1, FL_VALID, 4, 1, FL_ACT_RELU, {6, 5, 3}},   {3, 3, 1, 1, FL_SAME, 5, 1, FL_ACT_LINEAR, {6, 7, 4}},
+        {2, 2, 1, 1, FL_SAME, 3, 0, FL_ACT_TANH, {5, 6, 2}},    {3, 3, 2, 2, FL_SAME, 6, 1, FL_ACT_RELU, {5, 4, 8}},
+        {4, 4, 2, 2, FL_SAME, 3, 1, FL_ACT_SIGMOID, {4, 5, 3}}, {3, 3, 2, 2, FL_VALID, 4, 1, FL_ACT_LINEAR, {5, 5, 6}},
+        {2, 2, 2, 2, FL_VALID, 8, 1, FL_ACT_RELU, {6, 4, 5}},   {3, 3, 3, 3, FL_SAME, 4, 0, FL_ACT_ELU, {4, 3, 5}},
+        {5, 4, 3, 3, FL_VALID, 3, 1, FL_ACT_LINEAR, {3, 4, 4}}, {2, 2, 3, 3, FL_VALID, 4, 1, FL_ACT_TANH, {4, 5, 3}},
+        {1, 2, 3, 2, FL_SAME, 5, 1, FL_ACT_LINEAR, {4, 4, 6}},  {3, 1, 2, 3, FL_SAME, 16, 1, FL_ACT_RELU, {5, 3, 7}},
+        {1, 1, 1, 1, FL_VALID, 7, 1, FL_ACT_LINEAR, {5, 5, 9}},
+    };
+    for (size_t i = 0; i < sizeof deconvs / sizeof deconvs[0]; i++) {
+        g_kh = deconvs[i].kh; g_kw = deconvs[i].kw; g_tsh = deconvs[i].sh; g_tsw = deconvs[i].sw;
+        g_pad = deconvs[i].pad; g_filters = deconvs[i].filters; g_bias = deconvs[i].bias; g_act = deconvs[i].act;
+        char name[112];
+        snprintf(name, sizeof name, "Conv2DTranspose k%dx%d s%dx%d pad=%d filters %d bias=%d act %d %lldx%lldx%lld",
+                 g_kh, g_kw, g_tsh, g_tsw, g_pad, g_filters, g_bias, g_act, (long long)deconvs[i].shape[0],
+                 (long long)deconvs[i].shape[1], (long long)deconvs[i].shape[2]);
+        parity(name, 3, deconvs[i].shape, 7, b_conv_transpose, true);
+    }
 }
 
 static void op_parity(void) {

@@ -772,6 +772,82 @@ static void cu_conv2d_bwd(const fl_conv_desc *d, const float *x, const float *w,
     LAUNCHED();
 }
 
+/* ------------------------------------------ transposed convolution
+ *
+ * Conv2DTranspose is the data gradient of the Conv2D that d describes
+ * (backend.h), so it runs on that Conv2D's plan with the roles swapped:
+ * the transposed convolution's input x [n, oh, ow, oc] is in the place of
+ * the Conv2D's output (p->yd), its output y [n, h, w, c] in the place of
+ * the Conv2D's input (p->xd), and its kernel w[kh, kw, c, oc] is the
+ * Conv2D's kernel (Keras's (kh, kw, filters, in) = (kh, kw, c, oc)). cuDNN's
+ * NHWC filter descriptor (k = oc, c, kh, kw) is (oc, kh, kw, c) in memory
+ * in every direction, so the same ohwi copy serves all three:
+ *     forward          y  = BackwardData(w, x), cropped where the plan pads
+ *                      after (asymmetric "same"), then act(y + b[c])
+ *     backward data    dx = Forward(dy padded, w)          (d's forward)
+ *     backward filter  dw = BackwardFilter(dy padded, x)
+ * The kernel copy is written by the forward pass, as Conv2D's. */
+static void cu_conv2d_transpose_fwd(const fl_conv_desc *d, const float *x, const float *w, const float *b, float *y,
+                                    void *ws) {
+    (void)ws;
+    conv_plan *p = plan_for(d);
+    if (!p || !conv_find(p, CONV_BWD_DATA)) return;
+    size_t nw = (size_t)d->kh * d->kw * d->c * d->oc;
+    float *wk = ohwi_for(w, nw);
+    size_t wsb = p->ws[CONV_BWD_DATA];
+    void *work = conv_ws(wsb);
+    const bool padded = p->eh || p->ew;
+    float *yp = padded ? (float *)scratch(2, (size_t)(d->n * (int64_t)(d->h + p->eh) * (d->w + p->ew) * d->c) *
+                                                 sizeof(float))
+                       : y;
+    if (!wk || !yp || (wsb && !work)) return;
+    int khkwc = d->kh * d->kw * d->c;
+    k_hwio_to_ohwi<<<blocks_for((int64_t)nw, 256), 256, 0, g_stream>>>((int64_t)nw, khkwc, d->oc, w, wk);
+    LAUNCHED();
+    const float one = 1.0f, zero = 0.0f;
+    CUDNN_OK(cudnnConvolutionBackwardData(g_cudnn, &one, p->fd, wk, p->yd, x, p->cd[CONV_BWD_DATA],
+                                          (cudnnConvolutionBwdDataAlgo_t)p->algo[CONV_BWD_DATA], work, wsb, &zero,
+                                          p->xd, yp));
+    if (padded) {
+        int64_t total = d->n * (int64_t)d->h * d->w * d->c;
+        k_crop_add<<<blocks_for(total, 256), 256, 0, g_stream>>>(total, d->h, d->w, d->c, p->eh, p->ew, yp, y, 0.0f);
+        LAUNCHED();
+    }
+    bias_act(d->n * (int64_t)d->h * d->w, d->c, d->has_bias ? b : NULL, d->act, y);
+}
+
+static void cu_conv2d_transpose_bwd(const fl_conv_desc *d, const float *x, const float *w, const float *y, float *dy,
+                                    float *dx, float dx_beta, float *dw, float *db, void *ws) {
+    (void)ws;
+    conv_plan *p = plan_for(d);
+    if (!p || (dw && !conv_find(p, CONV_BWD_FILTER)) || (dx && !conv_find(p, CONV_FWD))) return;
+    size_t wsb = 0;
+    if (dw) wsb = p->ws[CONV_BWD_FILTER];
+    if (dx && p->ws[CONV_FWD] > wsb) wsb = p->ws[CONV_FWD];
+    size_t nw = (size_t)d->kh * d->kw * d->c * d->oc;
+    float *wk = dx ? ohwi_for(w, nw) : NULL; /* written by this step's forward pass */
+    float *dwk = dw ? (float *)scratch(1, nw * sizeof(float)) : NULL;
+    void *work = conv_ws(wsb);
+    if ((dx && !wk) || (dw && !dwk) || (wsb && !work)) return;
+    /* dy is the Conv2D's input here: act'(y) and the bias gradient over c */
+    act_grad_bias(d->n * (int64_t)d->h * d->w, d->c, d->act, y, dy, d->has_bias ? db : NULL);
+    if (!dw && !dx) return;
+    const float *dyin = padded_input(p, dy); /* after act_grad_bias: the pad copies the final dy */
+    if (!dyin) return;
+    const float one = 1.0f, zero = 0.0f;
+    if (dw) {
+        CUDNN_OK(cudnnConvolutionBackwardFilter(g_cudnn, &one, p->xd, dyin, p->yd, x, p->cd[CONV_BWD_FILTER],
+                                                (cudnnConvolutionBwdFilterAlgo_t)p->algo[CONV_BWD_FILTER], work, wsb,
+                                                &zero, p->fd, dwk));
+        int khkwc = d->kh * d->kw * d->c;
+        k_ohwi_to_hwio<<<blocks_for((int64_t)nw, 256), 256, 0, g_stream>>>((int64_t)nw, khkwc, d->oc, dwk, dw);
+        LAUNCHED();
+    }
+    if (dx)
+        CUDNN_OK(cudnnConvolutionForward(g_cudnn, &one, p->xd, dyin, p->fd, wk, p->cd[CONV_FWD],
+                                         (cudnnConvolutionFwdAlgo_t)p->algo[CONV_FWD], work, wsb, &dx_beta, p->yd, dx));
+}
+
 /* ---------------------------------------------- depthwise convolution */
 
 /* cpu_depthwise.c's twins, as own kernels over NHWC data (no cuDNN: its
@@ -1564,6 +1640,133 @@ static void cu_pad2d(const fl_conv_desc *d, const float *x, float *y, float beta
     LAUNCHED();
 }
 
+
+/* ------------------------------------------ upsampling, transposition
+ *
+ * cpu_layout.c's twins. UpSampling2D forward: one thread per output
+ * element, channels fastest. Backward: a gather, one thread per input
+ * element, over the outputs that read it, in the CPU's order (rows, then
+ * columns), so no two threads write one element and no atomics are needed.
+ * The bilinear taps are computed as the CPU's bilinear_taps (in double). */
+__device__ __forceinline__ void up_taps(int o, int s, int n, int *i0, int *i1, float *f) {
+    double src = ((double)o + 0.5) / s - 0.5, fl = floor(src);
+    int a = (int)fl, b = a + 1;
+    *f = (float)(src - fl);
+    *i0 = a < 0 ? 0 : a >= n ? n - 1 : a;
+    *i1 = b < 0 ? 0 : b >= n ? n - 1 : b;
+}
+__device__ __forceinline__ float up_weight(int o, int i, int s, int n) {
+    int i0, i1;
+    float f;
+    up_taps(o, s, n, &i0, &i1, &f);
+    return (i0 == i ? 1.0f - f : 0.0f) + (i1 == i ? f : 0.0f);
+}
+
+__global__ void k_upsample2d_fwd(fl_conv_desc d, int bilinear, const float *x, float *y) {
+    const int C = d.c;
+    const int64_t total = d.n * (int64_t)d.oh * d.ow * C;
+    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
+        int64_t t = e;
+        const int c = (int)(t % C); t /= C;
+        const int j = (int)(t % d.ow); t /= d.ow;
+        const int i = (int)(t % d.oh);
+        const int64_t n = t / d.oh;
+        const float *xs = x + n * d.h * d.w * C + c;
+        if (!bilinear) {
+            y[e] = xs[((int64_t)(i / d.sh) * d.w + j / d.sw) * C];
+            continue;
+        }
+        int i0, i1, j0, j1;
+        float fh, fw;
+        up_taps(i, d.sh, d.h, &i0, &i1, &fh);
+        up_taps(j, d.sw, d.w, &j0, &j1, &fw);
+        const float w00 = (1 - fh) * (1 - fw), w01 = (1 - fh) * fw, w10 = fh * (1 - fw), w11 = fh * fw;
+        const float *x0 = xs + (int64_t)i0 * d.w * C, *x1 = xs + (int64_t)i1 * d.w * C;
+        y[e] = w00 * x0[(int64_t)j0 * C] + w01 * x0[(int64_t)j1 * C] + w10 * x1[(int64_t)j0 * C] +
+               w11 * x1[(int64_t)j1 * C];
+    }
+}
+
+__global__ void k_upsample2d_bwd(fl_conv_desc d, int bilinear, const float *dy, float *dx, float beta) {
+    const int C = d.c;
+    const int64_t total = d.n * (int64_t)d.h * d.w * C, orow = (int64_t)d.ow * C;
+    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
+        int64_t t = e;
+        const int c = (int)(t % C); t /= C;
+        const int j = (int)(t % d.w); t /= d.w;
+        const int i = (int)(t % d.h);
+        const int64_t n = t / d.h;
+        const float *dys = dy + n * d.oh * orow + c;
+        float g = beta == 0.0f ? 0.0f : dx[e];
+        if (!bilinear) {
+            for (int a = 0; a < d.sh; a++) {
+                const float *gr = dys + (int64_t)(i * d.sh + a) * orow + (int64_t)j * d.sw * C;
+                for (int b = 0; b < d.sw; b++) g += gr[(int64_t)b * C];
+            }
+            dx[e] = g;
+            continue;
+        }
+        /* the outputs within reach: source coordinate in [i - 1, i + 1) */
+        const int o0 = (i - 1) * d.sh < 0 ? 0 : (i - 1) * d.sh, o1 = (i + 2) * d.sh > d.oh ? d.oh : (i + 2) * d.sh;
+        const int q0 = (j - 1) * d.sw < 0 ? 0 : (j - 1) * d.sw, q1 = (j + 2) * d.sw > d.ow ? d.ow : (j + 2) * d.sw;
+        for (int oi = o0; oi < o1; oi++) {
+            const float wh = up_weight(oi, i, d.sh, d.h);
+            if (wh == 0.0f) continue;
+            const float *gr = dys + (int64_t)oi * orow;
+            for (int q = q0; q < q1; q++) {
+                const float ww = up_weight(q, j, d.sw, d.w);
+                if (ww == 0.0f) continue;
+                g += (wh * ww) * gr[(int64_t)q * C];
+            }
+        }
+        dx[e] = g;
+    }
+}
+
+static void cu_upsample2d_fwd(const fl_conv_desc *d, int bilinear, const float *x, float *y) {
+    k_upsample2d_fwd<<<blocks_for(d->n * (int64_t)d->oh * d->ow * d->c, 256), 256, 0, g_stream>>>(*d, bilinear, x, y);
+    LAUNCHED();
+}
+static void cu_upsample2d_bwd(const fl_conv_desc *d, int bilinear, const float *dy, float *dx, float beta) {
+    k_upsample2d_bwd<<<blocks_for(d->n * (int64_t)d->h * d->w * d->c, 256), 256, 0, g_stream>>>(*d, bilinear, dy, dx,
+                                                                                                  beta);
+    LAUNCHED();
+}
+
+/* Permute (fl_cpu_permute's twin): one thread per element of y, whose
+ * index is split over y's shape and dotted with x's strides of the axes it
+ * takes (ystep); y (beta: +)= x there. */
+typedef struct perm_desc { int ndim; int64_t yshape[8], ystep[8]; } perm_desc;
+
+__global__ void k_permute(int64_t total, perm_desc p, const float *x, float *y, float beta) {
+    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
+        int64_t off = 0, rem = e;
+        for (int a = p.ndim - 1; a >= 0; a--) {
+            off += (rem % p.yshape[a]) * p.ystep[a];
+            rem /= p.yshape[a];
+        }
+        y[e] = beta == 0.0f ? x[off] : y[e] + x[off];
+    }
+}
+
+static void cu_permute(int ndim, const int64_t *shape, const int *perm, const float *x, float *y, float beta) {
+    if (ndim < 1 || ndim > 8) return;
+    perm_desc p;
+    memset(&p, 0, sizeof p);
+    p.ndim = ndim;
+    int64_t xstride[8] = {0}, total = 1;
+    for (int a = ndim - 1; a >= 0; a--) {
+        xstride[a] = total;
+        total *= shape[a];
+    }
+    if (total == 0) return;
+    for (int a = 0; a < ndim; a++) {
+        p.yshape[a] = shape[perm[a]];
+        p.ystep[a] = xstride[perm[a]];
+    }
+    k_permute<<<blocks_for(total, 256), 256, 0, g_stream>>>(total, p, x, y, beta);
+    LAUNCHED();
+}
 /* ------------------------------------------------- losses, metrics, sums */
 
 __global__ void k_accumulate(int64_t n, const float *src, float *dst, float beta) {
@@ -1907,6 +2110,8 @@ static void fill_table(void) {
     b->conv_workspace = cu_conv_workspace;
     b->conv2d_fwd = cu_conv2d_fwd;
     b->conv2d_bwd = cu_conv2d_bwd;
+    b->conv2d_transpose_fwd = cu_conv2d_transpose_fwd;
+    b->conv2d_transpose_bwd = cu_conv2d_transpose_bwd;
     b->depthwise_fwd = cu_depthwise_fwd;
     b->depthwise_bwd = cu_depthwise_bwd;
     b->maxpool_fwd = cu_maxpool_fwd;
@@ -1926,6 +2131,9 @@ static void fill_table(void) {
     b->concat_fwd = cu_concat_fwd;
     b->concat_bwd = cu_concat_bwd;
     b->pad2d = cu_pad2d;
+    b->upsample2d_fwd = cu_upsample2d_fwd;
+    b->upsample2d_bwd = cu_upsample2d_bwd;
+    b->permute = cu_permute;
     b->binary = cu_binary;
     b->fill = cu_fill;
     b->bmerge_fwd = cu_bmerge_fwd;
