@@ -27,6 +27,7 @@
 #include <string.h>
 
 extern "C" {
+#include "flynn/flynn.h"
 #include "backend/backend.h"
 #include "backend/cuda/plugin.h"
 }
@@ -36,8 +37,8 @@ extern "C" {
 #define FLYNN_CUDA_ARCHS "unknown"
 #endif
 
-/* flynn status codes (flynn.h is C; the plugin only needs these values) */
-enum { ST_INVALID_ARG = 1, ST_NOMEM = 5, ST_DEVICE = 6 };
+/* flynn's status codes, from the one public list */
+enum { ST_INVALID_ARG = FL_ERR_INVALID_ARG, ST_NOMEM = FL_ERR_NOMEM, ST_DEVICE = FL_ERR_DEVICE };
 
 static const fl_cuda_host *g_host;
 static cudaStream_t g_stream;
