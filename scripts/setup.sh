@@ -5,7 +5,8 @@
 #                                      and rsvg-convert to look at flynn bench's charts)
 set -euo pipefail
 
-pkgs=(build-essential cmake ninja-build pkg-config
+# python3: test_doctor.sh and test_bench.sh read flynn's JSON with it
+pkgs=(build-essential cmake ninja-build pkg-config python3
       libopenblas-openmp-dev zlib1g-dev libzip-dev libhdf5-dev libjson-c-dev
       dataset-fashion-mnist)
 if [ "${1:-}" = "--bench" ]; then
