@@ -29,6 +29,16 @@ static const char *sample_str(const fl_node *x, char *buf, size_t len) {
     return fl_shape_str(x->ndim, x->shape, buf, len);
 }
 
+/* A node of op on x with x's shape (element-wise ops, dropout, batch norm...). */
+static fl_node *like(fl_graph *g, fl_op op, const char *name, fl_node *x) {
+    fl_node *n = fl_graph_new_node(g, op, name);
+    if (!n) return NULL;
+    n->nin = 1;
+    n->in[0] = x;
+    set_shape(n, true, x->ndim - 1, x->shape + 1);
+    return n;
+}
+
 /* ---------------------------------------------------------- builders */
 
 fl_node *fl_graph_input(fl_graph *g, const char *name, int ndim, const int64_t *sample_shape) {
@@ -248,11 +258,8 @@ fl_node *fl_graph_dropout(fl_graph *g, const char *name, fl_node *x, float rate,
         return fl_error_null(FL_ERR_SHAPE, "layer '%s' (Dropout): noise_shape %s does not fit input %s (each entry "
                              "must be 1 or the input's size)", name, fl_shape_str(x->ndim - 1, noise, a, sizeof a),
                              sample_str(x, b, sizeof b));
-    fl_node *n = fl_graph_new_node(g, FL_OP_DROPOUT, name);
+    fl_node *n = like(g, FL_OP_DROPOUT, name, x);
     if (!n) return NULL;
-    n->nin = 1;
-    n->in[0] = x;
-    set_shape(n, true, x->ndim - 1, x->shape + 1);
     n->rate = rate;
     n->stream = stream;
     n->aux_per_sample = (size_t)fl_node_sample_size(x);
@@ -278,11 +285,8 @@ fl_node *fl_graph_batchnorm(fl_graph *g, const char *name, fl_node *x, fl_node *
 }
 
 fl_node *fl_graph_act(fl_graph *g, const char *name, fl_node *x, int act) {
-    fl_node *n = fl_graph_new_node(g, FL_OP_ACT, name);
+    fl_node *n = like(g, FL_OP_ACT, name, x);
     if (!n) return NULL;
-    n->nin = 1;
-    n->in[0] = x;
-    set_shape(n, true, x->ndim - 1, x->shape + 1);
     n->act = act;
     return n;
 }
@@ -375,11 +379,8 @@ fl_node *fl_graph_pad2d(fl_graph *g, const char *name, fl_node *x, int top, int 
 }
 
 fl_node *fl_graph_pact(fl_graph *g, const char *name, fl_node *x, fl_pact_desc p) {
-    fl_node *n = fl_graph_new_node(g, FL_OP_PACT, name);
+    fl_node *n = like(g, FL_OP_PACT, name, x);
     if (!n) return NULL;
-    n->nin = 1;
-    n->in[0] = x;
-    set_shape(n, true, x->ndim - 1, x->shape + 1);
     n->pact = p;
     return n;
 }
@@ -394,11 +395,8 @@ fl_node *fl_graph_softmax(fl_graph *g, const char *name, fl_node *x, int axis) {
     if (x->shape[a] > INT32_MAX)
         return fl_error_null(FL_ERR_SHAPE, "layer '%s' (Softmax): axis %d has %lld values", name, axis,
                              (long long)x->shape[a]);
-    fl_node *n = fl_graph_new_node(g, FL_OP_SOFTMAX, name);
+    fl_node *n = like(g, FL_OP_SOFTMAX, name, x);
     if (!n) return NULL;
-    n->nin = 1;
-    n->in[0] = x;
-    set_shape(n, true, x->ndim - 1, x->shape + 1);
     n->axis = a;
     return n;
 }
