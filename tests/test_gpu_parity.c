@@ -51,8 +51,11 @@ static void compare(const char *what, const char *part, const float *cpu, const 
     free(g);
 }
 
-/* Builds the op on both backends with the same inputs, runs forward and
- * backward (dL/dout = R) in training mode, and compares everything. */
+/* Builds the op on both backends with the same inputs, runs forward and,
+ * in training mode, backward (dL/dout = R), and compares everything. In
+ * inference mode only the forward and the weights: a backward pass after an
+ * inference forward is never run (batch norm's saved batch statistics would
+ * be unset), and comparing it compared uninitialized memory. */
 static void parity(const char *what, int ndim, const int64_t *sample, int64_t batch, build_fn build, bool training) {
     side s[2];
     const fl_backend *bes[2] = {CPU, GPU};
@@ -86,6 +89,7 @@ static void parity(const char *what, int ndim, const int64_t *sample, int64_t ba
     }
     for (int k = 0; k < 2; k++) {
         fl_graph_forward(&s[k].g, training);
+        if (!training) continue;
         fl_graph_clear_grads(&s[k].g);
         bes[k]->upload(s[k].out->grad, R, (size_t)no * sizeof(float));
         s[k].out->grad_ready = true;
@@ -94,12 +98,12 @@ static void parity(const char *what, int ndim, const int64_t *sample, int64_t ba
     GPU->sync();
     CHECK_MSG(GPU->check == NULL || GPU->check() == 0, "%s: a CUDA error: %s", what, fl_last_error());
     compare(what, "forward", s[0].out->val, s[1].out->val, no);
-    compare(what, "d/dx", s[0].x->grad, s[1].x->grad, nx);
+    if (training) compare(what, "d/dx", s[0].x->grad, s[1].x->grad, nx);
     for (int p = 0; p < s[0].np; p++) {
         char part[32];
         snprintf(part, sizeof part, "param %d", p);
         int64_t n = fl_node_size(s[0].params[p]);
-        if (s[0].params[p]->grad) compare(what, part, s[0].params[p]->grad, s[1].params[p]->grad, n);
+        if (training && s[0].params[p]->grad) compare(what, part, s[0].params[p]->grad, s[1].params[p]->grad, n);
         else compare(what, part, s[0].params[p]->val, s[1].params[p]->val, n); /* BN moving statistics */
     }
     free(hx);
@@ -138,6 +142,21 @@ static fl_node *b_gap(fl_graph *g, fl_node *x, fl_node **p, int *np) { *np = 0; 
 static fl_node *b_dropout(fl_graph *g, fl_node *x, fl_node **p, int *np) {
     *np = 0;
     return fl_graph_dropout(g, "dropout", x, 0.4f, 77, NULL);
+}
+/* Dropout with a noise shape: EfficientNet's (1, 1, 1), SpatialDropout2D's (1, 1, c) */
+static int g_noise_c;
+static fl_node *b_dropout_noise(fl_graph *g, fl_node *x, fl_node **p, int *np) {
+    *np = 0;
+    int64_t noise[3] = {1, 1, g_noise_c ? x->shape[3] : 1};
+    return fl_graph_dropout(g, "dropout", x, 0.4f, 77, noise);
+}
+/* Conv1D as flynn builds it: a one-column image, a causal pad, a (k, in, out) kernel */
+static fl_node *b_conv1d(fl_graph *g, fl_node *x, fl_node **p, int *np) {
+    p[0] = fl_graph_param(g, "signed", 3, (int64_t[]){3, x->shape[3], 8}, true);
+    p[1] = fl_graph_param(g, "signed", 1, (int64_t[]){8}, true);
+    *np = 2;
+    fl_node *padded = fl_graph_pad2d(g, "causal", x, 2, 0, 0, 0);
+    return fl_graph_conv2d(g, "conv1d", padded, p[0], p[1], 1, 1, FL_VALID, FL_ACT_RELU);
 }
 static fl_node *b_act(fl_graph *g, fl_node *x, fl_node **p, int *np) { *np = 0; return fl_graph_act(g, "act", x, g_act); }
 static fl_node *b_bn(fl_graph *g, fl_node *x, fl_node **p, int *np) {
@@ -420,6 +439,12 @@ static void op_parity(void) {
     parity("avgpool 2x2", 3, img, 7, b_avgpool, true);
     parity("global average pooling", 3, img, 7, b_gap, true);
     parity("dropout (same Philox masks)", 3, img, 7, b_dropout, true);
+    g_noise_c = 0;
+    parity("dropout, noise shape (1, 1, 1)", 3, img, 7, b_dropout_noise, true);
+    g_noise_c = 1;
+    parity("spatial dropout, noise shape (1, 1, c)", 3, img, 7, b_dropout_noise, true);
+    int64_t seq1[] = {17, 1, 5};
+    parity("conv1d causal (one-column conv2d)", 3, seq1, 9, b_conv1d, true);
     parity("batch norm (training)", 3, img, 7, b_bn, true);
     parity("batch norm (inference)", 3, img, 7, b_bn, false);
     /* ZeroPadding2D (asymmetric), Cropping2D, and both at once */
@@ -710,12 +735,15 @@ int main(int argc, char **argv) {
     char why[1536];
     CPU = fl_backend_cpu();
     GPU = fl_gpu_backend(why, sizeof why);
+    /* FLYNN_PARITY_SELFTEST=1: both sides on the CPU, which checks without a
+     * GPU that every case builds its graph and runs forward and backward */
+    if (!GPU && getenv("FLYNN_PARITY_SELFTEST")) GPU = CPU;
     if (!GPU) {
         printf("SKIP: no usable GPU: %s\n", why);
         return 77;
     }
-    char desc[512];
-    fl_gpu_describe(desc, sizeof desc);
+    char desc[512] = "the CPU (FLYNN_PARITY_SELFTEST)";
+    if (GPU != CPU) fl_gpu_describe(desc, sizeof desc);
     printf("GPU: %s\n", desc);
     const char *data = argc > 1 ? argv[1] : "/usr/share/datasets/fashion-mnist";
     fl_dataset d;
@@ -729,7 +757,9 @@ int main(int argc, char **argv) {
         op_parity();
         loss_parity();
         optimizer_parity();
-        if (have_data) {
+        if (have_data && GPU == CPU) {
+            printf("SKIP training parity: FLYNN_PARITY_SELFTEST moves no model to a GPU\n");
+        } else if (have_data) {
             training_parity(&d);
             partial_batch_parity(&d);
         } else {
