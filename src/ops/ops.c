@@ -39,6 +39,22 @@ static fl_node *like(fl_graph *g, fl_op op, const char *name, fl_node *x) {
     return n;
 }
 
+/* The node of a convolution-like op (Conv2D, its depthwise and transposed
+ * forms): inputs x, kernel w, bias b or NULL; output (d.oh, d.ow, d.oc). */
+static fl_node *conv_node(fl_graph *g, fl_op op, const char *name, fl_node *x, fl_node *w, fl_node *b,
+                          fl_conv_desc d, int act) {
+    d.act = act;
+    d.has_bias = b != NULL;
+    fl_node *n = fl_graph_new_node(g, op, name);
+    if (!n) return NULL;
+    n->nin = b ? 3 : 2;
+    n->in[0] = x; n->in[1] = w; n->in[2] = b;
+    n->conv = d;
+    n->act = act;
+    set_shape(n, true, 3, (int64_t[]){d.oh, d.ow, d.oc});
+    return n;
+}
+
 /* ---------------------------------------------------------- builders */
 
 fl_node *fl_graph_input(fl_graph *g, const char *name, int ndim, const int64_t *sample_shape) {
@@ -123,16 +139,7 @@ fl_node *fl_graph_conv2d(fl_graph *g, const char *name, fl_node *x, fl_node *w, 
         return fl_error_null(FL_ERR_SHAPE,
                              "layer '%s' (Conv2D): a %dx%d kernel does not fit the %dx%d input with padding \"valid\"",
                              name, d.kh, d.kw, d.h, d.w);
-    d.act = act;
-    d.has_bias = b != NULL;
-    fl_node *n = fl_graph_new_node(g, FL_OP_CONV2D, name);
-    if (!n) return NULL;
-    n->nin = b ? 3 : 2;
-    n->in[0] = x; n->in[1] = w; n->in[2] = b;
-    n->conv = d;
-    n->act = act;
-    set_shape(n, true, 3, (int64_t[]){d.oh, d.ow, d.oc});
-    return n;
+    return conv_node(g, FL_OP_CONV2D, name, x, w, b, d, act);
 }
 
 fl_node *fl_graph_depthwise_conv2d(fl_graph *g, const char *name, fl_node *x, fl_node *w, fl_node *b, int sh, int sw,
@@ -163,16 +170,7 @@ fl_node *fl_graph_depthwise_conv2d(fl_graph *g, const char *name, fl_node *x, fl
         return fl_error_null(FL_ERR_SHAPE,
                              "layer '%s' (depthwise convolution): a %dx%d kernel does not fit the %dx%d input with "
                              "padding \"valid\"", name, d.kh, d.kw, d.h, d.w);
-    d.act = act;
-    d.has_bias = b != NULL;
-    fl_node *n = fl_graph_new_node(g, FL_OP_DEPTHWISE_CONV2D, name);
-    if (!n) return NULL;
-    n->nin = b ? 3 : 2;
-    n->in[0] = x; n->in[1] = w; n->in[2] = b;
-    n->conv = d;
-    n->act = act;
-    set_shape(n, true, 3, (int64_t[]){d.oh, d.ow, d.oc});
-    return n;
+    return conv_node(g, FL_OP_DEPTHWISE_CONV2D, name, x, w, b, d, act);
 }
 
 fl_node *fl_graph_pool(fl_graph *g, const char *name, fl_op op, fl_node *x, int kh, int kw, int sh, int sw,
