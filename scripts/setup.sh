@@ -5,9 +5,11 @@
 #                                      and rsvg-convert to look at flynn bench's charts)
 set -euo pipefail
 
-# python3: test_doctor.sh and test_bench.sh read flynn's JSON with it
+# python3: test_doctor.sh and test_bench.sh read flynn's JSON with it;
+# libgfortran-12-dev: a static link against OpenBLAS needs -lgfortran
+# (`pkg-config --static --libs openblas`), which test_install.sh does
 pkgs=(build-essential cmake ninja-build pkg-config python3
-      libopenblas-openmp-dev zlib1g-dev libzip-dev libhdf5-dev libjson-c-dev
+      libopenblas-openmp-dev libgfortran-12-dev zlib1g-dev libzip-dev libhdf5-dev libjson-c-dev
       dataset-fashion-mnist)
 if [ "${1:-}" = "--bench" ]; then
   pkgs+=(python3-torch libopenblas0-openmp python3-numpy librsvg2-bin)
