@@ -6,10 +6,13 @@
 # when repeated; `flynn train --model FILE`, `--save`, `--checkpoint` and
 # `--resume` (an interrupted and resumed run ends exactly where an
 # uninterrupted one does); and the refusals (bad files, wrong shapes, usage).
-# usage: test_cli_files.sh PATH/TO/flynn FIXTURE_DIR
+# Also `--data X.npy,Y.npy`: one step on a Keras fixture's batch equals
+# Keras's train_on_batch (compared with NPY_CLOSE, tests/npy_close.c).
+# usage: test_cli_files.sh PATH/TO/flynn FIXTURE_DIR PATH/TO/npy_close
 set -u
 FLYNN=$1
 FX=$2
+NPY_CLOSE=$3
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 pass=0 fail=0
@@ -121,6 +124,29 @@ out=$("$FLYNN" train --resume "$tmp/part.h5" "${common[@]}" --epochs 2 2>&1 | gr
 expect resume-uncompiled 1 "no training configuration" -- "$FLYNN" train --resume "$tmp/uncompiled.keras" "${common[@]}"
 expect train-wrong-input 1 "model takes samples of shape \(7, 7, 2\)" -- "$FLYNN" train --model "$tmp/uncompiled.keras" "${common[@]}"
 expect checkpoint-bad-name 1 "must end in .keras or .h5" -- "$FLYNN" train --model mlp "${common[@]}" --epochs 1 --checkpoint "$tmp/x.txt"
+
+# the user's own arrays: one AdamW step on Keras's fixture batch (8 samples,
+# --batch-size 8: one step, so shuffling only reorders a sum) is Keras's step
+xy="$FX/train_adamw_train_x.npy,$FX/train_adamw_train_y.npy"
+expect train-npy 0 "data: x .*train_adamw_train_x.npy \(8, 6\), y .*\(8, 1\): 8 samples, no test set" -- \
+  "$FLYNN" train --model "$FX/train_adamw.keras" --data "$xy" --epochs 1 --batch-size 8 --device cpu --verbose 2 \
+  --save-weights "$tmp/adamw"
+for w in dense.kernel dense.bias dense_1.kernel dense_1.bias; do
+  if out=$("$NPY_CLOSE" "$tmp/adamw/$w.npy" "$FX/train_adamw_step1_${w/./_}.npy" 1e-4 1e-6 2>&1); then ok
+  else bad "train-npy: $w after one step: $out"; fi
+done
+expect train-npy-final 0 "final epoch: loss: [0-9.]+" -- \
+  "$FLYNN" train --model "$FX/train_adamw.keras" --data "$xy" --epochs 1 --batch-size 8 --device cpu --verbose 0
+pc="$FX/train_pad_crop_adam_train"
+expect train-npy-builtin-val 0 "val_loss" -- "$FLYNN" train --model mnist_cnn --data "${pc}_x.npy,${pc}_y.npy" \
+  --epochs 1 --verbose 2 --validation-split 0.25 --device cpu
+expect train-npy-lengths 1 "x and y must hold the same number of samples .*conv_basic_x.npy has shape \(3, .*pad_crop_adam_train_y.npy has shape \(8,\)" -- \
+  "$FLYNN" train --model mlp --data "$FX/conv_basic_x.npy,${pc}_y.npy" --epochs 1
+expect train-npy-not-classes 1 "y\[0\] = .* is not a class index" -- \
+  "$FLYNN" train --model mlp --data "${pc}_x.npy,$FX/train_bn_rmsprop_train_y.npy" --epochs 1
+expect train-npy-not-images 1 "built-in models take images .*train_adamw_train_x.npy has shape \(8, 6\)" -- \
+  "$FLYNN" train --model mlp --data "$xy" --epochs 1
+expect train-npy-missing 1 "nothere.npy" -- "$FLYNN" train --model mlp --data "$tmp/nothere.npy,$tmp/y.npy" --epochs 1
 
 echo "test_cli_files: $pass passed, $fail failed"
 [ $fail -eq 0 ]

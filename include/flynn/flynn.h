@@ -784,6 +784,13 @@ fl_status fl_load_mnist(const char *dir, int64_t max_train, int64_t max_test, fl
  * dir/cifar-10-batches-bin): x float32 (N, 32, 32, 3) in [0, 1], y float32
  * (N,). Only the batches needed for max_train are read. */
 fl_status fl_load_cifar10(const char *dir, int64_t max_train, int64_t max_test, fl_dataset *out);
+/* Arrays the user made, as Keras's fit(x, y): x from x_path and y from y_path
+ * (.npy files). x keeps its values (an integer or uint8 x becomes float32,
+ * unscaled, as x.astype("float32") would); y holds class indices (any
+ * integer or float dtype, shape (N,) or (N, 1)) or targets of any shape with
+ * the same N. The arrays must agree on N; all goes into x_train/y_train
+ * (x_test and y_test stay NULL: use a validation split). */
+fl_status fl_load_npy_xy(const char *x_path, const char *y_path, fl_dataset *out);
 void fl_dataset_free(fl_dataset *d);
 
 /* NumPy .npy (version 1-3, C order, little-endian): f4 -> FL_FLOAT32, f8 ->

@@ -63,8 +63,11 @@ static void usage_train(FILE *f) {
             "                         without --validation-split), as Keras ModelCheckpoint\n"
             "                         (save_best_only); FILE may hold {epoch:02d} and {val_loss:.4f}\n"
             "  --data SPEC            fashion-mnist[:DIR] (default, DIR defaults to %s),\n"
-            "                         mnist:DIR, or cifar10:DIR (CIFAR-10 binary version)\n"
-            "  --samples N            train on the first N training images (default 20000; 0 = all)\n"
+            "                         mnist:DIR, cifar10:DIR (CIFAR-10 binary version), or your\n"
+            "                         own arrays X.npy,Y.npy (x as it is, y class indices or\n"
+            "                         targets; no test set: use --validation-split)\n"
+            "  --samples N            train on the first N training images of a built-in data set\n"
+            "                         (default 20000; 0 = all)\n"
             "  --test-samples N       evaluate on the first N test images (default 0 = all)\n"
             "  --epochs E             epochs (default 2)\n"
             "  --batch-size B         batch size (default 128)\n"
@@ -172,12 +175,31 @@ static int parse(const char *cmd, int argc, char **argv, opts *o) {
     return 0;
 }
 
-typedef struct data_info { const char *kind; char dir[1024]; int64_t h, w, c; int classes; } data_info;
+typedef struct data_info {
+    const char *kind;
+    char dir[1024], x[1024], y[1024]; /* x, y: the .npy pair of kind "npy" */
+    int64_t h, w, c;
+    int classes;
+} data_info;
+
+static bool ends_with(const char *s, size_t n, const char *suffix) {
+    size_t k = strlen(suffix);
+    return n >= k && strncmp(s + n - k, suffix, k) == 0;
+}
 
 static int parse_data(const char *cmd, const char *spec, data_info *d) {
     const char *colon = strchr(spec, ':');
     size_t kl = colon ? (size_t)(colon - spec) : strlen(spec);
     d->classes = 10;
+    const char *comma = strchr(spec, ',');
+    if (comma && !colon && ends_with(spec, (size_t)(comma - spec), ".npy") && ends_with(comma + 1, strlen(comma + 1), ".npy")) {
+        d->kind = "npy";
+        snprintf(d->x, sizeof d->x, "%.*s", (int)(comma - spec), spec);
+        snprintf(d->y, sizeof d->y, "%s", comma + 1);
+        snprintf(d->dir, sizeof d->dir, "%s", spec);
+        d->h = d->w = d->c = 0;
+        return 0;
+    }
     if (kl == 13 && strncmp(spec, "fashion-mnist", kl) == 0) {
         d->kind = "fashion-mnist"; d->h = 28; d->w = 28; d->c = 1;
         snprintf(d->dir, sizeof d->dir, "%s", colon ? colon + 1 : DEFAULT_FASHION);
@@ -188,12 +210,46 @@ static int parse_data(const char *cmd, const char *spec, data_info *d) {
         d->kind = "cifar10"; d->h = 32; d->w = 32; d->c = 3;
         snprintf(d->dir, sizeof d->dir, "%s", colon + 1);
     } else {
-        return bad_usage(cmd, "--data wants fashion-mnist[:DIR], mnist:DIR or cifar10:DIR, got", spec);
+        return bad_usage(cmd, "--data wants fashion-mnist[:DIR], mnist:DIR, cifar10:DIR or X.npy,Y.npy, got", spec);
     }
     return 0;
 }
 
+/* The built-in models need the image shape and the number of classes: for
+ * the user's arrays they come from x's shape (N, H, W[, C]) and y's largest
+ * class index. */
+static int npy_builtin_shape(data_info *d, const fl_dataset *data) {
+    const fl_tensor *x = data->x_train, *y = data->y_train;
+    int nd = fl_tensor_ndim(x);
+    if (nd != 3 && nd != 4) {
+        char b[128];
+        fprintf(stderr, "flynn: error: the built-in models take images (N, H, W) or (N, H, W, C); %s has shape %s "
+                "(give --model FILE for other inputs)\n", d->x, fl_tensor_shape_str(x, b, sizeof b));
+        return 1;
+    }
+    d->h = fl_tensor_dim(x, 1);
+    d->w = fl_tensor_dim(x, 2);
+    d->c = nd == 4 ? fl_tensor_dim(x, 3) : 1;
+    int64_t n = fl_tensor_size(y), top = -1;
+    fl_tensor *f = fl_to_float(y, 1.0f);
+    if (!f) return die(NULL);
+    const float *v = fl_tensor_data(f);
+    for (int64_t i = 0; i < n; i++) {
+        if (!(v[i] >= 0) || v[i] != (float)(int64_t)v[i] || v[i] > 1e6f) {
+            fprintf(stderr, "flynn: error: %s: y[%lld] = %g is not a class index (0, 1, 2, ...); the built-in models "
+                    "are classifiers\n", d->y, (long long)i, (double)v[i]);
+            fl_tensor_free(f);
+            return 1;
+        }
+        if (v[i] > top) top = (int64_t)v[i];
+    }
+    fl_tensor_free(f);
+    d->classes = (int)(top < 1 ? 2 : top + 1);
+    return 0;
+}
+
 static fl_status load_data(const data_info *d, long train, long test, fl_dataset *out) {
+    if (strcmp(d->kind, "npy") == 0) return fl_load_npy_xy(d->x, d->y, out);
     if (strcmp(d->kind, "cifar10") == 0) return fl_load_cifar10(d->dir, train, test, out);
     return fl_load_mnist(d->dir, train, test, out);
 }
@@ -321,9 +377,41 @@ static int fit_data_to_model(fl_model *m, fl_dataset *d) {
     }
     for (int t = 0; t < 2; t++) {
         fl_tensor *x = t == 0 ? d->x_train : d->x_test;
+        if (!x) continue;
         ms[0] = fl_tensor_dim(x, 0);
         if (fl_tensor_reshape(x, nd + 1, ms) != FL_OK) return die(NULL);
     }
+    return 0;
+}
+
+/* After training: the test set's accuracy and loss, or for the user's arrays
+ * (no test set) the last epoch's figures. */
+static int report_results(fl_model *m, const fl_history *h, const fl_dataset *data) {
+    int nres = fl_history_num_keys(h);
+    if (!data->x_test) {
+        printf("final epoch:");
+        for (int k = 0; k < nres; k++) {
+            const float *v = fl_history_get(h, fl_history_key(h, k));
+            printf("%s %s: %.4f", k ? " -" : "", fl_history_key(h, k), v ? (double)v[fl_history_epochs(h) - 1] : 0.0);
+        }
+        printf("\n");
+        return 0;
+    }
+    float res[1 + 4];
+    if (fl_evaluate(m, data->x_test, data->y_test, res, 5, .batch_size = 256, .verbose = FL_VERBOSE_SILENT) != FL_OK)
+        return die("evaluating");
+    /* History keys: loss, the metrics, then val_*: the metrics are keys 1.. before any val_ */
+    int acc = -1;
+    for (int k = 1; k < nres && k < 5; k++) {
+        const char *key = fl_history_key(h, k);
+        if (strncmp(key, "val_", 4) == 0) break;
+        if (acc < 0 && strstr(key, "accuracy")) acc = k;
+    }
+    if (acc > 0)
+        printf("test accuracy: %.4f - test loss: %.4f (%lld test images)\n", res[acc], res[0],
+               (long long)fl_tensor_dim(data->x_test, 0));
+    else
+        printf("test loss: %.4f (%lld test images)\n", res[0], (long long)fl_tensor_dim(data->x_test, 0));
     return 0;
 }
 
@@ -342,22 +430,35 @@ static int cmd_train(int argc, char **argv) {
         return bad_usage("train", "give --model FILE or --resume FILE, not both", NULL);
     const char *file = o.resume ? o.resume : flynn_is_model_file(o.model) ? o.model : NULL;
     fl_model *m = NULL;
+    fl_dataset data = {0};
+    const bool own = strcmp(d.kind, "npy") == 0;
+    if (own && (load_data(&d, o.samples, o.test_samples, &data) != FL_OK)) return die(NULL);
+    if (own && !file && (r = npy_builtin_shape(&d, &data))) { fl_dataset_free(&data); return r; }
     if (file) {
-        if (!(m = flynn_load_model_file("train", file, NULL, true))) return die(NULL);
+        if (!(m = flynn_load_model_file("train", file, NULL, true))) { fl_dataset_free(&data); return die(NULL); }
         if (o.resume && !fl_model_optimizer(m)) {
             fl_model_free(m);
+            fl_dataset_free(&data);
             fprintf(stderr, "flynn: error: --resume %s: the file has no training configuration (it was saved "
                     "uncompiled); start from its weights with --model %s\n", file, file);
             return 1;
         }
     } else if (!(m = fl_builtin_model(o.model, d.h, d.w, d.c, d.classes))) {
+        fl_dataset_free(&data);
         return die(NULL);
     }
     const char *mname = file ? file : o.model;
-    if ((r = choose_device("train", m, o.device, o.precision, verbose == FL_VERBOSE_SILENT))) { fl_model_free(m); return r; }
-    fl_dataset data;
-    if (load_data(&d, o.samples, o.test_samples, &data) != FL_OK) { fl_model_free(m); return die(NULL); }
-    if (verbose != FL_VERBOSE_SILENT)
+    if ((r = choose_device("train", m, o.device, o.precision, verbose == FL_VERBOSE_SILENT))) {
+        fl_model_free(m);
+        fl_dataset_free(&data);
+        return r;
+    }
+    if (!own && load_data(&d, o.samples, o.test_samples, &data) != FL_OK) { fl_model_free(m); return die(NULL); }
+    if (verbose != FL_VERBOSE_SILENT && own) {
+        char a[128], b[128];
+        printf("data: x %s %s, y %s %s: %lld samples, no test set\n", d.x, fl_tensor_shape_str(data.x_train, a, sizeof a),
+               d.y, fl_tensor_shape_str(data.y_train, b, sizeof b), (long long)fl_tensor_dim(data.x_train, 0));
+    } else if (verbose != FL_VERBOSE_SILENT)
         printf("data: %s from %s: %lld training and %lld test images\n", d.kind, d.dir,
                (long long)fl_tensor_dim(data.x_train, 0), (long long)fl_tensor_dim(data.x_test, 0));
     int rc = 0;
@@ -404,24 +505,7 @@ static int cmd_train(int argc, char **argv) {
         rc = 1;
         goto done;
     }
-    float res[1 + 4];
-    int nres = fl_history_num_keys(h);
-    if (fl_evaluate(m, data.x_test, data.y_test, res, 5, .batch_size = 256, .verbose = FL_VERBOSE_SILENT) != FL_OK) {
-        rc = die("evaluating");
-        goto done;
-    }
-    /* History keys: loss, the metrics, then val_*: the metrics are keys 1.. before any val_ */
-    int acc = -1;
-    for (int k = 1; k < nres && k < 5; k++) {
-        const char *key = fl_history_key(h, k);
-        if (strncmp(key, "val_", 4) == 0) break;
-        if (acc < 0 && strstr(key, "accuracy")) acc = k;
-    }
-    if (acc > 0)
-        printf("test accuracy: %.4f - test loss: %.4f (%lld test images)\n", res[acc], res[0],
-               (long long)fl_tensor_dim(data.x_test, 0));
-    else
-        printf("test loss: %.4f (%lld test images)\n", res[0], (long long)fl_tensor_dim(data.x_test, 0));
+    if ((rc = report_results(m, h, &data))) goto done;
     char where[64];
     if (fl_model_device(m) == FL_DEVICE_GPU) snprintf(where, sizeof where, "on the GPU");
     else snprintf(where, sizeof where, "on the CPU, %d threads", fl_get_num_threads());

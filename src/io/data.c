@@ -210,3 +210,33 @@ fl_tensor *fl_one_hot(const fl_tensor *labels, int num_classes) {
     }
     return o;
 }
+
+fl_status fl_load_npy_xy(const char *x_path, const char *y_path, fl_dataset *out) {
+    if (!out) return fl_error(FL_ERR_INVALID_ARG, "fl_load_npy_xy: out is NULL");
+    memset(out, 0, sizeof *out);
+    if (!x_path || !y_path) return fl_error(FL_ERR_INVALID_ARG, "fl_load_npy_xy: a path is NULL");
+    fl_tensor *x = fl_load_npy(x_path);
+    if (!x) return fl_last_status();
+    fl_tensor *y = fl_load_npy(y_path);
+    if (!y) { fl_tensor_free(x); return fl_last_status(); }
+    char a[160], b[160];
+    if (x->ndim < 1 || y->ndim < 1 || x->shape[0] != y->shape[0] || x->shape[0] == 0) {
+        fl_status s = fl_error(FL_ERR_FORMAT,
+                               "fl_load_npy_xy: x and y must hold the same number of samples (dimension 0, at "
+                               "least 1): %s has shape %s, %s has shape %s",
+                               x_path, fl_shape_str(x->ndim, x->shape, a, sizeof a), y_path,
+                               fl_shape_str(y->ndim, y->shape, b, sizeof b));
+        fl_tensor_free(x);
+        fl_tensor_free(y);
+        return s;
+    }
+    if (x->dtype != FL_FLOAT32) {
+        fl_tensor *f = fl_to_float(x, 1.0f);
+        fl_tensor_free(x);
+        if (!f) { fl_tensor_free(y); return fl_last_status(); }
+        x = f;
+    }
+    out->x_train = x;
+    out->y_train = y;
+    return FL_OK;
+}
