@@ -13,6 +13,19 @@ A model flynn refuses is listed with flynn's reason (the first line of it),
 so the table doubles as the to-do list of issue 10. Nothing here is part of
 the test command: it needs Keras and writes ~100 MB of model files.
 
+With --train it also checks one training step: the model is compiled with
+SGD(learning_rate=0.1, momentum=0.9) and sparse categorical crossentropy,
+its Dropout rates set to 0 (random masks cannot agree), saved, and given one
+batch: Keras's train_on_batch against `flynn train --model NAME_train.keras
+--data x.npy,y.npy --epochs 1 --batch-size B --save ...`. The reference is
+the same step in float64 (the model rebuilt with dtype float64 under
+jax_enable_x64): a deep network at random initialisation with BatchNormalization
+in training mode is ill-conditioned (ResNet50's gradient grows ~200x from
+the top to conv1), so Keras's own float32 step is ~1% away from the float64
+one in the first layers. Every variable after flynn's step (weights and
+BatchNormalization's moving statistics) must be within 1e-5 + 1e-4 |w64| of
+the float64 step, or no further from it than twice Keras's float32 step is.
+
 The models are made with small inputs (the applications accept any size
 above their minimum) so that a run takes minutes, not hours, on 2 cores.
 """
@@ -109,16 +122,103 @@ MODELS = {
 }
 
 
+def train_step(name, m, args):
+    """One SGD step in Keras and in flynn from the same file and batch."""
+    for layer in m._flatten_layers(include_self=False):
+        if isinstance(layer, (L.Dropout, L.SpatialDropout2D)):
+            layer.rate = 0.0
+    m.compile(optimizer=keras.optimizers.SGD(learning_rate=0.1, momentum=0.9),
+              loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+    path = os.path.join(args.out, name + "_train.keras")
+    m.save(path)
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((args.batch,) + tuple(m.input_shape[1:])).astype("float32")
+    classes = m.output_shape[-1]
+    y = rng.integers(0, classes, (args.batch,) + tuple(m.output_shape[1:-1])).astype("int32")
+    xp, yp = os.path.join(args.out, name + "_tx.npy"), os.path.join(args.out, name + "_ty.npy")
+    np.save(xp, x)
+    np.save(yp, y)
+    w0 = [np.asarray(v) for v in m.weights]
+    m.train_on_batch(x, y)
+    want = [np.asarray(v) for v in m.weights]
+    ref = step64(m, w0, x, y)
+    out = os.path.join(args.out, name + "_trained_flynn.keras")
+    if os.path.exists(out):
+        os.remove(out)
+    t0 = time.time()
+    p = subprocess.run([args.flynn, "train", "--model", path, "--data", xp + "," + yp, "--epochs", "1",
+                        "--batch-size", str(args.batch), "--save", out, "--device", "cpu", "--verbose", "0"],
+                       capture_output=True, text=True)
+    dt = time.time() - t0
+    if p.returncode != 0:
+        msg = (p.stderr.strip() or p.stdout.strip()).split("\n")
+        return "refused", msg[0][:300]
+    got = keras.models.load_model(out, compile=False)
+    gw = [np.asarray(v) for v in got.weights]
+    if len(gw) != len(want):
+        return "MISMATCH", "%d variables after flynn's step, %d in Keras" % (len(gw), len(want))
+    worst, where, bad, loose = 0.0, "", 0, 0
+    for v, a, b, r in zip(m.weights, want, gw, ref):
+        if a.shape != b.shape:
+            return "MISMATCH", "%s: shape %s, Keras %s" % (v.path, b.shape, a.shape)
+        if not a.size:
+            continue
+        e = float(np.max(np.abs(b - r) / (1e-5 + 1e-4 * np.abs(r))))
+        if e > 1.0:
+            # outside the tight bound: as close to float64 as Keras's float32?
+            ek, ef = float(np.max(np.abs(a - r))), float(np.max(np.abs(b - r)))
+            loose += 1
+            e = ef / (2 * ek) if ek > 0 else float("inf")
+            bad += e > 1.0
+        if e > worst:
+            worst, where = e, v.path
+    return ("ok" if bad == 0 else "MISMATCH",
+            "%d variables: %d within 1e-5 + 1e-4|w| of the float64 step, %d within 2x Keras float32's error, "
+            "%d outside (worst %.2f of its bound, %s); flynn train %.1f s"
+            % (len(want), len(want) - loose, loose - bad, bad, worst, where, dt))
+
+
+def step64(m, w0, x, y):
+    """The same SGD step in float64: the reference both float32 steps are judged by."""
+    def f64(c):
+        if isinstance(c, dict):
+            for k, v in c.items():
+                if k == "dtype":
+                    c[k] = "float64"
+                else:
+                    f64(v)
+        elif isinstance(c, list):
+            for v in c:
+                f64(v)
+    cfg = m.get_config()
+    f64(cfg)
+    old = keras.config.floatx()
+    keras.config.set_floatx("float64")
+    try:
+        m64 = m.__class__.from_config(cfg)
+        m64.set_weights([a.astype("float64") for a in w0])
+        m64.compile(optimizer=keras.optimizers.SGD(learning_rate=0.1, momentum=0.9),
+                    loss="sparse_categorical_crossentropy")
+        m64.train_on_batch(x.astype("float64"), y)
+        return [np.asarray(v) for v in m64.weights]
+    finally:
+        keras.config.set_floatx(old)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--flynn", required=True)
     ap.add_argument("--out", default="/tmp/flynn-keras-apps")
     ap.add_argument("--only", default="")
     ap.add_argument("--batch", type=int, default=2)
+    ap.add_argument("--train", action="store_true", help="also check one training step")
     args = ap.parse_args()
+    if args.train:
+        import jax
+        jax.config.update("jax_enable_x64", True)
     os.makedirs(args.out, exist_ok=True)
     names = [n for n in args.only.split(",") if n] or list(MODELS)
-    rows = []
+    rows, trained = [], []
     for name in names:
         keras.backend.clear_session()
         keras.utils.set_random_seed(1)
@@ -150,8 +250,14 @@ def main():
             rows.append((name, m.count_params(), "ok" if ok else "MISMATCH",
                          "max abs err %.2e, max rel err %.2e, flynn predict %.1f s" % (float(err.max()), rel, dt)))
         print("%-15s %10d  %-9s %s" % rows[-1], flush=True)
+        if args.train and rows[-1][2] == "ok":
+            st, why = train_step(name, m, args)
+            trained.append(st == "ok")
+            print("%-15s %10s  %-9s %s" % ("  train step", "", st, why), flush=True)
     passed = sum(r[2] == "ok" for r in rows)
     print("\n%d of %d models load in flynn and match Keras %s within 1e-5" % (passed, len(rows), keras.__version__))
+    if args.train:
+        print("%d of %d of those take one training step as Keras does" % (sum(trained), len(trained)))
     return 0
 
 
