@@ -26,6 +26,7 @@ typedef struct opts {
     int epochs, batch_size, threads;
     unsigned long long seed;
     float validation_split;
+    bool no_nan_check;
 } opts;
 
 static void usage_main(FILE *f) {
@@ -76,7 +77,10 @@ static void usage_train(FILE *f) {
             "  --seed S               seed for weights, dropout and shuffling (default 0)\n"
             "  --verbose V            auto (default: bar on a terminal, one line per epoch otherwise),\n"
             "                         0 (silent), 1 (bar) or 2 (one line per epoch)\n"
-            "  --save-weights DIR     save the trained weights as DIR/<layer>.<weight>.npy\n",
+            "  --save-weights DIR     save the trained weights as DIR/<layer>.<weight>.npy\n"
+            "  --no-nan-check         train on when the data or the loss holds NaN or inf (by default\n"
+            "                         training stops, as Keras TerminateOnNaN, naming the sample or the\n"
+            "                         layer, and nothing is saved)\n",
             DEFAULT_FASHION);
 }
 
@@ -127,6 +131,7 @@ static int parse(const char *cmd, int argc, char **argv, opts *o) {
         char key[64];
         const char *a = argv[i], *val = NULL;
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) return -1;
+        if (strcmp(a, "--no-nan-check") == 0 && strcmp(cmd, "train") == 0) { o->no_nan_check = true; continue; }
         if (strncmp(a, "--", 2) != 0) return bad_usage(cmd, "unexpected argument", a);
         const char *eq = strchr(a, '=');
         size_t kl = eq ? (size_t)(eq - a) : strlen(a);
@@ -397,7 +402,7 @@ static int cmd_train(int argc, char **argv) {
     }
     h = fl_fit(m, data.x_train, data.y_train, .batch_size = o.batch_size, .epochs = initial + o.epochs,
                .initial_epoch = initial, .validation_split = o.validation_split, .verbose = verbose,
-               .on_epoch_end = ck ? fl_checkpoint_on_epoch_end : NULL, .user = ck);
+               .on_epoch_end = ck ? fl_checkpoint_on_epoch_end : NULL, .user = ck, .no_nan_check = o.no_nan_check);
     if (!h) { rc = die("training"); goto done; }
     if (ck && fl_checkpoint_status(ck) != FL_OK) {
         fprintf(stderr, "flynn: error: %s\n", fl_checkpoint_error(ck));
