@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #define DEFAULT_FASHION "/usr/share/datasets/fashion-mnist"
 
@@ -229,21 +230,37 @@ static int choose_device(const char *cmd, fl_model *m, const char *dev, const ch
     return 0;
 }
 
-/* Saves every weight as DIR/<layer>.<weight>.npy (each file written atomically). */
+/* Saves every weight as DIR/<layer>.<weight>.npy (each file written
+ * atomically). On failure, a folder this call made is removed again with
+ * the files written into it; in a folder that existed, each file is either
+ * its old or its new version. */
 static int save_weights(fl_model *m, const char *dir) {
-    if (mkdir(dir, 0777) != 0 && errno != EEXIST) {
-        fprintf(stderr, "flynn: error: cannot create folder %s: %s\n", dir, strerror(errno));
+    bool made = mkdir(dir, 0777) == 0;
+    if (!made && errno != EEXIST) {
+        fprintf(stderr, "flynn: error: cannot save the weights: cannot create the folder %s: %s\n", dir, strerror(errno));
         return 1;
     }
-    for (int i = 0; i < fl_model_num_layers(m); i++) {
+    int written = 0, rc = 0;
+    for (int i = 0; i < fl_model_num_layers(m) && rc == 0; i++) {
         fl_layer *l = fl_model_layer(m, i);
-        for (int k = 0; k < fl_layer_num_weights(l); k++) {
+        for (int k = 0; k < fl_layer_num_weights(l) && rc == 0; k++) {
             char path[2048];
             snprintf(path, sizeof path, "%s/%s.%s.npy", dir, fl_layer_name(l), fl_layer_weight_name(l, k));
-            if (fl_save_npy(fl_layer_weight(l, k), path) != FL_OK) return die("saving weights");
+            if (fl_save_npy(fl_layer_weight(l, k), path) != FL_OK) rc = die("saving weights");
+            else written++;
         }
     }
-    return 0;
+    if (rc == 0 || !made) return rc;
+    for (int i = 0, n = 0; i < fl_model_num_layers(m) && n < written; i++) {
+        fl_layer *l = fl_model_layer(m, i);
+        for (int k = 0; k < fl_layer_num_weights(l) && n < written; k++, n++) {
+            char path[2048];
+            snprintf(path, sizeof path, "%s/%s.%s.npy", dir, fl_layer_name(l), fl_layer_weight_name(l, k));
+            (void)unlink(path);
+        }
+    }
+    if (rmdir(dir) == 0) fprintf(stderr, "flynn: removed the folder %s again (it was made for these weights)\n", dir);
+    return rc;
 }
 
 static int load_weights(fl_model *m, const char *dir) {
