@@ -152,5 +152,49 @@ EOF
        "targets loadable $loaded times, absent $absent times; at most $leftover_max temporary file(s) at once"
 fi
 
+# ------------------------------------------------ bad data and a diverging loss
+b=$tmp/bad
+mkdir -p "$b/mnist"
+byte() { printf "\\x$(printf %02x "$1")"; }
+idx_images() { { printf '\x00\x00\x08\x03\x00\x00\x00'; byte "$2"; printf '\x00\x00\x00\x1c\x00\x00\x00\x1c'; head -c $(($2 * 784)) /dev/zero; } >"$1"; }
+idx_labels() { local f=$1; shift; { printf '\x00\x00\x08\x01\x00\x00\x00'; byte $#; for v; do byte "$v"; done; } >"$f"; }
+idx_images "$b/mnist/train-images-idx3-ubyte" 4
+idx_labels "$b/mnist/train-labels-idx1-ubyte" 1 2 12 3
+idx_images "$b/mnist/t10k-images-idx3-ubyte" 2
+idx_labels "$b/mnist/t10k-labels-idx1-ubyte" 1 2
+expect_fail "bad-label" "train-labels-idx1-ubyte: label 2 is 12, expected 0..9" -- \
+  "$FLYNN" train --data "mnist:$b/mnist" --verbose 0 --epochs 1
+idx_labels "$b/mnist/train-labels-idx1-ubyte" 1 2 3
+expect_fail "count-mismatch" "train-images-idx3-ubyte has 4 images but .*train-labels-idx1-ubyte has 3 labels" -- \
+  "$FLYNN" train --data "mnist:$b/mnist" --verbose 0 --epochs 1
+# an .npy of the wrong shape for predict names the file (header padded to 128 bytes)
+hdr="{'descr': '<f4', 'fortran_order': False, 'shape': (2, 7), }"
+{ printf '\x93NUMPY\x01\x00\x76\x00%s' "$hdr"; printf '%*s\n' $((0x76 - ${#hdr} - 1)) ''; head -c 56 /dev/zero; } >"$b/x.npy"
+expect_fail "predict-shape" "--input $b/x.npy: .*x has shape \(2, 7\), model 'dense_activations' expects \(None, 5\)" -- \
+  "$FLYNN" predict "$FIX/dense_activations.keras" --input "$b/x.npy" --output "$b/y.npy"
+[ ! -e "$b/y.npy" ] && ok || bad "predict-shape: wrote y.npy"
+
+if [ -f "$DATA/train-images-idx3-ubyte.gz" ]; then
+  # SGD with a learning rate of 1e30: the second step's loss is NaN; training
+  # stops naming the layer, and nothing is saved
+  cat >"$b/div.json" <<'EOF'
+{"class_name": "Sequential", "config": {"name": "div", "layers": [
+ {"class_name": "InputLayer", "config": {"batch_shape": [null, 28, 28, 1], "name": "in"}},
+ {"class_name": "Flatten", "config": {"name": "flatten"}},
+ {"class_name": "Dense", "config": {"name": "hidden", "units": 16, "activation": "relu"}},
+ {"class_name": "Dense", "config": {"name": "out", "units": 10, "activation": "softmax"}}]},
+ "compile_config": {"optimizer": {"class_name": "SGD", "config": {"learning_rate": 1e30}},
+                    "loss": "sparse_categorical_crossentropy", "metrics": ["accuracy"]}}
+EOF
+  div=("$FLYNN" train --model "$b/div.json" --samples 256 --test-samples 32 --epochs 2 --batch-size 64 --verbose 0
+       --threads 1 --save "$b/div.keras")
+  expect_fail "nan-loss" "epoch 1/2, step 2/4: the sparse_categorical_crossentropy loss is NaN; layer '(hidden|out)' .*TerminateOnNaN" -- "${div[@]}"
+  [ ! -e "$b/div.keras" ] && ok || bad "nan-loss: the broken model was saved"
+  out=$("${div[@]}" --no-nan-check 2>&1); rc=$?
+  [ $rc = 0 ] && [ -e "$b/div.keras" ] && ok || { bad "nan-loss --no-nan-check: exit $rc"; echo "$out" | tail -3 >&2; }
+else
+  skip "no Fashion-MNIST at $DATA: the diverging-loss case not run"
+fi
+
 echo "test_faults: $pass passed, $fail failed"
 [ "$fail" = 0 ]

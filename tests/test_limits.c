@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define GiB ((int64_t)1 << 30)
 
@@ -282,6 +283,51 @@ static void test_nan_loss(void) {
     fl_tensor_free(y);
 }
 
+/* After epoch 1 (and its checkpoint), a weight turns NaN: epoch 2 stops at
+ * its first step naming the weight, and the checkpoint stays loadable. */
+static bool checkpoint_then_poison(fl_model *m, int epoch, const fl_history *h, void *ck) {
+    bool go = fl_checkpoint_on_epoch_end(m, epoch, h, ck);
+    fl_layer *l = fl_model_get_layer(m, "conv");
+    fl_tensor *w = fl_tensor_clone(fl_layer_weight(l, 0));
+    ((float *)fl_tensor_data(w))[5] = NAN;
+    fl_layer_set_weight(l, 0, w);
+    fl_tensor_free(w);
+    return go;
+}
+
+static void test_nan_keeps_checkpoint(void) {
+    fl_tensor *x, *y;
+    small_data(&x, &y);
+    fl_model *m = small_model();
+    char path[] = "/tmp/flynn-test-limits-XXXXXX";
+    CHECK(mkdtemp(path) != NULL);
+    char file[128];
+    snprintf(file, sizeof file, "%s/best.keras", path);
+    fl_checkpoint *ck = fl_model_checkpoint(file, .monitor = "loss");
+    fl_clear_error();
+    fl_history *h = fl_fit(m, x, y, .batch_size = 16, .epochs = 3, .verbose = FL_VERBOSE_SILENT,
+                           .on_epoch_end = checkpoint_then_poison, .user = ck);
+    CHECK(h == NULL);
+    CHECK(fl_last_status() == FL_ERR_NONFINITE);
+    CHECK_STR_CONTAINS(fl_last_error(), "epoch 2/3, at its end: ");
+    CHECK_STR_CONTAINS(fl_last_error(), "layer 'conv' has a weight of shape (3, 3, 1, 4) holding NaN at index (0, 1, 0, 1)");
+    CHECK(fl_checkpoint_saves(ck) == 1);
+    fl_model *back = fl_load_model(file);
+    CHECK_MSG(back != NULL, "%s", fl_last_error());
+    if (back) {
+        const float *k = fl_tensor_cdata(fl_layer_weight(fl_model_get_layer(back, "conv"), 0));
+        CHECK(isfinite(k[5]));
+    }
+    fl_model_free(back);
+    fl_checkpoint_free(ck);
+    fl_history_free(h);
+    fl_model_free(m);
+    remove(file);
+    rmdir(path);
+    fl_tensor_free(x);
+    fl_tensor_free(y);
+}
+
 /* ------------------------------------------------------ bad arrays */
 
 static void test_bad_arrays(void) {
@@ -323,6 +369,7 @@ int main(void) {
     test_budget();
     test_nan_data();
     test_nan_loss();
+    test_nan_keeps_checkpoint();
     test_bad_arrays();
     return check_report("test_limits");
 }

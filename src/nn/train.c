@@ -707,30 +707,53 @@ static int64_t buffer_nonfinite(const fl_backend *be, const float *buf, int64_t 
     return i;
 }
 
+/* True (and a sentence in why) when a weight holds NaN or an infinity.
+ * host: scratch of the largest node's size for device backends. */
+static bool weights_nonfinite(fl_model *m, float *host, char *why, size_t len) {
+    fl_graph *g = &m->g;
+    char a[128];
+    float v = 0;
+    for (int i = 0; i < g->n; i++) { /* in the order the layers made them */
+        fl_node *n = g->nodes[i];
+        if (n->op != FL_OP_PARAM) continue;
+        int64_t at = buffer_nonfinite(g->be, n->val, fl_node_size(n), host, &v);
+        if (at < 0) continue;
+        char b[128];
+        snprintf(why, len, "layer '%s' has a weight of shape %s holding %s at index %s", n->name,
+                 fl_shape_str(n->ndim, n->shape, a, sizeof a), nonfinite_name(v), index_str(at, n->ndim, n->shape, b, sizeof b));
+        return true;
+    }
+    return false;
+}
+
+/* Scratch for reading any node of the graph back from a device (NULL on the host). */
+static float *node_scratch(const fl_graph *g, bool *failed) {
+    *failed = false;
+    if (g->be->host_memory) return NULL;
+    int64_t most = 1;
+    for (int i = 0; i < g->n; i++)
+        if (fl_node_size(g->nodes[i]) > most) most = fl_node_size(g->nodes[i]);
+    float *h = malloc((size_t)most * sizeof(float));
+    *failed = h == NULL;
+    return h;
+}
+
 /* The loss came out NaN or infinite: a diagnostic forward and backward pass
  * on the batch in the graph names the first layer whose weight, output or
  * gradient is not finite. Writes one sentence into why. */
 static void diagnose_nonfinite(fl_model *m, char *why, size_t len) {
     fl_graph *g = &m->g;
     const fl_backend *be = g->be;
-    int64_t most = 0;
-    for (int i = 0; i < g->n; i++)
-        if (fl_node_size(g->nodes[i]) > most) most = fl_node_size(g->nodes[i]);
-    float *host = be->host_memory ? NULL : malloc((size_t)most * sizeof(float));
-    if (!be->host_memory && !host) { snprintf(why, len, "no memory to look for the layer"); return; }
+    bool nomem;
+    float *host = node_scratch(g, &nomem);
+    if (nomem) { snprintf(why, len, "no memory to look for the layer"); return; }
     char a[128];
     float v = 0;
     int64_t at;
-    for (int i = 0; i < g->n; i++) { /* weights, in the order the layers made them */
-        fl_node *n = g->nodes[i];
-        if (n->op != FL_OP_PARAM) continue;
-        if ((at = buffer_nonfinite(be, n->val, fl_node_size(n), host, &v)) >= 0) {
-            snprintf(why, len, "layer '%s' has a weight of shape %s holding %s at index %s (an earlier update "
-                     "overflowed: lower the learning rate?)", n->name, fl_shape_str(n->ndim, n->shape, a, sizeof a),
-                     nonfinite_name(v), index_str(at, n->ndim, n->shape, a, sizeof a));
-            free(host);
-            return;
-        }
+    if (weights_nonfinite(m, host, why, len)) {
+        snprintf(why + strlen(why), len - strlen(why), " (an earlier update overflowed: lower the learning rate?)");
+        free(host);
+        return;
     }
     fl_graph_clear_grads(g);
     fl_graph_forward(g, true);
@@ -981,6 +1004,19 @@ fl_history *fl_fit_(fl_model *m, const fl_tensor *x, const fl_tensor *y, fl_fit_
         if (check && !isfinite(v[0])) {
             nonfinite_loss(m, v[0], ep, epochs, checked, steps, steps);
             goto fail;
+        }
+        if (check) { /* a NaN weight behind a ReLU keeps the loss finite: look once an epoch */
+            char why[512];
+            bool nomem;
+            float *host = node_scratch(&m->g, &nomem);
+            bool poisoned = !nomem && weights_nonfinite(m, host, why, sizeof why);
+            free(host);
+            if (poisoned) {
+                fl_error(FL_ERR_NONFINITE, "fl_fit: epoch %d/%d, at its end: %s, although the loss stayed finite "
+                         "(a ReLU hides NaN); training stopped (TerminateOnNaN) before the epoch's callbacks; set "
+                         ".no_nan_check (flynn train --no-nan-check) to train on anyway", ep + 1, epochs, why);
+                goto fail;
+            }
         }
         h->train_seconds += now() - t0;
         h->train_samples += n_train;
