@@ -673,25 +673,29 @@ static const char *index_str(int64_t i, int nd, const int64_t *dims, char *buf, 
     return fl_shape_str(nd, ix, buf, n);
 }
 
-/* The rows idx[0..b) of the host data: the first sample holding a NaN or
- * an infinity stops training, named by its index in x and its feature. */
-static fl_status check_batch_x(const fl_model *m, const data_src *d, const int64_t *idx, int64_t b, int ep,
-                               int epochs, int64_t step, int64_t steps) {
-    for (int64_t i = 0; i < b; i++) {
-        const float *row = d->hx + idx[i] * d->xrow;
-        int64_t f = first_nonfinite(row, d->xrow);
-        if (f < 0) continue;
-        char a[128], c[128];
-        return fl_error(FL_ERR_NONFINITE,
-                        "fl_fit: epoch %d/%d, step %lld/%lld: x[%lld] holds %s at feature %lld (index %s of the "
-                        "sample shape %s); training stopped (TerminateOnNaN) before this step, model '%s' is "
-                        "unchanged by it; fix the data, or set .no_nan_check (flynn train --no-nan-check)",
-                        ep + 1, epochs, (long long)step + 1, (long long)steps, (long long)idx[i],
-                        nonfinite_name(row[f]), (long long)f,
-                        index_str(f, d->in->ndim - 1, d->in->shape + 1, a, sizeof a),
-                        fl_shape_str(d->in->ndim - 1, d->in->shape + 1, c, sizeof c), m->name);
-    }
-    return FL_OK;
+/* The batch just gathered into the input node (host memory: still in
+ * cache, so the check costs a fraction of the gather), or with idx == NULL
+ * all of x before training (device backends, where the batch is gathered on
+ * the device): the first sample holding a NaN or an infinity stops
+ * training, named by its index in x and its feature. */
+static fl_status check_x_finite(const fl_model *m, const data_src *d, const float *rows, const int64_t *idx, int64_t b,
+                                int ep, int epochs, int64_t step, int64_t steps) {
+    int64_t f = first_nonfinite(rows, b * d->xrow);
+    if (f < 0) return FL_OK;
+    int64_t i = f / d->xrow, sample = idx ? idx[i] : i;
+    f %= d->xrow;
+    char when[96], a[128], c[128];
+    if (idx)
+        snprintf(when, sizeof when, "epoch %d/%d, step %lld/%lld", ep + 1, epochs, (long long)step + 1, (long long)steps);
+    else
+        snprintf(when, sizeof when, "before epoch %d", ep + 1);
+    const float *row = rows + i * d->xrow;
+    return fl_error(FL_ERR_NONFINITE,
+                    "fl_fit: %s: x[%lld] holds %s at feature %lld (index %s of the sample shape %s); training "
+                    "stopped (TerminateOnNaN) before this step, model '%s' is unchanged by it; fix the data, or set "
+                    ".no_nan_check (flynn train --no-nan-check)", when, (long long)sample, nonfinite_name(row[f]),
+                    (long long)f, index_str(f, d->in->ndim - 1, d->in->shape + 1, a, sizeof a),
+                    fl_shape_str(d->in->ndim - 1, d->in->shape + 1, c, sizeof c), m->name);
 }
 
 /* First non-finite value of a backend buffer of n floats (host is scratch
@@ -962,6 +966,9 @@ fl_history *fl_fit_(fl_model *m, const fl_tensor *x, const fl_tensor *y, fl_fit_
     FILE *f = a.out ? a.out : stdout;
     int mode = resolve_verbose(a.verbose, f);
     int64_t steps = (n_train + bs - 1) / bs;
+    if (check && !m->g.be->host_memory && /* device: x once, the batches are gathered there */
+        check_x_finite(m, &tr, x->data, NULL, n_train, a.initial_epoch, epochs, 0, steps) != FL_OK)
+        goto fail;
     double t_fit = now();
     for (int ep = a.initial_epoch; ep < epochs; ep++) {
         for (int64_t i = 0; i < n; i++) perm[i] = i;
@@ -977,8 +984,10 @@ fl_history *fl_fit_(fl_model *m, const fl_tensor *x, const fl_tensor *y, fl_fit_
         int64_t checked = 0; /* steps whose loss is known to be finite */
         for (int64_t s = 0; s < steps; s++) {
             int64_t b = n_train - s * bs < bs ? n_train - s * bs : bs;
-            if (check && check_batch_x(m, &tr, perm + s * bs, b, ep, epochs, s, steps) != FL_OK) goto fail;
             load_batch(m, &tr, perm + s * bs, b);
+            if (check && m->g.be->host_memory &&
+                check_x_finite(m, &tr, m->input->val, perm + s * bs, b, ep, epochs, s, steps) != FL_OK)
+                goto fail;
             bool finite;
             if (train_step(m, &gs, b == bs, check, &finite) != FL_OK) goto fail;
             if (!finite) {
