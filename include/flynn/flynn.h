@@ -711,7 +711,8 @@ void fl_history_free(fl_history *h);
  * (an unknown or custom layer, Lambda, channels_first, dilation or groups,
  * regularizers/constraints, a frozen layer, a wrong weight shape, missing
  * weights, a damaged zip or HDF5 file, invalid JSON, a zip entry declaring
- * more than 64 MiB of config or 4 GiB of weights) is refused with a message
+ * more than 64 MiB of config or 4 GiB of weights, sizes that overflow or
+ * exceed fl_get_max_model_bytes()) is refused with a message
  * naming the file, the layer and the reason, and nothing is half-loaded.
  * When the file has a compile config the model comes back compiled (same
  * optimizer and hyper-parameters, loss, metrics), with the optimizer state
@@ -720,7 +721,9 @@ void fl_history_free(fl_history *h);
  * compile=False) skips the compile config. A .json model has fresh weights.
  *
  * Saving writes what Keras 3.15 loads, atomically: a temporary file in the
- * same folder, fsync, rename; on failure the old file is untouched. */
+ * same folder, fsync, rename; on failure the old file is untouched and the
+ * message names the file and the system's reason; temporary files left by
+ * killed processes are removed by the next save (docs/reliability.md). */
 typedef struct fl_load_args {
     int _reserved;
     bool no_compile; /* Keras compile=False: ignore the file's compile config */
