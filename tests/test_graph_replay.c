@@ -370,6 +370,28 @@ int main(void) {
     CHECK(g_nbegin == 1 && g_nlaunch == 0 && g_nrecorded == 0);
     if (ok) same_training("capture not started", &failed_begin, &plain);
 
+    /* 4. TerminateOnNaN with captured steps: the loss cannot be read after
+     * each step, so the epoch's running loss is checked when it is read (at
+     * the epoch's end here), and the diagnosis still names the layer */
+    reset_observations();
+    {
+        fl_model *m = fl_sequential(fl_input(FEATURES), fl_dense(32, .activation = FL_RELU, .name = "hidden"),
+                                    fl_dense(CLASSES, .activation = FL_SOFTMAX, .name = "out"));
+        m->g.be = &fake;
+        CHECK(fl_compile(m, fl_sgd(.learning_rate = 1e30f), FL_SPARSE_CATEGORICAL_CROSSENTROPY) == FL_OK);
+        fl_clear_error();
+        fl_history *h = fl_fit(m, x, y, .batch_size = BATCH, .epochs = EPOCHS, .verbose = FL_VERBOSE_SILENT);
+        CHECK(h == NULL);
+        CHECK(fl_last_status() == FL_ERR_NONFINITE);
+        CHECK_STR_CONTAINS(fl_last_error(), "epoch 1/2, between steps 1 and 8/8: the sparse_categorical_crossentropy loss is");
+        CHECK_STR_CONTAINS(fl_last_error(), "layer '");
+        CHECK(g_nbegin == 1); /* the check did not stop capture */
+        printf("(diagnosis with captured steps: %s)\n", fl_last_error());
+        fl_history_free(h);
+        m->g.be = CPU;
+        fl_model_free(m);
+    }
+
     printf("epoch losses without graphs %.6f %.6f, replayed %.6f %.6f; %d launches\n", plain.loss[0], plain.loss[1],
            graphs.loss[0], graphs.loss[1], nexpect);
     free(plain.kernel); free(graphs.kernel); free(failed_end.kernel); free(failed_begin.kernel);

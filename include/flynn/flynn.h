@@ -55,6 +55,7 @@ typedef enum fl_status {
     FL_ERR_DEVICE,       /* a device (GPU) is not usable */
     FL_ERR_UNSUPPORTED,  /* a valid request this build cannot do */
     FL_ERR_STATE,        /* called in the wrong order (fit before compile) */
+    FL_ERR_NONFINITE,    /* a NaN or infinity in the training data or the loss (fl_fit stopped) */
 } fl_status;
 
 /* The message of the last failed call on this thread ("" if none). */
@@ -612,6 +613,15 @@ fl_status fl_gpu_probe(char *why, size_t why_len);
  * default. FL_ERR_INVALID_ARG for another name. */
 fl_status fl_set_matmul_precision(const char *precision);
 const char *fl_get_matmul_precision(void);
+/* The memory one model may take: its weights (with their gradients) and its
+ * batch buffers. A model file, a layer or a batch size that would need more
+ * is refused, naming the layer and the size, before anything is allocated
+ * (docs/reliability.md, "Limits and faults"). Default: half of the physical
+ * memory (or of the container's limit); $FLYNN_MAX_MODEL_BYTES ("16G",
+ * "512M", bytes) overrides the default, and this call both. 0 restores the
+ * default. */
+fl_status fl_set_max_model_bytes(int64_t bytes);
+int64_t fl_get_max_model_bytes(void);
 /* Threads the CPU backend uses (0: all cores; default: all cores). */
 void fl_set_num_threads(int n);
 int fl_get_num_threads(void);
@@ -642,6 +652,13 @@ typedef struct fl_fit_args {
     fl_epoch_callback on_epoch_end;
     void *user;
     void *out;                /* FILE* for progress output; NULL = stdout */
+    /* Keras TerminateOnNaN, on by default: each batch's x is checked for NaN
+     * and infinities as it is loaded (y once), and the loss after each step
+     * (on a GPU: whenever the running loss is read, at least every epoch);
+     * a non-finite value stops fl_fit with FL_ERR_NONFINITE and a message
+     * naming the epoch, the step, the sample and feature, or the first layer
+     * whose weight, output or gradient is not finite. true turns it off. */
+    bool no_nan_check;
 } fl_fit_args;
 
 /* x: (N, ...input shape); y: (N,) class indices (float32 or int32/uint8) for
@@ -694,7 +711,8 @@ void fl_history_free(fl_history *h);
  * (an unknown or custom layer, Lambda, channels_first, dilation or groups,
  * regularizers/constraints, a frozen layer, a wrong weight shape, missing
  * weights, a damaged zip or HDF5 file, invalid JSON, a zip entry declaring
- * more than 64 MiB of config or 4 GiB of weights) is refused with a message
+ * more than 64 MiB of config or 4 GiB of weights, sizes that overflow or
+ * exceed fl_get_max_model_bytes()) is refused with a message
  * naming the file, the layer and the reason, and nothing is half-loaded.
  * When the file has a compile config the model comes back compiled (same
  * optimizer and hyper-parameters, loss, metrics), with the optimizer state
@@ -703,7 +721,9 @@ void fl_history_free(fl_history *h);
  * compile=False) skips the compile config. A .json model has fresh weights.
  *
  * Saving writes what Keras 3.15 loads, atomically: a temporary file in the
- * same folder, fsync, rename; on failure the old file is untouched. */
+ * same folder, fsync, rename; on failure the old file is untouched and the
+ * message names the file and the system's reason; temporary files left by
+ * killed processes are removed by the next save (docs/reliability.md). */
 typedef struct fl_load_args {
     int _reserved;
     bool no_compile; /* Keras compile=False: ignore the file's compile config */

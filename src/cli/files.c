@@ -200,7 +200,15 @@ int flynn_cmd_predict(int argc, char **argv) {
     }
     if (fl_predict_multi(m, (const fl_tensor *const *)xs, nin, ys, mo, .batch_size = (int)bs,
                          .verbose = FL_VERBOSE_SILENT) != FL_OK) {
-        rc = fail("predict", NULL);
+        /* "fl_predict_multi (input k): x has shape ...": name the file of input k */
+        const char *e = fl_last_error(), *at = strstr(e, "(input ");
+        int k = -1;
+        if (at && sscanf(at, "(input %d)", &k) == 1 && k >= 0 && k < nin) {
+            fprintf(stderr, "flynn predict: error: --input %s: %s\n", inputs[k], e);
+            rc = 1;
+        } else {
+            rc = fail("predict", NULL);
+        }
         goto done;
     }
     for (int o = 0; o < mo; o++) {

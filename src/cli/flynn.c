@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #define DEFAULT_FASHION "/usr/share/datasets/fashion-mnist"
 
@@ -26,6 +27,7 @@ typedef struct opts {
     int epochs, batch_size, threads;
     unsigned long long seed;
     float validation_split;
+    bool no_nan_check;
 } opts;
 
 static void usage_main(FILE *f) {
@@ -79,7 +81,10 @@ static void usage_train(FILE *f) {
             "  --seed S               seed for weights, dropout and shuffling (default 0)\n"
             "  --verbose V            auto (default: bar on a terminal, one line per epoch otherwise),\n"
             "                         0 (silent), 1 (bar) or 2 (one line per epoch)\n"
-            "  --save-weights DIR     save the trained weights as DIR/<layer>.<weight>.npy\n",
+            "  --save-weights DIR     save the trained weights as DIR/<layer>.<weight>.npy\n"
+            "  --no-nan-check         train on when the data or the loss holds NaN or inf (by default\n"
+            "                         training stops, as Keras TerminateOnNaN, naming the sample or the\n"
+            "                         layer, and nothing is saved)\n",
             DEFAULT_FASHION);
 }
 
@@ -130,6 +135,7 @@ static int parse(const char *cmd, int argc, char **argv, opts *o) {
         char key[64];
         const char *a = argv[i], *val = NULL;
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) return -1;
+        if (strcmp(a, "--no-nan-check") == 0 && strcmp(cmd, "train") == 0) { o->no_nan_check = true; continue; }
         if (strncmp(a, "--", 2) != 0) return bad_usage(cmd, "unexpected argument", a);
         const char *eq = strchr(a, '=');
         size_t kl = eq ? (size_t)(eq - a) : strlen(a);
@@ -280,21 +286,37 @@ static int choose_device(const char *cmd, fl_model *m, const char *dev, const ch
     return 0;
 }
 
-/* Saves every weight as DIR/<layer>.<weight>.npy (each file written atomically). */
+/* Saves every weight as DIR/<layer>.<weight>.npy (each file written
+ * atomically). On failure, a folder this call made is removed again with
+ * the files written into it; in a folder that existed, each file is either
+ * its old or its new version. */
 static int save_weights(fl_model *m, const char *dir) {
-    if (mkdir(dir, 0777) != 0 && errno != EEXIST) {
-        fprintf(stderr, "flynn: error: cannot create folder %s: %s\n", dir, strerror(errno));
+    bool made = mkdir(dir, 0777) == 0;
+    if (!made && errno != EEXIST) {
+        fprintf(stderr, "flynn: error: cannot save the weights: cannot create the folder %s: %s\n", dir, strerror(errno));
         return 1;
     }
-    for (int i = 0; i < fl_model_num_layers(m); i++) {
+    int written = 0, rc = 0;
+    for (int i = 0; i < fl_model_num_layers(m) && rc == 0; i++) {
         fl_layer *l = fl_model_layer(m, i);
-        for (int k = 0; k < fl_layer_num_weights(l); k++) {
+        for (int k = 0; k < fl_layer_num_weights(l) && rc == 0; k++) {
             char path[2048];
             snprintf(path, sizeof path, "%s/%s.%s.npy", dir, fl_layer_name(l), fl_layer_weight_name(l, k));
-            if (fl_save_npy(fl_layer_weight(l, k), path) != FL_OK) return die("saving weights");
+            if (fl_save_npy(fl_layer_weight(l, k), path) != FL_OK) rc = die("saving weights");
+            else written++;
         }
     }
-    return 0;
+    if (rc == 0 || !made) return rc;
+    for (int i = 0, n = 0; i < fl_model_num_layers(m) && n < written; i++) {
+        fl_layer *l = fl_model_layer(m, i);
+        for (int k = 0; k < fl_layer_num_weights(l) && n < written; k++, n++) {
+            char path[2048];
+            snprintf(path, sizeof path, "%s/%s.%s.npy", dir, fl_layer_name(l), fl_layer_weight_name(l, k));
+            (void)unlink(path);
+        }
+    }
+    if (rmdir(dir) == 0) fprintf(stderr, "flynn: removed the folder %s again (it was made for these weights)\n", dir);
+    return rc;
 }
 
 static int load_weights(fl_model *m, const char *dir) {
@@ -498,7 +520,7 @@ static int cmd_train(int argc, char **argv) {
     }
     h = fl_fit(m, data.x_train, data.y_train, .batch_size = o.batch_size, .epochs = initial + o.epochs,
                .initial_epoch = initial, .validation_split = o.validation_split, .verbose = verbose,
-               .on_epoch_end = ck ? fl_checkpoint_on_epoch_end : NULL, .user = ck);
+               .on_epoch_end = ck ? fl_checkpoint_on_epoch_end : NULL, .user = ck, .no_nan_check = o.no_nan_check);
     if (!h) { rc = die("training"); goto done; }
     if (ck && fl_checkpoint_status(ck) != FL_OK) {
         fprintf(stderr, "flynn: error: %s\n", fl_checkpoint_error(ck));

@@ -29,6 +29,7 @@ const char *fl_status_name(fl_status s) {
     case FL_ERR_DEVICE: return "FL_ERR_DEVICE";
     case FL_ERR_UNSUPPORTED: return "FL_ERR_UNSUPPORTED";
     case FL_ERR_STATE: return "FL_ERR_STATE";
+    case FL_ERR_NONFINITE: return "FL_ERR_NONFINITE";
     }
     return "FL_ERR_UNKNOWN";
 }

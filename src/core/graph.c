@@ -5,6 +5,7 @@
  */
 #include "graph.h"
 #include "error.h"
+#include "tensor.h"
 #include "ops/ops.h"
 
 #include <stdio.h>
@@ -112,8 +113,42 @@ void fl_graph_finalize(fl_graph *g) {
     }
 }
 
+/* The bytes the batch buffers of `batch` samples would take, with the
+ * weights, checked against the memory budget before anything is allocated;
+ * the refusal names the batch size and the layer with the largest buffers. */
+static fl_status check_budget(const fl_graph *g, int64_t batch) {
+    int64_t total = g->param_bytes, big = 0, limit = fl_model_bytes_limit();
+    const fl_node *bn = NULL;
+    bool overflow = false;
+    for (int i = 0; i < g->n && !overflow; i++) {
+        const fl_node *n = g->nodes[i];
+        if (n->op == FL_OP_PARAM || !n->batched) continue;
+        bool view = n->op == FL_OP_RESHAPE, gview = view && n->in[0]->nconsumers == 1;
+        int64_t copies = (view ? 0 : 1) + (n->needs_grad && !gview ? 1 : 0);
+        int64_t elems, bytes, aux;
+        overflow = !fl_mul_checked(batch, fl_node_sample_size(n), &elems) ||
+                   !fl_bytes_checked(elems, sizeof(float), &bytes) || !fl_mul_checked(bytes, copies, &bytes) ||
+                   !fl_bytes_checked(batch, n->aux_per_sample, &aux) || !fl_add_checked(aux, (int64_t)n->aux_fixed, &aux) ||
+                   !fl_add_checked(bytes, aux, &bytes) || !fl_add_checked(bytes, (int64_t)n->gscratch_bytes, &bytes) ||
+                   !fl_add_checked(total, bytes, &total);
+        if (bytes > big || !bn) { big = bytes; bn = n; }
+    }
+    if (!overflow && total <= limit) return FL_OK;
+    char a[160], b[48], c[48];
+    int64_t s[FL_MAX_DIMS];
+    if (bn) { memcpy(s, bn->shape, sizeof s); s[0] = batch; }
+    return fl_error(FL_ERR_NOMEM,
+                    "batch size %lld: the model's weights and batch buffers would take more than flynn's model memory "
+                    "limit of %s (raise it with $FLYNN_MAX_MODEL_BYTES or fl_set_max_model_bytes, or use a smaller "
+                    "batch); the largest buffers are layer '%s' (op %s) output %s, %s", (long long)batch,
+                    fl_bytes_str(limit, c, sizeof c), bn ? bn->name : "?", bn ? fl_op_name(bn->op) : "?",
+                    bn ? fl_shape_str(bn->ndim, s, a, sizeof a) : "?",
+                    overflow ? "more than a 64-bit size can count" : fl_bytes_str(big, b, sizeof b));
+}
+
 fl_status fl_graph_reserve(fl_graph *g, int64_t batch) {
     if (batch <= g->batch_cap) return FL_OK;
+    FL_TRY(check_budget(g, batch));
     free_batched(g);
     size_t ws = 0;
     for (int i = 0; i < g->n; i++) {

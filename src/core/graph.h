@@ -93,6 +93,9 @@ typedef struct fl_graph {
     uint64_t seed;
     int64_t step;              /* training steps run (dropout streams) */
     int64_t generation;        /* changes whenever buffers move: invalidates captured steps */
+    int64_t param_bytes;       /* weights and their gradients (checked against fl_model_bytes_limit) */
+    int64_t sample_bytes;      /* batched values per sample (ditto, at build time) */
+    int64_t opt_bytes;         /* the optimizer's slots, included in param_bytes */
 } fl_graph;
 
 void fl_graph_init(fl_graph *g, const fl_backend *be);

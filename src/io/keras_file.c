@@ -19,15 +19,17 @@
  *
  * Loading builds a new model and frees it on any error; fl_load_weights
  * reads and checks everything before it changes the model. Saving builds
- * the whole file in memory, then writes it atomically: a temporary file
- * "<path>.tmp.XXXXXX" in the same folder, fsync, rename over <path>, fsync of
- * the folder. On failure the temporary file is removed and <path> keeps
- * what it held.
+ * the whole file in memory, then writes it atomically (src/io/atomic.c):
+ * an unnamed or "<path>.tmp.<pid>.<suffix>" file in the same folder, fsync,
+ * rename over <path>, fsync of the folder. On failure the temporary file is
+ * removed and <path> keeps what it held; temporary files of killed runs are
+ * removed by the next save to <path>.
  */
 #if !defined(_GNU_SOURCE) && !defined(_POSIX_C_SOURCE)
 #define _POSIX_C_SOURCE 200809L
 #endif
 #include "io/keras.h"
+#include "io/io.h"
 #include "core/error.h"
 
 #include <errno.h>
@@ -108,71 +110,9 @@ static char *read_file(const char *path, int64_t limit, size_t *len) {
     return buf;
 }
 
-static mode_t current_umask(void) {
-    mode_t m = 022;
-    FILE *f = fopen("/proc/self/status", "r");
-    if (!f) return m;
-    char line[256];
-    while (fgets(line, sizeof line, f)) {
-        unsigned v;
-        if (sscanf(line, "Umask: %o", &v) == 1) { m = (mode_t)v; break; }
-    }
-    fclose(f);
-    return m;
-}
-
-/* Writes data to path atomically (temporary file in the same folder, fsync,
- * rename, fsync of the folder). */
+/* Writes data to path atomically (src/io/atomic.c). */
 static fl_status atomic_write(const char *path, const void *data, size_t len) {
-    size_t plen = strlen(path);
-    char *tmp = fl_malloc(plen + 12, "temporary file name");
-    if (!tmp) return FL_ERR_NOMEM;
-    memcpy(tmp, path, plen);
-    memcpy(tmp + plen, ".tmp.XXXXXX", 12);
-    int fd = mkstemp(tmp);
-    if (fd < 0) {
-        fl_status s = fl_error(FL_ERR_IO, "cannot write %s: cannot create a temporary file next to it: %s", path,
-                               strerror(errno));
-        free(tmp);
-        return s;
-    }
-    struct stat st;
-    mode_t mode = stat(path, &st) == 0 && S_ISREG(st.st_mode) ? (st.st_mode & 07777) : (0666 & ~current_umask());
-    (void)fchmod(fd, mode);
-    fl_status s = FL_OK;
-    const char *p = data;
-    size_t left = len;
-    while (left > 0) {
-        ssize_t w = write(fd, p, left);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) {
-            s = fl_error(FL_ERR_IO, "cannot write %s: %s", path, w < 0 ? strerror(errno) : "no progress");
-            break;
-        }
-        p += w;
-        left -= (size_t)w;
-    }
-    if (s == FL_OK && fsync(fd) != 0 && errno != EINVAL && errno != ENOTSUP)
-        s = fl_error(FL_ERR_IO, "cannot write %s: fsync: %s", path, strerror(errno));
-    if (close(fd) != 0 && s == FL_OK) s = fl_error(FL_ERR_IO, "cannot write %s: close: %s", path, strerror(errno));
-    if (s == FL_OK && rename(tmp, path) != 0) s = fl_error(FL_ERR_IO, "cannot write %s: rename: %s", path, strerror(errno));
-    if (s != FL_OK) {
-        unlink(tmp);
-        free(tmp);
-        return s;
-    }
-    char *slash = strrchr(tmp, '/');
-    if (slash) {
-        if (slash == tmp) slash[1] = 0;
-        else slash[0] = 0;
-    }
-    int dfd = open(slash ? tmp : ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd >= 0) {
-        (void)fsync(dfd);
-        close(dfd);
-    }
-    free(tmp);
-    return FL_OK;
+    return fl_atomic_save(path, data, len);
 }
 
 /* ------------------------------------------------------------ zip */

@@ -19,10 +19,10 @@
  *
  * Writing uses format 1.0 and the bytes np.save writes: descr '<f4', '<i4'
  * or '|u1' by dtype, the same header text and padding (the data starts at
- * a multiple of 64 bytes). It is atomic: the file is written to
- * "<path>.tmp.XXXXXX" in the same directory, flushed and fsync'ed, then
- * renamed over <path>; on any failure the temporary file is removed and
- * <path> is untouched. A new file gets mode 0666 & ~umask as np.save's
+ * a multiple of 64 bytes). It is atomic (src/io/atomic.c): the file is
+ * written to an unnamed or "<path>.tmp.<pid>.<suffix>" file in the same
+ * directory, fsync'ed, then renamed over <path>; on any failure the
+ * temporary file is removed, <path> is untouched and the message names it. A new file gets mode 0666 & ~umask as np.save's
  * would; an existing file keeps its mode.
  */
 #if !defined(_GNU_SOURCE) && !defined(_POSIX_C_SOURCE)
@@ -31,6 +31,7 @@
 #include "flynn/flynn.h"
 #include "core/error.h"
 #include "core/tensor.h"
+#include "io/io.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -526,24 +527,6 @@ fl_tensor *fl_load_npy(const char *path) {
 
 /* ------------------------------------------------------------ saving */
 
-/* The process umask without changing it (umask(2) would race with other
- * threads creating files): Linux reports it in /proc/self/status. */
-static mode_t current_umask(void) {
-    mode_t m = 022;
-    FILE *f = fopen("/proc/self/status", "r");
-    if (!f) return m;
-    char line[256];
-    while (fgets(line, sizeof line, f)) {
-        unsigned v;
-        if (sscanf(line, "Umask: %o", &v) == 1) {
-            m = (mode_t)v;
-            break;
-        }
-    }
-    fclose(f);
-    return m;
-}
-
 /* Writes the .npy header np.save would write for t into buf; returns its
  * length (a multiple of 64), or 0 if it does not fit. */
 static size_t make_header(const fl_tensor *t, const char *descr, char *buf, size_t bn) {
@@ -573,15 +556,10 @@ static size_t make_header(const fl_tensor *t, const char *descr, char *buf, size
     return total;
 }
 
-static fl_status write_all(FILE *f, const char *tmp, const void *p, size_t n) {
-    if (n && fwrite(p, 1, n, f) != n) return fl_error(FL_ERR_IO, "cannot write %s: %s", tmp, strerror(errno));
-    return FL_OK;
-}
-
-static fl_status write_data(FILE *f, const char *tmp, const fl_tensor *t) {
+static fl_status write_data(fl_atomic_file *f, const fl_tensor *t) {
     size_t es = fl_dtype_size(t->dtype);
     size_t n = (size_t)fl_tensor_size(t);
-    if (es == 1 || host_is_le()) return write_all(f, tmp, t->data, n * es);
+    if (es == 1 || host_is_le()) return fl_atomic_write(f, t->data, n * es);
     unsigned char buf[4096]; /* big-endian host: write little-endian */
     const unsigned char *src = t->data;
     for (size_t i = 0; i < n;) {
@@ -591,7 +569,7 @@ static fl_status write_data(FILE *f, const char *tmp, const fl_tensor *t) {
             memcpy(&v, src + 4 * (i + j), 4);
             put_le32(buf + 4 * j, v);
         }
-        FL_TRY(write_all(f, tmp, buf, 4 * k));
+        FL_TRY(fl_atomic_write(f, buf, 4 * k));
         i += k;
     }
     return FL_OK;
@@ -606,68 +584,14 @@ fl_status fl_save_npy(const fl_tensor *t, const char *path) {
     size_t hsize = make_header(t, descr, header, sizeof header);
     if (!hsize) return fl_error(FL_ERR_INVALID_ARG, "fl_save_npy: %s: cannot build the header", path);
 
-    size_t plen = strlen(path);
-    char *tmp = fl_malloc(plen + 12, "temporary file name");
-    if (!tmp) return FL_ERR_NOMEM;
-    memcpy(tmp, path, plen);
-    memcpy(tmp + plen, ".tmp.XXXXXX", 12);
-    int fd = mkstemp(tmp);
-    if (fd < 0) {
-        fl_status s = fl_error(FL_ERR_IO, "fl_save_npy: cannot write %s: cannot create temporary file %s: %s", path,
-                               tmp, strerror(errno));
-        free(tmp);
-        return s;
+    fl_atomic_file f;
+    fl_status s = fl_atomic_open(&f, path);
+    if (s == FL_OK) {
+        if ((s = fl_atomic_write(&f, header, hsize)) == FL_OK && (s = write_data(&f, t)) == FL_OK)
+            s = fl_atomic_commit(&f); /* removes the temporary file itself on failure */
+        else
+            fl_atomic_abort(&f);
     }
-    /* mkstemp makes 0600; give the mode np.save's open() would. */
-    struct stat st;
-    mode_t mode = stat(path, &st) == 0 && S_ISREG(st.st_mode) ? (st.st_mode & 07777) : (0666 & ~current_umask());
-    (void)fchmod(fd, mode); /* best effort: a file system without modes is fine */
-
-    fl_status s = FL_OK;
-    FILE *f = fdopen(fd, "wb");
-    if (!f) {
-        s = fl_error(FL_ERR_IO, "cannot write %s: fdopen: %s", tmp, strerror(errno));
-        close(fd);
-        goto fail;
-    }
-    if ((s = write_all(f, tmp, header, hsize)) != FL_OK || (s = write_data(f, tmp, t)) != FL_OK) {
-        fclose(f);
-        goto fail;
-    }
-    if (fflush(f) != 0) {
-        s = fl_error(FL_ERR_IO, "cannot write %s: %s", tmp, strerror(errno));
-        fclose(f);
-        goto fail;
-    }
-    if (fsync(fileno(f)) != 0 && errno != EINVAL && errno != ENOTSUP) {
-        s = fl_error(FL_ERR_IO, "cannot write %s: fsync: %s", tmp, strerror(errno));
-        fclose(f);
-        goto fail;
-    }
-    if (fclose(f) != 0) {
-        s = fl_error(FL_ERR_IO, "cannot write %s: close: %s", tmp, strerror(errno));
-        goto fail;
-    }
-    if (rename(tmp, path) != 0) {
-        s = fl_error(FL_ERR_IO, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
-        goto fail;
-    }
-    /* Make the rename itself durable: fsync the directory (best effort). */
-    char *slash = strrchr(tmp, '/');
-    if (slash) {
-        if (slash == tmp) slash[1] = 0;
-        else slash[0] = 0;
-    }
-    int dfd = open(slash ? tmp : ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd >= 0) {
-        (void)fsync(dfd);
-        close(dfd);
-    }
-    free(tmp);
-    return FL_OK;
-fail:
-    unlink(tmp);
-    fl_error_prefix("fl_save_npy: ");
-    free(tmp);
+    if (s != FL_OK) fl_error_prefix("fl_save_npy: ");
     return s;
 }

@@ -5,6 +5,7 @@
  */
 #include "nn.h"
 #include "core/error.h"
+#include "core/tensor.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -111,12 +112,41 @@ static float *zeroed(const fl_backend *be, int64_t n) {
     return p;
 }
 
+/* Slots (weight-sized state buffers) per trainable weight. */
+static int nslots(const fl_optimizer *o) {
+    switch (o->code) {
+    case FL_OPT_SGD: return o->d.momentum != 0.0f;
+    case FL_OPT_ADAM:
+    case FL_OPT_ADAMW: return 2;
+    case FL_OPT_RMSPROP: return 1 + (o->d.momentum > 0) + (o->d.centered != 0);
+    }
+    return 0;
+}
+
 fl_status fl_optimizer_bind(fl_optimizer *o, fl_graph *g) {
     free_slots(o);
+    g->param_bytes -= g->opt_bytes; /* a model compiled again: the old slots are gone */
+    g->opt_bytes = 0;
     o->be = g->be;
     int np = 0;
+    int64_t floats = 0;
     for (int i = 0; i < g->n; i++)
-        if (g->nodes[i]->op == FL_OP_PARAM && g->nodes[i]->trainable) np++;
+        if (g->nodes[i]->op == FL_OP_PARAM && g->nodes[i]->trainable) {
+            np++;
+            floats += fl_node_size(g->nodes[i]); /* param_bytes holds twice this: no overflow */
+        }
+    /* the slots count against the model's memory budget too */
+    int64_t need = floats * (int64_t)sizeof(float) * nslots(o), total, limit = fl_model_bytes_limit();
+    if (!fl_add_checked(g->param_bytes, need, &total) || !fl_add_checked(total, g->sample_bytes, &total) ||
+        total > limit) {
+        char a[48], b[48];
+        return fl_error(FL_ERR_NOMEM, "optimizer %s: its state (%d weight-sized slots) takes %s; the model would need "
+                        "more than flynn's model memory limit of %s (raise it with $FLYNN_MAX_MODEL_BYTES or "
+                        "fl_set_max_model_bytes)", fl_optimizer_name(o), nslots(o), fl_bytes_str(need, a, sizeof a),
+                        fl_bytes_str(limit, b, sizeof b));
+    }
+    g->param_bytes += need;
+    g->opt_bytes = need;
     o->params = fl_calloc((size_t)(np ? np : 1), sizeof *o->params, "optimizer parameters");
     if (!o->params) return fl_last_status();
     o->nparams = np;

@@ -8,6 +8,7 @@
 #include "core/rng.h"
 #include "core/tensor.h"
 #include "ops/math.h"
+#include "ops/ops.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -645,6 +646,177 @@ fl_status fl_predict_multi_(fl_model *m, const fl_tensor *const *xs, int nx, fl_
     return st;
 }
 
+/* ------------------------------------------- non-finite checks (TerminateOnNaN) */
+
+/* Index of the first NaN or infinity in p[0..n), or -1. The usual case, all
+ * finite, is one branch-free pass over the exponent bits that the compiler
+ * vectorises (a non-finite float has all 8 exponent bits set). */
+static int64_t first_nonfinite(const float *p, int64_t n) {
+    uint32_t bad = 0;
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, p + i, sizeof u);
+        bad |= (u & 0x7f800000u) == 0x7f800000u;
+    }
+    if (!bad) return -1;
+    for (int64_t i = 0; i < n; i++)
+        if (!isfinite(p[i])) return i;
+    return -1;
+}
+
+static const char *nonfinite_name(float v) { return isnan(v) ? "NaN" : v > 0 ? "inf" : "-inf"; }
+
+/* "(3, 7, 0)": flat index i of a sample of shape dims[0..nd) as an index tuple. */
+static const char *index_str(int64_t i, int nd, const int64_t *dims, char *buf, size_t n) {
+    int64_t ix[FL_MAX_DIMS];
+    for (int k = nd - 1; k >= 0; k--) { ix[k] = dims[k] > 0 ? i % dims[k] : 0; i = dims[k] > 0 ? i / dims[k] : 0; }
+    return fl_shape_str(nd, ix, buf, n);
+}
+
+/* The batch just gathered into the input node (host memory: still in
+ * cache, so the check costs a fraction of the gather), or with idx == NULL
+ * all of x before training (device backends, where the batch is gathered on
+ * the device): the first sample holding a NaN or an infinity stops
+ * training, named by its index in x and its feature. */
+static fl_status check_x_finite(const fl_model *m, const data_src *d, const float *rows, const int64_t *idx, int64_t b,
+                                int ep, int epochs, int64_t step, int64_t steps) {
+    int64_t f = first_nonfinite(rows, b * d->xrow);
+    if (f < 0) return FL_OK;
+    int64_t i = f / d->xrow, sample = idx ? idx[i] : i;
+    f %= d->xrow;
+    char when[96], a[128], c[128];
+    if (idx)
+        snprintf(when, sizeof when, "epoch %d/%d, step %lld/%lld", ep + 1, epochs, (long long)step + 1, (long long)steps);
+    else
+        snprintf(when, sizeof when, "before epoch %d", ep + 1);
+    const float *row = rows + i * d->xrow;
+    return fl_error(FL_ERR_NONFINITE,
+                    "fl_fit: %s: x[%lld] holds %s at feature %lld (index %s of the sample shape %s); training "
+                    "stopped (TerminateOnNaN) before this step, model '%s' is unchanged by it; fix the data, or set "
+                    ".no_nan_check (flynn train --no-nan-check)", when, (long long)sample, nonfinite_name(row[f]),
+                    (long long)f, index_str(f, d->in->ndim - 1, d->in->shape + 1, a, sizeof a),
+                    fl_shape_str(d->in->ndim - 1, d->in->shape + 1, c, sizeof c), m->name);
+}
+
+/* First non-finite value of a backend buffer of n floats (host is scratch
+ * of at least n floats for device backends), or -1. */
+static int64_t buffer_nonfinite(const fl_backend *be, const float *buf, int64_t n, float *host, float *v) {
+    const float *p = buf;
+    if (!be->host_memory) {
+        be->download(host, buf, (size_t)n * sizeof(float));
+        p = host;
+    }
+    int64_t i = first_nonfinite(p, n);
+    if (i >= 0) *v = p[i];
+    return i;
+}
+
+/* True (and a sentence in why) when a weight holds NaN or an infinity.
+ * host: scratch of the largest node's size for device backends. */
+static bool weights_nonfinite(fl_model *m, float *host, char *why, size_t len) {
+    fl_graph *g = &m->g;
+    char a[128];
+    float v = 0;
+    for (int i = 0; i < g->n; i++) { /* in the order the layers made them */
+        fl_node *n = g->nodes[i];
+        if (n->op != FL_OP_PARAM) continue;
+        int64_t at = buffer_nonfinite(g->be, n->val, fl_node_size(n), host, &v);
+        if (at < 0) continue;
+        char b[128];
+        snprintf(why, len, "layer '%s' has a weight of shape %s holding %s at index %s", n->name,
+                 fl_shape_str(n->ndim, n->shape, a, sizeof a), nonfinite_name(v), index_str(at, n->ndim, n->shape, b, sizeof b));
+        return true;
+    }
+    return false;
+}
+
+/* Scratch for reading any node of the graph back from a device (NULL on the host). */
+static float *node_scratch(const fl_graph *g, bool *failed) {
+    *failed = false;
+    if (g->be->host_memory) return NULL;
+    int64_t most = 1;
+    for (int i = 0; i < g->n; i++)
+        if (fl_node_size(g->nodes[i]) > most) most = fl_node_size(g->nodes[i]);
+    float *h = malloc((size_t)most * sizeof(float));
+    *failed = h == NULL;
+    return h;
+}
+
+/* The loss came out NaN or infinite: a diagnostic forward and backward pass
+ * on the batch in the graph names the first layer whose weight, output or
+ * gradient is not finite. Writes one sentence into why. */
+static void diagnose_nonfinite(fl_model *m, char *why, size_t len) {
+    fl_graph *g = &m->g;
+    const fl_backend *be = g->be;
+    bool nomem;
+    float *host = node_scratch(g, &nomem);
+    if (nomem) { snprintf(why, len, "no memory to look for the layer"); return; }
+    char a[128];
+    float v = 0;
+    int64_t at;
+    if (weights_nonfinite(m, host, why, len)) {
+        snprintf(why + strlen(why), len - strlen(why), " (an earlier update overflowed: lower the learning rate?)");
+        free(host);
+        return;
+    }
+    fl_graph_clear_grads(g);
+    fl_graph_forward(g, true);
+    for (int i = 0; i < g->n; i++) { /* outputs, in topological order */
+        fl_node *n = g->nodes[i];
+        if (n->op == FL_OP_PARAM || n->op == FL_OP_INPUT || !n->val) continue;
+        if ((at = buffer_nonfinite(be, n->val, fl_node_size(n), host, &v)) >= 0) {
+            int64_t per = fl_node_sample_size(n);
+            snprintf(why, len, "layer '%s' (op %s) is the first whose output is not finite: %s in sample %lld of "
+                     "the batch at index %s (finite inputs and weights: the values overflowed float32 there; "
+                     "lower the learning rate, or normalise the inputs?)", n->name, fl_op_name(n->op),
+                     nonfinite_name(v), (long long)(at / per), index_str(at % per, n->ndim - 1, n->shape + 1, a, sizeof a));
+            free(host);
+            return;
+        }
+    }
+    loss_and_metrics(m, true);
+    int64_t rows = fl_node_size(m->output) / out_classes(m);
+    if ((at = buffer_nonfinite(be, m->row_loss, rows, host, &v)) >= 0) {
+        snprintf(why, len, "every layer's output is finite, but the %s loss of output row %lld is %s (a target "
+                 "outside the loss's range, or too large for float32?)", fl_loss_name(m->loss.kind),
+                 (long long)at, nonfinite_name(v));
+        free(host);
+        return;
+    }
+    fl_graph_backward(g);
+    for (int i = g->n - 1; i >= 0; i--) { /* gradients, in the order backward makes them */
+        fl_node *n = g->nodes[i];
+        if (!n->grad || !n->needs_grad || (n->op != FL_OP_PARAM && !n->grad_ready)) continue;
+        if ((at = buffer_nonfinite(be, n->grad, fl_node_size(n), host, &v)) >= 0) {
+            snprintf(why, len, "the outputs and the loss are finite on a second pass, and layer '%s' (op %s) is the "
+                     "first whose gradient is not finite (%s)", n->name, fl_op_name(n->op), nonfinite_name(v));
+            free(host);
+            return;
+        }
+    }
+    snprintf(why, len, "a second pass over the same batch is finite everywhere (a non-deterministic overflow?)");
+    free(host);
+}
+
+/* The loss after step `step` (1-based; on device backends, seen at some
+ * step in (from, step]) was `loss`: stop with the diagnosis. */
+static fl_status nonfinite_loss(fl_model *m, double loss, int ep, int epochs, int64_t from, int64_t step,
+                                int64_t steps) {
+    char why[768], when[96];
+    diagnose_nonfinite(m, why, sizeof why);
+    if (from + 1 < step)
+        snprintf(when, sizeof when, "between steps %lld and %lld/%lld", (long long)from + 1, (long long)step,
+                 (long long)steps);
+    else
+        snprintf(when, sizeof when, "step %lld/%lld", (long long)step, (long long)steps);
+    return fl_error(FL_ERR_NONFINITE,
+                    "fl_fit: epoch %d/%d, %s: the %s loss is %s; %s; training stopped (TerminateOnNaN)%s; set "
+                    ".no_nan_check (flynn train --no-nan-check) to train on anyway", ep + 1, epochs, when,
+                    fl_loss_name(m->loss.kind), isnan(loss) ? "NaN" : loss > 0 ? "inf" : "-inf", why,
+                    m->g.be->host_memory && !m->g.be->graph_begin
+                        ? " before the update: the weights are those of the step before" : "");
+}
+
 /* ----------------------------------------------------------------- fit */
 
 /* A training step of the full batch size is captured as a device graph
@@ -663,16 +835,26 @@ typedef struct graph_state {
     bool failed;
 } graph_state;
 
-static void run_step(fl_model *m) {
+/* One step; with `check` (host-memory backends without step capture only:
+ * it reads the running loss), false without an update when the loss came
+ * out non-finite. */
+static bool run_step(fl_model *m, bool check) {
     fl_graph_clear_grads(&m->g);
     fl_graph_forward(&m->g, true);
     loss_and_metrics(m, true);
+    if (check && !isfinite(m->stats[0])) return false;
     fl_graph_backward(&m->g);
     fl_optimizer_step(m->opt);
+    return true;
 }
 
-static fl_status train_step(fl_model *m, graph_state *gs, bool full) {
+static fl_status train_step(fl_model *m, graph_state *gs, bool full, bool check, bool *finite) {
     const fl_backend *be = m->g.be;
+    *finite = true;
+    if (check && be->host_memory && !be->graph_begin) { /* the CPU: the loss is read after each step */
+        *finite = run_step(m, true);
+        return FL_OK;
+    }
     if (gs->graph && full && gs->generation == m->g.generation) {
         if (be->graph_launch(gs->graph, m->opt->iterations, m->g.step) != 0)
             return device_status(m, "replaying a training step");
@@ -691,7 +873,7 @@ static fl_status train_step(fl_model *m, graph_state *gs, bool full) {
         gs->failed = true;
         fl_clear_error(); /* no graph is no error: the step runs as usual */
     }
-    run_step(m);
+    run_step(m, false);
     if (full) gs->eager_full_steps++;
     if (!capture) return FL_OK;
     void *g = be->graph_end();
@@ -699,7 +881,7 @@ static fl_status train_step(fl_model *m, graph_state *gs, bool full) {
         gs->failed = true;
         m->opt->iterations = it0;
         fl_clear_error(); /* whatever failed while recording was about the capture */
-        run_step(m);
+        run_step(m, false);
         return FL_OK;
     }
     gs->graph = g;
@@ -729,6 +911,15 @@ fl_history *fl_fit_(fl_model *m, const fl_tensor *x, const fl_tensor *y, fl_fit_
     int64_t y_row = 0;
     float *yh = prepare_y(m, x, y, &y_row, "fl_fit");
     if (!yh) return NULL;
+    bool check = !a.no_nan_check;
+    int64_t bad = check ? first_nonfinite(yh, n * y_row) : -1;
+    if (bad >= 0) {
+        fl_error(FL_ERR_NONFINITE, "fl_fit: y[%lld] holds %s at target %lld; nothing was trained (TerminateOnNaN); "
+                 "fix the targets, or set .no_nan_check (flynn train --no-nan-check)", (long long)(bad / y_row),
+                 nonfinite_name(yh[bad]), (long long)(bad % y_row));
+        free(yh);
+        return NULL;
+    }
 
     /* Keras: the last fraction (before shuffling) is the validation set */
     int64_t n_train = n, n_val = 0;
@@ -775,6 +966,9 @@ fl_history *fl_fit_(fl_model *m, const fl_tensor *x, const fl_tensor *y, fl_fit_
     FILE *f = a.out ? a.out : stdout;
     int mode = resolve_verbose(a.verbose, f);
     int64_t steps = (n_train + bs - 1) / bs;
+    if (check && !m->g.be->host_memory && /* device: x once, the batches are gathered there */
+        check_x_finite(m, &tr, x->data, NULL, n_train, a.initial_epoch, epochs, 0, steps) != FL_OK)
+        goto fail;
     double t_fit = now();
     for (int ep = a.initial_epoch; ep < epochs; ep++) {
         for (int64_t i = 0; i < n; i++) perm[i] = i;
@@ -787,14 +981,28 @@ fl_history *fl_fit_(fl_model *m, const fl_tensor *x, const fl_tensor *y, fl_fit_
         double t0 = now();
         if (reserve(m, bs < n_train ? bs : n_train) != FL_OK) goto fail;
         zero_stats(m);
+        int64_t checked = 0; /* steps whose loss is known to be finite */
         for (int64_t s = 0; s < steps; s++) {
             int64_t b = n_train - s * bs < bs ? n_train - s * bs : bs;
             load_batch(m, &tr, perm + s * bs, b);
-            if (train_step(m, &gs, b == bs) != FL_OK) goto fail;
+            if (check && m->g.be->host_memory &&
+                check_x_finite(m, &tr, m->input->val, perm + s * bs, b, ep, epochs, s, steps) != FL_OK)
+                goto fail;
+            bool finite;
+            if (train_step(m, &gs, b == bs, check, &finite) != FL_OK) goto fail;
+            if (!finite) {
+                nonfinite_loss(m, m->stats[0], ep, epochs, s, s + 1, steps);
+                goto fail;
+            }
             m->g.step++;
             seen += b;
             if (s + 1 < steps && progbar_due(&pb, false)) {
                 read_stats(m, seen, v);
+                if (check && !isfinite(v[0])) {
+                    nonfinite_loss(m, v[0], ep, epochs, checked, s + 1, steps);
+                    goto fail;
+                }
+                checked = s + 1;
                 int nkv = stat_kv(m, v, "", keys, vals);
                 sort_kv(nkv, keys, vals);
                 progbar_update(&pb, s + 1, nkv, keys, vals, false);
@@ -802,6 +1010,23 @@ fl_history *fl_fit_(fl_model *m, const fl_tensor *x, const fl_tensor *y, fl_fit_
         }
         read_stats(m, seen, v); /* waits for the device: the epoch's time ends here */
         if (device_status(m, "training") != FL_OK) goto fail;
+        if (check && !isfinite(v[0])) {
+            nonfinite_loss(m, v[0], ep, epochs, checked, steps, steps);
+            goto fail;
+        }
+        if (check) { /* a NaN weight behind a ReLU keeps the loss finite: look once an epoch */
+            char why[512];
+            bool nomem;
+            float *host = node_scratch(&m->g, &nomem);
+            bool poisoned = !nomem && weights_nonfinite(m, host, why, sizeof why);
+            free(host);
+            if (poisoned) {
+                fl_error(FL_ERR_NONFINITE, "fl_fit: epoch %d/%d, at its end: %s, although the loss stayed finite "
+                         "(a ReLU hides NaN); training stopped (TerminateOnNaN) before the epoch's callbacks; set "
+                         ".no_nan_check (flynn train --no-nan-check) to train on anyway", ep + 1, epochs, why);
+                goto fail;
+            }
+        }
         h->train_seconds += now() - t0;
         h->train_samples += n_train;
         float hv[FL_HIST_MAX_KEYS];

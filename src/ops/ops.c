@@ -17,12 +17,45 @@
 
 _Static_assert(FL_MAX_DIMS <= 8, "the permute kernels take at most 8 dimensions (backend.h)");
 
-static void set_shape(fl_node *n, bool batched, int ndim, const int64_t *sample) {
+/* Sets a node's shape, refusing (with the layer's name) a dimension outside
+ * 1..FL_MAX_DIM, a per-sample size whose element or byte count overflows
+ * 64 bits, and a model whose weights plus per-sample buffers already exceed
+ * the memory budget (fl_model_bytes_limit). Every node's shape passes here,
+ * so sizes computed later from a node's own dimensions (sample size, rows,
+ * a sub-product) fit in int64 and the (int) casts of one dimension are exact;
+ * products with the batch size are checked in fl_graph_reserve. */
+static bool set_shape(fl_graph *g, fl_node *n, bool batched, int ndim, const int64_t *sample) {
     n->batched = batched;
     n->ndim = ndim + (batched ? 1 : 0);
     int o = 0;
     if (batched) n->shape[o++] = -1;
     for (int i = 0; i < ndim; i++) n->shape[o++] = sample[i];
+    char a[160], b[48], c[48];
+    const char *what = batched ? "output" : "weight";
+    for (int i = 0; i < ndim; i++)
+        if (sample[i] < 1 || sample[i] > FL_MAX_DIM) {
+            fl_error(FL_ERR_SHAPE, "layer '%s' (op %s): %s dimension %d is %lld, expected 1 to %lld", n->name,
+                     fl_op_name(n->op), what, i + (batched ? 1 : 0), (long long)sample[i], (long long)FL_MAX_DIM);
+            return false;
+        }
+    int64_t numel, bytes, total;
+    if (!fl_shape_numel_checked(ndim, sample, &numel) || !fl_bytes_checked(numel, sizeof(float), &bytes)) {
+        fl_error(FL_ERR_SHAPE, "layer '%s' (op %s): %s shape %s needs more bytes than a 64-bit size can count", n->name,
+                 fl_op_name(n->op), what, fl_shape_str(n->ndim, n->shape, a, sizeof a));
+        return false;
+    }
+    if (!batched || n->op == FL_OP_RESHAPE) return true; /* weights: fl_graph_param; a view takes no memory */
+    int64_t limit = fl_model_bytes_limit();
+    if (!fl_add_checked(g->sample_bytes, bytes, &g->sample_bytes) ||
+        !fl_add_checked(g->param_bytes, g->sample_bytes, &total) || total > limit) {
+        fl_error(FL_ERR_NOMEM,
+                 "layer '%s' (op %s): output shape %s takes %s per sample; the model would need more than flynn's "
+                 "model memory limit of %s for one sample (raise it with $FLYNN_MAX_MODEL_BYTES or "
+                 "fl_set_max_model_bytes)", n->name, fl_op_name(n->op), fl_shape_str(n->ndim, n->shape, a, sizeof a),
+                 fl_bytes_str(bytes, b, sizeof b), fl_bytes_str(limit, c, sizeof c));
+        return false;
+    }
+    return true;
 }
 
 static const char *sample_str(const fl_node *x, char *buf, size_t len) {
@@ -35,7 +68,7 @@ static fl_node *like(fl_graph *g, fl_op op, const char *name, fl_node *x) {
     if (!n) return NULL;
     n->nin = 1;
     n->in[0] = x;
-    set_shape(n, true, x->ndim - 1, x->shape + 1);
+    if (!set_shape(g, n, true, x->ndim - 1, x->shape + 1)) return NULL;
     return n;
 }
 
@@ -51,7 +84,7 @@ static fl_node *conv_node(fl_graph *g, fl_op op, const char *name, fl_node *x, f
     n->in[0] = x; n->in[1] = w; n->in[2] = b;
     n->conv = d;
     n->act = act;
-    set_shape(n, true, 3, (int64_t[]){d.oh, d.ow, d.oc});
+    if (!set_shape(g, n, true, 3, (int64_t[]){d.oh, d.ow, d.oc})) return NULL;
     return n;
 }
 
@@ -66,16 +99,26 @@ fl_node *fl_graph_input(fl_graph *g, const char *name, int ndim, const int64_t *
             return fl_error_null(FL_ERR_SHAPE, "layer '%s': input dimension %d is %lld, expected > 0", name, i + 1,
                                  (long long)sample_shape[i]);
     fl_node *n = fl_graph_new_node(g, FL_OP_INPUT, name);
-    if (n) set_shape(n, true, ndim, sample_shape);
+    if (n && !set_shape(g, n, true, ndim, sample_shape)) return NULL;
     return n;
 }
 
 fl_node *fl_graph_param(fl_graph *g, const char *name, int ndim, const int64_t *shape, bool trainable) {
     fl_node *n = fl_graph_new_node(g, FL_OP_PARAM, name);
     if (!n) return NULL;
-    set_shape(n, false, ndim, shape);
+    if (!set_shape(g, n, false, ndim, shape)) return NULL;
     n->trainable = trainable;
-    size_t bytes = (size_t)fl_node_size(n) * sizeof(float);
+    size_t bytes = (size_t)fl_node_size(n) * sizeof(float); /* fits: set_shape checked it */
+    int64_t need = (int64_t)bytes * (trainable ? 2 : 1), total, limit = fl_model_bytes_limit();
+    if (!fl_add_checked(g->param_bytes, need, &g->param_bytes) ||
+        !fl_add_checked(g->param_bytes, g->sample_bytes, &total) || total > limit) {
+        char a[160], b[48], c[48];
+        return fl_error_null(FL_ERR_NOMEM,
+                             "layer '%s': a weight of shape %s takes %s%s; the model would need more than flynn's model "
+                             "memory limit of %s (raise it with $FLYNN_MAX_MODEL_BYTES or fl_set_max_model_bytes)",
+                             name, fl_shape_str(ndim, shape, a, sizeof a), fl_bytes_str(need, b, sizeof b),
+                             trainable ? " with its gradient" : "", fl_bytes_str(limit, c, sizeof c));
+    }
     n->val = g->be->alloc(bytes);
     if (!n->val) return NULL;
     g->be->zero(n->val, bytes);
@@ -101,20 +144,22 @@ fl_node *fl_graph_dense(fl_graph *g, const char *name, fl_node *x, fl_node *w, f
     int64_t s[FL_MAX_DIMS];
     for (int i = 1; i < x->ndim; i++) s[i - 1] = x->shape[i];
     s[x->ndim - 2] = w->shape[1];
-    set_shape(n, true, x->ndim - 1, s);
+    if (!set_shape(g, n, true, x->ndim - 1, s)) return NULL;
     n->act = act;
     return n;
 }
 
 static int out_dim(int in, int k, int s, fl_padding pad, int *pad_before) {
-    if (pad == FL_SAME) {
-        int o = (in + s - 1) / s;
-        int total = (o - 1) * s + k - in;
-        if (total < 0) total = 0;
-        *pad_before = total / 2; /* the extra row/col goes after, as TensorFlow/Keras */
-        return o;
-    }
+    /* in 64 bits: in + s - 1 and (o - 1) * s + k overflow int for sizes near 2^31 */
     *pad_before = 0;
+    if (s <= 0 || k <= 0) return 0;
+    if (pad == FL_SAME) {
+        int64_t o = ((int64_t)in + s - 1) / s;
+        int64_t total = (o - 1) * s + k - in;
+        if (total < 0) total = 0;
+        *pad_before = (int)(total / 2); /* the extra row/col goes after, as TensorFlow/Keras */
+        return (int)o;
+    }
     return in < k ? 0 : (in - k) / s + 1;
 }
 
@@ -153,7 +198,11 @@ fl_node *fl_graph_depthwise_conv2d(fl_graph *g, const char *name, fl_node *x, fl
         return fl_error_null(FL_ERR_SHAPE,
                              "layer '%s' (depthwise convolution): input has %lld channels, kernel expects %lld", name,
                              (long long)x->shape[3], (long long)(w->ndim == 4 ? w->shape[2] : -1));
-    int64_t oc = w->shape[2] * w->shape[3];
+    int64_t oc = w->shape[2] * w->shape[3]; /* each <= FL_MAX_DIM: no overflow */
+    if (oc > FL_MAX_DIM)
+        return fl_error_null(FL_ERR_SHAPE, "layer '%s' (depthwise convolution): %lld channels x depth multiplier %lld "
+                             "= %lld output channels, expected at most %lld", name, (long long)w->shape[2],
+                             (long long)w->shape[3], (long long)oc, (long long)FL_MAX_DIM);
     if (b && (b->ndim != 1 || b->shape[0] != oc))
         return fl_error_null(FL_ERR_SHAPE, "layer '%s' (depthwise convolution): bias has %lld values, expected %lld",
                              name, (long long)b->shape[0], (long long)oc);
@@ -193,7 +242,7 @@ fl_node *fl_graph_pool(fl_graph *g, const char *name, fl_op op, fl_node *x, int 
     n->nin = 1;
     n->in[0] = x;
     n->conv = d;
-    set_shape(n, true, 3, (int64_t[]){d.oh, d.ow, d.c});
+    if (!set_shape(g, n, true, 3, (int64_t[]){d.oh, d.ow, d.c})) return NULL;
     if (op == FL_OP_MAXPOOL) n->aux_per_sample = (size_t)d.oh * d.ow * d.c * sizeof(int32_t);
     return n;
 }
@@ -207,7 +256,7 @@ fl_node *fl_graph_gap(fl_graph *g, const char *name, fl_node *x) {
     if (!n) return NULL;
     n->nin = 1;
     n->in[0] = x;
-    set_shape(n, true, 1, &x->shape[3]);
+    if (!set_shape(g, n, true, 1, &x->shape[3])) return NULL;
     return n;
 }
 
@@ -228,19 +277,23 @@ fl_node *fl_graph_reshape(fl_graph *g, const char *name, fl_node *x, int ndim, c
         } else if (s[i] <= 0) {
             return fl_error_null(FL_ERR_SHAPE, "layer '%s' (Reshape): target dimension %d is %lld", name, i,
                                  (long long)s[i]);
-        } else {
-            known *= s[i];
+        } else if (!fl_mul_checked(known, s[i], &known)) {
+            known = -1; /* overflows: more than any input holds */
         }
     }
+    /* checked: [2^61 + 1, 8] must not wrap around to 8 values */
+    int64_t total = -1;
     if (infer >= 0 && known > 0 && have % known == 0) s[infer] = have / known;
-    if (fl_shape_prod(ndim, s) != have || (infer >= 0 && s[infer] <= 0))
+    if (infer >= 0 && s[infer] == -1) total = -1;
+    else if (!fl_shape_numel_checked(ndim, s, &total)) total = -1;
+    if (total != have || (infer >= 0 && s[infer] <= 0))
         return fl_error_null(FL_ERR_SHAPE, "layer '%s' (Reshape): cannot reshape input %s (%lld values per sample) into %s",
                              name, sample_str(x, a, sizeof a), (long long)have, fl_shape_str(ndim, sample_shape, b, sizeof b));
     fl_node *n = fl_graph_new_node(g, FL_OP_RESHAPE, name);
     if (!n) return NULL;
     n->nin = 1;
     n->in[0] = x;
-    set_shape(n, true, ndim, s);
+    if (!set_shape(g, n, true, ndim, s)) return NULL;
     return n;
 }
 
@@ -275,7 +328,7 @@ fl_node *fl_graph_batchnorm(fl_graph *g, const char *name, fl_node *x, fl_node *
     if (!n) return NULL;
     n->nin = 5;
     n->in[0] = x; n->in[1] = gamma; n->in[2] = beta; n->in[3] = mean; n->in[4] = var;
-    set_shape(n, true, x->ndim - 1, x->shape + 1);
+    if (!set_shape(g, n, true, x->ndim - 1, x->shape + 1)) return NULL;
     n->eps = eps;
     n->momentum = momentum;
     n->aux_fixed = 2 * (size_t)x->shape[x->ndim - 1] * sizeof(float);
@@ -305,7 +358,7 @@ static fl_node *bmerge(fl_graph *g, const char *name, fl_op op, fl_node *x, fl_n
     o->in[1] = b;
     o->bcast = d;
     o->mode = op == FL_OP_MUL ? FL_BM_MUL : FL_BM_ADD;
-    set_shape(o, true, x->ndim - 1, x->shape + 1);
+    if (!set_shape(g, o, true, x->ndim - 1, x->shape + 1)) return NULL;
     return o;
 }
 
@@ -344,7 +397,7 @@ fl_node *fl_graph_merge(fl_graph *g, const char *name, fl_op op, fl_node *const 
     o->nin = n;
     for (int k = 0; k < n; k++) o->in[k] = xs[k];
     o->axis = axis;
-    set_shape(o, true, nd - 1, s);
+    if (!set_shape(g, o, true, nd - 1, s)) return NULL;
     /* scratch: the product of the other inputs (Multiply), the max/min of the others (Maximum, Minimum) */
     if (op == FL_OP_MUL || ((op == FL_OP_MAX || op == FL_OP_MIN) && n > 2))
         o->aux_per_sample = (size_t)fl_node_sample_size(o) * sizeof(float);
@@ -372,7 +425,7 @@ fl_node *fl_graph_pad2d(fl_graph *g, const char *name, fl_node *x, int top, int 
     d.oh = (int)oh; d.ow = (int)ow;
     d.pt = top; d.pl = left;
     n->conv = d;
-    set_shape(n, true, 3, (int64_t[]){oh, ow, d.c});
+    if (!set_shape(g, n, true, 3, (int64_t[]){oh, ow, d.c})) return NULL;
     return n;
 }
 
@@ -447,7 +500,7 @@ fl_node *fl_graph_prelu(fl_graph *g, const char *name, fl_node *x, fl_node *alph
     if (!n) return NULL;
     n->nin = 2;
     n->in[0] = x; n->in[1] = alpha;
-    set_shape(n, true, x->ndim - 1, x->shape + 1);
+    if (!set_shape(g, n, true, x->ndim - 1, x->shape + 1)) return NULL;
     n->bcast = d;
     return n;
 }
@@ -471,7 +524,7 @@ fl_node *fl_graph_normalize(fl_graph *g, const char *name, fl_node *x, fl_node *
     if (!n) return NULL;
     n->nin = 3;
     n->in[0] = x; n->in[1] = mean; n->in[2] = var;
-    set_shape(n, true, nd, x->shape + 1);
+    if (!set_shape(g, n, true, nd, x->shape + 1)) return NULL;
     make_bcast(x, p, &n->bcast);
     n->invert = invert;
     return n;
@@ -497,7 +550,7 @@ fl_node *fl_graph_upsample2d(fl_graph *g, const char *name, fl_node *x, int sh, 
     d.sh = sh; d.sw = sw;
     n->conv = d;
     n->bilinear = bilinear;
-    set_shape(n, true, 3, (int64_t[]){oh, ow, d.c});
+    if (!set_shape(g, n, true, 3, (int64_t[]){oh, ow, d.c})) return NULL;
     return n;
 }
 
@@ -542,7 +595,7 @@ fl_node *fl_graph_conv2d_transpose(fl_graph *g, const char *name, fl_node *x, fl
     n->in[0] = x; n->in[1] = w; n->in[2] = b;
     n->conv = d;
     n->act = act;
-    set_shape(n, true, 3, (int64_t[]){oh, ow, d.c});
+    if (!set_shape(g, n, true, 3, (int64_t[]){oh, ow, d.c})) return NULL;
     return n;
 }
 
@@ -567,7 +620,7 @@ fl_node *fl_graph_permute(fl_graph *g, const char *name, fl_node *x, const int *
         n->perm[i + 1] = dims[i] + 1;
         shape[i] = x->shape[dims[i] + 1];
     }
-    set_shape(n, true, nd, shape);
+    if (!set_shape(g, n, true, nd, shape)) return NULL;
     return n;
 }
 
