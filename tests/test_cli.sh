@@ -55,6 +55,12 @@ expect eval-wrong-model 1 "mlp|dense" -- "$FLYNN" evaluate --weights "$tmp/w" --
 expect eval-missing 1 "$tmp/none/conv2d.kernel.npy" -- "$FLYNN" evaluate --weights "$tmp/none"
 expect eval-no-weights 2 "--weights DIR is required" -- "$FLYNN" evaluate
 
+# $OMP_NUM_THREADS is the default thread count; --threads wins over it
+out=$(OMP_NUM_THREADS=1 "$FLYNN" train --samples 128 --epochs 1 --test-samples 100 --verbose 0 2>&1)
+grep -qE "on the CPU, 1 threads," <<<"$out" && ok || { bad "OMP_NUM_THREADS=1 not honoured"; echo "$out" | tail -3 >&2; }
+out=$(OMP_NUM_THREADS=1 "$FLYNN" train --threads 2 --samples 128 --epochs 1 --test-samples 100 --verbose 0 2>&1)
+grep -qE "on the CPU, 2 threads," <<<"$out" && ok || { bad "--threads 2 did not win over OMP_NUM_THREADS=1"; echo "$out" | tail -3 >&2; }
+
 # same seed twice: the same results, to the last digit
 a=$("$FLYNN" train --samples 300 --epochs 1 --seed 5 --verbose 0 2>&1 | head -1)
 b=$("$FLYNN" train --samples 300 --epochs 1 --seed 5 --verbose 0 2>&1 | head -1)

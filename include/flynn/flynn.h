@@ -612,7 +612,8 @@ fl_status fl_gpu_probe(char *why, size_t why_len);
  * default. FL_ERR_INVALID_ARG for another name. */
 fl_status fl_set_matmul_precision(const char *precision);
 const char *fl_get_matmul_precision(void);
-/* Threads the CPU backend uses (0: all cores; default: all cores). */
+/* Threads the CPU backend uses. The default (and n = 0): $OMP_NUM_THREADS
+ * when it is a positive integer, else all cores; n > 0 wins over it. */
 void fl_set_num_threads(int n);
 int fl_get_num_threads(void);
 
