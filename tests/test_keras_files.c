@@ -348,6 +348,12 @@ static void fixtures(void) {
             fl_model *m = fl_load_model(P(jstr(files, "h5")));
             CHECK_MSG(m != NULL, "%s.h5: %s", name, fl_last_error());
             if (m) compare_predictions(m, &x, &y, name, ".h5", &worst);
+            if (m && strcmp(name, "tf2_seq_cnn") == 0) { /* tf.keras 2's training_config: Custom>Adam, MeanMetricWrapper */
+                const fl_optimizer *o = fl_model_optimizer(m);
+                CHECK_MSG(o && strcmp(fl_optimizer_name(o), "Adam") == 0 && fabsf(fl_optimizer_learning_rate(o) - 1e-3f) < 1e-9f,
+                          "tf2_seq_cnn.h5: the compile config (Adam, learning rate 1e-3) was not restored");
+                CHECK(fl_model_loss(m).kind == FL_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY);
+            }
             if (!first) first = m;
             else fl_model_free(m);
         }
