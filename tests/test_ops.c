@@ -67,8 +67,61 @@ static double h_loss(harness *h, bool training) {
     return L;
 }
 
-/* Analytic gradients (one backward pass), then central differences for a
- * sample of elements of x and of every parameter. */
+/* The elements a gradient check tries (all of them in a tensor of at most
+ * 40): along every dimension the first and last index and the tile
+ * remainders, the indices from the largest multiple of 16 (AVX-512) and of 8
+ * (AVX2) on, which vector kernels handle apart; combined over the
+ * dimensions in rotating phases, with the two corners; plus 23 elements at
+ * random (a fixed stream). Sorted, without repeats. */
+#define GC_MAX 96
+static int gc_cmp(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+static int gc_sample(const fl_node *v, int64_t *idx) {
+    const int64_t n = fl_node_size(v);
+    int ns = 0;
+    if (n <= 40) {
+        for (int64_t i = 0; i < n; i++) idx[ns++] = i;
+        return ns;
+    }
+    int64_t cand[FL_MAX_DIMS][8];
+    int nc[FL_MAX_DIMS], most = 0;
+    for (int d = 0; d < v->ndim; d++) {
+        const int64_t dim = v->shape[d];
+        int64_t c[8] = {0, dim - 1, dim / 16 * 16, dim / 16 * 16 + 1, dim / 8 * 8, dim - 2, dim / 2, dim / 16 * 16 - 1};
+        nc[d] = 0;
+        for (int k = 0; k < 8; k++) {
+            if (c[k] < 0 || c[k] >= dim) continue;
+            bool seen = false;
+            for (int j = 0; j < nc[d]; j++) seen |= cand[d][j] == c[k];
+            if (!seen) cand[d][nc[d]++] = c[k];
+        }
+        if (nc[d] > most) most = nc[d];
+    }
+    for (int k = 0; k < most; k++) /* phase k: dimension d takes its candidate (k + d) mod count */
+        for (int rot = 0; rot < 2; rot++) {
+            int64_t flat = 0;
+            for (int d = 0; d < v->ndim; d++)
+                flat = flat * v->shape[d] + cand[d][(k + (rot ? v->ndim - 1 - d : d)) % nc[d]];
+            idx[ns++] = flat;
+        }
+    idx[ns++] = 0;
+    idx[ns++] = n - 1;
+    uint64_t r = 0x9e3779b97f4a7c15ull ^ (uint64_t)n;
+    for (int k = 0; k < 23 && ns < GC_MAX; k++) {
+        r = r * 6364136223846793005ull + 1442695040888963407ull;
+        idx[ns++] = (int64_t)((r >> 17) % (uint64_t)n);
+    }
+    qsort(idx, (size_t)ns, sizeof idx[0], gc_cmp);
+    int u = 0;
+    for (int k = 0; k < ns; k++)
+        if (u == 0 || idx[k] != idx[u - 1]) idx[u++] = idx[k];
+    return u;
+}
+
+/* Analytic gradients (one backward pass), then central differences for the
+ * elements gc_sample picks of x and of every parameter. */
 static void h_gradcheck(harness *h, const char *what, double eps, double rtol, bool training) {
     h_loss(h, training);
     fl_graph_clear_grads(&h->g);
@@ -84,9 +137,11 @@ static void h_gradcheck(harness *h, const char *what, double eps, double rtol, b
         int64_t n = fl_node_size(v);
         float *ana = malloc((size_t)n * sizeof(float));
         memcpy(ana, v->grad, (size_t)n * sizeof(float));
-        int64_t step = n > 40 ? n / 23 : 1;
+        int64_t idx[GC_MAX];
+        const int ns = gc_sample(v, idx);
         int bad = 0;
-        for (int64_t i = 0; i < n; i += step) {
+        for (int si = 0; si < ns; si++) {
+            const int64_t i = idx[si];
             float keep = v->val[i];
             v->val[i] = keep + (float)eps;
             double lp = h_loss(h, training);
