@@ -93,6 +93,10 @@ typedef struct fl_graph {
     uint64_t seed;
     int64_t step;              /* training steps run (dropout streams) */
     int64_t generation;        /* changes whenever buffers move: invalidates captured steps */
+    /* backward passes that ran Conv2D -> MaxPooling2D fused (the backend's
+     * conv2d_maxpool_bwd), and of those, with the ReLU mask of the
+     * convolution's input folded in: so that tests can assert the path */
+    int64_t fused_conv_pool_bwd, fused_relu_mask_bwd;
 } fl_graph;
 
 void fl_graph_init(fl_graph *g, const fl_backend *be);
