@@ -15,6 +15,7 @@
 #include "check.h"
 
 #include <flynn/flynn.h>
+#include "nn/nn.h" /* fl_model: its graph's fused-path counters */
 #include <json-c/json.h>
 
 #include <dirent.h>
@@ -288,6 +289,10 @@ static void training_fixture(json_object *fx, const char *name) {
     if (!m) goto out;
     CHECK_MSG(fl_model_optimizer(m) != NULL, "%s: M.keras came back uncompiled", name);
     one_step(m, x, y, bs, name);
+    if (strcmp(name, "train_mnist_cnn_adam") == 0) /* the step went through the fused Conv(ReLU) -> Conv -> MaxPool backward */
+        CHECK_MSG(m->g.fused_conv_pool_bwd == 1 && m->g.fused_relu_mask_bwd == 1,
+                  "%s: the fused Conv -> MaxPool backward ran %lld times (%lld with the ReLU mask), expected once with it",
+                  name, (long long)m->g.fused_conv_pool_bwd, (long long)m->g.fused_relu_mask_bwd);
     compare_weights(m, jget(tr, "step1_weights"), name, "step 1", tol_step_r, tol_step_a, &e1);
     /* ... and flynn's own state saved after the step continues like Keras's */
     CHECK(fl_save_model(m, T("after_flynn.keras")) == FL_OK);

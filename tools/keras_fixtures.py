@@ -575,6 +575,22 @@ def t_cnn_sgd():
     ], name="train_cnn_sgd")
 
 
+def t_mnist_cnn_adam():
+    """mnist_cnn's shape, small: Conv2D(ReLU) -> Conv2D(ReLU) -> MaxPooling2D
+    (the backward flynn runs fused, with the first ReLU's mask folded in) ->
+    Flatten -> Dense(ReLU) -> Dense(softmax); without mnist_cnn's Dropout,
+    whose masks come from a different generator in Keras."""
+    return keras.Sequential([
+        keras.Input((8, 8, 1)),
+        L.Conv2D(4, 3, activation="relu"),
+        L.Conv2D(6, 3, activation="relu"),
+        L.MaxPooling2D(2),
+        L.Flatten(),
+        L.Dense(8, activation="relu"),
+        L.Dense(3, activation="softmax"),
+    ], name="train_mnist_cnn_adam")
+
+
 def t_bn_rmsprop():
     return keras.Sequential([
         keras.Input((5,)),
@@ -699,6 +715,9 @@ TRAINING = [
     ("train_mlp_adam", t_mlp_adam,
      lambda: keras.optimizers.Adam(learning_rate=0.01),
      "sparse_categorical_crossentropy", ["accuracy"], b_sparse(4, 6), ALL),
+    ("train_mnist_cnn_adam", t_mnist_cnn_adam,
+     lambda: keras.optimizers.Adam(learning_rate=1e-3),
+     "sparse_categorical_crossentropy", ["accuracy"], b_sparse(3, 8, 8, 1), KERAS),
     ("train_cnn_sgd", t_cnn_sgd,
      lambda: keras.optimizers.SGD(learning_rate=0.1, momentum=0.9),
      "categorical_crossentropy", ["accuracy"], b_onehot(3, 6, 6, 1), KERAS),
