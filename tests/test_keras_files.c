@@ -627,21 +627,45 @@ static void atomic_saving(void) {
     CHECK(fl_save_model(m, T("adir.keras")) == FL_ERR_IO);
     CHECK_MSG(count_tmp(tmpdir) == 0, "a temporary file was left behind after a failed rename");
     rmdir(T("adir.keras"));
-    /* a read-only folder (root ignores permissions, so only as a normal user) */
-    if (geteuid() != 0) {
+    /* a read-only folder: chmod 0555 for a normal user, and for everyone
+     * (root ignores permissions) a read-only mount as tests/rofs_shim.c
+     * makes one, linked into this program: writes under $ROFS_SHIM_DIR fail
+     * with EROFS; each format (.keras, .h5, .json, .weights.h5) */
+    const char *names[4] = {"ro/x.keras", "ro/x.h5", "ro/x.json", "ro/x.weights.h5"};
+    for (int how = 0; how < 2; how++) {
+        if (how == 0 && geteuid() == 0) {
+            printf("SKIP read-only folder by chmod: root ignores permissions (the EROFS case below runs)\n");
+            continue;
+        }
         mkdir(T("ro"), 0777);
-        CHECK(fl_save_model(m, T("ro/x.keras")) == FL_OK);
-        chmod(T("ro"), 0555);
-        size_t a = 0, b = 0;
-        char *pre = slurp(T("ro/x.keras"), &a);
-        CHECK(fl_save_model(m, T("ro/x.keras")) == FL_ERR_IO);
-        char *post = slurp(T("ro/x.keras"), &b);
-        CHECK(pre && post && a == b && memcmp(pre, post, a) == 0);
+        for (int k = 0; k < 4; k++) {
+            fl_status sv = k == 3 ? fl_save_weights(m, T(names[k])) : fl_save_model(m, T(names[k]));
+            CHECK_MSG(sv == FL_OK, "%s: %s", names[k], fl_last_error());
+        }
+        if (how == 0) chmod(T("ro"), 0555);
+        else setenv("ROFS_SHIM_DIR", T("ro"), 1);
+        if (how == 1) { /* the shim is in front of libc */
+            FILE *probe = fopen(T("ro/probe"), "w");
+            CHECK_MSG(probe == NULL && errno == EROFS, "rofs_shim does not make %s read-only", T("ro"));
+            if (probe) fclose(probe);
+        }
+        for (int k = 0; k < 4; k++) {
+            size_t a = 0, b = 0;
+            char *pre = slurp(T(names[k]), &a);
+            fl_status sv = k == 3 ? fl_save_weights(m, T(names[k])) : fl_save_model(m, T(names[k]));
+            CHECK_MSG(sv == FL_ERR_IO, "saving %s in a read-only folder (%s): %s", names[k],
+                      how ? "EROFS" : "chmod 0555", fl_status_name(sv));
+            CHECK_STR_CONTAINS(fl_last_error(), names[k]);
+            if (how == 1) CHECK_STR_CONTAINS(fl_last_error(), strerror(EROFS));
+            char *post = slurp(T(names[k]), &b);
+            CHECK_MSG(pre && post && a == b && memcmp(pre, post, a) == 0, "%s changed on a failed save", names[k]);
+            free(pre);
+            free(post);
+        }
         CHECK(count_tmp(T("ro")) == 0);
-        free(pre);
-        free(post);
+        unsetenv("ROFS_SHIM_DIR");
         chmod(T("ro"), 0777);
-        unlink(T("ro/x.keras"));
+        for (int k = 0; k < 4; k++) unlink(T(names[k]));
         rmdir(T("ro"));
     }
     /* names */
