@@ -28,6 +28,13 @@ with tarfile.open(sys.argv[1], "w:xz") as t:
 fi
 printf '#!/bin/sh\necho "GPU 0: Fake H200 (UUID: GPU-0)"\n' > "$tmp/smi/nvidia-smi"
 chmod +x "$tmp/smi/nvidia-smi"
+# the same on a GPU machine: its nvidia-smi and PyTorch are hidden (a
+# nvidia-smi that lists nothing, a torch module that does not import)
+mkdir -p "$tmp/nosmi" "$tmp/notorch"
+printf '#!/bin/sh\necho "No devices were found"\nexit 6\n' > "$tmp/nosmi/nvidia-smi"
+chmod +x "$tmp/nosmi/nvidia-smi"
+echo 'raise ImportError("hidden by tests/gpu/test_run.sh")' > "$tmp/notorch/torch.py"
+export PATH="$tmp/nosmi:$PATH" PYTHONPATH="$tmp/notorch${PYTHONPATH:+:$PYTHONPATH}"
 
 # case NAME EXPECTED_RC DEADLINE PATTERN ENV... : run.sh exits EXPECTED_RC,
 # within the deadline (+15 s), with run.log and parity.log in $OUT, run.log
