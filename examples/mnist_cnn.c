@@ -2,7 +2,7 @@
  * mnist_cnn.c — the Keras mnist_cnn example written with flynn's C API:
  * load Fashion-MNIST, define the model, train, evaluate.
  *
- *   mnist_cnn [DATA_DIR] [TRAIN_SAMPLES] [EPOCHS]
+ *   mnist_cnn [DATA_DIR] [TRAIN_SAMPLES] [EPOCHS] [SEED]
  *
  * DATA_DIR defaults to /usr/share/datasets/fashion-mnist (Debian package
  * dataset-fashion-mnist).
@@ -16,6 +16,7 @@ int main(int argc, char **argv) {
     const char *dir = argc > 1 ? argv[1] : "/usr/share/datasets/fashion-mnist";
     long samples = argc > 2 ? atol(argv[2]) : 20000;
     int epochs = argc > 3 ? atoi(argv[3]) : 2;
+    const char *seed = argc > 4 ? argv[4] : NULL; /* default: the model's own seed */
 
     fl_dataset data;
     if (fl_load_mnist(dir, samples, 0, &data) != FL_OK) {
@@ -33,6 +34,7 @@ int main(int argc, char **argv) {
         fl_dense(128, .activation = FL_RELU),
         fl_dropout(0.5f),
         fl_dense(10, .activation = FL_SOFTMAX));
+    if (model && seed) fl_model_set_seed(model, strtoull(seed, NULL, 10)); /* before compile: initial weights */
     if (!model || fl_compile(model, fl_adam(.learning_rate = 1e-3f), FL_SPARSE_CATEGORICAL_CROSSENTROPY,
                              FL_ACCURACY) != FL_OK) {
         fprintf(stderr, "error: %s\n", fl_last_error());

@@ -6,13 +6,17 @@
  * remainders and more than 64 filters; Dense through the GEMM driver's
  * transposed and blocked cases; max pooling; and dropout and Adam/AdamW,
  * which must agree bit for bit (the same masks and the same weights as the
- * portable code, so that a run can be replayed anywhere). Where the CPU has
- * no AVX-512 the test says so and passes.
+ * portable code, so that a run can be replayed anywhere). Also the
+ * DepthwiseConv2D row functions at each level the CPU has (portable,
+ * AVX2+FMA, AVX-512), the portable one against a naive loop. The AVX-512
+ * part is reported as skipped, with the reason, where the CPU lacks it; a
+ * run of 0 checks fails.
  */
 #include "check.h"
 #include "flynn/flynn.h"
 #include "backend/cpu/cpu_internal.h"
 #include "backend/cpu/cpu_simd.h"
+#include "ops/math.h"
 
 #include <stdlib.h>
 
@@ -300,11 +304,98 @@ static void test_adam(int code) {
     }
 }
 
-int main(void) {
-    if (!fl_cpu_simd_available()) {
-        printf("test_cpu_simd: this CPU has no AVX-512; the portable kernels are the only ones used\n");
-        return check_report("test_cpu_simd");
+/* DepthwiseConv2D (cpu_depthwise.c): its row functions, compiled portable,
+ * AVX2+FMA and AVX-512, at every level this CPU has against the portable
+ * one. FMA contracts a*b+c, so they agree to rounding, not bit for bit. */
+static int g_dw_levels_run[3];
+static void test_depthwise(int n, int h, int w, int c, int dm, int kh, int kw, int s, int same, int act, int bias) {
+    fl_conv_desc d = {0};
+    d.n = n; d.h = h; d.w = w; d.c = c; d.oc = c * dm; d.kh = kh; d.kw = kw; d.sh = s; d.sw = s;
+    d.oh = out_dim(h, kh, s, same, &d.pt);
+    d.ow = out_dim(w, kw, s, same, &d.pl);
+    d.act = act;
+    d.has_bias = bias;
+    const int oc = d.oc;
+    size_t nx = (size_t)n * h * w * c, ny = (size_t)n * d.oh * d.ow * oc, nw = (size_t)kh * kw * oc;
+    float *x = rnd(nx, 11), *wt = rnd(nw, 12), *b = rnd(oc, 13), *g = rnd(ny, 14);
+    float *y[3] = {0}, *dy[3] = {0}, *dx[3] = {0}, *dw[3] = {0}, *db[3] = {0};
+    const int levels = fl_cpu_depthwise_levels();
+    char what[160];
+    snprintf(what, sizeof what, "depthwise n%d %dx%dx%d dm%d k%dx%d s%d %s act%d bias%d", n, h, w, c, dm, kh, kw, s,
+             same ? "same" : "valid", act, bias);
+    for (int k = 0; k < 3; k++) {
+        if (!(levels >> k & 1)) continue;
+        fl_cpu_depthwise_force(k);
+        y[k] = malloc(ny * sizeof(float));
+        fl_cpu_depthwise_fwd(&d, x, wt, bias ? b : NULL, y[k]);
+        dy[k] = dup(g, ny);
+        dx[k] = malloc(nx * sizeof(float));
+        dw[k] = malloc(nw * sizeof(float));
+        db[k] = malloc(oc * sizeof(float));
+        fl_cpu_depthwise_bwd(&d, x, wt, y[k], dy[k], dx[k], 0.0f, dw[k], bias ? db[k] : NULL);
+        if (k > 0) {
+            g_dw_levels_run[k]++;
+            const char *lv = k == 1 ? "AVX2+FMA" : "AVX-512";
+            CHECK_MSG(rel_diff(y[k], y[0], ny) < 1e-5, "%s, %s: forward differs by %g", what, lv, rel_diff(y[k], y[0], ny));
+            CHECK_MSG(rel_diff(dx[k], dx[0], nx) < 1e-5, "%s, %s: dx differs by %g", what, lv, rel_diff(dx[k], dx[0], nx));
+            CHECK_MSG(rel_diff(dw[k], dw[0], nw) < 1e-5, "%s, %s: dw differs by %g", what, lv, rel_diff(dw[k], dw[0], nw));
+            if (bias) CHECK_MSG(rel_diff(db[k], db[0], oc) < 1e-5, "%s, %s: db differs", what, lv);
+        }
     }
+    fl_cpu_depthwise_force(-1);
+    /* the portable level itself against a naive loop (forward): a wrong
+     * portable reference would make the comparisons above meaningless */
+    double worst = 0;
+    for (int64_t i = 0; i < n; i++)
+        for (int oy = 0; oy < d.oh; oy++)
+            for (int ox = 0; ox < d.ow; ox++)
+                for (int o = 0; o < oc; o++) {
+                    double z = bias ? b[o] : 0;
+                    for (int ky = 0; ky < kh; ky++)
+                        for (int kx = 0; kx < kw; kx++) {
+                            int iy = oy * s - d.pt + ky, ix = ox * s - d.pl + kx;
+                            if (iy < 0 || iy >= h || ix < 0 || ix >= w) continue;
+                            z += (double)x[((i * h + iy) * w + ix) * c + o / dm] * wt[(ky * kw + kx) * oc + o];
+                        }
+                    double ref = fl_act_forward(act, (float)z);
+                    worst = fmax(worst, fabs(ref - y[0][((i * d.oh + oy) * d.ow + ox) * oc + o]));
+                }
+    CHECK_MSG(worst < 1e-4, "%s, portable: forward differs from a naive loop by %g", what, worst);
+    for (int k = 0; k < 3; k++) { free(y[k]); free(dy[k]); free(dx[k]); free(dw[k]); free(db[k]); }
+    free(x); free(wt); free(b); free(g);
+}
+
+/* The AVX-512 kernels of cpu_avx512.c and the direct convolutions against
+ * the portable code (only where the CPU has AVX-512). */
+static void test_avx512(void);
+
+int main(void) {
+    /* the levels every x86-64 CPU of this kind may have: the portable code
+     * and AVX2+FMA (DepthwiseConv2D); AVX-512 where present */
+    const int levels = fl_cpu_depthwise_levels();
+    printf("test_cpu_simd: this CPU runs: portable%s%s\n", levels & 2 ? ", AVX2+FMA" : "", levels & 4 ? ", AVX-512" : "");
+    test_depthwise(2, 9, 10, 8, 1, 3, 3, 1, 0, FL_ACT_RELU, 1);
+    test_depthwise(2, 8, 7, 3, 2, 3, 3, 1, 1, FL_ACT_LINEAR, 0);
+    test_depthwise(3, 11, 9, 16, 1, 3, 3, 2, 1, FL_ACT_RELU6, 1);  /* 16 channels: one full vector */
+    test_depthwise(2, 10, 12, 33, 1, 5, 5, 2, 1, FL_ACT_SIGMOID, 0); /* 33: two vectors and a remainder */
+    test_depthwise(2, 6, 7, 4, 3, 2, 2, 1, 1, FL_ACT_ELU, 1);
+    test_depthwise(1, 12, 12, 40, 1, 3, 3, 2, 1, FL_ACT_RELU, 1);
+    test_depthwise(2, 7, 6, 5, 2, 3, 2, 1, 1, FL_ACT_TANH, 1);
+    test_depthwise(8, 30, 30, 24, 1, 3, 3, 1, 1, FL_ACT_RELU, 1);  /* large enough for several threads */
+    if (levels & 2) CHECK_MSG(g_dw_levels_run[1] == 8, "the AVX2+FMA level ran %d of 8 cases", g_dw_levels_run[1]);
+    else printf("test_cpu_simd: SKIP AVX2+FMA: this CPU lacks AVX2 or FMA\n");
+    if (fl_cpu_simd_available()) test_avx512();
+    else printf("test_cpu_simd: SKIP the AVX-512 kernels (cpu_avx512.c, direct convolutions, fused conv+pool, "
+                "dropout and Adam bit for bit): this CPU has no AVX-512F/BW/DQ/VL\n");
+    /* a run that checked nothing is a failure, not a pass */
+    if (check_count == 0) {
+        fprintf(stderr, "test_cpu_simd: 0 checks ran\n");
+        return 1;
+    }
+    return check_report("test_cpu_simd");
+}
+
+static void test_avx512(void) {
     /* mnist_cnn's convolutions, and the shapes around them */
     test_conv(5, 28, 28, 1, 32, 3, 3, 1, 0, FL_ACT_RELU, 1);
     test_conv(3, 26, 26, 32, 64, 3, 3, 1, 0, FL_ACT_RELU, 1);
@@ -344,5 +435,4 @@ int main(void) {
     test_dropout(4099, 0.9f, 1);
     test_adam(FL_OPT_ADAM);
     test_adam(FL_OPT_ADAMW);
-    return check_report("test_cpu_simd");
 }

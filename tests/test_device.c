@@ -68,6 +68,30 @@ int main(void) {
     CHECK_STR_CONTAINS(why, "device: CPU");
     fl_model_free(m);
 
+    /* threads: $OMP_NUM_THREADS is the default when it is a positive
+     * integer (or a list: its first entry); fl_set_num_threads(n > 0) wins */
+    unsetenv("OMP_NUM_THREADS");
+    fl_set_num_threads(0);
+    const int all_cores = fl_get_num_threads();
+    CHECK(all_cores >= 1);
+    setenv("OMP_NUM_THREADS", "3", 1);
+    fl_set_num_threads(0);
+    CHECK_MSG(fl_get_num_threads() == 3, "OMP_NUM_THREADS=3 gave %d threads", fl_get_num_threads());
+    fl_set_num_threads(5);
+    CHECK_MSG(fl_get_num_threads() == 5, "fl_set_num_threads(5) under OMP_NUM_THREADS=3 gave %d", fl_get_num_threads());
+    setenv("OMP_NUM_THREADS", "7,2", 1);
+    fl_set_num_threads(0);
+    CHECK_MSG(fl_get_num_threads() == 7, "OMP_NUM_THREADS=7,2 gave %d threads", fl_get_num_threads());
+    const char *invalid[] = {"0", "-2", "abc", "", "3x"};
+    for (int i = 0; i < 5; i++) {
+        setenv("OMP_NUM_THREADS", invalid[i], 1);
+        fl_set_num_threads(0);
+        CHECK_MSG(fl_get_num_threads() == all_cores, "OMP_NUM_THREADS='%s' (invalid) gave %d threads, not all %d cores",
+                  invalid[i], fl_get_num_threads(), all_cores);
+    }
+    unsetenv("OMP_NUM_THREADS");
+    fl_set_num_threads(0);
+
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
     CHECK(system(cmd) == 0);
     return check_report("test_device");

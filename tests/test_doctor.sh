@@ -5,9 +5,12 @@
 # missing plugin, a device-less driver) and the test asserts which check
 # fails, what the remedy says, that the later checks are SKIP, the exit
 # codes, and that --json parses.
-# usage: test_doctor.sh FLYNN STUB_LIBCUDA_DIR PLUGIN|none
+# Where cuBLAS/cuDNN are not installed, stub libraries of the same names
+# (tests/stub_cudalibs.c) stand in, so the cuDNN and plugin cases always run;
+# a case that cannot run prints SKIP and the reason.
+# usage: test_doctor.sh FLYNN STUB_LIBCUDA_DIR PLUGIN|none STUB_CUDALIBS_DIR
 set -u
-FLYNN=$1 STUB=$2 PLUGIN=$3
+FLYNN=$1 STUB=$2 PLUGIN=$3 STUBLIBS=${4:-}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 pass=0 fail=0
@@ -45,15 +48,33 @@ doctor_case disabled enabled "unset FLYNN_DISABLE_GPU" FLYNN_DISABLE_GPU=1
 doctor_case no-libcuda libcuda "reinstall the NVIDIA driver" FLYNN_NVIDIA_PROC="$tmp/version" FLYNN_LIBCUDA="$tmp/none.so"
 doctor_case old-driver driver_version "update the NVIDIA driver to version 580 or newer .*the GPU is fine, only the driver is too old" "${FAKE[@]}" STUB_CUDA_VERSION=12040
 doctor_case no-cublas cublas "install cuBLAS for CUDA 13" "${FAKE[@]}" FLYNN_CUDA_LIB_PATH="$tmp/empty"
+# cuBLAS and cuDNN: the stubs (tests/stub_cudalibs.c) for the cases that
+# need them found, so that these run on every machine; FLYNN_CUDA_LIB_PATH
+# replaces the whole search, so installed ones are not seen
+if [ -n "$STUBLIBS" ] && [ -f "$STUBLIBS/libcublas.so.13" ] && [ -f "$STUBLIBS/libcudnn.so.9" ]; then
+  mkdir -p "$tmp/cublas_only"
+  ln -s "$STUBLIBS/libcublasLt.so.13" "$tmp/cublas_only/libcublasLt.so.13"
+  ln -s "$STUBLIBS/libcublas.so.13" "$tmp/cublas_only/libcublas.so.13"
+  doctor_case no-cudnn cudnn "install cuDNN 9 for CUDA 13" "${FAKE[@]}" FLYNN_CUDA_LIB_PATH="$tmp/cublas_only"
+  doctor_case no-plugin plugin "built without its CUDA plugin" "${FAKE[@]}" FLYNN_CUDA_LIB_PATH="$STUBLIBS" \
+    FLYNN_CUDA_PLUGIN="$tmp/none_plugin.so"
+  out=$(env "${FAKE[@]}" FLYNN_CUDA_LIB_PATH="$STUBLIBS" FLYNN_CUDA_PLUGIN="$tmp/none_plugin.so" "$FLYNN" doctor 2>&1)
+  for c in "cublas +PASS .*$STUBLIBS/libcublas.so.13" "cudnn +PASS .*$STUBLIBS/libcudnn.so.9"; do
+    grep -qE "^ *[0-9]+\. $c" <<<"$out" && ok || { bad "no-plugin: lacks /$c/"; echo "$out" >&2; }
+  done
+else
+  bad "the stub cuBLAS/cuDNN libraries are missing (${STUBLIBS:-no folder given}): the cuDNN and plugin cases cannot run"
+fi
+# a device-less driver behind the real plugin: needs the plugin and the real
+# cuBLAS/cuDNN it links (the stubs hold no kernels)
 cublas=$(ldconfig -p | grep -oE '/[^ ]*/libcublasLt\.so\.13$' | head -1)
 [ -z "$cublas" ] && cublas=$(ls /usr/local/cuda/lib64/libcublasLt.so.13 2>/dev/null)
-if [ -n "$cublas" ]; then
-  mkdir -p "$tmp/cublas_only"
-  ln -s "$cublas" "$tmp/cublas_only/libcublasLt.so.13"
-  ln -s "$(dirname "$cublas")/libcublas.so.13" "$tmp/cublas_only/libcublas.so.13"
-  doctor_case no-cudnn cudnn "install cuDNN 9 for CUDA 13" "${FAKE[@]}" FLYNN_CUDA_LIB_PATH="$tmp/cublas_only"
-  doctor_case no-plugin plugin "built without its CUDA plugin" "${FAKE[@]}" FLYNN_CUDA_PLUGIN="$tmp/none_plugin.so"
-  if [ "$PLUGIN" != none ] && [ -f "$PLUGIN" ]; then
+if [ "$PLUGIN" = none ] || [ ! -f "$PLUGIN" ]; then
+  echo "SKIP no-device: the CUDA plugin is not built here (FLYNN_CUDA=OFF or no CUDA toolkit)"
+elif [ -z "$cublas" ]; then
+  echo "SKIP no-device: the plugin needs the real cuBLAS and cuDNN, which are not installed"
+else
+  {
     doctor_case no-device device "the driver sees no CUDA device" "${FAKE[@]}" FLYNN_CUDA_PLUGIN="$PLUGIN"
     # the checks before the device passed, and say what they found
     out=$(env "${FAKE[@]}" FLYNN_CUDA_PLUGIN="$PLUGIN" "$FLYNN" doctor 2>&1)
@@ -62,16 +83,24 @@ if [ -n "$cublas" ]; then
              "cudart +PASS .*CUDA runtime 13"; do
       grep -qE "^ *[0-9]+\. $c" <<<"$out" && ok || { bad "no-device: lacks /$c/"; echo "$out" >&2; }
     done
-  else
-    echo "SKIP no-device: the CUDA plugin is not built here"
-  fi
+  }
 fi
 
-# devices and bandwidth without a GPU: the reason, Result = FAIL, exit 1, valid JSON
+# devices and bandwidth as they are on this machine: without a GPU the
+# reason, Result = FAIL, exit 1; with a usable one Result = PASS, exit 0;
+# valid JSON either way (the driver check runs on a GPU machine as on CI:
+# FLYNN_NVIDIA_PROC pointed at a missing file)
+"$FLYNN" devices >/dev/null 2>&1 && gpu=1 || gpu=0
+[ $gpu = 1 ] && echo "test_doctor: this machine has a usable GPU: devices/bandwidth must pass; the no-driver case is arranged"
 for cmd in devices bandwidth; do
   out=$("$FLYNN" $cmd 2>&1); rc=$?
+  if [ $gpu = 1 ]; then
+    [ $rc -eq 0 ] && grep -q "^Result = PASS$" <<<"$out" && ok || { bad "$cmd with a GPU: exit $rc"; echo "$out" | tail -5 >&2; }
+    "$FLYNN" $cmd --json | python3 -c 'import json,sys; d=json.load(sys.stdin); assert d["result"]=="PASS"' && ok || bad "$cmd --json"
+  fi
+  out=$(env FLYNN_NVIDIA_PROC="$tmp/none" "$FLYNN" $cmd 2>&1); rc=$?
   [ $rc -eq 1 ] && grep -q "^Result = FAIL$" <<<"$out" && grep -q "no NVIDIA driver is loaded" <<<"$out" && ok || { bad "$cmd without GPU"; echo "$out" >&2; }
-  "$FLYNN" $cmd --json | python3 -c 'import json,sys; d=json.load(sys.stdin); assert d["result"]=="FAIL" and d["reason"]' && ok || bad "$cmd --json"
+  env FLYNN_NVIDIA_PROC="$tmp/none" "$FLYNN" $cmd --json | python3 -c 'import json,sys; d=json.load(sys.stdin); assert d["result"]=="FAIL" and d["reason"]' && ok || bad "$cmd --json"
   "$FLYNN" $cmd --help | grep -q "Result = PASS or Result = FAIL" && ok || bad "$cmd --help"
 done
 "$FLYNN" bandwidth --mode fast >/dev/null 2>&1; [ $? -eq 2 ] && ok || bad "bandwidth --mode fast: expected exit 2"

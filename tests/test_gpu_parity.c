@@ -6,7 +6,18 @@
  * in both float32 precision modes; tolerances (relative to each tensor's
  * largest value):
  *   highest (full float32): 2e-4 — only the order of summation differs
- *   high (TF32 tensor cores): 2e-2 — products keep about 10 mantissa bits
+ *   high (TF32 tensor cores): 2e-2 — products keep about 10 mantissa bits;
+ *     Dense and Conv2D (the products TF32 rounds) get a bound per element
+ *     instead: |GPU - CPU| <= c * lip * 2^-10 * sum_k |a_ik||b_kj| + 2e-4 * max
+ *     (TF32 rounds each operand to 10 mantissa bits: a product is off by at
+ *     most 2 * 2^-10 of its magnitude, or 2^-10 rounding to nearest: c = 2
+ *     for cuBLAS; c = 8 for cuDNN, which may pick a Winograd algorithm whose
+ *     transforms amplify the rounding; lip is
+ *     the activation's Lipschitz constant; the last term the float32
+ *     summation order, as in highest). sum_k |a||b| is computed on the CPU:
+ *     the same graph, linear, on |x|, |params| and |dL/dout|. It is applied
+ *     to the forward, and to the gradients when the activation is linear
+ *     (a nonlinear one's derivative moves with z, up to a flip at a kink).
  * Exits 77 (ctest: skipped) with the reason when no GPU is usable.
  */
 #include "check.h"
@@ -23,6 +34,7 @@
 static const fl_backend *CPU, *GPU;
 static double g_tol;
 static const char *g_mode;
+static int g_act; /* the activation the Dense/Conv2D builders use */
 static uint64_t g_stream = 100;
 
 typedef struct side { fl_graph g; fl_node *x, *out, *params[6]; int np; } side;
@@ -51,15 +63,70 @@ static void compare(const char *what, const char *part, const float *cpu, const 
     free(g);
 }
 
+/* The TF32 bound per element (see the header): how many elements of g are
+ * outside c * 2^-10 * mag[i] + 2e-4 * max|cpu|; *worst gets the largest
+ * |g - cpu| / bound and *at its index. */
+static int64_t tf32_violations(const float *cpu, const float *g, const float *mag, int64_t n, double c, double *worst,
+                               int64_t *at) {
+    double mx = 1e-6;
+    for (int64_t i = 0; i < n; i++) mx = fmax(mx, fabs((double)cpu[i]));
+    int64_t bad = 0;
+    *worst = 0;
+    *at = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double bound = c * 0x1p-10 * mag[i] + 2e-4 * mx, d = fabs((double)g[i] - cpu[i]);
+        if (d > bound) bad++;
+        if (d / bound > *worst) { *worst = d / bound; *at = i; }
+    }
+    return bad;
+}
+
+static void compare_tf32(const char *what, const char *part, const float *cpu, const float *gpu_dev, const float *mag,
+                         int64_t n, double c) {
+    float *g = download(GPU, gpu_dev, n);
+    double worst;
+    int64_t at, bad = tf32_violations(cpu, g, mag, n, c, &worst, &at);
+    CHECK_MSG(bad == 0, "[%s] %s %s: %lld of %lld elements outside the TF32 bound %g * 2^-10 * sum|a||b| + 2e-4 * max; "
+              "worst [%lld]: GPU %.7g, CPU %.7g, sum|a||b| %.5g (%.3g times the bound)", g_mode, what, part,
+              (long long)bad, (long long)n, c, (long long)at, g[at], cpu[at], mag[at], worst);
+    free(g);
+}
+
+/* Lipschitz constant of an activation (|f'| <= lip), 0 when unbounded */
+static double act_lipschitz(int act) {
+    switch (act) {
+    case FL_ACT_GELU: return 1.13;
+    case FL_ACT_SILU: return 1.1;
+    case FL_ACT_HARD_SILU: return 1.5;
+    case FL_ACT_SELU: return 1.76;
+    case FL_ACT_EXPONENTIAL: return 0;
+    default: return 1;
+    }
+}
+
 /* Builds the op on both backends with the same inputs, runs forward and,
  * in training mode, backward (dL/dout = R), and compares everything. In
  * inference mode only the forward and the weights: a backward pass after an
  * inference forward is never run (batch norm's saved batch statistics would
  * be unset), and comparing it compared uninitialized memory. */
+/* g_mag: the case is a Dense or Conv2D (builder b_dense, b_conv), whose
+ * products TF32 rounds: in "high" mode a third graph on the CPU, linear, on
+ * the absolute values gives sum_k |a||b| per element (the TF32 bound).
+ * g_perturb (self-test only): the "GPU" forward output gets one element
+ * moved by g_perturb * max|y|, and the TF32 check must flag it. */
+static bool g_mag;
+static double g_mag_c = 2; /* 2 for cuBLAS GEMM; 8 for cuDNN, which may pick Winograd (its transforms amplify rounding) */
+static double g_perturb;
+static int g_perturb_flagged = -1;
+
 static void parity(const char *what, int ndim, const int64_t *sample, int64_t batch, build_fn build, bool training) {
-    side s[2];
-    const fl_backend *bes[2] = {CPU, GPU};
-    for (int k = 0; k < 2; k++) {
+    side s[3];
+    const fl_backend *bes[3] = {CPU, GPU, CPU};
+    const int act = g_act;
+    const bool mag = g_mag && strcmp(g_mode, "high") == 0 && act_lipschitz(act) > 0;
+    const int nside = mag ? 3 : 2;
+    for (int k = 0; k < nside; k++) {
+        g_act = k == 2 ? FL_ACT_LINEAR : act; /* the magnitude graph is linear */
         memset(&s[k], 0, sizeof s[k]);
         fl_graph_init(&s[k].g, bes[k]);
         s[k].g.seed = 5;
@@ -73,11 +140,14 @@ static void parity(const char *what, int ndim, const int64_t *sample, int64_t ba
         CHECK(fl_graph_reserve(&s[k].g, batch) == FL_OK);
         fl_graph_set_batch(&s[k].g, batch);
     }
+    g_act = act;
     int64_t nx = fl_node_size(s[0].x), no = fl_node_size(s[0].out);
     float *hx = malloc((size_t)nx * sizeof(float)), *R = malloc((size_t)no * sizeof(float));
     fl_rng_uniform(hx, nx, -1.5f, 1.5f, 9, g_stream++);
     fl_rng_uniform(R, no, -1, 1, 9, g_stream++);
     for (int k = 0; k < 2; k++) bes[k]->upload(s[k].x->val, hx, (size_t)nx * sizeof(float));
+    for (int64_t i = 0; mag && i < nx; i++) hx[i] = fabsf(hx[i]);
+    if (mag) CPU->upload(s[2].x->val, hx, (size_t)nx * sizeof(float));
     for (int p = 0; p < s[0].np; p++) {
         int64_t n = fl_node_size(s[0].params[p]);
         float *hp = malloc((size_t)n * sizeof(float));
@@ -85,35 +155,60 @@ static void parity(const char *what, int ndim, const int64_t *sample, int64_t ba
         if (strcmp(s[0].params[p]->name, "signed") == 0)
             for (int64_t i = 0; i < n; i++) hp[i] = hp[i] * 2 - 1;
         for (int k = 0; k < 2; k++) bes[k]->upload(s[k].params[p]->val, hp, (size_t)n * sizeof(float));
+        for (int64_t i = 0; mag && i < n; i++) hp[i] = fabsf(hp[i]);
+        if (mag) CPU->upload(s[2].params[p]->val, hp, (size_t)n * sizeof(float));
         free(hp);
     }
-    for (int k = 0; k < 2; k++) {
+    for (int k = 0; k < nside; k++) {
         fl_graph_forward(&s[k].g, training);
         if (!training) continue;
         fl_graph_clear_grads(&s[k].g);
+        if (k == 2)
+            for (int64_t i = 0; i < no; i++) R[i] = fabsf(R[i]);
         bes[k]->upload(s[k].out->grad, R, (size_t)no * sizeof(float));
         s[k].out->grad_ready = true;
         fl_graph_backward(&s[k].g);
     }
     GPU->sync();
     CHECK_MSG(GPU->check == NULL || GPU->check() == 0, "%s: a CUDA error: %s", what, fl_last_error());
-    compare(what, "forward", s[0].out->val, s[1].out->val, no);
-    if (training) compare(what, "d/dx", s[0].x->grad, s[1].x->grad, nx);
+    const double c = g_mag_c * act_lipschitz(act);
+    if (mag && g_perturb > 0 && GPU == CPU) {
+        /* self-test of the bound: one wrong element, which the flat tolerance accepts */
+        float *g = download(GPU, s[1].out->val, no);
+        double mx = 0, worst;
+        for (int64_t i = 0; i < no; i++) mx = fmax(mx, fabs((double)g[i]));
+        int64_t at;
+        g[no / 2] += (float)(g_perturb * mx);
+        g_perturb_flagged = tf32_violations(s[0].out->val, g, s[2].out->val, no, c, &worst, &at) == 1 && at == no / 2;
+        printf("[%s] %s: one output moved by %g * max|y| = %.4g: flat tolerance %s it, TF32 bound %s it "
+               "(%.2g times the bound)\n", g_mode, what, g_perturb, g_perturb * mx,
+               rel_diff(g, s[0].out->val, no) <= g_tol ? "accepts" : "rejects", g_perturb_flagged ? "rejects" : "accepts",
+               worst);
+        free(g);
+    }
+    if (mag) compare_tf32(what, "forward", s[0].out->val, s[1].out->val, s[2].out->val, no, c);
+    else compare(what, "forward", s[0].out->val, s[1].out->val, no);
+    const bool mag_grad = mag && act == FL_ACT_LINEAR;
+    if (training) {
+        if (mag_grad) compare_tf32(what, "d/dx", s[0].x->grad, s[1].x->grad, s[2].x->grad, nx, c);
+        else compare(what, "d/dx", s[0].x->grad, s[1].x->grad, nx);
+    }
     for (int p = 0; p < s[0].np; p++) {
         char part[32];
         snprintf(part, sizeof part, "param %d", p);
         int64_t n = fl_node_size(s[0].params[p]);
-        if (training && s[0].params[p]->grad) compare(what, part, s[0].params[p]->grad, s[1].params[p]->grad, n);
+        if (training && s[0].params[p]->grad && mag_grad)
+            compare_tf32(what, part, s[0].params[p]->grad, s[1].params[p]->grad, s[2].params[p]->grad, n, c);
+        else if (training && s[0].params[p]->grad) compare(what, part, s[0].params[p]->grad, s[1].params[p]->grad, n);
         else compare(what, part, s[0].params[p]->val, s[1].params[p]->val, n); /* BN moving statistics */
     }
     free(hx);
     free(R);
-    for (int k = 0; k < 2; k++) fl_graph_free(&s[k].g);
+    for (int k = 0; k < nside; k++) fl_graph_free(&s[k].g);
 }
 
 /* ---------------------------------------------------------- op builders */
 
-static int g_act;
 static fl_node *b_dense(fl_graph *g, fl_node *x, fl_node **p, int *np) {
     int64_t k = x->shape[x->ndim - 1];
     p[0] = fl_graph_param(g, "signed", 2, (int64_t[]){k, 33}, true);
@@ -401,8 +496,25 @@ static void op_parity(void) {
         if (!fl_act_grad_from_output(g_act)) continue;
         char name[32];
         snprintf(name, sizeof name, "dense act %d", g_act);
+        g_mag = true;
         parity(name, 1, flat, 37, b_dense, true);
+        g_mag = false;
     }
+    /* Dense with a long reduction (K = 700) and one with K = 3: the TF32
+     * bound grows with sum_k |a||b|, the flat tolerance did not see K */
+    int64_t kwide[] = {700}, knarrow[] = {3};
+    g_act = FL_ACT_LINEAR;
+    g_mag = true;
+    parity("dense K=700 linear", 1, kwide, 9, b_dense, true);
+    parity("dense K=3 linear", 1, knarrow, 9, b_dense, true);
+    if (GPU == CPU && strcmp(g_mode, "high") == 0) {
+        /* the bound must catch a wrong element that the flat 2e-2 accepted */
+        g_perturb = 5e-3;
+        parity("dense K=70 linear (one element perturbed)", 1, flat, 37, b_dense, true);
+        g_perturb = 0;
+        CHECK_MSG(g_perturb_flagged == 1, "the TF32 bound did not flag exactly the perturbed element");
+    }
+    g_mag = false;
     struct { int k, s; fl_padding pad; int act; int64_t shape[3]; } convs[] = {
         {3, 1, FL_VALID, FL_ACT_RELU, {28, 28, 1}}, {3, 1, FL_VALID, FL_ACT_RELU, {26, 26, 32}},
         {3, 1, FL_SAME, FL_ACT_TANH, {9, 11, 5}},   {4, 1, FL_SAME, FL_ACT_LINEAR, {8, 8, 3}},
@@ -413,7 +525,11 @@ static void op_parity(void) {
         char name[64];
         snprintf(name, sizeof name, "conv2d k%d s%d pad=%d %lldx%lldx%lld", g_k, g_s, g_pad,
                  (long long)convs[i].shape[0], (long long)convs[i].shape[1], (long long)convs[i].shape[2]);
+        g_mag = true;
+        g_mag_c = 8;
         parity(name, 3, convs[i].shape, 19, b_conv, true);
+        g_mag = false;
+        g_mag_c = 2;
     }
     int64_t img[] = {12, 11, 6};
     g_k = 2; g_s = 2; g_pad = FL_VALID;

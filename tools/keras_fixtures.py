@@ -31,9 +31,9 @@ and, for the training fixtures (compiled; M.keras is saved BEFORE the step),
     M_step2_<layer>_<weight>.npy          each weight after a second train_on_batch on
                                           the same batch (checks that a reader restored the
                                           optimizer state of M_after.keras exactly)
-plus bad_* files that a reader must refuse, tf2_* files in the tf.keras 2.x
-legacy-HDF5 dialect (written here with h5py, since TensorFlow is not
-installed; Keras 3 loads them), and manifest.json describing all of it.
+plus bad_* files that a reader must refuse and manifest.json describing all
+of it. Legacy .h5 files written by tf.keras 2 itself are in
+tests/fixtures/tf_keras (tools/tf_keras_fixtures.py, on TensorFlow).
 
 After writing, the script re-runs itself with --check in a fresh Python
 process (no custom classes registered) which reloads every file with Keras
@@ -517,9 +517,9 @@ def m_dropout_noise(rng):
 # are written for a subset that covers what differs between the formats: a
 # compiled Sequential with training_config and optimizer weights in all four
 # formats (train_mlp_adam), the legacy .h5 of a Functional model with a
-# shared layer and two inputs (func_shared); the tf2_* files add legacy .h5
-# with BatchNormalization (non-trainable weights), Conv2D/pooling configs
-# and a two-output Functional model. The .weights.h5 layout is also covered
+# shared layer and two inputs (func_shared); tests/fixtures/tf_keras adds
+# tf.keras 2's own legacy .h5 with BatchNormalization (non-trainable weights),
+# Conv2D/pooling configs and a two-output Functional model. The .weights.h5 layout is also covered
 # by the four M_step1.weights.h5 files.
 ALL = ("keras", "h5", "weights_h5", "json")
 KERAS_H5 = ("keras", "h5")
@@ -573,6 +573,22 @@ def t_cnn_sgd():
         L.Flatten(),
         L.Dense(3, activation="softmax"),
     ], name="train_cnn_sgd")
+
+
+def t_mnist_cnn_adam():
+    """mnist_cnn's shape, small: Conv2D(ReLU) -> Conv2D(ReLU) -> MaxPooling2D
+    (the backward flynn runs fused, with the first ReLU's mask folded in) ->
+    Flatten -> Dense(ReLU) -> Dense(softmax); without mnist_cnn's Dropout,
+    whose masks come from a different generator in Keras."""
+    return keras.Sequential([
+        keras.Input((8, 8, 1)),
+        L.Conv2D(4, 3, activation="relu"),
+        L.Conv2D(6, 3, activation="relu"),
+        L.MaxPooling2D(2),
+        L.Flatten(),
+        L.Dense(8, activation="relu"),
+        L.Dense(3, activation="softmax"),
+    ], name="train_mnist_cnn_adam")
 
 
 def t_bn_rmsprop():
@@ -699,6 +715,9 @@ TRAINING = [
     ("train_mlp_adam", t_mlp_adam,
      lambda: keras.optimizers.Adam(learning_rate=0.01),
      "sparse_categorical_crossentropy", ["accuracy"], b_sparse(4, 6), ALL),
+    ("train_mnist_cnn_adam", t_mnist_cnn_adam,
+     lambda: keras.optimizers.Adam(learning_rate=1e-3),
+     "sparse_categorical_crossentropy", ["accuracy"], b_sparse(3, 8, 8, 1), KERAS),
     ("train_cnn_sgd", t_cnn_sgd,
      lambda: keras.optimizers.SGD(learning_rate=0.1, momentum=0.9),
      "categorical_crossentropy", ["accuracy"], b_onehot(3, 6, 6, 1), KERAS),
@@ -1142,202 +1161,6 @@ def write_bad(out, manifest):
     os.remove(good)
 
 
-# ------------------------------------------------ tf.keras 2.x style .h5
-#
-# TensorFlow is not installed, so these files are written here with h5py in
-# the layout of tf_keras/saving/legacy/hdf5_format.py (tf.keras 2.x): weight
-# names "<layer>/<weight>:0", datasets at model_weights/<layer>/<layer>/<w>:0,
-# keras_version "2.15.0", backend "tensorflow", and the tf.keras 2 model
-# config dialect (InputLayer "batch_input_shape", "dtype": "float32" strings,
-# list "inbound_nodes" [[["layer", node, tensor, {}]]], BatchNormalization
-# "axis" as a list). The weights and predictions come from a real Keras 3
-# model of the same architecture.
-
-
-def _tf2_init(cls, cfg=None):
-    return {"class_name": cls, "config": cfg or {}}
-
-
-def _tf2_layer_config(layer):
-    """The tf.keras 2.x get_config() of a flynn-supported Keras 3 layer."""
-    c = layer.get_config()
-    base = {"name": layer.name, "trainable": True, "dtype": "float32"}
-    cls = layer.__class__.__name__
-    glorot = _tf2_init("GlorotUniform", {"seed": None})
-    zeros, ones = _tf2_init("Zeros"), _tf2_init("Ones")
-    if cls == "Dense":
-        base.update(units=c["units"], activation=c["activation"],
-                    use_bias=c["use_bias"], kernel_initializer=glorot,
-                    bias_initializer=zeros, kernel_regularizer=None,
-                    bias_regularizer=None, activity_regularizer=None,
-                    kernel_constraint=None, bias_constraint=None)
-    elif cls == "Conv2D":
-        base.update(filters=c["filters"], kernel_size=list(c["kernel_size"]),
-                    strides=list(c["strides"]), padding=c["padding"],
-                    data_format="channels_last", dilation_rate=[1, 1],
-                    groups=1, activation=c["activation"],
-                    use_bias=c["use_bias"], kernel_initializer=glorot,
-                    bias_initializer=zeros, kernel_regularizer=None,
-                    bias_regularizer=None, activity_regularizer=None,
-                    kernel_constraint=None, bias_constraint=None)
-    elif cls in ("MaxPooling2D", "AveragePooling2D"):
-        base.update(pool_size=list(c["pool_size"]), padding=c["padding"],
-                    strides=list(c["strides"]), data_format="channels_last")
-    elif cls in ("Flatten", "GlobalAveragePooling2D"):
-        base.update(data_format="channels_last")
-        if cls == "GlobalAveragePooling2D":
-            base.update(keepdims=False)
-    elif cls == "BatchNormalization":
-        rank = len(layer.input.shape)
-        base.update(axis=[rank - 1], momentum=c["momentum"],
-                    epsilon=c["epsilon"], center=c["center"],
-                    scale=c["scale"], beta_initializer=zeros,
-                    gamma_initializer=ones, moving_mean_initializer=zeros,
-                    moving_variance_initializer=ones, beta_regularizer=None,
-                    gamma_regularizer=None, beta_constraint=None,
-                    gamma_constraint=None)
-    elif cls == "Concatenate":
-        base.update(axis=c["axis"])
-    elif cls in ("Add", "Multiply"):
-        pass
-    else:
-        raise ValueError("no tf.keras 2 config for " + cls)
-    return {"class_name": cls, "config": base}
-
-
-def _fixed(strings):
-    """A numpy fixed-length byte-string array: h5py stores it as a
-    fixed-length, NULLPAD, ASCII HDF5 string (what h5py 2.x wrote for the
-    bytes that tf.keras 2 stored); Keras 3 with h5py 3 writes
-    variable-length strings instead, so a reader must take both."""
-    return np.array([t.encode("utf8") for t in strings])
-
-
-def _tf2_write(path, model, model_config):
-    with h5py.File(path, "w") as f:
-        # str -> variable-length UTF-8; bytes -> fixed-length ASCII.
-        f.attrs["keras_version"] = "2.15.0"
-        f.attrs["backend"] = "tensorflow"
-        f.attrs["model_config"] = np.bytes_(json.dumps(model_config).encode("utf8"))
-        g = f.create_group("model_weights")
-        g.attrs["layer_names"] = _fixed([lay.name for lay in model.layers])
-        g.attrs["backend"] = np.bytes_(b"tensorflow")
-        g.attrs["keras_version"] = np.bytes_(b"2.15.0")
-        for layer in sorted(model.layers, key=lambda x: x.name):
-            lg = g.create_group(layer.name)
-            ws = layer.trainable_weights + layer.non_trainable_weights
-            names = ["%s/%s:0" % (layer.name, w.name) for w in ws]
-            # An empty list is stored as an empty float64 array, as Keras does.
-            lg.attrs["weight_names"] = _fixed(names) if names else np.array([])
-            for n, w in zip(names, ws):
-                lg.create_dataset(n, data=np.asarray(w.numpy(), F32))
-        tg = g.create_group("top_level_model_weights")
-        tg.attrs["weight_names"] = np.array([])
-
-
-def write_tf2(out, manifest):
-    # Sequential CNN with BatchNormalization (axis [3]) and pooling.
-    name = "tf2_seq_cnn"
-    reset(name)
-    rng = np.random.default_rng(seed_of(name))
-    m = keras.Sequential([
-        keras.Input((6, 6, 2)),
-        L.Conv2D(3, 3, padding="same", activation="relu"),
-        L.BatchNormalization(),
-        L.MaxPooling2D(2),
-        L.Flatten(),
-        L.Dense(3, activation="softmax"),
-    ], name="sequential")
-    for layer in m.layers:  # non-trivial BN values
-        if isinstance(layer, L.BatchNormalization):
-            layer.set_weights([rng.uniform(0.5, 1.5, 3).astype(F32),
-                               normal(rng, 3, scale=0.3),
-                               normal(rng, 3, scale=0.5),
-                               rng.uniform(0.5, 2.0, 3).astype(F32)])
-    x = normal(rng, 3, 6, 6, 2)
-    y = np.asarray(m.predict(x, verbose=0), F32)
-    layers_cfg = [{"class_name": "InputLayer", "config": {
-        "batch_input_shape": [None, 6, 6, 2], "dtype": "float32",
-        "sparse": False, "ragged": False, "name": "conv2d_input"}}]
-    layers_cfg += [_tf2_layer_config(lay) for lay in m.layers]
-    cfg = {"class_name": "Sequential",
-           "config": {"name": "sequential", "layers": layers_cfg}}
-    _tf2_write(os.path.join(out, name + ".h5"), m, cfg)
-    manifest["fixtures"].append({
-        "name": name, "kind": "sequential", "dialect": "tf.keras 2.x (synthesized)",
-        "files": {"h5": name + ".h5",
-                  "x": [save_npy(out, name + "_x.npy", x)],
-                  "y": [save_npy(out, name + "_y.npy", y)]},
-        "inputs": [{"name": "conv2d_input", "shape": list(x.shape),
-                    "file": name + "_x.npy"}],
-        "outputs": [{"name": "dense", "shape": list(y.shape),
-                     "file": name + "_y.npy"}],
-        "layers": [layer_summary(lay) for lay in m.layers],
-        "layer_classes": sorted({lay.__class__.__name__ for lay in m.layers}
-                                | {"InputLayer"}),
-        "tolerance": {"predictions": TOL_PRED},
-        "notes": "written by this script with h5py in the tf.keras 2.x legacy "
-                 "HDF5 layout (TensorFlow is not installed); Keras 3 loads it",
-    })
-    print("wrote %-26s (tf.keras 2.x dialect)" % name)
-
-    # Functional: two inputs, a shared layer, Add, Concatenate, two outputs.
-    name = "tf2_func_shared"
-    reset(name)
-    rng = np.random.default_rng(seed_of(name))
-    a = keras.Input((5,), name="input_1")
-    b = keras.Input((5,), name="input_2")
-    shared = L.Dense(4, activation="tanh", name="shared")
-    ha, hb = shared(a), shared(b)
-    s = L.Add(name="add")([ha, hb])
-    c = L.Concatenate(name="concatenate")([ha, hb])
-    o1 = L.Dense(2, activation="softmax", name="out_a")(c)
-    o2 = L.Dense(1, name="out_b")(s)
-    m = keras.Model([a, b], [o1, o2], name="model")
-    xs = [normal(rng, 4, 5), normal(rng, 4, 5)]
-    ys = [np.asarray(t, F32) for t in m.predict(xs, verbose=0)]
-    inbound = {
-        "input_1": [], "input_2": [],
-        "shared": [[["input_1", 0, 0, {}]], [["input_2", 0, 0, {}]]],
-        "add": [[["shared", 0, 0, {}], ["shared", 1, 0, {}]]],
-        "concatenate": [[["shared", 0, 0, {}], ["shared", 1, 0, {}]]],
-        "out_a": [[["concatenate", 0, 0, {}]]],
-        "out_b": [[["add", 0, 0, {}]]],
-    }
-    layers_cfg = []
-    for lay in m.layers:
-        if isinstance(lay, L.InputLayer):
-            lc = {"class_name": "InputLayer", "config": {
-                "batch_input_shape": [None, 5], "dtype": "float32",
-                "sparse": False, "ragged": False, "name": lay.name}}
-        else:
-            lc = _tf2_layer_config(lay)
-        lc["name"] = lay.name
-        lc["inbound_nodes"] = inbound[lay.name]
-        layers_cfg.append(lc)
-    cfg = {"class_name": "Functional", "config": {
-        "name": "model", "trainable": True, "layers": layers_cfg,
-        "input_layers": [["input_1", 0, 0], ["input_2", 0, 0]],
-        "output_layers": [["out_a", 0, 0], ["out_b", 0, 0]]}}
-    _tf2_write(os.path.join(out, name + ".h5"), m, cfg)
-    xf = [save_npy(out, "%s_x%d.npy" % (name, i), t) for i, t in enumerate(xs)]
-    yf = [save_npy(out, "%s_y%d.npy" % (name, i), t) for i, t in enumerate(ys)]
-    manifest["fixtures"].append({
-        "name": name, "kind": "functional", "dialect": "tf.keras 2.x (synthesized)",
-        "files": {"h5": name + ".h5", "x": xf, "y": yf},
-        "inputs": [{"name": n, "shape": list(t.shape), "file": f}
-                   for n, t, f in zip(["input_1", "input_2"], xs, xf)],
-        "outputs": [{"name": n, "shape": list(t.shape), "file": f}
-                    for n, t, f in zip(["out_a", "out_b"], ys, yf)],
-        "layers": [layer_summary(lay) for lay in m.layers],
-        "layer_classes": sorted({lay.__class__.__name__ for lay in m.layers}),
-        "tolerance": {"predictions": TOL_PRED},
-        "notes": "written by this script with h5py in the tf.keras 2.x legacy "
-                 "HDF5 layout (TensorFlow is not installed); Keras 3 loads it",
-    })
-    print("wrote %-26s (tf.keras 2.x dialect)" % name)
-
-
 # ------------------------------------------------------------------ checking
 
 
@@ -1523,7 +1346,6 @@ def main():
     }
     write_inference(out, manifest)
     write_training(out, manifest)
-    write_tf2(out, manifest)
     write_bad(out, manifest)
     manifest["files"] = {fn: os.path.getsize(os.path.join(out, fn))
                          for fn in sorted(os.listdir(out))}

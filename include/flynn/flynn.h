@@ -622,7 +622,8 @@ const char *fl_get_matmul_precision(void);
  * default. */
 fl_status fl_set_max_model_bytes(int64_t bytes);
 int64_t fl_get_max_model_bytes(void);
-/* Threads the CPU backend uses (0: all cores; default: all cores). */
+/* Threads the CPU backend uses. The default (and n = 0): $OMP_NUM_THREADS
+ * when it is a positive integer, else all cores; n > 0 wins over it. */
 void fl_set_num_threads(int n);
 int fl_get_num_threads(void);
 

@@ -75,7 +75,7 @@ static void usage_train(FILE *f) {
             "  --batch-size B         batch size (default 128)\n"
             "  --validation-split F   hold out the last fraction F for validation (default 0)\n"
             "  --device D             auto (default: the GPU when usable, else the CPU), cpu or gpu\n"
-            "  --threads T            CPU threads (default: all cores)\n"
+            "  --threads T            CPU threads (default: $OMP_NUM_THREADS, else all cores)\n"
             "  --precision P          GPU float32 matmul/conv precision: high (default, TF32\n"
             "                         tensor cores, as TensorFlow) or highest (full float32)\n"
             "  --seed S               seed for weights, dropout and shuffling (default 0)\n"

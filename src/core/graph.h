@@ -96,6 +96,10 @@ typedef struct fl_graph {
     int64_t param_bytes;       /* weights and their gradients (checked against fl_model_bytes_limit) */
     int64_t sample_bytes;      /* batched values per sample (ditto, at build time) */
     int64_t opt_bytes;         /* the optimizer's slots, included in param_bytes */
+    /* backward passes that ran Conv2D -> MaxPooling2D fused (the backend's
+     * conv2d_maxpool_bwd), and of those, with the ReLU mask of the
+     * convolution's input folded in: so that tests can assert the path */
+    int64_t fused_conv_pool_bwd, fused_relu_mask_bwd;
 } fl_graph;
 
 void fl_graph_init(fl_graph *g, const fl_backend *be);

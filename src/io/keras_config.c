@@ -632,6 +632,9 @@ static fl_status optimizer_from_config(const kctx *c, json_object *oc, fl_optimi
         cfg = jkey(oc, "config");
         if (!cls) return kfail(c, FL_ERR_FORMAT, "the optimizer has no class_name");
     }
+    /* tf.keras 2.11+ saves its own optimizers as "Custom>Adam" (registered
+     * under the package "Custom"); a user's subclass would have another name */
+    if (strncmp(cls, "Custom>", 7) == 0) cls += 7;
     char lc[32];
     size_t i = 0;
     for (; cls[i] && i + 1 < sizeof lc; i++) lc[i] = (char)(cls[i] >= 'A' && cls[i] <= 'Z' ? cls[i] + 32 : cls[i]);
@@ -755,6 +758,17 @@ static fl_status metric_from_config(const kctx *c, json_object *mv, fl_metric *o
         name = jstr(jkey(mv, "class_name"));
         json_object *cfg = jkey(mv, "config");
         if (name && strcmp(name, "function") == 0) name = jstr(cfg);
+        /* tf.keras 2 saves metrics=["accuracy"] as {"class_name":
+         * "MeanMetricWrapper", "config": {"name": "accuracy", "fn":
+         * "categorical_accuracy"}} (fn resolved before the labels were
+         * seen): the name is what the user asked for, else the function */
+        if (name && strcmp(name, "MeanMetricWrapper") == 0) {
+            const char *mname = jstr(jkey(cfg, "name")), *fn = jstr(jkey(cfg, "fn"));
+            name = mname && (strcmp(mname, "accuracy") == 0 || strcmp(mname, "acc") == 0 ||
+                             strstr(mname, "_accuracy"))
+                       ? mname : fn;
+            if (!name) return kfail(c, FL_ERR_FORMAT, "metric MeanMetricWrapper has neither a known name nor an 'fn'");
+        }
         double th = 0.5;
         FL_TRY(get_num(c, cfg, "threshold", 0.5, false, &th));
         if (th != 0.5) return kfail(c, FL_ERR_UNSUPPORTED, "metric threshold %g is not supported (only 0.5)", th);

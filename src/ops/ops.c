@@ -783,6 +783,8 @@ static void maxpool_backward(fl_graph *g, fl_node *n) {
         weight_grads_add(g->be, x, 1, 2, dw);
         mark(x, 0); mark(x, 1); mark(x, 2);
         if (relu_mask) xi->grad_is_preact = true;
+        g->fused_conv_pool_bwd++;
+        g->fused_relu_mask_bwd += relu_mask;
         return;
     }
     g->be->maxpool_bwd(&d, n->grad, n->aux, dx, beta);

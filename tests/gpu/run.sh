@@ -25,7 +25,10 @@
 #
 # Logs go to $OUT (default /tmp/flynn-gpu-out), 7 files: run.log (all of
 # it), devices.json, bandwidth.json, parity.log, bench.json, bench.svg,
-# vs_torch.json. Exit status 1 when a step failed or timed out.
+# vs_torch.json. Exit status 1 when a step failed or timed out, the parity
+# did not run for lack of time, the bandwidth check failed, or nvidia-smi
+# sees a GPU flynn cannot use (tests/gpu/test_run.sh checks this here, with
+# a fake bundle).
 # usage: bash tests/gpu/run.sh [DEADLINE_SECONDS]
 set -u
 cd "$(dirname "$0")/../.." || exit 1
@@ -85,6 +88,8 @@ capped() {
 skip() { local key=$1; shift; echo "SKIP $key: $*"; ST[$key]="SKIP: $*"; }
 
 step "machine"
+smi_gpus=$(capped 15 nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
+echo "nvidia-smi lists ${smi_gpus:-0} GPU(s)"
 capped 15 nvidia-smi -L 2>&1 | head -4
 capped 15 nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv,noheader 2>&1 | head -2
 grep -h PRETTY_NAME /etc/os-release 2>/dev/null; echo "glibc: $(getconf GNU_LIBC_VERSION 2>&1)"; nproc
@@ -176,7 +181,8 @@ step "parity: every op, loss, optimizer; mnist_cnn steps on both devices"
 PAR=$B/test_gpu_parity; [ -x "$PAR" ] || PAR=$B/tests/test_gpu_parity
 if [ $usable = 1 ]; then
   LOG=$OUT/parity.log TAIL=40 run_step parity 150 30 "${FL[@]}" "$PAR" "$DATA"
-  [ "${ST[parity]}" = "FAIL (77)" ] && ST[parity]="SKIP: $(grep -m1 '^SKIP' "$OUT/parity.log" | cut -c7-)"
+  # 77 = "no usable GPU": the news itself without one; a failure where doctor found one
+  [ "${ST[parity]}" = "FAIL (77)" ] && [ $gpu = 0 ] && ST[parity]="SKIP: $(grep -m1 '^SKIP' "$OUT/parity.log" | cut -c7-)"
 else
   skip parity "$why"
 fi
@@ -234,12 +240,21 @@ row "flynn bench --devices cpu,gpu" "${ST[bench]:-?}"
 row "flynn vs PyTorch" "${ST[vs_torch]:-?}"
 [ -s "$WORK/vs_torch.txt" ] && { echo; cat "$WORK/vs_torch.txt"; }
 echo "total: $(( $(date +%s) - T0 ))s (deadline ${DEADLINE}s)"
-# exit 1 when a step failed or timed out (doctor and devices failing is the news itself without a GPU)
+# exit 1 when a step failed or timed out, when the parity (the point of the
+# run) did not run for lack of time, when the bandwidth check failed, or when
+# nvidia-smi sees a GPU that flynn cannot use; doctor and devices failing is
+# the news itself on a machine without a GPU
 rc=0
 for k in "${!ST[@]}"; do
   [ $gpu = 0 ] && { [ "$k" = doctor ] || [ "$k" = devices ] || [ "$k" = devices_json ]; } && continue
-  case ${ST[$k]} in FAIL*|TIMEOUT*) rc=1 ;; esac
+  case ${ST[$k]} in FAIL*|TIMEOUT*) rc=1; echo "exit 1: $k ${ST[$k]}" ;; esac
 done
+case ${ST[parity]:-} in "SKIP: out of time") rc=1; echo "exit 1: the parity step did not run (out of time)" ;; esac
+case $bw_check in FAIL*) rc=1; echo "exit 1: bandwidth check $bw_check" ;; esac
+if [ $gpu = 0 ] && [ "${smi_gpus:-0}" -gt 0 ]; then
+  rc=1; echo "exit 1: nvidia-smi lists ${smi_gpus} GPU(s), but flynn cannot use one: $gpu_why${why:+ / $why}"
+fi
+echo "exit status: $rc"
 exec >&- 2>&-
 wait "$TEE" 2>/dev/null   # run.log complete before $OUT is collected
 exit $rc

@@ -15,10 +15,24 @@
 
 /* ------------------------------------------------------------ threads */
 
-static int g_threads = 0; /* part of the backend registry: 0 = all cores */
+static int g_threads = 0; /* part of the backend registry: 0 = the default */
+
+/* The default thread count: $OMP_NUM_THREADS when it is a positive integer
+ * (its first entry when it is a list, as OpenMP reads it for the outer
+ * level), else all cores. */
+static int default_threads(void) {
+    const char *s = getenv("OMP_NUM_THREADS");
+    if (s) {
+        char *end;
+        long v = strtol(s, &end, 10);
+        while (*end == ' ') end++;
+        if (end != s && v > 0 && v <= 4096 && (*end == '\0' || *end == ',')) return (int)v;
+    }
+    return omp_get_num_procs();
+}
 
 int fl_cpu_threads(void) {
-    if (g_threads <= 0) g_threads = omp_get_num_procs();
+    if (g_threads <= 0) g_threads = default_threads();
     return g_threads;
 }
 int fl_cpu_thread_id(void) { return omp_get_thread_num(); }
@@ -26,7 +40,7 @@ int fl_cpu_thread_id(void) { return omp_get_thread_num(); }
 extern void openblas_set_num_threads(int);
 
 void fl_set_num_threads(int n) {
-    g_threads = n > 0 ? n : omp_get_num_procs();
+    g_threads = n > 0 ? n : default_threads();
     openblas_set_num_threads(g_threads);
     omp_set_num_threads(g_threads);
 }

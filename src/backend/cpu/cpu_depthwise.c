@@ -230,7 +230,24 @@ typedef void (*bwd_rows_fn)(const fl_conv_desc *, const float *, const float *, 
 
 /* AVX-512 where fl_cpu_simd() says so; else AVX2+FMA where the CPU has it
  * (unless FLYNN_CPU_KERNELS=generic); else the portable code. */
+static int g_dw_force = -1; /* fl_cpu_depthwise_force: -1 = the CPU's best */
+
+int fl_cpu_depthwise_levels(void) {
+#if DW_HAVE_X86
+    __builtin_cpu_init();
+    return 1 | (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? 2 : 0) |
+           (fl_cpu_simd_available() ? 4 : 0);
+#else
+    return 1;
+#endif
+}
+
+void fl_cpu_depthwise_force(int level) {
+    g_dw_force = level >= 0 && (fl_cpu_depthwise_levels() >> level & 1) ? level : -1;
+}
+
 static int dw_level(void) {
+    if (g_dw_force >= 0) return g_dw_force;
     if (fl_cpu_simd()) return 2;
 #if DW_HAVE_X86
     static int avx2 = -1;

@@ -66,6 +66,11 @@ void fl_cpu_minmax_grad(int is_max, int64_t n, const float *x, const float *othe
 void fl_cpu_concat_fwd(int64_t rows, int64_t cin, int64_t cout, int64_t off, const float *x, float *y);
 void fl_cpu_concat_bwd(int64_t rows, int64_t cin, int64_t cout, int64_t off, const float *dy, float *dx, float beta);
 void fl_cpu_pad2d(const fl_conv_desc *d, const float *x, float *y, float beta);
+/* Tests: the depthwise row functions this CPU can run, bit k for level k
+ * (0 portable, 1 AVX2+FMA, 2 AVX-512); force one level (-1: the default,
+ * the best one; a level the CPU lacks also means the default). */
+int fl_cpu_depthwise_levels(void);
+void fl_cpu_depthwise_force(int level);
 void fl_cpu_depthwise_fwd(const fl_conv_desc *d, const float *x, const float *w, const float *b, float *y);
 void fl_cpu_depthwise_bwd(const fl_conv_desc *d, const float *x, const float *w, const float *y, float *dy,
                           float *dx, float dx_beta, float *dw, float *db);
