@@ -168,8 +168,8 @@ fl_h5 *fl_h5_read_open(const void *data, size_t len, const char *src) {
     unsigned ver = u8(&c);
     if (ver == 0 || ver == 1) {
         take(&c, 4); /* free-space, root group, reserved, shared header versions */
-        f->so = (int)(c.p < c.end ? *take(&c, 1) : 0);
-        f->sl = (int)(c.p < c.end ? *take(&c, 1) : 0);
+        f->so = (int)u8(&c);
+        f->sl = (int)u8(&c);
         take(&c, 1);
         c.so = f->so;
         c.sl = f->sl;
@@ -260,6 +260,7 @@ static int obj_read(fl_h5 *f, uint64_t addr, const char *path, hobj *o) {
     uint64_t blk_addr[MAX_BLOCKS], blk_len[MAX_BLOCKS];
     int nblk = 0, done = 0;
     int version;
+    bool corder = false; /* v2: messages carry a creation order */
     cur c = cur_at(f, addr, 16);
     if (c.bad) return BAD(f, path, "object header at %llu is outside the file", (unsigned long long)addr);
     if (memcmp(c.p, "OHDR", 4) == 0) {
@@ -268,6 +269,7 @@ static int obj_read(fl_h5 *f, uint64_t addr, const char *path, hobj *o) {
         take(&c, 4);
         unsigned v = u8(&c), flags = u8(&c);
         if (v != 2) return UNSUP(f, path, "object header version %u is not supported", v);
+        corder = flags & 0x04;
         if (flags & 0x20) take(&c, 16);
         if (flags & 0x10) take(&c, 4);
         uint64_t size0 = un(&c, 1 << (flags & 3));
@@ -303,7 +305,7 @@ static int obj_read(fl_h5 *f, uint64_t addr, const char *path, hobj *o) {
             }
         }
         for (;;) {
-            size_t hdr = version == 1 ? 8 : 4;
+            size_t hdr = version == 1 ? 8 : corder ? 6 : 4;
             if (left(&c) < hdr) break;
             unsigned type, flags;
             size_t size;
@@ -316,7 +318,7 @@ static int obj_read(fl_h5 *f, uint64_t addr, const char *path, hobj *o) {
                 type = u8(&c);
                 size = u16(&c);
                 flags = u8(&c);
-                if (flags & 0x04) { if (left(&c) < 2) break; take(&c, 2); }
+                if (corder) take(&c, 2);
             }
             const uint8_t *data = take(&c, size);
             if (!data) { rc = BAD(f, path, "header message (type %u, %zu bytes) runs past its block", type, size); break; }
@@ -912,7 +914,11 @@ static int dense_attr_rec(fl_h5 *f, const uint8_t *rec, size_t size, void *vctx)
     const uint8_t *p;
     size_t n;
     if (size < 9) return BAD(f, a->path, "short attribute record");
-    if (fheap_get(f, &a->h, rec, size - 9, a->path, &p, &n)) return -1;
+    /* the record ends with the lookup3 hash of the name: skip the others unread */
+    if ((uint32_t)le(rec + size - 4, 4) != fl_h5_lookup3(a->name, strlen(a->name), 0)) return 0;
+    char where[300];
+    snprintf(where, sizeof where, "attribute '%s'", a->name);
+    if (fheap_get(f, &a->h, rec, size - 9, where, &p, &n)) return -1;
     return attr_msg(f, p, n, a);
 }
 
@@ -1211,7 +1217,7 @@ int fl_h5_dataset_read(fl_h5 *f, const fl_h5_dataset *d, bool as_i64, void *out,
         if (cls == 2) { btree = daddr; u32(&c); }
         else if (cls == 0) { dsize = u32(&c); data = take(&c, dsize); }
         else dsize = raw;
-    } else if (v == 3 || v == 4) {
+    } else if (v >= 3 && v <= 5) { /* v5 (HDF5 2.0, libver latest) encodes these classes as v4 */
         cls = u8(&c);
         if (cls == 0) { dsize = u16(&c); data = take(&c, dsize); }
         else if (cls == 1) { daddr = addr_of(&c); dsize = len_of(&c); }
