@@ -530,6 +530,11 @@ static void test_crafted(void) {
 /* ------------------------------------------------------------ libhdf5 cross-check */
 
 #ifdef FLYNN_TEST_LIBHDF5
+/* libhdf5 1.10.8 leaks 64 bytes opening a dataset whose layout it cannot
+ * decode (the fixtures libhdf5 2.0 wrote with libver latest); not flynn's. */
+const char *__lsan_default_suppressions(void);
+const char *__lsan_default_suppressions(void) { return "leak:libhdf5_serial.so\nleak:libhdf5.so\n"; }
+
 typedef struct xctx { fl_h5 *f; int compared; const char *file; } xctx;
 
 static herr_t cross_attr(hid_t obj, const char *name, const H5A_info_t *info, void *vctx) {
@@ -659,7 +664,11 @@ static void test_libhdf5(void) {
     CHECK(mkdtemp(tmp) != NULL);
     char p[256];
     size_t len;
-    void *img = write_sample(&len, 700, "a long attribute");
+    char *cfg = malloc(300001); /* a ResNet-sized model_config: one global heap object of 300 KB */
+    for (int i = 0; i < 300000; i++) cfg[i] = "{\"config\": []}"[i % 14];
+    cfg[300000] = 0;
+    void *img = write_sample(&len, 700, cfg);
+    free(cfg);
     snprintf(p, sizeof p, "%s/sample.h5", tmp);
     FILE *fp = fopen(p, "wb");
     fwrite(img, 1, len, fp);
@@ -719,6 +728,7 @@ static void test_libhdf5(void) {
     snprintf(p, sizeof p, "%s/sample.h5", tmp);
     unlink(p);
     rmdir(tmp);
+    H5close(); /* libhdf5 frees its caches (LeakSanitizer) */
     printf("libhdf5 cross-check: %d files, %d datasets and attributes compared\n", files, values);
     CHECK(files >= 30 && values > 500);
 }

@@ -472,7 +472,7 @@ typedef struct bt2 {
 } bt2;
 
 static int bt2_node(fl_h5 *f, bt2 *t, uint64_t addr, unsigned nrec, unsigned depth, const char *path, bt2_cb cb, void *ctx) {
-    if (--t->budget < 0) return BAD(f, path, "v2 B-tree has too many nodes (a loop?)");
+    if (--t->budget < 0 || (t->budget -= nrec) < 0) return BAD(f, path, "v2 B-tree with more than %d nodes and records (a loop?)", FL_H5_MAX_LINKS);
     cur c = cur_at(f, addr, t->node_size);
     if (c.bad) return BAD(f, path, "v2 B-tree node at %llu is outside the file", (unsigned long long)addr);
     const uint8_t *start = c.p;
@@ -503,7 +503,7 @@ static int bt2_node(fl_h5 *f, bt2 *t, uint64_t addr, unsigned nrec, unsigned dep
 }
 
 static int bt2_walk(fl_h5 *f, uint64_t addr, unsigned type, const char *path, bt2_cb cb, void *ctx) {
-    bt2 t = {.type = type, .budget = 1000000};
+    bt2 t = {.type = type, .budget = FL_H5_MAX_LINKS};
     cur c = cur_at(f, addr, 4 + 1 + 1 + 4 + 2 + 2 + 1 + 1 + (uint64_t)f->so + 2 + (uint64_t)f->sl + 4);
     if (c.bad) return BAD(f, path, "v2 B-tree header at %llu is outside the file", (unsigned long long)addr);
     const uint8_t *start = c.p;
@@ -569,7 +569,7 @@ typedef struct btree1 { long budget; } btree1;
 /* Symbol-table groups: the v1 B-tree (type 0) of SNOD nodes. */
 static int stab_node(fl_h5 *f, btree1 *bt, uint64_t addr, int level, const uint8_t *heap, uint64_t heap_size,
                      const char *path, link_cb cb, void *ctx) {
-    if (--bt->budget < 0) return BAD(f, path, "group B-tree has too many nodes (a loop?)");
+    if (--bt->budget < 0) return BAD(f, path, "group B-tree with more than %d nodes and links (a loop?)", FL_H5_MAX_LINKS);
     cur c = cur_at(f, addr, 8 + 2 * (uint64_t)f->so);
     if (c.bad || !sig(&c, "TREE")) return BAD(f, path, "group B-tree node at %llu is missing or not one", (unsigned long long)addr);
     unsigned type = u8(&c), lvl = u8(&c), n = u16(&c);
@@ -585,12 +585,13 @@ static int stab_node(fl_h5 *f, btree1 *bt, uint64_t addr, int level, const uint8
         if (lvl > 0) {
             rc = stab_node(f, bt, child, (int)lvl - 1, heap, heap_size, path, cb, ctx);
         } else {
-            if (--bt->budget < 0) return BAD(f, path, "group has too many symbol nodes");
+            if (--bt->budget < 0) return BAD(f, path, "group B-tree with more than %d nodes and links (a loop?)", FL_H5_MAX_LINKS);
             cur s = cur_at(f, child, 8);
             if (s.bad || !sig(&s, "SNOD")) return BAD(f, path, "symbol table node at %llu is missing or not one", (unsigned long long)child);
             u8(&s); u8(&s);
             unsigned ns = u16(&s);
             uint64_t esz = 2 * (uint64_t)f->so + 24;
+            if ((bt->budget -= ns) < 0) return BAD(f, path, "group B-tree with more than %d nodes and links (a loop?)", FL_H5_MAX_LINKS);
             s = cur_at(f, child + 8, ns * esz);
             if (s.bad) return BAD(f, path, "symbol table node with %u entries runs past the file", ns);
             rc = 0;
@@ -623,7 +624,7 @@ static int group_iter(fl_h5 *f, const hobj *o, const char *path, link_cb cb, voi
         uint64_t daddr = addr_of(&h);
         const uint8_t *heap = at(f, daddr, dsize);
         if (!heap) return BAD(f, path, "local heap data (%llu bytes at %llu) outside the file", (unsigned long long)dsize, (unsigned long long)daddr);
-        btree1 b = {1000000};
+        btree1 b = {FL_H5_MAX_LINKS};
         return stab_node(f, &b, bt, -1, heap, dsize, path, cb, ctx);
     }
     const hmsg *li = obj_find(o, M_LINFO);
@@ -808,31 +809,49 @@ static int parse_space(fl_h5 *f, cur *c, const char *path, space *s) {
 
 /* ------------------------------------------------------------ global heap, strings */
 
-static int gheap_get(fl_h5 *f, uint64_t coll, uint32_t index, const char *path, const uint8_t **p, uint64_t *n) {
+/* Where the last object was found: strings are stored in order, so the
+ * next lookup starts there (and wraps around once). */
+typedef struct ghint { uint64_t coll; size_t off; } ghint;
+
+static int gheap_get(fl_h5 *f, uint64_t coll, uint32_t index, const char *path, const uint8_t **p, uint64_t *n, ghint *h) {
     cur c = cur_at(f, coll, 8 + (uint64_t)f->sl);
     if (c.bad || !sig(&c, "GCOL")) return BAD(f, path, "global heap collection at %llu is missing or not one", (unsigned long long)coll);
     take(&c, 4);
     uint64_t size = len_of(&c);
-    if (size < 8 + (uint64_t)f->sl) return BAD(f, path, "global heap collection of %llu bytes", (unsigned long long)size);
-    c = cur_at(f, coll, size);
-    if (c.bad) return BAD(f, path, "global heap collection (%llu bytes) runs past the file", (unsigned long long)size);
-    take(&c, 8 + (uint64_t)f->sl);
-    while (left(&c) >= 8 + (size_t)f->sl) {
-        unsigned idx = u16(&c);
-        take(&c, 6);
-        uint64_t osz = len_of(&c);
-        if (idx == 0) break;
-        const uint8_t *d = take(&c, osz);
-        if (!d) return BAD(f, path, "global heap object %u (%llu bytes) overflows its collection", idx, (unsigned long long)osz);
-        take(&c, ((osz + 7) & ~(uint64_t)7) - osz);
-        c.bad = false;
-        if (idx == index) { *p = d; *n = osz; return 0; }
+    size_t hdr = 8 + (size_t)f->sl;
+    if (size < hdr) return BAD(f, path, "global heap collection of %llu bytes", (unsigned long long)size);
+    cur all = cur_at(f, coll, size);
+    if (all.bad) return BAD(f, path, "global heap collection (%llu bytes) runs past the file", (unsigned long long)size);
+    size_t start = h->coll == coll && h->off >= hdr && h->off < size ? h->off : hdr;
+    for (int pass = 0; pass < 2; pass++) {
+        c = all;
+        take(&c, pass ? hdr : start);
+        while (left(&c) >= 8 + (size_t)f->sl) {
+            if (pass && (size_t)(c.p - all.p) >= start) break;
+            unsigned idx = u16(&c);
+            take(&c, 6);
+            uint64_t osz = len_of(&c);
+            if (idx == 0) break;
+            const uint8_t *d = take(&c, osz);
+            if (!d) return BAD(f, path, "global heap object %u (%llu bytes) overflows its collection", idx, (unsigned long long)osz);
+            take(&c, ((osz + 7) & ~(uint64_t)7) - osz);
+            c.bad = false;
+            if (idx == index) {
+                *p = d;
+                *n = osz;
+                h->coll = coll;
+                h->off = (size_t)(c.p - all.p);
+                return 0;
+            }
+        }
+        if (start == hdr) break;
     }
     return BAD(f, path, "global heap object %u not found", index);
 }
 
 /* Decodes n string elements of type t at data into res[]. */
 static int read_strings(fl_h5 *f, const fl_h5_type *t, const uint8_t *data, uint64_t n, const char *path, char **res) {
+    ghint hint = {UNDEF, 0};
     for (uint64_t i = 0; i < n; i++) {
         const uint8_t *e = data + i * t->size;
         const char *s;
@@ -853,7 +872,7 @@ static int read_strings(fl_h5 *f, const fl_h5_type *t, const uint8_t *data, uint
             } else {
                 const uint8_t *p = NULL;
                 uint64_t on = 0;
-                if (gheap_get(f, coll, idx, path, &p, &on)) return -1;
+                if (gheap_get(f, coll, idx, path, &p, &on, &hint)) return -1;
                 if (on < slen) return BAD(f, path, "string of %u bytes in a heap object of %llu", slen, (unsigned long long)on);
                 s = (const char *)p;
                 l = strnlen(s, slen);
@@ -1054,7 +1073,7 @@ typedef struct chunked {
     bool as_i64;
     uint8_t *out;
     size_t osz;
-    long budget, nchunks;
+    long budget, nchunks, max_chunks;
 } chunked;
 
 /* Undoes the filters (in reverse order) of one chunk; the result in *res. */
@@ -1126,7 +1145,7 @@ static int place_chunk(fl_h5 *f, chunked *k, const uint64_t *off, uint64_t caddr
     for (int i = 0; i < r; i++)
         if (off[i] % k->cd[i] || off[i] >= (d->dims[i] ? d->dims[i] : 1))
             return BAD(f, d->path, "chunk at offset %llu of dimension %d does not fit the dataset", (unsigned long long)off[i], i);
-    if (++k->nchunks > FL_H5_MAX_CHUNKS) return BAD(f, d->path, "more than %d chunks", FL_H5_MAX_CHUNKS);
+    if (++k->nchunks > k->max_chunks) return BAD(f, d->path, "more chunks than the dataset's %ld (a loop, or chunks listed twice)", k->max_chunks);
     const uint8_t *src = at(f, caddr, csize);
     if (!src) return BAD(f, d->path, "chunk (%llu bytes at %llu) outside the file", (unsigned long long)csize, (unsigned long long)caddr);
     bool filtered = false;
@@ -1163,7 +1182,7 @@ static int place_chunk(fl_h5 *f, chunked *k, const uint64_t *off, uint64_t caddr
 /* The v1 B-tree (type 1) of a chunked dataset. */
 static int chunk_node(fl_h5 *f, chunked *k, uint64_t addr, int level) {
     const char *path = k->d->path;
-    if (--k->budget < 0) return BAD(f, path, "chunk B-tree has too many nodes (a loop?)");
+    if (--k->budget < 0) return BAD(f, path, "chunk B-tree has more nodes than the dataset has chunks (a loop?)");
     cur c = cur_at(f, addr, 8 + 2 * (uint64_t)f->so);
     if (c.bad || !sig(&c, "TREE")) return BAD(f, path, "chunk B-tree node at %llu is missing or not one", (unsigned long long)addr);
     unsigned type = u8(&c), lvl = u8(&c), n = u16(&c);
@@ -1278,6 +1297,13 @@ int fl_h5_dataset_read(fl_h5 *f, const fl_h5_dataset *d, bool as_i64, void *out,
         goto done;
     }
     k.chunk_bytes = cb;
+    uint64_t nch = 1;
+    for (int i = 0; i < k.rank; i++) {
+        nch *= (d->dims[i] + k.cd[i] - 1) / k.cd[i];
+        if (nch > FL_H5_MAX_CHUNKS) { rc = BAD(f, path, "more than %d chunks", FL_H5_MAX_CHUNKS); goto done; }
+    }
+    k.max_chunks = (long)nch;
+    k.budget = (long)nch + 1000;
     memset(out, 0, (size_t)(d->npoints * osz));
     if (d->npoints == 0) goto done;
     if (pl.n) {
@@ -1714,7 +1740,7 @@ int fl_h5w_finish(fl_h5w *w, void **data, size_t *len) {
         }
         if (!x->is_group) continue;
         /* links sorted by name; local heap; symbol nodes; the B-tree */
-        qsort_r(x->kids, (size_t)x->nkids, sizeof *x->kids, cmp_kid_ctx_sort, w);
+        if (x->nkids) qsort_r(x->kids, (size_t)x->nkids, sizeof *x->kids, cmp_kid_ctx_sort, w);
         uint8_t *h = b + x->heap;
         memcpy(h, "HEAP", 4);
         st(h + 8, x->heap_size, 8);
