@@ -229,7 +229,7 @@ static void test_groups(void) {
     uint64_t root = fl_h5_root(x.f), g, o;
     CHECK(fl_h5_find(x.f, root, "many", &g) == 1);
     char **names = NULL;
-    int n = fl_h5_links(x.f, g, &names);
+    int n = fl_h5_links(x.f, g, NULL, &names);
     CHECK_MSG(n == 300, "%d links: %s", n, n < 0 ? fl_last_error() : "");
     for (int i = 0; n == 300 && i < 300; i++) {
         char want[16];
@@ -258,7 +258,7 @@ static void test_latest(void) {
     for (int k = 0; k < 3; k++) {
         char **names = NULL;
         CHECK(fl_h5_find(x.f, root, groups[k], &g) == 1);
-        int n = fl_h5_links(x.f, g, &names);
+        int n = fl_h5_links(x.f, g, NULL, &names);
         CHECK_MSG(n == counts[k], "%s: %d links: %s", groups[k], n, n < 0 ? fl_last_error() : "");
         fl_h5_free_strings(names);
     }
@@ -292,7 +292,7 @@ static void test_latest(void) {
     if (!x.f) { free(x.data); return; }
     check_floats(x.f, "w", 6);
     char **names = NULL;
-    CHECK(fl_h5_find(x.f, fl_h5_root(x.f), "t", &g) == 1 && fl_h5_links(x.f, g, &names) == 12);
+    CHECK(fl_h5_find(x.f, fl_h5_root(x.f), "t", &g) == 1 && fl_h5_links(x.f, g, NULL, &names) == 12);
     fl_h5_free_strings(names);
     CHECK(fl_h5_attr_strings(x.f, g, "a03", &l) == -1); /* an integer attribute: not text */
     CHECK_STR_CONTAINS(fl_last_error(), "is not text");
@@ -319,7 +319,7 @@ static int walk(fl_h5 *f, uint64_t g, int depth, long *budget) {
     }
     if (depth > 8 || --*budget < 0) return 0;
     char **names = NULL;
-    int n = fl_h5_links(f, g, &names);
+    int n = fl_h5_links(f, g, NULL, &names);
     int bad = n < 0;
     for (int i = 0; i < n; i++) {
         uint64_t o;
@@ -411,7 +411,7 @@ static void test_writer(void) {
         CHECK(fl_h5_attr_strings(f, fl_h5_root(f), "empty", &l) == 0);
         fl_h5_free_strings(l);
         char **names = NULL;
-        CHECK(fl_h5_find(f, fl_h5_root(f), "many", &g) == 1 && fl_h5_links(f, g, &names) == 700);
+        CHECK(fl_h5_find(f, fl_h5_root(f), "many", &g) == 1 && fl_h5_links(f, g, NULL, &names) == 700);
         CHECK(names && strcmp(names[0], "n0000") == 0 && strcmp(names[699], "n0699") == 0);
         fl_h5_free_strings(names);
         float *n5 = read_ds(f, "many/n0605", false, 1);
@@ -485,7 +485,7 @@ static void test_crafted(void) {
     for (int i = 0; i < 8; i++) { p[96 + 24 + i] = (uint8_t)(blk >> (8 * i)); p[96 + 32 + i] = (uint8_t)(bl >> (8 * i)); }
     fl_h5 *f = fl_h5_read_open(p, len, "loop");
     char **names = NULL;
-    CHECK(f && fl_h5_links(f, fl_h5_root(f), &names) == -1);
+    CHECK(f && fl_h5_links(f, fl_h5_root(f), NULL, &names) == -1);
     CHECK_STR_CONTAINS(fl_last_error(), "continuation loop");
     fl_h5_read_close(f);
     /* The root group's B-tree node: level 1, its first child itself. */
@@ -496,7 +496,7 @@ static void test_crafted(void) {
     p[bt + 5] = 1;
     for (int i = 0; i < 8; i++) p[bt + 24 + 8 + i] = (uint8_t)(bt >> (8 * i));
     f = fl_h5_read_open(p, len, "btree");
-    CHECK(f && fl_h5_links(f, fl_h5_root(f), &names) == -1);
+    CHECK(f && fl_h5_links(f, fl_h5_root(f), NULL, &names) == -1);
     CHECK_STR_CONTAINS(fl_last_error(), "(a loop?)");
     fl_h5_read_close(f);
     /* a huge declared shape: the dataspace of layers/dense/vars/0 says 2^40 x 3 */

@@ -709,12 +709,13 @@ static int list_cb(fl_h5 *f, const char *name, size_t nlen, uint64_t obj, void *
 
 static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
-int fl_h5_links(fl_h5 *f, uint64_t group, char ***names) {
+int fl_h5_links(fl_h5 *f, uint64_t group, const char *path, char ***names) {
     *names = NULL;
     hobj o;
-    if (obj_read(f, group, "group", &o)) return -1;
-    list_ctx c = {.path = "group"};
-    int rc = group_iter(f, &o, "group", list_cb, &c);
+    if (!path || !*path) path = "group";
+    if (obj_read(f, group, path, &o)) return -1;
+    list_ctx c = {.path = path};
+    int rc = group_iter(f, &o, path, list_cb, &c);
     obj_free(&o);
     if (rc) { fl_h5_free_strings(c.names); return -1; }
     if (!c.names) {
@@ -944,7 +945,9 @@ static int dense_attr_rec(fl_h5 *f, const uint8_t *rec, size_t size, void *vctx)
 int fl_h5_attr_strings(fl_h5 *f, uint64_t obj, const char *name, char ***out) {
     *out = NULL;
     hobj o;
-    if (obj_read(f, obj, "object", &o)) return -1;
+    char what[300];
+    snprintf(what, sizeof what, "attribute '%s'", name);
+    if (obj_read(f, obj, what, &o)) return -1;
     attr_ctx a = {.name = name, .path = "", .out = out, .result = -2};
     int rc = 0, seen = 0;
     for (int i = 0; i < o.n && rc == 0; i++)

@@ -73,8 +73,9 @@ const char *fl_h5_src(const fl_h5 *f);
  * is loc itself). 1 found (*out set), 0 absent (no message), -1 error. */
 int fl_h5_find(fl_h5 *f, uint64_t loc, const char *path, uint64_t *out);
 /* The names of a group's links, sorted (a NULL-terminated array; caller
- * frees with fl_h5_free_strings). Returns the count or -1. */
-int fl_h5_links(fl_h5 *f, uint64_t group, char ***names);
+ * frees with fl_h5_free_strings). Returns the count or -1 (path names the
+ * group in messages). */
+int fl_h5_links(fl_h5 *f, uint64_t group, const char *path, char ***names);
 /* A string attribute (scalar or 1-D, fixed or variable length) as a
  * NULL-terminated array of strings, fixed-length ones without their padding.
  * An empty numeric array (h5py's empty list) is 0 strings. Returns the count,

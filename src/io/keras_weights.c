@@ -311,9 +311,9 @@ static fl_kvar want_of(const fl_node *w) {
     return k;
 }
 
-static int count_links(fl_h5file *f, uint64_t g) {
+static int count_links(fl_h5file *f, uint64_t g, const char *path) {
     char **names = NULL;
-    int n = fl_h5_links(f->r, g, &names);
+    int n = fl_h5_links(f->r, g, path, &names);
     free_strs(names);
     return n;
 }
@@ -349,7 +349,7 @@ static fl_status read_keras_layers(fl_h5file *f, const fl_model *m, fl_kstate *s
             return fl_error(FL_ERR_FORMAT, "%s: the weights of layer '%s' (%s) are missing (no group /%s)", src, l->name,
                             fl_layer_kind_class(l->kind), path);
         }
-        int n = count_links(f, g);
+        int n = count_links(f, g, path);
         if (n < 0) return fl_last_status();
         if (n != l->nw)
             return fl_error(FL_ERR_FORMAT, "%s: layer '%s' (%s) has %d weights, the file has %d in /%s", src, l->name,
@@ -402,7 +402,7 @@ static fl_status read_keras_optimizer(fl_h5file *f, const fl_model *m, fl_kstate
     uint64_t g;
     int r = find(f, fl_h5_root(f->r), "optimizer/vars", &g);
     if (r <= 0) return r < 0 ? fl_last_status() : FL_OK;
-    int n = count_links(f, g);
+    int n = count_links(f, g, "optimizer/vars");
     if (n < 0) return fl_last_status();
     if (n < 1) return FL_OK;
     fl_status s = read_scalar_i64(f, g, "0", "optimizer iterations (optimizer/vars/0)", &st->iterations);

@@ -29,7 +29,7 @@ static void walk(fl_h5 *f, uint64_t g, int depth, long *budget) {
     }
     if (depth > 8 || --*budget < 0) return;
     char **names = NULL;
-    int n = fl_h5_links(f, g, &names);
+    int n = fl_h5_links(f, g, NULL, &names);
     for (int i = 0; i < n && i < 16; i++) {
         uint64_t o;
         if (fl_h5_find(f, g, names[i], &o) != 1) continue;
