@@ -6,6 +6,7 @@
  *                    compile config <-> optimizer/loss/metrics
  *   keras_weights.c  the HDF5 layouts: Keras 3 (.keras / .weights.h5) and the
  *                    legacy full-model .h5, read into a staging area first
+ *                    (through h5.c, flynn's own HDF5 reader and writer)
  *   keras_file.c     the zip container, size limits, atomic saving and the
  *                    public fl_load_model / fl_save_model / ... functions
  *
@@ -84,9 +85,10 @@ typedef enum fl_kformat {
     FL_KFMT_LEGACY,    /* legacy .h5: model_weights/<layer>/<weight name>, optimizer_weights */
 } fl_kformat;
 
-/* An HDF5 file in memory. */
+/* An HDF5 file in memory, read by flynn's own reader (io/h5.h). */
 typedef struct fl_h5file fl_h5file;
-/* Opens an HDF5 image (copied) or, with data NULL, the file at src. */
+/* Opens an HDF5 image (referenced, not copied: keep it until fl_h5_close)
+ * or, with data NULL, reads the file at src (at most FL_KERAS_MAX_WEIGHTS). */
 fl_h5file *fl_h5_open(const void *data, size_t len, const char *src);
 void fl_h5_close(fl_h5file *f);
 /* A string attribute of the root group (model_config, training_config,

@@ -6,8 +6,8 @@
 #   .gpu/flynn-gpu.tar.xz   flynn, test_gpu_parity, libflynn.so.0,
 #                           libflynn_cuda.so and their whole ldd closure
 #                           except glibc, libstdc++, libgcc_s and CUDA
-#                           (OpenBLAS, HDF5, libzip, json-c, curl, gnutls,
-#                           krb5, ...; see tests/gpu/bundle.sh)
+#                           (OpenBLAS, libzip, json-c, zlib and what they
+#                           need; see tests/gpu/bundle.sh)
 #   .gpu/data/fashion-mnist the first 20,000 training images, the test set
 # tests/gpu/prove-bundle.sh then shows the bundle starts in a bare root.
 # Then: device run with carry [".gpu"] and command `bash tests/gpu/run.sh`.
