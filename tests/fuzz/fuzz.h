@@ -68,12 +68,12 @@ static inline const char *fuzz_dir(void) {
 static inline const char *fuzz_path(const char *name) {
     const char *dir = fuzz_dir();
     static char path[600];
-    snprintf(path, sizeof path, "%s/%s", dir, name);
+    if ((size_t)snprintf(path, sizeof path, "%s/%s", dir, name) >= sizeof path) fuzz_die("path too long:", name);
     int i = 0;
     while (i < fuzz_tmp.nfiles && strcmp(fuzz_tmp.files[i], path) != 0) i++;
     if (i == fuzz_tmp.nfiles) {
         if (i == FUZZ_MAX_FILES) fuzz_die("too many temporary files, at", path);
-        snprintf(fuzz_tmp.files[fuzz_tmp.nfiles++], sizeof fuzz_tmp.files[0], "%s", path);
+        memcpy(fuzz_tmp.files[fuzz_tmp.nfiles++], path, sizeof path);
     }
     return path;
 }
