@@ -9,7 +9,9 @@
 # crash, and the line "NAME: N executions in S s" says how many inputs it
 # survived. JOBS > 1: libFuzzer's fork mode (-fork=JOBS -ignore_crashes=1), JOBS
 # processes that merge their corpora and go on after a crash, to collect
-# crashes (each one in the artifacts folder).
+# crashes (each one in the artifacts folder). FLYNN_FUZZ_FORK=1 uses fork
+# mode with one process too; FLYNN_FUZZ_TIMEOUT (10) is the seconds after
+# which one input counts as a hang.
 # The corpus grows across runs in $FLYNN_FUZZ_WORK/NAME/corpus (default
 # build-fuzz/fuzz-work); crash inputs land in $FLYNN_FUZZ_WORK/NAME/artifacts.
 # A crash input becomes a regression input: minimise it with
@@ -31,15 +33,16 @@ fuzzer=$build/tests/fuzz/fuzz_$name
 mkdir -p "$work/$name/corpus" "$work/$name/artifacts"
 log=$work/$name/fuzz-$(date +%Y%m%d-%H%M%S).log
 mode=()
-[ "$jobs" -gt 1 ] && mode=(-fork="$jobs" -ignore_crashes=1 -ignore_timeouts=1 -ignore_ooms=1)
+{ [ "$jobs" -gt 1 ] || [ "${FLYNN_FUZZ_FORK:-0}" = 1 ]; } && mode=(-fork="$jobs" -ignore_crashes=1 -ignore_timeouts=1 -ignore_ooms=1)
 echo "fuzz_long.sh: $name for ${seconds}s, $jobs process(es); log $log"
-"$fuzzer" "${mode[@]}" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
+"$fuzzer" "${mode[@]}" -max_total_time="$seconds" -timeout="${FLYNN_FUZZ_TIMEOUT:-10}" -rss_limit_mb=2048 -print_final_stats=1 \
   -dict=tests/fuzz/flynn.dict -artifact_prefix="$work/$name/artifacts/" \
   "$work/$name/corpus" "$build/tests/fuzz/corpus/$name" "tests/fuzz/regressions/$name" >"$log" 2>&1
 rc=$?
 execs=$(grep -oE "^stat::number_of_executed_units: *[0-9]+" "$log" | grep -oE "[0-9]+$" | tail -1)
 [ -z "$execs" ] && execs=$(grep -oE "^#[0-9]+" "$log" | tail -1 | tr -d '#')
-secs=$(grep -oE "^Done [0-9]+ runs in [0-9]+ second" "$log" | grep -oE "in [0-9]+" | grep -oE "[0-9]+")
-echo "$name: ${execs:-?} executions in ${secs:-$seconds} s, libFuzzer exit $rc, $(ls "$work/$name/artifacts" | wc -l) file(s) in $work/$name/artifacts"
+secs=$(grep -oE "^(Done [0-9]+ runs in|INFO: fuzzed for) [0-9]+ second" "$log" | grep -oE "[0-9]+ second" | grep -oE "[0-9]+")
+if [ -n "$secs" ]; then took="in $secs s"; else took="(stopped early, see the log)"; fi
+echo "$name: ${execs:-?} executions $took, libFuzzer exit $rc, $(ls "$work/$name/artifacts" | wc -l) file(s) in $work/$name/artifacts"
 grep -E "^SUMMARY|ERROR: libFuzzer|fuzz harness:" "$log" | sort | uniq -c | head -20
 exit $rc
