@@ -8,9 +8,12 @@ set -euo pipefail
 # python3: test_doctor.sh and test_bench.sh read flynn's JSON with it;
 # libgfortran-12-dev: a static link against OpenBLAS needs -lgfortran
 # (`pkg-config --static --libs openblas`), libzip -lbz2 -lssl -lcrypto, which
-# test_install.sh's static consumer links
+# test_install.sh's static consumer links; clang, libclang-rt-dev (libFuzzer
+# and the sanitizer runtimes) and libomp-dev (OpenMP for clang): the fuzz
+# build of tests/fuzz, whose smoke tests scripts/test.sh runs
 pkgs=(build-essential cmake ninja-build pkg-config python3
       libopenblas-openmp-dev libgfortran-12-dev zlib1g-dev libzip-dev libbz2-dev libssl-dev libhdf5-dev libjson-c-dev
+      clang libclang-rt-dev libomp-dev
       dataset-fashion-mnist)
 if [ "${1:-}" = "--bench" ]; then
   pkgs+=(python3-torch libopenblas0-openmp python3-numpy librsvg2-bin)

@@ -1,58 +1,16 @@
 /*
- * fuzz_h5.c — libFuzzer harness for flynn's HDF5 reader (src/io/h5.c) alone:
- * opens the input as an HDF5 image and reads everything it can reach (every
- * link, the string attributes Keras files use, every dataset as float32 and
- * int64), as keras_weights.c would. Crashes found become regression inputs
- * in tests/fuzz/regressions/h5/, which test_h5 reads under ASan.
- *
- * Build and run from the repository root (seeds: the Keras fixtures' .h5
- * files and the model.weights.h5 inside the .keras ones), see below.
+ * fuzz_h5.c — libFuzzer harness for legacy full-model .h5 files
+ * (src/io/keras_file.c load_h5, the HDF5 reader in keras_weights.c, the
+ * model_config and training_config JSON attributes): the input is an .h5
+ * file, loaded with fl_load_model.
+ * With libhdf5 1.10 this finds crashes inside libhdf5 itself; its smoke and
+ * regression tests are enabled by tests/fuzz/CMakeLists.txt's
+ * FLYNN_FUZZ_ENABLED once flynn reads HDF5 with its own reader.
  */
-// clang -g -O1 -fsanitize=fuzzer,address,undefined -D_GNU_SOURCE -Iinclude -Isrc \
-//   tests/fuzz/fuzz_h5.c src/io/h5.c src/core/error.c -lz -o /tmp/fuzz_h5
-// mkdir -p /tmp/h5-corpus && cp tests/fixtures/keras/*.h5 tests/fixtures/h5/*.h5 /tmp/h5-corpus/
-// for k in tests/fixtures/keras/*.keras; do unzip -p "$k" model.weights.h5 > /tmp/h5-corpus/$(basename "$k").h5; done
-// /tmp/fuzz_h5 -max_total_time=600 -rss_limit_mb=2048 -artifact_prefix=/tmp/h5-crash- /tmp/h5-corpus
-#include "io/h5.h"
-
-#include <stdint.h>
-#include <stdlib.h>
-#include <string.h>
-
-static void walk(fl_h5 *f, uint64_t g, int depth, long *budget) {
-    static const char *attrs[] = {"name", "layer_names", "weight_names", "model_config", "training_config",
-                                  "keras_version", "backend", NULL};
-    char **s = NULL;
-    for (int i = 0; attrs[i]; i++) {
-        fl_h5_attr_strings(f, g, attrs[i], &s);
-        fl_h5_free_strings(s);
-    }
-    if (depth > 8 || --*budget < 0) return;
-    char **names = NULL;
-    int n = fl_h5_links(f, g, NULL, &names);
-    for (int i = 0; i < n && i < 16; i++) {
-        uint64_t o;
-        if (fl_h5_find(f, g, names[i], &o) != 1) continue;
-        fl_h5_dataset d;
-        if (fl_h5_dataset_open(f, o, names[i], &d) == 0) {
-            if (d.npoints <= (1 << 16)) {
-                void *buf = malloc((size_t)d.npoints * 8 + 8);
-                fl_h5_dataset_read(f, &d, false, buf, d.npoints * 4);
-                fl_h5_dataset_read(f, &d, true, buf, d.npoints * 8);
-                free(buf);
-            }
-        } else {
-            walk(f, o, depth + 1, budget);
-        }
-    }
-    fl_h5_free_strings(names);
-}
+#include "fuzz.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    fl_h5 *f = fl_h5_read_open(data, size, "fuzz");
-    if (!f) return 0;
-    long budget = 32;
-    walk(f, fl_h5_root(f), 0, &budget);
-    fl_h5_read_close(f);
+    fl_model *m = fl_load_model(fuzz_file("model.h5", data, size));
+    fl_model_free(m);
     return 0;
 }
