@@ -329,6 +329,28 @@ static fl_node *b_conv_transpose(fl_graph *g, fl_node *x, fl_node **p, int *np) 
     return fl_graph_conv2d_transpose(g, "deconv", x, p[0], p[1], g_tsh, g_tsw, g_pad, g_act);
 }
 
+/* Conv2D with dilation g_dh x g_dw and g_groups groups: kernel (k, k,
+ * c/groups, g_filters); groups == c runs the depthwise kernels. Resizing to
+ * g_rh x g_rw. */
+static int g_dh, g_dw, g_groups, g_rh, g_rw;
+static fl_node *b_conv_dg(fl_graph *g, fl_node *x, fl_node **p, int *np) {
+    p[0] = fl_graph_param(g, "signed", 4, (int64_t[]){g_kh, g_kw, x->shape[3] / g_groups, g_filters}, true);
+    p[1] = g_bias ? fl_graph_param(g, "signed", 1, (int64_t[]){g_filters}, true) : NULL;
+    *np = g_bias ? 2 : 1;
+    return fl_graph_conv2d_dilated(g, "conv_dg", x, p[0], p[1], g_s, g_s, g_dh, g_dw, g_groups, g_pad, g_act);
+}
+static fl_node *b_depthwise_dil(fl_graph *g, fl_node *x, fl_node **p, int *np) {
+    int64_t c = x->shape[3];
+    p[0] = fl_graph_param(g, "signed", 4, (int64_t[]){g_kh, g_kw, c, g_dm}, true);
+    p[1] = fl_graph_param(g, "signed", 1, (int64_t[]){c * g_dm}, true);
+    *np = 2;
+    return fl_graph_depthwise_conv2d_dilated(g, "depthwise", x, p[0], p[1], g_s, g_s, g_dh, g_dw, g_pad, g_act);
+}
+static fl_node *b_resize(fl_graph *g, fl_node *x, fl_node **p, int *np) {
+    *np = 0;
+    return fl_graph_resize2d(g, "resize", x, g_rh, g_rw, g_bilinear);
+}
+
 /* SeparableConv2D as the layer builds it: depthwise (no bias, linear), then
  * a 1x1 convolution with the bias and the activation */
 static fl_node *b_separable(fl_graph *g, fl_node *x, fl_node **p, int *np) {
@@ -487,6 +509,54 @@ static void layer_parity(void) {
                  g_kh, g_kw, g_tsh, g_tsw, g_pad, g_filters, g_bias, g_act, (long long)deconvs[i].shape[0],
                  (long long)deconvs[i].shape[1], (long long)deconvs[i].shape[2]);
         parity(name, 3, deconvs[i].shape, 7, b_conv_transpose, true);
+    }
+
+    /* Conv2D dilated and grouped (cuDNN's dilation and group count):
+     * "same" with odd and even kernels (asymmetric padding after), "valid",
+     * groups with and without dilation, strides, groups == channels (the
+     * depthwise kernels, multiplier 1 and 2) */
+    struct { int kh, kw, s, dh, dw, groups; fl_padding pad; int filters, bias, act; int64_t shape[3]; } dgs[] = {
+        {3, 3, 1, 2, 2, 1, FL_SAME, 8, 1, FL_ACT_RELU, {9, 8, 3}},   {3, 2, 1, 2, 3, 1, FL_VALID, 5, 1, FL_ACT_LINEAR, {9, 9, 4}},
+        {2, 2, 1, 3, 3, 1, FL_SAME, 4, 0, FL_ACT_TANH, {8, 7, 3}},   {3, 3, 1, 1, 1, 2, FL_SAME, 6, 1, FL_ACT_RELU, {7, 6, 4}},
+        {3, 3, 2, 1, 1, 4, FL_SAME, 8, 1, FL_ACT_LINEAR, {8, 7, 8}}, {3, 3, 1, 2, 2, 3, FL_VALID, 9, 1, FL_ACT_SIGMOID, {9, 9, 6}},
+        {1, 1, 1, 1, 1, 2, FL_VALID, 6, 1, FL_ACT_LINEAR, {5, 4, 4}}, {3, 3, 1, 2, 2, 4, FL_SAME, 4, 1, FL_ACT_LINEAR, {7, 6, 4}},
+        {3, 3, 1, 2, 1, 5, FL_SAME, 10, 0, FL_ACT_RELU, {6, 7, 5}},
+    };
+    for (size_t i = 0; i < sizeof dgs / sizeof dgs[0]; i++) {
+        g_kh = dgs[i].kh; g_kw = dgs[i].kw; g_s = dgs[i].s; g_dh = dgs[i].dh; g_dw = dgs[i].dw;
+        g_groups = dgs[i].groups; g_pad = dgs[i].pad; g_filters = dgs[i].filters; g_bias = dgs[i].bias;
+        g_act = dgs[i].act;
+        char name[128];
+        snprintf(name, sizeof name, "Conv2D k%dx%d s%d dilation %dx%d groups %d pad=%d filters %d bias=%d act %d "
+                 "%lldx%lldx%lld", g_kh, g_kw, g_s, g_dh, g_dw, g_groups, g_pad, g_filters, g_bias, g_act,
+                 (long long)dgs[i].shape[0], (long long)dgs[i].shape[1], (long long)dgs[i].shape[2]);
+        parity(name, 3, dgs[i].shape, 7, b_conv_dg, true);
+    }
+    /* DepthwiseConv2D dilated (taps clamped to the image, dm 1 and 2) */
+    struct { int k, dh, dw, dm; fl_padding pad; int act; int64_t shape[3]; } dwd[] = {
+        {3, 2, 2, 1, FL_SAME, FL_ACT_LINEAR, {9, 8, 20}}, {3, 2, 3, 2, FL_VALID, FL_ACT_RELU6, {9, 9, 3}},
+        {2, 3, 3, 1, FL_SAME, FL_ACT_TANH, {7, 7, 5}},
+    };
+    for (size_t i = 0; i < sizeof dwd / sizeof dwd[0]; i++) {
+        g_kh = g_kw = dwd[i].k; g_dh = dwd[i].dh; g_dw = dwd[i].dw; g_dm = dwd[i].dm; g_pad = dwd[i].pad;
+        g_act = dwd[i].act; g_s = 1;
+        char name[96];
+        snprintf(name, sizeof name, "DepthwiseConv2D k%d dilation %dx%d dm%d pad=%d act %d %lldx%lldx%lld", g_kh, g_dh,
+                 g_dw, g_dm, g_pad, g_act, (long long)dwd[i].shape[0], (long long)dwd[i].shape[1],
+                 (long long)dwd[i].shape[2]);
+        parity(name, 3, dwd[i].shape, 7, b_depthwise_dil, true);
+    }
+    /* Resizing: up and down, by integer and other factors */
+    struct { int oh, ow, bilinear; int64_t shape[3]; } rs[] = {
+        {7, 4, 1, {4, 6, 3}}, {3, 3, 1, {6, 8, 2}}, {11, 13, 0, {4, 7, 5}}, {2, 3, 0, {5, 9, 2}}, {1, 1, 1, {3, 4, 33}},
+    };
+    for (size_t i = 0; i < sizeof rs / sizeof rs[0]; i++) {
+        g_rh = rs[i].oh; g_rw = rs[i].ow; g_bilinear = rs[i].bilinear;
+        char name[80];
+        snprintf(name, sizeof name, "Resizing(%d, %d, %s) of %lldx%lldx%lld", g_rh, g_rw,
+                 g_bilinear ? "bilinear" : "nearest", (long long)rs[i].shape[0], (long long)rs[i].shape[1],
+                 (long long)rs[i].shape[2]);
+        parity(name, 3, rs[i].shape, 5, b_resize, true);
     }
 }
 

@@ -436,7 +436,7 @@ static void bad_fixtures(void) {
         if (strcmp(reason, "custom_layer") == 0) { frags[1] = "custom object"; frags[2] = "ScaleByTwo"; frags[3] = "built-in Keras layers"; }
         else if (strcmp(reason, "lambda_layer") == 0) { frags[1] = "Lambda"; frags[2] = "Python code"; }
         else if (strcmp(reason, "unsupported_layer") == 0) { frags[1] = "LayerNormalization"; frags[2] = "not supported"; frags[3] = "Dense, Conv2D"; }
-        else if (strcmp(reason, "many_unsupported") == 0) { frags[1] = "5 layers cannot be loaded"; frags[2] = "DepthwiseConv2D, 2 layers ('depthwise_conv2d', 'depthwise_conv2d_1')"; frags[3] = "UpSampling2D, 1 layer"; }
+        else if (strcmp(reason, "many_unsupported") == 0) { frags[1] = "5 layers cannot be loaded"; frags[2] = "Conv2DTranspose, 2 layers ('conv2d_transpose', 'conv2d_transpose_1')"; frags[3] = "Resizing, 1 layer"; }
         else if (strcmp(reason, "truncated_zip") == 0 || strcmp(reason, "not_a_zip") == 0) { frags[1] = "zip"; }
         else if (strcmp(reason, "invalid_json") == 0) { frags[1] = "config.json"; frags[2] = "invalid JSON"; frags[3] = "line 1, column"; }
         else if (strcmp(reason, "wrong_shape") == 0) { frags[1] = "layer 'dense' (Dense) weight 'kernel'"; frags[2] = "has shape (6, 5), expected (5, 6)"; }
@@ -465,8 +465,13 @@ static char *config_with(const char *cls, const char *layer_cfg) {
 static void config_refusals(void) {
     static const struct { const char *cls, *cfg; const char *frag[3]; } cases[] = {
         {"Conv2D", ",\"filters\":2,\"kernel_size\":[3,3],\"data_format\":\"channels_first\"", {"'layer' (Conv2D)", "channels_first"}},
-        {"Conv2D", ",\"filters\":2,\"kernel_size\":3,\"dilation_rate\":[2,2]", {"'layer' (Conv2D)", "dilation_rate (2, 2)"}},
-        {"Conv2D", ",\"filters\":2,\"kernel_size\":3,\"groups\":2", {"'layer' (Conv2D)", "groups 2"}},
+        {"Conv2D", ",\"filters\":2,\"kernel_size\":3,\"strides\":2,\"dilation_rate\":[2,2]", {"'layer' (Conv2D)", "strides (2, 2) with dilation_rate (2, 2)"}},
+        {"Conv2D", ",\"filters\":2,\"kernel_size\":3,\"groups\":3", {"'layer' (Conv2D)", "groups is 3", "dividing filters 2"}},
+        {"Conv2D", ",\"filters\":4,\"kernel_size\":3,\"groups\":4", {"'layer' (Conv2D)", "not divisible by groups 4"}},
+        {"Resizing", ",\"height\":3,\"width\":3,\"interpolation\":\"bicubic\"", {"'layer' (Resizing)", "interpolation 'bicubic'"}},
+        {"Resizing", ",\"height\":3,\"width\":3,\"antialias\":true", {"'layer' (Resizing)", "antialias"}},
+        {"Resizing", ",\"height\":3,\"width\":3,\"pad_to_aspect_ratio\":true,\"fill_value\":1.5", {"'layer' (Resizing)", "fill_value 1.5"}},
+        {"Resizing", ",\"height\":3,\"width\":3,\"data_format\":\"channels_first\"", {"'layer' (Resizing)", "channels_first"}},
         {"Conv2D", ",\"filters\":2,\"kernel_size\":3,\"kernel_regularizer\":{\"module\":\"keras.regularizers\",\"class_name\":\"L2\",\"config\":{\"l2\":0.01}}", {"kernel_regularizer", "(L2)"}},
         {"Dense", ",\"units\":3,\"kernel_constraint\":{\"class_name\":\"MaxNorm\",\"config\":{}}", {"'layer' (Dense)", "kernel_constraint"}},
         {"Dense", ",\"units\":3,\"activity_regularizer\":{\"class_name\":\"L1\",\"config\":{}}", {"activity_regularizer"}},
@@ -478,7 +483,7 @@ static void config_refusals(void) {
         {"BatchNormalization", ",\"renorm\":true", {"renorm"}},
         {"Dropout", ",\"rate\":0.5,\"noise_shape\":[4,1,1,2]", {"noise_shape", "across the batch"}},
         {"Conv1D", ",\"filters\":2,\"kernel_size\":[3],\"padding\":\"full\"", {"'layer' (Conv1D)", "padding 'full'"}},
-        {"Conv1D", ",\"filters\":2,\"kernel_size\":3,\"dilation_rate\":[2]", {"dilation_rate 2"}},
+        {"Conv1D", ",\"filters\":2,\"kernel_size\":3,\"strides\":2,\"dilation_rate\":[2]", {"'layer' (Conv1D)", "strides 2 with dilation_rate 2"}},
         {"UpSampling2D", ",\"size\":[2,2],\"interpolation\":\"bicubic\"", {"'layer' (UpSampling2D)", "interpolation 'bicubic'"}},
         {"UpSampling2D", ",\"size\":2,\"data_format\":\"channels_first\"", {"'layer' (UpSampling2D)", "channels_first"}},
         {"Conv2DTranspose", ",\"filters\":2,\"kernel_size\":3,\"output_padding\":[1,1]", {"'layer' (Conv2DTranspose)", "output_padding"}},

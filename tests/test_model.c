@@ -143,8 +143,18 @@ static void test_build_errors(void) {
     m = fl_sequential(fl_input(6), fl_reshape(4, -1));
     CHECK(m == NULL);
     CHECK_STR_CONTAINS(fl_last_error(), "Reshape");
-    CHECK(fl_sequential(fl_input(4), fl_conv2d(2, 3, .dilation_rate = 2)) == NULL);
-    CHECK_STR_CONTAINS(fl_last_error(), "dilation_rate");
+    /* Keras refuses strides > 1 with dilation > 1, and so does flynn */
+    CHECK(fl_sequential(fl_input(8, 8, 1), fl_conv2d(2, 3, .dilation_rate = 2, .strides = 2)) == NULL);
+    CHECK_STR_CONTAINS(fl_last_error(), "dilation_rate (2, 2)");
+    CHECK(fl_sequential(fl_input(8, 8, 3), fl_conv2d(4, 3, .groups = 2)) == NULL);
+    CHECK_STR_CONTAINS(fl_last_error(), "not divisible by groups 2");
+    CHECK(fl_sequential(fl_input(8, 8, 4), fl_conv2d(3, 3, .groups = 2)) == NULL);
+    CHECK_STR_CONTAINS(fl_last_error(), "groups 2, expected > 0 and dividing filters 3");
+    CHECK(fl_sequential(fl_input(8, 8, 4), fl_conv2d_transpose(4, 3, .dilation_rate = 2)) == NULL);
+    CHECK_STR_CONTAINS(fl_last_error(), "Conv2DTranspose: dilation_rate (2, 2)");
+    CHECK(fl_sequential(fl_input(8, 8, 4), fl_resizing(4, 4, .crop_to_aspect_ratio = true,
+                                                       .pad_to_aspect_ratio = true)) == NULL);
+    CHECK_STR_CONTAINS(fl_last_error(), "at most one");
 }
 
 /* A tiny separable problem: two Gaussian blobs in 4-d. */

@@ -1343,6 +1343,183 @@ static void test_prelu_shared(void) {
     h_free(&h);
 }
 
+/* ------------------------------------- dilated and grouped convolutions */
+
+/* Conv2D with dilation and groups, the naive way: output channel o of group
+ * g = o / (oc/groups) sums input channels g*cg .. g*cg+cg-1, taps dil apart. */
+static void conv_dg_ref(const float *x, const float *w, const float *b, int64_t B, const fl_conv_desc *d, int dh,
+                        int dw, int groups, int act, double *y) {
+    const int cg = d->c / groups, ocg = d->oc / groups;
+    for (int64_t n = 0; n < B; n++)
+        for (int oh = 0; oh < d->oh; oh++)
+            for (int ow = 0; ow < d->ow; ow++)
+                for (int oc = 0; oc < d->oc; oc++) {
+                    double s = b ? b[oc] : 0;
+                    const int g = oc / ocg;
+                    for (int kh = 0; kh < d->kh; kh++)
+                        for (int kw = 0; kw < d->kw; kw++) {
+                            int ih = oh * d->sh - d->pt + kh * dh, iw = ow * d->sw - d->pl + kw * dw;
+                            if (ih < 0 || ih >= d->h || iw < 0 || iw >= d->w) continue;
+                            for (int c = 0; c < cg; c++)
+                                s += (double)x[((n * d->h + ih) * d->w + iw) * d->c + g * cg + c] *
+                                     w[((kh * d->kw + kw) * cg + c) * d->oc + oc];
+                        }
+                    y[((n * d->oh + oh) * d->ow + ow) * d->oc + oc] = act_ref(act, s);
+                }
+}
+
+/* eop: the op expected (groups == channels runs as the depthwise op). */
+static void test_conv_dg(int64_t B, int H, int W, int C, int OC, int KH, int KW, int S, int DH, int DW, int G,
+                         fl_padding pad, int act, bool bias, int eoh, int eow) {
+    harness h;
+    h_init(&h, B, 3, (int64_t[]){H, W, C});
+    fl_node *w = h_param(&h, 4, (int64_t[]){KH, KW, C / G, OC}, -0.4f, 0.4f);
+    int64_t oc = OC;
+    fl_node *b = bias ? h_param(&h, 1, &oc, -0.3f, 0.3f) : NULL;
+    fl_node *y = fl_graph_conv2d_dilated(&h.g, "conv", h.x, w, b, S, S, DH, DW, G, pad, act);
+    char what[128];
+    snprintf(what, sizeof what, "conv %dx%dx%d->%d k%dx%d s%d dil%dx%d groups %d pad=%d act=%d bias=%d B=%lld", H, W,
+             C, OC, KH, KW, S, DH, DW, G, pad, act, bias, (long long)B);
+    CHECK_MSG(y != NULL, "%s: %s", what, fl_last_error());
+    if (!y) { h_free(&h); return; }
+    CHECK_MSG(y->shape[1] == eoh && y->shape[2] == eow, "%s: output %lldx%lld, expected %dx%d", what,
+              (long long)y->shape[1], (long long)y->shape[2], eoh, eow);
+    CHECK_MSG(y->op == (G == C ? FL_OP_DEPTHWISE_CONV2D : FL_OP_CONV2D), "%s: op %d", what, (int)y->op);
+    h_ready(&h, y, -1, 1);
+    h_loss(&h, true);
+    int64_t n = fl_node_size(y);
+    double *ref = malloc((size_t)n * sizeof(double));
+    conv_dg_ref(h.x->val, w->val, b ? b->val : NULL, B, &y->conv, DH, DW, G, act, ref);
+    CHECK_MSG(max_abs_diff(y->val, ref, n) < 1e-4, "%s forward", what);
+    free(ref);
+    h_gradcheck(&h, what, 1e-3, 1e-2, true);
+    h_free(&h);
+}
+
+/* DepthwiseConv2D with dilation against the grouped reference: a depthwise
+ * kernel (kh, kw, c, dm) is the grouped (kh, kw, 1, c*dm) with groups c. */
+static void test_depthwise_dil(int64_t B, int H, int W, int C, int DM, int K, int S, int DH, int DW, fl_padding pad,
+                               int act, int eoh, int eow) {
+    harness h;
+    h_init(&h, B, 3, (int64_t[]){H, W, C});
+    fl_node *w = h_param(&h, 4, (int64_t[]){K, K, C, DM}, -0.5f, 0.5f);
+    int64_t oc = (int64_t)C * DM;
+    fl_node *b = h_param(&h, 1, &oc, -0.3f, 0.3f);
+    fl_node *y = fl_graph_depthwise_conv2d_dilated(&h.g, "dw", h.x, w, b, S, S, DH, DW, pad, act);
+    char what[128];
+    snprintf(what, sizeof what, "depthwise %dx%dx%d dm%d k%d s%d dil%dx%d pad=%d act=%d B=%lld", H, W, C, DM, K, S, DH,
+             DW, pad, act, (long long)B);
+    CHECK_MSG(y != NULL, "%s: %s", what, fl_last_error());
+    if (!y) { h_free(&h); return; }
+    CHECK_MSG(y->shape[1] == eoh && y->shape[2] == eow, "%s: output %lldx%lld, expected %dx%d", what,
+              (long long)y->shape[1], (long long)y->shape[2], eoh, eow);
+    h_ready(&h, y, -1, 1);
+    h_loss(&h, true);
+    int64_t n = fl_node_size(y);
+    double *ref = malloc((size_t)n * sizeof(double));
+    conv_dg_ref(h.x->val, w->val, b->val, B, &y->conv, DH, DW, C, act, ref);
+    CHECK_MSG(max_abs_diff(y->val, ref, n) < 1e-5, "%s forward", what);
+    free(ref);
+    h_gradcheck(&h, what, 1e-3, 1e-2, true);
+    h_free(&h);
+}
+
+/* Conv1D's form with dilation and groups: "causal" pads dilation*(k-1). */
+static void test_conv1d_dilated(int T, int C, int F, int K, int D, int G) {
+    harness h;
+    const int64_t B = 3;
+    h_init(&h, B, 3, (int64_t[]){T, 1, C});
+    fl_node *w = h_param(&h, 3, (int64_t[]){K, C / G, F}, -0.5f, 0.5f);
+    int64_t f = F;
+    fl_node *b = h_param(&h, 1, &f, -0.5f, 0.5f);
+    fl_node *p = fl_graph_pad2d(&h.g, "causal", h.x, D * (K - 1), 0, 0, 0);
+    fl_node *y = fl_graph_conv2d_dilated(&h.g, "conv1d", p, w, b, 1, 1, D, 1, G, FL_VALID, FL_ACT_TANH);
+    char what[96];
+    snprintf(what, sizeof what, "conv1d causal T%d %d->%d k%d dil%d groups %d", T, C, F, K, D, G);
+    CHECK_MSG(y && y->shape[1] == T && y->shape[2] == 1 && y->shape[3] == F, "%s: shape", what);
+    if (!y) { h_free(&h); return; }
+    h_ready(&h, y, -1, 1);
+    h_loss(&h, true);
+    const int cg = C / G, fg = F / G;
+    double *ref = malloc((size_t)(B * T * F) * sizeof(double));
+    for (int64_t n = 0; n < B; n++)
+        for (int t = 0; t < T; t++)
+            for (int o = 0; o < F; o++) {
+                double s = b->val[o];
+                for (int k = 0; k < K; k++) {
+                    int st = t - D * (K - 1 - k); /* output t sees inputs t, t-D, ..., t-D(K-1) */
+                    if (st < 0) continue;
+                    for (int c = 0; c < cg; c++)
+                        s += (double)h.x->val[(n * T + st) * C + (o / fg) * cg + c] * w->val[(k * cg + c) * F + o];
+                }
+                ref[(n * T + t) * F + o] = tanh(s);
+            }
+    CHECK_MSG(max_abs_diff(y->val, ref, B * T * F) < 1e-5, "%s forward", what);
+    free(ref);
+    h_gradcheck(&h, what, 1e-3, 1e-2, true);
+    h_free(&h);
+}
+
+/* ------------------------------------------------------------ Resizing */
+
+/* One axis of jax.image.resize (antialias off): bilinear as resize_weight
+ * above with the scale out/n; nearest reads floor((o + 0.5) * n / out). */
+static double resize_weight_any(bool bilinear, int o, int i, int n, int out) {
+    if (!bilinear) return (int)floor((o + 0.5) * n / out) == i;
+    double src = (o + 0.5) * n / out - 0.5, tot = 0;
+    for (int k = 0; k < n; k++) tot += fmax(0.0, 1.0 - fabs(src - k));
+    return fmax(0.0, 1.0 - fabs(src - i)) / tot;
+}
+
+static void test_resize2d(int H, int W, int C, int OH, int OW, bool bilinear) {
+    harness h;
+    const int64_t B = 2;
+    h_init(&h, B, 3, (int64_t[]){H, W, C});
+    fl_node *y = fl_graph_resize2d(&h.g, "resize", h.x, OH, OW, bilinear);
+    CHECK(y && y->shape[1] == OH && y->shape[2] == OW && y->shape[3] == C);
+    if (!y) { h_free(&h); return; }
+    h_ready(&h, y, -1, 1);
+    h_loss(&h, true);
+    double *ref = calloc((size_t)(B * OH * OW * C), sizeof(double));
+    for (int64_t n = 0; n < B; n++)
+        for (int i = 0; i < OH; i++)
+            for (int j = 0; j < OW; j++)
+                for (int c = 0; c < C; c++) {
+                    double v = 0;
+                    for (int a = 0; a < H; a++)
+                        for (int b = 0; b < W; b++)
+                            v += resize_weight_any(bilinear, i, a, H, OH) * resize_weight_any(bilinear, j, b, W, OW) *
+                                 h.x->val[((n * H + a) * W + b) * C + c];
+                    ref[((n * OH + i) * OW + j) * C + c] = v;
+                }
+    char what[80];
+    snprintf(what, sizeof what, "resize %dx%dx%d -> %dx%d %s", H, W, C, OH, OW, bilinear ? "bilinear" : "nearest");
+    CHECK_MSG(max_abs_diff(y->val, ref, B * OH * OW * C) < 1e-5, "%s forward", what);
+    free(ref);
+    h_gradcheck(&h, what, 1e-3, 1e-3, true);
+    h_free(&h);
+}
+
+static void test_dg_shape_errors(void) {
+    fl_graph g;
+    fl_graph_init(&g, fl_backend_cpu());
+    fl_node *x = fl_graph_input(&g, "x", 3, (int64_t[]){6, 6, 6});
+    fl_node *w = fl_graph_param(&g, "w", 4, (int64_t[]){3, 3, 2, 4}, true);
+    CHECK(fl_graph_conv2d_dilated(&g, "my_conv", x, w, NULL, 1, 1, 1, 1, 4, FL_VALID, FL_ACT_LINEAR) == NULL);
+    CHECK_STR_CONTAINS(fl_last_error(), "not divisible by groups 4");
+    CHECK(fl_graph_conv2d_dilated(&g, "my_conv", x, w, NULL, 1, 1, 1, 1, 2, FL_VALID, FL_ACT_LINEAR) == NULL);
+    CHECK_STR_CONTAINS(fl_last_error(), "kernel expects 2");
+    CHECK(fl_graph_conv2d_dilated(&g, "my_conv", x, w, NULL, 1, 1, 1, 1, 3, FL_VALID, FL_ACT_LINEAR) == NULL);
+    CHECK_STR_CONTAINS(fl_last_error(), "4 filters, not divisible by groups 3");
+    fl_node *w6 = fl_graph_param(&g, "w6", 4, (int64_t[]){3, 3, 2, 6}, true);
+    CHECK(fl_graph_conv2d_dilated(&g, "my_conv", x, w6, NULL, 1, 1, 3, 3, 3, FL_VALID, FL_ACT_LINEAR) == NULL);
+    CHECK_STR_CONTAINS(fl_last_error(), "dilated 3x3 (extent 7x7)");
+    CHECK(fl_graph_conv2d_dilated(&g, "my_conv", x, w6, NULL, 1, 1, 2, 2, 3, FL_VALID, FL_ACT_LINEAR) != NULL);
+    CHECK(fl_graph_resize2d(&g, "my_resize", x, 0, 3, true) == NULL);
+    CHECK_STR_CONTAINS(fl_last_error(), "my_resize");
+    fl_graph_free(&g);
+}
+
 int main(void) {
     test_capability();
     test_philox();
@@ -1462,6 +1639,34 @@ int main(void) {
     /* both threads, an activation and no bias: the activation pass has no
      * bias sums, and must not add dy's column sums into the kernel's */
     test_depthwise(33, 9, 8, 8, 2, 3, 3, 2, 2, FL_SAME, FL_ACT_SIGMOID, false, 5, 4);
+    /* dilation and groups (appended: the streams above stay). Expected sizes:
+     * "same" ceil(in / s); "valid" in - (k - 1) * dil, then / s */
+    test_conv_dg(3, 9, 8, 3, 4, 3, 3, 1, 2, 2, 1, FL_VALID, FL_ACT_LINEAR, true, 5, 4);
+    test_conv_dg(3, 9, 8, 3, 4, 3, 3, 1, 2, 2, 1, FL_SAME, FL_ACT_TANH, true, 9, 8);
+    test_conv_dg(2, 10, 9, 2, 3, 2, 3, 1, 3, 2, 1, FL_SAME, FL_ACT_LINEAR, false, 10, 9); /* even kernel, asymmetric */
+    test_conv_dg(2, 11, 7, 3, 5, 3, 2, 1, 1, 3, 1, FL_VALID, FL_ACT_SIGMOID, true, 9, 4); /* dilation on one axis */
+    test_conv_dg(3, 7, 6, 4, 6, 3, 3, 1, 1, 1, 2, FL_VALID, FL_ACT_LINEAR, true, 5, 4);   /* groups, no dilation */
+    test_conv_dg(3, 7, 6, 6, 9, 3, 2, 2, 1, 1, 3, FL_SAME, FL_ACT_RELU, true, 4, 3);      /* groups, strides */
+    test_conv_dg(2, 9, 9, 6, 4, 3, 3, 1, 2, 2, 2, FL_SAME, FL_ACT_LINEAR, false, 9, 9);   /* both */
+    test_conv_dg(2, 8, 7, 6, 6, 3, 3, 2, 2, 2, 2, FL_SAME, FL_ACT_LINEAR, true, 4, 4);    /* strides with dilation (op) */
+    test_conv_dg(2, 6, 5, 4, 4, 1, 1, 1, 1, 1, 2, FL_VALID, FL_ACT_LINEAR, true, 6, 5);   /* 1x1 grouped */
+    test_conv_dg(2, 7, 6, 4, 8, 3, 3, 1, 2, 1, 4, FL_SAME, FL_ACT_TANH, true, 7, 6);      /* groups = c: depthwise */
+    test_conv_dg(37, 9, 8, 4, 6, 3, 3, 1, 2, 2, 2, FL_SAME, FL_ACT_LINEAR, true, 9, 8);   /* chunks, threads */
+    test_depthwise_dil(2, 9, 8, 3, 1, 3, 1, 2, 2, FL_VALID, FL_ACT_LINEAR, 5, 4);
+    test_depthwise_dil(2, 9, 8, 3, 2, 3, 1, 2, 3, FL_SAME, FL_ACT_TANH, 9, 8);
+    test_depthwise_dil(2, 8, 8, 20, 1, 2, 1, 3, 3, FL_SAME, FL_ACT_LINEAR, 8, 8);  /* 16 in registers + 4, even */
+    test_depthwise_dil(2, 9, 9, 3, 1, 3, 2, 2, 2, FL_SAME, FL_ACT_SIGMOID, 5, 5);  /* strides with dilation (op) */
+    test_depthwise_dil(37, 9, 9, 16, 1, 3, 1, 2, 2, FL_SAME, FL_ACT_LINEAR, 9, 9); /* both threads */
+    test_conv1d_dilated(11, 2, 4, 3, 2, 1);
+    test_conv1d_dilated(12, 4, 6, 2, 3, 2);
+    test_conv1d_dilated(9, 3, 3, 3, 2, 3); /* groups = channels: depthwise */
+    test_resize2d(4, 6, 2, 7, 4, true);   /* up on one axis, down on the other */
+    test_resize2d(6, 8, 3, 3, 3, true);   /* down by 2 and 8/3 */
+    test_resize2d(3, 5, 2, 9, 10, true);  /* integer factors: as UpSampling2D */
+    test_resize2d(5, 7, 2, 3, 11, false);
+    test_resize2d(6, 4, 2, 4, 6, false);
+    test_resize2d(2, 3, 1, 1, 1, true);
+    test_dg_shape_errors();
     /* the fused Conv(ReLU) -> Conv -> MaxPool backward (mnist_cnn's): its
      * shapes, odd sizes with a row and column no window covers, and more
      * than 16 filters (a vector and a remainder) */

@@ -224,6 +224,37 @@ int main(int argc, char **argv) {
     fl_model_set_seed(m, 11);
     check(fl_compile(m, fl_adam(.learning_rate = 0.01f), FL_SPARSE_CATEGORICAL_CROSSENTROPY, FL_ACCURACY), "compile");
     export_model("seq_depthwise_adam", m, 3, 8);
+    /* dilated and grouped Conv2D (groups == channels: the depthwise form),
+     * dilated DepthwiseConv2D and SeparableConv2D, a bilinear Resizing;
+     * SGD (a step proportional to the gradient: tiny gradients stay tiny) */
+    m = fl_sequential(fl_input(8, 8, 4),
+                      fl_conv2d(6, 3, .dilation_rate = 2, .padding = FL_SAME, .groups = 2, .activation = FL_TANH),
+                      fl_depthwise_conv2d(3, .dilation_rate = 2, .activation = FL_TANH), fl_resizing(6, 5),
+                      fl_conv2d(6, 3, .strides = 2, .groups = 3, .activation = FL_TANH),
+                      fl_conv2d(12, 2, .padding = FL_SAME, .groups = 6),
+                      fl_separable_conv2d(4, 2, .dilation_h = 1, .dilation_w = 2, .padding = FL_SAME,
+                                          .activation = FL_RELU),
+                      fl_flatten(), fl_dense(3, .activation = FL_SOFTMAX));
+    fl_model_set_seed(m, 12);
+    check(fl_compile(m, fl_sgd(.learning_rate = 0.1f, .momentum = 0.9f), FL_SPARSE_CATEGORICAL_CROSSENTROPY,
+                     FL_ACCURACY), "compile");
+    export_model("seq_dilated_grouped_sgd", m, 3, 8);
+    /* Conv1D dilated: causal and grouped, same */
+    m = fl_sequential(fl_input(12, 4),
+                      fl_conv1d(6, 3, .dilation_rate = 2, .padding = FL_CAUSAL, .groups = 2, .activation = FL_RELU),
+                      fl_conv1d(4, 2, .dilation_rate = 3, .padding = FL_SAME, .activation = FL_TANH), fl_flatten(),
+                      fl_dense(3, .activation = FL_SOFTMAX));
+    fl_model_set_seed(m, 13);
+    check(fl_compile(m, fl_sgd(.learning_rate = 0.1f, .momentum = 0.9f), FL_SPARSE_CATEGORICAL_CROSSENTROPY,
+                     FL_ACCURACY), "compile");
+    export_model("seq_conv1d_dilated_sgd", m, 3, 8);
+    /* Resizing: bilinear, nearest, cropped and padded to the aspect ratio */
+    m = fl_sequential(fl_input(6, 8, 3), fl_resizing(9, 5), fl_resizing(4, 7, .nearest = true),
+                      fl_resizing(5, 5, .crop_to_aspect_ratio = true), fl_resizing(3, 6, .pad_to_aspect_ratio = true),
+                      fl_conv2d(2, 2, .activation = FL_TANH), fl_flatten(), fl_dense(2));
+    fl_model_set_seed(m, 14);
+    check(fl_compile(m, fl_sgd(.learning_rate = 0.05f), FL_MEAN_SQUARED_ERROR), "compile");
+    export_model("seq_resizing_sgd", m, 2, 6);
 
     /* MLP: centered RMSprop with momentum, categorical CE, BN after Dense, leaky relu, elu */
     m = fl_sequential(fl_input(7), fl_dense(8, .activation = FL_LEAKY_RELU, .no_bias = true),

@@ -146,11 +146,13 @@ typedef struct fl_conv2d_args {
     int kernel_h, kernel_w;
     int strides;                /* 0 = 1; stride_h/stride_w override */
     int stride_h, stride_w;
-    fl_padding padding;         /* default FL_VALID */
-    int dilation_rate;          /* 0 = 1; only 1 is supported */
+    fl_padding padding;         /* default FL_VALID ("same" pads for the dilated kernel) */
+    int dilation_rate;          /* 0 = 1; dilation_h/dilation_w override (not with strides > 1, as Keras) */
+    int dilation_h, dilation_w;
     fl_activation activation;
     bool no_bias;
     const char *name;
+    int groups;                 /* 0 = 1; in channels and filters divisible by it; kernel (kh, kw, in/groups, filters) */
 } fl_conv2d_args;
 fl_layer *fl_conv2d_(fl_conv2d_args a);
 #define fl_conv2d(...) fl_conv2d_((fl_conv2d_args){._reserved = 0, __VA_ARGS__}) /* fl_conv2d(32, 3, ...) */
@@ -167,10 +169,11 @@ typedef struct fl_depthwise_conv2d_args {
     int stride_h, stride_w;
     fl_padding padding;         /* default FL_VALID */
     int depth_multiplier;       /* 0 = 1 */
-    int dilation_rate;          /* 0 = 1; only 1 is supported */
+    int dilation_rate;          /* 0 = 1; dilation_h/dilation_w override (not with strides > 1, as Keras) */
     fl_activation activation;
     bool no_bias;
     const char *name;
+    int dilation_h, dilation_w;
 } fl_depthwise_conv2d_args;
 fl_layer *fl_depthwise_conv2d_(fl_depthwise_conv2d_args a);
 #define fl_depthwise_conv2d(...) \
@@ -190,10 +193,11 @@ typedef struct fl_separable_conv2d_args {
     int stride_h, stride_w;
     fl_padding padding;         /* default FL_VALID */
     int depth_multiplier;       /* 0 = 1 */
-    int dilation_rate;          /* 0 = 1; only 1 is supported */
+    int dilation_rate;          /* 0 = 1; dilation_h/dilation_w override (not with strides > 1, as Keras) */
     fl_activation activation;
     bool no_bias;
     const char *name;
+    int dilation_h, dilation_w; /* the depthwise step's */
 } fl_separable_conv2d_args;
 fl_layer *fl_separable_conv2d_(fl_separable_conv2d_args a);
 #define fl_separable_conv2d(...) \
@@ -251,10 +255,11 @@ typedef struct fl_conv1d_args {
     int kernel_size;
     int strides;       /* 0 = 1 */
     fl_padding padding;
-    int dilation_rate; /* 0 = 1; only 1 is supported */
+    int dilation_rate; /* 0 = 1; not with strides > 1 (as Keras); "causal" pads dilation_rate*(kernel_size-1) */
     fl_activation activation;
     bool no_bias;
     const char *name;
+    int groups;        /* 0 = 1; in channels and filters divisible by it; kernel (k, in/groups, filters) */
 } fl_conv1d_args;
 fl_layer *fl_conv1d_(fl_conv1d_args a);
 #define fl_conv1d(...) fl_conv1d_((fl_conv1d_args){._reserved = 0, __VA_ARGS__}) /* fl_conv1d(64, 3, ...) */
@@ -405,9 +410,25 @@ fl_layer *fl_up_sampling2d_(fl_up_sampling2d_args a);
 /* Conv2DTranspose (a "deconvolution"), with Conv2D's arguments: kernel
  * (kh, kw, filters, in channels) as Keras; output size per axis in*s +
  * max(k - s, 0) ("valid") or in*s ("same"), Keras's output_padding=None
- * (no other output_padding is supported); dilation_rate 1 only. */
+ * (no other output_padding is supported); dilation_rate and groups 1 only. */
 fl_layer *fl_conv2d_transpose_(fl_conv2d_args a);
 #define fl_conv2d_transpose(...) fl_conv2d_transpose_((fl_conv2d_args){._reserved = 0, __VA_ARGS__}) /* (64, 3, ...) */
+
+/* Resizing(height, width): images resized to height x width, as Keras 3's
+ * Resizing (jax.image.resize, antialias off): bilinear by default, or
+ * nearest; crop_to_aspect_ratio crops the largest centred window of the
+ * target's aspect ratio first, pad_to_aspect_ratio pads with zeros to it
+ * (not both). No weights; gradients pass through. */
+typedef struct fl_resizing_args {
+    int _reserved;             /* keeps the macros warning-free; leave it out */
+    int height, width;
+    bool nearest;              /* interpolation="nearest" (default "bilinear", as Keras) */
+    bool crop_to_aspect_ratio;
+    bool pad_to_aspect_ratio;
+    const char *name;
+} fl_resizing_args;
+fl_layer *fl_resizing_(fl_resizing_args a);
+#define fl_resizing(...) fl_resizing_((fl_resizing_args){._reserved = 0, __VA_ARGS__}) /* fl_resizing(64, 64) */
 
 /* Permute(dims): reorders the non-batch axes; dims are 1-based as Keras's,
  * fl_permute(2, 1) swaps the two axes of a (steps, features) input. */
@@ -709,7 +730,7 @@ void fl_history_free(fl_history *h);
  * names, weight layouts and optimizer state.
  *
  * Loading returns a new model or NULL; a file flynn cannot represent exactly
- * (an unknown or custom layer, Lambda, channels_first, dilation or groups,
+ * (an unknown or custom layer, Lambda, channels_first, a dilated Conv2DTranspose,
  * regularizers/constraints, a frozen layer, a wrong weight shape, missing
  * weights, a damaged zip or HDF5 file, invalid JSON, a zip entry declaring
  * more than 64 MiB of config or 4 GiB of weights, sizes that overflow or

@@ -24,7 +24,16 @@ typedef struct fl_conv_desc {
     int pt, pl;          /* padding before (top, left); the rest falls after */
     int act;             /* fused activation (FL_ACT_*) */
     int has_bias;
+    /* Conv2D and depthwise only (0 reads as 1): dilation, tap (i, j) reads
+     * x[oh*sh - pt + i*dil_h, ow*sw - pl + j*dil_w]; groups: input channels
+     * [g*c/groups, (g+1)*c/groups) feed outputs [g*oc/groups, ...), kernel
+     * w[kh, kw, c/groups, oc] (Keras's grouped layout) */
+    int dil_h, dil_w, groups;
 } fl_conv_desc;
+
+static inline int fl_conv_dil_h(const fl_conv_desc *d) { return d->dil_h > 1 ? d->dil_h : 1; }
+static inline int fl_conv_dil_w(const fl_conv_desc *d) { return d->dil_w > 1 ? d->dil_w : 1; }
+static inline int fl_conv_groups(const fl_conv_desc *d) { return d->groups > 1 ? d->groups : 1; }
 
 typedef struct fl_dense_desc {
     int64_t m;           /* rows: batch x all leading dims */
@@ -120,7 +129,8 @@ typedef struct fl_backend {
     void (*dense_bwd)(const fl_dense_desc *d, const float *x, const float *w, const float *y, float *dy,
                       float *dx, float dx_beta, float *dw, float *db);
 
-    /* Conv2D NHWC, w[kh,kw,c,oc]; ws: workspace of conv_workspace() bytes */
+    /* Conv2D NHWC, w[kh,kw,c/groups,oc] (dilation and groups: fl_conv_desc);
+     * ws: workspace of conv_workspace() bytes */
     size_t (*conv_workspace)(const fl_conv_desc *d, int backward);
     void (*conv2d_fwd)(const fl_conv_desc *d, const float *x, const float *w, const float *b, float *y, void *ws);
     void (*conv2d_bwd)(const fl_conv_desc *d, const float *x, const float *w, const float *y, float *dy,
@@ -232,12 +242,13 @@ typedef struct fl_backend {
     void (*bmerge_fwd)(int mode, const fl_bcast_desc *d, const float *x, const float *b, float *y);
     void (*bmerge_bwd)(int mode, const fl_bcast_desc *d, const float *x, const float *b, const float *dy, float *dx,
                        float beta_x, float *db, float beta_b);
-    /* UpSampling2D of NHWC images by integer factors sh, sw: y is oh x ow =
-     * (h*sh) x (w*sw). Nearest: y[i, j] = x[i / sh, j / sw]. Bilinear
-     * (Keras 3 = jax.image.resize "bilinear", antialias off): half-pixel
-     * centres, source row (i + 0.5) / sh - 0.5 between rows floor() and
-     * floor() + 1, both clamped to the image (same for columns). Backward:
-     * dx (beta: +)= the transpose of those weights applied to dy. */
+    /* Resizing of NHWC images h x w -> oh x ow (UpSampling2D: oh = h*sh),
+     * as jax.image.resize with antialias off (Keras 3's UpSampling2D and
+     * Resizing). Nearest: y[i, j] = x[floor((i + 0.5) h / oh), floor((j +
+     * 0.5) w / ow)]. Bilinear: half-pixel centres, source row (i + 0.5) h /
+     * oh - 0.5 between rows floor() and floor() + 1, both clamped to the
+     * image (same for columns). Backward: dx (beta: +)= the transpose of
+     * those weights applied to dy. */
     void (*upsample2d_fwd)(const fl_conv_desc *d, int bilinear, const float *x, float *y);
     void (*upsample2d_bwd)(const fl_conv_desc *d, int bilinear, const float *dy, float *dx, float dx_beta);
     /* Conv2DTranspose as the data gradient of the Conv2D that d describes

@@ -37,7 +37,7 @@ typedef enum fl_op {
     FL_OP_NORMALIZE, /* in: x, mean, variance (broadcast); no gradient to them */
     FL_OP_BMERGE,    /* Add/Multiply of x and a batched b broadcast over some axes (mode: FL_BM_*) */
     FL_OP_DEPTHWISE_CONV2D, /* in: x, kernel (kh, kw, c, dm)[, bias (c*dm)]; fused activation */
-    FL_OP_UPSAMPLE2D, /* nearest or bilinear upsampling by integer factors */
+    FL_OP_UPSAMPLE2D, /* nearest or bilinear resizing (UpSampling2D, Resizing) */
     FL_OP_CONV2D_TRANSPOSE, /* in: x, kernel (kh, kw, filters, in)[, bias]; fused activation */
     FL_OP_PERMUTE,   /* transposition of the non-batch axes */
     FL_OP_COUNT
@@ -111,6 +111,11 @@ fl_node *fl_graph_param(fl_graph *g, const char *name, int ndim, const int64_t *
 fl_node *fl_graph_dense(fl_graph *g, const char *name, fl_node *x, fl_node *w, fl_node *b, int act);
 fl_node *fl_graph_conv2d(fl_graph *g, const char *name, fl_node *x, fl_node *w, fl_node *b, int sh, int sw,
                          fl_padding pad, int act);
+/* Conv2D with dilation dh x dw (taps that far apart; "same" pads for the
+ * dilated extent (k - 1) * d + 1) and groups (w (kh, kw, in/groups, out),
+ * in and out divisible by groups; groups == in runs as the depthwise op). */
+fl_node *fl_graph_conv2d_dilated(fl_graph *g, const char *name, fl_node *x, fl_node *w, fl_node *b, int sh, int sw,
+                                 int dh, int dw, int groups, fl_padding pad, int act);
 fl_node *fl_graph_pool(fl_graph *g, const char *name, fl_op op, fl_node *x, int kh, int kw, int sh, int sw,
                        fl_padding pad);
 fl_node *fl_graph_gap(fl_graph *g, const char *name, fl_node *x);
@@ -130,6 +135,8 @@ fl_node *fl_graph_pad2d(fl_graph *g, const char *name, fl_node *x, int top, int 
  * c*dm + m = sum over the window of x[.., c] * w[i, j, c, m]. */
 fl_node *fl_graph_depthwise_conv2d(fl_graph *g, const char *name, fl_node *x, fl_node *w, fl_node *b, int sh, int sw,
                                    fl_padding pad, int act);
+fl_node *fl_graph_depthwise_conv2d_dilated(fl_graph *g, const char *name, fl_node *x, fl_node *w, fl_node *b, int sh,
+                                           int sw, int dh, int dw, fl_padding pad, int act);
 /* y = f(x) element-wise with parameters (fl_pact_desc). */
 fl_node *fl_graph_pact(fl_graph *g, const char *name, fl_node *x, fl_pact_desc p);
 /* Softmax along `axis` of the full shape (batch = 0; negative from the end). */
@@ -143,6 +150,9 @@ fl_node *fl_graph_normalize(fl_graph *g, const char *name, fl_node *x, fl_node *
                             bool invert);
 /* UpSampling2D: an NHWC image made sh x sw times larger, nearest or bilinear. */
 fl_node *fl_graph_upsample2d(fl_graph *g, const char *name, fl_node *x, int sh, int sw, bool bilinear);
+/* Resizing: an NHWC image resized to oh x ow, nearest or bilinear as
+ * jax.image.resize without antialiasing (the UpSampling2D op and kernels). */
+fl_node *fl_graph_resize2d(fl_graph *g, const char *name, fl_node *x, int oh, int ow, bool bilinear);
 /* Conv2DTranspose: kernel w (kh, kw, filters, in channels) as Keras; the
  * output is Keras's deconv_output_length (output_padding None): valid
  * in*s + max(k - s, 0), same in*s, per axis. */

@@ -77,14 +77,13 @@ static fl_layer *conv2d_from(const kctx *c, const char *cls, json_object *cfg, k
         get_activation(c, cfg, "activation", &act) || get_bool(c, cfg, "use_bias", true, &use_bias) ||
         check_kernel_extras(c, cfg))
         return NULL;
-    if (dh != 1 || dw != 1)
-        return kfail(c, FL_ERR_UNSUPPORTED, "dilation_rate (%d, %d) is not supported (only 1)", dh, dw), NULL;
-    if (groups != 1)
-        return kfail(c, FL_ERR_UNSUPPORTED, "groups %lld is not supported (only 1: no grouped convolutions)",
-                     (long long)groups), NULL;
     if (filters <= 0 || filters > INT32_MAX) return kfail(c, FL_ERR_FORMAT, "filters is %lld", (long long)filters), NULL;
+    if (groups <= 0 || groups > INT32_MAX || filters % groups)
+        return kfail(c, FL_ERR_FORMAT, "groups is %lld, expected > 0 and dividing filters %lld", (long long)groups,
+                     (long long)filters), NULL;
     return fl_conv2d_((fl_conv2d_args){.filters = (int)filters, .kernel_h = kh, .kernel_w = kw, .stride_h = sh,
-                                       .stride_w = sw, .padding = pad, .activation = act, .no_bias = !use_bias});
+                                       .stride_w = sw, .padding = pad, .dilation_h = dh, .dilation_w = dw,
+                                       .groups = (int)groups, .activation = act, .no_bias = !use_bias});
 }
 
 static void conv2d_to(const fl_layer *l, json_object *c) {
@@ -94,8 +93,8 @@ static void conv2d_to(const fl_layer *l, json_object *c) {
     put(c, "strides", jpair(a->stride_h, a->stride_w));
     put(c, "padding", jstring(a->padding == FL_SAME ? "same" : "valid"));
     put(c, "data_format", jstring("channels_last"));
-    put(c, "dilation_rate", jpair(1, 1));
-    put(c, "groups", jint(1));
+    put(c, "dilation_rate", jpair(a->dilation_h, a->dilation_w));
+    put(c, "groups", jint(a->groups));
     put(c, "activation", jstring(fl_activation_name(a->activation)));
     put(c, "use_bias", jbool(!a->no_bias));
     put_kernel_extras(c, true);
@@ -111,13 +110,12 @@ static void conv1d_to(const fl_layer *l, json_object *c);
 /* The keys the two classes share: kernel_size .. use_bias, the
  * depthwise/bias initializers, regularizers and constraints. */
 static fl_status depthwise_common(const kctx *c, json_object *cfg, int *kh, int *kw, int *sh, int *sw, fl_padding *pad,
-                                  int *dm, fl_activation *act, bool *use_bias) {
+                                  int *dm, int *dh, int *dw, fl_activation *act, bool *use_bias) {
     static const char *const init[] = {"depthwise_initializer", "bias_initializer", NULL};
     int64_t m;
-    int dh, dw;
     if (get_int(c, cfg, "depth_multiplier", 1, false, &m) || get_pair(c, cfg, "kernel_size", 0, true, kh, kw) ||
         get_pair(c, cfg, "strides", 1, false, sh, sw) || get_padding(c, cfg, pad) || check_data_format(c, cfg) ||
-        get_pair(c, cfg, "dilation_rate", 1, false, &dh, &dw) || get_activation(c, cfg, "activation", act) ||
+        get_pair(c, cfg, "dilation_rate", 1, false, dh, dw) || get_activation(c, cfg, "activation", act) ||
         get_bool(c, cfg, "use_bias", true, use_bias) || check_initializers(c, cfg, init) ||
         must_be_null(c, cfg, "depthwise_regularizer", "weight regularizers") ||
         must_be_null(c, cfg, "bias_regularizer", "weight regularizers") ||
@@ -125,8 +123,6 @@ static fl_status depthwise_common(const kctx *c, json_object *cfg, int *kh, int 
         must_be_null(c, cfg, "depthwise_constraint", "weight constraints") ||
         must_be_null(c, cfg, "bias_constraint", "weight constraints"))
         return fl_last_status();
-    if (dh != 1 || dw != 1)
-        return kfail(c, FL_ERR_UNSUPPORTED, "dilation_rate (%d, %d) is not supported (only 1)", dh, dw);
     if (m <= 0 || m > INT32_MAX) return kfail(c, FL_ERR_FORMAT, "depth_multiplier is %lld", (long long)m);
     *dm = (int)m;
     return FL_OK;
@@ -134,15 +130,16 @@ static fl_status depthwise_common(const kctx *c, json_object *cfg, int *kh, int 
 
 static fl_layer *depthwise2d_from(const kctx *c, const char *cls, json_object *cfg, klayer_extra *x) {
     (void)x;
-    int kh = 0, kw = 0, sh = 1, sw = 1, dm = 1;
+    int kh = 0, kw = 0, sh = 1, sw = 1, dm = 1, dh = 1, dw = 1;
     fl_padding pad;
     fl_activation act;
     bool use_bias;
-    if (depthwise_common(c, cfg, &kh, &kw, &sh, &sw, &pad, &dm, &act, &use_bias)) return NULL;
+    if (depthwise_common(c, cfg, &kh, &kw, &sh, &sw, &pad, &dm, &dh, &dw, &act, &use_bias)) return NULL;
     if (strcmp(cls, "DepthwiseConv2D") == 0)
         return fl_depthwise_conv2d_((fl_depthwise_conv2d_args){.kernel_h = kh, .kernel_w = kw, .stride_h = sh,
                                                                .stride_w = sw, .padding = pad, .depth_multiplier = dm,
-                                                               .activation = act, .no_bias = !use_bias});
+                                                               .dilation_h = dh, .dilation_w = dw, .activation = act,
+                                                               .no_bias = !use_bias});
     static const char *const pinit[] = {"pointwise_initializer", NULL};
     int64_t filters;
     if (get_int(c, cfg, "filters", 0, true, &filters) || check_initializers(c, cfg, pinit) ||
@@ -152,7 +149,8 @@ static fl_layer *depthwise2d_from(const kctx *c, const char *cls, json_object *c
     if (filters <= 0 || filters > INT32_MAX) return kfail(c, FL_ERR_FORMAT, "filters is %lld", (long long)filters), NULL;
     return fl_separable_conv2d_((fl_separable_conv2d_args){.filters = (int)filters, .kernel_h = kh, .kernel_w = kw,
                                                            .stride_h = sh, .stride_w = sw, .padding = pad,
-                                                           .depth_multiplier = dm, .activation = act,
+                                                           .depth_multiplier = dm, .dilation_h = dh,
+                                                           .dilation_w = dw, .activation = act,
                                                            .no_bias = !use_bias});
 }
 
@@ -167,7 +165,7 @@ static void depthwise2d_to(const fl_layer *l, json_object *c) {
     put(c, "strides", sep ? jpair(s->stride_h, s->stride_w) : jpair(d->stride_h, d->stride_w));
     put(c, "padding", jstring((sep ? s->padding : d->padding) == FL_SAME ? "same" : "valid"));
     put(c, "data_format", jstring("channels_last"));
-    put(c, "dilation_rate", jpair(1, 1));
+    put(c, "dilation_rate", sep ? jpair(s->dilation_h, s->dilation_w) : jpair(d->dilation_h, d->dilation_w));
     put(c, "activation", jstring(fl_activation_name(sep ? s->activation : d->activation)));
     put(c, "use_bias", jbool(!(sep ? s->no_bias : d->no_bias)));
     put(c, "depthwise_initializer", initializer("GlorotUniform"));
@@ -532,13 +530,13 @@ static fl_layer *conv1d_from(const kctx *c, const char *cls, json_object *cfg, k
     fl_padding p = !pad || strcmp(pad, "valid") == 0 ? FL_VALID : strcmp(pad, "same") == 0 ? FL_SAME
                  : strcmp(pad, "causal") == 0 ? FL_CAUSAL : (fl_padding)-1;
     if ((int)p < 0) return kfail(c, FL_ERR_UNSUPPORTED, "padding '%s' is not supported (valid, same or causal)", pad), NULL;
-    if (d != 1) return kfail(c, FL_ERR_UNSUPPORTED, "dilation_rate %d is not supported (only 1)", d), NULL;
-    if (groups != 1)
-        return kfail(c, FL_ERR_UNSUPPORTED, "groups %lld is not supported (only 1: no grouped convolutions)",
-                     (long long)groups), NULL;
     if (filters <= 0 || filters > INT32_MAX) return kfail(c, FL_ERR_FORMAT, "filters is %lld", (long long)filters), NULL;
+    if (groups <= 0 || groups > INT32_MAX || filters % groups)
+        return kfail(c, FL_ERR_FORMAT, "groups is %lld, expected > 0 and dividing filters %lld", (long long)groups,
+                     (long long)filters), NULL;
     return fl_conv1d_((fl_conv1d_args){.filters = (int)filters, .kernel_size = k, .strides = s, .padding = p,
-                                       .activation = act, .no_bias = !use_bias});
+                                       .dilation_rate = d, .groups = (int)groups, .activation = act,
+                                       .no_bias = !use_bias});
 }
 
 static void conv1d_to(const fl_layer *l, json_object *c) {
@@ -548,8 +546,8 @@ static void conv1d_to(const fl_layer *l, json_object *c) {
     put(c, "strides", jone(a->strides));
     put(c, "padding", jstring(a->padding == FL_SAME ? "same" : a->padding == FL_CAUSAL ? "causal" : "valid"));
     put(c, "data_format", jstring("channels_last"));
-    put(c, "dilation_rate", jone(1));
-    put(c, "groups", jint(1));
+    put(c, "dilation_rate", jone(a->dilation_rate));
+    put(c, "groups", jint(a->groups));
     put(c, "activation", jstring(fl_activation_name(a->activation)));
     put(c, "use_bias", jbool(!a->no_bias));
     put_kernel_extras(c, true);
@@ -774,6 +772,53 @@ static void upsample2d_to(const fl_layer *l, json_object *c) {
     put(c, "interpolation", jstring(a->interpolation == FL_BILINEAR ? "bilinear" : "nearest"));
 }
 
+/* -------------------------------------------------------------- Resizing */
+
+static fl_layer *resizing_from(const kctx *c, const char *cls, json_object *cfg, klayer_extra *x) {
+    (void)cls; (void)x;
+    int64_t h, w;
+    bool crop, pad, antialias;
+    double fill;
+    const char *interp = jstr(jkey(cfg, "interpolation")), *fill_mode = jstr(jkey(cfg, "fill_mode"));
+    if (jkey(cfg, "interpolation") && !interp) return kfail(c, FL_ERR_FORMAT, "'interpolation' is not a string"), NULL;
+    if (jkey(cfg, "fill_mode") && !fill_mode) return kfail(c, FL_ERR_FORMAT, "'fill_mode' is not a string"), NULL;
+    if (get_int(c, cfg, "height", 0, true, &h) || get_int(c, cfg, "width", 0, true, &w) || check_data_format(c, cfg) ||
+        get_bool(c, cfg, "crop_to_aspect_ratio", false, &crop) || get_bool(c, cfg, "pad_to_aspect_ratio", false, &pad) ||
+        get_num(c, cfg, "fill_value", 0, false, &fill) || get_bool(c, cfg, "antialias", false, &antialias))
+        return NULL;
+    if (h <= 0 || h > INT32_MAX || w <= 0 || w > INT32_MAX)
+        return kfail(c, FL_ERR_FORMAT, "height %lld and width %lld, expected > 0", (long long)h, (long long)w), NULL;
+    if (interp && strcmp(interp, "bilinear") != 0 && strcmp(interp, "nearest") != 0)
+        return kfail(c, FL_ERR_UNSUPPORTED, "interpolation '%s' is not supported (only \"bilinear\" and \"nearest\")",
+                     interp), NULL;
+    if (antialias)
+        return kfail(c, FL_ERR_UNSUPPORTED, "antialias=True is not supported (only False, Keras's default)"), NULL;
+    if (fill_mode && strcmp(fill_mode, "constant") != 0)
+        return kfail(c, FL_ERR_UNSUPPORTED, "fill_mode '%s' is not supported (only \"constant\", as Keras)",
+                     fill_mode), NULL;
+    if (pad && fill != 0)
+        return kfail(c, FL_ERR_UNSUPPORTED, "pad_to_aspect_ratio with fill_value %g is not supported (only 0)", fill),
+               NULL;
+    if (crop && pad)
+        return kfail(c, FL_ERR_FORMAT, "crop_to_aspect_ratio and pad_to_aspect_ratio, expected at most one"), NULL;
+    return fl_resizing_((fl_resizing_args){.height = (int)h, .width = (int)w,
+                                           .nearest = interp && strcmp(interp, "nearest") == 0,
+                                           .crop_to_aspect_ratio = crop, .pad_to_aspect_ratio = pad});
+}
+
+static void resizing_to(const fl_layer *l, json_object *c) {
+    const fl_resizing_args *a = &l->a.resize;
+    put(c, "data_format", jstring("channels_last"));
+    put(c, "height", jint(a->height));
+    put(c, "width", jint(a->width));
+    put(c, "interpolation", jstring(a->nearest ? "nearest" : "bilinear"));
+    put(c, "crop_to_aspect_ratio", jbool(a->crop_to_aspect_ratio));
+    put(c, "pad_to_aspect_ratio", jbool(a->pad_to_aspect_ratio));
+    put(c, "fill_mode", jstring("constant"));
+    put(c, "fill_value", jfloat(0.0));
+    put(c, "antialias", jbool(false));
+}
+
 /* ------------------------------------------------------- Conv2DTranspose */
 
 static fl_layer *conv2d_transpose_from(const kctx *c, const char *cls, json_object *cfg, klayer_extra *x) {
@@ -884,6 +929,7 @@ static const fl_keras_layer_def layer_defs[] = {
     {"UpSampling2D", FL_L_UPSAMPLE2D, upsample2d_from, upsample2d_to, true},
     {"Conv2DTranspose", FL_L_CONV2D_TRANSPOSE, conv2d_transpose_from, conv2d_transpose_to, true},
     {"Permute", FL_L_PERMUTE, permute_from, permute_to, true},
+    {"Resizing", FL_L_RESIZING, resizing_from, resizing_to, true},
 };
 #define NDEFS (sizeof layer_defs / sizeof layer_defs[0])
 

@@ -118,6 +118,21 @@ fl_layer *fl_dense_(fl_dense_args a) {
     return l;
 }
 
+/* dilation_rate (square) and its per-axis overrides, Keras defaults filled
+ * in; Keras refuses strides > 1 with dilation > 1, and so does flynn. */
+static fl_status dilation(const char *cls, int rate, int *dh, int *dw, int sh, int sw) {
+    if (!rate) rate = 1;
+    if (!*dh) *dh = rate;
+    if (!*dw) *dw = rate;
+    if (*dh <= 0 || *dw <= 0)
+        return fl_error(FL_ERR_INVALID_ARG, "%s: dilation_rate (%d, %d), expected > 0", cls, *dh, *dw);
+    if ((*dh > 1 || *dw > 1) && (sh > 1 || sw > 1))
+        return fl_error(FL_ERR_INVALID_ARG,
+                        "%s: strides (%d, %d) with dilation_rate (%d, %d): strides > 1 and dilation_rate > 1 do not "
+                        "go together (Keras refuses them too)", cls, sh, sw, *dh, *dw);
+    return FL_OK;
+}
+
 /* Conv2D and Conv2DTranspose: the same arguments and checks. */
 static fl_layer *conv2d_kind(fl_layer_kind k, fl_conv2d_args a) {
     const char *cls = kind_class[k];
@@ -131,8 +146,14 @@ static fl_layer *conv2d_kind(fl_layer_kind k, fl_conv2d_args a) {
     if (!a.stride_w) a.stride_w = a.strides;
     if (a.stride_h <= 0 || a.stride_w <= 0)
         return fl_error_null(FL_ERR_INVALID_ARG, "%s: strides %dx%d, expected > 0", cls, a.stride_h, a.stride_w);
-    if (a.dilation_rate != 0 && a.dilation_rate != 1)
-        return fl_error_null(FL_ERR_UNSUPPORTED, "%s: dilation_rate %d is not supported (only 1)", cls, a.dilation_rate);
+    if (dilation(cls, a.dilation_rate, &a.dilation_h, &a.dilation_w, a.stride_h, a.stride_w)) return NULL;
+    if (!a.groups) a.groups = 1;
+    if (a.groups < 0 || a.filters % a.groups)
+        return fl_error_null(FL_ERR_INVALID_ARG, "%s: groups %d, expected > 0 and dividing filters %d", cls, a.groups,
+                             a.filters);
+    if (k == FL_L_CONV2D_TRANSPOSE && (a.dilation_h != 1 || a.dilation_w != 1 || a.groups != 1))
+        return fl_error_null(FL_ERR_UNSUPPORTED, "%s: dilation_rate (%d, %d) and groups %d are not supported (only 1)",
+                             cls, a.dilation_h, a.dilation_w, a.groups);
     if (a.padding != FL_VALID && a.padding != FL_SAME)
         return fl_error_null(FL_ERR_INVALID_ARG, "%s: padding %d, expected FL_VALID or FL_SAME", cls, (int)a.padding);
     if (check_act(cls, a.activation)) return NULL;
@@ -159,6 +180,17 @@ fl_layer *fl_up_sampling2d_(fl_up_sampling2d_args a) {
     return l;
 }
 
+fl_layer *fl_resizing_(fl_resizing_args a) {
+    if (a.height <= 0 || a.width <= 0)
+        return fl_error_null(FL_ERR_INVALID_ARG, "Resizing: height %d and width %d, expected > 0", a.height, a.width);
+    if (a.crop_to_aspect_ratio && a.pad_to_aspect_ratio)
+        return fl_error_null(FL_ERR_INVALID_ARG,
+                             "Resizing: crop_to_aspect_ratio and pad_to_aspect_ratio, expected at most one of them");
+    fl_layer *l = new_layer(FL_L_RESIZING, a.name);
+    if (l) { l->a.resize = a; l->a.resize.name = NULL; }
+    return l;
+}
+
 fl_layer *fl_permute_(int ndim, const int *dims) {
     if (ndim < 1 || ndim > FL_MAX_DIMS - 1)
         return fl_error_null(FL_ERR_INVALID_ARG, "Permute: %d dims, expected 1 to %d", ndim, FL_MAX_DIMS - 1);
@@ -180,7 +212,7 @@ fl_layer *fl_permute_(int ndim, const int *dims) {
 /* kernel_size/strides/dilation/padding of the depthwise and separable
  * convolutions: Keras defaults filled in, then checked. */
 static fl_status conv_window(const char *cls, int ks, int *kh, int *kw, int s, int *sh, int *sw, int *dm,
-                             int dilation, fl_padding pad) {
+                             int rate, int *dh, int *dw, fl_padding pad) {
     if (!*kh) *kh = ks;
     if (!*kw) *kw = ks;
     if (*kh <= 0 || *kw <= 0)
@@ -191,8 +223,8 @@ static fl_status conv_window(const char *cls, int ks, int *kh, int *kw, int s, i
     if (*sh <= 0 || *sw <= 0) return fl_error(FL_ERR_INVALID_ARG, "%s: strides %dx%d, expected > 0", cls, *sh, *sw);
     if (!*dm) *dm = 1;
     if (*dm <= 0) return fl_error(FL_ERR_INVALID_ARG, "%s: depth_multiplier is %d, expected > 0", cls, *dm);
-    if (dilation != 0 && dilation != 1)
-        return fl_error(FL_ERR_UNSUPPORTED, "%s: dilation_rate %d is not supported (only 1)", cls, dilation);
+    fl_status st = dilation(cls, rate, dh, dw, *sh, *sw);
+    if (st) return st;
     if (pad != FL_VALID && pad != FL_SAME)
         return fl_error(FL_ERR_INVALID_ARG, "%s: padding %d, expected FL_VALID or FL_SAME", cls, (int)pad);
     return FL_OK;
@@ -200,7 +232,7 @@ static fl_status conv_window(const char *cls, int ks, int *kh, int *kw, int s, i
 
 fl_layer *fl_depthwise_conv2d_(fl_depthwise_conv2d_args a) {
     if (conv_window("DepthwiseConv2D", a.kernel_size, &a.kernel_h, &a.kernel_w, a.strides, &a.stride_h,
-                    &a.stride_w, &a.depth_multiplier, a.dilation_rate, a.padding) ||
+                    &a.stride_w, &a.depth_multiplier, a.dilation_rate, &a.dilation_h, &a.dilation_w, a.padding) ||
         check_act("DepthwiseConv2D", a.activation))
         return NULL;
     fl_layer *l = new_layer(FL_L_DEPTHWISE2D, a.name);
@@ -212,7 +244,7 @@ fl_layer *fl_separable_conv2d_(fl_separable_conv2d_args a) {
     if (a.filters <= 0)
         return fl_error_null(FL_ERR_INVALID_ARG, "SeparableConv2D: filters is %d, expected > 0", a.filters);
     if (conv_window("SeparableConv2D", a.kernel_size, &a.kernel_h, &a.kernel_w, a.strides, &a.stride_h,
-                    &a.stride_w, &a.depth_multiplier, a.dilation_rate, a.padding) ||
+                    &a.stride_w, &a.depth_multiplier, a.dilation_rate, &a.dilation_h, &a.dilation_w, a.padding) ||
         check_act("SeparableConv2D", a.activation))
         return NULL;
     fl_layer *l = new_layer(FL_L_SEPARABLE2D, a.name);
@@ -271,8 +303,17 @@ fl_layer *fl_conv1d_(fl_conv1d_args a) {
         return fl_error_null(FL_ERR_INVALID_ARG, "Conv1D: kernel_size is %d, expected > 0", a.kernel_size);
     if (!a.strides) a.strides = 1;
     if (a.strides <= 0) return fl_error_null(FL_ERR_INVALID_ARG, "Conv1D: strides %d, expected > 0", a.strides);
-    if (a.dilation_rate != 0 && a.dilation_rate != 1)
-        return fl_error_null(FL_ERR_UNSUPPORTED, "Conv1D: dilation_rate %d is not supported (only 1)", a.dilation_rate);
+    if (!a.dilation_rate) a.dilation_rate = 1;
+    if (a.dilation_rate < 0)
+        return fl_error_null(FL_ERR_INVALID_ARG, "Conv1D: dilation_rate %d, expected > 0", a.dilation_rate);
+    if (a.dilation_rate > 1 && a.strides > 1)
+        return fl_error_null(FL_ERR_INVALID_ARG,
+                             "Conv1D: strides %d with dilation_rate %d: strides > 1 and dilation_rate > 1 do not go "
+                             "together (Keras refuses them too)", a.strides, a.dilation_rate);
+    if (!a.groups) a.groups = 1;
+    if (a.groups < 0 || a.filters % a.groups)
+        return fl_error_null(FL_ERR_INVALID_ARG, "Conv1D: groups %d, expected > 0 and dividing filters %d", a.groups,
+                             a.filters);
     if (a.padding != FL_VALID && a.padding != FL_SAME && a.padding != FL_CAUSAL)
         return fl_error_null(FL_ERR_INVALID_ARG, "Conv1D: padding %d, expected FL_VALID, FL_SAME or FL_CAUSAL",
                              (int)a.padding);
@@ -558,17 +599,28 @@ static fl_status need_image(const fl_layer *l, const fl_node *x) {
                     kind_class[l->kind], fl_shape_str(x->ndim, x->shape, s, sizeof s));
 }
 
+/* Grouped convolutions: the input's channels divide into the groups. */
+static fl_status need_groups(const fl_layer *l, const fl_node *x, int groups) {
+    int64_t c = x->shape[x->ndim - 1];
+    if (groups >= 1 && c % groups == 0) return FL_OK;
+    return fl_error(FL_ERR_SHAPE, "layer '%s' (%s): input has %lld channels, not divisible by groups %d", l->name,
+                    kind_class[l->kind], (long long)c, groups);
+}
+
 static fl_node *build_conv2d(fl_layer *l, fl_graph *g, fl_node *const *xs, int nx) {
     (void)nx;
     const fl_conv2d_args *a = &l->a.conv;
     fl_node *x = xs[0];
-    if (need_image(l, x)) return NULL;
-    fl_node *k = add_weight(l, g, "kernel", 4, (int64_t[]){a->kernel_h, a->kernel_w, x->shape[3], a->filters}, true);
+    if (need_image(l, x) || need_groups(l, x, a->groups)) return NULL;
+    fl_node *k = add_weight(l, g, "kernel", 4,
+                            (int64_t[]){a->kernel_h, a->kernel_w, x->shape[3] / a->groups, a->filters}, true);
     fl_node *b = k && !a->no_bias ? add_weight(l, g, "bias", 1, (int64_t[]){a->filters}, true) : NULL;
     if (!k || (!a->no_bias && !b)) return NULL;
     int act = (int)a->activation;
     return then_act(g, l->name,
-                    fl_graph_conv2d(g, l->name, x, k, b, a->stride_h, a->stride_w, a->padding, fused_act(act)), act);
+                    fl_graph_conv2d_dilated(g, l->name, x, k, b, a->stride_h, a->stride_w, a->dilation_h,
+                                            a->dilation_w, a->groups, a->padding, fused_act(act)),
+                    act);
 }
 
 static fl_node *build_pool(fl_layer *l, fl_graph *g, fl_node *const *xs, int nx) {
@@ -623,23 +675,23 @@ static fl_node *build_pool1d(fl_layer *l, fl_graph *g, fl_node *const *xs, int n
 }
 
 /* Conv1D: the sequence as an image of one column and the kernel
- * (k, in, out) as (k, 1, in, out), the same bytes; "causal" pads k - 1
- * steps before the sequence and convolves "valid". */
+ * (k, in/groups, out) as (k, 1, in/groups, out), the same bytes; "causal"
+ * pads dilation*(k - 1) steps before the sequence and convolves "valid". */
 static fl_node *build_conv1d(fl_layer *l, fl_graph *g, fl_node *const *xs, int nx) {
     (void)nx;
     const fl_conv1d_args *a = &l->a.conv1d;
     fl_node *x = xs[0];
-    if (need_rank(l, x, 3, SEQUENCE)) return NULL;
-    fl_node *k = add_weight(l, g, "kernel", 3, (int64_t[]){a->kernel_size, x->shape[2], a->filters}, true);
+    if (need_rank(l, x, 3, SEQUENCE) || need_groups(l, x, a->groups)) return NULL;
+    fl_node *k = add_weight(l, g, "kernel", 3, (int64_t[]){a->kernel_size, x->shape[2] / a->groups, a->filters}, true);
     fl_node *b = k && !a->no_bias ? add_weight(l, g, "bias", 1, (int64_t[]){a->filters}, true) : NULL;
     if (!k || (!a->no_bias && !b)) return NULL;
     fl_node *img = view(l, g, x, 3, (int64_t[]){x->shape[1], 1, x->shape[2]});
     if (img && a->padding == FL_CAUSAL && a->kernel_size > 1)
-        img = fl_graph_pad2d(g, l->name, img, a->kernel_size - 1, 0, 0, 0);
+        img = fl_graph_pad2d(g, l->name, img, a->dilation_rate * (a->kernel_size - 1), 0, 0, 0);
     if (!img) return NULL;
     int act = (int)a->activation;
-    fl_node *y = fl_graph_conv2d(g, l->name, img, k, b, a->strides, 1, a->padding == FL_SAME ? FL_SAME : FL_VALID,
-                                 fused_act(act));
+    fl_node *y = fl_graph_conv2d_dilated(g, l->name, img, k, b, a->strides, 1, a->dilation_rate, 1, a->groups,
+                                         a->padding == FL_SAME ? FL_SAME : FL_VALID, fused_act(act));
     y = y ? view(l, g, y, 2, (int64_t[]){y->shape[1], a->filters}) : NULL;
     return then_act(g, l->name, y, act);
 }
@@ -797,8 +849,8 @@ static fl_node *build_depthwise2d(fl_layer *l, fl_graph *g, fl_node *const *xs, 
     if (!k || (!a->no_bias && !b)) return NULL;
     int act = (int)a->activation;
     return then_act(g, l->name,
-                    fl_graph_depthwise_conv2d(g, l->name, x, k, b, a->stride_h, a->stride_w, a->padding,
-                                              fused_act(act)),
+                    fl_graph_depthwise_conv2d_dilated(g, l->name, x, k, b, a->stride_h, a->stride_w, a->dilation_h,
+                                                      a->dilation_w, a->padding, fused_act(act)),
                     act);
 }
 
@@ -814,8 +866,8 @@ static fl_node *build_separable2d(fl_layer *l, fl_graph *g, fl_node *const *xs, 
     fl_node *pk = dk ? add_weight(l, g, "pointwise_kernel", 4, (int64_t[]){1, 1, c * dm, a->filters}, true) : NULL;
     fl_node *b = pk && !a->no_bias ? add_weight(l, g, "bias", 1, (int64_t[]){a->filters}, true) : NULL;
     if (!dk || !pk || (!a->no_bias && !b)) return NULL;
-    fl_node *d = fl_graph_depthwise_conv2d(g, l->name, x, dk, NULL, a->stride_h, a->stride_w, a->padding,
-                                           FL_ACT_LINEAR);
+    fl_node *d = fl_graph_depthwise_conv2d_dilated(g, l->name, x, dk, NULL, a->stride_h, a->stride_w, a->dilation_h,
+                                                   a->dilation_w, a->padding, FL_ACT_LINEAR);
     if (!d) return NULL;
     int act = (int)a->activation;
     return then_act(g, l->name, fl_graph_conv2d(g, l->name, d, pk, b, 1, 1, FL_VALID, fused_act(act)), act);
@@ -826,6 +878,33 @@ static fl_node *build_upsample2d(fl_layer *l, fl_graph *g, fl_node *const *xs, i
     const fl_up_sampling2d_args *a = &l->a.up;
     if (need_image(l, xs[0])) return NULL;
     return fl_graph_upsample2d(g, l->name, xs[0], a->size_h, a->size_w, a->interpolation == FL_BILINEAR);
+}
+
+/* Resizing: Keras 3's (keras/src/backend/jax/image.py resize): the centred
+ * crop or the zero padding to the target's aspect ratio first (sizes as
+ * Keras computes them, in doubles truncated to int), then the resize. */
+static fl_node *build_resizing(fl_layer *l, fl_graph *g, fl_node *const *xs, int nx) {
+    (void)nx;
+    const fl_resizing_args *a = &l->a.resize;
+    fl_node *x = xs[0];
+    if (need_image(l, x)) return NULL;
+    const int64_t h = x->shape[1], w = x->shape[2], th = a->height, tw = a->width;
+    if (a->crop_to_aspect_ratio) {
+        int64_t ch = (int64_t)((double)(w * th) / (double)tw), cw = (int64_t)((double)(h * tw) / (double)th);
+        ch = ch > h ? h : ch < 1 ? 1 : ch;
+        cw = cw > w ? w : cw < 1 ? 1 : cw;
+        int64_t hs = (h - ch) / 2, ws = (w - cw) / 2;
+        if (ch != h || cw != w)
+            x = fl_graph_pad2d(g, l->name, x, (int)-hs, (int)-(h - ch - hs), (int)-ws, (int)-(w - cw - ws));
+    } else if (a->pad_to_aspect_ratio) {
+        int64_t ph = (int64_t)((double)(w * th) / (double)tw), pw = (int64_t)((double)(h * tw) / (double)th);
+        ph = ph < h ? h : ph;
+        pw = pw < w ? w : pw;
+        int64_t hs = (ph - h) / 2, ws = (pw - w) / 2; /* Keras pads one axis, by the same count on both sides */
+        if (hs > 0) x = fl_graph_pad2d(g, l->name, x, (int)hs, (int)hs, 0, 0);
+        else if (ws > 0) x = fl_graph_pad2d(g, l->name, x, 0, 0, (int)ws, (int)ws);
+    }
+    return x ? fl_graph_resize2d(g, l->name, x, a->height, a->width, !a->nearest) : NULL;
 }
 
 /* Conv2DTranspose: kernel (kh, kw, filters, in) as Keras; glorot_uniform's
@@ -874,7 +953,7 @@ static const build_fn kind_build[FL_L_COUNT] = {
     [FL_L_NORMALIZATION] = build_normalization,
     [FL_L_DEPTHWISE2D] = build_depthwise2d, [FL_L_SEPARABLE2D] = build_separable2d,
     [FL_L_UPSAMPLE2D] = build_upsample2d, [FL_L_CONV2D_TRANSPOSE] = build_conv2d_transpose,
-    [FL_L_PERMUTE] = build_permute,
+    [FL_L_PERMUTE] = build_permute,     [FL_L_RESIZING] = build_resizing,
 };
 
 fl_node *fl_layer_build(fl_layer *l, fl_graph *g, fl_node *const *xs, int nx, uint64_t seed) {

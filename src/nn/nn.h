@@ -51,7 +51,8 @@
     X(SEPARABLE2D, "SeparableConv2D", "separable_conv2d", FL_IN_ONE)                 \
     X(UPSAMPLE2D, "UpSampling2D", "up_sampling2d", FL_IN_ONE)                        \
     X(CONV2D_TRANSPOSE, "Conv2DTranspose", "conv2d_transpose", FL_IN_ONE)            \
-    X(PERMUTE, "Permute", "permute", FL_IN_ONE)
+    X(PERMUTE, "Permute", "permute", FL_IN_ONE)                                      \
+    X(RESIZING, "Resizing", "resizing", FL_IN_ONE)
 
 enum { FL_IN_NONE, FL_IN_ONE, FL_IN_MANY };
 
@@ -92,6 +93,7 @@ struct fl_layer {
         fl_depthwise_conv2d_args dw;
         fl_separable_conv2d_args sep;
         fl_up_sampling2d_args up;
+        fl_resizing_args resize;
         struct { int ndim; int dims[FL_MAX_DIMS]; } perm; /* Permute: 1-based, as Keras */
         struct { int ndim; int64_t shape[FL_MAX_DIMS]; } shape; /* Input, Reshape */
     } a;

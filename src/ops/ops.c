@@ -149,6 +149,8 @@ fl_node *fl_graph_dense(fl_graph *g, const char *name, fl_node *x, fl_node *w, f
     return n;
 }
 
+/* Output size along one axis; k is the kernel's extent, (taps - 1) *
+ * dilation + 1 for a dilated kernel, as Keras sizes "same" padding. */
 static int out_dim(int in, int k, int s, fl_padding pad, int *pad_before) {
     /* in 64 bits: in + s - 1 and (o - 1) * s + k overflow int for sizes near 2^31 */
     *pad_before = 0;
@@ -163,32 +165,78 @@ static int out_dim(int in, int k, int s, fl_padding pad, int *pad_before) {
     return in < k ? 0 : (in - k) / s + 1;
 }
 
+/* Strides, dilation and the output size of a Conv2D-like op into d (whose
+ * input and kernel sizes are set); a message naming the layer if they do
+ * not fit. */
+static fl_status conv_geometry(fl_conv_desc *d, const char *name, const char *what, int sh, int sw, int dh, int dw,
+                               fl_padding pad) {
+    if (sh <= 0 || sw <= 0 || dh <= 0 || dw <= 0)
+        return fl_error(FL_ERR_INVALID_ARG, "layer '%s' (%s): strides %dx%d and dilation_rate %dx%d, expected > 0",
+                        name, what, sh, sw, dh, dw);
+    d->sh = sh; d->sw = sw;
+    d->dil_h = dh; d->dil_w = dw;
+    const int64_t eh = (int64_t)(d->kh - 1) * dh + 1, ew = (int64_t)(d->kw - 1) * dw + 1; /* dilated extent */
+    if (eh > INT32_MAX || ew > INT32_MAX)
+        return fl_error(FL_ERR_SHAPE, "layer '%s' (%s): the dilated kernel is %lldx%lld, too large", name, what,
+                        (long long)eh, (long long)ew);
+    d->oh = out_dim(d->h, (int)eh, sh, pad, &d->pt);
+    d->ow = out_dim(d->w, (int)ew, sw, pad, &d->pl);
+    if (d->oh <= 0 || d->ow <= 0) {
+        if (dh == 1 && dw == 1)
+            return fl_error(FL_ERR_SHAPE, "layer '%s' (%s): a %dx%d kernel does not fit the %dx%d input with padding "
+                            "\"valid\"", name, what, d->kh, d->kw, d->h, d->w);
+        return fl_error(FL_ERR_SHAPE, "layer '%s' (%s): a %dx%d kernel dilated %dx%d (extent %lldx%lld) does not fit "
+                        "the %dx%d input with padding \"valid\"", name, what, d->kh, d->kw, dh, dw, (long long)eh,
+                        (long long)ew, d->h, d->w);
+    }
+    return FL_OK;
+}
+
 fl_node *fl_graph_conv2d(fl_graph *g, const char *name, fl_node *x, fl_node *w, fl_node *b, int sh, int sw,
                          fl_padding pad, int act) {
+    return fl_graph_conv2d_dilated(g, name, x, w, b, sh, sw, 1, 1, 1, pad, act);
+}
+
+fl_node *fl_graph_conv2d_dilated(fl_graph *g, const char *name, fl_node *x, fl_node *w, fl_node *b, int sh, int sw,
+                                 int dh, int dw, int groups, fl_padding pad, int act) {
     char s[128];
     if (x->ndim != 4)
         return fl_error_null(FL_ERR_SHAPE, "layer '%s' (Conv2D): input %s must be (batch, height, width, channels)",
                              name, sample_str(x, s, sizeof s));
-    /* the kernel is (kh, kw, in, out), or (kh, in, out) for a one-column
-     * image (Conv1D's kernel: the same bytes as (kh, 1, in, out)) */
-    if ((w->ndim != 4 && w->ndim != 3) || w->shape[w->ndim - 2] != x->shape[3])
-        return fl_error_null(FL_ERR_SHAPE, "layer '%s' (Conv2D): input has %lld channels, kernel expects %lld", name,
-                             (long long)x->shape[3], (long long)w->shape[w->ndim - 2]);
+    if (groups <= 0 || x->shape[3] % groups)
+        return fl_error_null(FL_ERR_SHAPE, "layer '%s' (Conv2D): input has %lld channels, not divisible by groups %d",
+                             name, (long long)x->shape[3], groups);
+    /* the kernel is (kh, kw, in/groups, out), or (kh, in/groups, out) for a
+     * one-column image (Conv1D's kernel: the same bytes as (kh, 1, in, out)) */
+    const int64_t cg = x->shape[3] / groups;
+    if ((w->ndim != 4 && w->ndim != 3) || w->shape[w->ndim - 2] != cg)
+        return fl_error_null(FL_ERR_SHAPE, "layer '%s' (Conv2D): input has %lld channels (%lld per group of %d), "
+                             "kernel expects %lld", name, (long long)x->shape[3], (long long)cg, groups,
+                             (long long)w->shape[w->ndim - 2]);
+    if (w->shape[w->ndim - 1] % groups)
+        return fl_error_null(FL_ERR_SHAPE, "layer '%s' (Conv2D): %lld filters, not divisible by groups %d", name,
+                             (long long)w->shape[w->ndim - 1], groups);
     fl_conv_desc d = {0};
     d.h = (int)x->shape[1]; d.w = (int)x->shape[2]; d.c = (int)x->shape[3];
     d.kh = (int)w->shape[0]; d.kw = w->ndim == 4 ? (int)w->shape[1] : 1; d.oc = (int)w->shape[w->ndim - 1];
-    d.sh = sh; d.sw = sw;
-    d.oh = out_dim(d.h, d.kh, sh, pad, &d.pt);
-    d.ow = out_dim(d.w, d.kw, sw, pad, &d.pl);
-    if (d.oh <= 0 || d.ow <= 0)
-        return fl_error_null(FL_ERR_SHAPE,
-                             "layer '%s' (Conv2D): a %dx%d kernel does not fit the %dx%d input with padding \"valid\"",
-                             name, d.kh, d.kw, d.h, d.w);
+    d.groups = groups;
+    if (conv_geometry(&d, name, "Conv2D", sh, sw, dh, dw, pad)) return NULL;
+    /* one input channel per group: a depthwise convolution (kernel (kh, kw,
+     * 1, c*m) is the same bytes as the depthwise (kh, kw, c, m)) */
+    if (groups > 1 && groups == d.c) {
+        d.groups = 1;
+        return conv_node(g, FL_OP_DEPTHWISE_CONV2D, name, x, w, b, d, act);
+    }
     return conv_node(g, FL_OP_CONV2D, name, x, w, b, d, act);
 }
 
 fl_node *fl_graph_depthwise_conv2d(fl_graph *g, const char *name, fl_node *x, fl_node *w, fl_node *b, int sh, int sw,
                                    fl_padding pad, int act) {
+    return fl_graph_depthwise_conv2d_dilated(g, name, x, w, b, sh, sw, 1, 1, pad, act);
+}
+
+fl_node *fl_graph_depthwise_conv2d_dilated(fl_graph *g, const char *name, fl_node *x, fl_node *w, fl_node *b, int sh,
+                                           int sw, int dh, int dw, fl_padding pad, int act) {
     char s[128];
     if (x->ndim != 4)
         return fl_error_null(FL_ERR_SHAPE,
@@ -206,19 +254,10 @@ fl_node *fl_graph_depthwise_conv2d(fl_graph *g, const char *name, fl_node *x, fl
     if (b && (b->ndim != 1 || b->shape[0] != oc))
         return fl_error_null(FL_ERR_SHAPE, "layer '%s' (depthwise convolution): bias has %lld values, expected %lld",
                              name, (long long)b->shape[0], (long long)oc);
-    if (sh <= 0 || sw <= 0)
-        return fl_error_null(FL_ERR_INVALID_ARG, "layer '%s' (depthwise convolution): strides %dx%d, expected > 0",
-                             name, sh, sw);
     fl_conv_desc d = {0};
     d.h = (int)x->shape[1]; d.w = (int)x->shape[2]; d.c = (int)x->shape[3];
     d.kh = (int)w->shape[0]; d.kw = (int)w->shape[1]; d.oc = (int)oc;
-    d.sh = sh; d.sw = sw;
-    d.oh = out_dim(d.h, d.kh, sh, pad, &d.pt);
-    d.ow = out_dim(d.w, d.kw, sw, pad, &d.pl);
-    if (d.oh <= 0 || d.ow <= 0)
-        return fl_error_null(FL_ERR_SHAPE,
-                             "layer '%s' (depthwise convolution): a %dx%d kernel does not fit the %dx%d input with "
-                             "padding \"valid\"", name, d.kh, d.kw, d.h, d.w);
+    if (conv_geometry(&d, name, "depthwise convolution", sh, sw, dh, dw, pad)) return NULL;
     return conv_node(g, FL_OP_DEPTHWISE_CONV2D, name, x, w, b, d, act);
 }
 
@@ -530,6 +569,21 @@ fl_node *fl_graph_normalize(fl_graph *g, const char *name, fl_node *x, fl_node *
     return n;
 }
 
+/* The node of an NHWC image resized to oh x ow (UpSampling2D, Resizing). */
+static fl_node *resize_node(fl_graph *g, const char *name, fl_node *x, int64_t oh, int64_t ow, bool bilinear) {
+    fl_node *n = fl_graph_new_node(g, FL_OP_UPSAMPLE2D, name);
+    if (!n) return NULL;
+    n->nin = 1;
+    n->in[0] = x;
+    fl_conv_desc d = {0};
+    d.h = (int)x->shape[1]; d.w = (int)x->shape[2]; d.c = (int)x->shape[3]; d.oc = d.c;
+    d.oh = (int)oh; d.ow = (int)ow;
+    n->conv = d;
+    n->bilinear = bilinear;
+    if (!set_shape(g, n, true, 3, (int64_t[]){oh, ow, d.c})) return NULL;
+    return n;
+}
+
 fl_node *fl_graph_upsample2d(fl_graph *g, const char *name, fl_node *x, int sh, int sw, bool bilinear) {
     char s[128];
     if (x->ndim != 4)
@@ -540,18 +594,19 @@ fl_node *fl_graph_upsample2d(fl_graph *g, const char *name, fl_node *x, int sh, 
         return fl_error_null(FL_ERR_SHAPE, "layer '%s' (UpSampling2D): size (%d, %d) on the %lldx%lld input, expected "
                              "factors > 0 and an output below 2^31 rows and columns", name, sh, sw,
                              (long long)x->shape[1], (long long)x->shape[2]);
-    fl_node *n = fl_graph_new_node(g, FL_OP_UPSAMPLE2D, name);
-    if (!n) return NULL;
-    n->nin = 1;
-    n->in[0] = x;
-    fl_conv_desc d = {0};
-    d.h = (int)x->shape[1]; d.w = (int)x->shape[2]; d.c = (int)x->shape[3]; d.oc = d.c;
-    d.oh = (int)oh; d.ow = (int)ow;
-    d.sh = sh; d.sw = sw;
-    n->conv = d;
-    n->bilinear = bilinear;
-    if (!set_shape(g, n, true, 3, (int64_t[]){oh, ow, d.c})) return NULL;
+    fl_node *n = resize_node(g, name, x, oh, ow, bilinear);
+    if (n) { n->conv.sh = sh; n->conv.sw = sw; }
     return n;
+}
+
+fl_node *fl_graph_resize2d(fl_graph *g, const char *name, fl_node *x, int oh, int ow, bool bilinear) {
+    char s[128];
+    if (x->ndim != 4)
+        return fl_error_null(FL_ERR_SHAPE, "layer '%s' (Resizing): input %s must be (batch, height, width, channels)",
+                             name, sample_str(x, s, sizeof s));
+    if (oh <= 0 || ow <= 0)
+        return fl_error_null(FL_ERR_SHAPE, "layer '%s' (Resizing): output size %dx%d, expected > 0", name, oh, ow);
+    return resize_node(g, name, x, oh, ow, bilinear);
 }
 
 /* Keras's deconv_output_length with output_padding None. */

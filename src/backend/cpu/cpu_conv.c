@@ -17,12 +17,16 @@
  * each band of rows while it is in cache, and the backward builds dy from
  * the pooling's gradient per sample instead of reading a full-size dy.
  *
- * Otherwise (no AVX-512, or strided backward data), a convolution is a GEMM
- * per chunk of samples: im2col turns the chunk into rows of kh*kw*c patch
- * values so that, reading the kernel as a [K, oc] matrix,
+ * Otherwise (no AVX-512, strided backward data, dilation or groups), a
+ * convolution is a GEMM per chunk of samples: im2col turns the chunk into
+ * rows of kh*kw*c patch values (the taps dil_h/dil_w apart) so that,
+ * reading the kernel as a [K, oc] matrix,
  *     forward          y[rows, oc]  = col[rows, K] @ w[K, oc]   (+ bias, act)
  *     backward filter  dw[K, oc]   += col^T @ dy
  *     backward data    dcol[rows,K] = dy @ w^T, then col2im adds into dx
+ * With groups, each group g is the same three GEMMs on its own im2col of
+ * channels [g*cg, (g+1)*cg) (K = kh*kw*cg) and its own column block of w,
+ * y and dy (ldb/ldc = oc): no multiply by the zeros outside the groups.
  * Chunks run in parallel (one OpenMP thread each, OpenBLAS single-threaded
  * inside a parallel region), small enough that col stays in cache and the
  * bias/activation epilogue runs on data that is still hot.
@@ -64,8 +68,11 @@ static int64_t chunk_samples(const fl_conv_desc *d) {
     return cs;
 }
 
+/* Rows of the kernel seen as a [K, oc] matrix: kh*kw*(c/groups). */
+static size_t conv_k(const fl_conv_desc *d) { return (size_t)d->kh * d->kw * (d->c / fl_conv_groups(d)); }
+
 static size_t thread_ws_floats(const fl_conv_desc *d, int64_t cs, int backward) {
-    size_t K = (size_t)d->kh * d->kw * d->c;
+    size_t K = conv_k(d);
     size_t rows = (size_t)cs * d->oh * d->ow;
     size_t f = rows * K;
     /* private dw, db (db: oc floats for Conv2D, c for Conv2DTranspose) */
@@ -97,11 +104,16 @@ static conv_geom geom(const fl_conv_desc *d) {
     return g;
 }
 
-static int direct_fwd_ok(const fl_conv_desc *d) { return fl_cpu_simd() && d->oc > 0; }
+/* Dilated and grouped convolutions take the im2col path. */
+static int plain_taps(const fl_conv_desc *d) {
+    return fl_conv_dil_h(d) == 1 && fl_conv_dil_w(d) == 1 && fl_conv_groups(d) == 1;
+}
+
+static int direct_fwd_ok(const fl_conv_desc *d) { return fl_cpu_simd() && d->oc > 0 && plain_taps(d); }
 
 /* The data gradient needs stride 1 and padding of at most kernel-1. */
 static int direct_bwd_ok(const fl_conv_desc *d, int need_dx) {
-    if (!fl_cpu_simd()) return 0;
+    if (!fl_cpu_simd() || !plain_taps(d)) return 0;
     if (!need_dx) return 1;
     conv_geom g = geom(d);
     return d->sh == 1 && d->sw == 1 && g.offh >= 0 && g.offw >= 0 && g.offh + d->oh <= g.hd &&
@@ -371,28 +383,31 @@ static void direct_bwd(const fl_conv_desc *d, const float *x, const float *w, co
 
 /* ------------------------------------------------ im2col + GEMM path */
 
-/* col[rows, K] for samples x[0..cn) (x points at the first sample). */
-static void im2col(const fl_conv_desc *d, const float *x, int64_t cn, float *col) {
+/* col[rows, K] for samples x[0..cn) (x points at the first sample): the
+ * channels [c0, c0 + cg) of each tap, K = kh*kw*cg; taps dil_h/dil_w apart. */
+static void im2col(const fl_conv_desc *d, const float *x, int64_t cn, int c0, int cg, float *col) {
     const int H = d->h, W = d->w, C = d->c, KH = d->kh, KW = d->kw;
-    const size_t K = (size_t)KH * KW * C, rowc = (size_t)KW * C;
+    const int DH = fl_conv_dil_h(d), DW = fl_conv_dil_w(d);
+    const size_t K = (size_t)KH * KW * cg, rowc = (size_t)KW * cg;
+    const int contiguous = DW == 1 && cg == C; /* a kernel row is one run of x */
     for (int64_t s = 0; s < cn; s++) {
-        const float *xs = x + (size_t)s * H * W * C;
+        const float *xs = x + (size_t)s * H * W * C + c0;
         for (int oh = 0; oh < d->oh; oh++) {
             for (int ow = 0; ow < d->ow; ow++) {
                 float *row = col + ((size_t)(s * d->oh + oh) * d->ow + ow) * K;
                 int iw0 = ow * d->sw - d->pl;
                 for (int kh = 0; kh < KH; kh++) {
-                    int ih = oh * d->sh - d->pt + kh;
+                    int ih = oh * d->sh - d->pt + kh * DH;
                     float *dst = row + (size_t)kh * rowc;
                     if (ih < 0 || ih >= H) { memset(dst, 0, rowc * sizeof(float)); continue; }
                     const float *src = xs + ((size_t)ih * W) * C;
-                    if (iw0 >= 0 && iw0 + KW <= W) {
+                    if (contiguous && iw0 >= 0 && iw0 + KW <= W) {
                         memcpy(dst, src + (size_t)iw0 * C, rowc * sizeof(float));
                     } else {
                         for (int kw = 0; kw < KW; kw++) {
-                            int iw = iw0 + kw;
-                            if (iw < 0 || iw >= W) memset(dst + (size_t)kw * C, 0, (size_t)C * sizeof(float));
-                            else memcpy(dst + (size_t)kw * C, src + (size_t)iw * C, (size_t)C * sizeof(float));
+                            int iw = iw0 + kw * DW;
+                            if (iw < 0 || iw >= W) memset(dst + (size_t)kw * cg, 0, (size_t)cg * sizeof(float));
+                            else memcpy(dst + (size_t)kw * cg, src + (size_t)iw * C, (size_t)cg * sizeof(float));
                         }
                     }
                 }
@@ -401,24 +416,25 @@ static void im2col(const fl_conv_desc *d, const float *x, int64_t cn, float *col
     }
 }
 
-/* dx[0..cn) += col2im(dcol) */
-static void col2im_add(const fl_conv_desc *d, const float *dcol, int64_t cn, float *dx) {
+/* dx[0..cn) += col2im(dcol): im2col's transpose, channels [c0, c0 + cg) */
+static void col2im_add(const fl_conv_desc *d, const float *dcol, int64_t cn, int c0, int cg, float *dx) {
     const int H = d->h, W = d->w, C = d->c, KH = d->kh, KW = d->kw;
-    const size_t K = (size_t)KH * KW * C;
+    const int DH = fl_conv_dil_h(d), DW = fl_conv_dil_w(d);
+    const size_t K = (size_t)KH * KW * cg;
     for (int64_t s = 0; s < cn; s++) {
-        float *xs = dx + (size_t)s * H * W * C;
+        float *xs = dx + (size_t)s * H * W * C + c0;
         for (int oh = 0; oh < d->oh; oh++) {
             for (int ow = 0; ow < d->ow; ow++) {
                 const float *row = dcol + ((size_t)(s * d->oh + oh) * d->ow + ow) * K;
                 for (int kh = 0; kh < KH; kh++) {
-                    int ih = oh * d->sh - d->pt + kh;
+                    int ih = oh * d->sh - d->pt + kh * DH;
                     if (ih < 0 || ih >= H) continue;
                     for (int kw = 0; kw < KW; kw++) {
-                        int iw = ow * d->sw - d->pl + kw;
+                        int iw = ow * d->sw - d->pl + kw * DW;
                         if (iw < 0 || iw >= W) continue;
                         float *dst = xs + ((size_t)ih * W + iw) * C;
-                        const float *src = row + ((size_t)kh * KW + kw) * C;
-                        for (int c = 0; c < C; c++) dst[c] += src[c];
+                        const float *src = row + ((size_t)kh * KW + kw) * cg;
+                        for (int c = 0; c < cg; c++) dst[c] += src[c];
                     }
                 }
             }
@@ -426,14 +442,21 @@ static void col2im_add(const fl_conv_desc *d, const float *dcol, int64_t cn, flo
     }
 }
 
+/* A 1x1, stride-1, unpadded, ungrouped convolution is one GEMM on x itself. */
+static int gemm_on_x(const fl_conv_desc *d) {
+    return d->kh == 1 && d->kw == 1 && d->sh == 1 && d->sw == 1 && d->pt == 0 && d->pl == 0 &&
+           fl_conv_groups(d) == 1;
+}
+
 void fl_cpu_conv2d_fwd(const fl_conv_desc *d, const float *x, const float *w, const float *b, float *y, void *ws) {
     if (direct_fwd_ok(d)) { direct_fwd(d, x, w, b, y, ws); return; }
     const int64_t cs = chunk_samples(d);
     const int64_t nchunks = (d->n + cs - 1) / cs;
-    const size_t K = (size_t)d->kh * d->kw * d->c;
+    const int G = fl_conv_groups(d), cg = d->c / G, ocg = d->oc / G;
+    const size_t K = conv_k(d);
     const size_t in_sz = (size_t)d->h * d->w * d->c, out_rows = (size_t)d->oh * d->ow;
     const size_t tws = thread_ws_floats(d, cs, 0);
-    const int direct = d->kh == 1 && d->kw == 1 && d->sh == 1 && d->sw == 1 && d->pt == 0 && d->pl == 0;
+    const int direct = gemm_on_x(d);
 #pragma omp parallel for schedule(static) num_threads(conv_threads())
     for (int64_t ci = 0; ci < nchunks; ci++) {
         float *col = (float *)ws + (size_t)fl_cpu_thread_id() * tws;
@@ -441,10 +464,12 @@ void fl_cpu_conv2d_fwd(const fl_conv_desc *d, const float *x, const float *w, co
         const float *xc = x + (size_t)n0 * in_sz;
         float *yc = y + (size_t)n0 * out_rows * d->oc;
         int64_t rows = cn * (int64_t)out_rows;
-        const float *a = xc;
-        if (!direct) { im2col(d, xc, cn, col); a = col; }
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows, d->oc, (int)K, 1.0f, a, (int)K, w, d->oc,
-                    0.0f, yc, d->oc);
+        for (int g = 0; g < G; g++) { /* y[:, group g's columns] = col_g @ w[:, those columns] */
+            const float *a = xc;
+            if (!direct) { im2col(d, xc, cn, g * cg, cg, col); a = col; }
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows, ocg, (int)K, 1.0f, a, (int)K,
+                        w + (size_t)g * ocg, d->oc, 0.0f, yc + (size_t)g * ocg, d->oc);
+        }
         fl_cpu_bias_act_rows(rows, d->oc, d->has_bias ? b : NULL, d->act, yc);
     }
 }
@@ -454,11 +479,12 @@ void fl_cpu_conv2d_bwd(const fl_conv_desc *d, const float *x, const float *w, co
     if (direct_bwd_ok(d, dx != NULL)) { direct_bwd(d, x, w, y, dy, dx, dx_beta, 0, dw, db, ws, NULL); return; }
     const int64_t cs = chunk_samples(d);
     const int64_t nchunks = (d->n + cs - 1) / cs;
-    const size_t K = (size_t)d->kh * d->kw * d->c;
+    const int G = fl_conv_groups(d), cg = d->c / G, ocg = d->oc / G;
+    const size_t K = conv_k(d);
     const size_t in_sz = (size_t)d->h * d->w * d->c, out_rows = (size_t)d->oh * d->ow;
     const size_t tws = thread_ws_floats(d, cs, 1);
     const size_t col_floats = (size_t)cs * out_rows * K;
-    const int direct = d->kh == 1 && d->kw == 1 && d->sh == 1 && d->sw == 1 && d->pt == 0 && d->pl == 0;
+    const int direct = gemm_on_x(d);
     const int nt = conv_threads();
     for (int t = 0; t < nt; t++) {
         float *p = (float *)ws + (size_t)t * tws + col_floats;
@@ -474,20 +500,22 @@ void fl_cpu_conv2d_bwd(const fl_conv_desc *d, const float *x, const float *w, co
         float *dyc = dy + (size_t)n0 * out_rows * d->oc;
         const float *yc = y + (size_t)n0 * out_rows * d->oc;
         fl_cpu_act_grad_rows(rows, d->oc, d->act, yc, dyc, d->has_bias ? db_t : NULL);
-        const float *a = xc;
-        if (!direct) { im2col(d, xc, cn, col); a = col; }
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)K, d->oc, (int)rows, 1.0f, a, (int)K, dyc, d->oc,
-                    1.0f, dw_t, d->oc);
-        if (dx) {
-            float *dxc = dx + (size_t)n0 * in_sz;
+        float *dxc = dx ? dx + (size_t)n0 * in_sz : NULL;
+        if (dxc && !direct && dx_beta == 0.0f) memset(dxc, 0, (size_t)cn * in_sz * sizeof(float));
+        for (int g = 0; g < G; g++) {
+            const size_t go = (size_t)g * ocg; /* group g's columns of w, dw and dy */
+            const float *a = xc;
+            if (!direct) { im2col(d, xc, cn, g * cg, cg, col); a = col; }
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)K, ocg, (int)rows, 1.0f, a, (int)K, dyc + go,
+                        d->oc, 1.0f, dw_t + go, d->oc);
+            if (!dxc) continue;
             if (direct) {
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)K, d->oc, 1.0f, dyc, d->oc, w,
                             d->oc, dx_beta, dxc, (int)K);
             } else {
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)K, d->oc, 1.0f, dyc, d->oc, w,
-                            d->oc, 0.0f, col, (int)K);
-                if (dx_beta == 0.0f) memset(dxc, 0, (size_t)cn * in_sz * sizeof(float));
-                col2im_add(d, col, cn, dxc);
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)K, ocg, 1.0f, dyc + go, d->oc,
+                            w + go, d->oc, 0.0f, col, (int)K);
+                col2im_add(d, col, cn, g * cg, cg, dxc);
             }
         }
     }
@@ -536,7 +564,7 @@ void fl_cpu_conv2d_transpose_fwd(const fl_conv_desc *d, const float *x, const fl
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)K, d->oc, 1.0f, xc, d->oc, w, d->oc,
                         0.0f, col, (int)K);
             memset(yc, 0, (size_t)cn * y_sz * sizeof(float));
-            col2im_add(d, col, cn, yc);
+            col2im_add(d, col, cn, 0, d->c, yc);
         }
         fl_cpu_bias_act_rows(cn * d->h * d->w, d->c, d->has_bias ? b : NULL, d->act, yc);
     }
@@ -564,7 +592,7 @@ void fl_cpu_conv2d_transpose_bwd(const fl_conv_desc *d, const float *x, const fl
         float *dyc = dy + (size_t)n0 * y_sz;
         fl_cpu_act_grad_rows(cn * d->h * d->w, d->c, d->act, y + (size_t)n0 * y_sz, dyc, d->has_bias ? db_t : NULL);
         const float *a = dyc;
-        if (!direct) { im2col(d, dyc, cn, col); a = col; }
+        if (!direct) { im2col(d, dyc, cn, 0, d->c, col); a = col; }
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)K, d->oc, (int)rows, 1.0f, a, (int)K, xc, d->oc,
                     1.0f, dw_t, d->oc);
         if (dx)

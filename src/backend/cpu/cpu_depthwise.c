@@ -6,8 +6,9 @@
  * Shapes (fl_conv_desc): x [n, h, w, c], w [kh, kw, c, dm], b [c*dm],
  * y [n, oh, ow, oc] with oc = c*dm and output channel c*dm + m:
  *
- *     y[n, p, q, c*dm+m] = act(b[c*dm+m] + sum_{i,j} x[n, p*sh-pt+i, q*sw-pl+j, c] * w[i, j, c, m])
+ *     y[n, p, q, c*dm+m] = act(b[c*dm+m] + sum_{i,j} x[n, p*sh-pt+i*dh, q*sw-pl+j*dw, c] * w[i, j, c, m])
  *
+ * (dh, dw: the dilation, 1 without)
  * (taps outside x count 0). The channel axis is innermost and contiguous in
  * x, w and y, so every inner loop runs over channels with no branch: the
  * window's rows and columns are clamped to the image once per output pixel
@@ -37,8 +38,15 @@
 #endif
 #define DW_INLINE static inline __attribute__((always_inline))
 
-static inline int imax(int a, int b) { return a > b ? a : b; }
 static inline int imin(int a, int b) { return a < b ? a : b; }
+
+/* The taps [*t0, *t1) of a k-tap window starting at o0, taps dil apart,
+ * that land inside [0, n). */
+static inline void tap_range(int o0, int k, int dil, int n, int *t0, int *t1) {
+    *t0 = o0 < 0 ? (-o0 + dil - 1) / dil : 0;
+    *t1 = o0 > n - 1 ? 0 : imin(k, (n - 1 - o0) / dil + 1);
+    if (*t1 < *t0) *t1 = *t0;
+}
 
 /* y[k] += x[k] * w[k] (depth multiplier 1) */
 DW_INLINE void madd1(int n, const float *restrict x, const float *restrict w, float *restrict y) {
@@ -98,14 +106,17 @@ DW_INLINE void act_grad_span(int act, int64_t rows, int n, const float *restrict
 DW_INLINE void fwd_row_body(const fl_conv_desc *d, const float *x, const float *w, const float *b, float *y,
                             int64_t r) {
     const int C = d->c, OC = d->oc, dm = OC / C;
+    const int DH = fl_conv_dil_h(d), DW = fl_conv_dil_w(d);
     const int64_t n = r / d->oh;
     const int p = (int)(r % d->oh), ih0 = p * d->sh - d->pt;
-    const int i0 = imax(0, -ih0), i1 = imin(d->kh, d->h - ih0);
+    int i0, i1;
+    tap_range(ih0, d->kh, DH, d->h, &i0, &i1);
     const float *xn = x + (size_t)n * d->h * d->w * C;
     float *yr = y + (size_t)r * d->ow * OC;
     for (int q = 0; q < d->ow; q++) {
         const int iw0 = q * d->sw - d->pl;
-        const int j0 = imax(0, -iw0), j1 = imin(d->kw, d->w - iw0);
+        int j0, j1;
+        tap_range(iw0, d->kw, DW, d->w, &j0, &j1);
         float *yp = yr + (size_t)q * OC;
         int c0 = 0;
         if (dm == 1) /* 16 channels at a time, in registers over the whole window */
@@ -113,10 +124,10 @@ DW_INLINE void fwd_row_body(const fl_conv_desc *d, const float *x, const float *
                 float acc[DW_BLOCK];
                 for (int k = 0; k < DW_BLOCK; k++) acc[k] = b ? b[c0 + k] : 0.0f;
                 for (int i = i0; i < i1; i++) {
-                    const float *xrow = xn + ((size_t)(ih0 + i) * d->w + iw0) * C + c0;
+                    const float *xrow = xn + ((size_t)(ih0 + i * DH) * d->w + iw0) * C + c0;
                     const float *wrow = w + (size_t)i * d->kw * OC + c0;
                     for (int j = j0; j < j1; j++) {
-                        const float *xp = xrow + (size_t)j * C, *wp = wrow + (size_t)j * OC;
+                        const float *xp = xrow + (size_t)j * DW * C, *wp = wrow + (size_t)j * OC;
                         for (int k = 0; k < DW_BLOCK; k++) acc[k] += xp[k] * wp[k];
                     }
                 }
@@ -129,10 +140,10 @@ DW_INLINE void fwd_row_body(const fl_conv_desc *d, const float *x, const float *
         if (b) memcpy(yt, b + c0, (size_t)(OC - c0) * sizeof(float));
         else memset(yt, 0, (size_t)(OC - c0) * sizeof(float));
         for (int i = i0; i < i1; i++) {
-            const float *xrow = xn + ((size_t)(ih0 + i) * d->w + iw0) * C + c0 / dm;
+            const float *xrow = xn + ((size_t)(ih0 + i * DH) * d->w + iw0) * C + c0 / dm;
             const float *wrow = w + (size_t)i * d->kw * OC + c0;
             for (int j = j0; j < j1; j++) {
-                const float *xp = xrow + (size_t)j * C, *wp = wrow + (size_t)j * OC;
+                const float *xp = xrow + (size_t)j * DW * C, *wp = wrow + (size_t)j * OC;
                 if (dm == 1) madd1(nc, xp, wp, yt);
                 else maddm(nc, dm, xp, wp, yt);
             }
@@ -162,13 +173,14 @@ DW_INLINE void dxm(int c, int dm, const float *restrict dy, const float *restric
 }
 
 /* One input row r = (n, row): each input pixel gathers from the taps
- * (i, j) whose output pixel (p, q) it feeds, p*sh - pt + i = row,
- * q*sw - pl + j = column, and adds dy * w into its dx and dy * x into that
+ * (i, j) whose output pixel (p, q) it feeds, p*sh - pt + i*dh = row,
+ * q*sw - pl + j*dw = column, and adds dy * w into its dx and dy * x into that
  * tap's dw. Each (output pixel, tap) inside x is visited once, so dw is
  * complete once every row is done. */
 DW_INLINE void bwd_row_body(const fl_conv_desc *d, const float *x, const float *w, const float *dy, float *dx,
                             float dx_beta, float *dw, int64_t r) {
     const int C = d->c, OC = d->oc, dm = OC / C;
+    const int DH = fl_conv_dil_h(d), DW = fl_conv_dil_w(d);
     const int64_t n = r / d->h;
     const int row = (int)(r % d->h);
     const float *dyn = dy + (size_t)n * d->oh * d->ow * OC;
@@ -178,12 +190,12 @@ DW_INLINE void bwd_row_body(const fl_conv_desc *d, const float *x, const float *
         float *dxp = dx ? dx + pix * C : NULL;
         if (dxp && dx_beta == 0.0f) memset(dxp, 0, (size_t)C * sizeof(float));
         for (int i = 0; i < d->kh; i++) {
-            const int th = row + d->pt - i; /* = p * sh */
+            const int th = row + d->pt - i * DH; /* = p * sh */
             if (th < 0) break;
             const int p = th / d->sh;
             if (th != p * d->sh || p >= d->oh) continue;
             for (int j = 0; j < d->kw; j++) {
-                const int tw = col + d->pl - j; /* = q * sw */
+                const int tw = col + d->pl - j * DW; /* = q * sw */
                 if (tw < 0) break;
                 const int q = tw / d->sw;
                 if (tw != q * d->sw || q >= d->ow) continue;

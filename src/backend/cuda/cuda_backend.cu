@@ -528,12 +528,20 @@ static bool deterministic_only(void) {
     return !(e && *e && strcmp(e, "0") != 0);
 }
 
+/* Dilation and groups (fl_conv_desc: 0 reads as 1), and the kernel's
+ * elements: kh*kw*(c/groups)*oc, read by cuDNN as (oc, kh, kw, c/groups). */
+static int conv_dil_h(const fl_conv_desc *d) { return d->dil_h > 1 ? d->dil_h : 1; }
+static int conv_dil_w(const fl_conv_desc *d) { return d->dil_w > 1 ? d->dil_w : 1; }
+static int conv_groups(const fl_conv_desc *d) { return d->groups > 1 ? d->groups : 1; }
+static int conv_khkwc(const fl_conv_desc *d) { return d->kh * d->kw * (d->c / conv_groups(d)); }
+
 /* Same convolution geometry (the fused activation and bias do not matter to
  * cuDNN; compared field by field, not with memcmp, because of padding). */
 static bool same_geom(const fl_conv_desc *a, const fl_conv_desc *b) {
     return a->n == b->n && a->h == b->h && a->w == b->w && a->c == b->c && a->oh == b->oh && a->ow == b->ow &&
            a->oc == b->oc && a->kh == b->kh && a->kw == b->kw && a->sh == b->sh && a->sw == b->sw && a->pt == b->pt &&
-           a->pl == b->pl;
+           a->pl == b->pl && conv_dil_h(a) == conv_dil_h(b) && conv_dil_w(a) == conv_dil_w(b) &&
+           conv_groups(a) == conv_groups(b);
 }
 
 static void plan_destroy(conv_plan *p) {
@@ -564,8 +572,10 @@ static conv_plan *plan_for(const fl_conv_desc *d) {
     if (!p) { g_host->error(ST_NOMEM, "out of host memory for a cuDNN plan"); return NULL; }
     p->d = *d;
     p->tf32 = g_tf32;
-    /* symmetric padding = the "before" padding; the rest becomes explicit */
-    int th = (d->oh - 1) * d->sh + d->kh - d->h, tw = (d->ow - 1) * d->sw + d->kw - d->w;
+    /* symmetric padding = the "before" padding; the rest becomes explicit
+     * (the window's extent: (k - 1) * dilation + 1) */
+    const int ekh = (d->kh - 1) * conv_dil_h(d) + 1, ekw = (d->kw - 1) * conv_dil_w(d) + 1;
+    int th = (d->oh - 1) * d->sh + ekh - d->h, tw = (d->ow - 1) * d->sw + ekw - d->w;
     p->eh = th - 2 * d->pt > 0 ? th - 2 * d->pt : 0;
     p->ew = tw - 2 * d->pl > 0 ? tw - 2 * d->pl : 0;
     bool ok = CUDNN_OK(cudnnCreateTensorDescriptor(&p->xd)) && CUDNN_OK(cudnnCreateTensorDescriptor(&p->yd)) &&
@@ -573,11 +583,13 @@ static conv_plan *plan_for(const fl_conv_desc *d) {
               CUDNN_OK(cudnnSetTensor4dDescriptor(p->xd, CUDNN_TENSOR_NHWC, CUDNN_DATA_FLOAT, (int)d->n, d->c,
                                                   d->h + p->eh, d->w + p->ew)) &&
               CUDNN_OK(cudnnSetTensor4dDescriptor(p->yd, CUDNN_TENSOR_NHWC, CUDNN_DATA_FLOAT, (int)d->n, d->oc, d->oh, d->ow)) &&
-              CUDNN_OK(cudnnSetFilter4dDescriptor(p->fd, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NHWC, d->oc, d->c, d->kh, d->kw));
+              CUDNN_OK(cudnnSetFilter4dDescriptor(p->fd, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NHWC, d->oc,
+                                                  d->c / conv_groups(d), d->kh, d->kw));
     for (int k = 0; ok && k < 3; k++)
         ok = CUDNN_OK(cudnnCreateConvolutionDescriptor(&p->cd[k])) &&
-             CUDNN_OK(cudnnSetConvolution2dDescriptor(p->cd[k], d->pt, d->pl, d->sh, d->sw, 1, 1,
-                                                      CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT)) &&
+             CUDNN_OK(cudnnSetConvolution2dDescriptor(p->cd[k], d->pt, d->pl, d->sh, d->sw, conv_dil_h(d),
+                                                      conv_dil_w(d), CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT)) &&
+             CUDNN_OK(cudnnSetConvolutionGroupCount(p->cd[k], conv_groups(d))) &&
              CUDNN_OK(cudnnSetConvolutionMathType(p->cd[k], base_math(g_tf32)));
     if (ok) {
         int on, oc_, oh, ow;
@@ -718,13 +730,13 @@ static const float *padded_input(const conv_plan *p, const float *x) {
 static void cu_conv2d_fwd(const fl_conv_desc *d, const float *x, const float *w, const float *b, float *y, void *ws) {
     conv_plan *p = plan_for(d);
     if (!p || !conv_find(p, CONV_FWD)) return;
-    size_t nw = (size_t)d->kh * d->kw * d->c * d->oc;
+    int khkwc = conv_khkwc(d);
+    size_t nw = (size_t)khkwc * d->oc;
     float *wk = ohwi_for(w, nw);
     const float *xin = padded_input(p, x);
     size_t wsb = p->ws[CONV_FWD];
     void *work = conv_ws(wsb);
     if (!wk || !xin || (wsb && !work)) return;
-    int khkwc = d->kh * d->kw * d->c;
     k_hwio_to_ohwi<<<blocks_for((int64_t)nw, 256), 256, 0, g_stream>>>((int64_t)nw, khkwc, d->oc, w, wk);
     LAUNCHED();
     const float one = 1.0f, zero = 0.0f;
@@ -740,7 +752,7 @@ static void cu_conv2d_bwd(const fl_conv_desc *d, const float *x, const float *w,
     size_t wsb = 0;
     if (dw) wsb = p->ws[CONV_BWD_FILTER];
     if (dx && p->ws[CONV_BWD_DATA] > wsb) wsb = p->ws[CONV_BWD_DATA];
-    size_t nw = (size_t)d->kh * d->kw * d->c * d->oc;
+    size_t nw = (size_t)conv_khkwc(d) * d->oc;
     float *wk = ohwi_for(w, nw); /* written by this step's forward pass */
     float *dwk = dw ? (float *)scratch(1, nw * sizeof(float)) : NULL;
     const float *xin = dw ? padded_input(p, x) : x;
@@ -752,8 +764,7 @@ static void cu_conv2d_bwd(const fl_conv_desc *d, const float *x, const float *w,
         CUDNN_OK(cudnnConvolutionBackwardFilter(g_cudnn, &one, p->xd, xin, p->yd, dy, p->cd[CONV_BWD_FILTER],
                                                 (cudnnConvolutionBwdFilterAlgo_t)p->algo[CONV_BWD_FILTER], work, wsb,
                                                 &zero, p->fd, dwk));
-        int khkwc = d->kh * d->kw * d->c;
-        k_ohwi_to_hwio<<<blocks_for((int64_t)nw, 256), 256, 0, g_stream>>>((int64_t)nw, khkwc, d->oc, dwk, dw);
+        k_ohwi_to_hwio<<<blocks_for((int64_t)nw, 256), 256, 0, g_stream>>>((int64_t)nw, conv_khkwc(d), d->oc, dwk, dw);
         LAUNCHED();
     }
     if (!dx) return;
@@ -856,17 +867,26 @@ static void cu_conv2d_transpose_bwd(const fl_conv_desc *d, const float *x, const
  * deterministic backward-filter algorithm for every shape). Shapes:
  * x [n, h, w, c], w [kh, kw, c, dm], b [c*dm], y [n, oh, ow, oc], oc = c*dm,
  *
- *     y[n, p, q, c*dm+m] = act(b[c*dm+m] + sum_{i,j} x[n, p*sh-pt+i, q*sw-pl+j, c] * w[i, j, c, m])
+ *     y[n, p, q, c*dm+m] = act(b[c*dm+m] + sum_{i,j} x[n, p*sh-pt+i*dh, q*sw-pl+j*dw, c] * w[i, j, c, m])
  *
- * Forward: one thread per output element, the output channel fastest, so
+ * (dh, dw: the dilation, d.dil_h/d.dil_w, 0 read as 1). Forward: one thread per output element, the output channel fastest, so
  * that a warp reads neighbouring channels of x and w; the window clamped to
  * the image and summed from the bias in the CPU's order (rows, then
  * columns). Backward: dy *= act'(y) and the bias gradient as Dense's
  * (act_grad_bias); dx as a gather, one thread per input element over the
  * taps whose output pixel it feeds (the CPU's bwd_row_body); dw as column
  * sums over the output pixels (colsum). No atomics: deterministic. */
+/* The taps [*t0, *t1) of a k-tap window starting at o0, taps dil apart,
+ * that land inside [0, n) (cpu_depthwise.c's tap_range). */
+__device__ __forceinline__ void dw_tap_range(int o0, int k, int dil, int n, int *t0, int *t1) {
+    *t0 = o0 < 0 ? (-o0 + dil - 1) / dil : 0;
+    *t1 = o0 > n - 1 ? 0 : min(k, (n - 1 - o0) / dil + 1);
+    if (*t1 < *t0) *t1 = *t0;
+}
+
 __global__ void k_depthwise_fwd(fl_conv_desc d, const float *x, const float *w, const float *b, float *y) {
     const int OC = d.oc, dm = d.oc / d.c;
+    const int dh = d.dil_h > 1 ? d.dil_h : 1, dw = d.dil_w > 1 ? d.dil_w : 1;
     const int64_t total = d.n * (int64_t)d.oh * d.ow * OC;
     for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
         int64_t t = e;
@@ -876,22 +896,25 @@ __global__ void k_depthwise_fwd(fl_conv_desc d, const float *x, const float *w, 
         const int64_t n = t / d.oh;
         const int c = o / dm;
         const int ih0 = p * d.sh - d.pt, iw0 = q * d.sw - d.pl;
-        const int i0 = ih0 < 0 ? -ih0 : 0, i1 = d.h - ih0 < d.kh ? d.h - ih0 : d.kh;
-        const int j0 = iw0 < 0 ? -iw0 : 0, j1 = d.w - iw0 < d.kw ? d.w - iw0 : d.kw;
+        int i0, i1, j0, j1;
+        dw_tap_range(ih0, d.kh, dh, d.h, &i0, &i1);
+        dw_tap_range(iw0, d.kw, dw, d.w, &j0, &j1);
         const float *xn = x + n * d.h * d.w * d.c;
         float acc = b ? b[o] : 0.0f;
         for (int i = i0; i < i1; i++)
             for (int j = j0; j < j1; j++)
-                acc += xn[((int64_t)(ih0 + i) * d.w + (iw0 + j)) * d.c + c] * w[(int64_t)(i * d.kw + j) * OC + o];
+                acc += xn[((int64_t)(ih0 + i * dh) * d.w + (iw0 + j * dw)) * d.c + c] *
+                       w[(int64_t)(i * d.kw + j) * OC + o];
         y[e] = fl_act_forward(d.act, acc);
     }
 }
 
 /* dx[n, row, col, c] (beta: +)= sum over the taps (i, j) whose output pixel
- * (p, q) it feeds (p*sh - pt + i = row, q*sw - pl + j = col) of
+ * (p, q) it feeds (p*sh - pt + i*dh = row, q*sw - pl + j*dw = col) of
  * sum_m dy[n, p, q, c*dm+m] * w[i, j, c, m]; taps in the CPU's order. */
 __global__ void k_depthwise_bwd_dx(fl_conv_desc d, const float *w, const float *dy, float *dx, float beta) {
     const int C = d.c, OC = d.oc, dm = d.oc / d.c;
+    const int dh = d.dil_h > 1 ? d.dil_h : 1, dw = d.dil_w > 1 ? d.dil_w : 1;
     const int64_t total = d.n * (int64_t)d.h * d.w * C;
     for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
         int64_t t = e;
@@ -902,12 +925,12 @@ __global__ void k_depthwise_bwd_dx(fl_conv_desc d, const float *w, const float *
         const float *dyn = dy + n * d.oh * d.ow * OC;
         float g = beta == 0.0f ? 0.0f : dx[e];
         for (int i = 0; i < d.kh; i++) {
-            const int th = row + d.pt - i; /* = p * sh */
+            const int th = row + d.pt - i * dh; /* = p * sh */
             if (th < 0) break;
             const int p = th / d.sh;
             if (th != p * d.sh || p >= d.oh) continue;
             for (int j = 0; j < d.kw; j++) {
-                const int tw = col + d.pl - j; /* = q * sw */
+                const int tw = col + d.pl - j * dw; /* = q * sw */
                 if (tw < 0) break;
                 const int q = tw / d.sw;
                 if (tw != q * d.sw || q >= d.ow) continue;
@@ -927,7 +950,7 @@ __global__ void k_depthwise_bwd_dx(fl_conv_desc d, const float *w, const float *
 }
 
 /* dw[i, j, o] = sum over the output pixels r = (n, p, q) whose tap (i, j)
- * lies inside x of dy[r, o] * x[n, p*sh-pt+i, q*sw-pl+j, o/dm]: column
+ * lies inside x of dy[r, o] * x[n, p*sh-pt+i*dh, q*sw-pl+j*dw, o/dm]: column
  * tap*oc + o of a [n*oh*ow, kh*kw*oc] matrix (neighbouring threads:
  * neighbouring channels). */
 struct f_depthwise_dw {
@@ -940,7 +963,8 @@ struct f_depthwise_dw {
         const int q = (int)(t % d.ow); t /= d.ow;
         const int p = (int)(t % d.oh);
         const int64_t n = t / d.oh;
-        const int ih = p * d.sh - d.pt + i, iw = q * d.sw - d.pl + j;
+        const int ih = p * d.sh - d.pt + i * (d.dil_h > 1 ? d.dil_h : 1),
+                  iw = q * d.sw - d.pl + j * (d.dil_w > 1 ? d.dil_w : 1);
         if (ih < 0 || ih >= d.h || iw < 0 || iw >= d.w) return 0.0f;
         return dy[r * OC + o] * x[((n * d.h + ih) * d.w + iw) * d.c + o / (OC / d.c)];
     }
@@ -1644,23 +1668,34 @@ static void cu_pad2d(const fl_conv_desc *d, const float *x, float *y, float beta
 
 /* ------------------------------------------ upsampling, transposition
  *
- * cpu_layout.c's twins. UpSampling2D forward: one thread per output
+ * cpu_layout.c's twins. UpSampling2D and Resizing (any h x w -> oh x ow)
+ * forward: one thread per output
  * element, channels fastest. Backward: a gather, one thread per input
  * element, over the outputs that read it, in the CPU's order (rows, then
  * columns), so no two threads write one element and no atomics are needed.
  * The bilinear taps are computed as the CPU's bilinear_taps (in double). */
-__device__ __forceinline__ void up_taps(int o, int s, int n, int *i0, int *i1, float *f) {
-    double src = ((double)o + 0.5) / s - 0.5, fl = floor(src);
+__device__ __forceinline__ void up_taps(int o, int n, int out, int *i0, int *i1, float *f) {
+    double src = ((double)o + 0.5) * n / out - 0.5, fl = floor(src);
     int a = (int)fl, b = a + 1;
     *f = (float)(src - fl);
     *i0 = a < 0 ? 0 : a >= n ? n - 1 : a;
     *i1 = b < 0 ? 0 : b >= n ? n - 1 : b;
 }
-__device__ __forceinline__ float up_weight(int o, int i, int s, int n) {
+__device__ __forceinline__ int up_nearest(int o, int n, int out) {
+    return (int)(((2 * (int64_t)o + 1) * n) / (2 * (int64_t)out));
+}
+__device__ __forceinline__ float up_weight(int bilinear, int o, int i, int n, int out) {
+    if (!bilinear) return up_nearest(o, n, out) == i ? 1.0f : 0.0f;
     int i0, i1;
     float f;
-    up_taps(o, s, n, &i0, &i1, &f);
+    up_taps(o, n, out, &i0, &i1, &f);
     return (i0 == i ? 1.0f - f : 0.0f) + (i1 == i ? f : 0.0f);
+}
+/* the outputs [*o0, *o1) that may read input i (the CPU's resize_reach) */
+__device__ __forceinline__ void up_reach(int i, int n, int out, int *o0, int *o1) {
+    int64_t a = (int64_t)(i - 1) * out / n - 1, b = ((int64_t)(i + 2) * out + n - 1) / n + 1;
+    *o0 = a < 0 ? 0 : (int)a;
+    *o1 = b > out ? out : (int)b;
 }
 
 __global__ void k_upsample2d_fwd(fl_conv_desc d, int bilinear, const float *x, float *y) {
@@ -1674,13 +1709,13 @@ __global__ void k_upsample2d_fwd(fl_conv_desc d, int bilinear, const float *x, f
         const int64_t n = t / d.oh;
         const float *xs = x + n * d.h * d.w * C + c;
         if (!bilinear) {
-            y[e] = xs[((int64_t)(i / d.sh) * d.w + j / d.sw) * C];
+            y[e] = xs[((int64_t)up_nearest(i, d.h, d.oh) * d.w + up_nearest(j, d.w, d.ow)) * C];
             continue;
         }
         int i0, i1, j0, j1;
         float fh, fw;
-        up_taps(i, d.sh, d.h, &i0, &i1, &fh);
-        up_taps(j, d.sw, d.w, &j0, &j1, &fw);
+        up_taps(i, d.h, d.oh, &i0, &i1, &fh);
+        up_taps(j, d.w, d.ow, &j0, &j1, &fw);
         const float w00 = (1 - fh) * (1 - fw), w01 = (1 - fh) * fw, w10 = fh * (1 - fw), w11 = fh * fw;
         const float *x0 = xs + (int64_t)i0 * d.w * C, *x1 = xs + (int64_t)i1 * d.w * C;
         y[e] = w00 * x0[(int64_t)j0 * C] + w01 * x0[(int64_t)j1 * C] + w10 * x1[(int64_t)j0 * C] +
@@ -1699,23 +1734,15 @@ __global__ void k_upsample2d_bwd(fl_conv_desc d, int bilinear, const float *dy, 
         const int64_t n = t / d.h;
         const float *dys = dy + n * d.oh * orow + c;
         float g = beta == 0.0f ? 0.0f : dx[e];
-        if (!bilinear) {
-            for (int a = 0; a < d.sh; a++) {
-                const float *gr = dys + (int64_t)(i * d.sh + a) * orow + (int64_t)j * d.sw * C;
-                for (int b = 0; b < d.sw; b++) g += gr[(int64_t)b * C];
-            }
-            dx[e] = g;
-            continue;
-        }
-        /* the outputs within reach: source coordinate in [i - 1, i + 1) */
-        const int o0 = (i - 1) * d.sh < 0 ? 0 : (i - 1) * d.sh, o1 = (i + 2) * d.sh > d.oh ? d.oh : (i + 2) * d.sh;
-        const int q0 = (j - 1) * d.sw < 0 ? 0 : (j - 1) * d.sw, q1 = (j + 2) * d.sw > d.ow ? d.ow : (j + 2) * d.sw;
+        int o0, o1, q0, q1;
+        up_reach(i, d.h, d.oh, &o0, &o1);
+        up_reach(j, d.w, d.ow, &q0, &q1);
         for (int oi = o0; oi < o1; oi++) {
-            const float wh = up_weight(oi, i, d.sh, d.h);
+            const float wh = up_weight(bilinear, oi, i, d.h, d.oh);
             if (wh == 0.0f) continue;
             const float *gr = dys + (int64_t)oi * orow;
             for (int q = q0; q < q1; q++) {
-                const float ww = up_weight(q, j, d.sw, d.w);
+                const float ww = up_weight(bilinear, q, j, d.w, d.ow);
                 if (ww == 0.0f) continue;
                 g += (wh * ww) * gr[(int64_t)q * C];
             }
