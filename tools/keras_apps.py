@@ -144,7 +144,7 @@ def train_step(name, m, args):
               loss="sparse_categorical_crossentropy", metrics=["accuracy"])
     path = os.path.join(args.out, name + "_train.keras")
     m.save(path)
-    rng = np.random.default_rng(1)
+    rng = np.random.default_rng(args.seed)
     x = rng.standard_normal((args.batch,) + tuple(m.input_shape[1:])).astype("float32")
     classes = m.output_shape[-1]
     y = rng.integers(0, classes, (args.batch,) + tuple(m.output_shape[1:-1])).astype("int32")
@@ -225,6 +225,7 @@ def main():
     ap.add_argument("--only", default="")
     ap.add_argument("--batch", type=int, default=2)
     ap.add_argument("--train", action="store_true", help="also check one training step")
+    ap.add_argument("--seed", type=int, default=1, help="seed of the training step's batch")
     args = ap.parse_args()
     if args.train and keras.backend.backend() == "jax":
         import jax
