@@ -142,6 +142,8 @@ def train_step(name, m, args):
     for layer in m._flatten_layers(include_self=False):
         if isinstance(layer, (L.Dropout, L.SpatialDropout2D)):
             layer.rate = 0.0
+        if args.freeze_bn and isinstance(layer, L.BatchNormalization):
+            layer.trainable = False  # Keras 3: a frozen BatchNormalization runs in inference mode
     m.compile(optimizer=keras.optimizers.SGD(learning_rate=0.1, momentum=0.9),
               loss="sparse_categorical_crossentropy", metrics=["accuracy"])
     path = os.path.join(args.out, name + "_train.keras")
@@ -228,6 +230,9 @@ def main():
     ap.add_argument("--batch", type=int, default=2)
     ap.add_argument("--train", action="store_true", help="also check one training step")
     ap.add_argument("--seed", type=int, default=1, help="seed of the training step's batch")
+    ap.add_argument("--freeze-bn", action="store_true",
+                    help="train with every BatchNormalization frozen (inference mode): the step without "
+                         "the ill-conditioning of batch statistics over a batch of 4")
     args = ap.parse_args()
     if args.train and keras.backend.backend() == "jax":
         import jax
