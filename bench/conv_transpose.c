@@ -13,8 +13,7 @@
  *
  * build (after the Release build in build/):
  *   cc -O2 -fopenmp -Iinclude -Isrc bench/conv_transpose.c build/libflynn.a \
- *      $(pkg-config --cflags --libs openblas json-c libzip zlib) \
- *      -L/usr/lib/x86_64-linux-gnu/hdf5/serial -lhdf5 -lm -ldl -lpthread -o conv_transpose
+ *      $(pkg-config --cflags --libs openblas json-c libzip zlib) -lm -ldl -lpthread -o conv_transpose
  * usage: conv_transpose [repetitions]
  */
 #include "core/graph.h"
@@ -26,11 +25,7 @@
 #include <string.h>
 #include <time.h>
 
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
+#include "bench_util.h"
 
 typedef struct result { double fwd_ms, step_ms, gflop; } result;
 

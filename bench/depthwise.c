@@ -11,7 +11,7 @@
  *
  * build (after cmake --build build):
  *   cc -O2 -fopenmp -Iinclude -Isrc bench/depthwise.c build/libflynn.a \
- *      $(pkg-config --cflags --libs openblas hdf5 libzip json-c zlib) -lm -o build/bench_depthwise
+ *      $(pkg-config --cflags --libs openblas libzip json-c zlib) -lm -o build/bench_depthwise
  * usage: build/bench_depthwise [batch] [reps]
  */
 #define _GNU_SOURCE
@@ -24,19 +24,7 @@
 #include <string.h>
 #include <time.h>
 
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static float *buf(size_t n, unsigned seed) {
-    float *p = malloc(n * sizeof(float));
-    if (!p) { fprintf(stderr, "out of memory (%zu floats)\n", n); exit(1); }
-    srand(seed);
-    for (size_t i = 0; i < n; i++) p[i] = (float)rand() / (float)RAND_MAX - 0.5f;
-    return p;
-}
+#include "bench_util.h"
 
 typedef struct result { double fwd, bwd; } result;
 
