@@ -277,20 +277,14 @@ static fl_status read_dataset(fl_h5file *f, uint64_t loc, const char *name, cons
     return read_data(f, &d, out);
 }
 
-static fl_status read_scalar_i64(fl_h5file *f, uint64_t loc, const char *name, const char *who, int64_t *v) {
+/* A one-element dataset as int64 (as_int) or float32 into *v. */
+static fl_status read_scalar(fl_h5file *f, uint64_t loc, const char *name, const char *who, bool as_int, void *v) {
     fl_h5_dataset d;
     fl_kvar k;
     FL_TRY(open_dataset(f, loc, name, who, &d, &k));
     if (d.npoints != 1) return fl_error(FL_ERR_FORMAT, "%s: %s is not a scalar", f->src, who);
-    return fl_h5_dataset_read(f->r, &d, true, v, sizeof *v) == 0 ? FL_OK : fl_last_status();
-}
-
-static fl_status read_scalar_f32(fl_h5file *f, uint64_t loc, const char *name, const char *who, float *v) {
-    fl_h5_dataset d;
-    fl_kvar k;
-    FL_TRY(open_dataset(f, loc, name, who, &d, &k));
-    if (d.npoints != 1) return fl_error(FL_ERR_FORMAT, "%s: %s is not a scalar", f->src, who);
-    return fl_h5_dataset_read(f->r, &d, false, v, sizeof *v) == 0 ? FL_OK : fl_last_status();
+    size_t size = as_int ? sizeof(int64_t) : sizeof(float);
+    return fl_h5_dataset_read(f->r, &d, as_int, v, size) == 0 ? FL_OK : fl_last_status();
 }
 
 static bool is_sequential_input(const fl_model *m, int i) { return !m->functional && i == 0; }
@@ -405,9 +399,9 @@ static fl_status read_keras_optimizer(fl_h5file *f, const fl_model *m, fl_kstate
     int n = count_links(f, g, "optimizer/vars");
     if (n < 0) return fl_last_status();
     if (n < 1) return FL_OK;
-    fl_status s = read_scalar_i64(f, g, "0", "optimizer iterations (optimizer/vars/0)", &st->iterations);
+    fl_status s = read_scalar(f, g, "0", "optimizer iterations (optimizer/vars/0)", true, &st->iterations);
     if (s == FL_OK && n >= 2) {
-        s = read_scalar_f32(f, g, "1", "optimizer learning rate (optimizer/vars/1)", &st->learning_rate);
+        s = read_scalar(f, g, "1", "optimizer learning rate (optimizer/vars/1)", false, &st->learning_rate);
         st->has_lr = s == FL_OK;
     }
     if (s == FL_OK && n > 2) {
@@ -481,9 +475,9 @@ static fl_status read_legacy_optimizer(fl_h5file *f, const fl_model *m, fl_kstat
     int n = read_str_list_attr(f, og, "weight_names", &names);
     fl_status s = FL_OK;
     if (n < 0 && n != -2) s = fl_last_status();
-    if (s == FL_OK && n >= 1) s = read_scalar_i64(f, og, names[0], "optimizer iterations", &st->iterations);
+    if (s == FL_OK && n >= 1) s = read_scalar(f, og, names[0], "optimizer iterations", true, &st->iterations);
     if (s == FL_OK && n >= 2) {
-        s = read_scalar_f32(f, og, names[1], "optimizer learning rate", &st->learning_rate);
+        s = read_scalar(f, og, names[1], "optimizer learning rate", false, &st->learning_rate);
         st->has_lr = s == FL_OK;
     }
     if (s == FL_OK && n > 2) s = read_slots(f, m, og, names + 2, n - 2, true, st);
