@@ -73,9 +73,11 @@ static fl_node *like(fl_graph *g, fl_op op, const char *name, fl_node *x) {
 }
 
 /* The node of a convolution-like op (Conv2D, its depthwise and transposed
- * forms): inputs x, kernel w, bias b or NULL; output (d.oh, d.ow, d.oc). */
-static fl_node *conv_node(fl_graph *g, fl_op op, const char *name, fl_node *x, fl_node *w, fl_node *b,
-                          fl_conv_desc d, int act) {
+ * forms): inputs x, kernel w, bias b or NULL; output (oh, ow, oc) per
+ * sample: the descriptor's (d.oh, d.ow, d.oc), except for the transposed form,
+ * whose descriptor is the forward convolution it reverses. */
+static fl_node *conv_node_shaped(fl_graph *g, fl_op op, const char *name, fl_node *x, fl_node *w, fl_node *b,
+                                 fl_conv_desc d, int act, int64_t oh, int64_t ow, int64_t oc) {
     d.act = act;
     d.has_bias = b != NULL;
     fl_node *n = fl_graph_new_node(g, op, name);
@@ -84,8 +86,13 @@ static fl_node *conv_node(fl_graph *g, fl_op op, const char *name, fl_node *x, f
     n->in[0] = x; n->in[1] = w; n->in[2] = b;
     n->conv = d;
     n->act = act;
-    if (!set_shape(g, n, true, 3, (int64_t[]){d.oh, d.ow, d.oc})) return NULL;
+    if (!set_shape(g, n, true, 3, (int64_t[]){oh, ow, oc})) return NULL;
     return n;
+}
+
+static fl_node *conv_node(fl_graph *g, fl_op op, const char *name, fl_node *x, fl_node *w, fl_node *b,
+                          fl_conv_desc d, int act) {
+    return conv_node_shaped(g, op, name, x, w, b, d, act, d.oh, d.ow, d.oc);
 }
 
 /* ---------------------------------------------------------- builders */
@@ -642,16 +649,7 @@ fl_node *fl_graph_conv2d_transpose(fl_graph *g, const char *name, fl_node *x, fl
     if (ch != d.oh || cw != d.ow) /* cannot happen with the lengths above; kept as a guard */
         return fl_error_null(FL_ERR_SHAPE, "layer '%s' (Conv2DTranspose): output %dx%d does not map back to %dx%d",
                              name, d.h, d.w, d.oh, d.ow);
-    d.act = act;
-    d.has_bias = b != NULL;
-    fl_node *n = fl_graph_new_node(g, FL_OP_CONV2D_TRANSPOSE, name);
-    if (!n) return NULL;
-    n->nin = b ? 3 : 2;
-    n->in[0] = x; n->in[1] = w; n->in[2] = b;
-    n->conv = d;
-    n->act = act;
-    if (!set_shape(g, n, true, 3, (int64_t[]){oh, ow, d.c})) return NULL;
-    return n;
+    return conv_node_shaped(g, FL_OP_CONV2D_TRANSPOSE, name, x, w, b, d, act, oh, ow, d.c);
 }
 
 fl_node *fl_graph_permute(fl_graph *g, const char *name, fl_node *x, const int *dims) {
