@@ -13,10 +13,12 @@
 #include <string.h>
 #include <unistd.h>
 
-static bool has_suffix(const char *s, const char *suf) {
-    size_t a = strlen(s), b = strlen(suf);
-    return a >= b && strcmp(s + a - b, suf) == 0;
+bool flynn_has_suffix_n(const char *s, size_t n, const char *suf) {
+    size_t b = strlen(suf);
+    return n >= b && strncmp(s + n - b, suf, b) == 0;
 }
+
+static bool has_suffix(const char *s, const char *suf) { return flynn_has_suffix_n(s, strlen(s), suf); }
 
 bool flynn_is_model_file(const char *name) {
     if (!name) return false;

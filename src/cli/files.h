@@ -15,6 +15,8 @@ int flynn_cmd_summary_file(int argc, char **argv);
 
 /* Whether a --model value names a file rather than a built-in model. */
 bool flynn_is_model_file(const char *name);
+/* Do the first n characters of s end in suf? */
+bool flynn_has_suffix_n(const char *s, size_t n, const char *suf);
 /* Loads a model file (compiled from its compile config when compile), then
  * the weights file when given; NULL with fl_last_error() on failure. */
 fl_model *flynn_load_model_file(const char *cmd, const char *path, const char *weights, bool compile);

@@ -188,17 +188,13 @@ typedef struct data_info {
     int classes;
 } data_info;
 
-static bool ends_with(const char *s, size_t n, const char *suffix) {
-    size_t k = strlen(suffix);
-    return n >= k && strncmp(s + n - k, suffix, k) == 0;
-}
-
 static int parse_data(const char *cmd, const char *spec, data_info *d) {
     const char *colon = strchr(spec, ':');
     size_t kl = colon ? (size_t)(colon - spec) : strlen(spec);
     d->classes = 10;
     const char *comma = strchr(spec, ',');
-    if (comma && !colon && ends_with(spec, (size_t)(comma - spec), ".npy") && ends_with(comma + 1, strlen(comma + 1), ".npy")) {
+    if (comma && !colon && flynn_has_suffix_n(spec, (size_t)(comma - spec), ".npy") &&
+        flynn_has_suffix_n(comma + 1, strlen(comma + 1), ".npy")) {
         d->kind = "npy";
         snprintf(d->x, sizeof d->x, "%.*s", (int)(comma - spec), spec);
         snprintf(d->y, sizeof d->y, "%s", comma + 1);
