@@ -477,7 +477,7 @@ static void config_refusals(void) {
         {"Dense", ",\"units\":3,\"activity_regularizer\":{\"class_name\":\"L1\",\"config\":{}}", {"activity_regularizer"}},
         {"Dense", ",\"units\":3,\"activation\":\"mish\"", {"activation 'mish'", "not supported"}},
         {"Dense", ",\"units\":3,\"dtype\":{\"module\":\"keras\",\"class_name\":\"DTypePolicy\",\"config\":{\"name\":\"mixed_float16\"}}", {"mixed_float16"}},
-        {"Dense", ",\"units\":3,\"trainable\":false", {"frozen"}},
+        {"Dense", ",\"units\":3,\"trainable\":\"no\"", {"'layer' (Dense)", "'trainable' is a string, expected true or false"}},
         {"Dense", ",\"units\":3,\"kernel_initializer\":{\"module\":\"my\",\"class_name\":\"Mine\",\"registered_name\":\"x>Mine\",\"config\":{}}", {"kernel_initializer", "custom object"}},
         {"BatchNormalization", ",\"axis\":1", {"(BatchNormalization)", "axis 1"}},
         {"BatchNormalization", ",\"renorm\":true", {"renorm"}},

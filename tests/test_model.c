@@ -489,12 +489,92 @@ static void test_functional(void) {
     fl_tensor_free(ty);
 }
 
+/* A host copy of weight i of layer l. */
+static fl_tensor *weight_copy(fl_model *m, int layer, int i) {
+    return fl_tensor_clone(fl_layer_weight(fl_model_layer(m, layer), i));
+}
+static bool same_tensor(fl_tensor *a, fl_tensor *b) {
+    return fl_tensor_size(a) == fl_tensor_size(b) &&
+           memcmp(fl_tensor_data(a), fl_tensor_data(b), (size_t)fl_tensor_size(a) * sizeof(float)) == 0;
+}
+
+/* Frozen layers (Keras's trainable = False): not updated by fit, counted as
+ * non-trainable, a frozen BatchNormalization in inference mode, the flags
+ * through .keras/.h5/JSON, and unfreezing after compile (the optimizer
+ * rebinds at the next fit, as Keras's recompile). */
+static void test_frozen(void) {
+    fl_tensor *x, *y;
+    blobs(128, &x, &y, 9);
+    fl_model *m = fl_sequential(fl_input(4), fl_dense(8, .activation = FL_RELU), fl_batch_normalization(),
+                                fl_dense(2, .activation = FL_SOFTMAX));
+    CHECK(m != NULL);
+    if (!m) return;
+    int64_t all = fl_model_count_params(m);
+    CHECK(fl_layer_set_trainable(fl_model_layer(m, 1), false) == FL_OK);
+    CHECK(fl_layer_set_trainable(fl_model_layer(m, 2), false) == FL_OK);
+    CHECK(!fl_layer_trainable(fl_model_layer(m, 1)) && fl_layer_trainable(fl_model_layer(m, 3)));
+    CHECK_MSG(fl_model_count_trainable_params(m) == 8 * 2 + 2, "trainable %lld of %lld",
+              (long long)fl_model_count_trainable_params(m), (long long)all);
+    CHECK(fl_compile(m, fl_sgd(.learning_rate = 0.1f, .momentum = 0.9f), FL_SPARSE_CATEGORICAL_CROSSENTROPY) == FL_OK);
+    fl_tensor *k1 = weight_copy(m, 1, 0), *b1 = weight_copy(m, 1, 1), *mm = weight_copy(m, 2, 2),
+              *mv = weight_copy(m, 2, 3), *k3 = weight_copy(m, 3, 0);
+    fl_history *h = fl_fit(m, x, y, .batch_size = 16, .epochs = 2, .verbose = FL_VERBOSE_SILENT);
+    CHECK_MSG(h != NULL, "fit with frozen layers: %s", fl_last_error());
+    fl_history_free(h);
+    CHECK_MSG(same_tensor(k1, fl_layer_weight(fl_model_layer(m, 1), 0)) &&
+              same_tensor(b1, fl_layer_weight(fl_model_layer(m, 1), 1)), "a frozen Dense is not updated");
+    CHECK_MSG(same_tensor(mm, fl_layer_weight(fl_model_layer(m, 2), 2)) &&
+              same_tensor(mv, fl_layer_weight(fl_model_layer(m, 2), 3)),
+              "a frozen BatchNormalization keeps its moving statistics");
+    CHECK_MSG(!same_tensor(k3, fl_layer_weight(fl_model_layer(m, 3), 0)), "the trainable Dense is updated");
+    /* the flags go through every file format and come back frozen */
+    const char *exts[] = {".keras", ".h5", ".json"};
+    for (int e = 0; e < 3; e++) {
+        char fn[256];
+        snprintf(fn, sizeof fn, "%s/flynn_test_frozen_%d%s", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp",
+                 (int)getpid(), exts[e]);
+        CHECK_MSG(fl_save_model(m, fn) == FL_OK, "save %s: %s", exts[e], fl_last_error());
+        fl_model *r = fl_load_model(fn);
+        CHECK_MSG(r != NULL, "load %s: %s", exts[e], fl_last_error());
+        if (r) {
+            CHECK_MSG(!fl_layer_trainable(fl_model_layer(r, 1)) && !fl_layer_trainable(fl_model_layer(r, 2)) &&
+                      fl_layer_trainable(fl_model_layer(r, 3)), "%s: frozen flags read back", exts[e]);
+            CHECK(fl_model_count_trainable_params(r) == fl_model_count_trainable_params(m));
+            fl_model_free(r);
+        }
+        remove(fn);
+    }
+    /* unfrozen after compile: the next fit trains it */
+    CHECK(fl_model_set_trainable(m, true) == FL_OK);
+    CHECK(fl_model_count_trainable_params(m) == all - 2 * 8);
+    h = fl_fit(m, x, y, .batch_size = 16, .epochs = 1, .verbose = FL_VERBOSE_SILENT);
+    CHECK_MSG(h != NULL, "fit after unfreezing: %s", fl_last_error());
+    fl_history_free(h);
+    CHECK_MSG(!same_tensor(k1, fl_layer_weight(fl_model_layer(m, 1), 0)), "an unfrozen Dense is updated");
+    CHECK_MSG(!same_tensor(mm, fl_layer_weight(fl_model_layer(m, 2), 2)),
+              "an unfrozen BatchNormalization updates its moving statistics");
+    /* model.trainable = False freezes everything: nothing changes */
+    CHECK(fl_model_set_trainable(m, false) == FL_OK);
+    CHECK(fl_model_count_trainable_params(m) == 0);
+    fl_tensor_free(k3);
+    k3 = weight_copy(m, 3, 0);
+    h = fl_fit(m, x, y, .batch_size = 16, .epochs = 1, .verbose = FL_VERBOSE_SILENT);
+    CHECK_MSG(h != NULL, "fit of a frozen model: %s", fl_last_error());
+    fl_history_free(h);
+    CHECK(same_tensor(k3, fl_layer_weight(fl_model_layer(m, 3), 0)));
+    fl_tensor_free(k1); fl_tensor_free(b1); fl_tensor_free(mm); fl_tensor_free(mv); fl_tensor_free(k3);
+    fl_model_free(m);
+    fl_tensor_free(x);
+    fl_tensor_free(y);
+}
+
 int main(void) {
     test_summary();
     test_build_errors();
     test_fit_api();
     test_losses_train();
     test_functional();
+    test_frozen();
     fl_dataset d;
     if (fl_load_mnist(FASHION, 2000, 0, &d) != FL_OK) {
         fprintf(stderr, "Fashion-MNIST is missing (%s): run scripts/setup.sh\n", fl_last_error());

@@ -429,6 +429,41 @@ static void test_batchnorm(void) {
     h_free(&h);
 }
 
+/* A frozen BatchNormalization (Keras: trainable false) normalises with its
+ * moving statistics in training too, leaves them as they are, and passes
+ * dx = dy gamma / sqrt(moving_var + eps) back; x also feeds an Add, so that
+ * its gradient is added to (the other branch of the frozen backward). */
+static void test_batchnorm_frozen(void) {
+    harness h;
+    const int64_t B = 5, C = 19;
+    h_init(&h, B, 3, (int64_t[]){2, 3, C});
+    fl_node *w[4];
+    const char *names[4] = {"gamma", "beta", "moving_mean", "moving_variance"};
+    const float lo[4] = {0.5f, -0.5f, -0.3f, 0.5f}, hi[4] = {1.5f, 0.5f, 0.3f, 2.0f};
+    for (int i = 0; i < 4; i++) {
+        w[i] = fl_graph_param(&h.g, names[i], 1, &C, false);
+        fill(w[i]->val, C, lo[i], hi[i]);
+    }
+    fl_node *bn = fl_graph_batchnorm(&h.g, "bn", h.x, w[0], w[1], w[2], w[3], 1e-3f, 0.99f);
+    fl_graph_batchnorm_freeze(bn, true);
+    fl_node *y = fl_graph_merge(&h.g, "add", FL_OP_ADD, (fl_node *[]){bn, h.x}, 2, 0);
+    h_ready(&h, y, -2, 3);
+    float mm0 = w[2]->val[3], mv0 = w[3]->val[3];
+    h_loss(&h, true);
+    int64_t M = B * 6;
+    double err = 0;
+    for (int64_t r = 0; r < M; r++)
+        for (int c = 0; c < C; c++) {
+            double xv = h.x->val[r * C + c];
+            double ref = (xv - w[2]->val[c]) / sqrt(w[3]->val[c] + 1e-3) * w[0]->val[c] + w[1]->val[c];
+            err = fmax(err, fabs(bn->val[r * C + c] - ref));
+        }
+    CHECK_MSG(err < 1e-5, "frozen batchnorm: training forward uses the moving statistics (error %g)", err);
+    CHECK_MSG(w[2]->val[3] == mm0 && w[3]->val[3] == mv0, "frozen batchnorm: moving statistics unchanged");
+    h_gradcheck(&h, "batchnorm frozen", 1e-3, 1e-2, true);
+    h_free(&h);
+}
+
 static void test_act(int act) {
     harness h;
     const int64_t B = 4, N = 6;
@@ -1673,5 +1708,6 @@ int main(void) {
     test_fused_conv_relu_conv_pool(10, 10, 1, 4, 8, 2);
     test_fused_conv_relu_conv_pool(9, 11, 2, 5, 19, 2);
     test_fused_conv_relu_conv_pool(10, 10, 3, 8, 6, 3);
+    test_batchnorm_frozen();
     return check_report("test_ops");
 }

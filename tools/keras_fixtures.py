@@ -660,6 +660,29 @@ def t_bn_rmsprop():
     ], name="train_bn_rmsprop")
 
 
+def t_frozen_sgd():
+    # Transfer learning as keras.io teaches it: a frozen convolution and a
+    # frozen BatchNormalization (inference mode in training too, moving
+    # statistics kept), then a trainable BatchNormalization and head.
+    m = keras.Sequential([
+        keras.Input((6, 6, 2)),
+        L.Conv2D(4, 3, name="frozen_conv"),
+        L.BatchNormalization(name="frozen_bn"),
+        L.Activation("relu"),
+        L.Conv2D(3, 3),
+        L.BatchNormalization(),
+        L.Flatten(),
+        L.Dense(3, activation="softmax"),
+    ], name="train_frozen_sgd")
+    rng = np.random.default_rng(5)
+    bn = m.get_layer("frozen_bn")
+    bn.set_weights([rng.uniform(0.5, 1.5, 4).astype(F32), rng.uniform(-0.5, 0.5, 4).astype(F32),
+                    rng.uniform(-0.3, 0.3, 4).astype(F32), rng.uniform(0.5, 2.0, 4).astype(F32)])
+    m.get_layer("frozen_conv").trainable = False
+    bn.trainable = False
+    return m
+
+
 def t_adamw():
     return keras.Sequential([
         keras.Input((6,)),
@@ -827,6 +850,9 @@ TRAINING = [
      "sparse_categorical_crossentropy", ["accuracy"], b_sparse(3, 8, 8, 2), KERAS),
     # SGD: a step proportional to the gradient, so that the tiny gradient
     # elements of this deep stack are no trouble (see gradient_check).
+    ("train_frozen_sgd", t_frozen_sgd,
+     lambda: keras.optimizers.SGD(learning_rate=0.1, momentum=0.9),
+     "sparse_categorical_crossentropy", ["accuracy"], b_sparse(3, 6, 6, 2), ("keras", "h5")),
     ("train_dilated_grouped_sgd", t_dilated_grouped_sgd,
      lambda: keras.optimizers.SGD(learning_rate=0.1, momentum=0.9),
      "sparse_categorical_crossentropy", ["accuracy"], b_sparse(3, 8, 8, 4), KERAS),

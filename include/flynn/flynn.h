@@ -528,6 +528,20 @@ fl_tensor *fl_layer_weight(fl_layer *l, int index);
 fl_status fl_layer_set_weight(fl_layer *l, int index, const fl_tensor *t);
 const char *fl_layer_weight_name(const fl_layer *l, int index); /* "kernel" */
 
+/* Freezing, as Keras's layer.trainable = False (transfer learning): a frozen
+ * layer's weights are not updated and count as non-trainable, and a frozen
+ * BatchNormalization runs in inference mode also in training (it normalises
+ * with its moving statistics and leaves them as they are). Gradients still
+ * flow through a frozen layer to the layers before it. fl_model_set_trainable
+ * sets every layer, as model.trainable does. Keras needs compile() again after
+ * a change; flynn rebinds the optimizer at the next fl_fit by itself, which,
+ * as a Keras recompile, starts its state (momenta, moments) afresh. Frozen
+ * layers are saved as "trainable": false in .keras, .h5 and JSON files and
+ * read back frozen. */
+fl_status fl_layer_set_trainable(fl_layer *l, bool trainable);
+bool fl_layer_trainable(const fl_layer *l);
+fl_status fl_model_set_trainable(fl_model *m, bool trainable);
+
 /* --------------------------------------------------------------- optimizers */
 
 typedef struct fl_optimizer fl_optimizer;

@@ -113,6 +113,32 @@ void fl_graph_finalize(fl_graph *g) {
     }
 }
 
+fl_status fl_graph_set_trainable(fl_graph *g, fl_node *w, bool trainable) {
+    if (w->op != FL_OP_PARAM) return fl_error(FL_ERR_INVALID_ARG, "layer '%s': not a weight", w->name);
+    if (trainable && !w->grad) {
+        size_t bytes = (size_t)fl_node_size(w) * sizeof(float);
+        int64_t total;
+        if (!fl_add_checked(g->param_bytes, (int64_t)bytes, &total) || total > fl_model_bytes_limit()) {
+            char a[48];
+            return fl_error(FL_ERR_NOMEM, "layer '%s': the gradient of a weight made trainable would take the model "
+                            "past flynn's model memory limit of %s (raise it with $FLYNN_MAX_MODEL_BYTES)", w->name,
+                            fl_bytes_str(fl_model_bytes_limit(), a, sizeof a));
+        }
+        if (!(w->grad = g->be->alloc(bytes))) return fl_last_status();
+        g->be->zero(w->grad, bytes);
+        g->param_bytes = total;
+    }
+    w->trainable = trainable;
+    return FL_OK;
+}
+
+void fl_graph_refinalize(fl_graph *g) {
+    free_batched(g);
+    fl_graph_finalize(g);
+    g->generation++;
+    g->trainable_gen++;
+}
+
 /* The bytes the batch buffers of `batch` samples would take, with the
  * weights, checked against the memory budget before anything is allocated;
  * the refusal names the batch size and the layer with the largest buffers. */

@@ -76,7 +76,8 @@ struct fl_node {
     int axis;                  /* CONCAT, SOFTMAX: axis of the full shape (batch = 0) */
     fl_pact_desc pact;         /* PACT: formula and parameters */
     fl_bcast_desc bcast;       /* PRELU, NORMALIZE, BMERGE: how the parameter broadcasts (n set per batch) */
-    int mode;                  /* BMERGE: FL_BM_ADD or FL_BM_MUL; DROPOUT: 1 with a noise shape (bcast) */
+    int mode;                  /* BMERGE: FL_BM_ADD or FL_BM_MUL; DROPOUT: 1 with a noise shape (bcast);
+                                * BATCHNORM: 1 frozen (moving statistics in training too) */
     bool invert;               /* NORMALIZE: the inverse transformation */
     int bilinear;              /* UPSAMPLE2D: 1 bilinear, 0 nearest */
     int perm[FL_MAX_DIMS];     /* PERMUTE: output axis i is input axis perm[i] (batch: perm[0] = 0) */
@@ -93,6 +94,7 @@ typedef struct fl_graph {
     uint64_t seed;
     int64_t step;              /* training steps run (dropout streams) */
     int64_t generation;        /* changes whenever buffers move: invalidates captured steps */
+    int64_t trainable_gen;     /* changes whenever a weight is frozen or unfrozen */
     int64_t param_bytes;       /* weights and their gradients (checked against fl_model_bytes_limit) */
     int64_t sample_bytes;      /* batched values per sample (ditto, at build time) */
     int64_t opt_bytes;         /* the optimizer's slots, included in param_bytes */
@@ -126,6 +128,10 @@ fl_node *fl_graph_dropout(fl_graph *g, const char *name, fl_node *x, float rate,
                           const int64_t *noise);
 fl_node *fl_graph_batchnorm(fl_graph *g, const char *name, fl_node *x, fl_node *gamma, fl_node *beta,
                             fl_node *mean, fl_node *var, float eps, float momentum);
+/* Freezes a BatchNormalization node (Keras: the layer's trainable is false):
+ * it then normalises with the moving statistics in training too, and leaves
+ * them as they are. Re-reserve the graph's buffers afterwards. */
+void fl_graph_batchnorm_freeze(fl_node *n, bool frozen);
 fl_node *fl_graph_act(fl_graph *g, const char *name, fl_node *x, int act);
 /* Adds zero rows/columns to each side of an NHWC image (ZeroPadding2D), or
  * removes them where a count is negative (Cropping2D). */
@@ -166,6 +172,13 @@ fl_node *fl_graph_permute(fl_graph *g, const char *name, fl_node *x, const int *
  * negative from the end) over n inputs. */
 fl_node *fl_graph_merge(fl_graph *g, const char *name, fl_op op, fl_node *const *xs, int n, int axis);
 
+/* Makes weight `w` trainable (a gradient buffer is allocated if it has none)
+ * or frozen, after the graph was built; then call fl_graph_refinalize. */
+fl_status fl_graph_set_trainable(fl_graph *g, fl_node *w, bool trainable);
+/* After trainability changed: needs_grad recomputed, the batch buffers
+ * dropped (the next reserve makes them again), trainable_gen advanced so
+ * that an optimizer bound before rebinds. */
+void fl_graph_refinalize(fl_graph *g);
 /* Marks which nodes need gradients (those downstream of a trainable param)
  * and counts consumers; call once after building. */
 void fl_graph_finalize(fl_graph *g);

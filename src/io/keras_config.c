@@ -14,8 +14,9 @@
  * Whatever flynn cannot represent exactly is refused with a message naming
  * the file, the layer and the reason: an unknown or custom class (module not
  * keras, a registered_name), Lambda, channels_first, dilation or groups != 1,
- * regularizers and constraints (they change training), frozen layers
- * (trainable false), non-float32 dtype policies, inputs of unknown size...
+ * regularizers and constraints (they change training), non-float32 dtype
+ * policies, inputs of unknown size... Frozen layers (trainable false) load
+ * frozen (fl_layer_set_trainable).
  * Initializers only matter for fresh weights: flynn always uses Keras's
  * defaults (GlorotUniform kernels, zero biases, BatchNormalization ones and
  * zeros), and writes those names back.
@@ -66,11 +67,8 @@ static fl_status check_entry(const kctx *c, json_object *entry, const char *cls,
         return kfail(c, FL_ERR_UNSUPPORTED, "a custom object (class '%s', registered as '%s', module '%s'); flynn "
                      "only loads built-in Keras layers: %s", cls, reg ? reg : "-", mod ? mod : "-", SUPPORTED_LAYERS);
     if (!jis(cfg, json_type_object)) return kfail(c, FL_ERR_FORMAT, "'config' is %s, expected an object", jtype_name(cfg));
-    bool trainable = true;
+    bool trainable = true; /* false: a frozen layer (layer_from_config) */
     FL_TRY(get_bool(c, cfg, "trainable", true, &trainable));
-    if (!trainable)
-        return kfail(c, FL_ERR_UNSUPPORTED, "trainable is false (a frozen layer); flynn trains every layer, so it "
-                     "refuses frozen layers rather than train them");
     return check_dtype(c, cfg);
 }
 
@@ -95,6 +93,9 @@ static fl_layer *layer_from_config(const kctx *c, const char *cls, json_object *
         return kfail(c, fl_last_status() ? fl_last_status() : FL_ERR_FORMAT, "%s", why), NULL;
     }
     if (set_layer_name(c, l, name) != FL_OK) { fl_layer_free(l); return NULL; }
+    bool trainable = true; /* checked by check_entry */
+    get_bool(c, cfg, "trainable", true, &trainable);
+    l->frozen = !trainable; /* before it is built: its weights are made frozen */
     return l;
 }
 
@@ -126,9 +127,8 @@ static fl_status check_model_object(const kctx *c, json_object *mc, const char *
     *cls_out = cls;
     json_object *cfg = jkey(mc, "config");
     if (!jis(cfg, json_type_object)) return kfail(c, FL_ERR_FORMAT, "the model config has no 'config' object");
-    bool trainable = true;
+    bool trainable = true; /* false: every layer frozen (fl_keras_model_from_config) */
     FL_TRY(get_bool(c, cfg, "trainable", true, &trainable));
-    if (!trainable) return kfail(c, FL_ERR_UNSUPPORTED, "the model has trainable false (frozen); flynn refuses frozen models");
     if (!jis(jkey(cfg, "layers"), json_type_array)) return kfail(c, FL_ERR_FORMAT, "the model config has no 'layers' list");
     return FL_OK;
 }
@@ -616,8 +616,17 @@ fl_model *fl_keras_model_from_config(json_object *mc, const char *src) {
     if (check_model_object(&c, mc, &cls)) return NULL;
     json_object *cfg = jkey(mc, "config");
     if (refuse_all_unsupported(&c, cfg)) return NULL;
-    if (strcmp(cls, "Sequential") == 0) return sequential_from_config(&c, cfg);
-    return functional_from_config(&c, cfg);
+    fl_model *m = strcmp(cls, "Sequential") == 0 ? sequential_from_config(&c, cfg) : functional_from_config(&c, cfg);
+    bool trainable = true;
+    get_bool(&c, cfg, "trainable", true, &trainable);
+    /* Keras: model.trainable = False freezes every layer; True leaves each
+     * layer's own flag as its config says */
+    if (m && !trainable && fl_model_set_trainable(m, false) != FL_OK) {
+        fl_error_prefix("%s: ", src);
+        fl_model_free(m);
+        return NULL;
+    }
+    return m;
 }
 
 /* ------------------------------------------------------------ compile */
@@ -868,7 +877,7 @@ static json_object *layer_config(const fl_layer *l) {
         return c;
     }
     put(c, "name", jstring(l->name));
-    put(c, "trainable", jbool(true));
+    put(c, "trainable", jbool(!l->frozen));
     put(c, "dtype", dtype_policy());
     const fl_keras_layer_def *d = fl_keras_layer_by_kind(l->kind);
     if (d && d->to_config) d->to_config(l, c);
@@ -960,7 +969,7 @@ json_object *fl_keras_model_config(const fl_model *m, bool legacy) {
     json_object *cfg = json_object_new_object();
     json_object *layers = json_object_new_array();
     put(cfg, "name", jstring(m->name));
-    put(cfg, "trainable", jbool(true));
+    put(cfg, "trainable", jbool(!m->frozen));
     if (!m->functional) put(cfg, "dtype", dtype_policy());
     for (int i = 0; i < m->nlayers; i++) json_object_array_add(layers, layer_entry(m, m->layers[i], legacy));
     put(cfg, "layers", layers);

@@ -513,8 +513,9 @@ static fl_node *add_weight(fl_layer *l, fl_graph *g, const char *wname, int ndim
             }
         return fl_error_null(FL_ERR_STATE, "layer '%s': no weight '%s' from its first call", l->name, wname);
     }
-    fl_node *w = fl_graph_param(g, l->name, ndim, shape, trainable);
+    fl_node *w = fl_graph_param(g, l->name, ndim, shape, trainable && !l->frozen);
     if (!w) return NULL;
+    l->wtrainable[l->nw] = trainable;
     l->w[l->nw] = w;
     l->wname[l->nw] = wname;
     l->wview[l->nw] = NULL;
@@ -733,7 +734,9 @@ static fl_node *build_batchnorm(fl_layer *l, fl_graph *g, fl_node *const *xs, in
     fl_node *mm = add_weight(l, g, "moving_mean", 1, &c, false);
     fl_node *mv = add_weight(l, g, "moving_variance", 1, &c, false);
     if ((!a->no_scale && !gm) || (!a->no_center && !bt) || !mm || !mv) return NULL;
-    return fl_graph_batchnorm(g, l->name, x, gm, bt, mm, mv, a->epsilon, a->momentum);
+    fl_node *n = fl_graph_batchnorm(g, l->name, x, gm, bt, mm, mv, a->epsilon, a->momentum);
+    if (n && l->frozen) fl_graph_batchnorm_freeze(n, true);
+    return n;
 }
 
 static fl_node *build_activation(fl_layer *l, fl_graph *g, fl_node *const *xs, int nx) {
@@ -973,6 +976,33 @@ fl_node *fl_layer_build(fl_layer *l, fl_graph *g, fl_node *const *xs, int nx, ui
 }
 
 /* ---------------------------------------------------------- accessors */
+
+bool fl_layer_trainable(const fl_layer *l) { return l && !l->frozen; }
+
+fl_status fl_layer_set_trainable(fl_layer *l, bool trainable) {
+    if (!l) return fl_error(FL_ERR_INVALID_ARG, "fl_layer_set_trainable: layer is NULL");
+    if (l->frozen == !trainable) return FL_OK;
+    if (l->g && l->ncalls > 0) { /* built: its weights and BatchNormalization nodes change in place */
+        for (int i = 0; i < l->nw; i++)
+            if (l->wtrainable[i] && fl_graph_set_trainable(l->g, l->w[i], trainable) != FL_OK) {
+                for (int k = 0; k < i; k++) /* as it was: freezing cannot fail */
+                    if (l->wtrainable[k]) fl_graph_set_trainable(l->g, l->w[k], !trainable);
+                fl_error_prefix("fl_layer_set_trainable: ");
+                return fl_last_status();
+            }
+        for (int i = 0; i < l->g->n; i++) { /* every call of a BatchNormalization layer */
+            fl_node *n = l->g->nodes[i];
+            if (n->op == FL_OP_BATCHNORM && l->kind == FL_L_BATCHNORM && n->nin > 3 && l->nw > 0 &&
+                n->in[3] == l->w[l->nw - 2])
+                fl_graph_batchnorm_freeze(n, !trainable);
+        }
+        l->frozen = !trainable;
+        fl_graph_refinalize(l->g);
+        return FL_OK;
+    }
+    l->frozen = !trainable;
+    return FL_OK;
+}
 
 const char *fl_layer_name(const fl_layer *l) { return l ? l->name : NULL; }
 const char *fl_layer_class(const fl_layer *l) { return l ? kind_class[l->kind] : NULL; }

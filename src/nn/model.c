@@ -431,6 +431,13 @@ static int64_t count(const fl_model *m, int which /* 0 all, 1 trainable, 2 non-t
 int64_t fl_model_count_params(const fl_model *m) { return m ? count(m, 0) : 0; }
 int64_t fl_model_count_trainable_params(const fl_model *m) { return m ? count(m, 1) : 0; }
 
+fl_status fl_model_set_trainable(fl_model *m, bool trainable) {
+    if (!m) return fl_error(FL_ERR_INVALID_ARG, "fl_model_set_trainable: model is NULL");
+    for (int i = 0; i < m->nlayers; i++) FL_TRY(fl_layer_set_trainable(m->layers[i], trainable));
+    m->frozen = !trainable;
+    return FL_OK;
+}
+
 static const char *thousands(int64_t v, char *buf, size_t n) {
     char tmp[32];
     snprintf(tmp, sizeof tmp, "%lld", (long long)v);

@@ -106,6 +106,8 @@ struct fl_layer {
     int index;        /* position in the model */
     int64_t order;    /* creation order (default names follow it) */
     int ncalls;       /* times built: a shared layer is called more than once */
+    bool frozen;      /* trainable false (Keras): no weight is updated; BatchNormalization runs in inference mode */
+    bool wtrainable[FL_LAYER_MAX_WEIGHTS]; /* trainable when the layer is not frozen (false: moving statistics) */
     bool inference_call; /* Dropout called with training=False in the file: written back; Keras 3's
                           * Functional lets the model's own training flag override it (fit: active) */
 };
@@ -142,6 +144,7 @@ struct fl_optimizer {
     int64_t iterations;
     int nparams;
     fl_param_ref *params;  /* bound at compile */
+    int64_t bound_gen;     /* the graph's trainable_gen at binding (a change: bind again) */
     const fl_backend *be;
 };
 
@@ -166,6 +169,7 @@ struct fl_model {
     fl_sym **syms;                      /* functional: every call, in topological order */
     uint64_t seed;
     bool compiled;
+    bool frozen;                        /* trainable false as a whole (Keras's model.trainable) */
     fl_optimizer *opt;
     fl_loss loss;
     int nmetrics;

@@ -128,6 +128,7 @@ fl_status fl_optimizer_bind(fl_optimizer *o, fl_graph *g) {
     g->param_bytes -= g->opt_bytes; /* a model compiled again: the old slots are gone */
     g->opt_bytes = 0;
     o->be = g->be;
+    o->bound_gen = g->trainable_gen;
     int np = 0;
     int64_t floats = 0;
     for (int i = 0; i < g->n; i++)

@@ -896,6 +896,11 @@ fl_history *fl_fit_(fl_model *m, const fl_tensor *x, const fl_tensor *y, fl_fit_
     if (!m->compiled)
         return fl_error_null(FL_ERR_STATE, "fl_fit: model '%s' is not compiled (call fl_compile first)", m->name);
     if (check_x(m, x, "fl_fit") != FL_OK) return NULL;
+    if (m->opt->bound_gen != m->g.trainable_gen && fl_optimizer_bind(m->opt, &m->g) != FL_OK) {
+        /* layers were frozen or unfrozen since compile: what Keras's recompile does */
+        fl_error_prefix("fl_fit: binding the optimizer to the weights now trainable: ");
+        return NULL;
+    }
     if (a.batch_size < 0) return fl_error_null(FL_ERR_INVALID_ARG, "fl_fit: batch_size %d, expected > 0", a.batch_size);
     if (a.epochs < 0) return fl_error_null(FL_ERR_INVALID_ARG, "fl_fit: epochs %d, expected > 0", a.epochs);
     if (!(a.validation_split >= 0.0f && a.validation_split < 1.0f))

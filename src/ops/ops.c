@@ -381,6 +381,13 @@ fl_node *fl_graph_batchnorm(fl_graph *g, const char *name, fl_node *x, fl_node *
     return n;
 }
 
+void fl_graph_batchnorm_freeze(fl_node *n, bool frozen) {
+    n->mode = frozen;
+    /* frozen backward: aux_fixed's first c floats hold the zero mean it passes
+     * the inference kernel, aux_per_sample a gradient that must be added */
+    n->aux_per_sample = frozen ? (size_t)fl_node_sample_size(n) * sizeof(float) : 0;
+}
+
 fl_node *fl_graph_act(fl_graph *g, const char *name, fl_node *x, int act) {
     fl_node *n = like(g, FL_OP_ACT, name, x);
     if (!n) return NULL;
@@ -932,7 +939,7 @@ static void batchnorm_forward(fl_graph *g, fl_node *n, bool training) {
     int c = (int)x->shape[x->ndim - 1];
     fl_bn_desc d = {rows_of(x), c, n->eps, n->momentum};
     const float *gamma = n->in[1] ? n->in[1]->val : NULL, *beta = n->in[2] ? n->in[2]->val : NULL;
-    if (training) {
+    if (training && !n->mode) {
         float *save = n->aux; /* mean, then 1/std, of this batch */
         g->be->bn_fwd_train(&d, x->val, gamma, beta, n->val, save, save + c, n->in[3]->val, n->in[4]->val);
     } else {
@@ -946,6 +953,20 @@ static void batchnorm_backward(fl_graph *g, fl_node *n) {
     fl_bn_desc d = {rows_of(x), c, n->eps, n->momentum};
     float beta = 0.0f;
     float *dx = in_grad(n, 0, &beta);
+    if (n->mode) {
+        /* frozen: y = gamma (x - moving_mean) / sqrt(moving_var + eps) + beta with
+         * constant statistics, so dx = dy gamma / sqrt(moving_var + eps): the
+         * inference kernel applied to dy with a zero mean and no beta. aux
+         * holds c zeros, then room for dx when it must be added. */
+        if (dx) {
+            float *zero = n->aux, *tmp = beta != 0.0f ? zero + 2 * c : dx;
+            g->be->fill(c, 0.0f, zero);
+            g->be->bn_fwd_infer(&d, n->grad, n->in[1] ? n->in[1]->val : NULL, NULL, zero, n->in[4]->val, tmp);
+            if (tmp != dx) g->be->accumulate(fl_node_size(n), tmp, dx, 1.0f);
+        }
+        mark(n, 0);
+        return;
+    }
     const float *save = n->aux;
     size_t off = 0;
     float *dgb[2] = {weight_grad(n, 1, &off), weight_grad(n, 2, &off)};
@@ -1289,7 +1310,7 @@ static const fl_op_def op_table[FL_OP_COUNT] = {
                        {KERNEL(dropout_fwd), KERNEL(dropout_bwd), KERNEL(copy), KERNEL(accumulate), KERNEL(fill),
                         KERNEL(bmerge_fwd), KERNEL(bmerge_bwd)}},
     [FL_OP_BATCHNORM] = {"batch_norm", batchnorm_forward, batchnorm_backward,
-                         {KERNEL(bn_fwd_train), KERNEL(bn_fwd_infer), KERNEL(bn_bwd)}},
+                         {KERNEL(bn_fwd_train), KERNEL(bn_fwd_infer), KERNEL(bn_bwd), KERNEL(fill), KERNEL(accumulate)}},
     [FL_OP_ACT] = {"activation", act_forward, act_backward, {KERNEL(act_fwd), KERNEL(act_bwd), KERNEL(accumulate)}},
     [FL_OP_ADD] = {"add", add_forward, add_backward, {KERNEL(copy), KERNEL(accumulate)}},
     [FL_OP_MUL] = {"multiply", mul_forward, mul_backward, {KERNEL(mul), KERNEL(copy), KERNEL(accumulate)}},
