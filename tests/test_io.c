@@ -1175,6 +1175,119 @@ static void test_convert(void) {
     fl_tensor_free(lf);
 }
 
+/* fl_load_fortunes_lang on a small fortune folder made here: the cookie
+ * separator, the cleaning (overstriking, a "#source" first line, white
+ * space, too few letters, duplicates across files and languages), links
+ * and .dat files left out, UTF-8 and Latin-1 tokens, pre-padding and
+ * truncation, balanced classes, and the errors for a missing language. */
+static void fort_write(const char *rel, const char *text) {
+    char p[512];
+    snprintf(p, sizeof p, "%s/fortunes/%s", tmpdir, rel);
+    FILE *f = fopen(p, "wb");
+    CHECK_MSG(f != NULL, "cannot write %s", p);
+    if (!f) return;
+    fputs(text, f);
+    fclose(f);
+}
+
+/* n cookies "<word> number k is a sentence in this language" (>= 20 letters). */
+static void fort_lang(const char *rel, const char *word, int n, const char *extra) {
+    char *buf = malloc(65536);
+    size_t off = 0;
+    for (int k = 0; k < n; k++)
+        off += (size_t)snprintf(buf + off, 65536 - off, "%s number %d is a sentence\nin this   language\n%%\n", word, k);
+    snprintf(buf + off, 65536 - off, "%s", extra);
+    fort_write(rel, buf);
+    free(buf);
+}
+
+static void test_fortunes(void) {
+    char d[512], p[600];
+    snprintf(d, sizeof d, "%s/fortunes", tmpdir);
+    mkdir(d, 0755);
+    const char *langs[] = {"de", "es", "it", "pl"};
+    for (int i = 0; i < 4; i++) { snprintf(p, sizeof p, "%s/%s", d, langs[i]); mkdir(p, 0755); }
+    /* English: 14 cookies in two category files + one with overstriking, one
+     * too short, one duplicate; a file that is not an English category
+     * (another package's) is not read */
+    fort_lang("fortunes", "english", 12, "B\bBo\bol\bld\bd _\bu_\bn_\bd_\be_\br_\bl_\bi_\bn_\be_\bd letters here\n%\nshort\n%\n"
+              "english number 3 is a sentence in this language\n%\n");
+    fort_lang("science", "scientific", 2, "");
+    fort_lang("brasil", "portuguese", 50, "");
+    /* German: 11, Latin-1 and UTF-8 umlauts; a .dat and a link repeat nothing */
+    fort_lang("de/zitate", "deutsch", 10, "Gr\xc3\xbc\xc3\x9f" "e aus M\xfc" "nchen, lieber Leser dieser Zeilen\n%\n");
+    fort_lang("de/zitate.dat", "datfile", 30, "");
+    snprintf(p, sizeof p, "%s/de/link", d);
+    CHECK(symlink("zitate", p) == 0);
+    fort_lang("es/vida.fortunes", "espanol", 13, "");
+    fort_lang("it/adams", "italiano", 12, "");
+    /* Polish: a "#source" line is dropped; a code point above 255 */
+    fort_lang("pl/7thguard", "polski", 10, "#7thguard\nZa\xc5\xbc\xc3\xb3\xc5\x82\xc4\x87 g\xc4\x99\xc5\x9bl\xc4\x85 ja\xc5\xba\xc5\x84 jeszcze raz\n%\n");
+    fort_lang("pl/ascii-art", "asciiart", 30, "");
+    fl_dataset ds;
+    fl_status st = fl_load_fortunes_lang(d, 40, 0, 0, &ds);
+    CHECK_MSG(st == FL_OK, "fortunes: %s", fl_last_error());
+    if (st != FL_OK) return;
+    /* smallest language: 11 (de: 10 + the umlaut one; pl: 10 + the tagged one) -> 55 rows, 11 test */
+    CHECK_MSG(fl_tensor_dim(ds.x_train, 0) == 44 && fl_tensor_dim(ds.x_test, 0) == 11, "rows %lld + %lld",
+              (long long)fl_tensor_dim(ds.x_train, 0), (long long)fl_tensor_dim(ds.x_test, 0));
+    CHECK(fl_tensor_dtype(ds.x_train) == FL_INT32 && fl_tensor_dim(ds.x_train, 1) == 40);
+    int count[5] = {0};
+    bool bold = false, umlaut = false, latin1 = false, polish = false, tag = false, other = false, padded = false;
+    for (int part = 0; part < 2; part++) {
+        fl_tensor *x = part ? ds.x_test : ds.x_train, *y = part ? ds.y_test : ds.y_train;
+        const int32_t *xd = fl_tensor_data(x);
+        const float *yd = fl_tensor_data(y);
+        for (int64_t i = 0; i < fl_tensor_dim(x, 0); i++) {
+            int l = (int)yd[i];
+            CHECK(l >= 0 && l < 5);
+            count[l]++;
+            char s[48] = {0};
+            int k = 0, first = -1;
+            for (int t = 0; t < 40; t++) {
+                int32_t v = xd[i * 40 + t];
+                CHECK(v >= 0 && v < FL_FORTUNES_VOCAB);
+                if (v && first < 0) first = t;
+                if (first >= 0) CHECK_MSG(v != 0, "padding only in front");
+                if (v && k < 47) s[k++] = v < 128 ? (char)v : '~';
+                latin1 |= v == 0xFC;
+                polish |= v == 256 + (0x17C & 255);
+                umlaut |= v == 0xDF;
+            }
+            padded |= first > 0;
+            bold |= strncmp(s, "Bold underlined letters", 23) == 0;
+            tag |= strstr(s, "7thguard") != NULL;
+            other |= strstr(s, "portuguese") || strstr(s, "datfile") || strstr(s, "asciiart") || strstr(s, "short");
+            CHECK_MSG(!strstr(s, "  ") && s[0] != ' ', "white space collapsed: '%s'", s);
+        }
+    }
+    for (int l = 0; l < 5; l++) CHECK_MSG(count[l] == 11, "language %s: %d rows", fl_fortunes_lang_name(l), count[l]);
+    CHECK_MSG(bold && umlaut && latin1 && polish && padded, "bold %d umlaut %d latin1 %d polish %d padded %d", bold,
+              umlaut, latin1, polish, padded);
+    CHECK_MSG(!tag && !other, "a #source line or a file that is not read got in");
+    CHECK(strcmp(fl_fortunes_lang_name(4), "pl") == 0 && fl_fortunes_lang_name(5) == NULL);
+    fl_dataset_free(&ds);
+    /* caps, and a truncated row keeps the first characters */
+    CHECK(fl_load_fortunes_lang(d, 6, 7, 3, &ds) == FL_OK);
+    CHECK(fl_tensor_dim(ds.x_train, 0) == 7 && fl_tensor_dim(ds.x_test, 0) == 3);
+    if (ds.x_train) {
+        const int32_t *xd = fl_tensor_data(ds.x_train);
+        CHECK_MSG(xd[0] != 0 && xd[5] != 0, "a long cookie fills all maxlen tokens");
+    }
+    fl_dataset_free(&ds);
+    /* errors: bad maxlen, a missing language folder, a folder without fortunes */
+    CHECK(fl_load_fortunes_lang(d, 0, 0, 0, &ds) != FL_OK && strstr(fl_last_error(), "maxlen 0"));
+    snprintf(p, sizeof p, "%s/it/adams", d);
+    remove(p);
+    CHECK(fl_load_fortunes_lang(d, 40, 0, 0, &ds) != FL_OK);
+    CHECK_MSG(strstr(fl_last_error(), "/it") && strstr(fl_last_error(), "fortunes-it"), "%s", fl_last_error());
+    CHECK(ds.x_train == NULL && ds.y_test == NULL);
+    snprintf(p, sizeof p, "%s/it", d);
+    rmdir(p);
+    CHECK(fl_load_fortunes_lang(d, 40, 0, 0, &ds) != FL_OK && strstr(fl_last_error(), "cannot open folder"));
+    CHECK(fl_load_fortunes_lang(tmpdir, 40, 0, 0, &ds) != FL_OK && strstr(fl_last_error(), "English"));
+}
+
 int main(void) {
     umask(022);
     snprintf(tmpdir, sizeof tmpdir, "/tmp/flynn-test-io.XXXXXX");
@@ -1187,6 +1300,7 @@ int main(void) {
     test_cifar();
     test_mnist();
     test_convert();
+    test_fortunes();
     if (check_failures == 0) nftw(tmpdir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
     else printf("test_io: fixtures kept in %s\n", tmpdir);
     return check_report("test_io");

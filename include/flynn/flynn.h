@@ -846,6 +846,16 @@ fl_status fl_load_cifar10(const char *dir, int64_t max_train, int64_t max_test, 
  * integer or float dtype, shape (N,) or (N, 1)) or targets of any shape with
  * the same N. The arrays must agree on N; all goes into x_train/y_train
  * (x_test and y_test stay NULL: use a validation split). */
+/* Text: which language a fortune cookie is in (English, German, Spanish,
+ * Italian, Polish), from Debian's packages fortunes, fortunes-de, -es, -it
+ * and -pl (dir NULL: /usr/share/games/fortunes). x int32 (N, maxlen) of
+ * character tokens in [0, FL_FORTUNES_VOCAB) (0 = padding, in front), y
+ * float32 class indices (N,); classes balanced, a fixed fifth for test.
+ * src/io/fortunes.c says how the text is cleaned and encoded. */
+#define FL_FORTUNES_VOCAB 512
+#define FL_FORTUNES_CLASSES 5
+fl_status fl_load_fortunes_lang(const char *dir, int maxlen, int64_t max_train, int64_t max_test, fl_dataset *out);
+const char *fl_fortunes_lang_name(int label); /* "en", "de", "es", "it", "pl" */
 fl_status fl_load_npy_xy(const char *x_path, const char *y_path, fl_dataset *out);
 void fl_dataset_free(fl_dataset *d);
 
