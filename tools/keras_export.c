@@ -335,6 +335,16 @@ int main(int argc, char **argv) {
     check(fl_compile(m, fl_adam(.learning_rate = 1e-3f), FL_SPARSE_CATEGORICAL_CROSSENTROPY, FL_ACCURACY), "compile");
     /* its Dropout makes training random in both libraries: compare inference only */
     export_model("builtin_mnist_cnn", m, 2, 16);
+    /* transfer learning: a frozen convolution and BatchNormalization (inference
+     * mode in training too), a trainable head; Keras must read them frozen */
+    m = fl_sequential(fl_input(7, 7, 2), fl_conv2d(4, 3, .name = "base_conv"), fl_batch_normalization(.name = "base_bn"),
+                      fl_activation_layer(FL_RELU), fl_global_average_pooling2d(), fl_dense(3, .activation = FL_SOFTMAX));
+    fl_model_set_seed(m, 10);
+    check(fl_layer_set_trainable(fl_model_get_layer(m, "base_conv"), false), "freeze");
+    check(fl_layer_set_trainable(fl_model_get_layer(m, "base_bn"), false), "freeze");
+    check(fl_compile(m, fl_sgd(.learning_rate = 0.1f, .momentum = 0.9f), FL_SPARSE_CATEGORICAL_CROSSENTROPY, FL_ACCURACY),
+          "compile");
+    export_model("seq_frozen_sgd", m, 2, 8);
     fclose(list);
     return 0;
 }
