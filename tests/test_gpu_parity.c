@@ -996,6 +996,7 @@ static void seq_parity(void) {
         {6, 8, 2, 4, 0, 0, false, 0.0f}, {7, 8, 2, 3, 0, 0, true, 0.0f},  {40, 16, 4, 8, 3, 0, false, 0.0f},
         {9, 6, 3, 2, 7, 0, true, 0.0f},  {8, 5, 1, 5, 3, 1, false, 0.0f}, {8, 5, 1, 5, 2, 1, true, 0.0f},
         {10, 8, 2, 4, 0, 0, false, 0.3f}, /* dropout on the weights: the same Philox masks */
+        {9, 6, 3, 2, 7, 2, false, 0.0f},  {9, 6, 1, 4, 1, 2, true, 0.0f}, /* uniform fully masked rows */
     };
     for (size_t i = 0; i < sizeof at / sizeof at[0]; i++) {
         g_heads = at[i].heads; g_dk = at[i].dk; g_masks = at[i].masks; g_mask_mode = at[i].mode;

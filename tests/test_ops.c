@@ -1575,16 +1575,17 @@ static void attn_ref(const fl_attn_desc *d, int64_t b, int hd, const float *q, c
                 t += (double)q[((b * tq + i) * H + hd) * dk + e] * k[((b * tk + j) * H + hd) * dk + e];
             t *= d->scale;
             bool on = !(d->causal && j > i) && (!vm || vm[b * tk + j] > 0.5f);
-            if (d->mask_mode == 0) on = on && (!qm || qm[b * tq + i] > 0.5f) && (!am || am[(b * tq + i) * tk + j] > 0.5f);
-            if (d->mask_mode == 0 && !on) t = -INFINITY;
+            if (d->mask_mode != 1) on = on && (!qm || qm[b * tq + i] > 0.5f) && (!am || am[(b * tq + i) * tk + j] > 0.5f);
+            if (d->mask_mode != 1 && !on) t = -INFINITY;
             if (d->mask_mode == 1 && !on) t -= 1e9;
             any |= on;
             s[j] = t;
             mx = t > mx ? t : mx;
         }
-        bool zero = d->mask_mode == 0 ? !any : (qm && qm[b * tq + i] <= 0.5f);
+        bool zero = d->mask_mode == 0 ? !any : d->mask_mode == 1 && qm && qm[b * tq + i] <= 0.5f;
+        bool uniform = d->mask_mode == 2 && !any;
         double sum = 0;
-        for (int j = 0; j < tk; j++) { s[j] = zero ? 0 : exp(s[j] - mx); sum += s[j]; }
+        for (int j = 0; j < tk; j++) { s[j] = zero ? 0 : uniform ? 1 : exp(s[j] - mx); sum += s[j]; }
         for (int e = 0; e < dv; e++) {
             double o = 0;
             for (int j = 0; j < tk; j++) o += (zero ? 0 : s[j] / sum) * v[((b * tk + j) * H + hd) * dv + e];
@@ -1903,5 +1904,8 @@ int main(void) {
     test_mha(6, 4, 3, 2, 4, false, true);
     test_mha(6, 4, 1, 4, 4, true, true);
     test_repeat();
+    /* MultiHeadAttention without dropout (Keras on JAX): fully masked rows uniform, no gradient through them */
+    test_attention_op(2, 6, 6, 2, 3, 2, false, 7, 2);
+    test_attention_op(2, 6, 5, 1, 2, 3, true, 1, 2);
     return check_report("test_ops");
 }

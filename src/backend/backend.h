@@ -80,7 +80,7 @@ typedef struct fl_attn_desc {
     int heads, tq, tk, dk, dv;
     float scale;         /* multiplies q k^T */
     int causal;          /* query i sees keys j <= i only */
-    int mask_mode;       /* 0: MultiHeadAttention's masking, 1: Attention's (attn_softmax_fwd) */
+    int mask_mode;       /* 0, 2: MultiHeadAttention's masking (with, without dropout), 1: Attention's (attn_softmax_fwd) */
 } fl_attn_desc;
 
 /* A batch of row-major GEMMs C_i = alpha * op(A_i) op(B_i) + beta * C_i
@@ -342,11 +342,15 @@ typedef struct fl_backend {
      * softmax over the unmasked j, masked weights 0 (a row with none: all
      * 0); mode 1 (the Attention layer) s - 1e9 (float32) where vmask *
      * causal is 0, softmax over all j, then rows with qmask 0 set to 0
-     * (amask unused). Backward in place on dp (the weights' gradient):
-     * dp = p * (dp - sum_j dp * p). */
+     * (amask unused); mode 2 (MultiHeadAttention without dropout, which
+     * Keras 3 on JAX runs as jax.nn.dot_product_attention) as mode 0 but a
+     * row with no unmasked j gets the uniform 1/tk. Backward in place on dp
+     * (the weights' gradient): dp = p * (dp - sum_j dp * p), 0 on mode 2's
+     * uniform rows (their weights do not depend on the scores). */
     void (*attn_softmax_fwd)(const fl_attn_desc *d, const float *qmask, const float *vmask, const float *amask,
                              float *s);
-    void (*attn_softmax_bwd)(const fl_attn_desc *d, const float *p, float *dp);
+    void (*attn_softmax_bwd)(const fl_attn_desc *d, const float *qmask, const float *vmask, const float *amask,
+                             const float *p, float *dp);
 } fl_backend;
 
 /* Modes of fl_backend.bmerge_*. */

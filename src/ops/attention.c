@@ -192,7 +192,8 @@ void fl_attention_backward(fl_graph *g, fl_node *n) {
     gemm(g, &d, 0, 1, d.tq, d.tk, d.dv, 1.0f, seq_blk(dout, d.tq, d.heads, d.dv), seq_blk(v, d.tk, d.heads, d.dv),
          0.0f, w_blk(gs, &d));
     if (n->rate > 0.0f) g->be->dropout_bwd(attn_weights(g, n), n->rate, attn_keep(g, n), gs, gs, 0.0f);
-    g->be->attn_softmax_bwd(&d, p, gs);
+    g->be->attn_softmax_bwd(&d, n->in[3] ? n->in[3]->val : NULL, n->in[4] ? n->in[4]->val : NULL,
+                            n->in[5] ? n->in[5]->val : NULL, p, gs);
     float *dq = fl_op_in_grad(n, 0, &bq);
     if (dq)
         gemm(g, &d, 0, 0, d.tq, d.dk, d.tk, d.scale, w_blk(gs, &d), seq_blk(k, d.tk, d.heads, d.dk), bq,

@@ -103,6 +103,17 @@ void fl_cpu_gemm_batched(const fl_gemm_desc *d, const float *a, const float *b, 
     }
 }
 
+/* Whether row r (batch b, query i) has no unmasked key under modes 0 and 2. */
+static bool row_all_masked(const fl_attn_desc *d, const float *qmask, const float *vmask, const float *amask,
+                           int64_t b, int i) {
+    const int tq = d->tq, tk = d->tk, jmax = d->causal && i + 1 < tk ? i + 1 : tk;
+    if (qmask && qmask[(size_t)b * tq + i] <= 0.5f) return true;
+    for (int j = 0; j < jmax; j++)
+        if ((!vmask || vmask[(size_t)b * tk + j] > 0.5f) && (!amask || amask[((size_t)b * tq + i) * tk + j] > 0.5f))
+            return false;
+    return true;
+}
+
 void fl_cpu_attn_softmax_fwd(const fl_attn_desc *d, const float *qmask, const float *vmask, const float *amask,
                              float *s) {
     const int64_t rows = d->n * d->heads * d->tq;
@@ -113,15 +124,15 @@ void fl_cpu_attn_softmax_fwd(const fl_attn_desc *d, const float *qmask, const fl
         const int i = (int)(r % tq);
         float *sr = s + (size_t)r * tk;
         const float *vm = vmask ? vmask + (size_t)b * tk : NULL;
-        const float *am = amask && d->mask_mode == 0 ? amask + ((size_t)b * tq + i) * tk : NULL;
+        const float *am = amask && d->mask_mode != 1 ? amask + ((size_t)b * tq + i) * tk : NULL;
         const int jmax = d->causal && i + 1 < tk ? i + 1 : tk; /* j < jmax may be unmasked */
         const bool qoff = qmask && qmask[(size_t)b * tq + i] <= 0.5f;
-        if (d->mask_mode == 0) {
+        if (d->mask_mode != 1) {
             float mx = -INFINITY;
             for (int j = 0; j < jmax; j++)
                 if (!qoff && (!vm || vm[j] > 0.5f) && (!am || am[j] > 0.5f)) mx = sr[j] > mx ? sr[j] : mx;
-            if (mx == -INFINITY) { /* all masked: Keras's where(mask, p, 0) leaves zeros */
-                memset(sr, 0, (size_t)tk * sizeof(float));
+            if (mx == -INFINITY) { /* all masked: Keras's where(mask, p, 0) leaves zeros; JAX's softmax is uniform */
+                for (int j = 0; j < tk; j++) sr[j] = d->mask_mode == 2 ? 1.0f / (float)tk : 0.0f;
                 continue;
             }
             float sum = 0.0f;
@@ -148,13 +159,19 @@ void fl_cpu_attn_softmax_fwd(const fl_attn_desc *d, const float *qmask, const fl
     }
 }
 
-void fl_cpu_attn_softmax_bwd(const fl_attn_desc *d, const float *p, float *dp) {
+void fl_cpu_attn_softmax_bwd(const fl_attn_desc *d, const float *qmask, const float *vmask, const float *amask,
+                             const float *p, float *dp) {
     const int64_t rows = d->n * d->heads * d->tq;
     const int tk = d->tk;
 #pragma omp parallel for schedule(static) PAR(rows * tk)
     for (int64_t r = 0; r < rows; r++) {
         const float *pr = p + (size_t)r * tk;
         float *gr = dp + (size_t)r * tk;
+        if (d->mask_mode == 2 && row_all_masked(d, qmask, vmask, amask, r / ((int64_t)d->heads * d->tq),
+                                                (int)(r % d->tq))) {
+            memset(gr, 0, (size_t)tk * sizeof(float));
+            continue;
+        }
         float s = 0.0f;
         for (int j = 0; j < tk; j++) s += gr[j] * pr[j];
         for (int j = 0; j < tk; j++) gr[j] = pr[j] * (gr[j] - s);

@@ -2211,16 +2211,16 @@ __global__ void k_attn_softmax_fwd(fl_attn_desc d, const float *qmask, const flo
         const int i = (int)(r % tq);
         float *sr = s + r * tk;
         const float *vm = vmask ? vmask + b * tk : NULL;
-        const float *am = amask && d.mask_mode == 0 ? amask + (b * tq + i) * tk : NULL;
+        const float *am = amask && d.mask_mode != 1 ? amask + (b * tq + i) * tk : NULL;
         const int jmax = d.causal && i + 1 < tk ? i + 1 : tk;
         const bool qoff = qmask && qmask[b * tq + i] <= 0.5f;
-        if (d.mask_mode == 0) {
+        if (d.mask_mode != 1) {
             float mx = -INFINITY;
             for (int j = lane; j < jmax; j += 32)
                 if (!qoff && (!vm || vm[j] > 0.5f) && (!am || am[j] > 0.5f)) mx = sr[j] > mx ? sr[j] : mx;
             mx = warp_max(mx);
-            if (mx == -INFINITY) { /* all masked: zeros, as Keras's where(mask, p, 0) */
-                for (int j = lane; j < tk; j += 32) sr[j] = 0.0f;
+            if (mx == -INFINITY) { /* all masked: zeros (Keras's where(mask, p, 0)); mode 2 uniform (JAX) */
+                for (int j = lane; j < tk; j += 32) sr[j] = d.mask_mode == 2 ? 1.0f / (float)tk : 0.0f;
                 continue;
             }
             float sum = 0;
@@ -2250,11 +2250,26 @@ __global__ void k_attn_softmax_fwd(fl_attn_desc d, const float *qmask, const flo
         }
     }
 }
-__global__ void k_attn_softmax_bwd(int64_t rows, int tk, const float *p, float *dp) {
+__global__ void k_attn_softmax_bwd(fl_attn_desc d, const float *qmask, const float *vmask, const float *amask,
+                                   const float *p, float *dp) {
     const int lane = threadIdx.x & 31;
+    const int64_t rows = d.n * d.heads * d.tq;
+    const int tq = d.tq, tk = d.tk;
     ROW_LOOP(r, rows) {
         const float *pr = p + r * tk;
         float *gr = dp + r * tk;
+        if (d.mask_mode == 2) { /* a fully masked row's uniform weights do not depend on the scores */
+            const int64_t b = r / ((int64_t)d.heads * tq);
+            const int i = (int)(r % tq), jmax = d.causal && i + 1 < tk ? i + 1 : tk;
+            bool any = false;
+            if (!qmask || qmask[b * tq + i] > 0.5f)
+                for (int j = lane; j < jmax; j += 32)
+                    any |= (!vmask || vmask[b * tk + j] > 0.5f) && (!amask || amask[(b * tq + i) * tk + j] > 0.5f);
+            if (!__any_sync(0xffffffffu, any)) {
+                for (int j = lane; j < tk; j += 32) gr[j] = 0.0f;
+                continue;
+            }
+        }
         float s = 0;
         for (int j = lane; j < tk; j += 32) s += gr[j] * pr[j];
         s = warp_sum(s);
@@ -2266,9 +2281,10 @@ static void cu_attn_softmax_fwd(const fl_attn_desc *d, const float *qmask, const
     k_attn_softmax_fwd<<<row_blocks(d->n * d->heads * d->tq), 32 * ROW_WARPS, 0, g_stream>>>(*d, qmask, vmask, amask, s);
     LAUNCHED();
 }
-static void cu_attn_softmax_bwd(const fl_attn_desc *d, const float *p, float *dp) {
+static void cu_attn_softmax_bwd(const fl_attn_desc *d, const float *qmask, const float *vmask, const float *amask,
+                                const float *p, float *dp) {
     const int64_t rows = d->n * d->heads * d->tq;
-    k_attn_softmax_bwd<<<row_blocks(rows), 32 * ROW_WARPS, 0, g_stream>>>(rows, d->tk, p, dp);
+    k_attn_softmax_bwd<<<row_blocks(rows), 32 * ROW_WARPS, 0, g_stream>>>(*d, qmask, vmask, amask, p, dp);
     LAUNCHED();
 }
 
