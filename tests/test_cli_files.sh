@@ -73,7 +73,7 @@ expect predict-multi-missing 2 "2 inputs, 1 --input given" -- "$FLYNN" predict "
 # refusals, with the file and the reason
 expect predict-wrong-shape 1 "x has shape \(4, 5\), model 'conv_basic' expects \(-1, 7, 7, 2\)|expects" -- \
   "$FLYNN" predict "$FX/conv_basic.keras" --input "$FX/dense_activations_x.npy" --output "$tmp/z.npy"
-expect summary-bad-layer 1 "LayerNormalization.*not supported" -- "$FLYNN" summary "$FX/bad_unsupported_layer.keras"
+expect summary-bad-layer 1 "UnitNormalization.*not supported" -- "$FLYNN" summary "$FX/bad_unsupported_layer.keras"
 expect summary-truncated 1 "bad_truncated.keras.*zip" -- "$FLYNN" summary "$FX/bad_truncated.keras"
 expect convert-bomb 1 "declares .* bytes uncompressed" -- "$FLYNN" convert "$FX/bad_zip_bomb.keras" "$tmp/x.keras"
 [ ! -e "$tmp/x.keras" ] && ok || bad "convert-bomb: wrote an output"

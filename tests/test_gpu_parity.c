@@ -139,6 +139,16 @@ static void parity(const char *what, int ndim, const int64_t *sample, int64_t ba
         fl_graph_finalize(&s[k].g);
         CHECK(fl_graph_reserve(&s[k].g, batch) == FL_OK);
         fl_graph_set_batch(&s[k].g, batch);
+        /* the other inputs a builder made (attention masks): a fixed 1/0 pattern */
+        for (int i = 0; i < s[k].g.n; i++) {
+            fl_node *m = s[k].g.nodes[i];
+            if (m->op != FL_OP_INPUT || m == s[k].x) continue;
+            int64_t n = fl_node_size(m);
+            float *h = malloc((size_t)n * sizeof(float));
+            for (int64_t j = 0; j < n; j++) h[j] = j % 4 == 3 ? 0.0f : 1.0f;
+            bes[k]->upload(m->val, h, (size_t)n * sizeof(float));
+            free(h);
+        }
     }
     g_act = act;
     int64_t nx = fl_node_size(s[0].x), no = fl_node_size(s[0].out);
@@ -930,6 +940,75 @@ static void partial_batch_parity(const fl_dataset *d) {
     fl_tensor_free(x); fl_tensor_free(y); fl_tensor_free(vx); fl_tensor_free(vy);
 }
 
+/* ------------------------------- LayerNormalization, attention, RepeatVector */
+
+static int g_ln_axes; /* trailing axes normalised */
+static bool g_ln_rms;
+static fl_node *b_layernorm(fl_graph *g, fl_node *x, fl_node **p, int *np) {
+    int64_t c = 1;
+    for (int i = x->ndim - g_ln_axes; i < x->ndim; i++) c *= x->shape[i];
+    p[0] = fl_graph_param(g, "signed", 1, &c, true);
+    p[1] = g_ln_rms ? NULL : fl_graph_param(g, "signed", 1, &c, true);
+    *np = g_ln_rms ? 1 : 2;
+    return fl_graph_layernorm(g, "layer_norm", x, p[0], p[1], c, 1e-3f, g_ln_rms);
+}
+
+/* x (T, d) -> q, k, v projections (Dense, 3-d kernels as MultiHeadAttention's)
+ * -> attention: every attention kernel, forward and backward */
+static int g_heads, g_dk, g_masks, g_mask_mode;
+static bool g_causal;
+static float g_attn_rate;
+static fl_node *b_attention(fl_graph *g, fl_node *x, fl_node **p, int *np) {
+    const int64_t d = x->shape[2], t = x->shape[1];
+    for (int i = 0; i < 3; i++) p[i] = fl_graph_param(g, "signed", 3, (int64_t[]){d, g_heads, g_dk}, true);
+    *np = 3;
+    fl_node *q = fl_graph_dense(g, "q", x, p[0], NULL, FL_ACT_LINEAR);
+    fl_node *k = fl_graph_dense(g, "k", x, p[1], NULL, FL_ACT_LINEAR);
+    fl_node *v = fl_graph_dense(g, "v", x, p[2], NULL, FL_ACT_LINEAR);
+    fl_node *qm = g_masks & 1 ? fl_graph_input(g, "qmask", 1, &t) : NULL;
+    fl_node *vm = g_masks & 2 ? fl_graph_input(g, "vmask", 1, &t) : NULL;
+    fl_node *am = g_masks & 4 ? fl_graph_input(g, "amask", 2, (int64_t[]){t, t}) : NULL;
+    fl_node *y = fl_graph_attention(g, "attention", q, k, v, qm, vm, am, g_heads, 1.0f / sqrtf((float)g_dk), g_causal,
+                                    g_attn_rate, 11);
+    if (y) y->attn.mask_mode = g_mask_mode;
+    return y;
+}
+
+static fl_node *b_repeat(fl_graph *g, fl_node *x, fl_node **p, int *np) {
+    (void)p;
+    *np = 0;
+    return fl_graph_repeat(g, "repeat", x, 5);
+}
+
+static void seq_parity(void) {
+    struct { int axes; bool rms; int64_t shape[3]; } lns[] = {
+        {1, false, {7, 64, 0}}, {1, false, {5, 300, 0}}, {2, false, {4, 6, 5}}, {1, true, {6, 33, 0}},
+    };
+    for (size_t i = 0; i < sizeof lns / sizeof lns[0]; i++) {
+        g_ln_axes = lns[i].axes; g_ln_rms = lns[i].rms;
+        int nd = lns[i].shape[2] ? 3 : 2;
+        char name[96];
+        snprintf(name, sizeof name, "layer_norm over %d axes%s (%lld, %lld)", g_ln_axes, g_ln_rms ? " rms" : "",
+                 (long long)lns[i].shape[0], (long long)lns[i].shape[1]);
+        parity(name, nd, lns[i].shape, 9, b_layernorm, true);
+    }
+    struct { int t, d, heads, dk, masks, mode; bool causal; float rate; } at[] = {
+        {6, 8, 2, 4, 0, 0, false, 0.0f}, {7, 8, 2, 3, 0, 0, true, 0.0f},  {40, 16, 4, 8, 3, 0, false, 0.0f},
+        {9, 6, 3, 2, 7, 0, true, 0.0f},  {8, 5, 1, 5, 3, 1, false, 0.0f}, {8, 5, 1, 5, 2, 1, true, 0.0f},
+        {10, 8, 2, 4, 0, 0, false, 0.3f}, /* dropout on the weights: the same Philox masks */
+        {9, 6, 3, 2, 7, 2, false, 0.0f},  {9, 6, 1, 4, 1, 2, true, 0.0f}, /* uniform fully masked rows */
+    };
+    for (size_t i = 0; i < sizeof at / sizeof at[0]; i++) {
+        g_heads = at[i].heads; g_dk = at[i].dk; g_masks = at[i].masks; g_mask_mode = at[i].mode;
+        g_causal = at[i].causal; g_attn_rate = at[i].rate;
+        char name[128];
+        snprintf(name, sizeof name, "attention T%d d%d heads %d key_dim %d masks %d mode %d%s dropout %g", at[i].t,
+                 at[i].d, g_heads, g_dk, g_masks, g_mask_mode, g_causal ? " causal" : "", g_attn_rate);
+        parity(name, 2, (int64_t[]){at[i].t, at[i].d}, 5, b_attention, true);
+    }
+    parity("repeat 5", 1, (int64_t[]){7}, 6, b_repeat, true);
+}
+
 int main(int argc, char **argv) {
     char why[1536];
     CPU = fl_backend_cpu();
@@ -956,6 +1035,7 @@ int main(int argc, char **argv) {
         op_parity();
         loss_parity();
         optimizer_parity();
+        seq_parity();
         if (have_data && GPU == CPU) {
             printf("SKIP training parity: FLYNN_PARITY_SELFTEST moves no model to a GPU\n");
         } else if (have_data) {

@@ -435,7 +435,7 @@ static void bad_fixtures(void) {
         const char *frags[6] = {file, NULL};
         if (strcmp(reason, "custom_layer") == 0) { frags[1] = "custom object"; frags[2] = "ScaleByTwo"; frags[3] = "built-in Keras layers"; }
         else if (strcmp(reason, "lambda_layer") == 0) { frags[1] = "Lambda"; frags[2] = "Python code"; }
-        else if (strcmp(reason, "unsupported_layer") == 0) { frags[1] = "LayerNormalization"; frags[2] = "not supported"; frags[3] = "Dense, Conv2D"; }
+        else if (strcmp(reason, "unsupported_layer") == 0) { frags[1] = "UnitNormalization"; frags[2] = "not supported"; frags[3] = "Dense, Conv2D"; }
         else if (strcmp(reason, "many_unsupported") == 0) { frags[1] = "5 layers cannot be loaded"; frags[2] = "Conv2DTranspose, 2 layers ('conv2d_transpose', 'conv2d_transpose_1')"; frags[3] = "Resizing, 1 layer"; }
         else if (strcmp(reason, "truncated_zip") == 0 || strcmp(reason, "not_a_zip") == 0) { frags[1] = "zip"; }
         else if (strcmp(reason, "invalid_json") == 0) { frags[1] = "config.json"; frags[2] = "invalid JSON"; frags[3] = "line 1, column"; }

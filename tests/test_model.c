@@ -568,7 +568,87 @@ static void test_frozen(void) {
     fl_tensor_free(y);
 }
 
+/* The sequence layers through the C API: an explicit attention mask gives
+ * the same model as use_causal_mask; RepeatVector, TimeDistributed(Dense),
+ * LayerNormalization train and survive a .keras round trip; refusals name
+ * the layer. */
+static fl_model *mha_model(bool causal) {
+    fl_sym *x = fl_keras_input_named("x", 5, 8), *am = fl_keras_input_named("mask", 5, 5);
+    fl_sym *a = fl_call_n(fl_multi_head_attention(2, 4, .use_causal_mask = causal), x, x, x, am);
+    fl_sym *h = fl_call(fl_layer_normalization(), fl_call_n(fl_add(), x, a));
+    fl_sym *y = fl_call(fl_dense(3), fl_call(fl_global_average_pooling1d(), h));
+    return fl_model_new(fl_syms(x, am), fl_syms(y), NULL);
+}
+
+static void test_sequence_layers(void) {
+    fl_model *a = mha_model(false), *b = mha_model(true);
+    CHECK_MSG(a && b, "%s", fl_last_error());
+    if (a && b) {
+        CHECK(fl_model_count_params(a) == 4 * (8 * 8 + 8) + 16 + 27);
+        fl_tensor *x = fl_tensor_zeros(FL_FLOAT32, 3, 5, 8), *tri = fl_tensor_zeros(FL_FLOAT32, 3, 5, 5),
+                  *ones = fl_tensor_zeros(FL_FLOAT32, 3, 5, 5);
+        float *xd = fl_tensor_data(x), *td = fl_tensor_data(tri), *od = fl_tensor_data(ones);
+        for (int i = 0; i < 120; i++) xd[i] = sinf(0.7f * (float)i);
+        for (int i = 0; i < 75; i++) { od[i] = 1; td[i] = (i % 5) <= (i / 5) % 5 ? 1.0f : 0.0f; }
+        fl_tensor *ya = NULL, *yb = NULL, *yc = NULL;
+        const fl_tensor *ia[2] = {x, tri}, *ib[2] = {x, ones};
+        CHECK(fl_predict_multi(a, ia, 2, &ya, 1) == FL_OK && fl_predict_multi(b, ib, 2, &yb, 1) == FL_OK &&
+              fl_predict_multi(a, ib, 2, &yc, 1) == FL_OK);
+        if (ya && yb && yc) {
+            double d = 0, e = 0;
+            for (int i = 0; i < 9; i++) {
+                d = fmax(d, fabs(((float *)fl_tensor_data(ya))[i] - ((float *)fl_tensor_data(yb))[i]));
+                e = fmax(e, fabs(((float *)fl_tensor_data(ya))[i] - ((float *)fl_tensor_data(yc))[i]));
+            }
+            CHECK_MSG(d < 1e-6, "a lower-triangular attention_mask differs from use_causal_mask by %g", d);
+            CHECK_MSG(e > 1e-4, "the attention mask changes nothing (%g)", e);
+        }
+        fl_tensor_free(ya); fl_tensor_free(yb); fl_tensor_free(yc);
+        fl_tensor_free(x); fl_tensor_free(tri); fl_tensor_free(ones);
+    }
+    fl_model_free(a);
+    fl_model_free(b);
+
+    fl_model *m = fl_sequential(fl_input(6), fl_dense(5, .activation = FL_TANH), fl_repeat_vector(4),
+                                fl_time_distributed(fl_dense(3, .activation = FL_RELU)),
+                                fl_layer_normalization(.axes = {-2, -1}), fl_flatten(), fl_dense(2));
+    CHECK_MSG(m != NULL, "%s", fl_last_error());
+    if (m) {
+        CHECK(fl_compile(m, fl_sgd(.learning_rate = 0.05f), FL_MEAN_SQUARED_ERROR) == FL_OK);
+        fl_tensor *x = fl_tensor_zeros(FL_FLOAT32, 16, 6), *y = fl_tensor_zeros(FL_FLOAT32, 16, 2);
+        float *xd = fl_tensor_data(x), *yd = fl_tensor_data(y);
+        for (int i = 0; i < 96; i++) xd[i] = cosf(0.3f * (float)i);
+        for (int i = 0; i < 16; i++) { yd[2 * i] = xd[6 * i]; yd[2 * i + 1] = -xd[6 * i + 1]; }
+        fl_history *h = fl_fit(m, x, y, .batch_size = 4, .epochs = 5, .verbose = FL_VERBOSE_SILENT);
+        CHECK_MSG(h != NULL, "%s", fl_last_error());
+        const float *loss = h ? fl_history_get(h, "loss") : NULL;
+        CHECK(loss != NULL);
+        if (loss) CHECK_MSG(loss[4] < loss[0], "loss %g -> %g", loss[0], loss[4]);
+        fl_history_free(h);
+        char path[] = "/tmp/flynn_seq_XXXXXX.keras";
+        int fd = mkstemps(path, 6);
+        if (fd >= 0) close(fd);
+        CHECK(fl_save_model(m, path) == FL_OK);
+        fl_model *r = fl_load_model(path);
+        CHECK_MSG(r != NULL, "%s", fl_last_error());
+        fl_tensor *p1 = fl_predict(m, x), *p2 = r ? fl_predict(r, x) : NULL;
+        CHECK(p1 && p2 && memcmp(fl_tensor_data(p1), fl_tensor_data(p2), 32 * sizeof(float)) == 0);
+        fl_tensor_free(p1); fl_tensor_free(p2);
+        fl_model_free(r);
+        remove(path);
+        fl_tensor_free(x); fl_tensor_free(y);
+    }
+    fl_model_free(m);
+
+    CHECK(fl_time_distributed(fl_conv2d(4, 3)) == NULL && strstr(fl_last_error(), "TimeDistributed(Conv2D)"));
+    fl_model *bad = fl_sequential(fl_input(4, 5), fl_layer_normalization(.axis = 1));
+    CHECK(bad == NULL && strstr(fl_last_error(), "(LayerNormalization)") && strstr(fl_last_error(), "trailing"));
+    fl_model *bad2 = fl_sequential(fl_input(4, 5), fl_repeat_vector(3));
+    CHECK(bad2 == NULL && strstr(fl_last_error(), "(RepeatVector)"));
+}
+
 int main(void) {
+    test_sequence_layers();
     test_summary();
     test_build_errors();
     test_fit_api();

@@ -22,7 +22,7 @@ static void fill(float *p, int64_t n, float lo, float hi) { fl_rng_uniform(p, n,
 typedef struct harness {
     fl_graph g;
     fl_node *x;
-    fl_node *params[6];
+    fl_node *params[10];
     int np;
     fl_node *out;
     float *R;
@@ -128,7 +128,7 @@ static void h_gradcheck(harness *h, const char *what, double eps, double rtol, b
     memcpy(h->out->grad, h->R, (size_t)fl_node_size(h->out) * sizeof(float));
     h->out->grad_ready = true;
     fl_graph_backward(&h->g);
-    fl_node *targets[8];
+    fl_node *targets[12];
     int nt = 0;
     targets[nt++] = h->x;
     for (int i = 0; i < h->np; i++) targets[nt++] = h->params[i];
@@ -1555,6 +1555,220 @@ static void test_dg_shape_errors(void) {
     fl_graph_free(&g);
 }
 
+/* ------------------------------------------ LayerNormalization, attention */
+
+/* LayerNormalization over the last nax axes of x (B, 3, 4, 5): forward
+ * against double precision (Keras's formula), gradients of x, gamma, beta. */
+static void test_layernorm(int nax, bool rms, bool scale, bool center) {
+    harness h;
+    const int64_t B = 3, shape[3] = {3, 4, 5};
+    int64_t c = 1;
+    for (int i = 3 - nax; i < 3; i++) c *= shape[i];
+    h_init(&h, B, 3, shape);
+    fl_node *gm = scale ? h_param(&h, 1, &c, 0.5f, 1.5f) : NULL;
+    fl_node *bt = center ? h_param(&h, 1, &c, -0.5f, 0.5f) : NULL;
+    fl_node *y = fl_graph_layernorm(&h.g, "ln", h.x, gm, bt, c, 1e-3f, rms);
+    CHECK(y != NULL);
+    if (!y) { h_free(&h); return; }
+    h_ready(&h, y, -2, 3);
+    h_loss(&h, true);
+    const int64_t rows = B * 60 / c;
+    double *ref = malloc((size_t)(B * 60) * sizeof(double));
+    for (int64_t r = 0; r < rows; r++) {
+        const float *x = h.x->val + r * c;
+        double m = 0, v = 0;
+        for (int64_t j = 0; j < c; j++) m += x[j] / (double)c;
+        for (int64_t j = 0; j < c; j++) v += (x[j] - m) * (x[j] - m) / (double)c;
+        for (int64_t j = 0; j < c; j++) {
+            double t = (x[j] - (rms ? 0 : m)) / sqrt(v + 1e-3);
+            if (gm) t *= gm->val[j];
+            if (bt) t += bt->val[j];
+            ref[r * c + j] = t;
+        }
+    }
+    char what[96];
+    snprintf(what, sizeof what, "layernorm over %d axes%s%s%s", nax, rms ? " rms" : "", scale ? " scale" : "",
+             center ? " center" : "");
+    CHECK_MSG(max_abs_diff(y->val, ref, B * 60) < 1e-5, "%s forward", what);
+    free(ref);
+    h_gradcheck(&h, what, 1e-3, 1e-2, true);
+    h_free(&h);
+}
+
+/* The attention of one (batch, head) block in double precision, with
+ * Keras's masking (mode 0: MultiHeadAttention, 1: Attention). */
+static void attn_ref(const fl_attn_desc *d, int64_t b, int hd, const float *q, const float *k, const float *v,
+                     const float *qm, const float *vm, const float *am, double *out /* (tq, H*dv) of sample b */) {
+    const int H = d->heads, tq = d->tq, tk = d->tk, dk = d->dk, dv = d->dv;
+    double *s = malloc((size_t)tk * sizeof(double));
+    for (int i = 0; i < tq; i++) {
+        bool any = false;
+        double mx = -INFINITY;
+        for (int j = 0; j < tk; j++) {
+            double t = 0;
+            for (int e = 0; e < dk; e++)
+                t += (double)q[((b * tq + i) * H + hd) * dk + e] * k[((b * tk + j) * H + hd) * dk + e];
+            t *= d->scale;
+            bool on = !(d->causal && j > i) && (!vm || vm[b * tk + j] > 0.5f);
+            if (d->mask_mode != 1) on = on && (!qm || qm[b * tq + i] > 0.5f) && (!am || am[(b * tq + i) * tk + j] > 0.5f);
+            if (d->mask_mode != 1 && !on) t = -INFINITY;
+            if (d->mask_mode == 1 && !on) t -= 1e9;
+            any |= on;
+            s[j] = t;
+            mx = t > mx ? t : mx;
+        }
+        bool zero = d->mask_mode == 0 ? !any : d->mask_mode == 1 && qm && qm[b * tq + i] <= 0.5f;
+        bool uniform = d->mask_mode == 2 && !any;
+        double sum = 0;
+        for (int j = 0; j < tk; j++) { s[j] = zero ? 0 : uniform ? 1 : exp(s[j] - mx); sum += s[j]; }
+        for (int e = 0; e < dv; e++) {
+            double o = 0;
+            for (int j = 0; j < tk; j++) o += (zero ? 0 : s[j] / sum) * v[((b * tk + j) * H + hd) * dv + e];
+            out[(i * H + hd) * dv + e] = o;
+        }
+    }
+    free(s);
+}
+
+static void fill_mask(fl_node *m, int64_t n, int every) {
+    for (int64_t i = 0; i < n; i++) m->val[i] = (i % every == every - 1) ? 0.0f : 1.0f;
+}
+
+/* The attention op on its own: q, k, v inputs (q is the harness's x; k and v
+ * inputs whose gradients are checked as parameters), masks, causal. */
+static void test_attention_op(int64_t B, int tq, int tk, int H, int dk, int dv, bool causal, int masks, int mode) {
+    harness h;
+    h_init(&h, B, 2, (int64_t[]){tq, H * dk});
+    fl_node *k = fl_graph_input(&h.g, "k", 2, (int64_t[]){tk, H * dk});
+    fl_node *v = fl_graph_input(&h.g, "v", 2, (int64_t[]){tk, H * dv});
+    k->force_grad = v->force_grad = true;
+    fl_node *qm = masks & 1 ? fl_graph_input(&h.g, "qm", 1, (int64_t[]){tq}) : NULL;
+    fl_node *vm = masks & 2 ? fl_graph_input(&h.g, "vm", 1, (int64_t[]){tk}) : NULL;
+    fl_node *am = masks & 4 ? fl_graph_input(&h.g, "am", 2, (int64_t[]){tq, tk}) : NULL;
+    const float scale = 1.0f / sqrtf((float)dk);
+    fl_node *y = fl_graph_attention(&h.g, "att", h.x, k, v, qm, vm, am, H, scale, causal, 0.0f, 1);
+    CHECK(y != NULL);
+    if (!y) { h_free(&h); return; }
+    y->attn.mask_mode = mode;
+    h_ready(&h, y, -1.5f, 1.5f);
+    fill(k->val, fl_node_size(k), -1.5f, 1.5f);
+    fill(v->val, fl_node_size(v), -1, 1);
+    if (qm) fill_mask(qm, B * tq, 3);
+    if (vm) fill_mask(vm, B * tk, 4);
+    if (am) fill_mask(am, B * tq * tk, 5);
+    h.params[h.np++] = k;
+    h.params[h.np++] = v;
+    h_loss(&h, true);
+    double *ref = malloc((size_t)fl_node_size(y) * sizeof(double));
+    fl_attn_desc d = y->attn;
+    for (int64_t b = 0; b < B; b++)
+        for (int hd = 0; hd < H; hd++)
+            attn_ref(&d, b, hd, h.x->val, k->val, v->val, qm ? qm->val : NULL, vm ? vm->val : NULL,
+                     am ? am->val : NULL, ref + b * tq * H * dv);
+    char what[128];
+    snprintf(what, sizeof what, "attention B%lld tq%d tk%d H%d dk%d dv%d%s masks%d mode%d", (long long)B, tq, tk, H,
+             dk, dv, causal ? " causal" : "", masks, mode);
+    CHECK_MSG(max_abs_diff(y->val, ref, fl_node_size(y)) < 1e-5, "%s forward", what);
+    free(ref);
+    h_gradcheck(&h, what, 1e-3, 1e-2, true);
+    h_free(&h);
+}
+
+/* MultiHeadAttention as its layer builds it: Dense projections with Keras's
+ * (d, heads, key_dim) kernels and (heads, key_dim) biases, the attention,
+ * the output projection (heads, value_dim, d); gradients of x and of all
+ * eight weights. */
+static void test_mha(int T, int D, int H, int dk, int dv, bool causal, bool qmask) {
+    harness h;
+    const int64_t B = 2;
+    h_init(&h, B, 2, (int64_t[]){T, D});
+    fl_node *w[8];
+    const int64_t kq[3] = {D, H, dk}, kv[3] = {D, H, dv}, ko[3] = {H, dv, D}, bq[2] = {H, dk}, bv[2] = {H, dv};
+    w[0] = h_param(&h, 3, kq, -0.5f, 0.5f); w[1] = h_param(&h, 2, bq, -0.2f, 0.2f);
+    w[2] = h_param(&h, 3, kq, -0.5f, 0.5f); w[3] = h_param(&h, 2, bq, -0.2f, 0.2f);
+    w[4] = h_param(&h, 3, kv, -0.5f, 0.5f); w[5] = h_param(&h, 2, bv, -0.2f, 0.2f);
+    w[6] = h_param(&h, 3, ko, -0.5f, 0.5f); w[7] = h_param(&h, 1, (int64_t[]){D}, -0.2f, 0.2f);
+    fl_node *m = qmask ? fl_graph_input(&h.g, "mask", 1, (int64_t[]){T}) : NULL;
+    fl_node *q = fl_graph_dense(&h.g, "q", h.x, w[0], w[1], FL_ACT_LINEAR);
+    fl_node *k = fl_graph_dense(&h.g, "k", h.x, w[2], w[3], FL_ACT_LINEAR);
+    fl_node *v = fl_graph_dense(&h.g, "v", h.x, w[4], w[5], FL_ACT_LINEAR);
+    fl_node *a = fl_graph_attention(&h.g, "mha", q, k, v, m, m, NULL, H, 1.0f / sqrtf((float)dk), causal, 0.0f, 1);
+    fl_node *y = a ? fl_graph_dense(&h.g, "o", a, w[6], w[7], FL_ACT_LINEAR) : NULL;
+    CHECK(q && k && v && a && y);
+    if (!y) { h_free(&h); return; }
+    CHECK(y->ndim == 3 && y->shape[1] == T && y->shape[2] == D);
+    h_ready(&h, y, -1, 1);
+    if (m) fill_mask(m, B * T, 3);
+    h_loss(&h, true);
+    /* reference: the projections in double, then attn_ref on them */
+    const int64_t nq = B * T * H * dk, nv = B * T * H * dv;
+    float *Q = malloc((size_t)nq * sizeof(float)), *K = malloc((size_t)nq * sizeof(float)),
+          *V = malloc((size_t)nv * sizeof(float));
+    for (int64_t r = 0; r < B * T; r++) {
+        for (int j = 0; j < H * dk; j++) {
+            double sq = w[1]->val[j], sk = w[3]->val[j];
+            for (int i = 0; i < D; i++) {
+                sq += (double)h.x->val[r * D + i] * w[0]->val[i * H * dk + j];
+                sk += (double)h.x->val[r * D + i] * w[2]->val[i * H * dk + j];
+            }
+            Q[r * H * dk + j] = (float)sq; K[r * H * dk + j] = (float)sk;
+        }
+        for (int j = 0; j < H * dv; j++) {
+            double sv = w[5]->val[j];
+            for (int i = 0; i < D; i++) sv += (double)h.x->val[r * D + i] * w[4]->val[i * H * dv + j];
+            V[r * H * dv + j] = (float)sv;
+        }
+    }
+    double *A = malloc((size_t)nv * sizeof(double)), *ref = malloc((size_t)(B * T * D) * sizeof(double));
+    fl_attn_desc d = a->attn;
+    for (int64_t b = 0; b < B; b++)
+        for (int hd = 0; hd < H; hd++)
+            attn_ref(&d, b, hd, Q, K, V, m ? m->val : NULL, m ? m->val : NULL, NULL, A + b * T * H * dv);
+    for (int64_t r = 0; r < B * T; r++)
+        for (int o = 0; o < D; o++) {
+            double s = w[7]->val[o];
+            for (int j = 0; j < H * dv; j++) s += A[r * H * dv + j] * w[6]->val[j * D + o];
+            ref[r * D + o] = s;
+        }
+    char what[96];
+    snprintf(what, sizeof what, "mha T%d D%d H%d dk%d dv%d%s%s", T, D, H, dk, dv, causal ? " causal" : "",
+             qmask ? " masked" : "");
+    CHECK_MSG(max_abs_diff(y->val, ref, B * T * D) < 1e-4, "%s forward", what);
+    free(Q); free(K); free(V); free(A); free(ref);
+    h_gradcheck(&h, what, 1e-3, 1e-2, true);
+    h_free(&h);
+}
+
+static void test_repeat(void) {
+    harness h;
+    const int64_t B = 3, D = 4, T = 5;
+    h_init(&h, B, 1, &D);
+    fl_node *y = fl_graph_repeat(&h.g, "rep", h.x, T);
+    CHECK(y && y->ndim == 3 && y->shape[1] == T && y->shape[2] == D);
+    h_ready(&h, y, -1, 1);
+    h_loss(&h, true);
+    bool ok = true;
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t t = 0; t < T; t++)
+            for (int64_t j = 0; j < D; j++) ok &= y->val[(b * T + t) * D + j] == h.x->val[b * D + j];
+    CHECK_MSG(ok, "repeat forward");
+    h_gradcheck(&h, "repeat", 1e-3, 1e-3, true);
+    h_free(&h);
+    /* refusals name the layer */
+    fl_graph g;
+    fl_graph_init(&g, fl_backend_cpu());
+    fl_node *x3 = fl_graph_input(&g, "x", 2, (int64_t[]){3, 4});
+    CHECK(fl_graph_repeat(&g, "rv", x3, 2) == NULL && strstr(fl_last_error(), "'rv' (RepeatVector)"));
+    CHECK(fl_graph_layernorm(&g, "ln", x3, NULL, NULL, 5, 1e-3f, false) == NULL &&
+          strstr(fl_last_error(), "'ln' (LayerNormalization)"));
+    fl_node *k = fl_graph_input(&g, "k", 2, (int64_t[]){6, 4});
+    fl_node *v = fl_graph_input(&g, "v", 2, (int64_t[]){5, 4});
+    CHECK(fl_graph_attention(&g, "att", x3, k, v, NULL, NULL, NULL, 2, 1, false, 0, 1) == NULL &&
+          strstr(fl_last_error(), "'att' (attention)"));
+    CHECK(fl_graph_attention(&g, "att", x3, k, k, NULL, NULL, NULL, 3, 1, false, 0, 1) == NULL);
+    fl_graph_free(&g);
+}
+
 int main(void) {
     test_capability();
     test_philox();
@@ -1708,6 +1922,26 @@ int main(void) {
     test_fused_conv_relu_conv_pool(10, 10, 1, 4, 8, 2);
     test_fused_conv_relu_conv_pool(9, 11, 2, 5, 19, 2);
     test_fused_conv_relu_conv_pool(10, 10, 3, 8, 6, 3);
+    /* LayerNormalization, attention, RepeatVector (appended: the streams above stay) */
+    test_layernorm(1, false, true, true);
+    test_layernorm(2, false, true, true);
+    test_layernorm(3, false, false, true);
+    test_layernorm(1, false, true, false);
+    test_layernorm(1, true, true, false); /* rms_scaling */
+    test_attention_op(2, 4, 5, 2, 3, 2, false, 0, 0);
+    test_attention_op(2, 5, 5, 1, 4, 4, true, 0, 0);
+    test_attention_op(2, 5, 6, 2, 2, 3, false, 7, 0);
+    test_attention_op(2, 6, 6, 3, 2, 2, true, 3, 0);
+    test_attention_op(2, 4, 5, 1, 3, 3, false, 3, 1); /* the Attention layer's masking */
+    test_attention_op(2, 5, 5, 1, 3, 3, true, 2, 1);
+    test_mha(5, 6, 2, 3, 3, false, false);
+    test_mha(5, 6, 2, 3, 2, true, false);
+    test_mha(6, 4, 3, 2, 4, false, true);
+    test_mha(6, 4, 1, 4, 4, true, true);
+    test_repeat();
+    /* MultiHeadAttention without dropout (Keras on JAX): fully masked rows uniform, no gradient through them */
+    test_attention_op(2, 6, 6, 2, 3, 2, false, 7, 2);
+    test_attention_op(2, 6, 5, 1, 2, 3, true, 1, 2);
     test_batchnorm_frozen();
     return check_report("test_ops");
 }

@@ -185,7 +185,10 @@ def check_step(name, how, model, x, y, want_weights, want_iterations, h5path=Non
     ok, worst = True, 0.0
     for layer in model.layers:
         for w in layer.weights:
-            fn = want_weights(layer.name, w.name)
+            # a sub-layer's weight by its path below the layer ("query/kernel"), as flynn names it
+            at = w.path.find(layer.name + "/")
+            wn = w.path[at + len(layer.name) + 1:] if at >= 0 else w.name
+            fn = want_weights(layer.name, wn.replace("/", "_"))
             if fn is None or not os.path.exists(fn):
                 report(False, "%s %s step" % (name, how), "no reference for %s/%s" % (layer.name, w.name))
                 return

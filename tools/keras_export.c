@@ -119,6 +119,8 @@ static void export_model(const char *name, fl_model *m, int train_steps, int bat
             for (int k = 0; k < fl_layer_num_weights(l); k++) {
                 char suf[300];
                 snprintf(suf, sizeof suf, "_next_%s_%s.npy", fl_layer_name(l), fl_layer_weight_name(l, k));
+                for (char *c = suf; *c; c++) /* "query/kernel" (a sub-layer's weight) -> "query_kernel" */
+                    if (*c == '/') *c = '_';
                 check(fl_save_npy(fl_layer_weight(l, k), path(name, suf)), "save next weights");
             }
         }
@@ -328,6 +330,25 @@ int main(int argc, char **argv) {
         m = fl_model_new(fl_syms(v, img), fl_syms(o1, o2), "func_two_heads");
         fl_model_set_seed(m, 8);
         export_model("func_two_heads", m, 0, 0);
+    }
+    /* A causal Transformer block: MultiHeadAttention (its sub-layer weights;
+     * self- and cross-attention), LayerNormalization, TimeDistributed(Dense),
+     * Dense on a sequence, RepeatVector; SGD. (No Attention layer: Keras
+     * 3.15 cannot read the legacy .h5 of one, its own included.) */
+    {
+        fl_sym *x = fl_keras_input_named("seq", 6, 8);
+        fl_sym *a = fl_call_n(fl_multi_head_attention(2, 4, .use_causal_mask = true), x, x);
+        fl_sym *h = fl_call(fl_layer_normalization(), fl_call_n(fl_add(), x, a));
+        h = fl_call(fl_time_distributed(fl_dense(8, .activation = FL_RELU)), h);
+        fl_sym *r = fl_call(fl_repeat_vector(6), fl_call(fl_dense(8), fl_call(fl_global_average_pooling1d(), x)));
+        h = fl_call_n(fl_multi_head_attention(1, 5, .no_bias = true), h, r);
+        h = fl_call(fl_dense(4, .activation = FL_TANH), h);
+        fl_sym *o = fl_call(fl_dense(3, .activation = FL_SOFTMAX), fl_call(fl_flatten(), h));
+        m = fl_model_new(fl_syms(x), fl_syms(o), "transformer_block");
+        fl_model_set_seed(m, 10);
+        check(fl_compile(m, fl_sgd(.learning_rate = 0.1f, .momentum = 0.9f), FL_SPARSE_CATEGORICAL_CROSSENTROPY,
+                         FL_ACCURACY), "compile");
+        export_model("transformer_block", m, 2, 8);
     }
     /* the built-in mnist_cnn, as `flynn train` makes it */
     m = fl_builtin_model("mnist_cnn", 12, 12, 1, 10);

@@ -458,6 +458,72 @@ fl_layer *fl_minimum_(fl_name_args a);
 #define fl_minimum(...) fl_minimum_((fl_name_args){._reserved = 0, __VA_ARGS__})
 #define fl_concatenate(...) fl_concatenate_((fl_concat_args){._reserved = 0, __VA_ARGS__})
 
+/* ------------------------------------------- sequences: normalisation and attention */
+
+/* LayerNormalization over `axis` (0 = -1, the last; the batch is axis 0) or
+ * over the several axes listed in `axes` (0-terminated); flynn normalises
+ * trailing axes only ([-2, -1], [1, 2] of a rank-3 input). gamma and beta
+ * have the normalised axes' shape. epsilon 0 = Keras's 1e-3. rms_scaling:
+ * Keras's (deprecated) y = x / sqrt(var + eps) * gamma, without beta. */
+typedef struct fl_layer_normalization_args {
+    int _reserved;
+    int axis;
+    int axes[FL_MAX_DIMS];
+    float epsilon;
+    bool no_center, no_scale, rms_scaling;
+    const char *name;
+} fl_layer_normalization_args;
+fl_layer *fl_layer_normalization_(fl_layer_normalization_args a);
+#define fl_layer_normalization(...) fl_layer_normalization_((fl_layer_normalization_args){._reserved = 0, __VA_ARGS__})
+
+/* MultiHeadAttention, called as fl_call_n(mha, query, value[, key[,
+ * attention_mask]]) (key defaults to value; the mask is (batch, Tq, Tk),
+ * 1 = attend): the query, key and value projections (EinsumDense kernels
+ * (d, num_heads, key_dim) and biases (num_heads, key_dim); value_dim 0 =
+ * key_dim), softmax(q k^T / sqrt(key_dim)) with the masks of Keras (query
+ * and value masks of the inputs, the attention mask, use_causal_mask),
+ * dropout on the weights, and the output projection to output_shape (0 =
+ * the query's features). Attention over the sequence axis only (Keras's
+ * attention_axes None). */
+typedef struct fl_multi_head_attention_args {
+    int num_heads, key_dim;
+    int value_dim;
+    float dropout;
+    bool no_bias;
+    int output_shape;
+    bool use_causal_mask;
+    uint64_t seed;
+    const char *name;
+} fl_multi_head_attention_args;
+fl_layer *fl_multi_head_attention_(fl_multi_head_attention_args a);
+#define fl_multi_head_attention(heads_, key_dim_, ...) \
+    fl_multi_head_attention_((fl_multi_head_attention_args){.num_heads = (heads_), .key_dim = (key_dim_), __VA_ARGS__})
+
+/* Attention (Keras's dot-product attention, Luong style), called as
+ * fl_call_n(att, query, value[, key]): softmax(query key^T) value, with the
+ * query and value masks and use_causal_mask as Keras; dropout on the
+ * weights. use_scale and score_mode "concat" are not supported. */
+typedef struct fl_attention_args {
+    int _reserved;
+    float dropout;
+    bool use_causal_mask;
+    uint64_t seed;
+    const char *name;
+} fl_attention_args;
+fl_layer *fl_attention_layer_(fl_attention_args a);
+#define fl_attention_layer(...) fl_attention_layer_((fl_attention_args){._reserved = 0, __VA_ARGS__})
+
+/* RepeatVector: (batch, features) -> (batch, n, features). */
+fl_layer *fl_repeat_vector_(int n, fl_name_args a);
+#define fl_repeat_vector(n, ...) fl_repeat_vector_((n), (fl_name_args){._reserved = 0, __VA_ARGS__})
+
+/* TimeDistributed: applies `layer` to every timestep of a (batch, steps,
+ * ...) input. flynn takes layers that act on the last axis or element-wise
+ * (Dense, Activation, Dropout, ReLU, LeakyReLU, ELU, LayerNormalization on
+ * the last axis); it takes ownership of `layer`, also on failure. */
+fl_layer *fl_time_distributed_(fl_layer *layer, fl_name_args a);
+#define fl_time_distributed(layer, ...) fl_time_distributed_((layer), (fl_name_args){._reserved = 0, __VA_ARGS__})
+
 /* ------------------------------------------------------------------ models */
 
 typedef struct fl_model fl_model;

@@ -72,6 +72,31 @@ typedef struct fl_bcast_desc {
     int64_t dim[FL_BCAST_MAX_DIMS], sstride[FL_BCAST_MAX_DIMS], pstride[FL_BCAST_MAX_DIMS];
 } fl_bcast_desc;
 
+/* Scaled dot-product attention (MultiHeadAttention, Attention): q (n, tq,
+ * heads*dk), k (n, tk, heads*dk), v (n, tk, heads*dv); the weights of one
+ * batch are (n, heads, tq, tk). */
+typedef struct fl_attn_desc {
+    int64_t n;           /* batch */
+    int heads, tq, tk, dk, dv;
+    float scale;         /* multiplies q k^T */
+    int causal;          /* query i sees keys j <= i only */
+    int mask_mode;       /* 0, 2: MultiHeadAttention's masking (with, without dropout), 1: Attention's (attn_softmax_fwd) */
+} fl_attn_desc;
+
+/* A batch of row-major GEMMs C_i = alpha * op(A_i) op(B_i) + beta * C_i
+ * (op: transposed when ta/tb), m x n, inner size k, i = o * ninner + j for
+ * o < nouter, j < ninner, at X_i = X + o * sX[0] + j * sX[1] (floats):
+ * the (batch, heads) blocks of the attention tensors. */
+typedef struct fl_gemm_desc {
+    int ta, tb;
+    int m, n, k;
+    float alpha, beta;
+    int lda, ldb, ldc;
+    int64_t sa[2], sb[2], sc[2];
+    int64_t nouter;
+    int ninner;
+} fl_gemm_desc;
+
 enum fl_loss_code { FL_LC_CCE = 1, FL_LC_SCCE, FL_LC_BCE, FL_LC_MSE };
 /* How the prediction relates to the loss input (fused paths). */
 enum fl_loss_input { FL_LI_PROBS = 0, FL_LI_LOGITS, FL_LI_SOFTMAX_FUSED, FL_LI_SIGMOID_FUSED };
@@ -297,6 +322,35 @@ typedef struct fl_backend {
     void *(*graph_end)(void);
     int (*graph_launch)(void *graph, int64_t opt_step, int64_t graph_step);
     void (*graph_free)(void *graph);
+
+    /* LayerNormalization of rows of c values: stats[2r], stats[2r + 1] =
+     * the row's mean and 1/sqrt(var + eps) (biased variance); y = (x - mean)
+     * * invstd * gamma + beta, or with rms (Keras's rms_scaling) y = x *
+     * invstd * gamma; gamma, beta may be NULL. Backward: dx (beta: +)= the
+     * input gradient (may be NULL); dgamma, dbeta (overwritten, may be
+     * NULL) = the sums over the rows of dy * xhat and of dy. */
+    void (*layernorm_fwd)(int64_t rows, int c, float eps, int rms, const float *x, const float *gamma,
+                          const float *beta, float *y, float *stats);
+    void (*layernorm_bwd)(int64_t rows, int c, int rms, const float *x, const float *gamma, const float *stats,
+                          const float *dy, float *dx, float dx_beta, float *dgamma, float *dbeta);
+    /* the batched GEMMs of attention (fl_gemm_desc) */
+    void (*gemm_batched)(const fl_gemm_desc *d, const float *a, const float *b, float *c);
+    /* the attention weights, in place on s (n, heads, tq, tk): the softmax
+     * over tk of s under the mask m = qmask[b, i] * vmask[b, j] * amask[b,
+     * i, j] * (j <= i when causal), a NULL mask counting as ones. Keras's
+     * two rules: d->mask_mode 0 (MultiHeadAttention's Softmax layer)
+     * softmax over the unmasked j, masked weights 0 (a row with none: all
+     * 0); mode 1 (the Attention layer) s - 1e9 (float32) where vmask *
+     * causal is 0, softmax over all j, then rows with qmask 0 set to 0
+     * (amask unused); mode 2 (MultiHeadAttention without dropout, which
+     * Keras 3 on JAX runs as jax.nn.dot_product_attention) as mode 0 but a
+     * row with no unmasked j gets the uniform 1/tk. Backward in place on dp
+     * (the weights' gradient): dp = p * (dp - sum_j dp * p), 0 on mode 2's
+     * uniform rows (their weights do not depend on the scores). */
+    void (*attn_softmax_fwd)(const fl_attn_desc *d, const float *qmask, const float *vmask, const float *amask,
+                             float *s);
+    void (*attn_softmax_bwd)(const fl_attn_desc *d, const float *qmask, const float *vmask, const float *amask,
+                             const float *p, float *dp);
 } fl_backend;
 
 /* Modes of fl_backend.bmerge_*. */

@@ -40,6 +40,9 @@ typedef enum fl_op {
     FL_OP_UPSAMPLE2D, /* nearest or bilinear resizing (UpSampling2D, Resizing) */
     FL_OP_CONV2D_TRANSPOSE, /* in: x, kernel (kh, kw, filters, in)[, bias]; fused activation */
     FL_OP_PERMUTE,   /* transposition of the non-batch axes */
+    FL_OP_LAYERNORM, /* in: x, gamma|NULL, beta|NULL; over the last `axis` values of each row (src/ops/attention.c) */
+    FL_OP_ATTENTION, /* in: q, k, v[, query mask, value mask, attention mask]: softmax(q k^T * scale + mask) v per head */
+    FL_OP_REPEAT,    /* RepeatVector: x (batch, d) -> (batch, n, d) */
     FL_OP_COUNT
 } fl_op;
 
@@ -81,6 +84,8 @@ struct fl_node {
     bool invert;               /* NORMALIZE: the inverse transformation */
     int bilinear;              /* UPSAMPLE2D: 1 bilinear, 0 nearest */
     int perm[FL_MAX_DIMS];     /* PERMUTE: output axis i is input axis perm[i] (batch: perm[0] = 0) */
+    fl_attn_desc attn;         /* ATTENTION: heads, sizes, scale, causal (batch set per call) */
+    fl_node *mask;            /* (batch, T) float 1/0: the valid timesteps of this rank-3 sequence (Keras's _keras_mask), or NULL */
 };
 
 typedef struct fl_graph {
@@ -179,6 +184,23 @@ fl_status fl_graph_set_trainable(fl_graph *g, fl_node *w, bool trainable);
  * dropped (the next reserve makes them again), trainable_gen advanced so
  * that an optimizer bound before rebinds. */
 void fl_graph_refinalize(fl_graph *g);
+/* LayerNormalization over the last `c` values of each row (the trailing
+ * axes Keras normalises; gamma and beta hold c values or are NULL); rms:
+ * Keras's rms_scaling, y = x * rsqrt(var + eps) * gamma, no centring. */
+fl_node *fl_graph_layernorm(fl_graph *g, const char *name, fl_node *x, fl_node *gamma, fl_node *beta, int64_t c,
+                            float eps, bool rms);
+/* Scaled dot-product attention over `heads` heads: q (batch, Tq, heads*dk),
+ * k (batch, Tk, heads*dk), v (batch, Tk, heads*dv) -> (batch, Tq, heads*dv);
+ * per head softmax(scale * q k^T + mask) v, masked scores getting -1e9 added
+ * as Keras's Softmax does; the mask is the AND of qmask (batch, Tq), vmask
+ * (batch, Tk), amask (batch, Tq, Tk) (any may be NULL) and, with causal,
+ * j <= i. Dropout `rate` on the attention weights in training. */
+fl_node *fl_graph_attention(fl_graph *g, const char *name, fl_node *q, fl_node *k, fl_node *v, fl_node *qmask,
+                            fl_node *vmask, fl_node *amask, int heads, float scale, bool causal, float rate,
+                            uint64_t stream);
+/* RepeatVector: x (batch, d) -> (batch, n, d). */
+fl_node *fl_graph_repeat(fl_graph *g, const char *name, fl_node *x, int64_t n);
+
 /* Marks which nodes need gradients (those downstream of a trainable param)
  * and counts consumers; call once after building. */
 void fl_graph_finalize(fl_graph *g);

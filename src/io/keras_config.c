@@ -281,7 +281,9 @@ static fl_status parse_nodes(const kctx *c, kentry *e) {
         json_object *nd = json_object_array_get_idx(nodes, i);
         knode *k = &e->nodes[i];
         if (jis(nd, json_type_object)) { /* Keras 3: {"args": [...], "kwargs": {...}} */
+            FL_TRY(collect_tensors(c, jkey(nd, "args"), k));
             json_object *kw = jkey(nd, "kwargs");
+            const bool attn = e->layer && (e->layer->kind == FL_L_MHA || e->layer->kind == FL_L_ATTENTION);
             if (jis(kw, json_type_object)) {
                 json_object_object_foreach(kw, key, val) {
                     /* Dropout(x, training=False), as keras.applications.MobileNet calls it. Keras 3's
@@ -292,10 +294,34 @@ static fl_status parse_nodes(const kctx *c, kentry *e) {
                         e->layer->inference_call = true;
                         continue;
                     }
+                    if (attn && strcmp(key, "use_causal_mask") == 0 && jis(val, json_type_boolean)) {
+                        bool on = json_object_get_boolean(val);
+                        bool *flag = e->layer->kind == FL_L_MHA ? &e->layer->a.mha.use_causal_mask
+                                                                 : &e->layer->a.att.use_causal_mask;
+                        if (i > 0 && *flag != on)
+                            return kfail(c, FL_ERR_UNSUPPORTED, "calls with and without use_causal_mask of one "
+                                         "layer are not supported");
+                        *flag = on;
+                        continue;
+                    }
+                    if (attn && (strcmp(key, "key") == 0 || strcmp(key, "attention_mask") == 0) && val &&
+                        e->layer->kind == FL_L_MHA)
+                        continue;
+                    if (attn && strcmp(key, "return_attention_scores") == 0 && jis(val, json_type_boolean) &&
+                        !json_object_get_boolean(val))
+                        continue;
                     if (val) return kfail(c, FL_ERR_UNSUPPORTED, "a call with the keyword argument '%s' is not supported", key);
                 }
+                /* MultiHeadAttention(query, value, key=, attention_mask=): flynn's inputs in that order */
+                json_object *kt = jkey(kw, "key"), *mt = jkey(kw, "attention_mask");
+                if (attn && e->layer->kind == FL_L_MHA && (kt || mt)) {
+                    if (kt && k->n != 2)
+                        return kfail(c, FL_ERR_FORMAT, "a call with key given twice");
+                    if (kt) FL_TRY(collect_tensors(c, kt, k));
+                    else if (k->n == 2) k->in[k->n++] = k->in[1]; /* key = value */
+                    if (mt) FL_TRY(collect_tensors(c, mt, k));
+                }
             }
-            FL_TRY(collect_tensors(c, jkey(nd, "args"), k));
         } else if (jis(nd, json_type_array)) { /* tf.keras 2: [[name, node, tensor, kwargs], ...] */
             size_t m = json_object_array_length(nd);
             if (m > FL_NODE_MAX_IN) return kfail(c, FL_ERR_UNSUPPORTED, "a call with more than %d inputs", FL_NODE_MAX_IN);
@@ -926,7 +952,7 @@ static json_object *layer_entry(const fl_model *m, const fl_layer *l, bool legac
     if (m->functional) {
         put(e, "name", jstring(l->name));
         json_object *nodes = json_object_new_array();
-        bool merge = fl_layer_kind_merges(l->kind);
+        bool merge = fl_layer_kind_merges(l->kind) && l->kind != FL_L_MHA; /* MHA(query, value, key) */
         for (int call = 0; l->kind != FL_L_INPUT; call++) {
             const fl_sym *s = layer_call(m, l, call);
             if (!s) break;
@@ -936,12 +962,16 @@ static json_object *layer_entry(const fl_model *m, const fl_layer *l, bool legac
                 for (int i = 0; i < s->nin; i++) json_object_array_add(lst, keras_tensor(s->in[i]));
                 json_object_array_add(args, lst);
             } else {
-                for (int i = 0; i < s->nin; i++) json_object_array_add(args, keras_tensor(s->in[i]));
+                for (int i = 0; i < s->nin && i < (l->kind == FL_L_MHA ? 3 : s->nin); i++)
+                    json_object_array_add(args, keras_tensor(s->in[i]));
             }
             json_object *nd = json_object_new_object();
             put(nd, "args", args);
             json_object *kw = json_object_new_object();
             if (l->inference_call) put(kw, "training", jbool(false));
+            if (l->kind == FL_L_MHA && s->nin > 3) put(kw, "attention_mask", keras_tensor(s->in[3]));
+            if ((l->kind == FL_L_MHA && l->a.mha.use_causal_mask) || (l->kind == FL_L_ATTENTION && l->a.att.use_causal_mask))
+                put(kw, "use_causal_mask", jbool(true));
             put(nd, "kwargs", kw);
             json_object_array_add(nodes, nd);
         }

@@ -888,6 +888,199 @@ static void permute_to(const fl_layer *l, json_object *c) {
 
 /* ------------------------------------------------------------- the table */
 
+/* ------------------------------------------ sequences: normalisation, attention */
+
+static fl_layer *layernorm_from(const kctx *c, const char *cls, json_object *cfg, klayer_extra *x) {
+    (void)cls; (void)x;
+    static const char *const init[] = {"beta_initializer", "gamma_initializer", NULL};
+    double eps;
+    bool center, scale, rms;
+    if (get_num(c, cfg, "epsilon", 1e-3, false, &eps) || get_bool(c, cfg, "center", true, &center) ||
+        get_bool(c, cfg, "scale", true, &scale) || get_bool(c, cfg, "rms_scaling", false, &rms) ||
+        check_initializers(c, cfg, init) || must_be_null(c, cfg, "beta_regularizer", "weight regularizers") ||
+        must_be_null(c, cfg, "gamma_regularizer", "weight regularizers") ||
+        must_be_null(c, cfg, "beta_constraint", "weight constraints") ||
+        must_be_null(c, cfg, "gamma_constraint", "weight constraints"))
+        return NULL;
+    fl_layer_normalization_args a = {.epsilon = (float)eps, .no_center = !center, .no_scale = !scale,
+                                     .rms_scaling = rms};
+    json_object *ax = jkey(cfg, "axis");
+    if (jis(ax, json_type_int)) {
+        a.axis = (int)json_object_get_int64(ax);
+    } else if (jis(ax, json_type_array) && json_object_array_length(ax) >= 1 &&
+               json_object_array_length(ax) < FL_MAX_DIMS) {
+        for (size_t i = 0; i < json_object_array_length(ax); i++) {
+            json_object *v = json_object_array_get_idx(ax, i);
+            int64_t k = jis(v, json_type_int) ? json_object_get_int64(v) : 0;
+            if (k == 0 || k < -(FL_MAX_DIMS - 1) || k >= FL_MAX_DIMS)
+                return kfail(c, FL_ERR_UNSUPPORTED, "axis %s: expected non-batch axes",
+                             json_object_to_json_string(ax)), NULL;
+            a.axes[i] = (int)k;
+        }
+    } else if (ax) {
+        return kfail(c, FL_ERR_FORMAT, "axis is %s, expected an int or a list of ints", jtype_name(ax)), NULL;
+    }
+    if (a.axis == 0 && !a.axes[0] && ax) return kfail(c, FL_ERR_UNSUPPORTED, "axis 0 (the batch) is not supported"), NULL;
+    if (!(eps > 0)) return kfail(c, FL_ERR_FORMAT, "epsilon %g, expected > 0", eps), NULL;
+    return fl_layer_normalization_(a);
+}
+
+static void layernorm_to(const fl_layer *l, json_object *c) {
+    const fl_layer_normalization_args *a = &l->a.ln;
+    if (a->axes[0]) {
+        json_object *ax = json_object_new_array();
+        for (int i = 0; i < FL_MAX_DIMS && a->axes[i]; i++) json_object_array_add(ax, jint(a->axes[i]));
+        put(c, "axis", ax);
+    } else {
+        put(c, "axis", jint(a->axis));
+    }
+    put(c, "epsilon", jfloat(a->epsilon));
+    put(c, "center", jbool(!a->no_center));
+    put(c, "scale", jbool(!a->no_scale));
+    put(c, "rms_scaling", jbool(a->rms_scaling));
+    put(c, "beta_initializer", initializer("Zeros"));
+    put(c, "gamma_initializer", initializer("Ones"));
+    put(c, "beta_regularizer", NULL);
+    put(c, "gamma_regularizer", NULL);
+    put(c, "beta_constraint", NULL);
+    put(c, "gamma_constraint", NULL);
+}
+
+/* An int or a one-int list (output_shape), 0 when null. */
+static fl_status get_int_or_one(const kctx *c, json_object *cfg, const char *key, int64_t *out) {
+    json_object *v = jkey(cfg, key);
+    *out = 0;
+    if (!v) return FL_OK;
+    if (jis(v, json_type_array) && json_object_array_length(v) == 1) v = json_object_array_get_idx(v, 0);
+    if (!jis(v, json_type_int) || json_object_get_int64(v) <= 0 || json_object_get_int64(v) > INT32_MAX)
+        return kfail(c, FL_ERR_UNSUPPORTED, "%s %s is not supported (an int > 0, or null)", key,
+                     json_object_to_json_string(jkey(cfg, key)));
+    *out = json_object_get_int64(v);
+    return FL_OK;
+}
+
+static fl_status get_seed(const kctx *c, json_object *cfg, uint64_t *seed) {
+    int64_t v;
+    *seed = 0;
+    if (!jkey(cfg, "seed")) return FL_OK;
+    FL_TRY(get_int(c, cfg, "seed", 0, false, &v));
+    *seed = (uint64_t)v;
+    return FL_OK;
+}
+
+static fl_layer *mha_from(const kctx *c, const char *cls, json_object *cfg, klayer_extra *x) {
+    (void)cls; (void)x;
+    int64_t heads, kd, vd, out;
+    double dropout;
+    bool use_bias, gate;
+    uint64_t seed;
+    if (get_int(c, cfg, "num_heads", 0, true, &heads) || get_int(c, cfg, "key_dim", 0, true, &kd) ||
+        get_int(c, cfg, "value_dim", 0, false, &vd) || get_num(c, cfg, "dropout", 0, false, &dropout) ||
+        get_bool(c, cfg, "use_bias", true, &use_bias) || get_bool(c, cfg, "use_gate", false, &gate) ||
+        get_int_or_one(c, cfg, "output_shape", &out) || check_kernel_extras(c, cfg) ||
+        must_be_null(c, cfg, "sliding_window", "sliding-window attention") || get_seed(c, cfg, &seed))
+        return NULL;
+    if (gate) return kfail(c, FL_ERR_UNSUPPORTED, "use_gate true is not supported"), NULL;
+    json_object *ax = jkey(cfg, "attention_axes");
+    if (ax && !(jis(ax, json_type_array) && json_object_array_length(ax) == 1 &&
+                jis(json_object_array_get_idx(ax, 0), json_type_int) &&
+                json_object_get_int64(json_object_array_get_idx(ax, 0)) == 1) &&
+        !(jis(ax, json_type_int) && json_object_get_int64(ax) == 1))
+        return kfail(c, FL_ERR_UNSUPPORTED, "attention_axes %s is not supported (flynn attends over the sequence "
+                     "axis of (batch, steps, features) inputs: null or [1])", json_object_to_json_string(ax)), NULL;
+    if (heads <= 0 || heads > INT32_MAX || kd <= 0 || kd > INT32_MAX || vd < 0 || vd > INT32_MAX)
+        return kfail(c, FL_ERR_FORMAT, "num_heads %lld, key_dim %lld, value_dim %lld: expected > 0", (long long)heads,
+                     (long long)kd, (long long)vd), NULL;
+    return fl_multi_head_attention_((fl_multi_head_attention_args){
+        .num_heads = (int)heads, .key_dim = (int)kd, .value_dim = (int)vd, .dropout = (float)dropout,
+        .no_bias = !use_bias, .output_shape = (int)out, .seed = seed});
+}
+
+static void mha_to(const fl_layer *l, json_object *c) {
+    const fl_multi_head_attention_args *a = &l->a.mha;
+    put(c, "num_heads", jint(a->num_heads));
+    put(c, "key_dim", jint(a->key_dim));
+    put(c, "value_dim", jint(a->value_dim));
+    put(c, "dropout", jfloat(a->dropout));
+    put(c, "use_bias", jbool(!a->no_bias));
+    put(c, "use_gate", jbool(false));
+    if (a->output_shape) {
+        json_object *o = json_object_new_array();
+        json_object_array_add(o, jint(a->output_shape));
+        put(c, "output_shape", o);
+    } else {
+        put(c, "output_shape", NULL);
+    }
+    json_object *ax = json_object_new_array();
+    json_object_array_add(ax, jint(1));
+    put(c, "attention_axes", ax);
+    put(c, "sliding_window", NULL);
+    put_kernel_extras(c, true);
+    put(c, "seed", a->seed ? jint((int64_t)a->seed) : NULL);
+}
+
+static fl_layer *attention_from(const kctx *c, const char *cls, json_object *cfg, klayer_extra *x) {
+    (void)cls; (void)x;
+    bool use_scale;
+    double dropout;
+    uint64_t seed;
+    if (get_bool(c, cfg, "use_scale", false, &use_scale) || get_num(c, cfg, "dropout", 0, false, &dropout) ||
+        get_seed(c, cfg, &seed))
+        return NULL;
+    const char *mode = jstr(jkey(cfg, "score_mode"));
+    if (mode && strcmp(mode, "dot") != 0)
+        return kfail(c, FL_ERR_UNSUPPORTED, "score_mode \"%s\" is not supported (only \"dot\")", mode), NULL;
+    if (use_scale) return kfail(c, FL_ERR_UNSUPPORTED, "use_scale true (a learned scale) is not supported"), NULL;
+    return fl_attention_layer_((fl_attention_args){.dropout = (float)dropout, .seed = seed});
+}
+
+static void attention_to(const fl_layer *l, json_object *c) {
+    put(c, "use_scale", jbool(false));
+    put(c, "score_mode", jstring("dot"));
+    put(c, "dropout", jfloat(l->a.att.dropout));
+    put(c, "seed", l->a.att.seed ? jint((int64_t)l->a.att.seed) : NULL);
+}
+
+static fl_layer *repeat_vector_from(const kctx *c, const char *cls, json_object *cfg, klayer_extra *x) {
+    (void)cls; (void)x;
+    int64_t n;
+    if (get_int(c, cfg, "n", 0, true, &n)) return NULL;
+    if (n <= 0 || n > INT32_MAX) return kfail(c, FL_ERR_FORMAT, "n is %lld, expected > 0", (long long)n), NULL;
+    return fl_repeat_vector_((int)n, (fl_name_args){0});
+}
+
+static void repeat_vector_to(const fl_layer *l, json_object *c) { put(c, "n", jint(l->a.repeat)); }
+
+/* TimeDistributed: the wrapped layer's own config, read by its class's row. */
+static fl_layer *time_distributed_from(const kctx *c, const char *cls, json_object *cfg, klayer_extra *x) {
+    (void)cls;
+    json_object *lo = jkey(cfg, "layer");
+    const char *icls = jstr(jkey(lo, "class_name"));
+    json_object *icfg = jkey(lo, "config");
+    if (!icls || !jis(icfg, json_type_object))
+        return kfail(c, FL_ERR_FORMAT, "'layer' is %s, expected a layer object with class_name and config",
+                     jtype_name(lo)), NULL;
+    const fl_keras_layer_def *d = fl_keras_layer_by_class(icls);
+    if (!d || !d->from_config)
+        return kfail(c, FL_ERR_UNSUPPORTED, "the wrapped layer's class '%s' is not supported", icls), NULL;
+    fl_layer *in = d->from_config(c, icls, icfg, x);
+    if (!in) return NULL;
+    const char *iname = jstr(jkey(icfg, "name"));
+    if (iname && strlen(iname) < sizeof in->name) { strcpy(in->name, iname); in->user_named = true; }
+    return fl_time_distributed_(in, (fl_name_args){0});
+}
+
+static void time_distributed_to(const fl_layer *l, json_object *c) {
+    const fl_layer *in = l->a.td.inner;
+    json_object *ic = json_object_new_object();
+    put(ic, "name", jstring(in->name));
+    put(ic, "trainable", jbool(true));
+    put(ic, "dtype", dtype_policy());
+    const fl_keras_layer_def *d = fl_keras_layer_by_kind(in->kind);
+    if (d && d->to_config) d->to_config(in, ic);
+    put(c, "layer", jobject("keras.layers", fl_layer_kind_class(in->kind), ic, false));
+}
+
 static const fl_keras_layer_def layer_defs[] = {
     /* class, kind, read, write, build_config */
     {"InputLayer", FL_L_INPUT, NULL, NULL, false}, /* read and written with the model structure */
@@ -930,6 +1123,11 @@ static const fl_keras_layer_def layer_defs[] = {
     {"Conv2DTranspose", FL_L_CONV2D_TRANSPOSE, conv2d_transpose_from, conv2d_transpose_to, true},
     {"Permute", FL_L_PERMUTE, permute_from, permute_to, true},
     {"Resizing", FL_L_RESIZING, resizing_from, resizing_to, true},
+    {"LayerNormalization", FL_L_LAYERNORM, layernorm_from, layernorm_to, true},
+    {"MultiHeadAttention", FL_L_MHA, mha_from, mha_to, false},
+    {"Attention", FL_L_ATTENTION, attention_from, attention_to, true},
+    {"RepeatVector", FL_L_REPEAT_VECTOR, repeat_vector_from, repeat_vector_to, true},
+    {"TimeDistributed", FL_L_TIME_DISTRIBUTED, time_distributed_from, time_distributed_to, true},
 };
 #define NDEFS (sizeof layer_defs / sizeof layer_defs[0])
 

@@ -318,6 +318,39 @@ static int total_weights(const fl_model *m) {
     return n;
 }
 
+/* The weights of a layer made of Keras sub-layers (MultiHeadAttention's
+ * query_dense ..., TimeDistributed's layer): weight k at
+ * layers/<kp>/<wsub[k]>/vars/<widx[k]>, each sub-group holding exactly the
+ * weights flynn has there. */
+static fl_status read_sub_weights(fl_h5file *f, uint64_t own, const char *kp, const fl_layer *l, fl_kvar *out) {
+    (void)own;
+    uint64_t root = fl_h5_root(f->r);
+    for (int k = 0; k < l->nw; k++) {
+        char path[256], ds[16], who[256];
+        snprintf(path, sizeof path, "layers/%s/%s/vars", kp, l->wsub[k]);
+        uint64_t g;
+        int r = find(f, root, path, &g);
+        if (r < 0) return fl_last_status();
+        if (r == 0)
+            return fl_error(FL_ERR_FORMAT, "%s: the weights of layer '%s' (%s) are missing (no group /%s)", f->src,
+                            l->name, fl_layer_kind_class(l->kind), path);
+        if (k == 0 || strcmp(l->wsub[k - 1], l->wsub[k]) != 0) {
+            int want = 0;
+            for (int j = 0; j < l->nw; j++) want += strcmp(l->wsub[j], l->wsub[k]) == 0;
+            int n = count_links(f, g, path);
+            if (n < 0) return fl_last_status();
+            if (n != want)
+                return fl_error(FL_ERR_FORMAT, "%s: layer '%s' (%s) has %d weights in %s, the file has %d in /%s",
+                                f->src, l->name, fl_layer_kind_class(l->kind), want, l->wsub[k], n, path);
+        }
+        snprintf(ds, sizeof ds, "%d", l->widx[k]);
+        snprintf(who, sizeof who, "layer '%s' (%s) weight '%s'", l->name, fl_layer_kind_class(l->kind), l->wname[k]);
+        fl_kvar want = want_of(l->w[k]);
+        FL_TRY(read_dataset(f, g, ds, who, &want, &out[k]));
+    }
+    return FL_OK;
+}
+
 /* Keras 3 layout: layers/<path>/vars/<i>. */
 static fl_status read_keras_layers(fl_h5file *f, const fl_model *m, fl_kstate *st) {
     const char *src = f->src;
@@ -342,6 +375,11 @@ static fl_status read_keras_layers(fl_h5file *f, const fl_model *m, fl_kstate *s
             if (l->nw == 0) continue;
             return fl_error(FL_ERR_FORMAT, "%s: the weights of layer '%s' (%s) are missing (no group /%s)", src, l->name,
                             fl_layer_kind_class(l->kind), path);
+        }
+        if (l->nw > 0 && l->wsub[0]) { /* sub-layers' weights (MultiHeadAttention, TimeDistributed) */
+            FL_TRY(read_sub_weights(f, g, kp, l, &st->vars[v]));
+            v += l->nw;
+            continue;
         }
         int n = count_links(f, g, path);
         if (n < 0) return fl_last_status();
@@ -636,10 +674,24 @@ static int write_keras_layout(fl_h5w *w, const fl_model *m, const host_copy *h) 
         int vg = fl_h5w_group(w, 0, path);
         const char *ln = l->name;
         if (vg < 0 || write_str_attr(w, vg, "name", &ln, 1, true) < 0) return -1;
+        if (l->kind == FL_L_MHA) { /* Keras's empty sub-objects too */
+            char sub[224];
+            snprintf(sub, sizeof sub, "layers/%s/_dropout_layer/vars", kp);
+            if (fl_h5w_group(w, 0, sub) < 0) return -1;
+            snprintf(sub, sizeof sub, "layers/%s/_softmax/vars", kp);
+            if (fl_h5w_group(w, 0, sub) < 0) return -1;
+        }
         for (int k = 0; k < l->nw; k++, v++) {
             char ds[16];
-            snprintf(ds, sizeof ds, "%d", k);
-            if (write_f32(w, vg, ds, l->w[k]->ndim, l->w[k]->shape, h->w[v]) < 0) return -1;
+            int at = vg;
+            snprintf(ds, sizeof ds, "%d", l->wsub[k] ? l->widx[k] : k);
+            if (l->wsub[k]) {
+                char sub[224];
+                snprintf(sub, sizeof sub, "layers/%s/%s/vars", kp, l->wsub[k]);
+                at = fl_h5w_group(w, 0, sub);
+                if (at < 0) return -1;
+            }
+            if (write_f32(w, at, ds, l->w[k]->ndim, l->w[k]->shape, h->w[v]) < 0) return -1;
         }
     }
     if (m->compiled && m->opt) {

@@ -11,6 +11,7 @@
 #include "ops/math.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -486,10 +487,75 @@ fl_layer *fl_normalization_(fl_normalization_args a) {
     return l;
 }
 
+/* ------------------------------------------ sequences: normalisation, attention */
+
+fl_layer *fl_layer_normalization_(fl_layer_normalization_args a) {
+    if (a.epsilon == 0.0f) a.epsilon = 1e-3f;
+    if (!a.axis && !a.axes[0]) a.axis = -1;
+    if (!(a.epsilon > 0.0f))
+        return fl_error_null(FL_ERR_INVALID_ARG, "LayerNormalization: epsilon %g, expected > 0", a.epsilon);
+    for (int i = 0; i < FL_MAX_DIMS && a.axes[i]; i++)
+        if (a.axes[i] < -(FL_MAX_DIMS - 1) || a.axes[i] >= FL_MAX_DIMS)
+            return fl_error_null(FL_ERR_INVALID_ARG, "LayerNormalization: axis %d is out of range", a.axes[i]);
+    fl_layer *l = new_layer(FL_L_LAYERNORM, a.name);
+    if (l) { l->a.ln = a; l->a.ln.name = NULL; }
+    return l;
+}
+
+fl_layer *fl_multi_head_attention_(fl_multi_head_attention_args a) {
+    if (a.num_heads <= 0 || a.key_dim <= 0)
+        return fl_error_null(FL_ERR_INVALID_ARG, "MultiHeadAttention: num_heads %d and key_dim %d, expected > 0",
+                             a.num_heads, a.key_dim);
+    if (!a.value_dim) a.value_dim = a.key_dim;
+    if (a.value_dim < 0 || a.output_shape < 0)
+        return fl_error_null(FL_ERR_INVALID_ARG, "MultiHeadAttention: value_dim %d and output_shape %d, expected > 0",
+                             a.value_dim, a.output_shape);
+    if (!(a.dropout >= 0.0f && a.dropout < 1.0f))
+        return fl_error_null(FL_ERR_INVALID_ARG, "MultiHeadAttention: dropout %g, expected 0 <= dropout < 1", a.dropout);
+    fl_layer *l = new_layer(FL_L_MHA, a.name);
+    if (l) { l->a.mha = a; l->a.mha.name = NULL; }
+    return l;
+}
+
+fl_layer *fl_attention_layer_(fl_attention_args a) {
+    if (!(a.dropout >= 0.0f && a.dropout < 1.0f))
+        return fl_error_null(FL_ERR_INVALID_ARG, "Attention: dropout %g, expected 0 <= dropout < 1", a.dropout);
+    fl_layer *l = new_layer(FL_L_ATTENTION, a.name);
+    if (l) { l->a.att = a; l->a.att.name = NULL; }
+    return l;
+}
+
+fl_layer *fl_repeat_vector_(int n, fl_name_args a) {
+    if (n <= 0) return fl_error_null(FL_ERR_INVALID_ARG, "RepeatVector: n is %d, expected > 0", n);
+    fl_layer *l = new_layer(FL_L_REPEAT_VECTOR, a.name);
+    if (l) l->a.repeat = n;
+    return l;
+}
+
+fl_layer *fl_time_distributed_(fl_layer *inner, fl_name_args a) {
+    if (!inner) return NULL; /* the inner constructor's message stands */
+    switch (inner->kind) {
+    case FL_L_DENSE: case FL_L_ACTIVATION: case FL_L_DROPOUT: case FL_L_RELU: case FL_L_LEAKY_RELU: case FL_L_ELU:
+    case FL_L_LAYERNORM:
+        break;
+    default:
+        fl_error(FL_ERR_UNSUPPORTED, "TimeDistributed(%s): flynn wraps layers that act on the last axis or "
+                 "element-wise (Dense, Activation, Dropout, ReLU, LeakyReLU, ELU, LayerNormalization)",
+                 kind_class[inner->kind]);
+        fl_layer_free(inner);
+        return NULL;
+    }
+    fl_layer *l = new_layer(FL_L_TIME_DISTRIBUTED, a.name);
+    if (!l) { fl_layer_free(inner); return NULL; }
+    l->a.td.inner = inner;
+    return l;
+}
+
 void fl_layer_free(fl_layer *l) {
     if (!l) return;
     for (int i = 0; i < l->nw; i++) fl_tensor_free(l->wview[i]);
     if (l->kind == FL_L_NORMALIZATION) { free(l->a.norm.mean); free(l->a.norm.variance); }
+    if (l->kind == FL_L_TIME_DISTRIBUTED) fl_layer_free(l->a.td.inner);
     free(l);
 }
 
@@ -537,6 +603,8 @@ void fl_layer_init_weights(fl_layer *l, const fl_backend *be, uint64_t seed) {
         if (!host) continue; /* weights stay zero; tiny allocation */
         uint64_t stream = ((uint64_t)(l->index + 1) << 8) | (uint64_t)i;
         const char *wn = l->wname[i];
+        /* a sub-layer's weight by its own name: "query/kernel" (MultiHeadAttention), "dense/kernel" (TimeDistributed) */
+        if (strrchr(wn, '/')) wn = strrchr(wn, '/') + 1;
         if (strcmp(wn, "kernel") == 0 || strcmp(wn, "depthwise_kernel") == 0 || strcmp(wn, "pointwise_kernel") == 0) {
             /* Keras's compute_fans: a 4-D kernel (kh, kw, a, b), DepthwiseConv2D's
              * (kh, kw, in, depth_multiplier) included, has fan_in kh*kw*a and
@@ -940,6 +1008,179 @@ static fl_node *build_permute(fl_layer *l, fl_graph *g, fl_node *const *xs, int 
     return fl_graph_permute(g, l->name, x, dims);
 }
 
+/* ------------------------------------------ sequences: normalisation, attention */
+
+/* LayerNormalization: Keras's axes (sorted, batch = 0) must be the trailing
+ * ones; gamma and beta have their shape. */
+static fl_node *build_layernorm(fl_layer *l, fl_graph *g, fl_node *const *xs, int nx) {
+    (void)nx;
+    const fl_layer_normalization_args *a = &l->a.ln;
+    fl_node *x = xs[0];
+    char s[128];
+    bool on[FL_MAX_DIMS] = {0};
+    int naxes = 0;
+    for (int i = 0; i < FL_MAX_DIMS && (i == 0 ? (a->axes[0] || a->axis) : a->axes[i]); i++) {
+        int ax = a->axes[0] ? a->axes[i] : a->axis;
+        int r = ax < 0 ? ax + x->ndim : ax;
+        if (r < 1 || r >= x->ndim)
+            return fl_error_null(FL_ERR_SHAPE, "layer '%s' (LayerNormalization): axis %d is not a non-batch axis of "
+                                 "input %s", l->name, ax, fl_shape_str(x->ndim, x->shape, s, sizeof s));
+        if (!on[r]) naxes++;
+        on[r] = true;
+        if (!a->axes[0]) break;
+    }
+    int64_t shape[FL_MAX_DIMS], c = 1;
+    for (int i = 0; i < naxes; i++) {
+        int r = x->ndim - naxes + i;
+        if (!on[r])
+            return fl_error_null(FL_ERR_UNSUPPORTED, "layer '%s' (LayerNormalization): flynn normalises the trailing "
+                                 "axes only; the %d axes given are not the last %d of input %s", l->name, naxes, naxes,
+                                 fl_shape_str(x->ndim, x->shape, s, sizeof s));
+        shape[i] = x->shape[r];
+        c *= shape[i];
+    }
+    fl_node *gm = NULL, *bt = NULL;
+    if (!a->no_scale || a->rms_scaling) {
+        gm = add_weight(l, g, "gamma", naxes, shape, true);
+        if (!gm) return NULL;
+    }
+    if (!a->no_center && !a->rms_scaling) {
+        bt = add_weight(l, g, "beta", naxes, shape, true);
+        if (!bt) return NULL;
+    }
+    fl_node *y = fl_graph_layernorm(g, l->name, x, gm, bt, c, a->epsilon, a->rms_scaling);
+    if (y) y->mask = x->mask;
+    return y;
+}
+
+/* A weight of a Keras sub-layer: its sub-object in .keras files and index. */
+static fl_node *sub_weight(fl_layer *l, fl_graph *g, const char *sub, int idx, const char *wname, int ndim,
+                           const int64_t *shape) {
+    fl_node *w = add_weight(l, g, wname, ndim, shape, true);
+    if (w && l->ncalls == 0) { l->wsub[l->nw - 1] = sub; l->widx[l->nw - 1] = idx; }
+    return w;
+}
+
+/* MultiHeadAttention on (query, value[, key[, attention_mask]]): Keras's
+ * EinsumDense projections run as Dense ops on the kernels' bytes. */
+static fl_node *build_mha(fl_layer *l, fl_graph *g, fl_node *const *xs, int nx) {
+    const fl_multi_head_attention_args *a = &l->a.mha;
+    char s1[128], s2[128];
+    if (nx > 4)
+        return fl_error_null(FL_ERR_INVALID_ARG, "layer '%s' (MultiHeadAttention) takes query, value, key and "
+                             "attention_mask, it was given %d inputs", l->name, nx);
+    fl_node *query = xs[0], *value = xs[1], *key = nx > 2 ? xs[2] : xs[1], *amask = nx > 3 ? xs[3] : NULL;
+    if (query->ndim != 3 || value->ndim != 3 || key->ndim != 3 || key->shape[1] != value->shape[1])
+        return fl_error_null(FL_ERR_SHAPE, "layer '%s' (MultiHeadAttention): query %s and value %s must be (batch, "
+                             "steps, features), key and value of the same steps (attention over other axes is not "
+                             "supported)", l->name, fl_shape_str(query->ndim, query->shape, s1, sizeof s1),
+                             fl_shape_str(value->ndim, value->shape, s2, sizeof s2));
+    const int64_t H = a->num_heads, kd = a->key_dim, vd = a->value_dim;
+    const int64_t out = a->output_shape ? a->output_shape : query->shape[2];
+    fl_node *w[8] = {0};
+    const bool bias = !a->no_bias;
+    const char *names[8] = {"query/kernel", "query/bias", "key/kernel", "key/bias", "value/kernel", "value/bias",
+                            "attention_output/kernel", "attention_output/bias"};
+    const char *subs[4] = {"query_dense", "key_dense", "value_dense", "output_dense"};
+    const int64_t kshape[4][3] = {{query->shape[2], H, kd}, {key->shape[2], H, kd}, {value->shape[2], H, vd},
+                                  {H, vd, out}};
+    for (int i = 0; i < 4; i++) {
+        w[2 * i] = sub_weight(l, g, subs[i], 0, names[2 * i], 3, kshape[i]);
+        if (!w[2 * i]) return NULL;
+        if (bias) {
+            w[2 * i + 1] = i < 3 ? sub_weight(l, g, subs[i], 1, names[2 * i + 1], 2, kshape[i] + 1)
+                                 : sub_weight(l, g, subs[i], 1, names[2 * i + 1], 1, &out);
+            if (!w[2 * i + 1]) return NULL;
+        }
+    }
+    fl_node *q = fl_graph_dense(g, l->name, query, w[0], w[1], FL_ACT_LINEAR);
+    fl_node *k = q ? fl_graph_dense(g, l->name, key, w[2], w[3], FL_ACT_LINEAR) : NULL;
+    fl_node *v = k ? fl_graph_dense(g, l->name, value, w[4], w[5], FL_ACT_LINEAR) : NULL;
+    if (!v) return NULL;
+    /* Keras: the AND of the query, value and key masks, the attention mask and the causal mask */
+    fl_node *vmask = value->mask;
+    if (key != value && key->mask) {
+        fl_node *two[2] = {value->mask, key->mask};
+        vmask = vmask ? fl_graph_merge(g, l->name, FL_OP_MUL, two, 2, 0) : key->mask;
+        if (!vmask) return NULL;
+    }
+    uint64_t stream = a->seed ? a->seed : (uint64_t)(l->index + 1) * 0x9E3779B97F4A7C15ull;
+    fl_node *att = fl_graph_attention(g, l->name, q, k, v, query->mask, vmask, amask, (int)H,
+                                      (float)(1.0 / sqrt((double)kd)), a->use_causal_mask, a->dropout, stream);
+    /* Keras 3 (JAX) runs MultiHeadAttention without dropout as
+     * jax.nn.dot_product_attention, whose fully masked rows are uniform;
+     * with dropout, its Softmax layer, whose are 0 */
+    if (att) att->attn.mask_mode = a->dropout > 0.0f ? 0 : 2;
+    fl_node *y = att ? fl_graph_dense(g, l->name, att, w[6], w[7], FL_ACT_LINEAR) : NULL;
+    if (y) y->mask = query->mask;
+    return y;
+}
+
+/* Attention (dot-product) on (query, value[, key]): one head, no scale, the
+ * Attention layer's masking. */
+static fl_node *build_attention(fl_layer *l, fl_graph *g, fl_node *const *xs, int nx) {
+    const fl_attention_args *a = &l->a.att;
+    if (nx > 3)
+        return fl_error_null(FL_ERR_INVALID_ARG, "layer '%s' (Attention) takes [query, value] or [query, value, key], "
+                             "it was given %d inputs", l->name, nx);
+    fl_node *q = xs[0], *v = xs[1], *k = nx > 2 ? xs[2] : xs[1];
+    uint64_t stream = a->seed ? a->seed : (uint64_t)(l->index + 1) * 0x9E3779B97F4A7C15ull;
+    fl_node *y = fl_graph_attention(g, l->name, q, k, v, q->mask, v->mask, NULL, 1, 1.0f, a->use_causal_mask,
+                                    a->dropout, stream);
+    if (!y) return NULL;
+    y->attn.mask_mode = 1;
+    y->mask = q->mask;
+    return y;
+}
+
+static fl_node *build_repeat_vector(fl_layer *l, fl_graph *g, fl_node *const *xs, int nx) {
+    (void)nx;
+    return fl_graph_repeat(g, l->name, xs[0], l->a.repeat);
+}
+
+/* TimeDistributed of a layer that acts on the last axis (or element-wise):
+ * the same layer on the whole sequence. Its weights are the outer layer's
+ * (the model's list holds the outer one), at "layer" in .keras files and
+ * "inner_name/kernel" in legacy .h5 files. */
+static fl_node *build_time_distributed(fl_layer *l, fl_graph *g, fl_node *const *xs, int nx);
+
+static const build_fn kind_build[FL_L_COUNT];
+
+static fl_node *build_time_distributed(fl_layer *l, fl_graph *g, fl_node *const *xs, int nx) {
+    fl_layer *in = l->a.td.inner;
+    char s[128];
+    if (xs[0]->ndim < 3)
+        return fl_error_null(FL_ERR_SHAPE, "layer '%s' (TimeDistributed): input %s must be (batch, steps, ...)",
+                             l->name, fl_shape_str(xs[0]->ndim, xs[0]->shape, s, sizeof s));
+    if (in->kind == FL_L_LAYERNORM) { /* its axes count the per-step sample's: only negative ones carry over */
+        bool pos = in->a.ln.axes[0] ? false : in->a.ln.axis > 0;
+        for (int i = 0; i < FL_MAX_DIMS && in->a.ln.axes[i]; i++) pos |= in->a.ln.axes[i] > 0;
+        if (pos)
+            return fl_error_null(FL_ERR_UNSUPPORTED, "layer '%s' (TimeDistributed(LayerNormalization)): give the "
+                                 "wrapped layer's axes from the end (-1), not from the start", l->name);
+    }
+    if (!in->name[0]) snprintf(in->name, sizeof in->name, "%s", fl_layer_kind_base(in->kind));
+    in->index = l->index;
+    in->ncalls = l->ncalls;
+    fl_node *y = kind_build[in->kind](in, g, xs, nx);
+    if (!y) return NULL;
+    if (l->ncalls == 0) {
+        l->nw = in->nw;
+        for (int i = 0; i < in->nw; i++) {
+            l->w[i] = in->w[i];
+            snprintf(l->a.td.wname[i], sizeof l->a.td.wname[i], "%s/%s", in->name, in->wname[i]);
+            l->wname[i] = l->a.td.wname[i];
+            l->wsub[i] = "layer";
+            l->widx[i] = i;
+        }
+    }
+    in->out = y;
+    in->g = g;
+    in->ncalls++;
+    y->mask = xs[0]->mask;
+    return y;
+}
+
 static const build_fn kind_build[FL_L_COUNT] = {
     [FL_L_INPUT] = build_input,         [FL_L_DENSE] = build_dense,         [FL_L_CONV2D] = build_conv2d,
     [FL_L_MAXPOOL] = build_pool,        [FL_L_AVGPOOL] = build_pool,        [FL_L_GAP] = build_global_pool,
@@ -957,6 +1198,8 @@ static const build_fn kind_build[FL_L_COUNT] = {
     [FL_L_DEPTHWISE2D] = build_depthwise2d, [FL_L_SEPARABLE2D] = build_separable2d,
     [FL_L_UPSAMPLE2D] = build_upsample2d, [FL_L_CONV2D_TRANSPOSE] = build_conv2d_transpose,
     [FL_L_PERMUTE] = build_permute,     [FL_L_RESIZING] = build_resizing,
+    [FL_L_LAYERNORM] = build_layernorm, [FL_L_MHA] = build_mha,         [FL_L_ATTENTION] = build_attention,
+    [FL_L_REPEAT_VECTOR] = build_repeat_vector, [FL_L_TIME_DISTRIBUTED] = build_time_distributed,
 };
 
 fl_node *fl_layer_build(fl_layer *l, fl_graph *g, fl_node *const *xs, int nx, uint64_t seed) {

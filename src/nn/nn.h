@@ -52,7 +52,12 @@
     X(UPSAMPLE2D, "UpSampling2D", "up_sampling2d", FL_IN_ONE)                        \
     X(CONV2D_TRANSPOSE, "Conv2DTranspose", "conv2d_transpose", FL_IN_ONE)            \
     X(PERMUTE, "Permute", "permute", FL_IN_ONE)                                      \
-    X(RESIZING, "Resizing", "resizing", FL_IN_ONE)
+    X(RESIZING, "Resizing", "resizing", FL_IN_ONE)                                   \
+    X(LAYERNORM, "LayerNormalization", "layer_normalization", FL_IN_ONE)             \
+    X(MHA, "MultiHeadAttention", "multi_head_attention", FL_IN_MANY)                 \
+    X(ATTENTION, "Attention", "attention", FL_IN_MANY)                               \
+    X(REPEAT_VECTOR, "RepeatVector", "repeat_vector", FL_IN_ONE)                     \
+    X(TIME_DISTRIBUTED, "TimeDistributed", "time_distributed", FL_IN_ONE)
 
 enum { FL_IN_NONE, FL_IN_ONE, FL_IN_MANY };
 
@@ -63,7 +68,7 @@ typedef enum fl_layer_kind {
     FL_L_COUNT
 } fl_layer_kind;
 
-#define FL_LAYER_MAX_WEIGHTS 4
+#define FL_LAYER_MAX_WEIGHTS 8
 
 struct fl_layer {
     fl_layer_kind kind;
@@ -96,11 +101,24 @@ struct fl_layer {
         fl_resizing_args resize;
         struct { int ndim; int dims[FL_MAX_DIMS]; } perm; /* Permute: 1-based, as Keras */
         struct { int ndim; int64_t shape[FL_MAX_DIMS]; } shape; /* Input, Reshape */
+        fl_layer_normalization_args ln;
+        fl_multi_head_attention_args mha;
+        fl_attention_args att;
+        int64_t repeat;            /* RepeatVector's n */
+        struct {                   /* TimeDistributed */
+            fl_layer *inner;
+            char wname[FL_LAYER_MAX_WEIGHTS][80]; /* "dense/kernel": the legacy .h5 names */
+        } td;
     } a;
     int nw;
     fl_node *w[FL_LAYER_MAX_WEIGHTS];
     const char *wname[FL_LAYER_MAX_WEIGHTS];
     fl_tensor *wview[FL_LAYER_MAX_WEIGHTS];
+    /* weights of a Keras sub-layer (MultiHeadAttention's query_dense, ...,
+     * TimeDistributed's layer): the sub-object's path in a .keras file and
+     * the weight's index there; NULL: the layer's own vars */
+    const char *wsub[FL_LAYER_MAX_WEIGHTS];
+    int widx[FL_LAYER_MAX_WEIGHTS];
     fl_node *out;     /* the layer's output node once built (its last call) */
     fl_graph *g;      /* the graph it was built in */
     int index;        /* position in the model */

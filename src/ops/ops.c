@@ -6,7 +6,7 @@
  * backend kernels the op needs). Shapes are NHWC; the batch is dimension 0
  * of every batched node.
  */
-#include "ops.h"
+#include "ops_internal.h"
 #include "math.h"
 #include "core/error.h"
 #include "core/tensor.h"
@@ -138,19 +138,28 @@ fl_node *fl_graph_param(fl_graph *g, const char *name, int ndim, const int64_t *
 }
 
 fl_node *fl_graph_dense(fl_graph *g, const char *name, fl_node *x, fl_node *w, fl_node *b, int act) {
-    int64_t k = x->shape[x->ndim - 1];
-    if (w->ndim != 2 || w->shape[0] != k) {
+    /* a kernel of more than 2 dims (MultiHeadAttention's (d, heads, key_dim)
+     * and (heads, value_dim, d)) is the (k, n) matrix of the same bytes, k
+     * the product of its first axes that equals x's features */
+    int64_t k = x->shape[x->ndim - 1], kin = 1, units = 1;
+    int split = 0;
+    while (split < w->ndim - 1 && kin < k) kin *= w->shape[split++];
+    for (int i = split; i < w->ndim; i++) units *= w->shape[i];
+    if (w->ndim < 2 || kin != k) {
         char s[128];
         return fl_error_null(FL_ERR_SHAPE, "layer '%s' (Dense): input %s has %lld features on its last axis, kernel expects %lld",
                              name, sample_str(x, s, sizeof s), (long long)k, (long long)w->shape[0]);
     }
+    if (b && fl_node_size(b) != units)
+        return fl_error_null(FL_ERR_SHAPE, "layer '%s' (Dense): bias has %lld values, expected %lld", name,
+                             (long long)fl_node_size(b), (long long)units);
     fl_node *n = fl_graph_new_node(g, FL_OP_DENSE, name);
     if (!n) return NULL;
     n->nin = b ? 3 : 2;
     n->in[0] = x; n->in[1] = w; n->in[2] = b;
     int64_t s[FL_MAX_DIMS];
     for (int i = 1; i < x->ndim; i++) s[i - 1] = x->shape[i];
-    s[x->ndim - 2] = w->shape[1];
+    s[x->ndim - 2] = units;
     if (!set_shape(g, n, true, x->ndim - 1, s)) return NULL;
     n->act = act;
     return n;
@@ -1334,7 +1343,24 @@ static const fl_op_def op_table[FL_OP_COUNT] = {
     [FL_OP_CONV2D_TRANSPOSE] = {"conv2d_transpose", conv2d_transpose_forward, conv2d_transpose_backward,
                                 {KERNEL(conv_workspace), KERNEL(conv2d_transpose_fwd), KERNEL(conv2d_transpose_bwd)}},
     [FL_OP_PERMUTE] = {"permute", permute_forward, permute_backward, {KERNEL(permute)}},
+    [FL_OP_LAYERNORM] = {"layer_norm", fl_layernorm_forward, fl_layernorm_backward,
+                         {KERNEL(layernorm_fwd), KERNEL(layernorm_bwd)}},
+    [FL_OP_ATTENTION] = {"attention", fl_attention_forward, fl_attention_backward,
+                         {KERNEL(gemm_batched), KERNEL(attn_softmax_fwd), KERNEL(attn_softmax_bwd),
+                          KERNEL(dropout_fwd), KERNEL(dropout_bwd)}},
+    [FL_OP_REPEAT] = {"repeat", fl_repeat_forward, fl_repeat_backward, {KERNEL(concat_fwd), KERNEL(concat_bwd)}},
 };
+
+/* the helpers above, for the ops in other files (ops_internal.h) */
+bool fl_op_set_shape(fl_graph *g, fl_node *n, bool batched, int ndim, const int64_t *sample) {
+    return set_shape(g, n, batched, ndim, sample);
+}
+float *fl_op_in_grad(fl_node *n, int k, float *beta) { return in_grad(n, k, beta); }
+void fl_op_mark(fl_node *n, int k) { mark(n, k); }
+float *fl_op_weight_grad(fl_node *n, int k, size_t *off) { return weight_grad(n, k, off); }
+void fl_op_weight_grads_add(const fl_backend *be, fl_node *n, int k0, int k1, float *const *dst) {
+    weight_grads_add(be, n, k0, k1, dst);
+}
 
 const char *fl_op_name(fl_op op) { return (unsigned)op < FL_OP_COUNT && op_table[op].name ? op_table[op].name : "?"; }
 

@@ -499,6 +499,11 @@ static const fl_backend cpu_backend = {
     .metric = cpu_metric,
     .sum_into = cpu_sum_into,
     .optimizer_step = cpu_optimizer_step,
+    .layernorm_fwd = fl_cpu_layernorm_fwd,
+    .layernorm_bwd = fl_cpu_layernorm_bwd,
+    .gemm_batched = fl_cpu_gemm_batched,
+    .attn_softmax_fwd = fl_cpu_attn_softmax_fwd,
+    .attn_softmax_bwd = fl_cpu_attn_softmax_bwd,
 };
 
 const fl_backend *fl_backend_cpu(void) { return &cpu_backend; }

@@ -83,4 +83,15 @@ void fl_cpu_conv2d_transpose_fwd(const fl_conv_desc *d, const float *x, const fl
 void fl_cpu_conv2d_transpose_bwd(const fl_conv_desc *d, const float *x, const float *w, const float *y, float *dy,
                                  float *dx, float dx_beta, float *dw, float *db, void *ws);
 
+/* cpu_attention.c: LayerNormalization and attention */
+void fl_cpu_layernorm_fwd(int64_t rows, int c, float eps, int rms, const float *x, const float *gamma,
+                          const float *beta, float *y, float *stats);
+void fl_cpu_layernorm_bwd(int64_t rows, int c, int rms, const float *x, const float *gamma, const float *stats,
+                          const float *dy, float *dx, float dx_beta, float *dgamma, float *dbeta);
+void fl_cpu_gemm_batched(const fl_gemm_desc *d, const float *a, const float *b, float *c);
+void fl_cpu_attn_softmax_fwd(const fl_attn_desc *d, const float *qmask, const float *vmask, const float *amask,
+                             float *s);
+void fl_cpu_attn_softmax_bwd(const fl_attn_desc *d, const float *qmask, const float *vmask, const float *amask,
+                             const float *p, float *dp);
+
 #endif

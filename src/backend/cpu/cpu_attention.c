@@ -1,0 +1,179 @@
+/*
+ * cpu_attention.c — the CPU kernels of the sequence layers' normalisation and
+ * attention: LayerNormalization (one fused pass per row forward, one per row
+ * backward, the gamma/beta sums by column blocks), the batched GEMMs of
+ * attention (one single-threaded OpenBLAS sgemm per (batch, head) block,
+ * the blocks split between the OpenMP threads) and the masked softmax of the
+ * attention weights with its backward.
+ */
+#include "cpu_internal.h"
+
+#include <string.h>
+
+#define PAR(n) num_threads((n) < 32768 ? 1 : fl_cpu_threads())
+
+/* ---------------------------------------------------- LayerNormalization */
+
+void fl_cpu_layernorm_fwd(int64_t rows, int c, float eps, int rms, const float *x, const float *gamma,
+                          const float *beta, float *y, float *stats) {
+#pragma omp parallel for schedule(static) PAR(rows * c)
+    for (int64_t r = 0; r < rows; r++) {
+        const float *xr = x + (size_t)r * c;
+        float *yr = y + (size_t)r * c;
+        /* mean, then the biased variance about it (two passes over a row in cache) */
+        float s = 0.0f;
+        for (int j = 0; j < c; j++) s += xr[j];
+        const float mean = s / (float)c;
+        float v = 0.0f;
+        for (int j = 0; j < c; j++) { float d = xr[j] - mean; v += d * d; }
+        const float inv = 1.0f / sqrtf(v / (float)c + eps);
+        stats[2 * r] = mean;
+        stats[2 * r + 1] = inv;
+        const float sub = rms ? 0.0f : mean;
+        for (int j = 0; j < c; j++) {
+            float t = (xr[j] - sub) * inv;
+            if (gamma) t *= gamma[j];
+            if (beta) t += beta[j];
+            yr[j] = t;
+        }
+    }
+}
+
+/* xhat = (x - mean) * inv, g = dy * gamma:
+ *   layer norm: dx = inv * (g - mean(g) - xhat * mean(g * xhat))
+ *   rms (y = x * inv * gamma): dx = inv * g - inv^3 * (x - mean) * mean(g * x)
+ * dgamma = sum_rows dy * (rms ? x * inv : xhat), dbeta = sum_rows dy. */
+void fl_cpu_layernorm_bwd(int64_t rows, int c, int rms, const float *x, const float *gamma, const float *stats,
+                          const float *dy, float *dx, float dx_beta, float *dgamma, float *dbeta) {
+    if (dx) {
+#pragma omp parallel for schedule(static) PAR(rows * c)
+        for (int64_t r = 0; r < rows; r++) {
+            const float *xr = x + (size_t)r * c, *gr = dy + (size_t)r * c;
+            float *dr = dx + (size_t)r * c;
+            const float mean = stats[2 * r], inv = stats[2 * r + 1];
+            float sg = 0.0f, sgx = 0.0f;
+            for (int j = 0; j < c; j++) {
+                float g = gamma ? gr[j] * gamma[j] : gr[j];
+                sg += g;
+                sgx += g * (rms ? xr[j] : (xr[j] - mean) * inv);
+            }
+            const float mg = sg / (float)c, mgx = sgx / (float)c;
+            for (int j = 0; j < c; j++) {
+                float g = gamma ? gr[j] * gamma[j] : gr[j], d;
+                if (rms) d = inv * g - inv * inv * inv * (xr[j] - mean) * mgx;
+                else d = inv * (g - mg - (xr[j] - mean) * inv * mgx);
+                dr[j] = dx_beta == 0.0f ? d : dr[j] + d;
+            }
+        }
+    }
+    if (!dgamma && !dbeta) return;
+    /* column blocks in parallel, rows in order within each: deterministic */
+    enum { CB = 64 };
+    const int nblk = (c + CB - 1) / CB;
+#pragma omp parallel for schedule(static) num_threads(rows * c < 32768 || nblk < 2 ? 1 : fl_cpu_threads())
+    for (int b = 0; b < nblk; b++) {
+        const int j0 = b * CB, j1 = j0 + CB < c ? j0 + CB : c;
+        float sgam[CB], sbet[CB];
+        memset(sgam, 0, sizeof sgam);
+        memset(sbet, 0, sizeof sbet);
+        for (int64_t r = 0; r < rows; r++) {
+            const float *xr = x + (size_t)r * c, *gr = dy + (size_t)r * c;
+            const float mean = rms ? 0.0f : stats[2 * r], inv = stats[2 * r + 1];
+            for (int j = j0; j < j1; j++) {
+                sgam[j - j0] += gr[j] * (xr[j] - mean) * inv;
+                sbet[j - j0] += gr[j];
+            }
+        }
+        if (dgamma) memcpy(dgamma + j0, sgam, (size_t)(j1 - j0) * sizeof(float));
+        if (dbeta) memcpy(dbeta + j0, sbet, (size_t)(j1 - j0) * sizeof(float));
+    }
+}
+
+/* ------------------------------------------------------------ attention */
+
+void fl_cpu_gemm_batched(const fl_gemm_desc *d, const float *a, const float *b, float *c) {
+    const int64_t total = d->nouter * d->ninner;
+    const double flops = 2.0 * d->m * d->n * d->k * (double)total;
+#pragma omp parallel for schedule(static) num_threads(flops < 1e6 || total < 2 ? 1 : fl_cpu_threads())
+    for (int64_t i = 0; i < total; i++) {
+        const int64_t o = i / d->ninner, j = i % d->ninner;
+        cblas_sgemm(CblasRowMajor, d->ta ? CblasTrans : CblasNoTrans, d->tb ? CblasTrans : CblasNoTrans, d->m, d->n,
+                    d->k, d->alpha, a + o * d->sa[0] + j * d->sa[1], d->lda, b + o * d->sb[0] + j * d->sb[1], d->ldb,
+                    d->beta, c + o * d->sc[0] + j * d->sc[1], d->ldc);
+    }
+}
+
+/* Whether row r (batch b, query i) has no unmasked key under modes 0 and 2. */
+static bool row_all_masked(const fl_attn_desc *d, const float *qmask, const float *vmask, const float *amask,
+                           int64_t b, int i) {
+    const int tq = d->tq, tk = d->tk, jmax = d->causal && i + 1 < tk ? i + 1 : tk;
+    if (qmask && qmask[(size_t)b * tq + i] <= 0.5f) return true;
+    for (int j = 0; j < jmax; j++)
+        if ((!vmask || vmask[(size_t)b * tk + j] > 0.5f) && (!amask || amask[((size_t)b * tq + i) * tk + j] > 0.5f))
+            return false;
+    return true;
+}
+
+void fl_cpu_attn_softmax_fwd(const fl_attn_desc *d, const float *qmask, const float *vmask, const float *amask,
+                             float *s) {
+    const int64_t rows = d->n * d->heads * d->tq;
+    const int tq = d->tq, tk = d->tk;
+#pragma omp parallel for schedule(static) PAR(rows * tk)
+    for (int64_t r = 0; r < rows; r++) {
+        const int64_t b = r / ((int64_t)d->heads * tq);
+        const int i = (int)(r % tq);
+        float *sr = s + (size_t)r * tk;
+        const float *vm = vmask ? vmask + (size_t)b * tk : NULL;
+        const float *am = amask && d->mask_mode != 1 ? amask + ((size_t)b * tq + i) * tk : NULL;
+        const int jmax = d->causal && i + 1 < tk ? i + 1 : tk; /* j < jmax may be unmasked */
+        const bool qoff = qmask && qmask[(size_t)b * tq + i] <= 0.5f;
+        if (d->mask_mode != 1) {
+            float mx = -INFINITY;
+            for (int j = 0; j < jmax; j++)
+                if (!qoff && (!vm || vm[j] > 0.5f) && (!am || am[j] > 0.5f)) mx = sr[j] > mx ? sr[j] : mx;
+            if (mx == -INFINITY) { /* all masked: Keras's where(mask, p, 0) leaves zeros; JAX's softmax is uniform */
+                for (int j = 0; j < tk; j++) sr[j] = d->mask_mode == 2 ? 1.0f / (float)tk : 0.0f;
+                continue;
+            }
+            float sum = 0.0f;
+            for (int j = 0; j < tk; j++) {
+                bool on = j < jmax && !qoff && (!vm || vm[j] > 0.5f) && (!am || am[j] > 0.5f);
+                float e = on ? expf(sr[j] - mx) : 0.0f;
+                sr[j] = e;
+                sum += e;
+            }
+            const float inv = 1.0f / sum;
+            for (int j = 0; j < tk; j++) sr[j] *= inv;
+        } else {
+            if (qoff) { memset(sr, 0, (size_t)tk * sizeof(float)); continue; }
+            float mx = -INFINITY;
+            for (int j = 0; j < tk; j++) {
+                if (j >= jmax || (vm && vm[j] <= 0.5f)) sr[j] = sr[j] - 1.0e9f;
+                mx = sr[j] > mx ? sr[j] : mx;
+            }
+            float sum = 0.0f;
+            for (int j = 0; j < tk; j++) { float e = expf(sr[j] - mx); sr[j] = e; sum += e; }
+            const float inv = 1.0f / sum;
+            for (int j = 0; j < tk; j++) sr[j] *= inv;
+        }
+    }
+}
+
+void fl_cpu_attn_softmax_bwd(const fl_attn_desc *d, const float *qmask, const float *vmask, const float *amask,
+                             const float *p, float *dp) {
+    const int64_t rows = d->n * d->heads * d->tq;
+    const int tk = d->tk;
+#pragma omp parallel for schedule(static) PAR(rows * tk)
+    for (int64_t r = 0; r < rows; r++) {
+        const float *pr = p + (size_t)r * tk;
+        float *gr = dp + (size_t)r * tk;
+        if (d->mask_mode == 2 && row_all_masked(d, qmask, vmask, amask, r / ((int64_t)d->heads * d->tq),
+                                                (int)(r % d->tq))) {
+            memset(gr, 0, (size_t)tk * sizeof(float));
+            continue;
+        }
+        float s = 0.0f;
+        for (int j = 0; j < tk; j++) s += gr[j] * pr[j];
+        for (int j = 0; j < tk; j++) gr[j] = pr[j] * (gr[j] - s);
+    }
+}

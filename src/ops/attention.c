@@ -1,0 +1,243 @@
+/*
+ * attention.c — the ops of the sequence layers that normalise and attend:
+ * LayerNormalization, scaled dot-product attention (the core of
+ * MultiHeadAttention and of Attention: batched GEMMs, a masked softmax and
+ * dropout, all through the backend) and RepeatVector; each op's shape rule,
+ * forward and backward side by side. Their rows are in ops.c's op table.
+ */
+#include "ops_internal.h"
+#include "math.h"
+#include "core/error.h"
+#include "core/tensor.h"
+
+#include <string.h>
+
+static const char *sample_str(const fl_node *x, char *buf, size_t len) {
+    return fl_shape_str(x->ndim, x->shape, buf, len);
+}
+
+/* ----------------------------------------------------- LayerNormalization
+ *
+ * n->axis: how many trailing axes are normalised together; their product c
+ * is the row length, and gamma/beta hold c values. n->mode: rms_scaling. */
+
+static int64_t ln_cols(const fl_node *n) {
+    int64_t c = 1;
+    for (int i = n->ndim - n->axis; i < n->ndim; i++) c *= n->shape[i];
+    return c;
+}
+
+fl_node *fl_graph_layernorm(fl_graph *g, const char *name, fl_node *x, fl_node *gamma, fl_node *beta, int64_t c,
+                            float eps, bool rms) {
+    char s[128];
+    /* the trailing axes whose product is c */
+    int nax = 0;
+    int64_t p = 1;
+    while (p < c && nax < x->ndim - 1) p *= x->shape[x->ndim - 1 - nax++];
+    if (p != c || nax == 0 || c > INT32_MAX)
+        return fl_error_null(FL_ERR_SHAPE, "layer '%s' (LayerNormalization): %lld values per row are not the last "
+                             "axes of input %s", name, (long long)c, sample_str(x, s, sizeof s));
+    if ((gamma && fl_node_size(gamma) != c) || (beta && fl_node_size(beta) != c))
+        return fl_error_null(FL_ERR_SHAPE, "layer '%s' (LayerNormalization): gamma/beta have %lld/%lld values, "
+                             "expected %lld", name, (long long)(gamma ? fl_node_size(gamma) : c),
+                             (long long)(beta ? fl_node_size(beta) : c), (long long)c);
+    if (!(eps >= 0.0f))
+        return fl_error_null(FL_ERR_INVALID_ARG, "layer '%s' (LayerNormalization): epsilon %g, expected >= 0", name,
+                             eps);
+    fl_node *n = fl_graph_new_node(g, FL_OP_LAYERNORM, name);
+    if (!n) return NULL;
+    n->nin = 3;
+    n->in[0] = x; n->in[1] = gamma; n->in[2] = beta;
+    if (!fl_op_set_shape(g, n, true, x->ndim - 1, x->shape + 1)) return NULL;
+    n->axis = nax;
+    n->eps = eps;
+    n->mode = rms;
+    n->aux_per_sample = (size_t)(fl_node_sample_size(x) / c) * 2 * sizeof(float); /* mean, 1/std per row */
+    return n;
+}
+
+void fl_layernorm_forward(fl_graph *g, fl_node *n, bool training) {
+    (void)training;
+    const int64_t c = ln_cols(n);
+    g->be->layernorm_fwd(fl_node_size(n) / c, (int)c, n->eps, n->mode, n->in[0]->val,
+                         n->in[1] ? n->in[1]->val : NULL, n->in[2] ? n->in[2]->val : NULL, n->val, n->aux);
+}
+
+void fl_layernorm_backward(fl_graph *g, fl_node *n) {
+    const int64_t c = ln_cols(n);
+    float beta = 0.0f;
+    float *dx = fl_op_in_grad(n, 0, &beta);
+    size_t off = 0;
+    float *dgb[2] = {fl_op_weight_grad(n, 1, &off), fl_op_weight_grad(n, 2, &off)};
+    if (dx || dgb[0] || dgb[1])
+        g->be->layernorm_bwd(fl_node_size(n) / c, (int)c, n->mode, n->in[0]->val, n->in[1] ? n->in[1]->val : NULL,
+                             n->aux, n->grad, dx, beta, dgb[0], dgb[1]);
+    fl_op_weight_grads_add(g->be, n, 1, 2, dgb);
+    fl_op_mark(n, 0); fl_op_mark(n, 1); fl_op_mark(n, 2);
+}
+
+/* ------------------------------------------------------------ attention
+ *
+ * in: q, k, v, query mask, value mask, attention mask (the masks may be
+ * NULL). aux per sample: the weights P (heads, tq, tk), the scratch for
+ * their gradient, and with dropout the dropped weights and the keep mask. */
+
+static bool mask_fits(const fl_node *m, int64_t a, int64_t b) {
+    return !m || (b ? m->ndim == 3 && m->shape[1] == a && m->shape[2] == b : m->ndim == 2 && m->shape[1] == a);
+}
+
+fl_node *fl_graph_attention(fl_graph *g, const char *name, fl_node *q, fl_node *k, fl_node *v, fl_node *qmask,
+                            fl_node *vmask, fl_node *amask, int heads, float scale, bool causal, float rate,
+                            uint64_t stream) {
+    char a[128], b[128], c[128];
+    if (q->ndim != 3 || k->ndim != 3 || v->ndim != 3 || k->shape[1] != v->shape[1] || heads < 1 ||
+        q->shape[2] != k->shape[2] || q->shape[2] % heads || v->shape[2] % heads)
+        return fl_error_null(FL_ERR_SHAPE, "layer '%s' (attention): query %s, key %s and value %s must be (batch, "
+                             "steps, features) with the key's and value's steps equal, the query's and key's "
+                             "features equal, and the features divisible by %d heads", name,
+                             sample_str(q, a, sizeof a), sample_str(k, b, sizeof b), sample_str(v, c, sizeof c), heads);
+    const int64_t tq = q->shape[1], tk = k->shape[1];
+    if (!mask_fits(qmask, tq, 0) || !mask_fits(vmask, tk, 0) || !mask_fits(amask, tq, tk))
+        return fl_error_null(FL_ERR_SHAPE, "layer '%s' (attention): a mask does not fit: expected query mask (batch, "
+                             "%lld), value mask (batch, %lld), attention mask (batch, %lld, %lld)", name,
+                             (long long)tq, (long long)tk, (long long)tq, (long long)tk);
+    if (!(rate >= 0.0f && rate < 1.0f))
+        return fl_error_null(FL_ERR_INVALID_ARG, "layer '%s' (attention): dropout %g, expected 0 <= dropout < 1", name,
+                             rate);
+    if (tq > INT32_MAX || tk > INT32_MAX)
+        return fl_error_null(FL_ERR_SHAPE, "layer '%s' (attention): %lld x %lld steps, too many", name,
+                             (long long)tq, (long long)tk);
+    fl_node *n = fl_graph_new_node(g, FL_OP_ATTENTION, name);
+    if (!n) return NULL;
+    n->nin = 6;
+    n->in[0] = q; n->in[1] = k; n->in[2] = v; n->in[3] = qmask; n->in[4] = vmask; n->in[5] = amask;
+    if (!fl_op_set_shape(g, n, true, 2, (int64_t[]){tq, v->shape[2]})) return NULL;
+    n->attn = (fl_attn_desc){.heads = heads, .tq = (int)tq, .tk = (int)tk, .dk = (int)(q->shape[2] / heads),
+                             .dv = (int)(v->shape[2] / heads), .scale = scale, .causal = causal};
+    n->rate = rate;
+    n->stream = stream;
+    int64_t w; /* weights per sample */
+    if (!fl_mul_checked((int64_t)heads * tq, tk, &w) || w > (INT64_MAX / 16))
+        return fl_error_null(FL_ERR_SHAPE, "layer '%s' (attention): %d heads x %lld x %lld weights per sample, too many",
+                             name, heads, (long long)tq, (long long)tk);
+    n->aux_per_sample = (size_t)w * (rate > 0.0f ? 3 * sizeof(float) + 1 : 2 * sizeof(float));
+    return n;
+}
+
+static int64_t attn_weights(const fl_graph *g, const fl_node *n) {
+    return g->batch * n->attn.heads * n->attn.tq * n->attn.tk;
+}
+static float *attn_p(fl_graph *g, fl_node *n) { (void)g; return (float *)n->aux; }
+static float *attn_scratch(fl_graph *g, fl_node *n) { return (float *)n->aux + attn_weights(g, n); }
+static float *attn_dropped(fl_graph *g, fl_node *n) { return (float *)n->aux + 2 * attn_weights(g, n); }
+static uint8_t *attn_keep(fl_graph *g, fl_node *n) { return (uint8_t *)((float *)n->aux + 3 * attn_weights(g, n)); }
+
+/* The GEMM over the (batch, head) blocks of row-major X (rows x cols) in a
+ * (batch, steps, heads * d) tensor: block (b, h) at b * steps * heads * d +
+ * h * d, leading dimension heads * d. W (batch, heads, tq, tk): block at
+ * (b * heads + h) * tq * tk, leading dimension tk. */
+typedef struct blk { const float *p; int ld; int64_t so, si; } blk;
+static blk seq_blk(const float *p, int steps, int heads, int d) {
+    return (blk){p, heads * d, (int64_t)steps * heads * d, d};
+}
+static blk w_blk(const float *p, const fl_attn_desc *d) {
+    return (blk){p, d->tk, (int64_t)d->heads * d->tq * d->tk, (int64_t)d->tq * d->tk};
+}
+static void gemm(fl_graph *g, const fl_attn_desc *d, int ta, int tb, int m, int nn, int k, float alpha, blk a, blk b,
+                 float beta, blk c) {
+    fl_gemm_desc e = {.ta = ta, .tb = tb, .m = m, .n = nn, .k = k, .alpha = alpha, .beta = beta, .lda = a.ld,
+                      .ldb = b.ld, .ldc = c.ld, .sa = {a.so, a.si}, .sb = {b.so, b.si}, .sc = {c.so, c.si},
+                      .nouter = d->n, .ninner = d->heads};
+    g->be->gemm_batched(&e, a.p, b.p, (float *)c.p);
+}
+
+void fl_attention_forward(fl_graph *g, fl_node *n, bool training) {
+    fl_attn_desc d = n->attn;
+    d.n = g->batch;
+    const float *q = n->in[0]->val, *k = n->in[1]->val, *v = n->in[2]->val;
+    float *p = attn_p(g, n);
+    /* S = scale * Q K^T per (batch, head), then the masked softmax in place */
+    gemm(g, &d, 0, 1, d.tq, d.tk, d.dk, d.scale, seq_blk(q, d.tq, d.heads, d.dk), seq_blk(k, d.tk, d.heads, d.dk),
+         0.0f, w_blk(p, &d));
+    g->be->attn_softmax_fwd(&d, n->in[3] ? n->in[3]->val : NULL, n->in[4] ? n->in[4]->val : NULL,
+                            n->in[5] ? n->in[5]->val : NULL, p);
+    const float *w = p;
+    if (training && n->rate > 0.0f) {
+        g->be->dropout_fwd(attn_weights(g, n), n->rate, g->seed, fl_dropout_stream(n->stream, g->step), p,
+                           attn_dropped(g, n), attn_keep(g, n));
+        w = attn_dropped(g, n);
+    }
+    /* O = W V */
+    gemm(g, &d, 0, 0, d.tq, d.dv, d.tk, 1.0f, w_blk(w, &d), seq_blk(v, d.tk, d.heads, d.dv), 0.0f,
+         seq_blk(n->val, d.tq, d.heads, d.dv));
+}
+
+/* dV = W^T dO; dW = dO V^T (through the dropout); dS = softmax'(dW);
+ * dQ = scale dS K; dK = scale dS^T Q. Each input is marked as soon as it is
+ * written, so that q, k, v being one node adds up. */
+void fl_attention_backward(fl_graph *g, fl_node *n) {
+    fl_attn_desc d = n->attn;
+    d.n = g->batch;
+    const float *q = n->in[0]->val, *k = n->in[1]->val, *v = n->in[2]->val, *dout = n->grad;
+    const float *p = attn_p(g, n), *w = n->rate > 0.0f ? attn_dropped(g, n) : p;
+    float *gs = attn_scratch(g, n), beta = 0.0f;
+    float *dv = fl_op_in_grad(n, 2, &beta);
+    if (dv)
+        gemm(g, &d, 1, 0, d.tk, d.dv, d.tq, 1.0f, w_blk(w, &d), seq_blk(dout, d.tq, d.heads, d.dv), beta,
+             seq_blk(dv, d.tk, d.heads, d.dv));
+    fl_op_mark(n, 2);
+    float bq = 0.0f;
+    bool need_q = n->in[0]->needs_grad, need_k = n->in[1]->needs_grad;
+    if (!need_q && !need_k) return;
+    gemm(g, &d, 0, 1, d.tq, d.tk, d.dv, 1.0f, seq_blk(dout, d.tq, d.heads, d.dv), seq_blk(v, d.tk, d.heads, d.dv),
+         0.0f, w_blk(gs, &d));
+    if (n->rate > 0.0f) g->be->dropout_bwd(attn_weights(g, n), n->rate, attn_keep(g, n), gs, gs, 0.0f);
+    g->be->attn_softmax_bwd(&d, n->in[3] ? n->in[3]->val : NULL, n->in[4] ? n->in[4]->val : NULL,
+                            n->in[5] ? n->in[5]->val : NULL, p, gs);
+    float *dq = fl_op_in_grad(n, 0, &bq);
+    if (dq)
+        gemm(g, &d, 0, 0, d.tq, d.dk, d.tk, d.scale, w_blk(gs, &d), seq_blk(k, d.tk, d.heads, d.dk), bq,
+             seq_blk(dq, d.tq, d.heads, d.dk));
+    fl_op_mark(n, 0);
+    float bk = 0.0f;
+    float *dk = fl_op_in_grad(n, 1, &bk);
+    if (dk)
+        gemm(g, &d, 1, 0, d.tk, d.dk, d.tq, d.scale, w_blk(gs, &d), seq_blk(q, d.tq, d.heads, d.dk), bk,
+             seq_blk(dk, d.tk, d.heads, d.dk));
+    fl_op_mark(n, 1);
+}
+
+/* --------------------------------------------------------- RepeatVector
+ *
+ * y[b, t, :] = x[b, :]: the concatenation kernels, one block per step. */
+
+fl_node *fl_graph_repeat(fl_graph *g, const char *name, fl_node *x, int64_t reps) {
+    char s[128];
+    if (x->ndim != 2)
+        return fl_error_null(FL_ERR_SHAPE, "layer '%s' (RepeatVector): input %s must be (batch, features)", name,
+                             sample_str(x, s, sizeof s));
+    if (reps < 1)
+        return fl_error_null(FL_ERR_INVALID_ARG, "layer '%s' (RepeatVector): n is %lld, expected >= 1", name,
+                             (long long)reps);
+    fl_node *n = fl_graph_new_node(g, FL_OP_REPEAT, name);
+    if (!n) return NULL;
+    n->nin = 1;
+    n->in[0] = x;
+    if (!fl_op_set_shape(g, n, true, 2, (int64_t[]){reps, x->shape[1]})) return NULL;
+    return n;
+}
+
+void fl_repeat_forward(fl_graph *g, fl_node *n, bool training) {
+    (void)training;
+    const int64_t t = n->shape[1], d = n->shape[2];
+    for (int64_t i = 0; i < t; i++) g->be->concat_fwd(g->batch, d, t * d, i * d, n->in[0]->val, n->val);
+}
+
+void fl_repeat_backward(fl_graph *g, fl_node *n) {
+    float beta = 0.0f;
+    float *dx = fl_op_in_grad(n, 0, &beta);
+    if (!dx) return;
+    const int64_t t = n->shape[1], d = n->shape[2];
+    for (int64_t i = 0; i < t; i++) g->be->concat_bwd(g->batch, d, t * d, i * d, n->grad, dx, i ? 1.0f : beta);
+    fl_op_mark(n, 0);
+}

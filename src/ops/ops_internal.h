@@ -1,0 +1,27 @@
+/*
+ * ops_internal.h — what the op files share with ops.c: the shape setter
+ * that checks sizes and the memory budget, and the gradient helpers
+ * (which input needs a gradient, whether to add to it, the weight gradients
+ * of shared layers); and the forward/backward pairs that live outside ops.c
+ * (src/ops/attention.c), for ops.c's op table.
+ */
+#ifndef FL_OPS_INTERNAL_H
+#define FL_OPS_INTERNAL_H
+
+#include "ops.h"
+
+bool fl_op_set_shape(fl_graph *g, fl_node *n, bool batched, int ndim, const int64_t *sample);
+float *fl_op_in_grad(fl_node *n, int k, float *beta);
+void fl_op_mark(fl_node *n, int k);
+float *fl_op_weight_grad(fl_node *n, int k, size_t *off);
+void fl_op_weight_grads_add(const fl_backend *be, fl_node *n, int k0, int k1, float *const *dst);
+
+/* src/ops/attention.c */
+void fl_layernorm_forward(fl_graph *g, fl_node *n, bool training);
+void fl_layernorm_backward(fl_graph *g, fl_node *n);
+void fl_attention_forward(fl_graph *g, fl_node *n, bool training);
+void fl_attention_backward(fl_graph *g, fl_node *n);
+void fl_repeat_forward(fl_graph *g, fl_node *n, bool training);
+void fl_repeat_backward(fl_graph *g, fl_node *n);
+
+#endif
