@@ -40,6 +40,7 @@ typedef enum fl_op {
     FL_OP_UPSAMPLE2D, /* nearest or bilinear resizing (UpSampling2D, Resizing) */
     FL_OP_CONV2D_TRANSPOSE, /* in: x, kernel (kh, kw, filters, in)[, bias]; fused activation */
     FL_OP_PERMUTE,   /* transposition of the non-batch axes */
+    FL_OP_RNN,       /* in: x, kernel, recurrent_kernel, bias|NULL, mask|NULL: SimpleRNN, LSTM, GRU (fl_rnn_desc) */
     FL_OP_COUNT
 } fl_op;
 
@@ -80,6 +81,8 @@ struct fl_node {
     bool invert;               /* NORMALIZE: the inverse transformation */
     int bilinear;              /* UPSAMPLE2D: 1 bilinear, 0 nearest */
     int perm[FL_MAX_DIMS];     /* PERMUTE: output axis i is input axis perm[i] (batch: perm[0] = 0) */
+    fl_rnn_desc rnn;           /* RNN: cell and options (n set per batch) */
+    fl_node *mask;            /* (batch, T) float 1/0: the valid timesteps of this rank-3 sequence (Keras's _keras_mask), or NULL */
 };
 
 typedef struct fl_graph {
@@ -164,6 +167,12 @@ fl_node *fl_graph_permute(fl_graph *g, const char *name, fl_node *x, const int *
 /* Add, Multiply, Subtract (2), Average, Maximum, Minimum (same shapes) and
  * Concatenate (shapes equal but on axis; axis counts the batch as 0,
  * negative from the end) over n inputs. */
+/* A recurrent layer over x (batch, T, d): w (d, G*u), r (u, G*u), b (G*u;
+ * GRU reset_after (2, G*u)) or NULL, mask (batch, T) or NULL (fl_rnn_desc
+ * in backend.h: cells, gate orders, masks). Output (batch, T, u) with
+ * d.return_sequences, else (batch, u). */
+fl_node *fl_graph_rnn(fl_graph *g, const char *name, fl_node *x, fl_node *w, fl_node *r, fl_node *b, fl_node *mask,
+                      fl_rnn_desc d);
 fl_node *fl_graph_merge(fl_graph *g, const char *name, fl_op op, fl_node *const *xs, int n, int axis);
 
 /* Marks which nodes need gradients (those downstream of a trainable param)

@@ -730,6 +730,16 @@ static void weight_grads_add(const fl_backend *be, fl_node *n, int k0, int k1, f
             be->accumulate(fl_node_size(n->in[k]), dst[k - k0], n->in[k]->grad, 1.0f);
 }
 
+/* the helpers above for ops kept in files of their own (rnn.c) */
+bool fl_graph_set_shape(fl_graph *g, fl_node *n, int ndim, const int64_t *sample) {
+    return set_shape(g, n, true, ndim, sample);
+}
+float *fl_op_in_grad(fl_node *n, int k, float *beta) { return in_grad(n, k, beta); }
+float *fl_op_weight_grad(fl_node *n, int k, size_t *off) { return weight_grad(n, k, off); }
+void fl_op_weight_grads_add(const fl_backend *be, fl_node *n, int k0, int k1, float *const *dst) {
+    weight_grads_add(be, n, k0, k1, dst);
+}
+
 /* --------------------------------------------- forward and backward
  *
  * One pair per op, side by side. Forward writes n->val from the inputs'
@@ -1313,6 +1323,7 @@ static const fl_op_def op_table[FL_OP_COUNT] = {
     [FL_OP_CONV2D_TRANSPOSE] = {"conv2d_transpose", conv2d_transpose_forward, conv2d_transpose_backward,
                                 {KERNEL(conv_workspace), KERNEL(conv2d_transpose_fwd), KERNEL(conv2d_transpose_bwd)}},
     [FL_OP_PERMUTE] = {"permute", permute_forward, permute_backward, {KERNEL(permute)}},
+    [FL_OP_RNN] = {"rnn", fl_op_rnn_forward, fl_op_rnn_backward, {KERNEL(rnn_fwd), KERNEL(rnn_bwd), KERNEL(accumulate)}},
 };
 
 const char *fl_op_name(fl_op op) { return (unsigned)op < FL_OP_COUNT && op_table[op].name ? op_table[op].name : "?"; }

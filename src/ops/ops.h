@@ -16,4 +16,16 @@ const char *fl_op_name(fl_op op);
  * else the name of the first one it lacks ("conv2d_fwd"). */
 const char *fl_op_missing_kernel(const fl_backend *be, fl_op op);
 
+/* For ops in files of their own: a batched node's per-sample shape (checked
+ * as every node's), and the gradient helpers of ops.c (in_grad,
+ * weight_grad, weight_grads_add: see there). */
+bool fl_graph_set_shape(fl_graph *g, fl_node *n, int ndim, const int64_t *sample);
+float *fl_op_in_grad(fl_node *n, int k, float *beta);
+float *fl_op_weight_grad(fl_node *n, int k, size_t *off);
+void fl_op_weight_grads_add(const fl_backend *be, fl_node *n, int k0, int k1, float *const *dst);
+
+/* rnn.c */
+void fl_op_rnn_forward(fl_graph *g, fl_node *n, bool training);
+void fl_op_rnn_backward(fl_graph *g, fl_node *n);
+
 #endif

@@ -499,6 +499,8 @@ static const fl_backend cpu_backend = {
     .metric = cpu_metric,
     .sum_into = cpu_sum_into,
     .optimizer_step = cpu_optimizer_step,
+    .rnn_fwd = fl_cpu_rnn_fwd,
+    .rnn_bwd = fl_cpu_rnn_bwd,
 };
 
 const fl_backend *fl_backend_cpu(void) { return &cpu_backend; }

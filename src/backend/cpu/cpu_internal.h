@@ -83,4 +83,11 @@ void fl_cpu_conv2d_transpose_fwd(const fl_conv_desc *d, const float *x, const fl
 void fl_cpu_conv2d_transpose_bwd(const fl_conv_desc *d, const float *x, const float *w, const float *y, float *dy,
                                  float *dx, float dx_beta, float *dw, float *db, void *ws);
 
+/* recurrent layers (cpu_rnn.c) */
+void fl_cpu_rnn_fwd(const fl_rnn_desc *d, const float *x, const float *w, const float *r, const float *b,
+                    const float *mask, float *y, float *aux);
+void fl_cpu_rnn_bwd(const fl_rnn_desc *d, const float *x, const float *w, const float *r, const float *b,
+                    const float *mask, const float *dy, float *aux, float *dx, float dx_beta, float *dw, float *dr,
+                    float *db);
+
 #endif
