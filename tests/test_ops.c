@@ -1571,19 +1571,22 @@ static void rnn_ref(const fl_rnn_desc *d, int64_t B, const float *x, const float
             bool keep = !mask || mask[s * T + tin] > 0.5f;
             for (int j = 0; j < u; j++)
                 if (keep) { h[j] = nh[j]; c[j] = nc[j]; }
+            int ko = d->reverse_output ? T - 1 - k : k;
             if (d->return_sequences)
-                for (int j = 0; j < u; j++) y[(s * T + k) * u + j] = h[j];
+                for (int j = 0; j < u; j++) y[(s * T + ko) * u + j] = keep || !d->zero_masked ? h[j] : 0;
+            if (!d->return_sequences && k == T - 1)
+                for (int j = 0; j < u; j++) y[s * u + j] = keep || !d->zero_masked ? h[j] : 0;
         }
-        if (!d->return_sequences)
-            for (int j = 0; j < u; j++) y[s * u + j] = h[j];
     }
 }
 
-static void test_rnn(int cell, bool reset_after, bool seq, bool backwards, bool masked, bool bias, int act, int ract) {
+static void test_rnn_ex(int cell, bool reset_after, bool seq, bool backwards, bool masked, bool bias, int act, int ract,
+                        bool zero_masked, bool reverse_output) {
     harness h;
     const int64_t B = 3, T = 5, D = 4, u = 3;
     fl_rnn_desc d = {.cell = cell, .u = (int)u, .act = act, .ract = ract, .reset_after = reset_after,
-                     .go_backwards = backwards, .return_sequences = seq};
+                     .go_backwards = backwards, .return_sequences = seq, .zero_masked = zero_masked,
+                     .reverse_output = reverse_output};
     const int64_t gu = fl_rnn_gates(&d) * u;
     h_init(&h, B, 2, (int64_t[]){T, D});
     fl_node *mask = masked ? fl_graph_input(&h.g, "mask", 1, &T) : NULL;
@@ -1603,11 +1606,15 @@ static void test_rnn(int cell, bool reset_after, bool seq, bool backwards, bool 
     double ref[3 * 5 * 3];
     rnn_ref(&y->rnn, B, h.x->val, w->val, r->val, b ? b->val : NULL, mask ? mask->val : NULL, ref);
     char what[128];
-    snprintf(what, sizeof what, "rnn cell=%d reset_after=%d seq=%d backwards=%d mask=%d bias=%d act=%d/%d", cell,
-             reset_after, seq, backwards, masked, bias, act, ract);
+    snprintf(what, sizeof what, "rnn cell=%d reset_after=%d seq=%d backwards=%d mask=%d bias=%d act=%d/%d zero=%d rev=%d",
+             cell, reset_after, seq, backwards, masked, bias, act, ract, zero_masked, reverse_output);
     CHECK_MSG(max_abs_diff(h.out->val, ref, fl_node_size(h.out)) < 1e-5, "%s forward: %g vs %g, %g vs %g", what, h.out->val[0], ref[0], h.out->val[fl_node_size(h.out) - 1], ref[fl_node_size(h.out) - 1]);
     h_gradcheck(&h, what, 1e-3, 1e-2, true);
     h_free(&h);
+}
+
+static void test_rnn(int cell, bool reset_after, bool seq, bool backwards, bool masked, bool bias, int act, int ract) {
+    test_rnn_ex(cell, reset_after, seq, backwards, masked, bias, act, ract, false, false);
 }
 
 static void test_rnn_errors(void) {
@@ -1792,5 +1799,10 @@ int main(void) {
     test_rnn(FL_RNN_LSTM, false, true, false, true, true, FL_ACT_RELU, FL_ACT_HARD_SIGMOID);
     test_rnn(FL_RNN_SIMPLE, false, true, true, false, true, FL_ACT_LINEAR, FL_ACT_SIGMOID);
     test_rnn_errors();
+    /* Bidirectional's forms: zero outputs at masked steps, the output sequence reversed */
+    test_rnn_ex(FL_RNN_LSTM, false, true, true, true, true, FL_ACT_TANH, FL_ACT_SIGMOID, true, true);
+    test_rnn_ex(FL_RNN_GRU, true, true, false, true, true, FL_ACT_TANH, FL_ACT_SIGMOID, true, false);
+    test_rnn_ex(FL_RNN_GRU, true, false, true, true, true, FL_ACT_TANH, FL_ACT_SIGMOID, true, false);
+    test_rnn_ex(FL_RNN_SIMPLE, false, false, false, true, true, FL_ACT_TANH, FL_ACT_SIGMOID, true, false);
     return check_report("test_ops");
 }

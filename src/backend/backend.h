@@ -113,9 +113,11 @@ typedef struct fl_param_ref {
  *              h = z h' + (1 - z) hh
  * Step k reads input time k (go_backwards: t - 1 - k). mask[n, t] (1/0
  * floats, or NULL): where 0, the state is carried over unchanged and the
- * step's output is that carried state (Keras with zero_output_for_mask
- * False). y: [n, t, u] outputs in step order (return_sequences) or [n, u]
- * the last. aux: fl_rnn_aux_floats(d) floats per sample, written by
+ * step's output is that carried state (Keras's zero_output_for_mask
+ * False) or 0 (zero_masked: True, as Bidirectional sets it when returning
+ * sequences). y: [n, t, u] outputs in step order (return_sequences; with
+ * reverse_output in the reverse order, as Bidirectional flips its backward
+ * layer's) or [n, u] the last. aux: fl_rnn_aux_floats(d) floats per sample, written by
  * forward (what backward needs) and used as scratch by backward. */
 enum fl_rnn_cell { FL_RNN_SIMPLE = 1, FL_RNN_LSTM, FL_RNN_GRU };
 typedef struct fl_rnn_desc {
@@ -123,7 +125,7 @@ typedef struct fl_rnn_desc {
     int64_t n;             /* batch */
     int t, d, u;           /* timesteps, input features, units */
     int act, ract;         /* activation, recurrent_activation (FL_ACT_*; derivative from the output) */
-    int has_bias, reset_after, go_backwards, return_sequences;
+    int has_bias, reset_after, go_backwards, return_sequences, reverse_output, zero_masked;
 } fl_rnn_desc;
 static inline int fl_rnn_gates(const fl_rnn_desc *d) {
     return d->cell == FL_RNN_LSTM ? 4 : d->cell == FL_RNN_GRU ? 3 : 1;

@@ -52,7 +52,11 @@
     X(UPSAMPLE2D, "UpSampling2D", "up_sampling2d", FL_IN_ONE)                        \
     X(CONV2D_TRANSPOSE, "Conv2DTranspose", "conv2d_transpose", FL_IN_ONE)            \
     X(PERMUTE, "Permute", "permute", FL_IN_ONE)                                      \
-    X(RESIZING, "Resizing", "resizing", FL_IN_ONE)
+    X(RESIZING, "Resizing", "resizing", FL_IN_ONE)                                   \
+    X(SIMPLE_RNN, "SimpleRNN", "simple_rnn", FL_IN_ONE)                              \
+    X(LSTM, "LSTM", "lstm", FL_IN_ONE)                                               \
+    X(GRU, "GRU", "gru", FL_IN_ONE)                                                  \
+    X(BIDIRECTIONAL, "Bidirectional", "bidirectional", FL_IN_ONE)
 
 enum { FL_IN_NONE, FL_IN_ONE, FL_IN_MANY };
 
@@ -63,7 +67,7 @@ typedef enum fl_layer_kind {
     FL_L_COUNT
 } fl_layer_kind;
 
-#define FL_LAYER_MAX_WEIGHTS 4
+#define FL_LAYER_MAX_WEIGHTS 8 /* Bidirectional: 2 x 3 */
 
 struct fl_layer {
     fl_layer_kind kind;
@@ -95,6 +99,8 @@ struct fl_layer {
         fl_up_sampling2d_args up;
         fl_resizing_args resize;
         struct { int ndim; int dims[FL_MAX_DIMS]; } perm; /* Permute: 1-based, as Keras */
+        fl_rnn_args rnn;           /* SimpleRNN, LSTM, GRU: defaults resolved */
+        struct { fl_layer *fwd, *bwd; fl_merge_mode merge_mode; } bidi; /* Bidirectional: owns both */
         struct { int ndim; int64_t shape[FL_MAX_DIMS]; } shape; /* Input, Reshape */
     } a;
     int nw;

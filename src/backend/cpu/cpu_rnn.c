@@ -85,13 +85,13 @@ void fl_cpu_rnn_fwd(const fl_rnn_desc *d, const float *x, const float *w, const 
                 float m = mask ? mask[b * T + tin] : 1.0f;
                 float *hout = last ? NULL : B.HP + (b * T + tnext) * u;
                 float *cout = last ? NULL : B.CP + (b * T + tnext) * u;
-                float *yo = d->return_sequences ? y + (b * T + k) * u : last ? y + b * u : NULL;
+                float *yo = d->return_sequences ? y + (b * T + (d->reverse_output ? T - 1 - k : k)) * u : last ? y + b * u : NULL;
                 for (int j = 0; j < u; j++) {
                     float hv, cv;
                     fl_rnn_fwd_unit(d, phase, j, a, rg, bi, br, h0[j], c0[j], m, rh + j, &hv, &cv);
                     if (phase == FL_RNN_PHASE_ZR) continue;
                     if (hout) { hout[j] = hv; cout[j] = cv; }
-                    if (yo) yo[j] = hv;
+                    if (yo) yo[j] = d->zero_masked && !(m > 0.5f) ? 0.0f : hv;
                 }
             }
         }
@@ -118,15 +118,21 @@ void fl_cpu_rnn_bwd(const fl_rnn_desc *d, const float *x, const float *w, const 
     rnn_bufs B = bufs(d, aux);
     float *DR = split ? B.DR : B.DP;
     float *dh = B.ST, *dc = B.ST + n * u, *drh = B.RG;
+    /* a masked step's output is the carried state, or 0 (zero_masked: no gradient) */
+#define RNN_OUT_LIVE(row) (!d->zero_masked || !mask || mask[row] > 0.5f)
     if (d->return_sequences) memset(dh, 0, (size_t)(n * u) * sizeof(float));
-    else memcpy(dh, dy, (size_t)(n * u) * sizeof(float));
+    else
+        for (int64_t b = 0; b < n; b++)
+            for (int64_t j = 0; j < u; j++)
+                dh[b * u + j] = RNN_OUT_LIVE(b * T + (d->go_backwards ? 0 : T - 1)) ? dy[b * u + j] : 0.0f;
     memset(dc, 0, (size_t)(n * u) * sizeof(float));
     const int nt = row_threads(d);
     for (int k = (int)T - 1; k >= 0; k--) {
-        const int64_t tin = d->go_backwards ? T - 1 - k : k;
+        const int64_t tin = d->go_backwards ? T - 1 - k : k, tout = d->reverse_output ? T - 1 - k : k;
         if (d->return_sequences)
             for (int64_t b = 0; b < n; b++)
-                for (int64_t j = 0; j < u; j++) dh[b * u + j] += dy[(b * T + k) * u + j];
+                if (RNN_OUT_LIVE(b * T + tin))
+                    for (int64_t j = 0; j < u; j++) dh[b * u + j] += dy[(b * T + tout) * u + j];
         for (int phase = two_phase ? FL_RNN_PHASE_ZR : FL_RNN_PHASE_ALL; phase <= (two_phase ? FL_RNN_PHASE_H : 0);
              phase++) {
             if (phase == FL_RNN_PHASE_H) /* drh[n, u] = dpre_h Rh^T */
@@ -144,6 +150,7 @@ void fl_cpu_rnn_bwd(const fl_rnn_desc *d, const float *x, const float *w, const 
         /* dh += dpre_rec R^T (GRU reset_after False: the z and r columns; hh's went through drh) */
         if (k > 0) gemm(0, 1, n, u, two_phase ? 2 * u : gu, DR + tin * gu, T * gu, r, gu, 1.0f, dh, u);
     }
+#undef RNN_OUT_LIVE
     /* the weight gradients and dx over every step at once */
     if (dw) gemm(1, 0, d->d, gu, n * T, x, d->d, B.DP, gu, 0.0f, dw, gu);
     if (dx) gemm(0, 1, n * T, d->d, gu, B.DP, gu, w, gu, dx_beta, dx, d->d);
