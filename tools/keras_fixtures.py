@@ -561,6 +561,47 @@ def m_dropout_noise(rng):
     ], name="dropout_noise")
     return m, [normal(rng, 3, 4, 4, 3)]
 
+def m_rnn_lstm(rng):
+    # A stacked LSTM classifier: return_sequences into a last-step LSTM;
+    # unit_forget_bias off and hard_sigmoid gates on the second.
+    m = keras.Sequential([
+        keras.Input((7, 5)),
+        L.LSTM(6, return_sequences=True),
+        L.LSTM(4, recurrent_activation="hard_sigmoid", unit_forget_bias=False),
+        L.Dense(3, activation="softmax"),
+    ], name="rnn_lstm")
+    return m, [normal(rng, 3, 7, 5)]
+
+
+def m_rnn_gru_simple(rng):
+    # GRU with reset_after True (Keras 3's default, bias (2, 3u)) and False,
+    # go_backwards, no bias; SimpleRNN with relu and go_backwards.
+    x = keras.Input((6, 4), name="seq")
+    h = L.GRU(5, return_sequences=True)(x)
+    a = L.GRU(3, reset_after=False, go_backwards=True)(h)
+    b = L.SimpleRNN(4, activation="relu", return_sequences=True, go_backwards=True)(x)
+    b = L.SimpleRNN(3, use_bias=False)(b)
+    c = L.GRU(2, use_bias=False, return_sequences=True)(x)
+    c = L.Flatten()(c)
+    y = L.Concatenate()([a, b, c])
+    m = keras.Model(x, y, name="rnn_gru_simple")
+    return m, [normal(rng, 3, 6, 4)]
+
+
+def m_rnn_bidirectional(rng):
+    # Bidirectional LSTM (concat, sequences: the backward output flipped
+    # back), GRU (sum), SimpleRNN (mul, ave) and an explicit backward_layer.
+    x = keras.Input((5, 3), name="seq")
+    h = L.Bidirectional(L.LSTM(4, return_sequences=True))(x)                 # 5x8
+    a = L.Bidirectional(L.GRU(3), merge_mode="sum")(h)                       # 3
+    b = L.Bidirectional(L.SimpleRNN(2, return_sequences=True), merge_mode="mul")(h)
+    b = L.Bidirectional(L.SimpleRNN(2), merge_mode="ave")(b)                 # 2
+    c = L.Bidirectional(L.LSTM(2), backward_layer=L.GRU(3, go_backwards=True))(x)  # 5
+    y = L.Concatenate()([a, b, c])
+    m = keras.Model(x, y, name="rnn_bidirectional")
+    return m, [normal(rng, 3, 5, 3)]
+
+
 
 # Which files a fixture gets. Keras's HDF5 files cost ~2.5 KB per layer
 # whatever the layer holds (two HDF5 groups per layer) plus ~6 KB per file,
@@ -604,6 +645,9 @@ MODELS = [
     ("dilated_grouped", "sequential", m_dilated_grouped, ALL),
     ("conv1d_dilated", "functional", m_conv1d_dilated, KERAS_H5),
     ("resizing", "sequential", m_resizing, ALL),
+    ("rnn_lstm", "sequential", m_rnn_lstm, ALL),
+    ("rnn_gru_simple", "functional", m_rnn_gru_simple, ALL),
+    ("rnn_bidirectional", "functional", m_rnn_bidirectional, ALL),
 ]
 
 
@@ -757,6 +801,26 @@ def t_dilated_grouped_sgd():
     ], name="train_dilated_grouped_sgd")
 
 
+def t_lstm_adam():
+    # An LSTM classifier's step (the training fixture of the recurrent op).
+    return keras.Sequential([
+        keras.Input((6, 3)),
+        L.LSTM(5),
+        L.Dense(3, activation="softmax"),
+    ], name="train_lstm_adam")
+
+
+def t_rnn_sgd():
+    # Bidirectional GRU sequences into a GRU (reset_after False, backwards)
+    # and a SimpleRNN: every recurrent backward.
+    x = keras.Input((5, 3), name="seq")
+    h = L.Bidirectional(L.GRU(4, return_sequences=True))(x)
+    a = L.GRU(3, reset_after=False, go_backwards=True)(h)
+    b = L.SimpleRNN(3)(h)
+    y = L.Dense(2)(L.Concatenate()([a, b]))
+    return keras.Model(x, y, name="train_rnn_sgd")
+
+
 def b_sparse(classes, *shape):
     def make(rng):
         x = normal(rng, 8, *shape)
@@ -830,6 +894,12 @@ TRAINING = [
     ("train_dilated_grouped_sgd", t_dilated_grouped_sgd,
      lambda: keras.optimizers.SGD(learning_rate=0.1, momentum=0.9),
      "sparse_categorical_crossentropy", ["accuracy"], b_sparse(3, 8, 8, 4), KERAS),
+    ("train_lstm_adam", t_lstm_adam,
+     lambda: keras.optimizers.Adam(learning_rate=0.01),
+     "sparse_categorical_crossentropy", ["accuracy"], b_sparse(3, 6, 3), KERAS_H5),
+    ("train_rnn_sgd", t_rnn_sgd,
+     lambda: keras.optimizers.SGD(learning_rate=0.1, momentum=0.9),
+     "mean_squared_error", None, b_regression(2, 5, 3), KERAS_H5),
 ]
 
 

@@ -870,6 +870,8 @@ typedef struct fl_rnn_args {
     float dropout;              /* on the inputs: one mask per sequence, as Keras */
     float recurrent_dropout;    /* not supported: must be 0 */
     bool return_sequences, go_backwards;
+    bool zero_output_for_mask;  /* masked steps output 0 instead of the carried state (Bidirectional sets it
+                                 * to return_sequences for both its layers, as Keras) */
     bool return_state;          /* not supported yet: refused */
     bool stateful;              /* refused */
     bool unroll;                /* accepted; the same maths either way */
@@ -891,7 +893,7 @@ typedef enum fl_merge_mode { FL_MERGE_CONCAT = 0, FL_MERGE_SUM, FL_MERGE_MUL, FL
 typedef struct fl_bidirectional_args {
     int _reserved;
     fl_merge_mode merge_mode;   /* default concat; FL_MERGE_NONE (two outputs) is not supported yet */
-    fl_layer *backward_layer;   /* NULL: a copy of the layer with go_backwards flipped */
+    fl_layer *backward_layer;   /* NULL: a copy of the layer with go_backwards=True (then named backward_<name>) */
     const char *name;
 } fl_bidirectional_args;
 fl_layer *fl_bidirectional_(fl_layer *layer, fl_bidirectional_args a);

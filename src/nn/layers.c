@@ -524,52 +524,54 @@ fl_layer *fl_gru_(fl_rnn_args a) { return rnn_layer(FL_L_GRU, a); }
 
 static bool is_rnn_kind(fl_layer_kind k) { return k == FL_L_SIMPLE_RNN || k == FL_L_LSTM || k == FL_L_GRU; }
 
-/* "prefix" + the layer's name, or its class's default base when unnamed */
+/* "prefix" + the layer's name (or its class's default base when unnamed)
+ * without that prefix, as Keras names Bidirectional's layers */
 static void prefixed_name(fl_layer *dst, const char *prefix, const fl_layer *src) {
     char base[sizeof dst->name];
-    snprintf(base, sizeof base, "%s", src->user_named ? src->name : kind_base[src->kind]);
+    const char *n = src->user_named ? src->name : kind_base[src->kind];
+    if (strncmp(n, prefix, strlen(prefix)) == 0) n += strlen(prefix);
+    snprintf(base, sizeof base, "%s", n);
     snprintf(dst->name, sizeof dst->name, "%s%.*s", prefix, (int)(sizeof dst->name - 1 - strlen(prefix)), base);
     dst->user_named = true;
 }
 
 fl_layer *fl_bidirectional_(fl_layer *layer, fl_bidirectional_args a) {
-    if (!layer) {
-        char why[256];
-        snprintf(why, sizeof why, "%s", fl_last_error());
-        fl_layer_free(a.backward_layer);
-        return fl_error_null(FL_ERR_INVALID_ARG, "Bidirectional: the layer is NULL (%s)", why);
-    }
     fl_layer *bwd = a.backward_layer;
-    const char *err = NULL;
-    if (!is_rnn_kind(layer->kind)) err = "the layer";
-    else if (bwd && !is_rnn_kind(bwd->kind)) err = "backward_layer";
-    if (err) {
-        fl_error(FL_ERR_UNSUPPORTED, "Bidirectional: %s is a %s; flynn wraps SimpleRNN, LSTM and GRU", err,
-                 kind_class[err[0] == 't' ? layer->kind : bwd->kind]);
+    const char *why = NULL;
+    char msg[512];
+    if (!layer) {
+        snprintf(msg, sizeof msg, "Bidirectional: the layer is NULL (%s)", fl_last_error());
+        fl_layer_free(bwd);
+        return fl_error_null(FL_ERR_INVALID_ARG, "%s", msg);
+    }
+    if (!is_rnn_kind(layer->kind) || (bwd && !is_rnn_kind(bwd->kind)))
+        snprintf(msg, sizeof msg, "Bidirectional: %s is a %s; flynn wraps SimpleRNN, LSTM and GRU",
+                 !is_rnn_kind(layer->kind) ? "the layer" : "backward_layer",
+                 kind_class[!is_rnn_kind(layer->kind) ? layer->kind : bwd->kind]), why = msg;
+    else if (bwd && bwd->a.rnn.return_sequences != layer->a.rnn.return_sequences)
+        why = "Bidirectional: the forward and backward layers must agree on return_sequences";
+    else if (bwd && bwd->a.rnn.go_backwards == layer->a.rnn.go_backwards)
+        why = "Bidirectional: the forward and backward layers must have different go_backwards (Keras refuses "
+              "them too)";
+    else if ((unsigned)a.merge_mode >= FL_MERGE_NONE)
+        why = a.merge_mode == FL_MERGE_NONE ? "Bidirectional: merge_mode None (two outputs) is not supported; use "
+                                              "concat, sum, mul or ave"
+                                            : "Bidirectional: merge_mode is not an fl_merge_mode";
+    if (why) {
+        fl_error(a.merge_mode == FL_MERGE_NONE ? FL_ERR_UNSUPPORTED : FL_ERR_INVALID_ARG, "%s", why);
         fl_layer_free(layer);
         fl_layer_free(bwd);
         return NULL;
-    }
-    if (bwd && bwd->a.rnn.return_sequences != layer->a.rnn.return_sequences) {
-        fl_layer_free(layer);
-        fl_layer_free(bwd);
-        return fl_error_null(FL_ERR_INVALID_ARG, "Bidirectional: the forward and backward layers must agree on "
-                             "return_sequences");
-    }
-    if ((unsigned)a.merge_mode > FL_MERGE_NONE || a.merge_mode == FL_MERGE_NONE) {
-        fl_layer_free(layer);
-        fl_layer_free(bwd);
-        return fl_error_null(FL_ERR_UNSUPPORTED, "Bidirectional: merge_mode %s is not supported (concat, sum, mul or "
-                             "ave: flynn's layers have one output)", a.merge_mode == FL_MERGE_NONE ? "None" : "?");
     }
     if (!bwd) {
         bwd = new_layer(layer->kind, NULL);
         if (!bwd) { fl_layer_free(layer); return NULL; }
         bwd->a.rnn = layer->a.rnn;
-        bwd->a.rnn.go_backwards = !layer->a.rnn.go_backwards;
+        bwd->a.rnn.go_backwards = true;
         prefixed_name(bwd, "backward_", layer);
     } else if (!bwd->user_named) {
-        prefixed_name(bwd, "backward_", bwd);
+        snprintf(bwd->name, sizeof bwd->name, "%s", kind_base[bwd->kind]);
+        bwd->user_named = true;
     }
     fl_layer *l = new_layer(FL_L_BIDIRECTIONAL, a.name);
     if (!l) { fl_layer_free(layer); fl_layer_free(bwd); return NULL; }
@@ -1105,7 +1107,8 @@ static fl_node *rnn_nodes(fl_layer *owner, const fl_layer *rl, int side, fl_grap
     }
     fl_rnn_desc d = {.cell = cell, .u = (int)u, .act = (int)a->activation, .ract = (int)a->recurrent_activation,
                      .reset_after = reset_after, .go_backwards = a->go_backwards,
-                     .return_sequences = a->return_sequences, .reverse_output = reverse_output};
+                     .return_sequences = a->return_sequences, .reverse_output = reverse_output,
+                     .zero_masked = side ? a->return_sequences : a->zero_output_for_mask};
     fl_node *y = fl_graph_rnn(g, owner->name, xin, k, r, b, mask, d);
     if (y && a->return_sequences) y->mask = mask;
     return y;
