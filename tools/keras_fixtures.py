@@ -1004,10 +1004,14 @@ def weight_files(out, model, prefix):
     """Saves each weight as <prefix>_<layer>_<weight>.npy, Keras order."""
     items = []
     for layer in model.layers:
-        for w in layer.weights:
-            fname = "%s_%s_%s.npy" % (prefix, layer.name, w.name)
+        names = [w.name for w in layer.weights]
+        if isinstance(layer, L.Bidirectional):  # two "kernel"s: flynn's names
+            half = len(names) // 2
+            names = [("forward/" if i < half else "backward/") + n for i, n in enumerate(names)]
+        for w, wn in zip(layer.weights, names):
+            fname = "%s_%s_%s.npy" % (prefix, layer.name, wn.replace("/", "_"))
             save_npy(out, fname, np.asarray(w.numpy(), F32))
-            items.append([layer.name, w.name, fname])
+            items.append([layer.name, wn, fname])
     return items
 
 
