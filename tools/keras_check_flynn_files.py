@@ -184,8 +184,12 @@ def check_step(name, how, model, x, y, want_weights, want_iterations, h5path=Non
         how += " (set_weights)"
     ok, worst = True, 0.0
     for layer in model.layers:
-        for w in layer.weights:
-            fn = want_weights(layer.name, w.name)
+        half = len(layer.weights) // 2
+        for i, w in enumerate(layer.weights):
+            wn = w.name
+            if isinstance(layer, keras.layers.Bidirectional):  # flynn's names of its two halves
+                wn = ("forward_" if i < half else "backward_") + wn
+            fn = want_weights(layer.name, wn)
             if fn is None or not os.path.exists(fn):
                 report(False, "%s %s step" % (name, how), "no reference for %s/%s" % (layer.name, w.name))
                 return

@@ -119,6 +119,8 @@ static void export_model(const char *name, fl_model *m, int train_steps, int bat
             for (int k = 0; k < fl_layer_num_weights(l); k++) {
                 char suf[300];
                 snprintf(suf, sizeof suf, "_next_%s_%s.npy", fl_layer_name(l), fl_layer_weight_name(l, k));
+                for (char *c = suf; *c; c++)
+                    if (*c == '/') *c = '_'; /* Bidirectional's "forward/kernel" */
                 check(fl_save_npy(fl_layer_weight(l, k), path(name, suf)), "save next weights");
             }
         }
