@@ -1580,10 +1580,10 @@ static void rnn_ref(const fl_rnn_desc *d, int64_t B, const float *x, const float
     }
 }
 
-static void test_rnn_ex(int cell, bool reset_after, bool seq, bool backwards, bool masked, bool bias, int act, int ract,
-                        bool zero_masked, bool reverse_output) {
+static void test_rnn_b(int64_t B, int cell, bool reset_after, bool seq, bool backwards, bool masked, bool bias, int act,
+                       int ract, bool zero_masked, bool reverse_output) {
     harness h;
-    const int64_t B = 3, T = 5, D = 4, u = 3;
+    const int64_t T = 5, D = 4, u = 3;
     fl_rnn_desc d = {.cell = cell, .u = (int)u, .act = act, .ract = ract, .reset_after = reset_after,
                      .go_backwards = backwards, .return_sequences = seq, .zero_masked = zero_masked,
                      .reverse_output = reverse_output};
@@ -1601,16 +1601,23 @@ static void test_rnn_ex(int cell, bool reset_after, bool seq, bool backwards, bo
     if (mask) /* sample 0: all valid; 1: the first two masked and the last; 2: all masked but step 2 */
         for (int64_t s = 0; s < B; s++)
             for (int64_t t = 0; t < T; t++)
-                mask->val[s * T + t] = s == 0 ? 1.0f : s == 1 ? (t >= 2 && t < T - 1) : t == 2;
+                mask->val[s * T + t] = s % 3 == 0 ? 1.0f : s % 3 == 1 ? (t >= 2 && t < T - 1) : t == 2;
     h_loss(&h, true);
-    double ref[3 * 5 * 3];
+    double *ref = malloc((size_t)fl_node_size(h.out) * sizeof(double));
     rnn_ref(&y->rnn, B, h.x->val, w->val, r->val, b ? b->val : NULL, mask ? mask->val : NULL, ref);
     char what[128];
-    snprintf(what, sizeof what, "rnn cell=%d reset_after=%d seq=%d backwards=%d mask=%d bias=%d act=%d/%d zero=%d rev=%d",
-             cell, reset_after, seq, backwards, masked, bias, act, ract, zero_masked, reverse_output);
+    snprintf(what, sizeof what, "rnn batch %lld cell=%d reset_after=%d seq=%d backwards=%d mask=%d bias=%d act=%d/%d "
+             "zero=%d rev=%d", (long long)B, cell, reset_after, seq, backwards, masked, bias, act, ract, zero_masked,
+             reverse_output);
     CHECK_MSG(max_abs_diff(h.out->val, ref, fl_node_size(h.out)) < 1e-5, "%s forward: %g vs %g, %g vs %g", what, h.out->val[0], ref[0], h.out->val[fl_node_size(h.out) - 1], ref[fl_node_size(h.out) - 1]);
     h_gradcheck(&h, what, 1e-3, 1e-2, true);
+    free(ref);
     h_free(&h);
+}
+
+static void test_rnn_ex(int cell, bool reset_after, bool seq, bool backwards, bool masked, bool bias, int act, int ract,
+                        bool zero_masked, bool reverse_output) {
+    test_rnn_b(3, cell, reset_after, seq, backwards, masked, bias, act, ract, zero_masked, reverse_output);
 }
 
 static void test_rnn(int cell, bool reset_after, bool seq, bool backwards, bool masked, bool bias, int act, int ract) {
@@ -1804,5 +1811,9 @@ int main(void) {
     test_rnn_ex(FL_RNN_GRU, true, true, false, true, true, FL_ACT_TANH, FL_ACT_SIGMOID, true, false);
     test_rnn_ex(FL_RNN_GRU, true, false, true, true, true, FL_ACT_TANH, FL_ACT_SIGMOID, true, false);
     test_rnn_ex(FL_RNN_SIMPLE, false, false, false, true, true, FL_ACT_TANH, FL_ACT_SIGMOID, true, false);
+    /* 37 samples: the recurrence split over the threads by rows (8 or more each) */
+    test_rnn_b(37, FL_RNN_LSTM, false, true, true, true, true, FL_ACT_TANH, FL_ACT_SIGMOID, false, false);
+    test_rnn_b(37, FL_RNN_GRU, false, false, false, true, true, FL_ACT_TANH, FL_ACT_SIGMOID, false, false);
+    test_rnn_b(37, FL_RNN_GRU, true, true, false, true, true, FL_ACT_TANH, FL_ACT_SIGMOID, true, true);
     return check_report("test_ops");
 }
