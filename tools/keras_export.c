@@ -262,7 +262,7 @@ int main(int argc, char **argv) {
     m = fl_sequential(fl_input(6, 3), fl_lstm(5, .return_sequences = true),
                       fl_bidirectional(fl_gru(4, .return_sequences = true), .merge_mode = FL_MERGE_SUM),
                       fl_gru(3, .no_reset_after = true, .go_backwards = true, .return_sequences = true),
-                      fl_bidirectional(fl_simple_rnn(3), .backward_layer = fl_lstm(2, .go_backwards = true)),
+                      fl_bidirectional(fl_simple_rnn(3), .backward_layer = fl_lstm(3, .go_backwards = true)),
                       fl_dense(3, .activation = FL_SOFTMAX));
     fl_model_set_seed(m, 15);
     check(fl_compile(m, fl_adam(.learning_rate = 0.01f), FL_SPARSE_CATEGORICAL_CROSSENTROPY, FL_ACCURACY), "compile");
