@@ -119,6 +119,17 @@ static double g_mag_c = 2; /* 2 for cuBLAS GEMM; 8 for cuDNN, which may pick Win
 static double g_perturb;
 static int g_perturb_flagged = -1;
 
+/* A (batch, T) mask input that a builder made (recurrent layers): filled
+ * with the same 1/0 pattern on every side once the buffers exist. */
+static fl_node *g_mask_made;
+static void fill_mask(const fl_backend *be, fl_node *m, int64_t batch) {
+    int64_t T = m->shape[1], n = batch * T;
+    float *h = malloc((size_t)n * sizeof(float));
+    for (int64_t i = 0; i < n; i++) h[i] = (i / T * 3 + i % T) % 4 != 0 ? 1.0f : 0.0f;
+    be->upload(m->val, h, (size_t)n * sizeof(float));
+    free(h);
+}
+
 static void parity(const char *what, int ndim, const int64_t *sample, int64_t batch, build_fn build, bool training) {
     side s[3];
     const fl_backend *bes[3] = {CPU, GPU, CPU};
@@ -149,6 +160,8 @@ static void parity(const char *what, int ndim, const int64_t *sample, int64_t ba
             bes[k]->upload(m->val, h, (size_t)n * sizeof(float));
             free(h);
         }
+        if (g_mask_made) fill_mask(bes[k], g_mask_made, batch);
+        g_mask_made = NULL;
     }
     g_act = act;
     int64_t nx = fl_node_size(s[0].x), no = fl_node_size(s[0].out);
@@ -218,6 +231,21 @@ static void parity(const char *what, int ndim, const int64_t *sample, int64_t ba
 }
 
 /* ---------------------------------------------------------- op builders */
+
+/* the recurrent op: cell, options and units from g_rnn; weights signed */
+static fl_rnn_desc g_rnn;
+static bool g_rnn_mask;
+static fl_node *b_rnn(fl_graph *g, fl_node *x, fl_node **p, int *np) {
+    const int64_t gu = (int64_t)fl_rnn_gates(&g_rnn) * g_rnn.u, d = x->shape[2];
+    const bool two = g_rnn.cell == FL_RNN_GRU && g_rnn.reset_after;
+    p[0] = fl_graph_param(g, "signed", 2, (int64_t[]){d, gu}, true);
+    p[1] = fl_graph_param(g, "signed", 2, (int64_t[]){g_rnn.u, gu}, true);
+    p[2] = fl_graph_param(g, "signed", two ? 2 : 1, two ? (int64_t[]){2, gu} : (int64_t[]){gu}, true);
+    *np = 3;
+    fl_node *mask = g_rnn_mask ? fl_graph_input(g, "mask", 1, (int64_t[]){x->shape[1]}) : NULL;
+    g_mask_made = mask;
+    return fl_graph_rnn(g, "rnn", x, p[0], p[1], p[2], mask, g_rnn);
+}
 
 static fl_node *b_dense(fl_graph *g, fl_node *x, fl_node **p, int *np) {
     int64_t k = x->shape[x->ndim - 1];
@@ -683,6 +711,21 @@ static void op_parity(void) {
         parity(name, 1, wide[i], 37, b_act, true);
     }
     layer_parity();
+    /* the recurrent op (rnn_fwd/rnn_bwd): every cell, both GRU forms, the
+     * output forms Bidirectional uses, masks; 33 units: a warp and one */
+    int64_t rseq[] = {7, 5};
+    for (int i = 0; i < 8; i++) {
+        g_rnn = (fl_rnn_desc){.cell = i < 2 ? FL_RNN_LSTM : i < 5 ? FL_RNN_GRU : FL_RNN_SIMPLE, .u = i % 2 ? 33 : 6,
+                              .act = FL_ACT_TANH, .ract = FL_ACT_SIGMOID, .reset_after = i != 3,
+                              .go_backwards = i == 1 || i == 4 || i == 6, .return_sequences = i % 3 != 2,
+                              .reverse_output = i == 4, .zero_masked = i == 4 || i == 7};
+        g_rnn_mask = i >= 4;
+        char name[96];
+        snprintf(name, sizeof name, "rnn cell %d, %d units, reset_after %d, backwards %d, seq %d, mask %d", g_rnn.cell,
+                 g_rnn.u, g_rnn.reset_after, g_rnn.go_backwards, g_rnn.return_sequences, g_rnn_mask);
+        parity(name, 2, rseq, 9, b_rnn, true);
+    }
+    g_rnn_mask = false;
 }
 
 /* ------------------------------------------- losses, metrics, optimizers */

@@ -1769,6 +1769,130 @@ static void test_repeat(void) {
     fl_graph_free(&g);
 }
 
+/* -------------------------------------------------------- recurrent */
+
+/* SimpleRNN, LSTM, GRU in double precision, step by step as Keras's cells
+ * and backend.rnn (masked steps carry the state; the output is the state). */
+static void rnn_ref(const fl_rnn_desc *d, int64_t B, const float *x, const float *W, const float *U, const float *b,
+                    const float *mask, double *y) {
+    const int T = d->t, D = d->d, u = d->u, G = fl_rnn_gates(d), gu = G * u;
+    const bool ra = d->cell == FL_RNN_GRU && d->reset_after;
+    double h[64], c[64], xw[256], rec[256], nh[64], nc[64];
+    for (int64_t s = 0; s < B; s++) {
+        for (int j = 0; j < u; j++) h[j] = c[j] = 0;
+        for (int k = 0; k < T; k++) {
+            int tin = d->go_backwards ? T - 1 - k : k;
+            for (int q = 0; q < gu; q++) {
+                double a = b ? b[q] : 0, r = ra && b ? b[gu + q] : 0;
+                for (int i = 0; i < D; i++) a += (double)x[(s * T + tin) * D + i] * W[i * gu + q];
+                for (int i = 0; i < u; i++) r += h[i] * U[i * gu + q];
+                xw[q] = a;
+                rec[q] = r;
+            }
+            for (int j = 0; j < u; j++) {
+                if (d->cell == FL_RNN_SIMPLE) {
+                    nh[j] = act_ref(d->act, xw[j] + rec[j]);
+                } else if (d->cell == FL_RNN_LSTM) {
+                    double i = act_ref(d->ract, xw[j] + rec[j]), f = act_ref(d->ract, xw[u + j] + rec[u + j]);
+                    double g = act_ref(d->act, xw[2 * u + j] + rec[2 * u + j]);
+                    double o = act_ref(d->ract, xw[3 * u + j] + rec[3 * u + j]);
+                    nc[j] = f * c[j] + i * g;
+                    nh[j] = o * act_ref(d->act, nc[j]);
+                }
+            }
+            if (d->cell == FL_RNN_GRU) {
+                double z[64], r[64];
+                for (int j = 0; j < u; j++) {
+                    z[j] = act_ref(d->ract, xw[j] + rec[j]);
+                    r[j] = act_ref(d->ract, xw[u + j] + rec[u + j]);
+                }
+                for (int j = 0; j < u; j++) {
+                    double hr;
+                    if (ra) hr = r[j] * rec[2 * u + j];
+                    else {
+                        hr = 0;
+                        for (int i = 0; i < u; i++) hr += r[i] * h[i] * U[i * gu + 2 * u + j];
+                    }
+                    double hh = act_ref(d->act, xw[2 * u + j] + hr);
+                    nh[j] = z[j] * h[j] + (1 - z[j]) * hh;
+                }
+            }
+            bool keep = !mask || mask[s * T + tin] > 0.5f;
+            for (int j = 0; j < u; j++)
+                if (keep) { h[j] = nh[j]; c[j] = nc[j]; }
+            int ko = d->reverse_output ? T - 1 - k : k;
+            if (d->return_sequences)
+                for (int j = 0; j < u; j++) y[(s * T + ko) * u + j] = keep || !d->zero_masked ? h[j] : 0;
+            if (!d->return_sequences && k == T - 1)
+                for (int j = 0; j < u; j++) y[s * u + j] = keep || !d->zero_masked ? h[j] : 0;
+        }
+    }
+}
+
+static void test_rnn_b(int64_t B, int cell, bool reset_after, bool seq, bool backwards, bool masked, bool bias, int act,
+                       int ract, bool zero_masked, bool reverse_output) {
+    harness h;
+    const int64_t T = 5, D = 4, u = 3;
+    fl_rnn_desc d = {.cell = cell, .u = (int)u, .act = act, .ract = ract, .reset_after = reset_after,
+                     .go_backwards = backwards, .return_sequences = seq, .zero_masked = zero_masked,
+                     .reverse_output = reverse_output};
+    const int64_t gu = fl_rnn_gates(&d) * u;
+    h_init(&h, B, 2, (int64_t[]){T, D});
+    fl_node *mask = masked ? fl_graph_input(&h.g, "mask", 1, &T) : NULL;
+    fl_node *w = h_param(&h, 2, (int64_t[]){D, gu}, -0.6f, 0.6f);
+    fl_node *r = h_param(&h, 2, (int64_t[]){u, gu}, -0.6f, 0.6f);
+    bool two = cell == FL_RNN_GRU && reset_after;
+    fl_node *b = bias ? h_param(&h, two ? 2 : 1, two ? (int64_t[]){2, gu} : (int64_t[]){gu}, -0.5f, 0.5f) : NULL;
+    fl_node *y = fl_graph_rnn(&h.g, "rnn", h.x, w, r, b, mask, d);
+    CHECK(y != NULL);
+    if (!y) { fprintf(stderr, "  %s\n", fl_last_error()); h_free(&h); return; }
+    h_ready(&h, y, -1, 1);
+    if (mask) /* sample 0: all valid; 1: the first two masked and the last; 2: all masked but step 2 */
+        for (int64_t s = 0; s < B; s++)
+            for (int64_t t = 0; t < T; t++)
+                mask->val[s * T + t] = s % 3 == 0 ? 1.0f : s % 3 == 1 ? (t >= 2 && t < T - 1) : t == 2;
+    h_loss(&h, true);
+    double *ref = malloc((size_t)fl_node_size(h.out) * sizeof(double));
+    rnn_ref(&y->rnn, B, h.x->val, w->val, r->val, b ? b->val : NULL, mask ? mask->val : NULL, ref);
+    char what[128];
+    snprintf(what, sizeof what, "rnn batch %lld cell=%d reset_after=%d seq=%d backwards=%d mask=%d bias=%d act=%d/%d "
+             "zero=%d rev=%d", (long long)B, cell, reset_after, seq, backwards, masked, bias, act, ract, zero_masked,
+             reverse_output);
+    CHECK_MSG(max_abs_diff(h.out->val, ref, fl_node_size(h.out)) < 1e-5, "%s forward: %g vs %g, %g vs %g", what, h.out->val[0], ref[0], h.out->val[fl_node_size(h.out) - 1], ref[fl_node_size(h.out) - 1]);
+    h_gradcheck(&h, what, 1e-3, 1e-2, true);
+    free(ref);
+    h_free(&h);
+}
+
+static void test_rnn_ex(int cell, bool reset_after, bool seq, bool backwards, bool masked, bool bias, int act, int ract,
+                        bool zero_masked, bool reverse_output) {
+    test_rnn_b(3, cell, reset_after, seq, backwards, masked, bias, act, ract, zero_masked, reverse_output);
+}
+
+static void test_rnn(int cell, bool reset_after, bool seq, bool backwards, bool masked, bool bias, int act, int ract) {
+    test_rnn_ex(cell, reset_after, seq, backwards, masked, bias, act, ract, false, false);
+}
+
+static void test_rnn_errors(void) {
+    fl_graph g;
+    fl_graph_init(&g, fl_backend_cpu());
+    fl_node *x = fl_graph_input(&g, "x", 2, (int64_t[]){5, 4});
+    fl_rnn_desc d = {.cell = FL_RNN_LSTM, .u = 3, .act = FL_ACT_TANH, .ract = FL_ACT_SIGMOID};
+    fl_node *w = fl_graph_param(&g, "w", 2, (int64_t[]){4, 12}, true);
+    fl_node *r = fl_graph_param(&g, "r", 2, (int64_t[]){3, 9}, true);
+    CHECK(fl_graph_rnn(&g, "lstm_bad", x, w, r, NULL, NULL, d) == NULL);
+    CHECK_MSG(strstr(fl_last_error(), "'lstm_bad' (LSTM): recurrent_kernel has shape (3, 9), expected (3, 12)") != NULL,
+              "got: %s", fl_last_error());
+    fl_node *m = fl_graph_input(&g, "m", 1, (int64_t[]){6});
+    r = fl_graph_param(&g, "r", 2, (int64_t[]){3, 12}, true);
+    CHECK(fl_graph_rnn(&g, "lstm_mask", x, w, r, NULL, m, d) == NULL);
+    CHECK_MSG(strstr(fl_last_error(), "mask") && strstr(fl_last_error(), "(batch, 5)"), "got: %s", fl_last_error());
+    d.act = FL_ACT_GELU;
+    CHECK(fl_graph_rnn(&g, "lstm_gelu", x, w, r, NULL, NULL, d) == NULL);
+    CHECK_MSG(strstr(fl_last_error(), "activation") != NULL, "got: %s", fl_last_error());
+    fl_graph_free(&g);
+}
+
 int main(void) {
     test_capability();
     test_philox();
@@ -1922,6 +2046,24 @@ int main(void) {
     test_fused_conv_relu_conv_pool(10, 10, 1, 4, 8, 2);
     test_fused_conv_relu_conv_pool(9, 11, 2, 5, 19, 2);
     test_fused_conv_relu_conv_pool(10, 10, 3, 8, 6, 3);
+    /* recurrent layers (appended: the streams above stay) */
+    for (int cell = FL_RNN_SIMPLE; cell <= FL_RNN_GRU; cell++)
+        for (int v = 0; v < 6; v++) /* seq, backwards, mask, no bias in turn */
+            test_rnn(cell, v != 4, v & 1, v == 2 || v == 5, v >= 3, v != 4, FL_ACT_TANH, FL_ACT_SIGMOID);
+    test_rnn(FL_RNN_GRU, false, true, true, true, true, FL_ACT_TANH, FL_ACT_SIGMOID);
+    test_rnn(FL_RNN_GRU, false, false, false, false, true, FL_ACT_TANH, FL_ACT_HARD_SIGMOID);
+    test_rnn(FL_RNN_LSTM, false, true, false, true, true, FL_ACT_RELU, FL_ACT_HARD_SIGMOID);
+    test_rnn(FL_RNN_SIMPLE, false, true, true, false, true, FL_ACT_LINEAR, FL_ACT_SIGMOID);
+    test_rnn_errors();
+    /* Bidirectional's forms: zero outputs at masked steps, the output sequence reversed */
+    test_rnn_ex(FL_RNN_LSTM, false, true, true, true, true, FL_ACT_TANH, FL_ACT_SIGMOID, true, true);
+    test_rnn_ex(FL_RNN_GRU, true, true, false, true, true, FL_ACT_TANH, FL_ACT_SIGMOID, true, false);
+    test_rnn_ex(FL_RNN_GRU, true, false, true, true, true, FL_ACT_TANH, FL_ACT_SIGMOID, true, false);
+    test_rnn_ex(FL_RNN_SIMPLE, false, false, false, true, true, FL_ACT_TANH, FL_ACT_SIGMOID, true, false);
+    /* 37 samples: the recurrence split over the threads by rows (8 or more each) */
+    test_rnn_b(37, FL_RNN_LSTM, false, true, true, true, true, FL_ACT_TANH, FL_ACT_SIGMOID, false, false);
+    test_rnn_b(37, FL_RNN_GRU, false, false, false, true, true, FL_ACT_TANH, FL_ACT_SIGMOID, false, false);
+    test_rnn_b(37, FL_RNN_GRU, true, true, false, true, true, FL_ACT_TANH, FL_ACT_SIGMOID, true, true);
     /* LayerNormalization, attention, RepeatVector (appended: the streams above stay) */
     test_layernorm(1, false, true, true);
     test_layernorm(2, false, true, true);

@@ -184,10 +184,13 @@ def check_step(name, how, model, x, y, want_weights, want_iterations, h5path=Non
         how += " (set_weights)"
     ok, worst = True, 0.0
     for layer in model.layers:
-        for w in layer.weights:
+        half = len(layer.weights) // 2
+        for i, w in enumerate(layer.weights):
             # a sub-layer's weight by its path below the layer ("query/kernel"), as flynn names it
             at = w.path.find(layer.name + "/")
             wn = w.path[at + len(layer.name) + 1:] if at >= 0 else w.name
+            if isinstance(layer, keras.layers.Bidirectional):  # flynn's names of its two halves
+                wn = ("forward_" if i < half else "backward_") + w.name
             fn = want_weights(layer.name, wn.replace("/", "_"))
             if fn is None or not os.path.exists(fn):
                 report(False, "%s %s step" % (name, how), "no reference for %s/%s" % (layer.name, w.name))

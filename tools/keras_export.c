@@ -257,6 +257,16 @@ int main(int argc, char **argv) {
     fl_model_set_seed(m, 14);
     check(fl_compile(m, fl_sgd(.learning_rate = 0.05f), FL_MEAN_SQUARED_ERROR), "compile");
     export_model("seq_resizing_sgd", m, 2, 6);
+    /* recurrent layers: LSTM sequences, GRU both forms, go_backwards,
+     * SimpleRNN, Bidirectional (default and explicit backward layer) */
+    m = fl_sequential(fl_input(6, 3), fl_lstm(5, .return_sequences = true),
+                      fl_bidirectional(fl_gru(4, .return_sequences = true), .merge_mode = FL_MERGE_SUM),
+                      fl_gru(3, .no_reset_after = true, .go_backwards = true, .return_sequences = true),
+                      fl_bidirectional(fl_simple_rnn(3), .backward_layer = fl_lstm(3, .go_backwards = true)),
+                      fl_dense(3, .activation = FL_SOFTMAX));
+    fl_model_set_seed(m, 15);
+    check(fl_compile(m, fl_adam(.learning_rate = 0.01f), FL_SPARSE_CATEGORICAL_CROSSENTROPY, FL_ACCURACY), "compile");
+    export_model("seq_rnn_adam", m, 3, 8);
 
     /* MLP: centered RMSprop with momentum, categorical CE, BN after Dense, leaky relu, elu */
     m = fl_sequential(fl_input(7), fl_dense(8, .activation = FL_LEAKY_RELU, .no_bias = true),

@@ -937,6 +937,59 @@ fl_tensor *fl_to_float(const fl_tensor *t, float scale);
 /* Class indices (N,) -> one-hot (N, num_classes) float32. */
 fl_tensor *fl_one_hot(const fl_tensor *labels, int num_classes);
 
+/* ---------------------------------------------------------------------------
+ * Recurrent layers: SimpleRNN, LSTM, GRU (Keras 3's, weights named and
+ * shaped as Keras's: kernel (features, G*units), recurrent_kernel (units,
+ * G*units), bias (G*units), or for GRU with reset_after (2, 3*units); G =
+ * 1, 4 (i, f, c, o), 3 (z, r, h)) and Bidirectional. Input (batch,
+ * timesteps, features); output (batch, units), or (batch, timesteps, units)
+ * with return_sequences. Initial weights as Keras: glorot_uniform kernel,
+ * orthogonal recurrent_kernel, zero bias (LSTM: ones for the forget gate
+ * unless no_unit_forget_bias). A sequence's mask (Embedding mask_zero,
+ * Masking) makes the layer skip the masked steps as Keras does.
+ */
+typedef struct fl_rnn_args {
+    int _reserved; /* keeps the macros warning-free; leave it out */
+    int units;
+    fl_activation activation;           /* 0: Keras's default tanh (for linear set activation_linear) */
+    fl_activation recurrent_activation; /* 0: sigmoid (LSTM, GRU; for linear set recurrent_linear) */
+    bool activation_linear, recurrent_linear;
+    bool no_bias;               /* Keras use_bias=False */
+    bool no_unit_forget_bias;   /* LSTM: Keras unit_forget_bias=False */
+    bool no_reset_after;        /* GRU: Keras reset_after=False (the Keras 2 / CuDNN-less form) */
+    float dropout;              /* on the inputs: one mask per sequence, as Keras */
+    float recurrent_dropout;    /* not supported: must be 0 */
+    bool return_sequences, go_backwards;
+    bool zero_output_for_mask;  /* masked steps output 0 instead of the carried state (Bidirectional sets it
+                                 * to return_sequences for both its layers, as Keras) */
+    bool return_state;          /* not supported yet: refused */
+    bool stateful;              /* refused */
+    bool unroll;                /* accepted; the same maths either way */
+    uint64_t seed;              /* dropout stream; 0: from the model's seed and the layer index */
+    const char *name;
+} fl_rnn_args;
+fl_layer *fl_simple_rnn_(fl_rnn_args a);
+fl_layer *fl_lstm_(fl_rnn_args a);
+fl_layer *fl_gru_(fl_rnn_args a);
+#define fl_simple_rnn(...) fl_simple_rnn_((fl_rnn_args){._reserved = 0, __VA_ARGS__}) /* fl_simple_rnn(32) */
+#define fl_lstm(...) fl_lstm_((fl_rnn_args){._reserved = 0, __VA_ARGS__})             /* fl_lstm(64, .return_sequences = true) */
+#define fl_gru(...) fl_gru_((fl_rnn_args){._reserved = 0, __VA_ARGS__})
+
+/* Bidirectional(layer): the layer on the sequence and a copy of it (or
+ * backward_layer) on the reversed sequence, their outputs merged. The
+ * wrapper owns both layers; its weights are the forward layer's, then the
+ * backward one's (Keras's forward_<name> and backward_<name>). */
+typedef enum fl_merge_mode { FL_MERGE_CONCAT = 0, FL_MERGE_SUM, FL_MERGE_MUL, FL_MERGE_AVE, FL_MERGE_NONE } fl_merge_mode;
+typedef struct fl_bidirectional_args {
+    int _reserved;
+    fl_merge_mode merge_mode;   /* default concat; FL_MERGE_NONE (two outputs) is not supported yet */
+    fl_layer *backward_layer;   /* NULL: a copy of the layer with go_backwards=True (then named backward_<name>) */
+    const char *name;
+} fl_bidirectional_args;
+fl_layer *fl_bidirectional_(fl_layer *layer, fl_bidirectional_args a);
+#define fl_bidirectional(layer, ...) \
+    fl_bidirectional_((layer), (fl_bidirectional_args){._reserved = 0, __VA_ARGS__}) /* (fl_lstm(32)) */
+
 #ifdef __cplusplus
 }
 #endif

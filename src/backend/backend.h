@@ -125,6 +125,44 @@ typedef struct fl_param_ref {
     int64_t n;
 } fl_param_ref;
 
+/* A recurrent layer (SimpleRNN, LSTM, GRU) over a whole sequence, as Keras
+ * 3's cells and backend.rnn (keras/src/layers/rnn/, backend/jax/rnn.py).
+ * x[n, t, d]; kernel w[d, G*u], recurrent kernel r[u, G*u] with G gates in
+ * Keras's order (SimpleRNN 1; LSTM 4: i, f, c, o; GRU 3: z, r, h); bias
+ * b[G*u] (GRU reset_after: b[2, G*u], input row then recurrent row) or NULL.
+ *   SimpleRNN: h = act(x W + b + h' R)
+ *   LSTM:      i, f, o = ract(..), g = act(..), c = f c' + i g, h = o act(c)
+ *   GRU:       z, r = ract(x Wz,r + bz,r + h' Rz,r (+ brz,r)),
+ *              reset_after: hh = act(x Wh + bh + r (h' Rh + brh))
+ *              else:        hh = act(x Wh + bh + (r h') Rh)
+ *              h = z h' + (1 - z) hh
+ * Step k reads input time k (go_backwards: t - 1 - k). mask[n, t] (1/0
+ * floats, or NULL): where 0, the state is carried over unchanged and the
+ * step's output is that carried state (Keras's zero_output_for_mask
+ * False) or 0 (zero_masked: True, as Bidirectional sets it when returning
+ * sequences). y: [n, t, u] outputs in step order (return_sequences; with
+ * reverse_output in the reverse order, as Bidirectional flips its backward
+ * layer's) or [n, u] the last. aux: fl_rnn_aux_floats(d) floats per sample, written by
+ * forward (what backward needs) and used as scratch by backward. */
+enum fl_rnn_cell { FL_RNN_SIMPLE = 1, FL_RNN_LSTM, FL_RNN_GRU };
+typedef struct fl_rnn_desc {
+    int cell;              /* fl_rnn_cell */
+    int64_t n;             /* batch */
+    int t, d, u;           /* timesteps, input features, units */
+    int act, ract;         /* activation, recurrent_activation (FL_ACT_*; derivative from the output) */
+    int has_bias, reset_after, go_backwards, return_sequences, reverse_output, zero_masked;
+} fl_rnn_desc;
+static inline int fl_rnn_gates(const fl_rnn_desc *d) {
+    return d->cell == FL_RNN_LSTM ? 4 : d->cell == FL_RNN_GRU ? 3 : 1;
+}
+/* per sample: gates, input and recurrent pre-activation gradients (t*G*u
+ * each), states before each step, LSTM carries, GRU's recurrent candidate
+ * part (t*u each), and one step's scratch (G*u + 3u) */
+static inline int64_t fl_rnn_aux_floats(const fl_rnn_desc *d) {
+    int64_t gu = (int64_t)fl_rnn_gates(d) * d->u;
+    return (int64_t)d->t * (3 * gu + 3 * (int64_t)d->u) + gu + 3 * (int64_t)d->u;
+}
+
 typedef struct fl_backend {
     const char *name;            /* "cpu", "cuda" */
     int host_memory;             /* buffers are host memory (host pointers usable as device pointers) */
@@ -351,6 +389,13 @@ typedef struct fl_backend {
                              float *s);
     void (*attn_softmax_bwd)(const fl_attn_desc *d, const float *qmask, const float *vmask, const float *amask,
                              const float *p, float *dp);
+    /* Recurrent layers (fl_rnn_desc above). Backward: dx (beta: +)= and
+     * dw, dr, db (overwritten) from dy, y's gradient; any may be NULL. */
+    void (*rnn_fwd)(const fl_rnn_desc *d, const float *x, const float *w, const float *r, const float *b,
+                    const float *mask, float *y, float *aux);
+    void (*rnn_bwd)(const fl_rnn_desc *d, const float *x, const float *w, const float *r, const float *b,
+                    const float *mask, const float *dy, float *aux, float *dx, float dx_beta, float *dw, float *dr,
+                    float *db);
 } fl_backend;
 
 /* Modes of fl_backend.bmerge_*. */

@@ -100,11 +100,12 @@ void fl_graph_finalize(fl_graph *g) {
         fl_node *n = g->nodes[i];
         n->gscratch_bytes = 0;
         if (n->op != FL_OP_DENSE && n->op != FL_OP_CONV2D && n->op != FL_OP_DEPTHWISE_CONV2D &&
-            n->op != FL_OP_CONV2D_TRANSPOSE && n->op != FL_OP_BATCHNORM && n->op != FL_OP_PRELU)
+            n->op != FL_OP_CONV2D_TRANSPOSE && n->op != FL_OP_BATCHNORM && n->op != FL_OP_PRELU && n->op != FL_OP_RNN)
             continue;
         bool shared = false;
         size_t floats = 0;
-        for (int k = 1; k < n->nin && k < 3; k++)
+        int kmax = n->op == FL_OP_RNN ? 4 : 3; /* RNN: kernel, recurrent_kernel, bias */
+        for (int k = 1; k < n->nin && k < kmax; k++)
             if (n->in[k]) {
                 shared |= n->in[k]->nconsumers > 1;
                 floats += (size_t)fl_node_size(n->in[k]);

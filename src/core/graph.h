@@ -43,6 +43,7 @@ typedef enum fl_op {
     FL_OP_LAYERNORM, /* in: x, gamma|NULL, beta|NULL; over the last `axis` values of each row (src/ops/attention.c) */
     FL_OP_ATTENTION, /* in: q, k, v[, query mask, value mask, attention mask]: softmax(q k^T * scale + mask) v per head */
     FL_OP_REPEAT,    /* RepeatVector: x (batch, d) -> (batch, n, d) */
+    FL_OP_RNN,       /* in: x, kernel, recurrent_kernel, bias|NULL, mask|NULL: SimpleRNN, LSTM, GRU (fl_rnn_desc) */
     FL_OP_COUNT
 } fl_op;
 
@@ -85,6 +86,7 @@ struct fl_node {
     int bilinear;              /* UPSAMPLE2D: 1 bilinear, 0 nearest */
     int perm[FL_MAX_DIMS];     /* PERMUTE: output axis i is input axis perm[i] (batch: perm[0] = 0) */
     fl_attn_desc attn;         /* ATTENTION: heads, sizes, scale, causal (batch set per call) */
+    fl_rnn_desc rnn;           /* RNN: cell and options (n set per batch) */
     fl_node *mask;            /* (batch, T) float 1/0: the valid timesteps of this rank-3 sequence (Keras's _keras_mask), or NULL */
 };
 
@@ -175,6 +177,12 @@ fl_node *fl_graph_permute(fl_graph *g, const char *name, fl_node *x, const int *
 /* Add, Multiply, Subtract (2), Average, Maximum, Minimum (same shapes) and
  * Concatenate (shapes equal but on axis; axis counts the batch as 0,
  * negative from the end) over n inputs. */
+/* A recurrent layer over x (batch, T, d): w (d, G*u), r (u, G*u), b (G*u;
+ * GRU reset_after (2, G*u)) or NULL, mask (batch, T) or NULL (fl_rnn_desc
+ * in backend.h: cells, gate orders, masks). Output (batch, T, u) with
+ * d.return_sequences, else (batch, u). */
+fl_node *fl_graph_rnn(fl_graph *g, const char *name, fl_node *x, fl_node *w, fl_node *r, fl_node *b, fl_node *mask,
+                      fl_rnn_desc d);
 fl_node *fl_graph_merge(fl_graph *g, const char *name, fl_op op, fl_node *const *xs, int n, int axis);
 
 /* Makes weight `w` trainable (a gradient buffer is allocated if it has none)

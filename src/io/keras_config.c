@@ -290,7 +290,9 @@ static fl_status parse_nodes(const kctx *c, kentry *e) {
                      * Functional passes the model's own training flag over it (active in fit, as
                      * flynn's Dropout), so it only needs to be written back */
                     if (val && strcmp(key, "training") == 0 && jis(val, json_type_boolean) &&
-                        !json_object_get_boolean(val) && e->layer && e->layer->kind == FL_L_DROPOUT) {
+                        !json_object_get_boolean(val) && e->layer &&
+                        (e->layer->kind == FL_L_DROPOUT || e->layer->kind == FL_L_SIMPLE_RNN ||
+                         e->layer->kind == FL_L_LSTM || e->layer->kind == FL_L_GRU)) {
                         e->layer->inference_call = true;
                         continue;
                     }

@@ -886,6 +886,168 @@ static void permute_to(const fl_layer *l, json_object *c) {
     put(c, "dims", t);
 }
 
+/* ------------------------------------------------ SimpleRNN, LSTM, GRU */
+
+/* Every key Keras 3.15 writes for the three classes (and Keras 2's
+ * implementation/time_major): read, or refused where it changes the result. */
+static fl_layer *rnn_from(const kctx *c, const char *cls, json_object *cfg, klayer_extra *x) {
+    (void)x;
+    static const char *const init[] = {"kernel_initializer", "recurrent_initializer", "bias_initializer", NULL};
+    const fl_keras_layer_def *def = fl_keras_layer_by_class(cls);
+    const bool lstm = def->kind == FL_L_LSTM, gru = def->kind == FL_L_GRU;
+    int64_t units, impl;
+    bool seq, state, back, stateful, unroll, zero, use_bias, ufb = true, ra = true, tm;
+    double drop, rdrop;
+    fl_activation act = FL_TANH, ract = FL_SIGMOID;
+    if (get_int(c, cfg, "units", 0, true, &units) || get_bool(c, cfg, "return_sequences", false, &seq) ||
+        get_bool(c, cfg, "return_state", false, &state) || get_bool(c, cfg, "go_backwards", false, &back) ||
+        get_bool(c, cfg, "stateful", false, &stateful) || get_bool(c, cfg, "unroll", false, &unroll) ||
+        get_bool(c, cfg, "zero_output_for_mask", false, &zero) || get_bool(c, cfg, "use_bias", true, &use_bias) ||
+        (jhas(cfg, "activation") && get_activation(c, cfg, "activation", &act)) ||
+        ((lstm || gru) && jhas(cfg, "recurrent_activation") && get_activation(c, cfg, "recurrent_activation", &ract)) ||
+        (lstm && get_bool(c, cfg, "unit_forget_bias", true, &ufb)) || (gru && get_bool(c, cfg, "reset_after", true, &ra)) ||
+        get_num(c, cfg, "dropout", 0, false, &drop) || get_num(c, cfg, "recurrent_dropout", 0, false, &rdrop) ||
+        get_int(c, cfg, "implementation", 2, false, &impl) || get_bool(c, cfg, "time_major", false, &tm) ||
+        check_initializers(c, cfg, init) || must_be_null(c, cfg, "kernel_regularizer", "weight regularizers") ||
+        must_be_null(c, cfg, "recurrent_regularizer", "weight regularizers") ||
+        must_be_null(c, cfg, "bias_regularizer", "weight regularizers") ||
+        must_be_null(c, cfg, "activity_regularizer", "activity regularizers") ||
+        must_be_null(c, cfg, "kernel_constraint", "weight constraints") ||
+        must_be_null(c, cfg, "recurrent_constraint", "weight constraints") ||
+        must_be_null(c, cfg, "bias_constraint", "weight constraints"))
+        return NULL;
+    (void)unroll; (void)impl; /* the same maths either way */
+    if (units <= 0 || units > INT32_MAX) return kfail(c, FL_ERR_FORMAT, "units is %lld", (long long)units), NULL;
+    if (tm) return kfail(c, FL_ERR_UNSUPPORTED, "time_major=True is not supported (flynn's sequences are batch-major)"), NULL;
+    if (state)
+        return kfail(c, FL_ERR_UNSUPPORTED, "return_state=True is not supported yet (a layer with several outputs)"), NULL;
+    if (stateful)
+        return kfail(c, FL_ERR_UNSUPPORTED, "stateful=True is not supported (flynn keeps no state between batches)"), NULL;
+    if (rdrop != 0.0)
+        return kfail(c, FL_ERR_UNSUPPORTED, "recurrent_dropout %g is not supported (only 0)", rdrop), NULL;
+    if (!(drop >= 0.0 && drop < 1.0)) return kfail(c, FL_ERR_FORMAT, "dropout is %g, expected 0 <= dropout < 1", drop), NULL;
+    fl_rnn_args a = {.units = (int)units, .activation = act, .recurrent_activation = ract,
+                     .activation_linear = act == FL_LINEAR, .recurrent_linear = ract == FL_LINEAR,
+                     .no_bias = !use_bias, .no_unit_forget_bias = !ufb, .no_reset_after = !ra, .dropout = (float)drop,
+                     .return_sequences = seq, .go_backwards = back, .zero_output_for_mask = zero, .unroll = unroll};
+    return lstm ? fl_lstm_(a) : gru ? fl_gru_(a) : fl_simple_rnn_(a);
+}
+
+static json_object *orthogonal_init(void) {
+    json_object *o = initializer("Orthogonal");
+    json_object *c = jkey(o, "config");
+    put(c, "seed", NULL);
+    put(c, "gain", jfloat(1.0));
+    return o;
+}
+
+/* Keras 3.15's get_config, in its order; zero: zero_output_for_mask as
+ * written (Bidirectional's layers: return_sequences) */
+static void rnn_keys_to(const fl_layer *l, json_object *c, bool zero) {
+    const fl_rnn_args *a = &l->a.rnn;
+    const bool lstm = l->kind == FL_L_LSTM, gru = l->kind == FL_L_GRU;
+    put(c, "return_sequences", jbool(a->return_sequences));
+    put(c, "return_state", jbool(false));
+    put(c, "go_backwards", jbool(a->go_backwards));
+    put(c, "stateful", jbool(false));
+    put(c, "unroll", jbool(a->unroll));
+    put(c, "zero_output_for_mask", jbool(zero));
+    put(c, "units", jint(a->units));
+    put(c, "activation", jstring(fl_activation_name(a->activation)));
+    if (lstm || gru) put(c, "recurrent_activation", jstring(fl_activation_name(a->recurrent_activation)));
+    put(c, "use_bias", jbool(!a->no_bias));
+    put(c, "kernel_initializer", initializer("GlorotUniform"));
+    put(c, "recurrent_initializer", orthogonal_init());
+    put(c, "bias_initializer", initializer("Zeros"));
+    if (lstm) put(c, "unit_forget_bias", jbool(!a->no_unit_forget_bias));
+    put(c, "kernel_regularizer", NULL);
+    put(c, "recurrent_regularizer", NULL);
+    put(c, "bias_regularizer", NULL);
+    put(c, "activity_regularizer", NULL);
+    put(c, "kernel_constraint", NULL);
+    put(c, "recurrent_constraint", NULL);
+    put(c, "bias_constraint", NULL);
+    put(c, "dropout", jfloat(a->dropout));
+    put(c, "recurrent_dropout", jfloat(0.0));
+    if (gru) put(c, "reset_after", jbool(!a->no_reset_after));
+    if (lstm || gru) put(c, "seed", NULL);
+}
+
+static void rnn_to(const fl_layer *l, json_object *c) { rnn_keys_to(l, c, l->a.rnn.zero_output_for_mask); }
+
+/* -------------------------------------------------------- Bidirectional */
+
+/* One of the wrapped layers: {"class_name": ..., "config": {...}}. */
+static fl_layer *wrapped_from(const kctx *c, json_object *o, const char *key) {
+    const char *cls = jstr(jkey(o, "class_name"));
+    json_object *cfg = jkey(o, "config");
+    if (!jis(o, json_type_object) || !cls || !jis(cfg, json_type_object))
+        return kfail(c, FL_ERR_FORMAT, "'%s' is %s, expected a layer object with class_name and config", key,
+                     jtype_name(o)), NULL;
+    const fl_keras_layer_def *d = fl_keras_layer_by_class(cls);
+    if (!d || (d->kind != FL_L_SIMPLE_RNN && d->kind != FL_L_LSTM && d->kind != FL_L_GRU))
+        return kfail(c, FL_ERR_UNSUPPORTED, "'%s' is a %s; flynn's Bidirectional wraps SimpleRNN, LSTM and GRU", key,
+                     cls), NULL;
+    bool trainable;
+    if (check_builtin_object(c, o, key) || get_bool(c, cfg, "trainable", true, &trainable) || check_dtype(c, cfg))
+        return NULL;
+    if (!trainable) return kfail(c, FL_ERR_UNSUPPORTED, "'%s' is frozen (trainable false); flynn trains every layer", key), NULL;
+    klayer_extra x;
+    fl_layer *l = d->from_config(c, cls, cfg, &x);
+    if (!l) {
+        char why[600];
+        snprintf(why, sizeof why, "%s", fl_last_error());
+        if (strncmp(why, c->src, strlen(c->src)) == 0) return NULL;
+        return kfail(c, fl_last_status() ? fl_last_status() : FL_ERR_FORMAT, "'%s': %s", key, why), NULL;
+    }
+    const char *name = jstr(jkey(cfg, "name"));
+    if (name && strlen(name) < sizeof l->name) {
+        strcpy(l->name, name);
+        l->user_named = true;
+    }
+    return l;
+}
+
+static fl_layer *bidirectional_from(const kctx *c, const char *cls, json_object *cfg, klayer_extra *x) {
+    (void)cls; (void)x;
+    json_object *mm = jkey(cfg, "merge_mode");
+    const char *mode = jstr(mm);
+    fl_merge_mode m;
+    if (jhas(cfg, "merge_mode") && !mm)
+        return kfail(c, FL_ERR_UNSUPPORTED, "merge_mode None (two outputs) is not supported; concat, sum, mul or ave"), NULL;
+    if (!mm || (mode && strcmp(mode, "concat") == 0)) m = FL_MERGE_CONCAT;
+    else if (mode && strcmp(mode, "sum") == 0) m = FL_MERGE_SUM;
+    else if (mode && strcmp(mode, "mul") == 0) m = FL_MERGE_MUL;
+    else if (mode && strcmp(mode, "ave") == 0) m = FL_MERGE_AVE;
+    else return kfail(c, FL_ERR_FORMAT, "merge_mode is %s, expected concat, sum, mul, ave or null",
+                      mode ? mode : jtype_name(mm)), NULL;
+    fl_layer *fwd = wrapped_from(c, jkey(cfg, "layer"), "layer");
+    if (!fwd) return NULL;
+    fl_layer *bwd = NULL;
+    if (jkey(cfg, "backward_layer") && !(bwd = wrapped_from(c, jkey(cfg, "backward_layer"), "backward_layer"))) {
+        fl_layer_free(fwd);
+        return NULL;
+    }
+    return fl_bidirectional_(fwd, (fl_bidirectional_args){.merge_mode = m, .backward_layer = bwd});
+}
+
+static json_object *wrapped_to(const fl_layer *w, bool zero) {
+    json_object *c = json_object_new_object();
+    put(c, "name", jstring(w->name));
+    put(c, "trainable", jbool(true));
+    put(c, "dtype", dtype_policy());
+    rnn_keys_to(w, c, zero);
+    return jobject("keras.layers", fl_layer_kind_class(w->kind), c, false);
+}
+
+static void bidirectional_to(const fl_layer *l, json_object *c) {
+    static const char *modes[] = {"concat", "sum", "mul", "ave"};
+    const bool zero = l->a.bidi.fwd->a.rnn.return_sequences; /* Keras forces it so */
+    put(c, "merge_mode", jstring(modes[l->a.bidi.merge_mode]));
+    put(c, "layer", wrapped_to(l->a.bidi.fwd, zero));
+    put(c, "backward_layer", wrapped_to(l->a.bidi.bwd, zero));
+}
+
 /* ------------------------------------------------------------- the table */
 
 /* ------------------------------------------ sequences: normalisation, attention */
@@ -1128,6 +1290,10 @@ static const fl_keras_layer_def layer_defs[] = {
     {"Attention", FL_L_ATTENTION, attention_from, attention_to, true},
     {"RepeatVector", FL_L_REPEAT_VECTOR, repeat_vector_from, repeat_vector_to, true},
     {"TimeDistributed", FL_L_TIME_DISTRIBUTED, time_distributed_from, time_distributed_to, true},
+    {"SimpleRNN", FL_L_SIMPLE_RNN, rnn_from, rnn_to, true},
+    {"LSTM", FL_L_LSTM, rnn_from, rnn_to, true},
+    {"GRU", FL_L_GRU, rnn_from, rnn_to, true},
+    {"Bidirectional", FL_L_BIDIRECTIONAL, bidirectional_from, bidirectional_to, true},
 };
 #define NDEFS (sizeof layer_defs / sizeof layer_defs[0])
 

@@ -351,6 +351,41 @@ static fl_status read_sub_weights(fl_h5file *f, uint64_t own, const char *kp, co
     return FL_OK;
 }
 
+/* Where Keras 3 keeps a layer's weights below layers/<path>/: one vars
+ * group, or, for layers that own sublayers, one per sublayer ("cell/vars"
+ * for SimpleRNN, LSTM, GRU; Bidirectional's "forward_layer/cell/vars" and
+ * "backward_layer/cell/vars"), each holding count weights from first on.
+ * Returns the number of groups. */
+typedef struct kgroup { const char *sub; int first, count; } kgroup;
+static int keras_var_groups(const fl_layer *l, kgroup *g) {
+    switch (l->kind) {
+    case FL_L_SIMPLE_RNN: case FL_L_LSTM: case FL_L_GRU:
+        g[0] = (kgroup){"cell/", 0, l->nw};
+        return 1;
+    case FL_L_BIDIRECTIONAL:
+        g[0] = (kgroup){"forward_layer/cell/", 0, l->nw / 2};
+        g[1] = (kgroup){"backward_layer/cell/", l->nw / 2, l->nw - l->nw / 2};
+        return 2;
+    default:
+        g[0] = (kgroup){"", 0, l->nw};
+        return 1;
+    }
+}
+
+/* The legacy .h5 name of weight k: "<layer>/<weight>", and for recurrent
+ * layers Keras's "<layer>/<cell>/<weight>" ("lstm/lstm_cell/kernel",
+ * "bidirectional/forward_lstm/lstm_cell/kernel"). */
+static void legacy_weight_name(const fl_layer *l, int k, char *buf, size_t len) {
+    const fl_layer *r = l->kind == FL_L_BIDIRECTIONAL ? (k < l->nw / 2 ? l->a.bidi.fwd : l->a.bidi.bwd) : l;
+    const char *w = l->wname[k], *slash = strchr(w, '/');
+    if (slash && l->kind == FL_L_BIDIRECTIONAL) w = slash + 1; /* "forward/kernel"; MultiHeadAttention keeps "query/kernel" */
+    const char *cell = r->kind == FL_L_LSTM ? "lstm_cell" : r->kind == FL_L_GRU ? "gru_cell" : "simple_rnn_cell";
+    if (l->kind == FL_L_BIDIRECTIONAL) snprintf(buf, len, "%s/%s/%s/%s", l->name, r->name, cell, w);
+    else if (r->kind == FL_L_SIMPLE_RNN || r->kind == FL_L_LSTM || r->kind == FL_L_GRU)
+        snprintf(buf, len, "%s/%s/%s", l->name, cell, w);
+    else snprintf(buf, len, "%s/%s", l->name, w);
+}
+
 /* Keras 3 layout: layers/<path>/vars/<i>. */
 static fl_status read_keras_layers(fl_h5file *f, const fl_model *m, fl_kstate *st) {
     const char *src = f->src;
@@ -361,37 +396,42 @@ static fl_status read_keras_layers(fl_h5file *f, const fl_model *m, fl_kstate *s
         if (is_sequential_input(m, i)) continue;
         char kp[96], path[256], who[256];
         fl_keras_layer_path(m, i, kp, sizeof kp);
-        snprintf(path, sizeof path, "layers/%s/vars", kp);
-        uint64_t g;
-        int r = find(f, root, path, &g);
-        if (r == 0) { /* Keras 2.13 .keras files */
-            char old[256];
-            snprintf(old, sizeof old, "_layer_checkpoint_dependencies/%s/vars", kp);
-            r = find(f, root, old, &g);
-            if (r == 1) snprintf(path, sizeof path, "%s", old);
-        }
-        if (r < 0) return fl_last_status();
-        if (r == 0) {
-            if (l->nw == 0) continue;
-            return fl_error(FL_ERR_FORMAT, "%s: the weights of layer '%s' (%s) are missing (no group /%s)", src, l->name,
-                            fl_layer_kind_class(l->kind), path);
-        }
         if (l->nw > 0 && l->wsub[0]) { /* sub-layers' weights (MultiHeadAttention, TimeDistributed) */
-            FL_TRY(read_sub_weights(f, g, kp, l, &st->vars[v]));
+            FL_TRY(read_sub_weights(f, 0, kp, l, &st->vars[v]));
             v += l->nw;
             continue;
         }
-        int n = count_links(f, g, path);
-        if (n < 0) return fl_last_status();
-        if (n != l->nw)
-            return fl_error(FL_ERR_FORMAT, "%s: layer '%s' (%s) has %d weights, the file has %d in /%s", src, l->name,
-                            fl_layer_kind_class(l->kind), l->nw, n, path);
-        for (int k = 0; k < l->nw; k++, v++) {
-            char ds[16];
-            snprintf(ds, sizeof ds, "%d", k);
-            snprintf(who, sizeof who, "layer '%s' (%s) weight '%s'", l->name, fl_layer_kind_class(l->kind), l->wname[k]);
-            fl_kvar want = want_of(l->w[k]);
-            FL_TRY(read_dataset(f, g, ds, who, &want, &st->vars[v]));
+        kgroup grp[2];
+        int ng = keras_var_groups(l, grp);
+        for (int gi = 0; gi < ng; gi++) {
+            snprintf(path, sizeof path, "layers/%s/%svars", kp, grp[gi].sub);
+            uint64_t g;
+            int r = find(f, root, path, &g);
+            if (r == 0) { /* Keras 2.13 .keras files */
+                char old[256];
+                snprintf(old, sizeof old, "_layer_checkpoint_dependencies/%s/%svars", kp, grp[gi].sub);
+                r = find(f, root, old, &g);
+                if (r == 1) snprintf(path, sizeof path, "%s", old);
+            }
+            if (r < 0) return fl_last_status();
+            if (r == 0) {
+                if (grp[gi].count == 0) continue;
+                return fl_error(FL_ERR_FORMAT, "%s: the weights of layer '%s' (%s) are missing (no group /%s)", src,
+                                l->name, fl_layer_kind_class(l->kind), path);
+            }
+            int n = count_links(f, g, path);
+            if (n < 0) return fl_last_status();
+            if (n != grp[gi].count)
+                return fl_error(FL_ERR_FORMAT, "%s: layer '%s' (%s) has %d weights, the file has %d in /%s", src,
+                                l->name, fl_layer_kind_class(l->kind), grp[gi].count, n, path);
+            for (int k = grp[gi].first; k < grp[gi].first + grp[gi].count; k++, v++) {
+                char ds[16];
+                snprintf(ds, sizeof ds, "%d", k - grp[gi].first);
+                snprintf(who, sizeof who, "layer '%s' (%s) weight '%s'", l->name, fl_layer_kind_class(l->kind),
+                         l->wname[k]);
+                fl_kvar want = want_of(l->w[k]);
+                FL_TRY(read_dataset(f, g, ds, who, &want, &st->vars[v]));
+            }
         }
     }
     return FL_OK;
@@ -670,28 +710,58 @@ static int write_keras_layout(fl_h5w *w, const fl_model *m, const host_copy *h) 
         if (is_sequential_input(m, i)) continue;
         char kp[96], path[160];
         fl_keras_layer_path(m, i, kp, sizeof kp);
-        snprintf(path, sizeof path, "layers/%s/vars", kp);
-        int vg = fl_h5w_group(w, 0, path);
-        const char *ln = l->name;
-        if (vg < 0 || write_str_attr(w, vg, "name", &ln, 1, true) < 0) return -1;
-        if (l->kind == FL_L_MHA) { /* Keras's empty sub-objects too */
-            char sub[224];
-            snprintf(sub, sizeof sub, "layers/%s/_dropout_layer/vars", kp);
-            if (fl_h5w_group(w, 0, sub) < 0) return -1;
-            snprintf(sub, sizeof sub, "layers/%s/_softmax/vars", kp);
-            if (fl_h5w_group(w, 0, sub) < 0) return -1;
-        }
-        for (int k = 0; k < l->nw; k++, v++) {
-            char ds[16];
-            int at = vg;
-            snprintf(ds, sizeof ds, "%d", l->wsub[k] ? l->widx[k] : k);
-            if (l->wsub[k]) {
+        if (l->nw > 0 && l->wsub[0]) { /* sub-layers' weights (MultiHeadAttention, TimeDistributed) */
+            snprintf(path, sizeof path, "layers/%s/vars", kp);
+            int vg = fl_h5w_group(w, 0, path);
+            const char *ln = l->name;
+            if (vg < 0 || write_str_attr(w, vg, "name", &ln, 1, true) < 0) return -1;
+            if (l->kind == FL_L_MHA) { /* Keras's empty sub-objects too */
                 char sub[224];
-                snprintf(sub, sizeof sub, "layers/%s/%s/vars", kp, l->wsub[k]);
-                at = fl_h5w_group(w, 0, sub);
-                if (at < 0) return -1;
+                snprintf(sub, sizeof sub, "layers/%s/_dropout_layer/vars", kp);
+                if (fl_h5w_group(w, 0, sub) < 0) return -1;
+                snprintf(sub, sizeof sub, "layers/%s/_softmax/vars", kp);
+                if (fl_h5w_group(w, 0, sub) < 0) return -1;
             }
-            if (write_f32(w, at, ds, l->w[k]->ndim, l->w[k]->shape, h->w[v]) < 0) return -1;
+            for (int k = 0; k < l->nw; k++, v++) {
+                char ds[16];
+                int at = vg;
+                snprintf(ds, sizeof ds, "%d", l->wsub[k] ? l->widx[k] : k);
+                if (l->wsub[k]) {
+                    char sub[224];
+                    snprintf(sub, sizeof sub, "layers/%s/%s/vars", kp, l->wsub[k]);
+                    at = fl_h5w_group(w, 0, sub);
+                    if (at < 0) return -1;
+                }
+                if (write_f32(w, at, ds, l->w[k]->ndim, l->w[k]->shape, h->w[v]) < 0) return -1;
+            }
+            continue;
+        }
+        kgroup grp[2];
+        int ng = keras_var_groups(l, grp);
+        if (grp[0].sub[0]) { /* the layer's own (empty) vars and its sublayers', named as Keras does */
+            snprintf(path, sizeof path, "layers/%s/vars", kp);
+            int vg = fl_h5w_group(w, 0, path);
+            const char *ln = l->name;
+            if (vg < 0 || write_str_attr(w, vg, "name", &ln, 1, true) < 0) return -1;
+        }
+        for (int gi = 0; gi < ng; gi++) {
+            const fl_layer *r = l->kind == FL_L_BIDIRECTIONAL ? (gi ? l->a.bidi.bwd : l->a.bidi.fwd) : l;
+            if (l->kind == FL_L_BIDIRECTIONAL) {
+                snprintf(path, sizeof path, "layers/%s/%s_layer/vars", kp, gi ? "backward" : "forward");
+                int vg = fl_h5w_group(w, 0, path);
+                const char *ln = r->name;
+                if (vg < 0 || write_str_attr(w, vg, "name", &ln, 1, true) < 0) return -1;
+            }
+            snprintf(path, sizeof path, "layers/%s/%svars", kp, grp[gi].sub);
+            int vg = fl_h5w_group(w, 0, path);
+            const char *ln = !grp[gi].sub[0] ? l->name : r->kind == FL_L_LSTM ? "lstm_cell"
+                             : r->kind == FL_L_GRU ? "gru_cell" : "simple_rnn_cell";
+            if (vg < 0 || write_str_attr(w, vg, "name", &ln, 1, true) < 0) return -1;
+            for (int k = grp[gi].first; k < grp[gi].first + grp[gi].count; k++, v++) {
+                char ds[16];
+                snprintf(ds, sizeof ds, "%d", k - grp[gi].first);
+                if (write_f32(w, vg, ds, l->w[k]->ndim, l->w[k]->shape, h->w[v]) < 0) return -1;
+            }
         }
     }
     if (m->compiled && m->opt) {
@@ -747,10 +817,10 @@ static int write_legacy_layout(fl_h5w *w, const fl_model *m, const host_copy *h)
         if (is_sequential_input(m, i)) continue;
         int lg = fl_h5w_group(w, mw, l->name);
         if (lg < 0) goto done;
-        char wn[FL_LAYER_MAX_WEIGHTS][160];
+        char wn[FL_LAYER_MAX_WEIGHTS][256];
         const char *wp[FL_LAYER_MAX_WEIGHTS];
         for (int k = 0; k < l->nw; k++) {
-            snprintf(wn[k], sizeof wn[k], "%s/%s", l->name, l->wname[k]);
+            legacy_weight_name(l, k, wn[k], sizeof wn[k]);
             wp[k] = wn[k];
         }
         if (write_str_attr(w, lg, "weight_names", wp, l->nw, false) < 0) goto done;

@@ -551,11 +551,107 @@ fl_layer *fl_time_distributed_(fl_layer *inner, fl_name_args a) {
     return l;
 }
 
+/* ------------------------------------------------------- recurrent layers */
+
+static fl_layer *rnn_layer(fl_layer_kind k, fl_rnn_args a) {
+    const char *cls = kind_class[k];
+    if (a.units <= 0) return fl_error_null(FL_ERR_INVALID_ARG, "%s: units is %d, expected > 0", cls, a.units);
+    if (a.activation_linear) a.activation = FL_LINEAR;
+    else if (a.activation == FL_LINEAR) a.activation = FL_TANH;
+    if (a.recurrent_linear) a.recurrent_activation = FL_LINEAR;
+    else if (a.recurrent_activation == FL_LINEAR) a.recurrent_activation = FL_SIGMOID;
+    if (check_act(cls, a.activation) || check_act(cls, a.recurrent_activation)) return NULL;
+    if (!fl_act_grad_from_output((int)a.activation) || !fl_act_grad_from_output((int)a.recurrent_activation))
+        return fl_error_null(FL_ERR_UNSUPPORTED,
+                             "%s: activation '%s' / recurrent_activation '%s': flynn's recurrent cells take activations "
+                             "whose derivative follows from their output (linear, relu, sigmoid, tanh, leaky_relu, elu, "
+                             "relu6, hard_sigmoid, selu, softplus, softsign, exponential)",
+                             cls, fl_activation_name(a.activation), fl_activation_name(a.recurrent_activation));
+    if (!(a.dropout >= 0.0f && a.dropout < 1.0f))
+        return fl_error_null(FL_ERR_INVALID_ARG, "%s: dropout %g, expected 0 <= dropout < 1", cls, a.dropout);
+    if (a.recurrent_dropout != 0.0f)
+        return fl_error_null(FL_ERR_UNSUPPORTED, "%s: recurrent_dropout %g is not supported (only 0)", cls,
+                             a.recurrent_dropout);
+    if (a.return_state)
+        return fl_error_null(FL_ERR_UNSUPPORTED, "%s: return_state=True is not supported yet (the layer would have "
+                             "several outputs)", cls);
+    if (a.stateful)
+        return fl_error_null(FL_ERR_UNSUPPORTED, "%s: stateful=True is not supported (states are not kept between "
+                             "batches)", cls);
+    fl_layer *l = new_layer(k, a.name);
+    if (l) { l->a.rnn = a; l->a.rnn.name = NULL; }
+    return l;
+}
+fl_layer *fl_simple_rnn_(fl_rnn_args a) { return rnn_layer(FL_L_SIMPLE_RNN, a); }
+fl_layer *fl_lstm_(fl_rnn_args a) { return rnn_layer(FL_L_LSTM, a); }
+fl_layer *fl_gru_(fl_rnn_args a) { return rnn_layer(FL_L_GRU, a); }
+
+static bool is_rnn_kind(fl_layer_kind k) { return k == FL_L_SIMPLE_RNN || k == FL_L_LSTM || k == FL_L_GRU; }
+
+/* "prefix" + the layer's name (or its class's default base when unnamed)
+ * without that prefix, as Keras names Bidirectional's layers */
+static void prefixed_name(fl_layer *dst, const char *prefix, const fl_layer *src) {
+    char base[sizeof dst->name];
+    const char *n = src->user_named ? src->name : kind_base[src->kind];
+    if (strncmp(n, prefix, strlen(prefix)) == 0) n += strlen(prefix);
+    snprintf(base, sizeof base, "%s", n);
+    snprintf(dst->name, sizeof dst->name, "%s%.*s", prefix, (int)(sizeof dst->name - 1 - strlen(prefix)), base);
+    dst->user_named = true;
+}
+
+fl_layer *fl_bidirectional_(fl_layer *layer, fl_bidirectional_args a) {
+    fl_layer *bwd = a.backward_layer;
+    const char *why = NULL;
+    char msg[512];
+    if (!layer) {
+        snprintf(msg, sizeof msg, "Bidirectional: the layer is NULL (%s)", fl_last_error());
+        fl_layer_free(bwd);
+        return fl_error_null(FL_ERR_INVALID_ARG, "%s", msg);
+    }
+    if (!is_rnn_kind(layer->kind) || (bwd && !is_rnn_kind(bwd->kind)))
+        snprintf(msg, sizeof msg, "Bidirectional: %s is a %s; flynn wraps SimpleRNN, LSTM and GRU",
+                 !is_rnn_kind(layer->kind) ? "the layer" : "backward_layer",
+                 kind_class[!is_rnn_kind(layer->kind) ? layer->kind : bwd->kind]), why = msg;
+    else if (bwd && bwd->a.rnn.return_sequences != layer->a.rnn.return_sequences)
+        why = "Bidirectional: the forward and backward layers must agree on return_sequences";
+    else if (bwd && bwd->a.rnn.go_backwards == layer->a.rnn.go_backwards)
+        why = "Bidirectional: the forward and backward layers must have different go_backwards (Keras refuses "
+              "them too)";
+    else if ((unsigned)a.merge_mode >= FL_MERGE_NONE)
+        why = a.merge_mode == FL_MERGE_NONE ? "Bidirectional: merge_mode None (two outputs) is not supported; use "
+                                              "concat, sum, mul or ave"
+                                            : "Bidirectional: merge_mode is not an fl_merge_mode";
+    if (why) {
+        fl_error(a.merge_mode == FL_MERGE_NONE ? FL_ERR_UNSUPPORTED : FL_ERR_INVALID_ARG, "%s", why);
+        fl_layer_free(layer);
+        fl_layer_free(bwd);
+        return NULL;
+    }
+    if (!bwd) {
+        bwd = new_layer(layer->kind, NULL);
+        if (!bwd) { fl_layer_free(layer); return NULL; }
+        bwd->a.rnn = layer->a.rnn;
+        bwd->a.rnn.go_backwards = true;
+        prefixed_name(bwd, "backward_", layer);
+    } else if (!bwd->user_named) {
+        snprintf(bwd->name, sizeof bwd->name, "%s", kind_base[bwd->kind]);
+        bwd->user_named = true;
+    }
+    fl_layer *l = new_layer(FL_L_BIDIRECTIONAL, a.name);
+    if (!l) { fl_layer_free(layer); fl_layer_free(bwd); return NULL; }
+    prefixed_name(layer, "forward_", layer);
+    l->a.bidi.fwd = layer;
+    l->a.bidi.bwd = bwd;
+    l->a.bidi.merge_mode = a.merge_mode;
+    return l;
+}
+
 void fl_layer_free(fl_layer *l) {
     if (!l) return;
     for (int i = 0; i < l->nw; i++) fl_tensor_free(l->wview[i]);
     if (l->kind == FL_L_NORMALIZATION) { free(l->a.norm.mean); free(l->a.norm.variance); }
     if (l->kind == FL_L_TIME_DISTRIBUTED) fl_layer_free(l->a.td.inner);
+    if (l->kind == FL_L_BIDIRECTIONAL) { fl_layer_free(l->a.bidi.fwd); fl_layer_free(l->a.bidi.bwd); }
     free(l);
 }
 
@@ -595,6 +691,44 @@ static void glorot_uniform(float *w, int64_t n, double fan_in, double fan_out, u
     fl_rng_uniform(w, n, -limit, limit, seed, stream);
 }
 
+/* Keras Orthogonal (gain 1): a (max, min) matrix of normal draws, its QR
+ * factor Q with the signs of R's diagonal folded in (Gram-Schmidt gives R a
+ * positive diagonal, the same Q), transposed when rows < cols. */
+static void orthogonal(float *w, int64_t rows, int64_t cols, uint64_t seed, uint64_t stream) {
+    const int64_t R = rows > cols ? rows : cols, C = rows > cols ? cols : rows, n = R * C;
+    double *a = malloc((size_t)n * sizeof(double));
+    float *u = malloc((size_t)(n + 1) * 2 * sizeof(float));
+    if (!a || !u) { free(a); free(u); memset(w, 0, (size_t)n * sizeof(float)); return; }
+    fl_rng_uniform(u, (n + 1) / 2 * 2, 0.0f, 1.0f, seed, stream);
+    for (int64_t i = 0; i + 1 < n + 1; i += 2) { /* Box-Muller */
+        double r = sqrt(-2.0 * log(1.0 - (double)u[i])), t = 2.0 * 3.14159265358979323846 * (double)u[i + 1];
+        a[i] = r * cos(t);
+        if (i + 1 < n) a[i + 1] = r * sin(t);
+    }
+    for (int64_t j = 0; j < C; j++) { /* a[r * C + j]: column j, modified Gram-Schmidt */
+        for (int64_t i = 0; i < j; i++) {
+            double dot = 0;
+            for (int64_t r = 0; r < R; r++) dot += a[r * C + i] * a[r * C + j];
+            for (int64_t r = 0; r < R; r++) a[r * C + j] -= dot * a[r * C + i];
+        }
+        double nrm = 0;
+        for (int64_t r = 0; r < R; r++) nrm += a[r * C + j] * a[r * C + j];
+        nrm = nrm > 0 ? 1.0 / sqrt(nrm) : 0.0;
+        for (int64_t r = 0; r < R; r++) a[r * C + j] *= nrm;
+    }
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < cols; c++) w[r * cols + c] = (float)(rows >= cols ? a[r * C + c] : a[c * C + r]);
+    free(a);
+    free(u);
+}
+
+/* The recurrent layer a weight belongs to (Bidirectional: its forward or
+ * backward layer), or NULL. */
+static const fl_layer *rnn_of_weight(const fl_layer *l, int i) {
+    if (l->kind == FL_L_BIDIRECTIONAL) return i < l->nw / 2 ? l->a.bidi.fwd : l->a.bidi.bwd;
+    return is_rnn_kind(l->kind) ? l : NULL;
+}
+
 void fl_layer_init_weights(fl_layer *l, const fl_backend *be, uint64_t seed) {
     for (int i = 0; i < l->nw; i++) {
         fl_node *w = l->w[i];
@@ -603,9 +737,18 @@ void fl_layer_init_weights(fl_layer *l, const fl_backend *be, uint64_t seed) {
         if (!host) continue; /* weights stay zero; tiny allocation */
         uint64_t stream = ((uint64_t)(l->index + 1) << 8) | (uint64_t)i;
         const char *wn = l->wname[i];
-        /* a sub-layer's weight by its own name: "query/kernel" (MultiHeadAttention), "dense/kernel" (TimeDistributed) */
+        const fl_layer *rl = rnn_of_weight(l, i);
+        /* a sub-layer's weight by its own name: "query/kernel" (MultiHeadAttention), "dense/kernel"
+         * (TimeDistributed), "forward/kernel" (Bidirectional) */
         if (strrchr(wn, '/')) wn = strrchr(wn, '/') + 1;
-        if (strcmp(wn, "kernel") == 0 || strcmp(wn, "depthwise_kernel") == 0 || strcmp(wn, "pointwise_kernel") == 0) {
+        if (rl && strcmp(wn, "recurrent_kernel") == 0) {
+            orthogonal(host, w->shape[0], w->shape[1], seed, stream);
+        } else if (rl && strcmp(wn, "bias") == 0) {
+            /* zeros; LSTM's unit_forget_bias: ones for the forget gate */
+            const int64_t u = rl->a.rnn.units;
+            for (int64_t k = 0; k < n; k++)
+                host[k] = rl->kind == FL_L_LSTM && !rl->a.rnn.no_unit_forget_bias && k >= u && k < 2 * u ? 1.0f : 0.0f;
+        } else if (strcmp(wn, "kernel") == 0 || strcmp(wn, "depthwise_kernel") == 0 || strcmp(wn, "pointwise_kernel") == 0) {
             /* Keras's compute_fans: a 4-D kernel (kh, kw, a, b), DepthwiseConv2D's
              * (kh, kw, in, depth_multiplier) included, has fan_in kh*kw*a and
              * fan_out kh*kw*b */
@@ -1181,6 +1324,58 @@ static fl_node *build_time_distributed(fl_layer *l, fl_graph *g, fl_node *const 
     return y;
 }
 
+/* One recurrent layer's weights (added to owner: the layer itself, or the
+ * Bidirectional that wraps it, which names them "forward/..." and
+ * "backward/...") and its op on x. */
+static fl_node *rnn_nodes(fl_layer *owner, const fl_layer *rl, int side, fl_graph *g, fl_node *x, bool reverse_output) {
+    static const char *wn[3][3] = {{"kernel", "recurrent_kernel", "bias"},
+                                   {"forward/kernel", "forward/recurrent_kernel", "forward/bias"},
+                                   {"backward/kernel", "backward/recurrent_kernel", "backward/bias"}};
+    const fl_rnn_args *a = &rl->a.rnn;
+    if (need_rank(owner, x, 3, "(batch, timesteps, features)")) return NULL;
+    const int cell = rl->kind == FL_L_LSTM ? FL_RNN_LSTM : rl->kind == FL_L_GRU ? FL_RNN_GRU : FL_RNN_SIMPLE;
+    const bool reset_after = cell == FL_RNN_GRU && !a->no_reset_after;
+    const int64_t u = a->units, gu = (cell == FL_RNN_LSTM ? 4 : cell == FL_RNN_GRU ? 3 : 1) * u, in = x->shape[2];
+    fl_node *k = add_weight(owner, g, wn[side][0], 2, (int64_t[]){in, gu}, true);
+    fl_node *r = k ? add_weight(owner, g, wn[side][1], 2, (int64_t[]){u, gu}, true) : NULL;
+    fl_node *b = r && !a->no_bias ? add_weight(owner, g, wn[side][2], reset_after ? 2 : 1,
+                                               reset_after ? (int64_t[]){2, gu} : (int64_t[]){gu}, true)
+                                  : NULL;
+    if (!r || (!a->no_bias && !b)) return NULL;
+    fl_node *mask = x->mask, *xin = x;
+    if (a->dropout > 0.0f) { /* Keras: one mask per sequence, the same at every step */
+        uint64_t stream = a->seed ? a->seed : (uint64_t)(owner->index + 1) * 0x9E3779B97F4A7C15ull;
+        xin = fl_graph_dropout(g, owner->name, x, a->dropout, stream ^ (uint64_t)side, (int64_t[]){1, in});
+        if (!xin) return NULL;
+    }
+    fl_rnn_desc d = {.cell = cell, .u = (int)u, .act = (int)a->activation, .ract = (int)a->recurrent_activation,
+                     .reset_after = reset_after, .go_backwards = a->go_backwards,
+                     .return_sequences = a->return_sequences, .reverse_output = reverse_output,
+                     .zero_masked = side ? a->return_sequences : a->zero_output_for_mask};
+    fl_node *y = fl_graph_rnn(g, owner->name, xin, k, r, b, mask, d);
+    if (y && a->return_sequences) y->mask = mask;
+    return y;
+}
+
+static fl_node *build_rnn(fl_layer *l, fl_graph *g, fl_node *const *xs, int nx) {
+    (void)nx;
+    return rnn_nodes(l, l, 0, g, xs[0], false);
+}
+
+/* Bidirectional: Keras flips the backward layer's output sequence back to
+ * the input's order before merging. */
+static fl_node *build_bidirectional(fl_layer *l, fl_graph *g, fl_node *const *xs, int nx) {
+    (void)nx;
+    fl_node *f = rnn_nodes(l, l->a.bidi.fwd, 1, g, xs[0], false);
+    fl_node *b = f ? rnn_nodes(l, l->a.bidi.bwd, 2, g, xs[0], true) : NULL;
+    if (!b) return NULL;
+    static const fl_op ops[] = {[FL_MERGE_CONCAT] = FL_OP_CONCAT, [FL_MERGE_SUM] = FL_OP_ADD,
+                                [FL_MERGE_MUL] = FL_OP_MUL, [FL_MERGE_AVE] = FL_OP_AVG};
+    fl_node *y = fl_graph_merge(g, l->name, ops[l->a.bidi.merge_mode], (fl_node *const[]){f, b}, 2, -1);
+    if (y && l->a.bidi.fwd->a.rnn.return_sequences) y->mask = xs[0]->mask;
+    return y;
+}
+
 static const build_fn kind_build[FL_L_COUNT] = {
     [FL_L_INPUT] = build_input,         [FL_L_DENSE] = build_dense,         [FL_L_CONV2D] = build_conv2d,
     [FL_L_MAXPOOL] = build_pool,        [FL_L_AVGPOOL] = build_pool,        [FL_L_GAP] = build_global_pool,
@@ -1200,6 +1395,8 @@ static const build_fn kind_build[FL_L_COUNT] = {
     [FL_L_PERMUTE] = build_permute,     [FL_L_RESIZING] = build_resizing,
     [FL_L_LAYERNORM] = build_layernorm, [FL_L_MHA] = build_mha,         [FL_L_ATTENTION] = build_attention,
     [FL_L_REPEAT_VECTOR] = build_repeat_vector, [FL_L_TIME_DISTRIBUTED] = build_time_distributed,
+    [FL_L_SIMPLE_RNN] = build_rnn,      [FL_L_LSTM] = build_rnn,            [FL_L_GRU] = build_rnn,
+    [FL_L_BIDIRECTIONAL] = build_bidirectional,
 };
 
 fl_node *fl_layer_build(fl_layer *l, fl_graph *g, fl_node *const *xs, int nx, uint64_t seed) {

@@ -57,7 +57,11 @@
     X(MHA, "MultiHeadAttention", "multi_head_attention", FL_IN_MANY)                 \
     X(ATTENTION, "Attention", "attention", FL_IN_MANY)                               \
     X(REPEAT_VECTOR, "RepeatVector", "repeat_vector", FL_IN_ONE)                     \
-    X(TIME_DISTRIBUTED, "TimeDistributed", "time_distributed", FL_IN_ONE)
+    X(TIME_DISTRIBUTED, "TimeDistributed", "time_distributed", FL_IN_ONE)                   \
+    X(SIMPLE_RNN, "SimpleRNN", "simple_rnn", FL_IN_ONE)                              \
+    X(LSTM, "LSTM", "lstm", FL_IN_ONE)                                               \
+    X(GRU, "GRU", "gru", FL_IN_ONE)                                                  \
+    X(BIDIRECTIONAL, "Bidirectional", "bidirectional", FL_IN_ONE)
 
 enum { FL_IN_NONE, FL_IN_ONE, FL_IN_MANY };
 
@@ -68,7 +72,7 @@ typedef enum fl_layer_kind {
     FL_L_COUNT
 } fl_layer_kind;
 
-#define FL_LAYER_MAX_WEIGHTS 8
+#define FL_LAYER_MAX_WEIGHTS 8 /* Bidirectional: 2 x 3 */
 
 struct fl_layer {
     fl_layer_kind kind;
@@ -100,6 +104,8 @@ struct fl_layer {
         fl_up_sampling2d_args up;
         fl_resizing_args resize;
         struct { int ndim; int dims[FL_MAX_DIMS]; } perm; /* Permute: 1-based, as Keras */
+        fl_rnn_args rnn;           /* SimpleRNN, LSTM, GRU: defaults resolved */
+        struct { fl_layer *fwd, *bwd; fl_merge_mode merge_mode; } bidi; /* Bidirectional: owns both */
         struct { int ndim; int64_t shape[FL_MAX_DIMS]; } shape; /* Input, Reshape */
         fl_layer_normalization_args ln;
         fl_multi_head_attention_args mha;

@@ -746,6 +746,7 @@ static void weight_grads_add(const fl_backend *be, fl_node *n, int k0, int k1, f
             be->accumulate(fl_node_size(n->in[k]), dst[k - k0], n->in[k]->grad, 1.0f);
 }
 
+
 /* --------------------------------------------- forward and backward
  *
  * One pair per op, side by side. Forward writes n->val from the inputs'
@@ -1349,11 +1350,15 @@ static const fl_op_def op_table[FL_OP_COUNT] = {
                          {KERNEL(gemm_batched), KERNEL(attn_softmax_fwd), KERNEL(attn_softmax_bwd),
                           KERNEL(dropout_fwd), KERNEL(dropout_bwd)}},
     [FL_OP_REPEAT] = {"repeat", fl_repeat_forward, fl_repeat_backward, {KERNEL(concat_fwd), KERNEL(concat_bwd)}},
+    [FL_OP_RNN] = {"rnn", fl_op_rnn_forward, fl_op_rnn_backward, {KERNEL(rnn_fwd), KERNEL(rnn_bwd), KERNEL(accumulate)}},
 };
 
 /* the helpers above, for the ops in other files (ops_internal.h) */
 bool fl_op_set_shape(fl_graph *g, fl_node *n, bool batched, int ndim, const int64_t *sample) {
     return set_shape(g, n, batched, ndim, sample);
+}
+bool fl_graph_set_shape(fl_graph *g, fl_node *n, int ndim, const int64_t *sample) {
+    return set_shape(g, n, true, ndim, sample);
 }
 float *fl_op_in_grad(fl_node *n, int k, float *beta) { return in_grad(n, k, beta); }
 void fl_op_mark(fl_node *n, int k) { mark(n, k); }

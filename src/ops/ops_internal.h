@@ -3,7 +3,7 @@
  * that checks sizes and the memory budget, and the gradient helpers
  * (which input needs a gradient, whether to add to it, the weight gradients
  * of shared layers); and the forward/backward pairs that live outside ops.c
- * (src/ops/attention.c), for ops.c's op table.
+ * (src/ops/attention.c, src/ops/rnn.c), for ops.c's op table.
  */
 #ifndef FL_OPS_INTERNAL_H
 #define FL_OPS_INTERNAL_H
@@ -11,6 +11,7 @@
 #include "ops.h"
 
 bool fl_op_set_shape(fl_graph *g, fl_node *n, bool batched, int ndim, const int64_t *sample);
+bool fl_graph_set_shape(fl_graph *g, fl_node *n, int ndim, const int64_t *sample); /* batched */
 float *fl_op_in_grad(fl_node *n, int k, float *beta);
 void fl_op_mark(fl_node *n, int k);
 float *fl_op_weight_grad(fl_node *n, int k, size_t *off);
@@ -23,5 +24,9 @@ void fl_attention_forward(fl_graph *g, fl_node *n, bool training);
 void fl_attention_backward(fl_graph *g, fl_node *n);
 void fl_repeat_forward(fl_graph *g, fl_node *n, bool training);
 void fl_repeat_backward(fl_graph *g, fl_node *n);
+
+/* src/ops/rnn.c */
+void fl_op_rnn_forward(fl_graph *g, fl_node *n, bool training);
+void fl_op_rnn_backward(fl_graph *g, fl_node *n);
 
 #endif

@@ -504,6 +504,8 @@ static const fl_backend cpu_backend = {
     .gemm_batched = fl_cpu_gemm_batched,
     .attn_softmax_fwd = fl_cpu_attn_softmax_fwd,
     .attn_softmax_bwd = fl_cpu_attn_softmax_bwd,
+    .rnn_fwd = fl_cpu_rnn_fwd,
+    .rnn_bwd = fl_cpu_rnn_bwd,
 };
 
 const fl_backend *fl_backend_cpu(void) { return &cpu_backend; }

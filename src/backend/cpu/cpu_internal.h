@@ -93,5 +93,11 @@ void fl_cpu_attn_softmax_fwd(const fl_attn_desc *d, const float *qmask, const fl
                              float *s);
 void fl_cpu_attn_softmax_bwd(const fl_attn_desc *d, const float *qmask, const float *vmask, const float *amask,
                              const float *p, float *dp);
+/* recurrent layers (cpu_rnn.c) */
+void fl_cpu_rnn_fwd(const fl_rnn_desc *d, const float *x, const float *w, const float *r, const float *b,
+                    const float *mask, float *y, float *aux);
+void fl_cpu_rnn_bwd(const fl_rnn_desc *d, const float *x, const float *w, const float *r, const float *b,
+                    const float *mask, const float *dy, float *aux, float *dx, float dx_beta, float *dw, float *dr,
+                    float *db);
 
 #endif

@@ -32,6 +32,7 @@ extern "C" {
 #include "backend/cuda/plugin.h"
 }
 #include "ops/math.h"
+#include "ops/rnn_math.h"
 
 #ifndef FLYNN_CUDA_ARCHS
 #define FLYNN_CUDA_ARCHS "unknown"
@@ -2292,6 +2293,161 @@ static void cu_attn_softmax_bwd(const fl_attn_desc *d, const float *qmask, const
 
 static fl_backend g_backend;
 
+/* ------------------------------------------------------ recurrent layers */
+/* SimpleRNN, LSTM, GRU: the CPU's orchestration (backend/cpu/cpu_rnn.c,
+ * whose aux layout this shares) with cuBLAS for the projections and one
+ * kernel per step for the gates (ops/rnn_math.h, the CPU's formulas). */
+
+/* row-major C[M, N] (beta: +)= op(A) op(B)  ==  column-major C^T = op(B)^T op(A)^T */
+static void rnn_gemm(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B,
+                     int64_t ldb, float beta, float *C, int64_t ldc) {
+    if (M == 0 || N == 0) return;
+    const float one = 1.0f;
+    CUBLAS_OK(cublasSgemm(g_cublas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, (int)N, (int)M,
+                          (int)K, &one, B, (int)ldb, A, (int)lda, &beta, C, (int)ldc));
+}
+
+struct rnn_bufs { float *A, *DP, *DR, *HP, *CP, *RH, *RG, *ST; };
+
+static rnn_bufs rnn_split(const fl_rnn_desc *d, float *aux) {
+    const int64_t n = d->n, t = d->t, u = d->u, gu = (int64_t)fl_rnn_gates(d) * u;
+    rnn_bufs b;
+    b.A = aux;
+    b.DP = b.A + n * t * gu;
+    b.DR = b.DP + n * t * gu;
+    b.HP = b.DR + n * t * gu;
+    b.CP = b.HP + n * t * u;
+    b.RH = b.CP + n * t * u;
+    b.RG = b.RH + n * t * u;
+    b.ST = b.RG + n * gu;
+    return b;
+}
+
+/* rows b < n of u floats at p + b * stride set to 0 */
+__global__ void k_rnn_zero_rows(int64_t n, int u, int64_t stride, float *p) {
+    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n * u; e += (int64_t)gridDim.x * blockDim.x)
+        p[(e / u) * stride + e % u] = 0.0f;
+}
+
+/* one step's gates, unit (b, j) per thread (cpu_rnn.c's row loop) */
+__global__ void k_rnn_fwd_step(fl_rnn_desc d, int phase, int64_t tin, int64_t tnext, int64_t k, int last,
+                               rnn_bufs B, const float *bi, const float *br, const float *mask, float *y) {
+    const int64_t T = d.t, u = d.u, gu = (int64_t)(d.cell == FL_RNN_LSTM ? 4 : d.cell == FL_RNN_GRU ? 3 : 1) * u;
+    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < d.n * u; e += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t b = e / u;
+        const int j = (int)(e % u);
+        const int64_t row = b * T + tin;
+        float m = mask ? mask[row] : 1.0f, hv, cv;
+        fl_rnn_fwd_unit(&d, phase, j, B.A + row * gu, B.RG + b * gu, bi, br, B.HP[row * u + j], B.CP[row * u + j], m,
+                        B.RH + row * u + j, &hv, &cv);
+        if (phase == FL_RNN_PHASE_ZR) continue;
+        if (!last) {
+            B.HP[(b * T + tnext) * u + j] = hv;
+            B.CP[(b * T + tnext) * u + j] = cv;
+        }
+        float *yo = d.return_sequences ? y + (b * T + (d.reverse_output ? T - 1 - k : k)) * u : last ? y + b * u : NULL;
+        if (yo) yo[j] = d.zero_masked && !(m > 0.5f) ? 0.0f : hv;
+    }
+}
+
+static void cu_rnn_fwd(const fl_rnn_desc *d, const float *x, const float *w, const float *r, const float *bias,
+                       const float *mask, float *y, float *aux) {
+    const int64_t n = d->n, T = d->t, u = d->u, gu = (int64_t)fl_rnn_gates(d) * u;
+    const int two_phase = d->cell == FL_RNN_GRU && !d->reset_after;
+    const float *bi = d->has_bias ? bias : NULL;
+    const float *br = d->has_bias && d->cell == FL_RNN_GRU && d->reset_after ? bias + gu : NULL;
+    rnn_bufs B = rnn_split(d, aux);
+    rnn_gemm(0, 0, n * T, gu, d->d, x, d->d, w, gu, 0.0f, B.A, gu);
+    const int nb = blocks_for(n * u, 256);
+    for (int64_t k = 0; k < T; k++) {
+        const int64_t tin = d->go_backwards ? T - 1 - k : k, tnext = d->go_backwards ? tin - 1 : tin + 1;
+        const int last = k == T - 1;
+        if (k == 0) {
+            k_rnn_zero_rows<<<nb, 256, 0, g_stream>>>(n, (int)u, T * u, B.HP + tin * u);
+            k_rnn_zero_rows<<<nb, 256, 0, g_stream>>>(n, (int)u, T * u, B.CP + tin * u);
+            LAUNCHED();
+        }
+        rnn_gemm(0, 0, n, two_phase ? 2 * u : gu, u, B.HP + tin * u, T * u, r, gu, 0.0f, B.RG, gu);
+        if (two_phase) {
+            k_rnn_fwd_step<<<nb, 256, 0, g_stream>>>(*d, FL_RNN_PHASE_ZR, tin, tnext, k, last, B, bi, br, mask, y);
+            LAUNCHED();
+            rnn_gemm(0, 0, n, u, u, B.RH + tin * u, T * u, r + 2 * u, gu, 0.0f, B.RG + 2 * u, gu);
+        }
+        k_rnn_fwd_step<<<nb, 256, 0, g_stream>>>(*d, two_phase ? FL_RNN_PHASE_H : FL_RNN_PHASE_ALL, tin, tnext, k,
+                                                 last, B, bi, br, mask, y);
+        LAUNCHED();
+    }
+}
+
+/* dh (n, u) = the gradient of the last output (zero_masked: 0 where it was masked) */
+__global__ void k_rnn_bwd_init(fl_rnn_desc d, const float *mask, const float *dy, float *dh, float *dc) {
+    const int64_t T = d.t, u = d.u;
+    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < d.n * u; e += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t b = e / u, row = b * T + (d.go_backwards ? 0 : T - 1);
+        const int live = !d.zero_masked || !mask || mask[row] > 0.5f;
+        dh[e] = !d.return_sequences && live ? dy[e] : 0.0f;
+        dc[e] = 0.0f;
+    }
+}
+
+/* one step back: dy's part (phase 0/1), then the gates' derivatives */
+__global__ void k_rnn_bwd_step(fl_rnn_desc d, int phase, int64_t tin, int64_t tout, rnn_bufs B, float *DR,
+                               const float *mask, const float *dy) {
+    const int64_t T = d.t, u = d.u, gu = (int64_t)(d.cell == FL_RNN_LSTM ? 4 : d.cell == FL_RNN_GRU ? 3 : 1) * u;
+    float *dh = B.ST, *dc = B.ST + d.n * u, *drh = B.RG;
+    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < d.n * u; e += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t b = e / u, row = b * T + tin;
+        const int j = (int)(e % u);
+        float m = mask ? mask[row] : 1.0f;
+        if (phase != FL_RNN_PHASE_H && d.return_sequences && (!d.zero_masked || m > 0.5f))
+            dh[e] += dy[(b * T + tout) * u + j];
+        fl_rnn_bwd_unit(&d, phase, j, B.A + row * gu, B.RH[row * u + j], B.HP[row * u + j], B.CP[row * u + j], m,
+                        dh + e, dc + e, B.DP + row * gu, DR + row * gu, phase == FL_RNN_PHASE_H ? drh[e] : 0.0f);
+    }
+}
+
+struct f_rows { const float *x; int64_t ld; __device__ float operator()(int64_t r, int j) const { return x[r * ld + j]; } };
+
+static void cu_rnn_bwd(const fl_rnn_desc *d, const float *x, const float *w, const float *r, const float *bias,
+                       const float *mask, const float *dy, float *aux, float *dx, float dx_beta, float *dw, float *dr,
+                       float *db) {
+    (void)bias;
+    const int64_t n = d->n, T = d->t, u = d->u, gu = (int64_t)fl_rnn_gates(d) * u;
+    const int two_phase = d->cell == FL_RNN_GRU && !d->reset_after;
+    const int split = d->cell == FL_RNN_GRU && d->reset_after;
+    rnn_bufs B = rnn_split(d, aux);
+    float *DR = split ? B.DR : B.DP, *dh = B.ST;
+    const int nb = blocks_for(n * u, 256);
+    k_rnn_bwd_init<<<nb, 256, 0, g_stream>>>(*d, mask, dy, dh, B.ST + n * u);
+    LAUNCHED();
+    for (int64_t k = T - 1; k >= 0; k--) {
+        const int64_t tin = d->go_backwards ? T - 1 - k : k, tout = d->reverse_output ? T - 1 - k : k;
+        k_rnn_bwd_step<<<nb, 256, 0, g_stream>>>(*d, two_phase ? FL_RNN_PHASE_ZR : FL_RNN_PHASE_ALL, tin, tout, B, DR,
+                                                 mask, dy);
+        LAUNCHED();
+        if (two_phase) {
+            rnn_gemm(0, 1, n, u, u, B.DP + tin * gu + 2 * u, T * gu, r + 2 * u, gu, 0.0f, B.RG, u);
+            k_rnn_bwd_step<<<nb, 256, 0, g_stream>>>(*d, FL_RNN_PHASE_H, tin, tout, B, DR, mask, dy);
+            LAUNCHED();
+        }
+        if (k > 0) rnn_gemm(0, 1, n, u, two_phase ? 2 * u : gu, DR + tin * gu, T * gu, r, gu, 1.0f, dh, u);
+    }
+    if (dw) rnn_gemm(1, 0, d->d, gu, n * T, x, d->d, B.DP, gu, 0.0f, dw, gu);
+    if (dx) rnn_gemm(0, 1, n * T, d->d, gu, B.DP, gu, w, gu, dx_beta, dx, d->d);
+    if (dr) {
+        if (two_phase) {
+            rnn_gemm(1, 0, u, 2 * u, n * T, B.HP, u, B.DP, gu, 0.0f, dr, gu);
+            rnn_gemm(1, 0, u, u, n * T, B.RH, u, B.DP + 2 * u, gu, 0.0f, dr + 2 * u, gu);
+        } else {
+            rnn_gemm(1, 0, u, gu, n * T, B.HP, u, DR, gu, 0.0f, dr, gu);
+        }
+    }
+    if (db && d->has_bias) {
+        colsum(n * T, (int)gu, f_rows{B.DP, gu}, db);
+        if (split) colsum(n * T, (int)gu, f_rows{DR, gu}, db + gu);
+    }
+}
+
 static void fill_table(void) {
     fl_backend *b = &g_backend;
     memset(b, 0, sizeof *b);
@@ -2365,6 +2521,8 @@ static void fill_table(void) {
     b->gemm_batched = cu_gemm_batched;
     b->attn_softmax_fwd = cu_attn_softmax_fwd;
     b->attn_softmax_bwd = cu_attn_softmax_bwd;
+    b->rnn_fwd = cu_rnn_fwd;
+    b->rnn_bwd = cu_rnn_bwd;
 }
 
 __global__ void k_probe(int *out) { *out = 42; }
