@@ -619,6 +619,59 @@ ALL = ("keras", "h5", "weights_h5", "json")
 KERAS_H5 = ("keras", "h5")
 KERAS = ("keras",)
 
+def m_transformer_block(rng):
+    # A small Transformer encoder block on a float sequence (T=6, d=8):
+    # self-attention MultiHeadAttention(x, x), residual Add, LayerNormalization,
+    # a feed-forward Dense pair on the rank-3 sequence (Keras applies Dense to
+    # the last axis), a second residual and LayerNormalization, pooled.
+    x = keras.Input((6, 8), name="seq")
+    a = L.MultiHeadAttention(num_heads=2, key_dim=4)(x, x)
+    h = L.LayerNormalization(epsilon=1e-6)(L.Add()([x, a]))
+    f = L.Dense(16, activation="relu")(h)
+    f = L.Dense(8)(f)
+    h = L.LayerNormalization()(L.Add()([h, f]))
+    h = L.GlobalAveragePooling1D()(h)
+    y = L.Dense(3, activation="softmax")(h)
+    m = keras.Model(x, y, name="transformer_block")
+    return m, [normal(rng, 4, 6, 8)]
+
+
+def m_attention_layers(rng):
+    # Cross-attention with a key of its own, a causal mask, output_shape, no
+    # biases (value_dim != key_dim fails in Keras 3.15 on JAX itself: its
+    # dot_product_attention wants equal sizes; flynn's op tests cover it); Keras's dot-product Attention (with
+    # and without a causal mask, key given); LayerNormalization over two
+    # axes, without centring, and with rms_scaling.
+    q = keras.Input((5, 6), name="q")
+    v = keras.Input((7, 4), name="v")
+    k = keras.Input((7, 3), name="k")
+    a = L.MultiHeadAttention(num_heads=3, key_dim=2, output_shape=7,
+                             use_bias=False)(q, v, key=k)                          # 5x7
+    b = L.MultiHeadAttention(num_heads=2, key_dim=3)(a, a, use_causal_mask=True)   # 5x7
+    c = L.Attention()([b, a])                                                      # 5x7
+    d = L.Attention()([c, b, a], use_causal_mask=True)                             # 5x7
+    h = L.LayerNormalization(axis=[-2, -1])(L.Concatenate()([c, d]))
+    h = L.LayerNormalization(center=False)(h)
+    h = L.LayerNormalization(rms_scaling=True)(h)
+    m = keras.Model([q, v, k], h, name="attention_layers")
+    return m, [normal(rng, 3, 5, 6), normal(rng, 3, 7, 4), normal(rng, 3, 7, 3)]
+
+
+def m_time_repeat(rng):
+    # RepeatVector, TimeDistributed(Dense), Dense on a rank-3 input and
+    # Flatten of a rank-3 sequence.
+    m = keras.Sequential([
+        keras.Input((6,)),
+        L.Dense(5, activation="tanh"),
+        L.RepeatVector(4),                                   # 4x5
+        L.TimeDistributed(L.Dense(3, activation="relu")),    # 4x3
+        L.Dense(2),                                          # 4x2
+        L.Flatten(),                                         # 8
+        L.Dense(3),
+    ], name="time_repeat")
+    return m, [normal(rng, 3, 6)]
+
+
 MODELS = [
     ("dense_activations", "sequential", m_dense_activations, KERAS),
     ("activation_layers", "sequential", m_activation_layers, KERAS),
@@ -645,6 +698,11 @@ MODELS = [
     ("dilated_grouped", "sequential", m_dilated_grouped, ALL),
     ("conv1d_dilated", "functional", m_conv1d_dilated, KERAS_H5),
     ("resizing", "sequential", m_resizing, ALL),
+    ("transformer_block", "functional", m_transformer_block, ALL),
+    # KERAS only: Keras 3.15 cannot read its own legacy .h5 of an Attention
+    # layer (it deserializes score_mode "dot" as the function keras.ops.dot)
+    ("attention_layers", "functional", m_attention_layers, KERAS),
+    ("time_repeat", "sequential", m_time_repeat, ALL),
     ("rnn_lstm", "sequential", m_rnn_lstm, ALL),
     ("rnn_gru_simple", "functional", m_rnn_gru_simple, ALL),
     ("rnn_bidirectional", "functional", m_rnn_bidirectional, ALL),
@@ -702,6 +760,29 @@ def t_bn_rmsprop():
         L.Activation("relu"),
         L.Dense(2),
     ], name="train_bn_rmsprop")
+
+
+def t_frozen_sgd():
+    # Transfer learning as keras.io teaches it: a frozen convolution and a
+    # frozen BatchNormalization (inference mode in training too, moving
+    # statistics kept), then a trainable BatchNormalization and head.
+    m = keras.Sequential([
+        keras.Input((6, 6, 2)),
+        L.Conv2D(4, 3, name="frozen_conv"),
+        L.BatchNormalization(name="frozen_bn"),
+        L.Activation("relu"),
+        L.Conv2D(3, 3),
+        L.BatchNormalization(),
+        L.Flatten(),
+        L.Dense(3, activation="softmax"),
+    ], name="train_frozen_sgd")
+    rng = np.random.default_rng(5)
+    bn = m.get_layer("frozen_bn")
+    bn.set_weights([rng.uniform(0.5, 1.5, 4).astype(F32), rng.uniform(-0.5, 0.5, 4).astype(F32),
+                    rng.uniform(-0.3, 0.3, 4).astype(F32), rng.uniform(0.5, 2.0, 4).astype(F32)])
+    m.get_layer("frozen_conv").trainable = False
+    bn.trainable = False
+    return m
 
 
 def t_adamw():
@@ -801,6 +882,31 @@ def t_dilated_grouped_sgd():
     ], name="train_dilated_grouped_sgd")
 
 
+def t_transformer_sgd():
+    # One causal Transformer block with an Attention layer after it: every
+    # weight of MultiHeadAttention, LayerNormalization's gamma and beta.
+    x = keras.Input((5, 6), name="seq")
+    a = L.MultiHeadAttention(num_heads=2, key_dim=3)(x, x, use_causal_mask=True)
+    h = L.LayerNormalization()(L.Add()([x, a]))
+    f = L.Dense(6, activation="relu")(L.Dense(12, activation="relu")(h))
+    h = L.LayerNormalization(center=False)(L.Add()([h, f]))
+    h = L.Attention()([h, x])
+    y = L.Dense(3, activation="softmax")(L.Flatten()(h))
+    return keras.Model(x, y, name="train_transformer_sgd")
+
+
+def t_time_repeat_sgd():
+    return keras.Sequential([
+        keras.Input((4,)),
+        L.Dense(6, activation="tanh"),
+        L.RepeatVector(3),
+        L.TimeDistributed(L.Dense(5, activation="tanh")),
+        L.LayerNormalization(),
+        L.Flatten(),
+        L.Dense(2),
+    ], name="train_time_repeat_sgd")
+
+
 def t_lstm_adam():
     # An LSTM classifier's step (the training fixture of the recurrent op).
     return keras.Sequential([
@@ -891,9 +997,21 @@ TRAINING = [
      "sparse_categorical_crossentropy", ["accuracy"], b_sparse(3, 8, 8, 2), KERAS),
     # SGD: a step proportional to the gradient, so that the tiny gradient
     # elements of this deep stack are no trouble (see gradient_check).
+    ("train_frozen_sgd", t_frozen_sgd,
+     lambda: keras.optimizers.SGD(learning_rate=0.1, momentum=0.9),
+     "sparse_categorical_crossentropy", ["accuracy"], b_sparse(3, 6, 6, 2), ("keras", "h5")),
     ("train_dilated_grouped_sgd", t_dilated_grouped_sgd,
      lambda: keras.optimizers.SGD(learning_rate=0.1, momentum=0.9),
      "sparse_categorical_crossentropy", ["accuracy"], b_sparse(3, 8, 8, 4), KERAS),
+    # SGD: the key projection's bias gets a gradient that is zero in exact
+    # arithmetic (softmax ignores a constant per query) and ~1e-12 in float,
+    # whose sign Adam's first step would follow.
+    ("train_transformer_sgd", t_transformer_sgd,
+     lambda: keras.optimizers.SGD(learning_rate=0.1, momentum=0.9),
+     "sparse_categorical_crossentropy", ["accuracy"], b_sparse(3, 5, 6), KERAS),
+    ("train_time_repeat_sgd", t_time_repeat_sgd,
+     lambda: keras.optimizers.SGD(learning_rate=0.1, momentum=0.9),
+     "mean_squared_error", None, b_regression(2, 4), KERAS_H5),
     ("train_lstm_adam", t_lstm_adam,
      lambda: keras.optimizers.Adam(learning_rate=0.01),
      "sparse_categorical_crossentropy", ["accuracy"], b_sparse(3, 6, 3), KERAS_H5),
@@ -1004,10 +1122,15 @@ def weight_files(out, model, prefix):
     """Saves each weight as <prefix>_<layer>_<weight>.npy, Keras order."""
     items = []
     for layer in model.layers:
-        names = [w.name for w in layer.weights]
+        names = []
+        for w in layer.weights:
+            # a sub-layer's weight by its path below the layer: "query/kernel"
+            # (MultiHeadAttention), "dense/kernel" (TimeDistributed), as flynn names them
+            at = w.path.find(layer.name + "/")
+            names.append(w.path[at + len(layer.name) + 1:] if at >= 0 else w.name)
         if isinstance(layer, L.Bidirectional):  # two "kernel"s: flynn's names
             half = len(names) // 2
-            names = [("forward/" if i < half else "backward/") + n for i, n in enumerate(names)]
+            names = [("forward/" if i < half else "backward/") + w.name for i, w in enumerate(layer.weights)]
         for w, wn in zip(layer.weights, names):
             fname = "%s_%s_%s.npy" % (prefix, layer.name, wn.replace("/", "_"))
             save_npy(out, fname, np.asarray(w.numpy(), F32))
@@ -1206,10 +1329,10 @@ def write_bad(out, manifest):
     # A real Keras layer that flynn does not have.
     reset("bad_unsupported_layer")
     m = keras.Sequential([keras.Input((5,)), L.Dense(4),
-                          L.LayerNormalization()], name="unsupported")
+                          L.UnitNormalization()], name="unsupported")
     m.save(os.path.join(out, "bad_unsupported_layer.keras"))
     add("bad_unsupported_layer.keras", "unsupported_layer", False,
-        "a LayerNormalization layer (valid Keras, not a flynn layer): Keras "
+        "a UnitNormalization layer (valid Keras, not a flynn layer): Keras "
         "loads it, flynn must refuse it naming the layer and its class")
 
     # Several layers flynn does not have, of several classes: the refusal
@@ -1221,11 +1344,11 @@ def write_bad(out, manifest):
                           L.Conv2DTranspose(3, 3, padding="same", dilation_rate=2),
                           L.UpSampling2D(2, interpolation="bicubic"),
                           L.GlobalAveragePooling2D(),
-                          L.LayerNormalization()], name="many_unsupported")
+                          L.UnitNormalization()], name="many_unsupported")
     m.save(os.path.join(out, "bad_many_unsupported.keras"))
     add("bad_many_unsupported.keras", "many_unsupported", False,
         "two dilated Conv2DTranspose, a bicubic Resizing, a bicubic UpSampling2D and a "
-        "LayerNormalization: Keras loads it, flynn must refuse it listing "
+        "UnitNormalization: Keras loads it, flynn must refuse it listing "
         "every one of them with its class in one message")
 
     # A valid tiny model to damage.
@@ -1500,6 +1623,11 @@ def main():
         "fixtures": [],
         "bad": [],
     }
+    only = os.environ.get("FLYNN_FIXTURES_ONLY")  # "a,b": just those (quick local runs; never commit them)
+    if only:
+        keep = set(only.split(","))
+        MODELS[:] = [m for m in MODELS if m[0] in keep]
+        TRAINING[:] = [t for t in TRAINING if t[0] in keep]
     write_inference(out, manifest)
     write_training(out, manifest)
     write_bad(out, manifest)
