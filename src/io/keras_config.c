@@ -71,7 +71,29 @@ static fl_status check_entry(const kctx *c, json_object *entry, const char *cls,
     if (!trainable)
         return kfail(c, FL_ERR_UNSUPPORTED, "trainable is false (a frozen layer); flynn trains every layer, so it "
                      "refuses frozen layers rather than train them");
+    if (strcmp(cls, "InputLayer") == 0) return FL_OK; /* its dtype is the data's: input_dtype */
     return check_dtype(c, cfg);
+}
+
+/* An InputLayer's dtype: float32, or int32/int64 (indices for Embedding,
+ * carried as int32; int64 is written back as int64). */
+static fl_status input_dtype(const kctx *c, json_object *cfg, fl_layer *l) {
+    json_object *d = jkey(cfg, "dtype");
+    const char *name = d ? jstr(d) : "float32";
+    if (!name && jis(d, json_type_object)) name = jstr(jkey(jkey(d, "config"), "name"));
+    if (!name) return kfail(c, FL_ERR_FORMAT, "'dtype' is %s, expected a dtype name", jtype_name(d));
+    if (strcmp(name, "float32") == 0) return FL_OK;
+    if (strcmp(name, "int32") == 0 || strcmp(name, "int64") == 0) {
+        l->a.shape.dtype = FL_INT32;
+        l->a.shape.int64 = name[3] == '6';
+        return FL_OK;
+    }
+    return kfail(c, FL_ERR_UNSUPPORTED, "input dtype '%s' is not supported (flynn takes float32 inputs, and int32 or "
+                 "int64 inputs of indices for Embedding)", name);
+}
+
+static const char *input_dtype_name(const fl_layer *l) {
+    return l->a.shape.dtype == FL_INT32 ? (l->a.shape.int64 ? "int64" : "int32") : "float32";
 }
 
 /* A layer (not InputLayer) from its class and config, named. */
@@ -186,6 +208,7 @@ static fl_model *sequential_from_config(kctx *c, json_object *cfg) {
     ls[nl] = fl_input_(ndim, shape);
     if (!ls[nl]) { fl_error_prefix("%s: ", c->src); goto fail; }
     nl++;
+    if (first && input_dtype(c, jkey(e0, "config"), ls[0])) goto fail;
     if (in_name && set_layer_name(c, ls[0], in_name)) goto fail;
     for (size_t i = first; i < n; i++) {
         json_object *e = json_object_array_get_idx(layers, i);
@@ -407,6 +430,7 @@ static fl_model *functional_from_config(kctx *c, json_object *cfg) {
             if (!e->syms) goto fail;
             e->syms[0] = fl_keras_input_(ndim, shape, e->name);
             if (!e->syms[0]) { fl_error_prefix("%s: %s: ", c->src, c->where); goto fail; }
+            if (input_dtype(c, e->cfg, e->syms[0]->layer)) goto fail;
             total_syms++;
         } else {
             e->layer = layer_from_config(c, e->cls, e->cfg, e->name, &e->ex);
@@ -860,7 +884,7 @@ static json_object *layer_config(const fl_layer *l) {
     json_object *c = json_object_new_object();
     if (l->kind == FL_L_INPUT) {
         put(c, "batch_shape", jshape(l->out));
-        put(c, "dtype", jstring("float32"));
+        put(c, "dtype", jstring(input_dtype_name(l)));
         put(c, "sparse", jbool(false));
         put(c, "ragged", jbool(false));
         put(c, "name", jstring(l->name));
@@ -890,7 +914,7 @@ static json_object *keras_tensor(const fl_sym *s) {
     json_object_array_add(h, jint(0));
     json_object *c = json_object_new_object();
     put(c, "shape", jshape(s->node));
-    put(c, "dtype", jstring("float32"));
+    put(c, "dtype", jstring(s->layer->kind == FL_L_INPUT ? input_dtype_name(s->layer) : "float32"));
     put(c, "keras_history", h);
     json_object *t = json_object_new_object();
     put(t, "class_name", jstring("__keras_tensor__"));

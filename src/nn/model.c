@@ -103,7 +103,11 @@ fail_layers:
 static _Thread_local int64_t g_sym_order;
 
 fl_sym *fl_keras_input_(int ndim, const int64_t *shape, const char *name) {
-    fl_layer *l = fl_input_(ndim, shape);
+    return fl_keras_input_dtype_(FL_FLOAT32, ndim, shape, name);
+}
+
+fl_sym *fl_keras_input_dtype_(fl_dtype dtype, int ndim, const int64_t *shape, const char *name) {
+    fl_layer *l = fl_input_dtype_(dtype, ndim, shape);
     if (!l) return NULL;
     if (name && *name) {
         if (strlen(name) >= sizeof l->name) {

@@ -52,7 +52,9 @@
     X(UPSAMPLE2D, "UpSampling2D", "up_sampling2d", FL_IN_ONE)                        \
     X(CONV2D_TRANSPOSE, "Conv2DTranspose", "conv2d_transpose", FL_IN_ONE)            \
     X(PERMUTE, "Permute", "permute", FL_IN_ONE)                                      \
-    X(RESIZING, "Resizing", "resizing", FL_IN_ONE)
+    X(RESIZING, "Resizing", "resizing", FL_IN_ONE)                                  \
+    X(EMBEDDING, "Embedding", "embedding", FL_IN_ONE)                               \
+    X(MASKING, "Masking", "masking", FL_IN_ONE)
 
 enum { FL_IN_NONE, FL_IN_ONE, FL_IN_MANY };
 
@@ -95,7 +97,14 @@ struct fl_layer {
         fl_up_sampling2d_args up;
         fl_resizing_args resize;
         struct { int ndim; int dims[FL_MAX_DIMS]; } perm; /* Permute: 1-based, as Keras */
-        struct { int ndim; int64_t shape[FL_MAX_DIMS]; } shape; /* Input, Reshape */
+        struct {                   /* Input, Reshape */
+            int ndim;
+            int64_t shape[FL_MAX_DIMS];
+            fl_dtype dtype;        /* Input: FL_FLOAT32 or FL_INT32 */
+            bool int64;            /* Input: Keras's dtype was "int64" (carried as int32, written back as int64) */
+        } shape;
+        fl_embedding_args emb;
+        fl_masking_args masking;
     } a;
     int nw;
     fl_node *w[FL_LAYER_MAX_WEIGHTS];

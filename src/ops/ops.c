@@ -1313,6 +1313,11 @@ static const fl_op_def op_table[FL_OP_COUNT] = {
     [FL_OP_CONV2D_TRANSPOSE] = {"conv2d_transpose", conv2d_transpose_forward, conv2d_transpose_backward,
                                 {KERNEL(conv_workspace), KERNEL(conv2d_transpose_fwd), KERNEL(conv2d_transpose_bwd)}},
     [FL_OP_PERMUTE] = {"permute", permute_forward, permute_backward, {KERNEL(permute)}},
+    [FL_OP_EMBEDDING] = {"embedding", fl_op_embedding_forward, fl_op_embedding_backward,
+                         {KERNEL(embedding_fwd), KERNEL(embedding_bwd)}},
+    [FL_OP_SEQ_MASK] = {"sequence_mask", fl_op_seq_mask_forward, NULL, {KERNEL(seq_mask)}},
+    [FL_OP_MASKED_GAP1D] = {"masked_global_avg_pool1d", fl_op_masked_gap1d_forward, fl_op_masked_gap1d_backward,
+                            {KERNEL(masked_gap1d_fwd), KERNEL(masked_gap1d_bwd)}},
 };
 
 const char *fl_op_name(fl_op op) { return (unsigned)op < FL_OP_COUNT && op_table[op].name ? op_table[op].name : "?"; }
@@ -1333,4 +1338,16 @@ const char *fl_op_missing_kernel(const fl_backend *be, fl_op op) {
         if (!*entry) return op_table[op].kernels[k].name;
     }
     return NULL;
+}
+
+/* ------------------------------------------- for the other op files */
+
+bool fl_op_set_shape(fl_graph *g, fl_node *n, bool batched, int ndim, const int64_t *sample) {
+    return set_shape(g, n, batched, ndim, sample);
+}
+float *fl_op_in_grad(fl_node *n, int k, float *beta) { return in_grad(n, k, beta); }
+void fl_op_mark(fl_node *n, int k) { mark(n, k); }
+float *fl_op_weight_grad(fl_node *n, int k, size_t *off) { return weight_grad(n, k, off); }
+void fl_op_weight_grads_add(const fl_backend *be, fl_node *n, int k0, int k1, float *const *dst) {
+    weight_grads_add(be, n, k0, k1, dst);
 }

@@ -499,6 +499,12 @@ static const fl_backend cpu_backend = {
     .metric = cpu_metric,
     .sum_into = cpu_sum_into,
     .optimizer_step = cpu_optimizer_step,
+    .embedding_fwd = fl_cpu_embedding_fwd,
+    .embedding_bwd = fl_cpu_embedding_bwd,
+    .seq_mask = fl_cpu_seq_mask,
+    .masked_gap1d_fwd = fl_cpu_masked_gap1d_fwd,
+    .masked_gap1d_bwd = fl_cpu_masked_gap1d_bwd,
+    .loss_mask = fl_cpu_loss_mask,
 };
 
 const fl_backend *fl_backend_cpu(void) { return &cpu_backend; }
