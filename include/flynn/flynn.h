@@ -445,6 +445,9 @@ fl_layer *fl_permute_(int ndim, const int *dims);
 fl_layer *fl_input_dtype_(fl_dtype dtype, int ndim, const int64_t *shape);
 #define fl_input_dtype(dtype, ...) \
     fl_input_dtype_((dtype), (int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), (int64_t[]){__VA_ARGS__})
+/* The dtype of model input i: FL_FLOAT32 or FL_INT32 (-1: no such input). */
+typedef struct fl_model fl_model;
+int fl_model_input_dtype(const fl_model *m, int i);
 /* keras.Input(shape, dtype=...) for functional models. */
 typedef struct fl_sym fl_sym;
 fl_sym *fl_keras_input_dtype_(fl_dtype dtype, int ndim, const int64_t *shape, const char *name);
@@ -727,8 +730,11 @@ typedef struct fl_fit_args {
     bool no_nan_check;
 } fl_fit_args;
 
-/* x: (N, ...input shape); y: (N,) class indices (float32 or int32/uint8) for
- * sparse losses, or (N, ...output shape) targets. Returns NULL on error. */
+/* x: (N, ...input shape), float32 (int32 converted as x.astype("float32"));
+ * for an int32 Input (fl_input_dtype) int32, uint8, or float32 holding
+ * integers. y: (N,) class indices (float32 or int32/uint8) for sparse
+ * losses ((N, steps) for a (steps, classes) output), or (N, ...output
+ * shape) targets. Returns NULL on error. */
 fl_history *fl_fit_(fl_model *m, const fl_tensor *x, const fl_tensor *y, fl_fit_args a);
 #define fl_fit(m, x, y, ...) fl_fit_((m), (x), (y), (fl_fit_args){._reserved = 0, __VA_ARGS__})
 
@@ -871,8 +877,10 @@ fl_status fl_load_mnist(const char *dir, int64_t max_train, int64_t max_test, fl
  * (N,). Only the batches needed for max_train are read. */
 fl_status fl_load_cifar10(const char *dir, int64_t max_train, int64_t max_test, fl_dataset *out);
 /* Arrays the user made, as Keras's fit(x, y): x from x_path and y from y_path
- * (.npy files). x keeps its values (an integer or uint8 x becomes float32,
- * unscaled, as x.astype("float32") would); y holds class indices (any
+ * (.npy files). x keeps its values: float32 (float64 narrowed), or int32 for
+ * integer dtypes (int64 and uint32/uint64 range-checked; never through
+ * float), which an int32 Input takes as they are and a float32 Input as
+ * x.astype("float32") would; y holds class indices (any
  * integer or float dtype, shape (N,) or (N, 1)) or targets of any shape with
  * the same N. The arrays must agree on N; all goes into x_train/y_train
  * (x_test and y_test stay NULL: use a validation split). */

@@ -150,7 +150,7 @@ static fl_status check_x_for(const fl_model *m, const fl_node *in, const fl_tens
     if (in->int_val && x->dtype != FL_FLOAT32 && x->dtype != FL_INT32 && x->dtype != FL_UINT8)
         return fl_error(FL_ERR_INVALID_ARG, "%s: x is %s, model '%s' input '%s' takes int32 values", what,
                         fl_dtype_name(x->dtype), m->name, in->name);
-    if (!in->int_val && x->dtype != FL_FLOAT32)
+    if (!in->int_val && x->dtype != FL_FLOAT32 && x->dtype != FL_INT32)
         return fl_error(FL_ERR_INVALID_ARG, "%s: x is %s, expected float32 (convert with fl_to_float(x, 1/255.f))", what,
                         fl_dtype_name(x->dtype));
     bool ok = x->ndim == in->ndim && x->shape[0] > 0;
@@ -190,15 +190,22 @@ static fl_status check_indices(const fl_model *m, const fl_node *in, const int32
     return FL_OK;
 }
 
-/* x's values as the input node holds them: floats, or for an int input
+/* x's values as the input node holds them: floats (an int32 x converted),
+ * or for an int input
  * int32 values in a float-sized buffer (x itself when it is int32, else a
  * copy the caller frees through *owned: uint8 widened, float32 converted
  * when every value is an integer in int32's range; Keras would truncate a
  * fraction silently, flynn refuses it). NULL on error. */
 static const float *x_rows(const fl_model *m, const fl_node *in, const fl_tensor *x, const char *what, float **owned) {
     *owned = NULL;
-    if (!in->int_val) return x->data;
     int64_t n = fl_tensor_size(x);
+    if (!in->int_val && x->dtype == FL_INT32) { /* a float input: x.astype("float32"), as Keras converts it */
+        float *f = fl_malloc((size_t)(n ? n : 1) * sizeof(float), "float32 input");
+        if (!f) return NULL;
+        for (int64_t i = 0; i < n; i++) f[i] = (float)((const int32_t *)x->data)[i];
+        return *owned = f;
+    }
+    if (!in->int_val) return x->data;
     const int32_t *v = x->data;
     if (x->dtype != FL_INT32) {
         int32_t *c = fl_malloc((size_t)(n ? n : 1) * sizeof(int32_t), "int32 input");
@@ -1061,7 +1068,7 @@ fl_history *fl_fit_(fl_model *m, const fl_tensor *x, const fl_tensor *y, fl_fit_
     int mode = resolve_verbose(a.verbose, f);
     int64_t steps = (n_train + bs - 1) / bs;
     if (check && !m->g.be->host_memory && !m->input->int_val && /* device: x once, the batches are gathered there */
-        check_x_finite(m, &tr, x->data, NULL, n_train, a.initial_epoch, epochs, 0, steps) != FL_OK)
+        check_x_finite(m, &tr, xr, NULL, n_train, a.initial_epoch, epochs, 0, steps) != FL_OK)
         goto fail;
     double t_fit = now();
     for (int ep = a.initial_epoch; ep < epochs; ep++) {
