@@ -91,6 +91,18 @@ static void test_int_inputs(void) {
     CHECK(fl_sequential(fl_input_dtype(FL_INT32, 4), fl_dense(2)) == NULL);
     CHECK_STR_CONTAINS(fl_last_error(), "layer 'dense");
     CHECK_STR_CONTAINS(fl_last_error(), "receives the int32 input");
+    /* an Embedding on a float input: indices truncated as Keras casts them, range-checked the same way */
+    fl_model *fe = fl_sequential(fl_input(2), fl_embedding(5, 2));
+    fl_tensor *xe = fl_tensor_zeros(FL_FLOAT32, 1, 2);
+    fdata(xe)[0] = 4.9f;
+    fl_tensor *pe = fe ? fl_predict(fe, xe, SILENT) : NULL;
+    CHECK_MSG(pe != NULL, "%s", fl_last_error());
+    fl_tensor_free(pe);
+    fdata(xe)[1] = 5.0f;
+    CHECK(fe && fl_predict(fe, xe, SILENT) == NULL);
+    CHECK_STR_CONTAINS(fl_last_error(), "x[0] holds the index 5 at position (1,)");
+    fl_tensor_free(xe);
+    fl_model_free(fe);
     /* a float model takes int32 x as x.astype("float32") */
     fl_model *f = fl_sequential(fl_input(2), fl_dense(1));
     fl_tensor *x2 = fl_tensor_zeros(FL_INT32, 1, 2), *x3 = fl_tensor_zeros(FL_FLOAT32, 1, 2);

@@ -170,22 +170,26 @@ static const char *index_str(int64_t i, int nd, const int64_t *dims, char *buf, 
 /* The Embeddings that read input `in` refuse an index outside [0,
  * input_dim) here, once per call, before any batch runs: the kernels never
  * see one (and the forward pass stays a plain gather). */
-static fl_status check_indices(const fl_model *m, const fl_node *in, const int32_t *v, int64_t n, const char *what) {
+static fl_status check_indices(const fl_model *m, const fl_node *in, const int32_t *v, const float *f, int64_t n,
+                               const char *what) {
     const fl_graph *g = &m->g;
     int64_t per = fl_node_sample_size(in);
     for (int k = 0; k < g->n; k++) {
         const fl_node *e = g->nodes[k];
         if (e->op != FL_OP_EMBEDDING || e->in[0] != in) continue;
         int64_t dim = e->in[1]->shape[0];
-        for (int64_t i = 0; i < n * per; i++)
-            if (v[i] < 0 || v[i] >= dim) {
+        for (int64_t i = 0; i < n * per; i++) {
+            /* a float input's value is truncated toward zero, as Keras casts it */
+            double ix = v ? (double)v[i] : isfinite(f[i]) ? trunc((double)f[i]) : -1.0;
+            if (ix < 0 || ix >= (double)dim) {
                 char a[128];
                 return fl_error(FL_ERR_INVALID_ARG,
-                                "%s: x[%lld] holds the index %lld at position %s, which layer '%s' (Embedding) cannot look up: "
-                                "expected 0 <= index < input_dim %lld (Keras on JAX would clip it silently; flynn "
-                                "refuses it)", what, (long long)(i / per), (long long)v[i],
+                                "%s: x[%lld] holds the index %.10g at position %s, which layer '%s' (Embedding) cannot "
+                                "look up: expected 0 <= index < input_dim %lld (Keras on JAX would clip it silently; "
+                                "flynn refuses it)", what, (long long)(i / per), v ? (double)v[i] : (double)f[i],
                                 index_str(i % per, in->ndim - 1, in->shape + 1, a, sizeof a), e->name, (long long)dim);
             }
+        }
     }
     return FL_OK;
 }
@@ -203,9 +207,13 @@ static const float *x_rows(const fl_model *m, const fl_node *in, const fl_tensor
         float *f = fl_malloc((size_t)(n ? n : 1) * sizeof(float), "float32 input");
         if (!f) return NULL;
         for (int64_t i = 0; i < n; i++) f[i] = (float)((const int32_t *)x->data)[i];
-        return *owned = f;
+        *owned = f;
     }
-    if (!in->int_val) return x->data;
+    if (!in->int_val) {
+        const float *xf = *owned ? *owned : x->data;
+        if (check_indices(m, in, NULL, xf, x->shape[0], what)) { free(*owned); *owned = NULL; return NULL; }
+        return xf;
+    }
     const int32_t *v = x->data;
     if (x->dtype != FL_INT32) {
         int32_t *c = fl_malloc((size_t)(n ? n : 1) * sizeof(int32_t), "int32 input");
@@ -225,7 +233,7 @@ static const float *x_rows(const fl_model *m, const fl_node *in, const fl_tensor
         *owned = (float *)c;
         v = c;
     }
-    if (check_indices(m, in, v, x->shape[0], what)) { free(*owned); *owned = NULL; return NULL; }
+    if (check_indices(m, in, v, NULL, x->shape[0], what)) { free(*owned); *owned = NULL; return NULL; }
     return (const float *)v;
 }
 
