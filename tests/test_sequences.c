@@ -114,8 +114,9 @@ static void test_int_inputs(void) {
 }
 
 /* A per-step softmax on a masked sequence: Keras's loss is the mean of the
- * valid steps' crossentropies, the accuracy the fraction of valid steps
- * right (apply_mask; Mean weighted by the mask). */
+ * valid steps' crossentropies (apply_mask); its accuracy counts every step
+ * (Keras 3.15's compiled metrics do not see the mask: the fixture
+ * train_seq_scce_masked shows it). */
 static void test_masked_loss(void) {
     fl_model *m = fl_sequential(fl_input_dtype(FL_INT32, 3), fl_embedding(6, 4, .mask_zero = true),
                                 fl_dense(5, .activation = FL_SOFTMAX));
@@ -133,18 +134,18 @@ static void test_masked_loss(void) {
     if (p) {
         double loss = 0, right = 0, valid = 0;
         for (int i = 0; i < 9; i++) {
-            if (!tok[i]) continue;
             const float *q = fdata(p) + i * 5;
             int best = 0;
             for (int c = 1; c < 5; c++) if (q[c] > q[best]) best = c;
+            right += best == lab[i]; /* every step: Keras's metrics do not see the mask */
+            if (!tok[i]) continue;
             loss += -log(q[lab[i]]);
-            right += best == lab[i];
             valid++;
         }
         CHECK_CLOSE(r[0], loss / valid, 1e-5, 1e-6);
-        CHECK_CLOSE(r[1], right / valid, 1e-6, 1e-7);
+        CHECK_CLOSE(r[1], right / 9, 1e-6, 1e-7);
         /* across batches: the loss is the mean of the batches' (by samples, as
-         * Keras's tracker), the accuracy the mean over every valid step */
+         * Keras's tracker), the accuracy the mean over every step */
         float r2[2];
         CHECK(fl_evaluate(m, x, y, r2, 2, .batch_size = 2, SILENT) == FL_OK);
         double l01 = 0, v01 = 0, l2 = 0, v2 = 0;

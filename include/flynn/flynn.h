@@ -477,7 +477,8 @@ fl_layer *fl_embedding_(fl_embedding_args a);
  * the layers after it skip it where Keras's do (the mask passes through
  * Dense, Dropout, activations, Rescaling, Normalization; merges combine
  * masks; GlobalAveragePooling1D averages the valid steps only; the loss
- * and metrics weigh the valid steps of a (batch, steps, ...) output). */
+ * weighs the valid steps of a (batch, steps, ...) output, the metrics
+ * count every step, as Keras 3.15's). */
 typedef struct fl_masking_args { int _reserved; float mask_value; const char *name; } fl_masking_args;
 fl_layer *fl_masking_(fl_masking_args a);
 #define fl_masking(...) fl_masking_((fl_masking_args){._reserved = 0, __VA_ARGS__})

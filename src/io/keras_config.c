@@ -105,6 +105,12 @@ static fl_layer *layer_from_config(const kctx *c, const char *cls, json_object *
         if (strcmp(cls, "Sequential") == 0 || strcmp(cls, "Functional") == 0 || strcmp(cls, "Model") == 0)
             return kfail(c, FL_ERR_UNSUPPORTED, "a model used as a layer (nested models) is not supported; flynn "
                          "supports %s", SUPPORTED_LAYERS), NULL;
+        if (!strcmp(cls, "NotEqual") || !strcmp(cls, "Any") || !strcmp(cls, "LogicalOr") || !strcmp(cls, "LogicalAnd"))
+            return kfail(c, FL_ERR_UNSUPPORTED, "the Keras op '%s' is written as a layer: Keras 3 writes the mask of a "
+                         "masked sequence (Embedding mask_zero, Masking) this way in a Functional model whose layers "
+                         "take mask= (GlobalAveragePooling1D, recurrent layers); flynn does not load these explicit "
+                         "mask graphs yet (the same layers in a Sequential model load); flynn supports %s", cls,
+                         SUPPORTED_LAYERS), NULL;
         return kfail(c, FL_ERR_UNSUPPORTED, "layer class '%s' is not supported; flynn supports %s", cls,
                      SUPPORTED_LAYERS), NULL;
     }
@@ -315,6 +321,10 @@ static fl_status parse_nodes(const kctx *c, kentry *e) {
                         e->layer->inference_call = true;
                         continue;
                     }
+                    if (val && strcmp(key, "mask") == 0)
+                        return kfail(c, FL_ERR_UNSUPPORTED, "a call with an explicit mask= (the mask of a masked "
+                                     "sequence, which Keras 3 writes out in a Functional model) is not supported yet; "
+                                     "the same layers in a Sequential model load");
                     if (val) return kfail(c, FL_ERR_UNSUPPORTED, "a call with the keyword argument '%s' is not supported", key);
                 }
             }

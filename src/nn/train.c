@@ -45,13 +45,14 @@ static const char *metric_key(fl_metric m) {
 
 static int out_classes(const fl_model *m) { return (int)m->output->shape[m->output->ndim - 1]; }
 
-/* m->stats: the running loss, the metrics, and the count of valid rows of a masked output */
+/* m->stats: the running loss, the metrics, and the count of valid rows of a masked output (kept by
+ * loss_mask; Keras's metrics do not use it) */
 #define FL_STAT_VALID (1 + FL_MAX_METRICS)
 #define FL_STATS (2 + FL_MAX_METRICS)
 
 /* The output's mask when the loss applies it: a rank-3 (or more) output
  * whose mask has one value per row of the loss (Keras: the _keras_mask of
- * y_pred weighs the loss and the metrics). */
+ * y_pred weighs the loss). */
 static const fl_node *loss_mask_of(const fl_model *m) {
     const fl_node *o = m->output, *k = o->mask;
     return k && fl_node_sample_size(k) * out_classes(m) == fl_node_sample_size(o) ? k : NULL;
@@ -419,8 +420,6 @@ static void read_stats(fl_model *m, int64_t seen, double *out) {
     double raw[FL_STATS];
     m->g.be->download(raw, m->stats, FL_STATS * sizeof(double));
     for (int i = 0; i <= m->nmetrics; i++) out[i] = raw[i] / (double)(seen > 0 ? seen : 1);
-    if (loss_mask_of(m)) /* masked metrics: the mean over the valid steps, as Keras's Mean with the mask as weight */
-        for (int i = 1; i <= m->nmetrics; i++) out[i] = raw[FL_STAT_VALID] > 0 ? raw[i] / raw[FL_STAT_VALID] : 0.0;
 }
 
 /* Loss (+ gradient when training) and metrics for the batch in the graph. */
@@ -443,10 +442,11 @@ static void loss_and_metrics(fl_model *m, bool grad) {
     if (mask) be->loss_mask(rows, C, mask->val, m->row_loss, grad ? o->grad : NULL, m->stats + FL_STAT_VALID);
     double scale = (double)m->g.batch / (double)rows;
     be->sum_into(rows, m->row_loss, scale, m->stats);
+    /* the metrics are not masked: Keras 3.15's compiled metrics do not see y_pred's mask (its
+     * train_on_batch reports the accuracy over every step, padding included: train_seq_scce_masked) */
     for (int i = 0; i < m->nmetrics; i++) {
         be->metric(m->metric_codes[i], rows, C, o->val, m->target, m->row_score);
-        if (mask) be->mul(rows, m->row_score, mask->val, m->row_score); /* summed; divided by the valid count */
-        be->sum_into(rows, m->row_score, mask ? 1.0 : scale, m->stats + 1 + i);
+        be->sum_into(rows, m->row_score, scale, m->stats + 1 + i);
     }
 }
 
