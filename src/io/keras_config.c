@@ -106,11 +106,9 @@ static fl_layer *layer_from_config(const kctx *c, const char *cls, json_object *
             return kfail(c, FL_ERR_UNSUPPORTED, "a model used as a layer (nested models) is not supported; flynn "
                          "supports %s", SUPPORTED_LAYERS), NULL;
         if (!strcmp(cls, "NotEqual") || !strcmp(cls, "Any") || !strcmp(cls, "LogicalOr") || !strcmp(cls, "LogicalAnd"))
-            return kfail(c, FL_ERR_UNSUPPORTED, "the Keras op '%s' is written as a layer: Keras 3 writes the mask of a "
-                         "masked sequence (Embedding mask_zero, Masking) this way in a Functional model whose layers "
-                         "take mask= (GlobalAveragePooling1D, recurrent layers); flynn does not load these explicit "
-                         "mask graphs yet (the same layers in a Sequential model load); flynn supports %s", cls,
-                         SUPPORTED_LAYERS), NULL;
+            return kfail(c, FL_ERR_UNSUPPORTED, "Keras op '%s' as a layer: part of an explicit mask graph (Keras 3 "
+                         "writes masks so in Functional models); not loaded yet, use a Sequential model; flynn "
+                         "supports %s", cls, SUPPORTED_LAYERS), NULL;
         return kfail(c, FL_ERR_UNSUPPORTED, "layer class '%s' is not supported; flynn supports %s", cls,
                      SUPPORTED_LAYERS), NULL;
     }
