@@ -148,5 +148,25 @@ expect train-npy-not-images 1 "built-in models take images .*train_adamw_train_x
   "$FLYNN" train --model mlp --data "$xy" --epochs 1
 expect train-npy-missing 1 "nothere.npy" -- "$FLYNN" train --model mlp --data "$tmp/nothere.npy,$tmp/y.npy" --epochs 1
 
+# integer inputs: int32 and int64 .npy token indices go in as int32 (never
+# through float), for predict and for train --data X.npy,Y.npy
+expect predict-int32 0 "predictions \(5, 3\) written" -- \
+  "$FLYNN" predict "$FX/embedding_fasttext.keras" --input "$FX/embedding_fasttext_x.npy" --output "$tmp/e1.npy"
+if out=$("$NPY_CLOSE" "$tmp/e1.npy" "$FX/embedding_fasttext_y.npy" 1e-5 1e-6 2>&1); then ok; else bad "predict-int32: $out"; fi
+expect predict-int64 0 "predictions \(4, 2\) written" -- "$FLYNN" predict "$FX/embedding_masking.keras" \
+  --input "$FX/embedding_masking_x.npy" --output "$tmp/e2.npy"
+if out=$("$NPY_CLOSE" "$tmp/e2.npy" "$FX/embedding_masking_y.npy" 1e-5 1e-6 2>&1); then ok; else bad "predict-int64: $out"; fi
+expect predict-int-help 0 "int32 or int64 model input" -- "$FLYNN" predict --help
+expect predict-float-for-int 1 "x\[0\] = .* is not an integer, and input .* is int32" -- "$FLYNN" predict "$FX/embedding_masking.keras" \
+  --input "$FX/train_adamw_train_x.npy" --output "$tmp/e3.npy"
+eb="$FX/train_embedding_bce_sgd"
+expect train-npy-int 0 "data: x .*train_embedding_bce_sgd_train_x.npy \(8, 12\)" -- \
+  "$FLYNN" train --model "$eb.keras" --data "${eb}_train_x.npy,${eb}_train_y.npy" --epochs 1 --batch-size 8 \
+  --device cpu --verbose 2 --save-weights "$tmp/emb"
+for w in embedding.embeddings dense.kernel dense_1.bias; do
+  if out=$("$NPY_CLOSE" "$tmp/emb/$w.npy" "${eb}_step1_${w/./_}.npy" 1e-4 1e-6 2>&1); then ok
+  else bad "train-npy-int: $w after one step: $out"; fi
+done
+
 echo "test_cli_files: $pass passed, $fail failed"
 [ $fail -eq 0 ]

@@ -1023,7 +1023,7 @@ static fl_node *b_repeat(fl_graph *g, fl_node *x, fl_node **p, int *np) {
     return fl_graph_repeat(g, "repeat", x, 5);
 }
 
-static void seq_parity(void) {
+static void attn_parity(void) {
     struct { int axes; bool rms; int64_t shape[3]; } lns[] = {
         {1, false, {7, 64, 0}}, {1, false, {5, 300, 0}}, {2, false, {4, 6, 5}}, {1, true, {6, 33, 0}},
     };
@@ -1050,6 +1050,77 @@ static void seq_parity(void) {
         parity(name, 2, (int64_t[]){at[i].t, at[i].d}, 5, b_attention, true);
     }
     parity("repeat 5", 1, (int64_t[]){7}, 6, b_repeat, true);
+}
+
+/* Sequences: Embedding (int32 indices, repeated ones: the scatter-add),
+ * its mask, masked GlobalAveragePooling1D, forward and backward, and the
+ * mask applied to a loss, each on both backends. */
+static void seq_parity(void) {
+    const int B = 5, T = 9, V = 37, D = 20;
+    side s[2];
+    const fl_backend *bes[2] = {CPU, GPU};
+    int32_t *idx = malloc((size_t)B * T * sizeof(int32_t));
+    for (int i = 0; i < B * T; i++) idx[i] = (int32_t)(fl_philox_u32(4, 1, (uint64_t)i) % (uint32_t)V) * (i % 4 != 3);
+    float *hw = malloc((size_t)V * D * sizeof(float)), *R = malloc((size_t)B * D * sizeof(float));
+    fl_rng_uniform(hw, (int64_t)V * D, -1, 1, 4, 2);
+    fl_rng_uniform(R, (int64_t)B * D, -1, 1, 4, 3);
+    fl_node *w[2], *e[2], *m[2];
+    for (int k = 0; k < 2; k++) {
+        memset(&s[k], 0, sizeof s[k]);
+        fl_graph_init(&s[k].g, bes[k]);
+        s[k].x = fl_graph_input(&s[k].g, "x", 1, (int64_t[]){T});
+        s[k].x->int_val = true;
+        w[k] = fl_graph_param(&s[k].g, "embeddings", 2, (int64_t[]){V, D}, true);
+        e[k] = fl_graph_embedding(&s[k].g, "embedding", s[k].x, w[k]);
+        m[k] = e[k] ? fl_graph_seq_mask(&s[k].g, "embedding", s[k].x, 0.0f) : NULL;
+        s[k].out = m[k] ? fl_graph_masked_gap1d(&s[k].g, "gap1d", e[k], m[k]) : NULL;
+        CHECK_MSG(s[k].out != NULL, "sequence graph: %s", fl_last_error());
+        if (!s[k].out) return;
+        fl_graph_finalize(&s[k].g);
+        CHECK(fl_graph_reserve(&s[k].g, B) == FL_OK);
+        fl_graph_set_batch(&s[k].g, B);
+        bes[k]->upload(s[k].x->val, idx, (size_t)B * T * sizeof(int32_t));
+        bes[k]->upload(w[k]->val, hw, (size_t)V * D * sizeof(float));
+        fl_graph_forward(&s[k].g, true);
+        fl_graph_clear_grads(&s[k].g);
+        bes[k]->upload(s[k].out->grad, R, (size_t)B * D * sizeof(float));
+        s[k].out->grad_ready = true;
+        fl_graph_backward(&s[k].g);
+    }
+    GPU->sync();
+    CHECK_MSG(GPU->check == NULL || GPU->check() == 0, "sequence graph: a CUDA error: %s", fl_last_error());
+    compare("embedding", "forward", e[0]->val, e[1]->val, (int64_t)B * T * D);
+    compare("embedding mask_zero", "mask", m[0]->val, m[1]->val, (int64_t)B * T);
+    compare("masked gap1d", "forward", s[0].out->val, s[1].out->val, (int64_t)B * D);
+    compare("masked gap1d", "d/dx", e[0]->grad, e[1]->grad, (int64_t)B * T * D);
+    compare("embedding", "d/dtable", w[0]->grad, w[1]->grad, (int64_t)V * D);
+    /* Masking's mask of float steps, and the masked loss */
+    const int64_t rows = (int64_t)B * T;
+    const int C = 6;
+    float *x = malloc((size_t)rows * C * sizeof(float)), *hm = malloc((size_t)rows * sizeof(float));
+    float *hl = malloc((size_t)rows * sizeof(float)), *hg = malloc((size_t)rows * C * sizeof(float));
+    fl_rng_uniform(x, rows * C, -1, 1, 4, 4);
+    for (int64_t r = 0; r < rows; r += 3)
+        for (int j = 0; j < C; j++) x[r * C + j] = 0.25f;
+    fl_rng_uniform(hl, rows, 0, 2, 4, 5);
+    fl_rng_uniform(hg, rows * C, -1, 1, 4, 6);
+    float *dx = dev_copy(GPU, x, rows * C), *dm = GPU->alloc((size_t)rows * sizeof(float));
+    float *dl = dev_copy(GPU, hl, rows), *dg = dev_copy(GPU, hg, rows * C);
+    CPU->seq_mask(rows, C, 0, x, 0.25f, hm);
+    GPU->seq_mask(rows, C, 0, dx, 0.25f, dm);
+    compare("masking", "mask", hm, dm, rows);
+    double ca = 0, *ga = GPU->alloc(sizeof(double)), gv = 0;
+    GPU->zero(ga, sizeof(double));
+    CPU->loss_mask(rows, C, hm, hl, hg, &ca);
+    GPU->loss_mask(rows, C, dm, dl, dg, ga);
+    compare("loss mask", "row losses", hl, dl, rows);
+    compare("loss mask", "gradient", hg, dg, rows * C);
+    GPU->download(&gv, ga, sizeof gv);
+    CHECK_CLOSE(gv, ca, 0, 0);
+    GPU->free(dx); GPU->free(dm); GPU->free(dl); GPU->free(dg); GPU->free(ga);
+    free(x); free(hm); free(hl); free(hg);
+    for (int k = 0; k < 2; k++) fl_graph_free(&s[k].g);
+    free(idx); free(hw); free(R);
 }
 
 int main(int argc, char **argv) {
@@ -1079,6 +1150,7 @@ int main(int argc, char **argv) {
         loss_parity();
         optimizer_parity();
         seq_parity();
+        attn_parity();
         if (have_data && GPU == CPU) {
             printf("SKIP training parity: FLYNN_PARITY_SELFTEST moves no model to a GPU\n");
         } else if (have_data) {

@@ -130,7 +130,7 @@ static void h_gradcheck(harness *h, const char *what, double eps, double rtol, b
     fl_graph_backward(&h->g);
     fl_node *targets[12];
     int nt = 0;
-    targets[nt++] = h->x;
+    if (h->x->needs_grad) targets[nt++] = h->x; /* not an int input (Embedding's indices) */
     for (int i = 0; i < h->np; i++) targets[nt++] = h->params[i];
     for (int t = 0; t < nt; t++) {
         fl_node *v = targets[t];
@@ -152,10 +152,10 @@ static void h_gradcheck(harness *h, const char *what, double eps, double rtol, b
             if (fabs(num - ana[i]) > 2e-3 + rtol * fabs(num)) {
                 if (bad++ < 3)
                     fprintf(stderr, "  %s: d/d%s[%lld]: analytic %.6g, numeric %.6g\n", what,
-                            t == 0 ? "x" : "param", (long long)i, ana[i], num);
+                            v == h->x ? "x" : "param", (long long)i, ana[i], num);
             }
         }
-        CHECK_MSG(bad == 0, "%s: %d gradient mismatches in %s", what, bad, t == 0 ? "x" : "a parameter");
+        CHECK_MSG(bad == 0, "%s: %d gradient mismatches in %s", what, bad, v == h->x ? "x" : "a parameter");
         free(ana);
     }
     h_loss(h, training); /* leave forward values consistent */
@@ -337,6 +337,95 @@ static void test_gap(void) {
     CHECK(y->ndim == 2 && y->shape[1] == 6);
     CHECK_MSG(max_abs_diff(y->val, ref, 18) < 1e-6, "gap forward");
     h_gradcheck(&h, "gap", 1e-3, 1e-2, true);
+    h_free(&h);
+}
+
+/* Embedding: a gather of table rows by int32 indices (repeated ones
+ * included, so that the backward's scatter-add sums), against a naive
+ * reference; the table's gradient by finite differences; the mask of the
+ * nonzero indices; a float input's indices truncated as Keras casts them. */
+static void test_embedding(void) {
+    const int B = 3, T = 7, V = 11, D = 5;
+    harness h;
+    h_init(&h, B, 1, (int64_t[]){T});
+    h.x->force_grad = false;
+    h.x->int_val = true;
+    fl_node *w = h_param(&h, 2, (int64_t[]){V, D}, -1, 1);
+    fl_node *y = fl_graph_embedding(&h.g, "embedding", h.x, w);
+    fl_node *m = fl_graph_seq_mask(&h.g, "embedding", h.x, 0.0f);
+    CHECK(y && m && y->ndim == 3 && y->shape[1] == T && y->shape[2] == D && m->ndim == 2 && m->shape[1] == T);
+    h_ready(&h, y, 0, 1);
+    int32_t idx[3 * 7] = {0, 3, 3, 10, 1, 0, 0, 5, 5, 5, 5, 2, 9, 0, 10, 0, 4, 4, 7, 8, 3};
+    memcpy(h.x->val, idx, sizeof idx);
+    h_loss(&h, true);
+    int bad = 0, badm = 0;
+    for (int i = 0; i < B * T; i++) {
+        for (int k = 0; k < D; k++) bad += y->val[i * D + k] != w->val[idx[i] * D + k];
+        badm += m->val[i] != (idx[i] != 0 ? 1.0f : 0.0f);
+    }
+    CHECK_MSG(bad == 0, "embedding forward: %d values differ from the table rows", bad);
+    CHECK_MSG(badm == 0, "embedding mask_zero: %d mask values wrong", badm);
+    h_gradcheck(&h, "embedding table", 1e-3, 1e-2, true);
+    /* the scatter-add: row 5 appears 4 times, row 6 never */
+    double ref = 0;
+    for (int i = 0; i < B * T; i++)
+        if (idx[i] == 5) ref += h.R[i * D + 2];
+    CHECK_MSG(fabs(w->grad[5 * D + 2] - ref) < 1e-6 && w->grad[6 * D + 1] == 0.0f, "embedding backward: %g vs %g",
+              w->grad[5 * D + 2], ref);
+    h_free(&h);
+    /* float indices, truncated toward zero */
+    h_init(&h, 1, 1, (int64_t[]){3});
+    h.x->force_grad = false;
+    w = h_param(&h, 2, (int64_t[]){4, 2}, -1, 1);
+    y = fl_graph_embedding(&h.g, "embedding", h.x, w);
+    h_ready(&h, y, 0, 1);
+    h.x->val[0] = 2.9f; h.x->val[1] = 0.2f; h.x->val[2] = 3.0f;
+    h_loss(&h, false);
+    CHECK_MSG(y->val[0] == w->val[4] && y->val[2] == w->val[0] && y->val[5] == w->val[7],
+              "embedding of float indices: truncation");
+    h_free(&h);
+}
+
+/* GlobalAveragePooling1D with a mask: the mean over the valid steps, its
+ * gradient to x by finite differences (none to the masked steps). */
+static void test_masked_gap1d(void) {
+    const int B = 3, T = 6, C = 4;
+    harness h;
+    h_init(&h, B, 2, (int64_t[]){T, C});
+    fl_node *mk = fl_graph_input(&h.g, "mask", 1, (int64_t[]){T});
+    fl_node *y = fl_graph_masked_gap1d(&h.g, "gap1d", h.x, mk);
+    CHECK(y && y->ndim == 2 && y->shape[1] == C);
+    h_ready(&h, y, -1, 1);
+    const float mv[3 * 6] = {1, 1, 1, 0, 0, 0, 0, 1, 0, 1, 0, 1, 1, 1, 1, 1, 1, 1};
+    memcpy(mk->val, mv, sizeof mv);
+    h_loss(&h, true);
+    double ref[3 * 4];
+    for (int b = 0; b < B; b++)
+        for (int c = 0; c < C; c++) {
+            double s = 0, n = 0;
+            for (int t = 0; t < T; t++)
+                if (mv[b * T + t] != 0) { s += h.x->val[(b * T + t) * C + c]; n++; }
+            ref[b * C + c] = s / n;
+        }
+    CHECK_MSG(max_abs_diff(y->val, ref, B * C) < 1e-6, "masked gap1d forward");
+    h_gradcheck(&h, "masked gap1d", 1e-3, 1e-2, true);
+    CHECK_MSG(h.x->grad[(0 * T + 4) * C + 1] == 0.0f, "masked gap1d: a masked step got a gradient");
+    h_free(&h);
+}
+
+/* Masking's mask: a step is valid when any feature differs from the value. */
+static void test_seq_mask(void) {
+    harness h;
+    h_init(&h, 2, 2, (int64_t[]){3, 2});
+    fl_node *m = fl_graph_seq_mask(&h.g, "masking", h.x, 0.5f);
+    h_ready(&h, m, 0, 1);
+    const float xv[12] = {0.5f, 0.5f, 0.5f, 1, 0, 0.5f, 0.5f, 0.5f, 0.5f, 0.5f, 2, 2};
+    memcpy(h.x->val, xv, sizeof xv);
+    h_loss(&h, false);
+    const float want[6] = {0, 1, 1, 0, 0, 1};
+    CHECK_MSG(memcmp(m->val, want, sizeof want) == 0, "seq_mask: %g %g %g %g %g %g", m->val[0], m->val[1], m->val[2],
+              m->val[3], m->val[4], m->val[5]);
+    CHECK(m->needs_grad == false);
     h_free(&h);
 }
 
@@ -2064,6 +2153,10 @@ int main(void) {
     test_rnn_b(37, FL_RNN_LSTM, false, true, true, true, true, FL_ACT_TANH, FL_ACT_SIGMOID, false, false);
     test_rnn_b(37, FL_RNN_GRU, false, false, false, true, true, FL_ACT_TANH, FL_ACT_SIGMOID, false, false);
     test_rnn_b(37, FL_RNN_GRU, true, true, false, true, true, FL_ACT_TANH, FL_ACT_SIGMOID, true, true);
+    /* sequences: Embedding, masks, masked pooling */
+    test_embedding();
+    test_masked_gap1d();
+    test_seq_mask();
     /* LayerNormalization, attention, RepeatVector (appended: the streams above stay) */
     test_layernorm(1, false, true, true);
     test_layernorm(2, false, true, true);

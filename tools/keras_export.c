@@ -36,6 +36,12 @@ static fl_tensor *input_for(fl_model *m, int i, int64_t n, uint64_t stream) {
     int64_t shape[FL_MAX_DIMS + 1];
     int nd = fl_model_input_shape(m, i, shape + 1);
     shape[0] = n;
+    if (fl_model_input_dtype(m, i) == FL_INT32) { /* token indices in [0, 6): 0 is padding for mask_zero */
+        fl_tensor *t = fl_tensor_new(FL_INT32, nd + 1, shape);
+        for (int64_t k = 0; k < fl_tensor_size(t); k++)
+            ((int32_t *)fl_tensor_data(t))[k] = (int32_t)(fl_philox_u32(2024, stream, (uint64_t)k) % 6u);
+        return t;
+    }
     return rnd(stream, nd + 1, shape, 1.5f);
 }
 
@@ -62,9 +68,11 @@ static fl_tensor *targets(fl_model *m, int64_t n, uint64_t stream) {
     int64_t c = shape[nd];
     shape[0] = n;
     fl_tensor *y;
-    if (l.kind == FL_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY) {
-        y = fl_tensor_zeros(FL_INT32, n);
-        for (int64_t i = 0; i < n; i++) ((int32_t *)fl_tensor_data(y))[i] = (int32_t)(fl_philox_u32(7, stream, (uint64_t)i) % (uint32_t)c);
+    if (l.kind == FL_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY) { /* one index per output row: (n, steps) for a sequence */
+        int64_t rows = n;
+        for (int d = 1; d < nd; d++) rows *= shape[d];
+        y = fl_tensor_new(FL_INT32, nd, shape);
+        for (int64_t i = 0; i < rows; i++) ((int32_t *)fl_tensor_data(y))[i] = (int32_t)(fl_philox_u32(7, stream, (uint64_t)i) % (uint32_t)c);
     } else if (l.kind == FL_LOSS_CATEGORICAL_CROSSENTROPY) {
         y = fl_tensor_new(FL_FLOAT32, nd + 1, shape);
         for (int64_t i = 0; i < n; i++) ((float *)fl_tensor_data(y))[i * c + fl_philox_u32(7, stream, (uint64_t)i) % (uint32_t)c] = 1;
@@ -267,6 +275,21 @@ int main(int argc, char **argv) {
     fl_model_set_seed(m, 15);
     check(fl_compile(m, fl_adam(.learning_rate = 0.01f), FL_SPARSE_CATEGORICAL_CROSSENTROPY, FL_ACCURACY), "compile");
     export_model("seq_rnn_adam", m, 3, 8);
+
+    /* text: int32 tokens, Embedding(mask_zero), the masked mean, a sigmoid head, BCE (IMDB-style) */
+    m = fl_sequential(fl_input_dtype(FL_INT32, 7), fl_embedding(6, 4, .mask_zero = true), fl_global_average_pooling1d(),
+                      fl_dense(1, .activation = FL_SIGMOID));
+    fl_model_set_seed(m, 21);
+    check(fl_compile(m, fl_adam(.learning_rate = 0.01f), FL_BINARY_CROSSENTROPY, FL_BINARY_ACCURACY), "compile");
+    export_model("seq_text_fasttext_adam", m, 2, 8);
+
+    /* a per-step softmax on a masked sequence: mask_zero's mask weighs the loss and the accuracy */
+    m = fl_sequential(fl_input_dtype(FL_INT32, 5), fl_embedding(6, 3, .mask_zero = true),
+                      fl_dense(4, .activation = FL_SOFTMAX));
+    fl_model_set_seed(m, 22);
+    check(fl_compile(m, fl_sgd(.learning_rate = 0.1f, .momentum = 0.5f), FL_SPARSE_CATEGORICAL_CROSSENTROPY, FL_ACCURACY),
+          "compile");
+    export_model("seq_text_per_step_sgd", m, 2, 8);
 
     /* MLP: centered RMSprop with momentum, categorical CE, BN after Dense, leaky relu, elu */
     m = fl_sequential(fl_input(7), fl_dense(8, .activation = FL_LEAKY_RELU, .no_bias = true),

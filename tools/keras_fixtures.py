@@ -613,6 +613,66 @@ def m_rnn_bidirectional(rng):
 # formats (train_mlp_adam), the legacy .h5 of a Functional model with a
 # shared layer and two inputs (func_shared); tests/fixtures/tf_keras adds
 # tf.keras 2's own legacy .h5 with BatchNormalization (non-trainable weights),
+def tokens(rng, n, t, vocab, dtype=np.int32):
+    """n sequences of t token indices in [1, vocab), each padded with a
+    random number of trailing zeros (at least one token stays)."""
+    x = rng.integers(1, vocab, (n, t))
+    for i in range(n):
+        x[i, rng.integers(1, t + 1):] = 0
+    return x.astype(dtype)
+
+
+def m_embedding_fasttext(rng):
+    # fasttext-style: int32 tokens, Embedding(mask_zero) -> the masked mean
+    # over the valid steps -> a softmax head.
+    m = keras.Sequential([
+        keras.Input((10,), dtype="int32"),
+        L.Embedding(50, 8, mask_zero=True),
+        L.GlobalAveragePooling1D(),
+        L.Dense(3, activation="softmax"),
+    ], name="embedding_fasttext")
+    return m, [tokens(rng, 5, 10, 50)]
+
+
+def m_embedding_masking(rng):
+    # int64 tokens: the mask of Embedding(mask_zero) passes through Dense,
+    # Dropout and an Activation into the masked mean; Sequential, since a
+    # Functional model with a mask-consuming layer is written by Keras 3 with
+    # the mask as explicit ops (NotEqual, Any, LogicalOr) and mask= calls,
+    # which flynn refuses for now.
+    m = keras.Sequential([
+        keras.Input((6,), dtype="int64"),
+        L.Embedding(30, 3, mask_zero=True),
+        L.Dense(4, activation="relu"),
+        L.Dropout(0.3),
+        L.Activation("tanh"),
+        L.GlobalAveragePooling1D(),
+        L.Dense(2, activation="softmax"),
+    ], name="embedding_masking")
+    t = tokens(rng, 4, 6, 30, np.int64)
+    t[3, :] = 0
+    t[3, 2] = 29  # a valid step in the middle of padding
+    return m, [t]
+
+
+def m_masking_layer(rng):
+    # Masking: steps equal to mask_value are zeroed and skipped by the mean.
+    m = keras.Sequential([
+        keras.Input((6, 3)),
+        L.Masking(mask_value=0.5),
+        L.Dense(4, activation="relu"),
+        L.GlobalAveragePooling1D(keepdims=True),
+        L.Flatten(),
+        L.Dense(2),
+    ], name="masking_layer")
+    f = normal(rng, 4, 6, 3)
+    f[0, 4:] = 0.5
+    f[1, 1] = 0.5
+    f[2, :3] = 0.5
+    f[3, 2, 0] = 0.5  # one feature only: not masked
+    return m, [f]
+
+
 # Conv2D/pooling configs and a two-output Functional model. The .weights.h5 layout is also covered
 # by the four M_step1.weights.h5 files.
 ALL = ("keras", "h5", "weights_h5", "json")
@@ -706,6 +766,9 @@ MODELS = [
     ("rnn_lstm", "sequential", m_rnn_lstm, ALL),
     ("rnn_gru_simple", "functional", m_rnn_gru_simple, ALL),
     ("rnn_bidirectional", "functional", m_rnn_bidirectional, ALL),
+    ("embedding_fasttext", "sequential", m_embedding_fasttext, ALL),
+    ("embedding_masking", "sequential", m_embedding_masking, ALL),
+    ("masking_layer", "sequential", m_masking_layer, ALL),
 ]
 
 
@@ -927,6 +990,61 @@ def t_rnn_sgd():
     return keras.Model(x, y, name="train_rnn_sgd")
 
 
+def t_embedding_bce_sgd():
+    # IMDB-style: tokens -> Embedding(mask_zero) -> masked mean -> a sigmoid
+    # head, binary_crossentropy with BinaryAccuracy.
+    return keras.Sequential([
+        keras.Input((12,), dtype="int32"),
+        L.Embedding(40, 8, mask_zero=True),
+        L.GlobalAveragePooling1D(),
+        L.Dense(8, activation="relu"),
+        L.Dense(1, activation="sigmoid"),
+    ], name="train_embedding_bce_sgd")
+
+
+def t_seq_scce_masked():
+    # a per-step softmax over (batch, steps, classes) with (batch, steps)
+    # labels; the mask of the padding reaches the output, and Keras weighs
+    # the loss and the accuracy by it.
+    return keras.Sequential([
+        keras.Input((6,), dtype="int32"),
+        L.Embedding(20, 5, mask_zero=True),
+        L.Dense(8, activation="tanh"),
+        L.Dense(7, activation="softmax"),
+    ], name="train_seq_scce_masked")
+
+
+def t_masking_mse_sgd():
+    return keras.Sequential([
+        keras.Input((5, 3)),
+        L.Masking(mask_value=0.0),
+        L.Dense(4, activation="tanh"),
+        L.GlobalAveragePooling1D(),
+        L.Dense(1),
+    ], name="train_masking_mse_sgd")
+
+
+def b_tokens_binary(t, vocab):
+    def make(rng):
+        return tokens(rng, 8, t, vocab), rng.integers(0, 2, (8, 1)).astype(F32)
+    return make
+
+
+def b_tokens_per_step(t, vocab, classes):
+    def make(rng):
+        return tokens(rng, 8, t, vocab), rng.integers(0, classes, (8, t)).astype(np.int32)
+    return make
+
+
+def b_masked_regression(t, c):
+    def make(rng):
+        x = normal(rng, 8, t, c)
+        for i in range(8):
+            x[i, rng.integers(1, t + 1):] = 0.0
+        return x, normal(rng, 8, 1)
+    return make
+
+
 def b_sparse(classes, *shape):
     def make(rng):
         x = normal(rng, 8, *shape)
@@ -1018,6 +1136,17 @@ TRAINING = [
     ("train_rnn_sgd", t_rnn_sgd,
      lambda: keras.optimizers.SGD(learning_rate=0.1, momentum=0.9),
      "mean_squared_error", None, b_regression(2, 5, 3), KERAS_H5),
+    # SGD for the text models: Adam's first step is ~lr*sign(g), and the
+    # embedding rows a token touches once get near-cancelling gradients
+    ("train_embedding_bce_sgd", t_embedding_bce_sgd,
+     lambda: keras.optimizers.SGD(learning_rate=0.5, momentum=0.9),
+     "binary_crossentropy", ["accuracy"], b_tokens_binary(12, 40), KERAS_H5),
+    ("train_seq_scce_masked", t_seq_scce_masked,
+     lambda: keras.optimizers.SGD(learning_rate=0.5, momentum=0.9),
+     "sparse_categorical_crossentropy", ["accuracy"], b_tokens_per_step(6, 20, 7), KERAS),
+    ("train_masking_mse_sgd", t_masking_mse_sgd,
+     lambda: keras.optimizers.SGD(learning_rate=0.1),
+     "mean_squared_error", None, b_masked_regression(5, 3), KERAS),
 ]
 
 
@@ -1204,7 +1333,11 @@ def write_training(out, manifest):
         loss_v = loss() if callable(loss) else loss
         opt = make_opt()
         model.compile(optimizer=opt, loss=loss_v, metrics=metrics)
-        xs = [normal(rng, 4, *model.inputs[0].shape[1:])]
+        if "int" in str(model.inputs[0].dtype):  # token indices for the Embedding
+            emb = next(la for la in model.layers if isinstance(la, L.Embedding))
+            xs = [tokens(rng, 4, model.inputs[0].shape[1], emb.input_dim)]
+        else:
+            xs = [normal(rng, 4, *model.inputs[0].shape[1:])]
         # The model BEFORE the step: M.keras etc. (compiled; the optimizer is
         # not built yet, so it only holds iteration and learning_rate).
         entry = write_model_files(out, name, "sequential", model, xs, formats)

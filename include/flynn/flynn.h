@@ -435,6 +435,54 @@ fl_layer *fl_resizing_(fl_resizing_args a);
 fl_layer *fl_permute_(int ndim, const int *dims);
 #define fl_permute(...) fl_permute_((int)(sizeof((int[]){__VA_ARGS__}) / sizeof(int)), (int[]){__VA_ARGS__})
 
+/* Sequences: integer inputs, Embedding, Masking (Keras's text models).
+ *
+ * Input(shape, dtype="int32"): an input of integer values (token indices),
+ * carried as int32 and never rounded through float. fit/evaluate/predict
+ * take an FL_INT32 (or FL_UINT8) x for it; a float32 x is converted when
+ * every value is an integer in int32's range and refused otherwise (Keras
+ * would truncate 1.5 to 1 silently). FL_FLOAT32 is the ordinary Input. */
+fl_layer *fl_input_dtype_(fl_dtype dtype, int ndim, const int64_t *shape);
+#define fl_input_dtype(dtype, ...) \
+    fl_input_dtype_((dtype), (int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), (int64_t[]){__VA_ARGS__})
+/* The dtype of model input i: FL_FLOAT32 or FL_INT32 (-1: no such input). */
+typedef struct fl_model fl_model;
+int fl_model_input_dtype(const fl_model *m, int i);
+/* keras.Input(shape, dtype=...) for functional models. */
+typedef struct fl_sym fl_sym;
+fl_sym *fl_keras_input_dtype_(fl_dtype dtype, int ndim, const int64_t *shape, const char *name);
+#define fl_keras_input_dtype(dtype, ...) \
+    fl_keras_input_dtype_((dtype), (int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), (int64_t[]){__VA_ARGS__}, NULL)
+
+/* Embedding(input_dim, output_dim): row x of the weight 'embeddings'
+ * (input_dim, output_dim), initialised uniform(-0.05, 0.05) as Keras, for
+ * each index x of the input; output shape = input shape + (output_dim,).
+ * The indices come straight from a model input (int32, or floats truncated
+ * as Keras casts them); an index outside [0, input_dim) is refused when
+ * the data comes in, naming the layer, the sample and the index (Keras on
+ * JAX would clip it silently). mask_zero: index 0 is padding, and the
+ * output carries the mask (batch, steps) of the other indices, as Keras's. */
+typedef struct fl_embedding_args {
+    int _reserved; /* keeps the macros warning-free; leave it out */
+    int input_dim;
+    int output_dim;
+    bool mask_zero;
+    const char *name;
+} fl_embedding_args;
+fl_layer *fl_embedding_(fl_embedding_args a);
+#define fl_embedding(...) fl_embedding_((fl_embedding_args){._reserved = 0, __VA_ARGS__}) /* fl_embedding(1000, 64) */
+
+/* Masking(mask_value): a step of a (batch, steps, features) sequence whose
+ * features all equal mask_value (default 0) is masked: its output is 0 and
+ * the layers after it skip it where Keras's do (the mask passes through
+ * Dense, Dropout, activations, Rescaling, Normalization; merges combine
+ * masks; GlobalAveragePooling1D averages the valid steps only; the loss
+ * weighs the valid steps of a (batch, steps, ...) output, the metrics
+ * count every step, as Keras 3.15's). */
+typedef struct fl_masking_args { int _reserved; float mask_value; const char *name; } fl_masking_args;
+fl_layer *fl_masking_(fl_masking_args a);
+#define fl_masking(...) fl_masking_((fl_masking_args){._reserved = 0, __VA_ARGS__})
+
 /* Frees a layer that was never put into a model (a model owns its layers). */
 void fl_layer_free(fl_layer *l);
 
@@ -763,8 +811,11 @@ typedef struct fl_fit_args {
     bool no_nan_check;
 } fl_fit_args;
 
-/* x: (N, ...input shape); y: (N,) class indices (float32 or int32/uint8) for
- * sparse losses, or (N, ...output shape) targets. Returns NULL on error. */
+/* x: (N, ...input shape), float32 (int32 converted as x.astype("float32"));
+ * for an int32 Input (fl_input_dtype) int32, uint8, or float32 holding
+ * integers. y: (N,) class indices (float32 or int32/uint8) for sparse
+ * losses ((N, steps) for a (steps, classes) output), or (N, ...output
+ * shape) targets. Returns NULL on error. */
 fl_history *fl_fit_(fl_model *m, const fl_tensor *x, const fl_tensor *y, fl_fit_args a);
 #define fl_fit(m, x, y, ...) fl_fit_((m), (x), (y), (fl_fit_args){._reserved = 0, __VA_ARGS__})
 
@@ -907,8 +958,10 @@ fl_status fl_load_mnist(const char *dir, int64_t max_train, int64_t max_test, fl
  * (N,). Only the batches needed for max_train are read. */
 fl_status fl_load_cifar10(const char *dir, int64_t max_train, int64_t max_test, fl_dataset *out);
 /* Arrays the user made, as Keras's fit(x, y): x from x_path and y from y_path
- * (.npy files). x keeps its values (an integer or uint8 x becomes float32,
- * unscaled, as x.astype("float32") would); y holds class indices (any
+ * (.npy files). x keeps its values: float32 (float64 narrowed), or int32 for
+ * integer dtypes (int64 and uint32/uint64 range-checked; never through
+ * float), which an int32 Input takes as they are and a float32 Input as
+ * x.astype("float32") would; y holds class indices (any
  * integer or float dtype, shape (N,) or (N, 1)) or targets of any shape with
  * the same N. The arrays must agree on N; all goes into x_train/y_train
  * (x_test and y_test stay NULL: use a validation split). */

@@ -396,6 +396,29 @@ typedef struct fl_backend {
     void (*rnn_bwd)(const fl_rnn_desc *d, const float *x, const float *w, const float *r, const float *b,
                     const float *mask, const float *dy, float *aux, float *dx, float dx_beta, float *dw, float *dr,
                     float *db);
+    /* Sequences (Embedding, masks, masked pooling and losses). An index is
+     * idx(i) = x_int ? ((const int32_t *)x)[i] : (int32_t)x[i] (truncated, as
+     * Keras casts floats). Embedding: y[i, :] = w[idx(i), :] for i < n, w
+     * [v, d]; an index outside [0, v) gives a row of zeros (fit and predict
+     * refuse such data before a kernel sees it). Backward: dw [v, d]
+     * (overwritten) = the sum over i with idx(i) = r of dy[i, :], in
+     * ascending i (deterministic). */
+    void (*embedding_fwd)(int64_t n, int d, int64_t v, int x_int, const float *x, const float *w, float *y);
+    void (*embedding_bwd)(int64_t n, int d, int64_t v, int x_int, const float *x, const float *dy, float *dw);
+    /* m[r] = 1 if any x[r, j] (j < c) != value, else 0, for r < rows
+     * (x_int: x holds int32 values, compared with (int32_t)value) */
+    void (*seq_mask)(int64_t rows, int c, int x_int, const float *x, float value, float *m);
+    /* GlobalAveragePooling1D with a mask m [n, t]: y[b, k] = sum_s (m[b, s]
+     * ? x[b, s, k] : 0) / sum_s m[b, s]; backward dx[b, s, k] (beta: +)=
+     * m[b, s] * dy[b, k] / sum_s m[b, s] */
+    void (*masked_gap1d_fwd)(int64_t n, int64_t t, int c, const float *x, const float *m, float *y);
+    void (*masked_gap1d_bwd)(int64_t n, int64_t t, int c, const float *m, const float *dy, float *dx, float beta);
+    /* The output's mask applied to the loss, as Keras's apply_mask for
+     * "sum_over_batch_size": w[r] = m[r] ? rows / sum(m) : 0 (0 when the
+     * sum is 0); row_loss[r] *= w[r] and grad[r, 0..c) *= w[r] (grad may
+     * be NULL); acc[0] += sum(m) (a double on the device: the count that
+     * masked metrics divide by). */
+    void (*loss_mask)(int64_t rows, int c, const float *m, float *row_loss, float *grad, double *acc);
 } fl_backend;
 
 /* Modes of fl_backend.bmerge_*. */

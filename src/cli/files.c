@@ -114,7 +114,10 @@ static void usage_predict(FILE *f) {
     fprintf(f,
             "usage: flynn predict FILE --input X.npy [--input X2.npy ...] --output Y.npy [options]\n\n"
             "Loads a model file (.keras, .h5, or .json with --weights) and writes its predictions\n"
-            "for the samples in X.npy (float32, or integers taken as they are) as float32 .npy.\n"
+            "for the samples in X.npy as float32 .npy. X.npy may be float32/float64, or integers\n"
+            "(int8 ... int64, uint8 ... uint64): an int32 or int64 model input (token indices for\n"
+            "Embedding) takes them as int32 (range-checked, never through float), a float32 input\n"
+            "as their float32 values.\n"
             "A model with several inputs takes one --input per input, in the model's order; one\n"
             "with several outputs takes one --output per output, or one name Y.npy from which\n"
             "Y_0.npy, Y_1.npy, ... are made.\n\n"
@@ -192,7 +195,9 @@ int flynn_cmd_predict(int argc, char **argv) {
     for (int i = 0; i < nin; i++) {
         fl_tensor *t = fl_load_npy(inputs[i]);
         if (!t) { rc = fail("predict", NULL); goto done; }
-        if (fl_tensor_dtype(t) != FL_FLOAT32) {
+        /* integers stay integers for an int32 input (never rounded through float) */
+        bool keep = fl_tensor_dtype(t) == FL_INT32 || (fl_tensor_dtype(t) == FL_UINT8 && fl_model_input_dtype(m, i) == FL_INT32);
+        if (!keep && fl_tensor_dtype(t) != FL_FLOAT32) {
             fl_tensor *f = fl_to_float(t, 1.0f);
             fl_tensor_free(t);
             if (!f) { rc = fail("predict", NULL); goto done; }

@@ -85,6 +85,7 @@ void fl_graph_finalize(fl_graph *g) {
         n->nconsumers = 0;
         if (n->op == FL_OP_PARAM) n->needs_grad = n->trainable;
         else if (n->op == FL_OP_INPUT) n->needs_grad = n->force_grad;
+        else if (n->op == FL_OP_SEQ_MASK) n->needs_grad = false; /* a mask is never differentiated */
         else {
             n->needs_grad = false;
             for (int k = 0; k < n->nin; k++)
@@ -100,7 +101,8 @@ void fl_graph_finalize(fl_graph *g) {
         fl_node *n = g->nodes[i];
         n->gscratch_bytes = 0;
         if (n->op != FL_OP_DENSE && n->op != FL_OP_CONV2D && n->op != FL_OP_DEPTHWISE_CONV2D &&
-            n->op != FL_OP_CONV2D_TRANSPOSE && n->op != FL_OP_BATCHNORM && n->op != FL_OP_PRELU && n->op != FL_OP_RNN)
+            n->op != FL_OP_CONV2D_TRANSPOSE && n->op != FL_OP_BATCHNORM && n->op != FL_OP_PRELU &&
+            n->op != FL_OP_EMBEDDING && n->op != FL_OP_RNN)
             continue;
         bool shared = false;
         size_t floats = 0;

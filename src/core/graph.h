@@ -44,6 +44,9 @@ typedef enum fl_op {
     FL_OP_ATTENTION, /* in: q, k, v[, query mask, value mask, attention mask]: softmax(q k^T * scale + mask) v per head */
     FL_OP_REPEAT,    /* RepeatVector: x (batch, d) -> (batch, n, d) */
     FL_OP_RNN,       /* in: x, kernel, recurrent_kernel, bias|NULL, mask|NULL: SimpleRNN, LSTM, GRU (fl_rnn_desc) */
+    FL_OP_EMBEDDING, /* in: indices x (batch, ...), table w (input_dim, output_dim) -> (batch, ..., output_dim) */
+    FL_OP_SEQ_MASK,  /* in: x (batch, T[, C]) -> (batch, T) 1/0: any value of step t != mask_value; no gradient */
+    FL_OP_MASKED_GAP1D, /* in: x (batch, T, C), mask (batch, T) -> (batch, C): the mean over the valid steps */
     FL_OP_COUNT
 } fl_op;
 
@@ -59,6 +62,7 @@ struct fl_node {
     int ndim;                  /* including the batch dimension when batched */
     int64_t shape[FL_MAX_DIMS];
     bool batched;              /* shape[0] is the batch */
+    bool int_val;              /* INPUT: val holds int32 values (bit patterns in the float buffer), not floats */
     bool trainable;            /* PARAM: updated by the optimizer */
     bool needs_grad;           /* a gradient must be computed for this node */
     bool force_grad;           /* INPUT: compute d/d(input) anyway (gradient checks) */
@@ -83,6 +87,7 @@ struct fl_node {
     int mode;                  /* BMERGE: FL_BM_ADD or FL_BM_MUL; DROPOUT: 1 with a noise shape (bcast);
                                 * BATCHNORM: 1 frozen (moving statistics in training too) */
     bool invert;               /* NORMALIZE: the inverse transformation */
+    float mask_value;          /* SEQ_MASK: the value of a padded step (Embedding mask_zero: 0) */
     int bilinear;              /* UPSAMPLE2D: 1 bilinear, 0 nearest */
     int perm[FL_MAX_DIMS];     /* PERMUTE: output axis i is input axis perm[i] (batch: perm[0] = 0) */
     fl_attn_desc attn;         /* ATTENTION: heads, sizes, scale, causal (batch set per call) */
@@ -208,6 +213,17 @@ fl_node *fl_graph_attention(fl_graph *g, const char *name, fl_node *q, fl_node *
                             uint64_t stream);
 /* RepeatVector: x (batch, d) -> (batch, n, d). */
 fl_node *fl_graph_repeat(fl_graph *g, const char *name, fl_node *x, int64_t n);
+/* Sequences (src/ops/seq.c). Embedding: x holds indices (an int input's
+ * int32 values, or floats truncated toward zero as Keras casts them), w
+ * the table (input_dim, output_dim); the output is x's shape + output_dim. */
+fl_node *fl_graph_embedding(fl_graph *g, const char *name, fl_node *x, fl_node *w);
+/* The mask of a sequence: x (batch, T) or (batch, T, C) -> (batch, T), 1
+ * where any of the step's values differs from `value`, else 0 (Keras's
+ * Embedding mask_zero with value 0, Masking's compute_mask). No gradient. */
+fl_node *fl_graph_seq_mask(fl_graph *g, const char *name, fl_node *x, float value);
+/* GlobalAveragePooling1D with a mask (batch, T): the sum of the valid
+ * steps over their count (NaN for a sequence with none, as Keras). */
+fl_node *fl_graph_masked_gap1d(fl_graph *g, const char *name, fl_node *x, fl_node *mask);
 
 /* Marks which nodes need gradients (those downstream of a trainable param)
  * and counts consumers; call once after building. */

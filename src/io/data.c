@@ -230,11 +230,12 @@ fl_status fl_load_npy_xy(const char *x_path, const char *y_path, fl_dataset *out
         fl_tensor_free(y);
         return s;
     }
-    if (x->dtype != FL_FLOAT32) {
-        fl_tensor *f = fl_to_float(x, 1.0f);
+    if (x->dtype == FL_UINT8) { /* integers stay integers: int32 (a float input converts them exactly) */
+        fl_tensor *c = fl_tensor_new(FL_INT32, x->ndim, x->shape);
+        if (!c) { fl_tensor_free(x); fl_tensor_free(y); return fl_last_status(); }
+        for (int64_t i = 0; i < fl_tensor_size(x); i++) ((int32_t *)c->data)[i] = ((const uint8_t *)x->data)[i];
         fl_tensor_free(x);
-        if (!f) { fl_tensor_free(y); return fl_last_status(); }
-        x = f;
+        x = c;
     }
     out->x_train = x;
     out->y_train = y;

@@ -69,7 +69,29 @@ static fl_status check_entry(const kctx *c, json_object *entry, const char *cls,
     if (!jis(cfg, json_type_object)) return kfail(c, FL_ERR_FORMAT, "'config' is %s, expected an object", jtype_name(cfg));
     bool trainable = true; /* false: a frozen layer (layer_from_config) */
     FL_TRY(get_bool(c, cfg, "trainable", true, &trainable));
+    if (strcmp(cls, "InputLayer") == 0) return FL_OK; /* its dtype is the data's: input_dtype */
     return check_dtype(c, cfg);
+}
+
+/* An InputLayer's dtype: float32, or int32/int64 (indices for Embedding,
+ * carried as int32; int64 is written back as int64). */
+static fl_status input_dtype(const kctx *c, json_object *cfg, fl_layer *l) {
+    json_object *d = jkey(cfg, "dtype");
+    const char *name = d ? jstr(d) : "float32";
+    if (!name && jis(d, json_type_object)) name = jstr(jkey(jkey(d, "config"), "name"));
+    if (!name) return kfail(c, FL_ERR_FORMAT, "'dtype' is %s, expected a dtype name", jtype_name(d));
+    if (strcmp(name, "float32") == 0) return FL_OK;
+    if (strcmp(name, "int32") == 0 || strcmp(name, "int64") == 0) {
+        l->a.shape.dtype = FL_INT32;
+        l->a.shape.int64 = name[3] == '6';
+        return FL_OK;
+    }
+    return kfail(c, FL_ERR_UNSUPPORTED, "input dtype '%s' is not supported (flynn takes float32 inputs, and int32 or "
+                 "int64 inputs of indices for Embedding)", name);
+}
+
+static const char *input_dtype_name(const fl_layer *l) {
+    return l->a.shape.dtype == FL_INT32 ? (l->a.shape.int64 ? "int64" : "int32") : "float32";
 }
 
 /* A layer (not InputLayer) from its class and config, named. */
@@ -81,6 +103,10 @@ static fl_layer *layer_from_config(const kctx *c, const char *cls, json_object *
         if (strcmp(cls, "Sequential") == 0 || strcmp(cls, "Functional") == 0 || strcmp(cls, "Model") == 0)
             return kfail(c, FL_ERR_UNSUPPORTED, "a model used as a layer (nested models) is not supported; flynn "
                          "supports %s", SUPPORTED_LAYERS), NULL;
+        if (!strcmp(cls, "NotEqual") || !strcmp(cls, "Any") || !strcmp(cls, "LogicalOr") || !strcmp(cls, "LogicalAnd"))
+            return kfail(c, FL_ERR_UNSUPPORTED, "Keras op '%s' as a layer: part of an explicit mask graph (Keras 3 "
+                         "writes masks so in Functional models); not loaded yet, use a Sequential model; flynn "
+                         "supports %s", cls, SUPPORTED_LAYERS), NULL;
         return kfail(c, FL_ERR_UNSUPPORTED, "layer class '%s' is not supported; flynn supports %s", cls,
                      SUPPORTED_LAYERS), NULL;
     }
@@ -186,6 +212,7 @@ static fl_model *sequential_from_config(kctx *c, json_object *cfg) {
     ls[nl] = fl_input_(ndim, shape);
     if (!ls[nl]) { fl_error_prefix("%s: ", c->src); goto fail; }
     nl++;
+    if (first && input_dtype(c, jkey(e0, "config"), ls[0])) goto fail;
     if (in_name && set_layer_name(c, ls[0], in_name)) goto fail;
     for (size_t i = first; i < n; i++) {
         json_object *e = json_object_array_get_idx(layers, i);
@@ -296,6 +323,10 @@ static fl_status parse_nodes(const kctx *c, kentry *e) {
                         e->layer->inference_call = true;
                         continue;
                     }
+                    if (val && strcmp(key, "mask") == 0)
+                        return kfail(c, FL_ERR_UNSUPPORTED, "a call with an explicit mask= (the mask of a masked "
+                                     "sequence, which Keras 3 writes out in a Functional model) is not supported yet; "
+                                     "the same layers in a Sequential model load");
                     if (attn && strcmp(key, "use_causal_mask") == 0 && jis(val, json_type_boolean)) {
                         bool on = json_object_get_boolean(val);
                         bool *flag = e->layer->kind == FL_L_MHA ? &e->layer->a.mha.use_causal_mask
@@ -435,6 +466,7 @@ static fl_model *functional_from_config(kctx *c, json_object *cfg) {
             if (!e->syms) goto fail;
             e->syms[0] = fl_keras_input_(ndim, shape, e->name);
             if (!e->syms[0]) { fl_error_prefix("%s: %s: ", c->src, c->where); goto fail; }
+            if (input_dtype(c, e->cfg, e->syms[0]->layer)) goto fail;
             total_syms++;
         } else {
             e->layer = layer_from_config(c, e->cls, e->cfg, e->name, &e->ex);
@@ -897,7 +929,7 @@ static json_object *layer_config(const fl_layer *l) {
     json_object *c = json_object_new_object();
     if (l->kind == FL_L_INPUT) {
         put(c, "batch_shape", jshape(l->out));
-        put(c, "dtype", jstring("float32"));
+        put(c, "dtype", jstring(input_dtype_name(l)));
         put(c, "sparse", jbool(false));
         put(c, "ragged", jbool(false));
         put(c, "name", jstring(l->name));
@@ -927,7 +959,7 @@ static json_object *keras_tensor(const fl_sym *s) {
     json_object_array_add(h, jint(0));
     json_object *c = json_object_new_object();
     put(c, "shape", jshape(s->node));
-    put(c, "dtype", jstring("float32"));
+    put(c, "dtype", jstring(s->layer->kind == FL_L_INPUT ? input_dtype_name(s->layer) : "float32"));
     put(c, "keras_history", h);
     json_object *t = json_object_new_object();
     put(t, "class_name", jstring("__keras_tensor__"));

@@ -1048,6 +1048,60 @@ static void bidirectional_to(const fl_layer *l, json_object *c) {
     put(c, "backward_layer", wrapped_to(l->a.bidi.bwd, zero));
 }
 
+/* ---------------------------------------------------- Embedding, Masking */
+
+static fl_layer *embedding_from(const kctx *c, const char *cls, json_object *cfg, klayer_extra *x) {
+    (void)cls; (void)x;
+    static const char *const init[] = {"embeddings_initializer", NULL};
+    int64_t in, out;
+    bool mask_zero;
+    json_object *len = jkey(cfg, "input_length"); /* tf.keras 2: the sequence length, informative only */
+    if (get_int(c, cfg, "input_dim", 0, true, &in) || get_int(c, cfg, "output_dim", 0, true, &out) ||
+        get_bool(c, cfg, "mask_zero", false, &mask_zero) || check_initializers(c, cfg, init) ||
+        must_be_null(c, cfg, "embeddings_regularizer", "weight regularizers") ||
+        must_be_null(c, cfg, "activity_regularizer", "activity regularizers") ||
+        must_be_null(c, cfg, "embeddings_constraint", "weight constraints") ||
+        must_be_null(c, cfg, "lora_rank", "LoRA") || must_be_null(c, cfg, "quantization_config", "quantized layers") ||
+        (len && !json_object_is_type(len, json_type_null) && !jis(len, json_type_int) &&
+         kfail(c, FL_ERR_FORMAT, "'input_length' is %s, expected a number or null", jtype_name(len))))
+        return NULL;
+    bool sparse = false;
+    if (get_bool(c, cfg, "sparse", false, &sparse)) return NULL;
+    if (sparse)
+        return kfail(c, FL_ERR_UNSUPPORTED, "sparse is true (sparse gradients for the table); flynn computes dense "
+                     "ones"), NULL;
+    if (in <= 0 || in > INT32_MAX || out <= 0 || out > INT32_MAX)
+        return kfail(c, FL_ERR_FORMAT, "input_dim %lld and output_dim %lld, expected 1 to %d", (long long)in,
+                     (long long)out, INT32_MAX), NULL;
+    return fl_embedding_((fl_embedding_args){.input_dim = (int)in, .output_dim = (int)out, .mask_zero = mask_zero});
+}
+
+static void embedding_to(const fl_layer *l, json_object *c) {
+    const fl_embedding_args *a = &l->a.emb;
+    put(c, "input_dim", jint(a->input_dim));
+    put(c, "output_dim", jint(a->output_dim));
+    json_object *init = initializer("RandomUniform");
+    json_object *ic = jkey(init, "config");
+    put(ic, "seed", NULL);
+    put(ic, "minval", jfloat(-0.05));
+    put(ic, "maxval", jfloat(0.05));
+    put(c, "embeddings_initializer", init);
+    put(c, "embeddings_regularizer", NULL);
+    put(c, "activity_regularizer", NULL);
+    put(c, "embeddings_constraint", NULL);
+    put(c, "mask_zero", jbool(a->mask_zero));
+    put(c, "quantization_config", NULL);
+}
+
+static fl_layer *masking_from(const kctx *c, const char *cls, json_object *cfg, klayer_extra *x) {
+    (void)cls; (void)x;
+    double v;
+    if (get_num(c, cfg, "mask_value", 0.0, false, &v)) return NULL;
+    return fl_masking_((fl_masking_args){.mask_value = (float)v});
+}
+
+static void masking_to(const fl_layer *l, json_object *c) { put(c, "mask_value", jfloat(l->a.masking.mask_value)); }
+
 /* ------------------------------------------------------------- the table */
 
 /* ------------------------------------------ sequences: normalisation, attention */
@@ -1294,6 +1348,8 @@ static const fl_keras_layer_def layer_defs[] = {
     {"LSTM", FL_L_LSTM, rnn_from, rnn_to, true},
     {"GRU", FL_L_GRU, rnn_from, rnn_to, true},
     {"Bidirectional", FL_L_BIDIRECTIONAL, bidirectional_from, bidirectional_to, true},
+    {"Embedding", FL_L_EMBEDDING, embedding_from, embedding_to, true},
+    {"Masking", FL_L_MASKING, masking_from, masking_to, false},
 };
 #define NDEFS (sizeof layer_defs / sizeof layer_defs[0])
 

@@ -9,6 +9,7 @@
 #include "core/rng.h"
 #include "core/tensor.h"
 #include "ops/math.h"
+#include "ops/ops.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -108,6 +109,32 @@ fl_layer *fl_input_(int ndim, const int64_t *shape) {
     if (!l) return NULL;
     l->a.shape.ndim = ndim;
     memcpy(l->a.shape.shape, shape, (size_t)ndim * sizeof(int64_t));
+    return l;
+}
+
+fl_layer *fl_input_dtype_(fl_dtype dtype, int ndim, const int64_t *shape) {
+    if (dtype != FL_FLOAT32 && dtype != FL_INT32)
+        return fl_error_null(FL_ERR_UNSUPPORTED, "Input: dtype %s, expected float32 or int32 (int64 data is taken as "
+                             "int32)", fl_dtype_name(dtype));
+    fl_layer *l = fl_input_(ndim, shape);
+    if (l) l->a.shape.dtype = dtype;
+    return l;
+}
+
+fl_layer *fl_embedding_(fl_embedding_args a) {
+    if (a.input_dim <= 0 || a.output_dim <= 0)
+        return fl_error_null(FL_ERR_INVALID_ARG, "Embedding: input_dim %d and output_dim %d, expected both > 0",
+                             a.input_dim, a.output_dim);
+    fl_layer *l = new_layer(FL_L_EMBEDDING, a.name);
+    if (l) { l->a.emb = a; l->a.emb.name = NULL; }
+    return l;
+}
+
+fl_layer *fl_masking_(fl_masking_args a) {
+    if (!isfinite(a.mask_value))
+        return fl_error_null(FL_ERR_INVALID_ARG, "Masking: mask_value %g, expected a finite number", a.mask_value);
+    fl_layer *l = new_layer(FL_L_MASKING, a.name);
+    if (l) { l->a.masking = a; l->a.masking.name = NULL; }
     return l;
 }
 
@@ -765,6 +792,8 @@ void fl_layer_init_weights(fl_layer *l, const fl_backend *be, uint64_t seed) {
                 fan_out = (double)w->shape[1];
             }
             glorot_uniform(host, n, fan_in, fan_out, seed, stream);
+        } else if (strcmp(wn, "embeddings") == 0) { /* Keras Embedding: RandomUniform(-0.05, 0.05) */
+            fl_rng_uniform(host, n, -0.05f, 0.05f, seed, stream);
         } else {
             float v = (strcmp(wn, "gamma") == 0 || strcmp(wn, "moving_variance") == 0 || strcmp(wn, "variance") == 0)
                           ? 1.0f : 0.0f; /* else zeros: bias, beta, moving_mean, PReLU alpha, mean, count */
@@ -782,7 +811,9 @@ typedef fl_node *(*build_fn)(fl_layer *l, fl_graph *g, fl_node *const *xs, int n
 
 static fl_node *build_input(fl_layer *l, fl_graph *g, fl_node *const *xs, int nx) {
     (void)xs; (void)nx;
-    return fl_graph_input(g, l->name, l->a.shape.ndim, l->a.shape.shape);
+    fl_node *n = fl_graph_input(g, l->name, l->a.shape.ndim, l->a.shape.shape);
+    if (n) n->int_val = l->a.shape.dtype == FL_INT32;
+    return n;
 }
 
 /* Dense/Conv2D run their activation fused when its derivative follows from
@@ -864,6 +895,12 @@ static fl_node *build_global_pool(fl_layer *l, fl_graph *g, fl_node *const *xs, 
     bool one_d = l->kind == FL_L_GAP1D || l->kind == FL_L_GMP1D, max = l->kind == FL_L_GMP || l->kind == FL_L_GMP1D;
     if (one_d ? need_rank(l, x, 3, SEQUENCE) : need_image(l, x)) return NULL;
     int64_t c = x->shape[x->ndim - 1];
+    if (l->kind == FL_L_GAP1D && x->mask) { /* Keras: the mean of the valid steps */
+        fl_node *y = fl_graph_masked_gap1d(g, l->name, x, x->mask);
+        return y && l->a.gpool.keepdims ? view(l, g, y, 2, (int64_t[]){1, c}) : y;
+    }
+    /* GlobalMaxPooling1D: Keras 3's does not support masking and drops the
+     * mask, pooling every step; so does flynn */
     if (one_d) x = view(l, g, x, 3, (int64_t[]){x->shape[1], 1, c});
     if (!x) return NULL;
     fl_node *y = max ? fl_graph_pool(g, l->name, FL_OP_MAXPOOL, x, (int)x->shape[1], (int)x->shape[2],
@@ -1376,6 +1413,36 @@ static fl_node *build_bidirectional(fl_layer *l, fl_graph *g, fl_node *const *xs
     return y;
 }
 
+/* Embedding: a gather of the table's rows; with mask_zero the output
+ * carries the mask of the nonzero indices. The indices must come straight
+ * from a model input, whose data fit/predict check against input_dim. */
+static fl_node *build_embedding(fl_layer *l, fl_graph *g, fl_node *const *xs, int nx) {
+    (void)nx;
+    const fl_embedding_args *a = &l->a.emb;
+    fl_node *x = xs[0];
+    if (x->op != FL_OP_INPUT)
+        return fl_error_null(FL_ERR_UNSUPPORTED, "layer '%s' (Embedding): its input comes from layer '%s' (op %s); "
+                             "flynn's Embedding reads its indices straight from a model Input (whose data it checks "
+                             "against input_dim %d as it comes in)", l->name, x->name, fl_op_name(x->op), a->input_dim);
+    fl_node *w = add_weight(l, g, "embeddings", 2, (int64_t[]){a->input_dim, a->output_dim}, true);
+    fl_node *y = w ? fl_graph_embedding(g, l->name, x, w) : NULL;
+    if (y && a->mask_zero && !(y->mask = fl_graph_seq_mask(g, l->name, x, 0.0f))) return NULL;
+    return y;
+}
+
+/* Masking: y = x where the step has a value != mask_value, else 0, as a
+ * product with the mask (broadcast over the features); y carries the mask. */
+static fl_node *build_masking(fl_layer *l, fl_graph *g, fl_node *const *xs, int nx) {
+    (void)nx;
+    fl_node *x = xs[0];
+    if (need_rank(l, x, 3, SEQUENCE)) return NULL;
+    fl_node *m = fl_graph_seq_mask(g, l->name, x, l->a.masking.mask_value);
+    fl_node *mv = view(l, g, m, 2, (int64_t[]){x->shape[1], 1});
+    fl_node *y = mv ? fl_graph_merge(g, l->name, FL_OP_MUL, (fl_node *const[]){x, mv}, 2, 0) : NULL;
+    if (y) y->mask = m;
+    return y;
+}
+
 static const build_fn kind_build[FL_L_COUNT] = {
     [FL_L_INPUT] = build_input,         [FL_L_DENSE] = build_dense,         [FL_L_CONV2D] = build_conv2d,
     [FL_L_MAXPOOL] = build_pool,        [FL_L_AVGPOOL] = build_pool,        [FL_L_GAP] = build_global_pool,
@@ -1397,7 +1464,60 @@ static const build_fn kind_build[FL_L_COUNT] = {
     [FL_L_REPEAT_VECTOR] = build_repeat_vector, [FL_L_TIME_DISTRIBUTED] = build_time_distributed,
     [FL_L_SIMPLE_RNN] = build_rnn,      [FL_L_LSTM] = build_rnn,            [FL_L_GRU] = build_rnn,
     [FL_L_BIDIRECTIONAL] = build_bidirectional,
+    [FL_L_EMBEDDING] = build_embedding, [FL_L_MASKING] = build_masking,
 };
+
+/* Keras's mask rules (Layer.compute_mask) for the kinds of this file: a
+ * layer with supports_masking passes its input's mask on; merges combine
+ * the masks of their inputs (an OR, when every input has one); every other
+ * layer drops it (Keras 3 warns and drops it too). A layer whose Keras call
+ * would use the mask in a way flynn does not compute is refused. The
+ * layers that make or use masks themselves (Embedding, Masking,
+ * GlobalAveragePooling1D) set out->mask in their build. */
+static bool kind_passes_mask(fl_layer_kind k) {
+    switch (k) {
+    case FL_L_DENSE: case FL_L_DROPOUT: case FL_L_SPATIAL_DROPOUT2D: case FL_L_ACTIVATION: case FL_L_RELU:
+    case FL_L_LEAKY_RELU: case FL_L_ELU: case FL_L_PRELU: case FL_L_RESCALING: case FL_L_NORMALIZATION:
+        return true;
+    default:
+        return false;
+    }
+}
+
+static fl_status mask_refused(const fl_layer *l, const char *why) {
+    return fl_error(FL_ERR_UNSUPPORTED, "layer '%s' (%s) receives a masked sequence (from Embedding mask_zero or "
+                    "Masking); Keras's %s %s, which flynn does not compute, so it refuses the model rather than give "
+                    "a different answer", l->name, kind_class[l->kind], kind_class[l->kind], why);
+}
+
+/* Checks the masks coming in before the layer is built. */
+static fl_status masks_in(const fl_layer *l, fl_node *const *xs, int nx) {
+    bool any = false;
+    for (int i = 0; i < nx; i++) any |= xs[i]->mask != NULL;
+    if (!any) return FL_OK;
+    switch (l->kind) {
+    case FL_L_SOFTMAX: return mask_refused(l, "uses the mask to exclude positions from the softmax");
+    case FL_L_BATCHNORM: return mask_refused(l, "uses the mask for the batch statistics");
+    case FL_L_MAXIMUM: case FL_L_MINIMUM: return mask_refused(l, "takes masked steps from the other inputs");
+    case FL_L_CONCATENATE: return mask_refused(l, "concatenates the masks along its axis");
+    default: return FL_OK;
+    }
+}
+
+/* Sets the output's mask by the rules above. */
+static fl_status masks_out(fl_layer *l, fl_graph *g, fl_node *const *xs, int nx, fl_node *out) {
+    if (out->mask) return FL_OK;
+    if (kind_passes_mask(l->kind)) { out->mask = xs[0]->mask; return FL_OK; }
+    if (!fl_layer_kind_merges(l->kind)) return FL_OK;
+    fl_node *ms[FL_NODE_MAX_IN];
+    bool same = true;
+    for (int i = 0; i < nx; i++) {
+        if (!(ms[i] = xs[i]->mask)) return FL_OK; /* Keras: no mask when any input has none */
+        same &= ms[i] == ms[0];
+    }
+    out->mask = same ? ms[0] : fl_graph_merge(g, l->name, FL_OP_MAX, ms, nx, 0); /* 1/0 masks: max is OR */
+    return out->mask ? FL_OK : fl_last_status();
+}
 
 fl_node *fl_layer_build(fl_layer *l, fl_graph *g, fl_node *const *xs, int nx, uint64_t seed) {
     if ((unsigned)l->kind >= FL_L_COUNT || !kind_build[l->kind])
@@ -1407,8 +1527,14 @@ fl_node *fl_layer_build(fl_layer *l, fl_graph *g, fl_node *const *xs, int nx, ui
         return fl_error_null(FL_ERR_INVALID_ARG, "layer '%s' (%s) takes %s, it was given %d", l->name,
                              kind_class[l->kind],
                              in == FL_IN_NONE ? "no input" : in == FL_IN_MANY ? "2 or more inputs" : "one input", nx);
+    for (int i = 0; i < nx; i++)
+        if (xs[i]->int_val && l->kind != FL_L_EMBEDDING)
+            return fl_error_null(FL_ERR_UNSUPPORTED, "layer '%s' (%s) receives the int32 input '%s'; in flynn only "
+                                 "Embedding reads integer inputs (give this layer a float32 Input)", l->name,
+                                 kind_class[l->kind], xs[i]->name);
+    if (masks_in(l, xs, nx)) return NULL;
     fl_node *out = kind_build[l->kind](l, g, xs, nx);
-    if (!out) return NULL;
+    if (!out || masks_out(l, g, xs, nx, out)) return NULL;
     l->out = out;
     l->g = g;
     if (l->ncalls++ == 0) fl_layer_init_weights(l, g->be, seed);

@@ -102,8 +102,17 @@ fail_layers:
 
 static _Thread_local int64_t g_sym_order;
 
+int fl_model_input_dtype(const fl_model *m, int i) {
+    if (!m || i < 0 || i >= m->ninputs) return -1;
+    return m->inputs[i]->int_val ? FL_INT32 : FL_FLOAT32;
+}
+
 fl_sym *fl_keras_input_(int ndim, const int64_t *shape, const char *name) {
-    fl_layer *l = fl_input_(ndim, shape);
+    return fl_keras_input_dtype_(FL_FLOAT32, ndim, shape, name);
+}
+
+fl_sym *fl_keras_input_dtype_(fl_dtype dtype, int ndim, const int64_t *shape, const char *name) {
+    fl_layer *l = fl_input_dtype_(dtype, ndim, shape);
     if (!l) return NULL;
     if (name && *name) {
         if (strlen(name) >= sizeof l->name) {

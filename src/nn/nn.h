@@ -61,7 +61,9 @@
     X(SIMPLE_RNN, "SimpleRNN", "simple_rnn", FL_IN_ONE)                              \
     X(LSTM, "LSTM", "lstm", FL_IN_ONE)                                               \
     X(GRU, "GRU", "gru", FL_IN_ONE)                                                  \
-    X(BIDIRECTIONAL, "Bidirectional", "bidirectional", FL_IN_ONE)
+    X(BIDIRECTIONAL, "Bidirectional", "bidirectional", FL_IN_ONE)                   \
+    X(EMBEDDING, "Embedding", "embedding", FL_IN_ONE)                               \
+    X(MASKING, "Masking", "masking", FL_IN_ONE)
 
 enum { FL_IN_NONE, FL_IN_ONE, FL_IN_MANY };
 
@@ -106,7 +108,6 @@ struct fl_layer {
         struct { int ndim; int dims[FL_MAX_DIMS]; } perm; /* Permute: 1-based, as Keras */
         fl_rnn_args rnn;           /* SimpleRNN, LSTM, GRU: defaults resolved */
         struct { fl_layer *fwd, *bwd; fl_merge_mode merge_mode; } bidi; /* Bidirectional: owns both */
-        struct { int ndim; int64_t shape[FL_MAX_DIMS]; } shape; /* Input, Reshape */
         fl_layer_normalization_args ln;
         fl_multi_head_attention_args mha;
         fl_attention_args att;
@@ -115,6 +116,14 @@ struct fl_layer {
             fl_layer *inner;
             char wname[FL_LAYER_MAX_WEIGHTS][80]; /* "dense/kernel": the legacy .h5 names */
         } td;
+        struct {                   /* Input, Reshape */
+            int ndim;
+            int64_t shape[FL_MAX_DIMS];
+            fl_dtype dtype;        /* Input: FL_FLOAT32 or FL_INT32 */
+            bool int64;            /* Input: Keras's dtype was "int64" (carried as int32, written back as int64) */
+        } shape;
+        fl_embedding_args emb;
+        fl_masking_args masking;
     } a;
     int nw;
     fl_node *w[FL_LAYER_MAX_WEIGHTS];

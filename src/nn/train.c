@@ -45,6 +45,20 @@ static const char *metric_key(fl_metric m) {
 
 static int out_classes(const fl_model *m) { return (int)m->output->shape[m->output->ndim - 1]; }
 
+/* m->stats: the running loss, the metrics, and the count of valid rows of a masked output (kept by
+ * loss_mask; Keras's metrics do not use it) */
+#define FL_STAT_VALID (1 + FL_MAX_METRICS)
+#define FL_STATS (2 + FL_MAX_METRICS)
+
+/* The output's mask when the loss applies it: a rank-3 (or more) output
+ * whose mask has one value per row of the loss (Keras: the _keras_mask of
+ * y_pred weighs the loss). */
+static const fl_node *loss_mask_of(const fl_model *m) {
+    const fl_node *o = m->output, *k = o->mask;
+    return k && fl_node_sample_size(k) * out_classes(m) == fl_node_sample_size(o) ? k : NULL;
+}
+
+
 /* ------------------------------------------------------------ compile */
 
 fl_status fl_compile_(fl_model *m, fl_optimizer *opt, fl_loss loss, const fl_metric *metrics, int n) {
@@ -134,7 +148,10 @@ static fl_status check_x(const fl_model *m, const fl_tensor *x, const char *what
 static fl_status check_x_for(const fl_model *m, const fl_node *in, const fl_tensor *x, const char *what) {
     char a[128], b[128];
     if (!x) return fl_error(FL_ERR_INVALID_ARG, "%s: x is NULL", what);
-    if (x->dtype != FL_FLOAT32)
+    if (in->int_val && x->dtype != FL_FLOAT32 && x->dtype != FL_INT32 && x->dtype != FL_UINT8)
+        return fl_error(FL_ERR_INVALID_ARG, "%s: x is %s, model '%s' input '%s' takes int32 values", what,
+                        fl_dtype_name(x->dtype), m->name, in->name);
+    if (!in->int_val && x->dtype != FL_FLOAT32 && x->dtype != FL_INT32)
         return fl_error(FL_ERR_INVALID_ARG, "%s: x is %s, expected float32 (convert with fl_to_float(x, 1/255.f))", what,
                         fl_dtype_name(x->dtype));
     bool ok = x->ndim == in->ndim && x->shape[0] > 0;
@@ -147,6 +164,78 @@ static fl_status check_x_for(const fl_model *m, const fl_node *in, const fl_tens
                         fl_shape_str(x->ndim, x->shape, a, sizeof a), m->name, fl_shape_str(in->ndim, s, b, sizeof b));
     }
     return FL_OK;
+}
+
+static const char *index_str(int64_t i, int nd, const int64_t *dims, char *buf, size_t n);
+
+/* The Embeddings that read input `in` refuse an index outside [0,
+ * input_dim) here, once per call, before any batch runs: the kernels never
+ * see one (and the forward pass stays a plain gather). */
+static fl_status check_indices(const fl_model *m, const fl_node *in, const int32_t *v, const float *f, int64_t n,
+                               const char *what) {
+    const fl_graph *g = &m->g;
+    int64_t per = fl_node_sample_size(in);
+    for (int k = 0; k < g->n; k++) {
+        const fl_node *e = g->nodes[k];
+        if (e->op != FL_OP_EMBEDDING || e->in[0] != in) continue;
+        int64_t dim = e->in[1]->shape[0];
+        for (int64_t i = 0; i < n * per; i++) {
+            /* a float input's value is truncated toward zero, as Keras casts it */
+            double ix = v ? (double)v[i] : isfinite(f[i]) ? trunc((double)f[i]) : -1.0;
+            if (ix < 0 || ix >= (double)dim) {
+                char a[128];
+                return fl_error(FL_ERR_INVALID_ARG,
+                                "%s: x[%lld] holds the index %.10g at position %s, which layer '%s' (Embedding) cannot "
+                                "look up: expected 0 <= index < input_dim %lld (Keras on JAX would clip it silently; "
+                                "flynn refuses it)", what, (long long)(i / per), v ? (double)v[i] : (double)f[i],
+                                index_str(i % per, in->ndim - 1, in->shape + 1, a, sizeof a), e->name, (long long)dim);
+            }
+        }
+    }
+    return FL_OK;
+}
+
+/* x's values as the input node holds them: floats (an int32 x converted),
+ * or for an int input
+ * int32 values in a float-sized buffer (x itself when it is int32, else a
+ * copy the caller frees through *owned: uint8 widened, float32 converted
+ * when every value is an integer in int32's range; Keras would truncate a
+ * fraction silently, flynn refuses it). NULL on error. */
+static const float *x_rows(const fl_model *m, const fl_node *in, const fl_tensor *x, const char *what, float **owned) {
+    *owned = NULL;
+    int64_t n = fl_tensor_size(x);
+    if (!in->int_val && x->dtype == FL_INT32) { /* a float input: x.astype("float32"), as Keras converts it */
+        float *f = fl_malloc((size_t)(n ? n : 1) * sizeof(float), "float32 input");
+        if (!f) return NULL;
+        for (int64_t i = 0; i < n; i++) f[i] = (float)((const int32_t *)x->data)[i];
+        *owned = f;
+    }
+    if (!in->int_val) {
+        const float *xf = *owned ? *owned : x->data;
+        if (check_indices(m, in, NULL, xf, x->shape[0], what)) { free(*owned); *owned = NULL; return NULL; }
+        return xf;
+    }
+    const int32_t *v = x->data;
+    if (x->dtype != FL_INT32) {
+        int32_t *c = fl_malloc((size_t)(n ? n : 1) * sizeof(int32_t), "int32 input");
+        if (!c) return NULL;
+        for (int64_t i = 0; i < n; i++) {
+            if (x->dtype == FL_UINT8) { c[i] = ((const uint8_t *)x->data)[i]; continue; }
+            float f = ((const float *)x->data)[i];
+            if (!(f == floorf(f) && f >= -2147483648.0f && f < 2147483648.0f)) {
+                free(c);
+                return fl_error_null(FL_ERR_INVALID_ARG,
+                                     "%s: x[%lld] = %g is not an integer, and input '%s' of model '%s' is int32 "
+                                     "(give int32 data; flynn converts float32 x only when every value is an integer)",
+                                     what, (long long)(i / (fl_tensor_size(x) / x->shape[0])), f, in->name, m->name);
+            }
+            c[i] = (int32_t)f;
+        }
+        *owned = (float *)c;
+        v = c;
+    }
+    if (check_indices(m, in, v, NULL, x->shape[0], what)) { free(*owned); *owned = NULL; return NULL; }
+    return (const float *)v;
 }
 
 static float get_as_float(const fl_tensor *t, int64_t i) {
@@ -215,7 +304,7 @@ static fl_status reserve(fl_model *m, int64_t batch) {
     int64_t rows = fl_node_sample_size(m->output) / out_classes(m);
     int64_t tcap = m->g.batch_cap * fl_node_sample_size(m->output);
     if (!m->stats) {
-        m->stats = be->alloc((1 + FL_MAX_METRICS) * sizeof(double));
+        m->stats = be->alloc(FL_STATS * sizeof(double));
         if (!m->stats) return fl_last_status();
     }
     if (tcap > m->target_cap) {
@@ -325,11 +414,11 @@ static fl_status device_status(fl_model *m, const char *what) {
 /* Running totals of loss and metrics live in m->stats (on the device):
  * per-sample averages times the batch size, so that they weight by samples
  * like Keras's trackers. They are read only when something is shown. */
-static void zero_stats(fl_model *m) { m->g.be->zero(m->stats, (1 + FL_MAX_METRICS) * sizeof(double)); }
+static void zero_stats(fl_model *m) { m->g.be->zero(m->stats, FL_STATS * sizeof(double)); }
 
 static void read_stats(fl_model *m, int64_t seen, double *out) {
-    double raw[1 + FL_MAX_METRICS];
-    m->g.be->download(raw, m->stats, (size_t)(1 + m->nmetrics) * sizeof(double));
+    double raw[FL_STATS];
+    m->g.be->download(raw, m->stats, FL_STATS * sizeof(double));
     for (int i = 0; i <= m->nmetrics; i++) out[i] = raw[i] / (double)(seen > 0 ? seen : 1);
 }
 
@@ -348,8 +437,13 @@ static void loss_and_metrics(fl_model *m, bool grad) {
         o->grad_ready = true;
         o->grad_is_preact = d.input == FL_LI_SOFTMAX_FUSED || d.input == FL_LI_SIGMOID_FUSED;
     }
+    const fl_node *mask = loss_mask_of(m);
+    /* Keras's apply_mask: the valid rows weigh rows / valid, the others 0 */
+    if (mask) be->loss_mask(rows, C, mask->val, m->row_loss, grad ? o->grad : NULL, m->stats + FL_STAT_VALID);
     double scale = (double)m->g.batch / (double)rows;
     be->sum_into(rows, m->row_loss, scale, m->stats);
+    /* the metrics are not masked: Keras 3.15's compiled metrics do not see y_pred's mask (its
+     * train_on_batch reports the accuracy over every step, padding included: train_seq_scce_masked) */
     for (int i = 0; i < m->nmetrics; i++) {
         be->metric(m->metric_codes[i], rows, C, o->val, m->target, m->row_score);
         be->sum_into(rows, m->row_score, scale, m->stats + 1 + i);
@@ -550,9 +644,11 @@ fl_status fl_evaluate_(fl_model *m, const fl_tensor *x, const fl_tensor *y, floa
     int64_t bs = a.batch_size > 0 ? a.batch_size : 32, n = x->shape[0], yrow = 0;
     float *yh = prepare_y(m, x, y, &yrow, "fl_evaluate");
     if (!yh) return fl_last_status();
-    int64_t *idx = iota(n, 0);
+    float *xo;
+    const float *xr = x_rows(m, m->input, x, "fl_evaluate", &xo);
+    int64_t *idx = xr ? iota(n, 0) : NULL;
     data_src d = {0};
-    fl_status s = idx ? data_open(m, m->input, x->data, yh, n, yrow, &d) : fl_last_status();
+    fl_status s = idx ? data_open(m, m->input, xr, yh, n, yrow, &d) : fl_last_status();
     if (s == FL_OK) {
         FILE *f = a.out ? a.out : stdout;
         progbar pb = {f, resolve_verbose(a.verbose, f), (n + bs - 1) / bs, now(), 0, 0};
@@ -564,6 +660,7 @@ fl_status fl_evaluate_(fl_model *m, const fl_tensor *x, const fl_tensor *y, floa
     data_close(m, &d);
     free(idx);
     free(yh);
+    free(xo);
     return s;
 }
 
@@ -576,11 +673,14 @@ fl_tensor *fl_predict_(fl_model *m, const fl_tensor *x, fl_eval_args a) {
     int64_t shape[FL_MAX_DIMS];
     memcpy(shape, m->output->shape, sizeof shape);
     shape[0] = n;
-    fl_tensor *out = fl_tensor_new(FL_FLOAT32, m->output->ndim, shape);
+    float *xo;
+    const float *xr = x_rows(m, m->input, x, "fl_predict", &xo);
+    fl_tensor *out = xr ? fl_tensor_new(FL_FLOAT32, m->output->ndim, shape) : NULL;
     int64_t *idx = out ? iota(n, 0) : NULL;
     data_src d = {0};
-    if (!idx || reserve(m, bs < n ? bs : n) != FL_OK || data_open(m, m->input, x->data, NULL, n, 0, &d) != FL_OK) {
+    if (!idx || reserve(m, bs < n ? bs : n) != FL_OK || data_open(m, m->input, xr, NULL, n, 0, &d) != FL_OK) {
         free(idx);
+        free(xo);
         fl_tensor_free(out);
         return NULL;
     }
@@ -592,6 +692,7 @@ fl_tensor *fl_predict_(fl_model *m, const fl_tensor *x, fl_eval_args a) {
     }
     data_close(m, &d);
     free(idx);
+    free(xo);
     if (device_status(m, "predicting") != FL_OK) {
         fl_tensor_free(out);
         return NULL;
@@ -628,7 +729,11 @@ fl_status fl_predict_multi_(fl_model *m, const fl_tensor *const *xs, int nx, fl_
     memset(d, 0, sizeof d);
     if (st == FL_OK && !idx) st = fl_last_status();
     if (st == FL_OK) st = reserve(m, bs < n ? bs : n);
-    for (int i = 0; i < nx && st == FL_OK; i++) st = data_open(m, m->inputs[i], xs[i]->data, NULL, n, 0, &d[i]);
+    float *xo[FL_MODEL_MAX_IO] = {0};
+    for (int i = 0; i < nx && st == FL_OK; i++) {
+        const float *xr = x_rows(m, m->inputs[i], xs[i], "fl_predict_multi", &xo[i]);
+        st = xr ? data_open(m, m->inputs[i], xr, NULL, n, 0, &d[i]) : fl_last_status();
+    }
     for (int64_t s = 0; st == FL_OK && s * bs < n; s++) {
         int64_t b = n - s * bs < bs ? n - s * bs : bs;
         for (int i = 0; i < nx; i++) load_batch(m, &d[i], idx + s * bs, b);
@@ -638,7 +743,7 @@ fl_status fl_predict_multi_(fl_model *m, const fl_tensor *const *xs, int nx, fl_
             m->g.be->download((float *)outs[o]->data + s * bs * orow, m->outputs[o]->val, (size_t)(b * orow) * sizeof(float));
         }
     }
-    for (int i = 0; i < nx; i++) data_close(m, &d[i]);
+    for (int i = 0; i < nx; i++) { data_close(m, &d[i]); free(xo[i]); }
     free(idx);
     if (st == FL_OK) st = device_status(m, "predicting");
     if (st != FL_OK)
@@ -946,15 +1051,19 @@ fl_history *fl_fit_(fl_model *m, const fl_tensor *x, const fl_tensor *y, fl_fit_
     }
     data_src tr = {0}, vd = {0};
     graph_state gs = {0};
+    float *xo = NULL, *vxo = NULL;
+    const float *xr = x_rows(m, m->input, x, "fl_fit", &xo);
+    const float *vxr = xr && a.validation_x ? x_rows(m, m->input, a.validation_x, "fl_fit (validation data)", &vxo) : NULL;
+    if (!xr || (a.validation_x && !vxr)) { free(xo); free(yh); free(vyh); return NULL; }
     int64_t *perm = fl_malloc((size_t)n * sizeof(int64_t), "shuffle order");
     int64_t *vidx = NULL, nv = 0;
     fl_history *h = fl_calloc(1, sizeof *h, "History");
     if (!perm || !h || reserve(m, bs < n_train ? bs : n_train) != FL_OK ||
-        data_open(m, m->input, x->data, yh, n, y_row, &tr) != FL_OK)
+        data_open(m, m->input, xr, yh, n, y_row, &tr) != FL_OK)
         goto fail;
     if (a.validation_x) {
         nv = a.validation_x->shape[0];
-        if (!(vidx = iota(nv, 0)) || data_open(m, m->input, a.validation_x->data, vyh, nv, vrow, &vd) != FL_OK) goto fail;
+        if (!(vidx = iota(nv, 0)) || data_open(m, m->input, vxr, vyh, nv, vrow, &vd) != FL_OK) goto fail;
     } else if (n_val > 0) {
         nv = n_val;
         if (!(vidx = iota(nv, n_train))) goto fail;
@@ -971,8 +1080,8 @@ fl_history *fl_fit_(fl_model *m, const fl_tensor *x, const fl_tensor *y, fl_fit_
     FILE *f = a.out ? a.out : stdout;
     int mode = resolve_verbose(a.verbose, f);
     int64_t steps = (n_train + bs - 1) / bs;
-    if (check && !m->g.be->host_memory && /* device: x once, the batches are gathered there */
-        check_x_finite(m, &tr, x->data, NULL, n_train, a.initial_epoch, epochs, 0, steps) != FL_OK)
+    if (check && !m->g.be->host_memory && !m->input->int_val && /* device: x once, the batches are gathered there */
+        check_x_finite(m, &tr, xr, NULL, n_train, a.initial_epoch, epochs, 0, steps) != FL_OK)
         goto fail;
     double t_fit = now();
     for (int ep = a.initial_epoch; ep < epochs; ep++) {
@@ -990,7 +1099,7 @@ fl_history *fl_fit_(fl_model *m, const fl_tensor *x, const fl_tensor *y, fl_fit_
         for (int64_t s = 0; s < steps; s++) {
             int64_t b = n_train - s * bs < bs ? n_train - s * bs : bs;
             load_batch(m, &tr, perm + s * bs, b);
-            if (check && m->g.be->host_memory &&
+            if (check && m->g.be->host_memory && !m->input->int_val && /* int32 indices: no NaN to find */
                 check_x_finite(m, &tr, m->input->val, perm + s * bs, b, ep, epochs, s, steps) != FL_OK)
                 goto fail;
             bool finite;
@@ -1055,12 +1164,12 @@ fl_history *fl_fit_(fl_model *m, const fl_tensor *x, const fl_tensor *y, fl_fit_
     h->seconds = now() - t_fit;
     if (gs.graph) m->g.be->graph_free(gs.graph);
     data_close(m, &tr); data_close(m, &vd);
-    free(perm); free(vidx); free(yh); free(vyh);
+    free(perm); free(vidx); free(yh); free(vyh); free(xo); free(vxo);
     return h;
 fail:
     if (gs.graph) m->g.be->graph_free(gs.graph);
     data_close(m, &tr); data_close(m, &vd);
-    free(perm); free(vidx); free(yh); free(vyh);
+    free(perm); free(vidx); free(yh); free(vyh); free(xo); free(vxo);
     fl_history_free(h);
     return NULL;
 }

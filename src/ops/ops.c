@@ -1351,6 +1351,11 @@ static const fl_op_def op_table[FL_OP_COUNT] = {
                           KERNEL(dropout_fwd), KERNEL(dropout_bwd)}},
     [FL_OP_REPEAT] = {"repeat", fl_repeat_forward, fl_repeat_backward, {KERNEL(concat_fwd), KERNEL(concat_bwd)}},
     [FL_OP_RNN] = {"rnn", fl_op_rnn_forward, fl_op_rnn_backward, {KERNEL(rnn_fwd), KERNEL(rnn_bwd), KERNEL(accumulate)}},
+    [FL_OP_EMBEDDING] = {"embedding", fl_op_embedding_forward, fl_op_embedding_backward,
+                         {KERNEL(embedding_fwd), KERNEL(embedding_bwd)}},
+    [FL_OP_SEQ_MASK] = {"sequence_mask", fl_op_seq_mask_forward, NULL, {KERNEL(seq_mask)}},
+    [FL_OP_MASKED_GAP1D] = {"masked_global_avg_pool1d", fl_op_masked_gap1d_forward, fl_op_masked_gap1d_backward,
+                            {KERNEL(masked_gap1d_fwd), KERNEL(masked_gap1d_bwd)}},
 };
 
 /* the helpers above, for the ops in other files (ops_internal.h) */
@@ -1386,3 +1391,4 @@ const char *fl_op_missing_kernel(const fl_backend *be, fl_op op) {
     }
     return NULL;
 }
+

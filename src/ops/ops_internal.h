@@ -3,7 +3,7 @@
  * that checks sizes and the memory budget, and the gradient helpers
  * (which input needs a gradient, whether to add to it, the weight gradients
  * of shared layers); and the forward/backward pairs that live outside ops.c
- * (src/ops/attention.c, src/ops/rnn.c), for ops.c's op table.
+ * (src/ops/attention.c, rnn.c, seq.c), for ops.c's op table.
  */
 #ifndef FL_OPS_INTERNAL_H
 #define FL_OPS_INTERNAL_H
@@ -24,6 +24,13 @@ void fl_attention_forward(fl_graph *g, fl_node *n, bool training);
 void fl_attention_backward(fl_graph *g, fl_node *n);
 void fl_repeat_forward(fl_graph *g, fl_node *n, bool training);
 void fl_repeat_backward(fl_graph *g, fl_node *n);
+
+/* src/ops/seq.c */
+void fl_op_embedding_forward(fl_graph *g, fl_node *n, bool training);
+void fl_op_embedding_backward(fl_graph *g, fl_node *n);
+void fl_op_seq_mask_forward(fl_graph *g, fl_node *n, bool training);
+void fl_op_masked_gap1d_forward(fl_graph *g, fl_node *n, bool training);
+void fl_op_masked_gap1d_backward(fl_graph *g, fl_node *n);
 
 /* src/ops/rnn.c */
 void fl_op_rnn_forward(fl_graph *g, fl_node *n, bool training);

@@ -506,6 +506,12 @@ static const fl_backend cpu_backend = {
     .attn_softmax_bwd = fl_cpu_attn_softmax_bwd,
     .rnn_fwd = fl_cpu_rnn_fwd,
     .rnn_bwd = fl_cpu_rnn_bwd,
+    .embedding_fwd = fl_cpu_embedding_fwd,
+    .embedding_bwd = fl_cpu_embedding_bwd,
+    .seq_mask = fl_cpu_seq_mask,
+    .masked_gap1d_fwd = fl_cpu_masked_gap1d_fwd,
+    .masked_gap1d_bwd = fl_cpu_masked_gap1d_bwd,
+    .loss_mask = fl_cpu_loss_mask,
 };
 
 const fl_backend *fl_backend_cpu(void) { return &cpu_backend; }

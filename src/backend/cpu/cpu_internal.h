@@ -99,5 +99,12 @@ void fl_cpu_rnn_fwd(const fl_rnn_desc *d, const float *x, const float *w, const 
 void fl_cpu_rnn_bwd(const fl_rnn_desc *d, const float *x, const float *w, const float *r, const float *b,
                     const float *mask, const float *dy, float *aux, float *dx, float dx_beta, float *dw, float *dr,
                     float *db);
+/* sequences: cpu_seq.c */
+void fl_cpu_embedding_fwd(int64_t n, int d, int64_t v, int x_int, const float *x, const float *w, float *y);
+void fl_cpu_embedding_bwd(int64_t n, int d, int64_t v, int x_int, const float *x, const float *dy, float *dw);
+void fl_cpu_seq_mask(int64_t rows, int c, int x_int, const float *x, float value, float *m);
+void fl_cpu_masked_gap1d_fwd(int64_t n, int64_t t, int c, const float *x, const float *m, float *y);
+void fl_cpu_masked_gap1d_bwd(int64_t n, int64_t t, int c, const float *m, const float *dy, float *dx, float beta);
+void fl_cpu_loss_mask(int64_t rows, int c, const float *m, float *row_loss, float *grad, double *acc);
 
 #endif
