@@ -167,6 +167,22 @@ for w in embedding.embeddings dense.kernel dense_1.bias; do
   if out=$("$NPY_CLOSE" "$tmp/emb/$w.npy" "${eb}_step1_${w/./_}.npy" 1e-4 1e-6 2>&1); then ok
   else bad "train-npy-int: $w after one step: $out"; fi
 done
+# text: fortunes-lang on a small fortune tree (the layout of Debian's packages)
+fort="$tmp/fort"
+mkdir -p "$fort/de" "$fort/es" "$fort/it" "$fort/pl"
+for f in fortunes de/zitate es/vida.fortunes it/adams pl/humor; do
+  for k in $(seq 1 12); do printf 'cookie %s number %d written in some language here\n%%\n' "$f" "$k"; done > "$fort/$f"
+done
+expect train-fortunes 0 "^test accuracy: 0\.[0-9]{4} - test loss: [0-9.]+ \(12 test samples\)" -- \
+  "$FLYNN" train --data "fortunes-lang:$fort" --epochs 1 --batch-size 8 --device cpu --verbose 2
+expect train-fortunes-summary 0 "embedding \(Embedding\) +│ \(None, 128, 32\)" -- \
+  "$FLYNN" train --data "fortunes-lang:$fort" --epochs 1 --batch-size 8 --device cpu --verbose 2
+expect train-fortunes-image-model 1 "model 'mnist_cnn' is an image model" -- \
+  "$FLYNN" train --model mnist_cnn --data "fortunes-lang:$fort" --epochs 1
+expect train-text-model-images 1 "model 'lstm_text' is a text model" -- \
+  "$FLYNN" train --model lstm_text --data "fashion-mnist:$tmp" --epochs 1
+expect train-fortunes-missing 1 "none of the English fortune files \(install the Debian package fortunes\)" -- \
+  "$FLYNN" train --data "fortunes-lang:$tmp/nothere" --epochs 1
 
 echo "test_cli_files: $pass passed, $fail failed"
 [ $fail -eq 0 ]

@@ -740,7 +740,14 @@ fl_status fl_compile_(fl_model *m, fl_optimizer *opt, fl_loss loss, const fl_met
  * "mlp" (Keras mnist_mlp: 512-512 relu with dropout 0.2). Input (h, w, c),
  * `classes` outputs, not compiled. */
 fl_model *fl_builtin_model(const char *name, int64_t h, int64_t w, int64_t c, int classes);
-/* Names of the built-in models, NULL-terminated. */
+/* The built-in text models, on int32 token sequences (steps,) with tokens
+ * in [0, vocab), 0 = padding: "lstm_text" (Embedding(vocab, 32,
+ * mask_zero=True), LSTM(64), Dense(classes, softmax): the keras.io LSTM
+ * classifier). Not compiled. */
+fl_model *fl_builtin_text_model(const char *name, int64_t steps, int64_t vocab, int classes);
+/* Whether a built-in model name is a text model (fl_builtin_text_model). */
+bool fl_builtin_model_is_text(const char *name);
+/* Names of the built-in models (image and text), NULL-terminated. */
 const char *const *fl_builtin_model_names(void);
 
 /* ------------------------------------------------------------------ devices */

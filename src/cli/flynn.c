@@ -54,7 +54,9 @@ static void usage_train(FILE *f) {
             "usage: flynn train [options]\n\n"
             "Trains a built-in model or a Keras model file, showing a Keras progress bar per\n"
             "epoch, then prints the test accuracy and the training throughput in samples/s.\n\n"
-            "  --model NAME|FILE      mnist_cnn (default), mlp, or a model file (.keras, .h5, .json):\n"
+            "  --model NAME|FILE      mnist_cnn (default for images), mlp, lstm_text (the text\n"
+            "                         model: default for fortunes-lang), or a model file (.keras,\n"
+            "                         .h5, .json):\n"
             "                         compiled as the file says, else Adam + sparse categorical\n"
             "                         crossentropy + accuracy\n"
             "  --resume FILE          continue training a saved model (.keras or .h5) with its\n"
@@ -65,7 +67,10 @@ static void usage_train(FILE *f) {
             "                         without --validation-split), as Keras ModelCheckpoint\n"
             "                         (save_best_only); FILE may hold {epoch:02d} and {val_loss:.4f}\n"
             "  --data SPEC            fashion-mnist[:DIR] (default, DIR defaults to %s),\n"
-            "                         mnist:DIR, cifar10:DIR (CIFAR-10 binary version), or your\n"
+            "                         mnist:DIR, cifar10:DIR (CIFAR-10 binary version),\n"
+            "                         fortunes-lang[:DIR] (text: which of 5 languages a fortune\n"
+            "                         cookie is in, from Debian's fortunes packages; DIR defaults\n"
+            "                         to /usr/share/games/fortunes), or your\n"
             "                         own arrays X.npy,Y.npy (x as it is, y class indices or\n"
             "                         targets; no test set: use --validation-split)\n"
             "  --samples N            train on the first N training images of a built-in data set\n"
@@ -185,13 +190,23 @@ typedef struct data_info {
     const char *kind;
     char dir[1024], x[1024], y[1024]; /* x, y: the .npy pair of kind "npy" */
     int64_t h, w, c;
+    int64_t vocab;                    /* text: tokens in [0, vocab), h steps (w, c unused); 0 for images */
     int classes;
 } data_info;
+
+/* The built-in model for the data: a text model for text, else an image model. */
+static fl_model *builtin_model(const char *name, const data_info *d) {
+    if (d->vocab) return fl_builtin_text_model(name, d->h, d->vocab, d->classes);
+    return fl_builtin_model(name, d->h, d->w, d->c, d->classes);
+}
+
+#define FORTUNES_STEPS 128
 
 static int parse_data(const char *cmd, const char *spec, data_info *d) {
     const char *colon = strchr(spec, ':');
     size_t kl = colon ? (size_t)(colon - spec) : strlen(spec);
     d->classes = 10;
+    d->vocab = 0;
     const char *comma = strchr(spec, ',');
     if (comma && !colon && flynn_has_suffix_n(spec, (size_t)(comma - spec), ".npy") &&
         flynn_has_suffix_n(comma + 1, strlen(comma + 1), ".npy")) {
@@ -211,8 +226,14 @@ static int parse_data(const char *cmd, const char *spec, data_info *d) {
     } else if (kl == 7 && strncmp(spec, "cifar10", kl) == 0 && colon) {
         d->kind = "cifar10"; d->h = 32; d->w = 32; d->c = 3;
         snprintf(d->dir, sizeof d->dir, "%s", colon + 1);
+    } else if (kl == 13 && strncmp(spec, "fortunes-lang", kl) == 0) {
+        d->kind = "fortunes-lang"; d->h = FORTUNES_STEPS; d->w = d->c = 0;
+        d->vocab = FL_FORTUNES_VOCAB;
+        d->classes = FL_FORTUNES_CLASSES;
+        snprintf(d->dir, sizeof d->dir, "%s", colon ? colon + 1 : "/usr/share/games/fortunes");
     } else {
-        return bad_usage(cmd, "--data wants fashion-mnist[:DIR], mnist:DIR, cifar10:DIR or X.npy,Y.npy, got", spec);
+        return bad_usage(cmd, "--data wants fashion-mnist[:DIR], mnist:DIR, cifar10:DIR, fortunes-lang[:DIR] or "
+                         "X.npy,Y.npy, got", spec);
     }
     return 0;
 }
@@ -253,6 +274,7 @@ static int npy_builtin_shape(data_info *d, const fl_dataset *data) {
 static fl_status load_data(const data_info *d, long train, long test, fl_dataset *out) {
     if (strcmp(d->kind, "npy") == 0) return fl_load_npy_xy(d->x, d->y, out);
     if (strcmp(d->kind, "cifar10") == 0) return fl_load_cifar10(d->dir, train, test, out);
+    if (strcmp(d->kind, "fortunes-lang") == 0) return fl_load_fortunes_lang(d->dir, (int)d->h, train, test, out);
     return fl_load_mnist(d->dir, train, test, out);
 }
 
@@ -426,20 +448,23 @@ static int report_results(fl_model *m, const fl_history *h, const fl_dataset *da
         if (acc < 0 && strstr(key, "accuracy")) acc = k;
     }
     if (acc > 0)
-        printf("test accuracy: %.4f - test loss: %.4f (%lld test images)\n", res[acc], res[0],
-               (long long)fl_tensor_dim(data->x_test, 0));
+        printf("test accuracy: %.4f - test loss: %.4f (%lld test %s)\n", res[acc], res[0],
+               (long long)fl_tensor_dim(data->x_test, 0), fl_tensor_ndim(data->x_test) >= 3 ? "images" : "samples");
     else
-        printf("test loss: %.4f (%lld test images)\n", res[0], (long long)fl_tensor_dim(data->x_test, 0));
+        printf("test loss: %.4f (%lld test %s)\n", res[0], (long long)fl_tensor_dim(data->x_test, 0),
+               fl_tensor_ndim(data->x_test) >= 3 ? "images" : "samples");
     return 0;
 }
 
 static int cmd_train(int argc, char **argv) {
     opts o = {.model = "mnist_cnn", .data = "fashion-mnist", .samples = 20000, .epochs = 2, .batch_size = 128};
+    const char *default_model = o.model;
     int r = parse("train", argc, argv, &o);
     if (r == -1) { usage_train(stdout); return 0; }
     if (r) return r;
     data_info d;
     if ((r = parse_data("train", o.data, &d))) return r;
+    if (d.vocab && o.model == default_model) o.model = "lstm_text"; /* text data: the text model */
     fl_verbose verbose;
     if ((r = parse_verbose("train", o.verbose, &verbose))) return r;
     if (o.threads) fl_set_num_threads(o.threads);
@@ -461,7 +486,7 @@ static int cmd_train(int argc, char **argv) {
                     "uncompiled); start from its weights with --model %s\n", file, file);
             return 1;
         }
-    } else if (!(m = fl_builtin_model(o.model, d.h, d.w, d.c, d.classes))) {
+    } else if (!(m = builtin_model(o.model, &d))) {
         fl_dataset_free(&data);
         return die(NULL);
     }
@@ -477,8 +502,9 @@ static int cmd_train(int argc, char **argv) {
         printf("data: x %s %s, y %s %s: %lld samples, no test set\n", d.x, fl_tensor_shape_str(data.x_train, a, sizeof a),
                d.y, fl_tensor_shape_str(data.y_train, b, sizeof b), (long long)fl_tensor_dim(data.x_train, 0));
     } else if (verbose != FL_VERBOSE_SILENT)
-        printf("data: %s from %s: %lld training and %lld test images\n", d.kind, d.dir,
-               (long long)fl_tensor_dim(data.x_train, 0), (long long)fl_tensor_dim(data.x_test, 0));
+        printf("data: %s from %s: %lld training and %lld test %s\n", d.kind, d.dir,
+               (long long)fl_tensor_dim(data.x_train, 0), (long long)fl_tensor_dim(data.x_test, 0),
+               d.vocab ? "sequences" : "images");
     int rc = 0;
     fl_history *h = NULL;
     fl_checkpoint *ck = NULL;
@@ -559,7 +585,7 @@ static int cmd_evaluate(int argc, char **argv) {
     fl_verbose verbose;
     if ((r = parse_verbose("evaluate", o.verbose, &verbose))) return r;
     if (o.threads) fl_set_num_threads(o.threads);
-    fl_model *m = fl_builtin_model(o.model, d.h, d.w, d.c, d.classes);
+    fl_model *m = builtin_model(o.model, &d);
     if (!m) return die(NULL);
     if ((r = choose_device("evaluate", m, o.device, o.precision, verbose == FL_VERBOSE_SILENT)) || (r = load_weights(m, o.weights))) {
         fl_model_free(m);
@@ -590,7 +616,7 @@ static int cmd_summary(int argc, char **argv) {
     if (r) return r;
     data_info d;
     if ((r = parse_data("summary", o.data, &d))) return r;
-    fl_model *m = fl_builtin_model(o.model, d.h, d.w, d.c, d.classes);
+    fl_model *m = builtin_model(o.model, &d);
     if (!m) return die(NULL);
     fl_model_summary(m, stdout);
     fl_model_free(m);

@@ -5,15 +5,26 @@
 #include "flynn/flynn.h"
 #include "core/error.h"
 
+#include <stdint.h>
 #include <string.h>
 
-static const char *const names[] = {"mnist_cnn", "mlp", NULL};
+static const char *const names[] = {"mnist_cnn", "mlp", "lstm_text", NULL};
+static const char *const text_names[] = {"lstm_text", NULL};
+
+bool fl_builtin_model_is_text(const char *name) {
+    for (int i = 0; name && text_names[i]; i++)
+        if (strcmp(name, text_names[i]) == 0) return true;
+    return false;
+}
 
 const char *const *fl_builtin_model_names(void) { return names; }
 
 fl_model *fl_builtin_model(const char *name, int64_t h, int64_t w, int64_t c, int classes) {
     if (!name) return fl_error_null(FL_ERR_INVALID_ARG, "fl_builtin_model: name is NULL");
     if (classes < 2) return fl_error_null(FL_ERR_INVALID_ARG, "fl_builtin_model: %d classes, expected >= 2", classes);
+    if (fl_builtin_model_is_text(name))
+        return fl_error_null(FL_ERR_INVALID_ARG, "model '%s' is a text model: it takes token sequences (flynn: --data "
+                             "fortunes-lang or X.npy,Y.npy with integer x; C: fl_builtin_text_model), not images", name);
     if (strcmp(name, "mnist_cnn") == 0)
         return fl_sequential(
             fl_input(h, w, c),
@@ -34,5 +45,26 @@ fl_model *fl_builtin_model(const char *name, int64_t h, int64_t w, int64_t c, in
             fl_dense(512, .activation = FL_RELU),
             fl_dropout(0.2f),
             fl_dense(classes, .activation = FL_SOFTMAX));
-    return fl_error_null(FL_ERR_INVALID_ARG, "unknown model '%s' (built-in models: mnist_cnn, mlp)", name);
+    return fl_error_null(FL_ERR_INVALID_ARG, "unknown model '%s' (built-in models: mnist_cnn, mlp, lstm_text)", name);
+}
+
+fl_model *fl_builtin_text_model(const char *name, int64_t steps, int64_t vocab, int classes) {
+    if (!name) return fl_error_null(FL_ERR_INVALID_ARG, "fl_builtin_text_model: name is NULL");
+    if (classes < 2)
+        return fl_error_null(FL_ERR_INVALID_ARG, "fl_builtin_text_model: %d classes, expected >= 2", classes);
+    if (steps < 1 || vocab < 2 || vocab > INT32_MAX)
+        return fl_error_null(FL_ERR_INVALID_ARG, "fl_builtin_text_model: %lld steps and a vocabulary of %lld, "
+                             "expected >= 1 and 2..2^31-1", (long long)steps, (long long)vocab);
+    if (strcmp(name, "lstm_text") == 0)
+        return fl_sequential(
+            fl_input_dtype(FL_INT32, steps),
+            fl_embedding((int)vocab, 32, .mask_zero = true),
+            fl_lstm(64),
+            fl_dense(classes, .activation = FL_SOFTMAX));
+    bool known = false;
+    for (int i = 0; names[i]; i++) known |= strcmp(name, names[i]) == 0;
+    if (!known)
+        return fl_error_null(FL_ERR_INVALID_ARG, "unknown model '%s' (built-in models: mnist_cnn, mlp, lstm_text)", name);
+    return fl_error_null(FL_ERR_INVALID_ARG, "model '%s' is an image model: it takes images (N, H, W, C), not token "
+                         "sequences; the built-in text model is lstm_text", name);
 }
