@@ -177,6 +177,8 @@ expect train-fortunes 0 "^test accuracy: 0\.[0-9]{4} - test loss: [0-9.]+ \(12 t
   "$FLYNN" train --data "fortunes-lang:$fort" --epochs 1 --batch-size 8 --device cpu --verbose 2
 expect train-fortunes-summary 0 "embedding \(Embedding\) +│ \(None, 128, 32\)" -- \
   "$FLYNN" train --data "fortunes-lang:$fort" --epochs 1 --batch-size 8 --device cpu --verbose 2
+expect train-fortunes-transformer 0 "^test accuracy: 0\.[0-9]{4} - test loss: [0-9.]+ \(12 test samples\)" -- \
+  "$FLYNN" train --model transformer_text --data "fortunes-lang:$fort" --epochs 1 --batch-size 8 --device cpu --verbose 2
 expect train-fortunes-image-model 1 "model 'mnist_cnn' is an image model" -- \
   "$FLYNN" train --model mnist_cnn --data "fortunes-lang:$fort" --epochs 1
 expect train-text-model-images 1 "model 'lstm_text' is a text model" -- \

@@ -743,7 +743,12 @@ fl_model *fl_builtin_model(const char *name, int64_t h, int64_t w, int64_t c, in
 /* The built-in text models, on int32 token sequences (steps,) with tokens
  * in [0, vocab), 0 = padding: "lstm_text" (Embedding(vocab, 32,
  * mask_zero=True), LSTM(64), Dense(classes, softmax): the keras.io LSTM
- * classifier). Not compiled. */
+ * classifier) and "transformer_text" (Embedding(vocab, 32), Conv1D(32, 3,
+ * same, relu), one Transformer block: MultiHeadAttention(2 heads, key_dim
+ * 16) + residual + LayerNormalization, Dense 64 relu / 32 + residual +
+ * LayerNormalization, then GlobalAveragePooling1D, Dropout(0.1),
+ * Dense(classes, softmax): keras.io's Transformer classifier with a
+ * convolution in place of its position embedding). Not compiled. */
 fl_model *fl_builtin_text_model(const char *name, int64_t steps, int64_t vocab, int classes);
 /* Whether a built-in model name is a text model (fl_builtin_text_model). */
 bool fl_builtin_model_is_text(const char *name);

@@ -8,8 +8,8 @@
 #include <stdint.h>
 #include <string.h>
 
-static const char *const names[] = {"mnist_cnn", "mlp", "lstm_text", NULL};
-static const char *const text_names[] = {"lstm_text", NULL};
+static const char *const names[] = {"mnist_cnn", "mlp", "lstm_text", "transformer_text", NULL};
+static const char *const text_names[] = {"lstm_text", "transformer_text", NULL};
 
 bool fl_builtin_model_is_text(const char *name) {
     for (int i = 0; name && text_names[i]; i++)
@@ -45,7 +45,7 @@ fl_model *fl_builtin_model(const char *name, int64_t h, int64_t w, int64_t c, in
             fl_dense(512, .activation = FL_RELU),
             fl_dropout(0.2f),
             fl_dense(classes, .activation = FL_SOFTMAX));
-    return fl_error_null(FL_ERR_INVALID_ARG, "unknown model '%s' (built-in models: mnist_cnn, mlp, lstm_text)", name);
+    return fl_error_null(FL_ERR_INVALID_ARG, "unknown model '%s' (built-in models: mnist_cnn, mlp, lstm_text, transformer_text)", name);
 }
 
 fl_model *fl_builtin_text_model(const char *name, int64_t steps, int64_t vocab, int classes) {
@@ -61,10 +61,26 @@ fl_model *fl_builtin_text_model(const char *name, int64_t steps, int64_t vocab, 
             fl_embedding((int)vocab, 32, .mask_zero = true),
             fl_lstm(64),
             fl_dense(classes, .activation = FL_SOFTMAX));
+    if (strcmp(name, "transformer_text") == 0) {
+        /* keras.io's "Text classification with Transformer" block, with a
+         * Conv1D over the embeddings in place of its position embedding (which
+         * needs a custom layer): the convolution gives each step its
+         * neighbours, the attention the whole sequence */
+        fl_sym *x = fl_keras_input_dtype(FL_INT32, steps);
+        fl_sym *e = fl_call(fl_embedding((int)vocab, 32), x);
+        fl_sym *c = fl_call(fl_conv1d(32, 3, .padding = FL_SAME, .activation = FL_RELU), e);
+        fl_sym *a = fl_call_n(fl_multi_head_attention(2, 16), c, c);
+        fl_sym *h = fl_call(fl_layer_normalization(.epsilon = 1e-6f), fl_call_n(fl_add(), c, a));
+        fl_sym *f = fl_call(fl_dense(32), fl_call(fl_dense(64, .activation = FL_RELU), h));
+        fl_sym *h2 = fl_call(fl_layer_normalization(.epsilon = 1e-6f), fl_call_n(fl_add(), h, f));
+        fl_sym *p = fl_call(fl_dropout(0.1f), fl_call(fl_global_average_pooling1d(), h2));
+        fl_sym *y = fl_call(fl_dense(classes, .activation = FL_SOFTMAX), p);
+        return fl_model_new(fl_syms(x), fl_syms(y), "transformer_text");
+    }
     bool known = false;
     for (int i = 0; names[i]; i++) known |= strcmp(name, names[i]) == 0;
     if (!known)
-        return fl_error_null(FL_ERR_INVALID_ARG, "unknown model '%s' (built-in models: mnist_cnn, mlp, lstm_text)", name);
+        return fl_error_null(FL_ERR_INVALID_ARG, "unknown model '%s' (built-in models: mnist_cnn, mlp, lstm_text, transformer_text)", name);
     return fl_error_null(FL_ERR_INVALID_ARG, "model '%s' is an image model: it takes images (N, H, W, C), not token "
                          "sequences; the built-in text model is lstm_text", name);
 }
