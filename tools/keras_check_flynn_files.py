@@ -188,7 +188,8 @@ def check_step(name, how, model, x, y, want_weights, want_iterations, h5path=Non
         for i, w in enumerate(layer.weights):
             # a sub-layer's weight by its path below the layer ("query/kernel"), as flynn names it
             at = w.path.find(layer.name + "/")
-            wn = w.path[at + len(layer.name) + 1:] if at >= 0 else w.name
+            sub = isinstance(layer, (keras.layers.MultiHeadAttention, keras.layers.TimeDistributed))
+            wn = w.path[at + len(layer.name) + 1:] if sub and at >= 0 else w.name
             if isinstance(layer, keras.layers.Bidirectional):  # flynn's names of its two halves
                 wn = ("forward_" if i < half else "backward_") + w.name
             fn = want_weights(layer.name, wn.replace("/", "_"))

@@ -1247,20 +1247,42 @@ def write_legacy_h5(model, path):
         cc.config.update(saved_cc)
 
 
+def weight_names(layer):
+    """flynn's names of a layer's weights, in Keras order: a sub-layer's weight
+    by its path below the layer ("query/kernel" of MultiHeadAttention,
+    "dense/kernel" of TimeDistributed), Bidirectional's halves as
+    "forward/kernel" and "backward/kernel", else the weight's own name."""
+    ws = layer.weights
+    if isinstance(layer, L.Bidirectional):  # two "kernel"s
+        half = len(ws) // 2
+        return [("forward/" if i < half else "backward/") + w.name for i, w in enumerate(ws)]
+    if isinstance(layer, (L.MultiHeadAttention, L.TimeDistributed)):
+        names = []
+        for w in ws:
+            at = w.path.find(layer.name + "/")
+            names.append(w.path[at + len(layer.name) + 1:] if at >= 0 else w.name)
+        return names
+    return [w.name for w in ws]
+
+
+def weight_of(model, lname, wname):
+    layer = model.get_layer(lname)
+    named = dict(zip(weight_names(layer), layer.weights))
+    if wname in named:
+        return named[wname]
+    # a reloaded TimeDistributed names its inner layer afresh (dense_1 for
+    # dense): the one weight with the same last name
+    last = [w for n, w in named.items() if n.split("/")[-1] == wname.split("/")[-1]]
+    if len(last) != 1:
+        raise KeyError("%s: no weight %s (has %s)" % (lname, wname, sorted(named)))
+    return last[0]
+
+
 def weight_files(out, model, prefix):
     """Saves each weight as <prefix>_<layer>_<weight>.npy, Keras order."""
     items = []
     for layer in model.layers:
-        names = []
-        for w in layer.weights:
-            # a sub-layer's weight by its path below the layer: "query/kernel"
-            # (MultiHeadAttention), "dense/kernel" (TimeDistributed), as flynn names them
-            at = w.path.find(layer.name + "/")
-            names.append(w.path[at + len(layer.name) + 1:] if at >= 0 else w.name)
-        if isinstance(layer, L.Bidirectional):  # two "kernel"s: flynn's names
-            half = len(names) // 2
-            names = [("forward/" if i < half else "backward/") + w.name for i, w in enumerate(layer.weights)]
-        for w, wn in zip(layer.weights, names):
+        for w, wn in zip(layer.weights, weight_names(layer)):
             fname = "%s_%s_%s.npy" % (prefix, layer.name, wn.replace("/", "_"))
             save_npy(out, fname, np.asarray(w.numpy(), F32))
             items.append([layer.name, wn, fname])
@@ -1670,7 +1692,7 @@ def check(out):
             model.train_on_batch(x, y)
             ok = True
             for lname, wname, wfile in tr["step1_weights"]:
-                v = [t for t in model.get_layer(lname).weights if t.name == wname][0]
+                v = weight_of(model, lname, wname)
                 ok &= close(v.numpy(), np.load(P(wfile)),
                             "%s step1 %s/%s" % (name, lname, wname),
                             rtol=1e-5, atol=1e-7)
@@ -1678,7 +1700,7 @@ def check(out):
             m2 = keras.saving.load_model(P(files["keras"]))
             m2.load_weights(P(files["step1_weights_h5"]))
             for lname, wname, wfile in tr["step1_weights"]:
-                v = [t for t in m2.get_layer(lname).weights if t.name == wname][0]
+                v = weight_of(m2, lname, wname)
                 ok &= close(v.numpy(), np.load(P(wfile)),
                             "%s step1.weights.h5 %s" % (name, wfile), 0, 0)
             # The after-step file restores weights and optimizer state: one
@@ -1687,7 +1709,7 @@ def check(out):
             ok &= int(m3.optimizer.iterations.numpy()) == 1
             m3.train_on_batch(x, y)
             for lname, wname, wfile in tr["step2_weights"]:
-                v = [t for t in m3.get_layer(lname).weights if t.name == wname][0]
+                v = weight_of(m3, lname, wname)
                 ok &= close(v.numpy(), np.load(P(wfile)),
                             "%s step2 %s/%s" % (name, lname, wname),
                             rtol=1e-5, atol=1e-7)
