@@ -257,6 +257,12 @@ def converted_fixtures(flynn, fixtures, out):
             try:
                 model = load(fn)
             except Exception as e:  # noqa: BLE001
+                if how == ".h5" and "score_mode" in str(e):
+                    # Keras 3.15 reads an Attention layer's score_mode back from a
+                    # legacy .h5 as the function keras.ops.dot: it cannot load its
+                    # own .h5 of one either (the fixtures have none for that reason)
+                    print("SKIP %s (converted) .h5: Keras 3.15 cannot read Attention from a legacy .h5" % name)
+                    continue
                 report(False, "%s (converted) %s load" % (name, how), "%s: %s" % (type(e).__name__, str(e)[:300]))
                 continue
             check_predictions(name + " (flynn convert)", how, model, xs, ys)
@@ -271,11 +277,18 @@ def converted_fixtures(flynn, fixtures, out):
             if r.returncode != 0:
                 report(False, "flynn convert %s -> %s" % (files["after_keras"], ext), r.stderr.strip()[:300])
                 continue
-            model = load(lambda: keras.saving.load_model(after + ext))  # noqa: B023
+            try:
+                model = load(lambda: keras.saving.load_model(after + ext))  # noqa: B023
+            except Exception as e:  # noqa: BLE001
+                if ext == ".h5" and "score_mode" in str(e):  # as above: Keras's own limit
+                    print("SKIP %s (after, flynn convert) .h5: Keras 3.15 cannot read Attention from a legacy .h5" % name)
+                    continue
+                report(False, "%s (after, flynn convert) %s load" % (name, ext), "%s: %s" % (type(e).__name__, str(e)[:300]))
+                continue
             steps = {}
             for it in tr["step2_weights"]:
                 ln, wn, fn = (it["layer"], it["weight"], it["file"]) if isinstance(it, dict) else it
-                steps[(ln, wn)] = P(fn)
+                steps[(ln, wn.replace("/", "_"))] = P(fn)  # as check_step asks: "query_kernel"
             x = np.load(P(tr.get("train_x") or files["train_x"]))
             y = np.load(P(tr.get("train_y") or files["train_y"]))
             check_step(name + " (after, flynn convert)", ext, model, x, y, lambda ln, wn: steps.get((ln, wn)), 1,

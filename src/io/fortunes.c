@@ -260,7 +260,7 @@ static fl_status read_folder(fort_ctx *c, int l, const char *dir, const char *su
         nn++;
     }
     closedir(d);
-    if (st == FL_OK) qsort(names, nn, sizeof *names, cmp_str);
+    if (st == FL_OK && nn > 1) qsort(names, nn, sizeof *names, cmp_str); /* names is NULL when nn is 0 */
     int files = 0;
     for (size_t i = 0; i < nn && st == FL_OK; i++) {
         char fp[4096 + 256];
