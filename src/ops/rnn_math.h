@@ -10,6 +10,26 @@
 
 #include "math.h"
 
+/* The layout of the recurrent op's aux buffer, the same on every backend:
+ * A (n, t, G*u) gate activations, DP and DR (n, t, G*u) pre-activation and
+ * recurrent gradients, HP and CP (n, t, u) states, RH (n, t, u) GRU's saved
+ * part, RG (n, G*u) one step's recurrent projection, then ST. */
+typedef struct fl_rnn_bufs { float *A, *DP, *DR, *HP, *CP, *RH, *RG, *ST; } fl_rnn_bufs;
+
+static inline fl_rnn_bufs fl_rnn_split(const fl_rnn_desc *d, float *aux) {
+    const int64_t n = d->n, t = d->t, u = d->u, gu = (int64_t)fl_rnn_gates(d) * u;
+    fl_rnn_bufs b;
+    b.A = aux;
+    b.DP = b.A + n * t * gu;
+    b.DR = b.DP + n * t * gu;
+    b.HP = b.DR + n * t * gu;
+    b.CP = b.HP + n * t * u;
+    b.RH = b.CP + n * t * u;
+    b.RG = b.RH + n * t * u;
+    b.ST = b.RG + n * gu;
+    return b;
+}
+
 /* GRU with reset_after False runs each step in two phases around a second
  * GEMM ((r h') Rh); every other cell runs phase 0 only. */
 enum { FL_RNN_PHASE_ALL = 0, FL_RNN_PHASE_ZR = 1, FL_RNN_PHASE_H = 2 };

@@ -34,21 +34,8 @@ static void gemm(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A
                 1.0f, A, (int)lda, B, (int)ldb, beta, C, (int)ldc);
 }
 
-typedef struct rnn_bufs { float *A, *DP, *DR, *HP, *CP, *RH, *RG, *ST; } rnn_bufs;
-
-static rnn_bufs bufs(const fl_rnn_desc *d, float *aux) {
-    const int64_t n = d->n, t = d->t, u = d->u, gu = (int64_t)fl_rnn_gates(d) * u;
-    rnn_bufs b;
-    b.A = aux;
-    b.DP = b.A + n * t * gu;
-    b.DR = b.DP + n * t * gu;
-    b.HP = b.DR + n * t * gu;
-    b.CP = b.HP + n * t * u;
-    b.RH = b.CP + n * t * u;
-    b.RG = b.RH + n * t * u;
-    b.ST = b.RG + n * gu;
-    return b;
-}
+typedef fl_rnn_bufs rnn_bufs; /* the layout: ops/rnn_math.h */
+#define bufs fl_rnn_split
 
 /* The samples of a batch are independent through time: each thread runs
  * the whole recurrence on its own rows (one parallel region per call, no

@@ -2417,21 +2417,8 @@ static void rnn_gemm(int ta, int tb, int64_t M, int64_t N, int64_t K, const floa
                           (int)K, &one, B, (int)ldb, A, (int)lda, &beta, C, (int)ldc));
 }
 
-struct rnn_bufs { float *A, *DP, *DR, *HP, *CP, *RH, *RG, *ST; };
-
-static rnn_bufs rnn_split(const fl_rnn_desc *d, float *aux) {
-    const int64_t n = d->n, t = d->t, u = d->u, gu = (int64_t)fl_rnn_gates(d) * u;
-    rnn_bufs b;
-    b.A = aux;
-    b.DP = b.A + n * t * gu;
-    b.DR = b.DP + n * t * gu;
-    b.HP = b.DR + n * t * gu;
-    b.CP = b.HP + n * t * u;
-    b.RH = b.CP + n * t * u;
-    b.RG = b.RH + n * t * u;
-    b.ST = b.RG + n * gu;
-    return b;
-}
+typedef fl_rnn_bufs rnn_bufs; /* the layout: ops/rnn_math.h */
+#define rnn_split fl_rnn_split
 
 /* rows b < n of u floats at p + b * stride set to 0 */
 __global__ void k_rnn_zero_rows(int64_t n, int u, int64_t stride, float *p) {
