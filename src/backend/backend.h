@@ -145,6 +145,20 @@ typedef struct fl_param_ref {
  * layer's) or [n, u] the last. aux: fl_rnn_aux_floats(d) floats per sample, written by
  * forward (what backward needs) and used as scratch by backward. */
 enum fl_rnn_cell { FL_RNN_SIMPLE = 1, FL_RNN_LSTM, FL_RNN_GRU };
+/* The states at the sequence's two ends (Keras's initial_state and
+ * return_state), each [n, u]; c0, cT, dcT, dc0 for LSTM only. The states
+ * are the carried ones: with a mask, the last valid step's; with
+ * go_backwards, after input time 0. Every pointer may be NULL (forward: h0/c0
+ * zeros, hT/cT not wanted; backward: dhT/dcT zero, dh0/dc0 not wanted), and
+ * so may the struct itself (no states at all). Forward writes hT, cT;
+ * backward adds dhT, dcT to the final carried gradients and writes
+ * (overwrites) dh0, dc0; it reads h0, c0 as forward did. */
+typedef struct fl_rnn_states {
+    const float *h0, *c0;
+    float *hT, *cT;
+    const float *dhT, *dcT;
+    float *dh0, *dc0;
+} fl_rnn_states;
 typedef struct fl_rnn_desc {
     int cell;              /* fl_rnn_cell */
     int64_t n;             /* batch */
@@ -392,10 +406,10 @@ typedef struct fl_backend {
     /* Recurrent layers (fl_rnn_desc above). Backward: dx (beta: +)= and
      * dw, dr, db (overwritten) from dy, y's gradient; any may be NULL. */
     void (*rnn_fwd)(const fl_rnn_desc *d, const float *x, const float *w, const float *r, const float *b,
-                    const float *mask, float *y, float *aux);
+                    const float *mask, const fl_rnn_states *st, float *y, float *aux);
     void (*rnn_bwd)(const fl_rnn_desc *d, const float *x, const float *w, const float *r, const float *b,
-                    const float *mask, const float *dy, float *aux, float *dx, float dx_beta, float *dw, float *dr,
-                    float *db);
+                    const float *mask, const fl_rnn_states *st, const float *dy, float *aux, float *dx, float dx_beta,
+                    float *dw, float *dr, float *db);
     /* Sequences (Embedding, masks, masked pooling and losses). An index is
      * idx(i) = x_int ? ((const int32_t *)x)[i] : (int32_t)x[i] (truncated, as
      * Keras casts floats). Embedding: y[i, :] = w[idx(i), :] for i < n, w

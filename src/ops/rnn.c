@@ -67,7 +67,7 @@ void fl_op_rnn_forward(fl_graph *g, fl_node *n, bool training) {
     fl_rnn_desc d = n->rnn;
     d.n = g->batch;
     g->be->rnn_fwd(&d, n->in[0]->val, n->in[1]->val, n->in[2]->val, n->in[3] ? n->in[3]->val : NULL,
-                   n->in[4] ? n->in[4]->val : NULL, n->val, n->aux);
+                   n->in[4] ? n->in[4]->val : NULL, NULL, n->val, n->aux);
 }
 
 void fl_op_rnn_backward(fl_graph *g, fl_node *n) {
@@ -79,7 +79,7 @@ void fl_op_rnn_backward(fl_graph *g, fl_node *n) {
     float *dw[3] = {fl_op_weight_grad(n, 1, &off), fl_op_weight_grad(n, 2, &off),
                     n->in[3] ? fl_op_weight_grad(n, 3, &off) : NULL};
     g->be->rnn_bwd(&d, n->in[0]->val, n->in[1]->val, n->in[2]->val, n->in[3] ? n->in[3]->val : NULL,
-                   n->in[4] ? n->in[4]->val : NULL, n->grad, n->aux, dx, beta, dw[0], dw[1], dw[2]);
+                   n->in[4] ? n->in[4]->val : NULL, NULL, n->grad, n->aux, dx, beta, dw[0], dw[1], dw[2]);
     fl_op_weight_grads_add(g->be, n, 1, 3, dw);
     for (int k = 0; k < 4; k++)
         if (n->in[k] && n->in[k]->needs_grad) n->in[k]->grad_ready = true;

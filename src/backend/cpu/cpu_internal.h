@@ -95,9 +95,9 @@ void fl_cpu_attn_softmax_bwd(const fl_attn_desc *d, const float *qmask, const fl
                              const float *p, float *dp);
 /* recurrent layers (cpu_rnn.c) */
 void fl_cpu_rnn_fwd(const fl_rnn_desc *d, const float *x, const float *w, const float *r, const float *b,
-                    const float *mask, float *y, float *aux);
+                    const float *mask, const fl_rnn_states *st, float *y, float *aux);
 void fl_cpu_rnn_bwd(const fl_rnn_desc *d, const float *x, const float *w, const float *r, const float *b,
-                    const float *mask, const float *dy, float *aux, float *dx, float dx_beta, float *dw, float *dr,
+                    const float *mask, const fl_rnn_states *st, const float *dy, float *aux, float *dx, float dx_beta, float *dw, float *dr,
                     float *db);
 /* sequences: cpu_seq.c */
 void fl_cpu_embedding_fwd(int64_t n, int d, int64_t v, int x_int, const float *x, const float *w, float *y);

@@ -90,7 +90,8 @@ static void fwd_rows(const fl_rnn_desc *d, int64_t b0, int64_t b1, const float *
 }
 
 void fl_cpu_rnn_fwd(const fl_rnn_desc *d, const float *x, const float *w, const float *r, const float *bias,
-                    const float *mask, float *y, float *aux) {
+                    const float *mask, const fl_rnn_states *st, float *y, float *aux) {
+    (void)st; /* the layer refuses initial_state and return_state so far: always NULL */
     const int64_t n = d->n, T = d->t, gu = (int64_t)fl_rnn_gates(d) * d->u;
     const float *bi = d->has_bias ? bias : NULL;
     const float *br = d->has_bias && d->cell == FL_RNN_GRU && d->reset_after ? bias + gu : NULL;
@@ -162,8 +163,9 @@ static void bwd_rows(const fl_rnn_desc *d, int64_t b0, int64_t b1, const float *
 }
 
 void fl_cpu_rnn_bwd(const fl_rnn_desc *d, const float *x, const float *w, const float *r, const float *bias,
-                    const float *mask, const float *dy, float *aux, float *dx, float dx_beta, float *dw, float *dr,
+                    const float *mask, const fl_rnn_states *st, const float *dy, float *aux, float *dx, float dx_beta, float *dw, float *dr,
                     float *db) {
+    (void)st; /* the layer refuses initial_state and return_state so far: always NULL */
     (void)bias;
     const int64_t n = d->n, T = d->t, u = d->u, gu = (int64_t)fl_rnn_gates(d) * u;
     const int two_phase = d->cell == FL_RNN_GRU && !d->reset_after;

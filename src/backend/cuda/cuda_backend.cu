@@ -2448,7 +2448,8 @@ __global__ void k_rnn_fwd_step(fl_rnn_desc d, int phase, int64_t tin, int64_t tn
 }
 
 static void cu_rnn_fwd(const fl_rnn_desc *d, const float *x, const float *w, const float *r, const float *bias,
-                       const float *mask, float *y, float *aux) {
+                       const float *mask, const fl_rnn_states *st, float *y, float *aux) {
+    (void)st; /* the layer refuses initial_state and return_state so far: always NULL */
     const int64_t n = d->n, T = d->t, u = d->u, gu = (int64_t)fl_rnn_gates(d) * u;
     const int two_phase = d->cell == FL_RNN_GRU && !d->reset_after;
     const float *bi = d->has_bias ? bias : NULL;
@@ -2506,8 +2507,9 @@ __global__ void k_rnn_bwd_step(fl_rnn_desc d, int phase, int64_t tin, int64_t to
 struct f_rows { const float *x; int64_t ld; __device__ float operator()(int64_t r, int j) const { return x[r * ld + j]; } };
 
 static void cu_rnn_bwd(const fl_rnn_desc *d, const float *x, const float *w, const float *r, const float *bias,
-                       const float *mask, const float *dy, float *aux, float *dx, float dx_beta, float *dw, float *dr,
+                       const float *mask, const fl_rnn_states *st, const float *dy, float *aux, float *dx, float dx_beta, float *dw, float *dr,
                        float *db) {
+    (void)st; /* the layer refuses initial_state and return_state so far: always NULL */
     (void)bias;
     const int64_t n = d->n, T = d->t, u = d->u, gu = (int64_t)fl_rnn_gates(d) * u;
     const int two_phase = d->cell == FL_RNN_GRU && !d->reset_after;
