@@ -1017,6 +1017,25 @@ static fl_node *b_attention(fl_graph *g, fl_node *x, fl_node **p, int *np) {
     return y;
 }
 
+/* The Attention layer's learned scores: x (T, d) -> q, k projections, v = x
+ * -> one-head attention with a learned scale (g_learn 1), concat scores (2)
+ * or both (3), the Attention layer's masking */
+static int g_learn;
+static fl_node *b_attention_learned(fl_graph *g, fl_node *x, fl_node **p, int *np) {
+    const int64_t d = x->shape[2], t = x->shape[1];
+    for (int i = 0; i < 2; i++) p[i] = fl_graph_param(g, "signed", 2, (int64_t[]){d, d}, true);
+    *np = 2;
+    fl_node *q = fl_graph_dense(g, "q", x, p[0], NULL, FL_ACT_LINEAR);
+    fl_node *k = fl_graph_dense(g, "k", x, p[1], NULL, FL_ACT_LINEAR);
+    fl_node *vm = g_masks & 2 ? fl_graph_input(g, "vmask", 1, &t) : NULL;
+    fl_node *y = fl_graph_attention(g, "attention", q, k, x, NULL, vm, NULL, 1, 1.0f, g_causal, 0.0f, 11);
+    fl_node *sc = g_learn & 1 ? (p[(*np)++] = fl_graph_param(g, "signed", 0, NULL, true)) : NULL;
+    fl_node *cw = g_learn & 2 ? (p[(*np)++] = fl_graph_param(g, "signed", 0, NULL, true)) : NULL;
+    if (y) y = fl_graph_attention_scores(g, y, sc, cw);
+    if (y) y->attn.mask_mode = 1;
+    return y;
+}
+
 static fl_node *b_repeat(fl_graph *g, fl_node *x, fl_node **p, int *np) {
     (void)p;
     *np = 0;
@@ -1050,6 +1069,17 @@ static void attn_parity(void) {
         parity(name, 2, (int64_t[]){at[i].t, at[i].d}, 5, b_attention, true);
     }
     parity("repeat 5", 1, (int64_t[]){7}, 6, b_repeat, true);
+    struct { int t, d, learn, masks; bool causal; } al[] = {
+        {6, 8, 1, 0, false}, {9, 5, 2, 2, false}, {7, 6, 3, 2, true}, {40, 16, 3, 0, false},
+    };
+    for (size_t i = 0; i < sizeof al / sizeof al[0]; i++) {
+        g_learn = al[i].learn; g_masks = al[i].masks; g_causal = al[i].causal;
+        char name[128];
+        snprintf(name, sizeof name, "attention scores T%d d%d %s masks %d%s", al[i].t, al[i].d,
+                 g_learn == 1 ? "learned scale" : g_learn == 2 ? "concat" : "concat learned scale", g_masks,
+                 g_causal ? " causal" : "");
+        parity(name, 2, (int64_t[]){al[i].t, al[i].d}, 5, b_attention_learned, true);
+    }
 }
 
 /* Sequences: Embedding (int32 indices, repeated ones: the scatter-add),

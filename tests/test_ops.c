@@ -1687,7 +1687,8 @@ static void test_layernorm(int nax, bool rms, bool scale, bool center) {
 /* The attention of one (batch, head) block in double precision, with
  * Keras's masking (mode 0: MultiHeadAttention, 1: Attention). */
 static void attn_ref(const fl_attn_desc *d, int64_t b, int hd, const float *q, const float *k, const float *v,
-                     const float *qm, const float *vm, const float *am, double *out /* (tq, H*dv) of sample b */) {
+                     const float *qm, const float *vm, const float *am, double *out /* (tq, H*dv) of sample b */,
+                     const float *sc, const float *cw /* the Attention layer's learned scores, or NULL */) {
     const int H = d->heads, tq = d->tq, tk = d->tk, dk = d->dk, dv = d->dv;
     double *s = malloc((size_t)tk * sizeof(double));
     for (int i = 0; i < tq; i++) {
@@ -1695,9 +1696,11 @@ static void attn_ref(const fl_attn_desc *d, int64_t b, int hd, const float *q, c
         double mx = -INFINITY;
         for (int j = 0; j < tk; j++) {
             double t = 0;
-            for (int e = 0; e < dk; e++)
-                t += (double)q[((b * tq + i) * H + hd) * dk + e] * k[((b * tk + j) * H + hd) * dk + e];
-            t *= d->scale;
+            for (int e = 0; e < dk; e++) {
+                double qe = q[((b * tq + i) * H + hd) * dk + e], ke = k[((b * tk + j) * H + hd) * dk + e];
+                t += cw ? tanh((sc ? *sc : 1.0) * (qe + ke)) : qe * ke;
+            }
+            t *= cw ? *cw : d->scale * (sc ? *sc : 1.0);
             bool on = !(d->causal && j > i) && (!vm || vm[b * tk + j] > 0.5f);
             if (d->mask_mode != 1) on = on && (!qm || qm[b * tq + i] > 0.5f) && (!am || am[(b * tq + i) * tk + j] > 0.5f);
             if (d->mask_mode != 1 && !on) t = -INFINITY;
@@ -1725,7 +1728,8 @@ static void fill_mask(fl_node *m, int64_t n, int every) {
 
 /* The attention op on its own: q, k, v inputs (q is the harness's x; k and v
  * inputs whose gradients are checked as parameters), masks, causal. */
-static void test_attention_op(int64_t B, int tq, int tk, int H, int dk, int dv, bool causal, int masks, int mode) {
+static void test_attention_op_(int64_t B, int tq, int tk, int H, int dk, int dv, bool causal, int masks, int mode,
+                               int learn /* 1: a learned scale, 2: concat scores, 3: both */) {
     harness h;
     h_init(&h, B, 2, (int64_t[]){tq, H * dk});
     fl_node *k = fl_graph_input(&h.g, "k", 2, (int64_t[]){tk, H * dk});
@@ -1735,7 +1739,9 @@ static void test_attention_op(int64_t B, int tq, int tk, int H, int dk, int dv, 
     fl_node *vm = masks & 2 ? fl_graph_input(&h.g, "vm", 1, (int64_t[]){tk}) : NULL;
     fl_node *am = masks & 4 ? fl_graph_input(&h.g, "am", 2, (int64_t[]){tq, tk}) : NULL;
     const float scale = 1.0f / sqrtf((float)dk);
-    fl_node *y = fl_graph_attention(&h.g, "att", h.x, k, v, qm, vm, am, H, scale, causal, 0.0f, 1);
+    fl_node *y = fl_graph_attention(&h.g, "att", h.x, k, v, qm, vm, am, H, learn ? 1.0f : scale, causal, 0.0f, 1);
+    fl_node *sc = learn & 1 ? h_param(&h, 0, NULL, 0.4f, 1.3f) : NULL, *cw = learn & 2 ? h_param(&h, 0, NULL, 0.5f, 1.5f) : NULL;
+    if (y && learn) y = fl_graph_attention_scores(&h.g, y, sc, cw);
     CHECK(y != NULL);
     if (!y) { h_free(&h); return; }
     y->attn.mask_mode = mode;
@@ -1753,14 +1759,18 @@ static void test_attention_op(int64_t B, int tq, int tk, int H, int dk, int dv, 
     for (int64_t b = 0; b < B; b++)
         for (int hd = 0; hd < H; hd++)
             attn_ref(&d, b, hd, h.x->val, k->val, v->val, qm ? qm->val : NULL, vm ? vm->val : NULL,
-                     am ? am->val : NULL, ref + b * tq * H * dv);
+                     am ? am->val : NULL, ref + b * tq * H * dv, sc ? sc->val : NULL, cw ? cw->val : NULL);
     char what[128];
-    snprintf(what, sizeof what, "attention B%lld tq%d tk%d H%d dk%d dv%d%s masks%d mode%d", (long long)B, tq, tk, H,
-             dk, dv, causal ? " causal" : "", masks, mode);
+    snprintf(what, sizeof what, "attention B%lld tq%d tk%d H%d dk%d dv%d%s masks%d mode%d learn%d", (long long)B, tq,
+             tk, H, dk, dv, causal ? " causal" : "", masks, mode, learn);
     CHECK_MSG(max_abs_diff(y->val, ref, fl_node_size(y)) < 1e-5, "%s forward", what);
     free(ref);
     h_gradcheck(&h, what, 1e-3, 1e-2, true);
     h_free(&h);
+}
+
+static void test_attention_op(int64_t B, int tq, int tk, int H, int dk, int dv, bool causal, int masks, int mode) {
+    test_attention_op_(B, tq, tk, H, dk, dv, causal, masks, mode, 0);
 }
 
 /* MultiHeadAttention as its layer builds it: Dense projections with Keras's
@@ -1812,7 +1822,7 @@ static void test_mha(int T, int D, int H, int dk, int dv, bool causal, bool qmas
     fl_attn_desc d = a->attn;
     for (int64_t b = 0; b < B; b++)
         for (int hd = 0; hd < H; hd++)
-            attn_ref(&d, b, hd, Q, K, V, m ? m->val : NULL, m ? m->val : NULL, NULL, A + b * T * H * dv);
+            attn_ref(&d, b, hd, Q, K, V, m ? m->val : NULL, m ? m->val : NULL, NULL, A + b * T * H * dv, NULL, NULL);
     for (int64_t r = 0; r < B * T; r++)
         for (int o = 0; o < D; o++) {
             double s = w[7]->val[o];
@@ -2178,5 +2188,11 @@ int main(void) {
     test_attention_op(2, 6, 6, 2, 3, 2, false, 7, 2);
     test_attention_op(2, 6, 5, 1, 2, 3, true, 1, 2);
     test_batchnorm_frozen();
+    /* the Attention layer's learned scores: use_scale, score_mode "concat", both */
+    test_attention_op_(2, 4, 5, 1, 3, 3, false, 0, 1, 1);
+    test_attention_op_(2, 5, 5, 1, 3, 2, true, 3, 1, 1);
+    test_attention_op_(2, 4, 5, 1, 3, 3, false, 2, 1, 2);
+    test_attention_op_(2, 5, 4, 1, 6, 2, false, 3, 1, 3);
+    test_attention_op_(3, 5, 5, 1, 2, 4, true, 2, 1, 3);
     return check_report("test_ops");
 }

@@ -717,6 +717,27 @@ def m_attention_layers(rng):
     return m, [normal(rng, 3, 5, 6), normal(rng, 3, 7, 4), normal(rng, 3, 7, 3)]
 
 
+def m_attention_scores(rng):
+    # Keras's Attention with learned scores: use_scale (dot), score_mode
+    # "concat" (Bahdanau), both, a key of its own and a causal mask; the
+    # learned scalars moved off their initial 1 so that they matter.
+    q = keras.Input((5, 4), name="q")
+    v = keras.Input((6, 4), name="v")
+    att_a = L.Attention(use_scale=True)
+    att_b = L.Attention(score_mode="concat")
+    att_c = L.Attention(use_scale=True, score_mode="concat")
+    a = att_a([q, v])                                        # 5x4
+    b = att_b([q, v])                                        # 5x4
+    c = att_c([a, v, L.Dense(4)(v)], use_causal_mask=True)   # 5x4
+    h = L.Dense(3)(L.Concatenate()([a, b, c]))
+    m = keras.Model([q, v], h, name="attention_scores")
+    att_a.scale.assign(0.7)
+    att_b.concat_score_weight.assign(1.3)
+    att_c.scale.assign(0.6)
+    att_c.concat_score_weight.assign(0.8)
+    return m, [normal(rng, 3, 5, 4), normal(rng, 3, 6, 4)]
+
+
 def m_time_repeat(rng):
     # RepeatVector, TimeDistributed(Dense), Dense on a rank-3 input and
     # Flatten of a rank-3 sequence.
@@ -762,6 +783,7 @@ MODELS = [
     # KERAS only: Keras 3.15 cannot read its own legacy .h5 of an Attention
     # layer (it deserializes score_mode "dot" as the function keras.ops.dot)
     ("attention_layers", "functional", m_attention_layers, KERAS),
+    ("attention_scores", "functional", m_attention_scores, KERAS),
     ("time_repeat", "sequential", m_time_repeat, ALL),
     ("rnn_lstm", "sequential", m_rnn_lstm, ALL),
     ("rnn_gru_simple", "functional", m_rnn_gru_simple, ALL),
@@ -958,6 +980,17 @@ def t_transformer_sgd():
     return keras.Model(x, y, name="train_transformer_sgd")
 
 
+def t_attention_scores_sgd():
+    # The Attention layer's learned scalars train: use_scale on dot-product
+    # scores, and concat scores with their scale and concat_score_weight.
+    x = keras.Input((5, 4), name="seq")
+    h = L.Dense(4, activation="tanh")(x)
+    h = L.Attention(use_scale=True, score_mode="concat")([h, x])
+    h = L.Attention(use_scale=True)([h, x], use_causal_mask=True)
+    y = L.Dense(3, activation="softmax")(L.Flatten()(h))
+    return keras.Model(x, y, name="train_attention_scores_sgd")
+
+
 def t_time_repeat_sgd():
     return keras.Sequential([
         keras.Input((4,)),
@@ -1127,6 +1160,9 @@ TRAINING = [
     ("train_transformer_sgd", t_transformer_sgd,
      lambda: keras.optimizers.SGD(learning_rate=0.1, momentum=0.9),
      "sparse_categorical_crossentropy", ["accuracy"], b_sparse(3, 5, 6), KERAS),
+    ("train_attention_scores_sgd", t_attention_scores_sgd,
+     lambda: keras.optimizers.SGD(learning_rate=0.1, momentum=0.9),
+     "sparse_categorical_crossentropy", ["accuracy"], b_sparse(3, 5, 4), KERAS),
     ("train_time_repeat_sgd", t_time_repeat_sgd,
      lambda: keras.optimizers.SGD(learning_rate=0.1, momentum=0.9),
      "mean_squared_error", None, b_regression(2, 4), KERAS_H5),
@@ -1181,7 +1217,9 @@ def compact_json(o, ind=0):
 
 
 def save_npy(out, fname, arr):
-    np.save(os.path.join(out, fname), np.ascontiguousarray(arr))
+    # np.asarray(order="C"), not np.ascontiguousarray: that makes a scalar
+    # (Attention's scale, shape ()) a (1,) array
+    np.save(os.path.join(out, fname), np.asarray(arr, order="C"))
     return fname
 
 

@@ -547,16 +547,22 @@ fl_layer *fl_multi_head_attention_(fl_multi_head_attention_args a);
 #define fl_multi_head_attention(heads_, key_dim_, ...) \
     fl_multi_head_attention_((fl_multi_head_attention_args){.num_heads = (heads_), .key_dim = (key_dim_), __VA_ARGS__})
 
-/* Attention (Keras's dot-product attention, Luong style), called as
- * fl_call_n(att, query, value[, key]): softmax(query key^T) value, with the
- * query and value masks and use_causal_mask as Keras; dropout on the
- * weights. use_scale and score_mode "concat" are not supported. */
+/* Attention (Keras's Attention layer), called as fl_call_n(att, query,
+ * value[, key]): softmax(scores) value, with the query and value masks and
+ * use_causal_mask as Keras; dropout on the weights. Scores: score_mode
+ * "dot" (default, Luong): query key^T, times a learned scalar "scale" with
+ * use_scale; "concat" (Bahdanau): concat_score_weight * sum over features of
+ * tanh(scale * (query_i + key_j)), scale 1 without use_scale (query and key
+ * of equal features). The learned scalars start at 1, as Keras's. */
 typedef struct fl_attention_args {
     int _reserved;
     float dropout;
     bool use_causal_mask;
     uint64_t seed;
     const char *name;
+    bool use_scale;
+    const char *score_mode;   /* NULL or "dot", or "concat" */
+    bool score_concat;        /* (resolved from score_mode) */
 } fl_attention_args;
 fl_layer *fl_attention_layer_(fl_attention_args a);
 #define fl_attention_layer(...) fl_attention_layer_((fl_attention_args){._reserved = 0, __VA_ARGS__})

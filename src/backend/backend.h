@@ -433,6 +433,22 @@ typedef struct fl_backend {
      * be NULL); acc[0] += sum(m) (a double on the device: the count that
      * masked metrics divide by). */
     void (*loss_mask)(int64_t rows, int c, const float *m, float *row_loss, float *grad, double *acc);
+    /* The Attention layer's learned score weights (use_scale, score_mode
+     * "concat"). A scalar weight s (one float in backend memory, read by the
+     * kernel: a replayed graph sees its updates): forward y = s[0] x (y may
+     * be x); backward ds[0] = sum_i dy[i] x[i] (overwritten; ds may be
+     * NULL), then dx (beta: +)= s[0] dy (dx may be dy; NULL: none). */
+    void (*scalar_mul_fwd)(int64_t n, const float *x, const float *s, float *y);
+    void (*scalar_mul_bwd)(int64_t n, const float *x, const float *s, const float *dy, float *dx, float dx_beta,
+                           float *ds);
+    /* score_mode "concat" of one head (d->heads 1, q [n, tq, dk], k [n, tk,
+     * dk]): s[b, i, j] = sum_e tanh(a (q[b, i, e] + k[b, j, e])), a = scale[0]
+     * (use_scale) or 1 (scale NULL). Backward from ds (the gradient of s):
+     * which 0: dst = dq, 1: dst = dk, (beta: +)=, or NULL; dscale[0] = the
+     * scale's gradient (overwritten) when dscale is not NULL. */
+    void (*attn_concat_fwd)(const fl_attn_desc *d, const float *q, const float *k, const float *scale, float *s);
+    void (*attn_concat_bwd)(const fl_attn_desc *d, const float *q, const float *k, const float *scale,
+                            const float *ds, int which, float *dst, float beta, float *dscale);
 } fl_backend;
 
 /* Modes of fl_backend.bmerge_*. */

@@ -211,6 +211,12 @@ fl_node *fl_graph_layernorm(fl_graph *g, const char *name, fl_node *x, fl_node *
 fl_node *fl_graph_attention(fl_graph *g, const char *name, fl_node *q, fl_node *k, fl_node *v, fl_node *qmask,
                             fl_node *vmask, fl_node *amask, int heads, float scale, bool causal, float rate,
                             uint64_t stream);
+/* The Attention layer's learned scores on an attention node `att` made by
+ * fl_graph_attention (one head, scale 1): with concat_w (score_mode
+ * "concat", a () weight) the scores are concat_w * sum_e tanh(a (q_ie +
+ * k_je)), else scale * q k^T; a = scale (use_scale, a () weight) or 1; scale
+ * may be NULL. Returns att, or NULL (fl_error) for shapes that do not fit. */
+fl_node *fl_graph_attention_scores(fl_graph *g, fl_node *att, fl_node *scale, fl_node *concat_w);
 /* RepeatVector: x (batch, d) -> (batch, n, d). */
 fl_node *fl_graph_repeat(fl_graph *g, const char *name, fl_node *x, int64_t n);
 /* Sequences (src/ops/seq.c). Embedding: x holds indices (an int input's

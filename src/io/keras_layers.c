@@ -1244,15 +1244,15 @@ static fl_layer *attention_from(const kctx *c, const char *cls, json_object *cfg
         get_seed(c, cfg, &seed))
         return NULL;
     const char *mode = jstr(jkey(cfg, "score_mode"));
-    if (mode && strcmp(mode, "dot") != 0)
-        return kfail(c, FL_ERR_UNSUPPORTED, "score_mode \"%s\" is not supported (only \"dot\")", mode), NULL;
-    if (use_scale) return kfail(c, FL_ERR_UNSUPPORTED, "use_scale true (a learned scale) is not supported"), NULL;
-    return fl_attention_layer_((fl_attention_args){.dropout = (float)dropout, .seed = seed});
+    if (mode && strcmp(mode, "dot") != 0 && strcmp(mode, "concat") != 0)
+        return kfail(c, FL_ERR_FORMAT, "score_mode is \"%s\", expected \"dot\" or \"concat\"", mode), NULL;
+    return fl_attention_layer_((fl_attention_args){.dropout = (float)dropout, .seed = seed, .use_scale = use_scale,
+                                                   .score_mode = mode});
 }
 
 static void attention_to(const fl_layer *l, json_object *c) {
-    put(c, "use_scale", jbool(false));
-    put(c, "score_mode", jstring("dot"));
+    put(c, "use_scale", jbool(l->a.att.use_scale));
+    put(c, "score_mode", jstring(l->a.att.score_concat ? "concat" : "dot"));
     put(c, "dropout", jfloat(l->a.att.dropout));
     put(c, "seed", l->a.att.seed ? jint((int64_t)l->a.att.seed) : NULL);
 }

@@ -547,6 +547,11 @@ fl_layer *fl_multi_head_attention_(fl_multi_head_attention_args a) {
 fl_layer *fl_attention_layer_(fl_attention_args a) {
     if (!(a.dropout >= 0.0f && a.dropout < 1.0f))
         return fl_error_null(FL_ERR_INVALID_ARG, "Attention: dropout %g, expected 0 <= dropout < 1", a.dropout);
+    if (a.score_mode && strcmp(a.score_mode, "dot") != 0 && strcmp(a.score_mode, "concat") != 0)
+        return fl_error_null(FL_ERR_INVALID_ARG, "Attention: score_mode \"%s\", expected \"dot\" or \"concat\"",
+                             a.score_mode);
+    a.score_concat = a.score_mode && strcmp(a.score_mode, "concat") == 0;
+    a.score_mode = NULL;
     fl_layer *l = new_layer(FL_L_ATTENTION, a.name);
     if (l) { l->a.att = a; l->a.att.name = NULL; }
     return l;
@@ -795,7 +800,8 @@ void fl_layer_init_weights(fl_layer *l, const fl_backend *be, uint64_t seed) {
         } else if (strcmp(wn, "embeddings") == 0) { /* Keras Embedding: RandomUniform(-0.05, 0.05) */
             fl_rng_uniform(host, n, -0.05f, 0.05f, seed, stream);
         } else {
-            float v = (strcmp(wn, "gamma") == 0 || strcmp(wn, "moving_variance") == 0 || strcmp(wn, "variance") == 0)
+            float v = (strcmp(wn, "gamma") == 0 || strcmp(wn, "moving_variance") == 0 || strcmp(wn, "variance") == 0 ||
+                       strcmp(wn, "scale") == 0 || strcmp(wn, "concat_score_weight") == 0)
                           ? 1.0f : 0.0f; /* else zeros: bias, beta, moving_mean, PReLU alpha, mean, count */
             for (int64_t k = 0; k < n; k++) host[k] = v;
         }
@@ -1296,8 +1302,10 @@ static fl_node *build_mha(fl_layer *l, fl_graph *g, fl_node *const *xs, int nx) 
     return y;
 }
 
-/* Attention (dot-product) on (query, value[, key]): one head, no scale, the
- * Attention layer's masking. */
+/* Attention on (query, value[, key]): one head, the Attention layer's
+ * masking; dot-product scores (scaled by a learned "scale" with use_scale)
+ * or additive ones (score_mode "concat", weights "scale" with use_scale,
+ * then "concat_score_weight", as Keras builds them). */
 static fl_node *build_attention(fl_layer *l, fl_graph *g, fl_node *const *xs, int nx) {
     const fl_attention_args *a = &l->a.att;
     if (nx > 3)
@@ -1305,8 +1313,12 @@ static fl_node *build_attention(fl_layer *l, fl_graph *g, fl_node *const *xs, in
                              "it was given %d inputs", l->name, nx);
     fl_node *q = xs[0], *v = xs[1], *k = nx > 2 ? xs[2] : xs[1];
     uint64_t stream = a->seed ? a->seed : (uint64_t)(l->index + 1) * 0x9E3779B97F4A7C15ull;
+    fl_node *sw = a->use_scale ? add_weight(l, g, "scale", 0, NULL, true) : NULL;
+    fl_node *cw = a->score_concat ? add_weight(l, g, "concat_score_weight", 0, NULL, true) : NULL;
+    if ((a->use_scale && !sw) || (a->score_concat && !cw)) return NULL;
     fl_node *y = fl_graph_attention(g, l->name, q, k, v, q->mask, v->mask, NULL, 1, 1.0f, a->use_causal_mask,
                                     a->dropout, stream);
+    if (y && (sw || cw)) y = fl_graph_attention_scores(g, y, sw, cw);
     if (!y) return NULL;
     y->attn.mask_mode = 1;
     y->mask = q->mask;

@@ -79,8 +79,11 @@ void fl_layernorm_backward(fl_graph *g, fl_node *n) {
 /* ------------------------------------------------------------ attention
  *
  * in: q, k, v, query mask, value mask, attention mask (the masks may be
- * NULL). aux per sample: the weights P (heads, tq, tk), the scratch for
- * their gradient, and with dropout the dropped weights and the keep mask. */
+ * NULL), and the Attention layer's learned score weights: [6] the scale,
+ * [7] the concat score weight (score_mode "concat" when present), either
+ * NULL. aux per sample: the weights P (heads, tq, tk), the scratch for
+ * their gradient, with learned weights the unscaled scores, and with dropout
+ * the dropped weights and the keep mask. */
 
 static bool mask_fits(const fl_node *m, int64_t a, int64_t b) {
     return !m || (b ? m->ndim == 3 && m->shape[1] == a && m->shape[2] == b : m->ndim == 2 && m->shape[1] == a);
@@ -124,13 +127,41 @@ fl_node *fl_graph_attention(fl_graph *g, const char *name, fl_node *q, fl_node *
     return n;
 }
 
+static bool learned(const fl_node *n) { return n->nin > 6 && (n->in[6] || n->in[7]); }
+
+fl_node *fl_graph_attention_scores(fl_graph *g, fl_node *n, fl_node *scale, fl_node *concat_w) {
+    (void)g;
+    char a[128], b[128];
+    if (n->op != FL_OP_ATTENTION || n->attn.heads != 1 || n->attn.scale != 1.0f)
+        return fl_error_null(FL_ERR_INVALID_ARG, "layer '%s' (Attention): learned scores need a one-head, unscaled "
+                             "attention", n->name);
+    if ((scale && fl_node_size(scale) != 1) || (concat_w && fl_node_size(concat_w) != 1))
+        return fl_error_null(FL_ERR_SHAPE, "layer '%s' (Attention): scale and concat_score_weight must be scalars "
+                             "(shape ())", n->name);
+    if (concat_w && n->in[0]->shape[2] != n->in[1]->shape[2])
+        return fl_error_null(FL_ERR_SHAPE, "layer '%s' (Attention): score_mode \"concat\" adds query %s and key %s: "
+                             "their features must be equal", n->name, sample_str(n->in[0], a, sizeof a),
+                             sample_str(n->in[1], b, sizeof b));
+    if (!scale && !concat_w) return n;
+    if (!learned(n)) n->aux_per_sample += (size_t)n->attn.heads * n->attn.tq * n->attn.tk * sizeof(float);
+    n->nin = 8;
+    n->in[6] = scale;
+    n->in[7] = concat_w;
+    return n;
+}
+
 static int64_t attn_weights(const fl_graph *g, const fl_node *n) {
     return g->batch * n->attn.heads * n->attn.tq * n->attn.tk;
 }
 static float *attn_p(fl_graph *g, fl_node *n) { (void)g; return (float *)n->aux; }
 static float *attn_scratch(fl_graph *g, fl_node *n) { return (float *)n->aux + attn_weights(g, n); }
-static float *attn_dropped(fl_graph *g, fl_node *n) { return (float *)n->aux + 2 * attn_weights(g, n); }
-static uint8_t *attn_keep(fl_graph *g, fl_node *n) { return (uint8_t *)((float *)n->aux + 3 * attn_weights(g, n)); }
+static float *attn_raw(fl_graph *g, fl_node *n) { return (float *)n->aux + 2 * attn_weights(g, n); }
+static float *attn_dropped(fl_graph *g, fl_node *n) {
+    return (float *)n->aux + (learned(n) ? 3 : 2) * attn_weights(g, n);
+}
+static uint8_t *attn_keep(fl_graph *g, fl_node *n) {
+    return (uint8_t *)((float *)n->aux + (learned(n) ? 4 : 3) * attn_weights(g, n));
+}
 
 /* The GEMM over the (batch, head) blocks of row-major X (rows x cols) in a
  * (batch, steps, heads * d) tensor: block (b, h) at b * steps * heads * d +
@@ -156,9 +187,19 @@ void fl_attention_forward(fl_graph *g, fl_node *n, bool training) {
     d.n = g->batch;
     const float *q = n->in[0]->val, *k = n->in[1]->val, *v = n->in[2]->val;
     float *p = attn_p(g, n);
-    /* S = scale * Q K^T per (batch, head), then the masked softmax in place */
-    gemm(g, &d, 0, 1, d.tq, d.tk, d.dk, d.scale, seq_blk(q, d.tq, d.heads, d.dk), seq_blk(k, d.tk, d.heads, d.dk),
-         0.0f, w_blk(p, &d));
+    const fl_node *sw = learned(n) ? n->in[6] : NULL, *cw = learned(n) ? n->in[7] : NULL;
+    if (cw) { /* S = cw * sum tanh(a (q + k)) */
+        g->be->attn_concat_fwd(&d, q, k, sw ? sw->val : NULL, attn_raw(g, n));
+        g->be->scalar_mul_fwd(attn_weights(g, n), attn_raw(g, n), cw->val, p);
+    } else if (sw) { /* S = scale * Q K^T with a learned scale */
+        gemm(g, &d, 0, 1, d.tq, d.tk, d.dk, 1.0f, seq_blk(q, d.tq, d.heads, d.dk), seq_blk(k, d.tk, d.heads, d.dk),
+             0.0f, w_blk(attn_raw(g, n), &d));
+        g->be->scalar_mul_fwd(attn_weights(g, n), attn_raw(g, n), sw->val, p);
+    } else { /* S = scale * Q K^T per (batch, head) */
+        gemm(g, &d, 0, 1, d.tq, d.tk, d.dk, d.scale, seq_blk(q, d.tq, d.heads, d.dk), seq_blk(k, d.tk, d.heads, d.dk),
+             0.0f, w_blk(p, &d));
+    }
+    /* then the masked softmax in place */
     g->be->attn_softmax_fwd(&d, n->in[3] ? n->in[3]->val : NULL, n->in[4] ? n->in[4]->val : NULL,
                             n->in[5] ? n->in[5]->val : NULL, p);
     const float *w = p;
@@ -187,13 +228,33 @@ void fl_attention_backward(fl_graph *g, fl_node *n) {
              seq_blk(dv, d.tk, d.heads, d.dv));
     fl_op_mark(n, 2);
     float bq = 0.0f;
+    const fl_node *sw = learned(n) ? n->in[6] : NULL, *cw = learned(n) ? n->in[7] : NULL;
     bool need_q = n->in[0]->needs_grad, need_k = n->in[1]->needs_grad;
-    if (!need_q && !need_k) return;
+    bool need_w = (sw && sw->needs_grad) || (cw && cw->needs_grad);
+    if (!need_q && !need_k && !need_w) return;
     gemm(g, &d, 0, 1, d.tq, d.tk, d.dv, 1.0f, seq_blk(dout, d.tq, d.heads, d.dv), seq_blk(v, d.tk, d.heads, d.dv),
          0.0f, w_blk(gs, &d));
     if (n->rate > 0.0f) g->be->dropout_bwd(attn_weights(g, n), n->rate, attn_keep(g, n), gs, gs, 0.0f);
     g->be->attn_softmax_bwd(&d, n->in[3] ? n->in[3]->val : NULL, n->in[4] ? n->in[4]->val : NULL,
                             n->in[5] ? n->in[5]->val : NULL, p, gs);
+    if (sw || cw) { /* gs: the scores' gradient -> the unscaled ones' (and the scalar weights') */
+        size_t off = 0;
+        float *dw[2] = {fl_op_weight_grad(n, 6, &off), fl_op_weight_grad(n, 7, &off)};
+        const fl_node *outer = cw ? cw : sw;
+        g->be->scalar_mul_bwd(attn_weights(g, n), attn_raw(g, n), outer->val, gs, gs, 0.0f, dw[cw ? 1 : 0]);
+        if (cw) {
+            float b0 = 0.0f, b1 = 0.0f;
+            float *dq = fl_op_in_grad(n, 0, &b0);
+            if (dq || dw[0]) g->be->attn_concat_bwd(&d, q, k, sw ? sw->val : NULL, gs, 0, dq, b0, dw[0]);
+            fl_op_mark(n, 0);
+            float *dk = fl_op_in_grad(n, 1, &b1);
+            if (dk) g->be->attn_concat_bwd(&d, q, k, sw ? sw->val : NULL, gs, 1, dk, b1, NULL);
+            fl_op_mark(n, 1);
+        }
+        fl_op_weight_grads_add(g->be, n, 6, 7, dw);
+        if (cw) return;
+        d.scale = 1.0f; /* gs is now the gradient of Q K^T */
+    }
     float *dq = fl_op_in_grad(n, 0, &bq);
     if (dq)
         gemm(g, &d, 0, 0, d.tq, d.dk, d.tk, d.scale, w_blk(gs, &d), seq_blk(k, d.tk, d.heads, d.dk), bq,

@@ -107,4 +107,11 @@ void fl_cpu_masked_gap1d_fwd(int64_t n, int64_t t, int c, const float *x, const 
 void fl_cpu_masked_gap1d_bwd(int64_t n, int64_t t, int c, const float *m, const float *dy, float *dx, float beta);
 void fl_cpu_loss_mask(int64_t rows, int c, const float *m, float *row_loss, float *grad, double *acc);
 
+/* the Attention layer's learned scores (cpu_attn_score.c) */
+void fl_cpu_scalar_mul_fwd(int64_t n, const float *x, const float *s, float *y);
+void fl_cpu_scalar_mul_bwd(int64_t n, const float *x, const float *s, const float *dy, float *dx, float dx_beta,
+                           float *ds);
+void fl_cpu_attn_concat_fwd(const fl_attn_desc *d, const float *q, const float *k, const float *scale, float *s);
+void fl_cpu_attn_concat_bwd(const fl_attn_desc *d, const float *q, const float *k, const float *scale,
+                            const float *ds, int which, float *dst, float beta, float *dscale);
 #endif

@@ -2081,6 +2081,124 @@ static void cu_loss_mask(int64_t rows, int c, const float *m, float *row_loss, f
     LAUNCHED();
 }
 
+/* ------------------------------- the Attention layer's learned scores
+ *
+ * cpu_attn_score.c's twins. The scalar weights are read from device memory
+ * by the kernels (a captured graph replays their updates). Sums over the
+ * whole batch (a scalar's gradient) run in one block, in a fixed order. */
+
+__global__ void k_scalar_mul_fwd(int64_t n, const float *x, const float *s, float *y) {
+    const float a = s[0];
+    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n; e += (int64_t)gridDim.x * blockDim.x)
+        y[e] = a * x[e];
+}
+__global__ void k_dot_sum(int64_t n, const float *x, const float *y, float *out) {
+    __shared__ double sh[256];
+    double acc = 0.0;
+    for (int64_t e = threadIdx.x; e < n; e += blockDim.x) acc += (double)x[e] * y[e];
+    sh[threadIdx.x] = acc;
+    __syncthreads();
+    for (int k = 128; k > 0; k >>= 1) {
+        if ((int)threadIdx.x < k) sh[threadIdx.x] += sh[threadIdx.x + k];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) out[0] = (float)sh[0];
+}
+__global__ void k_scalar_mul_dx(int64_t n, const float *s, const float *dy, float *dx, float beta) {
+    const float a = s[0];
+    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n; e += (int64_t)gridDim.x * blockDim.x)
+        dx[e] = a * dy[e] + (beta != 0.0f ? dx[e] : 0.0f);
+}
+static void cu_scalar_mul_fwd(int64_t n, const float *x, const float *s, float *y) {
+    k_scalar_mul_fwd<<<blocks_for(n, 256), 256, 0, g_stream>>>(n, x, s, y);
+    LAUNCHED();
+}
+static void cu_scalar_mul_bwd(int64_t n, const float *x, const float *s, const float *dy, float *dx, float dx_beta,
+                              float *ds) {
+    if (ds) { /* before dx: dx may be dy */
+        k_dot_sum<<<1, 256, 0, g_stream>>>(n, dy, x, ds);
+        LAUNCHED();
+    }
+    if (dx) {
+        k_scalar_mul_dx<<<blocks_for(n, 256), 256, 0, g_stream>>>(n, s, dy, dx, dx_beta);
+        LAUNCHED();
+    }
+}
+
+/* one thread per score (b, i, j) */
+__global__ void k_attn_concat_fwd(fl_attn_desc d, const float *q, const float *k, const float *scale, float *s) {
+    const float a = scale ? scale[0] : 1.0f;
+    const int64_t total = d.n * d.tq * (int64_t)d.tk;
+    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t j = e % d.tk, r = e / d.tk, b = r / d.tq;
+        const float *qi = q + r * d.dk, *kj = k + (b * d.tk + j) * d.dk;
+        float acc = 0.0f;
+        for (int c = 0; c < d.dk; c++) acc += tanhf(a * (qi[c] + kj[c]));
+        s[e] = acc;
+    }
+}
+/* one thread per element of dq (which 0) or dk (which 1): the sum over the other side's steps */
+__global__ void k_attn_concat_bwd(fl_attn_desc d, const float *q, const float *k, const float *scale, const float *ds,
+                                  int which, float *dst, float beta) {
+    const float a = scale ? scale[0] : 1.0f;
+    const int rows = which ? d.tk : d.tq, other = which ? d.tq : d.tk;
+    const int64_t total = d.n * rows * (int64_t)d.dk;
+    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t c = e % d.dk, r = (e / d.dk) % rows, b = e / d.dk / rows;
+        const float xv = (which ? k : q)[e];
+        const float *oth = (which ? q + b * d.tq * (int64_t)d.dk : k + b * d.tk * (int64_t)d.dk) + c;
+        const float *dsb = ds + b * d.tq * (int64_t)d.tk;
+        float acc = 0.0f;
+        for (int o = 0; o < other; o++) {
+            const float gs = which ? dsb[(int64_t)o * d.tk + r] : dsb[r * d.tk + o];
+            const float t = tanhf(a * (xv + oth[(int64_t)o * d.dk]));
+            acc += gs * (1.0f - t * t);
+        }
+        dst[e] = a * acc + (beta != 0.0f ? dst[e] : 0.0f);
+    }
+}
+/* the scale's gradient: sum over (b, i, j, c) of ds (1 - t^2) (q + k), one block */
+__global__ void k_attn_concat_dscale(fl_attn_desc d, const float *q, const float *k, const float *scale,
+                                     const float *ds, float *dscale) {
+    __shared__ double sh[256];
+    const float a = scale[0];
+    const int64_t total = d.n * d.tq * (int64_t)d.tk;
+    double acc = 0.0;
+    for (int64_t e = threadIdx.x; e < total; e += blockDim.x) {
+        const int64_t j = e % d.tk, r = e / d.tk, b = r / d.tq;
+        const float *qi = q + r * d.dk, *kj = k + (b * d.tk + j) * d.dk;
+        float part = 0.0f;
+        for (int c = 0; c < d.dk; c++) {
+            const float z = qi[c] + kj[c], t = tanhf(a * z);
+            part += (1.0f - t * t) * z;
+        }
+        acc += (double)ds[e] * part;
+    }
+    sh[threadIdx.x] = acc;
+    __syncthreads();
+    for (int w = 128; w > 0; w >>= 1) {
+        if ((int)threadIdx.x < w) sh[threadIdx.x] += sh[threadIdx.x + w];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) dscale[0] = (float)sh[0];
+}
+static void cu_attn_concat_fwd(const fl_attn_desc *d, const float *q, const float *k, const float *scale, float *s) {
+    k_attn_concat_fwd<<<blocks_for(d->n * d->tq * (int64_t)d->tk, 256), 256, 0, g_stream>>>(*d, q, k, scale, s);
+    LAUNCHED();
+}
+static void cu_attn_concat_bwd(const fl_attn_desc *d, const float *q, const float *k, const float *scale,
+                               const float *ds, int which, float *dst, float beta, float *dscale) {
+    if (dst) {
+        const int64_t total = d->n * (int64_t)(which ? d->tk : d->tq) * d->dk;
+        k_attn_concat_bwd<<<blocks_for(total, 256), 256, 0, g_stream>>>(*d, q, k, scale, ds, which, dst, beta);
+        LAUNCHED();
+    }
+    if (dscale && scale) {
+        k_attn_concat_dscale<<<1, 256, 0, g_stream>>>(*d, q, k, scale, ds, dscale);
+        LAUNCHED();
+    }
+}
+
 /* ------------------------------------------------------------ optimizer */
 
 typedef struct dev_param { float *w, *g, *s0, *s1, *s2; int64_t n, start; } dev_param;
@@ -2628,6 +2746,10 @@ static void fill_table(void) {
     b->masked_gap1d_fwd = cu_masked_gap1d_fwd;
     b->masked_gap1d_bwd = cu_masked_gap1d_bwd;
     b->loss_mask = cu_loss_mask;
+    b->scalar_mul_fwd = cu_scalar_mul_fwd;
+    b->scalar_mul_bwd = cu_scalar_mul_bwd;
+    b->attn_concat_fwd = cu_attn_concat_fwd;
+    b->attn_concat_bwd = cu_attn_concat_bwd;
 }
 
 __global__ void k_probe(int *out) { *out = 42; }
