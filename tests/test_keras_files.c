@@ -282,8 +282,11 @@ static void step1_logs(fl_model *m, json_object *tr, const fl_tensor *x, const f
     json_object *logs = jget(tr, "logs_step1"), *lv = jget(tr, "loss_value_step1");
     if (!lv) return;
     for (int i = 0; i < fl_model_num_layers(m); i++) {
-        const char *c = fl_layer_class(fl_model_layer(m, i));
+        const fl_layer *l = fl_model_layer(m, i);
+        const char *c = fl_layer_class(l);
         if (strcmp(c, "Dropout") == 0 || strcmp(c, "BatchNormalization") == 0) return;
+        for (int k = 0; k < fl_layer_num_weights(l); k++) /* TimeDistributed(BatchNormalization) */
+            if (strstr(fl_layer_weight_name(l, k), "moving_mean")) return;
     }
     float r[1 + FL_MAX_METRICS] = {0};
     CHECK_MSG(fl_evaluate(m, x, y, r, 1 + FL_MAX_METRICS, .batch_size = bs, .verbose = FL_VERBOSE_SILENT) == FL_OK,

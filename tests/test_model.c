@@ -640,7 +640,37 @@ static void test_sequence_layers(void) {
     }
     fl_model_free(m);
 
-    CHECK(fl_time_distributed(fl_conv2d(4, 3)) == NULL && strstr(fl_last_error(), "TimeDistributed(Conv2D)"));
+    CHECK(fl_time_distributed(fl_concatenate()) == NULL && strstr(fl_last_error(), "TimeDistributed(Concatenate)"));
+    {   /* TimeDistributed(Conv2D) steps through the frames with one kernel: each
+         * frame's output is the same model's on that frame alone */
+        fl_model *v = fl_sequential(fl_input(3, 5, 5, 2), fl_time_distributed(fl_conv2d(4, 3, .activation = FL_RELU)),
+                                    fl_time_distributed(fl_flatten()));
+        fl_model *f = fl_sequential(fl_input(5, 5, 2), fl_conv2d(4, 3, .activation = FL_RELU), fl_flatten());
+        CHECK_MSG(v && f, "%s", fl_last_error());
+        if (v && f) {
+            CHECK(fl_layer_num_weights(fl_model_layer(v, 1)) == 2);
+            for (int k = 0; k < 2; k++) { /* the same weights in both */
+                fl_tensor *w = fl_layer_weight(fl_model_layer(v, 1), k); /* borrowed */
+                CHECK(w && fl_layer_set_weight(fl_model_layer(f, 1), k, w) == FL_OK);
+            }
+            fl_tensor *x = fl_tensor_new(FL_FLOAT32, 5, (int64_t[]){2, 3, 5, 5, 2});
+            float *xd = fl_tensor_data(x);
+            for (int i = 0; i < 2 * 3 * 50; i++) xd[i] = (float)((i * 37) % 23) / 11.0f - 1.0f;
+            fl_tensor *y = fl_predict(v, x);
+            CHECK(y && fl_tensor_ndim(y) == 3 && fl_tensor_dim(y, 1) == 3 && fl_tensor_dim(y, 2) == 36);
+            for (int s = 0; y && s < 2; s++)
+                for (int t = 0; t < 3; t++) {
+                    fl_tensor *fx = fl_tensor_new(FL_FLOAT32, 4, (int64_t[]){1, 5, 5, 2});
+                    memcpy(fl_tensor_data(fx), xd + (s * 3 + t) * 50, 50 * sizeof(float));
+                    fl_tensor *fy = fl_predict(f, fx);
+                    CHECK(fy && memcmp(fl_tensor_data(fy), (float *)fl_tensor_data(y) + (s * 3 + t) * 36,
+                                       36 * sizeof(float)) == 0);
+                    fl_tensor_free(fx); fl_tensor_free(fy);
+                }
+            fl_tensor_free(x); fl_tensor_free(y);
+        }
+        fl_model_free(v); fl_model_free(f);
+    }
     fl_model *bad = fl_sequential(fl_input(4, 5), fl_layer_normalization(.axis = 1));
     CHECK(bad == NULL && strstr(fl_last_error(), "(LayerNormalization)") && strstr(fl_last_error(), "trailing"));
     fl_model *bad2 = fl_sequential(fl_input(4, 5), fl_repeat_vector(3));

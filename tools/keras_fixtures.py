@@ -753,6 +753,27 @@ def m_time_repeat(rng):
     return m, [normal(rng, 3, 6)]
 
 
+def m_time_distributed_cnn(rng):
+    # A CNN on every frame, then an LSTM over the frames (keras.io's video
+    # classifiers): TimeDistributed around Conv2D, MaxPooling2D,
+    # BatchNormalization (statistics over every frame at once) and Flatten.
+    m = keras.Sequential([
+        keras.Input((4, 6, 6, 2)),
+        L.TimeDistributed(L.Conv2D(3, 3, activation="relu")),       # 4x4x4x3
+        L.TimeDistributed(L.MaxPooling2D(2)),                       # 4x2x2x3
+        L.TimeDistributed(L.BatchNormalization()),
+        L.TimeDistributed(L.Flatten()),                             # 4x12
+        L.LSTM(5),
+        L.Dense(3),
+    ], name="time_distributed_cnn")
+    for layer in m.layers:
+        if isinstance(layer, L.TimeDistributed) and isinstance(layer.layer, L.BatchNormalization):
+            bn = layer.layer
+            bn.moving_mean.assign(rng.normal(0, 0.3, 3).astype(F32))
+            bn.moving_variance.assign(rng.uniform(0.5, 1.5, 3).astype(F32))
+    return m, [normal(rng, 3, 4, 6, 6, 2)]
+
+
 MODELS = [
     ("dense_activations", "sequential", m_dense_activations, KERAS),
     ("activation_layers", "sequential", m_activation_layers, KERAS),
@@ -785,6 +806,7 @@ MODELS = [
     ("attention_layers", "functional", m_attention_layers, KERAS),
     ("attention_scores", "functional", m_attention_scores, KERAS),
     ("time_repeat", "sequential", m_time_repeat, ALL),
+    ("time_distributed_cnn", "sequential", m_time_distributed_cnn, ALL),
     ("rnn_lstm", "sequential", m_rnn_lstm, ALL),
     ("rnn_gru_simple", "functional", m_rnn_gru_simple, ALL),
     ("rnn_bidirectional", "functional", m_rnn_bidirectional, ALL),
@@ -991,6 +1013,19 @@ def t_attention_scores_sgd():
     return keras.Model(x, y, name="train_attention_scores_sgd")
 
 
+def t_time_distributed_cnn_sgd():
+    # Gradients through the per-frame steps: shared Conv2D weights summed
+    # over the frames, BatchNormalization over all of them in training.
+    return keras.Sequential([
+        keras.Input((3, 5, 5, 1)),
+        L.TimeDistributed(L.Conv2D(2, 3, activation="tanh")),     # 3x3x3x2
+        L.TimeDistributed(L.BatchNormalization()),
+        L.TimeDistributed(L.GlobalAveragePooling2D()),            # 3x2
+        L.SimpleRNN(4),
+        L.Dense(3, activation="softmax"),
+    ], name="train_time_distributed_cnn_sgd")
+
+
 def t_time_repeat_sgd():
     return keras.Sequential([
         keras.Input((4,)),
@@ -1163,6 +1198,9 @@ TRAINING = [
     ("train_attention_scores_sgd", t_attention_scores_sgd,
      lambda: keras.optimizers.SGD(learning_rate=0.1, momentum=0.9),
      "sparse_categorical_crossentropy", ["accuracy"], b_sparse(3, 5, 4), KERAS),
+    ("train_time_distributed_cnn_sgd", t_time_distributed_cnn_sgd,
+     lambda: keras.optimizers.SGD(learning_rate=0.1, momentum=0.9),
+     "sparse_categorical_crossentropy", ["accuracy"], b_sparse(3, 3, 5, 5, 1), KERAS_H5),
     ("train_time_repeat_sgd", t_time_repeat_sgd,
      lambda: keras.optimizers.SGD(learning_rate=0.1, momentum=0.9),
      "mean_squared_error", None, b_regression(2, 4), KERAS_H5),

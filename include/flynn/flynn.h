@@ -572,9 +572,11 @@ fl_layer *fl_repeat_vector_(int n, fl_name_args a);
 #define fl_repeat_vector(n, ...) fl_repeat_vector_((n), (fl_name_args){._reserved = 0, __VA_ARGS__})
 
 /* TimeDistributed: applies `layer` to every timestep of a (batch, steps,
- * ...) input. flynn takes layers that act on the last axis or element-wise
- * (Dense, Activation, Dropout, ReLU, LeakyReLU, ELU, LayerNormalization on
- * the last axis); it takes ownership of `layer`, also on failure. */
+ * ...) input, with one set of weights: any layer of one float input (Conv2D,
+ * pooling, Flatten, BatchNormalization with per-step statistics as Keras 3,
+ * a recurrent layer over an inner axis, ...). Layers that act on the last
+ * axis or element-wise run once on the whole sequence, the others step by
+ * step. It takes ownership of `layer`, also on failure. */
 fl_layer *fl_time_distributed_(fl_layer *layer, fl_name_args a);
 #define fl_time_distributed(layer, ...) fl_time_distributed_((layer), (fl_name_args){._reserved = 0, __VA_ARGS__})
 

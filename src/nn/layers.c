@@ -566,14 +566,10 @@ fl_layer *fl_repeat_vector_(int n, fl_name_args a) {
 
 fl_layer *fl_time_distributed_(fl_layer *inner, fl_name_args a) {
     if (!inner) return NULL; /* the inner constructor's message stands */
-    switch (inner->kind) {
-    case FL_L_DENSE: case FL_L_ACTIVATION: case FL_L_DROPOUT: case FL_L_RELU: case FL_L_LEAKY_RELU: case FL_L_ELU:
-    case FL_L_LAYERNORM:
-        break;
-    default:
-        fl_error(FL_ERR_UNSUPPORTED, "TimeDistributed(%s): flynn wraps layers that act on the last axis or "
-                 "element-wise (Dense, Activation, Dropout, ReLU, LeakyReLU, ELU, LayerNormalization)",
-                 kind_class[inner->kind]);
+    if (kind_inputs[inner->kind] != FL_IN_ONE || inner->kind == FL_L_EMBEDDING) {
+        fl_error(FL_ERR_UNSUPPORTED, "TimeDistributed(%s): flynn wraps layers of one float input (not %s)",
+                 kind_class[inner->kind], kind_inputs[inner->kind] == FL_IN_ONE ? "Embedding, whose input holds "
+                 "integers" : "merges, attention or inputs");
         fl_layer_free(inner);
         return NULL;
     }
@@ -1330,13 +1326,77 @@ static fl_node *build_repeat_vector(fl_layer *l, fl_graph *g, fl_node *const *xs
     return fl_graph_repeat(g, l->name, xs[0], l->a.repeat);
 }
 
-/* TimeDistributed of a layer that acts on the last axis (or element-wise):
- * the same layer on the whole sequence. Its weights are the outer layer's
- * (the model's list holds the outer one), at "layer" in .keras files and
- * "inner_name/kernel" in legacy .h5 files. */
+/* TimeDistributed: a layer that acts on the last axis (or element-wise)
+ * runs once on the whole sequence; any other layer (Conv2D, pooling,
+ * Flatten, a recurrent layer over an inner axis, BatchNormalization: Keras 3
+ * takes its statistics per step and updates the moving ones step after
+ * step) runs on each step in turn with shared weights, as Keras's per-step
+ * loop does, the steps cut out
+ * and stacked back with the cropping and concatenation ops. Its weights are
+ * the outer layer's (the model's list holds the outer one), at "layer" in
+ * .keras files and "inner_name/kernel" in legacy .h5 files. */
 static fl_node *build_time_distributed(fl_layer *l, fl_graph *g, fl_node *const *xs, int nx);
 
 static const build_fn kind_build[FL_L_COUNT];
+
+/* The wrapped layer on each step of x (batch, T, ...): step t is x viewed
+ * as (batch, T, 1, S) cropped to row t; the outputs, viewed as (batch, 1, 1,
+ * S'), are concatenated on that axis (16 at a time, then the groups). */
+static fl_node *td_steps(fl_layer *l, fl_layer *in, fl_graph *g, fl_node *x) {
+    const int64_t T = x->shape[1], S = fl_node_sample_size(x) / (T ? T : 1);
+    char s[128];
+    if (T < 1 || T > INT32_MAX / 2 || S > INT32_MAX)
+        return fl_error_null(FL_ERR_SHAPE, "layer '%s' (TimeDistributed): input %s has too many or no steps, or "
+                             "steps over 2^31 values", l->name, fl_shape_str(x->ndim, x->shape, s, sizeof s));
+    fl_node *x4 = fl_graph_reshape(g, l->name, x, 3, (int64_t[]){T, 1, S});
+    fl_node **parts = x4 ? malloc((size_t)T * sizeof *parts) : NULL;
+    if (!parts) return x4 ? fl_error_null(FL_ERR_NOMEM, "layer '%s' (TimeDistributed): out of memory", l->name) : NULL;
+    const int ncalls = in->ncalls;
+    int yd = 0;
+    int64_t ys[FL_MAX_DIMS];
+    fl_node *y = NULL;
+    for (int64_t t = 0; t < T; t++) {
+        fl_node *st = fl_graph_pad2d(g, l->name, x4, -(int)t, -(int)(T - 1 - t), 0, 0);
+        st = st ? fl_graph_reshape(g, l->name, st, x->ndim - 2, x->shape + 2) : NULL;
+        in->ncalls = ncalls > 0 || t > 0; /* the weights of the first step serve the others */
+        fl_node *o = st ? kind_build[in->kind](in, g, &st, 1) : NULL;
+        if (!o) goto out;
+        if (t == 0) {
+            yd = o->ndim - 1;
+            memcpy(ys, o->shape + 1, (size_t)yd * sizeof *ys);
+        }
+        if (fl_node_sample_size(o) > INT32_MAX) {
+            fl_error(FL_ERR_SHAPE, "layer '%s' (TimeDistributed): a step's output %s is over 2^31 values", l->name,
+                     fl_shape_str(o->ndim, o->shape, s, sizeof s));
+            goto out;
+        }
+        parts[t] = fl_graph_reshape(g, l->name, o, 3, (int64_t[]){1, 1, fl_node_sample_size(o)});
+        if (!parts[t]) goto out;
+    }
+    int64_t n = T;
+    while (n > 1) { /* concatenations of up to 16 on the steps' axis */
+        int64_t m = 0;
+        for (int64_t i = 0; i < n; i += 16) {
+            int k = (int)(n - i < 16 ? n - i : 16);
+            parts[m] = k == 1 ? parts[i] : fl_graph_merge(g, l->name, FL_OP_CONCAT, parts + i, k, 1);
+            if (!parts[m++]) goto out;
+        }
+        n = m;
+    }
+    int64_t shape[FL_MAX_DIMS];
+    shape[0] = T;
+    memcpy(shape + 1, ys, (size_t)yd * sizeof *ys);
+    if (yd + 1 > FL_MAX_DIMS - 1) {
+        fl_error(FL_ERR_SHAPE, "layer '%s' (TimeDistributed): the output would have over %d axes", l->name,
+                 FL_MAX_DIMS - 1);
+        goto out;
+    }
+    y = fl_graph_reshape(g, l->name, parts[0], yd + 1, shape);
+out:
+    in->ncalls = ncalls;
+    free(parts);
+    return y;
+}
 
 static fl_node *build_time_distributed(fl_layer *l, fl_graph *g, fl_node *const *xs, int nx) {
     fl_layer *in = l->a.td.inner;
@@ -1354,7 +1414,16 @@ static fl_node *build_time_distributed(fl_layer *l, fl_graph *g, fl_node *const 
     if (!in->name[0]) snprintf(in->name, sizeof in->name, "%s", fl_layer_kind_base(in->kind));
     in->index = l->index;
     in->ncalls = l->ncalls;
-    fl_node *y = kind_build[in->kind](in, g, xs, nx);
+    bool whole = false;
+    switch (in->kind) {
+    case FL_L_DENSE: case FL_L_ACTIVATION: case FL_L_DROPOUT: case FL_L_RELU: case FL_L_LEAKY_RELU: case FL_L_ELU:
+    case FL_L_LAYERNORM: case FL_L_RESCALING:
+        whole = true;
+        break;
+    default:
+        break;
+    }
+    fl_node *y = whole ? kind_build[in->kind](in, g, xs, nx) : td_steps(l, in, g, xs[0]);
     if (!y) return NULL;
     if (l->ncalls == 0) {
         l->nw = in->nw;
