@@ -774,6 +774,27 @@ def m_time_distributed_cnn(rng):
     return m, [normal(rng, 3, 4, 6, 6, 2)]
 
 
+def m_seq1d_layers(rng):
+    # The sequence forms of padding, cropping and upsampling around a Conv1D
+    # text CNN, and SpatialDropout1D (inactive in inference; its Functional
+    # call is written with training=False). No mask: Keras writes a mask
+    # consumed in a Functional model as NotEqual ops it cannot read back
+    # from its own legacy .h5.
+    x = keras.Input((7,), dtype="int32", name="tokens")
+    e = L.Embedding(20, 4)(x)
+    h = L.SpatialDropout1D(0.3)(e)
+    p = L.GlobalAveragePooling1D()(h)
+    c = L.ZeroPadding1D((1, 2))(e)                           # 10x4
+    c = L.Conv1D(3, 3, activation="relu")(c)                 # 8x3
+    c = L.Cropping1D((2, 1))(c)                              # 5x3
+    c = L.UpSampling1D(3)(c)                                 # 15x3
+    c = L.ZeroPadding1D(2)(c)                                # 19x3
+    c = L.Cropping1D()(c)                                    # 17x3
+    c = L.GlobalMaxPooling1D()(c)
+    y = L.Dense(2)(L.Concatenate()([p, c]))
+    return keras.Model(x, y, name="seq1d_layers"), [tokens(rng, 3, 7, 20)]
+
+
 MODELS = [
     ("dense_activations", "sequential", m_dense_activations, KERAS),
     ("activation_layers", "sequential", m_activation_layers, KERAS),
@@ -806,6 +827,7 @@ MODELS = [
     ("attention_layers", "functional", m_attention_layers, KERAS),
     ("attention_scores", "functional", m_attention_scores, KERAS),
     ("time_repeat", "sequential", m_time_repeat, ALL),
+    ("seq1d_layers", "functional", m_seq1d_layers, ALL),
     ("time_distributed_cnn", "sequential", m_time_distributed_cnn, ALL),
     ("rnn_lstm", "sequential", m_rnn_lstm, ALL),
     ("rnn_gru_simple", "functional", m_rnn_gru_simple, ALL),
@@ -1026,6 +1048,20 @@ def t_time_distributed_cnn_sgd():
     ], name="train_time_distributed_cnn_sgd")
 
 
+def t_seq1d_sgd():
+    # Gradients through the 1D padding, cropping and upsampling.
+    return keras.Sequential([
+        keras.Input((6, 3)),
+        L.ZeroPadding1D((2, 1)),                             # 9x3
+        L.Conv1D(4, 3, activation="tanh"),                   # 7x4
+        L.UpSampling1D(2),                                   # 14x4
+        L.Cropping1D((3, 2)),                                # 9x4
+        L.Conv1D(2, 2, strides=2),                           # 4x2
+        L.Flatten(),
+        L.Dense(3, activation="softmax"),
+    ], name="train_seq1d_sgd")
+
+
 def t_time_repeat_sgd():
     return keras.Sequential([
         keras.Input((4,)),
@@ -1201,6 +1237,9 @@ TRAINING = [
     ("train_time_distributed_cnn_sgd", t_time_distributed_cnn_sgd,
      lambda: keras.optimizers.SGD(learning_rate=0.1, momentum=0.9),
      "sparse_categorical_crossentropy", ["accuracy"], b_sparse(3, 3, 5, 5, 1), KERAS_H5),
+    ("train_seq1d_sgd", t_seq1d_sgd,
+     lambda: keras.optimizers.SGD(learning_rate=0.1, momentum=0.9),
+     "sparse_categorical_crossentropy", ["accuracy"], b_sparse(3, 6, 3), KERAS_H5),
     ("train_time_repeat_sgd", t_time_repeat_sgd,
      lambda: keras.optimizers.SGD(learning_rate=0.1, momentum=0.9),
      "mean_squared_error", None, b_regression(2, 4), KERAS_H5),

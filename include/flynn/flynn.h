@@ -320,6 +320,27 @@ fl_layer *fl_cropping2d_(fl_padding2d_args a);
 #define fl_zero_padding2d(...) fl_zero_padding2d_((fl_padding2d_args){._reserved = 0, __VA_ARGS__}) /* (1) */
 #define fl_cropping2d(...) fl_cropping2d_((fl_padding2d_args){._reserved = 0, __VA_ARGS__})
 
+/* The sequence forms (batch, steps, features): ZeroPadding1D / Cropping1D
+ * add zero steps to or remove steps from the start (`left`) and the end
+ * (`right`) of each sequence, `size` both; all 0: Keras's default (1 and
+ * 1 for both). UpSampling1D repeats each step `size` times (0 = 2).
+ * SpatialDropout1D drops whole feature channels (noise (1, features)). */
+typedef struct fl_padding1d_args {
+    int _reserved; /* keeps the macros warning-free; leave it out */
+    int size;
+    int left, right;
+    const char *name;
+} fl_padding1d_args;
+fl_layer *fl_zero_padding1d_(fl_padding1d_args a);
+fl_layer *fl_cropping1d_(fl_padding1d_args a);
+#define fl_zero_padding1d(...) fl_zero_padding1d_((fl_padding1d_args){._reserved = 0, __VA_ARGS__})
+#define fl_cropping1d(...) fl_cropping1d_((fl_padding1d_args){._reserved = 0, __VA_ARGS__})
+typedef struct fl_up_sampling1d_args { int _reserved; int size; const char *name; } fl_up_sampling1d_args;
+fl_layer *fl_up_sampling1d_(fl_up_sampling1d_args a);
+#define fl_up_sampling1d(...) fl_up_sampling1d_((fl_up_sampling1d_args){._reserved = 0, __VA_ARGS__})
+fl_layer *fl_spatial_dropout1d_(fl_dropout_args a);
+#define fl_spatial_dropout1d(...) fl_spatial_dropout1d_((fl_dropout_args){._reserved = 0, __VA_ARGS__})
+
 /* Activation layers with parameters (keras.layers.ReLU, LeakyReLU, ELU,
  * PReLU, Softmax); the names carry _layer where the bare one is an
  * fl_activation (FL_RELU, FL_ELU, FL_SOFTMAX).

@@ -327,14 +327,14 @@ static fl_layer *dropout_from(const kctx *c, const char *cls, json_object *cfg, 
     double rate;
     int64_t seed;
     fl_dropout_args a = {0};
-    bool spatial = strcmp(cls, "SpatialDropout2D") == 0;
+    bool spatial = strcmp(cls, "SpatialDropout2D") == 0, spatial1 = strcmp(cls, "SpatialDropout1D") == 0;
     if (get_num(c, cfg, "rate", 0, true, &rate) || get_int(c, cfg, "seed", 0, false, &seed) ||
-        (spatial ? check_data_format(c, cfg) : get_noise_shape(c, cfg, a.noise_shape)))
+        (spatial ? check_data_format(c, cfg) : spatial1 ? FL_OK : get_noise_shape(c, cfg, a.noise_shape)))
         return NULL;
     if (seed < 0) return kfail(c, FL_ERR_FORMAT, "seed %lld is negative", (long long)seed), NULL;
     a.rate = (float)rate;
     a.seed = (uint64_t)seed;
-    return spatial ? fl_spatial_dropout2d_(a) : fl_dropout_(a);
+    return spatial ? fl_spatial_dropout2d_(a) : spatial1 ? fl_spatial_dropout1d_(a) : fl_dropout_(a);
 }
 
 static void dropout_to(const fl_layer *l, json_object *c) {
@@ -344,6 +344,7 @@ static void dropout_to(const fl_layer *l, json_object *c) {
         put(c, "data_format", jstring("channels_last"));
         return;
     }
+    if (l->kind == FL_L_SPATIAL_DROPOUT1D) return;
     /* as many entries as the input has axes: known once built */
     int nd = l->out ? l->out->ndim - 1 : 0;
     bool any = false;
@@ -513,6 +514,48 @@ static void padding2d_to(const fl_layer *l, json_object *c) {
     put(c, l->kind == FL_L_CROPPING2D ? "cropping" : "padding", v);
     put(c, "data_format", jstring("channels_last"));
 }
+
+/* ZeroPadding1D "padding", Cropping1D "cropping": an integer or [left, right]. */
+static fl_layer *padding1d_from(const kctx *c, const char *cls, json_object *cfg, klayer_extra *x) {
+    (void)x;
+    bool crop = strcmp(cls, "Cropping1D") == 0;
+    const char *key = crop ? "cropping" : "padding";
+    json_object *v = jkey(cfg, key);
+    int64_t t[2] = {1, 1};
+    bool ok = true;
+    if (jis(v, json_type_int)) {
+        t[0] = t[1] = json_object_get_int64(v);
+    } else if (jis(v, json_type_array) && json_object_array_length(v) == 2) {
+        for (int i = 0; i < 2; i++) {
+            json_object *e = json_object_array_get_idx(v, i);
+            ok = ok && jis(e, json_type_int);
+            if (ok) t[i] = json_object_get_int64(e);
+        }
+    } else if (v) {
+        ok = false;
+    }
+    if (!ok || t[0] < 0 || t[1] < 0 || t[0] > (1 << 24) || t[1] > (1 << 24))
+        return kfail(c, FL_ERR_FORMAT, "'%s' is %s, expected a size >= 0 or [left, right]", key,
+                     v ? json_object_to_json_string_ext(v, JSON_C_TO_STRING_PLAIN) : "null"), NULL;
+    if (!crop && check_data_format(c, cfg)) return NULL;
+    fl_layer *l = crop ? fl_cropping1d_((fl_padding1d_args){0}) : fl_zero_padding1d_((fl_padding1d_args){0});
+    if (l) { l->a.pad.top = (int)t[0]; l->a.pad.bottom = (int)t[1]; } /* explicit: a side of 0 stays 0 */
+    return l;
+}
+
+static void padding1d_to(const fl_layer *l, json_object *c) {
+    put(c, l->kind == FL_L_CROPPING1D ? "cropping" : "padding", jpair(l->a.pad.top, l->a.pad.bottom));
+    if (l->kind == FL_L_ZEROPAD1D) put(c, "data_format", jstring("channels_last"));
+}
+
+static fl_layer *upsample1d_from(const kctx *c, const char *cls, json_object *cfg, klayer_extra *x) {
+    (void)cls; (void)x;
+    int size = 2;
+    if (get_one(c, cfg, "size", 2, &size)) return NULL;
+    return fl_up_sampling1d_((fl_up_sampling1d_args){.size = size});
+}
+
+static void upsample1d_to(const fl_layer *l, json_object *c) { put(c, "size", jint(l->a.up.size_h)); }
 
 static fl_layer *conv1d_from(const kctx *c, const char *cls, json_object *cfg, klayer_extra *x) {
     (void)cls; (void)x;
@@ -1344,6 +1387,10 @@ static const fl_keras_layer_def layer_defs[] = {
     {"Attention", FL_L_ATTENTION, attention_from, attention_to, true},
     {"RepeatVector", FL_L_REPEAT_VECTOR, repeat_vector_from, repeat_vector_to, true},
     {"TimeDistributed", FL_L_TIME_DISTRIBUTED, time_distributed_from, time_distributed_to, true},
+    {"ZeroPadding1D", FL_L_ZEROPAD1D, padding1d_from, padding1d_to, true},
+    {"Cropping1D", FL_L_CROPPING1D, padding1d_from, padding1d_to, true},
+    {"UpSampling1D", FL_L_UPSAMPLE1D, upsample1d_from, upsample1d_to, true},
+    {"SpatialDropout1D", FL_L_SPATIAL_DROPOUT1D, dropout_from, dropout_to, false},
     {"SimpleRNN", FL_L_SIMPLE_RNN, rnn_from, rnn_to, true},
     {"LSTM", FL_L_LSTM, rnn_from, rnn_to, true},
     {"GRU", FL_L_GRU, rnn_from, rnn_to, true},
@@ -1365,7 +1412,7 @@ const fl_keras_layer_def *fl_keras_layer_by_kind(fl_layer_kind kind) {
     return NULL;
 }
 
-static char supported[1024];
+static char supported[4096];
 static pthread_once_t supported_once = PTHREAD_ONCE_INIT;
 
 static void make_supported(void) {

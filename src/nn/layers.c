@@ -434,6 +434,38 @@ static fl_layer *padding2d(fl_layer_kind k, fl_padding2d_args a, int dflt) {
 fl_layer *fl_zero_padding2d_(fl_padding2d_args a) { return padding2d(FL_L_ZEROPAD2D, a, 1); }
 fl_layer *fl_cropping2d_(fl_padding2d_args a) { return padding2d(FL_L_CROPPING2D, a, 0); }
 
+/* The 1D forms keep (left, right) in pad.top/bottom: the steps axis is the
+ * image rows of the (steps, 1, features) view that their build crops. */
+static fl_layer *padding1d(fl_layer_kind k, fl_padding1d_args a) {
+    if (!a.size && !a.left && !a.right) a.size = 1;
+    if (!a.left) a.left = a.size;
+    if (!a.right) a.right = a.size;
+    if (a.left < 0 || a.right < 0)
+        return fl_error_null(FL_ERR_INVALID_ARG, "%s: (left %d, right %d), expected >= 0", kind_class[k], a.left,
+                             a.right);
+    fl_layer *l = new_layer(k, a.name);
+    if (l) l->a.pad = (fl_padding2d_args){.top = a.left, .bottom = a.right};
+    return l;
+}
+fl_layer *fl_zero_padding1d_(fl_padding1d_args a) { return padding1d(FL_L_ZEROPAD1D, a); }
+fl_layer *fl_cropping1d_(fl_padding1d_args a) { return padding1d(FL_L_CROPPING1D, a); }
+
+fl_layer *fl_up_sampling1d_(fl_up_sampling1d_args a) {
+    if (a.size == 0) a.size = 2;
+    if (a.size < 1) return fl_error_null(FL_ERR_INVALID_ARG, "UpSampling1D: size is %d, expected >= 1", a.size);
+    fl_layer *l = new_layer(FL_L_UPSAMPLE1D, a.name);
+    if (l) l->a.up = (fl_up_sampling2d_args){.size_h = a.size, .size_w = 1, .interpolation = FL_NEAREST};
+    return l;
+}
+
+fl_layer *fl_spatial_dropout1d_(fl_dropout_args a) {
+    if (!(a.rate >= 0.0f && a.rate < 1.0f))
+        return fl_error_null(FL_ERR_INVALID_ARG, "SpatialDropout1D: rate is %g, expected 0 <= rate < 1", a.rate);
+    fl_layer *l = new_layer(FL_L_SPATIAL_DROPOUT1D, a.name);
+    if (l) { l->a.dropout = a; l->a.dropout.name = NULL; }
+    return l;
+}
+
 /* ------------------------------------------ activation / preprocessing layers */
 
 static fl_layer *pact_layer(fl_layer_kind k, const char *name, fl_pact_desc p) {
@@ -844,6 +876,27 @@ static fl_status need_image(const fl_layer *l, const fl_node *x) {
                     kind_class[l->kind], fl_shape_str(x->ndim, x->shape, s, sizeof s));
 }
 
+static fl_status need_sequence(const fl_layer *l, const fl_node *x) {
+    if (x->ndim == 3) return FL_OK;
+    char s[128];
+    return fl_error(FL_ERR_SHAPE, "layer '%s' (%s): input %s must be (batch, steps, features)", l->name,
+                    kind_class[l->kind], fl_shape_str(x->ndim, x->shape, s, sizeof s));
+}
+
+/* ZeroPadding1D, Cropping1D, UpSampling1D on the (steps, 1, features) view
+ * of a sequence, through the 2D ops. */
+static fl_node *build_seq1d(fl_layer *l, fl_graph *g, fl_node *const *xs, int nx) {
+    (void)nx;
+    fl_node *x = xs[0];
+    if (need_sequence(l, x)) return NULL;
+    fl_node *v = fl_graph_reshape(g, l->name, x, 3, (int64_t[]){x->shape[1], 1, x->shape[2]});
+    if (!v) return NULL;
+    const int s = l->kind == FL_L_CROPPING1D ? -1 : 1;
+    fl_node *y = l->kind == FL_L_UPSAMPLE1D ? fl_graph_upsample2d(g, l->name, v, l->a.up.size_h, 1, false)
+                                            : fl_graph_pad2d(g, l->name, v, s * l->a.pad.top, s * l->a.pad.bottom, 0, 0);
+    return y ? fl_graph_reshape(g, l->name, y, 2, (int64_t[]){y->shape[1], y->shape[3]}) : NULL;
+}
+
 /* Grouped convolutions: the input's channels divide into the groups. */
 static fl_status need_groups(const fl_layer *l, const fl_node *x, int groups) {
     int64_t c = x->shape[x->ndim - 1];
@@ -965,9 +1018,11 @@ static fl_node *build_dropout(fl_layer *l, fl_graph *g, fl_node *const *xs, int 
     /* the noise shape per sample: 0 takes the input's size; SpatialDropout2D drops whole channels */
     int64_t noise[FL_MAX_DIMS];
     bool shared = false;
+    const bool spatial = l->kind == FL_L_SPATIAL_DROPOUT2D || l->kind == FL_L_SPATIAL_DROPOUT1D;
     if (l->kind == FL_L_SPATIAL_DROPOUT2D && need_image(l, x)) return NULL;
+    if (l->kind == FL_L_SPATIAL_DROPOUT1D && need_sequence(l, x)) return NULL;
     for (int i = 1; i < x->ndim; i++) {
-        int64_t v = l->kind == FL_L_SPATIAL_DROPOUT2D ? (i < x->ndim - 1 ? 1 : 0) : l->a.dropout.noise_shape[i - 1];
+        int64_t v = spatial ? (i < x->ndim - 1 ? 1 : 0) : l->a.dropout.noise_shape[i - 1];
         noise[i - 1] = v ? v : x->shape[i];
         shared |= noise[i - 1] != x->shape[i];
     }
@@ -1540,6 +1595,8 @@ static const build_fn kind_build[FL_L_COUNT] = {
     [FL_L_NORMALIZATION] = build_normalization,
     [FL_L_DEPTHWISE2D] = build_depthwise2d, [FL_L_SEPARABLE2D] = build_separable2d,
     [FL_L_UPSAMPLE2D] = build_upsample2d, [FL_L_CONV2D_TRANSPOSE] = build_conv2d_transpose,
+    [FL_L_ZEROPAD1D] = build_seq1d,       [FL_L_CROPPING1D] = build_seq1d,
+    [FL_L_UPSAMPLE1D] = build_seq1d,      [FL_L_SPATIAL_DROPOUT1D] = build_dropout,
     [FL_L_PERMUTE] = build_permute,     [FL_L_RESIZING] = build_resizing,
     [FL_L_LAYERNORM] = build_layernorm, [FL_L_MHA] = build_mha,         [FL_L_ATTENTION] = build_attention,
     [FL_L_REPEAT_VECTOR] = build_repeat_vector, [FL_L_TIME_DISTRIBUTED] = build_time_distributed,
@@ -1559,6 +1616,7 @@ static bool kind_passes_mask(fl_layer_kind k) {
     switch (k) {
     case FL_L_DENSE: case FL_L_DROPOUT: case FL_L_SPATIAL_DROPOUT2D: case FL_L_ACTIVATION: case FL_L_RELU:
     case FL_L_LEAKY_RELU: case FL_L_ELU: case FL_L_PRELU: case FL_L_RESCALING: case FL_L_NORMALIZATION:
+    case FL_L_SPATIAL_DROPOUT1D:
         return true;
     default:
         return false;

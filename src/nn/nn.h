@@ -63,7 +63,11 @@
     X(GRU, "GRU", "gru", FL_IN_ONE)                                                  \
     X(BIDIRECTIONAL, "Bidirectional", "bidirectional", FL_IN_ONE)                   \
     X(EMBEDDING, "Embedding", "embedding", FL_IN_ONE)                               \
-    X(MASKING, "Masking", "masking", FL_IN_ONE)
+    X(MASKING, "Masking", "masking", FL_IN_ONE)                                     \
+    X(ZEROPAD1D, "ZeroPadding1D", "zero_padding1d", FL_IN_ONE)                      \
+    X(CROPPING1D, "Cropping1D", "cropping1d", FL_IN_ONE)                            \
+    X(UPSAMPLE1D, "UpSampling1D", "up_sampling1d", FL_IN_ONE)                       \
+    X(SPATIAL_DROPOUT1D, "SpatialDropout1D", "spatial_dropout1d", FL_IN_ONE)
 
 enum { FL_IN_NONE, FL_IN_ONE, FL_IN_MANY };
 
