@@ -93,6 +93,14 @@ for args in "--model lstm_text --data mnist:/tmp" "--model mlp --data synthetic"
   [ $rc -eq 2 ] && grep -q "synthetic" <<<"$err" && ok || bad "bench $args: exit $rc ($err)"
 done
 
+# the OpenMP threads wait passively unless the user says otherwise (src/cli/omp_setup.c)
+for pol in "" active; do
+  if [ -n "$pol" ]; then set -- env -u GOMP_SPINCOUNT OMP_WAIT_POLICY=$pol; else set -- env -u GOMP_SPINCOUNT -u OMP_WAIT_POLICY; fi
+  "$@" "$FLYNN" bench --samples 64 --batch-sizes 32 --warmup-steps 0 --devices cpu --json "$tmp/w.json" >/dev/null 2>&1
+  python3 -c 'import json,sys; p=json.load(open(sys.argv[1]))["omp_wait_policy"]; sys.exit(0 if p == sys.argv[2] else 1)' \
+    "$tmp/w.json" "${pol:-passive}" && ok || bad "OpenMP wait policy ${pol:-unset}: $(grep wait_policy "$tmp/w.json")"
+done
+
 # usage errors
 for args in "--batch-sizes 64,x" "--devices tpu" "--mode fast" "--samples 0" "--frobnicate 1"; do
   "$FLYNN" bench $args >/dev/null 2>&1; rc=$?

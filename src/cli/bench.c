@@ -316,6 +316,14 @@ static void read_blas(bench_run *b) {
     for (size_t k = strlen(b->blas_config); k > 0 && b->blas_config[k - 1] == ' '; k--) b->blas_config[k - 1] = 0;
 }
 
+/* The OpenMP wait policy this process started with (src/cli/omp_setup.c
+ * sets passive unless the user set one). */
+static const char *omp_wait_policy(void) {
+    const char *p = getenv("OMP_WAIT_POLICY"), *s = getenv("GOMP_SPINCOUNT");
+    if (p) return p;
+    return s ? "default, GOMP_SPINCOUNT set" : "default (spin, then sleep)";
+}
+
 /* ------------------------------------------------------------ measuring */
 
 /* n synthetic sequences of b->h tokens: sample i has 16 + (37 i mod 113)
@@ -439,8 +447,9 @@ static void print_header(const bench_run *b, FILE *f) {
             b->o.repeat > 1 ? " (fastest of repeats)" : "");
     fprintf(f, "FLOPs per sample: %.2f M training, %.2f M predict\n", b->flops[MODE_TRAIN] / 1e6,
             b->flops[MODE_PREDICT] / 1e6);
-    fprintf(f, "cpu: %s, %d threads; BLAS %s%s%s%s\n", b->cpu_model, fl_get_num_threads(), b->blas_path,
-            b->blas_core[0] ? " (core " : "", b->blas_core, b->blas_core[0] ? ")" : "");
+    fprintf(f, "cpu: %s, %d threads; BLAS %s%s%s%s; OpenMP wait policy %s\n", b->cpu_model, fl_get_num_threads(),
+            b->blas_path, b->blas_core[0] ? " (core " : "", b->blas_core, b->blas_core[0] ? ")" : "",
+            omp_wait_policy());
     for (int d = 0; d < NDEV; d++) {
         if (!b->dev[d].requested || (d == DEV_CPU && b->dev[d].usable)) continue;
         if (b->dev[d].usable) fprintf(f, "%s: %s\n", dev_name[d], b->dev[d].detail);
@@ -504,6 +513,9 @@ static void write_json(const bench_run *b, FILE *f) {
     fprintf(f, "  \"samples\": %lld,\n  \"warmup_steps\": %d,\n  \"repeat\": %d,\n  \"seed\": %llu,\n", (long long)b->n,
             b->o.warmup, b->o.repeat, b->o.seed);
     fprintf(f, "  \"threads\": %d,\n", fl_get_num_threads());
+    fprintf(f, "  \"omp_wait_policy\": ");
+    json_str(f, omp_wait_policy());
+    fprintf(f, ",\n");
     fprintf(f, "  \"flops_per_sample\": {\"train\": %.0f, \"predict\": %.0f},\n", b->flops[MODE_TRAIN],
             b->flops[MODE_PREDICT]);
     fprintf(f, "  \"cpu_model\": ");
