@@ -2178,5 +2178,8 @@ int main(void) {
     test_attention_op(2, 6, 6, 2, 3, 2, false, 7, 2);
     test_attention_op(2, 6, 5, 1, 2, 3, true, 1, 2);
     test_batchnorm_frozen();
+    /* the unmasked softmax's vector path (cpu_attention.c): rows longer than a vector, with a remainder */
+    test_attention_op(3, 9, 37, 2, 4, 3, false, 0, 0);
+    test_attention_op(2, 7, 19, 1, 3, 2, false, 0, 1);
     return check_report("test_ops");
 }

@@ -9,7 +9,7 @@
  *
  * The gate formulas: Keras's default activations (tanh, with sigmoid for
  * the gates) of LSTM, GRU (reset_after) and SimpleRNN run as vector loops
- * over a row's units with flynn's own exp (fast_exp below: a degree-6
+ * over a row's units with flynn's own exp (fl_fast_exp, cpu_fastmath.h: a degree-6
  * polynomial, ~2 ulp; tanh and sigmoid from it, absolute error < 2e-7),
  * compiled for AVX2+FMA where the CPU has it; libm's scalar tanhf and expf
  * were 25% of lstm_text's training time. Every other combination (other
@@ -38,6 +38,7 @@
 #include "cpu_internal.h"
 #include "cpu_simd.h"
 #include "ops/rnn_math.h"
+#include "cpu_fastmath.h"
 
 #include <omp.h>
 #include <stdint.h>
@@ -65,37 +66,10 @@ typedef fl_rnn_bufs rnn_bufs; /* the layout: ops/rnn_math.h */
 
 /* ------------------------------------------------------ vector gate math */
 
-/* exp(x) for x clamped to [-87.3, 87.3] (by the bits of |x|: a float
- * compare-and-select here stops GCC from vectorising the loops): x = n ln2
- * + f, |f| <= ln2/2, exp(f) by Cephes expf's degree-6 polynomial (~2 ulp),
- * times 2^n put into the exponent bits. No branches, so loops over it
- * vectorise. */
-typedef union { float f; int32_t i; uint32_t u; } rnn_fi32;
-static inline __attribute__((always_inline)) float fast_exp(float x) {
-    rnn_fi32 v = {.f = x};
-    uint32_t ax = v.u & 0x7fffffffu, lim = 0x42AE999Au; /* 87.3f */
-    ax = ax < lim ? ax : lim;
-    v.u = ax | (v.u & 0x80000000u);
-    x = v.f;
-    rnn_fi32 r = {.f = x * 1.44269504088896341f + 12582912.0f}; /* 1.5 * 2^23: round to nearest */
-    float n = r.f - 12582912.0f;
-    float f = x - n * 0.693359375f;
-    f = f - n * -2.12194440e-4f;
-    float p = 1.9875691500e-4f;
-    p = p * f + 1.3981999507e-3f;
-    p = p * f + 8.3334519073e-3f;
-    p = p * f + 4.1665795894e-2f;
-    p = p * f + 1.6666665459e-1f;
-    p = p * f + 5.0000001201e-1f;
-    p = p * f * f + f + 1.0f;
-    rnn_fi32 q = {.f = p};
-    q.u += (r.u - 0x4B400000u) << 23;
-    return q.f;
-}
-static inline __attribute__((always_inline)) float fast_sigmoid(float x) { return 1.0f / (1.0f + fast_exp(-x)); }
+static inline __attribute__((always_inline)) float fast_sigmoid(float x) { return 1.0f / (1.0f + fl_fast_exp(-x)); }
 /* tanh(x) = sign(x) (1 - e) / (1 + e), e = exp(-2|x|) */
 static inline __attribute__((always_inline)) float fast_tanh(float x) {
-    float ax = x < 0 ? -x : x, e = fast_exp(-2.0f * ax), t = (1.0f - e) / (1.0f + e);
+    float ax = x < 0 ? -x : x, e = fl_fast_exp(-2.0f * ax), t = (1.0f - e) / (1.0f + e);
     return x < 0 ? -t : t;
 }
 
@@ -200,28 +174,13 @@ static inline __attribute__((always_inline)) float fast_tanh(float x) {
 
 static void fwd_row_generic(FWD_ROW_ARGS) { FWD_ROW_BODY }
 static void bwd_row_generic(BWD_ROW_ARGS) { BWD_ROW_BODY }
-#if defined(__x86_64__) && defined(__GNUC__)
-#define RNN_HAVE_AVX2 1
-__attribute__((target("avx2,fma"))) static void fwd_row_avx2(FWD_ROW_ARGS) { FWD_ROW_BODY }
-__attribute__((target("avx2,fma"))) static void bwd_row_avx2(BWD_ROW_ARGS) { BWD_ROW_BODY }
-#else
-#define RNN_HAVE_AVX2 0
+#define RNN_HAVE_AVX2 FL_HAVE_AVX2_TARGET
+#if RNN_HAVE_AVX2
+FL_AVX2_TARGET static void fwd_row_avx2(FWD_ROW_ARGS) { FWD_ROW_BODY }
+FL_AVX2_TARGET static void bwd_row_avx2(BWD_ROW_ARGS) { BWD_ROW_BODY }
 #endif
 
-static int use_avx2(void) {
-#if RNN_HAVE_AVX2
-    static int v = -1;
-    int s = __atomic_load_n(&v, __ATOMIC_RELAXED);
-    if (s < 0) {
-        __builtin_cpu_init();
-        s = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-        __atomic_store_n(&v, s, __ATOMIC_RELAXED);
-    }
-    return s;
-#else
-    return 0;
-#endif
-}
+static int use_avx2(void) { return fl_cpu_avx2(); }
 
 /* Whether a layer's gates run the vector rows above: Keras's default
  * activations, and GRU only with reset_after (one GEMM per step). */
