@@ -21,6 +21,9 @@ training epoch over the samples (shuffled) and one predict pass over them.
               zero initial state, Keras's mask on pre-padded input (carry the
               state over the padding) gives the same final state, and packing
               is how a PyTorch user skips the padding;
+  * torch-full (lstm_text only): nn.LSTM over all 128 steps, padding
+              included and no mask: the work flynn does, the fastest PyTorch
+              LSTM (oneDNN), but not Keras's result;
   * Keras-TF: the same Keras model in /opt/tfkvenv (TensorFlow 2.21), fit and
               predict.
 The sides alternate (round-robin per batch size and round); each point keeps
@@ -68,6 +71,10 @@ class LSTMText(nn.Module):
         p = nn.utils.rnn.pack_padded_sequence(s.emb(xs), lens, batch_first=True, enforce_sorted=False)
         _, (h, _) = s.lstm(p)
         return s.out(h[0])
+class LSTMTextFull(LSTMText):  # every step, padding included, no mask: the same work as flynn's, not Keras's semantics
+    def forward(s, xl):
+        _, (h, _) = s.lstm(s.emb(xl[0]))
+        return s.out(h[0])
 class TransformerText(nn.Module):
     def __init__(s):
         super().__init__()
@@ -82,10 +89,13 @@ class TransformerText(nn.Module):
         h2 = s.ln2(h + s.f2(torch.relu(s.f1(h))))
         return s.out(s.drop(h2.mean(1)))
 lstm = model_name == "lstm_text"
-m = LSTMText() if lstm else TransformerText()
+full = os.environ.get("TEXT_COMPARE_TORCH_LSTM") == "full"
+m = (LSTMTextFull() if full else LSTMText()) if lstm else TransformerText()
 opt = torch.optim.Adam(m.parameters(), lr=1e-3, eps=1e-7)
 lossf = nn.CrossEntropyLoss()
-if lstm:  # the valid tokens moved to the front, and their counts
+if lstm and full:
+    X, LENS = torch.from_numpy(x).long(), torch.zeros(N).long()
+elif lstm:  # the valid tokens moved to the front, and their counts
     lens_all = (x != 0).sum(1)
     xf = np.zeros_like(x)
     for i in range(N):
@@ -115,7 +125,7 @@ with torch.no_grad():
 cfg = torch.__config__.show()
 import re
 blas = "; ".join(l.strip(" -") for l in cfg.splitlines() if re.search("Math Kernel|MKL-DNN|CPU capability", l))
-print(json.dumps({"impl": "pytorch " + torch.__version__, "train": N / (t1 - t0), "predict": N / (t3 - t2), "kernels": blas}))
+print(json.dumps({"impl": "pytorch " + torch.__version__ + (" (LSTM over all 128 steps)" if lstm and full else ""), "train": N / (t1 - t0), "predict": N / (t3 - t2), "kernels": blas}))
 """
 
 KERAS = COMMON + r"""
@@ -195,7 +205,8 @@ def main():
     ap.add_argument("--flynn", default=os.path.join(ROOT, "build", "flynn"))
     ap.add_argument("--torch-python", default="/opt/torchvenv/bin/torch-python")
     ap.add_argument("--tf-python", default="/opt/tfkvenv/bin/python")
-    ap.add_argument("--sides", default="flynn,torch,keras-tf")
+    ap.add_argument("--sides", default="flynn,torch,torch-full,keras-tf",
+                    help="torch-full: lstm_text's LSTM over all 128 steps without the mask (flynn's amount of work)")
     ap.add_argument("--json", default=None)
     ap.add_argument("--omp-wait-policy", default=None,
                     help="OMP_WAIT_POLICY for every side (default: unset, each side's own default: flynn starts "
@@ -207,9 +218,9 @@ def main():
         env["OMP_WAIT_POLICY"] = a.omp_wait_policy
     sides = a.sides.split(",")
     for s in sides:
-        if s not in ("flynn", "torch", "keras-tf"):
-            sys.exit("text_compare.py: unknown side %r (flynn, torch, keras-tf)" % s)
-    if "torch" in sides and not os.path.exists(a.torch_python):
+        if s not in ("flynn", "torch", "torch-full", "keras-tf"):
+            sys.exit("text_compare.py: unknown side %r (flynn, torch, torch-full, keras-tf)" % s)
+    if ("torch" in sides or "torch-full" in sides) and not os.path.exists(a.torch_python):
         sys.exit("text_compare.py: no %s: run bench/setup_venv.sh first (or --sides flynn,keras-tf)" % a.torch_python)
     print("text_compare: %s threads, %d samples, %d rounds (best kept), OMP_WAIT_POLICY %s, load average %s at the start"
           % (a.threads, a.samples, a.rounds, a.omp_wait_policy or "unset", loadavg()), flush=True)
@@ -222,10 +233,14 @@ def main():
                 for s in order:
                     if s == "flynn":
                         r = run_flynn(a, model, B, env)
+                    elif s == "torch-full" and model != "lstm_text":
+                        continue
                     else:
-                        py = a.torch_python if s == "torch" else a.tf_python
-                        r, _ = run_json([py, "-c", TORCH if s == "torch" else KERAS, model, str(B), str(a.samples),
-                                         str(a.threads), str(a.warmup)], env)
+                        torch_side = s.startswith("torch")
+                        py = a.torch_python if torch_side else a.tf_python
+                        e = dict(env, TEXT_COMPARE_TORCH_LSTM="full" if s == "torch-full" else "packed")
+                        r, _ = run_json([py, "-c", TORCH if torch_side else KERAS, model, str(B), str(a.samples),
+                                         str(a.threads), str(a.warmup)], e)
                     if not r:
                         continue
                     kernels[s] = r["impl"] + ": " + r.get("kernels", "")
