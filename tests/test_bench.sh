@@ -67,6 +67,40 @@ python3 -c 'import json,sys; j=json.loads(sys.stdin.read()); g=[d for d in j["de
 out=$(FLYNN_DISABLE_GPU=1 "$FLYNN" bench --samples 256 --batch-sizes 128 --devices gpu 2>&1); rc=$?
 [ $rc -eq 1 ] && grep -q "gpu not usable: .*FLYNN_DISABLE_GPU" <<<"$out" && ok || { bad "gpu only, disabled: exit $rc"; echo "$out" >&2; }
 
+# the text models: synthetic sequences (and fortunes-lang when installed), train and predict, JSON
+for model in lstm_text transformer_text; do
+  "$FLYNN" bench --model $model --samples 96 --batch-sizes 32 --warmup-steps 1 --mode both --devices cpu \
+    --json "$tmp/t.json" >"$tmp/err" 2>&1; rc=$?
+  [ $rc -eq 0 ] && ok || { bad "bench --model $model: exit $rc"; cat "$tmp/err" >&2; }
+  python3 - "$model" "$tmp/t.json" <<'PY' && ok || bad "bench --model $model: JSON"
+import json, sys
+j = json.load(open(sys.argv[2]))
+assert j["model"] == sys.argv[1] and j["data"] == "synthetic" and j["input_shape"] == [128], j
+assert j["vocab"] == 512 and j["classes"] == 5 and j["flops_per_sample"]["train"] > j["flops_per_sample"]["predict"] > 0
+got = sorted((r["mode"], r["batch_size"]) for r in j["results"])
+assert got == [("predict", 32), ("train", 32)], got
+assert all(r["samples"] == 96 and r["samples_per_s"] > 0 for r in j["results"])
+PY
+done
+if [ -f /usr/share/games/fortunes/fortunes ] && [ -d /usr/share/games/fortunes/pl ]; then
+  "$FLYNN" bench --model lstm_text --data fortunes-lang --samples 64 --batch-sizes 32 --warmup-steps 0 --devices cpu 2>&1 \
+    | grep -q "lstm_text on 64 fortunes-lang sequences" && ok || bad "bench --data fortunes-lang"
+else
+  echo "test_bench: skipping --data fortunes-lang: Debian's fortunes packages are not installed"
+fi
+for args in "--model lstm_text --data mnist:/tmp" "--model mlp --data synthetic"; do
+  err=$("$FLYNN" bench $args 2>&1 >/dev/null); rc=$?
+  [ $rc -eq 2 ] && grep -q "synthetic" <<<"$err" && ok || bad "bench $args: exit $rc ($err)"
+done
+
+# the OpenMP threads wait passively unless the user says otherwise (src/cli/omp_setup.c)
+for pol in "" active; do
+  if [ -n "$pol" ]; then set -- env -u GOMP_SPINCOUNT OMP_WAIT_POLICY=$pol; else set -- env -u GOMP_SPINCOUNT -u OMP_WAIT_POLICY; fi
+  "$@" "$FLYNN" bench --samples 64 --batch-sizes 32 --warmup-steps 0 --devices cpu --json "$tmp/w.json" >/dev/null 2>&1
+  python3 -c 'import json,sys; p=json.load(open(sys.argv[1]))["omp_wait_policy"]; sys.exit(0 if p == sys.argv[2] else 1)' \
+    "$tmp/w.json" "${pol:-passive}" && ok || bad "OpenMP wait policy ${pol:-unset}: $(grep wait_policy "$tmp/w.json")"
+done
+
 # usage errors
 for args in "--batch-sizes 64,x" "--devices tpu" "--mode fast" "--samples 0" "--frobnicate 1"; do
   "$FLYNN" bench $args >/dev/null 2>&1; rc=$?

@@ -2194,5 +2194,8 @@ int main(void) {
     test_attention_op_(2, 4, 5, 1, 3, 3, false, 2, 1, 2);
     test_attention_op_(2, 5, 4, 1, 6, 2, false, 3, 1, 3);
     test_attention_op_(3, 5, 5, 1, 2, 4, true, 2, 1, 3);
+    /* the unmasked softmax's vector path (cpu_attention.c): rows longer than a vector, with a remainder */
+    test_attention_op(3, 9, 37, 2, 4, 3, false, 0, 0);
+    test_attention_op(2, 7, 19, 1, 3, 2, false, 0, 1);
     return check_report("test_ops");
 }

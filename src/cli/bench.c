@@ -7,6 +7,12 @@
  * bench/compare_cpu.sh; fields in docs/performance.md) and as an SVG chart.
  * Only the public API (flynn/flynn.h) is used; which BLAS the process loaded
  * is read from the dynamic loader, not from flynn.
+ *
+ * The text models (lstm_text, transformer_text) run on token sequences of
+ * the shape `flynn train --data fortunes-lang` gives them (128 steps, a
+ * vocabulary of 512, 5 classes): the fortunes data itself, or a synthetic
+ * set of the same shape that bench/text_compare.py rebuilds bit for bit for
+ * PyTorch and Keras (synth_text below).
  */
 #include <flynn/flynn.h>
 
@@ -22,6 +28,7 @@
 
 #define BENCH_DEFAULT_DATA "/usr/share/datasets/fashion-mnist"
 #define BENCH_MAX_POINTS 32
+#define BENCH_TEXT_STEPS 128 /* as flynn train --data fortunes-lang */
 
 enum { DEV_CPU, DEV_GPU, NDEV };
 enum { MODE_TRAIN, MODE_PREDICT, NMODE };
@@ -31,6 +38,7 @@ static const char *const mode_name[NMODE] = {"train", "predict"};
 typedef struct bench_opts {
     const char *model, *data, *json, *svg, *precision;
     long samples;
+    bool samples_set;
     int batch[BENCH_MAX_POINTS], nbatch;
     bool dev_on[NDEV];
     bool mode_on[NMODE];
@@ -51,7 +59,8 @@ typedef struct device_state {
 typedef struct bench_run {
     bench_opts o;
     char data_kind[16], data_dir[1024];
-    int64_t h, w, c;
+    int64_t h, w, c;                /* text: h timesteps, w = c = 0 */
+    int64_t vocab;                  /* text: tokens in [0, vocab); 0 for images */
     int classes;
     int64_t n;                      /* training samples used */
     double flops[NMODE];            /* per sample */
@@ -68,10 +77,14 @@ static void usage_bench(FILE *f) {
             "each device and batch size, and prints samples/s, GFLOP/s and the GPU/CPU\n"
             "speedup per batch size. Where the GPU cannot be used it says why and reports\n"
             "the CPU side.\n\n"
-            "  --model NAME           mnist_cnn (default) or mlp\n"
-            "  --data SPEC            fashion-mnist[:DIR] (default, DIR defaults to %s),\n"
-            "                         mnist:DIR or cifar10:DIR\n"
-            "  --samples N            samples per epoch: the first N training images (default 20000)\n"
+            "  --model NAME           mnist_cnn (default), mlp, lstm_text or transformer_text\n"
+            "  --data SPEC            images: fashion-mnist[:DIR] (default, DIR defaults to\n"
+            "                         %s), mnist:DIR or cifar10:DIR;\n"
+            "                         text models: synthetic (default: 128 tokens of 512, 5\n"
+            "                         classes, pre-padded; bench/text_compare.py makes the same)\n"
+            "                         or fortunes-lang[:DIR]\n"
+            "  --samples N            samples per epoch: the first N training samples (default\n"
+            "                         20000 images, 4096 sequences)\n"
             "  --batch-sizes LIST     comma-separated batch sizes (default 32,64,128,256,512,1024)\n"
             "  --devices LIST         cpu, gpu or cpu,gpu (default cpu,gpu)\n"
             "  --mode M               train (default), predict (inference over the same\n"
@@ -160,6 +173,7 @@ static int parse_bench(int argc, char **argv, bench_opts *o) {
         } else if (strcmp(key, "--samples") == 0) {
             if (!parse_int(val, 1, 1L << 40, &v)) return bench_usage_error("--samples wants a positive integer, got", val);
             o->samples = v;
+            o->samples_set = true;
         } else if (strcmp(key, "--threads") == 0) {
             if (!parse_int(val, 0, 4096, &v)) return bench_usage_error("--threads wants an integer in [0, 4096], got", val);
             o->threads = (int)v;
@@ -182,6 +196,23 @@ static int parse_bench_data(bench_run *b) {
     const char *spec = b->o.data, *colon = strchr(spec, ':');
     size_t kl = colon ? (size_t)(colon - spec) : strlen(spec);
     b->classes = 10;
+    if (fl_builtin_model_is_text(b->o.model)) {
+        b->h = BENCH_TEXT_STEPS; b->w = b->c = 0;
+        b->vocab = FL_FORTUNES_VOCAB;
+        b->classes = FL_FORTUNES_CLASSES;
+        if (strcmp(spec, "synthetic") == 0) {
+            snprintf(b->data_kind, sizeof b->data_kind, "synthetic");
+        } else if (kl == 13 && strncmp(spec, "fortunes-lang", kl) == 0) {
+            snprintf(b->data_kind, sizeof b->data_kind, "fortunes-lang");
+            snprintf(b->data_dir, sizeof b->data_dir, "%s", colon ? colon + 1 : "/usr/share/games/fortunes");
+        } else {
+            return bench_usage_error("--data for a text model wants synthetic or fortunes-lang[:DIR], got", spec);
+        }
+        return 0;
+    }
+    if (kl == 9 && strncmp(spec, "synthetic", kl) == 0)
+        return bench_usage_error("--data synthetic is for the text models (lstm_text, transformer_text); model",
+                                 b->o.model);
     if (kl == 13 && strncmp(spec, "fashion-mnist", kl) == 0) {
         snprintf(b->data_kind, sizeof b->data_kind, "fashion-mnist");
         snprintf(b->data_dir, sizeof b->data_dir, "%s", colon ? colon + 1 : BENCH_DEFAULT_DATA);
@@ -217,6 +248,21 @@ static bool model_flops(const char *model, int64_t h, int64_t w, int64_t c, int 
         double in = (double)(h * w * c);
         first = 2 * in * 512;
         f = first + 2 * (512.0 * 512 + 512.0 * classes);
+    } else if (strcmp(model, "lstm_text") == 0) {
+        /* h steps of LSTM(64) on 32 features: x W and h' R, 4 gates; the
+         * Embedding is trainable, so the LSTM's input gradient counts too */
+        double T = (double)h;
+        first = 0;
+        f = 2 * T * (32.0 + 64.0) * 256 + 2 * 64.0 * classes;
+    } else if (strcmp(model, "transformer_text") == 0) {
+        /* Conv1D(32, 3) on 32 features, MultiHeadAttention(2 heads, key_dim
+         * 16): q, k, v and output projections, q k^T and p v per head, the
+         * 32 -> 64 -> 32 feed-forward, the head; input gradient of the first
+         * layer counted (the Embedding is trainable) */
+        double T = (double)h;
+        first = 0;
+        f = 2 * T * 3 * 32 * 32 + 2 * T * 4 * 32 * 32 + 2 * 2 * (2 * T * T * 16) + 2 * T * (32 * 64 + 64 * 32) +
+            2 * 32.0 * classes;
     } else {
         return false;
     }
@@ -270,7 +316,40 @@ static void read_blas(bench_run *b) {
     for (size_t k = strlen(b->blas_config); k > 0 && b->blas_config[k - 1] == ' '; k--) b->blas_config[k - 1] = 0;
 }
 
+/* The OpenMP wait policy this process started with (src/cli/omp_setup.c
+ * sets passive unless the user set one). */
+static const char *omp_wait_policy(void) {
+    const char *p = getenv("OMP_WAIT_POLICY"), *s = getenv("GOMP_SPINCOUNT");
+    if (p) return p;
+    return s ? "default, GOMP_SPINCOUNT set" : "default (spin, then sleep)";
+}
+
 /* ------------------------------------------------------------ measuring */
+
+/* n synthetic sequences of b->h tokens: sample i has 16 + (37 i mod 113)
+ * tokens (at most h), pre-padded with zeros as Keras's pad_sequences does,
+ * token t of it (t counted from the first real one) is 1 + ((131 i + 17 t)
+ * mod (vocab - 1)); its class is i mod classes. bench/text_compare.py makes
+ * the same arrays. */
+static fl_status synth_text(const bench_run *b, long n, fl_dataset *ds) {
+    memset(ds, 0, sizeof *ds);
+    const int64_t T = b->h;
+    ds->x_train = fl_tensor_new(FL_INT32, 2, (int64_t[]){n, T});
+    ds->y_train = fl_tensor_new(FL_FLOAT32, 1, (int64_t[]){n});
+    if (!ds->x_train || !ds->y_train) { fl_dataset_free(ds); return FL_ERR_NOMEM; }
+    int32_t *x = fl_tensor_data(ds->x_train);
+    float *y = fl_tensor_data(ds->y_train);
+    for (long i = 0; i < n; i++) {
+        int64_t len = 16 + (37 * (int64_t)i) % 113;
+        if (len > T) len = T;
+        for (int64_t s = 0; s < T; s++) {
+            int64_t t = s - (T - len);
+            x[i * T + s] = t < 0 ? 0 : (int32_t)(1 + (131 * (int64_t)i + 17 * t) % (b->vocab - 1));
+        }
+        y[i] = (float)(i % b->classes);
+    }
+    return FL_OK;
+}
 
 static double now_s(void) {
     struct timespec ts;
@@ -282,7 +361,8 @@ static double now_s(void) {
  * device refuses; *fatal when something else failed. */
 static fl_model *make_model(bench_run *b, int d, bool *fatal) {
     *fatal = false;
-    fl_model *m = fl_builtin_model(b->o.model, b->h, b->w, b->c, b->classes);
+    fl_model *m = b->vocab ? fl_builtin_text_model(b->o.model, b->h, b->vocab, b->classes)
+                           : fl_builtin_model(b->o.model, b->h, b->w, b->c, b->classes);
     if (!m) { *fatal = true; return NULL; }
     fl_model_set_seed(m, b->o.seed);
     char why[1024] = "";
@@ -362,13 +442,14 @@ static const char *short_reason(const char *r) {
 }
 
 static void print_header(const bench_run *b, FILE *f) {
-    fprintf(f, "flynn bench: %s on %lld %s images, one epoch per point after %d warm-up step%s%s\n", b->o.model,
-            (long long)b->n, b->data_kind, b->o.warmup, b->o.warmup == 1 ? "" : "s",
+    fprintf(f, "flynn bench: %s on %lld %s %s, one epoch per point after %d warm-up step%s%s\n", b->o.model,
+            (long long)b->n, b->data_kind, b->vocab ? "sequences" : "images", b->o.warmup, b->o.warmup == 1 ? "" : "s",
             b->o.repeat > 1 ? " (fastest of repeats)" : "");
     fprintf(f, "FLOPs per sample: %.2f M training, %.2f M predict\n", b->flops[MODE_TRAIN] / 1e6,
             b->flops[MODE_PREDICT] / 1e6);
-    fprintf(f, "cpu: %s, %d threads; BLAS %s%s%s%s\n", b->cpu_model, fl_get_num_threads(), b->blas_path,
-            b->blas_core[0] ? " (core " : "", b->blas_core, b->blas_core[0] ? ")" : "");
+    fprintf(f, "cpu: %s, %d threads; BLAS %s%s%s%s; OpenMP wait policy %s\n", b->cpu_model, fl_get_num_threads(),
+            b->blas_path, b->blas_core[0] ? " (core " : "", b->blas_core, b->blas_core[0] ? ")" : "",
+            omp_wait_policy());
     for (int d = 0; d < NDEV; d++) {
         if (!b->dev[d].requested || (d == DEV_CPU && b->dev[d].usable)) continue;
         if (b->dev[d].usable) fprintf(f, "%s: %s\n", dev_name[d], b->dev[d].detail);
@@ -423,11 +504,18 @@ static void write_json(const bench_run *b, FILE *f) {
     json_str(f, b->o.model);
     fprintf(f, ",\n  \"data\": ");
     json_str(f, b->data_kind);
-    fprintf(f, ",\n  \"input_shape\": [%lld, %lld, %lld],\n  \"classes\": %d,\n", (long long)b->h, (long long)b->w,
-            (long long)b->c, b->classes);
+    if (b->vocab)
+        fprintf(f, ",\n  \"input_shape\": [%lld],\n  \"vocab\": %lld,\n  \"classes\": %d,\n", (long long)b->h,
+                (long long)b->vocab, b->classes);
+    else
+        fprintf(f, ",\n  \"input_shape\": [%lld, %lld, %lld],\n  \"classes\": %d,\n", (long long)b->h,
+                (long long)b->w, (long long)b->c, b->classes);
     fprintf(f, "  \"samples\": %lld,\n  \"warmup_steps\": %d,\n  \"repeat\": %d,\n  \"seed\": %llu,\n", (long long)b->n,
             b->o.warmup, b->o.repeat, b->o.seed);
     fprintf(f, "  \"threads\": %d,\n", fl_get_num_threads());
+    fprintf(f, "  \"omp_wait_policy\": ");
+    json_str(f, omp_wait_policy());
+    fprintf(f, ",\n");
     fprintf(f, "  \"flops_per_sample\": {\"train\": %.0f, \"predict\": %.0f},\n", b->flops[MODE_TRAIN],
             b->flops[MODE_PREDICT]);
     fprintf(f, "  \"cpu_model\": ");
@@ -648,10 +736,12 @@ int flynn_cmd_bench(int argc, char **argv) {
                       .mode_on = {true, false}};
     int r = parse_bench(argc, argv, o);
     if (r == -1) { usage_bench(stdout); return 0; }
+    if (fl_builtin_model_is_text(o->model) && strcmp(o->data, "fashion-mnist") == 0) o->data = "synthetic";
     if (r) return r;
     if ((r = parse_bench_data(b))) return r;
     if (!model_flops(o->model, b->h, b->w, b->c, b->classes, &b->flops[MODE_TRAIN], &b->flops[MODE_PREDICT])) {
-        fl_model *m = fl_builtin_model(o->model, b->h, b->w, b->c, b->classes); /* for the error message */
+        fl_model *m = fl_builtin_model(o->model, b->h ? b->h : 28, b->w ? b->w : 28, b->c ? b->c : 1,
+                                       b->classes); /* for the error message */
         fl_model_free(m);
         fprintf(stderr, "flynn: error: %s\n", fl_last_error()[0] ? fl_last_error() : "unknown model");
         return 1;
@@ -662,8 +752,12 @@ int flynn_cmd_bench(int argc, char **argv) {
     FILE *out = o->json && strcmp(o->json, "-") == 0 ? stderr : stdout;
 
     fl_dataset ds;
-    fl_status ls = strcmp(b->data_kind, "cifar10") == 0 ? fl_load_cifar10(b->data_dir, o->samples, 1, &ds)
-                                                       : fl_load_mnist(b->data_dir, o->samples, 1, &ds);
+    if (b->vocab && !o->samples_set) o->samples = 4096;
+    fl_status ls = strcmp(b->data_kind, "synthetic") == 0       ? synth_text(b, o->samples, &ds)
+                   : strcmp(b->data_kind, "fortunes-lang") == 0 ? fl_load_fortunes_lang(b->data_dir, (int)b->h,
+                                                                                         o->samples, 1, &ds)
+                   : strcmp(b->data_kind, "cifar10") == 0       ? fl_load_cifar10(b->data_dir, o->samples, 1, &ds)
+                                                                : fl_load_mnist(b->data_dir, o->samples, 1, &ds);
     if (ls != FL_OK) {
         fprintf(stderr, "flynn: error: %s\n", fl_last_error());
         return 1;

@@ -623,7 +623,10 @@ static int cmd_summary(int argc, char **argv) {
     return 0;
 }
 
+void flynn_omp_setup(char **argv); /* omp_setup.c */
+
 int main(int argc, char **argv) {
+    flynn_omp_setup(argv);
     if (argc < 2) { usage_main(stderr); return 2; }
     const char *cmd = argv[1];
     if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 || strcmp(cmd, "help") == 0) { usage_main(stdout); return 0; }
