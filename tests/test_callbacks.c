@@ -362,6 +362,56 @@ static void test_clipping_and_schedules(void) {
     fl_optimizer_free(o);
 }
 
+/* a schedule and a clip survive flynn's own .keras/.h5/.json files, and
+ * training continues exactly (the optimizer state without a learning_rate
+ * variable, as Keras writes it with a schedule) */
+static fl_tensor *train_x(void) {
+    fl_tensor *x = fl_tensor_zeros(FL_FLOAT32, 4, 3);
+    for (int i = 0; i < 12; i++) ((float *)fl_tensor_data(x))[i] = -1.0f + 3.0f * (float)i / 11.0f;
+    return x;
+}
+static void test_save_load(void) {
+    const char *ext[] = {"keras", "h5", "json"};
+    fl_lr_schedule cw = fl_cosine_decay(0.01, 4, .warmup_target = 0.1, .warmup_steps = 2, .alpha = 0.25);
+    fl_lr_schedule pw = fl_piecewise_constant_decay(2, (double[]){1, 3}, (double[]){0.1, 0.01, 0.001});
+    fl_tensor *x = train_x(), *y = fl_tensor_zeros(FL_FLOAT32, 4, 2);
+    for (int e = 0; e < 3; e++)
+        for (int v = 0; v < 2; v++) {
+            char path[64];
+            snprintf(path, sizeof path, "/tmp/flynn_cb_%d_%d.%s", (int)getpid(), v, ext[e]);
+            fl_model *m = fl_sequential(fl_input(3), fl_dense(2));
+            fl_compile(m, v ? fl_rmsprop(.learning_rate_schedule = &pw, .clipvalue = 0.3f)
+                            : fl_adam(.learning_rate_schedule = &cw, .global_clipnorm = 0.7f), FL_MEAN_SQUARED_ERROR);
+            fl_history *h = fl_fit(m, x, y, .batch_size = 4, .epochs = 2, .verbose = FL_VERBOSE_SILENT);
+            fl_history_free(h);
+            CHECK_MSG(fl_save_model(m, path) == FL_OK, "%s: %s", path, fl_last_error());
+            fl_model *l = fl_load_model(path);
+            CHECK_MSG(l != NULL, "%s: %s", path, fl_last_error());
+            if (!l) { fl_model_free(m); continue; }
+            const fl_lr_schedule *a = fl_optimizer_schedule(fl_model_optimizer(m)), *b = fl_optimizer_schedule(fl_model_optimizer(l));
+            CHECK_MSG(b && a->kind == b->kind && fl_lr_schedule_value(a, 2) == fl_lr_schedule_value(b, 2) &&
+                      fl_lr_schedule_value(a, 5) == fl_lr_schedule_value(b, 5), "%s: schedule", path);
+            float c1[3], c2[3];
+            fl_optimizer_clipping(fl_model_optimizer(m), &c1[0], &c1[1], &c1[2]);
+            fl_optimizer_clipping(fl_model_optimizer(l), &c2[0], &c2[1], &c2[2]);
+            CHECK_MSG(memcmp(c1, c2, sizeof c1) == 0, "%s: clipping %g %g %g, saved %g %g %g", path, c2[0], c2[1], c2[2],
+                      c1[0], c1[1], c1[2]);
+            if (e < 2) { /* .json has no weights or state */
+                CHECK(fl_optimizer_iterations(fl_model_optimizer(l)) == 2);
+                fl_history_free(fl_fit(m, x, y, .batch_size = 4, .epochs = 1, .verbose = FL_VERBOSE_SILENT));
+                fl_history_free(fl_fit(l, x, y, .batch_size = 4, .epochs = 1, .verbose = FL_VERBOSE_SILENT));
+                fl_layer *la = fl_model_layer(m, fl_model_num_layers(m) - 1), *lb = fl_model_layer(l, fl_model_num_layers(l) - 1);
+                CHECK_MSG(memcmp(fl_tensor_data(fl_layer_weight(la, 0)), fl_tensor_data(fl_layer_weight(lb, 0)),
+                                 6 * sizeof(float)) == 0, "%s: the step after loading differs", path);
+            }
+            unlink(path);
+            fl_model_free(l);
+            fl_model_free(m);
+        }
+    fl_tensor_free(x);
+    fl_tensor_free(y);
+}
+
 int main(void) {
     fl_set_num_threads(1);
     test_schedules();
@@ -372,5 +422,6 @@ int main(void) {
     test_user_callback();
     test_terminate_on_nan();
     test_clipping_and_schedules();
+    test_save_load();
     return check_report("test_callbacks");
 }
