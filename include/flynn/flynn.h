@@ -1139,6 +1139,12 @@ fl_status fl_optimizer_set_learning_rate(fl_optimizer *o, float lr);
 const fl_lr_schedule *fl_optimizer_schedule(const fl_optimizer *o); /* NULL without one */
 /* clipnorm, clipvalue, global_clipnorm (0 = unset) */
 void fl_optimizer_clipping(const fl_optimizer *o, float *clipnorm, float *clipvalue, float *global_clipnorm);
+/* Changes a compiled model's optimizer (one loaded from a file too): its
+ * clipping (as the constructors' arguments; at most one non-zero), and its
+ * learning-rate schedule (NULL or kind FL_SCHEDULE_NONE: a constant
+ * learning rate again, the one it has now). FL_ERR_STATE when not compiled. */
+fl_status fl_model_set_optimizer_clipping(fl_model *m, float clipnorm, float clipvalue, float global_clipnorm);
+fl_status fl_model_set_learning_rate_schedule(fl_model *m, const fl_lr_schedule *s);
 
 /* ------------------------------------------------------------------- data */
 

@@ -75,6 +75,36 @@ fl_status fl_optimizer_set_learning_rate(fl_optimizer *o, float lr) {
     return FL_OK;
 }
 
+static fl_optimizer *compiled_opt(fl_model *m, const char *who) {
+    if (!m || !m->opt) {
+        fl_error(FL_ERR_STATE, "%s: model '%s' is not compiled", who, m ? m->name : "(NULL)");
+        return NULL;
+    }
+    return m->opt;
+}
+
+fl_status fl_model_set_optimizer_clipping(fl_model *m, float clipnorm, float clipvalue, float global_clipnorm) {
+    fl_optimizer *o = compiled_opt(m, "fl_model_set_optimizer_clipping");
+    if (!o) return fl_last_status();
+    fl_lr_schedule keep = o->sched;
+    float lr = o->d.lr;
+    fl_status s = fl_optimizer_set_extras(o, clipnorm, clipvalue, global_clipnorm, &keep);
+    o->d.lr = lr;
+    return s;
+}
+
+fl_status fl_model_set_learning_rate_schedule(fl_model *m, const fl_lr_schedule *sched) {
+    fl_optimizer *o = compiled_opt(m, "fl_model_set_learning_rate_schedule");
+    if (!o) return fl_last_status();
+    float cn, cv, gcn, lr = fl_optimizer_current_learning_rate(o);
+    fl_optimizer_clipping(o, &cn, &cv, &gcn);
+    fl_lr_schedule keep = o->sched;
+    fl_status s = fl_optimizer_set_extras(o, cn, cv, gcn, sched);
+    if (s != FL_OK) o->sched = keep;
+    else if (!sched || sched->kind == FL_SCHEDULE_NONE) o->d.lr = lr;
+    return s;
+}
+
 const fl_lr_schedule *fl_optimizer_schedule(const fl_optimizer *o) {
     return o && o->sched.kind != FL_SCHEDULE_NONE ? &o->sched : NULL;
 }
