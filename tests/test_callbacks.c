@@ -131,14 +131,19 @@ static void test_early_stopping(void) {
 
 static void test_reduce_lr(void) {
     fl_model *m = tiny(0.001f);
+    char msg[1024] = {0};
+    FILE *out = fmemopen(msg, sizeof msg, "w");
     fl_callback *rl = fl_reduce_lr_on_plateau(.factor = 0.5, .patience = 2, .cooldown = 1, .min_lr = 0.0002,
-                                               .min_delta = 0.01);
+                                               .min_delta = 0.01, .verbose = true, .out = out);
     fl_history *h = fit(m, 12, true, rl, NULL);
     const float *lr = h ? fl_history_get(h, "learning_rate") : NULL;
     CHECK_MSG(lr != NULL, "no learning_rate in History: %s", fl_last_error());
     for (int e = 0; lr && e < 12; e++)
         CHECK_MSG((double)lr[e] == ref_rlr_lr[e], "epoch %d: learning_rate %.17g, Keras %.17g", e, (double)lr[e],
                   ref_rlr_lr[e]);
+    fclose(out);
+    /* Keras's message, with the Python float it computed (before float32) */
+    CHECK_STR_CONTAINS(msg, "\nEpoch 6: ReduceLROnPlateau reducing learning rate to 0.0005000000237487257.\n");
     fl_history_free(h);
     fl_callback_free(rl);
     fl_model_free(m);

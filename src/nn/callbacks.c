@@ -298,7 +298,9 @@ static fl_status rl_epoch_end(fl_model *m, int epoch, fl_logs *logs, void *user)
                     return fl_last_status();
                 }
                 if (r->verbose) {
-                    fprintf(r->out, "\nEpoch %d: ReduceLROnPlateau reducing learning rate to %.17g.\n", epoch + 1, new_lr);
+                    char v[40];
+                    fl_py_float_repr(new_lr, v, sizeof v); /* Keras prints the Python float */
+                    fprintf(r->out, "\nEpoch %d: ReduceLROnPlateau reducing learning rate to %s.\n", epoch + 1, v);
                     fflush(r->out);
                 }
                 r->cooldown_counter = r->cooldown;
