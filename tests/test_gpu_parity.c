@@ -1,6 +1,7 @@
 /*
  * test_gpu_parity.c — the GPU against the CPU: every op's forward and
- * backward on random inputs, the losses, metrics and optimizers, and a few
+ * backward on random inputs, the losses, metrics and optimizers (with
+ * gradient clipping, and learning-rate schedules in captured steps), and a few
  * training steps of mnist_cnn from the same seed on both devices, with and
  * without CUDA graphs, also with a partial last batch between replays. Runs
  * in both float32 precision modes; tolerances (relative to each tensor's
@@ -983,6 +984,99 @@ static void partial_batch_parity(const fl_dataset *d) {
     fl_tensor_free(x); fl_tensor_free(y); fl_tensor_free(vx); fl_tensor_free(vy);
 }
 
+/* Gradient clipping (clipnorm, clipvalue, global_clipnorm) in the fused
+ * optimizer step: the CPU and the GPU clip the same gradients alike. The
+ * gradients are large enough (up to 2) that every clip is active. */
+static void clip_parity(void) {
+    fl_opt_desc descs[] = {
+        {.code = FL_OPT_SGD, .lr = 0.01f, .momentum = 0.9f, .clip_mode = FL_CLIP_NORM, .clip = 1.0f},
+        {.code = FL_OPT_ADAM, .lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-7f, .clip_mode = FL_CLIP_VALUE,
+         .clip = 0.5f},
+        {.code = FL_OPT_RMSPROP, .lr = 1e-3f, .rho = 0.9f, .eps = 1e-7f, .clip_mode = FL_CLIP_GLOBAL_NORM, .clip = 2.0f},
+    };
+    int64_t sizes[3] = {1000, 17, 70000};
+    for (size_t c = 0; c < sizeof descs / sizeof descs[0]; c++) {
+        fl_param_ref hp[3], dp[3];
+        for (int k = 0; k < 3; k++) {
+            int64_t n = sizes[k];
+            float *w = malloc((size_t)n * sizeof(float)), *g = malloc((size_t)n * sizeof(float));
+            fl_rng_uniform(w, n, -1, 1, 6, (uint64_t)(c * 10 + k));
+            fl_rng_uniform(g, n, -2.0f, 2.0f, 7, (uint64_t)(c * 10 + k));
+            hp[k] = (fl_param_ref){w, g, calloc((size_t)n, 4), calloc((size_t)n, 4), calloc((size_t)n, 4), n};
+            float *z = calloc((size_t)n, 4);
+            dp[k] = (fl_param_ref){dev_copy(GPU, w, n), dev_copy(GPU, g, n), dev_copy(GPU, z, n), dev_copy(GPU, z, n),
+                                   dev_copy(GPU, z, n), n};
+            free(z);
+        }
+        fl_opt_desc d = descs[c];
+        d.step = 1;
+        CPU->optimizer_step(&d, hp, 3);
+        GPU->optimizer_step(&d, dp, 3);
+        for (int k = 0; k < 3; k++) {
+            char name[48];
+            snprintf(name, sizeof name, "optimizer %d clip %d", descs[c].code, descs[c].clip_mode);
+            double keep = g_tol;
+            g_tol = 1e-5; /* the norms' sums differ in order only */
+            compare(name, "clipped gradients", hp[k].g, dp[k].g, sizes[k]);
+            compare(name, "weights", hp[k].w, dp[k].w, sizes[k]);
+            g_tol = keep;
+            free(hp[k].w); free(hp[k].g); free(hp[k].s0); free(hp[k].s1); free(hp[k].s2);
+            GPU->free(dp[k].w); GPU->free(dp[k].g); GPU->free(dp[k].s0); GPU->free(dp[k].s1); GPU->free(dp[k].s2);
+        }
+    }
+}
+
+static double halve_each_epoch(int epoch, double lr, void *user) { (void)user; return epoch ? lr * 0.5 : lr; }
+
+/* A learning rate that changes between replays of the captured step must
+ * reach them (the step reads it from device memory): an ExponentialDecay
+ * per step with global_clipnorm, and a LearningRateScheduler (a new base
+ * rate each epoch) with clipnorm. 500 samples in batches of 64: 7 replayed
+ * steps and an eager one per epoch. GPU with graphs = without (a rate baked
+ * into the graph would freeze at the captured step's), and the CPU agrees. */
+static void schedule_parity(const fl_dataset *d) {
+    enum { N = 500, EPOCHS = 3 };
+    fl_tensor *x = fl_tensor_slice(d->x_train, 0, N), *y = fl_tensor_slice(d->y_train, 0, N);
+    fl_lr_schedule sched = fl_exponential_decay(2e-3, 4, 0.5);
+    for (int variant = 0; variant < 2; variant++) {
+        const char *runs[3] = {"CPU", "GPU with graphs", "GPU without graphs"};
+        float loss[3][EPOCHS], lr[3][EPOCHS];
+        bool ok = true;
+        for (int k = 0; k < 3 && ok; k++) {
+            if (k == 2) setenv("FLYNN_CUDA_GRAPHS", "0", 1);
+            fl_model *m = fl_builtin_model("mnist_cnn", 28, 28, 1, 10);
+            fl_model_set_seed(m, 44);
+            if (k > 0) CHECK(fl_model_set_device(m, FL_DEVICE_GPU, NULL, 0) == FL_OK);
+            fl_optimizer *o = variant == 0 ? fl_adam(.learning_rate_schedule = &sched, .global_clipnorm = 1.0f)
+                                           : fl_adam(.learning_rate = 2e-3f, .clipnorm = 0.5f);
+            fl_compile(m, o, FL_SPARSE_CATEGORICAL_CROSSENTROPY, FL_ACCURACY);
+            fl_callback *ls = variant == 1 ? fl_learning_rate_scheduler(halve_each_epoch, NULL) : NULL;
+            fl_history *h = fl_fit(m, x, y, .batch_size = 64, .epochs = EPOCHS, .verbose = FL_VERBOSE_SILENT,
+                                   .callbacks = (fl_callback *[]){ls, NULL});
+            if (k == 2) unsetenv("FLYNN_CUDA_GRAPHS");
+            CHECK_MSG(h != NULL, "[%s] schedule %d, %s: %s", g_mode, variant, runs[k], fl_last_error());
+            ok = h != NULL;
+            for (int e = 0; ok && e < EPOCHS; e++) {
+                loss[k][e] = fl_history_get(h, "loss")[e];
+                lr[k][e] = variant == 1 ? fl_history_get(h, "learning_rate")[e]
+                                        : fl_optimizer_current_learning_rate(fl_model_optimizer(m));
+            }
+            fl_history_free(h);
+            fl_callback_free(ls);
+            fl_model_free(m);
+        }
+        for (int e = 0; ok && e < EPOCHS; e++) {
+            printf("[%s] schedule %d, epoch %d loss: CPU %.6f, GPU with graphs %.6f, without %.6f (lr %g)\n", g_mode,
+                   variant, e + 1, loss[0][e], loss[1][e], loss[2][e], lr[1][e]);
+            CHECK_CLOSE(loss[1][e], loss[2][e], 1e-5, 1e-7);
+            CHECK_CLOSE(loss[1][e], loss[0][e], g_tol * 5, 1e-4);
+            CHECK(lr[1][e] == lr[0][e]);
+        }
+    }
+    fl_tensor_free(x);
+    fl_tensor_free(y);
+}
+
 /* ------------------------------- LayerNormalization, attention, RepeatVector */
 
 static int g_ln_axes; /* trailing axes normalised */
@@ -1189,6 +1283,9 @@ int main(int argc, char **argv) {
         } else {
             printf("SKIP training parity: %s\n", fl_last_error());
         }
+        clip_parity();
+        if (have_data && GPU != CPU) schedule_parity(&d);
+        else printf("SKIP schedule parity: %s\n", have_data ? "FLYNN_PARITY_SELFTEST moves no model to a GPU" : "no data");
     }
     if (have_data) fl_dataset_free(&d);
     return check_report("test_gpu_parity");

@@ -564,11 +564,14 @@ static void config_refusals(void) {
     expect_refused(NULL, dangling, (const char *[]){"layer 'd' (Dense)", "'zz'", NULL});
     /* compile configs flynn cannot honour */
     static const char *bad_compile[][2] = {
-        {"{\"optimizer\":{\"class_name\":\"Adam\",\"config\":{\"learning_rate\":0.001,\"clipnorm\":1.0}},\"loss\":\"mse\"}", "gradient clipping"},
+        {"{\"optimizer\":{\"class_name\":\"Adam\",\"config\":{\"learning_rate\":0.001,\"use_ema\":true}},\"loss\":\"mse\"}", "moving average"},
+        {"{\"optimizer\":{\"class_name\":\"Adam\",\"config\":{\"learning_rate\":0.001,\"clipnorm\":\"big\"}},\"loss\":\"mse\"}", "'clipnorm' is a string"},
+        {"{\"optimizer\":{\"class_name\":\"Adam\",\"config\":{\"learning_rate\":{\"class_name\":\"CosineDecayRestarts\",\"config\":{}}}},\"loss\":\"mse\"}", "schedule 'CosineDecayRestarts' is not supported"},
         {"{\"optimizer\":{\"class_name\":\"Adagrad\",\"config\":{}},\"loss\":\"mse\"}", "optimizer 'Adagrad'"},
         {"{\"optimizer\":\"adam\",\"loss\":\"mae\"}", "loss 'mae'"},
         {"{\"optimizer\":\"adam\",\"loss\":\"mse\",\"metrics\":[\"auc\"]}", "metric 'auc'"},
-        {"{\"optimizer\":{\"class_name\":\"Adam\",\"config\":{\"learning_rate\":{\"class_name\":\"ExponentialDecay\",\"config\":{}}}},\"loss\":\"mse\"}", "schedule"},
+        {"{\"optimizer\":{\"class_name\":\"Adam\",\"config\":{\"learning_rate\":{\"class_name\":\"ExponentialDecay\",\"config\":{}}}},\"loss\":\"mse\"}", "'initial_learning_rate' is missing"},
+        {"{\"optimizer\":{\"class_name\":\"SGD\",\"config\":{\"learning_rate\":{\"class_name\":\"ExponentialDecay\",\"config\":{\"initial_learning_rate\":0.1,\"decay_steps\":0,\"decay_rate\":0.5}}}},\"loss\":\"mse\"}", "decay_steps 0"},
     };
     /* a Functional model whose GlobalAveragePooling1D takes the mask of an Embedding(mask_zero) + Masking
      * through Add: Keras 3.15 wrote the mask as ops (NotEqual, Any, LogicalOr) and a mask= call argument

@@ -852,6 +852,17 @@ def t_mlp_adam():
     ], name="train_mlp_adam")
 
 
+def t_mlp_named(name):
+    """train_mlp_adam's model under another name (the schedule and clipping fixtures)."""
+    def build():
+        return keras.Sequential([
+            keras.Input((6,)),
+            L.Dense(8, activation="relu"),
+            L.Dense(4, activation="softmax"),
+        ], name=name)
+    return build
+
+
 def t_cnn_sgd():
     return keras.Sequential([
         keras.Input((6, 6, 1)),
@@ -1260,6 +1271,30 @@ TRAINING = [
     ("train_masking_mse_sgd", t_masking_mse_sgd,
      lambda: keras.optimizers.SGD(learning_rate=0.1),
      "mean_squared_error", None, b_masked_regression(5, 3), KERAS),
+    # learning-rate schedules and gradient clipping: the schedule's config is
+    # the optimizer's learning_rate, its value per step follows the restored
+    # iterations (step 2 runs at the second step's rate), and with a schedule
+    # the optimizer has no learning_rate variable (the slots follow iterations)
+    ("train_mlp_expdecay_clipnorm", t_mlp_named("train_mlp_expdecay_clipnorm"),
+     lambda: keras.optimizers.Adam(
+         learning_rate=keras.optimizers.schedules.ExponentialDecay(0.01, 1, 0.5, staircase=True),
+         clipnorm=0.05),
+     "sparse_categorical_crossentropy", ["accuracy"], b_sparse(4, 6), ALL),
+    ("train_mlp_cosine_gclip", t_mlp_named("train_mlp_cosine_gclip"),
+     lambda: keras.optimizers.SGD(
+         learning_rate=keras.optimizers.schedules.CosineDecay(0.05, 10, alpha=0.1, warmup_target=0.2,
+                                                              warmup_steps=2),
+         momentum=0.9, global_clipnorm=0.3),
+     "sparse_categorical_crossentropy", ["accuracy"], b_sparse(4, 6), KERAS_H5),
+    ("train_mlp_piecewise_clipvalue", t_mlp_named("train_mlp_piecewise_clipvalue"),
+     lambda: keras.optimizers.RMSprop(
+         learning_rate=keras.optimizers.schedules.PiecewiseConstantDecay([0, 5], [0.01, 0.003, 0.001]),
+         clipvalue=0.02),
+     "sparse_categorical_crossentropy", ["accuracy"], b_sparse(4, 6), KERAS_H5),
+    ("train_mlp_inversetime_clipnorm", t_mlp_named("train_mlp_inversetime_clipnorm"),
+     lambda: keras.optimizers.AdamW(
+         learning_rate=keras.optimizers.schedules.InverseTimeDecay(0.01, 1, 1.0), clipnorm=0.05),
+     "sparse_categorical_crossentropy", ["accuracy"], b_sparse(4, 6), KERAS),
 ]
 
 

@@ -694,6 +694,12 @@ typedef struct fl_sgd_args {
     float learning_rate; /* 0 = 0.01 */
     float momentum;      /* 0.0 */
     bool nesterov;
+    /* at most one of the three clips, as Keras: each weight's gradient to
+     * this L2 norm, every element to [-clipvalue, clipvalue], or all
+     * gradients together to this global L2 norm. 0 = none. */
+    float clipnorm, clipvalue, global_clipnorm;
+    /* a schedule (kind != FL_SCHEDULE_NONE) replaces learning_rate */
+    const struct fl_lr_schedule *learning_rate_schedule; /* copied; NULL = none */
 } fl_sgd_args;
 typedef struct fl_adam_args {
     int _reserved;
@@ -702,6 +708,12 @@ typedef struct fl_adam_args {
     float beta_2;        /* 0 = 0.999 */
     float epsilon;       /* 0 = 1e-7 */
     float weight_decay;  /* AdamW only: 0 = 0.004; use a negative value for none */
+    /* at most one of the three clips, as Keras: each weight's gradient to
+     * this L2 norm, every element to [-clipvalue, clipvalue], or all
+     * gradients together to this global L2 norm. 0 = none. */
+    float clipnorm, clipvalue, global_clipnorm;
+    /* a schedule (kind != FL_SCHEDULE_NONE) replaces learning_rate */
+    const struct fl_lr_schedule *learning_rate_schedule; /* copied; NULL = none */
 } fl_adam_args;
 typedef struct fl_rmsprop_args {
     int _reserved;
@@ -710,6 +722,12 @@ typedef struct fl_rmsprop_args {
     float momentum;      /* 0.0 */
     float epsilon;       /* 0 = 1e-7 */
     bool centered;
+    /* at most one of the three clips, as Keras: each weight's gradient to
+     * this L2 norm, every element to [-clipvalue, clipvalue], or all
+     * gradients together to this global L2 norm. 0 = none. */
+    float clipnorm, clipvalue, global_clipnorm;
+    /* a schedule (kind != FL_SCHEDULE_NONE) replaces learning_rate */
+    const struct fl_lr_schedule *learning_rate_schedule; /* copied; NULL = none */
 } fl_rmsprop_args;
 
 fl_optimizer *fl_sgd_(fl_sgd_args a);
@@ -828,6 +846,8 @@ typedef enum fl_verbose {
 
 typedef struct fl_history fl_history;
 
+typedef struct fl_callback fl_callback; /* below, with the built-in callbacks */
+
 /* Called after every epoch; return false to stop training. */
 typedef bool (*fl_epoch_callback)(fl_model *m, int epoch, const fl_history *h, void *user);
 
@@ -850,6 +870,7 @@ typedef struct fl_fit_args {
      * naming the epoch, the step, the sample and feature, or the first layer
      * whose weight, output or gradient is not finite. true turns it off. */
     bool no_nan_check;
+    fl_callback *const *callbacks; /* NULL-terminated list (see fl_callback below) */
 } fl_fit_args;
 
 /* x: (N, ...input shape), float32 (int32 converted as x.astype("float32"));
@@ -975,6 +996,184 @@ int fl_checkpoint_saves(const fl_checkpoint *c);      /* files written so far */
 double fl_checkpoint_best(const fl_checkpoint *c);    /* best monitored value (NAN before the first) */
 const char *fl_checkpoint_last_path(const fl_checkpoint *c); /* the last file written ("" if none) */
 void fl_checkpoint_free(fl_checkpoint *c);
+
+/* ------------------------------------------- callbacks and lr schedules
+ *
+ * keras.callbacks for fl_fit's .callbacks (a NULL-terminated list, called
+ * in its order; the old .on_epoch_end runs after them):
+ *
+ *     fl_callback *es = fl_early_stopping(.patience = 3, .restore_best_weights = true);
+ *     fl_callback *csv = fl_csv_logger("log.csv");
+ *     fl_fit(m, x, y, .epochs = 50, .validation_split = 0.1f, .callbacks = (fl_callback *[]){es, csv, NULL});
+ *     fl_callback_free(es); fl_callback_free(csv);
+ *
+ * A callback written in C fills the functions it needs (the others NULL).
+ * `logs` holds the History keys ("loss", "accuracy", "val_loss", ...) of
+ * the epoch (on_epoch_end) or of the epoch so far (on_batch_end, batch =
+ * 0-based step; a callback with on_batch_end makes a GPU wait for every
+ * step's loss); a callback may add keys (ReduceLROnPlateau adds
+ * "learning_rate"), and History records what the logs hold after all
+ * callbacks ran, as Keras's History, the last callback. A callback stops
+ * training with fl_model_stop_training (Keras's model.stop_training = True);
+ * a status other than FL_OK ends fl_fit with that error (its message set
+ * with the library's error, as Keras raises). */
+#define FL_LOGS_MAX_KEYS 24
+typedef struct fl_logs {
+    int n;
+    char keys[FL_LOGS_MAX_KEYS][48];
+    double values[FL_LOGS_MAX_KEYS];
+} fl_logs;
+double fl_logs_get(const fl_logs *l, const char *key); /* NAN when the key is absent */
+bool fl_logs_has(const fl_logs *l, const char *key);
+fl_status fl_logs_set(fl_logs *l, const char *key, double v);
+
+struct fl_callback {
+    void *user;
+    fl_status (*on_train_begin)(fl_model *m, fl_logs *logs, void *user);
+    fl_status (*on_train_end)(fl_model *m, fl_logs *logs, void *user);
+    fl_status (*on_epoch_begin)(fl_model *m, int epoch, fl_logs *logs, void *user);
+    fl_status (*on_epoch_end)(fl_model *m, int epoch, fl_logs *logs, void *user);
+    fl_status (*on_batch_end)(fl_model *m, int64_t batch, fl_logs *logs, void *user);
+    void (*destroy)(void *user); /* fl_callback_free calls it (built-ins: frees their state) */
+};
+/* Frees a built-in callback (or one made with malloc whose destroy frees user). */
+void fl_callback_free(fl_callback *cb);
+/* Keras model.stop_training = True: fl_fit ends after the current epoch
+ * (at the current step when called from on_batch_end). */
+void fl_model_stop_training(fl_model *m);
+bool fl_model_stopping(const fl_model *m);
+
+/* keras.callbacks.EarlyStopping: stops when `monitor` has not improved by
+ * more than min_delta for `patience` epochs (counted from start_from_epoch);
+ * baseline (has_baseline): an improvement must also beat it to reset the
+ * wait; restore_best_weights: the weights of the best epoch come back at
+ * the end of training (whether it stopped early or not, as Keras 3). */
+typedef struct fl_early_stopping_args {
+    int _reserved;
+    const char *monitor;      /* NULL = "val_loss" */
+    double min_delta;         /* compared as |min_delta| */
+    int patience;             /* 0 */
+    fl_checkpoint_mode mode;  /* AUTO: min for losses, max for accuracies */
+    double baseline;          /* with has_baseline */
+    bool has_baseline;
+    bool restore_best_weights;
+    int start_from_epoch;
+    bool verbose;             /* "Epoch 5: early stopping" at the end */
+    void *out;                /* FILE*; NULL = stdout */
+} fl_early_stopping_args;
+fl_callback *fl_early_stopping_(fl_early_stopping_args a);
+#define fl_early_stopping(...) fl_early_stopping_((fl_early_stopping_args){._reserved = 0, __VA_ARGS__})
+int fl_early_stopping_stopped_epoch(const fl_callback *cb); /* 0-based epoch it stopped at, 0 if it did not */
+int fl_early_stopping_best_epoch(const fl_callback *cb);    /* 0-based epoch of the best value */
+
+/* keras.callbacks.ReduceLROnPlateau: lr = max(lr * factor, min_lr) after
+ * `patience` epochs without an improvement of min_delta, then `cooldown`
+ * epochs of rest; adds "learning_rate" to the logs (and History). Not with
+ * a learning-rate schedule (Keras: not settable): fl_fit fails then. */
+typedef struct fl_reduce_lr_args {
+    int _reserved;
+    const char *monitor;      /* NULL = "val_loss" */
+    double factor;            /* 0 = 0.1; must be < 1 */
+    int patience;             /* 0 = 10; negative for 0 */
+    fl_checkpoint_mode mode;
+    double min_delta;         /* 0 = 1e-4; negative for 0 */
+    int cooldown;
+    double min_lr;
+    bool verbose;             /* "Epoch 3: ReduceLROnPlateau reducing learning rate to ..." */
+    void *out;
+} fl_reduce_lr_args;
+fl_callback *fl_reduce_lr_on_plateau_(fl_reduce_lr_args a);
+#define fl_reduce_lr_on_plateau(...) fl_reduce_lr_on_plateau_((fl_reduce_lr_args){._reserved = 0, __VA_ARGS__})
+
+/* keras.callbacks.LearningRateScheduler: before each epoch lr = schedule(epoch,
+ * current lr); adds "learning_rate" to the logs. */
+typedef double (*fl_epoch_schedule)(int epoch, double lr, void *user);
+fl_callback *fl_learning_rate_scheduler(fl_epoch_schedule schedule, void *user);
+
+/* keras.callbacks.CSVLogger: one row per epoch, Keras's exact bytes ("epoch"
+ * then the sorted keys, val_ keys added when the first epoch has none, "\r\n"
+ * line ends, Python's float repr); append keeps an existing file and writes
+ * the header only when it is empty. */
+typedef struct fl_csv_logger_args {
+    int _reserved;
+    char separator;           /* 0 = ',' */
+    bool append;
+} fl_csv_logger_args;
+fl_callback *fl_csv_logger_(const char *filename, fl_csv_logger_args a);
+#define fl_csv_logger(file, ...) fl_csv_logger_((file), (fl_csv_logger_args){._reserved = 0, __VA_ARGS__})
+
+/* keras.callbacks.TerminateOnNaN: stops training (no error) at the first
+ * batch whose loss is NaN or infinite, printing "Batch 3: Invalid loss,
+ * terminating training". fl_fit's own check (on unless .no_nan_check) stops
+ * earlier and with a diagnosis; this is the Keras behaviour for a run with
+ * .no_nan_check. */
+fl_callback *fl_terminate_on_nan(void *out);
+
+/* ModelCheckpoint as a list callback (it owns the checkpoint; query it with
+ * fl_checkpoint_callback_get). A failed save ends fl_fit with its error. */
+fl_callback *fl_model_checkpoint_callback_(const char *filepath, fl_checkpoint_args a);
+#define fl_model_checkpoint_callback(path, ...) \
+    fl_model_checkpoint_callback_((path), (fl_checkpoint_args){._reserved = 0, __VA_ARGS__})
+fl_checkpoint *fl_checkpoint_callback_get(fl_callback *cb);
+
+/* keras.optimizers.schedules: the learning rate of each step as a function
+ * of the optimizer's iterations before it, computed as Keras does (in
+ * float32), saved and loaded with the compile config of .keras/.h5/.json:
+ *   ExponentialDecay        lr0 * rate ^ (step / decay_steps) (staircase: floor)
+ *   InverseTimeDecay        lr0 / (1 + rate * step / decay_steps) (staircase: floor)
+ *   CosineDecay             linear warmup from lr0 to warmup_target over
+ *                           warmup_steps (when warmup_target != 0), then
+ *                           cosine from there to alpha * it over decay_steps
+ *   PiecewiseConstantDecay  values[i] while boundaries[i-1] < step <= boundaries[i] */
+typedef enum fl_lr_schedule_kind {
+    FL_SCHEDULE_NONE = 0,
+    FL_SCHEDULE_EXPONENTIAL_DECAY,
+    FL_SCHEDULE_COSINE_DECAY,
+    FL_SCHEDULE_PIECEWISE_CONSTANT_DECAY,
+    FL_SCHEDULE_INVERSE_TIME_DECAY,
+} fl_lr_schedule_kind;
+#define FL_SCHEDULE_MAX_BOUNDARIES 16
+typedef struct fl_lr_schedule {
+    fl_lr_schedule_kind kind;
+    double initial_learning_rate, decay_steps, decay_rate;
+    bool staircase;
+    double alpha, warmup_target, warmup_steps; /* CosineDecay; warmup_target 0 = None */
+    int n_boundaries;
+    double boundaries[FL_SCHEDULE_MAX_BOUNDARIES], values[FL_SCHEDULE_MAX_BOUNDARIES + 1];
+} fl_lr_schedule;
+typedef struct fl_schedule_args {
+    int _reserved;
+    bool staircase;
+    double alpha, warmup_target, warmup_steps;
+} fl_schedule_args;
+fl_lr_schedule fl_exponential_decay_(double initial_learning_rate, double decay_steps, double decay_rate, fl_schedule_args a);
+fl_lr_schedule fl_inverse_time_decay_(double initial_learning_rate, double decay_steps, double decay_rate, fl_schedule_args a);
+fl_lr_schedule fl_cosine_decay_(double initial_learning_rate, double decay_steps, fl_schedule_args a);
+#define fl_exponential_decay(lr, steps, rate, ...) fl_exponential_decay_((lr), (steps), (rate), (fl_schedule_args){._reserved = 0, __VA_ARGS__})
+#define fl_inverse_time_decay(lr, steps, rate, ...) fl_inverse_time_decay_((lr), (steps), (rate), (fl_schedule_args){._reserved = 0, __VA_ARGS__})
+#define fl_cosine_decay(lr, steps, ...) fl_cosine_decay_((lr), (steps), (fl_schedule_args){._reserved = 0, __VA_ARGS__})
+/* n boundaries, n + 1 values (n <= FL_SCHEDULE_MAX_BOUNDARIES) */
+fl_lr_schedule fl_piecewise_constant_decay(int n, const double *boundaries, const double *values);
+/* The schedule's learning rate at `step`; FL_ERR_INVALID_ARG (in check) when
+ * a parameter is out of range, naming it. */
+float fl_lr_schedule_value(const fl_lr_schedule *s, int64_t step);
+fl_status fl_lr_schedule_check(const fl_lr_schedule *s);
+const char *fl_lr_schedule_name(fl_lr_schedule_kind k); /* "ExponentialDecay", ... */
+
+/* The learning rate of the next step (a schedule's value at the current
+ * iterations), as Keras's optimizer.learning_rate; set: the base learning
+ * rate (FL_ERR_STATE with a schedule). */
+float fl_optimizer_current_learning_rate(const fl_optimizer *o);
+fl_status fl_optimizer_set_learning_rate(fl_optimizer *o, float lr);
+const fl_lr_schedule *fl_optimizer_schedule(const fl_optimizer *o); /* NULL without one */
+/* clipnorm, clipvalue, global_clipnorm (0 = unset) */
+void fl_optimizer_clipping(const fl_optimizer *o, float *clipnorm, float *clipvalue, float *global_clipnorm);
+/* Changes a compiled model's optimizer (one loaded from a file too): its
+ * clipping (as the constructors' arguments; at most one non-zero), and its
+ * learning-rate schedule (NULL or kind FL_SCHEDULE_NONE: a constant
+ * learning rate again, the one it has now). FL_ERR_STATE when not compiled. */
+fl_status fl_model_set_optimizer_clipping(fl_model *m, float clipnorm, float clipvalue, float global_clipnorm);
+fl_status fl_model_set_learning_rate_schedule(fl_model *m, const fl_lr_schedule *s);
 
 /* ------------------------------------------------------------------- data */
 

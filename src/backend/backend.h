@@ -116,7 +116,17 @@ typedef struct fl_opt_desc {
     float lr, momentum, beta1, beta2, eps, rho, weight_decay;
     int nesterov, centered;
     int64_t step;        /* 1-based iteration being applied */
+    /* Keras's gradient clipping (base_optimizer._clip_gradients), applied to
+     * the gradients before the update: FL_CLIP_NORM scales each tensor's
+     * gradient g by clip / max(|g|_2, clip); FL_CLIP_GLOBAL_NORM all of them
+     * by clip * min(1 / |all g|_2, 1 / clip); FL_CLIP_VALUE clamps each
+     * element to [-clip, clip]. lr is the step's learning rate (a
+     * schedule's value, computed by the caller). */
+    int clip_mode;       /* enum fl_clip_mode */
+    float clip;
 } fl_opt_desc;
+
+enum fl_clip_mode { FL_CLIP_NONE = 0, FL_CLIP_NORM, FL_CLIP_VALUE, FL_CLIP_GLOBAL_NORM };
 
 /* One trainable tensor for the fused optimizer step. */
 typedef struct fl_param_ref {
@@ -449,6 +459,12 @@ typedef struct fl_backend {
     void (*attn_concat_fwd)(const fl_attn_desc *d, const float *q, const float *k, const float *scale, float *s);
     void (*attn_concat_bwd)(const fl_attn_desc *d, const float *q, const float *k, const float *scale,
                             const float *ds, int which, float *dst, float beta, float *dscale);
+    /* The learning rate that a captured optimizer step (graph_begin ..
+     * graph_end) reads from the device on its replays: train.c sets it
+     * before every graph_launch, as the step counters, so that a schedule,
+     * ReduceLROnPlateau or a user's change reaches a replayed step (an
+     * eager step takes fl_opt_desc.lr). NULL where there are no graphs. */
+    void (*graph_set_learning_rate)(float lr);
 } fl_backend;
 
 /* Modes of fl_backend.bmerge_*. */

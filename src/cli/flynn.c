@@ -9,6 +9,7 @@
 
 #include "devtools.h"
 #include "files.h"
+#include "train_callbacks.h"
 
 #include <errno.h>
 #include <math.h>
@@ -28,6 +29,7 @@ typedef struct opts {
     unsigned long long seed;
     float validation_split;
     bool no_nan_check;
+    flynn_cb_opts cb; /* callbacks, clipping, schedule (train_callbacks.c) */
 } opts;
 
 static void usage_main(FILE *f) {
@@ -89,8 +91,9 @@ static void usage_train(FILE *f) {
             "  --save-weights DIR     save the trained weights as DIR/<layer>.<weight>.npy\n"
             "  --no-nan-check         train on when the data or the loss holds NaN or inf (by default\n"
             "                         training stops, as Keras TerminateOnNaN, naming the sample or the\n"
-            "                         layer, and nothing is saved)\n",
-            DEFAULT_FASHION);
+            "                         layer, and nothing is saved)\n"
+            "%s",
+            DEFAULT_FASHION, flynn_cb_help());
 }
 
 static void usage_evaluate(FILE *f) {
@@ -141,6 +144,11 @@ static int parse(const char *cmd, int argc, char **argv, opts *o) {
         const char *a = argv[i], *val = NULL;
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) return -1;
         if (strcmp(a, "--no-nan-check") == 0 && strcmp(cmd, "train") == 0) { o->no_nan_check = true; continue; }
+        if (strcmp(cmd, "train") == 0) { /* callback, clipping and schedule flags */
+            int r = flynn_cb_parse(argc, argv, &i, &o->cb);
+            if (r == 1) continue;
+            if (r == 2) return 2;
+        }
         if (strncmp(a, "--", 2) != 0) return bad_usage(cmd, "unexpected argument", a);
         const char *eq = strchr(a, '=');
         size_t kl = eq ? (size_t)(eq - a) : strlen(a);
@@ -508,6 +516,7 @@ static int cmd_train(int argc, char **argv) {
     int rc = 0;
     fl_history *h = NULL;
     fl_checkpoint *ck = NULL;
+    flynn_cbs cbs = {{0}, 0};
     if (!file) fl_model_set_seed(m, o.seed);
     else if (set_seed_keep_weights(m, o.seed) != FL_OK) { rc = die(NULL); goto done; }
     if (file && (rc = fit_data_to_model(m, &data))) goto done;
@@ -540,9 +549,14 @@ static int cmd_train(int argc, char **argv) {
                                  .verbose = verbose != FL_VERBOSE_SILENT);
         if (!ck) { rc = die("--checkpoint"); goto done; }
     }
+    if (flynn_cb_setup(m, &o.cb, o.validation_split > 0, verbose != FL_VERBOSE_SILENT, &cbs) != FL_OK) {
+        rc = die(NULL);
+        goto done;
+    }
     h = fl_fit(m, data.x_train, data.y_train, .batch_size = o.batch_size, .epochs = initial + o.epochs,
                .initial_epoch = initial, .validation_split = o.validation_split, .verbose = verbose,
-               .on_epoch_end = ck ? fl_checkpoint_on_epoch_end : NULL, .user = ck, .no_nan_check = o.no_nan_check);
+               .on_epoch_end = ck ? fl_checkpoint_on_epoch_end : NULL, .user = ck, .no_nan_check = o.no_nan_check,
+               .callbacks = cbs.list);
     if (!h) { rc = die("training"); goto done; }
     if (ck && fl_checkpoint_status(ck) != FL_OK) {
         fprintf(stderr, "flynn: error: %s\n", fl_checkpoint_error(ck));
@@ -567,6 +581,8 @@ static int cmd_train(int argc, char **argv) {
         else printf("model saved to %s\n", o.save);
     }
 done:
+    flynn_cb_report(&cbs, &o.cb, rc == 0 && verbose != FL_VERBOSE_SILENT);
+    flynn_cb_free(&cbs);
     fl_checkpoint_free(ck);
     fl_history_free(h);
     fl_dataset_free(&data);

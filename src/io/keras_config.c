@@ -692,6 +692,89 @@ fl_model *fl_keras_model_from_config(json_object *mc, const char *src) {
 
 /* ------------------------------------------------------------ compile */
 
+/* keras.optimizers.schedules.* as an optimizer's learning_rate */
+static fl_status schedule_from_config(const kctx *c, json_object *v, fl_lr_schedule *out) {
+    memset(out, 0, sizeof *out);
+    FL_TRY(check_builtin_object(c, v, "learning_rate"));
+    const char *cls = jstr(jkey(v, "class_name"));
+    json_object *cfg = jkey(v, "config");
+    if (!cls) return kfail(c, FL_ERR_FORMAT, "the learning_rate schedule has no class_name");
+    fl_lr_schedule_kind k = strcmp(cls, "ExponentialDecay") == 0 ? FL_SCHEDULE_EXPONENTIAL_DECAY
+                            : strcmp(cls, "CosineDecay") == 0 ? FL_SCHEDULE_COSINE_DECAY
+                            : strcmp(cls, "PiecewiseConstantDecay") == 0 ? FL_SCHEDULE_PIECEWISE_CONSTANT_DECAY
+                            : strcmp(cls, "InverseTimeDecay") == 0 ? FL_SCHEDULE_INVERSE_TIME_DECAY : FL_SCHEDULE_NONE;
+    if (k == FL_SCHEDULE_NONE)
+        return kfail(c, FL_ERR_UNSUPPORTED, "learning_rate schedule '%s' is not supported (flynn has ExponentialDecay, "
+                     "CosineDecay, PiecewiseConstantDecay and InverseTimeDecay)", cls);
+    out->kind = k;
+    if (k == FL_SCHEDULE_PIECEWISE_CONSTANT_DECAY) {
+        json_object *b = jkey(cfg, "boundaries"), *vals = jkey(cfg, "values");
+        if (!jis(b, json_type_array) || !jis(vals, json_type_array))
+            return kfail(c, FL_ERR_FORMAT, "PiecewiseConstantDecay: 'boundaries' and 'values' must be lists");
+        size_t nb = json_object_array_length(b), nv = json_object_array_length(vals);
+        if (nb < 1 || nb > FL_SCHEDULE_MAX_BOUNDARIES || nv != nb + 1)
+            return kfail(c, FL_ERR_UNSUPPORTED, "PiecewiseConstantDecay: %zu boundaries and %zu values; flynn takes 1 to "
+                         "%d boundaries and one value more", nb, nv, FL_SCHEDULE_MAX_BOUNDARIES);
+        for (size_t i = 0; i <= nb; i++) {
+            json_object *x = i < nb ? json_object_array_get_idx(b, i) : NULL, *y = json_object_array_get_idx(vals, i);
+            if ((i < nb && !jnum(x)) || !jnum(y))
+                return kfail(c, FL_ERR_FORMAT, "PiecewiseConstantDecay: boundaries and values must be numbers (item %zu)", i);
+            if (i < nb) out->boundaries[i] = json_object_get_double(x);
+            out->values[i] = json_object_get_double(y);
+        }
+        out->n_boundaries = (int)nb;
+    } else {
+        FL_TRY(get_num(c, cfg, "initial_learning_rate", 0, true, &out->initial_learning_rate));
+        FL_TRY(get_num(c, cfg, "decay_steps", 0, true, &out->decay_steps));
+        if (k == FL_SCHEDULE_COSINE_DECAY) {
+            FL_TRY(get_num(c, cfg, "alpha", 0, false, &out->alpha));
+            FL_TRY(get_num(c, cfg, "warmup_target", 0, false, &out->warmup_target));
+            FL_TRY(get_num(c, cfg, "warmup_steps", 0, false, &out->warmup_steps));
+        } else {
+            FL_TRY(get_num(c, cfg, "decay_rate", 0, true, &out->decay_rate));
+            FL_TRY(get_bool(c, cfg, "staircase", false, &out->staircase));
+        }
+    }
+    if (fl_lr_schedule_check(out) != FL_OK) return kfail(c, FL_ERR_FORMAT, "learning_rate: %s", fl_last_error());
+    return FL_OK;
+}
+
+static json_object *jnumber(double v) { return v == floor(v) && fabs(v) < 9e15 ? jint((int64_t)v) : jfloat(v); }
+
+static json_object *schedule_config(const fl_lr_schedule *s) {
+    json_object *c = json_object_new_object();
+    if (s->kind == FL_SCHEDULE_PIECEWISE_CONSTANT_DECAY) {
+        json_object *b = json_object_new_array(), *v = json_object_new_array();
+        for (int i = 0; i < s->n_boundaries; i++) json_object_array_add(b, jnumber(s->boundaries[i]));
+        for (int i = 0; i <= s->n_boundaries; i++) json_object_array_add(v, jfloat(s->values[i]));
+        put(c, "boundaries", b);
+        put(c, "values", v);
+    } else {
+        put(c, "initial_learning_rate", jfloat(s->initial_learning_rate));
+        put(c, "decay_steps", jnumber(s->decay_steps));
+        if (s->kind == FL_SCHEDULE_COSINE_DECAY) {
+            put(c, "alpha", jfloat(s->alpha));
+        } else {
+            put(c, "decay_rate", jfloat(s->decay_rate));
+            put(c, "staircase", jbool(s->staircase));
+        }
+    }
+    put(c, "name", jstring(fl_lr_schedule_name(s->kind)));
+    if (s->kind == FL_SCHEDULE_COSINE_DECAY) {
+        put(c, "warmup_target", s->warmup_target != 0.0 ? jfloat(s->warmup_target) : NULL);
+        put(c, "warmup_steps", jnumber(s->warmup_steps));
+    }
+    return jobject("keras.optimizers.schedules", fl_lr_schedule_name(s->kind), c, false);
+}
+
+/* clipnorm / clipvalue / global_clipnorm: null, or a number (<= 0: none, as Keras's `if self.clipnorm and self.clipnorm > 0`) */
+static fl_status get_clip(const kctx *c, json_object *cfg, const char *key, float *out) {
+    double v = 0;
+    FL_TRY(get_num(c, cfg, key, 0, false, &v));
+    *out = v > 0 ? (float)v : 0.0f;
+    return FL_OK;
+}
+
 static fl_status optimizer_from_config(const kctx *c, json_object *oc, fl_optimizer **out) {
     const char *cls = jstr(oc);
     json_object *cfg = NULL;
@@ -715,7 +798,6 @@ static fl_status optimizer_from_config(const kctx *c, json_object *oc, fl_optimi
         return kfail(c, FL_ERR_UNSUPPORTED, "optimizer '%s' is not supported (flynn has Adam, AdamW, SGD and RMSprop)", cls);
     /* things that change the update and that flynn does not do */
     static const struct { const char *key, *what; } no[] = {
-        {"clipnorm", "gradient clipping"}, {"clipvalue", "gradient clipping"}, {"global_clipnorm", "gradient clipping"},
         {"use_ema", "an exponential moving average of the weights"}, {"loss_scale_factor", "loss scaling"},
         {"amsgrad", "AMSGrad"}};
     for (size_t k = 0; k < sizeof no / sizeof no[0]; k++) FL_TRY(must_be_null(c, cfg, no[k].key, no[k].what));
@@ -727,10 +809,20 @@ static fl_status optimizer_from_config(const kctx *c, json_object *oc, fl_optimi
     if (decay != 0) return kfail(c, FL_ERR_UNSUPPORTED, "optimizer decay %g (a learning-rate schedule) is not supported", decay);
     json_object *lrv = jkey(cfg, "learning_rate");
     if (!lrv) lrv = jkey(cfg, "lr");
-    if (lrv && !jnum(lrv))
-        return kfail(c, FL_ERR_UNSUPPORTED, "the learning rate is %s (a schedule?); flynn takes a constant learning rate",
-                     jtype_name(lrv));
-    double lr = lrv ? json_object_get_double(lrv) : (code == FL_OPT_SGD ? 0.01 : 0.001);
+    fl_lr_schedule sched = {0};
+    if (lrv && jis(lrv, json_type_object)) FL_TRY(schedule_from_config(c, lrv, &sched));
+    else if (lrv && !jnum(lrv))
+        return kfail(c, FL_ERR_FORMAT, "the learning rate is %s, expected a number or a schedule", jtype_name(lrv));
+    double lr = lrv && sched.kind == FL_SCHEDULE_NONE ? json_object_get_double(lrv)
+                : sched.kind != FL_SCHEDULE_NONE ? (double)fl_lr_schedule_value(&sched, 0)
+                : (code == FL_OPT_SGD ? 0.01 : 0.001);
+    float clipnorm, clipvalue, gclip;
+    FL_TRY(get_clip(c, cfg, "clipnorm", &clipnorm));
+    FL_TRY(get_clip(c, cfg, "clipvalue", &clipvalue));
+    FL_TRY(get_clip(c, cfg, "global_clipnorm", &gclip));
+    /* Keras applies the first that is set: clipnorm, then global_clipnorm, then clipvalue */
+    if (clipnorm > 0) gclip = clipvalue = 0;
+    else if (gclip > 0) clipvalue = 0;
     double wd = 0;
     json_object *wdv = jkey(cfg, "weight_decay");
     if (wdv && !jnum(wdv)) return kfail(c, FL_ERR_FORMAT, "weight_decay is %s", jtype_name(wdv));
@@ -738,7 +830,8 @@ static fl_status optimizer_from_config(const kctx *c, json_object *oc, fl_optimi
     else if (code == FL_OPT_ADAMW && !jhas(cfg, "weight_decay")) wd = 0.004;
     if (code != FL_OPT_ADAMW && wd != 0)
         return kfail(c, FL_ERR_UNSUPPORTED, "%s with weight_decay %g is not supported (use AdamW)", cls, wd);
-    if (!(lr > 0) || !isfinite(lr)) return kfail(c, FL_ERR_FORMAT, "learning_rate %g, expected > 0", lr);
+    if ((!(lr > 0) || !isfinite(lr)) && sched.kind == FL_SCHEDULE_NONE)
+        return kfail(c, FL_ERR_FORMAT, "learning_rate %g, expected > 0", lr);
     fl_optimizer *o = NULL;
     if (code == FL_OPT_SGD) {
         double mom;
@@ -770,6 +863,10 @@ static fl_status optimizer_from_config(const kctx *c, json_object *oc, fl_optimi
         if (o) { o->d.lr = (float)lr; o->d.beta1 = (float)b1; o->d.beta2 = (float)b2; o->d.eps = (float)eps; o->d.weight_decay = (float)wd; }
     }
     if (!o) return fl_last_status();
+    if (fl_optimizer_set_extras(o, clipnorm, clipvalue, gclip, &sched) != FL_OK) {
+        fl_optimizer_free(o);
+        return kfail(c, FL_ERR_FORMAT, "%s", fl_last_error());
+    }
     *out = o;
     return FL_OK;
 }
@@ -1082,11 +1179,14 @@ static json_object *optimizer_config(const fl_optimizer *o, bool legacy) {
     const fl_opt_desc *d = &o->d;
     json_object *c = json_object_new_object();
     put(c, "name", jstring(fl_keras_optimizer_name(o)));
-    put(c, "learning_rate", jfloat(d->lr));
+    const fl_lr_schedule *sched = fl_optimizer_schedule(o);
+    put(c, "learning_rate", sched ? schedule_config(sched) : jfloat(d->lr));
     put(c, "weight_decay", o->code == FL_OPT_ADAMW ? jfloat(d->weight_decay) : NULL);
-    put(c, "clipnorm", NULL);
-    put(c, "global_clipnorm", NULL);
-    put(c, "clipvalue", NULL);
+    float cn, cv, gcn;
+    fl_optimizer_clipping(o, &cn, &cv, &gcn);
+    put(c, "clipnorm", cn > 0 ? jfloat(cn) : NULL);
+    put(c, "global_clipnorm", gcn > 0 ? jfloat(gcn) : NULL);
+    put(c, "clipvalue", cv > 0 ? jfloat(cv) : NULL);
     put(c, "use_ema", jbool(false));
     put(c, "ema_momentum", jfloat(0.99));
     put(c, "ema_overwrite_frequency", NULL);

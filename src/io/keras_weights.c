@@ -477,20 +477,22 @@ static fl_status read_keras_optimizer(fl_h5file *f, const fl_model *m, fl_kstate
     int n = count_links(f, g, "optimizer/vars");
     if (n < 0) return fl_last_status();
     if (n < 1) return FL_OK;
+    /* with a learning-rate schedule Keras has no learning_rate variable: the slots follow the iterations */
+    int first = m->opt && fl_optimizer_schedule(m->opt) ? 1 : 2;
     fl_status s = read_scalar(f, g, "0", "optimizer iterations (optimizer/vars/0)", true, &st->iterations);
-    if (s == FL_OK && n >= 2) {
+    if (s == FL_OK && n >= 2 && first == 2) {
         s = read_scalar(f, g, "1", "optimizer learning rate (optimizer/vars/1)", false, &st->learning_rate);
         st->has_lr = s == FL_OK;
     }
-    if (s == FL_OK && n > 2) {
+    if (s == FL_OK && n > first) {
         char **names = fl_calloc((size_t)n, sizeof *names, "optimizer state");
         char (*buf)[16] = fl_calloc((size_t)n, sizeof *buf, "optimizer state");
         if (!names || !buf) s = fl_last_status();
-        for (int i = 2; s == FL_OK && i < n; i++) {
+        for (int i = first; s == FL_OK && i < n; i++) {
             snprintf(buf[i], sizeof buf[i], "%d", i);
-            names[i - 2] = buf[i];
+            names[i - first] = buf[i];
         }
-        if (s == FL_OK) s = read_slots(f, m, g, names, n - 2, false, st);
+        if (s == FL_OK) s = read_slots(f, m, g, names, n - first, false, st);
         free(names);
         free(buf);
     }
@@ -554,11 +556,14 @@ static fl_status read_legacy_optimizer(fl_h5file *f, const fl_model *m, fl_kstat
     fl_status s = FL_OK;
     if (n < 0 && n != -2) s = fl_last_status();
     if (s == FL_OK && n >= 1) s = read_scalar(f, og, names[0], "optimizer iterations", true, &st->iterations);
-    if (s == FL_OK && n >= 2) {
+    /* ".../learning_rate": absent with a learning-rate schedule */
+    size_t l1 = n >= 2 ? strlen(names[1]) : 0;
+    int first = l1 >= 13 && strcmp(names[1] + l1 - 13, "learning_rate") == 0 ? 2 : 1;
+    if (s == FL_OK && n >= 2 && first == 2) {
         s = read_scalar(f, og, names[1], "optimizer learning rate", false, &st->learning_rate);
         st->has_lr = s == FL_OK;
     }
-    if (s == FL_OK && n > 2) s = read_slots(f, m, og, names + 2, n - 2, true, st);
+    if (s == FL_OK && n > first) s = read_slots(f, m, og, names + first, n - first, true, st);
     if (s == FL_OK && n >= 1) st->has_opt = true;
     free_strs(names);
     return s;
@@ -767,12 +772,14 @@ static int write_keras_layout(fl_h5w *w, const fl_model *m, const host_copy *h) 
     if (m->compiled && m->opt) {
         int og = fl_h5w_group(w, 0, "optimizer/vars");
         const char *on = fl_keras_optimizer_name(m->opt);
+        /* with a learning-rate schedule Keras has no learning_rate variable */
+        int first = fl_optimizer_schedule(m->opt) ? 1 : 2;
         if (og < 0 || write_str_attr(w, og, "name", &on, 1, true) < 0 || write_i64_scalar(w, og, "0", m->opt->iterations) < 0 ||
-            write_f32(w, og, "1", 0, NULL, &m->opt->d.lr) < 0)
+            (first == 2 && write_f32(w, og, "1", 0, NULL, &m->opt->d.lr) < 0))
             return -1;
         for (int i = 0; i < h->ns; i++) {
             char ds[16];
-            snprintf(ds, sizeof ds, "%d", i + 2);
+            snprintf(ds, sizeof ds, "%d", i + first);
             if (write_f32(w, og, ds, h->slots[i].w->ndim, h->slots[i].w->shape, h->s[i]) < 0) return -1;
         }
     }
@@ -832,7 +839,8 @@ static int write_legacy_layout(fl_h5w *w, const fl_model *m, const host_copy *h)
     if (m->compiled && m->opt) {
         int og = fl_h5w_group(w, 0, "optimizer_weights");
         if (og < 0) goto done;
-        int n = 2 + h->ns;
+        int first = fl_optimizer_schedule(m->opt) ? 1 : 2; /* no learning_rate variable with a schedule */
+        int n = first + h->ns;
         on = calloc((size_t)n, sizeof *on);
         op = calloc((size_t)n, sizeof *op);
         const char *opt = fl_keras_optimizer_name(m->opt);
@@ -841,9 +849,9 @@ static int write_legacy_layout(fl_h5w *w, const fl_model *m, const host_copy *h)
         if (!on || !op) { fl_error(FL_ERR_NOMEM, "out of memory"); goto done; }
         for (int i = 0; i < n; i++) {
             if (i == 0) snprintf(on[i], sizeof on[i], "%s/iteration", opt);
-            else if (i == 1) snprintf(on[i], sizeof on[i], "%s/learning_rate", opt);
+            else if (i == 1 && first == 2) snprintf(on[i], sizeof on[i], "%s/learning_rate", opt);
             else {
-                const kslot *s = &h->slots[i - 2];
+                const kslot *s = &h->slots[i - first];
                 int row = m->opt->code == FL_OPT_SGD ? 1 : m->opt->code == FL_OPT_RMSPROP ? 2 : 0;
                 const char *ln = "?", *wname = "?";
                 for (int li = 0; li < m->nlayers; li++)
@@ -854,10 +862,10 @@ static int write_legacy_layout(fl_h5w *w, const fl_model *m, const host_copy *h)
             op[i] = on[i];
         }
         if (write_str_attr(w, og, "weight_names", op, n, false) < 0 || write_i64_scalar(w, og, on[0], m->opt->iterations) < 0 ||
-            write_f32(w, og, on[1], 0, NULL, &m->opt->d.lr) < 0)
+            (first == 2 && write_f32(w, og, on[1], 0, NULL, &m->opt->d.lr) < 0))
             goto done;
         for (int i = 0; i < h->ns; i++)
-            if (write_f32(w, og, on[i + 2], h->slots[i].w->ndim, h->slots[i].w->shape, h->s[i]) < 0) goto done;
+            if (write_f32(w, og, on[i + first], h->slots[i].w->ndim, h->slots[i].w->shape, h->s[i]) < 0) goto done;
     }
     r = 0;
 done:

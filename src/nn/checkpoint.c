@@ -4,7 +4,8 @@
  * (Keras's "{epoch:02d}" / "{val_loss:.4f}" placeholders), decides whether
  * to save (save_best_only with mode min/max/auto as Keras 3.15 decides it),
  * and saves the model (fl_save_model) or its weights (fl_save_weights), each
- * save atomic. A failed save stops training and keeps its message.
+ * save atomic. A failed save stops training and keeps its message. Also a
+ * callback of fl_fit's list (fl_model_checkpoint_callback).
  */
 #include "nn.h"
 #include "core/error.h"
@@ -27,7 +28,7 @@ struct fl_checkpoint {
 };
 
 /* Keras's "auto": losses go down, accuracies go up; anything else is ambiguous. */
-static int auto_direction(const char *monitor) {
+int fl_monitor_direction(const char *monitor) {
     const char *m = strncmp(monitor, "val_", 4) == 0 ? monitor + 4 : monitor;
     if (strcmp(m, "loss") == 0) return -1;
     if (strstr(m, "accuracy") || strcmp(m, "acc") == 0) return 1;
@@ -55,7 +56,7 @@ static bool parse_spec(const char *spec, size_t n, char *fmt, size_t fmtn, char 
 }
 
 /* Formats the file name; false (message in err) on an unknown key or spec. */
-static bool format_path(const char *tpl, int epoch, const fl_history *h, char *out, size_t n, char *err, size_t errn) {
+static bool format_path(const char *tpl, int epoch, const fl_logs *h, char *out, size_t n, char *err, size_t errn) {
     size_t o = 0;
     for (const char *p = tpl; *p; p++) {
         if (*p == '{' && p[1] == '{') { if (o + 1 < n) out[o++] = '{'; p++; continue; }
@@ -78,9 +79,8 @@ static bool format_path(const char *tpl, int epoch, const fl_history *h, char *o
             if (type && type != 'd') { snprintf(err, errn, "{epoch} takes the d format"); return false; }
             snprintf(piece, sizeof piece, type ? fmt : "%lld", (long long)(epoch + 1));
         } else {
-            const float *v = fl_history_get(h, key);
-            if (!v) { snprintf(err, errn, "placeholder {%s} in \"%s\": no such History key this epoch", key, tpl); return false; }
-            double x = v[fl_history_epochs(h) - 1];
+            if (!fl_logs_has(h, key)) { snprintf(err, errn, "placeholder {%s} in \"%s\": no such History key this epoch", key, tpl); return false; }
+            double x = fl_logs_get(h, key);
             if (type == 'd') snprintf(piece, sizeof piece, fmt, (long long)x);
             else if (type) snprintf(piece, sizeof piece, fmt, x);
             else snprintf(piece, sizeof piece, "%.17g", x);
@@ -110,7 +110,7 @@ fl_checkpoint *fl_model_checkpoint_(const char *filepath, fl_checkpoint_args a) 
     if (!a.save_weights_only && !model_name)
         return fl_error_null(FL_ERR_INVALID_ARG, "fl_model_checkpoint: the file name must end in .keras or .h5 (got %s; "
                              "use .save_weights_only = true for .weights.h5)", filepath);
-    int dir = a.mode == FL_CHECKPOINT_MIN ? -1 : a.mode == FL_CHECKPOINT_MAX ? 1 : auto_direction(monitor);
+    int dir = a.mode == FL_CHECKPOINT_MIN ? -1 : a.mode == FL_CHECKPOINT_MAX ? 1 : fl_monitor_direction(monitor);
     if (dir == 0)
         return fl_error_null(FL_ERR_INVALID_ARG, "fl_model_checkpoint: cannot tell whether '%s' should be minimized or "
                              "maximized; pass .mode = FL_CHECKPOINT_MIN or FL_CHECKPOINT_MAX", monitor);
@@ -129,8 +129,8 @@ fl_checkpoint *fl_model_checkpoint_(const char *filepath, fl_checkpoint_args a) 
     return c;
 }
 
-bool fl_checkpoint_on_epoch_end(fl_model *m, int epoch, const fl_history *h, void *user) {
-    fl_checkpoint *c = user;
+/* One epoch's end with its logs: false when a save failed (c->status). */
+static bool checkpoint_epoch(fl_model *m, int epoch, const fl_logs *h, fl_checkpoint *c) {
     if (!c || c->status != FL_OK) return c != NULL && c->status == FL_OK;
     char path[4096], err[512];
     if (!format_path(c->filepath, epoch, h, path, sizeof path, err, sizeof err)) {
@@ -141,11 +141,10 @@ bool fl_checkpoint_on_epoch_end(fl_model *m, int epoch, const fl_history *h, voi
     }
     bool save = true;
     if (c->save_best_only) {
-        const float *v = fl_history_get(h, c->monitor);
-        if (!v) {
+        if (!fl_logs_has(h, c->monitor)) {
             if (c->verbose) fprintf(c->out, "Epoch %d: can save the best model only with %s available; saving\n", epoch + 1, c->monitor);
         } else {
-            double cur = v[fl_history_epochs(h) - 1];
+            double cur = fl_logs_get(h, c->monitor);
             char best[32];
             if (isnan(c->best)) snprintf(best, sizeof best, "None");
             else snprintf(best, sizeof best, "%.5f", c->best);
@@ -174,6 +173,38 @@ bool fl_checkpoint_on_epoch_end(fl_model *m, int epoch, const fl_history *h, voi
     c->saves++;
     snprintf(c->last, sizeof c->last, "%s", path);
     return true;
+}
+
+/* The History's last epoch as logs. */
+bool fl_checkpoint_on_epoch_end(fl_model *m, int epoch, const fl_history *h, void *user) {
+    fl_logs logs = {0};
+    for (int k = 0; k < fl_history_num_keys(h) && fl_history_epochs(h) > 0; k++)
+        fl_logs_set(&logs, fl_history_key(h, k), fl_history_get(h, fl_history_key(h, k))[fl_history_epochs(h) - 1]);
+    return checkpoint_epoch(m, epoch, &logs, user);
+}
+
+/* ------------------------------------------- as a callback of the list */
+
+static fl_status ck_epoch_end(fl_model *m, int epoch, fl_logs *logs, void *user) {
+    fl_checkpoint *c = user;
+    if (checkpoint_epoch(m, epoch, logs, c)) return FL_OK;
+    return fl_error(c->status, "%s", c->error);
+}
+static void ck_destroy(void *user) { fl_checkpoint_free(user); }
+
+fl_callback *fl_model_checkpoint_callback_(const char *filepath, fl_checkpoint_args a) {
+    fl_checkpoint *c = fl_model_checkpoint_(filepath, a);
+    if (!c) return NULL;
+    fl_callback *cb = fl_calloc(1, sizeof *cb, "ModelCheckpoint callback");
+    if (!cb) { fl_checkpoint_free(c); return NULL; }
+    cb->user = c;
+    cb->on_epoch_end = ck_epoch_end;
+    cb->destroy = ck_destroy;
+    return cb;
+}
+
+fl_checkpoint *fl_checkpoint_callback_get(fl_callback *cb) {
+    return cb && cb->on_epoch_end == ck_epoch_end ? cb->user : NULL;
 }
 
 fl_status fl_checkpoint_status(const fl_checkpoint *c) { return c ? c->status : FL_ERR_INVALID_ARG; }

@@ -183,7 +183,23 @@ struct fl_optimizer {
     fl_param_ref *params;  /* bound at compile */
     int64_t bound_gen;     /* the graph's trainable_gen at binding (a change: bind again) */
     const fl_backend *be;
+    fl_lr_schedule sched;  /* kind FL_SCHEDULE_NONE: d.lr is the learning rate */
 };
+
+/* Sets an optimizer's clipping and schedule from its constructor's
+ * arguments (checked: at most one clip, each >= 0; the schedule valid). */
+fl_status fl_optimizer_set_extras(fl_optimizer *o, float clipnorm, float clipvalue, float global_clipnorm,
+                                  const fl_lr_schedule *sched);
+
+/* Keras's monitor mode "auto": -1 for a loss (min), 1 for an accuracy
+ * (max), 0 when it cannot tell. */
+int fl_monitor_direction(const char *monitor);
+
+/* Python's repr() of a float (CSVLogger's numbers). */
+void fl_py_float_repr(double v, char *buf, size_t n);
+
+/* The learning rate of the step after `iterations` steps (a schedule's value). */
+float fl_optimizer_lr_at(const fl_optimizer *o, int64_t iterations);
 
 /* Binds the optimizer to the model's trainable parameters (allocates slots). */
 fl_status fl_optimizer_bind(fl_optimizer *o, fl_graph *g);
@@ -220,6 +236,7 @@ struct fl_model {
     float *stage_x, *stage_y;           /* host staging when data stays on the host */
     int64_t target_cap;
     int64_t epochs_run;
+    bool stop_training;                 /* Keras model.stop_training: set by a callback, cleared by fl_fit */
 };
 
 #endif

@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "core/tensor.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -18,6 +19,104 @@ static fl_optimizer *new_opt(int code) {
 
 static bool bad(float v) { return !(v == v) || v < 0.0f; }
 
+fl_status fl_optimizer_set_extras(fl_optimizer *o, float clipnorm, float clipvalue, float global_clipnorm,
+                                  const fl_lr_schedule *sched) {
+    const char *nm = fl_optimizer_name(o);
+    int set = (clipnorm != 0.0f) + (clipvalue != 0.0f) + (global_clipnorm != 0.0f);
+    if (set > 1)
+        return fl_error(FL_ERR_INVALID_ARG, "%s: only one of clipnorm (%g), clipvalue (%g) and global_clipnorm (%g) "
+                        "can be set (as Keras)", nm, clipnorm, clipvalue, global_clipnorm);
+    float c = clipnorm != 0.0f ? clipnorm : clipvalue != 0.0f ? clipvalue : global_clipnorm;
+    if (set && (!(c > 0.0f) || !isfinite(c)))
+        return fl_error(FL_ERR_INVALID_ARG, "%s: %s %g, expected a finite value > 0", nm,
+                        clipnorm != 0.0f ? "clipnorm" : clipvalue != 0.0f ? "clipvalue" : "global_clipnorm", c);
+    o->d.clip_mode = clipnorm != 0.0f ? FL_CLIP_NORM : clipvalue != 0.0f ? FL_CLIP_VALUE
+                     : global_clipnorm != 0.0f ? FL_CLIP_GLOBAL_NORM : FL_CLIP_NONE;
+    o->d.clip = set ? c : 0.0f;
+    memset(&o->sched, 0, sizeof o->sched);
+    if (sched && sched->kind != FL_SCHEDULE_NONE) {
+        if (fl_lr_schedule_check(sched) != FL_OK) {
+            fl_error_prefix("%s: learning_rate: ", nm);
+            return fl_last_status();
+        }
+        o->sched = *sched;
+        o->d.lr = fl_lr_schedule_value(sched, 0);
+    }
+    return FL_OK;
+}
+
+/* The constructors' common tail: clipping and schedule, or NULL. */
+#define FINISH(o, a)                                                                                  \
+    do {                                                                                              \
+        if (fl_optimizer_set_extras((o), (a).clipnorm, (a).clipvalue, (a).global_clipnorm,            \
+                                    (a).learning_rate_schedule) != FL_OK) {                           \
+            fl_optimizer_free(o);                                                                     \
+            return NULL;                                                                              \
+        }                                                                                             \
+        return (o);                                                                                   \
+    } while (0)
+
+float fl_optimizer_lr_at(const fl_optimizer *o, int64_t iterations) {
+    if (!o) return 0.0f;
+    return o->sched.kind != FL_SCHEDULE_NONE ? fl_lr_schedule_value(&o->sched, iterations) : o->d.lr;
+}
+
+float fl_optimizer_current_learning_rate(const fl_optimizer *o) { return o ? fl_optimizer_lr_at(o, o->iterations) : 0.0f; }
+
+fl_status fl_optimizer_set_learning_rate(fl_optimizer *o, float lr) {
+    if (!o) return fl_error(FL_ERR_INVALID_ARG, "fl_optimizer_set_learning_rate: optimizer is NULL");
+    if (o->sched.kind != FL_SCHEDULE_NONE)
+        return fl_error(FL_ERR_STATE, "%s: the learning rate is a %s schedule, not settable (as Keras: create the "
+                        "optimizer with a fixed learning_rate to change it in training)", fl_optimizer_name(o),
+                        fl_lr_schedule_name(o->sched.kind));
+    if (!(lr >= 0.0f) || !isfinite(lr))
+        return fl_error(FL_ERR_INVALID_ARG, "%s: learning rate %g, expected a finite value >= 0", fl_optimizer_name(o), lr);
+    o->d.lr = lr;
+    return FL_OK;
+}
+
+static fl_optimizer *compiled_opt(fl_model *m, const char *who) {
+    if (!m || !m->opt) {
+        fl_error(FL_ERR_STATE, "%s: model '%s' is not compiled", who, m ? m->name : "(NULL)");
+        return NULL;
+    }
+    return m->opt;
+}
+
+fl_status fl_model_set_optimizer_clipping(fl_model *m, float clipnorm, float clipvalue, float global_clipnorm) {
+    fl_optimizer *o = compiled_opt(m, "fl_model_set_optimizer_clipping");
+    if (!o) return fl_last_status();
+    fl_lr_schedule keep = o->sched;
+    float lr = o->d.lr;
+    fl_status s = fl_optimizer_set_extras(o, clipnorm, clipvalue, global_clipnorm, &keep);
+    o->d.lr = lr;
+    return s;
+}
+
+fl_status fl_model_set_learning_rate_schedule(fl_model *m, const fl_lr_schedule *sched) {
+    fl_optimizer *o = compiled_opt(m, "fl_model_set_learning_rate_schedule");
+    if (!o) return fl_last_status();
+    float cn, cv, gcn, lr = fl_optimizer_current_learning_rate(o);
+    fl_optimizer_clipping(o, &cn, &cv, &gcn);
+    fl_lr_schedule keep = o->sched;
+    fl_status s = fl_optimizer_set_extras(o, cn, cv, gcn, sched);
+    if (s != FL_OK) o->sched = keep;
+    else if (!sched || sched->kind == FL_SCHEDULE_NONE) o->d.lr = lr;
+    return s;
+}
+
+const fl_lr_schedule *fl_optimizer_schedule(const fl_optimizer *o) {
+    return o && o->sched.kind != FL_SCHEDULE_NONE ? &o->sched : NULL;
+}
+
+void fl_optimizer_clipping(const fl_optimizer *o, float *clipnorm, float *clipvalue, float *global_clipnorm) {
+    int m = o ? o->d.clip_mode : FL_CLIP_NONE;
+    float c = o ? o->d.clip : 0.0f;
+    if (clipnorm) *clipnorm = m == FL_CLIP_NORM ? c : 0.0f;
+    if (clipvalue) *clipvalue = m == FL_CLIP_VALUE ? c : 0.0f;
+    if (global_clipnorm) *global_clipnorm = m == FL_CLIP_GLOBAL_NORM ? c : 0.0f;
+}
+
 fl_optimizer *fl_sgd_(fl_sgd_args a) {
     if (a.learning_rate == 0.0f) a.learning_rate = 0.01f;
     if (bad(a.learning_rate) || bad(a.momentum) || a.momentum >= 1.0f)
@@ -28,7 +127,7 @@ fl_optimizer *fl_sgd_(fl_sgd_args a) {
     o->d.lr = a.learning_rate;
     o->d.momentum = a.momentum;
     o->d.nesterov = a.nesterov;
-    return o;
+    FINISH(o, a);
 }
 
 static fl_optimizer *adam(int code, fl_adam_args a) {
@@ -53,7 +152,7 @@ static fl_optimizer *adam(int code, fl_adam_args a) {
     o->d.beta2 = a.beta_2;
     o->d.eps = a.epsilon;
     o->d.weight_decay = a.weight_decay;
-    return o;
+    FINISH(o, a);
 }
 fl_optimizer *fl_adam_(fl_adam_args a) { return adam(FL_OPT_ADAM, a); }
 fl_optimizer *fl_adamw_(fl_adam_args a) { return adam(FL_OPT_ADAMW, a); }
@@ -72,7 +171,7 @@ fl_optimizer *fl_rmsprop_(fl_rmsprop_args a) {
     o->d.momentum = a.momentum;
     o->d.eps = a.epsilon;
     o->d.centered = a.centered;
-    return o;
+    FINISH(o, a);
 }
 
 static void free_slots(fl_optimizer *o) {
@@ -188,10 +287,14 @@ void fl_optimizer_count_step(fl_optimizer *o) {
     o->d.step = o->iterations;
 }
 
+/* Keras's apply: the learning rate of the iterations before the step (a
+ * schedule's value), then iterations + 1 (Adam's t). */
 void fl_optimizer_step(fl_optimizer *o) {
+    fl_opt_desc d = o->d;
+    d.lr = fl_optimizer_current_learning_rate(o);
     o->iterations++;
-    o->d.step = o->iterations;
-    o->be->optimizer_step(&o->d, o->params, o->nparams);
+    o->d.step = d.step = o->iterations;
+    o->be->optimizer_step(&d, o->params, o->nparams);
 }
 
 fl_status fl_optimizer_migrate(fl_optimizer *o, fl_graph *g) {

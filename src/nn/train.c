@@ -452,7 +452,7 @@ static void loss_and_metrics(fl_model *m, bool grad) {
 
 /* ------------------------------------------------------------ history */
 
-#define FL_HIST_MAX_KEYS (2 * (FL_MAX_METRICS + 1))
+#define FL_HIST_MAX_KEYS FL_LOGS_MAX_KEYS
 
 struct fl_history {
     int nkeys, epochs, cap;
@@ -475,6 +475,32 @@ static fl_status hist_push(fl_history *h, const float *v) {
     for (int k = 0; k < h->nkeys; k++) h->vals[k][h->epochs] = v[k];
     h->epochs++;
     return FL_OK;
+}
+
+/* History.on_epoch_end: every key of the logs (a key seen first now, as
+ * "learning_rate" from a callback, has NaN for the epochs before; a key
+ * missing now gets NaN). */
+static fl_status hist_push_logs(fl_history *h, const fl_logs *logs) {
+    float v[FL_HIST_MAX_KEYS];
+    for (int k = 0; k < FL_HIST_MAX_KEYS; k++) v[k] = NAN;
+    for (int i = 0; i < logs->n; i++) {
+        int k = 0;
+        while (k < h->nkeys && strcmp(h->keys[k], logs->keys[i]) != 0) k++;
+        if (k == h->nkeys) {
+            if (h->nkeys >= FL_HIST_MAX_KEYS)
+                return fl_error(FL_ERR_INVALID_ARG, "History: no room for key '%s' (%d keys at most)", logs->keys[i],
+                                FL_HIST_MAX_KEYS);
+            float *p = NULL; /* before the first epoch hist_push allocates it */
+            if (h->cap && !(p = malloc((size_t)h->cap * sizeof(float))))
+                return fl_error(FL_ERR_NOMEM, "out of memory growing History");
+            for (int e = 0; e < h->epochs; e++) p[e] = NAN;
+            h->vals[k] = p;
+            snprintf(h->keys[k], sizeof h->keys[k], "%s", logs->keys[i]);
+            h->nkeys++;
+        }
+        v[k] = (float)logs->values[i];
+    }
+    return hist_push(h, v);
 }
 
 int fl_history_epochs(const fl_history *h) { return h ? h->epochs : 0; }
@@ -961,6 +987,7 @@ static fl_status train_step(fl_model *m, graph_state *gs, bool full, bool check,
         return FL_OK;
     }
     if (gs->graph && full && gs->generation == m->g.generation) {
+        if (be->graph_set_learning_rate) be->graph_set_learning_rate(fl_optimizer_lr_at(m->opt, m->opt->iterations));
         if (be->graph_launch(gs->graph, m->opt->iterations, m->g.step) != 0)
             return device_status(m, "replaying a training step");
         fl_optimizer_count_step(m->opt);
@@ -991,6 +1018,7 @@ static fl_status train_step(fl_model *m, graph_state *gs, bool full, bool check,
     }
     gs->graph = g;
     gs->generation = m->g.generation;
+    if (be->graph_set_learning_rate) be->graph_set_learning_rate(fl_optimizer_lr_at(m->opt, it0));
     if (be->graph_launch(g, it0, m->g.step) != 0) return device_status(m, "running a captured training step");
     return FL_OK;
 }
@@ -1080,6 +1108,16 @@ fl_history *fl_fit_(fl_model *m, const fl_tensor *x, const fl_tensor *y, fl_fit_
     FILE *f = a.out ? a.out : stdout;
     int mode = resolve_verbose(a.verbose, f);
     int64_t steps = (n_train + bs - 1) / bs;
+    /* the callback list (Keras's CallbackList, History last) */
+    int ncb = 0;
+    bool batch_cb = false;
+    for (; a.callbacks && a.callbacks[ncb]; ncb++)
+        if (a.callbacks[ncb]->on_batch_end) batch_cb = true;
+    fl_callback *const *cbs = a.callbacks;
+    fl_logs logs = {0};
+    m->stop_training = false;
+    for (int c = 0; c < ncb; c++)
+        if (cbs[c]->on_train_begin && cbs[c]->on_train_begin(m, &logs, cbs[c]->user) != FL_OK) goto fail_cb;
     if (check && !m->g.be->host_memory && !m->input->int_val && /* device: x once, the batches are gathered there */
         check_x_finite(m, &tr, xr, NULL, n_train, a.initial_epoch, epochs, 0, steps) != FL_OK)
         goto fail;
@@ -1088,6 +1126,9 @@ fl_history *fl_fit_(fl_model *m, const fl_tensor *x, const fl_tensor *y, fl_fit_
         for (int64_t i = 0; i < n; i++) perm[i] = i;
         if (!a.no_shuffle) fl_rng_permutation(perm, n_train, m->seed, 0x5348554646ull << 24 | (uint64_t)ep);
         if (mode != FL_VERBOSE_SILENT && epochs > 1) { fprintf(f, "Epoch %d/%d\n", ep + 1, epochs); fflush(f); }
+        logs.n = 0;
+        for (int c = 0; c < ncb; c++)
+            if (cbs[c]->on_epoch_begin && cbs[c]->on_epoch_begin(m, ep, &logs, cbs[c]->user) != FL_OK) goto fail_cb;
         progbar pb = {f, mode, steps, now(), 0, 0};
         char keys[FL_HIST_MAX_KEYS][48];
         double v[1 + FL_MAX_METRICS], vals[FL_HIST_MAX_KEYS];
@@ -1096,6 +1137,7 @@ fl_history *fl_fit_(fl_model *m, const fl_tensor *x, const fl_tensor *y, fl_fit_
         if (reserve(m, bs < n_train ? bs : n_train) != FL_OK) goto fail;
         zero_stats(m);
         int64_t checked = 0; /* steps whose loss is known to be finite */
+        int64_t steps_done = steps;
         for (int64_t s = 0; s < steps; s++) {
             int64_t b = n_train - s * bs < bs ? n_train - s * bs : bs;
             load_batch(m, &tr, perm + s * bs, b);
@@ -1110,6 +1152,20 @@ fl_history *fl_fit_(fl_model *m, const fl_tensor *x, const fl_tensor *y, fl_fit_
             }
             m->g.step++;
             seen += b;
+            if (batch_cb) { /* the running logs of the epoch, as Keras's on_train_batch_end */
+                read_stats(m, seen, v);
+                if (check && !isfinite(v[0])) {
+                    nonfinite_loss(m, v[0], ep, epochs, checked, s + 1, steps);
+                    goto fail;
+                }
+                checked = s + 1;
+                int nkv = stat_kv(m, v, "", keys, vals);
+                logs.n = 0;
+                for (int k = 0; k < nkv; k++) fl_logs_set(&logs, keys[k], (double)(float)vals[k]);
+                for (int c = 0; c < ncb; c++)
+                    if (cbs[c]->on_batch_end && cbs[c]->on_batch_end(m, s, &logs, cbs[c]->user) != FL_OK) goto fail_cb;
+                if (m->stop_training) { steps_done = s + 1; break; }
+            }
             if (s + 1 < steps && progbar_due(&pb, false)) {
                 read_stats(m, seen, v);
                 if (check && !isfinite(v[0])) {
@@ -1125,7 +1181,7 @@ fl_history *fl_fit_(fl_model *m, const fl_tensor *x, const fl_tensor *y, fl_fit_
         read_stats(m, seen, v); /* waits for the device: the epoch's time ends here */
         if (device_status(m, "training") != FL_OK) goto fail;
         if (check && !isfinite(v[0])) {
-            nonfinite_loss(m, v[0], ep, epochs, checked, steps, steps);
+            nonfinite_loss(m, v[0], ep, epochs, checked, steps_done, steps);
             goto fail;
         }
         if (check) { /* a NaN weight behind a ReLU keeps the loss finite: look once an epoch */
@@ -1142,7 +1198,7 @@ fl_history *fl_fit_(fl_model *m, const fl_tensor *x, const fl_tensor *y, fl_fit_
             }
         }
         h->train_seconds += now() - t0;
-        h->train_samples += n_train;
+        h->train_samples += seen;
         float hv[FL_HIST_MAX_KEYS];
         int nkv = stat_kv(m, v, "", keys, vals);
         for (int k = 0; k < nkv; k++) hv[k] = (float)vals[k];
@@ -1153,19 +1209,30 @@ fl_history *fl_fit_(fl_model *m, const fl_tensor *x, const fl_tensor *y, fl_fit_
             for (int k = 0; k < nv2; k++) hv[nkv + k] = (float)vals[nkv + k];
             nkv += nv2;
         }
-        if (progbar_due(&pb, true)) {
+        logs.n = 0;
+        for (int k = 0; k < nkv; k++) fl_logs_set(&logs, keys[k], (double)hv[k]);
+        for (int c = 0; c < ncb; c++)
+            if (cbs[c]->on_epoch_end && cbs[c]->on_epoch_end(m, ep, &logs, cbs[c]->user) != FL_OK) goto fail_cb;
+        if (hist_push_logs(h, &logs) != FL_OK) goto fail;
+        if (progbar_due(&pb, true)) { /* after the callbacks, as Keras's ProgbarLogger: with their keys */
+            nkv = logs.n < FL_HIST_MAX_KEYS ? logs.n : FL_HIST_MAX_KEYS;
+            for (int k = 0; k < nkv; k++) { snprintf(keys[k], sizeof keys[k], "%s", logs.keys[k]); vals[k] = logs.values[k]; }
             sort_kv(nkv, keys, vals);
-            progbar_update(&pb, steps, nkv, keys, vals, true);
+            progbar_update(&pb, steps_done, nkv, keys, vals, true);
         }
-        if (hist_push(h, hv) != FL_OK) goto fail;
         m->epochs_run++;
         if (a.on_epoch_end && !a.on_epoch_end(m, ep, h, a.user)) break;
+        if (m->stop_training) break;
     }
+    for (int c = 0; c < ncb; c++)
+        if (cbs[c]->on_train_end && cbs[c]->on_train_end(m, &logs, cbs[c]->user) != FL_OK) goto fail_cb;
     h->seconds = now() - t_fit;
     if (gs.graph) m->g.be->graph_free(gs.graph);
     data_close(m, &tr); data_close(m, &vd);
     free(perm); free(vidx); free(yh); free(vyh); free(xo); free(vxo);
     return h;
+fail_cb:
+    fl_error_prefix("fl_fit: a callback failed: ");
 fail:
     if (gs.graph) m->g.be->graph_free(gs.graph);
     data_close(m, &tr); data_close(m, &vd);

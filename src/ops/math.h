@@ -194,6 +194,22 @@ FL_HD float fl_adam_lr_t(float lr, float b1, float b2, int64_t t) {
     return (float)(lr * sqrt(1.0 - pow((double)b2, (double)t)) / (1.0 - pow((double)b1, (double)t)));
 }
 
+/* Keras's gradient clipping (base_optimizer._clip_gradients) of one
+ * element; mode as fl_opt_desc.clip_mode (1 clipnorm, 2 clipvalue, 3
+ * global_clipnorm); `sumsq` is the sum of squares of the element's tensor
+ * (clipnorm) or of all gradients (global_clipnorm). clipnorm: g * clip /
+ * max(norm, clip); global: g * clip * min(1 / norm, 1 / clip), NaN for a
+ * non-finite norm as Keras's (norm - norm); clipvalue: clamp to +-clip. */
+FL_HD float fl_clip_grad(int mode, float clip, float sumsq, float g) {
+    if (mode == 1) return g * clip / fmaxf(sumsq > 0.0f ? sqrtf(sumsq) : sumsq, clip);
+    if (mode == 2) return fminf(fmaxf(g, -clip), clip);
+    if (mode == 3) {
+        float norm = sqrtf(sumsq);
+        return g * (clip * fminf(1.0f / norm, 1.0f / clip) + (norm - norm));
+    }
+    return g;
+}
+
 /* ---- optimizer updates (Keras 3 formulas; one parameter element) ---- */
 
 /* SGD: m = momentum*m - lr*g; w += nesterov ? momentum*m - lr*g : m.

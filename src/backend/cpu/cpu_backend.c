@@ -395,7 +395,28 @@ static void cpu_sum_into(int64_t n, const float *x, double scale, double *acc) {
 
 /* ---------------------------------------------------------- optimizer */
 
+/* Keras's _clip_gradients, in place on the gradients (they are cleared
+ * before the next step's backward pass) before the update reads them. */
+static float cpu_sumsq(const float *g, int64_t n) {
+    double s = 0; /* float32 in Keras; double here: within its rounding */
+    for (int64_t i = 0; i < n; i++) s += (double)g[i] * g[i];
+    return (float)s;
+}
+
+static void cpu_clip_gradients(const fl_opt_desc *d, const fl_param_ref *ps, int np) {
+    float total = 0.0f;
+    if (d->clip_mode == FL_CLIP_GLOBAL_NORM)
+        for (int k = 0; k < np; k++) total += cpu_sumsq(ps[k].g, ps[k].n);
+    for (int k = 0; k < np; k++) {
+        float sum = d->clip_mode == FL_CLIP_NORM ? cpu_sumsq(ps[k].g, ps[k].n) : total;
+        float *g = ps[k].g;
+#pragma omp parallel for schedule(static) num_threads(ps[k].n < 32768 ? 1 : fl_cpu_threads())
+        for (int64_t i = 0; i < ps[k].n; i++) g[i] = fl_clip_grad(d->clip_mode, d->clip, sum, g[i]);
+    }
+}
+
 static void cpu_optimizer_step(const fl_opt_desc *d, const fl_param_ref *ps, int np) {
+    if (d->clip_mode != FL_CLIP_NONE) cpu_clip_gradients(d, ps, np);
     float lr_t = d->lr;
     if (d->code == FL_OPT_ADAM || d->code == FL_OPT_ADAMW) {
         double b1p = pow(d->beta1, (double)d->step), b2p = pow(d->beta2, (double)d->step);

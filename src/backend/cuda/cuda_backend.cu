@@ -59,6 +59,7 @@ static cudaDeviceProp g_prop;
 static int g_capturing;
 static int64_t g_cap_gstep;        /* the graph step of the step being captured */
 static int64_t *g_dsteps;
+static float *g_dlr;               /* the learning rate a captured optimizer step reads (graph_set_learning_rate) */
 static int g_graphs_live;          /* instantiated graphs not yet freed */
 static void *g_cublas_ws;
 
@@ -2206,27 +2207,79 @@ static dev_param *g_dparams;       /* device copy of the parameter table */
 static dev_param *g_dparams_host;  /* what was uploaded */
 static int g_dparams_n;
 static int64_t g_dparams_total;
+static float *g_clip_ss;           /* clipnorm/global_clipnorm: per-tensor sums of squares */
+static int g_clip_ss_n;
 
-/* One launch for all parameters: each element finds its tensor.
- * ostep: NULL in eager mode (lr_t given); in a captured step, the count of
- * steps done before it is read from the device (g_dsteps[0], set before
- * each replay) and lr_t is computed here for step *ostep + 1. */
-__global__ void k_optimizer(fl_opt_desc d, float lr_t, const int64_t *ostep, const dev_param *ps, int np, int64_t total) {
-    __shared__ float lr_shared;
-    if (ostep) {
-        if (threadIdx.x == 0)
-            lr_shared = (d.code == FL_OPT_ADAM || d.code == FL_OPT_ADAMW)
-                            ? fl_adam_lr_t(d.lr, d.beta1, d.beta2, *ostep + 1) : d.lr;
+/* The tensor of element e: the last whose start <= e. */
+__device__ static int param_of(const dev_param *ps, int np, int64_t e) {
+    int lo = 0, hi = np - 1;
+    while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        if (ps[mid].start <= e) lo = mid; else hi = mid - 1;
+    }
+    return lo;
+}
+
+/* The twin of cpu_clip_gradients: sums of squares per tensor into ss[np]
+ * (zeroed first), each thread adding its run of one tensor's elements at
+ * once (grid-stride: a thread changes tensor rarely), then the clip in
+ * place, every block summing ss for global_clipnorm. */
+__global__ void k_grad_sumsq(const dev_param *ps, int np, int64_t total, float *ss) {
+    int cur = -1;
+    float acc = 0.0f;
+    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
+        int k = param_of(ps, np, e);
+        if (k != cur) {
+            if (cur >= 0) atomicAdd(&ss[cur], acc);
+            cur = k;
+            acc = 0.0f;
+        }
+        float g = ps[k].g[e - ps[k].start];
+        acc += g * g;
+    }
+    if (cur >= 0) atomicAdd(&ss[cur], acc);
+}
+
+__global__ void k_clip_grads(int mode, float clip, const dev_param *ps, int np, int64_t total, const float *ss) {
+    __shared__ float total_ss;
+    if (mode == FL_CLIP_GLOBAL_NORM) {
+        if (threadIdx.x == 0) {
+            float t = 0.0f;
+            for (int k = 0; k < np; k++) t += ss[k];
+            total_ss = t;
+        }
         __syncthreads();
-        lr_t = lr_shared;
     }
     for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
-        int lo = 0, hi = np - 1;
-        while (lo < hi) { /* last tensor whose start <= e */
-            int mid = (lo + hi + 1) / 2;
-            if (ps[mid].start <= e) lo = mid; else hi = mid - 1;
+        int k = param_of(ps, np, e);
+        float *g = ps[k].g + (e - ps[k].start);
+        float sum = mode == FL_CLIP_NORM ? ss[k] : mode == FL_CLIP_GLOBAL_NORM ? total_ss : 0.0f;
+        *g = fl_clip_grad(mode, clip, sum, *g);
+    }
+}
+
+/* One launch for all parameters: each element finds its tensor.
+ * ostep: NULL in eager mode (lr and lr_t given); in a captured step, the
+ * count of steps done before it is read from the device (g_dsteps[0], set
+ * before each replay), the learning rate too (*dlr, g_dlr, set before each
+ * replay by cu_graph_set_learning_rate), and lr_t is computed here for step
+ * *ostep + 1. */
+__global__ void k_optimizer(fl_opt_desc d, float lr_t, const int64_t *ostep, const float *dlr, const dev_param *ps,
+                            int np, int64_t total) {
+    __shared__ float lr_shared[2];
+    if (ostep) {
+        if (threadIdx.x == 0) {
+            float lr = *dlr;
+            lr_shared[0] = lr;
+            lr_shared[1] = (d.code == FL_OPT_ADAM || d.code == FL_OPT_ADAMW)
+                               ? fl_adam_lr_t(lr, d.beta1, d.beta2, *ostep + 1) : lr;
         }
-        const dev_param p = ps[lo];
+        __syncthreads();
+        d.lr = lr_shared[0];
+        lr_t = lr_shared[1];
+    }
+    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
+        const dev_param p = ps[param_of(ps, np, e)];
         int64_t i = e - p.start;
         float *w = p.w + i;
         float g = p.g[i];
@@ -2266,13 +2319,30 @@ static void cu_optimizer_step(const fl_opt_desc *d, const fl_param_ref *ps, int 
     } else {
         free(h);
     }
+    if (d->clip_mode != FL_CLIP_NONE) {
+        if (d->clip_mode != FL_CLIP_VALUE) {
+            if (g_clip_ss_n < np) { /* grown outside a capture: the table is uploaded eagerly first */
+                cu_free_retire(g_clip_ss);
+                g_clip_ss = (float *)cu_alloc((size_t)np * sizeof(float));
+                if (!g_clip_ss) { g_clip_ss_n = 0; return; }
+                g_clip_ss_n = np;
+            }
+            CUDA_OK(cudaMemsetAsync(g_clip_ss, 0, (size_t)np * sizeof(float), g_stream));
+            int blocks = blocks_for(g_dparams_total, 256);
+            k_grad_sumsq<<<blocks < 1024 ? blocks : 1024, 256, 0, g_stream>>>(g_dparams, np, g_dparams_total, g_clip_ss);
+            if (!LAUNCHED()) return;
+        }
+        k_clip_grads<<<blocks_for(g_dparams_total, 256), 256, 0, g_stream>>>(d->clip_mode, d->clip, g_dparams, np,
+                                                                             g_dparams_total, g_clip_ss);
+        if (!LAUNCHED()) return;
+    }
     float lr_t = d->lr;
     if (d->code == FL_OPT_ADAM || d->code == FL_OPT_ADAMW) lr_t = fl_adam_lr_t(d->lr, d->beta1, d->beta2, d->step);
     if (g_capturing) {
-        k_optimizer<<<blocks_for(g_dparams_total, 256), 256, 0, g_stream>>>(*d, lr_t, g_dsteps, g_dparams, np,
+        k_optimizer<<<blocks_for(g_dparams_total, 256), 256, 0, g_stream>>>(*d, lr_t, g_dsteps, g_dlr, g_dparams, np,
                                                                             g_dparams_total);
     } else {
-        k_optimizer<<<blocks_for(g_dparams_total, 256), 256, 0, g_stream>>>(*d, lr_t, NULL, g_dparams, np,
+        k_optimizer<<<blocks_for(g_dparams_total, 256), 256, 0, g_stream>>>(*d, lr_t, NULL, NULL, g_dparams, np,
                                                                             g_dparams_total);
     }
     LAUNCHED();
@@ -2296,6 +2366,7 @@ static int cu_graph_begin(int64_t opt_step, int64_t graph_step) {
     const char *e = getenv("FLYNN_CUDA_GRAPHS");
     if (e && strcmp(e, "0") == 0) return 1;
     if (!g_dsteps && !(g_dsteps = (int64_t *)cu_alloc(2 * sizeof(int64_t)))) return 1;
+    if (!g_dlr && !(g_dlr = (float *)cu_alloc(sizeof(float)))) return 1;
     g_sticky_before = g_sticky;
     g_cap_gstep = graph_step;
     if (cudaStreamBeginCapture(g_stream, cudaStreamCaptureModeRelaxed) != cudaSuccess) {
@@ -2329,6 +2400,16 @@ static void *cu_graph_end(void) {
 
 /* The counters of the step being replayed go to the device first, in stream
  * order (kernel parameters: nothing on the host has to outlive the call). */
+/* The learning rate of the next replay, in stream order as the counters
+ * (a kernel parameter: nothing on the host must outlive the call). */
+__global__ void k_set_lr(float *d, float lr) { *d = lr; }
+
+static void cu_graph_set_learning_rate(float lr) {
+    if (!g_dlr && !(g_dlr = (float *)cu_alloc(sizeof(float)))) return;
+    k_set_lr<<<1, 1, 0, g_stream>>>(g_dlr, lr);
+    LAUNCHED();
+}
+
 static int cu_graph_launch(void *graph, int64_t opt_step, int64_t graph_step) {
     k_set_steps<<<1, 1, 0, g_stream>>>(g_dsteps, opt_step, graph_step);
     if (!LAUNCHED()) return 1;
@@ -2750,6 +2831,7 @@ static void fill_table(void) {
     b->scalar_mul_bwd = cu_scalar_mul_bwd;
     b->attn_concat_fwd = cu_attn_concat_fwd;
     b->attn_concat_bwd = cu_attn_concat_bwd;
+    b->graph_set_learning_rate = cu_graph_set_learning_rate;
 }
 
 __global__ void k_probe(int *out) { *out = 42; }

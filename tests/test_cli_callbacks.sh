@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# test_cli_callbacks.sh — end-to-end checks of `flynn train`'s callback,
+# clipping and schedule flags: --early-stopping stops (and says so),
+# --csv-log writes Keras CSVLogger's format, --lr-schedule and --clipnorm
+# are saved in the model file's compile config (as Keras writes them), and
+# bad values are refused with a message naming the flag.
+# usage: test_cli_callbacks.sh PATH/TO/flynn
+set -u
+FLYNN=$1
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+pass=0 fail=0
+ok()  { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); echo "FAIL: $*" >&2; }
+expect() { # expect NAME EXIT_CODE PATTERN -- command...
+  local name=$1 code=$2 pat=$3; shift 4
+  local out rc
+  out=$("$@" 2>&1); rc=$?
+  if [ "$rc" != "$code" ]; then bad "$name: exit $rc, expected $code"; echo "$out" | tail -5 >&2; return; fi
+  if ! grep -qE -- "$pat" <<<"$out"; then bad "$name: output lacks /$pat/"; echo "$out" | tail -5 >&2; return; fi
+  ok
+}
+run=("$FLYNN" train --model mlp --samples 256 --test-samples 100 --batch-size 64 --verbose 2 --seed 1)
+
+expect help 0 "--early-stopping P" -- "$FLYNN" train --help
+expect help-schedule 0 "cosine:STEPS\[:warmup=N\]" -- "$FLYNN" train --help
+expect bad-schedule 1 "--lr-schedule cosh:10: expected exp:, inverse:, cosine: or piecewise:" -- "${run[@]}" --lr-schedule cosh:10
+expect bad-schedule-steps 1 "--lr-schedule exp:0.5:0: .*decay_steps 0" -- "${run[@]}" --lr-schedule exp:0.5:0
+expect bad-clip 2 "--clipnorm wants a number > 0, got -1" -- "${run[@]}" --clipnorm -1
+expect two-clips 1 "one of --clipnorm, --clipvalue and --global-clipnorm" -- "${run[@]}" --clipnorm 1 --clipvalue 1
+expect rlr-and-schedule 1 "--reduce-lr-on-plateau cannot change a learning-rate schedule" -- \
+  "${run[@]}" --reduce-lr-on-plateau --lr-schedule exp:0.5:10
+expect bad-patience 2 "--early-stopping wants a patience" -- "${run[@]}" --early-stopping soon
+
+# The learning rate drops to 0 after the first epoch's 3 steps: val_loss
+# stays exactly the same, so EarlyStopping(patience=0) stops after epoch 2.
+expect early-stopping 0 "Epoch 2: early stopping" -- "${run[@]}" --epochs 5 --validation-split 0.25 \
+  --lr-schedule piecewise:2:0.001,0 --early-stopping 0 --csv-log "$tmp/log.csv" --save "$tmp/m.keras"
+if [ -f "$tmp/log.csv" ]; then
+  # header and two rows, "\r\n" line ends, epochs from 0 (Keras CSVLogger)
+  printf 'epoch,accuracy,loss,val_accuracy,val_loss\r\n' | cmp -s - <(head -1 "$tmp/log.csv") && ok || bad "csv header: $(head -1 "$tmp/log.csv" | od -c | head -2)"
+  [ "$(wc -l < "$tmp/log.csv")" = 3 ] && ok || bad "csv: $(wc -l < "$tmp/log.csv") lines, expected 3"
+  grep -q $'^1,[0-9.e-]*,[0-9.e-]*,[0-9.e-]*,[0-9.e-]*\r$' "$tmp/log.csv" && ok || bad "csv row 1: $(sed -n 3p "$tmp/log.csv")"
+else
+  bad "no $tmp/log.csv"
+fi
+cfg=$(python3 -c 'import sys, zipfile; print(zipfile.ZipFile(sys.argv[1]).read("config.json").decode())' "$tmp/m.keras" 2>&1)
+grep -q '"class_name": *"PiecewiseConstantDecay"' <<<"$cfg" && ok || bad "m.keras lacks the schedule: ${cfg:0:300}"
+
+# clipping and a cosine schedule with warmup reach the saved compile config
+expect clip-cosine 0 "optimizer: Adam, learning rate CosineDecay \\(0 at step 0\\), clipnorm 0.5" -- "${run[@]}" --epochs 1 --clipnorm 0.5 --lr-schedule cosine:100:warmup=10:alpha=0.1 \
+  --save "$tmp/c.keras"
+cfg=$(python3 -c 'import sys, zipfile; print(zipfile.ZipFile(sys.argv[1]).read("config.json").decode())' "$tmp/c.keras" 2>&1)
+grep -qE '"clipnorm": *0.5' <<<"$cfg" && ok || bad "c.keras lacks clipnorm 0.5"
+grep -qE '"warmup_steps": *10' <<<"$cfg" && grep -qE '"warmup_target": *0.001' <<<"$cfg" && ok || bad "c.keras lacks the warmup"
+# and a run resumed from it keeps them
+expect resume-keeps 0 "optimizer: Adam, learning rate CosineDecay \\([0-9.e-]+ at step 4\\), clipnorm 0.5" -- \
+  "${run[@]}" --resume "$tmp/c.keras" --epochs 1
+
+# ReduceLROnPlateau: a learning_rate column in the log (and, without validation
+# data, val_ columns for every key, as Keras CSVLogger writes them)
+expect reduce-lr 0 "epoch log written to" -- "${run[@]}" --epochs 2 --reduce-lr-on-plateau --csv-log "$tmp/r.csv"
+head -1 "$tmp/r.csv" | grep -q $'^epoch,accuracy,learning_rate,loss,val_accuracy,val_learning_rate,val_loss\r$' && ok || bad "r.csv header: $(head -1 "$tmp/r.csv")"
+
+echo "test_cli_callbacks: $pass passed, $fail failed"
+[ "$fail" = 0 ]
