@@ -48,7 +48,7 @@ static int batch_threads(const fl_rnn_desc *d) {
 
 /* forward of samples [b0, b1) through every step */
 static void fwd_rows(const fl_rnn_desc *d, int64_t b0, int64_t b1, const float *r, const float *bi, const float *br,
-                     const float *mask, float *y, rnn_bufs B) {
+                     const float *mask, const fl_rnn_states *st, float *y, rnn_bufs B) {
     const int64_t T = d->t, u = d->u, gu = (int64_t)fl_rnn_gates(d) * u, rows = b1 - b0;
     const int two_phase = d->cell == FL_RNN_GRU && !d->reset_after;
     for (int64_t k = 0; k < T; k++) {
@@ -56,10 +56,12 @@ static void fwd_rows(const fl_rnn_desc *d, int64_t b0, int64_t b1, const float *
         const int64_t tnext = d->go_backwards ? tin - 1 : tin + 1;
         const int last = k == T - 1;
         float *hp = B.HP + tin * u, *cp = B.CP + tin * u; /* rows of stride T*u */
-        if (k == 0)
+        if (k == 0) /* the initial state: given (initial_state) or zeros */
             for (int64_t b = b0; b < b1; b++) {
-                memset(hp + b * T * u, 0, (size_t)u * sizeof(float));
-                memset(cp + b * T * u, 0, (size_t)u * sizeof(float));
+                if (st && st->h0) memcpy(hp + b * T * u, st->h0 + b * u, (size_t)u * sizeof(float));
+                else memset(hp + b * T * u, 0, (size_t)u * sizeof(float));
+                if (st && st->c0) memcpy(cp + b * T * u, st->c0 + b * u, (size_t)u * sizeof(float));
+                else memset(cp + b * T * u, 0, (size_t)u * sizeof(float));
             }
         /* RG[rows, gu] = h' R (GRU reset_after False: the z and r columns) */
         gemm(0, 0, rows, two_phase ? 2 * u : gu, u, hp + b0 * T * u, T * u, r, gu, 0.0f, B.RG + b0 * gu, gu, 1);
@@ -73,15 +75,17 @@ static void fwd_rows(const fl_rnn_desc *d, int64_t b0, int64_t b1, const float *
                 const float *rg = B.RG + b * gu, *h0 = hp + b * T * u, *c0 = cp + b * T * u;
                 float *rh = B.RH + (b * T + tin) * u;
                 float m = mask ? mask[b * T + tin] : 1.0f;
-                float *hout = last ? NULL : B.HP + (b * T + tnext) * u;
-                float *cout = last ? NULL : B.CP + (b * T + tnext) * u;
+                /* the state after the step: the next step's, or the final one (return_state) */
+                float *hout = !last ? B.HP + (b * T + tnext) * u : st && st->hT ? st->hT + b * u : NULL;
+                float *cout = !last ? B.CP + (b * T + tnext) * u : st && st->cT ? st->cT + b * u : NULL;
                 float *yo = d->return_sequences ? y + (b * T + (d->reverse_output ? T - 1 - k : k)) * u
                             : last ? y + b * u : NULL;
                 for (int j = 0; j < u; j++) {
                     float hv, cv;
                     fl_rnn_fwd_unit(d, phase, j, a, rg, bi, br, h0[j], c0[j], m, rh + j, &hv, &cv);
                     if (phase == FL_RNN_PHASE_ZR) continue;
-                    if (hout) { hout[j] = hv; cout[j] = cv; }
+                    if (hout) hout[j] = hv;
+                    if (cout) cout[j] = cv;
                     if (yo) yo[j] = d->zero_masked && !(m > 0.5f) ? 0.0f : hv;
                 }
             }
@@ -91,7 +95,6 @@ static void fwd_rows(const fl_rnn_desc *d, int64_t b0, int64_t b1, const float *
 
 void fl_cpu_rnn_fwd(const fl_rnn_desc *d, const float *x, const float *w, const float *r, const float *bias,
                     const float *mask, const fl_rnn_states *st, float *y, float *aux) {
-    (void)st; /* the layer refuses initial_state and return_state so far: always NULL */
     const int64_t n = d->n, T = d->t, gu = (int64_t)fl_rnn_gates(d) * d->u;
     const float *bi = d->has_bias ? bias : NULL;
     const float *br = d->has_bias && d->cell == FL_RNN_GRU && d->reset_after ? bias + gu : NULL;
@@ -101,7 +104,7 @@ void fl_cpu_rnn_fwd(const fl_rnn_desc *d, const float *x, const float *w, const 
 #pragma omp parallel num_threads(batch_threads(d))
     {
         const int t = omp_get_thread_num(), nt = omp_get_num_threads();
-        fwd_rows(d, n * t / nt, n * (t + 1) / nt, r, bi, br, mask, y, B);
+        fwd_rows(d, n * t / nt, n * (t + 1) / nt, r, bi, br, mask, st, y, B);
     }
 }
 
@@ -123,7 +126,7 @@ static int out_live(const fl_rnn_desc *d, const float *mask, int64_t row) {
 /* backward through time of samples [b0, b1): the pre-activation gradients
  * DP (and DR) of every step */
 static void bwd_rows(const fl_rnn_desc *d, int64_t b0, int64_t b1, const float *r, const float *mask, const float *dy,
-                     rnn_bufs B) {
+                     const fl_rnn_states *st, rnn_bufs B) {
     const int64_t n = d->n, T = d->t, u = d->u, gu = (int64_t)fl_rnn_gates(d) * u, rows = b1 - b0;
     const int two_phase = d->cell == FL_RNN_GRU && !d->reset_after;
     const int split = d->cell == FL_RNN_GRU && d->reset_after; /* DR differs from DP */
@@ -131,10 +134,11 @@ static void bwd_rows(const fl_rnn_desc *d, int64_t b0, int64_t b1, const float *
     float *dh = B.ST, *dc = B.ST + n * u, *drh = B.RG;
     for (int64_t b = b0; b < b1; b++)
         for (int64_t j = 0; j < u; j++) {
-            dh[b * u + j] = !d->return_sequences && out_live(d, mask, b * T + (d->go_backwards ? 0 : T - 1))
-                                ? dy[b * u + j] : 0.0f;
-            dc[b * u + j] = 0.0f;
+            dh[b * u + j] = (!d->return_sequences && out_live(d, mask, b * T + (d->go_backwards ? 0 : T - 1))
+                                ? dy[b * u + j] : 0.0f) + (st && st->dhT ? st->dhT[b * u + j] : 0.0f);
+            dc[b * u + j] = st && st->dcT ? st->dcT[b * u + j] : 0.0f;
         }
+    const int want_dh0 = st && st->dh0;
     for (int64_t k = T - 1; k >= 0; k--) {
         const int64_t tin = d->go_backwards ? T - 1 - k : k, tout = d->reverse_output ? T - 1 - k : k;
         if (d->return_sequences)
@@ -155,17 +159,22 @@ static void bwd_rows(const fl_rnn_desc *d, int64_t b0, int64_t b1, const float *
                                     B.DP + row * gu, DR + row * gu, phase == FL_RNN_PHASE_H ? drh[b * u + j] : 0.0f);
             }
         }
-        /* dh += dpre_rec R^T (GRU reset_after False: the z and r columns; hh's went through drh) */
-        if (k > 0)
+        /* dh += dpre_rec R^T (GRU reset_after False: the z and r columns; hh's went through drh);
+         * after the first step only when the initial state's gradient is wanted */
+        if (k > 0 || want_dh0)
             gemm(0, 1, rows, u, two_phase ? 2 * u : gu, DR + (b0 * T + tin) * gu, T * gu, r, gu, 1.0f, dh + b0 * u, u,
                  1);
+    }
+    /* the gradients of the initial state */
+    for (int64_t b = b0; b < b1; b++) {
+        if (want_dh0) memcpy(st->dh0 + b * u, dh + b * u, (size_t)u * sizeof(float));
+        if (st && st->dc0) memcpy(st->dc0 + b * u, dc + b * u, (size_t)u * sizeof(float));
     }
 }
 
 void fl_cpu_rnn_bwd(const fl_rnn_desc *d, const float *x, const float *w, const float *r, const float *bias,
                     const float *mask, const fl_rnn_states *st, const float *dy, float *aux, float *dx, float dx_beta, float *dw, float *dr,
                     float *db) {
-    (void)st; /* the layer refuses initial_state and return_state so far: always NULL */
     (void)bias;
     const int64_t n = d->n, T = d->t, u = d->u, gu = (int64_t)fl_rnn_gates(d) * u;
     const int two_phase = d->cell == FL_RNN_GRU && !d->reset_after;
@@ -176,7 +185,7 @@ void fl_cpu_rnn_bwd(const fl_rnn_desc *d, const float *x, const float *w, const 
 #pragma omp parallel num_threads(batch_threads(d))
     {
         const int t = omp_get_thread_num(), nt = omp_get_num_threads();
-        bwd_rows(d, n * t / nt, n * (t + 1) / nt, r, mask, dy, B);
+        bwd_rows(d, n * t / nt, n * (t + 1) / nt, r, mask, dy, st, B);
     }
     /* the weight gradients and dx over every step at once */
     if (dw) gemm(1, 0, d->d, gu, n * T, x, d->d, B.DP, gu, 0.0f, dw, gu, th);
