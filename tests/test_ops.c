@@ -2003,7 +2003,7 @@ static void test_rnn_errors(void) {
  * whose only consumers are its states), hT, cT, and h0 itself with
  * `h0_twice` (h0 then has two consumers: the RNN adds its dh0 to the
  * concatenation's). Sample rows of the mask as test_rnn_b. */
-enum { ST_H0 = 1, ST_C0 = 2, ST_RET = 4, ST_DROP_Y = 8, ST_H0_TWICE = 16, ST_ZERO = 32 };
+enum { ST_H0 = 1, ST_C0 = 2, ST_RET = 4, ST_DROP_Y = 8, ST_H0_TWICE = 16, ST_ZERO = 32, ST_C0_IS_H0 = 64 };
 static void test_rnn_st(int64_t B, int64_t u, int cell, bool reset_after, bool seq, bool backwards, bool masked,
                         int flags) {
     harness h;
@@ -2026,6 +2026,7 @@ static void test_rnn_st(int64_t B, int64_t u, int cell, bool reset_after, bool s
             s0[i]->force_grad = true;
             h.params[h.np++] = s0[i];
         }
+    if (flags & ST_C0_IS_H0) s0[1] = s0[0]; /* one tensor as both initial states */
     fl_node *y = fl_graph_rnn_states(&h.g, "rnn", h.x, w, r, b, mask, s0[0], s0[1], ret, d);
     CHECK(y != NULL);
     if (!y) { fprintf(stderr, "  %s\n", fl_last_error()); h_free(&h); return; }
@@ -2293,6 +2294,8 @@ int main(void) {
         test_rnn_st(37, 19, cell, ra, true, c & 1, true, ST_H0 | c0 | ST_RET);
     }
     test_rnn_st(5, 3, FL_RNN_LSTM, false, false, true, true, ST_C0 | ST_RET | ST_DROP_Y); /* c0 alone */
+    test_rnn_st(5, 3, FL_RNN_LSTM, false, true, false, true, ST_H0 | ST_C0_IS_H0 | ST_RET);
+    test_rnn_st(5, 3, FL_RNN_LSTM, false, true, false, true, ST_H0 | ST_C0_IS_H0 | ST_RET | ST_H0_TWICE);
     test_rnn_st_errors();
     return check_report("test_ops");
 }

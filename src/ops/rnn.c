@@ -129,6 +129,7 @@ void fl_op_rnn_backward(fl_graph *g, fl_node *n) {
     float *scratch = (float *)n->aux + d.n * fl_rnn_aux_floats(&d), *add[2] = {NULL, NULL};
     for (int i = 0; i < 2; i++) {
         float b0 = 0.0f, *g0 = fl_op_in_grad(n, 5 + i, &b0);
+        if (i == 1 && n->in[6] == n->in[5]) b0 = 1.0f; /* one tensor as both h0 and c0: dc0 adds to dh0 */
         if (g0 && b0 != 0.0f) { add[i] = g0; g0 = scratch + i * d.n * d.u; }
         *(i ? &st.dc0 : &st.dh0) = g0;
     }
