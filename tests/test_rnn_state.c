@@ -69,6 +69,7 @@ static void outputs_hold_states(void) {
         size_t n = fread(buf, 1, sizeof buf - 1, f);
         buf[n] = 0;
         CHECK_STR_CONTAINS(buf, "gru[0][1]");
+        CHECK_STR_CONTAINS(buf, "[(None, 4),"); /* the wrapped cell of "[(None, 4), (None, 4)]", as Keras */
         fclose(f);
         unlink(path);
         fl_model_free(m2);

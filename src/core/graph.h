@@ -43,7 +43,7 @@ typedef enum fl_op {
     FL_OP_LAYERNORM, /* in: x, gamma|NULL, beta|NULL; over the last `axis` values of each row (src/ops/attention.c) */
     FL_OP_ATTENTION, /* in: q, k, v[, query mask, value mask, attention mask]: softmax(q k^T * scale + mask) v per head */
     FL_OP_REPEAT,    /* RepeatVector: x (batch, d) -> (batch, n, d) */
-    FL_OP_RNN,       /* in: x, kernel, recurrent_kernel, bias|NULL, mask|NULL: SimpleRNN, LSTM, GRU (fl_rnn_desc) */
+    FL_OP_RNN,       /* in: x, kernel, recurrent_kernel, bias|NULL, mask|NULL[, h0|NULL, c0|NULL]: SimpleRNN, LSTM, GRU (fl_rnn_desc); final states: rnn_state */
     FL_OP_EMBEDDING, /* in: indices x (batch, ...), table w (input_dim, output_dim) -> (batch, ..., output_dim) */
     FL_OP_SEQ_MASK,  /* in: x (batch, T[, C]) -> (batch, T) 1/0: any value of step t != mask_value; no gradient */
     FL_OP_MASKED_GAP1D, /* in: x (batch, T, C), mask (batch, T) -> (batch, C): the mean over the valid steps */

@@ -618,11 +618,18 @@ fl_status fl_model_summary(const fl_model *m, void *out) {
         if (!first) rule(&t, "├", "┼", "┤", "─");
         first = false;
         char shape[128], params[32], name[160], conn[512] = "";
-        fl_node *o = l->out;
-        int64_t sh[FL_MAX_DIMS];
-        memcpy(sh, o->shape, sizeof sh);
-        sh[0] = -1;
-        fl_shape_str(o->ndim, sh, shape, sizeof shape);
+        /* a call with several outputs: Keras lists their shapes */
+        size_t so = 0;
+        for (int k = 0; k < (l->nouts > 1 ? l->nouts : 1) && so < sizeof shape; k++) {
+            const fl_node *o = l->nouts > 1 ? l->outs[k] : l->out;
+            int64_t sh[FL_MAX_DIMS];
+            char one[96];
+            memcpy(sh, o->shape, sizeof sh);
+            sh[0] = -1;
+            fl_shape_str(o->ndim, sh, one, sizeof one);
+            so += (size_t)snprintf(shape + so, sizeof shape - so, "%s%s%s%s", k == 0 && l->nouts > 1 ? "[" : "",
+                                   k ? ", " : "", one, l->nouts > 1 && k == l->nouts - 1 ? "]" : "");
+        }
         int64_t np = 0;
         for (int k = 0; k < l->nw; k++) np += fl_node_size(l->w[k]);
         thousands(np, params, sizeof params);
