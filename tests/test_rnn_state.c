@@ -166,10 +166,11 @@ static void refusals(void) {
     CHECK_STR_CONTAINS(fl_last_error(), "fl_output: layer 'enc' (LSTM) has 3 outputs, there is no output 3");
     CHECK(fl_output(fl_output(c, 1), 1) == NULL);
     CHECK_STR_CONTAINS(fl_last_error(), "pass the call itself");
-    fl_sym *g = fl_call(fl_gru(4, .name = "plain"), x);
+    fl_sym *x2 = fl_keras_input(5, 3), *g = fl_call(fl_gru(4, .name = "plain"), x2);
     CHECK(fl_output(g, 1) == NULL);
     CHECK_STR_CONTAINS(fl_last_error(), "layer 'plain' (GRU) has 1 output, there is no output 1 (its final states need "
                                         "return_state)");
+    fl_model_free(fl_model_new(fl_syms(x2), fl_syms(g), "plain")); /* frees its calls */
     /* an LSTM given h but not c */
     fl_sym *d = fl_call_n(fl_lstm(4, .name = "dec"), x, fl_output(c, 1));
     CHECK(fl_model_new(fl_syms(x), fl_syms(d), "m") == NULL);
