@@ -248,6 +248,27 @@ static fl_node *b_rnn(fl_graph *g, fl_node *x, fl_node **p, int *np) {
     return fl_graph_rnn(g, "rnn", x, p[0], p[1], p[2], mask, g_rnn);
 }
 
+/* the same with the states at the ends: h0 (and LSTM c0) made from x by a
+ * linear Dense (so that dh0, dc0 reach x's gradient), and the output the
+ * concatenation of y (flattened) and the final states hT (and cT) */
+static fl_node *b_rnn_states(fl_graph *g, fl_node *x, fl_node **p, int *np) {
+    const int64_t T = x->shape[1], u = g_rnn.u, td = T * x->shape[2];
+    const bool lstm = g_rnn.cell == FL_RNN_LSTM;
+    fl_node *y0 = b_rnn(g, x, p, np); /* the weights and the mask; this node itself is left unused */
+    if (!y0) return NULL;
+    fl_node *xf = fl_graph_reshape(g, "xf", x, 1, &td), *s0[2] = {NULL, NULL};
+    for (int i = 0; i < (lstm ? 2 : 1); i++) {
+        p[3 + i] = fl_graph_param(g, "signed", 2, (int64_t[]){td, u}, true);
+        s0[i] = fl_graph_dense(g, "h0", xf, p[3 + i], NULL, FL_ACT_LINEAR);
+    }
+    *np = lstm ? 5 : 4;
+    fl_node *y = fl_graph_rnn_states(g, "rnn_st", x, p[0], p[1], p[2], y0->in[4], s0[0], s0[1], true, g_rnn);
+    if (!y) return NULL;
+    fl_node *parts[3] = {g_rnn.return_sequences ? fl_graph_reshape(g, "yf", y, 1, (int64_t[]){T * u}) : y,
+                         y->rnn_state[0], y->rnn_state[1]};
+    return fl_graph_merge(g, "cat", FL_OP_CONCAT, parts, lstm ? 3 : 2, 1);
+}
+
 static fl_node *b_dense(fl_graph *g, fl_node *x, fl_node **p, int *np) {
     int64_t k = x->shape[x->ndim - 1];
     p[0] = fl_graph_param(g, "signed", 2, (int64_t[]){k, 33}, true);
@@ -725,6 +746,11 @@ static void op_parity(void) {
         snprintf(name, sizeof name, "rnn cell %d, %d units, reset_after %d, backwards %d, seq %d, mask %d", g_rnn.cell,
                  g_rnn.u, g_rnn.reset_after, g_rnn.go_backwards, g_rnn.return_sequences, g_rnn_mask);
         parity(name, 2, rseq, 9, b_rnn, true);
+        /* with initial_state and return_state (fl_rnn_states) */
+        g_rnn_mask = i >= 4 || i == 2;
+        snprintf(name, sizeof name, "rnn states cell %d, %d units, reset_after %d, backwards %d, seq %d, mask %d",
+                 g_rnn.cell, g_rnn.u, g_rnn.reset_after, g_rnn.go_backwards, g_rnn.return_sequences, g_rnn_mask);
+        parity(name, 2, rseq, 9, b_rnn_states, true);
     }
     g_rnn_mask = false;
 }

@@ -753,10 +753,11 @@ static void test_rnn_api(void) {
     } while (0)
     REFUSED(fl_lstm(4, .recurrent_dropout = 0.1f), "LSTM: recurrent_dropout 0.1 is not supported");
     REFUSED(fl_gru(4, .activation = FL_GELU), "GRU: activation 'gelu'");
-    REFUSED(fl_simple_rnn(4, .return_state = true), "SimpleRNN: return_state=True is not supported");
+    REFUSED(fl_bidirectional(fl_lstm(4, .return_state = true), .backward_layer = fl_lstm(4, .go_backwards = true)),
+            "Bidirectional: the forward and backward layers must agree on return_state");
     REFUSED(fl_lstm(4, .stateful = true), "LSTM: stateful=True is not supported");
     REFUSED(fl_lstm(0), "LSTM: units is 0");
-    REFUSED(fl_bidirectional(fl_lstm(4), .merge_mode = FL_MERGE_NONE), "merge_mode None");
+    REFUSED(fl_bidirectional(fl_lstm(4), .merge_mode = (fl_merge_mode)9), "Bidirectional: merge_mode is not an fl_merge_mode");
     REFUSED(fl_bidirectional(fl_dense(4)), "Bidirectional: the layer is a Dense");
     REFUSED(fl_bidirectional(fl_lstm(4), .backward_layer = fl_lstm(4)), "different go_backwards");
     REFUSED(fl_bidirectional(fl_lstm(-1)), "Bidirectional: the layer is NULL (LSTM: units is -1");

@@ -1872,13 +1872,18 @@ static void test_repeat(void) {
 
 /* SimpleRNN, LSTM, GRU in double precision, step by step as Keras's cells
  * and backend.rnn (masked steps carry the state; the output is the state). */
-static void rnn_ref(const fl_rnn_desc *d, int64_t B, const float *x, const float *W, const float *U, const float *b,
-                    const float *mask, double *y) {
+/* With the states at the ends: h0, c0 (B, u) or NULL (zeros); the final
+ * carried states into hT, cT (B, u) unless NULL. */
+static void rnn_ref_st(const fl_rnn_desc *d, int64_t B, const float *x, const float *W, const float *U, const float *b,
+                       const float *mask, const float *h0, const float *c0, double *y, double *hT, double *cT) {
     const int T = d->t, D = d->d, u = d->u, G = fl_rnn_gates(d), gu = G * u;
     const bool ra = d->cell == FL_RNN_GRU && d->reset_after;
-    double h[64], c[64], xw[256], rec[256], nh[64], nc[64];
+    double h[64], c[64], xw[256], rec[256], nh[64], nc[64] = {0};
     for (int64_t s = 0; s < B; s++) {
-        for (int j = 0; j < u; j++) h[j] = c[j] = 0;
+        for (int j = 0; j < u; j++) {
+            h[j] = h0 ? h0[s * u + j] : 0;
+            c[j] = c0 ? c0[s * u + j] : 0;
+        }
         for (int k = 0; k < T; k++) {
             int tin = d->go_backwards ? T - 1 - k : k;
             for (int q = 0; q < gu; q++) {
@@ -1925,7 +1930,16 @@ static void rnn_ref(const fl_rnn_desc *d, int64_t B, const float *x, const float
             if (!d->return_sequences && k == T - 1)
                 for (int j = 0; j < u; j++) y[s * u + j] = keep || !d->zero_masked ? h[j] : 0;
         }
+        for (int j = 0; j < u; j++) {
+            if (hT) hT[s * u + j] = h[j];
+            if (cT) cT[s * u + j] = c[j];
+        }
     }
+}
+
+static void rnn_ref(const fl_rnn_desc *d, int64_t B, const float *x, const float *W, const float *U, const float *b,
+                    const float *mask, double *y) {
+    rnn_ref_st(d, B, x, W, U, b, mask, NULL, NULL, y, NULL, NULL);
 }
 
 static void test_rnn_b(int64_t B, int cell, bool reset_after, bool seq, bool backwards, bool masked, bool bias, int act,
@@ -1989,6 +2003,92 @@ static void test_rnn_errors(void) {
     d.act = FL_ACT_GELU;
     CHECK(fl_graph_rnn(&g, "lstm_gelu", x, w, r, NULL, NULL, d) == NULL);
     CHECK_MSG(strstr(fl_last_error(), "activation") != NULL, "got: %s", fl_last_error());
+    fl_graph_free(&g);
+}
+
+/* The states at the sequence's ends (initial_state, return_state), against
+ * rnn_ref_st and by finite differences for x, every weight and h0/c0. The
+ * harness has one output, so the op's outputs are concatenated into one
+ * (batch, ...) row: y (flattened; left out with `drop_y`, as an encoder
+ * whose only consumers are its states), hT, cT, and h0 itself with
+ * `h0_twice` (h0 then has two consumers: the RNN adds its dh0 to the
+ * concatenation's). Sample rows of the mask as test_rnn_b. */
+enum { ST_H0 = 1, ST_C0 = 2, ST_RET = 4, ST_DROP_Y = 8, ST_H0_TWICE = 16, ST_ZERO = 32, ST_C0_IS_H0 = 64 };
+static void test_rnn_st(int64_t B, int64_t u, int cell, bool reset_after, bool seq, bool backwards, bool masked,
+                        int flags) {
+    harness h;
+    const int64_t T = 5, D = 4;
+    const bool lstm = cell == FL_RNN_LSTM, ret = flags & ST_RET;
+    fl_rnn_desc d = {.cell = cell, .u = (int)u, .act = FL_ACT_TANH, .ract = FL_ACT_SIGMOID, .reset_after = reset_after,
+                     .go_backwards = backwards, .return_sequences = seq, .zero_masked = (flags & ST_ZERO) != 0,
+                     .reverse_output = (flags & ST_ZERO) != 0};
+    const int64_t gu = fl_rnn_gates(&d) * u;
+    h_init(&h, B, 2, (int64_t[]){T, D});
+    fl_node *mask = masked ? fl_graph_input(&h.g, "mask", 1, &T) : NULL;
+    fl_node *w = h_param(&h, 2, (int64_t[]){D, gu}, -0.6f, 0.6f);
+    fl_node *r = h_param(&h, 2, (int64_t[]){u, gu}, -0.6f, 0.6f);
+    bool two = cell == FL_RNN_GRU && reset_after;
+    fl_node *b = h_param(&h, two ? 2 : 1, two ? (int64_t[]){2, gu} : (int64_t[]){gu}, -0.5f, 0.5f);
+    fl_node *s0[2] = {NULL, NULL};
+    for (int i = 0; i < 2; i++)
+        if (flags & (i ? ST_C0 : ST_H0)) {
+            s0[i] = fl_graph_input(&h.g, i ? "c0" : "h0", 1, &u);
+            s0[i]->force_grad = true;
+            h.params[h.np++] = s0[i];
+        }
+    if (flags & ST_C0_IS_H0) s0[1] = s0[0]; /* one tensor as both initial states */
+    fl_node *y = fl_graph_rnn_states(&h.g, "rnn", h.x, w, r, b, mask, s0[0], s0[1], ret, d);
+    CHECK(y != NULL);
+    if (!y) { fprintf(stderr, "  %s\n", fl_last_error()); h_free(&h); return; }
+    CHECK(!ret || (y->rnn_state[0] && (y->rnn_state[1] != NULL) == lstm));
+    fl_node *parts[4];
+    int np = 0;
+    if (!(flags & ST_DROP_Y)) parts[np++] = seq ? fl_graph_reshape(&h.g, "flat", y, 1, (int64_t[]){T * u}) : y;
+    for (int i = 0; ret && i < 2; i++)
+        if (y->rnn_state[i]) parts[np++] = y->rnn_state[i];
+    if (flags & ST_H0_TWICE) parts[np++] = s0[0];
+    fl_node *out = np == 1 ? parts[0] : fl_graph_merge(&h.g, "cat", FL_OP_CONCAT, parts, np, 1);
+    CHECK(out != NULL);
+    h_ready(&h, out, -1, 1);
+    for (int i = 0; i < 2; i++)
+        if (s0[i]) fill(s0[i]->val, B * u, -0.8f, 0.8f);
+    if (mask)
+        for (int64_t s = 0; s < B; s++)
+            for (int64_t t = 0; t < T; t++)
+                mask->val[s * T + t] = s % 3 == 0 ? 1.0f : s % 3 == 1 ? (t >= 2 && t < T - 1) : t == 2;
+    h_loss(&h, true);
+    const int64_t ny = fl_node_size(y);
+    double *ry = malloc((size_t)ny * sizeof(double)), *rh = malloc((size_t)(B * u) * sizeof(double)),
+           *rc = malloc((size_t)(B * u) * sizeof(double));
+    rnn_ref_st(&y->rnn, B, h.x->val, w->val, r->val, b->val, mask ? mask->val : NULL, s0[0] ? s0[0]->val : NULL,
+               s0[1] ? s0[1]->val : NULL, ry, rh, rc);
+    char what[160];
+    snprintf(what, sizeof what, "rnn states batch %lld units %lld cell=%d reset_after=%d seq=%d backwards=%d mask=%d "
+             "flags=%d", (long long)B, (long long)u, cell, reset_after, seq, backwards, masked, flags);
+    CHECK_MSG(max_abs_diff(y->val, ry, ny) < 1e-5, "%s forward y", what);
+    if (ret) {
+        CHECK_MSG(max_abs_diff(y->rnn_state[0]->val, rh, B * u) < 1e-5, "%s forward hT", what);
+        if (lstm) CHECK_MSG(max_abs_diff(y->rnn_state[1]->val, rc, B * u) < 1e-5, "%s forward cT", what);
+    }
+    h_gradcheck(&h, what, 1e-3, 1e-2, true);
+    free(ry); free(rh); free(rc);
+    h_free(&h);
+}
+
+static void test_rnn_st_errors(void) {
+    fl_graph g;
+    fl_graph_init(&g, fl_backend_cpu());
+    fl_node *x = fl_graph_input(&g, "x", 2, (int64_t[]){5, 4});
+    fl_rnn_desc d = {.cell = FL_RNN_GRU, .u = 3, .act = FL_ACT_TANH, .ract = FL_ACT_SIGMOID};
+    fl_node *w = fl_graph_param(&g, "w", 2, (int64_t[]){4, 9}, true);
+    fl_node *r = fl_graph_param(&g, "r", 2, (int64_t[]){3, 9}, true);
+    fl_node *h4 = fl_graph_input(&g, "h", 1, (int64_t[]){4}), *h3 = fl_graph_input(&g, "h", 1, (int64_t[]){3});
+    CHECK(fl_graph_rnn_states(&g, "gru_h", x, w, r, NULL, NULL, h4, NULL, true, d) == NULL);
+    CHECK_MSG(strstr(fl_last_error(), "'gru_h' (GRU): initial state h has shape (None, 4), expected (batch, 3)") != NULL,
+              "got: %s", fl_last_error());
+    CHECK(fl_graph_rnn_states(&g, "gru_c", x, w, r, NULL, NULL, h3, h3, true, d) == NULL);
+    CHECK_MSG(strstr(fl_last_error(), "'gru_c' (GRU): an initial carry state c is given, but only LSTM has one") != NULL,
+              "got: %s", fl_last_error());
     fl_graph_free(&g);
 }
 
@@ -2197,5 +2297,24 @@ int main(void) {
     /* the unmasked softmax's vector path (cpu_attention.c): rows longer than a vector, with a remainder */
     test_attention_op(3, 9, 37, 2, 4, 3, false, 0, 0);
     test_attention_op(2, 7, 19, 1, 3, 2, false, 0, 1);
+    /* the states at the sequence's ends (initial_state, return_state): every
+     * cell and GRU form, each path, with and without masks and go_backwards;
+     * units and batches off the vector widths */
+    const int cells[4][2] = {{FL_RNN_SIMPLE, 0}, {FL_RNN_LSTM, 0}, {FL_RNN_GRU, 1}, {FL_RNN_GRU, 0}};
+    for (int c = 0; c < 4; c++) {
+        const int cell = cells[c][0], ra = cells[c][1], c0 = cell == FL_RNN_LSTM ? ST_C0 : 0;
+        test_rnn_st(3, 3, cell, ra, false, false, false, ST_H0 | c0 | ST_RET);
+        test_rnn_st(3, 3, cell, ra, true, true, true, ST_H0 | c0 | ST_RET);
+        test_rnn_st(3, 3, cell, ra, false, true, true, ST_RET | ST_DROP_Y);
+        test_rnn_st(3, 3, cell, ra, true, false, true, ST_H0 | c0 | ST_RET | ST_H0_TWICE);
+        test_rnn_st(3, 3, cell, ra, true, true, true, ST_H0 | ST_RET | ST_ZERO);
+        test_rnn_st(3, 3, cell, ra, true, false, true, ST_H0 | c0);
+        test_rnn_st(3, 3, cell, ra, false, false, true, ST_H0 | c0 | ST_RET | ST_DROP_Y);
+        test_rnn_st(37, 19, cell, ra, true, c & 1, true, ST_H0 | c0 | ST_RET);
+    }
+    test_rnn_st(5, 3, FL_RNN_LSTM, false, false, true, true, ST_C0 | ST_RET | ST_DROP_Y); /* c0 alone */
+    test_rnn_st(5, 3, FL_RNN_LSTM, false, true, false, true, ST_H0 | ST_C0_IS_H0 | ST_RET);
+    test_rnn_st(5, 3, FL_RNN_LSTM, false, true, false, true, ST_H0 | ST_C0_IS_H0 | ST_RET | ST_H0_TWICE);
+    test_rnn_st_errors();
     return check_report("test_ops");
 }

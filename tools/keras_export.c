@@ -383,6 +383,38 @@ int main(int argc, char **argv) {
                          FL_ACCURACY), "compile");
         export_model("transformer_block", m, 2, 8);
     }
+    /* keras.io's lstm_seq2seq (fixed lengths): the encoder's final states
+     * (return_state, fl_output) start the decoder (initial_state), whose h
+     * is a second output; uncompiled (two inputs) */
+    {
+        fl_sym *enc_in = fl_keras_input_named("encoder_inputs", 7, 5), *dec_in = fl_keras_input_named("decoder_inputs", 6, 3);
+        fl_sym *enc = fl_call(fl_lstm(4, .return_state = true), enc_in);
+        fl_sym *dec = fl_call_n(fl_lstm(4, .return_sequences = true, .return_state = true), dec_in, fl_output(enc, 1),
+                                fl_output(enc, 2));
+        fl_sym *y = fl_call(fl_dense(3, .activation = FL_SOFTMAX), dec);
+        m = fl_model_new(fl_syms(enc_in, dec_in), fl_syms(y, fl_output(dec, 1)), "rnn_seq2seq");
+        fl_model_set_seed(m, 23);
+        export_model("func_rnn_seq2seq", m, 0, 0);
+    }
+    /* the states' gradients in training: an encoder reached only through its
+     * states, a backwards decoder from them, Bidirectional merge_mode None
+     * with return_state, a GRU from a backward state; SGD */
+    {
+        fl_sym *x = fl_keras_input_named("seq", 5, 3);
+        fl_sym *enc = fl_call(fl_lstm(4, .return_state = true), x);
+        fl_sym *dec = fl_call_n(fl_lstm(4, .return_sequences = true, .return_state = true, .go_backwards = true), x,
+                                fl_output(enc, 1), fl_output(enc, 2));
+        fl_sym *bi = fl_call(fl_bidirectional(fl_gru(4, .return_sequences = true, .return_state = true),
+                                              .merge_mode = FL_MERGE_NONE), dec);
+        fl_sym *s = fl_call_n(fl_add(), bi, fl_output(bi, 1));
+        fl_sym *g = fl_call_n(fl_gru(4, .return_sequences = true, .no_reset_after = true), s, fl_output(bi, 3));
+        fl_sym *y = fl_call(fl_dense(3, .activation = FL_SOFTMAX), g);
+        m = fl_model_new(fl_syms(x), fl_syms(y), "rnn_states_sgd");
+        fl_model_set_seed(m, 24);
+        check(fl_compile(m, fl_sgd(.learning_rate = 0.1f, .momentum = 0.9f), FL_SPARSE_CATEGORICAL_CROSSENTROPY,
+                         FL_ACCURACY), "compile");
+        export_model("func_rnn_states_sgd", m, 2, 8);
+    }
     /* the built-in mnist_cnn, as `flynn train` makes it */
     m = fl_builtin_model("mnist_cnn", 12, 12, 1, 10);
     fl_model_set_seed(m, 9);

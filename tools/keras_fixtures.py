@@ -603,6 +603,35 @@ def m_rnn_bidirectional(rng):
 
 
 
+def m_rnn_seq2seq(rng):
+    # keras.io's lstm_seq2seq (fixed lengths): the encoder LSTM's final
+    # states (return_state) start the decoder LSTM (initial_state), which
+    # also returns its states; the decoder's h is a second model output.
+    enc_in = keras.Input((7, 5), name="encoder_inputs")
+    _, h, c = L.LSTM(4, return_state=True)(enc_in)
+    dec_in = keras.Input((6, 3), name="decoder_inputs")
+    y, dh, _ = L.LSTM(4, return_sequences=True, return_state=True)(dec_in, initial_state=[h, c])
+    y = L.Dense(3, activation="softmax")(y)
+    m = keras.Model([enc_in, dec_in], [y, dh], name="rnn_seq2seq")
+    return m, [normal(rng, 3, 7, 5), normal(rng, 3, 6, 3)]
+
+
+def m_rnn_states(rng):
+    # Bidirectional with merge_mode None and return_state ([y_f, y_b, h_f,
+    # h_b]); a Bidirectional LSTM started from them (initial_state: the
+    # forward layer's h, c, then the backward one's) returning its states;
+    # a GRU (reset_after False, backwards) and a SimpleRNN started from one.
+    x = keras.Input((5, 3), name="seq")
+    yf, yb, hf, hb = L.Bidirectional(L.GRU(3, return_sequences=True, return_state=True), merge_mode=None)(x)
+    s = L.Add()([yf, yb])
+    o, h1, c1, h2, c2 = L.Bidirectional(L.LSTM(3, return_state=True))(s, initial_state=[hf, hb, hb, hf])
+    g, gh = L.GRU(3, reset_after=False, go_backwards=True, return_state=True)(s, initial_state=[c1])
+    z, zh = L.SimpleRNN(3, return_state=True)(x, initial_state=[h2])
+    y = L.Concatenate()([o, c2, g, gh, z, zh])
+    m = keras.Model(x, y, name="rnn_states")
+    return m, [normal(rng, 3, 5, 3)]
+
+
 # Which files a fixture gets. Keras's HDF5 files cost ~2.5 KB per layer
 # whatever the layer holds (two HDF5 groups per layer) plus ~6 KB per file,
 # so writing all four formats for every model would make the folder ~2 MB.
@@ -832,6 +861,8 @@ MODELS = [
     ("rnn_lstm", "sequential", m_rnn_lstm, ALL),
     ("rnn_gru_simple", "functional", m_rnn_gru_simple, ALL),
     ("rnn_bidirectional", "functional", m_rnn_bidirectional, ALL),
+    ("rnn_seq2seq", "functional", m_rnn_seq2seq, ALL),
+    ("rnn_states", "functional", m_rnn_states, ALL),
     ("embedding_fasttext", "sequential", m_embedding_fasttext, ALL),
     ("embedding_masking", "sequential", m_embedding_masking, ALL),
     ("masking_layer", "sequential", m_masking_layer, ALL),
@@ -1105,6 +1136,26 @@ def t_rnn_sgd():
     return keras.Model(x, y, name="train_rnn_sgd")
 
 
+def t_rnn_states_sgd():
+    # The states' gradients: an encoder LSTM whose only path to the loss is
+    # its final states (return_state), which start a decoder LSTM
+    # (initial_state) over the same sequence; a GRU started from the
+    # decoder's final h; per-step softmax (flynn's fit takes one input, so
+    # the decoder reads the encoder's sequence).
+    x = keras.Input((5, 3), name="seq")
+    _, h, c = L.LSTM(4, return_state=True)(x)
+    y, dh, _ = L.LSTM(4, return_sequences=True, return_state=True, go_backwards=True)(x, initial_state=[h, c])
+    g = L.GRU(4, return_sequences=True)(y, initial_state=[dh])
+    y = L.Dense(3, activation="softmax")(g)
+    return keras.Model(x, y, name="train_rnn_states_sgd")
+
+
+def b_seq_sparse(t, c, classes):
+    def make(rng):
+        return normal(rng, 8, t, c), rng.integers(0, classes, (8, t)).astype(np.int32)
+    return make
+
+
 def t_embedding_bce_sgd():
     # IMDB-style: tokens -> Embedding(mask_zero) -> masked mean -> a sigmoid
     # head, binary_crossentropy with BinaryAccuracy.
@@ -1260,6 +1311,9 @@ TRAINING = [
     ("train_rnn_sgd", t_rnn_sgd,
      lambda: keras.optimizers.SGD(learning_rate=0.1, momentum=0.9),
      "mean_squared_error", None, b_regression(2, 5, 3), KERAS_H5),
+    ("train_rnn_states_sgd", t_rnn_states_sgd,
+     lambda: keras.optimizers.SGD(learning_rate=0.5, momentum=0.9),
+     "sparse_categorical_crossentropy", ["accuracy"], b_seq_sparse(5, 3, 3), KERAS_H5),
     # SGD for the text models: Adam's first step is ~lr*sign(g), and the
     # embedding rows a token touches once get near-cancelling gradients
     ("train_embedding_bce_sgd", t_embedding_bce_sgd,

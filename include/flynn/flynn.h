@@ -1255,7 +1255,7 @@ typedef struct fl_rnn_args {
     bool return_sequences, go_backwards;
     bool zero_output_for_mask;  /* masked steps output 0 instead of the carried state (Bidirectional sets it
                                  * to return_sequences for both its layers, as Keras) */
-    bool return_state;          /* not supported yet: refused */
+    bool return_state;          /* the call's outputs are y, then the final states h (and LSTM c): fl_output */
     bool stateful;              /* refused */
     bool unroll;                /* accepted; the same maths either way */
     uint64_t seed;              /* dropout stream; 0: from the model's seed and the layer index */
@@ -1275,13 +1275,39 @@ fl_layer *fl_gru_(fl_rnn_args a);
 typedef enum fl_merge_mode { FL_MERGE_CONCAT = 0, FL_MERGE_SUM, FL_MERGE_MUL, FL_MERGE_AVE, FL_MERGE_NONE } fl_merge_mode;
 typedef struct fl_bidirectional_args {
     int _reserved;
-    fl_merge_mode merge_mode;   /* default concat; FL_MERGE_NONE (two outputs) is not supported yet */
+    fl_merge_mode merge_mode;   /* default concat; FL_MERGE_NONE: two outputs, forward then backward (fl_output) */
     fl_layer *backward_layer;   /* NULL: a copy of the layer with go_backwards=True (then named backward_<name>) */
     const char *name;
 } fl_bidirectional_args;
 fl_layer *fl_bidirectional_(fl_layer *layer, fl_bidirectional_args a);
 #define fl_bidirectional(layer, ...) \
     fl_bidirectional_((layer), (fl_bidirectional_args){._reserved = 0, __VA_ARGS__}) /* (fl_lstm(32)) */
+
+/* Layer calls with several outputs, and the recurrent layers' states
+ * (Keras's return_state and initial_state), in functional models.
+ *
+ * fl_output(call, i) is output i of a layer call (0: the call itself), as
+ * Keras's `y, h, c = lstm(x)`: a recurrent layer with return_state has the
+ * outputs y, h (and c for LSTM); Bidirectional the merged y (merge_mode
+ * FL_MERGE_NONE: y_forward, y_backward), then with return_state the
+ * forward layer's final states and then the backward one's. The same call
+ * and index give the same tensor. NULL and a message for an index the
+ * layer does not have.
+ *
+ * Initial states are inputs after the sequence: fl_call_n(lstm, x, h, c)
+ * is Keras's lstm(x, initial_state=[h, c]) (SimpleRNN and GRU: h only;
+ * Bidirectional: the forward layer's states, then the backward layer's).
+ * Their gradients flow back to whatever made them. keras.io's
+ * lstm_seq2seq:
+ *
+ *     fl_sym *enc_in = fl_keras_input(T, n_in), *dec_in = fl_keras_input(T2, n_out);
+ *     fl_sym *enc = fl_call(fl_lstm(256, .return_state = true), enc_in);
+ *     fl_sym *dec = fl_call_n(fl_lstm(256, .return_sequences = true, .return_state = true), dec_in,
+ *                             fl_output(enc, 1), fl_output(enc, 2));
+ *     fl_sym *y = fl_call(fl_dense(n_out, .activation = FL_SOFTMAX), dec);
+ *     fl_model *m = fl_model_new(fl_syms(enc_in, dec_in), fl_syms(y), "seq2seq");
+ */
+fl_sym *fl_output(fl_sym *call, int index);
 
 #ifdef __cplusplus
 }

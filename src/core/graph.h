@@ -43,10 +43,11 @@ typedef enum fl_op {
     FL_OP_LAYERNORM, /* in: x, gamma|NULL, beta|NULL; over the last `axis` values of each row (src/ops/attention.c) */
     FL_OP_ATTENTION, /* in: q, k, v[, query mask, value mask, attention mask]: softmax(q k^T * scale + mask) v per head */
     FL_OP_REPEAT,    /* RepeatVector: x (batch, d) -> (batch, n, d) */
-    FL_OP_RNN,       /* in: x, kernel, recurrent_kernel, bias|NULL, mask|NULL: SimpleRNN, LSTM, GRU (fl_rnn_desc) */
+    FL_OP_RNN,       /* in: x, kernel, recurrent_kernel, bias|NULL, mask|NULL[, h0|NULL, c0|NULL]: SimpleRNN, LSTM, GRU (fl_rnn_desc); final states: rnn_state */
     FL_OP_EMBEDDING, /* in: indices x (batch, ...), table w (input_dim, output_dim) -> (batch, ..., output_dim) */
     FL_OP_SEQ_MASK,  /* in: x (batch, T[, C]) -> (batch, T) 1/0: any value of step t != mask_value; no gradient */
     FL_OP_MASKED_GAP1D, /* in: x (batch, T, C), mask (batch, T) -> (batch, C): the mean over the valid steps */
+    FL_OP_RNN_STATE, /* in: an RNN node -> (batch, u): its final h (axis 0) or LSTM c (axis 1), written by the RNN's forward */
     FL_OP_COUNT
 } fl_op;
 
@@ -93,6 +94,7 @@ struct fl_node {
     fl_attn_desc attn;         /* ATTENTION: heads, sizes, scale, causal (batch set per call) */
     fl_rnn_desc rnn;           /* RNN: cell and options (n set per batch) */
     fl_node *mask;            /* (batch, T) float 1/0: the valid timesteps of this rank-3 sequence (Keras's _keras_mask), or NULL */
+    fl_node *rnn_state[2];    /* RNN with return_state: its final h and (LSTM) c nodes (FL_OP_RNN_STATE), else NULL */
 };
 
 typedef struct fl_graph {
@@ -188,6 +190,13 @@ fl_node *fl_graph_permute(fl_graph *g, const char *name, fl_node *x, const int *
  * d.return_sequences, else (batch, u). */
 fl_node *fl_graph_rnn(fl_graph *g, const char *name, fl_node *x, fl_node *w, fl_node *r, fl_node *b, fl_node *mask,
                       fl_rnn_desc d);
+/* The same with the states at the sequence's ends (Keras's initial_state
+ * and return_state): h0, c0 (batch, u) or NULL (zeros; c0 LSTM only) are
+ * inputs with gradients; with return_state the final carried h (and LSTM
+ * c) become nodes of their own, made right after the RNN node and found in
+ * its rnn_state[0] and [1], whose gradients flow back through the RNN. */
+fl_node *fl_graph_rnn_states(fl_graph *g, const char *name, fl_node *x, fl_node *w, fl_node *r, fl_node *b,
+                             fl_node *mask, fl_node *h0, fl_node *c0, bool return_state, fl_rnn_desc d);
 fl_node *fl_graph_merge(fl_graph *g, const char *name, fl_op op, fl_node *const *xs, int n, int axis);
 
 /* Makes weight `w` trainable (a gradient buffer is allocated if it has none)

@@ -324,6 +324,11 @@ static fl_status parse_nodes(const kctx *c, kentry *e) {
                         e->layer->inference_call = true;
                         continue;
                     }
+                    /* lstm(x, initial_state=[h, c]): the states are flynn's inputs after x */
+                    if (strcmp(key, "initial_state") == 0 && e->layer && fl_layer_num_states(e->layer) > 0) {
+                        if (val) FL_TRY(collect_tensors(c, val, k));
+                        continue;
+                    }
                     if (val && strcmp(key, "mask") == 0)
                         return kfail(c, FL_ERR_UNSUPPORTED, "a call with an explicit mask= (the mask of a masked "
                                      "sequence, which Keras 3 writes out in a Functional model) is not supported yet; "
@@ -405,18 +410,22 @@ static kentry *find_entry(kentry *es, int n, const char *name) {
 static fl_sym *resolve(const kctx *c, kentry *es, int n, const kref *r, fl_status *bad) {
     kentry *t = find_entry(es, n, r->layer);
     if (!t) { *bad = kfail(c, FL_ERR_FORMAT, "a call refers to layer '%s', which the model does not have", r->layer); return NULL; }
-    if (r->tensor != 0) {
-        *bad = kfail(c, FL_ERR_UNSUPPORTED, "a call takes output %lld of layer '%s'; flynn layers have one output",
-                     (long long)r->tensor, r->layer);
-        return NULL;
-    }
     int64_t nn = t->input ? 1 : t->nnodes;
     if (r->node < 0 || r->node >= nn) {
         *bad = kfail(c, FL_ERR_FORMAT, "a call refers to call %lld of layer '%s', which has %lld", (long long)r->node,
                      r->layer, (long long)nn);
         return NULL;
     }
-    return t->syms[r->node];
+    int no = t->input ? 1 : fl_layer_num_outputs(t->layer);
+    if (r->tensor < 0 || r->tensor >= no) {
+        *bad = kfail(c, FL_ERR_FORMAT, "a call takes output %lld of layer '%s', which has %d output%s",
+                     (long long)r->tensor, r->layer, no, no == 1 ? "" : "s");
+        return NULL;
+    }
+    fl_sym *s = t->syms[r->node];
+    if (!s || r->tensor == 0) return s;
+    if (!(s = fl_output(s, (int)r->tensor))) *bad = fl_last_status(); /* out of memory */
+    return s;
 }
 
 static bool sym_reach(fl_sym *s, fl_sym **seen, int *nseen, int cap) {
@@ -426,7 +435,7 @@ static bool sym_reach(fl_sym *s, fl_sym **seen, int *nseen, int cap) {
     seen[(*nseen)++] = s;
     for (int i = 0; i < s->nin; i++)
         if (!sym_reach(s->in[i], seen, nseen, cap)) return false;
-    return true;
+    return !s->src || sym_reach(s->src, seen, nseen, cap); /* an output > 0 of a call reaches the call */
 }
 
 static fl_model *functional_from_config(kctx *c, json_object *cfg) {
@@ -539,10 +548,11 @@ static fl_model *functional_from_config(kctx *c, json_object *cfg) {
         if (bad) goto fail;
     }
     /* everything must be used: flynn's model owns what the outputs reach */
-    all = fl_calloc((size_t)total_syms + 1, sizeof *all, "layer calls");
+    const int cap = total_syms * (FL_LAYER_MAX_OUTS + 1); /* each call's outputs > 0 too */
+    all = fl_calloc((size_t)cap + 1, sizeof *all, "layer calls");
     if (!all) goto fail;
     int nseen = 0;
-    for (int i = 0; i < nout; i++) sym_reach(outs[i], all, &nseen, total_syms);
+    for (int i = 0; i < nout; i++) sym_reach(outs[i], all, &nseen, cap);
     for (int i = 0; i < n; i++) {
         int nn = es[i].input ? 1 : es[i].nnodes;
         for (int k = 0; k < nn; k++) {
@@ -595,6 +605,7 @@ fail:
         if (e->syms)
             for (int k = 0; k < nn; k++) {
                 if (e->syms[k] && e->input) fl_layer_free(e->syms[k]->layer);
+                for (int j = 0; e->syms[k] && j < FL_LAYER_MAX_OUTS; j++) free(e->syms[k]->outsym[j]);
                 free(e->syms[k]);
             }
         fl_layer_free(e->layer);
@@ -1006,7 +1017,7 @@ fl_status fl_keras_compile_from_config(fl_model *m, json_object *cc, const char 
 /* The node feeding call `call` of layer l, input k (functional models). */
 static const fl_sym *layer_call(const fl_model *m, const fl_layer *l, int call) {
     for (int i = 0; i < m->nsyms; i++)
-        if (m->syms[i]->layer == l && m->syms[i]->call == call) return m->syms[i];
+        if (m->syms[i]->layer == l && m->syms[i]->call == call && !m->syms[i]->src) return m->syms[i];
     return NULL;
 }
 
@@ -1054,7 +1065,7 @@ static json_object *keras_tensor(const fl_sym *s) {
     json_object *h = json_object_new_array();
     json_object_array_add(h, jstring(s->layer->name));
     json_object_array_add(h, jint(s->call));
-    json_object_array_add(h, jint(0));
+    json_object_array_add(h, jint(s->index));
     json_object *c = json_object_new_object();
     put(c, "shape", jshape(s->node));
     put(c, "dtype", jstring(s->layer->kind == FL_L_INPUT ? input_dtype_name(s->layer) : "float32"));
@@ -1068,17 +1079,25 @@ static json_object *keras_tensor(const fl_sym *s) {
 static json_object *layer_entry(const fl_model *m, const fl_layer *l, bool legacy) {
     json_object *e = jobject("keras.layers", fl_layer_kind_class(l->kind), layer_config(l), legacy);
     if (!legacy && has_build_config(l->kind)) {
-        const fl_node *ins[FL_NODE_MAX_IN];
+        const fl_node *ins[FL_NODE_MAX_IN] = {0};
         int n = layer_inputs(m, l, ins);
-        json_object *shape;
+        json_object *shape, *sd = NULL;
         if (n == 1 && !fl_layer_kind_merges(l->kind)) {
             shape = jshape(ins[0]);
+        } else if (n > 1 && fl_layer_num_states(l) > 0) { /* a call with initial_state: Keras's shapes_dict */
+            shape = NULL;
+            sd = json_object_new_object();
+            put(sd, "sequences_shape", jshape(ins[0]));
+            json_object *st = json_object_new_array();
+            for (int i = 1; i < n; i++) json_object_array_add(st, jshape(ins[i]));
+            put(sd, "initial_state_shape", st);
         } else {
             shape = json_object_new_array();
             for (int i = 0; i < n; i++) json_object_array_add(shape, jshape(ins[i]));
         }
         json_object *bc = json_object_new_object();
-        put(bc, "input_shape", shape);
+        if (sd) put(bc, "shapes_dict", sd);
+        else put(bc, "input_shape", shape);
         put(e, "build_config", bc);
     }
     if (m->functional) {
@@ -1094,12 +1113,17 @@ static json_object *layer_entry(const fl_model *m, const fl_layer *l, bool legac
                 for (int i = 0; i < s->nin; i++) json_object_array_add(lst, keras_tensor(s->in[i]));
                 json_object_array_add(args, lst);
             } else {
-                for (int i = 0; i < s->nin && i < (l->kind == FL_L_MHA ? 3 : s->nin); i++)
-                    json_object_array_add(args, keras_tensor(s->in[i]));
+                const int na = l->kind == FL_L_MHA ? 3 : fl_layer_num_states(l) > 0 ? 1 : s->nin;
+                for (int i = 0; i < s->nin && i < na; i++) json_object_array_add(args, keras_tensor(s->in[i]));
             }
             json_object *nd = json_object_new_object();
             put(nd, "args", args);
             json_object *kw = json_object_new_object();
+            if (fl_layer_num_states(l) > 0 && s->nin > 1) { /* initial_state=[h, c] */
+                json_object *st = json_object_new_array();
+                for (int i = 1; i < s->nin; i++) json_object_array_add(st, keras_tensor(s->in[i]));
+                put(kw, "initial_state", st);
+            }
             if (l->inference_call) put(kw, "training", jbool(false));
             if (l->kind == FL_L_MHA && s->nin > 3) put(kw, "attention_mask", keras_tensor(s->in[3]));
             if ((l->kind == FL_L_MHA && l->a.mha.use_causal_mask) || (l->kind == FL_L_ATTENTION && l->a.att.use_causal_mask))
@@ -1121,7 +1145,7 @@ static json_object *io_list(const fl_model *m, fl_node *const *nodes, int n) {
         json_object *r = json_object_new_array();
         json_object_array_add(r, jstring(s ? s->layer->name : "?"));
         json_object_array_add(r, jint(s ? s->call : 0));
-        json_object_array_add(r, jint(0));
+        json_object_array_add(r, jint(s ? s->index : 0));
         json_object_array_add(a, r);
     }
     return a;

@@ -962,8 +962,6 @@ static fl_layer *rnn_from(const kctx *c, const char *cls, json_object *cfg, klay
     (void)unroll; (void)impl; /* the same maths either way */
     if (units <= 0 || units > INT32_MAX) return kfail(c, FL_ERR_FORMAT, "units is %lld", (long long)units), NULL;
     if (tm) return kfail(c, FL_ERR_UNSUPPORTED, "time_major=True is not supported (flynn's sequences are batch-major)"), NULL;
-    if (state)
-        return kfail(c, FL_ERR_UNSUPPORTED, "return_state=True is not supported yet (a layer with several outputs)"), NULL;
     if (stateful)
         return kfail(c, FL_ERR_UNSUPPORTED, "stateful=True is not supported (flynn keeps no state between batches)"), NULL;
     if (rdrop != 0.0)
@@ -972,7 +970,8 @@ static fl_layer *rnn_from(const kctx *c, const char *cls, json_object *cfg, klay
     fl_rnn_args a = {.units = (int)units, .activation = act, .recurrent_activation = ract,
                      .activation_linear = act == FL_LINEAR, .recurrent_linear = ract == FL_LINEAR,
                      .no_bias = !use_bias, .no_unit_forget_bias = !ufb, .no_reset_after = !ra, .dropout = (float)drop,
-                     .return_sequences = seq, .go_backwards = back, .zero_output_for_mask = zero, .unroll = unroll};
+                     .return_sequences = seq, .go_backwards = back, .zero_output_for_mask = zero, .unroll = unroll,
+                     .return_state = state};
     return lstm ? fl_lstm_(a) : gru ? fl_gru_(a) : fl_simple_rnn_(a);
 }
 
@@ -990,7 +989,7 @@ static void rnn_keys_to(const fl_layer *l, json_object *c, bool zero) {
     const fl_rnn_args *a = &l->a.rnn;
     const bool lstm = l->kind == FL_L_LSTM, gru = l->kind == FL_L_GRU;
     put(c, "return_sequences", jbool(a->return_sequences));
-    put(c, "return_state", jbool(false));
+    put(c, "return_state", jbool(a->return_state));
     put(c, "go_backwards", jbool(a->go_backwards));
     put(c, "stateful", jbool(false));
     put(c, "unroll", jbool(a->unroll));
@@ -1056,9 +1055,8 @@ static fl_layer *bidirectional_from(const kctx *c, const char *cls, json_object 
     json_object *mm = jkey(cfg, "merge_mode");
     const char *mode = jstr(mm);
     fl_merge_mode m;
-    if (jhas(cfg, "merge_mode") && !mm)
-        return kfail(c, FL_ERR_UNSUPPORTED, "merge_mode None (two outputs) is not supported; concat, sum, mul or ave"), NULL;
-    if (!mm || (mode && strcmp(mode, "concat") == 0)) m = FL_MERGE_CONCAT;
+    if (jhas(cfg, "merge_mode") && !mm) m = FL_MERGE_NONE; /* two outputs, forward then backward */
+    else if (!mm || (mode && strcmp(mode, "concat") == 0)) m = FL_MERGE_CONCAT;
     else if (mode && strcmp(mode, "sum") == 0) m = FL_MERGE_SUM;
     else if (mode && strcmp(mode, "mul") == 0) m = FL_MERGE_MUL;
     else if (mode && strcmp(mode, "ave") == 0) m = FL_MERGE_AVE;
@@ -1086,7 +1084,7 @@ static json_object *wrapped_to(const fl_layer *w, bool zero) {
 static void bidirectional_to(const fl_layer *l, json_object *c) {
     static const char *modes[] = {"concat", "sum", "mul", "ave"};
     const bool zero = l->a.bidi.fwd->a.rnn.return_sequences; /* Keras forces it so */
-    put(c, "merge_mode", jstring(modes[l->a.bidi.merge_mode]));
+    put(c, "merge_mode", l->a.bidi.merge_mode == FL_MERGE_NONE ? NULL : jstring(modes[l->a.bidi.merge_mode]));
     put(c, "layer", wrapped_to(l->a.bidi.fwd, zero));
     put(c, "backward_layer", wrapped_to(l->a.bidi.bwd, zero));
 }

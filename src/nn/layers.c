@@ -38,6 +38,24 @@ const char *fl_layer_kind_class(fl_layer_kind k) { return k < FL_L_COUNT ? kind_
 const char *fl_layer_kind_base(fl_layer_kind k) { return k < FL_L_COUNT ? kind_base[k] : "?"; }
 bool fl_layer_kind_merges(fl_layer_kind k) { return k < FL_L_COUNT && kind_inputs[k] == FL_IN_MANY; }
 
+/* the states of one recurrent layer: h, and LSTM's carry c */
+static int rnn_states(const fl_layer *l) { return l->kind == FL_L_LSTM ? 2 : 1; }
+
+int fl_layer_num_states(const fl_layer *l) {
+    if (l->kind == FL_L_SIMPLE_RNN || l->kind == FL_L_LSTM || l->kind == FL_L_GRU) return rnn_states(l);
+    if (l->kind == FL_L_BIDIRECTIONAL) return rnn_states(l->a.bidi.fwd) + rnn_states(l->a.bidi.bwd);
+    return 0;
+}
+
+int fl_layer_num_outputs(const fl_layer *l) {
+    if (l->kind == FL_L_SIMPLE_RNN || l->kind == FL_L_LSTM || l->kind == FL_L_GRU)
+        return 1 + (l->a.rnn.return_state ? rnn_states(l) : 0);
+    if (l->kind == FL_L_BIDIRECTIONAL)
+        return (l->a.bidi.merge_mode == FL_MERGE_NONE ? 2 : 1) +
+               (l->a.bidi.fwd->a.rnn.return_state ? fl_layer_num_states(l) : 0);
+    return 1;
+}
+
 static const char *act_names[FL_ACTIVATION_COUNT] = {
 #define ACT_NAME_(e, name) name,
     FL_ACTIVATION_LIST(ACT_NAME_)
@@ -632,9 +650,6 @@ static fl_layer *rnn_layer(fl_layer_kind k, fl_rnn_args a) {
     if (a.recurrent_dropout != 0.0f)
         return fl_error_null(FL_ERR_UNSUPPORTED, "%s: recurrent_dropout %g is not supported (only 0)", cls,
                              a.recurrent_dropout);
-    if (a.return_state)
-        return fl_error_null(FL_ERR_UNSUPPORTED, "%s: return_state=True is not supported yet (the layer would have "
-                             "several outputs)", cls);
     if (a.stateful)
         return fl_error_null(FL_ERR_UNSUPPORTED, "%s: stateful=True is not supported (states are not kept between "
                              "batches)", cls);
@@ -677,12 +692,12 @@ fl_layer *fl_bidirectional_(fl_layer *layer, fl_bidirectional_args a) {
     else if (bwd && bwd->a.rnn.go_backwards == layer->a.rnn.go_backwards)
         why = "Bidirectional: the forward and backward layers must have different go_backwards (Keras refuses "
               "them too)";
-    else if ((unsigned)a.merge_mode >= FL_MERGE_NONE)
-        why = a.merge_mode == FL_MERGE_NONE ? "Bidirectional: merge_mode None (two outputs) is not supported; use "
-                                              "concat, sum, mul or ave"
-                                            : "Bidirectional: merge_mode is not an fl_merge_mode";
+    else if (bwd && bwd->a.rnn.return_state != layer->a.rnn.return_state)
+        why = "Bidirectional: the forward and backward layers must agree on return_state";
+    else if ((unsigned)a.merge_mode > FL_MERGE_NONE)
+        why = "Bidirectional: merge_mode is not an fl_merge_mode";
     if (why) {
-        fl_error(a.merge_mode == FL_MERGE_NONE ? FL_ERR_UNSUPPORTED : FL_ERR_INVALID_ARG, "%s", why);
+        fl_error(FL_ERR_INVALID_ARG, "%s", why);
         fl_layer_free(layer);
         fl_layer_free(bwd);
         return NULL;
@@ -1500,7 +1515,8 @@ static fl_node *build_time_distributed(fl_layer *l, fl_graph *g, fl_node *const 
 /* One recurrent layer's weights (added to owner: the layer itself, or the
  * Bidirectional that wraps it, which names them "forward/..." and
  * "backward/...") and its op on x. */
-static fl_node *rnn_nodes(fl_layer *owner, const fl_layer *rl, int side, fl_graph *g, fl_node *x, bool reverse_output) {
+static fl_node *rnn_nodes(fl_layer *owner, const fl_layer *rl, int side, fl_graph *g, fl_node *x, fl_node *h0,
+                          fl_node *c0, bool reverse_output) {
     static const char *wn[3][3] = {{"kernel", "recurrent_kernel", "bias"},
                                    {"forward/kernel", "forward/recurrent_kernel", "forward/bias"},
                                    {"backward/kernel", "backward/recurrent_kernel", "backward/bias"}};
@@ -1525,27 +1541,54 @@ static fl_node *rnn_nodes(fl_layer *owner, const fl_layer *rl, int side, fl_grap
                      .reset_after = reset_after, .go_backwards = a->go_backwards,
                      .return_sequences = a->return_sequences, .reverse_output = reverse_output,
                      .zero_masked = side ? a->return_sequences : a->zero_output_for_mask};
-    fl_node *y = fl_graph_rnn(g, owner->name, xin, k, r, b, mask, d);
+    fl_node *y = fl_graph_rnn_states(g, owner->name, xin, k, r, b, mask, h0, c0, a->return_state, d);
     if (y && a->return_sequences) y->mask = mask;
     return y;
 }
 
+/* A recurrent layer's call: x, then its initial states (Keras's
+ * initial_state: h, and c for LSTM); outputs y, then with return_state the
+ * final states (h, c). */
 static fl_node *build_rnn(fl_layer *l, fl_graph *g, fl_node *const *xs, int nx) {
-    (void)nx;
-    return rnn_nodes(l, l, 0, g, xs[0], false);
+    fl_node *y = rnn_nodes(l, l, 0, g, xs[0], nx > 1 ? xs[1] : NULL, nx > 2 ? xs[2] : NULL, false);
+    if (!y) return NULL;
+    l->outs[l->nouts++] = y;
+    for (int i = 0; l->a.rnn.return_state && i < rnn_states(l); i++) l->outs[l->nouts++] = y->rnn_state[i];
+    return y;
 }
 
 /* Bidirectional: Keras flips the backward layer's output sequence back to
  * the input's order before merging. */
+/* Its call: x, then the initial states, the forward layer's and then the
+ * backward one's (Keras splits initial_state in halves); outputs as Keras
+ * 3: the merged y (merge_mode None: y_f, y_b), then with return_state the
+ * forward layer's final states and the backward one's. */
 static fl_node *build_bidirectional(fl_layer *l, fl_graph *g, fl_node *const *xs, int nx) {
-    (void)nx;
-    fl_node *f = rnn_nodes(l, l->a.bidi.fwd, 1, g, xs[0], false);
-    fl_node *b = f ? rnn_nodes(l, l->a.bidi.bwd, 2, g, xs[0], true) : NULL;
+    const fl_layer *lf = l->a.bidi.fwd, *lb = l->a.bidi.bwd;
+    const int sf = rnn_states(lf);
+    fl_node *const *s0 = nx > 1 ? xs + 1 : NULL;
+    fl_node *f = rnn_nodes(l, lf, 1, g, xs[0], s0 ? s0[0] : NULL, s0 && sf > 1 ? s0[1] : NULL, false);
+    fl_node *b = f ? rnn_nodes(l, lb, 2, g, xs[0], s0 ? s0[sf] : NULL, s0 && rnn_states(lb) > 1 ? s0[sf + 1] : NULL,
+                               true) : NULL;
     if (!b) return NULL;
-    static const fl_op ops[] = {[FL_MERGE_CONCAT] = FL_OP_CONCAT, [FL_MERGE_SUM] = FL_OP_ADD,
-                                [FL_MERGE_MUL] = FL_OP_MUL, [FL_MERGE_AVE] = FL_OP_AVG};
-    fl_node *y = fl_graph_merge(g, l->name, ops[l->a.bidi.merge_mode], (fl_node *const[]){f, b}, 2, -1);
-    if (y && l->a.bidi.fwd->a.rnn.return_sequences) y->mask = xs[0]->mask;
+    fl_node *y;
+    if (l->a.bidi.merge_mode == FL_MERGE_NONE) {
+        y = f;
+        l->outs[l->nouts++] = f;
+        l->outs[l->nouts++] = b;
+        if (lf->a.rnn.return_sequences) b->mask = xs[0]->mask;
+    } else {
+        static const fl_op ops[] = {[FL_MERGE_CONCAT] = FL_OP_CONCAT, [FL_MERGE_SUM] = FL_OP_ADD,
+                                    [FL_MERGE_MUL] = FL_OP_MUL, [FL_MERGE_AVE] = FL_OP_AVG};
+        y = fl_graph_merge(g, l->name, ops[l->a.bidi.merge_mode], (fl_node *const[]){f, b}, 2, -1);
+        if (!y) return NULL;
+        l->outs[l->nouts++] = y;
+    }
+    if (lf->a.rnn.return_sequences) y->mask = xs[0]->mask;
+    for (int side = 0; lf->a.rnn.return_state && side < 2; side++) {
+        const fl_node *r = side ? b : f;
+        for (int i = 0; i < rnn_states(side ? lb : lf); i++) l->outs[l->nouts++] = r->rnn_state[i];
+    }
     return y;
 }
 
@@ -1661,8 +1704,13 @@ static fl_status masks_out(fl_layer *l, fl_graph *g, fl_node *const *xs, int nx,
 fl_node *fl_layer_build(fl_layer *l, fl_graph *g, fl_node *const *xs, int nx, uint64_t seed) {
     if ((unsigned)l->kind >= FL_L_COUNT || !kind_build[l->kind])
         return fl_error_null(FL_ERR_UNSUPPORTED, "layer '%s': unknown kind %d", l->name, (int)l->kind);
-    int in = kind_inputs[l->kind];
-    if (in == FL_IN_NONE ? nx != 0 : in == FL_IN_MANY ? nx < 2 : nx != 1)
+    int in = kind_inputs[l->kind], ns = fl_layer_num_states(l);
+    if (ns > 0 && nx != 1 && nx != 1 + ns)
+        return fl_error_null(FL_ERR_INVALID_ARG, "layer '%s' (%s) takes one input, or one input and its %d initial "
+                             "states (initial_state: %s), it was given %d", l->name, kind_class[l->kind], ns,
+                             l->kind == FL_L_BIDIRECTIONAL ? "the forward layer's, then the backward layer's"
+                             : ns == 2 ? "h, c" : "h", nx);
+    if (ns == 0 && (in == FL_IN_NONE ? nx != 0 : in == FL_IN_MANY ? nx < 2 : nx != 1))
         return fl_error_null(FL_ERR_INVALID_ARG, "layer '%s' (%s) takes %s, it was given %d", l->name,
                              kind_class[l->kind],
                              in == FL_IN_NONE ? "no input" : in == FL_IN_MANY ? "2 or more inputs" : "one input", nx);
@@ -1672,8 +1720,10 @@ fl_node *fl_layer_build(fl_layer *l, fl_graph *g, fl_node *const *xs, int nx, ui
                                  "Embedding reads integer inputs (give this layer a float32 Input)", l->name,
                                  kind_class[l->kind], xs[i]->name);
     if (masks_in(l, xs, nx)) return NULL;
+    l->nouts = 0;
     fl_node *out = kind_build[l->kind](l, g, xs, nx);
     if (!out || masks_out(l, g, xs, nx, out)) return NULL;
+    if (l->nouts == 0) l->outs[l->nouts++] = out;
     l->out = out;
     l->g = g;
     if (l->ncalls++ == 0) fl_layer_init_weights(l, g->be, seed);

@@ -79,6 +79,13 @@ fl_model *fl_sequential_(fl_layer *const *layers, int n, const char *name) {
     m->device = FL_DEVICE_CPU;
     fl_node *x = NULL;
     for (int i = 0; i < n; i++) {
+        if (fl_layer_num_outputs(m->layers[i]) > 1) { /* Keras's Sequential cannot chain a list of outputs either */
+            fl_error(FL_ERR_UNSUPPORTED, "fl_sequential: layer '%s' (%s) has %d outputs (return_state or merge_mode "
+                     "None); use it in a functional model (fl_call, fl_output)", m->layers[i]->name,
+                     fl_layer_kind_class(m->layers[i]->kind), fl_layer_num_outputs(m->layers[i]));
+            fl_model_free(m);
+            return NULL;
+        }
         x = fl_layer_build(m->layers[i], &m->g, &x, i == 0 ? 0 : 1, m->seed);
         if (!x) {
             fl_error_prefix("fl_sequential: ");
@@ -164,6 +171,34 @@ fl_sym *fl_call_n_(fl_layer *layer, fl_sym *const *inputs, int n) {
     return s;
 }
 
+fl_sym *fl_output(fl_sym *call, int index) {
+    if (!call) {
+        if (fl_last_status() == FL_OK) fl_error(FL_ERR_INVALID_ARG, "fl_output: the call is NULL");
+        return NULL; /* keep the failed call's message */
+    }
+    if (call->src)
+        return fl_error_null(FL_ERR_INVALID_ARG, "fl_output: the tensor is already output %d of a call of layer '%s'; "
+                             "pass the call itself", call->index, call->layer->name);
+    int n = fl_layer_num_outputs(call->layer);
+    if (index < 0 || index >= n)
+        return fl_error_null(FL_ERR_INVALID_ARG, "fl_output: layer '%s' (%s) has %d output%s, there is no output %d%s",
+                             call->layer->name[0] ? call->layer->name : "unnamed", fl_layer_kind_class(call->layer->kind),
+                             n, n == 1 ? "" : "s", index,
+                             n == 1 && fl_layer_num_states(call->layer) ? " (its final states need return_state)" : "");
+    if (index == 0) return call;
+    if (call->outsym[index]) return call->outsym[index];
+    fl_sym *s = fl_calloc(1, sizeof *s, "symbolic tensor");
+    if (!s) return NULL;
+    s->layer = call->layer;
+    s->src = call;
+    s->index = index;
+    s->order = ++g_sym_order;
+    return call->outsym[index] = s;
+}
+
+/* the call a tensor is an output of */
+static fl_sym *call_of(fl_sym *s) { return s->src ? s->src : s; }
+
 static int cmp_sym(const void *a, const void *b) {
     const fl_sym *x = *(fl_sym *const *)a, *y = *(fl_sym *const *)b;
     return x->order < y->order ? -1 : x->order > y->order;
@@ -186,6 +221,9 @@ static fl_status collect(fl_sym *s, fl_sym ***out, int *n, int *cap) {
     }
     (*out)[(*n)++] = s;
     for (int i = 0; i < s->nin; i++) FL_TRY(collect(s->in[i], out, n, cap));
+    if (s->src) FL_TRY(collect(s->src, out, n, cap)); /* a call's outputs go with it */
+    for (int i = 0; i < FL_LAYER_MAX_OUTS; i++)
+        if (s->outsym[i]) FL_TRY(collect(s->outsym[i], out, n, cap));
     return FL_OK;
 }
 
@@ -219,6 +257,7 @@ typedef struct keras_walk {
 } keras_walk;
 
 static void keras_dfs(keras_walk *w, fl_sym *s) {
+    s = call_of(s);
     int k = sym_index(w->all, w->n, s);
     if (k < 0 || w->state[k] != 0) return;
     int li = layer_index(w->layers, w->nl, s->layer);
@@ -252,7 +291,7 @@ static void order_like_keras(fl_layer **layers, int nl, fl_sym **all, int n, fl_
         if (li >= 0) layer_depth[li] = depth;
         node_depth[k] = depth;
         for (int i = 0; i < all[k]->nin; i++) {
-            int pk = sym_index(all, n, all[k]->in[i]);
+            int pk = sym_index(all, n, call_of(all[k]->in[i]));
             if (pk >= 0 && node_depth[pk] < depth + 1) node_depth[pk] = depth + 1;
         }
     }
@@ -364,6 +403,11 @@ fl_model *fl_model_new(fl_sym *const *inputs, int nin, fl_sym *const *outputs, i
     for (int k = 0; k < n; k++) {
         fl_sym *s = all[k];
         s->mark = false;
+        if (s->src) { /* output `index` of a call built before it (created later) */
+            s->call = s->src->call;
+            s->node = s->src->outs[s->index];
+            continue;
+        }
         fl_node *xs[FL_NODE_MAX_IN];
         for (int i = 0; i < s->nin; i++) xs[i] = s->in[i]->node;
         s->call = s->layer->ncalls;
@@ -373,6 +417,7 @@ fl_model *fl_model_new(fl_sym *const *inputs, int nin, fl_sym *const *outputs, i
             fl_model_free(m);
             return NULL;
         }
+        for (int i = 0; i < s->layer->nouts; i++) s->outs[i] = s->layer->outs[i];
     }
     m->ninputs = nin;
     m->noutputs = nout;
@@ -546,7 +591,7 @@ static bool sequential_like(const fl_model *m) {
     if (!m->functional) return true;
     if (m->ninputs != 1 || m->noutputs != 1) return false;
     for (int i = 0; i < m->nsyms; i++) {
-        if (m->syms[i]->nin > 1 || m->syms[i]->call > 0) return false;
+        if (m->syms[i]->nin > 1 || m->syms[i]->call > 0 || m->syms[i]->src) return false;
         int uses = 0;
         for (int k = 0; k < m->nsyms; k++)
             for (int j = 0; j < m->syms[k]->nin; j++) uses += m->syms[k]->in[j] == m->syms[i];
@@ -573,11 +618,18 @@ fl_status fl_model_summary(const fl_model *m, void *out) {
         if (!first) rule(&t, "├", "┼", "┤", "─");
         first = false;
         char shape[128], params[32], name[160], conn[512] = "";
-        fl_node *o = l->out;
-        int64_t sh[FL_MAX_DIMS];
-        memcpy(sh, o->shape, sizeof sh);
-        sh[0] = -1;
-        fl_shape_str(o->ndim, sh, shape, sizeof shape);
+        /* a call with several outputs: Keras lists their shapes */
+        size_t so = 0;
+        for (int k = 0; k < (l->nouts > 1 ? l->nouts : 1) && so < sizeof shape; k++) {
+            const fl_node *o = l->nouts > 1 ? l->outs[k] : l->out;
+            int64_t sh[FL_MAX_DIMS];
+            char one[96];
+            memcpy(sh, o->shape, sizeof sh);
+            sh[0] = -1;
+            fl_shape_str(o->ndim, sh, one, sizeof one);
+            so += (size_t)snprintf(shape + so, sizeof shape - so, "%s%s%s%s", k == 0 && l->nouts > 1 ? "[" : "",
+                                   k ? ", " : "", one, l->nouts > 1 && k == l->nouts - 1 ? "]" : "");
+        }
         int64_t np = 0;
         for (int k = 0; k < l->nw; k++) np += fl_node_size(l->w[k]);
         thousands(np, params, sizeof params);
@@ -588,8 +640,8 @@ fl_status fl_model_summary(const fl_model *m, void *out) {
                 const fl_sym *sy = m->syms[k];
                 if (sy->layer != l) continue;
                 for (int j = 0; j < sy->nin && o2 + 64 < sizeof conn; j++)
-                    o2 += (size_t)snprintf(conn + o2, sizeof conn - o2, "%s%s[%d][0]", o2 ? ", " : "",
-                                           sy->in[j]->layer->name, sy->in[j]->call);
+                    o2 += (size_t)snprintf(conn + o2, sizeof conn - o2, "%s%s[%d][%d]", o2 ? ", " : "",
+                                           sy->in[j]->layer->name, sy->in[j]->call, sy->in[j]->index);
             }
             if (!conn[0]) snprintf(conn, sizeof conn, "-");
         }

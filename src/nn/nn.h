@@ -79,6 +79,7 @@ typedef enum fl_layer_kind {
 } fl_layer_kind;
 
 #define FL_LAYER_MAX_WEIGHTS 8 /* Bidirectional: 2 x 3 */
+#define FL_LAYER_MAX_OUTS 6    /* Bidirectional LSTM, merge_mode None, return_state: y_f, y_b, h_f, c_f, h_b, c_b */
 
 struct fl_layer {
     fl_layer_kind kind;
@@ -139,6 +140,8 @@ struct fl_layer {
     const char *wsub[FL_LAYER_MAX_WEIGHTS];
     int widx[FL_LAYER_MAX_WEIGHTS];
     fl_node *out;     /* the layer's output node once built (its last call) */
+    fl_node *outs[FL_LAYER_MAX_OUTS]; /* every output of its last call (outs[0] = out; RNN return_state: the states) */
+    int nouts;
     fl_graph *g;      /* the graph it was built in */
     int index;        /* position in the model */
     int64_t order;    /* creation order (default names follow it) */
@@ -149,7 +152,10 @@ struct fl_layer {
                           * Functional lets the model's own training flag override it (fit: active) */
 };
 
-/* A symbolic tensor of a functional model: the output of one layer call. */
+/* A symbolic tensor of a functional model: output `index` of one layer
+ * call (Keras's keras_history [layer, node_index, tensor_index]). The call
+ * itself is its output 0; an output index > 0 (fl_output) is a sym of its
+ * own that points at the call (src) and is never built on its own. */
 struct fl_sym {
     fl_layer *layer;  /* the layer called (InputLayer for model inputs) */
     int nin;
@@ -158,6 +164,10 @@ struct fl_sym {
     int64_t order;    /* creation order: a topological order */
     fl_node *node;    /* once built */
     bool mark;
+    fl_sym *src;      /* index > 0: the call (its output 0); else NULL */
+    int index;        /* which output of the call (Keras tensor_index) */
+    fl_sym *outsym[FL_LAYER_MAX_OUTS]; /* the call: its outputs > 0 made so far by fl_output */
+    fl_node *outs[FL_LAYER_MAX_OUTS];  /* the call, once built: every output node */
 };
 
 #define FL_MODEL_MAX_IO 16
@@ -170,6 +180,12 @@ void fl_layer_init_weights(fl_layer *l, const fl_backend *be, uint64_t seed);
 /* "linear, relu, ...": every activation name, for messages */
 const char *fl_activation_list(void);
 const char *fl_layer_kind_class(fl_layer_kind k);
+/* How many outputs a call of the layer has (RNN return_state: 1 + its
+ * states; Bidirectional merge_mode None: 2 + ...), and how many initial
+ * states a call may take after its input (RNN: 1 or 2 (LSTM); Bidirectional
+ * twice that; other layers 0). */
+int fl_layer_num_outputs(const fl_layer *l);
+int fl_layer_num_states(const fl_layer *l);
 const char *fl_layer_kind_base(fl_layer_kind k); /* "conv2d": base of default names */
 bool fl_layer_kind_merges(fl_layer_kind k);      /* takes 2 or more inputs (Add, Concatenate, ...) */
 

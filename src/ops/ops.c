@@ -1357,6 +1357,7 @@ static const fl_op_def op_table[FL_OP_COUNT] = {
     [FL_OP_SEQ_MASK] = {"sequence_mask", fl_op_seq_mask_forward, NULL, {KERNEL(seq_mask)}},
     [FL_OP_MASKED_GAP1D] = {"masked_global_avg_pool1d", fl_op_masked_gap1d_forward, fl_op_masked_gap1d_backward,
                             {KERNEL(masked_gap1d_fwd), KERNEL(masked_gap1d_bwd)}},
+    [FL_OP_RNN_STATE] = {"rnn_state", fl_op_rnn_state_forward, fl_op_rnn_state_backward, {KERNEL(zero)}},
 };
 
 /* the helpers above, for the ops in other files (ops_internal.h) */

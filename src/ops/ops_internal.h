@@ -35,5 +35,7 @@ void fl_op_masked_gap1d_backward(fl_graph *g, fl_node *n);
 /* src/ops/rnn.c */
 void fl_op_rnn_forward(fl_graph *g, fl_node *n, bool training);
 void fl_op_rnn_backward(fl_graph *g, fl_node *n);
+void fl_op_rnn_state_forward(fl_graph *g, fl_node *n, bool training);
+void fl_op_rnn_state_backward(fl_graph *g, fl_node *n);
 
 #endif

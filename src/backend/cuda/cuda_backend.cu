@@ -2619,15 +2619,16 @@ static void rnn_gemm(int ta, int tb, int64_t M, int64_t N, int64_t K, const floa
 typedef fl_rnn_bufs rnn_bufs; /* the layout: ops/rnn_math.h */
 #define rnn_split fl_rnn_split
 
-/* rows b < n of u floats at p + b * stride set to 0 */
-__global__ void k_rnn_zero_rows(int64_t n, int u, int64_t stride, float *p) {
+/* rows b < n of u floats at p + b * stride set to src[b, :] (n, u), or 0 when src is NULL (the initial state) */
+__global__ void k_rnn_init_rows(int64_t n, int u, int64_t stride, const float *src, float *p) {
     for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n * u; e += (int64_t)gridDim.x * blockDim.x)
-        p[(e / u) * stride + e % u] = 0.0f;
+        p[(e / u) * stride + e % u] = src ? src[e] : 0.0f;
 }
 
 /* one step's gates, unit (b, j) per thread (cpu_rnn.c's row loop) */
 __global__ void k_rnn_fwd_step(fl_rnn_desc d, int phase, int64_t tin, int64_t tnext, int64_t k, int last,
-                               rnn_bufs B, const float *bi, const float *br, const float *mask, float *y) {
+                               rnn_bufs B, const float *bi, const float *br, const float *mask, float *y, float *hT,
+                               float *cT) {
     const int64_t T = d.t, u = d.u, gu = (int64_t)(d.cell == FL_RNN_LSTM ? 4 : d.cell == FL_RNN_GRU ? 3 : 1) * u;
     for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < d.n * u; e += (int64_t)gridDim.x * blockDim.x) {
         const int64_t b = e / u;
@@ -2640,6 +2641,9 @@ __global__ void k_rnn_fwd_step(fl_rnn_desc d, int phase, int64_t tin, int64_t tn
         if (!last) {
             B.HP[(b * T + tnext) * u + j] = hv;
             B.CP[(b * T + tnext) * u + j] = cv;
+        } else { /* the final state (return_state) */
+            if (hT) hT[e] = hv;
+            if (cT) cT[e] = cv;
         }
         float *yo = d.return_sequences ? y + (b * T + (d.reverse_output ? T - 1 - k : k)) * u : last ? y + b * u : NULL;
         if (yo) yo[j] = d.zero_masked && !(m > 0.5f) ? 0.0f : hv;
@@ -2648,9 +2652,9 @@ __global__ void k_rnn_fwd_step(fl_rnn_desc d, int phase, int64_t tin, int64_t tn
 
 static void cu_rnn_fwd(const fl_rnn_desc *d, const float *x, const float *w, const float *r, const float *bias,
                        const float *mask, const fl_rnn_states *st, float *y, float *aux) {
-    (void)st; /* the layer refuses initial_state and return_state so far: always NULL */
     const int64_t n = d->n, T = d->t, u = d->u, gu = (int64_t)fl_rnn_gates(d) * u;
     const int two_phase = d->cell == FL_RNN_GRU && !d->reset_after;
+    float *hT = st ? st->hT : NULL, *cT = st ? st->cT : NULL;
     const float *bi = d->has_bias ? bias : NULL;
     const float *br = d->has_bias && d->cell == FL_RNN_GRU && d->reset_after ? bias + gu : NULL;
     rnn_bufs B = rnn_split(d, aux);
@@ -2660,30 +2664,33 @@ static void cu_rnn_fwd(const fl_rnn_desc *d, const float *x, const float *w, con
         const int64_t tin = d->go_backwards ? T - 1 - k : k, tnext = d->go_backwards ? tin - 1 : tin + 1;
         const int last = k == T - 1;
         if (k == 0) {
-            k_rnn_zero_rows<<<nb, 256, 0, g_stream>>>(n, (int)u, T * u, B.HP + tin * u);
-            k_rnn_zero_rows<<<nb, 256, 0, g_stream>>>(n, (int)u, T * u, B.CP + tin * u);
+            k_rnn_init_rows<<<nb, 256, 0, g_stream>>>(n, (int)u, T * u, st ? st->h0 : NULL, B.HP + tin * u);
+            k_rnn_init_rows<<<nb, 256, 0, g_stream>>>(n, (int)u, T * u, st ? st->c0 : NULL, B.CP + tin * u);
             LAUNCHED();
         }
         rnn_gemm(0, 0, n, two_phase ? 2 * u : gu, u, B.HP + tin * u, T * u, r, gu, 0.0f, B.RG, gu);
         if (two_phase) {
-            k_rnn_fwd_step<<<nb, 256, 0, g_stream>>>(*d, FL_RNN_PHASE_ZR, tin, tnext, k, last, B, bi, br, mask, y);
+            k_rnn_fwd_step<<<nb, 256, 0, g_stream>>>(*d, FL_RNN_PHASE_ZR, tin, tnext, k, last, B, bi, br, mask, y, hT,
+                                                     cT);
             LAUNCHED();
             rnn_gemm(0, 0, n, u, u, B.RH + tin * u, T * u, r + 2 * u, gu, 0.0f, B.RG + 2 * u, gu);
         }
         k_rnn_fwd_step<<<nb, 256, 0, g_stream>>>(*d, two_phase ? FL_RNN_PHASE_H : FL_RNN_PHASE_ALL, tin, tnext, k,
-                                                 last, B, bi, br, mask, y);
+                                                 last, B, bi, br, mask, y, hT, cT);
         LAUNCHED();
     }
 }
 
-/* dh (n, u) = the gradient of the last output (zero_masked: 0 where it was masked) */
-__global__ void k_rnn_bwd_init(fl_rnn_desc d, const float *mask, const float *dy, float *dh, float *dc) {
+/* dh (n, u) = the gradient of the last output (zero_masked: 0 where it
+ * was masked) + the final state's dhT; dc = dcT (NULL: zeros) */
+__global__ void k_rnn_bwd_init(fl_rnn_desc d, const float *mask, const float *dy, const float *dhT, const float *dcT,
+                               float *dh, float *dc) {
     const int64_t T = d.t, u = d.u;
     for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < d.n * u; e += (int64_t)gridDim.x * blockDim.x) {
         const int64_t b = e / u, row = b * T + (d.go_backwards ? 0 : T - 1);
         const int live = !d.zero_masked || !mask || mask[row] > 0.5f;
-        dh[e] = !d.return_sequences && live ? dy[e] : 0.0f;
-        dc[e] = 0.0f;
+        dh[e] = (!d.return_sequences && live ? dy[e] : 0.0f) + (dhT ? dhT[e] : 0.0f);
+        dc[e] = dcT ? dcT[e] : 0.0f;
     }
 }
 
@@ -2708,15 +2715,15 @@ struct f_rows { const float *x; int64_t ld; __device__ float operator()(int64_t 
 static void cu_rnn_bwd(const fl_rnn_desc *d, const float *x, const float *w, const float *r, const float *bias,
                        const float *mask, const fl_rnn_states *st, const float *dy, float *aux, float *dx, float dx_beta, float *dw, float *dr,
                        float *db) {
-    (void)st; /* the layer refuses initial_state and return_state so far: always NULL */
     (void)bias;
     const int64_t n = d->n, T = d->t, u = d->u, gu = (int64_t)fl_rnn_gates(d) * u;
+    const int want_dh0 = st && st->dh0;
     const int two_phase = d->cell == FL_RNN_GRU && !d->reset_after;
     const int split = d->cell == FL_RNN_GRU && d->reset_after;
     rnn_bufs B = rnn_split(d, aux);
     float *DR = split ? B.DR : B.DP, *dh = B.ST;
     const int nb = blocks_for(n * u, 256);
-    k_rnn_bwd_init<<<nb, 256, 0, g_stream>>>(*d, mask, dy, dh, B.ST + n * u);
+    k_rnn_bwd_init<<<nb, 256, 0, g_stream>>>(*d, mask, dy, st ? st->dhT : NULL, st ? st->dcT : NULL, dh, B.ST + n * u);
     LAUNCHED();
     for (int64_t k = T - 1; k >= 0; k--) {
         const int64_t tin = d->go_backwards ? T - 1 - k : k, tout = d->reverse_output ? T - 1 - k : k;
@@ -2728,8 +2735,13 @@ static void cu_rnn_bwd(const fl_rnn_desc *d, const float *x, const float *w, con
             k_rnn_bwd_step<<<nb, 256, 0, g_stream>>>(*d, FL_RNN_PHASE_H, tin, tout, B, DR, mask, dy);
             LAUNCHED();
         }
-        if (k > 0) rnn_gemm(0, 1, n, u, two_phase ? 2 * u : gu, DR + tin * gu, T * gu, r, gu, 1.0f, dh, u);
+        if (k > 0 || want_dh0) rnn_gemm(0, 1, n, u, two_phase ? 2 * u : gu, DR + tin * gu, T * gu, r, gu, 1.0f, dh, u);
     }
+    /* the gradients of the initial state */
+    if (want_dh0) CUDA_OK(cudaMemcpyAsync(st->dh0, dh, (size_t)(n * u) * sizeof(float), cudaMemcpyDeviceToDevice, g_stream));
+    if (st && st->dc0)
+        CUDA_OK(cudaMemcpyAsync(st->dc0, B.ST + n * u, (size_t)(n * u) * sizeof(float), cudaMemcpyDeviceToDevice,
+                                g_stream));
     if (dw) rnn_gemm(1, 0, d->d, gu, n * T, x, d->d, B.DP, gu, 0.0f, dw, gu);
     if (dx) rnn_gemm(0, 1, n * T, d->d, gu, B.DP, gu, w, gu, dx_beta, dx, d->d);
     if (dr) {
