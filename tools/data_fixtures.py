@@ -89,9 +89,29 @@ def npz_files(out):
              meta=np.arange(6, dtype=np.float32).reshape(3, 2), y=np.array([0, 1, 0]))
 
 
+def models(out):
+    """OUT/models/categorical_8x8.keras: a small image classifier compiled as keras.io's
+    mnist_convnet is (categorical_crossentropy), for `flynn train --data DIR` with class-index
+    labels; mlp_csv.keras (regression) and categorical_csv.keras (3 classes) for a CSV table of
+    3 features."""
+    os.makedirs(out, exist_ok=True)
+    keras.utils.set_random_seed(0)
+    m = keras.Sequential([keras.Input((8, 8, 3)), keras.layers.Rescaling(1 / 255), keras.layers.Flatten(),
+                          keras.layers.Dense(3, activation="softmax")])
+    m.compile(optimizer="adam", loss="categorical_crossentropy", metrics=["accuracy"])
+    m.save(os.path.join(out, "categorical_8x8.keras"))
+    m = keras.Sequential([keras.Input((3,)), keras.layers.Dense(4, activation="relu"), keras.layers.Dense(1)])
+    m.compile(optimizer="adam", loss="mse")
+    m.save(os.path.join(out, "mlp_csv.keras"))
+    m = keras.Sequential([keras.Input((3,)), keras.layers.Dense(3, activation="softmax")])
+    m.compile(optimizer="adam", loss="categorical_crossentropy", metrics=["accuracy"])
+    m.save(os.path.join(out, "categorical_csv.keras"))
+
+
 def main():
     top = sys.argv[1] if len(sys.argv) > 1 else "tests/fixtures/data"
     npz_files(os.path.join(top, "npz"))
+    models(os.path.join(top, "models"))
     out = os.path.join(top, "images")
     tree = os.path.join(out, "tree")
     make_tree(tree)

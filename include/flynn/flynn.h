@@ -1091,6 +1091,9 @@ fl_status fl_image_dataset_from_directory_(const char *dir, fl_dataset *out, fl_
 fl_tensor *fl_load_image(const char *path, fl_color_mode mode, int height, int width);
 /* Whether this build reads images (libjpeg-turbo and libpng were found). */
 bool fl_image_support(void);
+/* The name of model input i (its InputLayer's: the key a multi-input .npz
+ * uses for it); NULL when i is out of range. */
+const char *fl_model_input_name(const fl_model *m, int i);
 
 /* ---------------------------------------------------------------------------
  * Recurrent layers: SimpleRNN, LSTM, GRU (Keras 3's, weights named and

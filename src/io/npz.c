@@ -147,9 +147,11 @@ fl_status fl_load_npz_xy(const char *path, fl_dataset *out, fl_data_info *info) 
     }
     if (info) {
         char a1[128], b1[128];
-        snprintf(info->description, sizeof info->description, "%s: x '%s' %s, y '%s' %s%s", path, kx,
-                 fl_tensor_shape_str(out->x_train, a1, sizeof a1), ky, fl_tensor_shape_str(out->y_train, b1, sizeof b1),
-                 out->x_test ? ", and a test set x_test/y_test" : "");
+        snprintf(info->description, sizeof info->description, "%s: x '%s' %s, y '%s' %s", path, kx,
+                 fl_tensor_shape_str(out->x_train, a1, sizeof a1), ky, fl_tensor_shape_str(out->y_train, b1, sizeof b1));
+        if (out->x_test)
+            snprintf(info->description + strlen(info->description), sizeof info->description - strlen(info->description),
+                     ", x_test %s", fl_tensor_shape_str(out->x_test, a1, sizeof a1));
     }
 done:
     fl_arrays_free(&a);
