@@ -35,8 +35,12 @@ expect img-categorical 0 "^labels: class indices one-hot encoded to \(10, 3\) fo
 expect img-model-size 0 "8x8 rgb \(the model's input size" -- $T --model "$FX/models/categorical_8x8.keras" --data "$IMG"
 expect img-evaluate 0 "^loss: [0-9.]+ - metric 1: 0\.[0-9]{4} \(10 samples\)$" -- \
   "$FLYNN" evaluate --model "$tmp/cat.keras" --data "$IMG" --verbose 0
-expect img-predict 0 "predictions \(10, 3\) written to $tmp/p.npy" -- \
+expect img-predict 0 "predictions \(11, 3\) written to $tmp/p.npy" -- \
   "$FLYNN" predict "$tmp/cat.keras" --input "$IMG" --output "$tmp/p.npy"
+mkdir -p "$tmp/flat"
+cp "$IMG/cats/c01.png" "$IMG/dogs/d01.jpeg" "$tmp/flat/"
+expect img-predict-flat 0 "input $tmp/flat: 2 images at 8x8 .*first $tmp/flat/c01.png, last $tmp/flat/d01.jpeg" -- \
+  "$FLYNN" predict "$tmp/cat.keras" --input "$tmp/flat" --output "$tmp/p.npy"
 expect img-rgba-jpeg 1 "c03.jpg: a JPEG image has no alpha channel" -- $T --data "$IMG" --image-size 4x4 --color-mode rgba
 expect img-bad-size 2 "--image-size wants HEIGHTxWIDTH" -- $T --data "$IMG" --image-size 8
 mkdir -p "$tmp/imgs/a" "$tmp/imgs/b"

@@ -371,6 +371,13 @@ static void test_images(void) {
     CHECK(info.num_paths == 10 && strstr(info.file_paths[8], "dogs/d03.png"));
     fl_data_info_free(&info);
     fl_dataset_free(&d);
+    /* labels=None: every image under the folder, hidden folders too (os.walk), no y */
+    CHECK(fl_image_dataset_from_directory(fx("images/tree"), &d, .image_size = {4, 4}, .no_shuffle = true,
+                                          .no_labels = true, .info = &info) == FL_OK);
+    CHECK(SHAPE(d.x_train, 11, 4, 4, 3) && d.y_train == NULL && info.num_classes == 0 && info.num_paths == 11);
+    CHECK(info.num_paths == 11 && strstr(info.file_paths[0], "tree/.hidden/h01.png"));
+    fl_data_info_free(&info);
+    fl_dataset_free(&d);
 }
 
 int main(int argc, char **argv) {

@@ -1081,6 +1081,7 @@ typedef struct fl_image_dataset_args {
     uint64_t seed;              /* Keras seed (Keras draws one when None; flynn's default is 0) */
     float validation_split;     /* with subset */
     const char *subset;         /* "training", "validation" or "both" (NULL: all files) */
+    bool no_labels;             /* Keras labels=None: every image under dir (any depth, no class folders), y NULL */
     fl_data_info *info;         /* optional: class names and file paths */
 } fl_image_dataset_args;
 fl_status fl_image_dataset_from_directory_(const char *dir, fl_dataset *out, fl_image_dataset_args a);

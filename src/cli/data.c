@@ -210,13 +210,19 @@ fl_tensor *flynn_load_input(const char *cmd, const char *path, const fl_model *m
         bool from_model;
         if (image_shape(cmd, o, m, &h, &w, &c, &from_model)) return NULL;
         fl_dataset d;
-        if (fl_image_dataset_from_directory(path, &d, .image_size = {h, w}, .color_mode = c, .no_shuffle = true) != FL_OK) {
+        fl_data_info info;
+        if (fl_image_dataset_from_directory(path, &d, .image_size = {h, w}, .color_mode = c, .no_shuffle = true,
+                                            .no_labels = true, .info = &info) != FL_OK) {
             fprintf(stderr, "flynn %s: error: %s\n", cmd, fl_last_error());
             return NULL;
         }
+        printf("input %s: %lld images at %dx%d (every .jpg/.png under it, sorted by folder, then name: row i of the "
+               "predictions is image i; first %s, last %s)\n", path, (long long)info.num_paths, h, w,
+               info.file_paths[0], info.file_paths[info.num_paths - 1]);
         t = d.x_train;
         d.x_train = NULL;
         fl_dataset_free(&d);
+        fl_data_info_free(&info);
     } else {
         t = fl_load_npy(path);
         if (!t) fprintf(stderr, "flynn %s: error: %s\n", cmd, fl_last_error());

@@ -41,7 +41,8 @@ int flynn_fit_labels(const char *cmd, const fl_model *m, fl_dataset *d, const ch
 
 /* predict's --input: X.npy, FILE.npz (model input i by its name, else x, x<i>,
  * arr_<i>, or the file's only array), FILE.csv (features; --label dropped)
- * or DIR (images at the model's input size, in sorted file order). NULL with
+ * or DIR (every image under it, at the model's input size, in sorted file
+ * order: Keras's labels=None). NULL with
  * the message printed. */
 fl_tensor *flynn_load_input(const char *cmd, const char *path, const fl_model *m, int i, const flynn_data_opts *o);
 

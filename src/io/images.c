@@ -551,6 +551,8 @@ fl_status fl_image_dataset_from_directory_(const char *dir, fl_dataset *out, fl_
     }
     const int ch = mode_channels(a.color_mode);
 
+    if (a.no_labels && a.label_mode != FL_LABEL_INT)
+        return fl_error(FL_ERR_INVALID_ARG, "fl_image_dataset_from_directory: no_labels with a label_mode");
     int64_t nsub = 0;
     char **subs = list_dir(dir, &nsub);
     if (!subs) return fl_last_status();
@@ -558,7 +560,8 @@ fl_status fl_image_dataset_from_directory_(const char *dir, fl_dataset *out, fl_
     char **classes = calloc((size_t)(nsub ? nsub : 1), sizeof *classes);
     int ncls = 0;
     fl_status s = classes ? FL_OK : fl_error(FL_ERR_NOMEM, "out of memory");
-    for (int64_t i = 0; i < nsub && s == FL_OK; i++) {
+    if (a.no_labels && s == FL_OK) s = walk(dir, 0, &l, 0); /* Keras: index from the folder itself */
+    for (int64_t i = 0; i < nsub && s == FL_OK && !a.no_labels; i++) {
         char *p = join(dir, subs[i]);
         struct stat st;
         if (!p) { s = fl_error(FL_ERR_NOMEM, "out of memory"); break; }
@@ -573,7 +576,7 @@ fl_status fl_image_dataset_from_directory_(const char *dir, fl_dataset *out, fl_
     free_names(subs, nsub);
     int64_t n0 = 0, n1 = 0, ntrain = l.n, nval = 0;
     if (s != FL_OK) goto done;
-    if (ncls == 0) {
+    if (ncls == 0 && !a.no_labels) {
         s = fl_error(FL_ERR_FORMAT, "%s: no class subfolders: expected one folder per class holding its images "
                      "(DIR/<class>/<image>.jpg|.png), as keras.utils.image_dataset_from_directory", dir);
         goto done;
@@ -583,8 +586,12 @@ fl_status fl_image_dataset_from_directory_(const char *dir, fl_dataset *out, fl_
         goto done;
     }
     if (l.n == 0) {
-        s = fl_error(FL_ERR_FORMAT, "%s: no images found in its %d class folder%s; allowed formats: .bmp, .gif, .jpeg, "
-                     ".jpg, .png (flynn decodes JPEG and PNG)", dir, ncls, ncls == 1 ? "" : "s");
+        if (a.no_labels)
+            s = fl_error(FL_ERR_FORMAT, "%s: no images found; allowed formats: .bmp, .gif, .jpeg, .jpg, .png (flynn "
+                         "decodes JPEG and PNG)", dir);
+        else
+            s = fl_error(FL_ERR_FORMAT, "%s: no images found in its %d class folder%s; allowed formats: .bmp, .gif, "
+                         ".jpeg, .jpg, .png (flynn decodes JPEG and PNG)", dir, ncls, ncls == 1 ? "" : "s");
         goto done;
     }
     /* per class: sorted by folder, then name (each class's files are contiguous already) */
@@ -608,10 +615,12 @@ fl_status fl_image_dataset_from_directory_(const char *dir, fl_dataset *out, fl_
     if (subset == 2) n0 = nval;
     const entry *e0 = subset == 2 ? l.e + ntrain : l.e;
     if ((s = load_part(dir, e0, n0, ch, oh, ow, a.label_mode, ncls, &out->x_train, &out->y_train)) != FL_OK) goto done;
+    if (a.no_labels) { fl_tensor_free(out->y_train); out->y_train = NULL; }
     if (subset == 3) {
         n1 = nval;
         if ((s = load_part(dir, l.e + ntrain, n1, ch, oh, ow, a.label_mode, ncls, &out->x_test, &out->y_test)) != FL_OK)
             goto done;
+        if (a.no_labels) { fl_tensor_free(out->y_test); out->y_test = NULL; }
     }
     if (a.info) {
         fl_data_info *in = a.info;
@@ -627,10 +636,11 @@ fl_status fl_image_dataset_from_directory_(const char *dir, fl_dataset *out, fl_
         }
         char *d = in->description;
         size_t dn = sizeof in->description;
-        snprintf(d, dn, "%s: %lld images in %d classes (", dir, (long long)l.n, ncls);
+        if (a.no_labels) snprintf(d, dn, "%s: %lld images (no labels)", dir, (long long)l.n);
+        else snprintf(d, dn, "%s: %lld images in %d classes (", dir, (long long)l.n, ncls);
         for (int c = 0; c < ncls && strlen(d) < dn - 64; c++)
             snprintf(d + strlen(d), dn - strlen(d), "%s%d=%s", c ? ", " : "", c, in->class_names[c]);
-        snprintf(d + strlen(d), dn - strlen(d), "), %dx%d %s", oh, ow,
+        snprintf(d + strlen(d), dn - strlen(d), "%s, %dx%d %s", a.no_labels ? "" : ")", oh, ow,
                  ch == 1 ? "grayscale" : ch == 3 ? "rgb" : "rgba");
         if (subset)
             snprintf(d + strlen(d), dn - strlen(d), "; %lld for training, %lld for validation%s", (long long)ntrain,

@@ -17,6 +17,9 @@
  * 4 GiB. The zip's consistency is checked when it is opened and each entry's
  * CRC when it is read.
  *
+ * The zip reader is shared with the .npz files (npz.c) through io.h:
+ * fl_zip_open_read and fl_zip_read_index.
+ *
  * Loading builds a new model and frees it on any error; fl_load_weights
  * reads and checks everything before it changes the model. Saving builds
  * the whole file in memory, then writes it atomically (src/io/atomic.c):
