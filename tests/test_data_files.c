@@ -371,6 +371,11 @@ static void test_images(void) {
     CHECK(info.num_paths == 10 && strstr(info.file_paths[8], "dogs/d03.png"));
     fl_data_info_free(&info);
     fl_dataset_free(&d);
+    /* Keras's int(0.7 * 10) = 7 validation files (0.7f * 10 in float32 would give 6) */
+    CHECK(fl_image_dataset_from_directory(fx("images/tree"), &d, .image_size = {2, 2}, .validation_split = 0.7f,
+                                          .subset = "validation") == FL_OK);
+    CHECK(SHAPE(d.x_train, 7, 2, 2, 3));
+    fl_dataset_free(&d);
     /* labels=None: every image under the folder, hidden folders too (os.walk), no y */
     CHECK(fl_image_dataset_from_directory(fx("images/tree"), &d, .image_size = {4, 4}, .no_shuffle = true,
                                           .no_labels = true, .info = &info) == FL_OK);

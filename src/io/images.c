@@ -602,7 +602,11 @@ fl_status fl_image_dataset_from_directory_(const char *dir, fl_dataset *out, fl_
         i = j;
     }
     if (!a.no_shuffle) np_shuffle(l.e, l.n, a.seed);
-    nval = (int64_t)((double)a.validation_split * (double)l.n);
+    /* Keras: int(validation_split * len(samples)) in float64; the float32 split is first taken back to the
+     * decimal the user wrote (0.7f is 0.699999988: times 10 it would give 6, Python's 0.7 * 10 gives 7) */
+    char split_text[32];
+    snprintf(split_text, sizeof split_text, "%.7g", (double)a.validation_split);
+    nval = (int64_t)(strtod(split_text, NULL) * (double)l.n);
     if (subset) {
         ntrain = l.n - nval;
         if ((subset != 2 && ntrain == 0) || (subset != 1 && nval == 0)) {
