@@ -50,7 +50,7 @@
 #include <sys/stat.h>
 
 #define IMG_MAX_SIDE 65536
-#define IMG_MAX_PIXELS ((int64_t)1 << 28)
+#define IMG_MAX_PIXELS ((int64_t)1 << 25) /* 33.5 million pixels (e.g. 5792x5792): a damaged header cannot ask for gigabytes */
 #define IMG_MAX_FILE ((int64_t)1 << 30)
 
 /* ------------------------------------------------------------ reading a file */
