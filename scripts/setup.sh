@@ -10,9 +10,11 @@ set -euo pipefail
 # (`pkg-config --static --libs openblas`), libzip -lbz2 -lssl -lcrypto, which
 # test_install.sh's static consumer links; clang, libclang-rt-dev (libFuzzer
 # and the sanitizer runtimes) and libomp-dev (OpenMP for clang): the fuzz
-# build of tests/fuzz, whose smoke tests scripts/test.sh runs
+# build of tests/fuzz, whose smoke tests scripts/test.sh runs; libjpeg62-turbo-dev
+# and libpng-dev: images (--data DIR, fl_image_dataset_from_directory)
 pkgs=(build-essential cmake ninja-build pkg-config python3
       libopenblas-openmp-dev libgfortran-12-dev zlib1g-dev libzip-dev libbz2-dev libssl-dev libhdf5-dev libjson-c-dev
+      libjpeg62-turbo-dev libpng-dev
       clang libclang-rt-dev libomp-dev
       dataset-fashion-mnist)
 if [ "${1:-}" = "--bench" ]; then

@@ -70,7 +70,7 @@ out=$("$FLYNN" evaluate --weights "$tmp/w" --verbose 0 2>&1); rc=$?
 [ "$(grep -oE "^test accuracy: [0-9.]+" <<<"$out")" = "$train_acc" ] && ok || bad "evaluate accuracy '$out' differs from training's '$train_acc'"
 expect eval-wrong-model 1 "mlp|dense" -- "$FLYNN" evaluate --weights "$tmp/w" --model mlp
 expect eval-missing 1 "$tmp/none/conv2d.kernel.npy" -- "$FLYNN" evaluate --weights "$tmp/none"
-expect eval-no-weights 2 "--weights DIR is required" -- "$FLYNN" evaluate
+expect eval-no-weights 2 "--weights DIR \(or --model FILE\) is required" -- "$FLYNN" evaluate
 
 # $OMP_NUM_THREADS is the default thread count; --threads wins over it
 out=$(OMP_NUM_THREADS=1 "$FLYNN" train --samples 128 --epochs 1 --test-samples 100 --verbose 0 2>&1)

@@ -144,8 +144,9 @@ expect train-npy-lengths 1 "x and y must hold the same number of samples .*conv_
   "$FLYNN" train --model mlp --data "$FX/conv_basic_x.npy,${pc}_y.npy" --epochs 1
 expect train-npy-not-classes 1 "y\[0\] = .* is not a class index" -- \
   "$FLYNN" train --model mlp --data "${pc}_x.npy,$FX/train_bn_rmsprop_train_y.npy" --epochs 1
-expect train-npy-not-images 1 "built-in models take images .*train_adamw_train_x.npy has shape \(8, 6\)" -- \
-  "$FLYNN" train --model mlp --data "$xy" --epochs 1
+expect train-npy-not-images 1 "built-in models take images .*, and --model mlp a table \(N, features\); .*train_adamw_train_x.npy has shape \(8, 6\)" -- \
+  "$FLYNN" train --model mnist_cnn --data "$xy" --epochs 1
+expect train-npy-table-mlp 0 "final epoch: loss: " -- "$FLYNN" train --model mlp --data "$xy" --epochs 1 --verbose 2 --device cpu
 expect train-npy-missing 1 "nothere.npy" -- "$FLYNN" train --model mlp --data "$tmp/nothere.npy,$tmp/y.npy" --epochs 1
 
 # integer inputs: int32 and int64 .npy token indices go in as int32 (never

@@ -4,7 +4,7 @@
 #     cmake -S . -B build-fuzz -G Ninja -DCMAKE_C_COMPILER=clang -DFLYNN_FUZZ=ON \
 #           -DFLYNN_CUDA=OFF -DFLYNN_BUILD_TESTS=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo
 #     cmake --build build-fuzz -j2
-# NAME: idx npy cifar json keras h5 weights_h5, or "all" (one after the other,
+# NAME: idx npy cifar json keras h5 weights_h5 npz csv image, or "all" (one after the other,
 # SECONDS each). JOBS = 1 (default): one process that stops at the first
 # crash, and the line "NAME: N executions in S s" says how many inputs it
 # survived. JOBS > 1: libFuzzer's fork mode (-fork=JOBS -ignore_crashes=1), JOBS
@@ -25,7 +25,7 @@ build=${FLYNN_FUZZ_BUILD:-build-fuzz}
 work=${FLYNN_FUZZ_WORK:-$build/fuzz-work}
 if [ "$name" = all ]; then
   rc=0
-  for h in idx npy cifar json keras h5 weights_h5; do "$0" "$h" "$seconds" "$jobs" || rc=1; done
+  for h in idx npy cifar json keras h5 weights_h5 npz csv image; do "$0" "$h" "$seconds" "$jobs" || rc=1; done
   exit $rc
 fi
 fuzzer=$build/tests/fuzz/fuzz_$name

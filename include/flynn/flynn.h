@@ -1231,6 +1231,100 @@ fl_tensor *fl_to_float(const fl_tensor *t, float scale);
 fl_tensor *fl_one_hot(const fl_tensor *labels, int num_classes);
 
 /* ---------------------------------------------------------------------------
+ * Your own data files (docs/data.md): NPZ archives, CSV tables and folders
+ * of images in class subfolders. Each loader fills an fl_dataset (x_test and
+ * y_test only where the file holds a test set) and, when .info is given, an
+ * fl_data_info that says what it found. Bad data is refused with a message
+ * naming the file, the row or image and what was expected.
+ */
+typedef struct fl_data_info {
+    int num_classes;        /* the label's classes (CSV text labels, image subfolders); 0 for numeric labels */
+    char **class_names;     /* num_classes names: class i is label i */
+    int64_t num_paths;      /* images: the files of x_train, then of x_test, in the order of the samples */
+    char **file_paths;
+    char description[1024]; /* one line: what was read (columns, encodings, classes) */
+} fl_data_info;
+void fl_data_info_free(fl_data_info *info);
+
+/* The arrays of an .npz file (np.savez, or np.savez_compressed: stored or
+ * deflated entries), each named as its key (the entry without ".npy"), in
+ * archive order; each array as fl_load_npy reads it. */
+typedef struct fl_arrays {
+    int count;
+    char **names;
+    fl_tensor **arrays;
+} fl_arrays;
+fl_status fl_load_npz(const char *path, fl_arrays *out);
+fl_tensor *fl_arrays_get(const fl_arrays *a, const char *name); /* NULL when absent (no error set) */
+void fl_arrays_free(fl_arrays *a);
+/* x and y from an .npz: keys "x" and "y" (np.savez(f, x=x, y=y)), or the
+ * keras.datasets layout "x_train", "y_train" (and "x_test", "y_test" into
+ * x_test/y_test when present). The arrays are checked and converted as
+ * fl_load_npy_xy does (same N; uint8 x widened to int32). */
+fl_status fl_load_npz_xy(const char *path, fl_dataset *out, fl_data_info *info);
+
+/* A CSV table with a header row, RFC 4180 quoting ("a, b" and "" inside
+ * quotes), as pandas.read_csv reads it. The label column (by name) becomes
+ * y: float32 values when every value is a number, else class indices of
+ * its distinct values in sorted order. Every other column is a feature of
+ * x (float32 (N, features)): a number as it is; a column holding any
+ * non-number is categorical: one-hot (one column per distinct value, in
+ * sorted order, named col=value) or, with categorical_as_int, the value's
+ * index in that order. Refused: an empty field or NA/NaN/null (a missing
+ * value: the message names the line and the column), a row with another
+ * number of fields than the header (the line and the counts), a label
+ * column that is not in the header. */
+typedef struct fl_csv_args {
+    int _reserved;
+    const char *label;          /* the label column's name; NULL: no y, every column a feature */
+    bool categorical_as_int;    /* categorical features as integer codes instead of one-hot */
+    char delimiter;             /* 0: ',' */
+    fl_data_info *info;         /* optional: what was read */
+} fl_csv_args;
+fl_status fl_load_csv_(const char *path, fl_dataset *out, fl_csv_args a);
+#define fl_load_csv(path, out, ...) fl_load_csv_((path), (out), (fl_csv_args){._reserved = 0, __VA_ARGS__})
+
+/* keras.utils.image_dataset_from_directory, whole into memory: dir holds
+ * one subfolder per class (class i = the i-th subfolder in sorted order,
+ * hidden ones skipped), each holding images at any depth (.jpg, .jpeg,
+ * .png; .bmp and .gif are listed as Keras does and refused when read).
+ * Every image is decoded (libjpeg-turbo, libpng) to color_mode's channels
+ * and resized bilinearly (TensorFlow's half-pixel bilinear, no antialias)
+ * to image_size: x float32 (N, height, width, channels) of values 0..255.
+ * The file order is Keras's: sorted, then (shuffle) permuted by NumPy's
+ * RandomState(seed).shuffle; validation_split and subset take the last
+ * int(split * N) files as Keras does ("both": training into x_train/y_train,
+ * validation into x_test/y_test). y: int -> float32 class indices (N,),
+ * categorical -> one-hot (N, classes), binary -> float32 (N, 1) (exactly
+ * two classes). Without image support built in (libjpeg/libpng were not
+ * found), it fails saying so. */
+typedef enum fl_color_mode { FL_COLOR_RGB = 0, FL_COLOR_GRAYSCALE, FL_COLOR_RGBA } fl_color_mode;
+typedef enum fl_label_mode { FL_LABEL_INT = 0, FL_LABEL_CATEGORICAL, FL_LABEL_BINARY } fl_label_mode;
+typedef struct fl_image_dataset_args {
+    int _reserved;
+    int image_size[2];          /* (height, width); 0: Keras's (256, 256) */
+    fl_color_mode color_mode;
+    fl_label_mode label_mode;
+    bool no_shuffle;            /* Keras shuffle=False: the sorted order */
+    uint64_t seed;              /* Keras seed (Keras draws one when None; flynn's default is 0) */
+    float validation_split;     /* with subset */
+    const char *subset;         /* "training", "validation" or "both" (NULL: all files) */
+    bool no_labels;             /* Keras labels=None: every image under dir (any depth, no class folders), y NULL */
+    fl_data_info *info;         /* optional: class names and file paths */
+} fl_image_dataset_args;
+fl_status fl_image_dataset_from_directory_(const char *dir, fl_dataset *out, fl_image_dataset_args a);
+#define fl_image_dataset_from_directory(dir, out, ...) \
+    fl_image_dataset_from_directory_((dir), (out), (fl_image_dataset_args){._reserved = 0, __VA_ARGS__})
+/* One image file decoded as above (no resize when height or width is 0):
+ * float32 (height, width, channels). */
+fl_tensor *fl_load_image(const char *path, fl_color_mode mode, int height, int width);
+/* Whether this build reads images (libjpeg-turbo and libpng were found). */
+bool fl_image_support(void);
+/* The name of model input i (its InputLayer's: the key a multi-input .npz
+ * uses for it); NULL when i is out of range. */
+const char *fl_model_input_name(const fl_model *m, int i);
+
+/* ---------------------------------------------------------------------------
  * Recurrent layers: SimpleRNN, LSTM, GRU (Keras 3's, weights named and
  * shaped as Keras's: kernel (features, G*units), recurrent_kernel (units,
  * G*units), bias (G*units), or for GRU with reset_after (2, 3*units); G =

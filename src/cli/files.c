@@ -6,6 +6,7 @@
  * API (fl_load_model, fl_save_model, ...).
  */
 #include "files.h"
+#include "data.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -118,10 +119,15 @@ static void usage_predict(FILE *f) {
             "(int8 ... int64, uint8 ... uint64): an int32 or int64 model input (token indices for\n"
             "Embedding) takes them as int32 (range-checked, never through float), a float32 input\n"
             "as their float32 values.\n"
-            "A model with several inputs takes one --input per input, in the model's order; one\n"
-            "with several outputs takes one --output per output, or one name Y.npy from which\n"
-            "Y_0.npy, Y_1.npy, ... are made.\n\n"
-            "  --input X.npy          the samples, (N, ...input shape)\n"
+            "A model with several inputs takes one --input per input, in the model's order, or\n"
+            "one .npz holding them all; one with several outputs takes one --output per output,\n"
+            "or one name Y.npy from which Y_0.npy, Y_1.npy, ... are made.\n\n"
+            "  --input X              the samples, (N, ...input shape): X.npy; FILE.npz (each\n"
+            "                         input by its name, else x, x0, x1 ... or arr_0, arr_1 ...);\n"
+            "                         FILE.csv (the feature columns; --label COLUMN is left out);\n"
+            "                         or DIR, a folder of images (every .jpg/.png under it, sorted\n"
+            "                         by folder then name, resized to the model's input)\n"
+            "  --label COLUMN, --categorical C, --image-size HxW, --color-mode M   as for train\n"
             "  --output Y.npy         where the predictions go (written atomically)\n"
             "  --weights FILE         weights for a .json model (a .weights.h5 file)\n"
             "  --batch-size B         batch size (default 32)\n"
@@ -132,6 +138,7 @@ static void usage_predict(FILE *f) {
 int flynn_cmd_predict(int argc, char **argv) {
     const char *path = NULL, *weights = NULL, *device = NULL;
     const char *inputs[16], *outputs[16];
+    flynn_data_opts own = {0};
     int nin = 0, nout = 0;
     long bs = 32, threads = 0;
     for (int i = 0; i < argc; i++) {
@@ -153,6 +160,14 @@ int flynn_cmd_predict(int argc, char **argv) {
             outputs[nout++] = v;
         } else if (strcmp(a, "--weights") == 0) {
             weights = v;
+        } else if (strcmp(a, "--label") == 0) {
+            own.label = v;
+        } else if (strcmp(a, "--categorical") == 0) {
+            own.categorical = v;
+        } else if (strcmp(a, "--image-size") == 0) {
+            own.image_size = v;
+        } else if (strcmp(a, "--color-mode") == 0) {
+            own.color_mode = v;
         } else if (strcmp(a, "--device") == 0) {
             device = v;
         } else if (strcmp(a, "--batch-size") == 0) {
@@ -180,6 +195,8 @@ int flynn_cmd_predict(int argc, char **argv) {
     int rc = 0;
     fl_tensor *xs[16] = {0}, *ys[16] = {0};
     int mi = fl_model_num_inputs(m), mo = fl_model_num_outputs(m);
+    if (nin == 1 && mi > 1 && flynn_has_suffix_n(inputs[0], strlen(inputs[0]), ".npz"))
+        for (int i = 1; i < mi && i < 16; i++) inputs[nin++] = inputs[0]; /* one .npz for every input */
     if (nin != mi) {
         fprintf(stderr, "flynn predict: error: model %s has %d input%s, %d --input given\n", path, mi, mi == 1 ? "" : "s", nin);
         rc = 2;
@@ -193,17 +210,8 @@ int flynn_cmd_predict(int argc, char **argv) {
     char why[768];
     if (fl_model_set_device(m, dk, why, sizeof why) != FL_OK) { rc = fail("predict", "--device"); goto done; }
     for (int i = 0; i < nin; i++) {
-        fl_tensor *t = fl_load_npy(inputs[i]);
-        if (!t) { rc = fail("predict", NULL); goto done; }
         /* integers stay integers for an int32 input (never rounded through float) */
-        bool keep = fl_tensor_dtype(t) == FL_INT32 || (fl_tensor_dtype(t) == FL_UINT8 && fl_model_input_dtype(m, i) == FL_INT32);
-        if (!keep && fl_tensor_dtype(t) != FL_FLOAT32) {
-            fl_tensor *f = fl_to_float(t, 1.0f);
-            fl_tensor_free(t);
-            if (!f) { rc = fail("predict", NULL); goto done; }
-            t = f;
-        }
-        xs[i] = t;
+        if (!(xs[i] = flynn_load_input("predict", inputs[i], m, i, &own))) { rc = 1; goto done; }
     }
     if (fl_predict_multi(m, (const fl_tensor *const *)xs, nin, ys, mo, .batch_size = (int)bs,
                          .verbose = FL_VERBOSE_SILENT) != FL_OK) {

@@ -7,6 +7,7 @@
  */
 #include <flynn/flynn.h>
 
+#include "data.h"
 #include "devtools.h"
 #include "files.h"
 #include "train_callbacks.h"
@@ -30,6 +31,7 @@ typedef struct opts {
     float validation_split;
     bool no_nan_check;
     flynn_cb_opts cb; /* callbacks, clipping, schedule (train_callbacks.c) */
+    flynn_data_opts own; /* --label, --categorical, --image-size, --color-mode */
 } opts;
 
 static void usage_main(FILE *f) {
@@ -72,9 +74,19 @@ static void usage_train(FILE *f) {
             "                         mnist:DIR, cifar10:DIR (CIFAR-10 binary version),\n"
             "                         fortunes-lang[:DIR] (text: which of 5 languages a fortune\n"
             "                         cookie is in, from Debian's fortunes packages; DIR defaults\n"
-            "                         to /usr/share/games/fortunes), or your\n"
-            "                         own arrays X.npy,Y.npy (x as it is, y class indices or\n"
-            "                         targets; no test set: use --validation-split)\n"
+            "                         to /usr/share/games/fortunes), or your own data (no test\n"
+            "                         set unless the file has one: use --validation-split):\n"
+            "                           X.npy,Y.npy   arrays: x as it is, y class indices or targets\n"
+            "                           FILE.npz      arrays x and y (np.savez(f, x=x, y=y)), or\n"
+            "                                         x_train, y_train[, x_test, y_test]\n"
+            "                           FILE.csv      a table with a header; --label COLUMN is y\n"
+            "                           DIR           images (.jpg, .png) in one subfolder per class,\n"
+            "                                         as keras.utils.image_dataset_from_directory\n"
+            "  --label COLUMN         CSV: the column to predict (numbers, or text: classes)\n"
+            "  --categorical C        CSV: text feature columns onehot (default) or int\n"
+            "  --image-size HxW       images: resize to H x W (default: the model file's input\n"
+            "                         size, else 256x256 as Keras)\n"
+            "  --color-mode M         images: rgb (default), grayscale or rgba\n"
             "  --samples N            train on the first N training images of a built-in data set\n"
             "                         (default 20000; 0 = all)\n"
             "  --test-samples N       evaluate on the first N test images (default 0 = all)\n"
@@ -98,12 +110,17 @@ static void usage_train(FILE *f) {
 
 static void usage_evaluate(FILE *f) {
     fprintf(f,
-            "usage: flynn evaluate --weights DIR [options]\n\n"
-            "Loads weights saved by `flynn train --save-weights DIR` into a built-in model\n"
-            "and prints loss and accuracy on the test set.\n\n"
-            "  --weights DIR          folder of <layer>.<weight>.npy files (required)\n"
-            "  --model NAME           mnist_cnn (default) or mlp: must match the saved weights\n"
-            "  --data SPEC            as for train (default fashion-mnist)\n"
+            "usage: flynn evaluate --weights DIR [options]\n"
+            "       flynn evaluate --model FILE --data SPEC [options]\n\n"
+            "Loads weights saved by `flynn train --save-weights DIR` into a built-in model, or a\n"
+            "model file (.keras, .h5), and prints loss and accuracy on the test set (your own\n"
+            "data: its test set when the file has one, else all of it).\n\n"
+            "  --weights DIR          folder of <layer>.<weight>.npy files (built-in models)\n"
+            "  --model NAME|FILE      mnist_cnn (default) or mlp: must match the saved weights;\n"
+            "                         or a model file, compiled as it says\n"
+            "  --data SPEC            as for train (default fashion-mnist; also X.npy,Y.npy,\n"
+            "                         FILE.npz, FILE.csv --label COLUMN, DIR of images)\n"
+            "  --label, --categorical, --image-size, --color-mode   as for train\n"
             "  --test-samples N       first N test images (default 0 = all)\n"
             "  --batch-size B         batch size (default 256)\n"
             "  --device D, --threads T, --verbose V   as for train\n");
@@ -170,6 +187,10 @@ static int parse(const char *cmd, int argc, char **argv, opts *o) {
         else if (strcmp(key, "--weights") == 0) o->weights = val;
         else if (strcmp(key, "--verbose") == 0) o->verbose = val;
         else if (strcmp(key, "--precision") == 0) o->precision = val;
+        else if (strcmp(key, "--label") == 0) o->own.label = val;
+        else if (strcmp(key, "--categorical") == 0) o->own.categorical = val;
+        else if (strcmp(key, "--image-size") == 0) o->own.image_size = val;
+        else if (strcmp(key, "--color-mode") == 0) o->own.color_mode = val;
         else if (strcmp(key, "--validation-split") == 0) {
             char *end;
             o->validation_split = strtof(val, &end);
@@ -215,12 +236,12 @@ static int parse_data(const char *cmd, const char *spec, data_info *d) {
     size_t kl = colon ? (size_t)(colon - spec) : strlen(spec);
     d->classes = 10;
     d->vocab = 0;
-    const char *comma = strchr(spec, ',');
-    if (comma && !colon && flynn_has_suffix_n(spec, (size_t)(comma - spec), ".npy") &&
-        flynn_has_suffix_n(comma + 1, strlen(comma + 1), ".npy")) {
-        d->kind = "npy";
-        snprintf(d->x, sizeof d->x, "%.*s", (int)(comma - spec), spec);
-        snprintf(d->y, sizeof d->y, "%s", comma + 1);
+    const char *own = flynn_own_kind(spec);
+    if (own) {
+        const char *comma = strchr(spec, ',');
+        d->kind = own;
+        snprintf(d->x, sizeof d->x, "%.*s", comma ? (int)(comma - spec) : (int)strlen(spec), spec);
+        snprintf(d->y, sizeof d->y, "%s", comma ? comma + 1 : spec);
         snprintf(d->dir, sizeof d->dir, "%s", spec);
         d->h = d->w = d->c = 0;
         return 0;
@@ -240,8 +261,8 @@ static int parse_data(const char *cmd, const char *spec, data_info *d) {
         d->classes = FL_FORTUNES_CLASSES;
         snprintf(d->dir, sizeof d->dir, "%s", colon ? colon + 1 : "/usr/share/games/fortunes");
     } else {
-        return bad_usage(cmd, "--data wants fashion-mnist[:DIR], mnist:DIR, cifar10:DIR, fortunes-lang[:DIR] or "
-                         "X.npy,Y.npy, got", spec);
+        return bad_usage(cmd, "--data wants fashion-mnist[:DIR], mnist:DIR, cifar10:DIR, fortunes-lang[:DIR], "
+                         "X.npy,Y.npy, FILE.npz, FILE.csv or a folder of images (DIR/<class>/*.jpg|png), got", spec);
     }
     return 0;
 }
@@ -249,18 +270,46 @@ static int parse_data(const char *cmd, const char *spec, data_info *d) {
 /* The built-in models need the image shape and the number of classes: for
  * the user's arrays they come from x's shape (N, H, W[, C]) and y's largest
  * class index. */
-static int npy_builtin_shape(data_info *d, const fl_dataset *data) {
+static int npy_builtin_shape(data_info *d, const fl_dataset *data, const char *model) {
     const fl_tensor *x = data->x_train, *y = data->y_train;
     int nd = fl_tensor_ndim(x);
+    if (nd == 2 && strcmp(model, "mlp") == 0) { /* a table: the mlp over (features, 1, 1) */
+        int64_t s4[4] = {fl_tensor_dim(x, 0), fl_tensor_dim(x, 1), 1, 1};
+        for (int t = 0; t < 2; t++) {
+            fl_tensor *xt = t ? data->x_test : data->x_train;
+            if (xt && (s4[0] = fl_tensor_dim(xt, 0), fl_tensor_reshape(xt, 4, s4) != FL_OK)) return die(NULL);
+        }
+        nd = 4;
+    }
     if (nd != 3 && nd != 4) {
         char b[128];
-        fprintf(stderr, "flynn: error: the built-in models take images (N, H, W) or (N, H, W, C); %s has shape %s "
-                "(give --model FILE for other inputs)\n", d->x, fl_tensor_shape_str(x, b, sizeof b));
+        fprintf(stderr, "flynn: error: the built-in models take images (N, H, W) or (N, H, W, C)%s; %s has shape %s "
+                "(give --model FILE for other inputs)\n", nd == 2 ? ", and --model mlp a table (N, features)" : "",
+                d->x, fl_tensor_shape_str(x, b, sizeof b));
         return 1;
     }
     d->h = fl_tensor_dim(x, 1);
     d->w = fl_tensor_dim(x, 2);
     d->c = nd == 4 ? fl_tensor_dim(x, 3) : 1;
+    for (int t = 0; t < 2 && nd == 3; t++) { /* (N, H, W) -> (N, H, W, 1), the built-in models' input */
+        fl_tensor *xt = t ? data->x_test : data->x_train;
+        int64_t s4[4] = {0, d->h, d->w, 1};
+        if (xt && (s4[0] = fl_tensor_dim(xt, 0), fl_tensor_reshape(xt, 4, s4) != FL_OK)) return die(NULL);
+    }
+    if (fl_tensor_ndim(y) == 2 && fl_tensor_dim(y, 1) > 1 && fl_tensor_dtype(y) == FL_FLOAT32) {
+        /* one-hot already (categorical labels): every row one 1 and 0s */
+        const float *yv = fl_tensor_cdata(y);
+        int64_t rows = fl_tensor_dim(y, 0), k = fl_tensor_dim(y, 1), good = 0;
+        for (int64_t i = 0; i < rows; i++) {
+            int64_t ones = 0, zeros = 0;
+            for (int64_t j = 0; j < k; j++) { ones += yv[i * k + j] == 1.0f; zeros += yv[i * k + j] == 0.0f; }
+            good += ones == 1 && zeros == k - 1;
+        }
+        if (good == rows) {
+            d->classes = (int)k;
+            return 0;
+        }
+    }
     int64_t n = fl_tensor_size(y), top = -1;
     fl_tensor *f = fl_to_float(y, 1.0f);
     if (!f) return die(NULL);
@@ -268,7 +317,7 @@ static int npy_builtin_shape(data_info *d, const fl_dataset *data) {
     for (int64_t i = 0; i < n; i++) {
         if (!(v[i] >= 0) || v[i] != (float)(int64_t)v[i] || v[i] > 1e6f) {
             fprintf(stderr, "flynn: error: %s: y[%lld] = %g is not a class index (0, 1, 2, ...); the built-in models "
-                    "are classifiers\n", d->y, (long long)i, (double)v[i]);
+                    "are classifiers\n", d->dir, (long long)i, (double)v[i]);
             fl_tensor_free(f);
             return 1;
         }
@@ -482,11 +531,18 @@ static int cmd_train(int argc, char **argv) {
     const char *file = o.resume ? o.resume : flynn_is_model_file(o.model) ? o.model : NULL;
     fl_model *m = NULL;
     fl_dataset data = {0};
-    const bool own = strcmp(d.kind, "npy") == 0;
-    if (own && (load_data(&d, o.samples, o.test_samples, &data) != FL_OK)) return die(NULL);
-    if (own && !file && (r = npy_builtin_shape(&d, &data))) { fl_dataset_free(&data); return r; }
+    const bool own = flynn_own_kind(o.data) != NULL;
+    char own_desc[1200] = "";
+    if ((r = flynn_own_check_opts("train", own ? d.kind : NULL, &o.own))) return r;
+    if (own && !file && (r = flynn_own_load("train", o.data, &o.own, NULL, o.seed, &data, own_desc, sizeof own_desc)))
+        return r;
+    if (own && !file && (r = npy_builtin_shape(&d, &data, o.model))) { fl_dataset_free(&data); return r; }
     if (file) {
         if (!(m = flynn_load_model_file("train", file, NULL, true))) { fl_dataset_free(&data); return die(NULL); }
+        if (own && (r = flynn_own_load("train", o.data, &o.own, m, o.seed, &data, own_desc, sizeof own_desc))) {
+            fl_model_free(m);
+            return r;
+        }
         if (o.resume && !fl_model_optimizer(m)) {
             fl_model_free(m);
             fl_dataset_free(&data);
@@ -506,9 +562,8 @@ static int cmd_train(int argc, char **argv) {
     }
     if (!own && load_data(&d, o.samples, o.test_samples, &data) != FL_OK) { fl_model_free(m); return die(NULL); }
     if (verbose != FL_VERBOSE_SILENT && own) {
-        char a[128], b[128];
-        printf("data: x %s %s, y %s %s: %lld samples, no test set\n", d.x, fl_tensor_shape_str(data.x_train, a, sizeof a),
-               d.y, fl_tensor_shape_str(data.y_train, b, sizeof b), (long long)fl_tensor_dim(data.x_train, 0));
+        printf("data: %s: %lld samples, %s\n", own_desc, (long long)fl_tensor_dim(data.x_train, 0),
+               data.x_test ? "and a test set" : "no test set");
     } else if (verbose != FL_VERBOSE_SILENT)
         printf("data: %s from %s: %lld training and %lld test %s\n", d.kind, d.dir,
                (long long)fl_tensor_dim(data.x_train, 0), (long long)fl_tensor_dim(data.x_test, 0),
@@ -529,6 +584,7 @@ static int cmd_train(int argc, char **argv) {
         fl_model_summary(m, stdout);
         if (file) flynn_print_compile_info(m, stdout);
     }
+    if ((rc = flynn_fit_labels("train", m, &data, d.dir, verbose == FL_VERBOSE_SILENT))) goto done;
     int initial = 0;
     if (o.resume) {
         int64_t ntrain = fl_tensor_dim(data.x_train, 0);
@@ -595,28 +651,64 @@ static int cmd_evaluate(int argc, char **argv) {
     int r = parse("evaluate", argc, argv, &o);
     if (r == -1) { usage_evaluate(stdout); return 0; }
     if (r) return r;
-    if (!o.weights) return bad_usage("evaluate", "--weights DIR is required", NULL);
+    const bool file = flynn_is_model_file(o.model) && strcmp(o.model, "mnist_cnn") != 0 && strcmp(o.model, "mlp") != 0;
+    if (!o.weights && !file) return bad_usage("evaluate", "--weights DIR (or --model FILE) is required", NULL);
     data_info d;
     if ((r = parse_data("evaluate", o.data, &d))) return r;
+    const bool own = flynn_own_kind(o.data) != NULL;
+    if ((r = flynn_own_check_opts("evaluate", own ? d.kind : NULL, &o.own))) return r;
     fl_verbose verbose;
     if ((r = parse_verbose("evaluate", o.verbose, &verbose))) return r;
     if (o.threads) fl_set_num_threads(o.threads);
-    fl_model *m = builtin_model(o.model, &d);
-    if (!m) return die(NULL);
-    if ((r = choose_device("evaluate", m, o.device, o.precision, verbose == FL_VERBOSE_SILENT)) || (r = load_weights(m, o.weights))) {
+    fl_dataset data = {0};
+    char own_desc[1200] = "";
+    fl_model *m = NULL;
+    if (file) {
+        if (!(m = flynn_load_model_file("evaluate", o.model, o.weights, true))) return die(NULL);
+        if (own && (r = flynn_own_load("evaluate", o.data, &o.own, m, o.seed, &data, own_desc, sizeof own_desc))) {
+            fl_model_free(m);
+            return r;
+        }
+    } else {
+        if (own && (r = flynn_own_load("evaluate", o.data, &o.own, NULL, o.seed, &data, own_desc, sizeof own_desc)))
+            return r;
+        if (own && (r = npy_builtin_shape(&d, &data, o.model))) { fl_dataset_free(&data); return r; }
+        if (!(m = builtin_model(o.model, &d))) { fl_dataset_free(&data); return die(NULL); }
+    }
+    if ((r = choose_device("evaluate", m, o.device, o.precision, verbose == FL_VERBOSE_SILENT)) ||
+        (!file && (r = load_weights(m, o.weights)))) {
         fl_model_free(m);
+        fl_dataset_free(&data);
         return r;
     }
-    fl_dataset data;
-    if (load_data(&d, 1, o.test_samples, &data) != FL_OK) { fl_model_free(m); return die(NULL); }
+    if (!own && load_data(&d, 1, o.test_samples, &data) != FL_OK) { fl_model_free(m); return die(NULL); }
+    /* own data: its test set when it has one, else all of it */
+    fl_tensor *ex = data.x_test ? data.x_test : data.x_train, *ey = data.x_test ? data.y_test : data.y_train;
     int rc = 0;
-    float res[2];
-    if (fl_compile(m, fl_adam(), FL_SPARSE_CATEGORICAL_CROSSENTROPY, FL_ACCURACY) != FL_OK ||
-        fl_evaluate(m, data.x_test, data.y_test, res, 2, .batch_size = o.batch_size, .verbose = verbose) != FL_OK)
+    float res[16];
+    if (!fl_model_optimizer(m) && fl_compile(m, fl_adam(), FL_SPARSE_CATEGORICAL_CROSSENTROPY, FL_ACCURACY) != FL_OK) {
         rc = die(NULL);
-    else
-        printf("test accuracy: %.4f - test loss: %.4f (%lld test images)\n", res[1], res[0],
-               (long long)fl_tensor_dim(data.x_test, 0));
+        goto done;
+    }
+    if (own && verbose != FL_VERBOSE_SILENT)
+        printf("data: %s: evaluating on %s (%lld samples)\n", own_desc, data.x_test ? "its test set" : "all of it",
+               (long long)fl_tensor_dim(ex, 0));
+    if (file && (rc = fit_data_to_model(m, &data))) goto done;
+    if ((rc = flynn_fit_labels("evaluate", m, &data, d.dir, verbose == FL_VERBOSE_SILENT))) goto done;
+    ex = data.x_test ? data.x_test : data.x_train;
+    ey = data.x_test ? data.y_test : data.y_train;
+    for (int i = 0; i < 16; i++) res[i] = NAN;
+    if (fl_evaluate(m, ex, ey, res, 16, .batch_size = o.batch_size, .verbose = verbose) != FL_OK) {
+        rc = die(NULL);
+    } else if (!file) {
+        printf("test accuracy: %.4f - test loss: %.4f (%lld test %s)\n", res[1], res[0], (long long)fl_tensor_dim(ex, 0),
+               own ? "samples" : "images");
+    } else {
+        printf("loss: %.4f", res[0]);
+        for (int i = 1; i < 16 && !isnan(res[i]); i++) printf(" - metric %d: %.4f", i, res[i]);
+        printf(" (%lld samples)\n", (long long)fl_tensor_dim(ex, 0));
+    }
+done:
     fl_dataset_free(&data);
     fl_model_free(m);
     return rc;

@@ -1,7 +1,9 @@
 /*
  * data.c — the dataset side of the data API: fl_load_mnist (MNIST and
  * Fashion-MNIST from their four IDX files), fl_dataset_free, and the two
- * label/feature helpers fl_to_float and fl_one_hot.
+ * label/feature helpers fl_to_float and fl_one_hot, fl_load_npy_xy and the
+ * x/y check the other array loaders share (fl_data_check_xy), and
+ * fl_data_info_free.
  *
  * fl_load_mnist looks for each of train-images-idx3-ubyte,
  * train-labels-idx1-ubyte, t10k-images-idx3-ubyte and t10k-labels-idx1-ubyte
@@ -211,6 +213,25 @@ fl_tensor *fl_one_hot(const fl_tensor *labels, int num_classes) {
     return o;
 }
 
+fl_status fl_data_check_xy(const char *what_x, fl_tensor **xp, const char *what_y, const fl_tensor *y) {
+    fl_tensor *x = *xp;
+    char a[160], b[160];
+    if (x->ndim < 1 || y->ndim < 1 || x->shape[0] != y->shape[0] || x->shape[0] == 0)
+        return fl_error(FL_ERR_FORMAT,
+                        "x and y must hold the same number of samples (dimension 0, at least 1): %s has shape %s "
+                        "(%lld samples), %s has shape %s (%lld)",
+                        what_x, fl_shape_str(x->ndim, x->shape, a, sizeof a), x->ndim ? (long long)x->shape[0] : 0LL,
+                        what_y, fl_shape_str(y->ndim, y->shape, b, sizeof b), y->ndim ? (long long)y->shape[0] : 0LL);
+    if (x->dtype == FL_UINT8) { /* integers stay integers: int32 (a float input converts them exactly) */
+        fl_tensor *c = fl_tensor_new(FL_INT32, x->ndim, x->shape);
+        if (!c) return fl_last_status();
+        for (int64_t i = 0; i < fl_tensor_size(x); i++) ((int32_t *)c->data)[i] = ((const uint8_t *)x->data)[i];
+        fl_tensor_free(x);
+        *xp = c;
+    }
+    return FL_OK;
+}
+
 fl_status fl_load_npy_xy(const char *x_path, const char *y_path, fl_dataset *out) {
     if (!out) return fl_error(FL_ERR_INVALID_ARG, "fl_load_npy_xy: out is NULL");
     memset(out, 0, sizeof *out);
@@ -219,25 +240,23 @@ fl_status fl_load_npy_xy(const char *x_path, const char *y_path, fl_dataset *out
     if (!x) return fl_last_status();
     fl_tensor *y = fl_load_npy(y_path);
     if (!y) { fl_tensor_free(x); return fl_last_status(); }
-    char a[160], b[160];
-    if (x->ndim < 1 || y->ndim < 1 || x->shape[0] != y->shape[0] || x->shape[0] == 0) {
-        fl_status s = fl_error(FL_ERR_FORMAT,
-                               "fl_load_npy_xy: x and y must hold the same number of samples (dimension 0, at "
-                               "least 1): %s has shape %s, %s has shape %s",
-                               x_path, fl_shape_str(x->ndim, x->shape, a, sizeof a), y_path,
-                               fl_shape_str(y->ndim, y->shape, b, sizeof b));
+    fl_status s = fl_data_check_xy(x_path, &x, y_path, y);
+    if (s != FL_OK) {
+        fl_error_prefix("fl_load_npy_xy: ");
         fl_tensor_free(x);
         fl_tensor_free(y);
         return s;
     }
-    if (x->dtype == FL_UINT8) { /* integers stay integers: int32 (a float input converts them exactly) */
-        fl_tensor *c = fl_tensor_new(FL_INT32, x->ndim, x->shape);
-        if (!c) { fl_tensor_free(x); fl_tensor_free(y); return fl_last_status(); }
-        for (int64_t i = 0; i < fl_tensor_size(x); i++) ((int32_t *)c->data)[i] = ((const uint8_t *)x->data)[i];
-        fl_tensor_free(x);
-        x = c;
-    }
     out->x_train = x;
     out->y_train = y;
     return FL_OK;
+}
+
+void fl_data_info_free(fl_data_info *info) {
+    if (!info) return;
+    for (int i = 0; i < info->num_classes && info->class_names; i++) free(info->class_names[i]);
+    for (int64_t i = 0; i < info->num_paths && info->file_paths; i++) free(info->file_paths[i]);
+    free(info->class_names);
+    free(info->file_paths);
+    memset(info, 0, sizeof *info);
 }

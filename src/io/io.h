@@ -33,4 +33,22 @@ void fl_atomic_abort(fl_atomic_file *f);
 /* open + write + commit of one buffer. */
 fl_status fl_atomic_save(const char *path, const void *data, size_t len);
 
+/* keras_file.c: the zip reader (libzip) that .keras and .npz files share.
+ * fl_zip_open_read opens path read-only with its consistency checked (a
+ * message naming path and `format`, e.g. ".npz", when it is no zip);
+ * fl_zip_read_index reads entry idx whole (stored or deflated), refusing a
+ * declared size over limit before inflating, checking the CRC and that the
+ * bytes read match the declared size; *data is NUL-terminated, free() it. */
+struct zip;
+struct zip *fl_zip_open_read(const char *path, const char *format);
+fl_status fl_zip_read_index(struct zip *za, const char *path, int64_t idx, int64_t limit, char **data, size_t *len);
+
+/* data.c: checks that x and y hold the same number of samples (at least
+ * one; the message names what_x, what_y and both shapes) and widens a uint8
+ * x to int32 in place (*xp replaced). */
+fl_status fl_data_check_xy(const char *what_x, fl_tensor **xp, const char *what_y, const fl_tensor *y);
+
+/* npy.c: a .npy file held in memory (an .npz entry); `name` for messages. */
+fl_tensor *fl_npy_load_mem(const void *data, size_t len, const char *name);
+
 #endif

@@ -17,6 +17,9 @@
  * 4 GiB. The zip's consistency is checked when it is opened and each entry's
  * CRC when it is read.
  *
+ * The zip reader is shared with the .npz files (npz.c) through io.h:
+ * fl_zip_open_read and fl_zip_read_index.
+ *
  * Loading builds a new model and frees it on any error; fl_load_weights
  * reads and checks everything before it changes the model. Saving builds
  * the whole file in memory, then writes it atomically (src/io/atomic.c):
@@ -117,13 +120,17 @@ static fl_status atomic_write(const char *path, const void *data, size_t len) {
 
 /* ------------------------------------------------------------ zip */
 
-static fl_status zip_fail(const char *path, const char *what, zip_error_t *ze) {
+static fl_status zip_fail_as(const char *path, const char *what, zip_error_t *ze, const char *format) {
     int code = zip_error_code_zip(ze);
     fl_status s = code == ZIP_ER_NOENT || code == ZIP_ER_OPEN || code == ZIP_ER_READ ? FL_ERR_IO : FL_ERR_FORMAT;
-    const char *hint = code == ZIP_ER_NOZIP || code == ZIP_ER_INCONS
-                           ? " (not a .keras zip archive, or a truncated or damaged one)"
-                           : "";
+    char hint[96] = "";
+    if (code == ZIP_ER_NOZIP || code == ZIP_ER_INCONS)
+        snprintf(hint, sizeof hint, " (not a %s zip archive, or a truncated or damaged one)", format);
     return fl_error(s, "%s: %s: %s%s", path, what, zip_error_strerror(ze), hint);
+}
+
+static fl_status zip_fail(const char *path, const char *what, zip_error_t *ze) {
+    return zip_fail_as(path, what, ze, ".keras");
 }
 
 /* Reads entry `name`, checking its declared size against limit before inflating. */
@@ -131,6 +138,13 @@ static fl_status zip_entry(zip_t *za, const char *path, const char *name, int64_
     *data = NULL;
     zip_int64_t idx = zip_name_locate(za, name, 0);
     if (idx < 0) return fl_error(FL_ERR_FORMAT, "%s: not a Keras model file: the archive has no %s", path, name);
+    return fl_zip_read_index(za, path, (int64_t)idx, limit, data, len);
+}
+
+fl_status fl_zip_read_index(struct zip *za, const char *path, int64_t idx, int64_t limit, char **data, size_t *len) {
+    *data = NULL;
+    const char *name = zip_get_name(za, (zip_uint64_t)idx, 0);
+    if (!name) return zip_fail(path, "entry name", zip_get_error(za));
     zip_stat_t st;
     zip_stat_init(&st);
     if (zip_stat_index(za, (zip_uint64_t)idx, 0, &st) != 0 || !(st.valid & ZIP_STAT_SIZE))
@@ -171,18 +185,20 @@ static fl_status zip_entry(zip_t *za, const char *path, const char *name, int64_
     return FL_OK;
 }
 
-static zip_t *zip_open_read(const char *path) {
+struct zip *fl_zip_open_read(const char *path, const char *format) {
     int err = 0;
     zip_t *za = zip_open(path, ZIP_RDONLY | ZIP_CHECKCONS, &err);
     if (!za) {
         zip_error_t ze;
         zip_error_init_with_code(&ze, err);
         if (err == ZIP_ER_NOENT) fl_error(FL_ERR_IO, "cannot open %s: no such file", path);
-        else zip_fail(path, "cannot read the archive", &ze);
+        else zip_fail_as(path, "cannot read the archive", &ze, format);
         zip_error_fini(&ze);
     }
     return za;
 }
+
+static zip_t *zip_open_read(const char *path) { return fl_zip_open_read(path, ".keras"); }
 
 typedef struct zentry { const char *name; const void *data; size_t len; } zentry;
 

@@ -17,6 +17,8 @@
  * magic or version, a malformed header and data shorter than the shape.
  * Bytes after the data are ignored, as NumPy does.
  *
+ * fl_npy_load_mem (io.h) reads the same from memory: an .npz entry.
+ *
  * Writing uses format 1.0 and the bytes np.save writes: descr '<f4', '<i4'
  * or '|u1' by dtype, the same header text and padding (the data starts at
  * a multiple of 64 bytes). It is atomic (src/io/atomic.c): the file is
@@ -521,6 +523,15 @@ fl_tensor *fl_load_npy(const char *path) {
         if (S_ISREG(st.st_mode)) size = (int64_t)st.st_size;
     }
     fl_tensor *t = load(f, path, size);
+    fclose(f);
+    return t;
+}
+
+fl_tensor *fl_npy_load_mem(const void *data, size_t len, const char *name) {
+    if (len == 0) return fl_error_null(FL_ERR_FORMAT, "%s: is empty, expected a .npy array", name);
+    FILE *f = fmemopen((void *)data, len, "rb");
+    if (!f) return fl_error_null(FL_ERR_NOMEM, "%s: cannot read it from memory: %s", name, strerror(errno));
+    fl_tensor *t = load(f, name, (int64_t)len);
     fclose(f);
     return t;
 }

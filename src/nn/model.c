@@ -446,6 +446,10 @@ int fl_model_input_shape(const fl_model *m, int i, int64_t *shape) {
     if (!m || i < 0 || i >= m->ninputs) return -1;
     return node_shape(m->inputs[i], shape);
 }
+const char *fl_model_input_name(const fl_model *m, int i) {
+    if (!m || i < 0 || i >= m->ninputs) return NULL;
+    return m->inputs[i]->name;
+}
 int fl_model_output_shape(const fl_model *m, int i, int64_t *shape) {
     if (!m || i < 0 || i >= m->noutputs) return -1;
     return node_shape(m->outputs[i], shape);

@@ -2,7 +2,8 @@
 """make_corpus.py OUT FIXTURES [HARNESS...] — the seed corpora of the fuzz
 harnesses (tests/fuzz), one folder per harness under OUT, made from the
 fixtures (tests/fixtures/keras) rather than committed twice, plus small
-generated files where no fixture exists (IDX, CIFAR-10, odd .npy dtypes).
+generated files where no fixture exists (IDX, CIFAR-10, odd .npy dtypes, CSV),
+and tests/fixtures/data (.npz files, images) for npz and image.
 Standard library only. Run by the build (target fuzz-corpus); idempotent:
 each OUT/<harness> is rebuilt from scratch."""
 import gzip, hashlib, io, os, shutil, struct, sys, zipfile
@@ -101,7 +102,39 @@ def weights_seeds(fx):
     return out
 
 
+def data_dir(fx):
+    """tests/fixtures/data, next to the Keras fixtures (tools/data_fixtures.py)."""
+    return os.path.join(os.path.dirname(os.path.abspath(fx)), "data")
+
+
+def npz_seeds(fx):
+    d = os.path.join(data_dir(fx), "npz")
+    return {f: open(os.path.join(d, f), "rb").read() for f in sorted(os.listdir(d)) if f.endswith(".npz")}
+
+
+def csv_seeds(fx):
+    # the first byte is the harness's options (bit 0: label "b", bit 1: integer codes, bit 2: ';')
+    t = [(1, b"a,b,c\n1,x,2\n3,y,4\n"), (0, b"a,b\n1.5,2\n-3e2,4\n"), (3, b'a,b,c\n"q,""1""",x,red\n"z\nz",y,blue\n'),
+         (5, b"a;b\r\n1;0\r\n\r\n2;1\r\n"), (1, b"a,b\n1,2\n3\n"), (1, b"a,b\n1,NA\n"), (2, b"\xef\xbb\xbfa,b\nu,v\n")]
+    return {"seed%d" % i: bytes([o]) + body for i, (o, body) in enumerate(t)}
+
+
+def image_seeds(fx):
+    out = {}
+    tree = os.path.join(data_dir(fx), "images", "tree")
+    for root, _, files in sorted(os.walk(tree)):
+        for f in sorted(files):
+            if f.lower().endswith((".png", ".jpg", ".jpeg")):
+                data = open(os.path.join(root, f), "rb").read()
+                for mode in (0, 1, 2, 4 | 1):  # rgb, grayscale, rgba; gray resized
+                    out["%s.m%d" % (f, mode)] = bytes([mode]) + data
+    return out
+
+
 HARNESSES = {
+    "npz": npz_seeds,
+    "csv": csv_seeds,
+    "image": image_seeds,
     "idx": idx_seeds,
     "npy": npy_seeds,
     "cifar": cifar_seeds,
