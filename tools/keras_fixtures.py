@@ -824,6 +824,30 @@ def m_seq1d_layers(rng):
     return keras.Model(x, y, name="seq1d_layers"), [tokens(rng, 3, 7, 20)]
 
 
+def m_func_mask_ops(rng):
+    # A Functional model's masks as Keras 3 writes them: NotEqual, Any,
+    # LogicalOr and ConvertToTensor operations and mask= call arguments
+    # (Embedding mask_zero + Masking through Add into masked pooling; an
+    # LSTM and an Attention layer fed by an Embedding's mask). Keras 3.15
+    # cannot read these operations back from its own legacy .h5: .keras only.
+    tok = keras.Input((6,), dtype="int32", name="tokens")
+    feats = keras.Input((6, 3), name="feats")
+    e = L.Embedding(20, 3, mask_zero=True)(tok)
+    h = L.Add()([e, L.Masking()(feats)])
+    h = L.Dropout(0.2)(L.Dense(4, activation="tanh")(h))
+    p = L.GlobalAveragePooling1D()(h)                       # mask: LogicalOr(NotEqual, Any(NotEqual))
+    r = L.LSTM(3)(e)                                        # mask: NotEqual
+    a = L.Attention()([e, e])
+    q = L.GlobalAveragePooling1D()(a)                       # mask: ConvertToTensor(NotEqual)
+    y = L.Dense(2)(L.Concatenate()([p, r, q]))
+    m = keras.Model([tok, feats], y, name="func_mask_ops")
+    t = tokens(rng, 3, 6, 20)
+    f = normal(rng, 3, 6, 3)
+    f[0, 4:] = 0.0  # masked steps (Masking's zeros)
+    f[2, 1] = 0.0
+    return m, [t, f]
+
+
 MODELS = [
     ("dense_activations", "sequential", m_dense_activations, KERAS),
     ("activation_layers", "sequential", m_activation_layers, KERAS),
@@ -857,6 +881,7 @@ MODELS = [
     ("attention_scores", "functional", m_attention_scores, KERAS),
     ("time_repeat", "sequential", m_time_repeat, ALL),
     ("seq1d_layers", "functional", m_seq1d_layers, ALL),
+    ("func_mask_ops", "functional", m_func_mask_ops, KERAS),
     ("time_distributed_cnn", "sequential", m_time_distributed_cnn, ALL),
     ("rnn_lstm", "sequential", m_rnn_lstm, ALL),
     ("rnn_gru_simple", "functional", m_rnn_gru_simple, ALL),
@@ -1104,6 +1129,17 @@ def t_seq1d_sgd():
     ], name="train_seq1d_sgd")
 
 
+def t_func_mask_lstm_sgd():
+    # A Functional text classifier with a masked LSTM and masked pooling:
+    # the NotEqual masks Keras writes carry the gradients' masks too.
+    x = keras.Input((7,), dtype="int32", name="tokens")
+    e = L.Embedding(15, 4, mask_zero=True)(x)
+    r = L.LSTM(3, return_sequences=True)(e)
+    p = L.GlobalAveragePooling1D()(L.Dense(3, activation="tanh")(r))
+    y = L.Dense(3, activation="softmax")(p)
+    return keras.Model(x, y, name="train_func_mask_lstm_sgd")
+
+
 def t_time_repeat_sgd():
     return keras.Sequential([
         keras.Input((4,)),
@@ -1193,6 +1229,12 @@ def t_masking_mse_sgd():
 def b_tokens_binary(t, vocab):
     def make(rng):
         return tokens(rng, 8, t, vocab), rng.integers(0, 2, (8, 1)).astype(F32)
+    return make
+
+
+def b_sparse_tokens(classes, t, vocab):
+    def make(rng):
+        return tokens(rng, 8, t, vocab), rng.integers(0, classes, 8).astype(np.int32)
     return make
 
 
@@ -1302,6 +1344,9 @@ TRAINING = [
     ("train_seq1d_sgd", t_seq1d_sgd,
      lambda: keras.optimizers.SGD(learning_rate=0.1, momentum=0.9),
      "sparse_categorical_crossentropy", ["accuracy"], b_sparse(3, 6, 3), KERAS_H5),
+    ("train_func_mask_lstm_sgd", t_func_mask_lstm_sgd,
+     lambda: keras.optimizers.SGD(learning_rate=0.1, momentum=0.9),
+     "sparse_categorical_crossentropy", ["accuracy"], b_sparse_tokens(3, 7, 15), KERAS),
     ("train_time_repeat_sgd", t_time_repeat_sgd,
      lambda: keras.optimizers.SGD(learning_rate=0.1, momentum=0.9),
      "mean_squared_error", None, b_regression(2, 4), KERAS_H5),
@@ -1820,6 +1865,8 @@ def check_group_names(path):
     layers = cfg["config"]["layers"]
     if cfg["class_name"] == "Sequential":
         layers = [la for la in layers if la["class_name"] != "InputLayer"]
+    # operations (a Functional model's mask ops: NotEqual, ...) are no layers: no group
+    layers = [la for la in layers if not str(la.get("module", "")).startswith("keras.src.ops")]
     used, bad = {}, []
     for la in layers:
         base = snake_case(la["class_name"])

@@ -103,10 +103,6 @@ static fl_layer *layer_from_config(const kctx *c, const char *cls, json_object *
         if (strcmp(cls, "Sequential") == 0 || strcmp(cls, "Functional") == 0 || strcmp(cls, "Model") == 0)
             return kfail(c, FL_ERR_UNSUPPORTED, "a model used as a layer (nested models) is not supported; flynn "
                          "supports %s", SUPPORTED_LAYERS), NULL;
-        if (!strcmp(cls, "NotEqual") || !strcmp(cls, "Any") || !strcmp(cls, "LogicalOr") || !strcmp(cls, "LogicalAnd"))
-            return kfail(c, FL_ERR_UNSUPPORTED, "Keras op '%s' as a layer: part of an explicit mask graph (Keras 3 "
-                         "writes masks so in Functional models); not loaded yet, use a Sequential model; flynn "
-                         "supports %s", cls, SUPPORTED_LAYERS), NULL;
         return kfail(c, FL_ERR_UNSUPPORTED, "layer class '%s' is not supported; flynn supports %s", cls,
                      SUPPORTED_LAYERS), NULL;
     }
@@ -246,7 +242,12 @@ fail:
 /* ------------------------------------------------------------ Functional */
 
 typedef struct kref { const char *layer; int64_t node, tensor; } kref;
-typedef struct knode { int n; kref in[FL_NODE_MAX_IN]; } knode;
+typedef struct knode {
+    int n;
+    kref in[FL_NODE_MAX_IN];
+    bool masked[FL_NODE_MAX_IN]; /* mask= gave input i's mask: mask[i] */
+    kref mask[FL_NODE_MAX_IN];
+} knode;
 typedef struct kentry {
     const char *name, *cls;
     json_object *entry, *cfg;
@@ -307,7 +308,20 @@ static fl_status parse_nodes(const kctx *c, kentry *e) {
     for (size_t i = 0; i < n; i++) {
         json_object *nd = json_object_array_get_idx(nodes, i);
         knode *k = &e->nodes[i];
-        if (jis(nd, json_type_object)) { /* Keras 3: {"args": [...], "kwargs": {...}} */
+        if (jis(nd, json_type_object) && e->layer && e->layer->kind == FL_L_NOT_EQUAL) {
+            /* keras.ops.not_equal(x, c) of a mask: a tensor and a number */
+            json_object *args = jkey(nd, "args"), *cv = jis(args, json_type_array) && json_object_array_length(args) == 2
+                                                          ? json_object_array_get_idx(args, 1) : NULL;
+            if (!jis(cv, json_type_int) && !jis(cv, json_type_double))
+                return kfail(c, FL_ERR_UNSUPPORTED, "NotEqual takes a tensor and a number here (a mask: "
+                             "not_equal(x, 0)), not %s", args ? json_object_to_json_string_ext(args, JSON_C_TO_STRING_PLAIN)
+                             : "null");
+            double v = json_object_get_double(cv);
+            if (i > 0 && (float)v != e->layer->a.not_equal)
+                return kfail(c, FL_ERR_UNSUPPORTED, "calls of one NotEqual with different constants");
+            e->layer->a.not_equal = (float)v;
+            FL_TRY(collect_tensors(c, json_object_array_get_idx(args, 0), k));
+        } else if (jis(nd, json_type_object)) { /* Keras 3: {"args": [...], "kwargs": {...}} */
             FL_TRY(collect_tensors(c, jkey(nd, "args"), k));
             json_object *kw = jkey(nd, "kwargs");
             const bool attn = e->layer && (e->layer->kind == FL_L_MHA || e->layer->kind == FL_L_ATTENTION);
@@ -329,10 +343,24 @@ static fl_status parse_nodes(const kctx *c, kentry *e) {
                         if (val) FL_TRY(collect_tensors(c, val, k));
                         continue;
                     }
-                    if (val && strcmp(key, "mask") == 0)
-                        return kfail(c, FL_ERR_UNSUPPORTED, "a call with an explicit mask= (the mask of a masked "
-                                     "sequence, which Keras 3 writes out in a Functional model) is not supported yet; "
-                                     "the same layers in a Sequential model load");
+                    /* mask=: the mask of the first input, or a list (null: the input's own), which Keras 3
+                     * writes for a Functional model's masked calls */
+                    if (strcmp(key, "mask") == 0) {
+                        if (!val) continue;
+                        bool list = jis(val, json_type_array);
+                        size_t nm = list ? json_object_array_length(val) : 1;
+                        if (nm > FL_NODE_MAX_IN) return kfail(c, FL_ERR_UNSUPPORTED, "a call with %zu masks", nm);
+                        for (size_t j = 0; j < nm; j++) {
+                            json_object *mv = list ? json_object_array_get_idx(val, j) : val;
+                            if (!mv) continue;
+                            const char *cn = jstr(jkey(mv, "class_name"));
+                            if (!cn || strcmp(cn, "__keras_tensor__") != 0)
+                                return kfail(c, FL_ERR_FORMAT, "mask %zu of a call is not a tensor", j);
+                            FL_TRY(parse_ref_list(c, jkey(jkey(mv, "config"), "keras_history"), &k->mask[j]));
+                            k->masked[j] = true;
+                        }
+                        continue;
+                    }
                     if (attn && strcmp(key, "use_causal_mask") == 0 && jis(val, json_type_boolean)) {
                         bool on = json_object_get_boolean(val);
                         bool *flag = e->layer->kind == FL_L_MHA ? &e->layer->a.mha.use_causal_mask
@@ -434,7 +462,8 @@ static bool sym_reach(fl_sym *s, fl_sym **seen, int *nseen, int cap) {
     if (*nseen == cap) return false;
     seen[(*nseen)++] = s;
     for (int i = 0; i < s->nin; i++)
-        if (!sym_reach(s->in[i], seen, nseen, cap)) return false;
+        if (!sym_reach(s->in[i], seen, nseen, cap) || (s->mask[i] && !sym_reach(s->mask[i], seen, nseen, cap)))
+            return false;
     return !s->src || sym_reach(s->src, seen, nseen, cap); /* an output > 0 of a call reaches the call */
 }
 
@@ -495,12 +524,19 @@ static fl_model *functional_from_config(kctx *c, json_object *cfg) {
                 knode *nd = &e->nodes[e->done];
                 fl_sym *ins[FL_NODE_MAX_IN];
                 bool ready = true;
+                fl_sym *masks[FL_NODE_MAX_IN] = {0};
                 for (int k = 0; k < nd->n; k++) {
                     fl_status bad = FL_OK;
                     ins[k] = resolve(c, es, n, &nd->in[k], &bad);
                     if (bad) goto fail;
                     if (!ins[k]) ready = false;
+                    if (!nd->masked[k]) continue;
+                    masks[k] = resolve(c, es, n, &nd->mask[k], &bad);
+                    if (bad) goto fail;
+                    if (!masks[k]) ready = false;
                 }
+                for (int k = nd->n; k < FL_NODE_MAX_IN; k++)
+                    if (nd->masked[k]) { kfail(c, FL_ERR_FORMAT, "a call with more masks than inputs"); goto fail; }
                 if (!ready) break;
                 fl_sym *s = fl_call_n_(e->layer, ins, nd->n);
                 if (!s) {
@@ -508,6 +544,7 @@ static fl_model *functional_from_config(kctx *c, json_object *cfg) {
                     fl_error_prefix("%s: %s: ", c->src, c->where);
                     goto fail;
                 }
+                for (int k = 0; k < nd->n; k++) s->mask[k] = masks[k];
                 e->syms[e->done++] = s;
                 total_syms++;
                 progress = true;
@@ -1046,6 +1083,11 @@ static json_object *layer_config(const fl_layer *l) {
         return c;
     }
     put(c, "name", jstring(l->name));
+    if (fl_layer_kind_is_op(l->kind)) { /* an operation: its name (and Any's axis) only */
+        const fl_keras_layer_def *d = fl_keras_layer_by_kind(l->kind);
+        if (d && d->to_config) d->to_config(l, c);
+        return c;
+    }
     put(c, "trainable", jbool(!l->frozen));
     put(c, "dtype", dtype_policy());
     const fl_keras_layer_def *d = fl_keras_layer_by_kind(l->kind);
@@ -1068,7 +1110,8 @@ static json_object *keras_tensor(const fl_sym *s) {
     json_object_array_add(h, jint(s->index));
     json_object *c = json_object_new_object();
     put(c, "shape", jshape(s->node));
-    put(c, "dtype", jstring(s->layer->kind == FL_L_INPUT ? input_dtype_name(s->layer) : "float32"));
+    put(c, "dtype", jstring(s->layer->kind == FL_L_INPUT ? input_dtype_name(s->layer)
+                            : fl_layer_kind_is_op(s->layer->kind) ? "bool" : "float32"));
     put(c, "keras_history", h);
     json_object *t = json_object_new_object();
     put(t, "class_name", jstring("__keras_tensor__"));
@@ -1077,7 +1120,9 @@ static json_object *keras_tensor(const fl_sym *s) {
 }
 
 static json_object *layer_entry(const fl_model *m, const fl_layer *l, bool legacy) {
-    json_object *e = jobject("keras.layers", fl_layer_kind_class(l->kind), layer_config(l), legacy);
+    const char *module = !fl_layer_kind_is_op(l->kind) ? "keras.layers"
+                       : l->kind == FL_L_CONVERT_TO_TENSOR ? "keras.src.ops.core" : "keras.src.ops.numpy";
+    json_object *e = jobject(module, fl_layer_kind_class(l->kind), layer_config(l), legacy);
     if (!legacy && has_build_config(l->kind)) {
         const fl_node *ins[FL_NODE_MAX_IN] = {0};
         int n = layer_inputs(m, l, ins);
@@ -1103,7 +1148,8 @@ static json_object *layer_entry(const fl_model *m, const fl_layer *l, bool legac
     if (m->functional) {
         put(e, "name", jstring(l->name));
         json_object *nodes = json_object_new_array();
-        bool merge = fl_layer_kind_merges(l->kind) && l->kind != FL_L_MHA; /* MHA(query, value, key) */
+        /* MHA(query, value, key), logical_or(a, b): positional */
+        bool merge = fl_layer_kind_merges(l->kind) && l->kind != FL_L_MHA && !fl_layer_kind_is_op(l->kind);
         for (int call = 0; l->kind != FL_L_INPUT; call++) {
             const fl_sym *s = layer_call(m, l, call);
             if (!s) break;
@@ -1115,6 +1161,7 @@ static json_object *layer_entry(const fl_model *m, const fl_layer *l, bool legac
             } else {
                 const int na = l->kind == FL_L_MHA ? 3 : fl_layer_num_states(l) > 0 ? 1 : s->nin;
                 for (int i = 0; i < s->nin && i < na; i++) json_object_array_add(args, keras_tensor(s->in[i]));
+                if (l->kind == FL_L_NOT_EQUAL) json_object_array_add(args, jfloat(l->a.not_equal));
             }
             json_object *nd = json_object_new_object();
             put(nd, "args", args);
@@ -1125,6 +1172,16 @@ static json_object *layer_entry(const fl_model *m, const fl_layer *l, bool legac
                 put(kw, "initial_state", st);
             }
             if (l->inference_call) put(kw, "training", jbool(false));
+            int nm = 0; /* mask=: one tensor for the first input, else a list */
+            for (int i = 0; i < s->nin; i++)
+                if (s->mask[i]) nm = i + 1;
+            if (nm == 1 && (s->nin == 1 || fl_layer_num_states(l) > 0)) {
+                put(kw, "mask", keras_tensor(s->mask[0]));
+            } else if (nm > 0) {
+                json_object *ml = json_object_new_array();
+                for (int i = 0; i < s->nin; i++) json_object_array_add(ml, s->mask[i] ? keras_tensor(s->mask[i]) : NULL);
+                put(kw, "mask", ml);
+            }
             if (l->kind == FL_L_MHA && s->nin > 3) put(kw, "attention_mask", keras_tensor(s->in[3]));
             if ((l->kind == FL_L_MHA && l->a.mha.use_causal_mask) || (l->kind == FL_L_ATTENTION && l->a.att.use_causal_mask))
                 put(kw, "use_causal_mask", jbool(true));

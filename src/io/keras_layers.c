@@ -1143,6 +1143,34 @@ static fl_layer *masking_from(const kctx *c, const char *cls, json_object *cfg, 
 
 static void masking_to(const fl_layer *l, json_object *c) { put(c, "mask_value", jfloat(l->a.masking.mask_value)); }
 
+/* The mask operations of a Functional model (NotEqual, Any, LogicalOr,
+ * LogicalAnd): NotEqual's constant comes with its call (keras_config.c). */
+static fl_layer *mask_op_from(const kctx *c, const char *cls, json_object *cfg, klayer_extra *x) {
+    (void)x;
+    const fl_keras_layer_def *d = fl_keras_layer_by_class(cls);
+    if (d->kind == FL_L_ANY) {
+        json_object *ax = jkey(cfg, "axis");
+        bool keep = false;
+        if (get_bool(c, cfg, "keepdims", false, &keep)) return NULL;
+        if (!jis(ax, json_type_int) || json_object_get_int64(ax) != -1 || keep)
+            return kfail(c, FL_ERR_UNSUPPORTED, "Any over axis %s%s: flynn computes a mask's Any over the last axis "
+                         "(axis -1, keepdims false)", ax ? json_object_to_json_string_ext(ax, JSON_C_TO_STRING_PLAIN)
+                         : "null", keep ? " with keepdims" : ""), NULL;
+    }
+    return fl_mask_op_layer(d->kind, 0.0f, NULL);
+}
+
+static void mask_op_to(const fl_layer *l, json_object *c) {
+    if (l->kind == FL_L_CONVERT_TO_TENSOR) {
+        put(c, "dtype", NULL);
+        put(c, "sparse", NULL);
+        put(c, "ragged", NULL);
+    }
+    if (l->kind != FL_L_ANY) return;
+    put(c, "axis", jint(-1));
+    put(c, "keepdims", jbool(false));
+}
+
 /* ------------------------------------------------------------- the table */
 
 /* ------------------------------------------ sequences: normalisation, attention */
@@ -1389,6 +1417,11 @@ static const fl_keras_layer_def layer_defs[] = {
     {"Cropping1D", FL_L_CROPPING1D, padding1d_from, padding1d_to, true},
     {"UpSampling1D", FL_L_UPSAMPLE1D, upsample1d_from, upsample1d_to, true},
     {"SpatialDropout1D", FL_L_SPATIAL_DROPOUT1D, dropout_from, dropout_to, false},
+    {"NotEqual", FL_L_NOT_EQUAL, mask_op_from, mask_op_to, false},
+    {"Any", FL_L_ANY, mask_op_from, mask_op_to, false},
+    {"LogicalOr", FL_L_LOGICAL_OR, mask_op_from, mask_op_to, false},
+    {"LogicalAnd", FL_L_LOGICAL_AND, mask_op_from, mask_op_to, false},
+    {"ConvertToTensor", FL_L_CONVERT_TO_TENSOR, mask_op_from, mask_op_to, false},
     {"SimpleRNN", FL_L_SIMPLE_RNN, rnn_from, rnn_to, true},
     {"LSTM", FL_L_LSTM, rnn_from, rnn_to, true},
     {"GRU", FL_L_GRU, rnn_from, rnn_to, true},

@@ -393,7 +393,7 @@ static fl_status read_keras_layers(fl_h5file *f, const fl_model *m, fl_kstate *s
     int v = 0;
     for (int i = 0; i < m->nlayers; i++) {
         const fl_layer *l = m->layers[i];
-        if (is_sequential_input(m, i)) continue;
+        if (is_sequential_input(m, i) || fl_layer_kind_is_op(l->kind)) continue; /* operations: no group */
         char kp[96], path[256], who[256];
         fl_keras_layer_path(m, i, kp, sizeof kp);
         if (l->nw > 0 && l->wsub[0]) { /* sub-layers' weights (MultiHeadAttention, TimeDistributed) */
@@ -712,7 +712,7 @@ static int write_keras_layout(fl_h5w *w, const fl_model *m, const host_copy *h) 
     int v = 0;
     for (int i = 0; i < m->nlayers; i++) {
         const fl_layer *l = m->layers[i];
-        if (is_sequential_input(m, i)) continue;
+        if (is_sequential_input(m, i) || fl_layer_kind_is_op(l->kind)) continue; /* operations: no group */
         char kp[96], path[160];
         fl_keras_layer_path(m, i, kp, sizeof kp);
         if (l->nw > 0 && l->wsub[0]) { /* sub-layers' weights (MultiHeadAttention, TimeDistributed) */
@@ -814,14 +814,14 @@ static int write_legacy_layout(fl_h5w *w, const fl_model *m, const host_copy *h)
     if (!names) { fl_error(FL_ERR_NOMEM, "out of memory"); goto done; }
     int nn = 0;
     for (int i = 0; i < m->nlayers; i++)
-        if (!is_sequential_input(m, i)) names[nn++] = m->layers[i]->name;
+        if (!is_sequential_input(m, i) && !fl_layer_kind_is_op(m->layers[i]->kind)) names[nn++] = m->layers[i]->name;
     if (write_str_attr(w, mw, "layer_names", names, nn, false) < 0 || write_str_attr(w, mw, "backend", &backend, 1, true) < 0 ||
         write_str_attr(w, mw, "keras_version", &ver, 1, true) < 0)
         goto done;
     int v = 0;
     for (int i = 0; i < m->nlayers; i++) {
         const fl_layer *l = m->layers[i];
-        if (is_sequential_input(m, i)) continue;
+        if (is_sequential_input(m, i) || fl_layer_kind_is_op(l->kind)) continue; /* operations: no group */
         int lg = fl_h5w_group(w, mw, l->name);
         if (lg < 0) goto done;
         char wn[FL_LAYER_MAX_WEIGHTS][256];

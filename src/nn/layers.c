@@ -156,6 +156,14 @@ fl_layer *fl_masking_(fl_masking_args a) {
     return l;
 }
 
+fl_layer *fl_mask_op_layer(fl_layer_kind k, float c, const char *name) {
+    if (!fl_layer_kind_is_op(k)) return fl_error_null(FL_ERR_INVALID_ARG, "fl_mask_op_layer: not a mask operation");
+    if (!isfinite(c)) return fl_error_null(FL_ERR_INVALID_ARG, "NotEqual: the constant %g is not finite", c);
+    fl_layer *l = new_layer(k, name);
+    if (l) l->a.not_equal = c;
+    return l;
+}
+
 fl_layer *fl_dense_(fl_dense_args a) {
     if (a.units <= 0) return fl_error_null(FL_ERR_INVALID_ARG, "Dense: units is %d, expected > 0", a.units);
     if (check_act("Dense", a.activation)) return NULL;
@@ -1622,6 +1630,39 @@ static fl_node *build_masking(fl_layer *l, fl_graph *g, fl_node *const *xs, int 
     return y;
 }
 
+/* The mask operations: 1/0 floats, no gradient. NotEqual(x, c) elementwise
+ * (a (batch, steps) tensor, int or float, or (batch, steps, features) seen
+ * as one value a step); Any over the last axis of a (batch, steps,
+ * features) one; LogicalOr/LogicalAnd of two as max/min. */
+static fl_node *build_mask_op(fl_layer *l, fl_graph *g, fl_node *const *xs, int nx) {
+    fl_node *x = xs[0];
+    char s[128];
+    switch (l->kind) {
+    case FL_L_NOT_EQUAL: {
+        if (x->ndim == 2) return fl_graph_seq_mask(g, l->name, x, l->a.not_equal);
+        if (x->ndim != 3) break;
+        fl_node *v = fl_graph_reshape(g, l->name, x, 2, (int64_t[]){x->shape[1] * x->shape[2], 1});
+        if (!v) return NULL;
+        v->int_val = x->int_val;
+        fl_node *m = fl_graph_seq_mask(g, l->name, v, l->a.not_equal);
+        return m ? fl_graph_reshape(g, l->name, m, 2, x->shape + 1) : NULL;
+    }
+    case FL_L_ANY:
+        if (x->ndim != 3) break;
+        return fl_graph_seq_mask(g, l->name, x, 0.0f);
+    case FL_L_CONVERT_TO_TENSOR: /* the identity */
+        return fl_graph_reshape(g, l->name, x, x->ndim - 1, x->shape + 1);
+    default:
+        if (nx != 2)
+            return fl_error_null(FL_ERR_INVALID_ARG, "layer '%s' (%s) takes 2 inputs, it was given %d", l->name,
+                                 kind_class[l->kind], nx);
+        return fl_graph_merge(g, l->name, l->kind == FL_L_LOGICAL_OR ? FL_OP_MAX : FL_OP_MIN, xs, 2, 0);
+    }
+    return fl_error_null(FL_ERR_UNSUPPORTED, "layer '%s' (%s): input %s; flynn computes masks of sequences, (batch, "
+                         "steps) or (batch, steps, features)%s", l->name, kind_class[l->kind],
+                         fl_shape_str(x->ndim, x->shape, s, sizeof s), l->kind == FL_L_ANY ? " (Any over the last axis)" : "");
+}
+
 static const build_fn kind_build[FL_L_COUNT] = {
     [FL_L_INPUT] = build_input,         [FL_L_DENSE] = build_dense,         [FL_L_CONV2D] = build_conv2d,
     [FL_L_MAXPOOL] = build_pool,        [FL_L_AVGPOOL] = build_pool,        [FL_L_GAP] = build_global_pool,
@@ -1640,6 +1681,9 @@ static const build_fn kind_build[FL_L_COUNT] = {
     [FL_L_UPSAMPLE2D] = build_upsample2d, [FL_L_CONV2D_TRANSPOSE] = build_conv2d_transpose,
     [FL_L_ZEROPAD1D] = build_seq1d,       [FL_L_CROPPING1D] = build_seq1d,
     [FL_L_UPSAMPLE1D] = build_seq1d,      [FL_L_SPATIAL_DROPOUT1D] = build_dropout,
+    [FL_L_NOT_EQUAL] = build_mask_op,     [FL_L_ANY] = build_mask_op,
+    [FL_L_LOGICAL_OR] = build_mask_op,    [FL_L_LOGICAL_AND] = build_mask_op,
+    [FL_L_CONVERT_TO_TENSOR] = build_mask_op,
     [FL_L_PERMUTE] = build_permute,     [FL_L_RESIZING] = build_resizing,
     [FL_L_LAYERNORM] = build_layernorm, [FL_L_MHA] = build_mha,         [FL_L_ATTENTION] = build_attention,
     [FL_L_REPEAT_VECTOR] = build_repeat_vector, [FL_L_TIME_DISTRIBUTED] = build_time_distributed,
@@ -1715,9 +1759,10 @@ fl_node *fl_layer_build(fl_layer *l, fl_graph *g, fl_node *const *xs, int nx, ui
                              kind_class[l->kind],
                              in == FL_IN_NONE ? "no input" : in == FL_IN_MANY ? "2 or more inputs" : "one input", nx);
     for (int i = 0; i < nx; i++)
-        if (xs[i]->int_val && l->kind != FL_L_EMBEDDING)
+        if (xs[i]->int_val && l->kind != FL_L_EMBEDDING && l->kind != FL_L_NOT_EQUAL)
             return fl_error_null(FL_ERR_UNSUPPORTED, "layer '%s' (%s) receives the int32 input '%s'; in flynn only "
-                                 "Embedding reads integer inputs (give this layer a float32 Input)", l->name,
+                                 "Embedding (and a mask's NotEqual) reads integer inputs (give this layer a float32 "
+                                 "Input)", l->name,
                                  kind_class[l->kind], xs[i]->name);
     if (masks_in(l, xs, nx)) return NULL;
     l->nouts = 0;

@@ -221,6 +221,8 @@ static fl_status collect(fl_sym *s, fl_sym ***out, int *n, int *cap) {
     }
     (*out)[(*n)++] = s;
     for (int i = 0; i < s->nin; i++) FL_TRY(collect(s->in[i], out, n, cap));
+    for (int i = 0; i < s->nin; i++)
+        if (s->mask[i]) FL_TRY(collect(s->mask[i], out, n, cap));
     if (s->src) FL_TRY(collect(s->src, out, n, cap)); /* a call's outputs go with it */
     for (int i = 0; i < FL_LAYER_MAX_OUTS; i++)
         if (s->outsym[i]) FL_TRY(collect(s->outsym[i], out, n, cap));
@@ -264,6 +266,8 @@ static void keras_dfs(keras_walk *w, fl_sym *s) {
     if (li >= 0 && w->first[li] < 0) w->first[li] = w->next++;
     w->state[k] = 1;
     for (int i = 0; i < s->nin; i++) keras_dfs(w, s->in[i]);
+    for (int i = 0; i < s->nin; i++) /* then the call's keyword tensors, as Keras flattens them */
+        if (s->mask[i]) keras_dfs(w, s->mask[i]);
     w->state[k] = 2;
     w->post[w->npost++] = k;
 }
@@ -290,8 +294,9 @@ static void order_like_keras(fl_layer **layers, int nl, fl_sym **all, int n, fl_
         if (li >= 0 && layer_depth[li] > depth) depth = layer_depth[li];
         if (li >= 0) layer_depth[li] = depth;
         node_depth[k] = depth;
-        for (int i = 0; i < all[k]->nin; i++) {
-            int pk = sym_index(all, n, call_of(all[k]->in[i]));
+        for (int i = 0; i < 2 * all[k]->nin; i++) { /* the inputs, then the masks given */
+            fl_sym *in = i < all[k]->nin ? all[k]->in[i] : all[k]->mask[i - all[k]->nin];
+            int pk = in ? sym_index(all, n, call_of(in)) : -1;
             if (pk >= 0 && node_depth[pk] < depth + 1) node_depth[pk] = depth + 1;
         }
     }
@@ -408,10 +413,15 @@ fl_model *fl_model_new(fl_sym *const *inputs, int nin, fl_sym *const *outputs, i
             s->node = s->src->outs[s->index];
             continue;
         }
-        fl_node *xs[FL_NODE_MAX_IN];
+        fl_node *xs[FL_NODE_MAX_IN], *own[FL_NODE_MAX_IN];
         for (int i = 0; i < s->nin; i++) xs[i] = s->in[i]->node;
+        /* masks given to the call stand for the inputs' own while it is built (its ops take them) */
+        for (int i = 0; i < s->nin; i++) own[i] = xs[i]->mask;
+        for (int i = 0; i < s->nin; i++)
+            if (s->mask[i]) xs[i]->mask = s->mask[i]->node;
         s->call = s->layer->ncalls;
         s->node = fl_layer_build(s->layer, &m->g, xs, s->nin, m->seed);
+        for (int i = 0; i < s->nin; i++) xs[i]->mask = own[i];
         if (!s->node) {
             fl_error_prefix("fl_model_new: ");
             fl_model_free(m);

@@ -67,7 +67,12 @@
     X(ZEROPAD1D, "ZeroPadding1D", "zero_padding1d", FL_IN_ONE)                      \
     X(CROPPING1D, "Cropping1D", "cropping1d", FL_IN_ONE)                            \
     X(UPSAMPLE1D, "UpSampling1D", "up_sampling1d", FL_IN_ONE)                       \
-    X(SPATIAL_DROPOUT1D, "SpatialDropout1D", "spatial_dropout1d", FL_IN_ONE)
+    X(SPATIAL_DROPOUT1D, "SpatialDropout1D", "spatial_dropout1d", FL_IN_ONE)         \
+    X(NOT_EQUAL, "NotEqual", "not_equal", FL_IN_ONE)                                \
+    X(ANY, "Any", "any", FL_IN_ONE)                                                 \
+    X(LOGICAL_OR, "LogicalOr", "logical_or", FL_IN_MANY)                            \
+    X(LOGICAL_AND, "LogicalAnd", "logical_and", FL_IN_MANY)                         \
+    X(CONVERT_TO_TENSOR, "ConvertToTensor", "convert_to_tensor", FL_IN_ONE)
 
 enum { FL_IN_NONE, FL_IN_ONE, FL_IN_MANY };
 
@@ -129,6 +134,7 @@ struct fl_layer {
         } shape;
         fl_embedding_args emb;
         fl_masking_args masking;
+        float not_equal;           /* NotEqual: the constant of its call (keras.ops.not_equal(x, c)) */
     } a;
     int nw;
     fl_node *w[FL_LAYER_MAX_WEIGHTS];
@@ -168,9 +174,23 @@ struct fl_sym {
     int index;        /* which output of the call (Keras tensor_index) */
     fl_sym *outsym[FL_LAYER_MAX_OUTS]; /* the call: its outputs > 0 made so far by fl_output */
     fl_node *outs[FL_LAYER_MAX_OUTS];  /* the call, once built: every output node */
+    fl_sym *mask[FL_NODE_MAX_IN];      /* the masks given to the call for its inputs (Keras's mask= call
+                                        * argument, which Keras 3 writes in Functional files), NULL: the input's own */
 };
 
 #define FL_MODEL_MAX_IO 16
+
+/* The Keras operations a Functional model's file holds to compute masks
+ * (NotEqual, Any, LogicalOr, LogicalAnd from keras.src.ops.numpy,
+ * ConvertToTensor from keras.src.ops.core): layers in flynn, with no
+ * weights, written back as operations, as Keras writes them (in a legacy
+ * .h5 too, where Keras 3.15 cannot read them back: its own files as flynn's). */
+static inline bool fl_layer_kind_is_op(fl_layer_kind k) {
+    return k == FL_L_NOT_EQUAL || k == FL_L_ANY || k == FL_L_LOGICAL_OR || k == FL_L_LOGICAL_AND ||
+           k == FL_L_CONVERT_TO_TENSOR;
+}
+/* A new mask operation layer of that kind (NotEqual: with constant c). */
+fl_layer *fl_mask_op_layer(fl_layer_kind k, float c, const char *name);
 
 /* Builds one call of the layer on inputs xs[nx]: creates and initialises
  * its weights on the first call, reuses them on later ones (shared layers). */
