@@ -233,6 +233,26 @@ static void test_fit_api(void) {
     fclose(out);
     fl_history_free(h);
 
+    /* validation_split takes Keras's int(floor(n * (1 - split))) training samples, from the decimal split */
+    {
+        static const struct { float split; int bs; const char *steps; } vs[] = {
+            {0.25f, 16, "10/10 - "}, /* 150: 10 steps */
+            {0.333f, 133, "1/1 - "}, /* floor(133.4) = 133: 1 step (a ceil, 134, would give 2) */
+            {0.1f, 179, "2/2 - "},   /* 180 (of the decimal 0.1; the float32 0.100000001 gives 179: 1 step) */
+        };
+        for (size_t i = 0; i < sizeof vs / sizeof vs[0]; i++) {
+            FILE *vo = tmpfile();
+            fl_history *vh = fl_fit(m, x, y, .batch_size = vs[i].bs, .epochs = 1, .validation_split = vs[i].split,
+                                    .out = vo, .verbose = FL_VERBOSE_EPOCH);
+            char *vtxt = read_all(vo);
+            CHECK_MSG(vh && vtxt && strncmp(vtxt, vs[i].steps, strlen(vs[i].steps)) == 0, /* the epoch's line first */
+                      "validation_split %g, batch %d: %s", vs[i].split, vs[i].bs, vtxt ? vtxt : "");
+            free(vtxt);
+            fclose(vo);
+            fl_history_free(vh);
+        }
+    }
+
     /* the progress bar (Keras verbose=1) */
     out = tmpfile();
     h = fl_fit(m, x, y, .batch_size = 50, .epochs = 1, .out = out, .verbose = FL_VERBOSE_BAR);

@@ -1062,7 +1062,12 @@ fl_history *fl_fit_(fl_model *m, const fl_tensor *x, const fl_tensor *y, fl_fit_
     /* Keras: the last fraction (before shuffling) is the validation set */
     int64_t n_train = n, n_val = 0;
     if (a.validation_split > 0) {
-        n_train = (int64_t)ceil((double)n * (1.0 - a.validation_split));
+        /* Keras 3 (array_slicing.train_validation_split): int(floor(n * (1.0 - split))) in float64, the
+         * float32 split first taken back to the decimal the user wrote (0.1f is 0.100000001: 10 * 0.9 would
+         * give 8 training samples, Keras's 9) */
+        char split_text[32];
+        snprintf(split_text, sizeof split_text, "%.7g", (double)a.validation_split);
+        n_train = (int64_t)floor((double)n * (1.0 - strtod(split_text, NULL)));
         n_val = n - n_train;
         if (n_train <= 0 || n_val <= 0) {
             free(yh);
