@@ -1093,7 +1093,7 @@ static json_object *layer_config(const fl_layer *l) {
     const fl_keras_layer_def *d = fl_keras_layer_by_kind(l->kind);
     if (d && d->to_config) d->to_config(l, c);
     /* Keras 3.15's SpatialDropout2D neither writes nor accepts "trainable" */
-    if (l->kind == FL_L_SPATIAL_DROPOUT2D) json_object_object_del(c, "trainable");
+    if (l->kind == FL_L_SPATIAL_DROPOUT2D || l->kind == FL_L_SPATIAL_DROPOUT1D) json_object_object_del(c, "trainable");
     return c;
 }
 
