@@ -7,19 +7,7 @@
 # usage: test_cli.sh PATH/TO/flynn
 set -u
 FLYNN=$1
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-pass=0 fail=0
-ok()  { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*" >&2; }
-expect() { # expect NAME EXIT_CODE PATTERN -- command...
-  local name=$1 code=$2 pat=$3; shift 4
-  local out rc
-  out=$("$@" 2>&1); rc=$?
-  if [ "$rc" != "$code" ]; then bad "$name: exit $rc, expected $code"; echo "$out" | tail -5 >&2; return; fi
-  if ! grep -qE -- "$pat" <<<"$out"; then bad "$name: output lacks /$pat/"; echo "$out" | tail -5 >&2; return; fi
-  ok
-}
+. "$(dirname "$0")/cli_lib.sh" # $tmp, ok, bad, expect
 
 expect help 0 "train +train a built-in model" -- "$FLYNN" --help
 expect train-help 0 "--device D +auto" -- "$FLYNN" train --help

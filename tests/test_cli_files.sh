@@ -13,19 +13,7 @@ set -u
 FLYNN=$1
 FX=$2
 NPY_CLOSE=$3
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-pass=0 fail=0
-ok()  { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*" >&2; }
-expect() { # expect NAME EXIT_CODE PATTERN -- command...
-  local name=$1 code=$2 pat=$3; shift 4
-  local out rc
-  out=$("$@" 2>&1); rc=$?
-  if [ "$rc" != "$code" ]; then bad "$name: exit $rc, expected $code"; echo "$out" | tail -5 >&2; return; fi
-  if ! grep -qE -- "$pat" <<<"$out"; then bad "$name: output lacks /$pat/"; echo "$out" | tail -5 >&2; return; fi
-  ok
-}
+. "$(dirname "$0")/cli_lib.sh" # $tmp, ok, bad, expect
 same() { # same NAME FILE1 FILE2: byte-identical
   if cmp -s "$2" "$3"; then ok; else bad "$1: $2 and $3 differ"; fi
 }
