@@ -8,7 +8,6 @@
  */
 #include "cpu_internal.h"
 
-#define PAR(n) num_threads((n) < 32768 ? 1 : fl_cpu_threads())
 
 void fl_cpu_pact_fwd(const fl_pact_desc *d, int64_t n, const float *x, float *y) {
     const fl_pact_desc p = *d;

@@ -15,7 +15,6 @@
 
 #include <string.h>
 
-#define PAR(n) num_threads((n) < 32768 ? 1 : fl_cpu_threads())
 
 /* ---------------------------------------------------- LayerNormalization */
 

@@ -9,7 +9,6 @@
 
 #include <math.h>
 
-#define PAR(n) num_threads((n) < 32768 ? 1 : fl_cpu_threads())
 
 void fl_cpu_scalar_mul_fwd(int64_t n, const float *x, const float *s, float *y) {
     const float a = s[0];

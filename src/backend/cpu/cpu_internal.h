@@ -16,6 +16,8 @@
 #include "ops/math.h"
 
 int fl_cpu_threads(void);
+/* an OpenMP loop's threads: one for under 32768 elements of work, else all */
+#define PAR(n) num_threads((n) < 32768 ? 1 : fl_cpu_threads())
 int fl_cpu_thread_id(void);
 
 /* y[r, :] = act(y[r, :] + b) for rows r; single-threaded (callers split). */
