@@ -101,6 +101,33 @@ for pol in "" active; do
     "$tmp/w.json" "${pol:-passive}" && ok || bad "OpenMP wait policy ${pol:-unset}: $(grep wait_policy "$tmp/w.json")"
 done
 
+# a model file: a user's model, loaded for every point, on synthetic inputs or the user's arrays; FLOPs and
+# buffer sizes read off its graph
+fx=$(cd "$(dirname "$0")" && pwd)/fixtures/keras
+out=$("$FLYNN" bench --model "$fx/mobilenet_block.keras" --samples 64 --batch-sizes 16 --mode both --devices cpu \
+      --warmup-steps 1 --json - 2>"$tmp/err"); rc=$?
+[ $rc -eq 0 ] && ok || { bad "bench a model file: exit $rc"; cat "$tmp/err" >&2; }
+grep -qE "^flynn bench: .*mobilenet_block.keras on 64 synthetic samples" "$tmp/err" && ok || { bad "file header"; cat "$tmp/err" >&2; }
+grep -qE "^FLOPs per sample: [0-9.]+ M training, [0-9.]+ M predict; weights [0-9.]+ MB, buffers [0-9.]+ KB per sample" \
+  "$tmp/err" && ok || { bad "file FLOPs line"; cat "$tmp/err" >&2; }
+python3 -c '
+import json, sys
+j = json.loads(sys.stdin.read())
+assert j["flops_per_sample"]["train"] > 2 * j["flops_per_sample"]["predict"] > 0, j["flops_per_sample"]
+assert j["memory"]["weight_bytes"] > 0 and j["memory"]["buffer_bytes_per_sample"] > 0, j["memory"]
+assert {(r["mode"], r["batch_size"]) for r in j["results"]} == {("train", 16), ("predict", 16)}, j["results"]
+' <<<"$out" && ok || bad "file JSON"
+# the user's arrays (an int32 token input: synthetic data refuses it, by name)
+tx=train_func_mask_lstm_sgd
+"$FLYNN" bench --model "$fx/$tx.keras" --devices cpu --batch-sizes 8 --samples 16 --warmup-steps 0 >/dev/null 2>"$tmp/err" \
+  && bad "synthetic data for an int32 input" || grep -q "int32 (token indices).*give --data X.npy,Y.npy" "$tmp/err" && ok \
+  || { bad "int32 refusal message"; cat "$tmp/err" >&2; }
+"$FLYNN" bench --model "$fx/$tx.keras" --data "$fx/${tx}_train_x.npy,$fx/${tx}_train_y.npy" --devices cpu --batch-sizes 2 \
+  --warmup-steps 0 >"$tmp/out" 2>&1 && grep -qE "^ +2 +train +[0-9]+" "$tmp/out" && ok \
+  || { bad "bench on .npy arrays"; cat "$tmp/out" >&2; }
+"$FLYNN" bench --model "$fx/mobilenet_block.keras" --data nothing.txt --devices cpu 2>"$tmp/err" \
+  && bad "bad --data for a file" || grep -q "X.npy,Y.npy, FILE.npz or synthetic" "$tmp/err" && ok || bad "bad --data message"
+
 # usage errors
 for args in "--batch-sizes 64,x" "--devices tpu" "--mode fast" "--samples 0" "--frobnicate 1"; do
   "$FLYNN" bench $args >/dev/null 2>&1; rc=$?

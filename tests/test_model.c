@@ -787,7 +787,50 @@ static void test_rnn_api(void) {
     CHECK_MSG(strstr(fl_last_error(), "(batch, timesteps, features)") != NULL, "got '%s'", fl_last_error());
 }
 
+/* fl_model_flops and fl_model_memory against counts done by hand */
+static void test_cost(void) {
+    /* mnist_cnn: conv 26x26x32 on 3x3x1, conv 24x24x64 on 3x3x32, dense 9216->128->10 */
+    fl_model *m = fl_builtin_model("mnist_cnn", 28, 28, 1, 10);
+    double f = 0, t = 0;
+    CHECK(m && fl_model_flops(m, &f, &t) == FL_OK);
+    double c1 = 26.0 * 26 * 32 * 9, rest = 24.0 * 24 * 64 * 9 * 32 + 9216.0 * 128 + 128.0 * 10;
+    CHECK_CLOSE(f, 2 * (c1 + rest), 1e-12, 0);
+    CHECK_CLOSE(t, 2 * (3 * (c1 + rest) - c1), 1e-12, 0); /* no input gradient into the image */
+    fl_memory_info mi;
+    CHECK(fl_model_memory(m, &mi) == FL_OK);
+    CHECK(mi.weight_bytes == fl_model_count_params(m) * 4);
+    CHECK(mi.gradient_bytes == mi.weight_bytes);
+    /* values of input, conv, conv, pool, dropout, dense, dropout, dense (Flatten is a view), gradients of all
+     * but the input, plus saved state (masks, argmax): at least the values and gradients */
+    int64_t vals = 28 * 28 + 26 * 26 * 32 + 24 * 24 * 64 + 2 * 12 * 12 * 64 + 2 * 128 + 10;
+    CHECK_MSG(mi.bytes_per_sample >= 4 * (2 * vals - 28 * 28), "%lld", (long long)mi.bytes_per_sample);
+    /* both convolutions frozen: the first Dense takes its weight gradient only (nothing below it trains), the
+     * second its weight and input gradients */
+    fl_layer_set_trainable(fl_model_get_layer(m, "conv2d"), false);
+    fl_layer_set_trainable(fl_model_get_layer(m, "conv2d_1"), false);
+    double t2 = 0;
+    CHECK(fl_model_flops(m, NULL, &t2) == FL_OK);
+    double dense = 9216.0 * 128 + 128.0 * 10;
+    CHECK_MSG(fabs(t2 - 2 * (c1 + rest + dense + 128.0 * 10)) < 1, "frozen convs: %.0f", t2);
+    fl_model_free(m);
+
+    /* strided "same" conv with groups, depthwise, dense on rank 3, LSTM after a trainable Embedding */
+    fl_model *g = fl_sequential(fl_input(16, 16, 8), fl_conv2d(16, 3, .strides = 2, .padding = FL_SAME, .groups = 4),
+                                fl_depthwise_conv2d(3, .padding = FL_SAME), fl_dense(4));
+    CHECK(g && fl_model_flops(g, &f, NULL) == FL_OK);
+    CHECK_CLOSE(f, 2 * (8.0 * 8 * 16 * 9 * 2 + 8.0 * 8 * 16 * 9 + 64.0 * 16 * 4), 1e-12, 0);
+    fl_model_free(g);
+    fl_model *r = fl_sequential(fl_input_dtype(FL_INT32, 20), fl_embedding(100, 8), fl_lstm(6), fl_dense(3));
+    CHECK(r && fl_model_flops(r, &f, &t) == FL_OK);
+    double lstm = 20.0 * (8 + 6) * 4 * 6;
+    CHECK_CLOSE(f, 2 * (lstm + 6.0 * 3), 1e-12, 0);
+    CHECK_CLOSE(t, 2 * (3 * lstm + 3 * 6.0 * 3), 1e-12, 0);
+    fl_model_free(r);
+    CHECK(fl_model_flops(NULL, &f, &t) != FL_OK);
+}
+
 int main(void) {
+    test_cost();
     test_sequence_layers();
     test_summary();
     test_build_errors();

@@ -653,6 +653,25 @@ fl_status fl_model_set_seed(fl_model *m, uint64_t seed);
 fl_status fl_model_summary(const fl_model *m, void *out /* FILE* */);
 int64_t fl_model_count_params(const fl_model *m);
 int64_t fl_model_count_trainable_params(const fl_model *m);
+/* The arithmetic of one sample, as keras-flops and fvcore count it: 2 FLOPs
+ * per multiply-add of Dense, the convolutions, the recurrent cells and
+ * attention (element-wise work and Embedding lookups not counted). train:
+ * the forward plus the backward products a training step runs (a weight's
+ * gradient when it is trainable, an input's when something below it is).
+ * Either pointer may be NULL. */
+fl_status fl_model_flops(const fl_model *m, double *forward, double *train);
+/* A model's memory: weights, their gradients (trainable ones), the
+ * optimizer's slots (once compiled), and per sample of the batch the values,
+ * gradients and saved state of every layer that a training step keeps (the
+ * buffers grow with the batch size: bytes_per_sample * batch), plus the
+ * convolution workspace of the batch size reserved so far. */
+typedef struct fl_memory_info {
+    int64_t weight_bytes, gradient_bytes, optimizer_bytes;
+    int64_t bytes_per_sample;
+    int64_t fixed_bytes;     /* per-layer state that does not grow with the batch */
+    int64_t workspace_bytes; /* 0 until a batch size is reserved (fit, predict) */
+} fl_memory_info;
+fl_status fl_model_memory(const fl_model *m, fl_memory_info *out);
 
 int fl_model_num_layers(const fl_model *m);
 fl_layer *fl_model_layer(const fl_model *m, int index);

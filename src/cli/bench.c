@@ -13,6 +13,13 @@
  * vocabulary of 512, 5 classes): the fortunes data itself, or a synthetic
  * set of the same shape that bench/text_compare.py rebuilds bit for bit for
  * PyTorch and Keras (synth_text below).
+ *
+ * A model file (--model FILE.keras|.h5|.json: a user's model, or the suite
+ * of bench/suite.py) is loaded afresh for every point, compiled as the file
+ * says (or Adam and sparse categorical crossentropy when it holds no compile
+ * config), and runs on the user's arrays (--data X.npy,Y.npy or FILE.npz) or
+ * on synthetic float inputs of its input shape. FLOPs per sample are counted
+ * from the graph (fl_model_flops) for every model.
  */
 #include <flynn/flynn.h>
 
@@ -58,12 +65,15 @@ typedef struct device_state {
 
 typedef struct bench_run {
     bench_opts o;
+    bool file;                      /* --model is a model file */
+    char x_path[1024], y_path[1024]; /* file models: --data X.npy,Y.npy (y_path empty: x_path is an .npz) */
     char data_kind[16], data_dir[1024];
     int64_t h, w, c;                /* text: h timesteps, w = c = 0 */
     int64_t vocab;                  /* text: tokens in [0, vocab); 0 for images */
     int classes;
     int64_t n;                      /* training samples used */
     double flops[NMODE];            /* per sample */
+    fl_memory_info mem;             /* weights, and the buffers per sample of the batch */
     device_state dev[NDEV];
     point res[NDEV][NMODE][BENCH_MAX_POINTS];
     char cpu_model[256];
@@ -77,14 +87,18 @@ static void usage_bench(FILE *f) {
             "each device and batch size, and prints samples/s, GFLOP/s and the GPU/CPU\n"
             "speedup per batch size. Where the GPU cannot be used it says why and reports\n"
             "the CPU side.\n\n"
-            "  --model NAME           mnist_cnn (default), mlp, lstm_text or transformer_text\n"
+            "  --model NAME|FILE      mnist_cnn (default), mlp, lstm_text or transformer_text,\n"
+            "                         or a model file (.keras, .h5, .json), compiled as it says\n"
+            "                         (else Adam and sparse categorical crossentropy)\n"
             "  --data SPEC            images: fashion-mnist[:DIR] (default, DIR defaults to\n"
             "                         %s), mnist:DIR or cifar10:DIR;\n"
             "                         text models: synthetic (default: 128 tokens of 512, 5\n"
             "                         classes, pre-padded; bench/text_compare.py makes the same)\n"
-            "                         or fortunes-lang[:DIR]\n"
+            "                         or fortunes-lang[:DIR]; model files: X.npy,Y.npy, FILE.npz\n"
+            "                         or synthetic (default: uniform [0, 1) floats of the input\n"
+            "                         shape, targets to fit the loss; float inputs only)\n"
             "  --samples N            samples per epoch: the first N training samples (default\n"
-            "                         20000 images, 4096 sequences)\n"
+            "                         20000 images, 4096 sequences, 2048 synthetic samples)\n"
             "  --batch-sizes LIST     comma-separated batch sizes (default 32,64,128,256,512,1024)\n"
             "  --devices LIST         cpu, gpu or cpu,gpu (default cpu,gpu)\n"
             "  --mode M               train (default), predict (inference over the same\n"
@@ -192,10 +206,35 @@ static int parse_bench(int argc, char **argv, bench_opts *o) {
     return 0;
 }
 
+static bool ends_with(const char *s, const char *suffix) {
+    size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && strcmp(s + n - k, suffix) == 0;
+}
+
+static bool is_model_file(const char *s) {
+    return ends_with(s, ".keras") || ends_with(s, ".h5") || ends_with(s, ".hdf5") || ends_with(s, ".json");
+}
+
 static int parse_bench_data(bench_run *b) {
     const char *spec = b->o.data, *colon = strchr(spec, ':');
     size_t kl = colon ? (size_t)(colon - spec) : strlen(spec);
     b->classes = 10;
+    if (b->file) {
+        const char *comma = strchr(spec, ',');
+        if (strcmp(spec, "synthetic") == 0) {
+            snprintf(b->data_kind, sizeof b->data_kind, "synthetic");
+        } else if (comma && comma > spec && comma[1]) {
+            snprintf(b->data_kind, sizeof b->data_kind, "npy");
+            snprintf(b->x_path, sizeof b->x_path, "%.*s", (int)(comma - spec), spec);
+            snprintf(b->y_path, sizeof b->y_path, "%s", comma + 1);
+        } else if (ends_with(spec, ".npz")) {
+            snprintf(b->data_kind, sizeof b->data_kind, "npz");
+            snprintf(b->x_path, sizeof b->x_path, "%s", spec);
+        } else {
+            return bench_usage_error("--data for a model file wants X.npy,Y.npy, FILE.npz or synthetic, got", spec);
+        }
+        return 0;
+    }
     if (fl_builtin_model_is_text(b->o.model)) {
         b->h = BENCH_TEXT_STEPS; b->w = b->c = 0;
         b->vocab = FL_FORTUNES_VOCAB;
@@ -229,46 +268,6 @@ static int parse_bench_data(bench_run *b) {
         return bench_usage_error("--data wants fashion-mnist[:DIR], mnist:DIR or cifar10:DIR, got", spec);
     }
     return 0;
-}
-
-/* FLOPs per sample of a built-in model, counted as bench/torch_train.py does:
- * 2 per multiply-add of the convolutions and dense layers; training is the
- * forward, the weight gradients of every layer and the input gradients of
- * every layer but the first (2x forward), i.e. 3x forward minus the first
- * layer's input gradient. Element-wise work (activations, pooling, dropout,
- * the optimizer) is not counted. */
-static bool model_flops(const char *model, int64_t h, int64_t w, int64_t c, int classes, double *train, double *infer) {
-    double f, first;
-    if (strcmp(model, "mnist_cnn") == 0) {
-        double h1 = (double)(h - 2), w1 = (double)(w - 2), h2 = (double)(h - 4), w2 = (double)(w - 4);
-        double flat = floor(h2 / 2) * floor(w2 / 2) * 64;
-        first = 2 * h1 * w1 * 32 * 9 * (double)c;
-        f = first + 2 * (h2 * w2 * 64 * 9 * 32 + flat * 128 + 128.0 * classes);
-    } else if (strcmp(model, "mlp") == 0) {
-        double in = (double)(h * w * c);
-        first = 2 * in * 512;
-        f = first + 2 * (512.0 * 512 + 512.0 * classes);
-    } else if (strcmp(model, "lstm_text") == 0) {
-        /* h steps of LSTM(64) on 32 features: x W and h' R, 4 gates; the
-         * Embedding is trainable, so the LSTM's input gradient counts too */
-        double T = (double)h;
-        first = 0;
-        f = 2 * T * (32.0 + 64.0) * 256 + 2 * 64.0 * classes;
-    } else if (strcmp(model, "transformer_text") == 0) {
-        /* Conv1D(32, 3) on 32 features, MultiHeadAttention(2 heads, key_dim
-         * 16): q, k, v and output projections, q k^T and p v per head, the
-         * 32 -> 64 -> 32 feed-forward, the head; input gradient of the first
-         * layer counted (the Embedding is trainable) */
-        double T = (double)h;
-        first = 0;
-        f = 2 * T * 3 * 32 * 32 + 2 * T * 4 * 32 * 32 + 2 * 2 * (2 * T * T * 16) + 2 * T * (32 * 64 + 64 * 32) +
-            2 * 32.0 * classes;
-    } else {
-        return false;
-    }
-    *infer = f;
-    *train = 3 * f - first;
-    return true;
 }
 
 /* ------------------------------------------------------- machine facts */
@@ -351,6 +350,52 @@ static fl_status synth_text(const bench_run *b, long n, fl_dataset *ds) {
     return FL_OK;
 }
 
+/* Synthetic data for a model file: x uniform in [0, 1) of its input shape
+ * (a fixed xorshift stream), targets that fit its loss: class indices for
+ * sparse categorical crossentropy (per step for a sequence output), one-hot
+ * rows for categorical, 0/1 for binary, uniform values otherwise. */
+static fl_status synth_for_model(const fl_model *m, long n, fl_dataset *ds) {
+    memset(ds, 0, sizeof *ds);
+    int64_t xs[FL_MAX_DIMS + 1], ys[FL_MAX_DIMS + 1];
+    if (fl_model_num_inputs(m) != 1 || fl_model_num_outputs(m) != 1) {
+        fprintf(stderr, "flynn bench: synthetic data is for models with one input and one output; this one has %d "
+                "and %d: give --data\n", fl_model_num_inputs(m), fl_model_num_outputs(m));
+        return FL_ERR_UNSUPPORTED;
+    }
+    if (fl_model_input_dtype(m, 0) != FL_FLOAT32) {
+        fprintf(stderr, "flynn bench: the model's input is int32 (token indices), whose range synthetic data cannot "
+                "guess: give --data X.npy,Y.npy\n");
+        return FL_ERR_UNSUPPORTED;
+    }
+    int xn = fl_model_input_shape(m, 0, xs + 1), yn = fl_model_output_shape(m, 0, ys + 1);
+    xs[0] = ys[0] = n;
+    fl_loss_kind loss = fl_model_optimizer(m) ? fl_model_loss(m).kind : FL_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY;
+    bool sparse = loss == FL_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY;
+    int64_t classes = ys[yn];
+    ds->x_train = fl_tensor_new(FL_FLOAT32, xn + 1, xs);
+    ds->y_train = fl_tensor_new(FL_FLOAT32, sparse ? yn : yn + 1, ys);
+    if (!ds->x_train || !ds->y_train) { fl_dataset_free(ds); return fl_last_status(); }
+    uint64_t r = 0x9E3779B97F4A7C15ull;
+    float *x = fl_tensor_data(ds->x_train), *y = fl_tensor_data(ds->y_train);
+    for (int64_t i = 0; i < fl_tensor_size(ds->x_train); i++) {
+        r ^= r << 13; r ^= r >> 7; r ^= r << 17;
+        x[i] = (float)(r >> 40) / (float)(1 << 24);
+    }
+    int64_t rows = sparse ? fl_tensor_size(ds->y_train) : fl_tensor_size(ds->y_train) / classes;
+    for (int64_t i = 0; i < rows; i++) {
+        r ^= r << 13; r ^= r >> 7; r ^= r << 17;
+        int64_t c = (int64_t)((r >> 33) % (uint64_t)classes);
+        if (sparse) { y[i] = (float)c; continue; }
+        for (int64_t k = 0; k < classes; k++) {
+            r ^= r << 13; r ^= r >> 7; r ^= r << 17;
+            y[i * classes + k] = loss == FL_LOSS_CATEGORICAL_CROSSENTROPY ? (float)(k == c)
+                               : loss == FL_LOSS_BINARY_CROSSENTROPY      ? (float)((r >> 63) & 1)
+                                                                          : (float)(r >> 40) / (float)(1 << 24);
+        }
+    }
+    return FL_OK;
+}
+
 static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -361,7 +406,8 @@ static double now_s(void) {
  * device refuses; *fatal when something else failed. */
 static fl_model *make_model(bench_run *b, int d, bool *fatal) {
     *fatal = false;
-    fl_model *m = b->vocab ? fl_builtin_text_model(b->o.model, b->h, b->vocab, b->classes)
+    fl_model *m = b->file ? fl_load_model(b->o.model)
+                : b->vocab ? fl_builtin_text_model(b->o.model, b->h, b->vocab, b->classes)
                            : fl_builtin_model(b->o.model, b->h, b->w, b->c, b->classes);
     if (!m) { *fatal = true; return NULL; }
     fl_model_set_seed(m, b->o.seed);
@@ -373,6 +419,7 @@ static fl_model *make_model(bench_run *b, int d, bool *fatal) {
         return NULL;
     }
     if (!b->dev[d].detail[0]) snprintf(b->dev[d].detail, sizeof b->dev[d].detail, "%s", why);
+    if (b->file && fl_model_optimizer(m)) return m; /* compiled as the file says */
     if (fl_compile(m, fl_adam(.learning_rate = 1e-3f), FL_SPARSE_CATEGORICAL_CROSSENTROPY, FL_ACCURACY) != FL_OK) {
         fl_model_free(m);
         *fatal = true;
@@ -443,10 +490,11 @@ static const char *short_reason(const char *r) {
 
 static void print_header(const bench_run *b, FILE *f) {
     fprintf(f, "flynn bench: %s on %lld %s %s, one epoch per point after %d warm-up step%s%s\n", b->o.model,
-            (long long)b->n, b->data_kind, b->vocab ? "sequences" : "images", b->o.warmup, b->o.warmup == 1 ? "" : "s",
+            (long long)b->n, b->data_kind, b->file ? "samples" : b->vocab ? "sequences" : "images", b->o.warmup, b->o.warmup == 1 ? "" : "s",
             b->o.repeat > 1 ? " (fastest of repeats)" : "");
-    fprintf(f, "FLOPs per sample: %.2f M training, %.2f M predict\n", b->flops[MODE_TRAIN] / 1e6,
-            b->flops[MODE_PREDICT] / 1e6);
+    fprintf(f, "FLOPs per sample: %.2f M training, %.2f M predict; weights %.2f MB, buffers %.1f KB per sample\n",
+            b->flops[MODE_TRAIN] / 1e6, b->flops[MODE_PREDICT] / 1e6, (double)b->mem.weight_bytes / 1e6,
+            (double)b->mem.bytes_per_sample / 1e3);
     fprintf(f, "cpu: %s, %d threads; BLAS %s%s%s%s; OpenMP wait policy %s\n", b->cpu_model, fl_get_num_threads(),
             b->blas_path, b->blas_core[0] ? " (core " : "", b->blas_core, b->blas_core[0] ? ")" : "",
             omp_wait_policy());
@@ -518,6 +566,8 @@ static void write_json(const bench_run *b, FILE *f) {
     fprintf(f, ",\n");
     fprintf(f, "  \"flops_per_sample\": {\"train\": %.0f, \"predict\": %.0f},\n", b->flops[MODE_TRAIN],
             b->flops[MODE_PREDICT]);
+    fprintf(f, "  \"memory\": {\"weight_bytes\": %lld, \"buffer_bytes_per_sample\": %lld},\n",
+            (long long)b->mem.weight_bytes, (long long)b->mem.bytes_per_sample);
     fprintf(f, "  \"cpu_model\": ");
     json_str(f, b->cpu_model);
     fprintf(f, ",\n  \"blas\": {\"library\": ");
@@ -736,14 +786,18 @@ int flynn_cmd_bench(int argc, char **argv) {
                       .mode_on = {true, false}};
     int r = parse_bench(argc, argv, o);
     if (r == -1) { usage_bench(stdout); return 0; }
-    if (fl_builtin_model_is_text(o->model) && strcmp(o->data, "fashion-mnist") == 0) o->data = "synthetic";
+    b->file = is_model_file(o->model);
+    if ((fl_builtin_model_is_text(o->model) || b->file) && strcmp(o->data, "fashion-mnist") == 0) o->data = "synthetic";
     if (r) return r;
     if ((r = parse_bench_data(b))) return r;
-    if (!model_flops(o->model, b->h, b->w, b->c, b->classes, &b->flops[MODE_TRAIN], &b->flops[MODE_PREDICT])) {
-        fl_model *m = fl_builtin_model(o->model, b->h ? b->h : 28, b->w ? b->w : 28, b->c ? b->c : 1,
-                                       b->classes); /* for the error message */
-        fl_model_free(m);
+    /* the model once, on the CPU: its FLOPs (and for a file, its shapes) */
+    fl_model *probe = b->file ? fl_load_model(o->model)
+                    : b->vocab ? fl_builtin_text_model(o->model, b->h, b->vocab, b->classes)
+                               : fl_builtin_model(o->model, b->h, b->w, b->c, b->classes);
+    if (!probe || fl_model_flops(probe, &b->flops[MODE_PREDICT], &b->flops[MODE_TRAIN]) != FL_OK ||
+        fl_model_memory(probe, &b->mem) != FL_OK) {
         fprintf(stderr, "flynn: error: %s\n", fl_last_error()[0] ? fl_last_error() : "unknown model");
+        fl_model_free(probe);
         return 1;
     }
     if (o->threads) fl_set_num_threads(o->threads);
@@ -753,13 +807,33 @@ int flynn_cmd_bench(int argc, char **argv) {
 
     fl_dataset ds;
     if (b->vocab && !o->samples_set) o->samples = 4096;
-    fl_status ls = strcmp(b->data_kind, "synthetic") == 0       ? synth_text(b, o->samples, &ds)
+    if (b->file && !o->samples_set) o->samples = 2048;
+    fl_status ls = b->file && strcmp(b->data_kind, "synthetic") == 0 ? synth_for_model(probe, o->samples, &ds)
+                   : strcmp(b->data_kind, "npy") == 0           ? fl_load_npy_xy(b->x_path, b->y_path, &ds)
+                   : strcmp(b->data_kind, "npz") == 0           ? fl_load_npz_xy(b->x_path, &ds, NULL)
+                   : strcmp(b->data_kind, "synthetic") == 0     ? synth_text(b, o->samples, &ds)
                    : strcmp(b->data_kind, "fortunes-lang") == 0 ? fl_load_fortunes_lang(b->data_dir, (int)b->h,
                                                                                          o->samples, 1, &ds)
                    : strcmp(b->data_kind, "cifar10") == 0       ? fl_load_cifar10(b->data_dir, o->samples, 1, &ds)
                                                                 : fl_load_mnist(b->data_dir, o->samples, 1, &ds);
+    if (ls == FL_OK && b->file && fl_tensor_dim(ds.x_train, 0) > o->samples) { /* the first --samples of the user's arrays */
+        fl_tensor *x = fl_tensor_slice(ds.x_train, 0, o->samples), *y = fl_tensor_slice(ds.y_train, 0, o->samples);
+        fl_dataset_free(&ds);
+        ds.x_train = x;
+        ds.y_train = y;
+        if (!x || !y) ls = fl_last_status();
+    }
+    if (b->file) { /* the shape line of the header and the JSON */
+        int64_t s[FL_MAX_DIMS];
+        int nd = fl_model_input_shape(probe, 0, s);
+        b->h = nd > 0 ? s[0] : 0; b->w = nd > 1 ? s[1] : 0; b->c = nd > 2 ? s[2] : 0;
+        nd = fl_model_output_shape(probe, 0, s);
+        b->classes = nd > 0 ? (int)s[nd - 1] : 0;
+    }
+    fl_model_free(probe);
     if (ls != FL_OK) {
-        fprintf(stderr, "flynn: error: %s\n", fl_last_error());
+        fl_dataset_free(&ds);
+        if (fl_last_error()[0]) fprintf(stderr, "flynn: error: %s\n", fl_last_error());
         return 1;
     }
     b->n = fl_tensor_dim(ds.x_train, 0);
