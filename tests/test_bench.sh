@@ -17,7 +17,7 @@ out=$("$FLYNN" bench --samples 512 --batch-sizes 64,128 --mode both --warmup-ste
       --json "$tmp/b.json" --svg "$tmp/b.svg" 2>&1); rc=$?
 [ $rc -eq 0 ] && ok || { bad "bench: exit $rc"; echo "$out" >&2; }
 for pat in "^flynn bench: mnist_cnn on 512 fashion-mnist images" "^FLOPs per sample: 71\.57 M training, 23\.98 M predict" \
-           "^cpu: .*[0-9]+ threads; BLAS " "^gpu: " "^ +batch +mode +cpu samples/s +cpu GFLOP/s" \
+           "^cpu: .*[0-9]+ threads \(default: [^)]*\); BLAS " "^gpu: " "^ +batch +mode +cpu samples/s +cpu GFLOP/s" \
            "^ +64 +train +[0-9]+ +[0-9.]+" "^ +128 +predict +[0-9]+ +[0-9.]+"; do
   grep -qE -- "$pat" <<<"$out" && ok || { bad "bench output lacks /$pat/"; echo "$out" | head -12 >&2; }
 done
@@ -127,6 +127,49 @@ tx=train_func_mask_lstm_sgd
   || { bad "bench on .npy arrays"; cat "$tmp/out" >&2; }
 "$FLYNN" bench --model "$fx/mobilenet_block.keras" --data nothing.txt --devices cpu 2>"$tmp/err" \
   && bad "bad --data for a file" || grep -q "X.npy,Y.npy, FILE.npz or synthetic" "$tmp/err" && ok || bad "bad --data message"
+
+# OpenBLAS's kernels against the CPU's: an OpenBLAS that fell back to SSE3 (FLYNN_TEST_BLAS_CORE pretends it
+# chose Prescott) gets OPENBLAS_CORETYPE from the flynn command, which says so; a user's own OPENBLAS_CORETYPE
+# is kept and named
+best=$(python3 -c '
+import re
+f = open("/proc/cpuinfo").read()
+fl = set(re.search(r"^flags\s*:(.*)$", f, re.M).group(1).split())
+amd = "AuthenticAMD" in f
+print("SkylakeX" if {"avx512f", "avx512vl", "avx512bw", "avx512dq"} <= fl else ("Zen" if amd else "Haswell") if {"avx2", "fma"} <= fl else "Sandybridge" if "avx" in fl else "")')
+if [ -n "$best" ]; then
+  out=$(FLYNN_TEST_BLAS_CORE=Prescott "$FLYNN" bench --samples 64 --batch-sizes 32 --devices cpu --warmup-steps 0 2>&1)
+  grep -q "core $best); OPENBLAS_CORETYPE=$best set by flynn (OpenBLAS alone chose Prescott, older than this CPU)" <<<"$out" \
+    && ok || { bad "BLAS fallback not replaced"; echo "$out" | grep cpu: >&2; }
+  out=$(OPENBLAS_CORETYPE=Prescott "$FLYNN" bench --samples 64 --batch-sizes 32 --devices cpu --warmup-steps 0 2>&1)
+  grep -q "core Prescott); OpenBLAS runs its Prescott kernels (SSE) as OPENBLAS_CORETYPE=Prescott says; this CPU runs $best" \
+    <<<"$out" && ok || { bad "user's OPENBLAS_CORETYPE"; echo "$out" | grep cpu: >&2; }
+  out=$(OPENBLAS_CORETYPE=Prescott "$FLYNN" train --model mlp --samples 64 --epochs 1 --device cpu 2>&1 | head -1)
+  grep -q "^device: CPU ([0-9]* threads; OpenBLAS runs its Prescott kernels.*set OPENBLAS_CORETYPE=$best), as requested" \
+    <<<"$out" && ok || bad "device line on older kernels: $out"
+else
+  echo "test_bench: no AVX on this CPU, the OpenBLAS kernel checks are skipped"
+fi
+
+# threads follow the CPUs the process may use: a cgroup quota (FLYNN_TEST_CGROUP_DIR stands for the process's
+# cgroup), OMP_NUM_THREADS first
+cg=$tmp/cgroup; mkdir -p "$cg"
+ncpu=$(nproc)
+echo "100000 100000" >"$cg/cpu.max"
+out=$(FLYNN_TEST_CGROUP_DIR=$cg "$FLYNN" bench --samples 64 --batch-sizes 32 --devices cpu --warmup-steps 0 2>&1)
+if [ "$ncpu" -gt 1 ]; then
+  grep -q ", 1 threads (default: cgroup CPU quota 1.00 of $ncpu CPUs)" <<<"$out" && ok || { bad "cgroup v2 quota"; echo "$out" | grep cpu: >&2; }
+fi
+echo "max 100000" >"$cg/cpu.max"
+out=$(FLYNN_TEST_CGROUP_DIR=$cg "$FLYNN" bench --samples 64 --batch-sizes 32 --devices cpu --warmup-steps 0 2>&1)
+grep -q ", $ncpu threads (default: $ncpu CPUs available)" <<<"$out" && ok || { bad "no quota"; echo "$out" | grep cpu: >&2; }
+rm "$cg/cpu.max"; echo 150000 >"$cg/cpu.cfs_quota_us"; echo 100000 >"$cg/cpu.cfs_period_us"
+if [ "$ncpu" -gt 2 ]; then
+  out=$(FLYNN_TEST_CGROUP_DIR=$cg "$FLYNN" bench --samples 64 --batch-sizes 32 --devices cpu --warmup-steps 0 2>&1)
+  grep -q ", 2 threads (default: cgroup CPU quota 1.50 of $ncpu CPUs)" <<<"$out" && ok || { bad "cgroup v1 quota"; echo "$out" | grep cpu: >&2; }
+fi
+out=$(OMP_NUM_THREADS=1 FLYNN_TEST_CGROUP_DIR=$cg "$FLYNN" bench --samples 64 --batch-sizes 32 --devices cpu --warmup-steps 0 2>&1)
+grep -q ", 1 threads (default: OMP_NUM_THREADS)" <<<"$out" && ok || { bad "OMP_NUM_THREADS first"; echo "$out" | grep cpu: >&2; }
 
 # usage errors
 for args in "--batch-sizes 64,x" "--devices tpu" "--mode fast" "--samples 0" "--frobnicate 1"; do

@@ -849,10 +849,32 @@ const char *fl_get_matmul_precision(void);
  * default. */
 fl_status fl_set_max_model_bytes(int64_t bytes);
 int64_t fl_get_max_model_bytes(void);
-/* Threads the CPU backend uses. The default (and n = 0): $OMP_NUM_THREADS
- * when it is a positive integer, else all cores; n > 0 wins over it. */
+/* Threads the CPU backend (and OpenBLAS) use. The default (and n = 0):
+ * $OMP_NUM_THREADS when it is a positive integer, else the CPUs this process
+ * may run on: its affinity mask (taskset, docker --cpuset-cpus) and its
+ * cgroup CPU quota (docker --cpus, Kubernetes limits), rounded up; n > 0
+ * wins over it. */
 void fl_set_num_threads(int n);
 int fl_get_num_threads(void);
+/* The default thread count, and in why (may be NULL) where it comes from
+ * ("OMP_NUM_THREADS", "cgroup CPU quota 1.50 of 4 CPUs", "2 CPUs available"). */
+int fl_default_num_threads(char *why, size_t why_len);
+
+/* The BLAS behind the CPU path: OpenBLAS's kernel set (its core name, ""
+ * for another BLAS), the best kernel set this CPU runs (SkylakeX with
+ * AVX-512, Haswell or Zen with AVX2), and `weaker` when OpenBLAS runs older
+ * kernels than that: an OpenBLAS older than the CPU falls back to its SSE3
+ * "Prescott" kernels, several times slower. OPENBLAS_CORETYPE, read when
+ * OpenBLAS loads, is the remedy: the flynn command sets it and restarts
+ * itself; a program linking libflynn sets it before it starts. `note`: one
+ * line saying which, for a device line. */
+typedef struct fl_blas_info {
+    char core[64], best_core[64];
+    char config[256];
+    bool weaker;
+    char note[320];
+} fl_blas_info;
+void fl_blas_info_get(fl_blas_info *out);
 
 /* ------------------------------------------------------------- training */
 

@@ -78,6 +78,7 @@ typedef struct bench_run {
     point res[NDEV][NMODE][BENCH_MAX_POINTS];
     char cpu_model[256];
     char blas_path[1024], blas_config[256], blas_core[64];
+    fl_blas_info blas;              /* whether the kernels fit the CPU */
 } bench_run;
 
 static void usage_bench(FILE *f) {
@@ -307,12 +308,18 @@ static int find_blas(struct dl_phdr_info *info, size_t size, void *data) {
 static void read_blas(bench_run *b) {
     dl_iterate_phdr(find_blas, b);
     if (!b->blas_path[0]) snprintf(b->blas_path, sizeof b->blas_path, "unknown");
-    char *(*config)(void) = (char *(*)(void))dlsym(RTLD_DEFAULT, "openblas_get_config");
-    char *(*core)(void) = (char *(*)(void))dlsym(RTLD_DEFAULT, "openblas_get_corename");
-    snprintf(b->blas_config, sizeof b->blas_config, "%s", config ? config() : "");
-    snprintf(b->blas_core, sizeof b->blas_core, "%s", core ? core() : "");
-    /* trailing blanks from OpenBLAS's fixed-width strings */
-    for (size_t k = strlen(b->blas_config); k > 0 && b->blas_config[k - 1] == ' '; k--) b->blas_config[k - 1] = 0;
+    fl_blas_info_get(&b->blas); /* after the first BLAS call, once OpenBLAS has chosen */
+    snprintf(b->blas_config, sizeof b->blas_config, "%s", b->blas.config);
+    snprintf(b->blas_core, sizeof b->blas_core, "%s", b->blas.core);
+}
+
+/* ", OPENBLAS_CORETYPE=X set by flynn: OpenBLAS alone chose Y" or the note on older kernels */
+static void blas_remark(const bench_run *b, char *buf, size_t n) {
+    const char *fb = getenv("FLYNN_BLAS_FALLBACK"), *ct = getenv("OPENBLAS_CORETYPE");
+    if (fb && ct) snprintf(buf, n, "; OPENBLAS_CORETYPE=%s set by flynn (OpenBLAS alone chose %s, older than this CPU)",
+                           ct, fb);
+    else if (b->blas.weaker) snprintf(buf, n, "; %s", b->blas.note);
+    else buf[0] = 0;
 }
 
 /* The OpenMP wait policy this process started with (src/cli/omp_setup.c
@@ -495,9 +502,12 @@ static void print_header(const bench_run *b, FILE *f) {
     fprintf(f, "FLOPs per sample: %.2f M training, %.2f M predict; weights %.2f MB, buffers %.1f KB per sample\n",
             b->flops[MODE_TRAIN] / 1e6, b->flops[MODE_PREDICT] / 1e6, (double)b->mem.weight_bytes / 1e6,
             (double)b->mem.bytes_per_sample / 1e3);
-    fprintf(f, "cpu: %s, %d threads; BLAS %s%s%s%s; OpenMP wait policy %s\n", b->cpu_model, fl_get_num_threads(),
-            b->blas_path, b->blas_core[0] ? " (core " : "", b->blas_core, b->blas_core[0] ? ")" : "",
-            omp_wait_policy());
+    char remark[512], tw[128];
+    blas_remark(b, remark, sizeof remark);
+    fl_default_num_threads(tw, sizeof tw);
+    fprintf(f, "cpu: %s, %d threads (default: %s); BLAS %s%s%s%s%s; OpenMP wait policy %s\n", b->cpu_model,
+            fl_get_num_threads(), tw, b->blas_path, b->blas_core[0] ? " (core " : "", b->blas_core,
+            b->blas_core[0] ? ")" : "", remark, omp_wait_policy());
     for (int d = 0; d < NDEV; d++) {
         if (!b->dev[d].requested || (d == DEV_CPU && b->dev[d].usable)) continue;
         if (b->dev[d].usable) fprintf(f, "%s: %s\n", dev_name[d], b->dev[d].detail);
@@ -576,6 +586,12 @@ static void write_json(const bench_run *b, FILE *f) {
     json_str(f, b->blas_config);
     fprintf(f, ", \"core\": ");
     json_str(f, b->blas_core);
+    fprintf(f, ", \"best_core\": ");
+    json_str(f, b->blas.best_core);
+    fprintf(f, ", \"older_than_cpu\": %s, \"fallback_chosen_by_openblas\": ", b->blas.weaker ? "true" : "false");
+    const char *fb = getenv("FLYNN_BLAS_FALLBACK");
+    if (fb) json_str(f, fb);
+    else fprintf(f, "null");
     fprintf(f, "},\n  \"devices\": [");
     bool first = true;
     for (int d = 0; d < NDEV; d++) {

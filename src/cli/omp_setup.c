@@ -18,20 +18,35 @@
  * same arguments; FLYNN_OMP_SETUP=1 marks the second start). Set
  * OMP_WAIT_POLICY=active to get the spinning back. A program that links
  * libflynn sets the variable itself, before it starts (docs/performance.md).
+ *
+ * The same start sets OPENBLAS_CORETYPE when OpenBLAS chose kernels older
+ * than the CPU runs (fl_blas_info: an OpenBLAS that does not know the CPU
+ * falls back to SSE3) and the user set none; FLYNN_BLAS_FALLBACK keeps the
+ * core OpenBLAS had chosen, for the bench's header.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
+#include <flynn/flynn.h>
+
 #include <stdlib.h>
 #include <unistd.h>
 
 void flynn_omp_setup(char **argv);
 
 void flynn_omp_setup(char **argv) {
-    if (getenv("OMP_WAIT_POLICY") || getenv("GOMP_SPINCOUNT") || getenv("FLYNN_OMP_SETUP")) return;
-    if (setenv("OMP_WAIT_POLICY", "passive", 1) != 0) return;
+    if (getenv("FLYNN_OMP_SETUP")) return;
+    bool omp = !getenv("OMP_WAIT_POLICY") && !getenv("GOMP_SPINCOUNT");
+    fl_blas_info bi;
+    fl_blas_info_get(&bi);
+    bool blas = bi.weaker && !getenv("OPENBLAS_CORETYPE");
+    if (!omp && !blas) return;
+    if (omp && setenv("OMP_WAIT_POLICY", "passive", 1) != 0) return;
+    if (blas && (setenv("OPENBLAS_CORETYPE", bi.best_core, 1) != 0 || setenv("FLYNN_BLAS_FALLBACK", bi.core, 1) != 0))
+        return;
     if (setenv("FLYNN_OMP_SETUP", "1", 1) == 0) execv("/proc/self/exe", argv);
-    /* no exec (no /proc): carry on with the runtime as it started */
-    unsetenv("OMP_WAIT_POLICY");
+    /* no exec (no /proc): carry on with the runtimes as they started */
+    if (omp) unsetenv("OMP_WAIT_POLICY");
+    if (blas) { unsetenv("OPENBLAS_CORETYPE"); unsetenv("FLYNN_BLAS_FALLBACK"); }
     unsetenv("FLYNN_OMP_SETUP");
 }

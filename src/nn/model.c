@@ -710,6 +710,16 @@ static fl_status move_to(fl_model *m, const fl_backend *to) {
     return FL_OK;
 }
 
+/* "CPU (2 threads)", with what limits the threads (a cgroup quota) and OpenBLAS kernels older than the CPU */
+static void cpu_line(char *buf, size_t n) {
+    char tw[128] = "";
+    fl_default_num_threads(tw, sizeof tw);
+    fl_blas_info bi;
+    fl_blas_info_get(&bi);
+    snprintf(buf, n, "CPU (%d threads%s%s%s%s)", fl_get_num_threads(), strncmp(tw, "cgroup", 6) == 0 ? ": " : "",
+             strncmp(tw, "cgroup", 6) == 0 ? tw : "", bi.weaker ? "; " : "", bi.weaker ? bi.note : "");
+}
+
 fl_status fl_model_set_device(fl_model *m, fl_device_kind kind, char *why, size_t why_len) {
     if (!m) return fl_error(FL_ERR_INVALID_ARG, "fl_model_set_device: model is NULL");
     if (kind != FL_DEVICE_AUTO && kind != FL_DEVICE_CPU && kind != FL_DEVICE_GPU)
@@ -718,7 +728,11 @@ fl_status fl_model_set_device(fl_model *m, fl_device_kind kind, char *why, size_
     if (kind == FL_DEVICE_CPU) {
         FL_TRY(move_to(m, fl_backend_cpu()));
         m->device = FL_DEVICE_CPU;
-        if (why) snprintf(why, why_len, "device: CPU (%d threads), as requested", fl_get_num_threads());
+        if (why) {
+            char cpu[640];
+            cpu_line(cpu, sizeof cpu);
+            snprintf(why, why_len, "device: %s, as requested", cpu);
+        }
         return FL_OK;
     }
     const fl_backend *gpu = fl_gpu_backend(reason, sizeof reason);
@@ -733,7 +747,11 @@ fl_status fl_model_set_device(fl_model *m, fl_device_kind kind, char *why, size_
     if (kind == FL_DEVICE_GPU) return fl_error(FL_ERR_DEVICE, "the GPU cannot be used: %s", reason);
     FL_TRY(move_to(m, fl_backend_cpu()));
     m->device = FL_DEVICE_CPU;
-    if (why) snprintf(why, why_len, "device: CPU (%d threads); GPU not used: %s", fl_get_num_threads(), reason);
+    if (why) {
+        char cpu[640];
+        cpu_line(cpu, sizeof cpu);
+        snprintf(why, why_len, "device: %s; GPU not used: %s", cpu, reason);
+    }
     return FL_OK;
 }
 

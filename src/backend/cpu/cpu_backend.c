@@ -17,30 +17,21 @@
 
 static int g_threads = 0; /* part of the backend registry: 0 = the default */
 
-/* The default thread count: $OMP_NUM_THREADS when it is a positive integer
- * (its first entry when it is a list, as OpenMP reads it for the outer
- * level), else all cores. */
-static int default_threads(void) {
-    const char *s = getenv("OMP_NUM_THREADS");
-    if (s) {
-        char *end;
-        long v = strtol(s, &end, 10);
-        while (*end == ' ') end++;
-        if (end != s && v > 0 && v <= 4096 && (*end == '\0' || *end == ',')) return (int)v;
-    }
-    return omp_get_num_procs();
-}
-
-int fl_cpu_threads(void) {
-    if (g_threads <= 0) g_threads = default_threads();
-    return g_threads;
-}
-int fl_cpu_thread_id(void) { return omp_get_thread_num(); }
-
 extern void openblas_set_num_threads(int);
 
+/* the first use: the default (cpu_env.c), which OpenBLAS follows too */
+int fl_cpu_threads(void) {
+    if (g_threads <= 0) {
+        g_threads = fl_cpu_default_threads(NULL, 0);
+        openblas_set_num_threads(g_threads);
+    }
+    return g_threads;
+}
+int fl_default_num_threads(char *why, size_t n) { return fl_cpu_default_threads(why, n); }
+int fl_cpu_thread_id(void) { return omp_get_thread_num(); }
+
 void fl_set_num_threads(int n) {
-    g_threads = n > 0 ? n : default_threads();
+    g_threads = n > 0 ? n : fl_cpu_default_threads(NULL, 0);
     openblas_set_num_threads(g_threads);
     omp_set_num_threads(g_threads);
 }

@@ -16,6 +16,9 @@
 #include "ops/math.h"
 
 int fl_cpu_threads(void);
+/* cpu_env.c: the default thread count and its reason; the cgroup CPU quota in CPUs (0: none) */
+int fl_cpu_default_threads(char *why, size_t n);
+double fl_cpu_quota(void);
 /* an OpenMP loop's threads: one for under 32768 elements of work, else all */
 #define PAR(n) num_threads((n) < 32768 ? 1 : fl_cpu_threads())
 int fl_cpu_thread_id(void);

@@ -1,0 +1,175 @@
+/*
+ * cpu_env.c — what the CPU path runs on: how many threads it may use, and
+ * whether OpenBLAS's kernels fit this CPU.
+ *
+ * Threads. $OMP_NUM_THREADS when set (its first entry), else the CPUs this
+ * process may run on: the affinity mask (taskset, docker --cpuset-cpus; what
+ * omp_get_num_procs counts) and the cgroup CPU quota (docker --cpus,
+ * Kubernetes limits, systemd CPUQuota: cgroup v2 cpu.max, v1
+ * cpu.cfs_quota_us / cpu.cfs_period_us), rounded up. More threads than the
+ * quota only queue behind each other at every barrier.
+ *
+ * OpenBLAS's kernels. A DYNAMIC_ARCH OpenBLAS picks its kernels from the CPU
+ * when it loads; one older than the CPU does not know it and falls back to
+ * its oldest kernels (Debian 12's 0.3.21 on a 5th-generation Xeon, family 6
+ * model 207, runs "Prescott", SSE3: a quarter of the AVX-512 speed, measured
+ * in docs/performance.md). The kernels OpenBLAS chose are compared with the
+ * best this CPU runs (SkylakeX with AVX-512, Haswell or Zen with AVX2+FMA);
+ * fl_blas_info says so and names OPENBLAS_CORETYPE, which OpenBLAS reads
+ * only when it loads: the flynn command sets it and starts itself again
+ * (src/cli/omp_setup.c), a program linking libflynn sets it before it starts.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include "cpu_internal.h"
+#include "core/error.h"
+
+#include <dlfcn.h>
+#include <limits.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ------------------------------------------------------------ threads */
+
+static bool read_line(const char *path, char *buf, size_t n) {
+    FILE *f = fopen(path, "r");
+    if (!f) return false;
+    bool ok = fgets(buf, (int)n, f) != NULL;
+    fclose(f);
+    return ok;
+}
+
+/* quota/period from a folder holding cpu.max (v2) or cpu.cfs_quota_us and cpu.cfs_period_us (v1);
+ * 0 when unlimited or unreadable */
+static double quota_in(const char *dir) {
+    char path[PATH_MAX], line[128];
+    snprintf(path, sizeof path, "%s/cpu.max", dir);
+    if (read_line(path, line, sizeof line)) {
+        long long q, p;
+        if (sscanf(line, "%lld %lld", &q, &p) == 2 && q > 0 && p > 0) return (double)q / (double)p;
+        return 0; /* "max 100000" */
+    }
+    char qpath[PATH_MAX], pline[128];
+    snprintf(path, sizeof path, "%s/cpu.cfs_quota_us", dir);
+    snprintf(qpath, sizeof qpath, "%s/cpu.cfs_period_us", dir);
+    if (read_line(path, line, sizeof line) && read_line(qpath, pline, sizeof pline)) {
+        long long q = atoll(line), p = atoll(pline);
+        if (q > 0 && p > 0) return (double)q / (double)p;
+    }
+    return 0;
+}
+
+/* The cgroup CPU quota of this process in CPUs (0: none). $FLYNN_TEST_CGROUP_DIR (tests only) names the one
+ * folder to read. Otherwise the process's own cgroup (v2 "0::/path", v1 "N:...cpu...:/path") under
+ * /sys/fs/cgroup, and that mount's root, where a container sees its own cgroup. */
+double fl_cpu_quota(void) {
+    const char *test = getenv("FLYNN_TEST_CGROUP_DIR");
+    if (test) return quota_in(test);
+    double best = 0;
+    FILE *f = fopen("/proc/self/cgroup", "r");
+    char line[1024], dir[PATH_MAX];
+    while (f && fgets(line, sizeof line, f)) {
+        line[strcspn(line, "\n")] = 0;
+        char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+        if (!c2) continue;
+        *c2 = 0;
+        const char *ctrl = c1 + 1, *path = c2 + 1;
+        double q = 0;
+        if (!*ctrl) { /* v2 */
+            snprintf(dir, sizeof dir, "/sys/fs/cgroup%s", strcmp(path, "/") == 0 ? "" : path);
+            q = quota_in(dir);
+            if (q == 0) q = quota_in("/sys/fs/cgroup");
+        } else if (strstr(ctrl, "cpu") && !strstr(ctrl, "cpuset")) { /* v1: "cpu", "cpu,cpuacct" */
+            const char *mounts[] = {"/sys/fs/cgroup/cpu", "/sys/fs/cgroup/cpu,cpuacct", "/sys/fs/cgroup/cpuacct,cpu"};
+            for (int i = 0; i < 3 && q == 0; i++) {
+                snprintf(dir, sizeof dir, "%s%s", mounts[i], strcmp(path, "/") == 0 ? "" : path);
+                q = quota_in(dir);
+                if (q == 0) q = quota_in(mounts[i]);
+            }
+        }
+        if (q > 0 && (best == 0 || q < best)) best = q;
+    }
+    if (f) fclose(f);
+    return best;
+}
+
+int fl_cpu_default_threads(char *why, size_t n) {
+    const char *s = getenv("OMP_NUM_THREADS");
+    if (s) {
+        char *end;
+        long v = strtol(s, &end, 10);
+        while (*end == ' ') end++;
+        if (end != s && v > 0 && v <= 4096 && (*end == '\0' || *end == ',')) {
+            if (why) snprintf(why, n, "OMP_NUM_THREADS");
+            return (int)v;
+        }
+    }
+    int procs = omp_get_num_procs(); /* the affinity mask */
+    double q = fl_cpu_quota();
+    if (q > 0 && q < procs) {
+        int t = (int)q;
+        if (t < q) t++;
+        if (why) snprintf(why, n, "cgroup CPU quota %.2f of %d CPUs", q, procs);
+        return t > 0 ? t : 1;
+    }
+    if (why) snprintf(why, n, "%d CPUs available", procs);
+    return procs > 0 ? procs : 1;
+}
+
+/* ------------------------------------------------------ BLAS kernels */
+
+/* OpenBLAS's x86 core names by the widest vectors their kernels use (0: SSE only, 1: AVX, 2: AVX2+FMA,
+ * 3: AVX-512); -1 for a name not listed (another architecture, or a newer OpenBLAS's name) */
+static int core_rank(const char *core) {
+    static const char *const sse[] = {"Prescott", "Core2", "Penryn", "Dunnington", "Nehalem", "Atom", "Barcelona",
+                                      "Opteron", "Opteron_SSE3", "Bobcat", "Katmai", "Coppermine", "Northwood",
+                                      "Athlon", "Banias", NULL};
+    static const char *const avx[] = {"Sandybridge", "Bulldozer", "Piledriver", "Steamroller", "Excavator", NULL};
+    static const char *const avx2[] = {"Haswell", "Zen", "SkylakeX_AVX2", NULL};
+    static const char *const avx512[] = {"SkylakeX", "Cooperlake", "SapphireRapids", NULL};
+    const char *const *lists[] = {sse, avx, avx2, avx512};
+    for (int r = 0; r < 4; r++)
+        for (int i = 0; lists[r][i]; i++)
+            if (strcasecmp(core, lists[r][i]) == 0) return r;
+    return -1;
+}
+
+void fl_blas_info_get(fl_blas_info *out) {
+    memset(out, 0, sizeof *out);
+    /* one tiny product first: a BLAS that chooses its kernels lazily has chosen them by now */
+    float a = 1, bb = 1, c = 0;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, 1, 1, 1, 1.0f, &a, 1, &bb, 1, 0.0f, &c, 1);
+    char *(*corename)(void) = (char *(*)(void))dlsym(RTLD_DEFAULT, "openblas_get_corename");
+    char *(*config)(void) = (char *(*)(void))dlsym(RTLD_DEFAULT, "openblas_get_config");
+    snprintf(out->core, sizeof out->core, "%s", corename ? corename() : "");
+    snprintf(out->config, sizeof out->config, "%s", config ? config() : "");
+    for (size_t k = strlen(out->config); k > 0 && out->config[k - 1] == ' '; k--) out->config[k - 1] = 0;
+    const char *test = getenv("FLYNN_TEST_BLAS_CORE"); /* tests only: the core OpenBLAS would have chosen */
+    if (test && !getenv("OPENBLAS_CORETYPE")) snprintf(out->core, sizeof out->core, "%s", test);
+    /* the best kernels for this CPU */
+    __builtin_cpu_init();
+    bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+                  __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq");
+    bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    if (avx512) snprintf(out->best_core, sizeof out->best_core, "SkylakeX");
+    else if (avx2) snprintf(out->best_core, sizeof out->best_core, "%s", __builtin_cpu_is("amd") ? "Zen" : "Haswell");
+    else if (__builtin_cpu_supports("avx")) snprintf(out->best_core, sizeof out->best_core, "Sandybridge");
+    int have = out->core[0] ? core_rank(out->core) : -1, best = out->best_core[0] ? core_rank(out->best_core) : -1;
+    out->weaker = have >= 0 && best > have;
+    static const char *const width[] = {"SSE", "AVX", "AVX2", "AVX-512"};
+    if (!out->core[0])
+        snprintf(out->note, sizeof out->note, "not OpenBLAS: its kernels are its own");
+    else if (out->weaker && getenv("OPENBLAS_CORETYPE"))
+        snprintf(out->note, sizeof out->note, "OpenBLAS runs its %s kernels (%s) as OPENBLAS_CORETYPE=%s says; this CPU "
+                 "runs %s (%s): unset it or set OPENBLAS_CORETYPE=%s", out->core, width[have], getenv("OPENBLAS_CORETYPE"),
+                 out->best_core, width[best], out->best_core);
+    else if (out->weaker)
+        snprintf(out->note, sizeof out->note, "OpenBLAS chose its %s kernels (%s), older than this CPU: it does not "
+                 "know this CPU; set OPENBLAS_CORETYPE=%s before the program starts (the flynn command does)",
+                 out->core, width[have], out->best_core);
+    else
+        snprintf(out->note, sizeof out->note, "OpenBLAS kernels %s fit this CPU", out->core);
+}
