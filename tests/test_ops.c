@@ -1330,6 +1330,43 @@ static void test_pact(fl_pact_desc p, const char *what) {
     h_free(&h);
 }
 
+/* The backend's branch-free ReLU loops (no slope, threshold 0) against the generic formula, element by
+ * element, on a size that runs threaded, in both gradient modes (write, accumulate), at the kinks, beyond
+ * max_value and on NaN. */
+static void test_pact_fast_relu(void) {
+    const fl_backend *be = fl_backend_cpu();
+    const int64_t n = 40000;
+    float *x = malloc((size_t)n * sizeof(float)), *y = malloc((size_t)n * sizeof(float));
+    float *dy = malloc((size_t)n * sizeof(float)), *dx = malloc((size_t)n * sizeof(float));
+    const float cases[] = {-2.0f, -0.0f, 0.0f, 1e-30f, 0.5f, 6.0f, 6.5f, NAN};
+    for (int k = 0; k < 2; k++) {
+        fl_pact_desc p = {FL_PACT_RELU, 0, 0, k ? 6.0f : INFINITY};
+        for (int64_t i = 0; i < n; i++) {
+            x[i] = i < 8 ? cases[i] : (float)((i * 7919) % 2001 - 1000) / 100.0f;
+            dy[i] = (float)(i % 13) - 6.0f;
+            dx[i] = 1.0f;
+        }
+        be->pact_fwd(&p, n, x, y);
+        int bad = 0;
+        for (int64_t i = 0; i < n; i++) {
+            float want = fl_pact_forward(&p, x[i]);
+            if (!(y[i] == want)) bad++;
+        }
+        CHECK_MSG(bad == 0, "ReLU fast forward (max_value %g): %d of %lld differ", p.c, bad, (long long)n);
+        for (int beta = 0; beta < 2; beta++) {
+            be->pact_bwd(&p, n, x, y, dy, dx, (float)beta);
+            bad = 0;
+            for (int64_t i = 0; i < n; i++) {
+                float want = (beta ? 1.0f : 0.0f) + dy[i] * fl_pact_grad(&p, x[i], y[i]);
+                if (!(dx[i] == want)) bad++;
+                dx[i] = 1.0f;
+            }
+            CHECK_MSG(bad == 0, "ReLU fast backward (max_value %g, beta %d): %d differ", p.c, beta, bad);
+        }
+    }
+    free(x); free(y); free(dy); free(dx);
+}
+
 /* keras.activations.relu's documented values, boundaries included. */
 static void test_pact_values(void) {
     const float xs[5] = {-10, -5, 0, 5, 10};
@@ -2143,6 +2180,8 @@ int main(void) {
     /* the activation and preprocessing layers with parameters */
     test_pact_values();
     test_pact((fl_pact_desc){FL_PACT_RELU, 0, 0, 6}, "ReLU(6.0)");
+    test_pact((fl_pact_desc){FL_PACT_RELU, 0, 0, INFINITY}, "ReLU()");
+    test_pact_fast_relu();
     test_pact((fl_pact_desc){FL_PACT_RELU, 0.1f, 0.5f, 5}, "ReLU(5.0, negative_slope=0.1, threshold=0.5)");
     test_pact((fl_pact_desc){FL_PACT_RELU, 0.3f, 0, INFINITY}, "LeakyReLU()");
     test_pact((fl_pact_desc){FL_PACT_ELU, 0.7f, 0, 0}, "ELU(0.7)");

@@ -9,8 +9,23 @@
 #include "cpu_internal.h"
 
 
+/* ReLU with threshold 0 and no negative slope (Keras's ReLU() layer, ReLU6: max_value 6): branch-free loops
+ * the compiler vectorises. The generic formula per element (fl_pact_forward) took 9% of ResNet-20's training
+ * step each way (perf, 1 thread), the backward mostly in mispredicted branches on the activations' signs, for
+ * work that is only memory traffic. */
+static bool plain_relu(const fl_pact_desc *p) { return p->code == FL_PACT_RELU && p->a == 0.0f && p->b == 0.0f; }
+
 void fl_cpu_pact_fwd(const fl_pact_desc *d, int64_t n, const float *x, float *y) {
     const fl_pact_desc p = *d;
+    if (plain_relu(&p)) {
+        const float hi = p.c;
+#pragma omp parallel for simd schedule(static) PAR(n)
+        for (int64_t i = 0; i < n; i++) {
+            float v = x[i] > 0.0f ? x[i] : 0.0f;
+            y[i] = v < hi ? v : hi;
+        }
+        return;
+    }
 #pragma omp parallel for schedule(static) PAR(n)
     for (int64_t i = 0; i < n; i++) y[i] = fl_pact_forward(&p, x[i]);
 }
@@ -18,6 +33,18 @@ void fl_cpu_pact_fwd(const fl_pact_desc *d, int64_t n, const float *x, float *y)
 void fl_cpu_pact_bwd(const fl_pact_desc *d, int64_t n, const float *x, const float *y, const float *dy, float *dx,
                      float beta) {
     const fl_pact_desc p = *d;
+    if (plain_relu(&p)) {
+        const float hi = p.c;
+        /* dy times a 0/1 mask, as the generic path multiplies by the derivative */
+        if (beta == 0.0f) {
+#pragma omp parallel for simd schedule(static) PAR(n)
+            for (int64_t i = 0; i < n; i++) dx[i] = dy[i] * (float)((x[i] > 0.0f) & (x[i] < hi));
+        } else {
+#pragma omp parallel for simd schedule(static) PAR(n)
+            for (int64_t i = 0; i < n; i++) dx[i] += dy[i] * (float)((x[i] > 0.0f) & (x[i] < hi));
+        }
+        return;
+    }
 #pragma omp parallel for schedule(static) PAR(n)
     for (int64_t i = 0; i < n; i++) {
         float g = dy[i] * fl_pact_grad(&p, x[i], y[i]);
