@@ -1353,6 +1353,24 @@ static void test_pact_fast_relu(void) {
             if (!(y[i] == want)) bad++;
         }
         CHECK_MSG(bad == 0, "ReLU fast forward (max_value %g): %d of %lld differ", p.c, bad, (long long)n);
+        /* the activation op's ReLU and ReLU6 (Activation("relu"), an unfused activation) */
+        int act = k ? FL_ACT_RELU6 : FL_ACT_RELU;
+        be->act_fwd(act, n / 8, 8, x, y);
+        bad = 0;
+        for (int64_t i = 0; i < n; i++)
+            if (!(y[i] == fl_act_forward(act, x[i]))) bad++;
+        CHECK_MSG(bad == 0, "activation %d fast forward: %d differ", act, bad);
+        for (int beta = 0; beta < 2; beta++) {
+            be->act_bwd(act, n / 8, 8, x, y, dy, dx, (float)beta);
+            bad = 0;
+            for (int64_t i = 0; i < n; i++) {
+                float want = (beta ? 1.0f : 0.0f) + dy[i] * fl_act_grad_x(act, x[i], y[i]);
+                if (!(dx[i] == want)) bad++;
+                dx[i] = 1.0f;
+            }
+            CHECK_MSG(bad == 0, "activation %d fast backward (beta %d): %d differ", act, beta, bad);
+        }
+        be->pact_fwd(&p, n, x, y);
         for (int beta = 0; beta < 2; beta++) {
             be->pact_bwd(&p, n, x, y, dy, dx, (float)beta);
             bad = 0;
