@@ -321,20 +321,29 @@ static void cpu_bn_fwd_train(const fl_bn_desc *d, const float *x, const float *g
     }
 }
 
+/* Inference: Keras's (and TensorFlow's) formula, per channel inv = rsqrt(var + eps) * gamma and
+ * res = beta - mean * inv, then y = x * inv + res: one multiply-add per element (it was a division and a
+ * square root per element, 10% of MobileNetV2's predict, perf, 1 thread). */
 static void cpu_bn_fwd_infer(const fl_bn_desc *d, const float *x, const float *gamma, const float *beta,
                              const float *mm, const float *mv, float *y) {
     const int c = d->c;
+    float stack[2 * 512], *inv = c <= 512 ? stack : malloc((size_t)c * 2 * sizeof(float));
+    if (!inv) return;
+    float *res = inv + c;
+    for (int j = 0; j < c; j++) {
+        inv[j] = 1.0f / sqrtf(mv[j] + d->eps);
+        if (gamma) inv[j] *= gamma[j];
+        res[j] = -mm[j] * inv[j];
+        if (beta) res[j] += beta[j];
+    }
 #pragma omp parallel for schedule(static) num_threads(d->m * c < 32768 ? 1 : fl_cpu_threads())
     for (int64_t r = 0; r < d->m; r++) {
         const float *xr = x + (size_t)r * c;
         float *yr = y + (size_t)r * c;
-        for (int j = 0; j < c; j++) {
-            float v = (xr[j] - mm[j]) / sqrtf(mv[j] + d->eps);
-            if (gamma) v *= gamma[j];
-            if (beta) v += beta[j];
-            yr[j] = v;
-        }
+#pragma omp simd
+        for (int j = 0; j < c; j++) yr[j] = xr[j] * inv[j] + res[j];
     }
+    if (inv != stack) free(inv);
 }
 
 static void cpu_bn_bwd(const fl_bn_desc *d, const float *x, const float *gamma, const float *mean,
