@@ -1484,10 +1484,12 @@ __global__ void k_bn_infer(int64_t total, int c, float eps, const float *x, cons
                            const float *mm, const float *mv, float *y) {
     for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
         int j = (int)(e % c);
-        float v = (x[e] - mm[j]) / sqrtf(mv[j] + eps);
-        if (gamma) v *= gamma[j];
-        if (beta) v += beta[j];
-        y[e] = v;
+        /* Keras's formula, as the CPU's: inv = rsqrt(var + eps) * gamma, x * inv + (beta - mean * inv) */
+        float inv = 1.0f / sqrtf(mv[j] + eps);
+        if (gamma) inv *= gamma[j];
+        float res = -mm[j] * inv;
+        if (beta) res += beta[j];
+        y[e] = x[e] * inv + res;
     }
 }
 __global__ void k_bn_bwd(int64_t total, int c, float inv_m, const float *x, const float *gamma, const float *mean,
