@@ -1385,6 +1385,53 @@ static void test_pact_fast_relu(void) {
     free(x); free(y); free(dy); free(dx);
 }
 
+/* BatchNormalization's statistics sum fixed blocks of rows in parallel: the same bits on 1, 2 and 3 threads,
+ * and the mean and variance of a double-precision reference. */
+static void test_bn_threads(void) {
+    const fl_backend *be = fl_backend_cpu();
+    const int64_t m = 3000;
+    const int c = 24;
+    const size_t n = (size_t)m * c;
+    float *x = malloc(n * sizeof(float)), *dy = malloc(n * sizeof(float)), *out[3][2];
+    float gamma[24], beta[24], stats[3][4][24];
+    for (size_t i = 0; i < n; i++) {
+        x[i] = 3.0f + (float)((i * 7919) % 1001) / 97.0f;
+        dy[i] = (float)((i * 104729) % 997) / 500.0f - 1.0f;
+    }
+    for (int j = 0; j < c; j++) { gamma[j] = 0.5f + 0.1f * j; beta[j] = 0.01f * j; }
+    fl_bn_desc d = {m, c, 1e-3f, 0.99f};
+    for (int t = 0; t < 3; t++) {
+        fl_set_num_threads(t + 1);
+        out[t][0] = malloc(n * sizeof(float));
+        out[t][1] = malloc(n * sizeof(float));
+        for (int j = 0; j < c; j++) { stats[t][2][j] = 0; stats[t][3][j] = 1; }
+        be->bn_fwd_train(&d, x, gamma, beta, out[t][0], stats[t][0], stats[t][1], stats[t][2], stats[t][3]);
+        float dg[24], db[24];
+        be->bn_bwd(&d, x, gamma, stats[t][0], stats[t][1], dy, out[t][1], 0.0f, dg, db);
+        memcpy(stats[t][2], dg, sizeof dg);
+        memcpy(stats[t][3], db, sizeof db);
+    }
+    fl_set_num_threads(0);
+    for (int t = 1; t < 3; t++) {
+        CHECK_MSG(memcmp(out[0][0], out[t][0], n * sizeof(float)) == 0, "BN forward on %d threads differs", t + 1);
+        CHECK_MSG(memcmp(out[0][1], out[t][1], n * sizeof(float)) == 0, "BN backward on %d threads differs", t + 1);
+        CHECK_MSG(memcmp(stats[0], stats[t], sizeof stats[0]) == 0, "BN statistics on %d threads differ", t + 1);
+    }
+    double worst = 0;
+    for (int j = 0; j < c; j++) {
+        double s = 0, v = 0;
+        for (int64_t r = 0; r < m; r++) s += x[r * c + j];
+        s /= (double)m;
+        for (int64_t r = 0; r < m; r++) v += (x[r * c + j] - s) * (x[r * c + j] - s);
+        v /= (double)m;
+        double e1 = fabs(stats[0][0][j] - s) / fabs(s), e2 = fabs(1.0 / ((double)stats[0][1][j] * stats[0][1][j]) - 1e-3 - v) / v;
+        worst = fmax(worst, fmax(e1, e2));
+    }
+    CHECK_MSG(worst < 1e-5, "BN mean/variance against double: relative %.2e", worst);
+    for (int t = 0; t < 3; t++) { free(out[t][0]); free(out[t][1]); }
+    free(x); free(dy);
+}
+
 /* keras.activations.relu's documented values, boundaries included. */
 static void test_pact_values(void) {
     const float xs[5] = {-10, -5, 0, 5, 10};
@@ -2200,6 +2247,7 @@ int main(void) {
     test_pact((fl_pact_desc){FL_PACT_RELU, 0, 0, 6}, "ReLU(6.0)");
     test_pact((fl_pact_desc){FL_PACT_RELU, 0, 0, INFINITY}, "ReLU()");
     test_pact_fast_relu();
+    test_bn_threads();
     test_pact((fl_pact_desc){FL_PACT_RELU, 0.1f, 0.5f, 5}, "ReLU(5.0, negative_slope=0.1, threshold=0.5)");
     test_pact((fl_pact_desc){FL_PACT_RELU, 0.3f, 0, INFINITY}, "LeakyReLU()");
     test_pact((fl_pact_desc){FL_PACT_ELU, 0.7f, 0, 0}, "ELU(0.7)");

@@ -284,30 +284,66 @@ static void cpu_dropout_bwd(int64_t n, float rate, const uint8_t *mask, const fl
 
 /* -------------------------------------------------------- batch norm */
 
+/* The statistics' sums run over fixed blocks of rows in parallel, each block summed in double, the blocks
+ * added in order after: the same numbers for any thread count (the serial loops were a third of MobileNetV2's
+ * BatchNormalization time on one of two threads). */
+static int bn_blocks(int64_t m) {
+    int64_t b = m / 256;
+    return b < 1 ? 1 : b > 64 ? 64 : (int)b;
+}
+
+/* part[k*2c + j] += f(row r, j) over block k's rows for the two sums a (j < c) and b (c <= j < 2c) */
+typedef enum { BN_SUM_X, BN_SUM_DEV2, BN_SUM_DY } bn_sum_kind;
+static void bn_block_sums(bn_sum_kind kind, int64_t m, int c, const float *x, const float *dy, const float *mean,
+                          const float *invstd, double *part, int nb) {
+#pragma omp parallel for schedule(static) num_threads(m * c < 32768 ? 1 : fl_cpu_threads())
+    for (int k = 0; k < nb; k++) {
+        double *a = part + (size_t)k * 2 * c, *b = a + c;
+        for (int64_t r = m * k / nb; r < m * (k + 1) / nb; r++) {
+            const float *xr = x + (size_t)r * c;
+            if (kind == BN_SUM_X) {
+                for (int j = 0; j < c; j++) a[j] += xr[j];
+            } else if (kind == BN_SUM_DEV2) {
+                for (int j = 0; j < c; j++) { double t = xr[j] - mean[j]; b[j] += t * t; }
+            } else {
+                const float *g = dy + (size_t)r * c;
+                for (int j = 0; j < c; j++) {
+                    a[j] += g[j];
+                    b[j] += (double)g[j] * (xr[j] - mean[j]) * invstd[j];
+                }
+            }
+        }
+    }
+}
+
+/* the blocks' sums added in block order into part[0 .. 2c) */
+static void bn_fold(double *part, int nb, int c) {
+    for (int k = 1; k < nb; k++)
+        for (int j = 0; j < 2 * c; j++) part[j] += part[(size_t)k * 2 * c + j];
+}
+
 static void cpu_bn_fwd_train(const fl_bn_desc *d, const float *x, const float *gamma, const float *beta, float *y,
                              float *save_mean, float *save_invstd, float *moving_mean, float *moving_var) {
     const int c = d->c;
     const int64_t m = d->m;
-    double *acc = calloc((size_t)c * 2, sizeof(double));
-    if (!acc) return; /* the graph preallocates; this is a tiny buffer */
+    const int nb = bn_blocks(m);
+    double *part = calloc((size_t)nb * 2 * c, sizeof(double));
+    if (!part) return; /* the graph preallocates; this is a small buffer */
     /* mean */
-    for (int64_t r = 0; r < m; r++) {
-        const float *xr = x + (size_t)r * c;
-        for (int j = 0; j < c; j++) acc[j] += xr[j];
-    }
-    for (int j = 0; j < c; j++) save_mean[j] = (float)(acc[j] / (double)m);
+    bn_block_sums(BN_SUM_X, m, c, x, NULL, NULL, NULL, part, nb);
+    bn_fold(part, nb, c);
+    for (int j = 0; j < c; j++) save_mean[j] = (float)(part[j] / (double)m);
     /* biased variance, two-pass for accuracy */
-    for (int64_t r = 0; r < m; r++) {
-        const float *xr = x + (size_t)r * c;
-        for (int j = 0; j < c; j++) { double t = xr[j] - save_mean[j]; acc[c + j] += t * t; }
-    }
+    memset(part, 0, (size_t)nb * 2 * c * sizeof(double));
+    bn_block_sums(BN_SUM_DEV2, m, c, x, NULL, save_mean, NULL, part, nb);
+    bn_fold(part, nb, c);
     for (int j = 0; j < c; j++) {
-        float var = (float)(acc[c + j] / (double)m);
+        float var = (float)(part[c + j] / (double)m);
         save_invstd[j] = 1.0f / sqrtf(var + d->eps);
         moving_mean[j] = moving_mean[j] * d->momentum + save_mean[j] * (1.0f - d->momentum);
         moving_var[j] = moving_var[j] * d->momentum + var * (1.0f - d->momentum);
     }
-    free(acc);
+    free(part);
 #pragma omp parallel for schedule(static) num_threads(m * c < 32768 ? 1 : fl_cpu_threads())
     for (int64_t r = 0; r < m; r++) {
         const float *xr = x + (size_t)r * c;
@@ -350,16 +386,12 @@ static void cpu_bn_bwd(const fl_bn_desc *d, const float *x, const float *gamma, 
                        const float *invstd, const float *dy, float *dx, float beta, float *dgamma, float *dbeta) {
     const int c = d->c;
     const int64_t m = d->m;
-    double *acc = calloc((size_t)c * 2, sizeof(double));
-    if (!acc) return;
-    double *sdy = acc, *sdyx = acc + c; /* sum(dy), sum(dy * xhat) */
-    for (int64_t r = 0; r < m; r++) {
-        const float *xr = x + (size_t)r * c, *g = dy + (size_t)r * c;
-        for (int j = 0; j < c; j++) {
-            sdy[j] += g[j];
-            sdyx[j] += (double)g[j] * (xr[j] - mean[j]) * invstd[j];
-        }
-    }
+    const int nb = bn_blocks(m);
+    double *part = calloc((size_t)nb * 2 * c, sizeof(double));
+    if (!part) return;
+    bn_block_sums(BN_SUM_DY, m, c, x, dy, mean, invstd, part, nb);
+    bn_fold(part, nb, c);
+    const double *sdy = part, *sdyx = part + c; /* sum(dy), sum(dy * xhat) */
     if (dgamma)
         for (int j = 0; j < c; j++) dgamma[j] = (float)sdyx[j];
     if (dbeta)
@@ -377,7 +409,7 @@ static void cpu_bn_bwd(const fl_bn_desc *d, const float *x, const float *gamma, 
             }
         }
     }
-    free(acc);
+    free(part);
 }
 
 static void cpu_accumulate(int64_t n, const float *src, float *dst, float beta) {
