@@ -504,24 +504,41 @@ static void test_fit(const char *fx, const char *tmp, const char *keep) {
         ev_file *all[4] = {tr, va, ktr, kva};
         for (int i = 0; i < 4; i++) { free(all[i]->data); free(all[i]); }
         fl_history_free(h);
-        /* a second fit: new files beside the first (Keras: new writers each fit) */
-        if (c == 0) {
-            fl_history *h2 = fl_fit(m, x, y, .batch_size = 8, .epochs = 1, .validation_split = 0.25f,
-                                    .verbose = FL_VERBOSE_SILENT, .callbacks = (fl_callback *[]){tb, NULL});
-            CHECK(h2 != NULL);
-            fl_history_free(h2);
-            char p[1100];
-            int count;
-            snprintf(sub, sizeof sub, "%s/train", dir);
-            CHECK(ev_find(sub, p, sizeof p, &count) && count == 2);
-            snprintf(sub, sizeof sub, "%s/validation", dir);
-            CHECK(ev_find(sub, p, sizeof p, &count) && count == 2);
-        }
         fl_callback_free(tb);
         fl_model_free(m);
         fl_tensor_free(x);
         fl_tensor_free(y);
     }
+}
+
+/* a second fit with the same callback: new files beside the first (Keras: new writers each fit) */
+static void test_refit(const char *tmp) {
+    char dir[1024], sub[1100], p[1100];
+    snprintf(dir, sizeof dir, "%s/refit", tmp);
+    fl_model *m = small_model();
+    fl_tensor *x, *y;
+    small_data(&x, &y);
+    fl_callback *tb = fl_tensorboard(dir);
+    for (int k = 0; k < 2; k++) {
+        fl_history *h = fl_fit(m, x, y, .batch_size = 8, .epochs = 1, .validation_split = 0.25f,
+                               .verbose = FL_VERBOSE_SILENT, .callbacks = (fl_callback *[]){tb, NULL});
+        CHECK(h != NULL);
+        fl_history_free(h);
+    }
+    int count;
+    snprintf(sub, sizeof sub, "%s/train", dir);
+    CHECK(ev_find(sub, p, sizeof p, &count) && count == 2);
+    snprintf(sub, sizeof sub, "%s/validation", dir);
+    CHECK(ev_find(sub, p, sizeof p, &count) && count == 2);
+    ev_file *f = malloc(sizeof *f);
+    CHECK_MSG(ev_load(sub, f), "%s", f->err); /* the second fit's: iterations go on (8), epochs start at 0 again */
+    CHECK(f->nvals == 4 && ev_get(f, "evaluation_loss_vs_iterations", 8) && ev_get(f, "epoch_loss", 0));
+    free(f->data);
+    free(f);
+    fl_callback_free(tb);
+    fl_model_free(m);
+    fl_tensor_free(x);
+    fl_tensor_free(y);
 }
 
 /* no validation, write_graph off: no validation folder, no "keras" tag (Keras's noval case) */
@@ -602,6 +619,7 @@ int main(int argc, char **argv) {
     test_keras_files(fx);
     test_histograms_vs_tf(fx);
     test_fit(fx, tmp, keep);
+    test_refit(tmp);
     test_noval(fx, tmp);
     test_errors(tmp);
     rm_rf(tmp);
