@@ -511,6 +511,86 @@ static void test_fit(const char *fx, const char *tmp, const char *keep) {
     }
 }
 
+/* the histogram tags of a fit with histogram_freq 1, sorted, one a line */
+static char *histogram_tags(fl_model *m, const fl_tensor *x, const fl_tensor *y, const char *dir) {
+    fl_callback *tb = fl_tensorboard(dir, .histogram_freq = 1, .no_write_graph = true);
+    fl_history *h = fl_fit(m, x, y, .batch_size = 4, .epochs = 1, .verbose = FL_VERBOSE_SILENT,
+                           .callbacks = (fl_callback *[]){tb, NULL});
+    CHECK_MSG(h != NULL, "%s", fl_last_error());
+    fl_history_free(h);
+    fl_callback_free(tb);
+    char sub[1100];
+    snprintf(sub, sizeof sub, "%s/train", dir);
+    ev_file *f = malloc(sizeof *f);
+    CHECK_MSG(ev_load(sub, f), "%s", f->err);
+    const char *t[64];
+    int n = 0;
+    for (int i = 0; i < f->nvals && n < 64; i++)
+        if (strstr(f->vals[i].tag, "/histogram")) t[n++] = f->vals[i].tag;
+    qsort(t, (size_t)n, sizeof *t, cmp_str);
+    char *s = calloc(1, 8192);
+    for (int i = 0; i < n; i++) snprintf(s + strlen(s), 8192 - strlen(s), "%s\n", t[i]);
+    free(f->data);
+    free(f);
+    return s;
+}
+
+/* histogram tags are Keras 3.15's weight.path (printed by Keras for the same layers) */
+static void test_weight_paths(const char *tmp) {
+    char dir[1024];
+    fl_model *m = fl_sequential(fl_input(5, 4), fl_time_distributed(fl_dense(3)),
+                                fl_bidirectional(fl_gru(2, .return_sequences = true)), fl_layer_normalization());
+    CHECK_MSG(m != NULL, "%s", fl_last_error());
+    if (!m) return;
+    fl_compile(m, fl_adam(), FL_MEAN_SQUARED_ERROR);
+    fl_tensor *x = fl_tensor_zeros(FL_FLOAT32, 8, 5, 4), *y = fl_tensor_zeros(FL_FLOAT32, 8, 5, 4);
+    snprintf(dir, sizeof dir, "%s/paths_seq", tmp);
+    char *got = histogram_tags(m, x, y, dir);
+    const char *want = /* Keras: [w.path for l in m.layers for w in l.weights], sorted */
+        "sequential/bidirectional/backward_gru/gru_cell/bias/histogram\n"
+        "sequential/bidirectional/backward_gru/gru_cell/kernel/histogram\n"
+        "sequential/bidirectional/backward_gru/gru_cell/recurrent_kernel/histogram\n"
+        "sequential/bidirectional/forward_gru/gru_cell/bias/histogram\n"
+        "sequential/bidirectional/forward_gru/gru_cell/kernel/histogram\n"
+        "sequential/bidirectional/forward_gru/gru_cell/recurrent_kernel/histogram\n"
+        "sequential/layer_normalization/beta/histogram\n"
+        "sequential/layer_normalization/gamma/histogram\n"
+        "sequential/time_distributed/dense/bias/histogram\n"
+        "sequential/time_distributed/dense/kernel/histogram\n";
+    CHECK_MSG(strcmp(got, want) == 0, "Sequential histogram tags:\n%s", got);
+    free(got);
+    fl_model_free(m);
+    fl_tensor_free(x);
+    fl_tensor_free(y);
+    /* Functional: no model name in front */
+    fl_sym *in = fl_keras_input(5, 4);
+    fl_sym *a = fl_call_n(fl_multi_head_attention(2, 3), in, in);
+    fl_sym *o = fl_call(fl_dense(3, .name = "out"), a);
+    m = fl_model_new(fl_syms(in), fl_syms(o), "fun");
+    CHECK_MSG(m != NULL, "%s", fl_last_error());
+    if (!m) return;
+    fl_compile(m, fl_adam(), FL_MEAN_SQUARED_ERROR);
+    x = fl_tensor_zeros(FL_FLOAT32, 8, 5, 4);
+    y = fl_tensor_zeros(FL_FLOAT32, 8, 5, 3);
+    snprintf(dir, sizeof dir, "%s/paths_fun", tmp);
+    got = histogram_tags(m, x, y, dir);
+    want = "multi_head_attention/attention_output/bias/histogram\n"
+           "multi_head_attention/attention_output/kernel/histogram\n"
+           "multi_head_attention/key/bias/histogram\n"
+           "multi_head_attention/key/kernel/histogram\n"
+           "multi_head_attention/query/bias/histogram\n"
+           "multi_head_attention/query/kernel/histogram\n"
+           "multi_head_attention/value/bias/histogram\n"
+           "multi_head_attention/value/kernel/histogram\n"
+           "out/bias/histogram\n"
+           "out/kernel/histogram\n";
+    CHECK_MSG(strcmp(got, want) == 0, "Functional histogram tags:\n%s", got);
+    free(got);
+    fl_model_free(m);
+    fl_tensor_free(x);
+    fl_tensor_free(y);
+}
+
 /* a second fit with the same callback: new files beside the first (Keras: new writers each fit) */
 static void test_refit(const char *tmp) {
     char dir[1024], sub[1100], p[1100];
@@ -620,6 +700,7 @@ int main(int argc, char **argv) {
     test_histograms_vs_tf(fx);
     test_fit(fx, tmp, keep);
     test_refit(tmp);
+    test_weight_paths(tmp);
     test_noval(fx, tmp);
     test_errors(tmp);
     rm_rf(tmp);
