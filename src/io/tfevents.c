@@ -22,6 +22,7 @@
 #include "core/error.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -193,8 +194,9 @@ fl_status fl_tfevents_encode_tensor(fl_pb *out, double wall_time, int64_t step, 
 }
 
 struct fl_tfevents {
-    FILE *f;
+    int fd;      /* -1 once closed */
     char *path;
+    fl_pb pending; /* framed records not yet written (write(2) itself, so that every error has its errno) */
     bool failed;
 };
 
@@ -208,20 +210,15 @@ static double wall_clock(void) {
 
 static fl_status write_event(fl_tfevents *w, const fl_pb *ev) {
     if (ev->oom) return fl_error(FL_ERR_NOMEM, "TensorBoard: out of memory writing %s", w->path);
-    fl_pb rec = {0};
-    fl_tfrecord_frame(&rec, ev->buf, ev->len);
-    if (rec.oom) { fl_pb_free(&rec); return fl_error(FL_ERR_NOMEM, "TensorBoard: out of memory writing %s", w->path); }
-    size_t n = fwrite(rec.buf, 1, rec.len, w->f);
-    size_t want = rec.len;
-    fl_pb_free(&rec);
-    if (n != want || ferror(w->f)) {
+    fl_tfrecord_frame(&w->pending, ev->buf, ev->len);
+    if (w->pending.oom) {
         w->failed = true;
-        return fl_error(FL_ERR_IO, "TensorBoard: cannot write %s: %s", w->path, strerror(errno ? errno : EIO));
+        return fl_error(FL_ERR_NOMEM, "TensorBoard: out of memory writing %s", w->path);
     }
-    return FL_OK;
+    return w->pending.len >= (1u << 16) ? fl_tfevents_flush(w) : FL_OK;
 }
 
-/* mkdir -p */
+/* mkdir -p: each missing folder of the path made, an existing one used */
 static fl_status make_dirs(const char *dir) {
     size_t n = strlen(dir);
     char *p = fl_malloc(n + 1, "TensorBoard log folder name");
@@ -232,13 +229,12 @@ static fl_status make_dirs(const char *dir) {
         if (p[i] != '/' && p[i] != 0) continue;
         char c = p[i];
         p[i] = 0;
-        if (mkdir(p, 0777) != 0) {
-            int e = errno;
-            struct stat sb;
-            if (e != EEXIST)
-                st = fl_error(FL_ERR_IO, "TensorBoard: cannot create the log folder %s: %s", p, strerror(e));
-            else if (stat(p, &sb) != 0 || !S_ISDIR(sb.st_mode))
+        struct stat sb;
+        if (stat(p, &sb) == 0) {
+            if (!S_ISDIR(sb.st_mode))
                 st = fl_error(FL_ERR_IO, "TensorBoard: cannot use %s as a log folder: it exists and is not a folder", p);
+        } else if (mkdir(p, 0777) != 0 && errno != EEXIST) {
+            st = fl_error(FL_ERR_IO, "TensorBoard: cannot create the log folder %s: %s", p, strerror(errno));
         }
         p[i] = c;
     }
@@ -251,21 +247,23 @@ fl_tfevents *fl_tfevents_open(const char *dir) {
     if (make_dirs(dir) != FL_OK) return NULL;
     fl_tfevents *w = fl_calloc(1, sizeof *w, "TensorBoard writer");
     if (!w) return NULL;
+    w->fd = -1;
     char host[256] = "localhost";
     if (gethostname(host, sizeof host) != 0 || !host[0]) snprintf(host, sizeof host, "localhost");
     host[sizeof host - 1] = 0;
     size_t cap = strlen(dir) + strlen(host) + 96;
     if (!(w->path = fl_malloc(cap, "TensorBoard file name"))) { free(w); return NULL; }
     long long secs = (long long)time(NULL);
-    for (int k = 0; k < 1000 && !w->f; k++) { /* TF's counter: a free name, never an existing file */
+    int err = 0;
+    for (int k = 0; k < 1000 && w->fd < 0; k++) { /* TF's counter: a free name, never an existing file */
         snprintf(w->path, cap, "%s%sevents.out.tfevents.%010lld.%s.%ld.%d.v2", dir, dir[strlen(dir) - 1] == '/' ? "" : "/",
                  secs, host, (long)getpid(), k);
-        errno = 0;
-        w->f = fopen(w->path, "wbx");
-        if (!w->f && errno != EEXIST) break;
+        w->fd = open(w->path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+        err = errno;
+        if (w->fd < 0 && err != EEXIST) break;
     }
-    if (!w->f) {
-        fl_error(FL_ERR_IO, "TensorBoard: cannot create %s: %s", w->path, strerror(errno ? errno : EEXIST));
+    if (w->fd < 0) {
+        fl_error(FL_ERR_IO, "TensorBoard: cannot create %s: %s", w->path, strerror(err));
         free(w->path);
         free(w);
         return NULL;
@@ -280,8 +278,9 @@ fl_tfevents *fl_tfevents_open(const char *dir) {
     fl_pb_free(&src);
     if (st == FL_OK) st = fl_tfevents_flush(w);
     if (st != FL_OK) {
-        fclose(w->f);
-        remove(w->path);
+        close(w->fd);
+        unlink(w->path);
+        fl_pb_free(&w->pending);
         free(w->path);
         free(w);
         return NULL;
@@ -292,7 +291,7 @@ fl_tfevents *fl_tfevents_open(const char *dir) {
 static fl_status write_tensor(fl_tfevents *w, const char *tag, int64_t step, int dtype, int ndim, const int64_t *shape,
                               const void *content, size_t len, bool is_string, const char *plugin,
                               const char *plugin_content) {
-    if (!w || !w->f) return fl_error(FL_ERR_STATE, "TensorBoard: the events file is closed");
+    if (!w || w->fd < 0) return fl_error(FL_ERR_STATE, "TensorBoard: the events file is closed");
     if (w->failed) return fl_error(FL_ERR_IO, "TensorBoard: an earlier write to %s failed", w->path);
     fl_pb ev = {0};
     fl_status st = fl_tfevents_encode_tensor(&ev, wall_clock(), step, tag, dtype, ndim, shape, content, len, is_string,
@@ -331,26 +330,32 @@ fl_status fl_tfevents_string(fl_tfevents *w, const char *tag, int64_t step, cons
 }
 
 fl_status fl_tfevents_flush(fl_tfevents *w) {
-    if (!w || !w->f) return FL_OK;
-    errno = 0;
-    if (fflush(w->f) != 0 || ferror(w->f)) {
-        w->failed = true;
-        return fl_error(FL_ERR_IO, "TensorBoard: cannot write %s: %s", w->path, strerror(errno ? errno : EIO));
+    if (!w || w->fd < 0) return FL_OK;
+    if (w->failed) return fl_error(FL_ERR_IO, "TensorBoard: an earlier write to %s failed", w->path);
+    size_t off = 0;
+    while (off < w->pending.len) {
+        ssize_t r = write(w->fd, w->pending.buf + off, w->pending.len - off);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) {
+            w->failed = true;
+            return fl_error(FL_ERR_IO, "TensorBoard: cannot write %s: %s", w->path, strerror(r < 0 ? errno : EIO));
+        }
+        off += (size_t)r;
     }
+    w->pending.len = 0;
     return FL_OK;
 }
 
 fl_status fl_tfevents_close(fl_tfevents *w) {
     if (!w) return FL_OK;
     fl_status st = FL_OK;
-    if (w->f) {
-        errno = 0;
-        bool bad = fflush(w->f) != 0 || ferror(w->f);
-        int e = errno;
-        if (fclose(w->f) != 0 && !bad) { bad = true; e = errno; }
-        if (bad && !w->failed)
-            st = fl_error(FL_ERR_IO, "TensorBoard: cannot write %s: %s", w->path, strerror(e ? e : EIO));
+    if (w->fd >= 0) {
+        bool failed_before = w->failed;
+        st = failed_before ? FL_OK : fl_tfevents_flush(w);
+        if (close(w->fd) != 0 && st == FL_OK && !failed_before)
+            st = fl_error(FL_ERR_IO, "TensorBoard: cannot write %s: %s", w->path, strerror(errno));
     }
+    fl_pb_free(&w->pending);
     free(w->path);
     free(w);
     return st;
