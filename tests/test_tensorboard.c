@@ -591,6 +591,68 @@ static void test_weight_paths(const char *tmp) {
     fl_tensor_free(y);
 }
 
+/* epoch_learning_rate with a schedule: its value at the optimizer's
+ * iterations after the epoch (Keras's optimizer.learning_rate); and after
+ * ReduceLROnPlateau (before TensorBoard in the list) the reduced rate,
+ * where History has the rate before the reduction, as in Keras (3.15 on
+ * TensorFlow, the same fit: History 0.1, 0.1, 0.05; TensorBoard 0.1, 0.05, 0.025) */
+static void test_learning_rate(const char *tmp) {
+    char dir[1024], sub[1100];
+    fl_tensor *x, *y;
+    small_data(&x, &y);
+    fl_lr_schedule sc = fl_exponential_decay(0.01, 3, 0.5);
+    fl_model *m = fl_sequential(fl_input(4), fl_dense(3, .activation = FL_SOFTMAX));
+    fl_compile(m, fl_adam(.learning_rate_schedule = &sc), FL_SPARSE_CATEGORICAL_CROSSENTROPY);
+    snprintf(dir, sizeof dir, "%s/lr_schedule", tmp);
+    fl_callback *tb = fl_tensorboard(dir, .no_write_graph = true);
+    fl_history *h = fl_fit(m, x, y, .batch_size = 8, .epochs = 3, .verbose = FL_VERBOSE_SILENT,
+                           .callbacks = (fl_callback *[]){tb, NULL});
+    CHECK(h != NULL);
+    ev_file *f = malloc(sizeof *f);
+    snprintf(sub, sizeof sub, "%s/train", dir);
+    CHECK_MSG(ev_load(sub, f), "%s", f->err);
+    for (int e = 0; e < 3; e++) /* 40 samples, batch 8: 5 steps an epoch */
+        CHECK_MSG(ev_scalar(ev_get(f, "epoch_learning_rate", e)) == fl_lr_schedule_value(&sc, 5 * (e + 1)),
+                  "epoch %d: %g, the schedule at step %d %g", e, (double)ev_scalar(ev_get(f, "epoch_learning_rate", e)),
+                  5 * (e + 1), (double)fl_lr_schedule_value(&sc, 5 * (e + 1)));
+    CHECK(ev_scalar(ev_get(f, "epoch_learning_rate", 2)) < ev_scalar(ev_get(f, "epoch_learning_rate", 0)));
+    free(f->data);
+    fl_history_free(h);
+    fl_callback_free(tb);
+    fl_model_free(m);
+    /* ReduceLROnPlateau(patience 1, factor 0.5) on a loss that cannot improve (lr 0 in the first epoch is not
+     * possible, so: min_delta 10, no epoch counts as better) */
+    m = fl_sequential(fl_input(4), fl_dense(3, .activation = FL_SOFTMAX));
+    fl_compile(m, fl_sgd(.learning_rate = 0.1f), FL_SPARSE_CATEGORICAL_CROSSENTROPY);
+    snprintf(dir, sizeof dir, "%s/lr_plateau", tmp);
+    fl_callback *rl = fl_reduce_lr_on_plateau(.monitor = "loss", .factor = 0.5, .patience = 1, .min_delta = 10);
+    tb = fl_tensorboard(dir, .no_write_graph = true);
+    h = fl_fit(m, x, y, .batch_size = 8, .epochs = 3, .verbose = FL_VERBOSE_SILENT, .callbacks = (fl_callback *[]){rl, tb, NULL});
+    CHECK(h != NULL);
+    snprintf(sub, sizeof sub, "%s/train", dir);
+    CHECK_MSG(ev_load(sub, f), "%s", f->err);
+    /* Keras: ReduceLROnPlateau puts the rate before its reduction into the logs (History), TensorBoard
+     * then writes the optimizer's rate, the reduced one (it collects it into a copy of the logs) */
+    const float *lr = h ? fl_history_get(h, "learning_rate") : NULL;
+    CHECK(lr && lr[0] == 0.1f && lr[1] == 0.1f && lr[2] == 0.05f);
+    const float want[3] = {0.1f, 0.05f, 0.025f};
+    for (int e = 0; e < 3; e++)
+        CHECK_MSG(ev_scalar(ev_get(f, "epoch_learning_rate", e)) == want[e], "epoch %d: %g, expected %g", e,
+                  (double)ev_scalar(ev_get(f, "epoch_learning_rate", e)), (double)want[e]);
+    /* one epoch_learning_rate per epoch, not two (the logs' key and the optimizer's) */
+    int n = 0;
+    for (int i = 0; i < f->nvals; i++) n += strcmp(f->vals[i].tag, "epoch_learning_rate") == 0;
+    CHECK(n == 3);
+    free(f->data);
+    free(f);
+    fl_history_free(h);
+    fl_callback_free(rl);
+    fl_callback_free(tb);
+    fl_model_free(m);
+    fl_tensor_free(x);
+    fl_tensor_free(y);
+}
+
 /* a second fit with the same callback: new files beside the first (Keras: new writers each fit) */
 static void test_refit(const char *tmp) {
     char dir[1024], sub[1100], p[1100];
@@ -700,6 +762,7 @@ int main(int argc, char **argv) {
     test_histograms_vs_tf(fx);
     test_fit(fx, tmp, keep);
     test_refit(tmp);
+    test_learning_rate(tmp);
     test_weight_paths(tmp);
     test_noval(fx, tmp);
     test_errors(tmp);
