@@ -2,8 +2,9 @@
 # test_cli_callbacks.sh — end-to-end checks of `flynn train`'s callback,
 # clipping and schedule flags: --early-stopping stops (and says so),
 # --csv-log writes Keras CSVLogger's format, --lr-schedule and --clipnorm
-# are saved in the model file's compile config (as Keras writes them), and
-# bad values are refused with a message naming the flag.
+# are saved in the model file's compile config (as Keras writes them),
+# --tensorboard writes event files with Keras's tags, and bad values are
+# refused with a message naming the flag.
 # usage: test_cli_callbacks.sh PATH/TO/flynn
 set -u
 FLYNN=$1
@@ -49,6 +50,29 @@ expect resume-keeps 0 "optimizer: Adam, learning rate CosineDecay \\([0-9.e-]+ a
 # data, val_ columns for every key, as Keras CSVLogger writes them)
 expect reduce-lr 0 "epoch log written to" -- "${run[@]}" --epochs 2 --reduce-lr-on-plateau --csv-log "$tmp/r.csv"
 head -1 "$tmp/r.csv" | grep -q $'^epoch,accuracy,learning_rate,loss,val_accuracy,val_learning_rate,val_loss\r$' && ok || bad "r.csv header: $(head -1 "$tmp/r.csv")"
+
+# TensorBoard: train/ and validation/ event files with Keras's tags (the
+# values and the format: test_tensorboard.c, tests/tensorboard_check.py)
+expect help-tensorboard 0 "--tensorboard DIR" -- "$FLYNN" train --help
+expect tensorboard 0 "TensorBoard logs written to $tmp/tb \\(view them: tensorboard --logdir $tmp/tb\\)" -- \
+  "${run[@]}" --epochs 2 --validation-split 0.25 --tensorboard "$tmp/tb" --tensorboard-histograms 1 --tensorboard-update-freq 2
+for d in train validation; do
+  n=$(ls "$tmp/tb/$d" 2>/dev/null | grep -c '^events\.out\.tfevents\.[0-9]\{10\}\..*\.v2$')
+  [ "$n" = 1 ] && ok || bad "$tmp/tb/$d: $n events files, expected 1"
+done
+tags() { cat "$tmp/tb/$1"/events.out.tfevents.* 2>/dev/null | grep -aoE "$2" | sort -u | tr '\n' ' '; }
+[ "$(tags train 'brain\.Event:2|epoch_[a-z_]+|batch_(loss|accuracy)|keras|graph_keras_model|dense_1/kernel/histogram')" = \
+  "batch_accuracy batch_loss brain.Event:2 dense_1/kernel/histogram epoch_accuracy epoch_learning_rate epoch_loss graph_keras_model keras " ] \
+  && ok || bad "train tags: $(tags train 'brain\.Event:2|epoch_[a-z_]+|batch_(loss|accuracy)|keras|graph_keras_model|dense_1/kernel/histogram')"
+[ "$(tags validation 'epoch_[a-z_]+|evaluation_[a-z_]+|batch_')" = \
+  "epoch_accuracy epoch_loss evaluation_accuracy_vs_iterations evaluation_loss_vs_iterations " ] \
+  && ok || bad "validation tags: $(tags validation 'epoch_[a-z_]+|evaluation_[a-z_]+|batch_')"
+: > "$tmp/tb-file"
+expect tensorboard-not-a-folder 1 "TensorBoard: cannot use $tmp/tb-file as a log folder: it exists and is not a folder" -- \
+  "${run[@]}" --epochs 1 --tensorboard "$tmp/tb-file"
+expect tensorboard-histograms-alone 1 "need --tensorboard DIR" -- "${run[@]}" --tensorboard-histograms 1
+expect tensorboard-bad-freq 2 "--tensorboard-update-freq wants a number of steps" -- "${run[@]}" --tensorboard "$tmp/tb2" \
+  --tensorboard-update-freq 0
 
 echo "test_cli_callbacks: $pass passed, $fail failed"
 [ "$fail" = 0 ]

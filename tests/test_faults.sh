@@ -4,7 +4,8 @@
 # LD_PRELOAD shim tests/fault_shim.c, so no root, mount or /dev/full is
 # needed, and read-only works as root too), and kill -9 at random moments
 # of `flynn train --save X --checkpoint Y` (every target absent or whole,
-# temporary files never accumulating).
+# temporary files never accumulating); TensorBoard logs on a full disk and in
+# a read-only folder.
 # usage: test_faults.sh PATH/TO/flynn PATH/TO/libfault_shim.so FIXTURES_DIR [TRIALS]
 set -u
 FLYNN=$1 SHIM=$2 FIX=$3 TRIALS=${4:-100}
@@ -194,6 +195,24 @@ EOF
   [ $rc = 0 ] && [ -e "$b/div.keras" ] && ok || { bad "nan-loss --no-nan-check: exit $rc"; echo "$out" | tail -3 >&2; }
 else
   skip "no Fashion-MNIST at $DATA: the diverging-loss case not run"
+fi
+
+# TensorBoard logs (fl_tensorboard): a read-only folder fails the fit at train
+# begin, a full disk when the events file is written, each naming the path
+if [ "$SHIM_OK" = 1 ] && [ -f "$DATA/train-images-idx3-ubyte.gz" ]; then
+  tb=$tmp/tb
+  mkdir -p "$tb"
+  tbrun=("$FLYNN" train --model mlp --samples 256 --test-samples 32 --epochs 2 --batch-size 64 --verbose 0 --threads 1)
+  expect_fail "tensorboard-erofs" "TensorBoard: cannot create the log folder $tb/logs: Read-only file system" -- \
+    shim "$tb" erofs write 0 -- "${tbrun[@]}" --tensorboard "$tb/logs"
+  [ ! -e "$tb/logs" ] && ok || bad "tensorboard-erofs: $tb/logs was made"
+  # the whole file's size, then a disk that is full 10 bytes before its end (at the last epoch)
+  "${tbrun[@]}" --tensorboard "$tb/whole" >/dev/null || bad "tensorboard: the run without faults failed"
+  size=$(cat "$tb"/whole/train/events.out.tfevents.* | wc -c)
+  expect_fail "tensorboard-enospc" "TensorBoard: cannot write $tb/full/train/events\\.out\\.tfevents\\.[^ ]*\\.v2: No space left on device" -- \
+    shim "$tb" enospc write $((size - 10)) -- "${tbrun[@]}" --tensorboard "$tb/full"
+  expect_fail "tensorboard-enospc-begin" "TensorBoard: cannot write $tb/begin/train/.*: No space left on device" -- \
+    shim "$tb" enospc write 100 -- "${tbrun[@]}" --tensorboard "$tb/begin"
 fi
 
 echo "test_faults: $pass passed, $fail failed"

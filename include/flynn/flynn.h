@@ -1150,6 +1150,27 @@ fl_callback *fl_csv_logger_(const char *filename, fl_csv_logger_args a);
  * .no_nan_check. */
 fl_callback *fl_terminate_on_nan(void *out);
 
+/* keras.callbacks.TensorBoard: event files that TensorBoard reads
+ * (`tensorboard --logdir log_dir`), as Keras 3 on TensorFlow writes them:
+ * log_dir/train gets epoch_loss, epoch_<metric> and epoch_learning_rate
+ * (step: the 0-based epoch), the model's JSON (tag "keras", TensorBoard's
+ * graph tab) and, every histogram_freq epochs, a histogram of every weight
+ * ("sequential/dense/kernel/histogram"); log_dir/validation gets the val_
+ * values as epoch_loss, ... and evaluation_loss_vs_iterations, ... (step:
+ * the optimizer's iterations). update_freq = N adds batch_loss, ... (the
+ * epoch's running values) every N steps, counted from the start of the fit.
+ * Each fl_fit starts new files (events.out.tfevents.<time>.<host>.<pid>.<n>.v2),
+ * flushed after every epoch; a folder that cannot be made or written fails
+ * fl_fit at train begin, naming it (docs/callbacks.md). */
+typedef struct fl_tensorboard_args {
+    int _reserved;
+    int histogram_freq;       /* weight histograms every N epochs (epoch % N == 0); 0 = none */
+    int update_freq;          /* 0 = Keras "epoch"; N: batch_ scalars every N steps (1 = Keras "batch") */
+    bool no_write_graph;      /* Keras write_graph=False: no model JSON */
+} fl_tensorboard_args;
+fl_callback *fl_tensorboard_(const char *log_dir, fl_tensorboard_args a); /* log_dir NULL = "logs" */
+#define fl_tensorboard(dir, ...) fl_tensorboard_((dir), (fl_tensorboard_args){._reserved = 0, __VA_ARGS__})
+
 /* ModelCheckpoint as a list callback (it owns the checkpoint; query it with
  * fl_checkpoint_callback_get). A failed save ends fl_fit with its error. */
 fl_callback *fl_model_checkpoint_callback_(const char *filepath, fl_checkpoint_args a);

@@ -20,6 +20,14 @@ const char *flynn_cb_help(void) {
            "                         improvement (Keras ReduceLROnPlateau defaults)\n"
            "  --csv-log FILE         one line per epoch, as Keras CSVLogger (epoch, loss, metrics,\n"
            "                         val_..., learning_rate with --reduce-lr-on-plateau)\n"
+           "  --tensorboard DIR      TensorBoard logs, as Keras TensorBoard(log_dir=DIR): DIR/train and\n"
+           "                         DIR/validation get epoch_loss, epoch_<metric>, epoch_learning_rate,\n"
+           "                         evaluation_<...>_vs_iterations and the model (graph tab); view them\n"
+           "                         with `tensorboard --logdir DIR` (pip install tensorboard)\n"
+           "  --tensorboard-histograms N  also a histogram of every weight every N epochs\n"
+           "                         (Keras histogram_freq=N)\n"
+           "  --tensorboard-update-freq N  also batch_loss, batch_<metric> every N steps (Keras\n"
+           "                         update_freq=N; \"batch\" = 1, \"epoch\" = none, the default)\n"
            "  --clipnorm X           clip each weight's gradient to L2 norm X (Keras clipnorm);\n"
            "                         --clipvalue X clips each element to [-X, X], --global-clipnorm X\n"
            "                         all gradients together to norm X (one of the three)\n"
@@ -50,7 +58,8 @@ int flynn_cb_parse(int argc, char **argv, int *i, flynn_cb_opts *o) {
     const char *a = argv[*i];
     if (strcmp(a, "--reduce-lr-on-plateau") == 0) { o->reduce_lr = true; return 1; }
     static const char *const flags[] = {"--early-stopping", "--csv-log", "--clipnorm", "--clipvalue",
-                                        "--global-clipnorm", "--lr-schedule"};
+                                        "--global-clipnorm", "--lr-schedule", "--tensorboard",
+                                        "--tensorboard-histograms", "--tensorboard-update-freq"};
     size_t k = 0, n = sizeof flags / sizeof flags[0], fl = 0;
     for (; k < n; k++) {
         fl = strlen(flags[k]);
@@ -67,6 +76,21 @@ int flynn_cb_parse(int argc, char **argv, int *i, flynn_cb_opts *o) {
         break;
     case 1: o->csv_log = val; break;
     case 5: o->lr_schedule = val; break;
+    case 6:
+        if (!*val) return bad(flags[k], val, "a folder");
+        o->tensorboard = val;
+        break;
+    case 7:
+        if (!num(val, &v) || v < 0 || v > 1e6 || v != floor(v)) return bad(flags[k], val, "a number of epochs (>= 0)");
+        o->tb_histogram_freq = (int)v;
+        break;
+    case 8:
+        if (strcmp(val, "epoch") == 0) v = 0;
+        else if (strcmp(val, "batch") == 0) v = 1;
+        else if (!num(val, &v) || v < 1 || v > 1e9 || v != floor(v))
+            return bad(flags[k], val, "a number of steps (>= 1), batch or epoch");
+        o->tb_update_freq = (int)v;
+        break;
     default:
         if (!num(val, &v) || !(v > 0)) return bad(flags[k], val, "a number > 0");
         if (k == 2) o->clipnorm = (float)v;
@@ -179,6 +203,11 @@ fl_status flynn_cb_setup(fl_model *m, const flynn_cb_opts *o, bool has_val, bool
         if (!(out->list[n++] = out->early)) return fl_last_status();
     }
     if (o->csv_log && !(out->list[n++] = fl_csv_logger(o->csv_log))) return fl_last_status();
+    if ((o->tb_histogram_freq || o->tb_update_freq) && !o->tensorboard)
+        return fl_error(FL_ERR_INVALID_ARG, "--tensorboard-histograms and --tensorboard-update-freq need --tensorboard DIR");
+    if (o->tensorboard && !(out->list[n++] = fl_tensorboard(o->tensorboard, .histogram_freq = o->tb_histogram_freq,
+                                                             .update_freq = o->tb_update_freq)))
+        return fl_last_status();
     out->list[n] = NULL;
     return FL_OK;
 }
@@ -186,6 +215,7 @@ fl_status flynn_cb_setup(fl_model *m, const flynn_cb_opts *o, bool has_val, bool
 void flynn_cb_report(const flynn_cbs *c, const flynn_cb_opts *o, bool verbose) {
     if (!verbose) return;
     if (o->csv_log) printf("epoch log written to %s\n", o->csv_log);
+    if (o->tensorboard) printf("TensorBoard logs written to %s (view them: tensorboard --logdir %s)\n", o->tensorboard, o->tensorboard);
 }
 
 void flynn_cb_free(flynn_cbs *c) {

@@ -1,7 +1,7 @@
 /*
  * train_callbacks.h — `flynn train`'s callback, clipping and schedule flags
  * (--early-stopping, --reduce-lr-on-plateau, --csv-log, --clipnorm,
- * --clipvalue, --global-clipnorm, --lr-schedule): parsing, help text, and
+ * --clipvalue, --global-clipnorm, --lr-schedule, --tensorboard...): parsing, help text, and
  * turning them into fl_callback lists and optimizer settings.
  */
 #ifndef FLYNN_CLI_TRAIN_CALLBACKS_H
@@ -14,9 +14,11 @@ typedef struct flynn_cb_opts {
     bool reduce_lr;
     const char *csv_log, *lr_schedule;
     float clipnorm, clipvalue, global_clipnorm;
+    const char *tensorboard;  /* log folder (NULL: off) */
+    int tb_histogram_freq, tb_update_freq;
 } flynn_cb_opts;
 
-#define FLYNN_CB_MAX 4
+#define FLYNN_CB_MAX 6
 typedef struct flynn_cbs {
     fl_callback *list[FLYNN_CB_MAX + 1]; /* NULL-terminated */
     fl_callback *early;

@@ -119,4 +119,8 @@ fl_status fl_keras_write_h5(fl_model *m, fl_kformat fmt, void **data, size_t *le
  * de-duplicated: "dense", "dense_1", ...); "" for a Sequential's InputLayer. */
 void fl_keras_layer_path(const fl_model *m, int i, char *buf, size_t n);
 
+/* Keras 3's weight.path of weight k of layer i ("sequential/dense/kernel",
+ * "lstm/lstm_cell/recurrent_kernel"), as TensorBoard's histogram tags use it. */
+void fl_keras_weight_path(const fl_model *m, int i, int k, char *buf, size_t n);
+
 #endif

@@ -386,6 +386,16 @@ static void legacy_weight_name(const fl_layer *l, int k, char *buf, size_t len) 
     else snprintf(buf, len, "%s/%s", l->name, w);
 }
 
+/* Keras 3's weight.path: the legacy name, under the model's name in a
+ * Sequential model ("sequential/dense/kernel"; a Functional model's weights
+ * are "dense/kernel"), as Keras 3.15 builds a Sequential's layers in its scope. */
+void fl_keras_weight_path(const fl_model *m, int i, int k, char *buf, size_t n) {
+    char w[256];
+    legacy_weight_name(m->layers[i], k, w, sizeof w);
+    if (m->functional) snprintf(buf, n, "%s", w);
+    else snprintf(buf, n, "%s/%s", m->name, w);
+}
+
 /* Keras 3 layout: layers/<path>/vars/<i>. */
 static fl_status read_keras_layers(fl_h5file *f, const fl_model *m, fl_kstate *st) {
     const char *src = f->src;
