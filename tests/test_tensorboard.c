@@ -339,8 +339,8 @@ static void test_crc32c(void) {
 
 /* Keras's files: our reader reads them; flynn's encoder reproduces each record */
 static void test_keras_files(const char *fx) {
-    static const char *const cases[] = {"epoch", "batch2", "noval"};
-    for (int c = 0; c < 3; c++)
+    static const char *const cases[] = {"epoch", "batch2", "noval", "sps"};
+    for (int c = 0; c < 4; c++)
         for (int s = 0; s < 2; s++) {
             char dir[1024];
             snprintf(dir, sizeof dir, "%s/%s/%s", fx, cases[c], s ? "validation" : "train");
@@ -683,28 +683,40 @@ static void test_refit(const char *tmp) {
     fl_tensor_free(y);
 }
 
-/* no validation, write_graph off: no validation folder, no "keras" tag (Keras's noval case) */
-static void test_noval(const char *fx, const char *tmp) {
+/* a fit whose files must have the structure of Keras's case `name` (tools/tensorboard_fixtures.py) */
+static void structure_case(const char *fx, const char *tmp, const char *name, fl_tensorboard_args a, float split) {
     char dir[1024], sub[1100];
-    snprintf(dir, sizeof dir, "%s/noval", tmp);
+    snprintf(dir, sizeof dir, "%s/%s", tmp, name);
     fl_model *m = small_model();
     fl_tensor *x, *y;
     small_data(&x, &y);
-    fl_callback *tb = fl_tensorboard(dir, .no_write_graph = true);
-    fl_history *h = fl_fit(m, x, y, .batch_size = 8, .epochs = 3, .verbose = FL_VERBOSE_SILENT,
+    fl_callback *tb = fl_tensorboard_(dir, a);
+    fl_history *h = fl_fit(m, x, y, .batch_size = 8, .epochs = 3, .validation_split = split, .verbose = FL_VERBOSE_SILENT,
                            .callbacks = (fl_callback *[]){tb, NULL});
-    CHECK(h != NULL);
-    snprintf(sub, sizeof sub, "%s/validation", dir);
-    CHECK(!is_dir(sub));
-    ev_file *a = malloc(sizeof *a), *b = malloc(sizeof *b);
-    snprintf(sub, sizeof sub, "%s/train", dir);
-    CHECK_MSG(ev_load(sub, a), "%s", a->err);
-    snprintf(sub, sizeof sub, "%s/noval/train", fx);
-    CHECK_MSG(ev_load(sub, b), "%s", b->err);
-    char *sa = ev_structure(a), *sb = ev_structure(b);
-    CHECK_MSG(strcmp(sa, sb) == 0, "noval: flynn wrote\n%s\nKeras wrote\n%s", sa, sb);
-    free(sa); free(sb);
-    free(a->data); free(b->data); free(a); free(b);
+    CHECK_MSG(h != NULL, "%s: %s", name, fl_last_error());
+    for (int s = 0; s < 2; s++) {
+        snprintf(sub, sizeof sub, "%s/%s", dir, s ? "validation" : "train");
+        char ksub[1100];
+        snprintf(ksub, sizeof ksub, "%s/%s/%s", fx, name, s ? "validation" : "train");
+        if (!is_dir(ksub)) { /* Keras made none (no validation data): neither does flynn */
+            CHECK_MSG(!is_dir(sub), "%s: flynn made %s, Keras did not", name, sub);
+            continue;
+        }
+        ev_file *fa = malloc(sizeof *fa), *fb = malloc(sizeof *fb);
+        CHECK_MSG(ev_load(sub, fa), "%s", fa->err);
+        CHECK_MSG(ev_load(ksub, fb), "%s", fb->err);
+        char *sa = ev_structure(fa), *sb = ev_structure(fb);
+        CHECK_MSG(strcmp(sa, sb) == 0, "%s/%s: flynn wrote\n%s\nKeras wrote\n%s", name, s ? "validation" : "train", sa, sb);
+        if (strcmp(sa, sb) == 0)
+            printf("  %s/%s: flynn's %d summaries have Keras's tags, steps, dtypes, shapes and plugins\n", name,
+                   s ? "validation" : "train", fa->nvals);
+        for (int i = 0; i < fa->nvals; i++) /* steps per second: measured, so only finite and positive */
+            if (strstr(fa->vals[i].tag, "steps_per_second"))
+                CHECK_MSG(ev_scalar(&fa->vals[i]) > 0 && isfinite(ev_scalar(&fa->vals[i])), "%s step %lld: %g",
+                          fa->vals[i].tag, (long long)fa->vals[i].step, (double)ev_scalar(&fa->vals[i]));
+        free(sa); free(sb);
+        free(fa->data); free(fb->data); free(fa); free(fb);
+    }
     fl_history_free(h);
     fl_callback_free(tb);
     fl_model_free(m);
@@ -764,7 +776,10 @@ int main(int argc, char **argv) {
     test_refit(tmp);
     test_learning_rate(tmp);
     test_weight_paths(tmp);
-    test_noval(fx, tmp);
+    /* no validation and write_graph off: no validation folder, no "keras" tag */
+    structure_case(fx, tmp, "noval", (fl_tensorboard_args){.no_write_graph = true}, 0.0f);
+    structure_case(fx, tmp, "sps", (fl_tensorboard_args){.no_write_graph = true, .write_steps_per_second = true,
+                                                          .update_freq = 2}, 0.25f);
     test_errors(tmp);
     rm_rf(tmp);
     return check_report("test_tensorboard");

@@ -33,6 +33,7 @@ CASES = {
     "epoch": dict(tb=dict(histogram_freq=1), fit=dict(validation_split=0.25)),
     "batch2": dict(tb=dict(histogram_freq=2, update_freq=2), fit=dict(validation_split=0.25)),
     "noval": dict(tb=dict(write_graph=False), fit=dict()),
+    "sps": dict(tb=dict(write_graph=False, write_steps_per_second=True, update_freq=2), fit=dict(validation_split=0.25)),
 }
 
 

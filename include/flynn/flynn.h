@@ -1167,6 +1167,7 @@ typedef struct fl_tensorboard_args {
     int histogram_freq;       /* weight histograms every N epochs (epoch % N == 0); 0 = none */
     int update_freq;          /* 0 = Keras "epoch"; N: batch_ scalars every N steps (1 = Keras "batch") */
     bool no_write_graph;      /* Keras write_graph=False: no model JSON */
+    bool write_steps_per_second; /* epoch_steps_per_second, and batch_steps_per_second with update_freq */
 } fl_tensorboard_args;
 fl_callback *fl_tensorboard_(const char *log_dir, fl_tensorboard_args a); /* log_dir NULL = "logs" */
 #define fl_tensorboard(dir, ...) fl_tensorboard_((dir), (fl_tensorboard_args){._reserved = 0, __VA_ARGS__})

@@ -7,7 +7,9 @@
  *                       step 0), epoch_<key> of the training keys and
  *                       epoch_learning_rate (step: the epoch), batch_<key>
  *                       every update_freq steps (step: the step counted from
- *                       the start of fl_fit, 1-based), <weight.path>/histogram
+ *                       the start of fl_fit, 1-based), epoch_steps_per_second
+ *                       and batch_steps_per_second with write_steps_per_second,
+ *                       <weight.path>/histogram
  *                       every histogram_freq epochs (step: the epoch)
  *   log_dir/validation  evaluation_<key>_vs_iterations (step: the
  *                       optimizer's iterations) and epoch_<key> of the val_
@@ -27,14 +29,23 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 typedef struct tensorboard {
     char *log_dir, *train_dir, *val_dir;
     int histogram_freq, update_freq;
-    bool write_graph;
+    bool write_graph, steps_per_second;
     fl_tfevents *train, *val;
     int64_t global_batch;
+    double epoch_t0, batch_t0;  /* write_steps_per_second: when the epoch and the step began */
+    int64_t epoch_it0;          /* the optimizer's iterations when the epoch began */
 } tensorboard;
+
+static double seconds_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
 
 static fl_status tb_close(tensorboard *t) {
     fl_status a = fl_tfevents_close(t->train);
@@ -69,11 +80,24 @@ static fl_status tb_train_begin(fl_model *m, fl_logs *logs, void *user) {
     return fl_tfevents_flush(t->train);
 }
 
+static fl_status tb_epoch_begin(fl_model *m, int epoch, fl_logs *logs, void *user) {
+    (void)epoch; (void)logs;
+    tensorboard *t = user;
+    t->epoch_it0 = m->opt ? fl_optimizer_iterations(m->opt) : 0;
+    t->epoch_t0 = t->batch_t0 = seconds_now();
+    return FL_OK;
+}
+
 static fl_status tb_batch_end(fl_model *m, int64_t batch, fl_logs *logs, void *user) {
     (void)m; (void)batch;
     tensorboard *t = user;
     t->global_batch++;
+    double now = t->steps_per_second ? seconds_now() : 0.0, dt = now - t->batch_t0;
+    t->batch_t0 = now;
     if (!t->train || t->global_batch % t->update_freq != 0) return FL_OK;
+    /* Keras times on_train_batch_begin to _end; flynn has no batch-begin hook: from the previous step's end */
+    if (t->steps_per_second)
+        FL_TRY(fl_tfevents_scalar(t->train, "batch_steps_per_second", t->global_batch, (float)(dt > 0 ? 1.0 / dt : 0.0)));
     char tag[64];
     for (int i = 0; i < logs->n; i++) {
         snprintf(tag, sizeof tag, "batch_%s", logs->keys[i]);
@@ -137,6 +161,11 @@ static fl_status tb_epoch_end(fl_model *m, int epoch, fl_logs *logs, void *user)
         lr_done = lr_done || is_lr;
     }
     if (!lr_done) FL_TRY(fl_tfevents_scalar(t->train, "epoch_learning_rate", epoch, (float)lr));
+    if (t->steps_per_second) { /* _compute_steps_per_second: the epoch's steps over its time so far */
+        double dt = seconds_now() - t->epoch_t0;
+        int64_t it = m->opt ? fl_optimizer_iterations(m->opt) : 0;
+        FL_TRY(fl_tfevents_scalar(t->train, "epoch_steps_per_second", epoch, (float)(dt > 0 ? (double)(it - t->epoch_it0) / dt : 0.0)));
+    }
     for (int i = 0; has_val && i < logs->n; i++) {
         if (strncmp(logs->keys[i], "val_", 4) != 0) continue;
         snprintf(tag, sizeof tag, "epoch_%s", logs->keys[i] + 4);
@@ -184,10 +213,12 @@ fl_callback *fl_tensorboard_(const char *log_dir, fl_tensorboard_args a) {
     t->histogram_freq = a.histogram_freq;
     t->update_freq = a.update_freq;
     t->write_graph = !a.no_write_graph;
+    t->steps_per_second = a.write_steps_per_second;
     fl_callback *cb = t->log_dir && t->train_dir && t->val_dir ? fl_calloc(1, sizeof *cb, "callback") : NULL;
     if (!cb) { tb_destroy(t); return NULL; }
     cb->user = t;
     cb->on_train_begin = tb_train_begin;
+    if (a.write_steps_per_second) cb->on_epoch_begin = tb_epoch_begin;
     if (a.update_freq > 0) cb->on_batch_end = tb_batch_end; /* else a GPU need not wait for each step's loss */
     cb->on_epoch_end = tb_epoch_end;
     cb->on_train_end = tb_train_end;
