@@ -132,7 +132,22 @@ static bool predict(fl_model *m, const io *x, io *y) {
     return s == FL_OK;
 }
 
+/* A fixture of a model with a None (variable-length) axis has a second
+ * batch of another length (files x_b, y_b): every comparison predicts it
+ * too, after the first, so that the model is planned anew for it. */
+static const io *g_xb, *g_yb;
+
+static void compare_one(fl_model *m, const io *x, const io *want, const char *name, const char *how, errs *worst);
 static void compare_predictions(fl_model *m, const io *x, const io *want, const char *name, const char *how, errs *worst) {
+    compare_one(m, x, want, name, how, worst);
+    if (g_xb && g_xb->n && g_yb && g_yb->n) {
+        char h2[64];
+        snprintf(h2, sizeof h2, "%s, length 2", how);
+        compare_one(m, g_xb, g_yb, name, h2, worst);
+    }
+}
+
+static void compare_one(fl_model *m, const io *x, const io *want, const char *name, const char *how, errs *worst) {
     io got = {0};
     if (!predict(m, x, &got)) return;
     errs e = {0, 0};
@@ -369,6 +384,11 @@ static void fixtures(void) {
         const char *name = jstr(fx, "name");
         io x = {0}, y = {0};
         if (!io_load(jget(files, "x"), &x) || !io_load(jget(files, "y"), &y)) { io_free(&x); io_free(&y); continue; }
+        io xb = {0}, yb = {0};
+        if (jget(files, "x_b") && (!io_load(jget(files, "x_b"), &xb) || !io_load(jget(files, "y_b"), &yb)))
+            CHECK_MSG(false, "%s: the second batch (x_b, y_b) does not load", name);
+        g_xb = &xb;
+        g_yb = &yb;
         n++;
         fl_model *first = NULL;
         if (jstr(files, "keras")) {
@@ -423,6 +443,9 @@ static void fixtures(void) {
         training_fixture(fx, name);
         io_free(&x);
         io_free(&y);
+        io_free(&xb);
+        io_free(&yb);
+        g_xb = g_yb = NULL;
     }
     CHECK_MSG(n >= min_fixtures, "only %d fixtures found in %s/manifest.json, expected at least %d", n, dir,
               min_fixtures);
