@@ -253,6 +253,16 @@ static void refusals(void) {
     CHECK(m == NULL);
     CHECK_STR_CONTAINS(fl_last_error(), "Received: shape=(None, 3) for variable path='over_time/kernel'");
     fl_model_free(m);
+    /* a Reshape to a fixed size runs at one length only */
+    m = fl_sequential(fl_input(FL_DYNAMIC, 2), fl_reshape(8), fl_dense(2));
+    CHECK(m == NULL);
+    CHECK_STR_CONTAINS(fl_last_error(), "layer 'reshape'");
+    fl_model_free(m);
+    /* TimeDistributed around a layer it runs step by step: one graph node per step */
+    m = fl_sequential(fl_input(FL_DYNAMIC, 2, 3), fl_time_distributed(fl_flatten(), .name = "td"), fl_dense(2));
+    CHECK(m == NULL);
+    CHECK_STR_CONTAINS(fl_last_error(), "layer 'td' builds other ops for this length of the None axis");
+    fl_model_free(m);
     CHECK(fl_input(0, 3) == NULL);
     CHECK_STR_CONTAINS(fl_last_error(), "expected > 0 or FL_DYNAMIC");
 

@@ -368,11 +368,8 @@ static bool same_ref(const fl_graph *g, const fl_node *old, const fl_node *p) {
 
 /* The first difference between g's structure and s's, as a message; NULL when they match. */
 static const char *structure_differs(const fl_graph *g, const fl_graph *s, int *at) {
-    if (s->n != g->n) {
-        *at = s->n < g->n ? s->n : g->n;
-        return "a different number of graph nodes";
-    }
-    for (int i = 0; i < g->n; i++) {
+    const int common = s->n < g->n ? s->n : g->n;
+    for (int i = 0; i < common; i++) {
         const fl_node *o = g->nodes[i], *n = s->nodes[i];
         *at = i;
         if (owned_by(g, n) ? n != o : n->id != i) return "its nodes in another order";
@@ -388,7 +385,8 @@ static const char *structure_differs(const fl_graph *g, const fl_graph *s, int *
             if (!same) return "a constant of another shape";
         }
     }
-    return NULL;
+    *at = common;
+    return s->n != g->n ? "a different number of graph nodes" : NULL;
 }
 
 fl_status fl_graph_rebind(fl_graph *g, fl_graph *s) {
@@ -396,10 +394,11 @@ fl_status fl_graph_rebind(fl_graph *g, fl_graph *s) {
     const char *why = structure_differs(g, s, &at);
     if (why) {
         const fl_node *n = at < g->n ? g->nodes[at] : at < s->n ? s->nodes[at] : NULL;
+        const char *name = n && n->name ? n->name : "?"; /* the layer's: it outlives the scratch nodes */
         fl_graph_scratch_free(g, s);
         return fl_error(FL_ERR_UNSUPPORTED, "layer '%s' builds %s for this length of the None axis than for the "
                         "length it was built with (it unrolls or specialises on the length); flynn cannot run it "
-                        "on variable-length inputs: give the Input a fixed length", n && n->name ? n->name : "?", why);
+                        "on variable-length inputs: give the Input a fixed length", name, why);
     }
     /* do the buffers for the reserved batch hold the new sizes? */
     bool fit = g->batch_cap > 0;

@@ -120,6 +120,7 @@ typedef struct fl_graph {
     int64_t fused_conv_pool_bwd, fused_relu_mask_bwd;
     bool adopting;             /* a rebind's build: layers take their existing weights (fl_graph_adopt) */
     int64_t rebinds;           /* times the shapes were bound anew (fl_graph_rebind), for tests */
+    int64_t bytes_limit;       /* a rebind's build: fl_model_bytes_limit() read once (it asks the system); 0: ask */
 } fl_graph;
 
 void fl_graph_init(fl_graph *g, const fl_backend *be);

@@ -112,6 +112,7 @@ static fl_status rebuild(fl_model *m) {
     s.seed = m->g.seed;
     s.param_bytes = m->g.param_bytes;
     s.adopting = true;
+    s.bytes_limit = fl_model_bytes_limit();
     fl_status st = build_calls(m, &s);
     for (int i = 0; i < nt; i++) *tree[i] = saved[i];
     for (int k = 0; k < m->nsyms; k++) *m->syms[k] = ssaved[k];
