@@ -15,6 +15,7 @@
 static void free_step_buffers(fl_model *m);
 static fl_status build_calls(fl_model *m, fl_graph *g);
 static fl_status probe_lengths(fl_model *m);
+static const char *probe_note(const fl_model *m);
 
 static int cmp_layer(const void *a, const void *b);
 
@@ -126,21 +127,40 @@ static fl_status rebuild(fl_model *m) {
     return FL_OK;
 }
 
+/* Does an input have a None axis? (m->in_layers[0..ninputs) set) */
+static bool any_dynamic(const fl_model *m) {
+    for (int i = 0; i < m->ninputs; i++) {
+        const fl_layer *l = m->in_layers[i];
+        for (int d = 0; d < l->a.shape.ndim; d++)
+            if (l->a.shape.shape[d] == FL_DYNAMIC) return true;
+    }
+    return false;
+}
+
+/* For the first build, when it failed: the length the None axes had, which
+ * its message shows in place of None. */
+static const char *probe_note(const fl_model *m) {
+    static _Thread_local char note[64];
+    if (!any_dynamic(m)) return "";
+    snprintf(note, sizeof note, "(with the None input axes at length %d) ", FL_PROBE_LENGTH_A);
+    return note;
+}
+
 /* A model with None input axes, built at length A: built again at B, which
  * marks the dimensions that follow the length and refuses a layer whose
  * weights would (Keras's error for a variable on a None dimension). */
 static fl_status probe_lengths(fl_model *m) {
-    for (int i = 0; i < m->ninputs; i++) {
-        const fl_layer *l = m->in_layers[i];
-        for (int d = 0; d < l->a.shape.ndim; d++) m->dynamic |= l->a.shape.shape[d] == FL_DYNAMIC;
-    }
-    if (!m->dynamic) return FL_OK;
+    if (!any_dynamic(m)) return FL_OK;
     for (int i = 0; i < m->ninputs; i++) {
         fl_layer *l = m->in_layers[i];
         for (int d = 0; d < l->a.shape.ndim; d++)
             if (l->a.shape.shape[d] == FL_DYNAMIC) l->a.shape.bound[d] = FL_PROBE_LENGTH_B;
     }
-    return rebuild(m);
+    fl_status st = rebuild(m);
+    if (st == FL_OK) m->dynamic = true;
+    else if (st != FL_ERR_SHAPE || !strstr(fl_last_error(), "fully-defined")) /* not Keras's own message */
+        fl_error_prefix("(with the None input axes at length %d) ", FL_PROBE_LENGTH_B);
+    return st;
 }
 
 fl_status fl_model_bind(fl_model *m, const fl_tensor *const *xs, int nx, const char *what) {
@@ -214,8 +234,9 @@ fl_model *fl_sequential_(fl_layer *const *layers, int n, const char *name) {
     fl_graph_init(&m->g, fl_backend_cpu());
     m->device = FL_DEVICE_CPU;
     m->in_layers[0] = m->layers[0];
+    m->ninputs = 1;
     if (build_calls(m, &m->g) != FL_OK) {
-        fl_error_prefix("fl_sequential: ");
+        fl_error_prefix("fl_sequential: %s", probe_note(m));
         fl_model_free(m);
         return NULL;
     }
@@ -538,8 +559,9 @@ fl_model *fl_model_new(fl_sym *const *inputs, int nin, fl_sym *const *outputs, i
     m->device = FL_DEVICE_CPU;
     for (int k = 0; k < n; k++) all[k]->mark = false;
     for (int i = 0; i < nin; i++) m->in_layers[i] = inputs[i]->layer;
+    m->ninputs = nin;
     if (build_calls(m, &m->g) != FL_OK) {
-        fl_error_prefix("fl_model_new: ");
+        fl_error_prefix("fl_model_new: %s", probe_note(m));
         fl_model_free(m);
         return NULL;
     }
