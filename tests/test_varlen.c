@@ -176,6 +176,39 @@ static void trains(void) {
     fl_tensor_free(x6); fl_tensor_free(x10); fl_tensor_free(y);
 }
 
+/* A callback that predicts on data of another length in the middle of an
+ * epoch: the fit plans its own length again and trains as without it. */
+static fl_tensor *g_other;
+static fl_status predict_other(fl_model *m, int64_t batch, fl_logs *logs, void *user) {
+    (void)batch; (void)logs; (void)user;
+    fl_tensor *y = fl_predict(m, g_other, .verbose = FL_VERBOSE_SILENT);
+    fl_tensor_free(y);
+    return y ? FL_OK : fl_last_status();
+}
+static void callback_predicts(void) {
+    fl_model *a = seq(FL_DYNAMIC), *b = seq(FL_DYNAMIC);
+    if (!a || !b) { fl_model_free(a); fl_model_free(b); return; }
+    fl_tensor *x = tokens(21, 24, 8), *y = fl_tensor_new(FL_INT32, 1, (int64_t[]){24});
+    for (int i = 0; i < 24; i++) ((int32_t *)fl_tensor_data(y))[i] = (i / 3) % 2;
+    g_other = tokens(22, 40, 3); /* shorter, and more samples than a batch */
+    fl_callback cb = {.on_batch_end = predict_other};
+    const float *loss[2] = {0};
+    fl_history *h[2];
+    fl_model *ms[2] = {a, b};
+    for (int i = 0; i < 2; i++) {
+        CHECK(fl_compile(ms[i], fl_adam(.learning_rate = 0.01f), FL_SPARSE_CATEGORICAL_CROSSENTROPY, FL_ACCURACY) == FL_OK);
+        h[i] = fl_fit(ms[i], x, y, .epochs = 2, .batch_size = 8, .verbose = FL_VERBOSE_SILENT,
+                      .callbacks = i ? (fl_callback *const[]){&cb, NULL} : NULL);
+        CHECK_MSG(h[i] != NULL, "%s", fl_last_error());
+        loss[i] = h[i] ? fl_history_get(h[i], "loss") : NULL;
+    }
+    if (loss[0] && loss[1]) CHECK_MSG(loss[0][1] == loss[1][1], "loss %.9g, with the callback %.9g", loss[0][1], loss[1][1]);
+    CHECK_MSG(weights_diff(a, b) == 0, "the callback's predictions changed training: %g", weights_diff(a, b));
+    fl_history_free(h[0]); fl_history_free(h[1]);
+    fl_tensor_free(x); fl_tensor_free(y); fl_tensor_free(g_other);
+    fl_model_free(a); fl_model_free(b);
+}
+
 /* One SGD step on a length-7 batch: the same weights as the fixed model's. */
 static void one_step(void) {
     fl_model *dyn = seq(FL_DYNAMIC), *fx = seq(7);
@@ -289,6 +322,7 @@ int main(void) {
     buffers_reused();
     one_step();
     trains();
+    callback_predicts();
     shapes_and_files();
     refusals();
     return check_report("test_varlen");

@@ -123,7 +123,10 @@ static fl_status rebuild(fl_model *m) {
         return st;
     }
     FL_TRY(fl_graph_rebind(&m->g, &s));
+    double *stats = m->stats; /* the running totals of a fit under way (a callback predicting) stay */
+    m->stats = NULL;
     free_step_buffers(m); /* sized for the old shapes: made again on the next step */
+    m->stats = stats;
     return FL_OK;
 }
 

@@ -1181,6 +1181,9 @@ fl_history *fl_fit_(fl_model *m, const fl_tensor *x, const fl_tensor *y, fl_fit_
                 for (int c = 0; c < ncb; c++)
                     if (cbs[c]->on_batch_end && cbs[c]->on_batch_end(m, s, &logs, cbs[c]->user) != FL_OK) goto fail_cb;
                 if (m->stop_training) { steps_done = s + 1; break; }
+                /* a callback that predicted on data of another length planned the graph for it */
+                if (fl_model_bind(m, &x, 1, "fl_fit") != FL_OK || reserve(m, bs < n_train ? bs : n_train) != FL_OK)
+                    goto fail;
             }
             if (s + 1 < steps && progbar_due(&pb, false)) {
                 read_stats(m, seen, v);
