@@ -413,7 +413,8 @@ fl_status fl_graph_rebind(fl_graph *g, fl_graph *s) {
             fit = false;
             break;
         }
-        if (!o->val_view && (size_t)bytes > o->vbytes) fit = false;
+        bool owns = !o->val_view || (o->needs_grad && !o->grad_view); /* a buffer of its own (val, or grad) */
+        if (owns && (size_t)bytes > o->vbytes) fit = false;
         if ((size_t)aux > o->abytes) fit = false;
         if (n->op == FL_OP_CONV2D || n->op == FL_OP_CONV2D_TRANSPOSE) {
             fl_conv_desc d = n->conv;
