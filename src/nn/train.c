@@ -1107,8 +1107,7 @@ fl_history *fl_fit_(fl_model *m, const fl_tensor *x, const fl_tensor *y, fl_fit_
     if (!perm || !h || reserve(m, bs < n_train ? bs : n_train) != FL_OK ||
         data_open(m, m->input, xr, yh, n, y_row, &tr) != FL_OK)
         goto fail;
-    if (a.validation_x) {
-    } else if (n_val > 0) {
+    if (!a.validation_x && n_val > 0) {
         nv = n_val;
         if (!(vidx = iota(nv, n_train))) goto fail;
     }
