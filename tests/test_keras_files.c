@@ -565,10 +565,22 @@ static void config_refusals(void) {
         free(j);
     }
     /* model-level and input refusals */
+    /* a None axis loads (Dense on the rank-3 sequence); Flatten then Dense on one is Keras's build error */
     const char *unknown_dim = "{\"class_name\":\"Sequential\",\"config\":{\"name\":\"s\",\"layers\":[{\"class_name\":"
                               "\"InputLayer\",\"config\":{\"batch_shape\":[null,null,3],\"name\":\"in\"}},{\"class_name\":"
                               "\"Dense\",\"config\":{\"name\":\"d\",\"units\":2}}]}}";
-    expect_refused(NULL, unknown_dim, (const char *[]){"dimension 1 is None", "fixed input", NULL});
+    fl_model *dm = fl_model_from_json(unknown_dim);
+    int64_t dsh[FL_MAX_DIMS];
+    CHECK_MSG(dm != NULL, "%s", fl_last_error());
+    CHECK(dm && fl_model_input_shape(dm, 0, dsh) == 2 && dsh[0] == FL_DYNAMIC && dsh[1] == 3);
+    CHECK(dm && fl_model_output_shape(dm, 0, dsh) == 2 && dsh[0] == FL_DYNAMIC && dsh[1] == 2);
+    fl_model_free(dm);
+    const char *flat_dim = "{\"class_name\":\"Sequential\",\"config\":{\"name\":\"s\",\"layers\":[{\"class_name\":"
+                           "\"InputLayer\",\"config\":{\"batch_shape\":[null,null,3],\"name\":\"in\"}},{\"class_name\":"
+                           "\"Flatten\",\"config\":{\"name\":\"f\"}},{\"class_name\":"
+                           "\"Dense\",\"config\":{\"name\":\"d\",\"units\":2}}]}}";
+    expect_refused(NULL, flat_dim, (const char *[]){"layer 'd' (Dense)", "Received: shape=(None, 2) for variable path='d/kernel'",
+                                                    NULL});
     const char *custom_model = "{\"module\":\"my_models\",\"class_name\":\"MyModel\",\"registered_name\":\"x>MyModel\","
                                "\"config\":{\"layers\":[]}}";
     expect_refused(NULL, custom_model, (const char *[]){"MyModel", "Sequential and Functional", NULL});
