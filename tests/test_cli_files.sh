@@ -146,6 +146,24 @@ expect predict-int64 0 "predictions \(4, 2\) written" -- "$FLYNN" predict "$FX/e
   --input "$FX/embedding_masking_x.npy" --output "$tmp/e2.npy"
 if out=$("$NPY_CLOSE" "$tmp/e2.npy" "$FX/embedding_masking_y.npy" 1e-5 1e-6 2>&1); then ok; else bad "predict-int64: $out"; fi
 expect predict-int-help 0 "int32 or int64 model input" -- "$FLYNN" predict --help
+
+# a None (variable-length) axis, keras.Input(shape=(None,), dtype="int32"):
+# the summary shows None; predict takes .npy inputs of two lengths (7 and
+# 11) and gives Keras's predictions; train --data takes a third (9) and its
+# one step is Keras's
+v="$FX/train_varlen_lstm_sgd"
+expect predict-help-none 0 "X.npy of any length there" -- "$FLYNN" predict --help
+expect summary-none 0 "embedding \(Embedding\) +│ \(None, None, 8\)" -- "$FLYNN" summary "$v.keras"
+expect predict-varlen-7 0 "predictions \(4, 3\) written" -- "$FLYNN" predict "$v.keras" --input "${v}_x.npy" --output "$tmp/v7.npy"
+if out=$("$NPY_CLOSE" "$tmp/v7.npy" "${v}_y.npy" 1e-5 1e-6 2>&1); then ok; else bad "predict-varlen-7: $out"; fi
+expect predict-varlen-11 0 "predictions \(4, 3\) written" -- "$FLYNN" predict "$v.keras" --input "${v}_x_b.npy" --output "$tmp/v11.npy"
+if out=$("$NPY_CLOSE" "$tmp/v11.npy" "${v}_y_b.npy" 1e-5 1e-6 2>&1); then ok; else bad "predict-varlen-11: $out"; fi
+expect train-varlen 0 "\(8, 9\)" -- "$FLYNN" train --model "$v.keras" --data "${v}_train_x.npy,${v}_train_y.npy" \
+  --epochs 1 --batch-size 8 --device cpu --verbose 2 --save-weights "$tmp/varlen"
+for w in lstm.kernel lstm.recurrent_kernel embedding.embeddings dense.kernel; do
+  if out=$("$NPY_CLOSE" "$tmp/varlen/$w.npy" "${v}_step1_${w/./_}.npy" 1e-4 1e-6 2>&1); then ok
+  else bad "train-varlen: $w after one step: $out"; fi
+done
 expect predict-float-for-int 1 "x\[0\] = .* is not an integer, and input .* is int32" -- "$FLYNN" predict "$FX/embedding_masking.keras" \
   --input "$FX/train_adamw_train_x.npy" --output "$tmp/e3.npy"
 eb="$FX/train_embedding_bce_sgd"

@@ -392,6 +392,54 @@ int main(void) {
         fl_model_free(m);
     }
 
+    /* 5. variable-length sequences (Input(shape=(None, 4))): training on
+     * length 6 with validation data of length 3 plans the graph for each in
+     * turn every epoch; a captured step belongs to one plan (the generation),
+     * so each epoch captures anew after two eager steps instead of replaying
+     * a step captured before the plan changed; the numbers are those of
+     * training without graphs */
+    {
+        const int n = 128, bs = 32, nv = 16, epochs = 3;
+        fl_tensor *sx = fl_tensor_zeros(FL_FLOAT32, n, 6, 4), *sy = fl_tensor_zeros(FL_FLOAT32, n, 6);
+        fl_tensor *vx = fl_tensor_zeros(FL_FLOAT32, nv, 3, 4), *vy = fl_tensor_zeros(FL_FLOAT32, nv, 3);
+        for (int64_t i = 0; i < fl_tensor_size(sx); i++) ((float *)fl_tensor_data(sx))[i] = fl_philox_uniform(3, 1, (uint64_t)i);
+        for (int64_t i = 0; i < fl_tensor_size(sy); i++) ((float *)fl_tensor_data(sy))[i] = (float)(fl_philox_u32(3, 2, (uint64_t)i) % 3);
+        for (int64_t i = 0; i < fl_tensor_size(vx); i++) ((float *)fl_tensor_data(vx))[i] = fl_philox_uniform(3, 3, (uint64_t)i);
+        for (int64_t i = 0; i < fl_tensor_size(vy); i++) ((float *)fl_tensor_data(vy))[i] = (float)(fl_philox_u32(3, 4, (uint64_t)i) % 3);
+        float loss[2][3] = {{0}}, vloss[2][3] = {{0}}, w[2][32];
+        for (int k = 0; k < 2; k++) {
+            reset_observations();
+            fl_model *m = fl_sequential(fl_input(FL_DYNAMIC, 4), fl_dense(8, .activation = FL_RELU, .name = "hidden"),
+                                        fl_dense(3, .activation = FL_SOFTMAX));
+            CHECK_MSG(m != NULL, "%s", fl_last_error());
+            if (!m) break;
+            fl_model_set_seed(m, 3);
+            if (k) m->g.be = &fake;
+            CHECK(fl_compile(m, fl_adam(.learning_rate = 0.01f), FL_SPARSE_CATEGORICAL_CROSSENTROPY) == FL_OK);
+            fl_history *h = fl_fit(m, sx, sy, .batch_size = bs, .epochs = epochs, .verbose = FL_VERBOSE_SILENT,
+                                   .validation_x = vx, .validation_y = vy);
+            CHECK_MSG(h != NULL, "variable-length fit: %s", fl_last_error());
+            if (h) {
+                memcpy(loss[k], fl_history_get(h, "loss"), sizeof loss[k]);
+                memcpy(vloss[k], fl_history_get(h, "val_loss"), sizeof vloss[k]);
+            }
+            memcpy(w[k], fl_tensor_data(fl_layer_weight(fl_model_get_layer(m, "hidden"), 0)), sizeof w[k]);
+            if (k) {
+                CHECK_MSG(g_nbegin == epochs, "variable length: %d captures, expected one an epoch (%d)", g_nbegin, epochs);
+                CHECK_MSG(g_nlaunch == 2 * epochs, "variable length: %d launches, expected %d", g_nlaunch, 2 * epochs);
+                CHECK(g_unknown_calls == 0 && g_ngraphs_live == 0);
+            }
+            fl_history_free(h);
+            m->g.be = CPU;
+            fl_model_free(m);
+        }
+        CHECK_MSG(memcmp(loss[0], loss[1], sizeof loss[0]) == 0 && memcmp(vloss[0], vloss[1], sizeof vloss[0]) == 0 &&
+                  memcmp(w[0], w[1], sizeof w[0]) == 0,
+                  "variable length: replayed training differs (loss %.9g vs %.9g, val_loss %.9g vs %.9g)", loss[1][2],
+                  loss[0][2], vloss[1][2], vloss[0][2]);
+        fl_tensor_free(sx); fl_tensor_free(sy); fl_tensor_free(vx); fl_tensor_free(vy);
+    }
+
     printf("epoch losses without graphs %.6f %.6f, replayed %.6f %.6f; %d launches\n", plain.loss[0], plain.loss[1],
            graphs.loss[0], graphs.loss[1], nexpect);
     free(plain.kernel); free(graphs.kernel); free(failed_end.kernel); free(failed_begin.kernel);

@@ -270,6 +270,9 @@ def converted_fixtures(flynn, fixtures, out):
                 report(False, "%s (converted) %s load" % (name, how), "%s: %s" % (type(e).__name__, str(e)[:300]))
                 continue
             check_predictions(name + " (flynn convert)", how, model, xs, ys)
+            if "x_b" in files:  # a None axis: the second batch, of another length
+                check_predictions(name + " (flynn convert, length 2)", how, model,
+                                  [np.load(P(fn)) for fn in files["x_b"]], [np.load(P(fn)) for fn in files["y_b"]])
         tr = fx.get("training")
         if not tr or "after_keras" not in files:
             continue

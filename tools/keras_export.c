@@ -31,11 +31,13 @@ static fl_tensor *rnd(uint64_t stream, int ndim, const int64_t *shape, float sca
     return t;
 }
 
-/* A batch of n samples for input i of m. */
-static fl_tensor *input_for(fl_model *m, int i, int64_t n, uint64_t stream) {
+/* A batch of n samples for input i of m (a None axis: `len` steps). */
+static fl_tensor *input_for_len(fl_model *m, int i, int64_t n, uint64_t stream, int64_t len) {
     int64_t shape[FL_MAX_DIMS + 1];
     int nd = fl_model_input_shape(m, i, shape + 1);
     shape[0] = n;
+    for (int d = 1; d <= nd; d++)
+        if (shape[d] == FL_DYNAMIC) shape[d] = len;
     if (fl_model_input_dtype(m, i) == FL_INT32) { /* token indices in [0, 6): 0 is padding for mask_zero */
         fl_tensor *t = fl_tensor_new(FL_INT32, nd + 1, shape);
         for (int64_t k = 0; k < fl_tensor_size(t); k++)
@@ -43,6 +45,11 @@ static fl_tensor *input_for(fl_model *m, int i, int64_t n, uint64_t stream) {
         return t;
     }
     return rnd(stream, nd + 1, shape, 1.5f);
+}
+/* Trained on sequences of 9 steps, predicted on 7: another length than the
+ * graph last had, for a model with a None axis. */
+static fl_tensor *input_for(fl_model *m, int i, int64_t n, uint64_t stream) {
+    return input_for_len(m, i, n, stream, stream < 300 ? 9 : 7);
 }
 
 static void check(fl_status s, const char *what) {
@@ -67,6 +74,8 @@ static fl_tensor *targets(fl_model *m, int64_t n, uint64_t stream) {
     int nd = fl_model_output_shape(m, 0, shape + 1);
     int64_t c = shape[nd];
     shape[0] = n;
+    for (int d = 1; d <= nd; d++)
+        if (shape[d] == FL_DYNAMIC) shape[d] = 9; /* the training batch's steps (input_for) */
     fl_tensor *y;
     if (l.kind == FL_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY) { /* one index per output row: (n, steps) for a sequence */
         int64_t rows = n;
@@ -431,6 +440,26 @@ int main(int argc, char **argv) {
     check(fl_compile(m, fl_sgd(.learning_rate = 0.1f, .momentum = 0.9f), FL_SPARSE_CATEGORICAL_CROSSENTROPY, FL_ACCURACY),
           "compile");
     export_model("seq_frozen_sgd", m, 2, 8);
+    /* variable-length inputs (None axes), trained in flynn on 9 steps and
+     * predicted on 7: a text model (Embedding(mask_zero), LSTM sequences,
+     * self-attention, LayerNormalization, Dense on rank 3, the masked mean)
+     * and a Conv1D tagger over float features (per-step softmax) */
+    {
+        fl_sym *x = fl_keras_input_dtype(FL_INT32, FL_DYNAMIC);
+        fl_sym *h = fl_call(fl_lstm(6, .return_sequences = true), fl_call(fl_embedding(6, 5, .mask_zero = true), x));
+        h = fl_call(fl_layer_normalization(), fl_call_n(fl_multi_head_attention(2, 3), h, h));
+        h = fl_call(fl_global_average_pooling1d(), fl_call(fl_dense(4, .activation = FL_TANH), h));
+        m = fl_model_new(fl_syms(x), fl_syms(fl_call(fl_dense(3, .activation = FL_SOFTMAX), h)), "varlen_text");
+        fl_model_set_seed(m, 12);
+        check(fl_compile(m, fl_adam(.learning_rate = 0.01f), FL_SPARSE_CATEGORICAL_CROSSENTROPY, FL_ACCURACY), "compile");
+        export_model("func_varlen_text_adam", m, 2, 8);
+    }
+    m = fl_sequential(fl_input(FL_DYNAMIC, 3), fl_conv1d(4, 3, .padding = FL_SAME, .activation = FL_RELU),
+                      fl_bidirectional(fl_gru(3, .return_sequences = true)), fl_dense(2, .activation = FL_SOFTMAX));
+    fl_model_set_seed(m, 13);
+    check(fl_compile(m, fl_sgd(.learning_rate = 0.1f, .momentum = 0.9f), FL_SPARSE_CATEGORICAL_CROSSENTROPY, FL_ACCURACY),
+          "compile");
+    export_model("seq_varlen_tagger_sgd", m, 2, 8);
     fclose(list);
     return 0;
 }

@@ -1186,6 +1186,56 @@ def t_rnn_states_sgd():
     return keras.Model(x, y, name="train_rnn_states_sgd")
 
 
+# Variable-length inputs, keras.Input(shape=(None, ...)): predicted at
+# lengths 7 and 11, one training step on a batch of length 9.
+
+
+def t_varlen_lstm_sgd():
+    # The keras.io text classifier: int32 tokens of any length,
+    # Embedding(mask_zero) into an LSTM.
+    return keras.Sequential([
+        keras.Input((None,), dtype="int32"),
+        L.Embedding(30, 8, mask_zero=True),
+        L.LSTM(6),
+        L.Dense(3, activation="softmax"),
+    ], name="train_varlen_lstm_sgd")
+
+
+def t_varlen_textcnn_sgd():
+    # A Conv1D text CNN: Embedding, Conv1D, MaxPooling1D, Conv1D "same",
+    # GlobalMaxPooling1D.
+    return keras.Sequential([
+        keras.Input((None,), dtype="int32"),
+        L.Embedding(30, 8),
+        L.Conv1D(8, 3, activation="relu"),
+        L.MaxPooling1D(2),
+        L.Conv1D(6, 3, padding="same", activation="relu"),
+        L.GlobalMaxPooling1D(),
+        L.Dense(2, activation="softmax"),
+    ], name="train_varlen_textcnn_sgd")
+
+
+def t_varlen_transformer_sgd():
+    # A Transformer encoder block on a float sequence of any length:
+    # MultiHeadAttention, LayerNormalization, Dense on the rank-3 sequence.
+    x = keras.Input((None, 8), name="seq")
+    a = L.MultiHeadAttention(num_heads=2, key_dim=4)(x, x)
+    h = L.LayerNormalization()(L.Add()([x, a]))
+    f = L.Dense(8)(L.Dense(16, activation="relu")(h))
+    h = L.LayerNormalization()(L.Add()([h, f]))
+    y = L.Dense(3, activation="softmax")(L.GlobalAveragePooling1D()(h))
+    return keras.Model(x, y, name="train_varlen_transformer_sgd")
+
+
+def t_varlen_bigru_td_sgd():
+    # A per-step tagger: Bidirectional GRU sequences, TimeDistributed(Dense).
+    return keras.Sequential([
+        keras.Input((None, 5)),
+        L.Bidirectional(L.GRU(4, return_sequences=True)),
+        L.TimeDistributed(L.Dense(3, activation="softmax")),
+    ], name="train_varlen_bigru_td_sgd")
+
+
 def b_seq_sparse(t, c, classes):
     def make(rng):
         return normal(rng, 8, t, c), rng.integers(0, classes, (8, t)).astype(np.int32)
@@ -1370,6 +1420,18 @@ TRAINING = [
     ("train_masking_mse_sgd", t_masking_mse_sgd,
      lambda: keras.optimizers.SGD(learning_rate=0.1),
      "mean_squared_error", None, b_masked_regression(5, 3), KERAS),
+    ("train_varlen_lstm_sgd", t_varlen_lstm_sgd,
+     lambda: keras.optimizers.SGD(learning_rate=0.5, momentum=0.9),
+     "sparse_categorical_crossentropy", ["accuracy"], b_sparse_tokens(3, 9, 30), ALL),
+    ("train_varlen_textcnn_sgd", t_varlen_textcnn_sgd,
+     lambda: keras.optimizers.SGD(learning_rate=0.5, momentum=0.9),
+     "sparse_categorical_crossentropy", ["accuracy"], b_sparse_tokens(2, 9, 30), ALL),
+    ("train_varlen_transformer_sgd", t_varlen_transformer_sgd,
+     lambda: keras.optimizers.SGD(learning_rate=0.1, momentum=0.9),
+     "sparse_categorical_crossentropy", ["accuracy"], b_sparse(3, 9, 8), ALL),
+    ("train_varlen_bigru_td_sgd", t_varlen_bigru_td_sgd,
+     lambda: keras.optimizers.SGD(learning_rate=0.5, momentum=0.9),
+     "sparse_categorical_crossentropy", ["accuracy"], b_seq_sparse(9, 5, 3), ALL),
     # learning-rate schedules and gradient clipping: the schedule's config is
     # the optimizer's learning_rate, its value per step follows the restored
     # iterations (step 2 runs at the second step's rate), and with a schedule
@@ -1434,8 +1496,10 @@ def save_npy(out, fname, arr):
     return fname
 
 
-def write_model_files(out, name, kind, model, xs, formats):
-    """Writes M.keras [M.h5, M.weights.h5, M.json], M_x*.npy, M_y*.npy."""
+def write_model_files(out, name, kind, model, xs, formats, xs_b=None):
+    """Writes M.keras [M.h5, M.weights.h5, M.json], M_x*.npy, M_y*.npy, and
+    for a model with a None (variable-length) axis M_x_b*.npy, M_y_b*.npy:
+    a second batch of another length and its predictions."""
     p = lambda suffix: os.path.join(out, name + suffix)  # noqa: E731
     model.save(p(".keras"))
     files = {"keras": name + ".keras"}
@@ -1464,6 +1528,13 @@ def write_model_files(out, name, kind, model, xs, formats):
     else:
         yf = [save_npy(out, "%s_y%d.npy" % (name, i), y) for i, y in enumerate(ys)]
 
+    if xs_b is not None:
+        ys_b = model.predict(xs_b if len(xs_b) > 1 else xs_b[0], verbose=0)
+        ys_b = [np.asarray(y, F32) for y in (ys_b if isinstance(ys_b, (list, tuple)) else [ys_b])]
+        files["x_b"] = [save_npy(out, "%s_x_b%s.npy" % (name, i if len(xs_b) > 1 else ""), x)
+                        for i, x in enumerate(xs_b)]
+        files["y_b"] = [save_npy(out, "%s_y_b%s.npy" % (name, i if len(ys_b) > 1 else ""), y)
+                        for i, y in enumerate(ys_b)]
     entry = {
         "name": name,
         "kind": kind,
@@ -1604,14 +1675,23 @@ def write_training(out, manifest):
         loss_v = loss() if callable(loss) else loss
         opt = make_opt()
         model.compile(optimizer=opt, loss=loss_v, metrics=metrics)
-        if "int" in str(model.inputs[0].dtype):  # token indices for the Embedding
-            emb = next(la for la in model.layers if isinstance(la, L.Embedding))
-            xs = [tokens(rng, 4, model.inputs[0].shape[1], emb.input_dim)]
-        else:
-            xs = [normal(rng, 4, *model.inputs[0].shape[1:])]
+        # a None (variable-length) axis: predictions at lengths 7 and 11 (the
+        # training batch has a third, its batch maker's)
+        shape = tuple(model.inputs[0].shape[1:])
+        lengths = (7, 11) if None in shape else (None,)
+        xs_by_len = []
+        for t in lengths:
+            sh = tuple(t if d is None else d for d in shape)
+            if "int" in str(model.inputs[0].dtype):  # token indices for the Embedding
+                emb = next(la for la in model.layers if isinstance(la, L.Embedding))
+                xs_by_len.append([tokens(rng, 4, sh[0], emb.input_dim)])
+            else:
+                xs_by_len.append([normal(rng, 4, *sh)])
+        xs = xs_by_len[0]
         # The model BEFORE the step: M.keras etc. (compiled; the optimizer is
         # not built yet, so it only holds iteration and learning_rate).
-        entry = write_model_files(out, name, "sequential", model, xs, formats)
+        entry = write_model_files(out, name, "sequential", model, xs, formats,
+                                  xs_by_len[1] if len(xs_by_len) > 1 else None)
         x, y = make_batch(rng)
         tx = save_npy(out, name + "_train_x.npy", x)
         ty = save_npy(out, name + "_train_y.npy", y)

@@ -124,7 +124,19 @@ typedef enum fl_padding {
     FL_CAUSAL /* Conv1D only: all the padding before the sequence (Keras "causal") */
 } fl_padding;
 
-/* Input(shape): the shape of one sample, without the batch dimension. */
+/* A None axis of an Input (Keras Input(shape=(None, 16))): any length.
+ * The model is planned for the length of the data each fit, evaluate or
+ * predict brings (and planned again, weights kept, when a later call brings
+ * another); layers whose output follows the length (Conv1D, pooling, RNNs
+ * with return_sequences, Embedding, MultiHeadAttention, Dense on a rank-3
+ * input, masks, ...) work at any length, and a layer whose weights would
+ * follow it (Flatten then Dense) is refused with Keras's error when the
+ * model is built. Shapes read back through fl_model_input_shape and
+ * fl_model_output_shape hold FL_DYNAMIC there; the summary shows None. */
+#define FL_DYNAMIC ((int64_t)-1)
+
+/* Input(shape): the shape of one sample, without the batch dimension (an
+ * axis may be FL_DYNAMIC). */
 fl_layer *fl_input_(int ndim, const int64_t *shape);
 #define fl_input(...) \
     fl_input_((int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), (int64_t[]){__VA_ARGS__})
@@ -641,7 +653,8 @@ fl_model *fl_model_new(fl_sym *const *inputs, int n_inputs, fl_sym *const *outpu
 
 int fl_model_num_inputs(const fl_model *m);
 int fl_model_num_outputs(const fl_model *m);
-/* The per-sample shape of input/output i into shape[FL_MAX_DIMS]; returns ndim (-1 if i is out of range). */
+/* The per-sample shape of input/output i into shape[FL_MAX_DIMS]; returns ndim (-1 if i is out of range).
+ * An axis that follows a None input axis is FL_DYNAMIC. */
 int fl_model_input_shape(const fl_model *m, int i, int64_t *shape);
 int fl_model_output_shape(const fl_model *m, int i, int64_t *shape);
 

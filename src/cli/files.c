@@ -119,6 +119,8 @@ static void usage_predict(FILE *f) {
             "(int8 ... int64, uint8 ... uint64): an int32 or int64 model input (token indices for\n"
             "Embedding) takes them as int32 (range-checked, never through float), a float32 input\n"
             "as their float32 values.\n"
+            "An input axis the model leaves open (None, as keras.Input(shape=(None,))) takes\n"
+            "X.npy of any length there: the model is planned for that length.\n"
             "A model with several inputs takes one --input per input, in the model's order, or\n"
             "one .npz holding them all; one with several outputs takes one --output per output,\n"
             "or one name Y.npy from which Y_0.npy, Y_1.npy, ... are made.\n\n"

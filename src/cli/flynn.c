@@ -454,20 +454,25 @@ static int fit_data_to_model(fl_model *m, fl_dataset *d) {
     }
     int nd = fl_model_input_shape(m, 0, shape);
     int64_t want = 1, have = 1;
+    bool dynamic = false;
     for (int i = 0; i < nd; i++) want *= shape[i];
+    for (int i = 0; i < nd; i++) dynamic |= shape[i] == FL_DYNAMIC;
     for (int i = 1; i < fl_tensor_ndim(d->x_train); i++) have *= fl_tensor_dim(d->x_train, i);
     bool same = nd == fl_tensor_ndim(d->x_train) - 1;
-    for (int i = 0; same && i < nd; i++) same = shape[i] == fl_tensor_dim(d->x_train, i + 1);
+    for (int i = 0; same && i < nd; i++) /* a None axis takes the data's length */
+        same = shape[i] == FL_DYNAMIC || shape[i] == fl_tensor_dim(d->x_train, i + 1);
     if (same) return 0;
     char a[128], b[128];
     int64_t ms[FL_MAX_DIMS];
     ms[0] = -1;
     for (int i = 0; i < nd; i++) ms[i + 1] = shape[i];
     snprintf(a, sizeof a, "(");
-    for (int i = 0; i < nd; i++) snprintf(a + strlen(a), sizeof a - strlen(a), "%s%lld", i ? ", " : "", (long long)shape[i]);
+    for (int i = 0; i < nd; i++)
+        if (shape[i] == FL_DYNAMIC) snprintf(a + strlen(a), sizeof a - strlen(a), "%sNone", i ? ", " : "");
+        else snprintf(a + strlen(a), sizeof a - strlen(a), "%s%lld", i ? ", " : "", (long long)shape[i]);
     snprintf(a + strlen(a), sizeof a - strlen(a), ")");
     fl_tensor_shape_str(d->x_train, b, sizeof b);
-    if (want != have) {
+    if (want != have || dynamic) { /* a None axis: the data's rank must be the model's */
         fprintf(stderr, "flynn: error: the model takes samples of shape %s, the data set's are %s (without the batch)\n",
                 a, strchr(b, ',') ? strchr(b, ',') + 2 : b);
         return 1;

@@ -28,6 +28,7 @@ static void free_batched(fl_graph *g) {
         n->val = n->grad = NULL;
         n->aux = NULL;
         n->gscratch = NULL;
+        n->vbytes = n->abytes = 0;
     }
     if (g->ws) g->be->free(g->ws);
     g->ws = NULL;
@@ -191,15 +192,18 @@ fl_status fl_graph_reserve(fl_graph *g, int64_t batch) {
         if (!n->val_view) {
             n->val = g->be->alloc(bytes);
             if (!n->val) goto fail;
+            n->vbytes = bytes;
         }
         if (n->needs_grad && !n->grad_view) {
             n->grad = g->be->alloc(bytes);
             if (!n->grad) goto fail;
+            n->vbytes = bytes;
         }
         size_t aux = n->aux_fixed + (size_t)batch * n->aux_per_sample;
         if (aux) {
             n->aux = g->be->alloc(aux);
             if (!n->aux) goto fail;
+            n->abytes = aux;
         }
         if (n->gscratch_bytes && !(n->gscratch = g->be->alloc(n->gscratch_bytes))) goto fail;
         if (n->op == FL_OP_CONV2D || n->op == FL_OP_CONV2D_TRANSPOSE) {
@@ -318,5 +322,134 @@ fl_status fl_graph_migrate(fl_graph *g, const fl_backend *to) {
     free(nv); free(ng);
     g->be = to;
     g->generation++;
+    return FL_OK;
+}
+
+/* ------------------------------------------------------------ rebinding */
+
+fl_status fl_graph_adopt(fl_graph *s, fl_node *w) {
+    if (s->n == s->cap) {
+        int cap = s->cap ? s->cap * 2 : 32;
+        fl_node **nn = realloc(s->nodes, (size_t)cap * sizeof *nn);
+        if (!nn) return fl_error(FL_ERR_NOMEM, "out of memory growing the graph");
+        s->nodes = nn;
+        s->cap = cap;
+    }
+    s->nodes[s->n++] = w; /* its id stays g's: the node is g's */
+    return FL_OK;
+}
+
+/* A node of the scratch graph that is g's own (an adopted weight). */
+static bool owned_by(const fl_graph *g, const fl_node *n) {
+    return n && n->id >= 0 && n->id < g->n && g->nodes[n->id] == n;
+}
+
+void fl_graph_scratch_free(fl_graph *g, fl_graph *s) {
+    for (int i = 0; i < s->n; i++) {
+        fl_node *n = s->nodes[i];
+        if (owned_by(g, n)) continue;
+        if (n->val) s->be->free(n->val); /* weights made by the build itself (Normalization's constants) */
+        if (n->grad) s->be->free(n->grad);
+        free(n);
+    }
+    free(s->nodes);
+    s->nodes = NULL;
+    s->n = s->cap = 0;
+}
+
+/* The node of g at the position that scratch node p has (p may be g's). */
+static fl_node *counterpart(const fl_graph *g, const fl_node *p) {
+    return p && p->id >= 0 && p->id < g->n ? g->nodes[p->id] : NULL;
+}
+
+static bool same_ref(const fl_graph *g, const fl_node *old, const fl_node *p) {
+    return old ? counterpart(g, p) == old : p == NULL;
+}
+
+/* The first difference between g's structure and s's, as a message; NULL when they match. */
+static const char *structure_differs(const fl_graph *g, const fl_graph *s, int *at) {
+    const int common = s->n < g->n ? s->n : g->n;
+    for (int i = 0; i < common; i++) {
+        const fl_node *o = g->nodes[i], *n = s->nodes[i];
+        *at = i;
+        if (owned_by(g, n) ? n != o : n->id != i) return "its nodes in another order";
+        if (n->op != o->op || n->nin != o->nin || n->batched != o->batched) return "other ops";
+        for (int k = 0; k < o->nin; k++)
+            if (!same_ref(g, o->in[k], n->in[k])) return "its ops on other inputs";
+        if (!same_ref(g, o->mask, n->mask) || !same_ref(g, o->rnn_state[0], n->rnn_state[0]) ||
+            !same_ref(g, o->rnn_state[1], n->rnn_state[1]))
+            return "other masks or states";
+        if (o->op == FL_OP_PARAM && n != o) { /* a constant made by the build: the same shape */
+            bool same = n->ndim == o->ndim;
+            for (int d = 0; same && d < o->ndim; d++) same = n->shape[d] == o->shape[d];
+            if (!same) return "a constant of another shape";
+        }
+    }
+    *at = common;
+    return s->n != g->n ? "a different number of graph nodes" : NULL;
+}
+
+fl_status fl_graph_rebind(fl_graph *g, fl_graph *s) {
+    int at = 0;
+    const char *why = structure_differs(g, s, &at);
+    if (why) {
+        const fl_node *n = at < g->n ? g->nodes[at] : at < s->n ? s->nodes[at] : NULL;
+        const char *name = n && n->name ? n->name : "?"; /* the layer's: it outlives the scratch nodes */
+        fl_graph_scratch_free(g, s);
+        return fl_error(FL_ERR_UNSUPPORTED, "layer '%s' builds %s for this length of the None axis than for the "
+                        "length it was built with (it unrolls or specialises on the length); flynn cannot run it "
+                        "on variable-length inputs: give the Input a fixed length", name, why);
+    }
+    /* do the buffers for the reserved batch hold the new sizes? */
+    bool fit = g->batch_cap > 0;
+    size_t ws = 0;
+    for (int i = 0; fit && i < g->n; i++) {
+        const fl_node *o = g->nodes[i], *n = s->nodes[i];
+        if (o->op == FL_OP_PARAM || !o->batched) continue;
+        int64_t elems, bytes, aux;
+        if (!fl_mul_checked(g->batch_cap, fl_node_sample_size(n), &elems) ||
+            !fl_bytes_checked(elems, sizeof(float), &bytes) ||
+            !fl_bytes_checked(g->batch_cap, n->aux_per_sample, &aux) || !fl_add_checked(aux, (int64_t)n->aux_fixed, &aux)) {
+            fit = false;
+            break;
+        }
+        bool owns = !o->val_view || (o->needs_grad && !o->grad_view); /* a buffer of its own (val, or grad) */
+        if (owns && (size_t)bytes > o->vbytes) fit = false;
+        if ((size_t)aux > o->abytes) fit = false;
+        if (n->op == FL_OP_CONV2D || n->op == FL_OP_CONV2D_TRANSPOSE) {
+            fl_conv_desc d = n->conv;
+            d.n = g->batch_cap;
+            size_t w = g->be->conv_workspace(&d, o->needs_grad);
+            if (w > ws) ws = w;
+        }
+    }
+    if (ws > g->ws_bytes) fit = false;
+    for (int i = 0; i < g->n; i++) {
+        fl_node *o = g->nodes[i], *n = s->nodes[i];
+        if (o->op == FL_OP_PARAM) continue;
+        fl_node keep = *o;
+        *o = *n;
+        o->id = keep.id;
+        for (int k = 0; k < o->nin; k++) o->in[k] = counterpart(g, n->in[k]);
+        o->mask = counterpart(g, n->mask);
+        o->rnn_state[0] = counterpart(g, n->rnn_state[0]);
+        o->rnn_state[1] = counterpart(g, n->rnn_state[1]);
+        /* what the buffers and the caller set stays */
+        o->val = keep.val; o->grad = keep.grad; o->aux = keep.aux; o->gscratch = keep.gscratch;
+        o->vbytes = keep.vbytes; o->abytes = keep.abytes;
+        o->val_view = keep.val_view; o->grad_view = keep.grad_view;
+        o->force_grad = keep.force_grad;
+        o->dyn = keep.dyn;
+        for (int d = 1; d < o->ndim; d++) /* a dimension that moved follows the length */
+            if (d < keep.ndim && keep.shape[d] != o->shape[d]) o->dyn |= 1u << d;
+    }
+    g->sample_bytes = s->sample_bytes;
+    fl_graph_scratch_free(g, s);
+    int64_t batch = g->batch;
+    fl_graph_finalize(g);
+    if (!fit) free_batched(g);
+    fl_graph_set_batch(g, batch);
+    g->generation++; /* shapes are part of a captured step: capture anew */
+    g->rebinds++;
     return FL_OK;
 }

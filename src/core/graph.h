@@ -95,6 +95,8 @@ struct fl_node {
     fl_rnn_desc rnn;           /* RNN: cell and options (n set per batch) */
     fl_node *mask;            /* (batch, T) float 1/0: the valid timesteps of this rank-3 sequence (Keras's _keras_mask), or NULL */
     fl_node *rnn_state[2];    /* RNN with return_state: its final h and (LSTM) c nodes (FL_OP_RNN_STATE), else NULL */
+    unsigned dyn;             /* bit d: shape[d] follows a None (variable-length) input axis (Keras shows None) */
+    size_t vbytes, abytes;    /* bytes of val (and grad) and of aux as allocated (a rebind keeps buffers that fit) */
 };
 
 typedef struct fl_graph {
@@ -107,7 +109,7 @@ typedef struct fl_graph {
     size_t ws_bytes;
     uint64_t seed;
     int64_t step;              /* training steps run (dropout streams) */
-    int64_t generation;        /* changes whenever buffers move: invalidates captured steps */
+    int64_t generation;        /* changes whenever buffers move or shapes change: invalidates captured steps */
     int64_t trainable_gen;     /* changes whenever a weight is frozen or unfrozen */
     int64_t param_bytes;       /* weights and their gradients (checked against fl_model_bytes_limit) */
     int64_t sample_bytes;      /* batched values per sample (ditto, at build time) */
@@ -116,6 +118,9 @@ typedef struct fl_graph {
      * conv2d_maxpool_bwd), and of those, with the ReLU mask of the
      * convolution's input folded in: so that tests can assert the path */
     int64_t fused_conv_pool_bwd, fused_relu_mask_bwd;
+    bool adopting;             /* a rebind's build: layers take their existing weights (fl_graph_adopt) */
+    int64_t rebinds;           /* times the shapes were bound anew (fl_graph_rebind), for tests */
+    int64_t bytes_limit;       /* a rebind's build: fl_model_bytes_limit() read once (it asks the system); 0: ask */
 } fl_graph;
 
 void fl_graph_init(fl_graph *g, const fl_backend *be);
@@ -259,6 +264,22 @@ void fl_graph_forward(fl_graph *g, bool training);
 void fl_graph_backward(fl_graph *g);
 /* Clears grad_ready flags before a backward pass. */
 void fl_graph_clear_grads(fl_graph *g);
+
+/* Variable-length inputs (a None axis). A model is built for one length;
+ * for another, it is built again into a scratch graph `s` (fl_graph_init,
+ * then s->adopting: each layer's existing weight nodes are appended with
+ * fl_graph_adopt, not made anew) and fl_graph_rebind moves the scratch
+ * nodes' shapes and op descriptors onto g's nodes, which keep their
+ * identity (pointers held by the model, layers and data stay valid) and
+ * their buffers where those hold the new sizes for the reserved batch
+ * (else the next fl_graph_reserve makes them anew). The two graphs must
+ * have the same nodes in the same order; else nothing changes and the
+ * error names the first layer that differs. The dimensions that change are
+ * marked in node->dyn (they follow a None axis). s is freed in every case. */
+fl_status fl_graph_adopt(fl_graph *s, fl_node *w);
+fl_status fl_graph_rebind(fl_graph *g, fl_graph *s);
+/* Frees a scratch graph of a rebind that failed before fl_graph_rebind. */
+void fl_graph_scratch_free(fl_graph *g, fl_graph *s);
 
 /* Elements of one sample of a batched node (or of the whole node). */
 int64_t fl_node_sample_size(const fl_node *n);

@@ -236,7 +236,8 @@ fl_status check_initializers(const kctx *c, json_object *cfg, const char *const 
     return FL_OK;
 }
 
-/* Per-sample shape from [null, d1, ...] (the batch entry may be null or a number). */
+/* Per-sample shape from [null, d1, ...] (the batch entry may be null or a
+ * number; a later null is a None axis: FL_DYNAMIC). */
 fl_status get_batch_shape(const kctx *c, json_object *v, const char *key, int *ndim, int64_t *shape) {
     if (!jis(v, json_type_array))
         return kfail(c, FL_ERR_FORMAT, "'%s' is %s, expected a list like [null, 28, 28, 1]", key, jtype_name(v));
@@ -249,9 +250,10 @@ fl_status get_batch_shape(const kctx *c, json_object *v, const char *key, int *n
         return kfail(c, FL_ERR_FORMAT, "'%s': the batch dimension is %s, expected null or an integer", key, jtype_name(b));
     for (size_t i = 1; i < n; i++) {
         json_object *d = json_object_array_get_idx(v, i);
-        if (!d)
-            return kfail(c, FL_ERR_UNSUPPORTED, "'%s': dimension %zu is None (unknown size); flynn needs fixed input "
-                         "sizes", key, i);
+        if (!d) { /* None: any length, bound to the data's when it comes (FL_DYNAMIC) */
+            shape[i - 1] = FL_DYNAMIC;
+            continue;
+        }
         if (!jis(d, json_type_int) || json_object_get_int64(d) <= 0 || json_object_get_int64(d) > ((int64_t)1 << 40))
             return kfail(c, FL_ERR_FORMAT, "'%s': dimension %zu is not a positive integer", key, i);
         shape[i - 1] = json_object_get_int64(d);
@@ -284,11 +286,12 @@ json_object *jpair(int a, int b) {
     return x;
 }
 
-/* [null, d1, ...] of a node (dimension 0 is the batch). */
+/* [null, d1, ...] of a node (dimension 0 is the batch; an axis that
+ * follows a None input axis is null too, as Keras writes it). */
 json_object *jshape(const fl_node *n) {
     json_object *a = json_object_new_array();
     json_object_array_add(a, NULL);
-    for (int i = 1; i < n->ndim; i++) json_object_array_add(a, jint(n->shape[i]));
+    for (int i = 1; i < n->ndim; i++) json_object_array_add(a, n->dyn & (1u << i) ? NULL : jint(n->shape[i]));
     return a;
 }
 

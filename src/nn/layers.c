@@ -121,12 +121,14 @@ fl_layer *fl_input_(int ndim, const int64_t *shape) {
         return fl_error_null(FL_ERR_SHAPE, "Input: %d dimensions, expected 1 to %d (without the batch)", ndim,
                              FL_MAX_DIMS - 1);
     for (int i = 0; i < ndim; i++)
-        if (shape[i] <= 0)
-            return fl_error_null(FL_ERR_SHAPE, "Input: dimension %d is %lld, expected > 0", i, (long long)shape[i]);
+        if (shape[i] <= 0 && shape[i] != FL_DYNAMIC)
+            return fl_error_null(FL_ERR_SHAPE, "Input: dimension %d is %lld, expected > 0 or FL_DYNAMIC (None: any "
+                                 "length)", i, (long long)shape[i]);
     fl_layer *l = new_layer(FL_L_INPUT, NULL);
     if (!l) return NULL;
     l->a.shape.ndim = ndim;
     memcpy(l->a.shape.shape, shape, (size_t)ndim * sizeof(int64_t));
+    for (int i = 0; i < ndim; i++) l->a.shape.bound[i] = shape[i] == FL_DYNAMIC ? FL_PROBE_LENGTH_A : shape[i];
     return l;
 }
 
@@ -740,6 +742,40 @@ void fl_layer_free(fl_layer *l) {
 
 /* ------------------------------------------------------------- build */
 
+/* A build for another length of a None axis (fl_model_bind): the layer's
+ * weight of that name, made by its first build, joins the scratch graph.
+ * A weight whose shape would follow the length is Keras's error when it
+ * builds the layer on a None dimension (the dimensions that differ from
+ * the first build are the None ones). */
+static fl_node *adopt_weight(fl_layer *l, fl_graph *g, const char *wname, int ndim, const int64_t *shape) {
+    for (int i = 0; i < l->nw; i++) {
+        if (strcmp(l->wname[i], wname) != 0) continue;
+        fl_node *w = l->w[i];
+        bool same = w->ndim == ndim;
+        for (int d = 0; same && d < ndim; d++) same = w->shape[d] == shape[d];
+        if (!same) {
+            char a[160];
+            size_t o = 0;
+            o += (size_t)snprintf(a + o, sizeof a - o, "(");
+            for (int d = 0; d < ndim && o < sizeof a; d++) {
+                bool none = d >= w->ndim || w->shape[d] != shape[d];
+                if (none) o += (size_t)snprintf(a + o, sizeof a - o, "%sNone", d ? ", " : "");
+                else o += (size_t)snprintf(a + o, sizeof a - o, "%s%lld", d ? ", " : "", (long long)shape[d]);
+            }
+            if (o < sizeof a) snprintf(a + o, sizeof a - o, "%s)", ndim == 1 ? "," : "");
+            return fl_error_null(FL_ERR_SHAPE,
+                                 "layer '%s' (%s): Shapes used to initialize variables must be fully-defined (no "
+                                 "`None` dimensions). Received: shape=%s for variable path='%s/%s' (the weight's "
+                                 "shape follows the length of a None input axis; give the Input a fixed length, or "
+                                 "pool over that axis before this layer)", l->name, kind_class[l->kind], a, l->name,
+                                 wname);
+        }
+        return fl_graph_adopt(g, w) == FL_OK ? w : NULL;
+    }
+    return fl_error_null(FL_ERR_STATE, "layer '%s' (%s): no weight '%s' from its first build", l->name,
+                         kind_class[l->kind], wname);
+}
+
 static fl_node *add_weight(fl_layer *l, fl_graph *g, const char *wname, int ndim, const int64_t *shape,
                            bool trainable) {
     if (l->ncalls > 0) { /* a shared layer: its weights exist; the shape must match */
@@ -758,6 +794,7 @@ static fl_node *add_weight(fl_layer *l, fl_graph *g, const char *wname, int ndim
             }
         return fl_error_null(FL_ERR_STATE, "layer '%s': no weight '%s' from its first call", l->name, wname);
     }
+    if (g->adopting) return adopt_weight(l, g, wname, ndim, shape);
     fl_node *w = fl_graph_param(g, l->name, ndim, shape, trainable && !l->frozen);
     if (!w) return NULL;
     l->wtrainable[l->nw] = trainable;
@@ -868,7 +905,7 @@ typedef fl_node *(*build_fn)(fl_layer *l, fl_graph *g, fl_node *const *xs, int n
 
 static fl_node *build_input(fl_layer *l, fl_graph *g, fl_node *const *xs, int nx) {
     (void)xs; (void)nx;
-    fl_node *n = fl_graph_input(g, l->name, l->a.shape.ndim, l->a.shape.shape);
+    fl_node *n = fl_graph_input(g, l->name, l->a.shape.ndim, l->a.shape.bound); /* None axes: the bound length */
     if (n) n->int_val = l->a.shape.dtype == FL_INT32;
     return n;
 }
@@ -1771,7 +1808,7 @@ fl_node *fl_layer_build(fl_layer *l, fl_graph *g, fl_node *const *xs, int nx, ui
     if (l->nouts == 0) l->outs[l->nouts++] = out;
     l->out = out;
     l->g = g;
-    if (l->ncalls++ == 0) fl_layer_init_weights(l, g->be, seed);
+    if (l->ncalls++ == 0 && !g->adopting) fl_layer_init_weights(l, g->be, seed);
     return out;
 }
 

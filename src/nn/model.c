@@ -13,6 +13,9 @@
 #include <string.h>
 
 static void free_step_buffers(fl_model *m);
+static fl_status build_calls(fl_model *m, fl_graph *g);
+static fl_status probe_lengths(fl_model *m);
+static const char *probe_note(const fl_model *m);
 
 static int cmp_layer(const void *a, const void *b);
 
@@ -33,6 +36,162 @@ static void default_names(fl_model *m) {
         else snprintf(l->name, sizeof l->name, "%s_%d", fl_layer_kind_base(l->kind), c);
     }
     free(byorder);
+}
+
+/* ------------------------------------------------ building the graph */
+
+/* Builds every call of the model's layers into g: a Sequential's chain, or
+ * a functional model's calls in topological order (each sym's node and
+ * outputs set). The Input layers build for their bound shapes. The one
+ * place a model's graph is made: at creation, and again for each new
+ * length of a None axis (rebuild). */
+static fl_status build_calls(fl_model *m, fl_graph *g) {
+    if (!m->functional) {
+        fl_node *x = NULL;
+        for (int i = 0; i < m->nlayers; i++) {
+            fl_layer *l = m->layers[i];
+            if (fl_layer_num_outputs(l) > 1) /* Keras's Sequential cannot chain a list of outputs either */
+                return fl_error(FL_ERR_UNSUPPORTED, "layer '%s' (%s) has %d outputs (return_state or merge_mode "
+                                "None); use it in a functional model (fl_call, fl_output)", l->name,
+                                fl_layer_kind_class(l->kind), fl_layer_num_outputs(l));
+            x = fl_layer_build(l, g, &x, i == 0 ? 0 : 1, m->seed);
+            if (!x) return fl_last_status();
+        }
+        return FL_OK;
+    }
+    for (int k = 0; k < m->nsyms; k++) {
+        fl_sym *s = m->syms[k];
+        if (s->src) { /* output `index` of a call built before it (created later) */
+            s->call = s->src->call;
+            s->node = s->src->outs[s->index];
+            continue;
+        }
+        fl_node *xs[FL_NODE_MAX_IN], *own[FL_NODE_MAX_IN];
+        for (int i = 0; i < s->nin; i++) xs[i] = s->in[i]->node;
+        /* masks given to the call stand for the inputs' own while it is built (its ops take them) */
+        for (int i = 0; i < s->nin; i++) own[i] = xs[i]->mask;
+        for (int i = 0; i < s->nin; i++)
+            if (s->mask[i]) xs[i]->mask = s->mask[i]->node;
+        s->call = s->layer->ncalls;
+        s->node = fl_layer_build(s->layer, g, xs, s->nin, m->seed);
+        for (int i = 0; i < s->nin; i++) xs[i]->mask = own[i];
+        if (!s->node) return fl_last_status();
+        for (int i = 0; i < s->layer->nouts; i++) s->outs[i] = s->layer->outs[i];
+    }
+    return FL_OK;
+}
+
+/* A layer and the layers it wraps (TimeDistributed, Bidirectional), into out[]. */
+static int layer_tree(fl_layer *l, fl_layer **out, int n, int cap) {
+    if (!l || n >= cap) return n;
+    out[n++] = l;
+    if (l->kind == FL_L_TIME_DISTRIBUTED) n = layer_tree(l->a.td.inner, out, n, cap);
+    if (l->kind == FL_L_BIDIRECTIONAL) {
+        n = layer_tree(l->a.bidi.fwd, out, n, cap);
+        n = layer_tree(l->a.bidi.bwd, out, n, cap);
+    }
+    return n;
+}
+
+/* Builds the graph again for the Input layers' bound shapes into a scratch
+ * graph whose layers take their existing weights, and moves the new shapes
+ * onto the model's graph (fl_graph_rebind). What the build writes into the
+ * layers and calls (their output nodes, call counts) is put back as it
+ * was: the model's nodes keep their identity. On failure nothing changes. */
+static fl_status rebuild(fl_model *m) {
+    int cap = 4 * m->nlayers + 4, nt = 0;
+    fl_layer **tree = fl_calloc((size_t)cap, sizeof *tree, "layer list");
+    fl_layer *saved = tree ? fl_calloc((size_t)cap, sizeof *saved, "layer copies") : NULL;
+    fl_sym *ssaved = saved && m->nsyms ? fl_calloc((size_t)m->nsyms, sizeof *ssaved, "call copies") : NULL;
+    if (!saved || (m->nsyms && !ssaved)) { free(tree); free(saved); return fl_last_status(); }
+    for (int i = 0; i < m->nlayers; i++) nt = layer_tree(m->layers[i], tree, nt, cap);
+    for (int i = 0; i < nt; i++) saved[i] = *tree[i];
+    for (int k = 0; k < m->nsyms; k++) ssaved[k] = *m->syms[k];
+    for (int i = 0; i < m->nlayers; i++) m->layers[i]->ncalls = 0;
+    fl_graph s;
+    fl_graph_init(&s, m->g.be);
+    s.seed = m->g.seed;
+    s.param_bytes = m->g.param_bytes;
+    s.adopting = true;
+    s.bytes_limit = fl_model_bytes_limit();
+    fl_status st = build_calls(m, &s);
+    for (int i = 0; i < nt; i++) *tree[i] = saved[i];
+    for (int k = 0; k < m->nsyms; k++) *m->syms[k] = ssaved[k];
+    free(tree); free(saved); free(ssaved);
+    if (st != FL_OK) {
+        fl_graph_scratch_free(&m->g, &s);
+        return st;
+    }
+    FL_TRY(fl_graph_rebind(&m->g, &s));
+    double *stats = m->stats; /* the running totals of a fit under way (a callback predicting) stay */
+    m->stats = NULL;
+    free_step_buffers(m); /* sized for the old shapes: made again on the next step */
+    m->stats = stats;
+    return FL_OK;
+}
+
+/* Does an input have a None axis? (m->in_layers[0..ninputs) set) */
+static bool any_dynamic(const fl_model *m) {
+    for (int i = 0; i < m->ninputs; i++) {
+        const fl_layer *l = m->in_layers[i];
+        for (int d = 0; d < l->a.shape.ndim; d++)
+            if (l->a.shape.shape[d] == FL_DYNAMIC) return true;
+    }
+    return false;
+}
+
+/* For the first build, when it failed: the length the None axes had, which
+ * its message shows in place of None. */
+static const char *probe_note(const fl_model *m) {
+    static _Thread_local char note[64];
+    if (!any_dynamic(m)) return "";
+    snprintf(note, sizeof note, "(with the None input axes at length %d) ", FL_PROBE_LENGTH_A);
+    return note;
+}
+
+/* A model with None input axes, built at length A: built again at B, which
+ * marks the dimensions that follow the length and refuses a layer whose
+ * weights would (Keras's error for a variable on a None dimension). */
+static fl_status probe_lengths(fl_model *m) {
+    if (!any_dynamic(m)) return FL_OK;
+    for (int i = 0; i < m->ninputs; i++) {
+        fl_layer *l = m->in_layers[i];
+        for (int d = 0; d < l->a.shape.ndim; d++)
+            if (l->a.shape.shape[d] == FL_DYNAMIC) l->a.shape.bound[d] = FL_PROBE_LENGTH_B;
+    }
+    fl_status st = rebuild(m);
+    if (st == FL_OK) m->dynamic = true;
+    else if (st != FL_ERR_SHAPE || !strstr(fl_last_error(), "fully-defined")) /* not Keras's own message */
+        fl_error_prefix("(with the None input axes at length %d) ", FL_PROBE_LENGTH_B);
+    return st;
+}
+
+fl_status fl_model_bind(fl_model *m, const fl_tensor *const *xs, int nx, const char *what) {
+    if (!m->dynamic) return FL_OK;
+    int64_t want[FL_MODEL_MAX_IO][FL_MAX_DIMS];
+    bool change = false;
+    for (int i = 0; i < m->ninputs; i++) {
+        const fl_layer *l = m->in_layers[i];
+        memcpy(want[i], l->a.shape.bound, sizeof want[i]);
+        if (i >= nx || !xs[i] || xs[i]->ndim != l->a.shape.ndim + 1) continue; /* the shape check says what is wrong */
+        for (int d = 0; d < l->a.shape.ndim; d++)
+            if (l->a.shape.shape[d] == FL_DYNAMIC && xs[i]->shape[d + 1] > 0) want[i][d] = xs[i]->shape[d + 1];
+        change |= memcmp(want[i], l->a.shape.bound, sizeof want[i]) != 0;
+    }
+    if (!change) return FL_OK;
+    int64_t old[FL_MODEL_MAX_IO][FL_MAX_DIMS];
+    for (int i = 0; i < m->ninputs; i++) {
+        memcpy(old[i], m->in_layers[i]->a.shape.bound, sizeof old[i]);
+        memcpy(m->in_layers[i]->a.shape.bound, want[i], sizeof want[i]);
+    }
+    fl_status st = rebuild(m);
+    if (st == FL_OK) return FL_OK;
+    for (int i = 0; i < m->ninputs; i++) memcpy(m->in_layers[i]->a.shape.bound, old[i], sizeof old[i]);
+    char a[160];
+    fl_layer *l0 = m->in_layers[0];
+    fl_error_prefix("%s: model '%s' cannot run on inputs of this length (input '%s' bound to %s): ", what, m->name,
+                    l0->name, fl_shape_str(l0->a.shape.ndim, want[0], a, sizeof a));
+    return st;
 }
 
 fl_model *fl_sequential_(fl_layer *const *layers, int n, const char *name) {
@@ -77,28 +236,24 @@ fl_model *fl_sequential_(fl_layer *const *layers, int n, const char *name) {
             }
     fl_graph_init(&m->g, fl_backend_cpu());
     m->device = FL_DEVICE_CPU;
-    fl_node *x = NULL;
-    for (int i = 0; i < n; i++) {
-        if (fl_layer_num_outputs(m->layers[i]) > 1) { /* Keras's Sequential cannot chain a list of outputs either */
-            fl_error(FL_ERR_UNSUPPORTED, "fl_sequential: layer '%s' (%s) has %d outputs (return_state or merge_mode "
-                     "None); use it in a functional model (fl_call, fl_output)", m->layers[i]->name,
-                     fl_layer_kind_class(m->layers[i]->kind), fl_layer_num_outputs(m->layers[i]));
-            fl_model_free(m);
-            return NULL;
-        }
-        x = fl_layer_build(m->layers[i], &m->g, &x, i == 0 ? 0 : 1, m->seed);
-        if (!x) {
-            fl_error_prefix("fl_sequential: ");
-            fl_model_free(m);
-            return NULL;
-        }
-        if (i == 0) m->input = x;
+    m->in_layers[0] = m->layers[0];
+    m->ninputs = 1;
+    if (build_calls(m, &m->g) != FL_OK) {
+        fl_error_prefix("fl_sequential: %s", probe_note(m));
+        fl_model_free(m);
+        return NULL;
     }
-    m->output = x;
+    m->input = m->layers[0]->out;
+    m->output = m->layers[n - 1]->out;
     m->ninputs = m->noutputs = 1;
     m->inputs[0] = m->input;
     m->outputs[0] = m->output;
     fl_graph_finalize(&m->g);
+    if (probe_lengths(m) != FL_OK) {
+        fl_error_prefix("fl_sequential: ");
+        fl_model_free(m);
+        return NULL;
+    }
     return m;
 fail_layers:
     for (int k = 0; k < n; k++) fl_layer_free(layers[k]);
@@ -405,29 +560,13 @@ fl_model *fl_model_new(fl_sym *const *inputs, int nin, fl_sym *const *outputs, i
             }
     fl_graph_init(&m->g, fl_backend_cpu());
     m->device = FL_DEVICE_CPU;
-    for (int k = 0; k < n; k++) {
-        fl_sym *s = all[k];
-        s->mark = false;
-        if (s->src) { /* output `index` of a call built before it (created later) */
-            s->call = s->src->call;
-            s->node = s->src->outs[s->index];
-            continue;
-        }
-        fl_node *xs[FL_NODE_MAX_IN], *own[FL_NODE_MAX_IN];
-        for (int i = 0; i < s->nin; i++) xs[i] = s->in[i]->node;
-        /* masks given to the call stand for the inputs' own while it is built (its ops take them) */
-        for (int i = 0; i < s->nin; i++) own[i] = xs[i]->mask;
-        for (int i = 0; i < s->nin; i++)
-            if (s->mask[i]) xs[i]->mask = s->mask[i]->node;
-        s->call = s->layer->ncalls;
-        s->node = fl_layer_build(s->layer, &m->g, xs, s->nin, m->seed);
-        for (int i = 0; i < s->nin; i++) xs[i]->mask = own[i];
-        if (!s->node) {
-            fl_error_prefix("fl_model_new: ");
-            fl_model_free(m);
-            return NULL;
-        }
-        for (int i = 0; i < s->layer->nouts; i++) s->outs[i] = s->layer->outs[i];
+    for (int k = 0; k < n; k++) all[k]->mark = false;
+    for (int i = 0; i < nin; i++) m->in_layers[i] = inputs[i]->layer;
+    m->ninputs = nin;
+    if (build_calls(m, &m->g) != FL_OK) {
+        fl_error_prefix("fl_model_new: %s", probe_note(m));
+        fl_model_free(m);
+        return NULL;
     }
     m->ninputs = nin;
     m->noutputs = nout;
@@ -436,6 +575,11 @@ fl_model *fl_model_new(fl_sym *const *inputs, int nin, fl_sym *const *outputs, i
     m->input = m->inputs[0];
     m->output = m->outputs[0];
     fl_graph_finalize(&m->g);
+    if (probe_lengths(m) != FL_OK) {
+        fl_error_prefix("fl_model_new: ");
+        fl_model_free(m);
+        return NULL;
+    }
     return m;
 fail_unmark:
     for (int k = 0; k < n; k++) all[k]->mark = false;
@@ -449,7 +593,7 @@ int fl_model_num_inputs(const fl_model *m) { return m ? m->ninputs : 0; }
 int fl_model_num_outputs(const fl_model *m) { return m ? m->noutputs : 0; }
 
 static int node_shape(const fl_node *n, int64_t *shape) {
-    for (int i = 1; i < n->ndim; i++) shape[i - 1] = n->shape[i];
+    for (int i = 1; i < n->ndim; i++) shape[i - 1] = n->dyn & (1u << i) ? FL_DYNAMIC : n->shape[i];
     return n->ndim - 1;
 }
 int fl_model_input_shape(const fl_model *m, int i, int64_t *shape) {
@@ -640,6 +784,8 @@ fl_status fl_model_summary(const fl_model *m, void *out) {
             char one[96];
             memcpy(sh, o->shape, sizeof sh);
             sh[0] = -1;
+            for (int d = 1; d < o->ndim; d++) /* a None axis's length: None, as Keras */
+                if (o->dyn & (1u << d)) sh[d] = -1;
             fl_shape_str(o->ndim, sh, one, sizeof one);
             so += (size_t)snprintf(shape + so, sizeof shape - so, "%s%s%s%s", k == 0 && l->nouts > 1 ? "[" : "",
                                    k ? ", " : "", one, l->nouts > 1 && k == l->nouts - 1 ? "]" : "");

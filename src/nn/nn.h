@@ -76,6 +76,13 @@
 
 enum { FL_IN_NONE, FL_IN_ONE, FL_IN_MANY };
 
+/* A model with None input axes is built at length A, then at B: the
+ * dimensions that differ follow the length (node->dyn), and a weight whose
+ * shape differs is Keras's error for a layer built on a None dimension.
+ * Far apart, so that strides and pools up to ~100 still tell them apart. */
+#define FL_PROBE_LENGTH_A 240
+#define FL_PROBE_LENGTH_B 361
+
 typedef enum fl_layer_kind {
 #define FL_LAYER_KIND_ENUM_(k, cls, base, in) FL_L_##k,
     FL_LAYER_KINDS(FL_LAYER_KIND_ENUM_)
@@ -128,7 +135,8 @@ struct fl_layer {
         } td;
         struct {                   /* Input, Reshape */
             int ndim;
-            int64_t shape[FL_MAX_DIMS];
+            int64_t shape[FL_MAX_DIMS]; /* Input: FL_DYNAMIC for a None axis */
+            int64_t bound[FL_MAX_DIMS]; /* Input: the shape the graph is built for (a None axis: the data's length) */
             fl_dtype dtype;        /* Input: FL_FLOAT32 or FL_INT32 */
             bool int64;            /* Input: Keras's dtype was "int64" (carried as int32, written back as int64) */
         } shape;
@@ -273,6 +281,16 @@ struct fl_model {
     int64_t target_cap;
     int64_t epochs_run;
     bool stop_training;                 /* Keras model.stop_training: set by a callback, cleared by fl_fit */
+    fl_layer *in_layers[FL_MODEL_MAX_IO]; /* the InputLayer of each input */
+    bool dynamic;                       /* an input has a None axis: the graph is bound to the data's length */
 };
+
+/* Binds the None axes of the model's inputs to the lengths of xs[i] (its
+ * input i): when they differ from those the graph is planned for, the
+ * graph is planned again for them (weights kept, buffers reused where they
+ * fit). A no-op for models without None axes. On failure (a layer that
+ * cannot take that length) the error is prefixed with `what` and the
+ * graph stays as it was. */
+fl_status fl_model_bind(fl_model *m, const fl_tensor *const *xs, int nx, const char *what);
 
 #endif

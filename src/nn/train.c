@@ -137,12 +137,15 @@ static int loss_input(const fl_model *m) {
 
 static fl_status check_x_for(const fl_model *m, const fl_node *in, const fl_tensor *x, const char *what);
 
-static fl_status check_x(const fl_model *m, const fl_tensor *x, const char *what) {
+/* Checks x against the model's input and binds the input's None axes to
+ * x's lengths (the graph is planned for them: fl_model_bind). */
+static fl_status check_x(fl_model *m, const fl_tensor *x, const char *what) {
     if (m->ninputs != 1 || m->noutputs != 1)
         return fl_error(FL_ERR_UNSUPPORTED,
                         "%s: model '%s' has %d inputs and %d outputs; fit, evaluate and predict take models with one "
                         "of each (use fl_predict_multi for predictions)", what, m->name, m->ninputs, m->noutputs);
-    return check_x_for(m, m->input, x, what);
+    FL_TRY(check_x_for(m, m->input, x, what));
+    return fl_model_bind(m, &x, 1, what);
 }
 
 static fl_status check_x_for(const fl_model *m, const fl_node *in, const fl_tensor *x, const char *what) {
@@ -155,11 +158,14 @@ static fl_status check_x_for(const fl_model *m, const fl_node *in, const fl_tens
         return fl_error(FL_ERR_INVALID_ARG, "%s: x is %s, expected float32 (convert with fl_to_float(x, 1/255.f))", what,
                         fl_dtype_name(x->dtype));
     bool ok = x->ndim == in->ndim && x->shape[0] > 0;
-    for (int i = 1; ok && i < in->ndim; i++) ok = x->shape[i] == in->shape[i];
+    for (int i = 1; ok && i < in->ndim; i++) /* a None axis takes any length */
+        ok = in->dyn & (1u << i) ? x->shape[i] > 0 : x->shape[i] == in->shape[i];
     if (!ok) {
         int64_t s[FL_MAX_DIMS];
         memcpy(s, in->shape, sizeof s);
         s[0] = -1;
+        for (int i = 1; i < in->ndim; i++)
+            if (in->dyn & (1u << i)) s[i] = -1;
         return fl_error(FL_ERR_SHAPE, "%s: x has shape %s, model '%s' expects %s", what,
                         fl_shape_str(x->ndim, x->shape, a, sizeof a), m->name, fl_shape_str(in->ndim, s, b, sizeof b));
     }
@@ -171,10 +177,10 @@ static const char *index_str(int64_t i, int nd, const int64_t *dims, char *buf, 
 /* The Embeddings that read input `in` refuse an index outside [0,
  * input_dim) here, once per call, before any batch runs: the kernels never
  * see one (and the forward pass stays a plain gather). */
-static fl_status check_indices(const fl_model *m, const fl_node *in, const int32_t *v, const float *f, int64_t n,
-                               const char *what) {
+static fl_status check_indices(const fl_model *m, const fl_node *in, const fl_tensor *x, const int32_t *v,
+                               const float *f, int64_t n, const char *what) {
     const fl_graph *g = &m->g;
-    int64_t per = fl_node_sample_size(in);
+    int64_t per = fl_tensor_size(x) / (n ? n : 1); /* x's own sample size: the graph may be bound to another length */
     for (int k = 0; k < g->n; k++) {
         const fl_node *e = g->nodes[k];
         if (e->op != FL_OP_EMBEDDING || e->in[0] != in) continue;
@@ -188,7 +194,7 @@ static fl_status check_indices(const fl_model *m, const fl_node *in, const int32
                                 "%s: x[%lld] holds the index %.10g at position %s, which layer '%s' (Embedding) cannot "
                                 "look up: expected 0 <= index < input_dim %lld (Keras on JAX would clip it silently; "
                                 "flynn refuses it)", what, (long long)(i / per), v ? (double)v[i] : (double)f[i],
-                                index_str(i % per, in->ndim - 1, in->shape + 1, a, sizeof a), e->name, (long long)dim);
+                                index_str(i % per, x->ndim - 1, x->shape + 1, a, sizeof a), e->name, (long long)dim);
             }
         }
     }
@@ -212,7 +218,7 @@ static const float *x_rows(const fl_model *m, const fl_node *in, const fl_tensor
     }
     if (!in->int_val) {
         const float *xf = *owned ? *owned : x->data;
-        if (check_indices(m, in, NULL, xf, x->shape[0], what)) { free(*owned); *owned = NULL; return NULL; }
+        if (check_indices(m, in, x, NULL, xf, x->shape[0], what)) { free(*owned); *owned = NULL; return NULL; }
         return xf;
     }
     const int32_t *v = x->data;
@@ -234,7 +240,7 @@ static const float *x_rows(const fl_model *m, const fl_node *in, const fl_tensor
         *owned = (float *)c;
         v = c;
     }
-    if (check_indices(m, in, v, NULL, x->shape[0], what)) { free(*owned); *owned = NULL; return NULL; }
+    if (check_indices(m, in, x, v, NULL, x->shape[0], what)) { free(*owned); *owned = NULL; return NULL; }
     return (const float *)v;
 }
 
@@ -350,7 +356,7 @@ static fl_status data_open(fl_model *m, fl_node *in, const float *hx, const floa
     memset(d, 0, sizeof *d);
     d->in = in;
     d->n = n;
-    d->xrow = fl_node_sample_size(in);
+    d->xrow = fl_node_sample_size(in); /* x's: the graph is bound to x's length when its data opens */
     d->yrow = hy ? yrow : 0;
     d->hx = hx;
     d->hy = hy;
@@ -742,6 +748,7 @@ fl_status fl_predict_multi_(fl_model *m, const fl_tensor *const *xs, int nx, fl_
             return fl_error(FL_ERR_SHAPE, "fl_predict_multi: input %d has %lld samples, input 0 has %lld", i,
                             (long long)xs[i]->shape[0], (long long)xs[0]->shape[0]);
     }
+    FL_TRY(fl_model_bind(m, xs, nx, "fl_predict_multi"));
     int64_t bs = a.batch_size > 0 ? a.batch_size : 32, n = xs[0]->shape[0];
     fl_status st = FL_OK;
     for (int o = 0; o < nout && st == FL_OK; o++) {
@@ -1077,27 +1084,30 @@ fl_history *fl_fit_(fl_model *m, const fl_tensor *x, const fl_tensor *y, fl_fit_
     }
     float *vyh = NULL;
     int64_t vrow = 0;
-    if (a.validation_x) {
-        if (check_x(m, a.validation_x, "fl_fit (validation data)") != FL_OK) { free(yh); return NULL; }
-        vyh = prepare_y(m, a.validation_x, a.validation_y, &vrow, "fl_fit (validation data)");
-        if (!vyh) { free(yh); return NULL; }
-    }
     data_src tr = {0}, vd = {0};
     graph_state gs = {0};
     float *xo = NULL, *vxo = NULL;
+    const float *vxr = NULL;
+    int64_t *perm = NULL, *vidx = NULL, nv = 0;
+    fl_history *h = NULL;
+    if (a.validation_x) { /* validation data of another length: the graph is bound to it while it runs */
+        if (check_x(m, a.validation_x, "fl_fit (validation data)") != FL_OK) goto fail;
+        vyh = prepare_y(m, a.validation_x, a.validation_y, &vrow, "fl_fit (validation data)");
+        if (!vyh) goto fail;
+        nv = a.validation_x->shape[0];
+        if (!(vxr = x_rows(m, m->input, a.validation_x, "fl_fit (validation data)", &vxo)) || !(vidx = iota(nv, 0)) ||
+            data_open(m, m->input, vxr, vyh, nv, vrow, &vd) != FL_OK)
+            goto fail;
+        if (fl_model_bind(m, &x, 1, "fl_fit") != FL_OK) goto fail;
+    }
     const float *xr = x_rows(m, m->input, x, "fl_fit", &xo);
-    const float *vxr = xr && a.validation_x ? x_rows(m, m->input, a.validation_x, "fl_fit (validation data)", &vxo) : NULL;
-    if (!xr || (a.validation_x && !vxr)) { free(xo); free(yh); free(vyh); return NULL; }
-    int64_t *perm = fl_malloc((size_t)n * sizeof(int64_t), "shuffle order");
-    int64_t *vidx = NULL, nv = 0;
-    fl_history *h = fl_calloc(1, sizeof *h, "History");
+    if (!xr) goto fail;
+    perm = fl_malloc((size_t)n * sizeof(int64_t), "shuffle order");
+    h = fl_calloc(1, sizeof *h, "History");
     if (!perm || !h || reserve(m, bs < n_train ? bs : n_train) != FL_OK ||
         data_open(m, m->input, xr, yh, n, y_row, &tr) != FL_OK)
         goto fail;
-    if (a.validation_x) {
-        nv = a.validation_x->shape[0];
-        if (!(vidx = iota(nv, 0)) || data_open(m, m->input, vxr, vyh, nv, vrow, &vd) != FL_OK) goto fail;
-    } else if (n_val > 0) {
+    if (!a.validation_x && n_val > 0) {
         nv = n_val;
         if (!(vidx = iota(nv, n_train))) goto fail;
     }
@@ -1139,7 +1149,7 @@ fl_history *fl_fit_(fl_model *m, const fl_tensor *x, const fl_tensor *y, fl_fit_
         double v[1 + FL_MAX_METRICS], vals[FL_HIST_MAX_KEYS];
         int64_t seen = 0;
         double t0 = now();
-        if (reserve(m, bs < n_train ? bs : n_train) != FL_OK) goto fail;
+        if (fl_model_bind(m, &x, 1, "fl_fit") != FL_OK || reserve(m, bs < n_train ? bs : n_train) != FL_OK) goto fail;
         zero_stats(m);
         int64_t checked = 0; /* steps whose loss is known to be finite */
         int64_t steps_done = steps;
@@ -1170,6 +1180,9 @@ fl_history *fl_fit_(fl_model *m, const fl_tensor *x, const fl_tensor *y, fl_fit_
                 for (int c = 0; c < ncb; c++)
                     if (cbs[c]->on_batch_end && cbs[c]->on_batch_end(m, s, &logs, cbs[c]->user) != FL_OK) goto fail_cb;
                 if (m->stop_training) { steps_done = s + 1; break; }
+                /* a callback that predicted on data of another length planned the graph for it */
+                if (fl_model_bind(m, &x, 1, "fl_fit") != FL_OK || reserve(m, bs < n_train ? bs : n_train) != FL_OK)
+                    goto fail;
             }
             if (s + 1 < steps && progbar_due(&pb, false)) {
                 read_stats(m, seen, v);
@@ -1209,7 +1222,9 @@ fl_history *fl_fit_(fl_model *m, const fl_tensor *x, const fl_tensor *y, fl_fit_
         for (int k = 0; k < nkv; k++) hv[k] = (float)vals[k];
         if (has_val) {
             double r[1 + FL_MAX_METRICS];
-            if (run_eval(m, val, vidx, nv, bs, r, NULL) != FL_OK) goto fail;
+            if ((a.validation_x && fl_model_bind(m, &a.validation_x, 1, "fl_fit (validation data)") != FL_OK) ||
+                run_eval(m, val, vidx, nv, bs, r, NULL) != FL_OK)
+                goto fail;
             int nv2 = stat_kv(m, r, "val_", keys + nkv, vals + nkv);
             for (int k = 0; k < nv2; k++) hv[nkv + k] = (float)vals[nkv + k];
             nkv += nv2;

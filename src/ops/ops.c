@@ -45,7 +45,7 @@ static bool set_shape(fl_graph *g, fl_node *n, bool batched, int ndim, const int
         return false;
     }
     if (!batched || n->op == FL_OP_RESHAPE) return true; /* weights: fl_graph_param; a view takes no memory */
-    int64_t limit = fl_model_bytes_limit();
+    int64_t limit = g->bytes_limit ? g->bytes_limit : fl_model_bytes_limit(); /* a rebind's build: read once */
     if (!fl_add_checked(g->sample_bytes, bytes, &g->sample_bytes) ||
         !fl_add_checked(g->param_bytes, g->sample_bytes, &total) || total > limit) {
         fl_error(FL_ERR_NOMEM,
