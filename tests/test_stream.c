@@ -542,6 +542,32 @@ static void test_augment(void) {
     CHECK_MSG(worst < 1e-3, "translation differs from the reference by %g", worst);
     CHECK(moved > 0);
     fl_data_stream_free(s);
+    /* the transform itself against Keras 3 on TensorFlow (tools/augment_fixture.py): RandomFlip's flip, then
+     * affine_transform with RandomTranslation's matrix, bilinear, fill_mode "reflect" */
+    fl_arrays ref_t;
+    CHECK_MSG(fl_load_npz(fx("augment/translate.npz"), &ref_t) == FL_OK, "%s", fl_last_error());
+    fl_tensor *tx = fl_arrays_get(&ref_t, "x"), *tflip = fl_arrays_get(&ref_t, "flip"), *tdy = fl_arrays_get(&ref_t, "dy");
+    fl_tensor *tdx = fl_arrays_get(&ref_t, "dx"), *tout = fl_arrays_get(&ref_t, "out");
+    CHECK(tx && tflip && tdy && tdx && tout && fl_tensor_ndim(tx) == 4);
+    if (tx && tflip && tdy && tdx && tout) {
+        const int th2 = (int)fl_tensor_dim(tx, 1), tw2 = (int)fl_tensor_dim(tx, 2), tc = (int)fl_tensor_dim(tx, 3);
+        const int64_t trow = (int64_t)th2 * tw2 * tc;
+        float *scratch = malloc((size_t)trow * 4);
+        double tworst = 0;
+        for (int64_t i = 0; i < fl_tensor_dim(tx, 0); i++) {
+            float *img = (float *)fl_tensor_data(tx) + i * trow;
+            fl_augment_image(img, scratch, th2, tw2, tc, ((int32_t *)fl_tensor_data(tflip))[i] != 0,
+                             ((float *)fl_tensor_data(tdy))[i], ((float *)fl_tensor_data(tdx))[i]);
+            for (int64_t k = 0; k < trow; k++) {
+                double e = fabs(img[k] - ((float *)fl_tensor_data(tout))[i * trow + k]);
+                if (e > tworst) tworst = e;
+            }
+        }
+        printf("augment vs Keras affine_transform: max |diff| %g\n", tworst);
+        CHECK_MSG(tworst <= 1e-4, "augmentation differs from Keras's affine_transform by %g (of 0..255)", tworst);
+        free(scratch);
+    }
+    fl_arrays_free(&ref_t);
     /* not images: refused */
     int64_t xs[1] = {3};
     counting c = {-1, 0};

@@ -93,6 +93,11 @@ fl_status fl_image_read_into(const char *path, int ch, int oh, int ow, float *ds
 /* A label as label_mode stores it: one float, or a one-hot row of `classes`. */
 void fl_image_label_into(fl_label_mode lm, int classes, int label, float *y);
 
+/* stream.c: one (h, w, c) image in place as fl_data_stream_augment
+ * transforms it for a draw (flip; shift dy, dx in pixels). scratch: h*w*c
+ * floats. (Tested against Keras's affine_transform: test_stream.) */
+void fl_augment_image(float *img, float *scratch, int h, int w, int c, bool flip, float dy, float dx);
+
 /* stream.c: the prefetcher behind fl_fit_stream (train.c). It reads the
  * batches of one pass (an epoch, or an evaluation) in a given sample
  * order, on `workers` threads, up to `depth` batches ahead of the batch

@@ -441,7 +441,7 @@ static float pixel_or_zero(const float *img, int h, int w, int c, int y, int x, 
 
 /* One (h, w, c) sample in place: flip, then translate by (dy, dx) pixels, bilinear (TensorFlow's order of
  * operations), mirrored at the edges. scratch: h * w * c floats. */
-static void augment_sample(float *img, float *scratch, int h, int w, int c, bool flip, float dy, float dx) {
+void fl_augment_image(float *img, float *scratch, int h, int w, int c, bool flip, float dy, float dx) {
     if (flip)
         for (int y = 0; y < h; y++)
             for (int x = 0; x < w / 2; x++)
@@ -502,7 +502,7 @@ static fl_status map_read(fl_data_stream *s, int epoch, const int64_t *idx, int6
                              ? (-a->translate_height + 2 * a->translate_height * fl_u32_to_unit(r.v[1])) * (float)h : 0;
         const float dx = a->translate_width > 0
                              ? (-a->translate_width + 2 * a->translate_width * fl_u32_to_unit(r.v[2])) * (float)w : 0;
-        augment_sample((float *)x + i * s->xrow, scratch, h, w, c, flip, dy, dx);
+        fl_augment_image((float *)x + i * s->xrow, scratch, h, w, c, flip, dy, dx);
     }
     free(scratch);
     return FL_OK;
