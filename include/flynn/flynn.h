@@ -972,8 +972,10 @@ const float *fl_history_get(const fl_history *h, const char *key);
 double fl_history_seconds(const fl_history *h);  /* wall time of all epochs */
 double fl_history_samples_per_second(const fl_history *h); /* training samples/s */
 /* Mean seconds a training step waited for its batch (the gather from
- * memory, or for a stream the wait on the prefetch thread), and the steps. */
+ * memory, or for a stream the wait on the prefetch thread), mean seconds
+ * of a whole training step (its wait included), and the steps run. */
 double fl_history_data_seconds(const fl_history *h);
+double fl_history_step_seconds(const fl_history *h);
 int64_t fl_history_steps(const fl_history *h);
 void fl_history_free(fl_history *h);
 
@@ -1462,8 +1464,11 @@ fl_data_stream *fl_data_stream_augment_(fl_data_stream *s, fl_augment_args a);
  * categorical_crossentropy model (a label outside [0, classes) is an error
  * naming the sample). Takes s over, as fl_data_stream_augment. */
 fl_data_stream *fl_data_stream_one_hot(fl_data_stream *s, int classes);
+/* Each sample of x as `shape` (the same number of values: (28, 28) as (28,
+ * 28, 1), or (784) as (28, 28, 1), as a reshape of x would). Takes s over. */
+fl_data_stream *fl_data_stream_reshape(fl_data_stream *s, int ndim, const int64_t *shape);
 /* Samples [start, start + count) of s, as a stream of their own (s stays
- * the caller's, and must outlive the view). */
+ * the caller's to free: the view keeps what it reads alive). */
 fl_data_stream *fl_data_stream_take(fl_data_stream *s, int64_t start, int64_t count);
 
 int64_t fl_data_stream_size(const fl_data_stream *s);

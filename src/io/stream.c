@@ -412,6 +412,24 @@ fl_data_stream *fl_data_stream_take(fl_data_stream *s, int64_t start, int64_t co
     return t;
 }
 
+fl_data_stream *fl_data_stream_reshape(fl_data_stream *s, int ndim, const int64_t *shape) {
+    if (!s) return fl_error_null(FL_ERR_INVALID_ARG, "fl_data_stream_reshape: stream is NULL");
+    int64_t k = 1;
+    for (int i = 0; i < ndim && shape; i++) k *= shape[i] > 0 ? shape[i] : -1;
+    char a[160], b[160];
+    if (ndim < 0 || ndim >= FL_MAX_DIMS || (ndim && !shape) || k != s->xrow)
+        return fl_error_null(FL_ERR_SHAPE, "fl_data_stream_reshape: samples of shape %s cannot become %s (%lld values each)",
+                             fl_shape_str(s->xnd, s->xs, a, sizeof a), shape ? fl_shape_str(ndim, shape, b, sizeof b) : "?",
+                             (long long)s->xrow);
+    fl_data_stream *t = fl_data_stream_take(s, 0, s->n);
+    if (!t) return NULL;
+    fl_data_stream_free(s); /* taken over: the view holds it now */
+    t->xnd = ndim;
+    memcpy(t->xs, shape, (size_t)ndim * sizeof *shape);
+    snprintf(t->desc, sizeof t->desc, "%.1100s", s->desc);
+    return t;
+}
+
 /* ------------------------------------------------------------ maps: augmentation, one-hot */
 
 typedef struct map_impl {

@@ -648,6 +648,9 @@ double fl_history_samples_per_second(const fl_history *h) {
 double fl_history_data_seconds(const fl_history *h) {
     return h && h->train_steps > 0 ? h->data_seconds / (double)h->train_steps : 0;
 }
+double fl_history_step_seconds(const fl_history *h) {
+    return h && h->train_steps > 0 ? h->train_seconds / (double)h->train_steps : 0;
+}
 int64_t fl_history_steps(const fl_history *h) { return h ? h->train_steps : 0; }
 void fl_history_free(fl_history *h) {
     if (!h) return;
