@@ -905,6 +905,7 @@ typedef struct fl_callback fl_callback; /* below, with the built-in callbacks */
 /* Called after every epoch; return false to stop training. */
 typedef bool (*fl_epoch_callback)(fl_model *m, int epoch, const fl_history *h, void *user);
 
+typedef struct fl_data_stream fl_data_stream; /* samples read in batches from disk (data section) */
 typedef struct fl_fit_args {
     int _reserved;
     int batch_size;           /* 0 = 32 */
@@ -925,6 +926,13 @@ typedef struct fl_fit_args {
      * whose weight, output or gradient is not finite. true turns it off. */
     bool no_nan_check;
     fl_callback *const *callbacks; /* NULL-terminated list (see fl_callback below) */
+    /* fl_fit_stream only: validation samples from a stream (Keras
+     * validation_data), read without augmentation; how many batches a
+     * background thread reads ahead of the step (0 = 2; -1 = none: each
+     * batch is read when the step asks for it); and how many threads read
+     * them (0 = 1). */
+    fl_data_stream *validation_stream;
+    int prefetch, workers;
 } fl_fit_args;
 
 /* x: (N, ...input shape), float32 (int32 converted as x.astype("float32"));
@@ -934,6 +942,18 @@ typedef struct fl_fit_args {
  * shape) targets. Returns NULL on error. */
 fl_history *fl_fit_(fl_model *m, const fl_tensor *x, const fl_tensor *y, fl_fit_args a);
 #define fl_fit(m, x, y, ...) fl_fit_((m), (x), (y), (fl_fit_args){._reserved = 0, __VA_ARGS__})
+/* fl_fit on a stream (a data set read from disk batch by batch, see
+ * fl_data_stream below): the same epochs, shuffling (the order of each epoch
+ * is the one fl_fit draws for the same seed, so the same samples give the
+ * same weights bit for bit), callbacks, progress bar and History. The
+ * batches are read by .workers threads, .prefetch batches ahead of the
+ * step; the progress line adds the time each step waited for its batch
+ * ("data 0us/step": the input pipeline keeps up), and
+ * fl_history_data_seconds says the same afterwards. validation_split takes
+ * the stream's last samples as fl_fit does; a read error (an unreadable
+ * image) stops training with the stream's message, naming the file. */
+fl_history *fl_fit_stream_(fl_model *m, fl_data_stream *train, fl_fit_args a);
+#define fl_fit_stream(m, s, ...) fl_fit_stream_((m), (s), (fl_fit_args){._reserved = 0, __VA_ARGS__})
 
 typedef struct fl_eval_args {
     int _reserved;
@@ -964,6 +984,12 @@ const char *fl_history_key(const fl_history *h, int i);
 const float *fl_history_get(const fl_history *h, const char *key);
 double fl_history_seconds(const fl_history *h);  /* wall time of all epochs */
 double fl_history_samples_per_second(const fl_history *h); /* training samples/s */
+/* Mean seconds a training step waited for its batch (the gather from
+ * memory, or for a stream the wait on the prefetch thread), mean seconds
+ * of a whole training step (its wait included), and the steps run. */
+double fl_history_data_seconds(const fl_history *h);
+double fl_history_step_seconds(const fl_history *h);
+int64_t fl_history_steps(const fl_history *h);
 void fl_history_free(fl_history *h);
 
 /* ------------------------------------------------------------ model files */
@@ -1396,6 +1422,83 @@ fl_status fl_image_dataset_from_directory_(const char *dir, fl_dataset *out, fl_
 fl_tensor *fl_load_image(const char *path, fl_color_mode mode, int height, int width);
 /* Whether this build reads images (libjpeg-turbo and libpng were found). */
 bool fl_image_support(void);
+
+/* ---------------------------------------------------------------------------
+ * Streams: a data set read from disk batch by batch instead of whole into
+ * memory (docs/data.md), for fl_fit_stream. A stream has a number of
+ * samples, the shape of one sample of x (float32, or int32 for integer
+ * .npy data) and of y (float32; none for a stream without labels), and
+ * reads any samples into caller buffers. Reads may run on several threads
+ * at once. Errors name the file and the sample.
+ *
+ * fl_image_stream_from_directory takes fl_image_dataset_from_directory's
+ * arguments and lists, shuffles and splits the files exactly as it does
+ * (subset "training" or "validation": one stream each; "both" is refused),
+ * but decodes an image only when its batch is read: sample i is the same
+ * x and y as row i of the in-memory loader's x_train and y_train.
+ * fl_npy_stream reads rows of x_path (a .npy file of any size, by pread at
+ * the row's offset; x as fl_load_npy_xy gives it: float32, or int32 for
+ * integer dtypes) and keeps y_path (NULL: no y) in memory. */
+fl_data_stream *fl_image_stream_from_directory_(const char *dir, fl_image_dataset_args a);
+#define fl_image_stream_from_directory(dir, ...) \
+    fl_image_stream_from_directory_((dir), (fl_image_dataset_args){._reserved = 0, __VA_ARGS__})
+fl_data_stream *fl_npy_stream(const char *x_path, const char *y_path);
+
+/* A stream of your own: read(user, epoch, idx, b, x, y) writes samples
+ * idx[0..b) into x (b rows of x's sample shape, x_dtype: float32 or int32)
+ * and y (b rows of y's shape, float32; NULL when y_ndim is -1), returns
+ * FL_OK or an error set with the message (it may run on several threads at
+ * once; epoch is -1 when evaluating). free_user(user) runs at the end. */
+typedef fl_status (*fl_stream_read_fn)(void *user, int epoch, const int64_t *idx, int64_t b, void *x, float *y);
+fl_data_stream *fl_data_stream_new(int64_t n, int x_ndim, const int64_t *x_shape, fl_dtype x_dtype, int y_ndim,
+                                   const int64_t *y_shape, fl_stream_read_fn read, void (*free_user)(void *),
+                                   void *user);
+
+/* Augmentation while training, on the reading threads: for an image
+ * stream (samples (H, W, C)), as keras.layers.RandomFlip("horizontal") and
+ * RandomTranslation(height, width) (fill_mode "reflect", bilinear) would
+ * transform each sample in a tf.data map: flip left-right with probability
+ * 1/2; shift by dy = u * H and dx = v * W pixels, u uniform in [-height,
+ * height] and v in [-width, width], reading each output pixel (y, x) at
+ * (y - dy, x - dx) bilinearly, mirrored at the edges (d c b a | a b c d).
+ * The draws come from Philox with (seed, epoch, sample index): the same
+ * seed gives the same images, whatever the threads; evaluation (epoch -1)
+ * reads samples unchanged. Takes s over (it is freed with the result);
+ * NULL on error (s then still the caller's). */
+typedef struct fl_augment_args {
+    int _reserved;
+    bool flip_horizontal;
+    float translate_height, translate_width; /* fractions of H and W, in [0, 1) */
+    uint64_t seed;
+} fl_augment_args;
+fl_data_stream *fl_data_stream_augment_(fl_data_stream *s, fl_augment_args a);
+#define fl_data_stream_augment(s, ...) fl_data_stream_augment_((s), (fl_augment_args){._reserved = 0, __VA_ARGS__})
+/* y class indices (N,) or (N, 1) as one-hot rows of `classes`, for a
+ * categorical_crossentropy model (a label outside [0, classes) is an error
+ * naming the sample). Takes s over, as fl_data_stream_augment. */
+fl_data_stream *fl_data_stream_one_hot(fl_data_stream *s, int classes);
+/* Each sample of x as `shape` (the same number of values: (28, 28) as (28,
+ * 28, 1), or (784) as (28, 28, 1), as a reshape of x would). Takes s over. */
+fl_data_stream *fl_data_stream_reshape(fl_data_stream *s, int ndim, const int64_t *shape);
+/* Samples [start, start + count) of s, as a stream of their own (s stays
+ * the caller's to free: the view keeps what it reads alive). */
+fl_data_stream *fl_data_stream_take(fl_data_stream *s, int64_t start, int64_t count);
+
+int64_t fl_data_stream_size(const fl_data_stream *s);
+/* The sample shape of x (without N) into shape; returns its rank. */
+int fl_data_stream_x_shape(const fl_data_stream *s, int64_t *shape);
+fl_dtype fl_data_stream_x_dtype(const fl_data_stream *s);
+/* The sample shape of y; returns its rank, or -1 when the stream has no y. */
+int fl_data_stream_y_shape(const fl_data_stream *s, int64_t *shape);
+/* Image folders: the classes (and their names); .npy with (N,) integer
+ * labels: max + 1; else 0. */
+int fl_data_stream_num_classes(const fl_data_stream *s);
+const char *fl_data_stream_class_name(const fl_data_stream *s, int i);
+/* One line: what the stream reads. */
+const char *fl_data_stream_description(const fl_data_stream *s);
+/* Reads samples idx[0..b) into x and y (y may be NULL). */
+fl_status fl_data_stream_read(fl_data_stream *s, int epoch, const int64_t *idx, int64_t b, void *x, float *y);
+void fl_data_stream_free(fl_data_stream *s);
 /* The name of model input i (its InputLayer's: the key a multi-input .npz
  * uses for it); NULL when i is out of range. */
 const char *fl_model_input_name(const fl_model *m, int i);

@@ -3,8 +3,12 @@
  * forms X.npy,Y.npy, FILE.npz, FILE.csv (--label, --categorical) and DIR
  * (a folder of images in class subfolders: --image-size, --color-mode),
  * predict's --input forms, and one-hot labels for a categorical loss.
- * Everything goes through the public API (flynn/flynn.h).
+ * Everything goes through the public API (flynn/flynn.h). The kinds X.npy,Y.npy
+ * and DIR also open as streams (flynn train --stream, --augment).
  */
+#if !defined(_GNU_SOURCE) && !defined(_POSIX_C_SOURCE)
+#define _POSIX_C_SOURCE 200809L /* strtok_r */
+#endif
 #include "data.h"
 #include "files.h"
 
@@ -123,6 +127,80 @@ int flynn_own_load(const char *cmd, const char *spec, const flynn_data_opts *o, 
     }
     if (info.description[0]) snprintf(desc, desc_len, "%s", info.description);
     fl_data_info_free(&info);
+    return 0;
+}
+
+int flynn_own_stream(const char *cmd, const char *spec, const flynn_data_opts *o, const fl_model *m, uint64_t seed,
+                     fl_data_stream **out, char *desc, size_t desc_len) {
+    const char *kind = flynn_own_kind(spec);
+    *out = NULL;
+    desc[0] = 0;
+    int r = flynn_own_check_opts(cmd, kind, o);
+    if (r) return r;
+    if (!kind || (strcmp(kind, "npy") != 0 && strcmp(kind, "images") != 0))
+        return usage(cmd, "streaming (--stream, --prefetch, --workers, --augment) reads --data DIR or X.npy,Y.npy; this "
+                     "--data is", kind ? kind : "a built-in data set");
+    fl_data_stream *s;
+    if (strcmp(kind, "npy") == 0) {
+        char x[4096];
+        const char *comma = strchr(spec, ',');
+        snprintf(x, sizeof x, "%.*s", (int)(comma - spec), spec);
+        s = fl_npy_stream(x, comma + 1);
+    } else {
+        int h, w;
+        fl_color_mode c;
+        bool from_model;
+        if ((r = image_shape(cmd, o, m, &h, &w, &c, &from_model))) return r;
+        s = fl_image_stream_from_directory(spec, .image_size = {h, w}, .color_mode = c, .seed = seed);
+        if (s && !o->image_size)
+            snprintf(desc, desc_len, " (%s; --image-size to change)", from_model ? "the model's input size" : "Keras's default size");
+    }
+    if (!s) {
+        fprintf(stderr, "flynn %s: error: %s\n", cmd, fl_last_error());
+        return 1;
+    }
+    char tail[128];
+    snprintf(tail, sizeof tail, "%s", desc);
+    snprintf(desc, desc_len, "%s%s", fl_data_stream_description(s), tail);
+    *out = s;
+    return 0;
+}
+
+int flynn_stream_fit_labels(const char *cmd, const fl_model *m, fl_data_stream **s, bool quiet) {
+    if (fl_model_loss(m).kind != FL_LOSS_CATEGORICAL_CROSSENTROPY || fl_model_num_outputs(m) != 1) return 0;
+    int64_t os[FL_MAX_DIMS], ys[FL_MAX_DIMS];
+    if (fl_model_output_shape(m, 0, os) != 1 || os[0] < 2) return 0;
+    int ynd = fl_data_stream_y_shape(*s, ys);
+    if (!(ynd == 0 || (ynd == 1 && ys[0] == 1))) return 0; /* one-hot already, or targets */
+    fl_data_stream *t = fl_data_stream_one_hot(*s, (int)os[0]);
+    if (!t) {
+        fprintf(stderr, "flynn %s: error: %s\n", cmd, fl_last_error());
+        return 1;
+    }
+    if (!quiet)
+        printf("labels: class indices one-hot encoded to (%lld, %d) for categorical_crossentropy (as each batch is read)\n",
+               (long long)fl_data_stream_size(t), (int)os[0]);
+    *s = t;
+    return 0;
+}
+
+int flynn_parse_augment(const char *cmd, const char *spec, fl_augment_args *a) {
+    memset(a, 0, sizeof *a);
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", spec);
+    for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        float fh, fw;
+        char x;
+        if (strcmp(t, "flip") == 0) a->flip_horizontal = true;
+        else if (sscanf(t, "translate=%f%c%f", &fh, &x, &fw) == 3 && (x == 'x' || x == 'X')) {
+            a->translate_height = fh;
+            a->translate_width = fw;
+        } else if (sscanf(t, "translate=%f%c", &fh, &x) == 1) a->translate_height = a->translate_width = fh;
+        else return usage(cmd, "--augment wants flip and/or translate=F (or translate=HxW: fractions of the height and "
+                          "width), comma-separated, got", spec);
+        if (!(a->translate_height >= 0 && a->translate_height < 1 && a->translate_width >= 0 && a->translate_width < 1))
+            return usage(cmd, "--augment translate wants fractions in [0, 1), got", spec);
+    }
     return 0;
 }
 

@@ -39,6 +39,19 @@ int flynn_own_check_opts(const char *cmd, const char *kind, const flynn_data_opt
  * [0, C) is an error naming the sample. Returns 0 or 1 (error printed). */
 int flynn_fit_labels(const char *cmd, const fl_model *m, fl_dataset *d, const char *source, bool quiet);
 
+/* Opens spec (X.npy,Y.npy or DIR, the kinds that stream) as a stream,
+ * images at the size and color mode flynn_own_load would use; desc gets one
+ * line. Returns 0, 1 (error printed) or 2 (usage). */
+int flynn_own_stream(const char *cmd, const char *spec, const flynn_data_opts *o, const fl_model *m, uint64_t seed,
+                     fl_data_stream **out, char *desc, size_t desc_len);
+
+/* flynn_fit_labels for a stream: class indices one-hot for a
+ * categorical_crossentropy model (*s replaced by the one-hot stream). */
+int flynn_stream_fit_labels(const char *cmd, const fl_model *m, fl_data_stream **s, bool quiet);
+
+/* --augment flip,translate=F[xF]: the augmentation arguments; 0 or 2 (usage). */
+int flynn_parse_augment(const char *cmd, const char *spec, fl_augment_args *a);
+
 /* predict's --input: X.npy, FILE.npz (model input i by its name, else x, x<i>,
  * arr_<i>, or the file's only array), FILE.csv (features; --label dropped)
  * or DIR (every image under it, at the model's input size, in sorted file

@@ -30,6 +30,10 @@ typedef struct opts {
     unsigned long long seed;
     float validation_split;
     bool no_nan_check;
+    bool stream;                 /* --stream: read the data from disk batch by batch */
+    int prefetch, workers;       /* --prefetch N (-1: unset), --workers W (0: unset) */
+    const char *augment;         /* --augment flip,translate=F */
+    long memory_budget;          /* --memory-budget MIB (0: half the machine's memory) */
     flynn_cb_opts cb; /* callbacks, clipping, schedule (train_callbacks.c) */
     flynn_data_opts own; /* --label, --categorical, --image-size, --color-mode */
 } opts;
@@ -87,6 +91,19 @@ static void usage_train(FILE *f) {
             "  --image-size HxW       images: resize to H x W (default: the model file's input\n"
             "                         size, else 256x256 as Keras)\n"
             "  --color-mode M         images: rgb (default), grayscale or rgba\n"
+            "  --stream               DIR, X.npy,Y.npy: read the data from disk batch by batch\n"
+            "                         on a background thread instead of into memory (automatic\n"
+            "                         when decoded it would exceed --memory-budget); the progress\n"
+            "                         line then shows how long each step waited for its batch\n"
+            "  --prefetch N           streamed: batches read ahead of the step (default 2; 0: none,\n"
+            "                         each batch read when the step asks for it)\n"
+            "  --workers W            streamed: threads reading batches (default 1)\n"
+            "  --augment A            streamed images, while training: flip (random left-right,\n"
+            "                         as keras.layers.RandomFlip(\"horizontal\")) and/or\n"
+            "                         translate=F or translate=HxW (RandomTranslation(H, W):\n"
+            "                         bilinear, mirrored edges), comma-separated; seeded by --seed\n"
+            "  --memory-budget MIB    decoded data larger than this is streamed (default: half\n"
+            "                         of this machine's memory)\n"
             "  --samples N            train on the first N training images of a built-in data set\n"
             "                         (default 20000; 0 = all)\n"
             "  --test-samples N       evaluate on the first N test images (default 0 = all)\n"
@@ -161,6 +178,7 @@ static int parse(const char *cmd, int argc, char **argv, opts *o) {
         const char *a = argv[i], *val = NULL;
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) return -1;
         if (strcmp(a, "--no-nan-check") == 0 && strcmp(cmd, "train") == 0) { o->no_nan_check = true; continue; }
+        if (strcmp(a, "--stream") == 0 && strcmp(cmd, "train") == 0) { o->stream = true; continue; }
         if (strcmp(cmd, "train") == 0) { /* callback, clipping and schedule flags */
             int r = flynn_cb_parse(argc, argv, &i, &o->cb);
             if (r == 1) continue;
@@ -191,6 +209,7 @@ static int parse(const char *cmd, int argc, char **argv, opts *o) {
         else if (strcmp(key, "--categorical") == 0) o->own.categorical = val;
         else if (strcmp(key, "--image-size") == 0) o->own.image_size = val;
         else if (strcmp(key, "--color-mode") == 0) o->own.color_mode = val;
+        else if (strcmp(key, "--augment") == 0 && strcmp(cmd, "train") == 0) o->augment = val;
         else if (strcmp(key, "--validation-split") == 0) {
             char *end;
             o->validation_split = strtof(val, &end);
@@ -198,7 +217,8 @@ static int parse(const char *cmd, int argc, char **argv, opts *o) {
                 return bad_usage(cmd, "--validation-split wants a number in [0, 1), got", val);
         } else if (!num) {
             if (strcmp(key, "--samples") && strcmp(key, "--test-samples") && strcmp(key, "--epochs") &&
-                strcmp(key, "--batch-size") && strcmp(key, "--threads") && strcmp(key, "--seed"))
+                strcmp(key, "--batch-size") && strcmp(key, "--threads") && strcmp(key, "--seed") &&
+                strcmp(key, "--prefetch") && strcmp(key, "--workers") && strcmp(key, "--memory-budget"))
                 return bad_usage(cmd, "unknown option", key);
             return bad_usage(cmd, "expected an integer, got", val);
         } else if (strcmp(key, "--samples") == 0 && v >= 0) o->samples = v;
@@ -207,8 +227,13 @@ static int parse(const char *cmd, int argc, char **argv, opts *o) {
         else if (strcmp(key, "--batch-size") == 0 && v > 0 && v <= 1 << 20) o->batch_size = (int)v;
         else if (strcmp(key, "--threads") == 0 && v >= 0 && v <= 4096) o->threads = (int)v;
         else if (strcmp(key, "--seed") == 0 && v >= 0) o->seed = (unsigned long long)v;
+        else if (strcmp(key, "--prefetch") == 0 && strcmp(cmd, "train") == 0 && v >= 0 && v <= 1024) o->prefetch = (int)v;
+        else if (strcmp(key, "--workers") == 0 && strcmp(cmd, "train") == 0 && v >= 1 && v <= 256) o->workers = (int)v;
+        else if (strcmp(key, "--memory-budget") == 0 && strcmp(cmd, "train") == 0 && v >= 1) o->memory_budget = v;
         else if (strcmp(key, "--samples") && strcmp(key, "--test-samples") && strcmp(key, "--epochs") &&
-                 strcmp(key, "--batch-size") && strcmp(key, "--threads") && strcmp(key, "--seed"))
+                 strcmp(key, "--batch-size") && strcmp(key, "--threads") && strcmp(key, "--seed") &&
+                 (strcmp(cmd, "train") || (strcmp(key, "--prefetch") && strcmp(key, "--workers") &&
+                                            strcmp(key, "--memory-budget"))))
             return bad_usage(cmd, "unknown option", key);
         else return bad_usage(cmd, "value out of range for", key);
     }
@@ -518,8 +543,95 @@ static int report_results(fl_model *m, const fl_history *h, const fl_dataset *da
     return 0;
 }
 
+/* The memory budget in bytes: --memory-budget, else half of the physical memory. */
+static double memory_budget(const opts *o) {
+    if (o->memory_budget > 0) return (double)o->memory_budget * 1048576.0;
+    long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
+    return pages > 0 && psize > 0 ? 0.5 * (double)pages * (double)psize : 4.0 * 1073741824.0;
+}
+
+/* The user's data for train: arrays in memory (data), or a stream (*st) when asked for (--stream,
+ * --prefetch, --workers, --augment) or when X.npy,Y.npy or DIR would take more than the memory budget
+ * decoded (said in one line). m: a model file's model (image size), or NULL. */
+static int own_train_data(const opts *o, const fl_model *m, fl_dataset *data, fl_data_stream **st, char *desc,
+                          size_t dn, bool quiet) {
+    const char *kind = flynn_own_kind(o->data);
+    bool asked = o->stream || o->augment || o->prefetch >= 0 || o->workers > 0;
+    bool can = strcmp(kind, "npy") == 0 || strcmp(kind, "images") == 0;
+    *st = NULL;
+    if (asked || can) {
+        int r = flynn_own_stream("train", o->data, &o->own, m, o->seed, st, desc, dn);
+        if (r) return r;
+        int64_t xs[FL_MAX_DIMS], row = 1;
+        for (int i = 0, nd = fl_data_stream_x_shape(*st, xs); i < nd; i++) row *= xs[i];
+        const double bytes = (double)fl_data_stream_size(*st) * (double)row * 4.0, budget = memory_budget(o);
+        if (!asked && bytes <= budget) {
+            fl_data_stream_free(*st);
+            *st = NULL;
+        } else if (!asked && !quiet) {
+            printf("data: %lld samples would take %.1f GiB decoded, more than the memory budget of %.1f GiB (%s): "
+                   "streaming them from disk batch by batch (--stream)\n", (long long)fl_data_stream_size(*st),
+                   bytes / 1073741824.0, budget / 1073741824.0,
+                   o->memory_budget ? "--memory-budget" : "half of this machine's memory; --memory-budget");
+        }
+    }
+    return *st ? 0 : flynn_own_load("train", o->data, &o->own, m, o->seed, data, desc, dn);
+}
+
+/* npy_builtin_shape for a stream: the image shape from the samples ((H, W) read as (H, W, 1); a table as
+ * (features, 1, 1) for mlp), the classes from the labels (image folders: the class folders). */
+static int stream_builtin_shape(data_info *d, fl_data_stream **st, const char *model) {
+    int64_t xs[FL_MAX_DIMS], ys[FL_MAX_DIMS];
+    int nd = fl_data_stream_x_shape(*st, xs);
+    if (nd == 1 && strcmp(model, "mlp") == 0) { xs[1] = xs[2] = 1; nd = 3; }
+    else if (nd == 2) { xs[2] = 1; nd = 3; }
+    if (nd != 3) {
+        fprintf(stderr, "flynn: error: the built-in models take images (N, H, W) or (N, H, W, C)%s; %s has samples of "
+                "%d dimensions (give --model FILE for other inputs)\n", nd == 1 ? ", and --model mlp a table (N, features)" : "",
+                d->x, nd);
+        return 1;
+    }
+    fl_data_stream *t = fl_data_stream_reshape(*st, 3, xs);
+    if (!t) return die(NULL);
+    *st = t;
+    d->h = xs[0];
+    d->w = xs[1];
+    d->c = xs[2];
+    int k = fl_data_stream_num_classes(t), ynd = fl_data_stream_y_shape(t, ys);
+    if (k == 0 && ynd == 1 && ys[0] > 1) k = (int)ys[0]; /* one-hot labels */
+    if (k == 0) {
+        fprintf(stderr, "flynn: error: %s: y holds no class indices (0, 1, 2, ...) or one-hot rows; the built-in models "
+                "are classifiers\n", d->y);
+        return 1;
+    }
+    d->classes = k < 2 ? 2 : k;
+    return 0;
+}
+
+/* fit_data_to_model for a stream: samples of another shape with as many values are reshaped. */
+static int stream_fit_model(fl_model *m, fl_data_stream **st) {
+    int64_t ms[FL_MAX_DIMS], xs[FL_MAX_DIMS];
+    if (fl_model_num_inputs(m) != 1 || fl_model_num_outputs(m) != 1) {
+        fprintf(stderr, "flynn: error: flynn train takes models with one input and one output; this one has %d and %d\n",
+                fl_model_num_inputs(m), fl_model_num_outputs(m));
+        return 1;
+    }
+    int nd = fl_model_input_shape(m, 0, ms), sd = fl_data_stream_x_shape(*st, xs);
+    bool same = nd == sd;
+    for (int i = 0; same && i < nd; i++) same = ms[i] == xs[i];
+    if (same) return 0;
+    fl_data_stream *t = fl_data_stream_reshape(*st, nd, ms);
+    if (!t) {
+        fprintf(stderr, "flynn: error: the model's input does not fit the data: %s\n", fl_last_error());
+        return 1;
+    }
+    *st = t;
+    return 0;
+}
+
 static int cmd_train(int argc, char **argv) {
-    opts o = {.model = "mnist_cnn", .data = "fashion-mnist", .samples = 20000, .epochs = 2, .batch_size = 128};
+    opts o = {.model = "mnist_cnn", .data = "fashion-mnist", .samples = 20000, .epochs = 2, .batch_size = 128,
+              .prefetch = -1};
     const char *default_model = o.model;
     int r = parse("train", argc, argv, &o);
     if (r == -1) { usage_train(stdout); return 0; }
@@ -536,21 +648,33 @@ static int cmd_train(int argc, char **argv) {
     const char *file = o.resume ? o.resume : flynn_is_model_file(o.model) ? o.model : NULL;
     fl_model *m = NULL;
     fl_dataset data = {0};
+    fl_data_stream *st = NULL; /* the data as a stream (own_train_data), else in data */
     const bool own = flynn_own_kind(o.data) != NULL;
     char own_desc[1200] = "";
+    fl_augment_args aug = {0};
     if ((r = flynn_own_check_opts("train", own ? d.kind : NULL, &o.own))) return r;
-    if (own && !file && (r = flynn_own_load("train", o.data, &o.own, NULL, o.seed, &data, own_desc, sizeof own_desc)))
+    if (o.augment && (r = flynn_parse_augment("train", o.augment, &aug))) return r;
+    aug.seed = o.seed;
+    if (!own && (o.stream || o.augment || o.prefetch >= 0 || o.workers > 0))
+        return bad_usage("train", "--stream, --prefetch, --workers and --augment read your own data (--data DIR or "
+                         "X.npy,Y.npy); this --data is", o.data);
+    const bool quiet = verbose == FL_VERBOSE_SILENT;
+    if (own && !file && (r = own_train_data(&o, NULL, &data, &st, own_desc, sizeof own_desc, quiet))) return r;
+    if (own && !file && (r = st ? stream_builtin_shape(&d, &st, o.model) : npy_builtin_shape(&d, &data, o.model))) {
+        fl_dataset_free(&data);
+        fl_data_stream_free(st);
         return r;
-    if (own && !file && (r = npy_builtin_shape(&d, &data, o.model))) { fl_dataset_free(&data); return r; }
+    }
     if (file) {
         if (!(m = flynn_load_model_file("train", file, NULL, true))) { fl_dataset_free(&data); return die(NULL); }
-        if (own && (r = flynn_own_load("train", o.data, &o.own, m, o.seed, &data, own_desc, sizeof own_desc))) {
+        if (own && (r = own_train_data(&o, m, &data, &st, own_desc, sizeof own_desc, quiet))) {
             fl_model_free(m);
             return r;
         }
         if (o.resume && !fl_model_optimizer(m)) {
             fl_model_free(m);
             fl_dataset_free(&data);
+            fl_data_stream_free(st);
             fprintf(stderr, "flynn: error: --resume %s: the file has no training configuration (it was saved "
                     "uncompiled); start from its weights with --model %s\n", file, file);
             return 1;
@@ -563,10 +687,13 @@ static int cmd_train(int argc, char **argv) {
     if ((r = choose_device("train", m, o.device, o.precision, verbose == FL_VERBOSE_SILENT))) {
         fl_model_free(m);
         fl_dataset_free(&data);
+        fl_data_stream_free(st);
         return r;
     }
     if (!own && load_data(&d, o.samples, o.test_samples, &data) != FL_OK) { fl_model_free(m); return die(NULL); }
-    if (verbose != FL_VERBOSE_SILENT && own) {
+    if (verbose != FL_VERBOSE_SILENT && st) {
+        printf("data: %s: %lld samples, no test set\n", own_desc, (long long)fl_data_stream_size(st));
+    } else if (verbose != FL_VERBOSE_SILENT && own) {
         printf("data: %s: %lld samples, %s\n", own_desc, (long long)fl_tensor_dim(data.x_train, 0),
                data.x_test ? "and a test set" : "no test set");
     } else if (verbose != FL_VERBOSE_SILENT)
@@ -579,7 +706,7 @@ static int cmd_train(int argc, char **argv) {
     flynn_cbs cbs = {{0}, 0};
     if (!file) fl_model_set_seed(m, o.seed);
     else if (set_seed_keep_weights(m, o.seed) != FL_OK) { rc = die(NULL); goto done; }
-    if (file && (rc = fit_data_to_model(m, &data))) goto done;
+    if (file && (rc = st ? stream_fit_model(m, &st) : fit_data_to_model(m, &data))) goto done;
     if (!fl_model_optimizer(m) &&
         fl_compile(m, fl_adam(.learning_rate = 1e-3f), FL_SPARSE_CATEGORICAL_CROSSENTROPY, FL_ACCURACY) != FL_OK) {
         rc = die(NULL);
@@ -589,10 +716,21 @@ static int cmd_train(int argc, char **argv) {
         fl_model_summary(m, stdout);
         if (file) flynn_print_compile_info(m, stdout);
     }
-    if ((rc = flynn_fit_labels("train", m, &data, d.dir, verbose == FL_VERBOSE_SILENT))) goto done;
+    if ((rc = st ? flynn_stream_fit_labels("train", m, &st, quiet) : flynn_fit_labels("train", m, &data, d.dir, quiet)))
+        goto done;
+    if (st && o.augment) {
+        fl_data_stream *t = fl_data_stream_augment_(st, aug);
+        if (!t) { rc = die("--augment"); goto done; }
+        st = t;
+        if (!quiet)
+            printf("augment: while training, on the reading threads:%s%s (seed %llu)\n",
+                   aug.flip_horizontal ? " random horizontal flip (RandomFlip(\"horizontal\"))" : "",
+                   aug.translate_height > 0 || aug.translate_width > 0 ? " random translation (RandomTranslation)" : "",
+                   o.seed);
+    }
     int initial = 0;
     if (o.resume) {
-        int64_t ntrain = fl_tensor_dim(data.x_train, 0);
+        int64_t ntrain = st ? fl_data_stream_size(st) : fl_tensor_dim(data.x_train, 0);
         ntrain = o.validation_split > 0 ? (int64_t)ceil((double)ntrain * (1.0 - o.validation_split)) : ntrain;
         int64_t steps = (ntrain + o.batch_size - 1) / o.batch_size, it = fl_optimizer_iterations(fl_model_optimizer(m));
         if (steps > 0 && it % steps == 0) initial = (int)(it / steps);
@@ -614,10 +752,17 @@ static int cmd_train(int argc, char **argv) {
         rc = die(NULL);
         goto done;
     }
-    h = fl_fit(m, data.x_train, data.y_train, .batch_size = o.batch_size, .epochs = initial + o.epochs,
-               .initial_epoch = initial, .validation_split = o.validation_split, .verbose = verbose,
-               .on_epoch_end = ck ? fl_checkpoint_on_epoch_end : NULL, .user = ck, .no_nan_check = o.no_nan_check,
-               .callbacks = cbs.list);
+    if (st)
+        h = fl_fit_stream(m, st, .batch_size = o.batch_size, .epochs = initial + o.epochs, .initial_epoch = initial,
+                          .validation_split = o.validation_split, .verbose = verbose,
+                          .on_epoch_end = ck ? fl_checkpoint_on_epoch_end : NULL, .user = ck,
+                          .no_nan_check = o.no_nan_check, .callbacks = cbs.list,
+                          .prefetch = o.prefetch < 0 ? 0 : o.prefetch == 0 ? -1 : o.prefetch, .workers = o.workers);
+    else
+        h = fl_fit(m, data.x_train, data.y_train, .batch_size = o.batch_size, .epochs = initial + o.epochs,
+                   .initial_epoch = initial, .validation_split = o.validation_split, .verbose = verbose,
+                   .on_epoch_end = ck ? fl_checkpoint_on_epoch_end : NULL, .user = ck, .no_nan_check = o.no_nan_check,
+                   .callbacks = cbs.list);
     if (!h) { rc = die("training"); goto done; }
     if (ck && fl_checkpoint_status(ck) != FL_OK) {
         fprintf(stderr, "flynn: error: %s\n", fl_checkpoint_error(ck));
@@ -631,6 +776,13 @@ static int cmd_train(int argc, char **argv) {
     printf("training throughput: %.0f samples/s (%s %s, batch %d, %d epoch%s in %.1fs)\n",
            fl_history_samples_per_second(h), mname, where, o.batch_size,
            fl_history_epochs(h), fl_history_epochs(h) == 1 ? "" : "s", fl_history_seconds(h));
+    if (st) {
+        const double w = fl_history_data_seconds(h), step = fl_history_step_seconds(h);
+        printf("input pipeline: each step waited %.2f ms for its batch (%.0f%% of a %.1f ms step; prefetch %d, %d "
+               "worker%s)%s\n", w * 1e3, step > 0 ? 100.0 * w / step : 0.0, step * 1e3,
+               o.prefetch < 0 ? 2 : o.prefetch, o.workers > 0 ? o.workers : 1, o.workers > 1 ? "s" : "",
+               step > 0 && w > 0.1 * step ? ": the data is the bottleneck (more --workers or --prefetch?)" : "");
+    }
     if (ck && fl_checkpoint_saves(ck) > 0)
         printf("best model (%s %.4f) saved to %s\n", o.validation_split > 0 ? "val_loss" : "loss", fl_checkpoint_best(ck),
                fl_checkpoint_last_path(ck));
@@ -647,6 +799,7 @@ done:
     fl_checkpoint_free(ck);
     fl_history_free(h);
     fl_dataset_free(&data);
+    fl_data_stream_free(st);
     fl_model_free(m);
     return rc;
 }

@@ -482,8 +482,30 @@ static void np_shuffle(entry *e, int64_t n, uint64_t seed) {
 
 /* ------------------------------------------------------------ the data set */
 
-static fl_status load_part(const char *dir, const entry *e, int64_t n, int ch, int oh, int ow, fl_label_mode lm,
-                           int classes, fl_tensor **xo, fl_tensor **yo) {
+/* One image file -> float32 (oh, ow, ch) at dst: what fl_image_dataset_from_directory stores per sample. */
+fl_status fl_image_read_into(const char *path, int ch, int oh, int ow, float *dst) {
+    unsigned char *pix = NULL;
+    int h = 0, w = 0;
+    fl_status s = decode(path, ch, &pix, &h, &w);
+    if (s == FL_OK) s = resize_into(pix, h, w, ch, oh, ow, dst);
+    free(pix);
+    return s;
+}
+
+/* Writes sample i's label (class `label`) into y: one value, or a one-hot row of `classes`. */
+void fl_image_label_into(fl_label_mode lm, int classes, int label, float *y) {
+    if (lm == FL_LABEL_CATEGORICAL) {
+        for (int c = 0; c < classes; c++) y[c] = 0.0f;
+        y[label] = 1.0f;
+    } else {
+        y[0] = (float)label;
+    }
+}
+
+static fl_status load_part(const char *dir, const fl_image_index *ix, int part, fl_tensor **xo, fl_tensor **yo) {
+    const int64_t n = ix->count[part], first = ix->first[part];
+    const int oh = ix->height, ow = ix->width, ch = ix->channels, classes = ix->num_classes;
+    const fl_label_mode lm = ix->label_mode;
     fl_tensor *x = fl_tensor_zeros(FL_FLOAT32, n, oh, ow, ch);
     fl_tensor *y = lm == FL_LABEL_CATEGORICAL ? fl_tensor_zeros(FL_FLOAT32, n, classes)
                    : lm == FL_LABEL_BINARY    ? fl_tensor_zeros(FL_FLOAT32, n, 1)
@@ -491,68 +513,66 @@ static fl_status load_part(const char *dir, const entry *e, int64_t n, int ch, i
     if (!x || !y) {
         fl_tensor_free(x);
         fl_tensor_free(y);
-        return fl_error(FL_ERR_NOMEM, "%s: %lld images of %dx%dx%d do not fit in memory (%.1f GiB)", dir, (long long)n,
-                        oh, ow, ch, (double)n * oh * ow * ch * 4 / (1 << 30));
+        return fl_error(FL_ERR_NOMEM, "%s: %lld images of %dx%dx%d do not fit in memory (%.1f GiB): stream them "
+                        "instead (fl_image_stream_from_directory, flynn train --stream)", dir, (long long)n, oh, ow, ch,
+                        (double)n * oh * ow * ch * 4 / (1 << 30));
     }
     float *xd = fl_tensor_data(x), *yd = fl_tensor_data(y);
+    const int64_t yrow = lm == FL_LABEL_CATEGORICAL ? classes : 1;
     for (int64_t i = 0; i < n; i++) {
-        char *p = join(e[i].root, e[i].name);
-        if (!p) { fl_tensor_free(x); fl_tensor_free(y); return fl_error(FL_ERR_NOMEM, "out of memory"); }
-        unsigned char *pix = NULL;
-        int h = 0, w = 0;
-        fl_status s = decode(p, ch, &pix, &h, &w);
-        if (s == FL_OK) s = resize_into(pix, h, w, ch, oh, ow, xd + (size_t)i * oh * ow * ch);
-        free(pix);
+        fl_status s = fl_image_read_into(ix->paths[first + i], ch, oh, ow, xd + (size_t)i * oh * ow * ch);
         if (s != FL_OK) {
             fl_error_prefix("image %lld of %lld: ", (long long)(i + 1), (long long)n);
-            free(p);
             fl_tensor_free(x);
             fl_tensor_free(y);
             return s;
         }
-        free(p);
-        if (lm == FL_LABEL_CATEGORICAL) yd[i * classes + e[i].label] = 1.0f;
-        else yd[i] = (float)e[i].label;
+        fl_image_label_into(lm, classes, ix->labels[first + i], yd + i * yrow);
     }
     *xo = x;
     *yo = y;
     return FL_OK;
 }
 
-fl_status fl_image_dataset_from_directory_(const char *dir, fl_dataset *out, fl_image_dataset_args a) {
-    if (!out) return fl_error(FL_ERR_INVALID_ARG, "fl_image_dataset_from_directory: out is NULL");
-    memset(out, 0, sizeof *out);
-    if (a.info) memset(a.info, 0, sizeof *a.info);
-    if (!dir || !*dir) return fl_error(FL_ERR_INVALID_ARG, "fl_image_dataset_from_directory: dir is NULL or empty");
+void fl_image_index_free(fl_image_index *ix) {
+    if (!ix) return;
+    for (int64_t i = 0; i < ix->n && ix->paths; i++) free(ix->paths[i]);
+    for (int c = 0; c < ix->num_classes && ix->class_names; c++) free(ix->class_names[c]);
+    free(ix->paths);
+    free(ix->labels);
+    free(ix->class_names);
+    memset(ix, 0, sizeof *ix);
+}
+
+fl_status fl_image_index_build(const char *dir, fl_image_dataset_args a, const char *who, fl_image_index *ix) {
+    memset(ix, 0, sizeof *ix);
+    if (!dir || !*dir) return fl_error(FL_ERR_INVALID_ARG, "%s: dir is NULL or empty", who);
     const int oh = a.image_size[0] ? a.image_size[0] : 256, ow = a.image_size[1] ? a.image_size[1] : 256;
     if (oh <= 0 || ow <= 0 || oh > IMG_MAX_SIDE || ow > IMG_MAX_SIDE)
-        return fl_error(FL_ERR_INVALID_ARG, "fl_image_dataset_from_directory: image_size %dx%d, expected 1..%d each",
-                        a.image_size[0], a.image_size[1], IMG_MAX_SIDE);
+        return fl_error(FL_ERR_INVALID_ARG, "%s: image_size %dx%d, expected 1..%d each", who, a.image_size[0],
+                        a.image_size[1], IMG_MAX_SIDE);
     if (a.color_mode < FL_COLOR_RGB || a.color_mode > FL_COLOR_RGBA)
-        return fl_error(FL_ERR_INVALID_ARG, "fl_image_dataset_from_directory: unknown color_mode %d", (int)a.color_mode);
+        return fl_error(FL_ERR_INVALID_ARG, "%s: unknown color_mode %d", who, (int)a.color_mode);
     if (a.label_mode < FL_LABEL_INT || a.label_mode > FL_LABEL_BINARY)
-        return fl_error(FL_ERR_INVALID_ARG, "fl_image_dataset_from_directory: unknown label_mode %d", (int)a.label_mode);
+        return fl_error(FL_ERR_INVALID_ARG, "%s: unknown label_mode %d", who, (int)a.label_mode);
     if (!(a.validation_split >= 0 && a.validation_split < 1))
-        return fl_error(FL_ERR_INVALID_ARG, "fl_image_dataset_from_directory: validation_split %g, expected in [0, 1)",
-                        (double)a.validation_split);
+        return fl_error(FL_ERR_INVALID_ARG, "%s: validation_split %g, expected in [0, 1)", who, (double)a.validation_split);
     int subset = 0; /* 0 all, 1 training, 2 validation, 3 both */
     if (a.subset) {
         if (strcmp(a.subset, "training") == 0) subset = 1;
         else if (strcmp(a.subset, "validation") == 0) subset = 2;
         else if (strcmp(a.subset, "both") == 0) subset = 3;
-        else return fl_error(FL_ERR_INVALID_ARG, "fl_image_dataset_from_directory: subset '%s', expected \"training\", "
-                             "\"validation\" or \"both\"", a.subset);
+        else return fl_error(FL_ERR_INVALID_ARG, "%s: subset '%s', expected \"training\", \"validation\" or \"both\"",
+                             who, a.subset);
         if (a.validation_split <= 0)
-            return fl_error(FL_ERR_INVALID_ARG, "fl_image_dataset_from_directory: subset '%s' needs a validation_split "
-                            "(as Keras)", a.subset);
+            return fl_error(FL_ERR_INVALID_ARG, "%s: subset '%s' needs a validation_split (as Keras)", who, a.subset);
     } else if (a.validation_split > 0) {
-        return fl_error(FL_ERR_INVALID_ARG, "fl_image_dataset_from_directory: validation_split %g needs a subset "
-                        "(\"training\", \"validation\" or \"both\"), as Keras", (double)a.validation_split);
+        return fl_error(FL_ERR_INVALID_ARG, "%s: validation_split %g needs a subset (\"training\", \"validation\" or "
+                        "\"both\"), as Keras", who, (double)a.validation_split);
     }
     const int ch = mode_channels(a.color_mode);
-
     if (a.no_labels && a.label_mode != FL_LABEL_INT)
-        return fl_error(FL_ERR_INVALID_ARG, "fl_image_dataset_from_directory: no_labels with a label_mode");
+        return fl_error(FL_ERR_INVALID_ARG, "%s: no_labels with a label_mode", who);
     int64_t nsub = 0;
     char **subs = list_dir(dir, &nsub);
     if (!subs) return fl_last_status();
@@ -574,7 +594,9 @@ fl_status fl_image_dataset_from_directory_(const char *dir, fl_dataset *out, fl_
         free(p);
     }
     free_names(subs, nsub);
-    int64_t n0 = 0, n1 = 0, ntrain = l.n, nval = 0;
+    int64_t ntrain = l.n, nval = 0;
+    ix->class_names = classes;
+    ix->num_classes = ncls;
     if (s != FL_OK) goto done;
     if (ncls == 0 && !a.no_labels) {
         s = fl_error(FL_ERR_FORMAT, "%s: no class subfolders: expected one folder per class holding its images "
@@ -615,46 +637,71 @@ fl_status fl_image_dataset_from_directory_(const char *dir, fl_dataset *out, fl_
             goto done;
         }
     }
-    if (subset == 0 || subset == 1 || subset == 3) n0 = ntrain;
-    if (subset == 2) n0 = nval;
-    const entry *e0 = subset == 2 ? l.e + ntrain : l.e;
-    if ((s = load_part(dir, e0, n0, ch, oh, ow, a.label_mode, ncls, &out->x_train, &out->y_train)) != FL_OK) goto done;
-    if (a.no_labels) { fl_tensor_free(out->y_train); out->y_train = NULL; }
-    if (subset == 3) {
-        n1 = nval;
-        if ((s = load_part(dir, l.e + ntrain, n1, ch, oh, ow, a.label_mode, ncls, &out->x_test, &out->y_test)) != FL_OK)
-            goto done;
-        if (a.no_labels) { fl_tensor_free(out->y_test); out->y_test = NULL; }
+    ix->first[0] = subset == 2 ? ntrain : 0;
+    ix->count[0] = subset == 2 ? nval : ntrain;
+    ix->first[1] = ntrain;
+    ix->count[1] = subset == 3 ? nval : 0;
+    ix->paths = calloc((size_t)l.n, sizeof *ix->paths);
+    ix->labels = calloc((size_t)l.n, sizeof *ix->labels);
+    if (!ix->paths || !ix->labels) { s = fl_error(FL_ERR_NOMEM, "out of memory"); goto done; }
+    for (int64_t i = 0; i < l.n; i++) {
+        if (!(ix->paths[i] = join(l.e[i].root, l.e[i].name))) { s = fl_error(FL_ERR_NOMEM, "out of memory"); goto done; }
+        ix->labels[i] = l.e[i].label;
+        ix->n = i + 1;
     }
-    if (a.info) {
-        fl_data_info *in = a.info;
-        in->num_classes = ncls;
-        in->class_names = classes;
-        classes = NULL;
-        in->file_paths = calloc((size_t)(n0 + n1), sizeof *in->file_paths);
-        if (!in->file_paths) { s = fl_error(FL_ERR_NOMEM, "out of memory"); goto done; }
-        for (int64_t i = 0; i < n0 + n1; i++) {
-            const entry *e = i < n0 ? &e0[i] : &l.e[ntrain + (i - n0)];
-            if (!(in->file_paths[i] = join(e->root, e->name))) { s = fl_error(FL_ERR_NOMEM, "out of memory"); goto done; }
-            in->num_paths = i + 1;
-        }
-        char *d = in->description;
-        size_t dn = sizeof in->description;
-        if (a.no_labels) snprintf(d, dn, "%s: %lld images (no labels)", dir, (long long)l.n);
-        else snprintf(d, dn, "%s: %lld images in %d classes (", dir, (long long)l.n, ncls);
-        for (int c = 0; c < ncls && strlen(d) < dn - 64; c++)
-            snprintf(d + strlen(d), dn - strlen(d), "%s%d=%s", c ? ", " : "", c, in->class_names[c]);
-        snprintf(d + strlen(d), dn - strlen(d), "%s, %dx%d %s", a.no_labels ? "" : ")", oh, ow,
-                 ch == 1 ? "grayscale" : ch == 3 ? "rgb" : "rgba");
-        if (subset)
-            snprintf(d + strlen(d), dn - strlen(d), "; %lld for training, %lld for validation%s", (long long)ntrain,
-                     (long long)nval, subset == 1 ? " (training kept)" : subset == 2 ? " (validation kept)" : "");
-    }
+    ix->height = oh;
+    ix->width = ow;
+    ix->channels = ch;
+    ix->label_mode = a.label_mode;
+    ix->no_labels = a.no_labels;
+    char *d = ix->description;
+    size_t dn = sizeof ix->description;
+    if (a.no_labels) snprintf(d, dn, "%s: %lld images (no labels)", dir, (long long)l.n);
+    else snprintf(d, dn, "%s: %lld images in %d classes (", dir, (long long)l.n, ncls);
+    for (int c = 0; c < ncls && strlen(d) < dn - 64; c++)
+        snprintf(d + strlen(d), dn - strlen(d), "%s%d=%s", c ? ", " : "", c, classes[c]);
+    snprintf(d + strlen(d), dn - strlen(d), "%s, %dx%d %s", a.no_labels ? "" : ")", oh, ow,
+             ch == 1 ? "grayscale" : ch == 3 ? "rgb" : "rgba");
+    if (subset)
+        snprintf(d + strlen(d), dn - strlen(d), "; %lld for training, %lld for validation%s", (long long)ntrain,
+                 (long long)nval, subset == 1 ? " (training kept)" : subset == 2 ? " (validation kept)" : "");
 done:
-    if (s != FL_OK) { fl_dataset_free(out); if (a.info) fl_data_info_free(a.info); }
-    if (classes) for (int c = 0; c < ncls; c++) free(classes[c]);
-    free(classes);
     for (int64_t i = 0; i < l.n; i++) { free(l.e[i].root); free(l.e[i].name); }
     free(l.e);
+    if (s != FL_OK) fl_image_index_free(ix);
+    return s;
+}
+
+fl_status fl_image_dataset_from_directory_(const char *dir, fl_dataset *out, fl_image_dataset_args a) {
+    if (!out) return fl_error(FL_ERR_INVALID_ARG, "fl_image_dataset_from_directory: out is NULL");
+    memset(out, 0, sizeof *out);
+    if (a.info) memset(a.info, 0, sizeof *a.info);
+    fl_image_index ix;
+    FL_TRY(fl_image_index_build(dir, a, "fl_image_dataset_from_directory", &ix));
+    fl_status s = load_part(dir, &ix, 0, &out->x_train, &out->y_train);
+    if (s == FL_OK && a.no_labels) { fl_tensor_free(out->y_train); out->y_train = NULL; }
+    if (s == FL_OK && ix.count[1]) {
+        s = load_part(dir, &ix, 1, &out->x_test, &out->y_test);
+        if (s == FL_OK && a.no_labels) { fl_tensor_free(out->y_test); out->y_test = NULL; }
+    }
+    if (s == FL_OK && a.info) {
+        fl_data_info *in = a.info;
+        const int64_t np = ix.count[0] + ix.count[1];
+        in->num_classes = ix.num_classes;
+        in->class_names = ix.class_names;
+        ix.class_names = NULL;
+        ix.num_classes = 0;
+        snprintf(in->description, sizeof in->description, "%s", ix.description);
+        in->file_paths = calloc((size_t)np, sizeof *in->file_paths);
+        if (!in->file_paths) s = fl_error(FL_ERR_NOMEM, "out of memory");
+        for (int64_t i = 0; s == FL_OK && i < np; i++) {
+            int64_t k = i < ix.count[0] ? ix.first[0] + i : ix.first[1] + (i - ix.count[0]);
+            in->file_paths[i] = ix.paths[k];
+            ix.paths[k] = NULL;
+            in->num_paths = i + 1;
+        }
+    }
+    if (s != FL_OK) { fl_dataset_free(out); if (a.info) fl_data_info_free(a.info); }
+    fl_image_index_free(&ix);
     return s;
 }

@@ -17,7 +17,9 @@
  * magic or version, a malformed header and data shorter than the shape.
  * Bytes after the data are ignored, as NumPy does.
  *
- * fl_npy_load_mem (io.h) reads the same from memory: an .npz entry.
+ * fl_npy_load_mem (io.h) reads the same from memory: an .npz entry;
+ * fl_npy_read_layout and fl_npy_convert (io.h) give stream.c the header and
+ * the element conversion, to read rows of a file larger than memory.
  *
  * Writing uses format 1.0 and the bytes np.save writes: descr '<f4', '<i4'
  * or '|u1' by dtype, the same header text and padding (the data starts at
@@ -385,12 +387,12 @@ static fl_status read_exact(FILE *f, const char *path, void *buf, size_t n, size
     return FL_OK;
 }
 
-static fl_tensor *load(FILE *f, const char *path, int64_t file_size) {
+fl_status fl_npy_read_layout(FILE *f, const char *path, int64_t file_size, fl_npy_layout *L) {
     unsigned char pre[12];
     size_t got;
-    if (read_exact(f, path, pre, 10, &got) != FL_OK) return NULL;
+    if (read_exact(f, path, pre, 10, &got) != FL_OK) return fl_last_status();
     if (got < NPY_MAGIC_LEN || memcmp(pre, NPY_MAGIC, NPY_MAGIC_LEN) != 0) {
-        if (got == 0) return fl_error_null(FL_ERR_FORMAT, "%s: file is empty, expected a .npy file", path);
+        if (got == 0) return fl_error(FL_ERR_FORMAT, "%s: file is empty, expected a .npy file", path);
         char found[40] = "";
         for (size_t i = 0; i < got && i < 6; i++) snprintf(found + 3 * i, sizeof found - 3 * i, "%02x ", pre[i]);
         size_t flen = strlen(found);
@@ -400,69 +402,95 @@ static fl_tensor *load(FILE *f, const char *path, int64_t file_size) {
             hint = " (this is a zip archive: a .npz holds .npy files, unzip it first)";
         else if (got >= 2 && pre[0] == 0x1f && pre[1] == 0x8b)
             hint = " (this is gzip-compressed: gunzip it first)";
-        return fl_error_null(FL_ERR_FORMAT, "%s: not a .npy file: bad magic %s, expected 93 4e 55 4d 50 59 (\"\\x93NUMPY\")%s",
-                             path, found, hint);
+        return fl_error(FL_ERR_FORMAT, "%s: not a .npy file: bad magic %s, expected 93 4e 55 4d 50 59 (\"\\x93NUMPY\")%s",
+                        path, found, hint);
     }
-    if (got < 10) return fl_error_null(FL_ERR_FORMAT, "%s: truncated: file ends inside the .npy preamble (%zu bytes)", path, got);
+    if (got < 10) return fl_error(FL_ERR_FORMAT, "%s: truncated: file ends inside the .npy preamble (%zu bytes)", path, got);
     int major = pre[6], minor = pre[7];
     if (!((major == 1 || major == 2 || major == 3) && minor == 0))
-        return fl_error_null(FL_ERR_UNSUPPORTED, "%s: .npy format version %d.%d is not supported (1.0, 2.0 and 3.0 are)",
-                             path, major, minor);
+        return fl_error(FL_ERR_UNSUPPORTED, "%s: .npy format version %d.%d is not supported (1.0, 2.0 and 3.0 are)",
+                        path, major, minor);
     size_t hlen;
     int64_t pre_len = 10;
     if (major == 1) {
         hlen = (size_t)pre[8] | (size_t)pre[9] << 8;
     } else {
-        if (read_exact(f, path, pre + 10, 2, &got) != FL_OK) return NULL;
-        if (got < 2) return fl_error_null(FL_ERR_FORMAT, "%s: truncated: file ends inside the .npy preamble", path);
+        if (read_exact(f, path, pre + 10, 2, &got) != FL_OK) return fl_last_status();
+        if (got < 2) return fl_error(FL_ERR_FORMAT, "%s: truncated: file ends inside the .npy preamble", path);
         hlen = le32(pre + 8);
         pre_len = 12;
     }
     if (hlen > NPY_MAX_HEADER)
-        return fl_error_null(FL_ERR_FORMAT, "%s: .npy header length %zu is absurd (more than %u bytes; corrupt file?)",
-                             path, hlen, NPY_MAX_HEADER);
+        return fl_error(FL_ERR_FORMAT, "%s: .npy header length %zu is absurd (more than %u bytes; corrupt file?)",
+                        path, hlen, NPY_MAX_HEADER);
     char *text = fl_malloc(hlen + 1, ".npy header");
-    if (!text) return NULL;
+    if (!text) return fl_last_status();
     if (read_exact(f, path, text, hlen, &got) != FL_OK) {
         free(text);
-        return NULL;
+        return fl_last_status();
     }
     if (got < hlen) {
         free(text);
-        return fl_error_null(FL_ERR_FORMAT, "%s: truncated: file ends inside the .npy header (%zu of %zu bytes)", path,
-                             got, hlen);
+        return fl_error(FL_ERR_FORMAT, "%s: truncated: file ends inside the .npy header (%zu of %zu bytes)", path,
+                        got, hlen);
     }
     text[hlen] = 0;
     npy_header h;
     cursor c = {.path = path, .s = text, .n = hlen, .i = 0};
     fl_status st = parse_header(&c, &h);
     free(text);
-    if (st != FL_OK) return NULL;
+    if (st != FL_OK) return fl_last_status();
 
     const npy_type *ty = resolve_descr(path, h.descr);
-    if (!ty) return NULL;
+    if (!ty) return fl_last_status();
     if (h.fortran)
-        return fl_error_null(FL_ERR_UNSUPPORTED,
-                             "%s: fortran_order is True (column-major data) and is not supported; save a C-ordered "
-                             "copy with np.save(path, np.ascontiguousarray(a))",
-                             path);
+        return fl_error(FL_ERR_UNSUPPORTED,
+                        "%s: fortran_order is True (column-major data) and is not supported; save a C-ordered "
+                        "copy with np.save(path, np.ascontiguousarray(a))",
+                        path);
     int64_t nelem = 1;
     for (int i = 0; i < h.ndim; i++) {
         if (h.shape[i] != 0 && nelem > (INT64_MAX / 8) / h.shape[i]) {
             char sh[160];
-            return fl_error_null(FL_ERR_FORMAT, "%s: .npy shape %s is absurdly large (corrupt header?)", path,
-                                 fl_shape_str(h.ndim, h.shape, sh, sizeof sh));
+            return fl_error(FL_ERR_FORMAT, "%s: .npy shape %s is absurdly large (corrupt header?)", path,
+                            fl_shape_str(h.ndim, h.shape, sh, sizeof sh));
         }
         nelem *= h.shape[i];
     }
     const int64_t data_bytes = nelem * (int64_t)ty->size;
     const int64_t offset = pre_len + (int64_t)hlen;
     if (file_size >= 0 && file_size - offset < data_bytes)
-        return fl_error_null(FL_ERR_FORMAT, "%s: truncated: file ends after %lld of %lld bytes of data", path,
-                             (long long)(file_size - offset), (long long)data_bytes);
+        return fl_error(FL_ERR_FORMAT, "%s: truncated: file ends after %lld of %lld bytes of data", path,
+                        (long long)(file_size - offset), (long long)data_bytes);
     if ((uint64_t)data_bytes > SIZE_MAX / 2)
-        return fl_error_null(FL_ERR_NOMEM, "%s: %lld bytes of data do not fit in memory", path, (long long)data_bytes);
+        return fl_error(FL_ERR_NOMEM, "%s: %lld bytes of data do not fit in memory", path, (long long)data_bytes);
 
+    memset(L, 0, sizeof *L);
+    L->ndim = h.ndim;
+    memcpy(L->shape, h.shape, sizeof L->shape);
+    L->nelem = nelem;
+    L->offset = offset;
+    L->elem_size = ty->size;
+    L->dtype = ty->dtype;
+    L->kind = (int)ty->kind;
+    snprintf(L->descr, sizeof L->descr, "%s", h.descr);
+    return FL_OK;
+}
+
+int64_t fl_npy_convert(int kind, const void *src, void *dst, size_t n, char *bad, size_t badn) {
+    return convert_le((npy_kind)kind, src, dst, n, bad, badn);
+}
+
+static fl_tensor *load(FILE *f, const char *path, int64_t file_size) {
+    fl_npy_layout L;
+    if (fl_npy_read_layout(f, path, file_size, &L) != FL_OK) return NULL;
+    const npy_type ty_ = {NULL, L.elem_size, L.dtype, (npy_kind)L.kind}, *ty = &ty_;
+    const int64_t nelem = L.nelem, data_bytes = nelem * (int64_t)ty->size;
+    size_t got;
+    npy_header h;
+    h.ndim = L.ndim;
+    memcpy(h.shape, L.shape, sizeof h.shape);
+    memcpy(h.descr, L.descr, sizeof h.descr);
     fl_tensor *t = fl_tensor_new(ty->dtype, h.ndim, h.shape);
     if (!t) {
         fl_error_prefix("%s: ", path);

@@ -1,12 +1,16 @@
 /*
  * train.c — compile, fit, evaluate and predict: the training loop (batching,
  * shuffling, the loss and its fused gradients, the optimizer step, metrics),
- * the Keras progress bar, and History.
+ * the Keras progress bar, and History. The batches come from arrays in
+ * memory (fl_fit) or from a stream read on background threads
+ * (fl_fit_stream, src/io/stream.c): data_src below hides which, so both
+ * run the same epoch loop.
  */
 #include "nn.h"
 #include "core/error.h"
 #include "core/rng.h"
 #include "core/tensor.h"
+#include "io/io.h"
 #include "ops/math.h"
 #include "ops/ops.h"
 
@@ -180,7 +184,10 @@ static const char *index_str(int64_t i, int nd, const int64_t *dims, char *buf, 
 static fl_status check_indices(const fl_model *m, const fl_node *in, const fl_tensor *x, const int32_t *v,
                                const float *f, int64_t n, const char *what) {
     const fl_graph *g = &m->g;
-    int64_t per = fl_tensor_size(x) / (n ? n : 1); /* x's own sample size: the graph may be bound to another length */
+    /* x's own sample size: the graph may be bound to another length (a stream's batch: the input's) */
+    int64_t per = x ? fl_tensor_size(x) / (n ? n : 1) : fl_node_sample_size(in);
+    const int nd = x ? x->ndim - 1 : in->ndim - 1;
+    const int64_t *dims = x ? x->shape + 1 : in->shape + 1;
     for (int k = 0; k < g->n; k++) {
         const fl_node *e = g->nodes[k];
         if (e->op != FL_OP_EMBEDDING || e->in[0] != in) continue;
@@ -194,7 +201,7 @@ static fl_status check_indices(const fl_model *m, const fl_node *in, const fl_te
                                 "%s: x[%lld] holds the index %.10g at position %s, which layer '%s' (Embedding) cannot "
                                 "look up: expected 0 <= index < input_dim %lld (Keras on JAX would clip it silently; "
                                 "flynn refuses it)", what, (long long)(i / per), v ? (double)v[i] : (double)f[i],
-                                index_str(i % per, x->ndim - 1, x->shape + 1, a, sizeof a), e->name, (long long)dim);
+                                index_str(i % per, nd, dims, a, sizeof a), e->name, (long long)dim);
             }
         }
     }
@@ -303,6 +310,42 @@ static float *prepare_y(const fl_model *m, const fl_tensor *x, const fl_tensor *
     return h;
 }
 
+/* A stream's sample shapes against the model's input and the loss (as check_x and prepare_y check arrays);
+ * *y_row: floats of y per sample. */
+static fl_status check_stream(const fl_model *m, const fl_data_stream *s, const char *what, int64_t *y_row) {
+    char a[128], b[128];
+    if (!s) return fl_error(FL_ERR_INVALID_ARG, "%s: the stream is NULL", what);
+    if (m->ninputs != 1 || m->noutputs != 1)
+        return fl_error(FL_ERR_UNSUPPORTED, "%s: model '%s' has %d inputs and %d outputs; a stream feeds models with one "
+                        "of each", what, m->name, m->ninputs, m->noutputs);
+    const fl_node *in = m->input, *o = m->output;
+    int64_t xs[FL_MAX_DIMS], ys[FL_MAX_DIMS];
+    int nd = fl_data_stream_x_shape(s, xs);
+    bool ok = nd == in->ndim - 1;
+    for (int i = 0; ok && i < nd; i++) ok = xs[i] == in->shape[i + 1];
+    if (!ok)
+        return fl_error(FL_ERR_SHAPE, "%s: the stream's samples have shape %s, model '%s' expects %s", what,
+                        fl_shape_str(nd, xs, a, sizeof a), m->name, fl_shape_str(in->ndim - 1, in->shape + 1, b, sizeof b));
+    int ynd = fl_data_stream_y_shape(s, ys);
+    if (ynd < 0) return fl_error(FL_ERR_INVALID_ARG, "%s: the stream has no labels (y), which training needs", what);
+    int64_t per = 1, out_row = fl_node_sample_size(o);
+    for (int i = 0; i < ynd; i++) per *= ys[i];
+    if (m->loss.kind == FL_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY) {
+        if (per != out_row / out_classes(m))
+            return fl_error(FL_ERR_SHAPE, "%s: sparse_categorical_crossentropy wants %lld class index(es) per sample, the "
+                            "stream's y has shape %s per sample", what, (long long)(out_row / out_classes(m)),
+                            fl_shape_str(ynd, ys, a, sizeof a));
+    } else if (per != out_row) {
+        return fl_error(FL_ERR_SHAPE, "%s: the stream's y has shape %s per sample, the %s loss wants the output shape %s%s",
+                        what, fl_shape_str(ynd, ys, a, sizeof a), fl_loss_name(m->loss.kind),
+                        fl_shape_str(o->ndim - 1, o->shape + 1, b, sizeof b),
+                        m->loss.kind == FL_LOSS_CATEGORICAL_CROSSENTROPY
+                            ? " (one-hot targets: fl_data_stream_one_hot, or label_mode categorical)" : "");
+    }
+    *y_row = per;
+    return FL_OK;
+}
+
 /* Makes the step buffers hold `batch` samples. */
 static fl_status reserve(fl_model *m, int64_t batch) {
     FL_TRY(fl_graph_reserve(&m->g, batch));
@@ -348,6 +391,13 @@ typedef struct data_src {
     const float *hx, *hy;
     float *dx, *dy;          /* device copies (NULL: host memory, or not resident) */
     bool resident;
+    /* a stream instead of hx/hy: batches come from the prefetcher in the order given to data_begin */
+    fl_data_stream *stream;
+    fl_prefetch *pf;
+    fl_dtype xdt;            /* the stream's x: float32 or int32 */
+    bool sparse, check_y;    /* y must hold class indices in [0, classes); y must be finite */
+    const float *last_x;     /* the host rows of the last batch (for the NaN check on device backends) */
+    double wait;             /* seconds load_batch waited for batches */
 } data_src;
 
 static fl_status data_open(fl_model *m, fl_node *in, const float *hx, const float *hy, int64_t n, int64_t yrow,
@@ -379,16 +429,94 @@ static fl_status data_open(fl_model *m, fl_node *in, const float *hx, const floa
     return FL_OK;
 }
 
+/* A stream as the rows of input `in`: its sample shapes were checked (check_stream). */
+static fl_status data_open_stream(fl_model *m, fl_node *in, fl_data_stream *s, int64_t yrow, int64_t bs,
+                                  const fl_fit_args *a, bool check, data_src *d) {
+    memset(d, 0, sizeof *d);
+    d->in = in;
+    d->n = fl_data_stream_size(s);
+    d->xrow = fl_node_sample_size(in);
+    d->yrow = yrow;
+    d->stream = s;
+    d->xdt = fl_data_stream_x_dtype(s);
+    d->sparse = m->loss.kind == FL_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY;
+    d->check_y = check;
+    if (a->prefetch < -1 || a->workers < 0)
+        return fl_error(FL_ERR_INVALID_ARG, "fl_fit_stream: prefetch %d, workers %d, expected prefetch >= -1 (-1: none, 0: "
+                        "the default 2) and workers >= 0 (0: 1)", a->prefetch, a->workers);
+    int depth = a->prefetch == 0 ? 2 : a->prefetch < 0 ? 0 : a->prefetch;
+    d->pf = fl_prefetch_open(s, bs, depth, a->workers > 0 ? a->workers : 1);
+    return d->pf ? FL_OK : fl_last_status();
+}
+
+/* Starts a pass over the samples order[0..n) (a stream reads ahead from here; arrays need nothing). */
+static fl_status data_begin(data_src *d, int epoch, const int64_t *order, int64_t n) {
+    return d->pf ? fl_prefetch_begin(d->pf, epoch, order, n) : FL_OK;
+}
+static void data_end(data_src *d) { fl_prefetch_end(d->pf); }
+
 static void data_close(fl_model *m, data_src *d) {
+    fl_prefetch_close(d->pf);
     if (d->dx) m->g.be->free(d->dx);
     if (d->dy) m->g.be->free(d->dy);
     memset(d, 0, sizeof *d);
 }
 
+/* The stream's next batch (samples idx[0..b) of the pass) into the input node and the targets: x as the
+ * input holds it (as x_rows converts arrays), y checked as prepare_y checks arrays. */
+static fl_status load_stream_batch(fl_model *m, data_src *d, const int64_t *idx, int64_t b) {
+    const fl_backend *be = m->g.be;
+    void *xv;
+    float *yv;
+    int64_t got;
+    double waited = 0;
+    fl_status s = fl_prefetch_next(d->pf, &xv, &yv, &got, &waited);
+    d->wait += waited;
+    if (s != FL_OK) return s;
+    if (got != b) return fl_error(FL_ERR_STATE, "fl_fit_stream: a batch of %lld samples came, %lld expected", (long long)got, (long long)b);
+    const int64_t nx = b * d->xrow;
+    if (!d->in->int_val && d->xdt == FL_INT32) { /* x.astype("float32"), in place (same size) */
+        int32_t *iv = xv;
+        float *fv = xv;
+        for (int64_t i = 0; i < nx; i++) fv[i] = (float)iv[i];
+    } else if (d->in->int_val && d->xdt == FL_FLOAT32) {
+        float *fv = xv;
+        int32_t *iv = xv;
+        for (int64_t i = 0; i < nx; i++) {
+            float f = fv[i];
+            if (!(f == floorf(f) && f >= -2147483648.0f && f < 2147483648.0f))
+                return fl_error(FL_ERR_INVALID_ARG, "sample %lld: x = %g is not an integer, and input '%s' of model '%s' "
+                                "is int32", (long long)idx[i / d->xrow], f, d->in->name, m->name);
+            iv[i] = (int32_t)f;
+        }
+    }
+    if (check_indices(m, d->in, NULL, d->in->int_val ? xv : NULL, d->in->int_val ? NULL : xv, b, "fl_fit_stream") != FL_OK)
+        return fl_last_status();
+    if (d->yrow && (d->sparse || d->check_y)) {
+        const int C = out_classes(m);
+        for (int64_t i = 0; i < b * d->yrow; i++) {
+            const float v = yv[i];
+            if (d->sparse && (!(v >= 0 && v < (float)C) || v != floorf(v)))
+                return fl_error(FL_ERR_INVALID_ARG, "sample %lld: y = %g is not a class index in [0, %d)",
+                                (long long)idx[i / d->yrow], v, C);
+            if (!isfinite(v))
+                return fl_error(FL_ERR_NONFINITE, "sample %lld: y holds %s at target %lld; training stopped "
+                                "(TerminateOnNaN); fix the targets, or set .no_nan_check (flynn train --no-nan-check)",
+                                (long long)idx[i / d->yrow], isnan(v) ? "NaN" : v > 0 ? "inf" : "-inf",
+                                (long long)(i % d->yrow));
+        }
+    }
+    d->last_x = xv;
+    be->upload(d->in->val, xv, (size_t)nx * sizeof(float));
+    if (d->yrow) be->upload(m->target, yv, (size_t)(b * d->yrow) * sizeof(float));
+    return FL_OK;
+}
+
 /* Puts samples idx[0..b) of d into the input node (and targets). */
-static void load_batch(fl_model *m, const data_src *d, const int64_t *idx, int64_t b) {
+static fl_status load_batch(fl_model *m, data_src *d, const int64_t *idx, int64_t b) {
     const fl_backend *be = m->g.be;
     fl_graph_set_batch(&m->g, b);
+    if (d->stream) return load_stream_batch(m, d, idx, b);
     if (d->resident) {
         const int64_t *di = idx;
         if (!be->host_memory) {
@@ -397,7 +525,7 @@ static void load_batch(fl_model *m, const data_src *d, const int64_t *idx, int64
         }
         be->gather_rows(d->dx ? d->dx : d->hx, di, b, d->xrow, d->in->val);
         if (d->yrow) be->gather_rows(d->dy ? d->dy : d->hy, di, b, d->yrow, m->target);
-        return;
+        return FL_OK;
     }
     for (int64_t i = 0; i < b; i++) {
         memcpy(m->stage_x + i * d->xrow, d->hx + idx[i] * d->xrow, (size_t)d->xrow * sizeof(float));
@@ -405,6 +533,7 @@ static void load_batch(fl_model *m, const data_src *d, const int64_t *idx, int64
     }
     be->upload(d->in->val, m->stage_x, (size_t)(b * d->xrow) * sizeof(float));
     if (d->yrow) be->upload(m->target, m->stage_y, (size_t)(b * d->yrow) * sizeof(float));
+    return FL_OK;
 }
 
 /* An asynchronous device error (a failed kernel) surfaces here. */
@@ -464,8 +593,8 @@ struct fl_history {
     int nkeys, epochs, cap;
     char keys[FL_HIST_MAX_KEYS][48];
     float *vals[FL_HIST_MAX_KEYS];
-    double seconds, train_seconds;
-    int64_t train_samples;
+    double seconds, train_seconds, data_seconds;
+    int64_t train_samples, train_steps;
 };
 
 static fl_status hist_push(fl_history *h, const float *v) {
@@ -522,6 +651,13 @@ double fl_history_seconds(const fl_history *h) { return h ? h->seconds : 0; }
 double fl_history_samples_per_second(const fl_history *h) {
     return h && h->train_seconds > 0 ? (double)h->train_samples / h->train_seconds : 0;
 }
+double fl_history_data_seconds(const fl_history *h) {
+    return h && h->train_steps > 0 ? h->data_seconds / (double)h->train_steps : 0;
+}
+double fl_history_step_seconds(const fl_history *h) {
+    return h && h->train_steps > 0 ? h->train_seconds / (double)h->train_steps : 0;
+}
+int64_t fl_history_steps(const fl_history *h) { return h ? h->train_steps : 0; }
 void fl_history_free(fl_history *h) {
     if (!h) return;
     for (int k = 0; k < h->nkeys; k++) free(h->vals[k]);
@@ -536,6 +672,7 @@ typedef struct progbar {
     int64_t target;
     double start, last;
     int prev_len;
+    const double *data_wait; /* a stream's running wait for batches: shown per step (NULL: not shown) */
 } progbar;
 
 static int resolve_verbose(fl_verbose v, FILE *f) {
@@ -576,8 +713,13 @@ static void progbar_update(progbar *p, int64_t cur, int nkv, char keys[][48], co
     int len = 0;
     int digits = (int)log10((double)(p->target > 0 ? p->target : 1)) + 1;
     double elapsed = t - p->start, per = cur > 0 ? elapsed / (double)cur : 0;
-    char tps[32];
+    char tps[96];
     fmt_time_per_step(tps, sizeof tps, per);
+    if (p->data_wait && cur > 0) { /* how long each step waited for its batch: is the input pipeline the bottleneck? */
+        char dw[32];
+        fmt_time_per_step(dw, sizeof dw, *p->data_wait / (double)cur);
+        snprintf(tps + strlen(tps), sizeof tps - strlen(tps), ", data %s", dw);
+    }
     if (p->mode == FL_VERBOSE_BAR) {
         len += snprintf(line + len, sizeof line - (size_t)len, "%*lld/%lld ", digits, (long long)cur,
                         (long long)p->target);
@@ -636,14 +778,20 @@ static int stat_kv(const fl_model *m, const double *v, const char *prefix, char 
 /* --------------------------------------------------------- evaluation */
 
 /* Runs inference over samples idx[0..n) of d; writes mean loss and metrics. */
-static fl_status run_eval(fl_model *m, const data_src *d, const int64_t *idx, int64_t n, int64_t bs, double *out,
+static fl_status run_eval(fl_model *m, data_src *d, const int64_t *idx, int64_t n, int64_t bs, double *out,
                           progbar *pb) {
     FL_TRY(reserve(m, bs < n ? bs : n));
+    FL_TRY(data_begin(d, -1, idx, n));
     zero_stats(m);
     int64_t steps = (n + bs - 1) / bs, seen = 0;
     for (int64_t s = 0; s < steps; s++) {
         int64_t b = n - s * bs < bs ? n - s * bs : bs;
-        load_batch(m, d, idx + s * bs, b);
+        fl_status st = load_batch(m, d, idx + s * bs, b);
+        if (st != FL_OK) {
+            data_end(d);
+            fl_error_prefix("evaluating: ");
+            return st;
+        }
         fl_graph_forward(&m->g, false);
         loss_and_metrics(m, false);
         seen += b;
@@ -656,6 +804,7 @@ static fl_status run_eval(fl_model *m, const data_src *d, const int64_t *idx, in
             progbar_update(pb, s + 1, nkv, keys, vals, s + 1 == steps);
         }
     }
+    data_end(d);
     read_stats(m, seen, out);
     return device_status(m, "evaluating");
 }
@@ -683,7 +832,7 @@ fl_status fl_evaluate_(fl_model *m, const fl_tensor *x, const fl_tensor *y, floa
     fl_status s = idx ? data_open(m, m->input, xr, yh, n, yrow, &d) : fl_last_status();
     if (s == FL_OK) {
         FILE *f = a.out ? a.out : stdout;
-        progbar pb = {f, resolve_verbose(a.verbose, f), (n + bs - 1) / bs, now(), 0, 0};
+        progbar pb = {f, resolve_verbose(a.verbose, f), (n + bs - 1) / bs, now(), 0, 0, NULL};
         double r[1 + FL_MAX_METRICS];
         s = run_eval(m, &d, idx, n, bs, r, &pb);
         if (s == FL_OK)
@@ -718,7 +867,7 @@ fl_tensor *fl_predict_(fl_model *m, const fl_tensor *x, fl_eval_args a) {
     }
     for (int64_t s = 0; s * bs < n; s++) {
         int64_t b = n - s * bs < bs ? n - s * bs : bs;
-        load_batch(m, &d, idx + s * bs, b);
+        (void)load_batch(m, &d, idx + s * bs, b); /* arrays: cannot fail */
         fl_graph_forward(&m->g, false);
         m->g.be->download((float *)out->data + s * bs * orow, m->output->val, (size_t)(b * orow) * sizeof(float));
     }
@@ -769,7 +918,7 @@ fl_status fl_predict_multi_(fl_model *m, const fl_tensor *const *xs, int nx, fl_
     }
     for (int64_t s = 0; st == FL_OK && s * bs < n; s++) {
         int64_t b = n - s * bs < bs ? n - s * bs : bs;
-        for (int i = 0; i < nx; i++) load_batch(m, &d[i], idx + s * bs, b);
+        for (int i = 0; i < nx; i++) (void)load_batch(m, &d[i], idx + s * bs, b); /* arrays: cannot fail */
         fl_graph_forward(&m->g, false);
         for (int o = 0; o < nout; o++) {
             int64_t orow = fl_node_sample_size(m->outputs[o]);
@@ -1031,11 +1180,25 @@ static fl_status train_step(fl_model *m, graph_state *gs, bool full, bool check,
 }
 
 
-fl_history *fl_fit_(fl_model *m, const fl_tensor *x, const fl_tensor *y, fl_fit_args a) {
-    if (!m) return fl_error_null(FL_ERR_INVALID_ARG, "fl_fit: model is NULL");
+/* fl_fit (x, y) and fl_fit_stream (stream): one loop, the batches loaded through data_src. */
+static fl_history *fit(fl_model *m, const fl_tensor *x, const fl_tensor *y, fl_data_stream *stream, fl_fit_args a) {
+    const char *who = stream ? "fl_fit_stream" : "fl_fit";
+    if (!m) return fl_error_null(FL_ERR_INVALID_ARG, "%s: model is NULL", who);
     if (!m->compiled)
-        return fl_error_null(FL_ERR_STATE, "fl_fit: model '%s' is not compiled (call fl_compile first)", m->name);
-    if (check_x(m, x, "fl_fit") != FL_OK) return NULL;
+        return fl_error_null(FL_ERR_STATE, "%s: model '%s' is not compiled (call fl_compile first)", who, m->name);
+    int64_t y_row = 0, vrow = 0;
+    if (stream) {
+        if (check_stream(m, stream, who, &y_row) != FL_OK) return NULL;
+        if (a.validation_x)
+            return fl_error_null(FL_ERR_INVALID_ARG, "fl_fit_stream: validation data as a stream (.validation_stream), "
+                                 "not arrays");
+        if (a.validation_stream && check_stream(m, a.validation_stream, "fl_fit_stream (validation stream)", &vrow) != FL_OK)
+            return NULL;
+    } else {
+        if (a.validation_stream)
+            return fl_error_null(FL_ERR_INVALID_ARG, "fl_fit: .validation_stream is for fl_fit_stream; give validation_x/y");
+        if (check_x(m, x, "fl_fit") != FL_OK) return NULL;
+    }
     if (m->opt->bound_gen != m->g.trainable_gen && fl_optimizer_bind(m->opt, &m->g) != FL_OK) {
         /* layers were frozen or unfrozen since compile: what Keras's recompile does */
         fl_error_prefix("fl_fit: binding the optimizer to the weights now trainable: ");
@@ -1046,18 +1209,17 @@ fl_history *fl_fit_(fl_model *m, const fl_tensor *x, const fl_tensor *y, fl_fit_
     if (!(a.validation_split >= 0.0f && a.validation_split < 1.0f))
         return fl_error_null(FL_ERR_INVALID_ARG, "fl_fit: validation_split %g, expected 0 <= split < 1",
                              a.validation_split);
-    if (a.validation_split > 0 && a.validation_x)
-        return fl_error_null(FL_ERR_INVALID_ARG, "fl_fit: give validation_split or validation_x/y, not both");
+    if (a.validation_split > 0 && (a.validation_x || a.validation_stream))
+        return fl_error_null(FL_ERR_INVALID_ARG, "%s: give validation_split or validation data, not both", who);
     if ((a.validation_x == NULL) != (a.validation_y == NULL))
         return fl_error_null(FL_ERR_INVALID_ARG, "fl_fit: validation_x and validation_y must be given together");
     int64_t bs = a.batch_size > 0 ? a.batch_size : 32;
     int epochs = a.epochs > 0 ? a.epochs : 1;
-    int64_t n = x->shape[0];
-    int64_t y_row = 0;
-    float *yh = prepare_y(m, x, y, &y_row, "fl_fit");
-    if (!yh) return NULL;
+    int64_t n = stream ? fl_data_stream_size(stream) : x->shape[0];
+    float *yh = stream ? NULL : prepare_y(m, x, y, &y_row, "fl_fit");
+    if (!stream && !yh) return NULL;
     bool check = !a.no_nan_check;
-    int64_t bad = check ? first_nonfinite(yh, n * y_row) : -1;
+    int64_t bad = check && yh ? first_nonfinite(yh, n * y_row) : -1;
     if (bad >= 0) {
         fl_error(FL_ERR_NONFINITE, "fl_fit: y[%lld] holds %s at target %lld; nothing was trained (TerminateOnNaN); "
                  "fix the targets, or set .no_nan_check (flynn train --no-nan-check)", (long long)(bad / y_row),
@@ -1083,11 +1245,10 @@ fl_history *fl_fit_(fl_model *m, const fl_tensor *x, const fl_tensor *y, fl_fit_
         }
     }
     float *vyh = NULL;
-    int64_t vrow = 0;
     data_src tr = {0}, vd = {0};
     graph_state gs = {0};
     float *xo = NULL, *vxo = NULL;
-    const float *vxr = NULL;
+    const float *vxr = NULL, *xr = NULL;
     int64_t *perm = NULL, *vidx = NULL, nv = 0;
     fl_history *h = NULL;
     if (a.validation_x) { /* validation data of another length: the graph is bound to it while it runs */
@@ -1100,18 +1261,22 @@ fl_history *fl_fit_(fl_model *m, const fl_tensor *x, const fl_tensor *y, fl_fit_
             goto fail;
         if (fl_model_bind(m, &x, 1, "fl_fit") != FL_OK) goto fail;
     }
-    const float *xr = x_rows(m, m->input, x, "fl_fit", &xo);
-    if (!xr) goto fail;
+    if (!stream && !(xr = x_rows(m, m->input, x, "fl_fit", &xo))) goto fail;
     perm = fl_malloc((size_t)n * sizeof(int64_t), "shuffle order");
     h = fl_calloc(1, sizeof *h, "History");
     if (!perm || !h || reserve(m, bs < n_train ? bs : n_train) != FL_OK ||
-        data_open(m, m->input, xr, yh, n, y_row, &tr) != FL_OK)
+        (stream ? data_open_stream(m, m->input, stream, y_row, bs, &a, check, &tr)
+                : data_open(m, m->input, xr, yh, n, y_row, &tr)) != FL_OK)
         goto fail;
-    if (!a.validation_x && n_val > 0) {
+    if (a.validation_stream) {
+        nv = fl_data_stream_size(a.validation_stream);
+        if (!(vidx = iota(nv, 0)) || data_open_stream(m, m->input, a.validation_stream, vrow, bs, &a, check, &vd) != FL_OK)
+            goto fail;
+    } else if (!a.validation_x && n_val > 0) {
         nv = n_val;
         if (!(vidx = iota(nv, n_train))) goto fail;
     }
-    const data_src *val = a.validation_x ? &vd : &tr;
+    data_src *val = a.validation_x || a.validation_stream ? &vd : &tr;
     bool has_val = nv > 0;
     h->nkeys = 0;
     snprintf(h->keys[h->nkeys++], 48, "loss");
@@ -1133,7 +1298,7 @@ fl_history *fl_fit_(fl_model *m, const fl_tensor *x, const fl_tensor *y, fl_fit_
     m->stop_training = false;
     for (int c = 0; c < ncb; c++)
         if (cbs[c]->on_train_begin && cbs[c]->on_train_begin(m, &logs, cbs[c]->user) != FL_OK) goto fail_cb;
-    if (check && !m->g.be->host_memory && !m->input->int_val && /* device: x once, the batches are gathered there */
+    if (check && xr && !m->g.be->host_memory && !m->input->int_val && /* device: x once, the batches are gathered there */
         check_x_finite(m, &tr, xr, NULL, n_train, a.initial_epoch, epochs, 0, steps) != FL_OK)
         goto fail;
     double t_fit = now();
@@ -1144,20 +1309,29 @@ fl_history *fl_fit_(fl_model *m, const fl_tensor *x, const fl_tensor *y, fl_fit_
         logs.n = 0;
         for (int c = 0; c < ncb; c++)
             if (cbs[c]->on_epoch_begin && cbs[c]->on_epoch_begin(m, ep, &logs, cbs[c]->user) != FL_OK) goto fail_cb;
-        progbar pb = {f, mode, steps, now(), 0, 0};
+        progbar pb = {f, mode, steps, now(), 0, 0, stream ? &tr.wait : NULL};
         char keys[FL_HIST_MAX_KEYS][48];
         double v[1 + FL_MAX_METRICS], vals[FL_HIST_MAX_KEYS];
         int64_t seen = 0;
         double t0 = now();
-        if (fl_model_bind(m, &x, 1, "fl_fit") != FL_OK || reserve(m, bs < n_train ? bs : n_train) != FL_OK) goto fail;
+        if ((!stream && fl_model_bind(m, &x, 1, "fl_fit") != FL_OK) || reserve(m, bs < n_train ? bs : n_train) != FL_OK)
+            goto fail;
         zero_stats(m);
         int64_t checked = 0; /* steps whose loss is known to be finite */
         int64_t steps_done = steps;
+        tr.wait = 0;
+        if (data_begin(&tr, ep, perm, n_train) != FL_OK) goto fail;
         for (int64_t s = 0; s < steps; s++) {
             int64_t b = n_train - s * bs < bs ? n_train - s * bs : bs;
-            load_batch(m, &tr, perm + s * bs, b);
-            if (check && m->g.be->host_memory && !m->input->int_val && /* int32 indices: no NaN to find */
-                check_x_finite(m, &tr, m->input->val, perm + s * bs, b, ep, epochs, s, steps) != FL_OK)
+            double tl = stream ? 0 : now();
+            if (load_batch(m, &tr, perm + s * bs, b) != FL_OK) {
+                fl_error_prefix("%s: epoch %d/%d, step %lld/%lld: ", who, ep + 1, epochs, (long long)s + 1, (long long)steps);
+                goto fail;
+            }
+            if (!stream) tr.wait += now() - tl;
+            const float *rows = m->g.be->host_memory ? m->input->val : tr.last_x;
+            if (check && rows && !m->input->int_val && /* int32 indices: no NaN to find */
+                check_x_finite(m, &tr, rows, perm + s * bs, b, ep, epochs, s, steps) != FL_OK)
                 goto fail;
             bool finite;
             if (train_step(m, &gs, b == bs, check, &finite) != FL_OK) goto fail;
@@ -1181,7 +1355,8 @@ fl_history *fl_fit_(fl_model *m, const fl_tensor *x, const fl_tensor *y, fl_fit_
                     if (cbs[c]->on_batch_end && cbs[c]->on_batch_end(m, s, &logs, cbs[c]->user) != FL_OK) goto fail_cb;
                 if (m->stop_training) { steps_done = s + 1; break; }
                 /* a callback that predicted on data of another length planned the graph for it */
-                if (fl_model_bind(m, &x, 1, "fl_fit") != FL_OK || reserve(m, bs < n_train ? bs : n_train) != FL_OK)
+                if ((!stream && fl_model_bind(m, &x, 1, "fl_fit") != FL_OK) ||
+                    reserve(m, bs < n_train ? bs : n_train) != FL_OK)
                     goto fail;
             }
             if (s + 1 < steps && progbar_due(&pb, false)) {
@@ -1196,6 +1371,9 @@ fl_history *fl_fit_(fl_model *m, const fl_tensor *x, const fl_tensor *y, fl_fit_
                 progbar_update(&pb, s + 1, nkv, keys, vals, false);
             }
         }
+        data_end(&tr); /* an early stop leaves readers mid-epoch: stop them */
+        h->data_seconds += tr.wait;
+        h->train_steps += steps_done;
         read_stats(m, seen, v); /* waits for the device: the epoch's time ends here */
         if (device_status(m, "training") != FL_OK) goto fail;
         if (check && !isfinite(v[0])) {
@@ -1259,4 +1437,11 @@ fail:
     free(perm); free(vidx); free(yh); free(vyh); free(xo); free(vxo);
     fl_history_free(h);
     return NULL;
+}
+
+fl_history *fl_fit_(fl_model *m, const fl_tensor *x, const fl_tensor *y, fl_fit_args a) { return fit(m, x, y, NULL, a); }
+
+fl_history *fl_fit_stream_(fl_model *m, fl_data_stream *train, fl_fit_args a) {
+    if (!train) return fl_error_null(FL_ERR_INVALID_ARG, "fl_fit_stream: the stream is NULL");
+    return fit(m, NULL, NULL, train, a);
 }
