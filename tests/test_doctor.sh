@@ -46,7 +46,7 @@ PY
 doctor_case no-driver driver "if this machine has an NVIDIA GPU, install its driver, version 580 or newer" FLYNN_NVIDIA_PROC="$tmp/none"
 doctor_case disabled enabled "unset FLYNN_DISABLE_GPU" FLYNN_DISABLE_GPU=1
 doctor_case no-libcuda libcuda "reinstall the NVIDIA driver" FLYNN_NVIDIA_PROC="$tmp/version" FLYNN_LIBCUDA="$tmp/none.so"
-doctor_case old-driver driver_version "update the NVIDIA driver to version 580 or newer .*the GPU is fine, only the driver is too old" "${FAKE[@]}" STUB_CUDA_VERSION=12040
+doctor_case old-driver driver_version "update the NVIDIA driver to version 580 or newer .*the GPU is fine, only the driver is too old" "${FAKE[@]}" STUB_CUDA_VERSION=11040
 doctor_case no-cublas cublas "install cuBLAS for CUDA 13" "${FAKE[@]}" FLYNN_CUDA_LIB_PATH="$tmp/empty"
 # cuBLAS and cuDNN: the stubs (tests/stub_cudalibs.c) for the cases that
 # need them found, so that these run on every machine; FLYNN_CUDA_LIB_PATH
