@@ -234,6 +234,12 @@ static void self_dir(char *out, size_t len) {
         char *slash = strrchr(out, '/');
         if (slash) *slash = 0;
         else snprintf(out, len, ".");
+        /* "prefix/bin/../lib" (through the RUNPATH $ORIGIN/../lib) as "prefix/lib" */
+        char *real = realpath(out, NULL);
+        if (real) {
+            snprintf(out, len, "%s", real);
+            free(real);
+        }
     }
 }
 
@@ -610,13 +616,18 @@ static void run_checks(fl_gpu_state *s) {
     libs_found L, first;
     memset(&first, 0, sizeof first);
     int chosen = -1;
-    char skipped[768] = "";
+    char skipped[768] = "", older[512] = "";
     for (int k = 0; k < no && chosen < 0; k++) {
         memset(&L, 0, sizeof L);
         bool ok = load_cublas(cand[pick[k]].major, dirs, nd, &L) && load_cudnn(cand[pick[k]].major, dirs, nd, &L);
         if (ok) chosen = pick[k];
         else {
             if (k == 0) first = L;
+            else {
+                size_t o = strlen(older);
+                snprintf(older + o, sizeof older - o, "%sthe CUDA %d plugin's %s is missing too", o ? "; " : "",
+                         cand[pick[k]].major, strcmp(L.failed, "cublas") == 0 ? "cuBLAS" : "cuDNN");
+            }
             size_t o = strlen(skipped);
             snprintf(skipped + o, sizeof skipped - o, "%sthe CUDA %d plugin's %s is missing", o ? "; " : "",
                      cand[pick[k]].major, strcmp(L.failed, "cublas") == 0 ? "cuBLAS" : "cuDNN");
@@ -625,9 +636,9 @@ static void run_checks(fl_gpu_state *s) {
     if (chosen < 0) {
         char detail[1536];
         snprintf(detail, sizeof detail, "%s", first.detail);
-        if (no > 1) {
+        if (older[0]) {
             size_t o = strlen(detail);
-            snprintf(detail + o, sizeof detail - o, " (nor those of the older plugin: %s)", skipped);
+            snprintf(detail + o, sizeof detail - o, " (%s)", older);
         }
         /* what passed before the failure */
         add_check(s, "driver_version", FL_GPU_PASS, NULL, "the driver supports CUDA %d.%d: the CUDA %d plugin fits",
