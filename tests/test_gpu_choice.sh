@@ -132,6 +132,15 @@ expect_doctor d590-no13libs "$R" "$tmp/plugins-both" 13010 1 driver_version PASS
 expect_doctor d590-only13 "$R" "$tmp/plugins-13" 13010 1 cublas FAIL "libcublasLt.so.13 \(cuBLAS for CUDA 13\) not found" \
   "install cuBLAS for CUDA 13 \(pip install nvidia-cublas"
 
+# a Pascal card (6.1) on a 590 driver: the CUDA 13 plugin has no code for
+# it, so the CUDA 12 one is taken, and the reason says so; with only the
+# CUDA 13 plugin there is no other choice (the plugin itself says it then)
+R=$tmp/d590cc; native "$R" 590.44.01; libs "$R"
+EXTRA=STUB_CUDA_CC=61 expect_doctor pascal "$R" "$tmp/plugins-both" 13010 1 driver_version PASS \
+  "supports CUDA 13.1: taking the CUDA 12 plugin; the CUDA 13 plugin has no code for compute capability 6.1 \(it starts at 7.5\)"
+EXTRA=STUB_CUDA_CC=61 expect_doctor pascal-only13 "$R" "$tmp/plugins-13" 13010 1 plugin PASS "libflynn_cuda.so \(CUDA 13\)"
+EXTRA=STUB_CUDA_CC=90 expect_doctor hopper "$R" "$tmp/plugins-both" 13010 1 driver_version PASS "taking the CUDA 13 plugin$"
+
 # a working "GPU" (the stub plugin running flynn's CPU kernels): doctor
 # passes (exit 0) and train names the plugin, its CUDA and why, and cuBLAS
 R=$tmp/d570

@@ -253,8 +253,8 @@ static int host_error(int status, const char *fmt, ...) {
 }
 
 const fl_cuda_plugin_kind fl_cuda_plugins[] = {
-    {13, "libflynn_cuda.so", 580},
-    {12, "libflynn_cuda12.so", 525},
+    {13, "libflynn_cuda.so", 580, 75},   /* CUDA 13 dropped Maxwell, Pascal and Volta */
+    {12, "libflynn_cuda12.so", 525, 60},
 };
 const int fl_cuda_plugin_count = (int)(sizeof fl_cuda_plugins / sizeof fl_cuda_plugins[0]);
 
@@ -330,6 +330,27 @@ static int plugin_major_of(const char *path) {
     const char *c = strstr(base, "cuda");
     if (c && c[4] >= '1' && c[4] <= '9') return atoi(c + 4);
     return fl_cuda_plugins[0].cuda_major;
+}
+
+static int min_cc_for(int major) {
+    for (int i = 0; i < fl_cuda_plugin_count; i++)
+        if (fl_cuda_plugins[i].cuda_major == major) return fl_cuda_plugins[i].min_cc;
+    return 0;
+}
+
+/* The compute capability of the device flynn will use ($FLYNN_CUDA_DEVICE,
+ * else 0), asked of the driver itself, so that a card the newest plugin has
+ * no code for gets an older plugin; 0 when the driver does not say. */
+static int driver_device_cc(void *cuda) {
+    int (*init)(unsigned) = (int (*)(unsigned))dlsym(cuda, "cuInit");
+    int (*get)(int *, int) = (int (*)(int *, int))dlsym(cuda, "cuDeviceGet");
+    int (*attr)(int *, int, int) = (int (*)(int *, int, int))dlsym(cuda, "cuDeviceGetAttribute");
+    if (!init || !get || !attr || init(0) != 0) return 0;
+    const char *dv = getenv("FLYNN_CUDA_DEVICE");
+    int dev = 0, ordinal = dv && *dv ? atoi(dv) : 0, major = 0, minor = 0;
+    /* CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75, _MINOR = 76 */
+    if (get(&dev, ordinal) != 0 || attr(&major, 75, dev) != 0 || attr(&minor, 76, dev) != 0) return 0;
+    return major * 10 + minor;
 }
 
 static int min_driver_for(int major) {
@@ -523,7 +544,8 @@ static void run_checks(fl_gpu_state *s) {
         if (strcmp(s->driver_kind, "wsl2") == 0)
             snprintf(remedy, sizeof remedy, "WSL2 takes libcuda.so.1 from the Windows NVIDIA driver "
                      "(/usr/lib/wsl/lib): install or update that driver on Windows, then `wsl --shutdown`; do not "
-                     "install a Linux NVIDIA driver inside WSL");
+                     "install a Linux NVIDIA driver inside WSL (/dev/dxg is there for any GPU: without an NVIDIA one, "
+                     "flynn trains on the CPU and there is nothing to fix)");
         else if (s->container[0])
             snprintf(remedy, sizeof remedy, "the container has the GPU's device files but not the driver's "
                      "libcuda.so.1: %s", docker_remedy(s->container));
@@ -580,6 +602,26 @@ static void run_checks(fl_gpu_state *s) {
             if (cand[i].major <= drv / 1000 && (pass == 0 ? cand[i].present : !cand[i].present && !any_present))
                 pick[no++] = i;
     const int dmaj = drv / 1000, dmin = (drv % 1000) / 10;
+    /* a card older than a plugin's oldest architecture goes to an older
+     * plugin that has code for it, when one is installed */
+    s->device_cc = driver_device_cc(cuda);
+    char cc_note[256] = "";
+    if (s->device_cc > 0 && no > 1) {
+        int keep = 0;
+        for (int k = 0; k < no; k++)
+            if (s->device_cc >= min_cc_for(cand[pick[k]].major)) keep++;
+        if (keep > 0) {
+            int w = 0;
+            for (int k = 0; k < no; k++) {
+                const int m = cand[pick[k]].major, need = min_cc_for(m);
+                if (s->device_cc >= need) pick[w++] = pick[k];
+                else if (!cc_note[0])
+                    snprintf(cc_note, sizeof cc_note, "; the CUDA %d plugin has no code for compute capability %d.%d "
+                             "(it starts at %d.%d)", m, s->device_cc / 10, s->device_cc % 10, need / 10, need % 10);
+            }
+            no = w;
+        }
+    }
     if (no == 0) {
         char need[512] = "", absent[256] = "";
         size_t o = 0;
@@ -659,10 +701,13 @@ static void run_checks(fl_gpu_state *s) {
                          cand[i].min_driver);
                 break;
             }
+        if (cc_note[0]) snprintf(why, sizeof why, "%s", cc_note);
         if (skipped[0]) snprintf(why, sizeof why, "; %s", skipped);
         snprintf(s->plugin_choice, sizeof s->plugin_choice, "the driver supports CUDA %d.%d: taking the CUDA %d plugin%s",
                  dmaj, dmin, C->major, why);
         if (skipped[0]) snprintf(s->plugin_choice_short, sizeof s->plugin_choice_short, "%s", skipped);
+        else if (cc_note[0]) snprintf(s->plugin_choice_short, sizeof s->plugin_choice_short, "compute capability "
+                                      "%d.%d", s->device_cc / 10, s->device_cc % 10);
         else if (why[0]) snprintf(s->plugin_choice_short, sizeof s->plugin_choice_short, "the driver is older than "
                                   "CUDA %d", C->major + 1);
         else snprintf(s->plugin_choice_short, sizeof s->plugin_choice_short, "the newest plugin installed");

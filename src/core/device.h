@@ -29,6 +29,7 @@ typedef struct fl_gpu_state {
     char container[32];          /* "docker", "podman", "kubernetes", ... or "" */
     char driver_module[64];      /* the kernel module's version ("580.65.06"), "" if unknown */
     char libcuda_file[1024];
+    int device_cc;               /* the device's compute capability (86 = 8.6) as the driver reports it, 0 if unknown */
     int plugin_cuda;             /* the CUDA major of the chosen plugin (13, 12), 0 before the choice */
     char plugin_choice[768];     /* why that plugin: "the driver supports CUDA 12.8: taking ..." */
     char plugin_choice_short[256]; /* the same for the device line */
@@ -67,6 +68,7 @@ typedef struct fl_cuda_plugin_kind {
     int cuda_major;
     const char *file;
     int min_driver;
+    int min_cc;          /* the oldest compute capability it has code for (75 = 7.5) */
 } fl_cuda_plugin_kind;
 extern const fl_cuda_plugin_kind fl_cuda_plugins[];
 extern const int fl_cuda_plugin_count;
