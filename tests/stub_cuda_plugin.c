@@ -8,8 +8,9 @@
  *
  * By default it answers as a driver without a device would. With
  * STUB_PLUGIN_CPU=1 it returns flynn's CPU backend under a fake device name,
- * so that the whole path a working GPU takes (the device line, doctor's
- * memory and hello checks, exit code 0) runs on a machine without one.
+ * and a device query of one fake device, so that the whole path a working
+ * GPU takes (the device line, doctor's memory and hello checks, `flynn
+ * devices`, exit code 0) runs on a machine without one.
  */
 #include "backend/cuda/plugin.h"
 
@@ -68,3 +69,25 @@ __attribute__((visibility("default"))) const fl_backend *fl_cuda_plugin_open(con
     rep->cudnn_version = rep->cudnn_built = 91000;
     return &g_table;
 }
+
+static int stub_device_count(void) { return 1; }
+
+static int stub_device_info(int index, fl_cuda_device_info *o, char *why, size_t why_len) {
+    (void)why;
+    (void)why_len;
+    memset(o, 0, sizeof *o);
+    o->index = index;
+    snprintf(o->name, sizeof o->name, "Stub GPU (CUDA %d plugin, CPU kernels)", STUB_CUDA_MAJOR);
+    snprintf(o->uuid, sizeof o->uuid, "GPU-00000000-0000-0000-0000-000000000000");
+    o->cc_major = 9;
+    o->multiprocessors = 1;
+    o->warp_size = 32;
+    stub_mem_info(&o->free_mem, &o->total_mem);
+    o->runnable = 1;
+    snprintf(o->runnable_why, sizeof o->runnable_why, "stub");
+    return 0;
+}
+
+static const fl_cuda_tools g_tools = {stub_device_count, stub_device_info, NULL};
+
+__attribute__((visibility("default"))) const fl_cuda_tools *fl_cuda_plugin_tools(void) { return &g_tools; }

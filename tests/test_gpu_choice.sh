@@ -149,6 +149,19 @@ out=$(EXTRA=STUB_PLUGIN_CPU=1 run "$R" "$tmp/plugins-both" 12080 train --device 
 [ $rc -eq 0 ] && grep -qE "^device: GPU Stub GPU \(CUDA 12 plugin, CPU kernels\) .*driver CUDA 12.8, runtime 12.9 \(libflynn_cuda12.so: the driver is older than CUDA 13\), cuBLAS 12.9.3" <<<"$out" \
   && ok || { bad "d570-works: device line"; echo "$out" | head -3 >&2; }
 
+# flynn devices names the plugin, why, and the files (text and JSON)
+out=$(EXTRA=STUB_PLUGIN_CPU=1 run "$R" "$tmp/plugins-both" 12080 devices); rc=$?
+[ $rc -eq 0 ] && grep -qE "^Plugin: .*plugins-both/libflynn_cuda12.so \(CUDA 12; the driver supports CUDA 12.8: taking the CUDA 12 plugin" <<<"$out" \
+  && grep -qE "^cuBLAS: $R/home/.venv/.*/libcublas.so.12$" <<<"$out" && grep -qE "^cuDNN: +$R/home/.venv/.*/libcudnn.so.9$" <<<"$out" \
+  && ok || { bad "d570-works: flynn devices (exit $rc)"; echo "$out" >&2; }
+EXTRA=STUB_PLUGIN_CPU=1 run "$R" "$tmp/plugins-both" 12080 devices --json | python3 -c '
+import json, sys
+d = json.load(sys.stdin); p = d["plugin"]
+assert d["result"] == "PASS" and p["cuda_major"] == 12 and p["file"].endswith("/libflynn_cuda12.so"), d
+assert p["cublas"].endswith("/libcublas.so.12") and "taking the CUDA 12 plugin" in p["why"], p
+assert d["environment"]["driver"] == "native" and d["environment"]["driver_module"] == "570.133.20", d["environment"]' \
+  && ok || bad "d570-works: flynn devices --json"
+
 # a cuDNN built for CUDA 13 where the CUDA 12 plugin needs one for CUDA 12
 R=$tmp/mismatch; native "$R" 535.104.05; libs "$R"
 rm -f "$R"/home/.venv/lib/python3.11/site-packages/nvidia/cudnn/lib/*; rm -rf "$R/usr/local/cuda-13.0"

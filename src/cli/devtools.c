@@ -101,7 +101,9 @@ int flynn_cmd_devices(int argc, char **argv) {
                "Lists every CUDA device as the CUDA sample deviceQuery does (name, compute\n"
                "capability, multiprocessors and cores, clocks, memory, bus width and peak\n"
                "bandwidth, caches, limits, ECC, PCI ids, UUID, copy engines), the driver, runtime,\n"
-               "cuBLAS and cuDNN versions, and whether this build of flynn can run on it.\n"
+               "cuBLAS and cuDNN versions, and whether this build of flynn can run on it; then\n"
+               "which CUDA plugin was taken (libflynn_cuda.so, CUDA 13, or libflynn_cuda12.so,\n"
+               "CUDA 12) and why, and the cuBLAS, cuDNN and libcuda files loaded.\n"
                "Ends with Result = PASS or Result = FAIL (exit code 0 or 1).\n");
         return 0;
     }

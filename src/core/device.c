@@ -396,7 +396,7 @@ static bool load_cublas(int major, char dirs[][512], int nd, libs_found *L) {
     char list[2048];
     dirs_list(dirs, nd, list, sizeof list);
     snprintf(L->failed, sizeof L->failed, "cublas");
-    snprintf(L->detail, sizeof L->detail, "%s (cuBLAS for CUDA %d) not found (searched %s)", lt, major, list);
+    snprintf(L->detail, sizeof L->detail, "%s (cuBLAS for CUDA %d) not found (searched %.1400s)", lt, major, list);
     snprintf(L->remedy, sizeof L->remedy,
              "install cuBLAS for CUDA %d (pip install %s; or, with NVIDIA's apt repository, apt install libcublas-%d-x), "
              "or point FLYNN_CUDA_LIB_PATH at the folder that holds it",
@@ -447,7 +447,7 @@ static bool load_cudnn(int major, char dirs[][512], int nd, libs_found *L) {
                 snprintf(L->detail, sizeof L->detail, "%s (cuDNN) not found next to %s (%s)", parts[k].name, file,
                          dlerror());
                 snprintf(L->remedy, sizeof L->remedy,
-                         "reinstall cuDNN 9 for CUDA %d (pip install nvidia-cudnn-cu%d): the folder %s is incomplete",
+                         "reinstall cuDNN 9 for CUDA %d (pip install nvidia-cudnn-cu%d): the folder %.380s is incomplete",
                          major, major, dir);
                 return false;
             }
@@ -460,8 +460,8 @@ static bool load_cudnn(int major, char dirs[][512], int nd, libs_found *L) {
     char list[2048];
     dirs_list(dirs, nd, list, sizeof list);
     snprintf(L->failed, sizeof L->failed, "cudnn");
-    snprintf(L->detail, sizeof L->detail, "libcudnn.so.9 (cuDNN 9 for CUDA %d) not found (searched %s)%s", major, list,
-             other);
+    snprintf(L->detail, sizeof L->detail, "libcudnn.so.9 (cuDNN 9 for CUDA %d) not found (searched %.1000s)%.400s", major,
+             list, other);
     snprintf(L->remedy, sizeof L->remedy,
              "install cuDNN 9 for CUDA %d (pip install nvidia-cudnn-cu%d; or apt install cudnn9-cuda-%d from NVIDIA's "
              "repository), or point FLYNN_CUDA_LIB_PATH at the folder that holds it",
@@ -702,10 +702,10 @@ static void run_checks(fl_gpu_state *s) {
                 break;
             }
         if (cc_note[0]) snprintf(why, sizeof why, "%s", cc_note);
-        if (skipped[0]) snprintf(why, sizeof why, "; %s", skipped);
+        if (skipped[0]) snprintf(why, sizeof why, "; %.500s", skipped);
         snprintf(s->plugin_choice, sizeof s->plugin_choice, "the driver supports CUDA %d.%d: taking the CUDA %d plugin%s",
                  dmaj, dmin, C->major, why);
-        if (skipped[0]) snprintf(s->plugin_choice_short, sizeof s->plugin_choice_short, "%s", skipped);
+        if (skipped[0]) snprintf(s->plugin_choice_short, sizeof s->plugin_choice_short, "%.250s", skipped);
         else if (cc_note[0]) snprintf(s->plugin_choice_short, sizeof s->plugin_choice_short, "compute capability "
                                       "%d.%d", s->device_cc / 10, s->device_cc % 10);
         else if (why[0]) snprintf(s->plugin_choice_short, sizeof s->plugin_choice_short, "the driver is older than "
