@@ -1,8 +1,13 @@
 #!/usr/bin/env bash
 # scripts/setup.sh — installs what flynn needs to build, test and run its main
 # job on a fresh Debian 12 machine. Idempotent: installs only what is missing.
-# Usage: scripts/setup.sh [--bench]   (--bench also installs PyTorch for bench/,
-#                                      and rsvg-convert to look at flynn bench's charts)
+# Usage: scripts/setup.sh [--bench] [--cuda12]
+#   --bench   also installs PyTorch for bench/, and rsvg-convert to look at
+#             flynn bench's charts
+#   --cuda12  (or FLYNN_CUDA12=1) also installs the toolchain of the CUDA 12
+#             plugin, libflynn_cuda12.so, for drivers 525 to 575: clang-16
+#             and NVIDIA's CUDA 12 pip wheels (about 1.3 GB), see
+#             scripts/cuda12/install.sh; CMake builds the plugin where it is
 set -euo pipefail
 
 # python3: test_doctor.sh and test_bench.sh read flynn's JSON with it;
@@ -17,7 +22,15 @@ pkgs=(build-essential cmake ninja-build pkg-config python3
       libjpeg62-turbo-dev libpng-dev
       clang libclang-rt-dev libomp-dev
       dataset-fashion-mnist)
-if [ "${1:-}" = "--bench" ]; then
+bench=0 cuda12=${FLYNN_CUDA12:-0}
+for a in "$@"; do
+  case $a in
+    --bench) bench=1 ;;
+    --cuda12) cuda12=1 ;;
+    *) echo "setup: unknown option $a (expected --bench or --cuda12)" >&2; exit 2 ;;
+  esac
+done
+if [ $bench = 1 ]; then
   pkgs+=(python3-torch libopenblas0-openmp python3-numpy librsvg2-bin)
 fi
 
@@ -35,4 +48,8 @@ if [ ${#missing[@]} -gt 0 ]; then
   $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 else
   echo "setup: all packages present"
+fi
+
+if [ "$cuda12" = 1 ]; then
+  "$(dirname "$0")/cuda12/install.sh"
 fi

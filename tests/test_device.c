@@ -1,7 +1,8 @@
 /*
  * test_device.c — the GPU loader's pieces that can be checked without a GPU:
  * where it looks for cuBLAS/cuDNN (system, CUDA toolkit, pip wheels under a
- * virtualenv, $FLYNN_CUDA_LIB_PATH replacing all), the matmul precision
+ * virtualenv, activated or not, a conda env, ~/.local, the python3 on PATH;
+ * $FLYNN_CUDA_LIB_PATH replacing all), the matmul precision
  * setting, and that a model stays usable on the CPU when the GPU is not.
  */
 #include "check.h"
@@ -38,6 +39,38 @@ int main(void) {
     CHECK_MSG(listed(dirs, n, wheel), "the cuDNN wheel folder %s is not searched", wheel);
     CHECK_MSG(listed(dirs, n, cu13), "the CUDA 13 wheel folder %s is not searched", cu13);
     if (access("/usr/local/cuda/lib64", R_OK) == 0) CHECK(listed(dirs, n, "/usr/local/cuda/lib64"));
+
+    /* environments that are not activated: ~/.venv, a conda env under
+     * ~/miniconda3/envs, pip --user (~/.local), and the python3 on PATH */
+    unsetenv("VIRTUAL_ENV");
+    unsetenv("CONDA_PREFIX");
+    char home[600], venv[700], conda[700], user[700], onpath[700], pybin[700];
+    snprintf(home, sizeof home, "%s/home", tmp);
+    snprintf(venv, sizeof venv, "%s/.venv/lib/python3.11/site-packages/nvidia/cublas/lib", home);
+    snprintf(conda, sizeof conda, "%s/miniconda3/envs/torch/lib/python3.12/site-packages/nvidia/cudnn/lib", home);
+    snprintf(user, sizeof user, "%s/.local/lib/python3.11/site-packages/nvidia/cu13/lib", home);
+    snprintf(onpath, sizeof onpath, "%s/tool/lib/python3.10/site-packages/nvidia/cublas/lib", tmp);
+    snprintf(pybin, sizeof pybin, "%s/tool/bin", tmp);
+    char mk[6000];
+    snprintf(mk, sizeof mk, "mkdir -p '%s' '%s' '%s' '%s' '%s' && touch '%s/python3' && chmod +x '%s/python3'", venv,
+             conda, user, onpath, pybin, pybin, pybin);
+    CHECK(system(mk) == 0);
+    setenv("HOME", home, 1);
+    char path[8192];
+    snprintf(path, sizeof path, "%s:%s", pybin, getenv("PATH") ? getenv("PATH") : "/usr/bin");
+    setenv("PATH", path, 1);
+    n = fl_cuda_search_dirs(dirs, 48);
+    CHECK_MSG(listed(dirs, n, venv), "the ~/.venv wheel folder %s is not searched", venv);
+    CHECK_MSG(listed(dirs, n, conda), "the conda env wheel folder %s is not searched", conda);
+    CHECK_MSG(listed(dirs, n, user), "the pip --user wheel folder %s is not searched", user);
+    CHECK_MSG(listed(dirs, n, onpath), "the wheels of the python3 on PATH (%s) are not searched", onpath);
+    /* the python3 on PATH comes before the environments that are not activated */
+    int i_path = -1, i_venv = -1;
+    for (int i = 0; i < n; i++) {
+        if (strcmp(dirs[i], onpath) == 0) i_path = i;
+        if (strcmp(dirs[i], venv) == 0) i_venv = i;
+    }
+    CHECK(i_path >= 0 && i_venv >= 0 && i_path < i_venv);
 
     /* FLYNN_CUDA_LIB_PATH replaces the whole search */
     setenv("FLYNN_CUDA_LIB_PATH", "/a:/b/c", 1);

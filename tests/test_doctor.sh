@@ -8,9 +8,11 @@
 # Where cuBLAS/cuDNN are not installed, stub libraries of the same names
 # (tests/stub_cudalibs.c) stand in, so the cuDNN and plugin cases always run;
 # a case that cannot run prints SKIP and the reason.
-# usage: test_doctor.sh FLYNN STUB_LIBCUDA_DIR PLUGIN|none STUB_CUDALIBS_DIR
+# The CUDA 12 plugin, where it is built, gets the same device-less case with
+# the toolchain's real cuBLAS 12 and cuDNN for CUDA 12 (the pip wheels).
+# usage: test_doctor.sh FLYNN STUB_LIBCUDA_DIR PLUGIN|none STUB_CUDALIBS_DIR [PLUGIN12 CUDA12_LIB_DIR]
 set -u
-FLYNN=$1 STUB=$2 PLUGIN=$3 STUBLIBS=${4:-}
+FLYNN=$1 STUB=$2 PLUGIN=$3 STUBLIBS=${4:-} PLUGIN12=${5:-none} LIBS12=${6:-}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 pass=0 fail=0
@@ -46,7 +48,7 @@ PY
 doctor_case no-driver driver "if this machine has an NVIDIA GPU, install its driver, version 580 or newer" FLYNN_NVIDIA_PROC="$tmp/none"
 doctor_case disabled enabled "unset FLYNN_DISABLE_GPU" FLYNN_DISABLE_GPU=1
 doctor_case no-libcuda libcuda "reinstall the NVIDIA driver" FLYNN_NVIDIA_PROC="$tmp/version" FLYNN_LIBCUDA="$tmp/none.so"
-doctor_case old-driver driver_version "update the NVIDIA driver to version 580 or newer .*the GPU is fine, only the driver is too old" "${FAKE[@]}" STUB_CUDA_VERSION=12040
+doctor_case old-driver driver_version "update the NVIDIA driver to version 580 or newer .*the GPU is fine, only the driver is too old" "${FAKE[@]}" STUB_CUDA_VERSION=11040
 doctor_case no-cublas cublas "install cuBLAS for CUDA 13" "${FAKE[@]}" FLYNN_CUDA_LIB_PATH="$tmp/empty"
 # cuBLAS and cuDNN: the stubs (tests/stub_cudalibs.c) for the cases that
 # need them found, so that these run on every machine; FLYNN_CUDA_LIB_PATH
@@ -84,6 +86,23 @@ else
       grep -qE "^ *[0-9]+\. $c" <<<"$out" && ok || { bad "no-device: lacks /$c/"; echo "$out" >&2; }
     done
   }
+fi
+
+# the CUDA 12 plugin, real, on a stub 570 driver (CUDA 12.8): everything up
+# to the device, its static CUDA runtime 12.x included
+if [ "$PLUGIN12" = none ] || [ ! -f "$PLUGIN12" ]; then
+  echo "SKIP no-device-cuda12: the CUDA 12 plugin is not built here (scripts/setup.sh --cuda12)"
+elif [ ! -e "$LIBS12/libcublas.so.12" ]; then
+  echo "SKIP no-device-cuda12: no cuBLAS 12 in $LIBS12"
+else
+  F12=(FLYNN_NVIDIA_PROC="$tmp/version" FLYNN_LIBCUDA="$STUB/libcuda.so.1" STUB_CUDA_VERSION=12080
+       FLYNN_CUDA_PLUGIN="$PLUGIN12" FLYNN_CUDA_LIB_PATH="$LIBS12")
+  doctor_case no-device-cuda12 device "the driver sees no CUDA device" "${F12[@]}"
+  out=$(env "${F12[@]}" "$FLYNN" doctor 2>&1)
+  for c in "driver_version +PASS .*CUDA 12.8: taking the CUDA 12 plugin" "cublas +PASS +cuBLAS 12\..* for CUDA 12: .*libcublas.so.12" \
+           "cudnn +PASS +cuDNN 9\..* for CUDA 12\." "plugin +PASS .*libflynn_cuda12.so \(CUDA 12\)" "cudart +PASS .*CUDA runtime 12\."; do
+    grep -qE "^ *[0-9]+\. $c" <<<"$out" && ok || { bad "no-device-cuda12: lacks /$c/"; echo "$out" >&2; }
+  done
 fi
 
 # devices and bandwidth as they are on this machine: without a GPU the

@@ -33,8 +33,10 @@ check() {
 check no-driver "no NVIDIA driver is loaded .*: if this machine has an NVIDIA GPU, install its driver, version 580 or newer" FLYNN_NVIDIA_PROC="$tmp/none"
 check disabled "FLYNN_DISABLE_GPU is set" FLYNN_DISABLE_GPU=1
 check no-libcuda "libcuda.so.1 cannot be loaded|$tmp/none.so cannot be loaded" FLYNN_NVIDIA_PROC="$tmp/version" FLYNN_LIBCUDA="$tmp/none.so"
-check old-driver "supports CUDA 12.4, flynn's GPU backend is built with CUDA 13.0: update the NVIDIA driver" "${FAKE_DRIVER[@]}" STUB_CUDA_VERSION=12040
-check no-cublas "libcublasLt.so.13 \(cuBLAS\) not found \(searched $tmp/empty\)" "${FAKE_DRIVER[@]}" FLYNN_CUDA_LIB_PATH="$tmp/empty"
+# a 470 driver (CUDA 11.4) is too old for every plugin (the choice between
+# the CUDA 13 and 12 plugins: test_gpu_choice.sh)
+check old-driver "supports CUDA 11.4; flynn's GPU plugins? needs? CUDA 13 \(driver 580 or newer\).*: update the NVIDIA driver to version 580 or newer" "${FAKE_DRIVER[@]}" STUB_CUDA_VERSION=11040
+check no-cublas "libcublasLt.so.13 \(cuBLAS for CUDA 13\) not found \(searched $tmp/empty\)" "${FAKE_DRIVER[@]}" FLYNN_CUDA_LIB_PATH="$tmp/empty"
 
 # cuBLAS present, cuDNN missing: a folder with links to the real cuBLAS only
 cublas=$(ldconfig -p | grep -oE '/[^ ]*/libcublasLt\.so\.13$' | head -1)
@@ -43,7 +45,7 @@ if [ -n "$cublas" ]; then
   mkdir -p "$tmp/cublas_only"
   ln -s "$cublas" "$tmp/cublas_only/libcublasLt.so.13"
   ln -s "$(dirname "$cublas")/libcublas.so.13" "$tmp/cublas_only/libcublas.so.13"
-  check no-cudnn "libcudnn_graph.so.9 \(cuDNN\) not found .*install cuDNN 9" "${FAKE_DRIVER[@]}" FLYNN_CUDA_LIB_PATH="$tmp/cublas_only"
+  check no-cudnn "libcudnn.so.9 \(cuDNN 9 for CUDA 13\) not found .*install cuDNN 9" "${FAKE_DRIVER[@]}" FLYNN_CUDA_LIB_PATH="$tmp/cublas_only"
   check no-plugin "the flynn CUDA plugin cannot be loaded .*$tmp/none_plugin.so" "${FAKE_DRIVER[@]}" FLYNN_CUDA_PLUGIN="$tmp/none_plugin.so"
   if [ "$PLUGIN" != none ] && [ -f "$PLUGIN" ]; then
     # everything loads; the stub driver has no device: the plugin itself says so

@@ -72,6 +72,27 @@ static void versions(const fl_gpu_state *s, char *out, size_t len) {
              r->cudnn_version % 100);
 }
 
+/* Which plugin and libraries the loader took, and why (devices and doctor). */
+static void json_choice(const fl_gpu_state *s) {
+    printf("\"environment\": {\"driver\": ");
+    json_str(stdout, s->driver_kind);
+    printf(", \"driver_module\": ");
+    json_str(stdout, s->driver_module);
+    printf(", \"container\": ");
+    json_str(stdout, s->container);
+    printf("}, \"plugin\": {\"cuda_major\": %d, \"file\": ", s->plugin_cuda);
+    json_str(stdout, s->plugin_file);
+    printf(", \"why\": ");
+    json_str(stdout, s->plugin_choice);
+    printf(", \"libcuda\": ");
+    json_str(stdout, s->libcuda_file);
+    printf(", \"cublas\": ");
+    json_str(stdout, s->cublas_file);
+    printf(", \"cudnn\": ");
+    json_str(stdout, s->cudnn_file);
+    printf("}, ");
+}
+
 /* ------------------------------------------------------------- devices */
 
 int flynn_cmd_devices(int argc, char **argv) {
@@ -80,7 +101,9 @@ int flynn_cmd_devices(int argc, char **argv) {
                "Lists every CUDA device as the CUDA sample deviceQuery does (name, compute\n"
                "capability, multiprocessors and cores, clocks, memory, bus width and peak\n"
                "bandwidth, caches, limits, ECC, PCI ids, UUID, copy engines), the driver, runtime,\n"
-               "cuBLAS and cuDNN versions, and whether this build of flynn can run on it.\n"
+               "cuBLAS and cuDNN versions, and whether this build of flynn can run on it; then\n"
+               "which CUDA plugin was taken (libflynn_cuda.so, CUDA 13, or libflynn_cuda12.so,\n"
+               "CUDA 12) and why, and the cuBLAS, cuDNN and libcuda files loaded.\n"
                "Ends with Result = PASS or Result = FAIL (exit code 0 or 1).\n");
         return 0;
     }
@@ -104,6 +127,7 @@ int flynn_cmd_devices(int argc, char **argv) {
         json_str(stdout, ok ? "" : why);
         printf(", \"driver_cuda_version\": %d, \"runtime_version\": %d, \"cublas_version\": %d, \"cudnn_version\": %zu, ",
                s->driver_cuda, s->rep.runtime_version, s->rep.cublas_version, s->rep.cudnn_version);
+        json_choice(s);
         printf("\"built_for\": ");
         json_str(stdout, s->rep.archs);
         printf(", \"devices\": [");
@@ -136,6 +160,10 @@ int flynn_cmd_devices(int argc, char **argv) {
             printf("(`flynn doctor` checks the install step by step.)\n");
         } else {
             printf("Detected %d CUDA capable device%s; %s\n", n, n == 1 ? "" : "s", ver);
+            printf("Plugin: %s (CUDA %d; %s)\n", s->plugin_file, s->plugin_cuda, s->plugin_choice);
+            printf("cuBLAS: %s\ncuDNN:  %s\nlibcuda: %s%s%s%s\n", s->cublas_file, s->cudnn_file, s->libcuda_file,
+                   strcmp(s->driver_kind, "wsl2") == 0 ? " (WSL2)" : "", s->container[0] ? ", in a container: " : "",
+                   s->container);
             for (int i = 0; i < n; i++) {
                 const fl_cuda_device_info *d = &info[i];
                 printf("\nDevice %d: \"%s\"\n", i, d->name);
@@ -263,7 +291,14 @@ int flynn_cmd_doctor(int argc, char **argv) {
                "the flynn CUDA plugin, the CUDA runtime, a device, its compute capability against\n"
                "this build, the cuDNN version, free GPU memory, and a small convolution and matrix\n"
                "product on the GPU compared with the CPU. Each check prints PASS, FAIL or SKIP with\n"
-               "what it found; the first failure says what to do. Exit code 1 if any check fails.\n");
+               "what it found; the first failure says what to do. Exit code 1 if any check fails.\n\n"
+               "flynn has two CUDA plugins: libflynn_cuda.so (CUDA 13, NVIDIA driver 580 or newer)\n"
+               "and libflynn_cuda12.so (CUDA 12, driver 525 or newer). The driver_version check\n"
+               "says which one the driver's CUDA version selects, and why; cublas and cudnn say\n"
+               "which files of that CUDA version were taken (system, CUDA toolkit, pip wheels in\n"
+               "any virtualenv or conda environment, or $FLYNN_CUDA_LIB_PATH). Under WSL2 the\n"
+               "driver is the Windows one (/dev/dxg); in a container without the GPU, the remedy\n"
+               "is `docker run --gpus all`. Exit codes: 0 all PASS, 1 a check failed, 2 usage.\n");
         return 0;
     }
     static const char *const known[] = {"--json", NULL};
@@ -310,8 +345,9 @@ int flynn_cmd_doctor(int argc, char **argv) {
     if (ok) next = "nothing: `flynn train --device auto` will train on this GPU";
     static const char *st[3] = {"PASS", "FAIL", "SKIP"};
     if (json) {
-        printf("{\"tool\": \"flynn doctor\", \"version\": \"%s\", \"result\": \"%s\", \"checks\": [", fl_version(),
-               ok ? "PASS" : "FAIL");
+        printf("{\"tool\": \"flynn doctor\", \"version\": \"%s\", \"result\": \"%s\", ", fl_version(), ok ? "PASS" : "FAIL");
+        json_choice(s);
+        printf("\"checks\": [");
         for (int i = 0; i < n; i++) {
             printf("%s{\"name\": \"%s\", \"status\": \"%s\", \"detail\": ", i ? ", " : "", all[i].name, st[all[i].status]);
             json_str(stdout, all[i].detail);

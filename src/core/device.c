@@ -5,17 +5,25 @@
  * reason that `--device auto` prints and `--device gpu` fails with:
  *
  *   1. not disabled ($FLYNN_DISABLE_GPU)
- *   2. the NVIDIA kernel driver is loaded (/proc/driver/nvidia/version, /dev/nvidia*)
- *   3. libcuda.so.1 loads and supports the CUDA version the plugin is built for
- *   4. cuBLAS and cuDNN are found (system paths, the CUDA toolkit, or pip
- *      wheels under site-packages/nvidia/.../lib; $FLYNN_CUDA_LIB_PATH
- *      replaces the search)
- *   5. the flynn CUDA plugin libflynn_cuda.so loads ($FLYNN_CUDA_PLUGIN)
+ *   2. an NVIDIA driver: the Linux kernel driver (/proc/driver/nvidia/version,
+ *      /dev/nvidia*) or WSL2's (/dev/dxg); in a container without either,
+ *      the docker remedy (--gpus all)
+ *   3. libcuda.so.1 loads (system search, /usr/lib/wsl/lib, ...) and tells
+ *      the CUDA version the driver supports
+ *   4. the plugin: the newest installed one the driver supports
+ *      (libflynn_cuda.so, CUDA 13, driver >= 580; libflynn_cuda12.so,
+ *      CUDA 12, driver >= 525), and the cuBLAS and cuDNN of its CUDA major
+ *      (system and toolkit paths, pip wheels in any Python environment,
+ *      $FLYNN_CUDA_LIB_PATH replacing the search), loaded by absolute path;
+ *      an older plugin is taken when the newer one's libraries are missing
+ *   5. that plugin loads ($FLYNN_CUDA_PLUGIN names one file instead)
  *   6. the plugin finds a device it can run on and sets up cuBLAS/cuDNN
  *
  * The result is computed once per process (the backend registry).
  * Test hooks: $FLYNN_NVIDIA_PROC replaces /proc/driver/nvidia/version (and
- * skips /dev/nvidia*), $FLYNN_LIBCUDA replaces libcuda.so.1.
+ * skips /dev/nvidia*, /dev/dxg and the container checks), $FLYNN_LIBCUDA
+ * replaces libcuda.so.1,
+ * $FLYNN_TEST_ROOT prefixes every fixed path (see test_root()).
  */
 #include "device.h"
 #include "error.h"
@@ -29,8 +37,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-#define PLUGIN_NAME "libflynn_cuda.so"
 
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static bool g_done = false;
@@ -66,6 +72,26 @@ static void fail(fl_gpu_state *s, const char *name, const char *remedy, const ch
 
 /* ------------------------------------------------------ library search */
 
+/* Test hook: $FLYNN_TEST_ROOT is put in front of every fixed path the checks
+ * look at (/proc, /dev, /usr/lib/wsl/lib, /.dockerenv, /usr/local/cuda, ...),
+ * and the system's own library search is skipped, so that a test arranges a
+ * WSL2 machine or a container in a temporary folder. Not for users. */
+static const char *test_root(void) {
+    const char *r = getenv("FLYNN_TEST_ROOT");
+    return r && *r ? r : NULL;
+}
+
+static void rooted(char *out, size_t len, const char *path) {
+    const char *r = test_root();
+    snprintf(out, len, "%s%s", r ? r : "", path);
+}
+
+static bool rooted_exists(const char *path) {
+    char p[1024];
+    rooted(p, sizeof p, path);
+    return access(p, F_OK) == 0;
+}
+
 static int add_dir(char dirs[][512], int n, int max, const char *d) {
     if (n >= max || access(d, R_OK) != 0) return n;
     for (int i = 0; i < n; i++)
@@ -76,15 +102,51 @@ static int add_dir(char dirs[][512], int n, int max, const char *d) {
 
 static int add_glob(char dirs[][512], int n, int max, const char *pattern) {
     glob_t g;
-    if (glob(pattern, GLOB_NOSORT | GLOB_ONLYDIR, NULL, &g) == 0) {
+    if (glob(pattern, GLOB_ONLYDIR, NULL, &g) == 0) {
         for (size_t i = 0; i < g.gl_pathc; i++) n = add_dir(dirs, n, max, g.gl_pathv[i]);
         globfree(&g);
     }
     return n;
 }
 
+/* pip wheels under one Python prefix (a virtualenv, a conda environment,
+ * /usr/local, ~/.local): site-packages/nvidia/<lib>/lib, where the CUDA 12
+ * wheels put them (nvidia/cublas/lib, nvidia/cudnn/lib), and
+ * site-packages/nvidia/cu13/lib, where the CUDA 13 ones do. */
+static int add_python_prefix(char dirs[][512], int n, int max, const char *prefix) {
+    if (!prefix || !*prefix) return n;
+    char pat[1024];
+    snprintf(pat, sizeof pat, "%.900s/lib/python3*/*-packages/nvidia/cu1[2-9]/lib", prefix);
+    n = add_glob(dirs, n, max, pat);
+    snprintf(pat, sizeof pat, "%.900s/lib/python3*/*-packages/nvidia/*/lib", prefix);
+    return add_glob(dirs, n, max, pat);
+}
+
+/* The prefix of the first python3 on $PATH (a virtualenv's bin/python3 is
+ * a link to the system's: its prefix is the folder above bin, unresolved). */
+static bool path_python_prefix(char *out, size_t len) {
+    const char *path = getenv("PATH");
+    if (!path) return false;
+    char buf[4096];
+    snprintf(buf, sizeof buf, "%s", path);
+    for (char *save = NULL, *d = strtok_r(buf, ":", &save); d; d = strtok_r(NULL, ":", &save)) {
+        char exe[1024];
+        snprintf(exe, sizeof exe, "%.1000s/python3", d);
+        if (access(exe, X_OK) != 0) continue;
+        snprintf(out, len, "%s", d);
+        char *slash = strrchr(out, '/');
+        if (!slash || strcmp(slash, "/bin") != 0) return false;
+        *slash = 0;
+        if (!out[0]) snprintf(out, len, "/");
+        return true;
+    }
+    return false;
+}
+
 /* Where CUDA libraries are looked for, in order. "" stands for the
- * system's own search (LD_LIBRARY_PATH, the ld.so cache). */
+ * system's own search (LD_LIBRARY_PATH, the ld.so cache). The file names
+ * carry the CUDA major (libcublas.so.12, .13); cuDNN's do not, so the loader
+ * asks each libcudnn.so.9 which CUDA it is built for. */
 int fl_cuda_search_dirs(char dirs[][512], int max) {
     int n = 0;
     const char *over = getenv("FLYNN_CUDA_LIB_PATH");
@@ -95,53 +157,48 @@ int fl_cuda_search_dirs(char dirs[][512], int max) {
             if (n < max) snprintf(dirs[n++], 512, "%s", d);
         return n;
     }
-    snprintf(dirs[n++], 512, "%s", "");
-    n = add_dir(dirs, n, max, "/usr/local/cuda/lib64");
-    n = add_dir(dirs, n, max, "/usr/local/cuda/lib");
-    n = add_glob(dirs, n, max, "/usr/local/cuda-1[3-9]*/lib64");
-    n = add_glob(dirs, n, max, "/usr/local/cuda-1[3-9]*/lib");
-    /* pip wheels: nvidia-cublas, nvidia-cudnn-cu13, ... */
-    const char *prefixes[] = {getenv("VIRTUAL_ENV"), getenv("CONDA_PREFIX"), "/usr", "/usr/local", "/opt/*", "/opt/*/.venv",
-                              "/opt/conda", NULL};
-    char pat[1024];
+    if (!test_root()) snprintf(dirs[n++], 512, "%s", "");
+    char p[1024];
+    /* the CUDA toolkit */
+    static const char *const toolkit[] = {"/usr/local/cuda/lib64", "/usr/local/cuda/lib",
+                                          "/usr/local/cuda/targets/x86_64-linux/lib",
+                                          "/usr/local/cuda-1[2-9]*/lib64", "/usr/local/cuda-1[2-9]*/lib",
+                                          "/usr/local/cuda-1[2-9]*/targets/x86_64-linux/lib",
+                                          "/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib/aarch64-linux-gnu"};
+    for (size_t i = 0; i < sizeof toolkit / sizeof toolkit[0]; i++) {
+        rooted(p, sizeof p, toolkit[i]);
+        n = add_glob(dirs, n, max, p);
+    }
+    /* pip wheels: the active environment first, then the python3 on PATH,
+     * then environments that are not activated */
+    n = add_python_prefix(dirs, n, max, getenv("VIRTUAL_ENV"));
+    n = add_python_prefix(dirs, n, max, getenv("CONDA_PREFIX"));
+    char py[1024];
+    if (path_python_prefix(py, sizeof py)) n = add_python_prefix(dirs, n, max, py);
     const char *home = getenv("HOME");
-    for (int pass = 0; pass < 2; pass++) {
-        for (int i = 0; i < (int)(sizeof prefixes / sizeof prefixes[0]); i++) {
-            const char *p = pass == 0 ? prefixes[i] : (i == 0 && home ? home : NULL);
-            if (!p || !*p) continue;
-            const char *sub = pass == 0 ? "" : "/.local";
-            snprintf(pat, sizeof pat, "%s%s/lib/python3*/*-packages/nvidia/cu1[3-9]/lib", p, sub);
-            n = add_glob(dirs, n, max, pat);
-            snprintf(pat, sizeof pat, "%s%s/lib/python3*/*-packages/nvidia/*/lib", p, sub);
-            n = add_glob(dirs, n, max, pat);
+    static const char *const in_home[] = {"/.local", "/.venv", "/venv", "/.virtualenvs/*", "/miniconda3",
+                                          "/miniconda3/envs/*", "/anaconda3", "/anaconda3/envs/*", "/miniforge3",
+                                          "/miniforge3/envs/*", "/mambaforge", "/mambaforge/envs/*"};
+    char pat[1024];
+    for (size_t i = 0; home && *home && i < sizeof in_home / sizeof in_home[0]; i++) {
+        snprintf(pat, sizeof pat, "%.900s%s", home, in_home[i]);
+        glob_t g;
+        if (glob(pat, GLOB_ONLYDIR, NULL, &g) == 0) {
+            for (size_t k = 0; k < g.gl_pathc; k++) n = add_python_prefix(dirs, n, max, g.gl_pathv[k]);
+            globfree(&g);
+        }
+    }
+    static const char *const common[] = {"/usr/local", "/usr", "/opt/conda", "/opt/conda/envs/*", "/opt/*/.venv",
+                                         "/opt/*/venv", "/opt/*"};
+    for (size_t i = 0; i < sizeof common / sizeof common[0]; i++) {
+        rooted(pat, sizeof pat, common[i]);
+        glob_t g;
+        if (glob(pat, GLOB_ONLYDIR, NULL, &g) == 0) {
+            for (size_t k = 0; k < g.gl_pathc; k++) n = add_python_prefix(dirs, n, max, g.gl_pathv[k]);
+            globfree(&g);
         }
     }
     return n;
-}
-
-/* dlopen `name` from the search dirs; *where gets the file (or "system"). */
-static void *open_lib(const char *name, char dirs[][512], int ndirs, char *where, size_t wlen) {
-    for (int i = 0; i < ndirs; i++) {
-        char path[1024];
-        if (dirs[i][0]) snprintf(path, sizeof path, "%.511s/%.200s", dirs[i], name);
-        else snprintf(path, sizeof path, "%s", name);
-        void *h = dlopen(path, RTLD_NOW | RTLD_GLOBAL);
-        if (h) {
-            if (dirs[i][0]) snprintf(where, wlen, "%s", path);
-            else {
-                /* ask the loader which file it took */
-                char origin[512] = "";
-                void *sym = dlsym(h, "cublasGetVersion_v2");
-                if (!sym) sym = dlsym(h, "cudnnGetVersion");
-                if (!sym) sym = dlsym(h, "cublasLtGetVersion");
-                Dl_info info;
-                if (sym && dladdr(sym, &info) && info.dli_fname) snprintf(origin, sizeof origin, "%s", info.dli_fname);
-                snprintf(where, wlen, "%s", origin[0] ? origin : name);
-            }
-            return h;
-        }
-    }
-    return NULL;
 }
 
 static void dirs_list(char dirs[][512], int n, char *out, size_t len) {
@@ -149,10 +206,26 @@ static void dirs_list(char dirs[][512], int n, char *out, size_t len) {
     out[0] = 0;
     for (int i = 0; i < n && o + 4 < len; i++)
         o += (size_t)snprintf(out + o, len - o, "%s%s", i ? ", " : "", dirs[i][0] ? dirs[i] : "the system library path");
+    if (n == 0) snprintf(out, len, "no folder");
+}
+
+/* The file a handle was loaded from (found through one of its symbols). */
+static void handle_file(void *h, const char *sym, const char *fallback, char *out, size_t len) {
+    void *p = dlsym(h, sym);
+    Dl_info info;
+    if (p && dladdr(p, &info) && info.dli_fname) snprintf(out, len, "%s", info.dli_fname);
+    else snprintf(out, len, "%s", fallback);
+}
+
+static void dir_of(const char *file, char *out, size_t len) {
+    snprintf(out, len, "%s", file);
+    char *slash = strrchr(out, '/');
+    if (slash) *slash = 0;
+    else out[0] = 0;
 }
 
 /* The folder of the file that holds this code (libflynn.so, or the program
- * it is linked into): the plugin is installed next to it. */
+ * it is linked into): the plugins are installed next to it. */
 static void self_dir(char *out, size_t len) {
     Dl_info info;
     out[0] = 0;
@@ -161,6 +234,12 @@ static void self_dir(char *out, size_t len) {
         char *slash = strrchr(out, '/');
         if (slash) *slash = 0;
         else snprintf(out, len, ".");
+        /* "prefix/bin/../lib" (through the RUNPATH $ORIGIN/../lib) as "prefix/lib" */
+        char *real = realpath(out, NULL);
+        if (real) {
+            snprintf(out, len, "%s", real);
+            free(real);
+        }
     }
 }
 
@@ -173,6 +252,223 @@ static int host_error(int status, const char *fmt, ...) {
     return (int)fl_error((fl_status)status, "%s", msg);
 }
 
+const fl_cuda_plugin_kind fl_cuda_plugins[] = {
+    {13, "libflynn_cuda.so", 580, 75},   /* CUDA 13 dropped Maxwell, Pascal and Volta */
+    {12, "libflynn_cuda12.so", 525, 60},
+};
+const int fl_cuda_plugin_count = (int)(sizeof fl_cuda_plugins / sizeof fl_cuda_plugins[0]);
+
+/* ------------------------------------------------- the machine's driver */
+
+/* A container: docker's /.dockerenv, podman's /run/.containerenv, or the
+ * first process's control groups (kubernetes, containerd, lxc). */
+static void detect_container(char *out, size_t len) {
+    out[0] = 0;
+    if (rooted_exists("/.dockerenv")) { snprintf(out, len, "docker"); return; }
+    if (rooted_exists("/run/.containerenv")) { snprintf(out, len, "podman"); return; }
+    char p[1024], line[512];
+    rooted(p, sizeof p, "/proc/1/cgroup");
+    FILE *f = fopen(p, "r");
+    if (!f) return;
+    static const char *const kinds[][2] = {{"kubepods", "kubernetes"}, {"docker", "docker"}, {"libpod", "podman"},
+                                           {"containerd", "containerd"}, {"lxc", "lxc"}};
+    while (!out[0] && fgets(line, sizeof line, f))
+        for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
+            if (strstr(line, kinds[i][0])) { snprintf(out, len, "%s", kinds[i][1]); break; }
+    fclose(f);
+}
+
+static const char *docker_remedy(const char *container) {
+    (void)container;
+    return "start the container with the GPU passed through: `docker run --gpus all ...` (podman: `--device "
+           "nvidia.com/gpu=all`), which needs the NVIDIA Container Toolkit on the host; the image needs no CUDA toolkit";
+}
+
+/* libcuda.so.1: the system's search, then where drivers put it (WSL2's
+ * /usr/lib/wsl/lib, Debian's nvidia/current, the container toolkit's
+ * /usr/local/nvidia/lib64). */
+static void *open_libcuda(char *name, size_t len, char *err, size_t elen) {
+    const char *lc = getenv("FLYNN_LIBCUDA");
+    err[0] = 0;
+    if (lc && *lc) {
+        snprintf(name, len, "%s", lc);
+        void *h = dlopen(lc, RTLD_NOW | RTLD_GLOBAL);
+        if (!h) snprintf(err, elen, "%s", dlerror());
+        return h;
+    }
+    if (!test_root()) {
+        void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
+        if (h) { snprintf(name, len, "libcuda.so.1"); return h; }
+        snprintf(err, elen, "%s", dlerror());
+    }
+    static const char *const places[] = {"/usr/lib/wsl/lib/libcuda.so.1", "/usr/lib/x86_64-linux-gnu/libcuda.so.1",
+                                         "/usr/lib/x86_64-linux-gnu/nvidia/current/libcuda.so.1",
+                                         "/usr/lib64/libcuda.so.1", "/usr/local/nvidia/lib64/libcuda.so.1",
+                                         "/usr/lib/aarch64-linux-gnu/libcuda.so.1"};
+    for (size_t i = 0; i < sizeof places / sizeof places[0]; i++) {
+        char p[1024];
+        rooted(p, sizeof p, places[i]);
+        if (access(p, F_OK) != 0) continue;
+        void *h = dlopen(p, RTLD_NOW | RTLD_GLOBAL);
+        if (h) { snprintf(name, len, "%s", p); return h; }
+        snprintf(err, elen, "%s", dlerror());
+    }
+    snprintf(name, len, "libcuda.so.1");
+    if (!err[0]) snprintf(err, elen, "libcuda.so.1: not found in the system library path nor in /usr/lib/wsl/lib");
+    return NULL;
+}
+
+/* ------------------------------------------------ cuBLAS and cuDNN */
+
+/* The CUDA major a plugin file is built with: libflynn_cuda<NN>.so says it
+ * in its name; libflynn_cuda.so is the newest. */
+static int plugin_major_of(const char *path) {
+    const char *base = strrchr(path, '/');
+    base = base ? base + 1 : path;
+    for (int i = 0; i < fl_cuda_plugin_count; i++)
+        if (strcmp(base, fl_cuda_plugins[i].file) == 0) return fl_cuda_plugins[i].cuda_major;
+    const char *c = strstr(base, "cuda");
+    if (c && c[4] >= '1' && c[4] <= '9') return atoi(c + 4);
+    return fl_cuda_plugins[0].cuda_major;
+}
+
+static int min_cc_for(int major) {
+    for (int i = 0; i < fl_cuda_plugin_count; i++)
+        if (fl_cuda_plugins[i].cuda_major == major) return fl_cuda_plugins[i].min_cc;
+    return 0;
+}
+
+/* The compute capability of the device flynn will use ($FLYNN_CUDA_DEVICE,
+ * else 0), asked of the driver itself, so that a card the newest plugin has
+ * no code for gets an older plugin; 0 when the driver does not say. */
+static int driver_device_cc(void *cuda) {
+    int (*init)(unsigned) = (int (*)(unsigned))dlsym(cuda, "cuInit");
+    int (*get)(int *, int) = (int (*)(int *, int))dlsym(cuda, "cuDeviceGet");
+    int (*attr)(int *, int, int) = (int (*)(int *, int, int))dlsym(cuda, "cuDeviceGetAttribute");
+    if (!init || !get || !attr || init(0) != 0) return 0;
+    const char *dv = getenv("FLYNN_CUDA_DEVICE");
+    int dev = 0, ordinal = dv && *dv ? atoi(dv) : 0, major = 0, minor = 0;
+    /* CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75, _MINOR = 76 */
+    if (get(&dev, ordinal) != 0 || attr(&major, 75, dev) != 0 || attr(&minor, 76, dev) != 0) return 0;
+    return major * 10 + minor;
+}
+
+static int min_driver_for(int major) {
+    for (int i = 0; i < fl_cuda_plugin_count; i++)
+        if (fl_cuda_plugins[i].cuda_major == major) return fl_cuda_plugins[i].min_driver;
+    return 0;
+}
+
+typedef struct libs_found {
+    char cublas[1024], cudnn[1024];
+    int cublas_version;
+    size_t cudnn_version, cudnn_cudart;
+    char failed[16];        /* "cublas" or "cudnn" */
+    char detail[1536], remedy[512];
+} libs_found;
+
+/* cuBLAS for CUDA `major`: libcublasLt.so.<major>, then libcublas.so.<major>,
+ * from the first folder that has them, loaded by absolute path (global, so
+ * that the plugin's own NEEDED entries resolve to them). */
+static bool load_cublas(int major, char dirs[][512], int nd, libs_found *L) {
+    char lt[64], bl[64];
+    snprintf(lt, sizeof lt, "libcublasLt.so.%d", major);
+    snprintf(bl, sizeof bl, "libcublas.so.%d", major);
+    for (int i = 0; i < nd; i++) {
+        char p1[1024], p2[1024];
+        if (dirs[i][0]) {
+            snprintf(p1, sizeof p1, "%.511s/%s", dirs[i], lt);
+            snprintf(p2, sizeof p2, "%.511s/%s", dirs[i], bl);
+            if (access(p2, F_OK) != 0) continue;
+        } else {
+            snprintf(p1, sizeof p1, "%s", lt);
+            snprintf(p2, sizeof p2, "%s", bl);
+        }
+        void *h1 = dlopen(p1, RTLD_NOW | RTLD_GLOBAL);
+        void *h2 = h1 ? dlopen(p2, RTLD_NOW | RTLD_GLOBAL) : NULL;
+        if (!h2) continue;
+        handle_file(h2, "cublasGetVersion_v2", p2, L->cublas, sizeof L->cublas);
+        int (*ver)(void *, int *) = (int (*)(void *, int *))dlsym(h2, "cublasGetVersion_v2");
+        L->cublas_version = 0;
+        if (ver) ver(NULL, &L->cublas_version);
+        return true;
+    }
+    char list[2048];
+    dirs_list(dirs, nd, list, sizeof list);
+    snprintf(L->failed, sizeof L->failed, "cublas");
+    snprintf(L->detail, sizeof L->detail, "%s (cuBLAS for CUDA %d) not found (searched %.1400s)", lt, major, list);
+    snprintf(L->remedy, sizeof L->remedy,
+             "install cuBLAS for CUDA %d (pip install %s; or, with NVIDIA's apt repository, apt install libcublas-%d-x), "
+             "or point FLYNN_CUDA_LIB_PATH at the folder that holds it",
+             major, major >= 13 ? "nvidia-cublas" : "nvidia-cublas-cu12", major);
+    return false;
+}
+
+/* cuDNN 9 for CUDA `major`. Every CUDA major's cuDNN 9 is libcudnn.so.9, so
+ * each candidate is opened on its own first and asked which CUDA it is built
+ * for (cudnnGetCudartVersion); the libraries of the first match are then
+ * loaded from its folder by absolute path. */
+static bool load_cudnn(int major, char dirs[][512], int nd, libs_found *L) {
+    static const struct { const char *name; bool required; } parts[] = {
+        {"libcudnn_graph.so.9", true}, {"libcudnn_ops.so.9", true}, {"libcudnn_cnn.so.9", true},
+        {"libcudnn_heuristic.so.9", true}, {"libcudnn_engines_precompiled.so.9", true},
+        {"libcudnn_engines_runtime_compiled.so.9", false}, {"libcudnn.so.9", true},
+    };
+    char other[1200] = "";
+    for (int i = 0; i < nd; i++) {
+        char key[1024], dir[1024];
+        if (dirs[i][0]) {
+            snprintf(key, sizeof key, "%.511s/libcudnn.so.9", dirs[i]);
+            if (access(key, F_OK) != 0) continue;
+        } else snprintf(key, sizeof key, "libcudnn.so.9");
+        void *probe = dlopen(key, RTLD_NOW | RTLD_LOCAL);
+        if (!probe) continue;
+        char file[1024];
+        handle_file(probe, "cudnnGetVersion", key, file, sizeof file);
+        size_t (*cudart)(void) = (size_t (*)(void))dlsym(probe, "cudnnGetCudartVersion");
+        size_t (*ver)(void) = (size_t (*)(void))dlsym(probe, "cudnnGetVersion");
+        size_t built = cudart ? cudart() : 0, v = ver ? ver() : 0;
+        dlclose(probe);
+        if (built / 1000 != (size_t)major) {
+            if (!other[0])
+                snprintf(other, sizeof other, "; %s is cuDNN %zu.%zu for CUDA %zu.%zu, not %d", file, v / 10000,
+                         (v % 10000) / 100, built / 1000, (built % 1000) / 10, major);
+            continue;
+        }
+        dir_of(file, dir, sizeof dir);
+        bool ok = true;
+        for (size_t k = 0; k < sizeof parts / sizeof parts[0] && ok; k++) {
+            char p[1200];
+            if (dir[0]) snprintf(p, sizeof p, "%s/%s", dir, parts[k].name);
+            else snprintf(p, sizeof p, "%s", parts[k].name);
+            void *h = dlopen(p, RTLD_NOW | RTLD_GLOBAL);
+            if (!h && parts[k].required) {
+                snprintf(L->failed, sizeof L->failed, "cudnn");
+                snprintf(L->detail, sizeof L->detail, "%s (cuDNN) not found next to %s (%s)", parts[k].name, file,
+                         dlerror());
+                snprintf(L->remedy, sizeof L->remedy,
+                         "reinstall cuDNN 9 for CUDA %d (pip install nvidia-cudnn-cu%d): the folder %.380s is incomplete",
+                         major, major, dir);
+                return false;
+            }
+        }
+        snprintf(L->cudnn, sizeof L->cudnn, "%s", file);
+        L->cudnn_version = v;
+        L->cudnn_cudart = built;
+        return true;
+    }
+    char list[2048];
+    dirs_list(dirs, nd, list, sizeof list);
+    snprintf(L->failed, sizeof L->failed, "cudnn");
+    snprintf(L->detail, sizeof L->detail, "libcudnn.so.9 (cuDNN 9 for CUDA %d) not found (searched %.1000s)%.400s", major,
+             list, other);
+    snprintf(L->remedy, sizeof L->remedy,
+             "install cuDNN 9 for CUDA %d (pip install nvidia-cudnn-cu%d; or apt install cudnn9-cuda-%d from NVIDIA's "
+             "repository), or point FLYNN_CUDA_LIB_PATH at the folder that holds it",
+             major, major, major);
+    return false;
+}
+
 static void run_checks(fl_gpu_state *s) {
     memset(s, 0, sizeof *s);
     /* 1 */
@@ -183,9 +479,13 @@ static void run_checks(fl_gpu_state *s) {
     }
     add_check(s, "enabled", FL_GPU_PASS, NULL, "FLYNN_DISABLE_GPU is not set");
 
-    /* 2: the kernel driver */
+    /* 2: the kernel driver: native (/proc/driver/nvidia, /dev/nvidia*) or
+     * WSL2's (/dev/dxg, the Windows driver) */
     const char *proc = getenv("FLYNN_NVIDIA_PROC");
-    const char *pfile = proc && *proc ? proc : "/proc/driver/nvidia/version";
+    if (!(proc && *proc)) detect_container(s->container, sizeof s->container);
+    char pfile[1024];
+    if (proc && *proc) snprintf(pfile, sizeof pfile, "%s", proc);
+    else rooted(pfile, sizeof pfile, "/proc/driver/nvidia/version");
     char line[256] = "";
     FILE *f = fopen(pfile, "r");
     if (f) {
@@ -193,25 +493,66 @@ static void run_checks(fl_gpu_state *s) {
         fclose(f);
         line[strcspn(line, "\n")] = 0;
     }
-    bool dev = !(proc && *proc) && (access("/dev/nvidiactl", F_OK) == 0 || access("/dev/nvidia0", F_OK) == 0);
-    if (!f && !dev) {
-        fail(s, "driver",
-             "if this machine has an NVIDIA GPU, install its driver, version 580 or newer (Debian: apt install "
-             "nvidia-driver; check with nvidia-smi); without one, flynn trains on the CPU and there is nothing to fix",
-             "no NVIDIA driver is loaded (%s and /dev/nvidia* are missing)", pfile);
+    bool hooked = proc && *proc;
+    bool dev = !hooked && (rooted_exists("/dev/nvidiactl") || rooted_exists("/dev/nvidia0"));
+    bool dxg = !hooked && rooted_exists("/dev/dxg");
+    const char *km = strstr(line, "Kernel Module");
+    if (km) {
+        km += strlen("Kernel Module");
+        while (*km == ' ' || *km == '\t') km++;
+        snprintf(s->driver_module, sizeof s->driver_module, "%.*s", (int)strcspn(km, " \t"), km);
+    }
+    if (!f && !dev && !dxg) {
+        char pv[1024], ver[256] = "";
+        rooted(pv, sizeof pv, "/proc/version");
+        FILE *v = hooked ? NULL : fopen(pv, "r");
+        if (v) {
+            if (!fgets(ver, sizeof ver, v)) ver[0] = 0;
+            fclose(v);
+        }
+        if (s->container[0])
+            fail(s, "driver", docker_remedy(s->container),
+                 "no NVIDIA GPU is visible in this container (%s: %s, /dev/nvidia* and /dev/dxg are missing)",
+                 s->container, pfile);
+        else if (strstr(ver, "icrosoft") || strstr(ver, "WSL"))
+            fail(s, "driver",
+                 "under WSL the GPU comes from the NVIDIA driver installed on Windows: install or update it there "
+                 "(not a Linux driver inside WSL), run `wsl --update`, and use WSL 2 (`wsl --set-version <distro> 2`)",
+                 "WSL without a GPU: /dev/dxg is missing");
+        else
+            fail(s, "driver",
+                 "if this machine has an NVIDIA GPU, install its driver, version 580 or newer (525 or newer is enough "
+                 "for flynn's CUDA 12 plugin; Debian: apt install nvidia-driver; check with nvidia-smi); without one, "
+                 "flynn trains on the CPU and there is nothing to fix",
+                 "no NVIDIA driver is loaded (%s and /dev/nvidia* are missing)", pfile);
         return;
     }
-    const char *ver = strstr(line, "Kernel Module");
-    add_check(s, "driver", FL_GPU_PASS, NULL, "NVIDIA kernel driver loaded (%s)",
-              ver ? ver : (f ? pfile : "/dev/nvidia* present"));
+    snprintf(s->driver_kind, sizeof s->driver_kind, "%s", f || dev ? "native" : "wsl2");
+    char where_ctr[96] = "";
+    if (s->container[0]) snprintf(where_ctr, sizeof where_ctr, ", in a %s container", s->container);
+    if (f || dev)
+        add_check(s, "driver", FL_GPU_PASS, NULL, "NVIDIA kernel driver loaded (%s)%s",
+                  km ? strstr(line, "Kernel Module") : (f ? pfile : "/dev/nvidia* present"), where_ctr);
+    else
+        add_check(s, "driver", FL_GPU_PASS, NULL, "WSL2: the Windows NVIDIA driver, through /dev/dxg%s", where_ctr);
 
     /* 3: libcuda.so.1 and the CUDA version it supports */
-    const char *lc = getenv("FLYNN_LIBCUDA");
-    const char *lcname = lc && *lc ? lc : "libcuda.so.1";
-    void *cuda = dlopen(lcname, RTLD_NOW | RTLD_GLOBAL);
+    char lcname[1024], lcerr[768];
+    void *cuda = open_libcuda(lcname, sizeof lcname, lcerr, sizeof lcerr);
     if (!cuda) {
-        fail(s, "libcuda", "the driver's user-space library is missing: reinstall the NVIDIA driver (or, in a container, "
-             "run it with the NVIDIA container toolkit)", "%s cannot be loaded (%s)", lcname, dlerror());
+        char remedy[512];
+        if (strcmp(s->driver_kind, "wsl2") == 0)
+            snprintf(remedy, sizeof remedy, "WSL2 takes libcuda.so.1 from the Windows NVIDIA driver "
+                     "(/usr/lib/wsl/lib): install or update that driver on Windows, then `wsl --shutdown`; do not "
+                     "install a Linux NVIDIA driver inside WSL (/dev/dxg is there for any GPU: without an NVIDIA one, "
+                     "flynn trains on the CPU and there is nothing to fix)");
+        else if (s->container[0])
+            snprintf(remedy, sizeof remedy, "the container has the GPU's device files but not the driver's "
+                     "libcuda.so.1: %s", docker_remedy(s->container));
+        else
+            snprintf(remedy, sizeof remedy, "the driver's user-space library is missing: reinstall the NVIDIA driver "
+                     "(or, in a container, run it with the NVIDIA container toolkit)");
+        fail(s, "libcuda", remedy, "%s cannot be loaded (%s)", lcname, lcerr);
         return;
     }
     int (*get_ver)(int *) = (int (*)(int *))dlsym(cuda, "cuDriverGetVersion");
@@ -222,82 +563,192 @@ static void run_checks(fl_gpu_state *s) {
         return;
     }
     s->driver_cuda = drv;
-    if (drv / 1000 < FL_CUDA_BUILD_MAJOR) {
-        fail(s, "driver_version",
-             "update the NVIDIA driver to version 580 or newer (CUDA 13); the GPU is fine, only the driver is too old",
-             "the NVIDIA driver supports CUDA %d.%d, flynn's GPU backend is built with CUDA %d.0", drv / 1000,
-             (drv % 1000) / 10, FL_CUDA_BUILD_MAJOR);
-        return;
-    }
     {
         Dl_info info;
         const char *file = dladdr((void *)get_ver, &info) && info.dli_fname ? info.dli_fname : lcname;
-        add_check(s, "libcuda", FL_GPU_PASS, NULL, "%s", file);
+        snprintf(s->libcuda_file, sizeof s->libcuda_file, "%s", file);
+        add_check(s, "libcuda", FL_GPU_PASS, NULL, "%s%s%s%s", file, s->driver_module[0] ? " (driver " : "",
+                  s->driver_module, s->driver_module[0] ? ")" : "");
     }
-    add_check(s, "driver_version", FL_GPU_PASS, NULL, "the driver supports CUDA %d.%d (flynn needs %d.0 or newer)",
-              drv / 1000, (drv % 1000) / 10, FL_CUDA_BUILD_MAJOR);
 
-    /* 4: cuBLAS and cuDNN */
-    char dirs[48][512];
-    int nd = fl_cuda_search_dirs(dirs, 48);
-    static const struct { const char *name; const char *what; bool required; } libs[] = {
-        {"libcublasLt.so.13", "cuBLAS", true},
-        {"libcublas.so.13", "cuBLAS", true},
-        {"libcudnn_graph.so.9", "cuDNN", true},
-        {"libcudnn_ops.so.9", "cuDNN", true},
-        {"libcudnn_cnn.so.9", "cuDNN", true},
-        {"libcudnn_heuristic.so.9", "cuDNN", true},
-        {"libcudnn_engines_precompiled.so.9", "cuDNN", true},
-        {"libnvrtc.so.13", "NVRTC", false},
-        {"libcudnn_engines_runtime_compiled.so.9", "cuDNN", false},
-        {"libcudnn.so.9", "cuDNN", true},
-    };
-    for (size_t i = 0; i < sizeof libs / sizeof libs[0]; i++) {
-        char where[1024];
-        void *h = open_lib(libs[i].name, dirs, nd, where, sizeof where);
-        if (!h && libs[i].required) {
-            char list[2048];
-            dirs_list(dirs, nd, list, sizeof list);
-            const char *remedy = strcmp(libs[i].what, "cuBLAS") == 0
-                                     ? "install cuBLAS for CUDA 13 (Debian/Ubuntu with NVIDIA's repository: apt install "
-                                       "libcublas-13-0; or pip install nvidia-cublas), or point FLYNN_CUDA_LIB_PATH at "
-                                       "the folder that holds it"
-                                     : "install cuDNN 9 for CUDA 13 (apt install cudnn9-cuda-13; or pip install "
-                                       "nvidia-cudnn-cu13), or point FLYNN_CUDA_LIB_PATH at the folder that holds it";
-            fail(s, strcmp(libs[i].what, "cuBLAS") == 0 ? "cublas" : "cudnn", remedy, "%s (%s) not found (searched %s)",
-                 libs[i].name, libs[i].what, list);
-            return;
+    /* 4: the plugin the driver supports, and its cuBLAS and cuDNN. The
+     * newest plugin installed that the driver supports is taken, unless its
+     * libraries are missing and an older plugin's are there. */
+    struct cand { int major, min_driver; bool present; char path[1024]; } cand[8];
+    int nc = 0;
+    const char *pl = getenv("FLYNN_CUDA_PLUGIN");
+    char pdir[1024];
+    const char *pde = getenv("FLYNN_CUDA_PLUGIN_DIR");
+    if (pde && *pde) snprintf(pdir, sizeof pdir, "%s", pde);
+    else self_dir(pdir, sizeof pdir);
+    if (pl && *pl) {
+        cand[0].major = plugin_major_of(pl);
+        cand[0].min_driver = min_driver_for(cand[0].major);
+        cand[0].present = access(pl, F_OK) == 0;
+        snprintf(cand[0].path, sizeof cand[0].path, "%s", pl);
+        nc = 1;
+    } else
+        for (int i = 0; i < fl_cuda_plugin_count && nc < 8; i++, nc++) {
+            cand[nc].major = fl_cuda_plugins[i].cuda_major;
+            cand[nc].min_driver = fl_cuda_plugins[i].min_driver;
+            snprintf(cand[nc].path, sizeof cand[nc].path, "%.900s/%s", pdir, fl_cuda_plugins[i].file);
+            cand[nc].present = access(cand[nc].path, F_OK) == 0;
         }
-        if (h && (strcmp(libs[i].name, "libcublas.so.13") == 0 || strcmp(libs[i].name, "libcudnn.so.9") == 0)) {
-            bool cublas = strcmp(libs[i].name, "libcublas.so.13") == 0;
-            snprintf(cublas ? s->cublas_file : s->cudnn_file, sizeof s->cublas_file, "%s", where);
-            add_check(s, cublas ? "cublas" : "cudnn", FL_GPU_PASS, NULL, "%s", where);
+    bool any_present = false;
+    for (int i = 0; i < nc; i++) any_present |= cand[i].present;
+    int pick[8], no = 0;
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 0; i < nc; i++)
+            if (cand[i].major <= drv / 1000 && (pass == 0 ? cand[i].present : !cand[i].present && !any_present))
+                pick[no++] = i;
+    const int dmaj = drv / 1000, dmin = (drv % 1000) / 10;
+    /* a card older than a plugin's oldest architecture goes to an older
+     * plugin that has code for it, when one is installed */
+    s->device_cc = driver_device_cc(cuda);
+    char cc_note[256] = "";
+    if (s->device_cc > 0 && no > 1) {
+        int keep = 0;
+        for (int k = 0; k < no; k++)
+            if (s->device_cc >= min_cc_for(cand[pick[k]].major)) keep++;
+        if (keep > 0) {
+            int w = 0;
+            for (int k = 0; k < no; k++) {
+                const int m = cand[pick[k]].major, need = min_cc_for(m);
+                if (s->device_cc >= need) pick[w++] = pick[k];
+                else if (!cc_note[0])
+                    snprintf(cc_note, sizeof cc_note, "; the CUDA %d plugin has no code for compute capability %d.%d "
+                             "(it starts at %d.%d)", m, s->device_cc / 10, s->device_cc % 10, need / 10, need % 10);
+            }
+            no = w;
+        }
+    }
+    if (no == 0) {
+        char need[512] = "", absent[256] = "";
+        size_t o = 0;
+        int listed = 0, nlist = 0;
+        for (int i = 0; i < nc; i++) nlist += cand[i].present || !any_present;
+        for (int i = 0; i < nc && o < sizeof need; i++) {
+            if (!cand[i].present && any_present) {
+                if (cand[i].major <= dmaj && !absent[0])
+                    snprintf(absent, sizeof absent, "; its CUDA %d plugin (driver %d or newer) would fit, but it is "
+                             "not installed", cand[i].major, cand[i].min_driver);
+                continue;
+            }
+            o += (size_t)snprintf(need + o, sizeof need - o, "%sCUDA %d (driver %d or newer)",
+                                  listed ? (listed == nlist - 1 ? " or " : ", ") : "", cand[i].major,
+                                  cand[i].min_driver);
+            listed++;
+        }
+        bool too_old = true;
+        for (int i = 0; i < nc; i++) too_old &= cand[i].major > dmaj;
+        char remedy[512];
+        if (too_old)
+            snprintf(remedy, sizeof remedy, "update the NVIDIA driver to version %d or newer (CUDA %d, flynn's newest "
+                     "plugin); the GPU is fine, only the driver is too old", cand[0].min_driver, cand[0].major);
+        else
+            snprintf(remedy, sizeof remedy, "update the NVIDIA driver to version %d or newer, or use a flynn built "
+                     "with its CUDA %d plugin (scripts/setup.sh --cuda12, then rebuild), which runs on drivers %d and "
+                     "newer", cand[0].min_driver, dmaj, min_driver_for(dmaj) ? min_driver_for(dmaj) : 525);
+        fail(s, "driver_version", remedy, "the NVIDIA driver supports CUDA %d.%d; flynn's GPU plugin%s need%s %s%s",
+             dmaj, dmin, nlist > 1 ? "s" : "", nlist > 1 ? "" : "s", need, absent);
+        return;
+    }
+    char dirs[96][512];
+    int nd = fl_cuda_search_dirs(dirs, 96);
+    libs_found L, first;
+    memset(&first, 0, sizeof first);
+    int chosen = -1;
+    char skipped[768] = "", older[512] = "";
+    for (int k = 0; k < no && chosen < 0; k++) {
+        memset(&L, 0, sizeof L);
+        bool ok = load_cublas(cand[pick[k]].major, dirs, nd, &L) && load_cudnn(cand[pick[k]].major, dirs, nd, &L);
+        if (ok) chosen = pick[k];
+        else {
+            if (k == 0) first = L;
+            else {
+                size_t o = strlen(older);
+                snprintf(older + o, sizeof older - o, "%sthe CUDA %d plugin's %s is missing too", o ? "; " : "",
+                         cand[pick[k]].major, strcmp(L.failed, "cublas") == 0 ? "cuBLAS" : "cuDNN");
+            }
+            size_t o = strlen(skipped);
+            snprintf(skipped + o, sizeof skipped - o, "%sthe CUDA %d plugin's %s is missing", o ? "; " : "",
+                     cand[pick[k]].major, strcmp(L.failed, "cublas") == 0 ? "cuBLAS" : "cuDNN");
+        }
+    }
+    if (chosen < 0) {
+        char detail[1536];
+        snprintf(detail, sizeof detail, "%s", first.detail);
+        if (older[0]) {
+            size_t o = strlen(detail);
+            snprintf(detail + o, sizeof detail - o, " (%s)", older);
+        }
+        /* what passed before the failure */
+        add_check(s, "driver_version", FL_GPU_PASS, NULL, "the driver supports CUDA %d.%d: the CUDA %d plugin fits",
+                  dmaj, dmin, cand[pick[0]].major);
+        fail(s, first.failed, first.remedy, "%s", detail);
+        return;
+    }
+    const struct cand *C = &cand[chosen];
+    s->plugin_cuda = C->major;
+    s->cublas_found = L.cublas_version;
+    s->cudnn_found = L.cudnn_version;
+    s->cudnn_cudart = L.cudnn_cudart;
+    {
+        char why[512] = "";
+        for (int i = 0; i < nc; i++)
+            if (cand[i].major > C->major && cand[i].present && cand[i].major > dmaj) {
+                snprintf(why, sizeof why, "; the CUDA %d plugin needs driver %d or newer", cand[i].major,
+                         cand[i].min_driver);
+                break;
+            }
+        if (cc_note[0]) snprintf(why, sizeof why, "%s", cc_note);
+        if (skipped[0]) snprintf(why, sizeof why, "; %.500s", skipped);
+        snprintf(s->plugin_choice, sizeof s->plugin_choice, "the driver supports CUDA %d.%d: taking the CUDA %d plugin%s",
+                 dmaj, dmin, C->major, why);
+        if (skipped[0]) snprintf(s->plugin_choice_short, sizeof s->plugin_choice_short, "%.250s", skipped);
+        else if (cc_note[0]) snprintf(s->plugin_choice_short, sizeof s->plugin_choice_short, "compute capability "
+                                      "%d.%d", s->device_cc / 10, s->device_cc % 10);
+        else if (why[0]) snprintf(s->plugin_choice_short, sizeof s->plugin_choice_short, "the driver is older than "
+                                  "CUDA %d", C->major + 1);
+        else snprintf(s->plugin_choice_short, sizeof s->plugin_choice_short, "the newest plugin installed");
+    }
+    add_check(s, "driver_version", FL_GPU_PASS, NULL, "%s", s->plugin_choice);
+    snprintf(s->cublas_file, sizeof s->cublas_file, "%s", L.cublas);
+    snprintf(s->cudnn_file, sizeof s->cudnn_file, "%s", L.cudnn);
+    add_check(s, "cublas", FL_GPU_PASS, NULL, "cuBLAS %d.%d.%d for CUDA %d: %s", L.cublas_version / 10000,
+              (L.cublas_version % 10000) / 100, L.cublas_version % 100, C->major, L.cublas);
+    add_check(s, "cudnn", FL_GPU_PASS, NULL, "cuDNN %zu.%zu.%zu for CUDA %zu.%zu: %s", L.cudnn_version / 10000,
+              (L.cudnn_version % 10000) / 100, L.cudnn_version % 100, L.cudnn_cudart / 1000,
+              (L.cudnn_cudart % 1000) / 10, L.cudnn);
+    {
+        char nv[32];
+        snprintf(nv, sizeof nv, "libnvrtc.so.%d", C->major); /* optional: cuDNN's runtime-compiled engines */
+        for (int i = 0; i < nd; i++) {
+            char p[1024];
+            if (dirs[i][0]) snprintf(p, sizeof p, "%.511s/%s", dirs[i], nv);
+            else snprintf(p, sizeof p, "%s", nv);
+            if ((!dirs[i][0] || access(p, F_OK) == 0) && dlopen(p, RTLD_NOW | RTLD_GLOBAL)) break;
         }
     }
 
     /* 5: the plugin */
-    char path[1024], self[512];
-    const char *pl = getenv("FLYNN_CUDA_PLUGIN");
+    char path[1024];
     void *plugin = NULL;
-    char err1[512] = "";
-    if (pl && *pl) {
-        snprintf(path, sizeof path, "%s", pl);
-        plugin = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-        if (!plugin) snprintf(err1, sizeof err1, "%s", dlerror());
-    } else {
-        self_dir(self, sizeof self);
-        snprintf(path, sizeof path, "%s/%s", self, PLUGIN_NAME);
-        plugin = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-        if (!plugin) {
-            snprintf(err1, sizeof err1, "%s", dlerror());
-            plugin = dlopen(PLUGIN_NAME, RTLD_NOW | RTLD_LOCAL);
-            if (plugin) snprintf(path, sizeof path, "%s", PLUGIN_NAME);
+    char err1[768] = "";
+    snprintf(path, sizeof path, "%s", C->path);
+    plugin = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!plugin) {
+        snprintf(err1, sizeof err1, "%s", dlerror());
+        if (!(pl && *pl) && !test_root()) {
+            const char *base = strrchr(C->path, '/') ? strrchr(C->path, '/') + 1 : C->path;
+            plugin = dlopen(base, RTLD_NOW | RTLD_LOCAL);
+            if (plugin) snprintf(path, sizeof path, "%s", base);
         }
     }
     if (!plugin) {
         fail(s, "plugin",
-             "this flynn was built without its CUDA plugin (rebuild on a machine with the CUDA 13 toolkit, nvcc, "
-             "cuBLAS and cuDNN), or set FLYNN_CUDA_PLUGIN to its path",
+             "this flynn was built without its CUDA plugin (rebuild on a machine with the CUDA 13 toolkit and cuDNN, "
+             "or with the CUDA 12 toolchain of `scripts/setup.sh --cuda12`), or set FLYNN_CUDA_PLUGIN to its path",
              "the flynn CUDA plugin cannot be loaded (%s)", err1);
         return;
     }
@@ -308,7 +759,7 @@ static void run_checks(fl_gpu_state *s) {
              FL_CUDA_PLUGIN_ENTRY);
         return;
     }
-    add_check(s, "plugin", FL_GPU_PASS, NULL, "%s", path);
+    add_check(s, "plugin", FL_GPU_PASS, NULL, "%s (CUDA %d)", path, C->major);
     fl_cuda_tools_fn tools = (fl_cuda_tools_fn)dlsym(plugin, FL_CUDA_TOOLS_ENTRY);
 
     /* 6: the device, as the plugin sees it */
@@ -368,11 +819,14 @@ void fl_gpu_describe(char *out, size_t len) {
     const fl_gpu_state *s = fl_gpu_state_get();
     const fl_cuda_report *r = &s->rep;
     if (!s->backend) { snprintf(out, len, "no GPU: %s", s->reason); return; }
-    snprintf(out, len, "%s (compute capability %d.%d, %.1f GiB), driver CUDA %d.%d, runtime %d.%d, cuDNN %zu.%zu.%zu",
+    const char *base = strrchr(s->plugin_file, '/') ? strrchr(s->plugin_file, '/') + 1 : s->plugin_file;
+    snprintf(out, len, "%s (compute capability %d.%d, %.1f GiB), driver CUDA %d.%d, runtime %d.%d (%s: %s), cuBLAS "
+             "%d.%d.%d, cuDNN %zu.%zu.%zu",
              r->device_name, r->cc_major, r->cc_minor, (double)r->total_mem / (1024.0 * 1024 * 1024),
              r->driver_version / 1000, (r->driver_version % 1000) / 10, r->runtime_version / 1000,
-             (r->runtime_version % 1000) / 10, r->cudnn_version / 10000, (r->cudnn_version % 10000) / 100,
-             r->cudnn_version % 100);
+             (r->runtime_version % 1000) / 10, base, s->plugin_choice_short, r->cublas_version / 10000,
+             (r->cublas_version % 10000) / 100, r->cublas_version % 100, r->cudnn_version / 10000,
+             (r->cudnn_version % 10000) / 100, r->cudnn_version % 100);
 }
 
 fl_status fl_set_matmul_precision(const char *precision) {

@@ -25,6 +25,17 @@ typedef struct fl_gpu_state {
     int nchecks;
     char reason[1536];           /* why the GPU is not used ("" when it is) */
     int driver_cuda;             /* cuDriverGetVersion, 0 if unknown */
+    char driver_kind[16];        /* "native", "wsl2" or "" (none found) */
+    char container[32];          /* "docker", "podman", "kubernetes", ... or "" */
+    char driver_module[64];      /* the kernel module's version ("580.65.06"), "" if unknown */
+    char libcuda_file[1024];
+    int device_cc;               /* the device's compute capability (86 = 8.6) as the driver reports it, 0 if unknown */
+    int plugin_cuda;             /* the CUDA major of the chosen plugin (13, 12), 0 before the choice */
+    char plugin_choice[768];     /* why that plugin: "the driver supports CUDA 12.8: taking ..." */
+    char plugin_choice_short[256]; /* the same for the device line */
+    int cublas_found;            /* cublasGetVersion of the library taken, e.g. 120903 */
+    size_t cudnn_found;          /* cudnnGetVersion of the library taken, e.g. 92800 */
+    size_t cudnn_cudart;         /* the CUDA it was built for (cudnnGetCudartVersion), e.g. 12090 */
     char cublas_file[1024], cudnn_file[1024], plugin_file[1024];
     fl_cuda_report rep;
     const fl_backend *backend;   /* NULL when the GPU is not usable */
@@ -48,5 +59,18 @@ const fl_backend *fl_gpu_backend(char *why, size_t why_len);
 void fl_gpu_describe(char *out, size_t len);
 /* The folders searched for the CUDA libraries ("" = the system's search). */
 int fl_cuda_search_dirs(char dirs[][512], int max);
+
+/* The CUDA plugins flynn knows, newest first: the file installed next to
+ * libflynn, the CUDA major it is built with, and the oldest NVIDIA driver
+ * that supports that major (NVIDIA's minor version compatibility table:
+ * CUDA 13.x needs >= 580, CUDA 12.x >= 525). */
+typedef struct fl_cuda_plugin_kind {
+    int cuda_major;
+    const char *file;
+    int min_driver;
+    int min_cc;          /* the oldest compute capability it has code for (75 = 7.5) */
+} fl_cuda_plugin_kind;
+extern const fl_cuda_plugin_kind fl_cuda_plugins[];
+extern const int fl_cuda_plugin_count;
 
 #endif

@@ -16,7 +16,9 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 . tests/gpu/bundle.sh
 if [ "${1:-}" != --no-build ]; then
-  scripts/setup.sh
+  # --cuda12: the CUDA 12 plugin too, so that run.sh checks both on the GPU
+  # (FLYNN_GPU_NO_CUDA12=1 skips its 1.3 GB of wheels)
+  if [ "${FLYNN_GPU_NO_CUDA12:-0}" = 1 ]; then scripts/setup.sh; else scripts/setup.sh --cuda12; fi
   cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DFLYNN_SANITIZE=OFF >/dev/null
   cmake --build build-gpu -j "$(nproc)"
 fi
@@ -34,6 +36,12 @@ mkdir -p "$stage/bin" "$stage/lib"
 files=(build-gpu/flynn build-gpu/libflynn.so.0 build-gpu/libflynn_cuda.so build-gpu/tests/test_gpu_parity)
 cp -L build-gpu/flynn build-gpu/tests/test_gpu_parity "$stage/bin/"
 cp -L build-gpu/libflynn.so.0 build-gpu/libflynn_cuda.so "$stage/lib/"
+if [ -f build-gpu/libflynn_cuda12.so ]; then
+  files+=(build-gpu/libflynn_cuda12.so)
+  cp -L build-gpu/libflynn_cuda12.so "$stage/lib/"
+else
+  echo "prepare: no CUDA 12 plugin (scripts/setup.sh --cuda12 not run): run.sh will skip its steps" >&2
+fi
 closure=$(bundle_closure "${files[@]}")
 if ldd "${files[@]}" | grep "not found" | grep -vE "^[[:space:]]*(${BUNDLE_CUDA_RE#^})"; then
   echo "prepare: the libraries above are missing here" >&2; exit 1
@@ -48,6 +56,7 @@ done <<<"$closure"
   echo "built on: $(grep -h PRETTY_NAME /etc/os-release | cut -d= -f2 | tr -d '"'), $(ldd --version | head -1)"
   echo "needs from the target: $(bundle_needs "$stage") (glibc, libstdc++, libgcc_s), a driver for CUDA 13, cuBLAS 13 and cuDNN 9"
   echo "libflynn_cuda.so: CUDA runtime linked statically; loads libcublas.so.13 and libcudnn.so.9 from the CUDA search"
+  [ -f build-gpu/libflynn_cuda12.so ] && echo "libflynn_cuda12.so: CUDA 12 runtime linked statically; loads libcublas.so.12 and cuDNN 9 for CUDA 12"
   echo
   echo "lib/ (from):"
   for f in "$stage"/lib/*; do

@@ -6,7 +6,10 @@
 # bandwidth); runs the GPU-vs-CPU parity of every op, loss and optimizer
 # and N training steps of mnist_cnn on both devices (tests/test_gpu_parity.c);
 # trains the seed workload (mnist_cnn, 20,000 Fashion-MNIST images, batch
-# 128) on the GPU and the CPU; times `flynn bench --devices cpu,gpu`; then,
+# 128) on the GPU and the CPU; does the doctor, the parity and the seed
+# workload again with the CUDA 12 plugin (libflynn_cuda12.so) where the
+# bundle has it and this machine has cuBLAS 12 and cuDNN for CUDA 12;
+# times `flynn bench --devices cpu,gpu`; then,
 # if time is left, flynn against PyTorch (bench/gpu/run.sh); and prints a
 # table last.
 #
@@ -23,9 +26,9 @@
 # set to the site-packages nvidia/*/lib folders (a colon-separated list;
 # it replaces flynn's own search), when there are any.
 #
-# Logs go to $OUT (default /tmp/flynn-gpu-out), 7 files: run.log (all of
-# it), devices.json, bandwidth.json, parity.log, bench.json, bench.svg,
-# vs_torch.json. Exit status 1 when a step failed or timed out, the parity
+# Logs go to $OUT (default /tmp/flynn-gpu-out), 8 files: run.log (all of
+# it), devices.json, bandwidth.json, parity.log, parity12.log, bench.json,
+# bench.svg, vs_torch.json. Exit status 1 when a step failed or timed out, the parity
 # did not run for lack of time, the bandwidth check failed, or nvidia-smi
 # sees a GPU flynn cannot use (tests/gpu/test_run.sh checks this here, with
 # a fake bundle).
@@ -202,6 +205,39 @@ else
   skip cpu_train "$why"
 fi
 
+step "the CUDA 12 plugin (libflynn_cuda12.so) on the same GPU: doctor, parity, seed workload"
+# The driver of this machine supports both plugins, so both are checked:
+# FLYNN_CUDA_PLUGIN forces the CUDA 12 one; it needs cuBLAS 12 and cuDNN for
+# CUDA 12 here (pip wheels nvidia/cublas/lib, nvidia/cudnn/lib); without
+# them its steps are skipped, with the doctor's reason.
+P12=${LIB:-}/libflynn_cuda12.so
+FL12=(env "LD_LIBRARY_PATH=${LIB:-}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "FLYNN_CUDA_PLUGIN=$P12")
+gpu12=0
+if [ $gpu != 1 ]; then
+  skip doctor12 "${why:-$gpu_why}"
+elif [ ! -f "$P12" ]; then
+  skip doctor12 "libflynn_cuda12.so is not in the bundle (build it here with scripts/setup.sh --cuda12 before prepare.sh)"
+else
+  # which plugin the loader takes by itself, with both next to libflynn
+  capped 30 env "LD_LIBRARY_PATH=$LIB" "$B/flynn" doctor --json 2>/dev/null | python3 -c '
+import json, sys
+d = json.load(sys.stdin); p = d.get("plugin", {})
+print("automatic choice:", p.get("file"), "-", p.get("why"))' 2>&1 | tail -1
+  LOG=$WORK/doctor12.log run_step doctor12 30 5 "${FL12[@]}" "$B/flynn" doctor && gpu12=1
+  if [ $gpu12 != 1 ]; then
+    f12=$(sed -nE 's/^ *[0-9]+\. +([a-z_]+) +FAIL +(.*)/\1: \2/p' "$WORK/doctor12.log" | head -1)
+    # no CUDA 12 libraries on this machine is not the plugin's failure
+    case $f12 in cublas:*|cudnn:*) ST[doctor12]="SKIP: ${f12:0:140}" ;; esac
+  fi
+fi
+if [ $gpu12 = 1 ]; then
+  LOG=$OUT/parity12.log TAIL=20 run_step parity12 120 30 "${FL12[@]}" "$PAR" "$DATA"
+  LOG=$WORK/gpu_train12.log run_step gpu_train12 90 20 "${FL12[@]}" "$B/flynn" train --device gpu --data "fashion-mnist:$DATA" --samples 20000 --epochs 3 --batch-size 128 --verbose 2
+else
+  skip parity12 "${ST[doctor12]:-the CUDA 12 plugin is not usable}"
+  skip gpu_train12 "${ST[doctor12]:-the CUDA 12 plugin is not usable}"
+fi
+
 step "flynn bench (GPU vs CPU by batch size)"
 if [ $gpu = 1 ]; then
   run_step bench 120 30 "${FL[@]}" "$B/flynn" bench --model mnist_cnn --data "fashion-mnist:$DATA" --samples 20000 --batch-sizes 32,64,128,256,512,1024 --devices cpu,gpu --json "$OUT/bench.json" --svg "$OUT/bench.svg"
@@ -236,6 +272,12 @@ row "parity (ops, losses, optimizers, steps)" "${ST[parity]:-?} $([ -f "$OUT/par
 row "mnist_cnn 20k, batch 128, GPU" "${ST[gpu_train]:-?}; ${gpu_sps:-?} samples/s (3 epochs incl. warm-up), test accuracy ${gpu_acc:-?}"
 row "mnist_cnn $((cpu_samples / 1000))k, batch 128, CPU" "${ST[cpu_train]:-?}; ${cpu_sps:-?} samples/s (1 epoch, $(nproc) threads)"
 [ -n "${gpu_sps:-}" ] && [ -n "${cpu_sps:-}" ] && awk -v g="$gpu_sps" -v c="$cpu_sps" 'BEGIN { printf "%-40s %.1fx\n", "GPU / CPU", g / c }'
+gpu12_sps=$(grep -oE "training throughput: [0-9]+" "$WORK/gpu_train12.log" 2>/dev/null | grep -oE "[0-9]+$")
+gpu12_acc=$(grep -oE "test accuracy: [0-9.]+" "$WORK/gpu_train12.log" 2>/dev/null | grep -oE "[0-9.]+$")
+row "CUDA 12 plugin: flynn doctor" "${ST[doctor12]:-?}"
+row "CUDA 12 plugin: parity" "${ST[parity12]:-?} $([ -f "$OUT/parity12.log" ] && tail -1 "$OUT/parity12.log" | cut -c1-120)"
+row "CUDA 12 plugin: mnist_cnn 20k, GPU" "${ST[gpu_train12]:-?}; ${gpu12_sps:-?} samples/s (3 epochs incl. warm-up), test accuracy ${gpu12_acc:-?}"
+[ -n "${gpu_sps:-}" ] && [ -n "${gpu12_sps:-}" ] && awk -v a="$gpu12_sps" -v b="$gpu_sps" 'BEGIN { printf "%-40s %.2fx\n", "CUDA 12 plugin / CUDA 13 plugin speed", a / b }'
 row "flynn bench --devices cpu,gpu" "${ST[bench]:-?}"
 row "flynn vs PyTorch" "${ST[vs_torch]:-?}"
 [ -s "$WORK/vs_torch.txt" ] && { echo; cat "$WORK/vs_torch.txt"; }

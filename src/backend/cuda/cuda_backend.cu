@@ -38,6 +38,29 @@ extern "C" {
 #define FLYNN_CUDA_ARCHS "unknown"
 #endif
 
+/* One source, two plugins: libflynn_cuda.so is built by nvcc with CUDA 13,
+ * libflynn_cuda12.so by clang with CUDA 12 from pip wheels (docs/gpu.md,
+ * "Building the CUDA 12 plugin"). What differs is said here: the oldest
+ * driver of each CUDA major (NVIDIA's minor version compatibility table),
+ * the CMake variable that lists the architectures, and __grid_constant__,
+ * which clang has only from version 17 (without it, the descriptor
+ * argument is read from parameter space all the same unless its address is
+ * taken; flynn's kernels index it with a loop counter, so a copy may be
+ * made in local memory: slower, not wrong). */
+#if CUDART_VERSION >= 13000
+#define FL_PLUGIN_MIN_DRIVER "580"
+#define FL_PLUGIN_ARCH_VAR "CMAKE_CUDA_ARCHITECTURES (FLYNN_CUDA_ARCHITECTURES)"
+#else
+#define FL_PLUGIN_MIN_DRIVER "525"
+#define FL_PLUGIN_ARCH_VAR "FLYNN_CUDA12_ARCHITECTURES"
+#endif
+#define FL_PLUGIN_CUDA_MAJOR (CUDART_VERSION / 1000)
+#if defined(__clang__) && __clang_major__ < 17
+#define FL_GRID_CONSTANT
+#else
+#define FL_GRID_CONSTANT __grid_constant__
+#endif
+
 /* flynn's status codes, from the one public list */
 enum { ST_INVALID_ARG = FL_ERR_INVALID_ARG, ST_NOMEM = FL_ERR_NOMEM, ST_DEVICE = FL_ERR_DEVICE };
 
@@ -1318,7 +1341,7 @@ static void cu_softmax_axis_bwd(int64_t outer, int c, int64_t inner, const float
  * The descriptor stays in the kernel's parameter space (__grid_constant__):
  * fl_bcast_index indexes its arrays with a loop counter, uniform across the
  * warp, and no thread needs a copy of its own. */
-__global__ void k_prelu_fwd(const __grid_constant__ fl_bcast_desc d, const float *x, const float *alpha, float *y) {
+__global__ void k_prelu_fwd(const FL_GRID_CONSTANT fl_bcast_desc d, const float *x, const float *alpha, float *y) {
     const int64_t n = d.n * d.size;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
         float v = x[i];
@@ -1326,7 +1349,7 @@ __global__ void k_prelu_fwd(const __grid_constant__ fl_bcast_desc d, const float
     }
 }
 /* dx (+)= dy * (x > 0 ? 1 : alpha) */
-__global__ void k_prelu_bwd_dx(const __grid_constant__ fl_bcast_desc d, const float *x, const float *alpha,
+__global__ void k_prelu_bwd_dx(const FL_GRID_CONSTANT fl_bcast_desc d, const float *x, const float *alpha,
                                const float *dy, float *dx, float beta) {
     const int64_t n = d.n * d.size;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
@@ -1376,7 +1399,7 @@ static void cu_prelu_bwd(const fl_bcast_desc *d, const float *x, const float *al
 
 /* Normalization: y = (x - mean[p]) / den, or with invert mean[p] + x * den;
  * den = fl_norm_den(var[p]) = max(sqrt(var[p]), 1e-7) */
-__global__ void k_normalize_fwd(const __grid_constant__ fl_bcast_desc d, int invert, const float *x, const float *mean,
+__global__ void k_normalize_fwd(const FL_GRID_CONSTANT fl_bcast_desc d, int invert, const float *x, const float *mean,
                                 const float *var, float *y) {
     const int64_t n = d.n * d.size;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
@@ -1386,7 +1409,7 @@ __global__ void k_normalize_fwd(const __grid_constant__ fl_bcast_desc d, int inv
     }
 }
 /* dx (+)= dy / den (invert: dy * den) */
-__global__ void k_normalize_bwd(const __grid_constant__ fl_bcast_desc d, int invert, const float *var, const float *dy,
+__global__ void k_normalize_bwd(const FL_GRID_CONSTANT fl_bcast_desc d, int invert, const float *var, const float *dy,
                                 float *dx, float beta) {
     const int64_t n = d.n * d.size;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
@@ -2875,7 +2898,7 @@ extern "C" __attribute__((visibility("default"))) const fl_backend *fl_cuda_plug
     if (e == cudaErrorInsufficientDriver)
         return fail_open(rep, "driver_version",
                          "CUDA driver version is insufficient for CUDA runtime version %d.%d (the driver supports "
-                         "%d.%d): update the NVIDIA driver to 580 or newer",
+                         "%d.%d): update the NVIDIA driver to " FL_PLUGIN_MIN_DRIVER " or newer",
                          rep->runtime_version / 1000, (rep->runtime_version % 1000) / 10, rep->driver_version / 1000,
                          (rep->driver_version % 1000) / 10);
     if (e == cudaErrorNoDevice || (e == cudaSuccess && count == 0))
@@ -2905,15 +2928,15 @@ extern "C" __attribute__((visibility("default"))) const fl_backend *fl_cuda_plug
     if (e == cudaErrorNoKernelImageForDevice || e == cudaErrorUnsupportedPtxVersion || e == cudaErrorInvalidKernelImage)
         return fail_open(rep, "compute_capability",
                          "%s has compute capability %d.%d, which this build of flynn has no code for (built for %s): "
-                         "rebuild flynn with CMAKE_CUDA_ARCHITECTURES including %d%d",
+                         "rebuild flynn with " FL_PLUGIN_ARCH_VAR " including %d%d",
                          g_prop.name, g_prop.major, g_prop.minor, FLYNN_CUDA_ARCHS, g_prop.major, g_prop.minor);
     if (e != cudaSuccess || val != 42)
         return fail_open(rep, "device", "a test kernel failed on %s: %s", g_prop.name, cudaGetErrorName(e));
     rep->cudnn_version = cudnnGetVersion();
     if (rep->cudnn_version / 10000 != CUDNN_MAJOR)
         return fail_open(rep, "cudnn_version", "the cuDNN library is version %zu.%zu, flynn is built for cuDNN %d: "
-                         "install cuDNN %d for CUDA 13", rep->cudnn_version / 10000, (rep->cudnn_version % 10000) / 100,
-                         CUDNN_MAJOR, CUDNN_MAJOR);
+                         "install cuDNN %d for CUDA %d", rep->cudnn_version / 10000, (rep->cudnn_version % 10000) / 100,
+                         CUDNN_MAJOR, CUDNN_MAJOR, FL_PLUGIN_CUDA_MAJOR);
     if ((e = cudaStreamCreateWithFlags(&g_stream, cudaStreamNonBlocking)) != cudaSuccess)
         return fail_open(rep, "device", "cudaStreamCreate failed: %s", cudaGetErrorName(e));
     cublasStatus_t bs = cublasCreate(&g_cublas);
@@ -2941,6 +2964,9 @@ extern "C" __attribute__((visibility("default"))) const fl_backend *fl_cuda_plug
 /* CUDA cores per SM by architecture (as deviceQuery's _ConvertSMVer2Cores). */
 static int cores_per_sm(int major, int minor) {
     switch (major * 10 + minor) {
+    case 60: return 64;  /* Pascal and Volta: the CUDA 12 plugin only */
+    case 61: case 62: return 128;
+    case 70: case 72: return 64;
     case 75: return 64;
     case 80: return 64;
     case 86: case 87: case 89: return 128;
