@@ -87,7 +87,9 @@ struct fl_node {
     fl_pact_desc pact;         /* PACT: formula and parameters */
     fl_bcast_desc bcast;       /* PRELU, NORMALIZE, BMERGE: how the parameter broadcasts (n set per batch) */
     int mode;                  /* BMERGE: FL_BM_ADD or FL_BM_MUL; DROPOUT: 1 with a noise shape (bcast);
-                                * BATCHNORM: 1 frozen (moving statistics in training too) */
+                                * BATCHNORM: 1 frozen (moving statistics in training too);
+                                * RNN: bit 0 the last forward kept what backward reads (training), bit 1 it drew
+                                * dropout masks */
     bool invert;               /* NORMALIZE: the inverse transformation */
     float mask_value;          /* SEQ_MASK: the value of a padded step (Embedding mask_zero: 0) */
     int bilinear;              /* UPSAMPLE2D: 1 bilinear, 0 nearest */
