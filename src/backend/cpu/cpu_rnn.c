@@ -490,11 +490,16 @@ void fl_cpu_rnn_fwd(const fl_rnn_desc *d, const float *x, const float *w, const 
     rnn_bufs B = bufs(d, aux);
     if (n == 0 || T == 0) return;
     if (d->infer && vector_cell(d) && infer_floats(d) <= fl_rnn_aux_floats(d) && !(st && (st->xdrop || st->hdrop))) {
-#pragma omp parallel num_threads(batch_threads(d))
-        {
-            const int t = omp_get_thread_num(), nt = omp_get_num_threads();
-            infer_rows(d, n * t / nt, n * (t + 1) / nt, x, w, r, bi, br, mask, st, y, aux);
-        }
+        /* blocks of 8-32 samples, about four per thread, taken as threads
+         * come free: a thread that the OS parks (other processes on the
+         * cores) holds up one block, not half the batch */
+        const int nt = batch_threads(d);
+        int64_t blk = n / (4 * (int64_t)nt);
+        blk = blk < 8 ? 8 : blk > 32 ? 32 : blk;
+        const int64_t nblk = (n + blk - 1) / blk;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
+        for (int64_t k = 0; k < nblk; k++)
+            infer_rows(d, k * blk, (k + 1) * blk < n ? (k + 1) * blk : n, x, w, r, bi, br, mask, st, y, aux);
         return;
     }
     /* every step's input projection at once: A[n*t, gu] = x[n*t, d] W;
