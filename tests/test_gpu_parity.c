@@ -248,6 +248,14 @@ static fl_node *b_rnn(fl_graph *g, fl_node *x, fl_node **p, int *np) {
     return fl_graph_rnn(g, "rnn", x, p[0], p[1], p[2], mask, g_rnn);
 }
 
+/* with dropout inside the op (recurrent_dropout on h', one input mask per
+ * gate): both backends draw the same Philox masks (seed, stream, step) */
+static float g_rnn_rate, g_rnn_rate_in;
+static fl_node *b_rnn_drop(fl_graph *g, fl_node *x, fl_node **p, int *np) {
+    fl_node *y = b_rnn(g, x, p, np);
+    return y && fl_graph_rnn_dropout(y, g_rnn_rate_in, g_rnn_rate, 77) == FL_OK ? y : NULL;
+}
+
 /* the same with the states at the ends: h0 (and LSTM c0) made from x by a
  * linear Dense (so that dh0, dc0 reach x's gradient), and the output the
  * concatenation of y (flattened) and the final states hT (and cT) */
@@ -751,6 +759,19 @@ static void op_parity(void) {
         snprintf(name, sizeof name, "rnn states cell %d, %d units, reset_after %d, backwards %d, seq %d, mask %d",
                  g_rnn.cell, g_rnn.u, g_rnn.reset_after, g_rnn.go_backwards, g_rnn.return_sequences, g_rnn_mask);
         parity(name, 2, rseq, 9, b_rnn_states, true);
+    }
+    /* recurrent_dropout (and per-gate input dropout) in training: every cell, both GRU forms */
+    for (int i = 0; i < 5; i++) {
+        g_rnn = (fl_rnn_desc){.cell = i == 0 ? FL_RNN_LSTM : i < 3 ? FL_RNN_GRU : i == 3 ? FL_RNN_SIMPLE : FL_RNN_LSTM,
+                              .u = i % 2 ? 33 : 6, .act = FL_ACT_TANH, .ract = FL_ACT_SIGMOID, .reset_after = i != 2,
+                              .go_backwards = i == 2, .return_sequences = i != 1};
+        g_rnn_mask = i >= 3;
+        g_rnn_rate = 0.3f;
+        g_rnn_rate_in = i == 1 ? 0.0f : 0.25f;
+        char name[128];
+        snprintf(name, sizeof name, "rnn dropout cell %d, %d units, reset_after %d, recurrent_dropout %g, dropout %g, "
+                 "mask %d", g_rnn.cell, g_rnn.u, g_rnn.reset_after, g_rnn_rate, g_rnn_rate_in, g_rnn_mask);
+        parity(name, 2, rseq, 9, b_rnn_drop, true);
     }
     g_rnn_mask = false;
 }

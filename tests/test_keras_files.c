@@ -542,7 +542,7 @@ static void config_refusals(void) {
         {"Permute", ",\"dims\":[1,1,2]", {"'layer' (Permute)", "permutation"}},
         {"Permute", ",\"dims\":[2,1]", {"'layer' (Permute)", "2 entries"}},
         {"ConvLSTM2D", ",\"filters\":3", {"layer class 'ConvLSTM2D' is not supported", "Concatenate"}},
-        {"GRU", ",\"units\":3,\"recurrent_dropout\":0.2", {"'layer' (GRU)", "recurrent_dropout 0.2"}},
+        {"GRU", ",\"units\":3,\"recurrent_dropout\":1.5", {"'layer' (GRU)", "recurrent_dropout is 1.5"}},
         {"SimpleRNN", ",\"units\":3,\"stateful\":true", {"'layer' (SimpleRNN)", "stateful=True"}},
         {"LSTM", ",\"units\":3,\"activation\":\"gelu\"", {"'layer' (LSTM)", "activation 'gelu'"}},
         {"LSTM", ",\"units\":3,\"recurrent_regularizer\":{\"class_name\":\"L2\",\"config\":{}}", {"recurrent_regularizer"}},

@@ -771,7 +771,7 @@ static void test_rnn_api(void) {
         fl_layer *bad_ = (call);                                                                             \
         CHECK_MSG(bad_ == NULL && strstr(fl_last_error(), (want)), "%s: got '%s'", #call, fl_last_error()); \
     } while (0)
-    REFUSED(fl_lstm(4, .recurrent_dropout = 0.1f), "LSTM: recurrent_dropout 0.1 is not supported");
+    REFUSED(fl_lstm(4, .recurrent_dropout = 1.5f), "LSTM: recurrent_dropout 1.5, expected 0 <= recurrent_dropout < 1");
     REFUSED(fl_gru(4, .activation = FL_GELU), "GRU: activation 'gelu'");
     REFUSED(fl_bidirectional(fl_lstm(4, .return_state = true), .backward_layer = fl_lstm(4, .go_backwards = true)),
             "Bidirectional: the forward and backward layers must agree on return_state");

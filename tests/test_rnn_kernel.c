@@ -82,6 +82,15 @@ static void compare(rnn_case *c, int threads, const char *what) {
     fl_cpu_rnn_fwd(d, c->x, c->w, c->r, c->b, c->mask, NULL, y1, a1);
     double e = worst(y1, y0, c->ny, 1e-4, 2e-6);
     CHECK_MSG(e <= 1, "%s, %d threads: y off by %.3g of the tolerance", what, threads, e);
+    { /* inference (d->infer: the valid steps only, no aux for backward) gives the same y */
+        fl_rnn_desc di = *d;
+        di.infer = 1;
+        float *y2 = zbuf(c->ny), *a2 = zbuf(na);
+        fl_cpu_rnn_fwd(&di, c->x, c->w, c->r, c->b, c->mask, NULL, y2, a2);
+        e = worst(y2, y1, c->ny, 1e-5, 1e-6);
+        CHECK_MSG(e <= 1, "%s, %d threads: inference y off by %.3g of the tolerance", what, threads, e);
+        free(y2); free(a2);
+    }
     const float beta = (d->n + d->u) % 2 ? 1.0f : 0.0f;
     float *dx0 = rbuf(nx, -1, 1), *dx1 = malloc((size_t)nx * sizeof(float));
     memcpy(dx1, dx0, (size_t)nx * sizeof(float));
@@ -169,6 +178,20 @@ static void test_states(int cell, int ra, int flags, int threads) {
     CHECK_MSG(memcmp(y0, y1, (size_t)c.ny * sizeof(float)) == 0, "%s: zero initial states change y", what);
     if (!d->return_sequences && !d->zero_masked)
         CHECK_MSG(memcmp(y0, hT, (size_t)(n * u) * sizeof(float)) == 0, "%s: hT is not the last output", what);
+    { /* inference with initial states: the same y, hT and cT */
+        float *h0i = rbuf(n * u, -0.8f, 0.8f), *c0i = rbuf(n * u, -0.8f, 0.8f), *hTi = zbuf(n * u), *cTi = zbuf(n * u);
+        float *y2 = zbuf(c.ny);
+        fl_rnn_desc di = *d;
+        di.infer = 1;
+        fl_rnn_states s1 = {.h0 = h0i, .c0 = lstm ? c0i : NULL, .hT = hT, .cT = lstm ? cT : NULL};
+        fl_rnn_states s2 = {.h0 = h0i, .c0 = lstm ? c0i : NULL, .hT = hTi, .cT = lstm ? cTi : NULL};
+        fl_cpu_rnn_fwd(d, c.x, c.w, c.r, c.b, c.mask, &s1, y1, a);
+        fl_cpu_rnn_fwd(&di, c.x, c.w, c.r, c.b, c.mask, &s2, y2, a);
+        CHECK_MSG(worst(y2, y1, c.ny, 1e-5, 1e-6) <= 1, "%s: inference y differs", what);
+        CHECK_MSG(worst(hTi, hT, n * u, 1e-5, 1e-6) <= 1, "%s: inference hT differs", what);
+        if (lstm) CHECK_MSG(worst(cTi, cT, n * u, 1e-5, 1e-6) <= 1, "%s: inference cT differs", what);
+        free(h0i); free(c0i); free(hTi); free(cTi); free(y2);
+    }
     /* the gradients of the initial states by central differences */
     float *h0 = rbuf(n * u, -0.8f, 0.8f), *c0 = rbuf(n * u, -0.8f, 0.8f);
     float *ghT = rbuf(n * u, -1, 1), *gcT = rbuf(n * u, -1, 1), *dh0 = zbuf(n * u), *dc0 = zbuf(n * u);

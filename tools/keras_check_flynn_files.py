@@ -122,7 +122,17 @@ def load(fn):
 
 
 def has_dropout(model):
-    return any(isinstance(l, keras.layers.Dropout) and l.rate > 0 for l in model.layers)
+    # Dropout layers, and the recurrent layers' dropout / recurrent_dropout
+    # (also inside Bidirectional): random masks that no two programs share
+    def drops(l):
+        if isinstance(l, keras.layers.Dropout):
+            return l.rate > 0
+        if isinstance(l, keras.layers.Bidirectional):
+            return drops(l.forward_layer) or drops(l.backward_layer)
+        if isinstance(l, keras.layers.RNN):
+            return getattr(l, "dropout", 0) > 0 or getattr(l, "recurrent_dropout", 0) > 0
+        return False
+    return any(drops(l) for l in model.layers)
 
 
 def check_predictions(name, how, model, xs, ys):

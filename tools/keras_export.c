@@ -284,6 +284,17 @@ int main(int argc, char **argv) {
     fl_model_set_seed(m, 15);
     check(fl_compile(m, fl_adam(.learning_rate = 0.01f), FL_SPARSE_CATEGORICAL_CROSSENTROPY, FL_ACCURACY), "compile");
     export_model("seq_rnn_adam", m, 3, 8);
+    /* recurrent_dropout (with dropout: one mask per gate) in LSTM, a
+     * Bidirectional GRU (reset_after False) and SimpleRNN, trained: Keras
+     * reads the rates and predicts as flynn (no masks in inference) */
+    m = fl_sequential(fl_input(6, 3), fl_lstm(5, .dropout = 0.2f, .recurrent_dropout = 0.3f, .return_sequences = true),
+                      fl_bidirectional(fl_gru(3, .recurrent_dropout = 0.25f, .no_reset_after = true,
+                                              .return_sequences = true)),
+                      fl_simple_rnn(3, .dropout = 0.1f, .recurrent_dropout = 0.5f),
+                      fl_dense(3, .activation = FL_SOFTMAX));
+    fl_model_set_seed(m, 16);
+    check(fl_compile(m, fl_adam(.learning_rate = 0.01f), FL_SPARSE_CATEGORICAL_CROSSENTROPY, FL_ACCURACY), "compile");
+    export_model("seq_rnn_recurrent_dropout_adam", m, 2, 8);
 
     /* text: int32 tokens, Embedding(mask_zero), the masked mean, a sigmoid head, BCE (IMDB-style) */
     m = fl_sequential(fl_input_dtype(FL_INT32, 7), fl_embedding(6, 4, .mask_zero = true), fl_global_average_pooling1d(),

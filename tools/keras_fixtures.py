@@ -602,6 +602,35 @@ def m_rnn_bidirectional(rng):
     return m, [normal(rng, 3, 5, 3)]
 
 
+def m_rnn_recurrent_dropout(rng):
+    # recurrent_dropout (Keras then runs implementation 1 with one mask per
+    # gate, in training only) in LSTM with dropout, GRU both reset_after
+    # ways, SimpleRNN and a Bidirectional LSTM: inference is the plain cells.
+    x = keras.Input((6, 4), name="seq")
+    h = L.LSTM(5, dropout=0.2, recurrent_dropout=0.3, return_sequences=True)(x)
+    a = L.GRU(3, recurrent_dropout=0.25)(h)
+    b = L.GRU(3, dropout=0.1, recurrent_dropout=0.4, reset_after=False, go_backwards=True)(h)
+    c = L.SimpleRNN(2, dropout=0.2, recurrent_dropout=0.5)(x)
+    d = L.Bidirectional(L.LSTM(2, recurrent_dropout=0.2))(x)
+    y = L.Concatenate()([a, b, c, d])
+    m = keras.Model(x, y, name="rnn_recurrent_dropout")
+    return m, [normal(rng, 3, 6, 4)]
+
+
+def m_rnn_recurrent_dropout_masked(rng):
+    # the same over an Embedding(mask_zero) mask (pre-padded tokens)
+    m = keras.Sequential([
+        keras.Input((6,), dtype="int32"),
+        L.Embedding(9, 4, mask_zero=True),
+        L.LSTM(5, dropout=0.2, recurrent_dropout=0.3, return_sequences=True),
+        L.GRU(3, recurrent_dropout=0.25),
+        L.Dense(2, activation="softmax"),
+    ], name="rnn_recurrent_dropout_masked")
+    t = rng.integers(1, 9, size=(4, 6)).astype("int32")
+    t[1, :2] = 0
+    t[3, :5] = 0
+    return m, [t]
+
 
 def m_rnn_seq2seq(rng):
     # keras.io's lstm_seq2seq (fixed lengths): the encoder LSTM's final
@@ -886,6 +915,8 @@ MODELS = [
     ("rnn_lstm", "sequential", m_rnn_lstm, ALL),
     ("rnn_gru_simple", "functional", m_rnn_gru_simple, ALL),
     ("rnn_bidirectional", "functional", m_rnn_bidirectional, ALL),
+    ("rnn_recurrent_dropout", "functional", m_rnn_recurrent_dropout, ALL),
+    ("rnn_recurrent_dropout_masked", "sequential", m_rnn_recurrent_dropout_masked, ALL),
     ("rnn_seq2seq", "functional", m_rnn_seq2seq, ALL),
     ("rnn_states", "functional", m_rnn_states, ALL),
     ("embedding_fasttext", "sequential", m_embedding_fasttext, ALL),

@@ -1523,8 +1523,12 @@ typedef struct fl_rnn_args {
     bool no_bias;               /* Keras use_bias=False */
     bool no_unit_forget_bias;   /* LSTM: Keras unit_forget_bias=False */
     bool no_reset_after;        /* GRU: Keras reset_after=False (the Keras 2 / CuDNN-less form) */
-    float dropout;              /* on the inputs: one mask per sequence, as Keras */
-    float recurrent_dropout;    /* not supported: must be 0 */
+    float dropout;              /* on the inputs in training: one mask per sample, the same at every step, as
+                                 * Keras (with recurrent_dropout > 0, LSTM and GRU draw one mask per gate, as
+                                 * Keras's implementation 1); 0 <= dropout < 1 */
+    float recurrent_dropout;    /* on the recurrent state h' in training: one mask per sample and gate (LSTM 4,
+                                 * GRU 3), the same at every step, scaled by 1/(1-rate), as Keras 3; none in
+                                 * inference; 0 <= recurrent_dropout < 1 */
     bool return_sequences, go_backwards;
     bool zero_output_for_mask;  /* masked steps output 0 instead of the carried state (Bidirectional sets it
                                  * to return_sequences for both its layers, as Keras) */

@@ -162,12 +162,22 @@ enum fl_rnn_cell { FL_RNN_SIMPLE = 1, FL_RNN_LSTM, FL_RNN_GRU };
  * zeros, hT/cT not wanted; backward: dhT/dcT zero, dh0/dc0 not wanted), and
  * so may the struct itself (no states at all). Forward writes hT, cT;
  * backward adds dhT, dcT to the final carried gradients and writes
- * (overwrites) dh0, dc0; it reads h0, c0 as forward did. */
+ * (overwrites) dh0, dc0; it reads h0, c0 as forward did.
+ * Dropout (training only; Keras 3's cells with recurrent_dropout > 0, which
+ * switch to implementation 1, keras/src/layers/rnn/lstm.py, gru.py,
+ * simple_rnn.py): hdrop [n, G*u] and xdrop [n, G*d], one mask per gate,
+ * already scaled (0 or 1/(1-rate)) and the same at every step. Gate g's
+ * recurrent projection reads h' * hdrop[:, g] (GRU reset_after False: its
+ * candidate reads r * h' * hdrop[:, 2]), its input projection x * xdrop[:, g];
+ * the state carried through z (GRU) and the LSTM carry are not masked.
+ * NULL: no mask. Either needs fl_rnn_desc.drop_scratch (the aux's room for
+ * the masked copies), and backward must get the masks forward got. */
 typedef struct fl_rnn_states {
     const float *h0, *c0;
     float *hT, *cT;
     const float *dhT, *dcT;
     float *dh0, *dc0;
+    const float *hdrop, *xdrop;
 } fl_rnn_states;
 typedef struct fl_rnn_desc {
     int cell;              /* fl_rnn_cell */
@@ -175,16 +185,21 @@ typedef struct fl_rnn_desc {
     int t, d, u;           /* timesteps, input features, units */
     int act, ract;         /* activation, recurrent_activation (FL_ACT_*; derivative from the output) */
     int has_bias, reset_after, go_backwards, return_sequences, reverse_output, zero_masked;
+    int drop_scratch;      /* 1: fl_rnn_states may carry dropout masks; aux holds their scratch */
+    int infer;             /* 1: no backward follows (inference): aux need not keep what backward reads */
 } fl_rnn_desc;
 static inline int fl_rnn_gates(const fl_rnn_desc *d) {
     return d->cell == FL_RNN_LSTM ? 4 : d->cell == FL_RNN_GRU ? 3 : 1;
 }
 /* per sample: gates, input and recurrent pre-activation gradients (t*G*u
  * each), states before each step, LSTM carries, GRU's recurrent candidate
- * part (t*u each), and one step's scratch (G*u + 3u) */
+ * part (t*u each), and one step's scratch (G*u + 3u); with drop_scratch
+ * also a masked copy of the inputs or states (t*max(d, u)) and of one
+ * step's state per gate (G*u) */
 static inline int64_t fl_rnn_aux_floats(const fl_rnn_desc *d) {
     int64_t gu = (int64_t)fl_rnn_gates(d) * d->u;
-    return (int64_t)d->t * (3 * gu + 3 * (int64_t)d->u) + gu + 3 * (int64_t)d->u;
+    int64_t base = (int64_t)d->t * (3 * gu + 3 * (int64_t)d->u) + gu + 3 * (int64_t)d->u;
+    return base + (d->drop_scratch ? (int64_t)d->t * (d->d > d->u ? d->d : d->u) + gu : 0);
 }
 
 typedef struct fl_backend {

@@ -79,14 +79,17 @@ struct fl_node {
     /* op parameters */
     int act;
     fl_conv_desc conv;         /* CONV2D / pools: geometry (n set per batch) */
-    float rate;                /* DROPOUT */
-    uint64_t stream;           /* DROPOUT: Philox stream */
+    float rate;                /* DROPOUT, ATTENTION; RNN: recurrent_dropout */
+    float rate_in;             /* RNN: dropout of the input, one mask per gate (with recurrent_dropout) */
+    uint64_t stream;           /* DROPOUT, ATTENTION, RNN: Philox stream */
     float eps, momentum;       /* BATCHNORM */
     int axis;                  /* CONCAT, SOFTMAX: axis of the full shape (batch = 0) */
     fl_pact_desc pact;         /* PACT: formula and parameters */
     fl_bcast_desc bcast;       /* PRELU, NORMALIZE, BMERGE: how the parameter broadcasts (n set per batch) */
     int mode;                  /* BMERGE: FL_BM_ADD or FL_BM_MUL; DROPOUT: 1 with a noise shape (bcast);
-                                * BATCHNORM: 1 frozen (moving statistics in training too) */
+                                * BATCHNORM: 1 frozen (moving statistics in training too);
+                                * RNN: bit 0 the last forward kept what backward reads (training), bit 1 it drew
+                                * dropout masks */
     bool invert;               /* NORMALIZE: the inverse transformation */
     float mask_value;          /* SEQ_MASK: the value of a padded step (Embedding mask_zero: 0) */
     int bilinear;              /* UPSAMPLE2D: 1 bilinear, 0 nearest */
@@ -202,6 +205,17 @@ fl_node *fl_graph_rnn(fl_graph *g, const char *name, fl_node *x, fl_node *w, fl_
  * its rnn_state[0] and [1], whose gradients flow back through the RNN. */
 fl_node *fl_graph_rnn_states(fl_graph *g, const char *name, fl_node *x, fl_node *w, fl_node *r, fl_node *b,
                              fl_node *mask, fl_node *h0, fl_node *c0, bool return_state, fl_rnn_desc d);
+/* Dropout inside a recurrent op n (Keras 3's cells with recurrent_dropout >
+ * 0, implementation 1): in training, masks drawn once per batch from
+ * Philox(seed, stream mixed with the step), the same at every timestep:
+ * recurrent_dropout on h' for each of the G gates, and (when dropout > 0)
+ * dropout on x for each gate (fl_rnn_states.hdrop, xdrop). Inference uses
+ * none. Both rates in [0, 1); call before the graph is finalized. */
+fl_status fl_graph_rnn_dropout(fl_node *n, float dropout, float recurrent_dropout, uint64_t stream);
+/* The masks the last training forward of n drew: hdrop [batch, G*u] and
+ * xdrop [batch, G*d] (scaled: 0 or 1/(1-rate)), NULL where there is none;
+ * backend memory. */
+void fl_graph_rnn_masks(const fl_graph *g, const fl_node *n, float **hdrop, float **xdrop);
 fl_node *fl_graph_merge(fl_graph *g, const char *name, fl_op op, fl_node *const *xs, int n, int axis);
 
 /* Makes weight `w` trainable (a gradient buffer is allocated if it has none)

@@ -964,13 +964,13 @@ static fl_layer *rnn_from(const kctx *c, const char *cls, json_object *cfg, klay
     if (tm) return kfail(c, FL_ERR_UNSUPPORTED, "time_major=True is not supported (flynn's sequences are batch-major)"), NULL;
     if (stateful)
         return kfail(c, FL_ERR_UNSUPPORTED, "stateful=True is not supported (flynn keeps no state between batches)"), NULL;
-    if (rdrop != 0.0)
-        return kfail(c, FL_ERR_UNSUPPORTED, "recurrent_dropout %g is not supported (only 0)", rdrop), NULL;
+    if (!(rdrop >= 0.0 && rdrop < 1.0))
+        return kfail(c, FL_ERR_FORMAT, "recurrent_dropout is %g, expected 0 <= recurrent_dropout < 1", rdrop), NULL;
     if (!(drop >= 0.0 && drop < 1.0)) return kfail(c, FL_ERR_FORMAT, "dropout is %g, expected 0 <= dropout < 1", drop), NULL;
     fl_rnn_args a = {.units = (int)units, .activation = act, .recurrent_activation = ract,
                      .activation_linear = act == FL_LINEAR, .recurrent_linear = ract == FL_LINEAR,
                      .no_bias = !use_bias, .no_unit_forget_bias = !ufb, .no_reset_after = !ra, .dropout = (float)drop,
-                     .return_sequences = seq, .go_backwards = back, .zero_output_for_mask = zero, .unroll = unroll,
+                     .recurrent_dropout = (float)rdrop, .return_sequences = seq, .go_backwards = back, .zero_output_for_mask = zero, .unroll = unroll,
                      .return_state = state};
     return lstm ? fl_lstm_(a) : gru ? fl_gru_(a) : fl_simple_rnn_(a);
 }
@@ -1010,7 +1010,7 @@ static void rnn_keys_to(const fl_layer *l, json_object *c, bool zero) {
     put(c, "recurrent_constraint", NULL);
     put(c, "bias_constraint", NULL);
     put(c, "dropout", jfloat(a->dropout));
-    put(c, "recurrent_dropout", jfloat(0.0));
+    put(c, "recurrent_dropout", jfloat(a->recurrent_dropout));
     if (gru) put(c, "reset_after", jbool(!a->no_reset_after));
     if (lstm || gru) put(c, "seed", NULL);
 }

@@ -657,8 +657,8 @@ static fl_layer *rnn_layer(fl_layer_kind k, fl_rnn_args a) {
                              cls, fl_activation_name(a.activation), fl_activation_name(a.recurrent_activation));
     if (!(a.dropout >= 0.0f && a.dropout < 1.0f))
         return fl_error_null(FL_ERR_INVALID_ARG, "%s: dropout %g, expected 0 <= dropout < 1", cls, a.dropout);
-    if (a.recurrent_dropout != 0.0f)
-        return fl_error_null(FL_ERR_UNSUPPORTED, "%s: recurrent_dropout %g is not supported (only 0)", cls,
+    if (!(a.recurrent_dropout >= 0.0f && a.recurrent_dropout < 1.0f))
+        return fl_error_null(FL_ERR_INVALID_ARG, "%s: recurrent_dropout %g, expected 0 <= recurrent_dropout < 1", cls,
                              a.recurrent_dropout);
     if (a.stateful)
         return fl_error_null(FL_ERR_UNSUPPORTED, "%s: stateful=True is not supported (states are not kept between "
@@ -1577,9 +1577,14 @@ static fl_node *rnn_nodes(fl_layer *owner, const fl_layer *rl, int side, fl_grap
                                   : NULL;
     if (!r || (!a->no_bias && !b)) return NULL;
     fl_node *mask = x->mask, *xin = x;
-    if (a->dropout > 0.0f) { /* Keras: one mask per sequence, the same at every step */
-        uint64_t stream = a->seed ? a->seed : (uint64_t)(owner->index + 1) * 0x9E3779B97F4A7C15ull;
-        xin = fl_graph_dropout(g, owner->name, x, a->dropout, stream ^ (uint64_t)side, (int64_t[]){1, in});
+    const uint64_t stream = (a->seed ? a->seed : (uint64_t)(owner->index + 1) * 0x9E3779B97F4A7C15ull) ^ (uint64_t)side;
+    /* Keras 3: with recurrent_dropout > 0 LSTM and GRU run implementation 1,
+     * one input mask per gate (drawn by the op, with the recurrent ones);
+     * otherwise (and SimpleRNN always) one input mask per sample, the same
+     * at every step */
+    const bool gate_masks = a->recurrent_dropout > 0.0f && cell != FL_RNN_SIMPLE;
+    if (a->dropout > 0.0f && !gate_masks) {
+        xin = fl_graph_dropout(g, owner->name, x, a->dropout, stream, (int64_t[]){1, in});
         if (!xin) return NULL;
     }
     fl_rnn_desc d = {.cell = cell, .u = (int)u, .act = (int)a->activation, .ract = (int)a->recurrent_activation,
@@ -1587,6 +1592,9 @@ static fl_node *rnn_nodes(fl_layer *owner, const fl_layer *rl, int side, fl_grap
                      .return_sequences = a->return_sequences, .reverse_output = reverse_output,
                      .zero_masked = side ? a->return_sequences : a->zero_output_for_mask};
     fl_node *y = fl_graph_rnn_states(g, owner->name, xin, k, r, b, mask, h0, c0, a->return_state, d);
+    if (y && a->recurrent_dropout > 0.0f &&
+        fl_graph_rnn_dropout(y, gate_masks ? a->dropout : 0.0f, a->recurrent_dropout, stream ^ 0x2545F4914F6CDD1Dull) != FL_OK)
+        return NULL;
     if (y && a->return_sequences) y->mask = mask;
     return y;
 }

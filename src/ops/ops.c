@@ -1351,7 +1351,7 @@ static const fl_op_def op_table[FL_OP_COUNT] = {
                           KERNEL(dropout_fwd), KERNEL(dropout_bwd), KERNEL(scalar_mul_fwd), KERNEL(scalar_mul_bwd),
                           KERNEL(attn_concat_fwd)}},
     [FL_OP_REPEAT] = {"repeat", fl_repeat_forward, fl_repeat_backward, {KERNEL(concat_fwd), KERNEL(concat_bwd)}},
-    [FL_OP_RNN] = {"rnn", fl_op_rnn_forward, fl_op_rnn_backward, {KERNEL(rnn_fwd), KERNEL(rnn_bwd), KERNEL(accumulate)}},
+    [FL_OP_RNN] = {"rnn", fl_op_rnn_forward, fl_op_rnn_backward, {KERNEL(rnn_fwd), KERNEL(rnn_bwd), KERNEL(accumulate), KERNEL(fill), KERNEL(dropout_fwd)}},
     [FL_OP_EMBEDDING] = {"embedding", fl_op_embedding_forward, fl_op_embedding_backward,
                          {KERNEL(embedding_fwd), KERNEL(embedding_bwd)}},
     [FL_OP_SEQ_MASK] = {"sequence_mask", fl_op_seq_mask_forward, NULL, {KERNEL(seq_mask)}},

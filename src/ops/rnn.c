@@ -16,6 +16,26 @@ static const char *cell_class(int cell) {
     return cell == FL_RNN_LSTM ? "LSTM" : cell == FL_RNN_GRU ? "GRU" : "SimpleRNN";
 }
 
+/* The node's aux, per sample (floats): the kernel's (fl_rnn_aux_floats),
+ * room for dh0 and dc0 when there are initial states (2u), then with
+ * dropout the masks hdrop (G*u) and xdrop (G*d), as many ones to draw them
+ * from, and as many keep bytes (dropout_fwd's), rounded up to floats. */
+static int64_t drop_floats(const fl_node *n) {
+    const fl_rnn_desc *d = &n->rnn;
+    return d->drop_scratch ? (int64_t)fl_rnn_gates(d) * (d->u + d->d) : 0;
+}
+static size_t aux_per_sample(const fl_node *n) {
+    const fl_rnn_desc *d = &n->rnn;
+    const int64_t m = drop_floats(n);
+    return ((size_t)fl_rnn_aux_floats(d) + (n->in[5] || n->in[6] ? 2 * (size_t)d->u : 0) + 2 * (size_t)m +
+            (size_t)(m + 3) / 4) * sizeof(float);
+}
+static float *masks_base(const fl_node *n, int64_t batch) {
+    fl_rnn_desc d = n->rnn;
+    d.n = batch;
+    return (float *)n->aux + batch * (fl_rnn_aux_floats(&d) + (n->in[5] || n->in[6] ? 2 * (int64_t)d.u : 0));
+}
+
 fl_node *fl_graph_rnn(fl_graph *g, const char *name, fl_node *x, fl_node *w, fl_node *r, fl_node *b, fl_node *mask,
                       fl_rnn_desc d) {
     return fl_graph_rnn_states(g, name, x, w, r, b, mask, NULL, NULL, false, d);
@@ -73,7 +93,7 @@ fl_node *fl_graph_rnn_states(fl_graph *g, const char *name, fl_node *x, fl_node 
     n->rnn = d;
     /* the kernel's aux, then room for dh0 and dc0 when another consumer of
      * h0 or c0 already wrote its gradient (the kernel overwrites them) */
-    n->aux_per_sample = ((size_t)fl_rnn_aux_floats(&d) + (h0 || c0 ? 2 * (size_t)d.u : 0)) * sizeof(float);
+    n->aux_per_sample = aux_per_sample(n);
     if (d.return_sequences) {
         if (!fl_graph_set_shape(g, n, 2, (int64_t[]){d.t, d.u})) return NULL;
     } else if (!fl_graph_set_shape(g, n, 1, (int64_t[]){d.u})) {
@@ -91,21 +111,76 @@ fl_node *fl_graph_rnn_states(fl_graph *g, const char *name, fl_node *x, fl_node 
     return n;
 }
 
-/* the states for the kernels: forward's (h0, c0 in; hT, cT out) */
-static fl_rnn_states fwd_states(const fl_node *n) {
+fl_status fl_graph_rnn_dropout(fl_node *n, float dropout, float recurrent_dropout, uint64_t stream) {
+    if (!n || n->op != FL_OP_RNN) return fl_error(FL_ERR_INVALID_ARG, "fl_graph_rnn_dropout: not a recurrent op");
+    const char *cls = cell_class(n->rnn.cell);
+    if (!(dropout >= 0.0f && dropout < 1.0f))
+        return fl_error(FL_ERR_INVALID_ARG, "layer '%s' (%s): dropout %g, expected 0 <= dropout < 1", n->name, cls,
+                        dropout);
+    if (!(recurrent_dropout >= 0.0f && recurrent_dropout < 1.0f))
+        return fl_error(FL_ERR_INVALID_ARG, "layer '%s' (%s): recurrent_dropout %g, expected 0 <= recurrent_dropout < 1",
+                        n->name, cls, recurrent_dropout);
+    n->rate = recurrent_dropout;
+    n->rate_in = dropout;
+    n->stream = stream;
+    n->rnn.drop_scratch = dropout > 0.0f || recurrent_dropout > 0.0f;
+    n->aux_per_sample = aux_per_sample(n);
+    return FL_OK;
+}
+
+void fl_graph_rnn_masks(const fl_graph *g, const fl_node *n, float **hdrop, float **xdrop) {
+    float *m = masks_base(n, g->batch);
+    const int64_t G = fl_rnn_gates(&n->rnn);
+    *hdrop = n->rnn.drop_scratch && n->rate > 0.0f ? m : NULL;
+    *xdrop = n->rnn.drop_scratch && n->rate_in > 0.0f ? m + g->batch * G * n->rnn.u : NULL;
+}
+
+/* the states for the kernels: forward's (h0, c0 in; hT, cT out), and the
+ * dropout masks of a training pass */
+static fl_rnn_states fwd_states(const fl_graph *g, const fl_node *n) {
     fl_rnn_states st = {0};
     if (n->in[5]) st.h0 = n->in[5]->val;
     if (n->in[6]) st.c0 = n->in[6]->val;
     if (n->rnn_state[0]) st.hT = n->rnn_state[0]->val;
     if (n->rnn_state[1]) st.cT = n->rnn_state[1]->val;
+    if (n->mode & 2) { /* the last forward was a training one and drew masks */
+        float *hd, *xd;
+        fl_graph_rnn_masks(g, n, &hd, &xd);
+        st.hdrop = hd;
+        st.xdrop = xd;
+    }
     return st;
 }
 
+/* a training pass's masks: scaled keep masks (0 or 1/(1-rate)) drawn from
+ * ones, Philox(seed, stream mixed with the step) as Dropout draws them;
+ * the input's from their own stream */
+static void draw_masks(fl_graph *g, fl_node *n) {
+    float *hd, *xd;
+    fl_graph_rnn_masks(g, n, &hd, &xd);
+    const int64_t m = drop_floats(n), G = fl_rnn_gates(&n->rnn);
+    float *ones = masks_base(n, g->batch) + g->batch * m;
+    uint8_t *keep = (uint8_t *)(ones + g->batch * m);
+    const struct { float *dst; float rate; int64_t k; uint64_t stream; } draw[2] = {
+        {hd, n->rate, g->batch * G * n->rnn.u, n->stream},
+        {xd, n->rate_in, g->batch * G * n->rnn.d, n->stream ^ 0xD1B54A32D192ED03ull}};
+    for (int i = 0; i < 2; i++) {
+        if (!draw[i].dst) continue;
+        g->be->fill(draw[i].k, 1.0f, ones);
+        g->be->dropout_fwd(draw[i].k, draw[i].rate, g->seed, fl_dropout_stream(draw[i].stream, g->step), ones,
+                           draw[i].dst, keep);
+    }
+}
+
 void fl_op_rnn_forward(fl_graph *g, fl_node *n, bool training) {
-    (void)training;
     fl_rnn_desc d = n->rnn;
     d.n = g->batch;
-    fl_rnn_states st = fwd_states(n);
+    /* inference needs no aux for backward (the CPU then runs only the valid
+     * steps of each sample); backward after one reruns the training form */
+    d.infer = !training;
+    n->mode = training ? 1 | (n->rnn.drop_scratch ? 2 : 0) : 0; /* 1: aux holds what backward reads; 2: masks */
+    if (n->mode & 2) draw_masks(g, n);
+    fl_rnn_states st = fwd_states(g, n);
     g->be->rnn_fwd(&d, n->in[0]->val, n->in[1]->val, n->in[2]->val, n->in[3] ? n->in[3]->val : NULL,
                    n->in[4] ? n->in[4]->val : NULL, &st, n->val, n->aux);
 }
@@ -121,7 +196,12 @@ void fl_op_rnn_backward(fl_graph *g, fl_node *n) {
     /* the final states' gradients (where a consumer wrote one), and the
      * initial states': written in place, or to the scratch after the
      * kernel's aux and then added when another consumer came first */
-    fl_rnn_states st = fwd_states(n);
+    fl_rnn_states st = fwd_states(g, n);
+    if (!(n->mode & 1)) { /* after an inference forward: the same forward, keeping what backward reads */
+        g->be->rnn_fwd(&d, n->in[0]->val, n->in[1]->val, n->in[2]->val, n->in[3] ? n->in[3]->val : NULL,
+                       n->in[4] ? n->in[4]->val : NULL, &st, n->val, n->aux);
+        n->mode |= 1;
+    }
     for (int i = 0; i < 2; i++) {
         const fl_node *s = n->rnn_state[i];
         if (s && s->grad_ready) *(i ? &st.dcT : &st.dhT) = s->grad;

@@ -14,7 +14,7 @@
  * A (n, t, G*u) gate activations, DP and DR (n, t, G*u) pre-activation and
  * recurrent gradients, HP and CP (n, t, u) states, RH (n, t, u) GRU's saved
  * part, RG (n, G*u) one step's recurrent projection, then ST. */
-typedef struct fl_rnn_bufs { float *A, *DP, *DR, *HP, *CP, *RH, *RG, *ST; } fl_rnn_bufs;
+typedef struct fl_rnn_bufs { float *A, *DP, *DR, *HP, *CP, *RH, *RG, *ST, *XS, *HM; } fl_rnn_bufs;
 
 static inline fl_rnn_bufs fl_rnn_split(const fl_rnn_desc *d, float *aux) {
     const int64_t n = d->n, t = d->t, u = d->u, gu = (int64_t)fl_rnn_gates(d) * u;
@@ -27,6 +27,10 @@ static inline fl_rnn_bufs fl_rnn_split(const fl_rnn_desc *d, float *aux) {
     b.RH = b.CP + n * t * u;
     b.RG = b.RH + n * t * u;
     b.ST = b.RG + n * gu;
+    /* drop_scratch only: XS (n, t, max(d, u)) a masked copy of x or of the
+     * states, HM (n, G*u) one step's masked states or their gradients */
+    b.XS = b.ST + 3 * n * u;
+    b.HM = b.XS + n * t * (d->d > u ? d->d : u);
     return b;
 }
 

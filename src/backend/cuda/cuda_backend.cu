@@ -2650,6 +2650,43 @@ __global__ void k_rnn_init_rows(int64_t n, int u, int64_t stride, const float *s
         p[(e / u) * stride + e % u] = src ? src[e] : 0.0f;
 }
 
+/* Dropout (fl_rnn_states.hdrop, xdrop; cpu_rnn.c's rec_proj_masked,
+ * rec_grad_masked and mask_steps). out[b, c] = src[b*ss + c mod k] * m[b,
+ * c] for c < cols: one step's state (or its gradient's rows) per gate. */
+__global__ void k_rnn_mask_rows(int64_t n, int k, int cols, const float *src, int64_t ss, const float *m, int64_t ldm,
+                                float *out, int64_t ldo) {
+    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n * cols; e += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t b = e / cols;
+        const int c = (int)(e % cols);
+        out[b * ldo + c] = src[b * ss + c % k] * m[b * ldm + c];
+    }
+}
+/* p[b*ps + j] *= m[b*ldm + j], j < u */
+__global__ void k_rnn_scale_rows(int64_t n, int u, float *p, int64_t ps, const float *m, int64_t ldm) {
+    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n * u; e += (int64_t)gridDim.x * blockDim.x)
+        p[(e / u) * ps + e % u] *= m[(e / u) * ldm + e % u];
+}
+/* dh[b, j] += sum over g < ng of p[b, g*u + j] * m[b, g*u + j] (rows ldp, ldm apart) */
+__global__ void k_rnn_mask_sum(int64_t n, int u, int ng, const float *p, int64_t ldp, const float *m, int64_t ldm,
+                               float *dh) {
+    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n * u; e += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t b = e / u;
+        const int j = (int)(e % u);
+        float s = dh[e];
+        for (int g = 0; g < ng; g++) s += p[b * ldp + g * u + j] * m[b * ldm + g * u + j];
+        dh[e] = s;
+    }
+}
+/* every step's rows (sample i / T): xs[i, j] = src[i, j] * m[i / T, j], or
+ * with acc: xs[i, j] = beta xs[i, j] (beta 0: nothing) + src[i, j] * m[i / T, j] */
+__global__ void k_rnn_mask_steps(int64_t rows, int64_t T, int k, const float *src, const float *m, int64_t ldm,
+                                 int acc, float beta, float *xs) {
+    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < rows * k; e += (int64_t)gridDim.x * blockDim.x) {
+        const float v = src[e] * m[(e / k / T) * ldm + e % k];
+        xs[e] = acc && beta != 0.0f ? beta * xs[e] + v : v;
+    }
+}
+
 /* one step's gates, unit (b, j) per thread (cpu_rnn.c's row loop) */
 __global__ void k_rnn_fwd_step(fl_rnn_desc d, int phase, int64_t tin, int64_t tnext, int64_t k, int last,
                                rnn_bufs B, const float *bi, const float *br, const float *mask, float *y, float *hT,
@@ -2683,7 +2720,17 @@ static void cu_rnn_fwd(const fl_rnn_desc *d, const float *x, const float *w, con
     const float *bi = d->has_bias ? bias : NULL;
     const float *br = d->has_bias && d->cell == FL_RNN_GRU && d->reset_after ? bias + gu : NULL;
     rnn_bufs B = rnn_split(d, aux);
-    rnn_gemm(0, 0, n * T, gu, d->d, x, d->d, w, gu, 0.0f, B.A, gu);
+    const float *hd = st ? st->hdrop : NULL, *xd = st ? st->xdrop : NULL;
+    const int G = fl_rnn_gates(d), ngr = two_phase ? 2 : G;
+    if (xd) /* input dropout: (x xdrop_g) W_g per gate */
+        for (int g = 0; g < G; g++) {
+            k_rnn_mask_steps<<<blocks_for(n * T * d->d, 256), 256, 0, g_stream>>>(n * T, T, d->d, x, xd + g * d->d,
+                                                                                  (int64_t)G * d->d, 0, 0.0f, B.XS);
+            LAUNCHED();
+            rnn_gemm(0, 0, n * T, u, d->d, B.XS, d->d, w + g * u, gu, 0.0f, B.A + g * u, gu);
+        }
+    else
+        rnn_gemm(0, 0, n * T, gu, d->d, x, d->d, w, gu, 0.0f, B.A, gu);
     const int nb = blocks_for(n * u, 256);
     for (int64_t k = 0; k < T; k++) {
         const int64_t tin = d->go_backwards ? T - 1 - k : k, tnext = d->go_backwards ? tin - 1 : tin + 1;
@@ -2693,11 +2740,22 @@ static void cu_rnn_fwd(const fl_rnn_desc *d, const float *x, const float *w, con
             k_rnn_init_rows<<<nb, 256, 0, g_stream>>>(n, (int)u, T * u, st ? st->c0 : NULL, B.CP + tin * u);
             LAUNCHED();
         }
-        rnn_gemm(0, 0, n, two_phase ? 2 * u : gu, u, B.HP + tin * u, T * u, r, gu, 0.0f, B.RG, gu);
+        if (hd) { /* recurrent dropout: (h' hdrop_g) R_g per gate */
+            k_rnn_mask_rows<<<blocks_for(n * ngr * u, 256), 256, 0, g_stream>>>(n, (int)u, (int)(ngr * u), B.HP + tin * u,
+                                                                                T * u, hd, gu, B.HM, gu);
+            LAUNCHED();
+            for (int g = 0; g < ngr; g++) rnn_gemm(0, 0, n, u, u, B.HM + g * u, gu, r + g * u, gu, 0.0f, B.RG + g * u, gu);
+        } else {
+            rnn_gemm(0, 0, n, two_phase ? 2 * u : gu, u, B.HP + tin * u, T * u, r, gu, 0.0f, B.RG, gu);
+        }
         if (two_phase) {
             k_rnn_fwd_step<<<nb, 256, 0, g_stream>>>(*d, FL_RNN_PHASE_ZR, tin, tnext, k, last, B, bi, br, mask, y, hT,
                                                      cT);
             LAUNCHED();
+            if (hd) { /* the candidate reads r h' hdrop_h */
+                k_rnn_scale_rows<<<nb, 256, 0, g_stream>>>(n, (int)u, B.RH + tin * u, T * u, hd + 2 * u, gu);
+                LAUNCHED();
+            }
             rnn_gemm(0, 0, n, u, u, B.RH + tin * u, T * u, r + 2 * u, gu, 0.0f, B.RG + 2 * u, gu);
         }
         k_rnn_fwd_step<<<nb, 256, 0, g_stream>>>(*d, two_phase ? FL_RNN_PHASE_H : FL_RNN_PHASE_ALL, tin, tnext, k,
@@ -2746,6 +2804,8 @@ static void cu_rnn_bwd(const fl_rnn_desc *d, const float *x, const float *w, con
     const int two_phase = d->cell == FL_RNN_GRU && !d->reset_after;
     const int split = d->cell == FL_RNN_GRU && d->reset_after;
     rnn_bufs B = rnn_split(d, aux);
+    const float *hd = st ? st->hdrop : NULL, *xd = st ? st->xdrop : NULL;
+    const int G = fl_rnn_gates(d), ngr = two_phase ? 2 : G;
     float *DR = split ? B.DR : B.DP, *dh = B.ST;
     const int nb = blocks_for(n * u, 256);
     k_rnn_bwd_init<<<nb, 256, 0, g_stream>>>(*d, mask, dy, st ? st->dhT : NULL, st ? st->dcT : NULL, dh, B.ST + n * u);
@@ -2757,19 +2817,53 @@ static void cu_rnn_bwd(const fl_rnn_desc *d, const float *x, const float *w, con
         LAUNCHED();
         if (two_phase) {
             rnn_gemm(0, 1, n, u, u, B.DP + tin * gu + 2 * u, T * gu, r + 2 * u, gu, 0.0f, B.RG, u);
+            if (hd) { /* d(r h' hdrop_h) */
+                k_rnn_scale_rows<<<nb, 256, 0, g_stream>>>(n, (int)u, B.RG, u, hd + 2 * u, gu);
+                LAUNCHED();
+            }
             k_rnn_bwd_step<<<nb, 256, 0, g_stream>>>(*d, FL_RNN_PHASE_H, tin, tout, B, DR, mask, dy);
             LAUNCHED();
         }
-        if (k > 0 || want_dh0) rnn_gemm(0, 1, n, u, two_phase ? 2 * u : gu, DR + tin * gu, T * gu, r, gu, 1.0f, dh, u);
+        if ((k > 0 || want_dh0) && hd) { /* dh += sum over g of (dpre_g R_g^T) hdrop_g */
+            for (int g = 0; g < ngr; g++)
+                rnn_gemm(0, 1, n, u, u, DR + tin * gu + g * u, T * gu, r + g * u, gu, 0.0f, B.HM + g * u, gu);
+            k_rnn_mask_sum<<<nb, 256, 0, g_stream>>>(n, (int)u, ngr, B.HM, gu, hd, gu, dh);
+            LAUNCHED();
+        } else if (k > 0 || want_dh0) {
+            rnn_gemm(0, 1, n, u, two_phase ? 2 * u : gu, DR + tin * gu, T * gu, r, gu, 1.0f, dh, u);
+        }
     }
     /* the gradients of the initial state */
     if (want_dh0) CUDA_OK(cudaMemcpyAsync(st->dh0, dh, (size_t)(n * u) * sizeof(float), cudaMemcpyDeviceToDevice, g_stream));
     if (st && st->dc0)
         CUDA_OK(cudaMemcpyAsync(st->dc0, B.ST + n * u, (size_t)(n * u) * sizeof(float), cudaMemcpyDeviceToDevice,
                                 g_stream));
-    if (dw) rnn_gemm(1, 0, d->d, gu, n * T, x, d->d, B.DP, gu, 0.0f, dw, gu);
-    if (dx) rnn_gemm(0, 1, n * T, d->d, gu, B.DP, gu, w, gu, dx_beta, dx, d->d);
-    if (dr) {
+    if (xd) { /* input dropout: gate g saw x xdrop_g */
+        const int64_t din = d->d, nbx = blocks_for(n * T * din, 256);
+        for (int g = 0; g < G && dw; g++) {
+            k_rnn_mask_steps<<<nbx, 256, 0, g_stream>>>(n * T, T, (int)din, x, xd + g * din, G * din, 0, 0.0f, B.XS);
+            LAUNCHED();
+            rnn_gemm(1, 0, din, u, n * T, B.XS, din, B.DP + g * u, gu, 0.0f, dw + g * u, gu);
+        }
+        for (int g = 0; g < G && dx; g++) {
+            rnn_gemm(0, 1, n * T, din, u, B.DP + g * u, gu, w + g * u, gu, 0.0f, B.XS, din);
+            k_rnn_mask_steps<<<nbx, 256, 0, g_stream>>>(n * T, T, (int)din, B.XS, xd + g * din, G * din, 1,
+                                                        g ? 1.0f : dx_beta, dx);
+            LAUNCHED();
+        }
+    } else {
+        if (dw) rnn_gemm(1, 0, d->d, gu, n * T, x, d->d, B.DP, gu, 0.0f, dw, gu);
+        if (dx) rnn_gemm(0, 1, n * T, d->d, gu, B.DP, gu, w, gu, dx_beta, dx, d->d);
+    }
+    if (dr && hd) { /* recurrent dropout: gate g saw h' hdrop_g */
+        for (int g = 0; g < ngr; g++) {
+            k_rnn_mask_steps<<<blocks_for(n * T * u, 256), 256, 0, g_stream>>>(n * T, T, (int)u, B.HP, hd + g * u, gu,
+                                                                              0, 0.0f, B.XS);
+            LAUNCHED();
+            rnn_gemm(1, 0, u, u, n * T, B.XS, u, DR + g * u, gu, 0.0f, dr + g * u, gu);
+        }
+        if (two_phase) rnn_gemm(1, 0, u, u, n * T, B.RH, u, B.DP + 2 * u, gu, 0.0f, dr + 2 * u, gu);
+    } else if (dr) {
         if (two_phase) {
             rnn_gemm(1, 0, u, 2 * u, n * T, B.HP, u, B.DP, gu, 0.0f, dr, gu);
             rnn_gemm(1, 0, u, u, n * T, B.RH, u, B.DP + 2 * u, gu, 0.0f, dr + 2 * u, gu);
