@@ -155,7 +155,7 @@ static fl_status check_budget(const fl_graph *g, int64_t batch) {
         if (n->op == FL_OP_PARAM || !n->batched) continue;
         bool view = n->op == FL_OP_RESHAPE, gview = view && n->in[0]->nconsumers == 1;
         int64_t copies = (view ? 0 : 1) + (n->needs_grad && !gview ? 1 : 0);
-        int64_t elems, bytes, aux;
+        int64_t elems = 0, bytes = 0, aux = 0;
         overflow = !fl_mul_checked(batch, fl_node_sample_size(n), &elems) ||
                    !fl_bytes_checked(elems, sizeof(float), &bytes) || !fl_mul_checked(bytes, copies, &bytes) ||
                    !fl_bytes_checked(batch, n->aux_per_sample, &aux) || !fl_add_checked(aux, (int64_t)n->aux_fixed, &aux) ||
