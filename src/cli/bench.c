@@ -77,7 +77,7 @@ typedef struct bench_run {
     device_state dev[NDEV];
     point res[NDEV][NMODE][BENCH_MAX_POINTS];
     char cpu_model[256];
-    char blas_path[1024], blas_config[256], blas_core[64];
+    char blas_path[1024];
     fl_blas_info blas;              /* whether the kernels fit the CPU */
 } bench_run;
 
@@ -309,8 +309,6 @@ static void read_blas(bench_run *b) {
     dl_iterate_phdr(find_blas, b);
     if (!b->blas_path[0]) snprintf(b->blas_path, sizeof b->blas_path, "unknown");
     fl_blas_info_get(&b->blas); /* after the first BLAS call, once OpenBLAS has chosen */
-    snprintf(b->blas_config, sizeof b->blas_config, "%s", b->blas.config);
-    snprintf(b->blas_core, sizeof b->blas_core, "%s", b->blas.core);
 }
 
 /* ", OPENBLAS_CORETYPE=X set by flynn: OpenBLAS alone chose Y" or the note on older kernels */
@@ -506,8 +504,8 @@ static void print_header(const bench_run *b, FILE *f) {
     blas_remark(b, remark, sizeof remark);
     fl_default_num_threads(tw, sizeof tw);
     fprintf(f, "cpu: %s, %d threads (default: %s); BLAS %s%s%s%s%s; OpenMP wait policy %s\n", b->cpu_model,
-            fl_get_num_threads(), tw, b->blas_path, b->blas_core[0] ? " (core " : "", b->blas_core,
-            b->blas_core[0] ? ")" : "", remark, omp_wait_policy());
+            fl_get_num_threads(), tw, b->blas_path, b->blas.core[0] ? " (core " : "", b->blas.core,
+            b->blas.core[0] ? ")" : "", remark, omp_wait_policy());
     for (int d = 0; d < NDEV; d++) {
         if (!b->dev[d].requested || (d == DEV_CPU && b->dev[d].usable)) continue;
         if (b->dev[d].usable) fprintf(f, "%s: %s\n", dev_name[d], b->dev[d].detail);
@@ -583,9 +581,9 @@ static void write_json(const bench_run *b, FILE *f) {
     fprintf(f, ",\n  \"blas\": {\"library\": ");
     json_str(f, b->blas_path);
     fprintf(f, ", \"config\": ");
-    json_str(f, b->blas_config);
+    json_str(f, b->blas.config);
     fprintf(f, ", \"core\": ");
-    json_str(f, b->blas_core);
+    json_str(f, b->blas.core);
     fprintf(f, ", \"best_core\": ");
     json_str(f, b->blas.best_core);
     fprintf(f, ", \"older_than_cpu\": %s, \"fallback_chosen_by_openblas\": ", b->blas.weaker ? "true" : "false");
@@ -774,7 +772,7 @@ static int write_svg(const bench_run *b, const char *path) {
     double y = panel_h * npanel + 16;
     snprintf(buf, sizeof buf, "flynn %s bench - CPU: %s, %d threads, BLAS %s%s%s%s", fl_version(), b->cpu_model,
              fl_get_num_threads(), strrchr(b->blas_path, '/') ? strrchr(b->blas_path, '/') + 1 : b->blas_path,
-             b->blas_core[0] ? " (" : "", b->blas_core, b->blas_core[0] ? ")" : "");
+             b->blas.core[0] ? " (" : "", b->blas.core, b->blas.core[0] ? ")" : "");
     svg_text(f, 20, y, "start", 11, "normal", "#555", buf);
     if (b->dev[DEV_GPU].requested) {
         const char *det = b->dev[DEV_GPU].detail;
