@@ -1288,6 +1288,20 @@ static void seq_parity(void) {
     compare("loss mask", "gradient", hg, dg, rows * C);
     GPU->download(&gv, ga, sizeof gv);
     CHECK_CLOSE(gv, ca, 0, 0);
+    /* sample weights on the masked loss (fit's sample_weight / class_weight): with and without the gradient */
+    float *sw = malloc((size_t)rows * sizeof(float));
+    fl_rng_uniform(sw, rows, 0, 3, 4, 7);
+    sw[0] = 0.0f;
+    float *dsw = dev_copy(GPU, sw, rows);
+    CPU->loss_weight(rows, C, sw, hl, hg);
+    GPU->loss_weight(rows, C, dsw, dl, dg);
+    compare("loss weight", "row losses", hl, dl, rows);
+    compare("loss weight", "gradient", hg, dg, rows * C);
+    CPU->loss_weight(rows, C, sw, hl, NULL);
+    GPU->loss_weight(rows, C, dsw, dl, NULL);
+    compare("loss weight (no gradient)", "row losses", hl, dl, rows);
+    GPU->free(dsw);
+    free(sw);
     GPU->free(dx); GPU->free(dm); GPU->free(dl); GPU->free(dg); GPU->free(ga);
     free(x); free(hm); free(hl); free(hg);
     for (int k = 0; k < 2; k++) fl_graph_free(&s[k].g);

@@ -9,7 +9,8 @@
  * the device. So a fit with graphs must equal a fit without them exactly
  * (the same CPU kernels in the same order), and every launch must carry the
  * counters of the step it replays, also after the eager partial batch that
- * ends each epoch (500 samples, batch 64: 7 full steps and one of 52).
+ * ends each epoch (500 samples, batch 64: 7 full steps and one of 52); with
+ * sample weights, the replayed steps weigh each batch as eager ones do.
  */
 #include "check.h"
 
@@ -27,7 +28,7 @@ static fl_backend fake;
 /* ------------------------------------------------ recording and replay */
 
 enum { C_COPY, C_ZERO, C_ACCUMULATE, C_DENSE_FWD, C_DENSE_BWD, C_ACT_FWD, C_ACT_BWD, C_DROPOUT_FWD, C_DROPOUT_BWD,
-       C_LOSS, C_METRIC, C_SUM_INTO, C_OPTIMIZER };
+       C_LOSS, C_LOSS_WEIGHT, C_METRIC, C_SUM_INTO, C_OPTIMIZER };
 
 /* One recorded call: its code and its arguments (descriptors by value). */
 typedef struct call {
@@ -92,6 +93,7 @@ static void run_call(const call *c, int64_t opt_step, int64_t gstep, int64_t cap
     }
     case C_DROPOUT_BWD: CPU->dropout_bwd(c->n, c->f0, c->in[0], c->in[1], c->out[0], c->f1); break;
     case C_LOSS: CPU->loss(&c->ld, c->in[0], c->in[1], c->out[0], c->out[1]); break;
+    case C_LOSS_WEIGHT: CPU->loss_weight(c->rows, c->i0, c->in[0], c->out[0], c->out[1]); break;
     case C_METRIC: CPU->metric(c->i0, c->rows, c->i1, c->in[0], c->in[1], c->out[0]); break;
     case C_SUM_INTO: CPU->sum_into(c->n, c->in[0], c->s, c->out[0]); break;
     case C_OPTIMIZER: {
@@ -159,6 +161,11 @@ static void f_loss(const fl_loss_desc *d, const float *pred, const float *target
     if (!g_rec) { CPU->loss(d, pred, target, row_loss, grad); return; }
     call *c = rec(C_LOSS);
     c->ld = *d; c->in[0] = pred; c->in[1] = target; c->out[0] = row_loss; c->out[1] = grad;
+}
+static void f_loss_weight(int64_t rows, int cols, const float *w, float *row_loss, float *grad) {
+    if (!g_rec) { CPU->loss_weight(rows, cols, w, row_loss, grad); return; }
+    call *c = rec(C_LOSS_WEIGHT);
+    c->rows = rows; c->i0 = cols; c->in[0] = w; c->out[0] = row_loss; c->out[1] = grad;
 }
 static void f_metric(int code, int64_t rows, int cols, const float *pred, const float *target, float *score) {
     if (!g_rec) { CPU->metric(code, rows, cols, pred, target, score); return; }
@@ -240,6 +247,7 @@ static void fake_init(void) {
     fake.dropout_fwd = f_dropout_fwd;
     fake.dropout_bwd = f_dropout_bwd;
     fake.loss = f_loss;
+    fake.loss_weight = f_loss_weight;
     fake.metric = f_metric;
     fake.sum_into = f_sum_into;
     fake.optimizer_step = f_optimizer_step;
@@ -264,7 +272,7 @@ typedef struct result {
 
 /* Dense, Dropout (the graph step matters), Dense softmax, Adam (the
  * optimizer step matters), on data from a fixed seed; be: NULL = the CPU. */
-static bool train(const fl_backend *be, const fl_tensor *x, const fl_tensor *y, result *r) {
+static bool train(const fl_backend *be, const fl_tensor *x, const fl_tensor *y, const fl_tensor *sw, result *r) {
     fl_model *m = fl_sequential(fl_input(FEATURES), fl_dense(32, .activation = FL_RELU, .name = "hidden"),
                                 fl_dropout(0.3f), fl_dense(CLASSES, .activation = FL_SOFTMAX));
     CHECK(m != NULL);
@@ -273,7 +281,8 @@ static bool train(const fl_backend *be, const fl_tensor *x, const fl_tensor *y, 
     if (be) m->g.be = be; /* the fake shares the CPU's memory: the weights stay where they are */
     CHECK(fl_compile(m, fl_adam(.learning_rate = 0.01f), FL_SPARSE_CATEGORICAL_CROSSENTROPY, FL_ACCURACY) == FL_OK);
     fl_clear_error();
-    fl_history *h = fl_fit(m, x, y, .batch_size = BATCH, .epochs = EPOCHS, .verbose = FL_VERBOSE_SILENT);
+    fl_history *h = fl_fit(m, x, y, .batch_size = BATCH, .epochs = EPOCHS, .verbose = FL_VERBOSE_SILENT,
+                           .sample_weight = sw);
     CHECK_MSG(h != NULL, "fit: %s", fl_last_error());
     CHECK_MSG(fl_last_status() == FL_OK, "fit succeeded but left an error set: %s", fl_last_error());
     bool ok = h != NULL;
@@ -326,11 +335,11 @@ int main(void) {
     }
 
     result plain = {0}, graphs = {0}, failed_end = {0}, failed_begin = {0};
-    bool ok = train(NULL, x, y, &plain);
+    bool ok = train(NULL, x, y, NULL, &plain);
 
     /* 1. captured and replayed: every launch carries the counters of its step */
     reset_observations();
-    ok = train(&fake, x, y, &graphs) && ok;
+    ok = train(&fake, x, y, NULL, &graphs) && ok;
     const int steps = (N + BATCH - 1) / BATCH, full = N / BATCH; /* 8 steps: 7 full, the last of 52 */
     /* epoch 1: steps 0, 1 eager, 2 captured (and launched), 3..6 replayed, 7 eager (partial);
      * epoch 2: 8..14 replayed, 15 eager (partial) */
@@ -357,7 +366,7 @@ int main(void) {
     /* 2. capture fails after recording: the step runs eagerly, the error is cleared, no capture again */
     reset_observations();
     g_fail_end = true;
-    ok = train(&fake, x, y, &failed_end) && ok;
+    ok = train(&fake, x, y, NULL, &failed_end) && ok;
     g_fail_end = false;
     CHECK(g_nbegin == 1 && g_nlaunch == 0 && g_ngraphs_live == 0);
     if (ok) same_training("capture failed", &failed_end, &plain);
@@ -365,10 +374,29 @@ int main(void) {
     /* 3. capture cannot start */
     reset_observations();
     g_fail_begin = true;
-    ok = train(&fake, x, y, &failed_begin) && ok;
+    ok = train(&fake, x, y, NULL, &failed_begin) && ok;
     g_fail_begin = false;
     CHECK(g_nbegin == 1 && g_nlaunch == 0 && g_nrecorded == 0);
     if (ok) same_training("capture not started", &failed_begin, &plain);
+
+    /* sample weights: the replayed steps weigh the loss rows of the batch gathered for them */
+    {
+        fl_tensor *sw = fl_tensor_zeros(FL_FLOAT32, N);
+        for (int i = 0; i < N; i++) ((float *)fl_tensor_data(sw))[i] = (float)(i % 5) * 0.5f;
+        result wplain = {0}, wgraphs = {0};
+        reset_observations();
+        bool wok = train(NULL, x, y, sw, &wplain);
+        reset_observations();
+        wok = train(&fake, x, y, sw, &wgraphs) && wok;
+        CHECK_MSG(g_nlaunch > 0 && g_unknown_calls == 0, "weighted: %d launches, %d calls not recorded", g_nlaunch,
+                  g_unknown_calls);
+        if (wok) {
+            same_training("replayed with sample weights", &wgraphs, &wplain);
+            CHECK_MSG(wplain.loss[0] != plain.loss[0], "the sample weights changed nothing: loss %.9g", wplain.loss[0]);
+        }
+        free(wplain.kernel); free(wgraphs.kernel);
+        fl_tensor_free(sw);
+    }
 
     /* 4. TerminateOnNaN with captured steps: the loss cannot be read after
      * each step, so the epoch's running loss is checked when it is read (at

@@ -452,6 +452,97 @@ static void fixtures(void) {
     printf("fixtures: %d, worst prediction error: abs %.3g, rel %.3g\n", n, worst.abs, worst.rel);
 }
 
+/* ------------------------------------- several inputs, sample and class weights */
+
+/* One weighted fixture: M.keras (compiled, before the step) evaluates the
+ * batch as Keras did (with the sample weights, and without), and one
+ * fl_fit_multi step with the same sample_weight or class_weight gives
+ * Keras's step-1 weights. sw_as: the sample weights to give (NULL: none). */
+static void weighted_step(json_object *fx, const char *name, fl_tensor **xs, int nx, const fl_tensor *y,
+                          const fl_tensor *sw_as, const float *cw, int ncw, const char *how, errs *e) {
+    fl_model *m = fl_load_model(P(jstr(jget(fx, "files"), "keras")));
+    CHECK_MSG(m != NULL, "%s: %s", name, fl_last_error());
+    if (!m) return;
+    const fl_tensor *const *cxs = (const fl_tensor *const *)xs;
+    float r[1 + FL_MAX_METRICS] = {0};
+    const char *parts[2] = {"evaluate", "evaluate_unweighted"};
+    for (int k = 0; k < 2; k++) {
+        json_object *want = jget(fx, parts[k]);
+        CHECK_MSG(fl_evaluate_multi(m, cxs, nx, y, r, 1 + FL_MAX_METRICS, .batch_size = 8, .verbose = FL_VERBOSE_SILENT,
+                                    .sample_weight = k == 0 ? sw_as : NULL) == FL_OK,
+                  "%s %s: %s: %s", name, how, parts[k], fl_last_error());
+        double wl = json_object_get_double(jget(want, "loss")), wa = json_object_get_double(jget(want, "accuracy"));
+        CHECK_MSG(fabs(r[0] - wl) <= 1e-6 + 1e-5 * fabs(wl), "%s %s: %s loss %.7g, Keras %.7g", name, how, parts[k],
+                  r[0], wl);
+        /* Keras 3.15's evaluate counts only the mask's valid steps in the accuracy of a masked output (its
+         * train_on_batch, and flynn, every step): the loss is compared there, not the accuracy */
+        if (!json_object_get_boolean(jget(fx, "evaluate_accuracy_masked")))
+            CHECK_MSG(fabs(r[1] - wa) <= 1e-6, "%s %s: %s accuracy %.7g, Keras %.7g", name, how, parts[k], r[1], wa);
+    }
+    fl_history *h = fl_fit_multi(m, cxs, nx, y, .batch_size = 8, .epochs = 1, .no_shuffle = true,
+                                 .verbose = FL_VERBOSE_SILENT, .sample_weight = sw_as, .class_weight = cw,
+                                 .num_class_weights = ncw);
+    CHECK_MSG(h != NULL, "%s %s: fit: %s", name, how, fl_last_error());
+    if (h) { /* the step's loss, before the update, as Keras's train_on_batch reported it */
+        double want = json_object_get_double(jget(fx, "loss_value_step1")), got = fl_history_get(h, "loss")[0];
+        CHECK_MSG(fabs(got - want) <= 1e-6 + 1e-5 * fabs(want), "%s %s: the step's loss %.7g, Keras %.7g", name, how,
+                  got, want);
+    }
+    fl_history_free(h);
+    compare_weights(m, jget(fx, "step1_weights"), name, how, tol_step_r, tol_step_a, e);
+    fl_model_free(m);
+}
+
+static void weighted_fixtures(void) {
+    json_object *list = jget(manifest, "weighted");
+    int n = 0;
+    errs worst = {0, 0};
+    for (size_t i = 0; list && i < json_object_array_length(list); i++) {
+        json_object *fx = json_object_array_get_idx(list, i), *files = jget(fx, "files"), *xl = jget(files, "x");
+        const char *name = jstr(fx, "name");
+        fl_tensor *xs[8] = {0}, *y = fl_load_npy(P(jstr(files, "y"))), *sw = NULL;
+        int nx = (int)json_object_array_length(xl);
+        bool ok = y != NULL && nx >= 1 && nx <= 8;
+        for (int k = 0; ok && k < nx; k++) ok = (xs[k] = fl_load_npy(P(json_object_get_string(json_object_array_get_idx(xl, k))))) != NULL;
+        if (ok && jstr(files, "sample_weight")) ok = (sw = fl_load_npy(P(jstr(files, "sample_weight")))) != NULL;
+        CHECK_MSG(ok, "%s: %s", name, fl_last_error());
+        float cw[16];
+        int ncw = 0;
+        json_object *cwj = jget(fx, "class_weight");
+        if (cwj && json_object_is_type(cwj, json_type_object)) {
+            json_object_object_foreach(cwj, key, val) {
+                int k = atoi(key);
+                CHECK(k >= 0 && k < 16);
+                if (k < 0 || k >= 16) continue;
+                while (ncw <= k) cw[ncw++] = 1.0f;
+                cw[k] = (float)json_object_get_double(val);
+            }
+        }
+        if (ok) {
+            n++;
+            errs e = {0, 0};
+            weighted_step(fx, name, xs, nx, y, sw, ncw ? cw : NULL, ncw, "step 1", &e);
+            if (sw && fl_tensor_ndim(sw) == 2 && fl_tensor_dim(sw, 1) == 1) {
+                /* (N, 1) on a sequence output: flynn takes (N,) as the same */
+                fl_tensor *flat = fl_tensor_clone(sw);
+                int64_t s1[1] = {fl_tensor_dim(sw, 0)};
+                CHECK(flat && fl_tensor_reshape(flat, 1, s1) == FL_OK);
+                if (flat) weighted_step(fx, name, xs, nx, y, flat, NULL, 0, "step 1, sample_weight (N,)", &e);
+                fl_tensor_free(flat);
+            }
+            printf("  %-26s %d input%s, %s: step 1 max abs err %.3g, rel %.3g\n", name, nx, nx == 1 ? "" : "s",
+                   sw ? "sample_weight" : ncw ? "class_weight" : "no weights", e.abs, e.rel);
+            if (e.abs > worst.abs) worst.abs = e.abs;
+            if (e.rel > worst.rel) worst.rel = e.rel;
+        }
+        for (int k = 0; k < nx && k < 8; k++) fl_tensor_free(xs[k]);
+        fl_tensor_free(y);
+        fl_tensor_free(sw);
+    }
+    CHECK_MSG(n >= 8, "only %d weighted fixtures in %s/manifest.json, expected 8 (tools/keras_fixtures.py WEIGHTED)", n, dir);
+    printf("weighted fixtures: %d, worst step error: abs %.3g, rel %.3g\n", n, worst.abs, worst.rel);
+}
+
 /* ------------------------------------------------------------ refusals */
 
 /* Loads path (or JSON text) and expects NULL with every fragment in the message. */
@@ -999,6 +1090,7 @@ int main(int argc, char **argv) {
     }
     fixtures();
     if (!fixtures_only) {
+        weighted_fixtures();
         bad_fixtures();
         config_refusals();
         damaged_files();

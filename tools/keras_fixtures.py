@@ -1490,6 +1490,156 @@ TRAINING = [
 ]
 
 
+# ------------------------------------------- several inputs, sample and class weights
+#
+# (name, builder, optimizer factory, loss, metrics, batch maker). The batch
+# maker returns (xs, y, kw): kw holds train_on_batch's sample_weight or
+# class_weight. Each fixture records the model before the step (M.keras),
+# the batch, Keras's evaluate of the batch before the step (with the
+# sample_weight, when there is one) and the weights after one
+# train_on_batch(xs, y, **kw): checked by test_keras_files' weighted_fixtures.
+
+
+def w_two_inputs(name):
+    def build():
+        a = keras.Input((4,), name="features")
+        b = keras.Input((3,), name="extra")
+        h = L.Concatenate()([L.Dense(5, activation="relu")(a), b])
+        y = L.Dense(3, activation="softmax")(L.Dense(6, activation="tanh")(h))
+        return keras.Model([a, b], y, name=name)
+    return build
+
+
+def w_mlp(name, outs, act):
+    def build():
+        return keras.Sequential([
+            keras.Input((6,)),
+            L.Dense(8, activation="tanh"),
+            L.Dense(outs, activation=act),
+        ], name=name)
+    return build
+
+
+def w_seq(name):
+    def build():  # train_seq_scce_masked's shape: a mask from the padding reaches the output
+        return keras.Sequential([
+            keras.Input((6,), dtype="int32"),
+            L.Embedding(20, 5, mask_zero=True),
+            L.Dense(8, activation="tanh"),
+            L.Dense(7, activation="softmax"),
+        ], name=name)
+    return build
+
+
+def wb_two_inputs(weighted):
+    def make(rng):
+        xs = [normal(rng, 8, 4), normal(rng, 8, 3)]
+        y = rng.integers(0, 3, 8).astype(np.int32)
+        kw = {}
+        if weighted:
+            sw = rng.uniform(0, 2, 8).astype(F32)
+            sw[3] = 0.0
+            kw["sample_weight"] = sw
+        return xs, y, kw
+    return make
+
+
+def wb_sparse_sw(rng):
+    sw = rng.uniform(0, 3, 8).astype(F32)
+    sw[1] = 0.0
+    return [normal(rng, 8, 6)], rng.integers(0, 4, 8).astype(np.int32), {"sample_weight": sw}
+
+
+def wb_onehot_cw(rng):
+    y = np.eye(3, dtype=F32)[rng.integers(0, 3, 8)]
+    return [normal(rng, 8, 6)], y, {"class_weight": {0: 1.0, 1: 3.0, 2: 0.5}}
+
+
+def wb_sparse_cw(rng):  # class 3 has no weight: 1, as a class missing from the dict
+    return [normal(rng, 8, 6)], rng.integers(0, 4, 8).astype(np.int32), {"class_weight": {0: 0.25, 1: 2.0, 2: 4.0}}
+
+
+def wb_binary_cw(rng):
+    return [normal(rng, 8, 6)], rng.integers(0, 2, (8, 1)).astype(F32), {"class_weight": {0: 0.3, 1: 2.5}}
+
+
+def wb_seq(shape):
+    def make(rng):
+        x = tokens(rng, 8, 6, 20)
+        y = rng.integers(0, 7, (8, 6)).astype(np.int32)
+        sw = rng.uniform(0, 2, shape).astype(F32)
+        return [x], y, {"sample_weight": sw}
+    return make
+
+
+WEIGHTED = [
+    ("train_two_inputs_adam", w_two_inputs("train_two_inputs_adam"),
+     lambda: keras.optimizers.Adam(learning_rate=0.01),
+     "sparse_categorical_crossentropy", ["accuracy"], wb_two_inputs(False)),
+    ("train_two_inputs_sw_sgd", w_two_inputs("train_two_inputs_sw_sgd"),
+     lambda: keras.optimizers.SGD(learning_rate=0.1, momentum=0.9),
+     "sparse_categorical_crossentropy", ["accuracy"], wb_two_inputs(True)),
+    ("train_sw_scce_sgd", w_mlp("train_sw_scce_sgd", 4, "softmax"),
+     lambda: keras.optimizers.SGD(learning_rate=0.1, momentum=0.9),
+     "sparse_categorical_crossentropy", ["accuracy"], wb_sparse_sw),
+    ("train_cw_cce_sgd", w_mlp("train_cw_cce_sgd", 3, "softmax"),
+     lambda: keras.optimizers.SGD(learning_rate=0.1, momentum=0.9),
+     "categorical_crossentropy", ["accuracy"], wb_onehot_cw),
+    ("train_cw_scce_adam", w_mlp("train_cw_scce_adam", 4, "softmax"),
+     lambda: keras.optimizers.Adam(learning_rate=0.01),
+     "sparse_categorical_crossentropy", ["accuracy"], wb_sparse_cw),
+    ("train_cw_bce_sgd", w_mlp("train_cw_bce_sgd", 1, "sigmoid"),
+     lambda: keras.optimizers.SGD(learning_rate=0.1, momentum=0.9),
+     "binary_crossentropy", ["accuracy"], wb_binary_cw),
+    ("train_sw_seq_steps_sgd", w_seq("train_sw_seq_steps_sgd"),
+     lambda: keras.optimizers.SGD(learning_rate=0.5, momentum=0.9),
+     "sparse_categorical_crossentropy", ["accuracy"], wb_seq((8, 6))),
+    # (N, 1): one weight a sample on a sequence output (Keras 3.15 refuses
+    # (N,) there, a broadcasting error; flynn takes (N,) as this)
+    ("train_sw_seq_sample_sgd", w_seq("train_sw_seq_sample_sgd"),
+     lambda: keras.optimizers.SGD(learning_rate=0.5, momentum=0.9),
+     "sparse_categorical_crossentropy", ["accuracy"], wb_seq((8, 1))),
+]
+
+
+def write_weighted(out, manifest):
+    for name, build, make_opt, loss, metrics, make_batch in WEIGHTED:
+        reset(name)
+        rng = np.random.default_rng(seed_of(name))
+        model = build()
+        model.compile(optimizer=make_opt(), loss=loss, metrics=metrics)
+        model.save(os.path.join(out, name + ".keras"))
+        xs, y, kw = make_batch(rng)
+        files = {"keras": name + ".keras",
+                 "x": [save_npy(out, "%s_x%d.npy" % (name, i), x) for i, x in enumerate(xs)],
+                 "y": save_npy(out, name + "_y.npy", y)}
+        if "sample_weight" in kw:
+            files["sample_weight"] = save_npy(out, name + "_sw.npy", kw["sample_weight"])
+        inputs = xs if len(xs) > 1 else xs[0]
+        ev = model.evaluate(inputs, y, sample_weight=kw.get("sample_weight"), batch_size=8, verbose=0,
+                            return_dict=True)
+        ev_plain = model.evaluate(inputs, y, batch_size=8, verbose=0, return_dict=True)
+        before = model.train_on_batch(inputs, y, return_dict=True, **kw)
+        step1 = weight_files(out, model, name + "_step1")
+        manifest["weighted"].append({
+            "name": name,
+            "files": files,
+            "loss": loss, "metrics": metrics,
+            "class_weight": {str(k): v for k, v in kw.get("class_weight", {}).items()} or None,
+            "evaluate": {"loss": float(ev["loss"]), "accuracy": float(ev["accuracy"])},
+            "evaluate_unweighted": {"loss": float(ev_plain["loss"]), "accuracy": float(ev_plain["accuracy"])},
+            "loss_value_step1": float(before["loss"]),
+            # Keras 3.15 on JAX: evaluate's accuracy counts only the output mask's valid
+            # steps, train_on_batch's every step (flynn's, both ways): not compared here
+            "evaluate_accuracy_masked": "seq" in name,
+            "step1_weights": step1,
+            "tolerance": {"step_weights": TOL_STEP, "evaluate": {"rtol": 1e-5, "atol": 1e-6}},
+            "howto": ("load M.keras, evaluate(M_x*, M_y[, sample_weight=M_sw]) -> evaluate; "
+                      "train_on_batch(M_x*, M_y, sample_weight=M_sw or class_weight=...) -> M_step1_*"),
+        })
+        print("wrote %-26s loss %.6f (evaluate %.6f)" % (name, before["loss"], ev["loss"]))
+
+
 # ----------------------------------------------------------------- helpers
 
 
@@ -2138,6 +2288,7 @@ def main():
         "tolerance_rule": "pass if |got - want| <= atol + rtol * |want| elementwise",
         "tolerance": {"predictions": TOL_PRED, "step_weights": TOL_STEP},
         "fixtures": [],
+        "weighted": [],
         "bad": [],
     }
     only = os.environ.get("FLYNN_FIXTURES_ONLY")  # "a,b": just those (quick local runs; never commit them)
@@ -2145,8 +2296,10 @@ def main():
         keep = set(only.split(","))
         MODELS[:] = [m for m in MODELS if m[0] in keep]
         TRAINING[:] = [t for t in TRAINING if t[0] in keep]
+        WEIGHTED[:] = [t for t in WEIGHTED if t[0] in keep]
     write_inference(out, manifest)
     write_training(out, manifest)
+    write_weighted(out, manifest)
     write_bad(out, manifest)
     manifest["files"] = {fn: os.path.getsize(os.path.join(out, fn))
                          for fn in sorted(os.listdir(out))}

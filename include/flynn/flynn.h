@@ -933,6 +933,27 @@ typedef struct fl_fit_args {
      * them (0 = 1). */
     fl_data_stream *validation_stream;
     int prefetch, workers;
+    /* Keras fit(sample_weight=...): a weight per sample, (N,) or (N, 1), or
+     * for an output of steps (N, steps, classes) also one per step, (N,
+     * steps). Each loss row is multiplied by its weight and the sum divided
+     * by the rows of the batch, weighted or not (Keras "sum_over_batch_size":
+     * a weight of 2 counts a sample twice; weights of 0 lower the loss, they
+     * do not average over fewer samples); with an output mask the two
+     * multiply, as Keras merges them. The compiled metrics stay unweighted,
+     * as Keras's `metrics`. Weights must be finite and >= 0. With
+     * validation_split the weights are split as x and y are. */
+    const fl_tensor *sample_weight;
+    /* Keras fit(class_weight={k: w}): class_weight[k] weighs the samples
+     * whose y is class k (y's argmax for one-hot y, y rounded half to even
+     * for one value a sample), for k < num_class_weights; classes beyond
+     * weigh 1, as a class missing from Keras's dict. Not with sample_weight;
+     * for training only (the validation data stay unweighted, as in Keras);
+     * an output with one class per sample only; num_class_weights at most
+     * the output's classes (2 for one sigmoid unit). */
+    const float *class_weight;
+    int num_class_weights;
+    const fl_tensor *validation_sample_weight;     /* with validation_x/xs and validation_y */
+    const fl_tensor *const *validation_xs;         /* fl_fit_multi: one array per input (instead of validation_x) */
 } fl_fit_args;
 
 /* x: (N, ...input shape), float32 (int32 converted as x.astype("float32"));
@@ -954,17 +975,30 @@ fl_history *fl_fit_(fl_model *m, const fl_tensor *x, const fl_tensor *y, fl_fit_
  * image) stops training with the stream's message, naming the file. */
 fl_history *fl_fit_stream_(fl_model *m, fl_data_stream *train, fl_fit_args a);
 #define fl_fit_stream(m, s, ...) fl_fit_stream_((m), (s), (fl_fit_args){._reserved = 0, __VA_ARGS__})
+/* Keras fit(x=[a, b], y) for a model with several inputs (and one output):
+ * xs[i] for input i (fl_model_input_name), each checked as fl_fit's x, all
+ * with the same N; shuffling and validation_split take the same samples of
+ * every input. Validation data: .validation_xs (n_inputs arrays) with
+ * .validation_y. */
+fl_history *fl_fit_multi_(fl_model *m, const fl_tensor *const *xs, int n_inputs, const fl_tensor *y, fl_fit_args a);
+#define fl_fit_multi(m, xs, nx, y, ...) fl_fit_multi_((m), (xs), (nx), (y), (fl_fit_args){._reserved = 0, __VA_ARGS__})
 
 typedef struct fl_eval_args {
     int _reserved;
     int batch_size; /* 0 = 32 */
     fl_verbose verbose;
     void *out;
+    const fl_tensor *sample_weight; /* fl_evaluate: as fl_fit_args.sample_weight (not for predict) */
 } fl_eval_args;
 /* Fills results[0] = loss, results[1..] = the compiled metrics (as Keras
  * evaluate returns them). n_results: size of results. */
 fl_status fl_evaluate_(fl_model *m, const fl_tensor *x, const fl_tensor *y, float *results, int n_results, fl_eval_args a);
 #define fl_evaluate(m, x, y, results, n, ...) fl_evaluate_((m), (x), (y), (results), (n), (fl_eval_args){._reserved = 0, __VA_ARGS__})
+/* fl_evaluate of a model with several inputs: xs[i] for input i. */
+fl_status fl_evaluate_multi_(fl_model *m, const fl_tensor *const *xs, int n_inputs, const fl_tensor *y, float *results,
+                             int n_results, fl_eval_args a);
+#define fl_evaluate_multi(m, xs, nx, y, results, n, ...) \
+    fl_evaluate_multi_((m), (xs), (nx), (y), (results), (n), (fl_eval_args){._reserved = 0, __VA_ARGS__})
 /* The model's outputs for x, (N, ...output shape). */
 fl_tensor *fl_predict_(fl_model *m, const fl_tensor *x, fl_eval_args a);
 #define fl_predict(m, x, ...) fl_predict_((m), (x), (fl_eval_args){._reserved = 0, __VA_ARGS__})

@@ -458,6 +458,12 @@ typedef struct fl_backend {
      * be NULL); acc[0] += sum(m) (a double on the device: the count that
      * masked metrics divide by). */
     void (*loss_mask)(int64_t rows, int c, const float *m, float *row_loss, float *grad, double *acc);
+    /* Sample weights applied to the loss (Keras's reduce_weighted_values for
+     * "sum_over_batch_size": values * sample_weight, summed, / rows): for r <
+     * rows, row_loss[r] *= w[r] and grad[r, 0..c) *= w[r] (grad may be NULL).
+     * After loss_mask where the output has a mask: the two factors multiply,
+     * as Keras's apply_mask merges the mask into the weights. */
+    void (*loss_weight)(int64_t rows, int c, const float *w, float *row_loss, float *grad);
     /* The Attention layer's learned score weights (use_scale, score_mode
      * "concat"). A scalar weight s (one float in backend memory, read by the
      * kernel: a replayed graph sees its updates): forward y = s[0] x (y may

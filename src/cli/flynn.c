@@ -10,6 +10,7 @@
 #include "data.h"
 #include "devtools.h"
 #include "files.h"
+#include "fit_data.h"
 #include "train_callbacks.h"
 
 #include <errno.h>
@@ -25,6 +26,7 @@
 typedef struct opts {
     const char *model, *data, *device, *save_weights, *weights, *verbose, *precision;
     const char *resume, *save, *checkpoint; /* model files (train) */
+    const char *class_weight, *sample_weight; /* --class-weight, --sample-weight */
     long samples, test_samples;
     int epochs, batch_size, threads;
     unsigned long long seed;
@@ -82,7 +84,10 @@ static void usage_train(FILE *f) {
             "                         set unless the file has one: use --validation-split):\n"
             "                           X.npy,Y.npy   arrays: x as it is, y class indices or targets\n"
             "                           FILE.npz      arrays x and y (np.savez(f, x=x, y=y)), or\n"
-            "                                         x_train, y_train[, x_test, y_test]\n"
+            "                                         x_train, y_train[, x_test, y_test]; for a\n"
+            "                                         model file with several inputs one array per\n"
+            "                                         input named as the input, and y (a test set:\n"
+            "                                         <input>_test for each input, and y_test)\n"
             "                           FILE.csv      a table with a header; --label COLUMN is y\n"
             "                           DIR           images (.jpg, .png) in one subfolder per class,\n"
             "                                         as keras.utils.image_dataset_from_directory\n"
@@ -110,6 +115,14 @@ static void usage_train(FILE *f) {
             "  --epochs E             epochs (default 2)\n"
             "  --batch-size B         batch size (default 128)\n"
             "  --validation-split F   hold out the last fraction F for validation (default 0)\n"
+            "  --class-weight SPEC    weigh the loss of each training sample by its class, as Keras\n"
+            "                         fit(class_weight=...): 0=1,1=5 (classes not named weigh 1), or\n"
+            "                         balanced: n_samples / (n_classes * count) of each class in y\n"
+            "                         (scikit-learn's \"balanced\"); the validation data stay unweighted\n"
+            "  --sample-weight W.npy  one weight per training sample, (N,), or per step (N, steps) of\n"
+            "                         a sequence output, as Keras fit(sample_weight=...); split with\n"
+            "                         --validation-split. Loss = sum(w * loss) / batch size; the\n"
+            "                         metrics stay unweighted (Keras's compile metrics)\n"
             "  --device D             auto (default: the GPU when usable, else the CPU), cpu or gpu\n"
             "  --threads T            CPU threads (default: $OMP_NUM_THREADS, else all cores)\n"
             "  --precision P          GPU float32 matmul/conv precision: high (default, TF32\n"
@@ -138,6 +151,8 @@ static void usage_evaluate(FILE *f) {
             "  --data SPEC            as for train (default fashion-mnist; also X.npy,Y.npy,\n"
             "                         FILE.npz, FILE.csv --label COLUMN, DIR of images)\n"
             "  --label, --categorical, --image-size, --color-mode   as for train\n"
+            "  --sample-weight W.npy  weigh each sample's loss, as Keras evaluate(sample_weight=...)\n"
+            "                         (one weight per evaluated sample)\n"
             "  --test-samples N       first N test images (default 0 = all)\n"
             "  --batch-size B         batch size (default 256)\n"
             "  --device D, --threads T, --verbose V   as for train\n");
@@ -210,6 +225,8 @@ static int parse(const char *cmd, int argc, char **argv, opts *o) {
         else if (strcmp(key, "--image-size") == 0) o->own.image_size = val;
         else if (strcmp(key, "--color-mode") == 0) o->own.color_mode = val;
         else if (strcmp(key, "--augment") == 0 && strcmp(cmd, "train") == 0) o->augment = val;
+        else if (strcmp(key, "--class-weight") == 0 && strcmp(cmd, "train") == 0) o->class_weight = val;
+        else if (strcmp(key, "--sample-weight") == 0 && strcmp(cmd, "summary") != 0) o->sample_weight = val;
         else if (strcmp(key, "--validation-split") == 0) {
             char *end;
             o->validation_split = strtof(val, &end);
@@ -513,7 +530,7 @@ static int fit_data_to_model(fl_model *m, fl_dataset *d) {
 
 /* After training: the test set's accuracy and loss, or for the user's arrays
  * (no test set) the last epoch's figures. */
-static int report_results(fl_model *m, const fl_history *h, const fl_dataset *data) {
+static int report_results(fl_model *m, const fl_history *h, const fl_dataset *data, const flynn_multi *mi) {
     int nres = fl_history_num_keys(h);
     if (!data->x_test) {
         printf("final epoch:");
@@ -525,7 +542,11 @@ static int report_results(fl_model *m, const fl_history *h, const fl_dataset *da
         return 0;
     }
     float res[1 + 4];
-    if (fl_evaluate(m, data->x_test, data->y_test, res, 5, .batch_size = 256, .verbose = FL_VERBOSE_SILENT) != FL_OK)
+    const fl_tensor *xt[FLYNN_MAX_INPUTS] = {data->x_test};
+    int nx = mi->nx > 1 ? mi->nx : 1;
+    for (int i = 1; i < nx; i++) xt[i] = mi->x_test[i];
+    fl_eval_args ea = {.batch_size = 256, .verbose = FL_VERBOSE_SILENT};
+    if ((nx > 1 ? fl_evaluate_multi_(m, xt, nx, data->y_test, res, 5, ea) : fl_evaluate_(m, xt[0], data->y_test, res, 5, ea)) != FL_OK)
         return die("evaluating");
     /* History keys: loss, the metrics, then val_*: the metrics are keys 1.. before any val_ */
     int acc = -1;
@@ -665,9 +686,24 @@ static int cmd_train(int argc, char **argv) {
         fl_data_stream_free(st);
         return r;
     }
+    flynn_multi mi = {0};
     if (file) {
         if (!(m = flynn_load_model_file("train", file, NULL, true))) { fl_dataset_free(&data); return die(NULL); }
-        if (own && (r = own_train_data(&o, m, &data, &st, own_desc, sizeof own_desc, quiet))) {
+        if (own && fl_model_num_inputs(m) > 1 && strcmp(d.kind, "npz") != 0) {
+            fprintf(stderr, "flynn train: error: %s has %d inputs: give --data FILE.npz with one array per input, "
+                    "named as the inputs, and y\n", file, fl_model_num_inputs(m));
+            fl_model_free(m);
+            return 1;
+        }
+        if (own && fl_model_num_inputs(m) > 1 && (o.stream || o.augment)) {
+            fprintf(stderr, "flynn train: error: %s has %d inputs; --stream and --augment read models with one input\n",
+                    file, fl_model_num_inputs(m));
+            fl_model_free(m);
+            return 1;
+        }
+        if (own && fl_model_num_inputs(m) > 1) r = flynn_multi_load("train", o.data, m, &mi, &data, own_desc, sizeof own_desc);
+        else if (own) r = own_train_data(&o, m, &data, &st, own_desc, sizeof own_desc, quiet);
+        if (own && r) {
             fl_model_free(m);
             return r;
         }
@@ -703,10 +739,13 @@ static int cmd_train(int argc, char **argv) {
     int rc = 0;
     fl_history *h = NULL;
     fl_checkpoint *ck = NULL;
+    fl_tensor *sw = NULL;
+    static float cw[FLYNN_MAX_CLASS_WEIGHTS];
+    int ncw = 0;
     flynn_cbs cbs = {{0}, 0};
     if (!file) fl_model_set_seed(m, o.seed);
     else if (set_seed_keep_weights(m, o.seed) != FL_OK) { rc = die(NULL); goto done; }
-    if (file && (rc = st ? stream_fit_model(m, &st) : fit_data_to_model(m, &data))) goto done;
+    if (file && mi.nx <= 1 && (rc = st ? stream_fit_model(m, &st) : fit_data_to_model(m, &data))) goto done;
     if (!fl_model_optimizer(m) &&
         fl_compile(m, fl_adam(.learning_rate = 1e-3f), FL_SPARSE_CATEGORICAL_CROSSENTROPY, FL_ACCURACY) != FL_OK) {
         rc = die(NULL);
@@ -717,6 +756,14 @@ static int cmd_train(int argc, char **argv) {
         if (file) flynn_print_compile_info(m, stdout);
     }
     if ((rc = st ? flynn_stream_fit_labels("train", m, &st, quiet) : flynn_fit_labels("train", m, &data, d.dir, quiet)))
+        goto done;
+    if (st && (o.class_weight || o.sample_weight)) {
+        fprintf(stderr, "flynn train: error: --class-weight and --sample-weight weigh data held in memory; this run "
+                "streams %s from disk (--stream, or beyond --memory-budget)\n", o.data);
+        rc = 1;
+        goto done;
+    }
+    if (!st && (rc = flynn_fit_weights("train", o.class_weight, o.sample_weight, data.y_train, cw, &ncw, &sw, quiet)))
         goto done;
     if (st && o.augment) {
         fl_data_stream *t = fl_data_stream_augment_(st, aug);
@@ -752,24 +799,29 @@ static int cmd_train(int argc, char **argv) {
         rc = die(NULL);
         goto done;
     }
-    if (st)
-        h = fl_fit_stream(m, st, .batch_size = o.batch_size, .epochs = initial + o.epochs, .initial_epoch = initial,
-                          .validation_split = o.validation_split, .verbose = verbose,
-                          .on_epoch_end = ck ? fl_checkpoint_on_epoch_end : NULL, .user = ck,
-                          .no_nan_check = o.no_nan_check, .callbacks = cbs.list,
-                          .prefetch = o.prefetch < 0 ? 0 : o.prefetch == 0 ? -1 : o.prefetch, .workers = o.workers);
-    else
-        h = fl_fit(m, data.x_train, data.y_train, .batch_size = o.batch_size, .epochs = initial + o.epochs,
-                   .initial_epoch = initial, .validation_split = o.validation_split, .verbose = verbose,
-                   .on_epoch_end = ck ? fl_checkpoint_on_epoch_end : NULL, .user = ck, .no_nan_check = o.no_nan_check,
-                   .callbacks = cbs.list);
+    fl_fit_args fa = {.batch_size = o.batch_size, .epochs = initial + o.epochs, .initial_epoch = initial,
+                      .validation_split = o.validation_split, .verbose = verbose,
+                      .on_epoch_end = ck ? fl_checkpoint_on_epoch_end : NULL, .user = ck,
+                      .no_nan_check = o.no_nan_check, .callbacks = cbs.list, .sample_weight = sw,
+                      .class_weight = ncw ? cw : NULL, .num_class_weights = ncw};
+    if (st) {
+        fa.prefetch = o.prefetch < 0 ? 0 : o.prefetch == 0 ? -1 : o.prefetch;
+        fa.workers = o.workers;
+        h = fl_fit_stream_(m, st, fa);
+    } else if (mi.nx > 1) {
+        const fl_tensor *xs[FLYNN_MAX_INPUTS] = {data.x_train};
+        for (int i = 1; i < mi.nx; i++) xs[i] = mi.x[i];
+        h = fl_fit_multi_(m, xs, mi.nx, data.y_train, fa);
+    } else {
+        h = fl_fit_(m, data.x_train, data.y_train, fa);
+    }
     if (!h) { rc = die("training"); goto done; }
     if (ck && fl_checkpoint_status(ck) != FL_OK) {
         fprintf(stderr, "flynn: error: %s\n", fl_checkpoint_error(ck));
         rc = 1;
         goto done;
     }
-    if ((rc = report_results(m, h, &data))) goto done;
+    if ((rc = report_results(m, h, &data, &mi))) goto done;
     char where[64];
     if (fl_model_device(m) == FL_DEVICE_GPU) snprintf(where, sizeof where, "on the GPU");
     else snprintf(where, sizeof where, "on the CPU, %d threads", fl_get_num_threads());
@@ -798,6 +850,8 @@ done:
     flynn_cb_free(&cbs);
     fl_checkpoint_free(ck);
     fl_history_free(h);
+    fl_tensor_free(sw);
+    flynn_multi_free(&mi);
     fl_dataset_free(&data);
     fl_data_stream_free(st);
     fl_model_free(m);
@@ -819,11 +873,20 @@ static int cmd_evaluate(int argc, char **argv) {
     if ((r = parse_verbose("evaluate", o.verbose, &verbose))) return r;
     if (o.threads) fl_set_num_threads(o.threads);
     fl_dataset data = {0};
+    flynn_multi mi = {0};
     char own_desc[1200] = "";
     fl_model *m = NULL;
     if (file) {
         if (!(m = flynn_load_model_file("evaluate", o.model, o.weights, true))) return die(NULL);
-        if (own && (r = flynn_own_load("evaluate", o.data, &o.own, m, o.seed, &data, own_desc, sizeof own_desc))) {
+        if (own && fl_model_num_inputs(m) > 1 && strcmp(d.kind, "npz") != 0) {
+            fprintf(stderr, "flynn evaluate: error: %s has %d inputs: give --data FILE.npz with one array per input, "
+                    "named as the inputs, and y\n", o.model, fl_model_num_inputs(m));
+            fl_model_free(m);
+            return 1;
+        }
+        if (own && fl_model_num_inputs(m) > 1) r = flynn_multi_load("evaluate", o.data, m, &mi, &data, own_desc, sizeof own_desc);
+        else if (own) r = flynn_own_load("evaluate", o.data, &o.own, m, o.seed, &data, own_desc, sizeof own_desc);
+        if (own && r) {
             fl_model_free(m);
             return r;
         }
@@ -844,6 +907,7 @@ static int cmd_evaluate(int argc, char **argv) {
     fl_tensor *ex = data.x_test ? data.x_test : data.x_train, *ey = data.x_test ? data.y_test : data.y_train;
     int rc = 0;
     float res[16];
+    fl_tensor *sw = NULL;
     if (!fl_model_optimizer(m) && fl_compile(m, fl_adam(), FL_SPARSE_CATEGORICAL_CROSSENTROPY, FL_ACCURACY) != FL_OK) {
         rc = die(NULL);
         goto done;
@@ -851,12 +915,17 @@ static int cmd_evaluate(int argc, char **argv) {
     if (own && verbose != FL_VERBOSE_SILENT)
         printf("data: %s: evaluating on %s (%lld samples)\n", own_desc, data.x_test ? "its test set" : "all of it",
                (long long)fl_tensor_dim(ex, 0));
-    if (file && (rc = fit_data_to_model(m, &data))) goto done;
+    if (file && mi.nx <= 1 && (rc = fit_data_to_model(m, &data))) goto done;
     if ((rc = flynn_fit_labels("evaluate", m, &data, d.dir, verbose == FL_VERBOSE_SILENT))) goto done;
     ex = data.x_test ? data.x_test : data.x_train;
     ey = data.x_test ? data.y_test : data.y_train;
+    if ((rc = flynn_fit_weights("evaluate", NULL, o.sample_weight, ey, NULL, &(int){0}, &sw, verbose == FL_VERBOSE_SILENT)))
+        goto done;
     for (int i = 0; i < 16; i++) res[i] = NAN;
-    if (fl_evaluate(m, ex, ey, res, 16, .batch_size = o.batch_size, .verbose = verbose) != FL_OK) {
+    const fl_tensor *exs[FLYNN_MAX_INPUTS] = {ex};
+    for (int i = 1; i < mi.nx; i++) exs[i] = data.x_test ? mi.x_test[i] : mi.x[i];
+    fl_eval_args ea = {.batch_size = o.batch_size, .verbose = verbose, .sample_weight = sw};
+    if ((mi.nx > 1 ? fl_evaluate_multi_(m, exs, mi.nx, ey, res, 16, ea) : fl_evaluate_(m, ex, ey, res, 16, ea)) != FL_OK) {
         rc = die(NULL);
     } else if (!file) {
         printf("test accuracy: %.4f - test loss: %.4f (%lld test %s)\n", res[1], res[0], (long long)fl_tensor_dim(ex, 0),
@@ -867,6 +936,8 @@ static int cmd_evaluate(int argc, char **argv) {
         printf(" (%lld samples)\n", (long long)fl_tensor_dim(ex, 0));
     }
 done:
+    fl_tensor_free(sw);
+    flynn_multi_free(&mi);
     fl_dataset_free(&data);
     fl_model_free(m);
     return rc;

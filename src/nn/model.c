@@ -835,8 +835,9 @@ fl_layer *fl_model_get_layer(const fl_model *m, const char *name) {
 static void free_step_buffers(fl_model *m) {
     const fl_backend *be = m->g.be;
     be->free(m->target); be->free(m->row_loss); be->free(m->row_score); be->free(m->stats); be->free(m->idx_dev);
-    free(m->stage_x); free(m->stage_y);
-    m->target = m->row_loss = m->row_score = NULL;
+    be->free(m->weight);
+    free(m->stage_x); free(m->stage_y); free(m->stage_w);
+    m->target = m->row_loss = m->row_score = m->weight = m->stage_w = NULL;
     m->stats = NULL;
     m->idx_dev = NULL;
     m->stage_x = m->stage_y = NULL;

@@ -278,6 +278,8 @@ struct fl_model {
     double *stats;                      /* running loss/metric totals (device) */
     int64_t *idx_dev;                   /* batch sample indices (device backends) */
     float *stage_x, *stage_y;           /* host staging when data stays on the host */
+    float *weight, *stage_w;            /* the batch's sample weights per loss row (fit's sample_weight/class_weight) */
+    bool batch_weighted;                /* the batch in the graph has weights in `weight` */
     int64_t target_cap;
     int64_t epochs_run;
     bool stop_training;                 /* Keras model.stop_training: set by a callback, cleared by fl_fit */

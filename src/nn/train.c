@@ -176,6 +176,37 @@ static fl_status check_x_for(const fl_model *m, const fl_node *in, const fl_tens
     return FL_OK;
 }
 
+/* The inputs of fit and evaluate: one array per model input, each checked
+ * as check_x_for does (named by its position and the input's name when the
+ * model has several), all with the same number of samples; one output. The
+ * inputs' None axes are bound to the arrays' lengths (fl_model_bind). */
+static fl_status check_xs(fl_model *m, const fl_tensor *const *xs, int nx, const char *what) {
+    if (m->noutputs != 1)
+        return fl_error(FL_ERR_UNSUPPORTED,
+                        "%s: model '%s' has %d outputs; fit and evaluate take models with one output (use "
+                        "fl_predict_multi for predictions)", what, m->name, m->noutputs);
+    if (!xs) return fl_error(FL_ERR_INVALID_ARG, "%s: the input arrays are NULL", what);
+    if (nx != m->ninputs) {
+        char names[256] = "";
+        for (int i = 0; i < m->ninputs; i++)
+            snprintf(names + strlen(names), sizeof names - strlen(names), "%s'%s'", i ? ", " : "", m->inputs[i]->name);
+        return fl_error(FL_ERR_INVALID_ARG, "%s: model '%s' has %d input%s (%s), given %d array%s%s", what, m->name,
+                        m->ninputs, m->ninputs == 1 ? "" : "s", names, nx, nx == 1 ? "" : "s",
+                        m->ninputs > 1 && nx == 1 ? ": give one array per input (fl_fit_multi, fl_evaluate_multi)" : "");
+    }
+    for (int i = 0; i < nx; i++) {
+        char w[192];
+        if (nx > 1) snprintf(w, sizeof w, "%s, input %d '%s'", what, i, m->inputs[i]->name);
+        else snprintf(w, sizeof w, "%s", what);
+        FL_TRY(check_x_for(m, m->inputs[i], xs[i], w));
+        if (xs[i]->shape[0] != xs[0]->shape[0])
+            return fl_error(FL_ERR_SHAPE, "%s: input %d '%s' has %lld samples, input 0 '%s' has %lld: every input "
+                            "needs the same number of samples", what, i, m->inputs[i]->name,
+                            (long long)xs[i]->shape[0], m->inputs[0]->name, (long long)xs[0]->shape[0]);
+    }
+    return fl_model_bind(m, xs, nx, what);
+}
+
 static const char *index_str(int64_t i, int nd, const int64_t *dims, char *buf, size_t n);
 
 /* The Embeddings that read input `in` refuse an index outside [0,
@@ -346,6 +377,93 @@ static fl_status check_stream(const fl_model *m, const fl_data_stream *s, const 
     return FL_OK;
 }
 
+/* The classes a class_weight may name: the output's, or 0 and 1 for a single sigmoid unit. */
+static int weight_classes(const fl_model *m) { return out_classes(m) > 1 ? out_classes(m) : 2; }
+
+/* The loss rows' weights, rows_per_sample (the output's rows: 1, or its
+ * steps) floats a sample, from sample_weight ((N,) or (N, 1): one weight a
+ * sample, the same for each of its rows; (N, steps...): one a row), or from
+ * class_weight by the class of each sample's y as Keras's
+ * class_weight_to_sample_weights finds it (one-hot rows: argmax; one value:
+ * rounded half to even; a class without a weight: 1). *out stays NULL when
+ * neither is given. yh: y as prepare_y made it, yrow floats a sample. */
+static fl_status prepare_weights(const fl_model *m, const fl_tensor *sw, const float *cw, int ncw, const float *yh,
+                                 int64_t yrow, int64_t n, const char *what, float **out) {
+    char a[128];
+    *out = NULL;
+    int64_t rows = fl_node_sample_size(m->output) / out_classes(m);
+    if (ncw < 0) return fl_error(FL_ERR_INVALID_ARG, "%s: num_class_weights %d, expected >= 0", what, ncw);
+    if (ncw > 0 && !cw) return fl_error(FL_ERR_INVALID_ARG, "%s: num_class_weights %d but class_weight is NULL", what, ncw);
+    if (!sw && ncw == 0) return FL_OK;
+    if (sw && ncw > 0)
+        return fl_error(FL_ERR_INVALID_ARG, "%s: give sample_weight or class_weight, not both (as Keras: fold the "
+                        "class weights into the sample weights)", what);
+    float *w = fl_malloc((size_t)(n * rows > 0 ? n * rows : 1) * sizeof(float), "sample weights");
+    if (!w) return fl_last_status();
+    if (sw) {
+        int64_t per = sw->ndim >= 1 && sw->shape[0] == n ? fl_tensor_size(sw) / n : -1;
+        if (per != 1 && per != rows) {
+            free(w);
+            if (rows > 1)
+                return fl_error(FL_ERR_SHAPE, "%s: sample_weight has shape %s, expected (%lld,) (one weight a sample) "
+                                "or (%lld, %lld) (one a step of the output's %lld)", what,
+                                fl_shape_str(sw->ndim, sw->shape, a, sizeof a), (long long)n, (long long)n,
+                                (long long)rows, (long long)rows);
+            return fl_error(FL_ERR_SHAPE, "%s: sample_weight has shape %s, expected (%lld,): one weight per sample of x",
+                            what, fl_shape_str(sw->ndim, sw->shape, a, sizeof a), (long long)n);
+        }
+        for (int64_t i = 0; i < n * per; i++) {
+            float v = get_as_float(sw, i);
+            if (!(v >= 0) || !isfinite(v)) {
+                free(w);
+                a[0] = 0;
+                if (per > 1) snprintf(a, sizeof a, "[%lld]", (long long)(i % per));
+                return fl_error(FL_ERR_INVALID_ARG, "%s: sample_weight[%lld]%s is %g: a weight must be finite and >= 0",
+                                what, (long long)(i / per), a, (double)v);
+            }
+            if (per == rows) w[i] = v;
+            else for (int64_t r = 0; r < rows; r++) w[i * rows + r] = v;
+        }
+        *out = w;
+        return FL_OK;
+    }
+    if (rows != 1) {
+        free(w);
+        return fl_error(FL_ERR_UNSUPPORTED, "%s: class_weight needs one class per sample, and model '%s''s output %s "
+                        "has %lld rows a sample (Keras cannot weigh them by class either): give sample_weight of shape "
+                        "(%lld, %lld) instead", what, m->name, fl_shape_str(m->output->ndim, m->output->shape, a, sizeof a),
+                        (long long)rows, (long long)n, (long long)rows);
+    }
+    int classes = weight_classes(m);
+    if (ncw > classes) {
+        free(w);
+        return fl_error(FL_ERR_INVALID_ARG, "%s: class_weight has weights for classes 0..%d, but model '%s''s output has "
+                        "%d classes (0..%d)", what, ncw - 1, m->name, classes, classes - 1);
+    }
+    for (int k = 0; k < ncw; k++)
+        if (!(cw[k] >= 0) || !isfinite(cw[k])) {
+            free(w);
+            return fl_error(FL_ERR_INVALID_ARG, "%s: class_weight[%d] is %g: a weight must be finite and >= 0", what, k,
+                            (double)cw[k]);
+        }
+    for (int64_t i = 0; i < n; i++) {
+        const float *t = yh + i * yrow;
+        int64_t cls = 0;
+        if (yrow == 1) {
+            cls = (int64_t)rint((double)t[0]); /* numpy's round: half to even */
+        } else {
+            for (int64_t j = 1; j < yrow; j++) if (t[j] > t[cls]) cls = j; /* argmax: the first largest */
+        }
+        w[i] = cls >= 0 && cls < ncw ? cw[cls] : 1.0f;
+    }
+    *out = w;
+    return FL_OK;
+}
+
+static bool inputs_rows(const fl_model *m, const fl_tensor *const *xs, int nx, const char *what, const float **rows,
+                        float **xo);
+static void free_rows(float **xo, int nx);
+
 /* Makes the step buffers hold `batch` samples. */
 static fl_status reserve(fl_model *m, int64_t batch) {
     FL_TRY(fl_graph_reserve(&m->g, batch));
@@ -357,16 +475,17 @@ static fl_status reserve(fl_model *m, int64_t batch) {
         if (!m->stats) return fl_last_status();
     }
     if (tcap > m->target_cap) {
-        be->free(m->target); be->free(m->row_loss); be->free(m->row_score); be->free(m->idx_dev);
-        free(m->stage_x); free(m->stage_y);
-        m->target = m->row_loss = m->row_score = NULL;
+        be->free(m->target); be->free(m->row_loss); be->free(m->row_score); be->free(m->idx_dev); be->free(m->weight);
+        free(m->stage_x); free(m->stage_y); free(m->stage_w);
+        m->target = m->row_loss = m->row_score = m->weight = NULL;
         m->idx_dev = NULL;
-        m->stage_x = m->stage_y = NULL;
+        m->stage_x = m->stage_y = m->stage_w = NULL;
         m->target_cap = 0;
         m->target = be->alloc((size_t)tcap * sizeof(float));
         m->row_loss = m->target ? be->alloc((size_t)(m->g.batch_cap * rows) * sizeof(float)) : NULL;
         m->row_score = m->row_loss ? be->alloc((size_t)(m->g.batch_cap * rows) * sizeof(float)) : NULL;
-        if (!m->row_score) return fl_last_status();
+        m->weight = m->row_score ? be->alloc((size_t)(m->g.batch_cap * rows) * sizeof(float)) : NULL;
+        if (!m->weight) return fl_last_status();
         if (!be->host_memory) {
             /* device backends: batch indices, and host staging for data that stays on the host */
             m->idx_dev = be->alloc((size_t)m->g.batch_cap * sizeof(int64_t));
@@ -375,21 +494,27 @@ static fl_status reserve(fl_model *m, int64_t batch) {
                 if (fl_node_sample_size(m->inputs[i]) > xmax) xmax = fl_node_sample_size(m->inputs[i]);
             m->stage_x = fl_malloc((size_t)(m->g.batch_cap * xmax) * sizeof(float), "batch staging");
             m->stage_y = fl_malloc((size_t)tcap * sizeof(float), "batch staging");
-            if (!m->idx_dev || !m->stage_x || !m->stage_y) return fl_last_status();
+            m->stage_w = fl_malloc((size_t)(m->g.batch_cap * rows) * sizeof(float), "batch staging");
+            if (!m->idx_dev || !m->stage_x || !m->stage_y || !m->stage_w) return fl_last_status();
         }
         m->target_cap = tcap;
     }
     return FL_OK;
 }
 
-/* A data set as the training loop reads it: x (and targets y, as floats) on
- * the host, and a copy on the device when the backend's memory is not the
- * host's and the copy fits, so that a batch is gathered on the device. */
+/* A data set as the training loop reads it: one array of rows per model
+ * input, the targets y (as floats) and the sample weights (one per loss row)
+ * on the host, and copies on the device when the backend's memory is not the
+ * host's and they all fit, so that a batch is gathered on the device; else
+ * every batch is staged through the host. A batch takes the same samples of
+ * every array (shuffling permutes the inputs, y and the weights together). */
 typedef struct data_src {
-    fl_node *in;             /* the input node the rows go to */
-    int64_t n, xrow, yrow;   /* samples; floats per sample of x and of y (0: no targets) */
-    const float *hx, *hy;
-    float *dx, *dy;          /* device copies (NULL: host memory, or not resident) */
+    int nx;                                  /* inputs */
+    fl_node *in[FL_MODEL_MAX_IO];            /* the input nodes the rows go to */
+    int64_t n, xrow[FL_MODEL_MAX_IO];        /* samples; floats per sample of each input */
+    int64_t yrow, wrow;                      /* floats per sample of y and of the weights (0: none) */
+    const float *hx[FL_MODEL_MAX_IO], *hy, *hw;
+    float *dx[FL_MODEL_MAX_IO], *dy, *dw;    /* device copies (NULL: host memory, or not resident) */
     bool resident;
     /* a stream instead of hx/hy: batches come from the prefetcher in the order given to data_begin */
     fl_data_stream *stream;
@@ -400,31 +525,51 @@ typedef struct data_src {
     double wait;             /* seconds load_batch waited for batches */
 } data_src;
 
-static fl_status data_open(fl_model *m, fl_node *in, const float *hx, const float *hy, int64_t n, int64_t yrow,
-                           data_src *d) {
+static void data_close(fl_model *m, data_src *d);
+
+/* hx[i]: the rows of input ins[i] (i < nx); hy (yrow floats a sample) and hw
+ * (wrow) may be NULL. */
+static fl_status data_open(fl_model *m, int nx, fl_node *const *ins, const float *const *hx, const float *hy,
+                           int64_t yrow, const float *hw, int64_t wrow, int64_t n, data_src *d) {
     const fl_backend *be = m->g.be;
     memset(d, 0, sizeof *d);
-    d->in = in;
+    d->nx = nx;
     d->n = n;
-    d->xrow = fl_node_sample_size(in); /* x's: the graph is bound to x's length when its data opens */
+    size_t bytes = 0; /* x's rows: the graph is bound to x's length when its data opens */
+    for (int i = 0; i < nx; i++) {
+        d->in[i] = ins[i];
+        d->xrow[i] = fl_node_sample_size(ins[i]);
+        d->hx[i] = hx[i];
+        bytes += (size_t)(n * d->xrow[i]) * sizeof(float);
+    }
     d->yrow = hy ? yrow : 0;
-    d->hx = hx;
+    d->wrow = hw ? wrow : 0;
     d->hy = hy;
+    d->hw = hw;
     if (be->host_memory) { d->resident = true; return FL_OK; }
-    size_t xb = (size_t)(n * d->xrow) * sizeof(float), yb = (size_t)(n * d->yrow) * sizeof(float);
+    size_t yb = (size_t)(n * d->yrow) * sizeof(float), wb = (size_t)(n * d->wrow) * sizeof(float);
     size_t fr = 0, total = 0;
     be->mem_info(&fr, &total);
-    if (xb + yb > fr / 2) return FL_OK; /* too big: batches are staged through the host */
-    d->dx = be->alloc(xb);
-    d->dy = d->dx && yb ? be->alloc(yb) : NULL;
-    if (!d->dx || (yb && !d->dy)) {
-        be->free(d->dx);
-        d->dx = NULL;
+    if (bytes + yb + wb > fr / 2) return FL_OK; /* too big: batches are staged through the host */
+    bool ok = true;
+    for (int i = 0; i < nx && ok; i++) ok = (d->dx[i] = be->alloc((size_t)(n * d->xrow[i]) * sizeof(float))) != NULL;
+    if (ok && yb) ok = (d->dy = be->alloc(yb)) != NULL;
+    if (ok && wb) ok = (d->dw = be->alloc(wb)) != NULL;
+    if (!ok) { /* staged after all */
+        data_close(m, d);
+        d->nx = nx;
+        d->n = n;
+        for (int i = 0; i < nx; i++) { d->in[i] = ins[i]; d->xrow[i] = fl_node_sample_size(ins[i]); d->hx[i] = hx[i]; }
+        d->yrow = hy ? yrow : 0;
+        d->wrow = hw ? wrow : 0;
+        d->hy = hy;
+        d->hw = hw;
         fl_clear_error();
         return FL_OK;
     }
-    be->upload(d->dx, hx, xb);
+    for (int i = 0; i < nx; i++) be->upload(d->dx[i], hx[i], (size_t)(n * d->xrow[i]) * sizeof(float));
     if (yb) be->upload(d->dy, hy, yb);
+    if (wb) be->upload(d->dw, hw, wb);
     d->resident = true;
     return FL_OK;
 }
@@ -433,9 +578,10 @@ static fl_status data_open(fl_model *m, fl_node *in, const float *hx, const floa
 static fl_status data_open_stream(fl_model *m, fl_node *in, fl_data_stream *s, int64_t yrow, int64_t bs,
                                   const fl_fit_args *a, bool check, data_src *d) {
     memset(d, 0, sizeof *d);
-    d->in = in;
+    d->nx = 1;
+    d->in[0] = in;
     d->n = fl_data_stream_size(s);
-    d->xrow = fl_node_sample_size(in);
+    d->xrow[0] = fl_node_sample_size(in);
     d->yrow = yrow;
     d->stream = s;
     d->xdt = fl_data_stream_x_dtype(s);
@@ -457,8 +603,10 @@ static void data_end(data_src *d) { fl_prefetch_end(d->pf); }
 
 static void data_close(fl_model *m, data_src *d) {
     fl_prefetch_close(d->pf);
-    if (d->dx) m->g.be->free(d->dx);
+    for (int i = 0; i < d->nx; i++)
+        if (d->dx[i]) m->g.be->free(d->dx[i]);
     if (d->dy) m->g.be->free(d->dy);
+    if (d->dw) m->g.be->free(d->dw);
     memset(d, 0, sizeof *d);
 }
 
@@ -474,23 +622,23 @@ static fl_status load_stream_batch(fl_model *m, data_src *d, const int64_t *idx,
     d->wait += waited;
     if (s != FL_OK) return s;
     if (got != b) return fl_error(FL_ERR_STATE, "fl_fit_stream: a batch of %lld samples came, %lld expected", (long long)got, (long long)b);
-    const int64_t nx = b * d->xrow;
-    if (!d->in->int_val && d->xdt == FL_INT32) { /* x.astype("float32"), in place (same size) */
+    const int64_t nx = b * d->xrow[0];
+    if (!d->in[0]->int_val && d->xdt == FL_INT32) { /* x.astype("float32"), in place (same size) */
         int32_t *iv = xv;
         float *fv = xv;
         for (int64_t i = 0; i < nx; i++) fv[i] = (float)iv[i];
-    } else if (d->in->int_val && d->xdt == FL_FLOAT32) {
+    } else if (d->in[0]->int_val && d->xdt == FL_FLOAT32) {
         float *fv = xv;
         int32_t *iv = xv;
         for (int64_t i = 0; i < nx; i++) {
             float f = fv[i];
             if (!(f == floorf(f) && f >= -2147483648.0f && f < 2147483648.0f))
                 return fl_error(FL_ERR_INVALID_ARG, "sample %lld: x = %g is not an integer, and input '%s' of model '%s' "
-                                "is int32", (long long)idx[i / d->xrow], f, d->in->name, m->name);
+                                "is int32", (long long)idx[i / d->xrow[0]], f, d->in[0]->name, m->name);
             iv[i] = (int32_t)f;
         }
     }
-    if (check_indices(m, d->in, NULL, d->in->int_val ? xv : NULL, d->in->int_val ? NULL : xv, b, "fl_fit_stream") != FL_OK)
+    if (check_indices(m, d->in[0], NULL, d->in[0]->int_val ? xv : NULL, d->in[0]->int_val ? NULL : xv, b, "fl_fit_stream") != FL_OK)
         return fl_last_status();
     if (d->yrow && (d->sparse || d->check_y)) {
         const int C = out_classes(m);
@@ -507,15 +655,27 @@ static fl_status load_stream_batch(fl_model *m, data_src *d, const int64_t *idx,
         }
     }
     d->last_x = xv;
-    be->upload(d->in->val, xv, (size_t)nx * sizeof(float));
+    be->upload(d->in[0]->val, xv, (size_t)nx * sizeof(float));
     if (d->yrow) be->upload(m->target, yv, (size_t)(b * d->yrow) * sizeof(float));
     return FL_OK;
 }
 
-/* Puts samples idx[0..b) of d into the input node (and targets). */
+/* d without its weights: the validation part of a validation_split whose
+ * training weights came from class_weight (Keras weighs only the training
+ * data by class). The copy shares d's buffers: never data_close it. */
+static data_src data_unweighted(const data_src *d) {
+    data_src v = *d;
+    v.hw = NULL;
+    v.dw = NULL;
+    v.wrow = 0;
+    return v;
+}
+
+/* Puts samples idx[0..b) of d into the input nodes (and targets, weights). */
 static fl_status load_batch(fl_model *m, data_src *d, const int64_t *idx, int64_t b) {
     const fl_backend *be = m->g.be;
     fl_graph_set_batch(&m->g, b);
+    m->batch_weighted = d->wrow > 0;
     if (d->stream) return load_stream_batch(m, d, idx, b);
     if (d->resident) {
         const int64_t *di = idx;
@@ -523,16 +683,24 @@ static fl_status load_batch(fl_model *m, data_src *d, const int64_t *idx, int64_
             be->upload(m->idx_dev, idx, (size_t)b * sizeof(int64_t));
             di = m->idx_dev;
         }
-        be->gather_rows(d->dx ? d->dx : d->hx, di, b, d->xrow, d->in->val);
+        for (int k = 0; k < d->nx; k++) be->gather_rows(d->dx[k] ? d->dx[k] : d->hx[k], di, b, d->xrow[k], d->in[k]->val);
         if (d->yrow) be->gather_rows(d->dy ? d->dy : d->hy, di, b, d->yrow, m->target);
+        if (d->wrow) be->gather_rows(d->dw ? d->dw : d->hw, di, b, d->wrow, m->weight);
         return FL_OK;
     }
-    for (int64_t i = 0; i < b; i++) {
-        memcpy(m->stage_x + i * d->xrow, d->hx + idx[i] * d->xrow, (size_t)d->xrow * sizeof(float));
-        if (d->yrow) memcpy(m->stage_y + i * d->yrow, d->hy + idx[i] * d->yrow, (size_t)d->yrow * sizeof(float));
+    /* staged: each input in turn through the one staging buffer (an upload
+     * from pageable memory has copied it out when it returns) */
+    for (int k = 0; k < d->nx; k++) {
+        for (int64_t i = 0; i < b; i++)
+            memcpy(m->stage_x + i * d->xrow[k], d->hx[k] + idx[i] * d->xrow[k], (size_t)d->xrow[k] * sizeof(float));
+        be->upload(d->in[k]->val, m->stage_x, (size_t)(b * d->xrow[k]) * sizeof(float));
     }
-    be->upload(d->in->val, m->stage_x, (size_t)(b * d->xrow) * sizeof(float));
+    for (int64_t i = 0; i < b; i++) {
+        if (d->yrow) memcpy(m->stage_y + i * d->yrow, d->hy + idx[i] * d->yrow, (size_t)d->yrow * sizeof(float));
+        if (d->wrow) memcpy(m->stage_w + i * d->wrow, d->hw + idx[i] * d->wrow, (size_t)d->wrow * sizeof(float));
+    }
     if (d->yrow) be->upload(m->target, m->stage_y, (size_t)(b * d->yrow) * sizeof(float));
+    if (d->wrow) be->upload(m->weight, m->stage_w, (size_t)(b * d->wrow) * sizeof(float));
     return FL_OK;
 }
 
@@ -575,6 +743,10 @@ static void loss_and_metrics(fl_model *m, bool grad) {
     const fl_node *mask = loss_mask_of(m);
     /* Keras's apply_mask: the valid rows weigh rows / valid, the others 0 */
     if (mask) be->loss_mask(rows, C, mask->val, m->row_loss, grad ? o->grad : NULL, m->stats + FL_STAT_VALID);
+    /* sample weights (Keras's reduce_weighted_values): the weighted row losses are summed and divided by
+     * the rows, weighted or not ("sum_over_batch_size"); the compiled metrics stay unweighted, as Keras's
+     * `metrics` (its `weighted_metrics` would take the weights) */
+    if (m->batch_weighted) be->loss_weight(rows, C, m->weight, m->row_loss, grad ? o->grad : NULL);
     double scale = (double)m->g.batch / (double)rows;
     be->sum_into(rows, m->row_loss, scale, m->stats);
     /* the metrics are not masked: Keras 3.15's compiled metrics do not see y_pred's mask (its
@@ -816,20 +988,24 @@ static int64_t *iota(int64_t n, int64_t start) {
     return p;
 }
 
-fl_status fl_evaluate_(fl_model *m, const fl_tensor *x, const fl_tensor *y, float *results, int n_results,
-                       fl_eval_args a) {
-    if (!m) return fl_error(FL_ERR_INVALID_ARG, "fl_evaluate: model is NULL");
-    if (!m->compiled) return fl_error(FL_ERR_STATE, "fl_evaluate: model '%s' is not compiled (call fl_compile first)", m->name);
-    FL_TRY(check_x(m, x, "fl_evaluate"));
-    if (a.batch_size < 0) return fl_error(FL_ERR_INVALID_ARG, "fl_evaluate: batch_size %d, expected > 0", a.batch_size);
-    int64_t bs = a.batch_size > 0 ? a.batch_size : 32, n = x->shape[0], yrow = 0;
-    float *yh = prepare_y(m, x, y, &yrow, "fl_evaluate");
+static fl_status evaluate(fl_model *m, const fl_tensor *const *xs, int nx, const fl_tensor *y, float *results,
+                          int n_results, fl_eval_args a, const char *fn) {
+    if (!m) return fl_error(FL_ERR_INVALID_ARG, "%s: model is NULL", fn);
+    if (!m->compiled) return fl_error(FL_ERR_STATE, "%s: model '%s' is not compiled (call fl_compile first)", fn, m->name);
+    FL_TRY(check_xs(m, xs, nx, fn));
+    if (a.batch_size < 0) return fl_error(FL_ERR_INVALID_ARG, "%s: batch_size %d, expected > 0", fn, a.batch_size);
+    int64_t bs = a.batch_size > 0 ? a.batch_size : 32, n = xs[0]->shape[0], yrow = 0;
+    float *yh = prepare_y(m, xs[0], y, &yrow, fn), *wh = NULL;
     if (!yh) return fl_last_status();
-    float *xo;
-    const float *xr = x_rows(m, m->input, x, "fl_evaluate", &xo);
-    int64_t *idx = xr ? iota(n, 0) : NULL;
+    if (prepare_weights(m, a.sample_weight, NULL, 0, yh, yrow, n, fn, &wh) != FL_OK) { free(yh); return fl_last_status(); }
+    float *xo[FL_MODEL_MAX_IO];
+    const float *xr[FL_MODEL_MAX_IO] = {0};
+    bool rows_ok = inputs_rows(m, xs, nx, fn, xr, xo);
+    int64_t *idx = rows_ok ? iota(n, 0) : NULL;
     data_src d = {0};
-    fl_status s = idx ? data_open(m, m->input, xr, yh, n, yrow, &d) : fl_last_status();
+    fl_status s = idx ? data_open(m, nx, m->inputs, xr, yh, yrow, wh, fl_node_sample_size(m->output) / out_classes(m),
+                                  n, &d)
+                      : fl_last_status();
     if (s == FL_OK) {
         FILE *f = a.out ? a.out : stdout;
         progbar pb = {f, resolve_verbose(a.verbose, f), (n + bs - 1) / bs, now(), 0, 0, NULL};
@@ -841,13 +1017,25 @@ fl_status fl_evaluate_(fl_model *m, const fl_tensor *x, const fl_tensor *y, floa
     data_close(m, &d);
     free(idx);
     free(yh);
-    free(xo);
+    free(wh);
+    if (rows_ok) free_rows(xo, nx);
     return s;
+}
+
+fl_status fl_evaluate_(fl_model *m, const fl_tensor *x, const fl_tensor *y, float *results, int n_results,
+                       fl_eval_args a) {
+    return evaluate(m, &x, 1, y, results, n_results, a, "fl_evaluate");
+}
+
+fl_status fl_evaluate_multi_(fl_model *m, const fl_tensor *const *xs, int n_inputs, const fl_tensor *y, float *results,
+                             int n_results, fl_eval_args a) {
+    return evaluate(m, xs, n_inputs, y, results, n_results, a, "fl_evaluate_multi");
 }
 
 fl_tensor *fl_predict_(fl_model *m, const fl_tensor *x, fl_eval_args a) {
     if (!m) return fl_error_null(FL_ERR_INVALID_ARG, "fl_predict: model is NULL");
     if (check_x(m, x, "fl_predict") != FL_OK) return NULL;
+    if (a.sample_weight) return fl_error_null(FL_ERR_INVALID_ARG, "fl_predict: sample_weight is for fl_evaluate");
     if (a.batch_size < 0) return fl_error_null(FL_ERR_INVALID_ARG, "fl_predict: batch_size %d, expected > 0", a.batch_size);
     int64_t bs = a.batch_size > 0 ? a.batch_size : 32, n = x->shape[0];
     int64_t orow = fl_node_sample_size(m->output);
@@ -859,7 +1047,7 @@ fl_tensor *fl_predict_(fl_model *m, const fl_tensor *x, fl_eval_args a) {
     fl_tensor *out = xr ? fl_tensor_new(FL_FLOAT32, m->output->ndim, shape) : NULL;
     int64_t *idx = out ? iota(n, 0) : NULL;
     data_src d = {0};
-    if (!idx || reserve(m, bs < n ? bs : n) != FL_OK || data_open(m, m->input, xr, NULL, n, 0, &d) != FL_OK) {
+    if (!idx || reserve(m, bs < n ? bs : n) != FL_OK || data_open(m, 1, &m->input, &xr, NULL, 0, NULL, 0, n, &d) != FL_OK) {
         free(idx);
         free(xo);
         fl_tensor_free(out);
@@ -906,26 +1094,27 @@ fl_status fl_predict_multi_(fl_model *m, const fl_tensor *const *xs, int nx, fl_
         shape[0] = n;
         if (!(outs[o] = fl_tensor_new(FL_FLOAT32, m->outputs[o]->ndim, shape))) st = fl_last_status();
     }
+    if (a.sample_weight && st == FL_OK) st = fl_error(FL_ERR_INVALID_ARG, "fl_predict_multi: sample_weight is for fl_evaluate");
     int64_t *idx = st == FL_OK ? iota(n, 0) : NULL;
-    data_src d[FL_MODEL_MAX_IO];
-    memset(d, 0, sizeof d);
+    data_src d = {0};
     if (st == FL_OK && !idx) st = fl_last_status();
     if (st == FL_OK) st = reserve(m, bs < n ? bs : n);
     float *xo[FL_MODEL_MAX_IO] = {0};
-    for (int i = 0; i < nx && st == FL_OK; i++) {
-        const float *xr = x_rows(m, m->inputs[i], xs[i], "fl_predict_multi", &xo[i]);
-        st = xr ? data_open(m, m->inputs[i], xr, NULL, n, 0, &d[i]) : fl_last_status();
-    }
+    const float *xr[FL_MODEL_MAX_IO] = {0};
+    bool rows_ok = st == FL_OK && inputs_rows(m, xs, nx, "fl_predict_multi", xr, xo);
+    if (st == FL_OK && !rows_ok) st = fl_last_status();
+    if (st == FL_OK) st = data_open(m, nx, m->inputs, xr, NULL, 0, NULL, 0, n, &d);
     for (int64_t s = 0; st == FL_OK && s * bs < n; s++) {
         int64_t b = n - s * bs < bs ? n - s * bs : bs;
-        for (int i = 0; i < nx; i++) (void)load_batch(m, &d[i], idx + s * bs, b); /* arrays: cannot fail */
+        (void)load_batch(m, &d, idx + s * bs, b); /* arrays: cannot fail */
         fl_graph_forward(&m->g, false);
         for (int o = 0; o < nout; o++) {
             int64_t orow = fl_node_sample_size(m->outputs[o]);
             m->g.be->download((float *)outs[o]->data + s * bs * orow, m->outputs[o]->val, (size_t)(b * orow) * sizeof(float));
         }
     }
-    for (int i = 0; i < nx; i++) { data_close(m, &d[i]); free(xo[i]); }
+    data_close(m, &d);
+    free_rows(xo, nx);
     free(idx);
     if (st == FL_OK) st = device_status(m, "predicting");
     if (st != FL_OK)
@@ -965,24 +1154,28 @@ static const char *index_str(int64_t i, int nd, const int64_t *dims, char *buf, 
  * all of x before training (device backends, where the batch is gathered on
  * the device): the first sample holding a NaN or an infinity stops
  * training, named by its index in x and its feature. */
-static fl_status check_x_finite(const fl_model *m, const data_src *d, const float *rows, const int64_t *idx, int64_t b,
-                                int ep, int epochs, int64_t step, int64_t steps) {
-    int64_t f = first_nonfinite(rows, b * d->xrow);
+static fl_status check_x_finite(const fl_model *m, const data_src *d, int k, const float *rows, const int64_t *idx,
+                                int64_t b, int ep, int epochs, int64_t step, int64_t steps) {
+    const int64_t xrow = d->xrow[k];
+    const fl_node *in = d->in[k];
+    int64_t f = first_nonfinite(rows, b * xrow);
     if (f < 0) return FL_OK;
-    int64_t i = f / d->xrow, sample = idx ? idx[i] : i;
-    f %= d->xrow;
+    int64_t i = f / xrow, sample = idx ? idx[i] : i;
+    f %= xrow;
     char when[96], a[128], c[128];
     if (idx)
         snprintf(when, sizeof when, "epoch %d/%d, step %lld/%lld", ep + 1, epochs, (long long)step + 1, (long long)steps);
     else
         snprintf(when, sizeof when, "before epoch %d", ep + 1);
-    const float *row = rows + i * d->xrow;
+    const float *row = rows + i * xrow;
+    char which[96] = "x";
+    if (d->nx > 1) snprintf(which, sizeof which, "input %d '%s'", k, in->name);
     return fl_error(FL_ERR_NONFINITE,
-                    "fl_fit: %s: x[%lld] holds %s at feature %lld (index %s of the sample shape %s); training "
+                    "fl_fit: %s: %s[%lld] holds %s at feature %lld (index %s of the sample shape %s); training "
                     "stopped (TerminateOnNaN) before this step, model '%s' is unchanged by it; fix the data, or set "
-                    ".no_nan_check (flynn train --no-nan-check)", when, (long long)sample, nonfinite_name(row[f]),
-                    (long long)f, index_str(f, d->in->ndim - 1, d->in->shape + 1, a, sizeof a),
-                    fl_shape_str(d->in->ndim - 1, d->in->shape + 1, c, sizeof c), m->name);
+                    ".no_nan_check (flynn train --no-nan-check)", when, which, (long long)sample, nonfinite_name(row[f]),
+                    (long long)f, index_str(f, in->ndim - 1, in->shape + 1, a, sizeof a),
+                    fl_shape_str(in->ndim - 1, in->shape + 1, c, sizeof c), m->name);
 }
 
 /* First non-finite value of a backend buffer of n floats (host is scratch
@@ -1180,53 +1373,86 @@ static fl_status train_step(fl_model *m, graph_state *gs, bool full, bool check,
 }
 
 
-/* fl_fit (x, y) and fl_fit_stream (stream): one loop, the batches loaded through data_src. */
-static fl_history *fit(fl_model *m, const fl_tensor *x, const fl_tensor *y, fl_data_stream *stream, fl_fit_args a) {
-    const char *who = stream ? "fl_fit_stream" : "fl_fit";
-    if (!m) return fl_error_null(FL_ERR_INVALID_ARG, "%s: model is NULL", who);
+/* x's rows for every input (xo[i]: what x_rows made and the caller frees); false on error (freed). */
+static bool inputs_rows(const fl_model *m, const fl_tensor *const *xs, int nx, const char *what, const float **rows,
+                        float **xo) {
+    for (int i = 0; i < nx; i++) xo[i] = NULL;
+    for (int i = 0; i < nx; i++)
+        if (!(rows[i] = x_rows(m, m->inputs[i], xs[i], what, &xo[i]))) {
+            for (int k = 0; k < i; k++) { free(xo[k]); xo[k] = NULL; }
+            return false;
+        }
+    return true;
+}
+
+static void free_rows(float **xo, int nx) {
+    for (int i = 0; i < nx; i++) { free(xo[i]); xo[i] = NULL; }
+}
+
+/* fl_fit and fl_fit_multi (xs[0..nx), one array per model input) and fl_fit_stream (stream, xs NULL): one loop,
+ * the batches loaded through data_src. */
+static fl_history *fit(fl_model *m, const fl_tensor *const *xs, int nx, const fl_tensor *y, fl_data_stream *stream,
+                       fl_fit_args a, const char *fn) {
+    if (!m) return fl_error_null(FL_ERR_INVALID_ARG, "%s: model is NULL", fn);
     if (!m->compiled)
-        return fl_error_null(FL_ERR_STATE, "%s: model '%s' is not compiled (call fl_compile first)", who, m->name);
+        return fl_error_null(FL_ERR_STATE, "%s: model '%s' is not compiled (call fl_compile first)", fn, m->name);
     int64_t y_row = 0, vrow = 0;
     if (stream) {
-        if (check_stream(m, stream, who, &y_row) != FL_OK) return NULL;
-        if (a.validation_x)
+        if (check_stream(m, stream, fn, &y_row) != FL_OK) return NULL;
+        if (a.validation_x || a.validation_xs)
             return fl_error_null(FL_ERR_INVALID_ARG, "fl_fit_stream: validation data as a stream (.validation_stream), "
                                  "not arrays");
+        if (a.sample_weight || a.class_weight || a.num_class_weights || a.validation_sample_weight)
+            return fl_error_null(FL_ERR_UNSUPPORTED, "fl_fit_stream: sample_weight and class_weight weigh arrays "
+                                 "(fl_fit, fl_fit_multi); a stream's samples are not weighted");
         if (a.validation_stream && check_stream(m, a.validation_stream, "fl_fit_stream (validation stream)", &vrow) != FL_OK)
             return NULL;
     } else {
         if (a.validation_stream)
-            return fl_error_null(FL_ERR_INVALID_ARG, "fl_fit: .validation_stream is for fl_fit_stream; give validation_x/y");
-        if (check_x(m, x, "fl_fit") != FL_OK) return NULL;
+            return fl_error_null(FL_ERR_INVALID_ARG, "%s: .validation_stream is for fl_fit_stream; give validation_x/y", fn);
+        if (check_xs(m, xs, nx, fn) != FL_OK) return NULL;
     }
     if (m->opt->bound_gen != m->g.trainable_gen && fl_optimizer_bind(m->opt, &m->g) != FL_OK) {
         /* layers were frozen or unfrozen since compile: what Keras's recompile does */
-        fl_error_prefix("fl_fit: binding the optimizer to the weights now trainable: ");
+        fl_error_prefix("%s: binding the optimizer to the weights now trainable: ", fn);
         return NULL;
     }
-    if (a.batch_size < 0) return fl_error_null(FL_ERR_INVALID_ARG, "fl_fit: batch_size %d, expected > 0", a.batch_size);
-    if (a.epochs < 0) return fl_error_null(FL_ERR_INVALID_ARG, "fl_fit: epochs %d, expected > 0", a.epochs);
+    if (a.batch_size < 0) return fl_error_null(FL_ERR_INVALID_ARG, "%s: batch_size %d, expected > 0", fn, a.batch_size);
+    if (a.epochs < 0) return fl_error_null(FL_ERR_INVALID_ARG, "%s: epochs %d, expected > 0", fn, a.epochs);
     if (!(a.validation_split >= 0.0f && a.validation_split < 1.0f))
-        return fl_error_null(FL_ERR_INVALID_ARG, "fl_fit: validation_split %g, expected 0 <= split < 1",
+        return fl_error_null(FL_ERR_INVALID_ARG, "%s: validation_split %g, expected 0 <= split < 1", fn,
                              a.validation_split);
-    if (a.validation_split > 0 && (a.validation_x || a.validation_stream))
-        return fl_error_null(FL_ERR_INVALID_ARG, "%s: give validation_split or validation data, not both", who);
-    if ((a.validation_x == NULL) != (a.validation_y == NULL))
-        return fl_error_null(FL_ERR_INVALID_ARG, "fl_fit: validation_x and validation_y must be given together");
+    if (a.validation_x && a.validation_xs)
+        return fl_error_null(FL_ERR_INVALID_ARG, "%s: give validation_x (one input) or validation_xs, not both", fn);
+    const fl_tensor *const *vxs = a.validation_xs ? a.validation_xs : a.validation_x ? &a.validation_x : NULL;
+    if (a.validation_split > 0 && (vxs || a.validation_stream))
+        return fl_error_null(FL_ERR_INVALID_ARG, "%s: give validation_split or validation data, not both", fn);
+    if ((vxs == NULL) != (a.validation_y == NULL))
+        return fl_error_null(FL_ERR_INVALID_ARG, "%s: validation_x%s and validation_y must be given together", fn,
+                             a.validation_xs ? "s" : "");
+    if (a.validation_sample_weight && !vxs)
+        return fl_error_null(FL_ERR_INVALID_ARG, "%s: validation_sample_weight without validation data (with "
+                             "validation_split, sample_weight is split as x and y are)", fn);
     int64_t bs = a.batch_size > 0 ? a.batch_size : 32;
     int epochs = a.epochs > 0 ? a.epochs : 1;
-    int64_t n = stream ? fl_data_stream_size(stream) : x->shape[0];
-    float *yh = stream ? NULL : prepare_y(m, x, y, &y_row, "fl_fit");
+    int64_t n = stream ? fl_data_stream_size(stream) : xs[0]->shape[0];
+    float *yh = stream ? NULL : prepare_y(m, xs[0], y, &y_row, fn);
     if (!stream && !yh) return NULL;
     bool check = !a.no_nan_check;
     int64_t bad = check && yh ? first_nonfinite(yh, n * y_row) : -1;
     if (bad >= 0) {
-        fl_error(FL_ERR_NONFINITE, "fl_fit: y[%lld] holds %s at target %lld; nothing was trained (TerminateOnNaN); "
-                 "fix the targets, or set .no_nan_check (flynn train --no-nan-check)", (long long)(bad / y_row),
+        fl_error(FL_ERR_NONFINITE, "%s: y[%lld] holds %s at target %lld; nothing was trained (TerminateOnNaN); "
+                 "fix the targets, or set .no_nan_check (flynn train --no-nan-check)", fn, (long long)(bad / y_row),
                  nonfinite_name(yh[bad]), (long long)(bad % y_row));
         free(yh);
         return NULL;
     }
+    float *wh = NULL, *vwh = NULL;
+    if (!stream && prepare_weights(m, a.sample_weight, a.class_weight, a.num_class_weights, yh, y_row, n, fn, &wh) != FL_OK) {
+        free(yh);
+        return NULL;
+    }
+    int64_t wrow = fl_node_sample_size(m->output) / out_classes(m);
 
     /* Keras: the last fraction (before shuffling) is the validation set */
     int64_t n_train = n, n_val = 0;
@@ -1239,44 +1465,48 @@ static fl_history *fit(fl_model *m, const fl_tensor *x, const fl_tensor *y, fl_d
         n_train = (int64_t)floor((double)n * (1.0 - strtod(split_text, NULL)));
         n_val = n - n_train;
         if (n_train <= 0 || n_val <= 0) {
-            free(yh);
-            return fl_error_null(FL_ERR_INVALID_ARG, "fl_fit: validation_split %g of %lld samples leaves %lld for training and %lld for validation",
-                                 a.validation_split, (long long)n, (long long)n_train, (long long)n_val);
+            free(yh); free(wh);
+            return fl_error_null(FL_ERR_INVALID_ARG, "%s: validation_split %g of %lld samples leaves %lld for training and %lld for validation",
+                                 fn, a.validation_split, (long long)n, (long long)n_train, (long long)n_val);
         }
     }
     float *vyh = NULL;
     data_src tr = {0}, vd = {0};
     graph_state gs = {0};
-    float *xo = NULL, *vxo = NULL;
-    const float *vxr = NULL, *xr = NULL;
+    float *xo[FL_MODEL_MAX_IO] = {0}, *vxo[FL_MODEL_MAX_IO] = {0};
+    const float *xr[FL_MODEL_MAX_IO] = {0}, *vxr[FL_MODEL_MAX_IO] = {0};
     int64_t *perm = NULL, *vidx = NULL, nv = 0;
     fl_history *h = NULL;
-    if (a.validation_x) { /* validation data of another length: the graph is bound to it while it runs */
-        if (check_x(m, a.validation_x, "fl_fit (validation data)") != FL_OK) goto fail;
-        vyh = prepare_y(m, a.validation_x, a.validation_y, &vrow, "fl_fit (validation data)");
-        if (!vyh) goto fail;
-        nv = a.validation_x->shape[0];
-        if (!(vxr = x_rows(m, m->input, a.validation_x, "fl_fit (validation data)", &vxo)) || !(vidx = iota(nv, 0)) ||
-            data_open(m, m->input, vxr, vyh, nv, vrow, &vd) != FL_OK)
+    char vw[64];
+    snprintf(vw, sizeof vw, "%s (validation data)", fn);
+    if (vxs) { /* validation data of another length: the graph is bound to it while it runs */
+        if (check_xs(m, vxs, nx, vw) != FL_OK || !(vyh = prepare_y(m, vxs[0], a.validation_y, &vrow, vw)) ||
+            prepare_weights(m, a.validation_sample_weight, NULL, 0, vyh, vrow, vxs[0]->shape[0], vw, &vwh) != FL_OK)
             goto fail;
-        if (fl_model_bind(m, &x, 1, "fl_fit") != FL_OK) goto fail;
+        nv = vxs[0]->shape[0];
+        if (!inputs_rows(m, vxs, nx, vw, vxr, vxo) || !(vidx = iota(nv, 0)) ||
+            data_open(m, nx, m->inputs, vxr, vyh, vrow, vwh, wrow, nv, &vd) != FL_OK)
+            goto fail;
+        if (fl_model_bind(m, xs, nx, fn) != FL_OK) goto fail;
     }
-    if (!stream && !(xr = x_rows(m, m->input, x, "fl_fit", &xo))) goto fail;
+    if (!stream && !inputs_rows(m, xs, nx, fn, xr, xo)) goto fail;
     perm = fl_malloc((size_t)n * sizeof(int64_t), "shuffle order");
     h = fl_calloc(1, sizeof *h, "History");
     if (!perm || !h || reserve(m, bs < n_train ? bs : n_train) != FL_OK ||
         (stream ? data_open_stream(m, m->input, stream, y_row, bs, &a, check, &tr)
-                : data_open(m, m->input, xr, yh, n, y_row, &tr)) != FL_OK)
+                : data_open(m, nx, m->inputs, xr, yh, y_row, wh, wrow, n, &tr)) != FL_OK)
         goto fail;
     if (a.validation_stream) {
         nv = fl_data_stream_size(a.validation_stream);
         if (!(vidx = iota(nv, 0)) || data_open_stream(m, m->input, a.validation_stream, vrow, bs, &a, check, &vd) != FL_OK)
             goto fail;
-    } else if (!a.validation_x && n_val > 0) {
+    } else if (!vxs && n_val > 0) {
         nv = n_val;
         if (!(vidx = iota(nv, n_train))) goto fail;
     }
-    data_src *val = a.validation_x || a.validation_stream ? &vd : &tr;
+    /* the split's validation part: sample_weight split with it, class_weight only for training (Keras) */
+    data_src split_val = a.num_class_weights > 0 ? data_unweighted(&tr) : tr;
+    data_src *val = vxs || a.validation_stream ? &vd : a.num_class_weights > 0 ? &split_val : &tr;
     bool has_val = nv > 0;
     h->nkeys = 0;
     snprintf(h->keys[h->nkeys++], 48, "loss");
@@ -1298,9 +1528,10 @@ static fl_history *fit(fl_model *m, const fl_tensor *x, const fl_tensor *y, fl_d
     m->stop_training = false;
     for (int c = 0; c < ncb; c++)
         if (cbs[c]->on_train_begin && cbs[c]->on_train_begin(m, &logs, cbs[c]->user) != FL_OK) goto fail_cb;
-    if (check && xr && !m->g.be->host_memory && !m->input->int_val && /* device: x once, the batches are gathered there */
-        check_x_finite(m, &tr, xr, NULL, n_train, a.initial_epoch, epochs, 0, steps) != FL_OK)
-        goto fail;
+    for (int k = 0; k < nx; k++) /* device: x once, the batches are gathered there */
+        if (check && xr[k] && !m->g.be->host_memory && !m->inputs[k]->int_val &&
+            check_x_finite(m, &tr, k, xr[k], NULL, n_train, a.initial_epoch, epochs, 0, steps) != FL_OK)
+            goto fail;
     double t_fit = now();
     for (int ep = a.initial_epoch; ep < epochs; ep++) {
         for (int64_t i = 0; i < n; i++) perm[i] = i;
@@ -1314,7 +1545,7 @@ static fl_history *fit(fl_model *m, const fl_tensor *x, const fl_tensor *y, fl_d
         double v[1 + FL_MAX_METRICS], vals[FL_HIST_MAX_KEYS];
         int64_t seen = 0;
         double t0 = now();
-        if ((!stream && fl_model_bind(m, &x, 1, "fl_fit") != FL_OK) || reserve(m, bs < n_train ? bs : n_train) != FL_OK)
+        if ((!stream && fl_model_bind(m, xs, nx, fn) != FL_OK) || reserve(m, bs < n_train ? bs : n_train) != FL_OK)
             goto fail;
         zero_stats(m);
         int64_t checked = 0; /* steps whose loss is known to be finite */
@@ -1325,14 +1556,16 @@ static fl_history *fit(fl_model *m, const fl_tensor *x, const fl_tensor *y, fl_d
             int64_t b = n_train - s * bs < bs ? n_train - s * bs : bs;
             double tl = stream ? 0 : now();
             if (load_batch(m, &tr, perm + s * bs, b) != FL_OK) {
-                fl_error_prefix("%s: epoch %d/%d, step %lld/%lld: ", who, ep + 1, epochs, (long long)s + 1, (long long)steps);
+                fl_error_prefix("%s: epoch %d/%d, step %lld/%lld: ", fn, ep + 1, epochs, (long long)s + 1, (long long)steps);
                 goto fail;
             }
             if (!stream) tr.wait += now() - tl;
-            const float *rows = m->g.be->host_memory ? m->input->val : tr.last_x;
-            if (check && rows && !m->input->int_val && /* int32 indices: no NaN to find */
-                check_x_finite(m, &tr, rows, perm + s * bs, b, ep, epochs, s, steps) != FL_OK)
-                goto fail;
+            for (int k = 0; k < nx; k++) { /* int32 indices: no NaN to find */
+                const float *rows = m->g.be->host_memory ? m->inputs[k]->val : tr.last_x; /* a stream's on the host */
+                if (check && rows && !m->inputs[k]->int_val &&
+                    check_x_finite(m, &tr, k, rows, perm + s * bs, b, ep, epochs, s, steps) != FL_OK)
+                    goto fail;
+            }
             bool finite;
             if (train_step(m, &gs, b == bs, check, &finite) != FL_OK) goto fail;
             if (!finite) {
@@ -1355,7 +1588,7 @@ static fl_history *fit(fl_model *m, const fl_tensor *x, const fl_tensor *y, fl_d
                     if (cbs[c]->on_batch_end && cbs[c]->on_batch_end(m, s, &logs, cbs[c]->user) != FL_OK) goto fail_cb;
                 if (m->stop_training) { steps_done = s + 1; break; }
                 /* a callback that predicted on data of another length planned the graph for it */
-                if ((!stream && fl_model_bind(m, &x, 1, "fl_fit") != FL_OK) ||
+                if ((!stream && fl_model_bind(m, xs, nx, fn) != FL_OK) ||
                     reserve(m, bs < n_train ? bs : n_train) != FL_OK)
                     goto fail;
             }
@@ -1400,7 +1633,7 @@ static fl_history *fit(fl_model *m, const fl_tensor *x, const fl_tensor *y, fl_d
         for (int k = 0; k < nkv; k++) hv[k] = (float)vals[k];
         if (has_val) {
             double r[1 + FL_MAX_METRICS];
-            if ((a.validation_x && fl_model_bind(m, &a.validation_x, 1, "fl_fit (validation data)") != FL_OK) ||
+            if ((vxs && fl_model_bind(m, vxs, nx, vw) != FL_OK) ||
                 run_eval(m, val, vidx, nv, bs, r, NULL) != FL_OK)
                 goto fail;
             int nv2 = stat_kv(m, r, "val_", keys + nkv, vals + nkv);
@@ -1427,21 +1660,29 @@ static fl_history *fit(fl_model *m, const fl_tensor *x, const fl_tensor *y, fl_d
     h->seconds = now() - t_fit;
     if (gs.graph) m->g.be->graph_free(gs.graph);
     data_close(m, &tr); data_close(m, &vd);
-    free(perm); free(vidx); free(yh); free(vyh); free(xo); free(vxo);
+    free(perm); free(vidx); free(yh); free(vyh); free(wh); free(vwh);
+    free_rows(xo, nx); free_rows(vxo, nx);
     return h;
 fail_cb:
-    fl_error_prefix("fl_fit: a callback failed: ");
+    fl_error_prefix("%s: a callback failed: ", fn);
 fail:
     if (gs.graph) m->g.be->graph_free(gs.graph);
     data_close(m, &tr); data_close(m, &vd);
-    free(perm); free(vidx); free(yh); free(vyh); free(xo); free(vxo);
+    free(perm); free(vidx); free(yh); free(vyh); free(wh); free(vwh);
+    free_rows(xo, nx); free_rows(vxo, nx);
     fl_history_free(h);
     return NULL;
 }
 
-fl_history *fl_fit_(fl_model *m, const fl_tensor *x, const fl_tensor *y, fl_fit_args a) { return fit(m, x, y, NULL, a); }
+fl_history *fl_fit_(fl_model *m, const fl_tensor *x, const fl_tensor *y, fl_fit_args a) {
+    return fit(m, &x, 1, y, NULL, a, "fl_fit");
+}
+
+fl_history *fl_fit_multi_(fl_model *m, const fl_tensor *const *xs, int n_inputs, const fl_tensor *y, fl_fit_args a) {
+    return fit(m, xs, n_inputs, y, NULL, a, "fl_fit_multi");
+}
 
 fl_history *fl_fit_stream_(fl_model *m, fl_data_stream *train, fl_fit_args a) {
     if (!train) return fl_error_null(FL_ERR_INVALID_ARG, "fl_fit_stream: the stream is NULL");
-    return fit(m, NULL, NULL, train, a);
+    return fit(m, NULL, 1, NULL, train, a, "fl_fit_stream");
 }

@@ -585,6 +585,7 @@ static const fl_backend cpu_backend = {
     .masked_gap1d_fwd = fl_cpu_masked_gap1d_fwd,
     .masked_gap1d_bwd = fl_cpu_masked_gap1d_bwd,
     .loss_mask = fl_cpu_loss_mask,
+    .loss_weight = fl_cpu_loss_weight,
     .scalar_mul_fwd = fl_cpu_scalar_mul_fwd,
     .scalar_mul_bwd = fl_cpu_scalar_mul_bwd,
     .attn_concat_fwd = fl_cpu_attn_concat_fwd,

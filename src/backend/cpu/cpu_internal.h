@@ -111,6 +111,7 @@ void fl_cpu_seq_mask(int64_t rows, int c, int x_int, const float *x, float value
 void fl_cpu_masked_gap1d_fwd(int64_t n, int64_t t, int c, const float *x, const float *m, float *y);
 void fl_cpu_masked_gap1d_bwd(int64_t n, int64_t t, int c, const float *m, const float *dy, float *dx, float beta);
 void fl_cpu_loss_mask(int64_t rows, int c, const float *m, float *row_loss, float *grad, double *acc);
+void fl_cpu_loss_weight(int64_t rows, int c, const float *w, float *row_loss, float *grad);
 
 /* the Attention layer's learned scores (cpu_attn_score.c) */
 void fl_cpu_scalar_mul_fwd(int64_t n, const float *x, const float *s, float *y);

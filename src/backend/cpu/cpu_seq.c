@@ -1,7 +1,7 @@
 /*
  * cpu_seq.c — the CPU kernels of sequence models: Embedding's gather and
  * its deterministic scatter-add, the mask of a padded sequence, the masked
- * GlobalAveragePooling1D and the mask applied to a loss (backend.h has each
+ * GlobalAveragePooling1D, the mask and the sample weights applied to a loss (backend.h has each
  * one's formula and shapes; cuda_backend.cu has their twins).
  */
 #include "cpu_internal.h"
@@ -98,4 +98,12 @@ void fl_cpu_loss_mask(int64_t rows, int c, const float *m, float *row_loss, floa
             for (int j = 0; j < c; j++) grad[(size_t)r * c + j] *= wr;
     }
     acc[0] += (double)valid;
+}
+
+void fl_cpu_loss_weight(int64_t rows, int c, const float *w, float *row_loss, float *grad) {
+    for (int64_t r = 0; r < rows; r++) {
+        row_loss[r] *= w[r];
+        if (grad)
+            for (int j = 0; j < c; j++) grad[(size_t)r * c + j] *= w[r];
+    }
 }

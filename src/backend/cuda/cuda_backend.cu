@@ -2107,6 +2107,20 @@ static void cu_loss_mask(int64_t rows, int c, const float *m, float *row_loss, f
     LAUNCHED();
 }
 
+/* Sample weights: one thread per gradient element (per row without grad). */
+__global__ void k_loss_weight(int64_t rows, int c, const float *w, float *row_loss, float *grad) {
+    const int64_t total = grad ? rows * c : rows;
+    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
+        int64_t r = grad ? e / c : e;
+        if (grad) grad[e] *= w[r];
+        if (!grad || e % c == 0) row_loss[r] *= w[r];
+    }
+}
+static void cu_loss_weight(int64_t rows, int c, const float *w, float *row_loss, float *grad) {
+    k_loss_weight<<<blocks_for(grad ? rows * c : rows, 256), 256, 0, g_stream>>>(rows, c, w, row_loss, grad);
+    LAUNCHED();
+}
+
 /* ------------------------------- the Attention layer's learned scores
  *
  * cpu_attn_score.c's twins. The scalar weights are read from device memory
@@ -2958,6 +2972,7 @@ static void fill_table(void) {
     b->masked_gap1d_fwd = cu_masked_gap1d_fwd;
     b->masked_gap1d_bwd = cu_masked_gap1d_bwd;
     b->loss_mask = cu_loss_mask;
+    b->loss_weight = cu_loss_weight;
     b->scalar_mul_fwd = cu_scalar_mul_fwd;
     b->scalar_mul_bwd = cu_scalar_mul_bwd;
     b->attn_concat_fwd = cu_attn_concat_fwd;
