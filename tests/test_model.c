@@ -782,6 +782,19 @@ static void test_rnn_api(void) {
     REFUSED(fl_bidirectional(fl_lstm(4), .backward_layer = fl_lstm(4)), "different go_backwards");
     REFUSED(fl_bidirectional(fl_lstm(-1)), "Bidirectional: the layer is NULL (LSTM: units is -1");
 #undef REFUSED
+    /* a forward layer with go_backwards: the backward copy runs the other way (Keras: not layer.go_backwards),
+     * so the model's JSON loads back (fuzz_json found the copy made with go_backwards true, refused on reload) */
+    m = fl_sequential(fl_input(5, 3), fl_bidirectional(fl_simple_rnn(2, .go_backwards = true), .name = "bi"));
+    CHECK_MSG(m != NULL, "%s", fl_last_error());
+    if (m) {
+        char *js = fl_model_to_json(m);
+        CHECK(js && strstr(js, "\"go_backwards\":false") && strstr(js, "\"go_backwards\":true"));
+        fl_model *m2 = js ? fl_model_from_json(js) : NULL;
+        CHECK_MSG(m2 != NULL, "%s", fl_last_error());
+        fl_model_free(m2);
+        free(js);
+        fl_model_free(m);
+    }
     m = fl_sequential(fl_input(6), fl_lstm(3));
     CHECK(m == NULL);
     CHECK_MSG(strstr(fl_last_error(), "(batch, timesteps, features)") != NULL, "got '%s'", fl_last_error());

@@ -716,7 +716,7 @@ fl_layer *fl_bidirectional_(fl_layer *layer, fl_bidirectional_args a) {
         bwd = new_layer(layer->kind, NULL);
         if (!bwd) { fl_layer_free(layer); return NULL; }
         bwd->a.rnn = layer->a.rnn;
-        bwd->a.rnn.go_backwards = true;
+        bwd->a.rnn.go_backwards = !layer->a.rnn.go_backwards; /* Keras: not layer.go_backwards */
         prefixed_name(bwd, "backward_", layer);
     } else if (!bwd->user_named) {
         snprintf(bwd->name, sizeof bwd->name, "%s", kind_base[bwd->kind]);
