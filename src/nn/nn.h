@@ -273,6 +273,7 @@ struct fl_model {
     int64_t target_cap;
     int64_t epochs_run;
     bool stop_training;                 /* Keras model.stop_training: set by a callback, cleared by fl_fit */
+    int64_t dist_batch, dist_share;     /* under MPI: the step's global batch and this rank's share (0: one process) */
 };
 
 #endif

@@ -7,6 +7,8 @@
 #include "core/error.h"
 #include "core/rng.h"
 #include "core/tensor.h"
+#include "dist/data_parallel.h"
+#include "dist/mpi.h"
 #include "ops/math.h"
 #include "ops/ops.h"
 
@@ -431,7 +433,9 @@ static void loss_and_metrics(fl_model *m, bool grad) {
     int code = m->loss.kind == FL_LOSS_CATEGORICAL_CROSSENTROPY ? FL_LC_CCE
              : m->loss.kind == FL_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY ? FL_LC_SCCE
              : m->loss.kind == FL_LOSS_BINARY_CROSSENTROPY ? FL_LC_BCE : FL_LC_MSE;
-    fl_loss_desc d = {code, loss_input(m), rows, C, 1.0f / (float)rows};
+    /* under MPI the mean is over the global batch's rows: the ranks' gradients sum to one process's */
+    int64_t grows = m->dist_batch ? rows / m->g.batch * m->dist_batch : rows;
+    fl_loss_desc d = {code, loss_input(m), rows, C, 1.0f / (float)grows};
     be->loss(&d, o->val, m->target, m->row_loss, grad ? o->grad : NULL);
     if (grad) {
         o->grad_ready = true;
@@ -971,10 +975,18 @@ typedef struct graph_state {
  * out non-finite. */
 static bool run_step(fl_model *m, bool check) {
     fl_graph_clear_grads(&m->g);
-    fl_graph_forward(&m->g, true);
-    loss_and_metrics(m, true);
+    bool have = !m->dist_batch || m->dist_share > 0; /* under MPI a rank can have no share of a last batch */
+    double before[FL_STATS];
+    if (m->dist_batch) memcpy(before, m->stats, sizeof before);
+    if (have) {
+        fl_graph_forward(&m->g, true);
+        loss_and_metrics(m, true);
+    }
+    /* under MPI: the global batch's totals on every rank, so that every rank takes the same decisions */
+    if (m->dist_batch && fl_dp_reduce_stats(before, m->stats, FL_STATS) != FL_OK) return false;
     if (check && !isfinite(m->stats[0])) return false;
-    fl_graph_backward(&m->g);
+    if (have) fl_graph_backward(&m->g);
+    if (m->dist_batch && fl_dp_reduce_grads(m, have) != FL_OK) return false;
     fl_optimizer_step(m->opt);
     return true;
 }
@@ -982,9 +994,10 @@ static bool run_step(fl_model *m, bool check) {
 static fl_status train_step(fl_model *m, graph_state *gs, bool full, bool check, bool *finite) {
     const fl_backend *be = m->g.be;
     *finite = true;
-    if (check && be->host_memory && !be->graph_begin) { /* the CPU: the loss is read after each step */
-        *finite = run_step(m, true);
-        return FL_OK;
+    if (m->dist_batch || (check && be->host_memory && !be->graph_begin)) { /* the CPU: the loss is read after each step */
+        fl_clear_error();
+        *finite = run_step(m, check);
+        return *finite || fl_last_status() == FL_OK ? FL_OK : fl_last_status(); /* an MPI error */
     }
     if (gs->graph && full && gs->generation == m->g.generation) {
         if (be->graph_set_learning_rate) be->graph_set_learning_rate(fl_optimizer_lr_at(m->opt, m->opt->iterations));
@@ -1045,6 +1058,14 @@ fl_history *fl_fit_(fl_model *m, const fl_tensor *x, const fl_tensor *y, fl_fit_
         return fl_error_null(FL_ERR_INVALID_ARG, "fl_fit: validation_x and validation_y must be given together");
     int64_t bs = a.batch_size > 0 ? a.batch_size : 32;
     int epochs = a.epochs > 0 ? a.epochs : 1;
+    /* under mpirun: data-parallel, batch_size the global batch (src/dist/, docs/scale-out.md) */
+    if (fl_dist_init() != FL_OK) { fl_error_prefix("fl_fit: "); return NULL; }
+    bool dist = fl_dist_size() > 1;
+    if (dist && (!m->g.be->host_memory || loss_mask_of(m)))
+        return fl_error_null(FL_ERR_UNSUPPORTED, "fl_fit: under MPI (%d ranks), training runs on the CPU backend and "
+                             "without a masked loss; model '%s' %s", fl_dist_size(), m->name,
+                             m->g.be->host_memory ? "has an output mask that weighs the loss (its valid-row count "
+                             "would need a global reduction)" : "is on a device (NCCL is not built yet)");
     int64_t n = x->shape[0];
     int64_t y_row = 0;
     float *yh = prepare_y(m, x, y, &y_row, "fl_fit");
@@ -1111,7 +1132,7 @@ fl_history *fl_fit_(fl_model *m, const fl_tensor *x, const fl_tensor *y, fl_fit_
         for (int i = 0; i < m->nmetrics; i++) snprintf(h->keys[h->nkeys++], 48, "val_%s", metric_key(m->metrics[i]));
     }
     FILE *f = a.out ? a.out : stdout;
-    int mode = resolve_verbose(a.verbose, f);
+    int mode = fl_dist_rank() > 0 ? FL_VERBOSE_SILENT : resolve_verbose(a.verbose, f); /* rank 0 prints */
     int64_t steps = (n_train + bs - 1) / bs;
     /* the callback list (Keras's CallbackList, History last) */
     int ncb = 0;
@@ -1144,10 +1165,15 @@ fl_history *fl_fit_(fl_model *m, const fl_tensor *x, const fl_tensor *y, fl_fit_
         int64_t checked = 0; /* steps whose loss is known to be finite */
         int64_t steps_done = steps;
         for (int64_t s = 0; s < steps; s++) {
-            int64_t b = n_train - s * bs < bs ? n_train - s * bs : bs;
-            load_batch(m, &tr, perm + s * bs, b);
+            int64_t b = n_train - s * bs < bs ? n_train - s * bs : bs, lo = 0, share = b;
+            if (dist) { /* this rank's contiguous share of the global batch */
+                fl_dp_share(b, &lo, &share);
+                m->dist_batch = b;
+                m->dist_share = share;
+            }
+            if (share > 0) load_batch(m, &tr, perm + s * bs + lo, share);
             if (check && m->g.be->host_memory && !m->input->int_val && /* int32 indices: no NaN to find */
-                check_x_finite(m, &tr, m->input->val, perm + s * bs, b, ep, epochs, s, steps) != FL_OK)
+                check_x_finite(m, &tr, m->input->val, perm + s * bs + lo, share, ep, epochs, s, steps) != FL_OK)
                 goto fail;
             bool finite;
             if (train_step(m, &gs, b == bs, check, &finite) != FL_OK) goto fail;
@@ -1183,6 +1209,7 @@ fl_history *fl_fit_(fl_model *m, const fl_tensor *x, const fl_tensor *y, fl_fit_
                 progbar_update(&pb, s + 1, nkv, keys, vals, false);
             }
         }
+        m->dist_batch = m->dist_share = 0; /* validation and callbacks: whole batches on every rank */
         read_stats(m, seen, v); /* waits for the device: the epoch's time ends here */
         if (device_status(m, "training") != FL_OK) goto fail;
         if (check && !isfinite(v[0])) {
@@ -1231,6 +1258,7 @@ fl_history *fl_fit_(fl_model *m, const fl_tensor *x, const fl_tensor *y, fl_fit_
     }
     for (int c = 0; c < ncb; c++)
         if (cbs[c]->on_train_end && cbs[c]->on_train_end(m, &logs, cbs[c]->user) != FL_OK) goto fail_cb;
+    if (dist && fl_dp_check_weights(m, "fl_fit: after training") != FL_OK) goto fail;
     h->seconds = now() - t_fit;
     if (gs.graph) m->g.be->graph_free(gs.graph);
     data_close(m, &tr); data_close(m, &vd);
@@ -1239,6 +1267,7 @@ fl_history *fl_fit_(fl_model *m, const fl_tensor *x, const fl_tensor *y, fl_fit_
 fail_cb:
     fl_error_prefix("fl_fit: a callback failed: ");
 fail:
+    m->dist_batch = m->dist_share = 0;
     if (gs.graph) m->g.be->graph_free(gs.graph);
     data_close(m, &tr); data_close(m, &vd);
     free(perm); free(vidx); free(yh); free(vyh); free(xo); free(vxo);
