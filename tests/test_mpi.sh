@@ -55,6 +55,9 @@ if "$FLYNN" train --model mlp --samples 256 --test-samples 64 --epochs 1 --batch
 else
     echo "skipped the flynn train part: no Fashion-MNIST here ($(tail -1 "$tmp/cli1.txt"))"
 fi
+# flynn doctor's last line names Open MPI and its version
+"$FLYNN" doctor > "$tmp/doctor.txt" 2>&1
+grep -q "^MPI (optional): Open MPI v[0-9]" "$tmp/doctor.txt" || { tail -2 "$tmp/doctor.txt"; bad "doctor: no 'MPI (optional): Open MPI v...' line"; }
 [ $fails = 0 ] && echo "test_mpi: all passed" && exit 0
 echo "test_mpi: $fails failed"
 exit 1

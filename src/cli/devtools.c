@@ -5,6 +5,7 @@
  * "Result = PASS" or "Result = FAIL" and exits 0 or 1 to match; --json gives
  * the same facts in the stable form described in docs/device-tools.md.
  */
+#include "dist/mpi.h"
 #include "devtools.h"
 
 #include "core/device.h"
@@ -263,7 +264,9 @@ int flynn_cmd_doctor(int argc, char **argv) {
                "the flynn CUDA plugin, the CUDA runtime, a device, its compute capability against\n"
                "this build, the cuDNN version, free GPU memory, and a small convolution and matrix\n"
                "product on the GPU compared with the CPU. Each check prints PASS, FAIL or SKIP with\n"
-               "what it found; the first failure says what to do. Exit code 1 if any check fails.\n");
+               "what it found; the first failure says what to do. Exit code 1 if any check fails.\n"
+               "A last line (not a check) says whether Open MPI is there for `mpirun -np N flynn\n"
+               "train` (data-parallel training, docs/scale-out.md), and its version.\n");
         return 0;
     }
     static const char *const known[] = {"--json", NULL};
@@ -309,6 +312,14 @@ int flynn_cmd_doctor(int argc, char **argv) {
         }
     if (ok) next = "nothing: `flynn train --device auto` will train on this GPU";
     static const char *st[3] = {"PASS", "FAIL", "SKIP"};
+    /* optional, not a check (the result is about the GPU): MPI for multi-process training */
+    char mpi[512];
+    bool have_mpi = fl_dist_probe(mpi, sizeof mpi);
+    if (have_mpi)
+        snprintf(mpi + strlen(mpi), sizeof mpi - strlen(mpi),
+                 "; data-parallel training: mpirun -np N flynn train ... (docs/scale-out.md)");
+    else
+        snprintf(mpi + strlen(mpi), sizeof mpi - strlen(mpi), "; needed only to train over several processes");
     if (json) {
         printf("{\"tool\": \"flynn doctor\", \"version\": \"%s\", \"result\": \"%s\", \"checks\": [", fl_version(),
                ok ? "PASS" : "FAIL");
@@ -321,7 +332,9 @@ int flynn_cmd_doctor(int argc, char **argv) {
         }
         printf("], \"next_step\": ");
         json_str(stdout, next);
-        printf("}\n");
+        printf(", \"mpi\": {\"found\": %s, \"detail\": ", have_mpi ? "true" : "false");
+        json_str(stdout, mpi);
+        printf("}}\n");
     } else {
         printf("flynn doctor: can flynn train on an NVIDIA GPU here?\n\n");
         for (int i = 0; i < n; i++) {
@@ -330,6 +343,7 @@ int flynn_cmd_doctor(int argc, char **argv) {
         }
         printf("\nResult = %s\n", ok ? "PASS" : "FAIL");
         printf("Next step: %s\n", next);
+        printf("\nMPI (optional): %s%s\n", have_mpi ? "" : "not found: ", mpi);
     }
     return ok ? 0 : 1;
 }
