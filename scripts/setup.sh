@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # scripts/setup.sh — installs what flynn needs to build, test and run its main
 # job on a fresh Debian 12 machine. Idempotent: installs only what is missing.
-# Usage: scripts/setup.sh [--bench]   (--bench also installs PyTorch for bench/,
-#                                      and rsvg-convert to look at flynn bench's charts)
+# Usage: scripts/setup.sh [--bench] [--mpi]
+#   --bench also installs PyTorch for bench/, and rsvg-convert to look at flynn bench's charts;
+#   --mpi Open MPI, for `mpirun -np N flynn train` (docs/scale-out.md) and ctest's test_mpi
 set -euo pipefail
 
 # python3: test_doctor.sh and test_bench.sh read flynn's JSON with it;
@@ -17,9 +18,13 @@ pkgs=(build-essential cmake ninja-build pkg-config python3
       libjpeg62-turbo-dev libpng-dev
       clang libclang-rt-dev libomp-dev
       dataset-fashion-mnist)
-if [ "${1:-}" = "--bench" ]; then
-  pkgs+=(python3-torch libopenblas0-openmp python3-numpy librsvg2-bin)
-fi
+for arg in "$@"; do
+  case "$arg" in
+    --bench) pkgs+=(python3-torch libopenblas0-openmp python3-numpy librsvg2-bin) ;;
+    --mpi) pkgs+=(openmpi-bin libopenmpi-dev) ;;
+    *) echo "setup: unknown option $arg (--bench, --mpi)" >&2; exit 2 ;;
+  esac
+done
 
 missing=()
 for p in "${pkgs[@]}"; do

@@ -6,7 +6,9 @@
  * says whether two such files are bit-identical, and their norm-wise
  * relative difference ||A - B|| / ||A||, and fails above TOL.
  *   mpi_fit train MODEL OPT SAMPLES BATCH EPOCHS OUT
- *     MODEL: mlp (Dense 64-64-10) or cnn (mnist_cnn's layers without Dropout, 12x12x1)
+ *     MODEL: mlp (Dense 64-64-10), cnn (mnist_cnn's layers without Dropout, 12x12x1) or
+ *            bn (the mlp with a BatchNormalization: its batch statistics are each rank's share's,
+ *            so it runs, and its ranks agree, but it does not equal one process)
  *     OPT: sgd (momentum 0.9) or adam
  */
 #include <flynn/flynn.h>
@@ -71,7 +73,10 @@ int main(int argc, char **argv) {
     int n = atoi(argv[4]), batch = atoi(argv[5]), epochs = atoi(argv[6]);
     bool cnn = strcmp(model, "cnn") == 0;
     int side = cnn ? 12 : 8;
-    fl_model *m = cnn ? fl_sequential(fl_input(side, side, 1), fl_conv2d(32, 3, .activation = FL_RELU),
+    bool bn = strcmp(model, "bn") == 0;
+    fl_model *m = bn  ? fl_sequential(fl_input(side, side, 1), fl_flatten(), fl_dense(64, .activation = FL_RELU),
+                                      fl_batch_normalization(), fl_dense(10, .activation = FL_SOFTMAX))
+                : cnn ? fl_sequential(fl_input(side, side, 1), fl_conv2d(32, 3, .activation = FL_RELU),
                                       fl_conv2d(64, 3, .activation = FL_RELU), fl_max_pooling2d(2), fl_flatten(),
                                       fl_dense(128, .activation = FL_RELU), fl_dense(10, .activation = FL_SOFTMAX))
                       : fl_sequential(fl_input(side, side, 1), fl_flatten(), fl_dense(64, .activation = FL_RELU),

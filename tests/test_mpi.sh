@@ -33,6 +33,11 @@ for cfg in "mlp sgd" "mlp adam" "cnn sgd" "cnn adam"; do
     done
 done
 
+# BatchNormalization: each rank's moving statistics come from its share; they are averaged at
+# each epoch's end, so the ranks end with the same weights (fl_fit checks it and fails otherwise)
+$MPIRUN -np 2 "$MPI_FIT" train bn adam 258 64 2 "$tmp/bn.bin" > "$tmp/bn.txt" 2>&1 ||
+    { cat "$tmp/bn.txt"; bad "BatchNormalization under mpirun -np 2"; }
+
 # flynn train under mpirun: one progress bar, one "model saved", the file from rank 0
 if "$FLYNN" train --model mlp --samples 256 --test-samples 64 --epochs 1 --batch-size 64 --verbose 2 \
        --save "$tmp/one.keras" > "$tmp/cli1.txt" 2>&1; then

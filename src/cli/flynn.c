@@ -105,7 +105,11 @@ static void usage_train(FILE *f) {
             "  --no-nan-check         train on when the data or the loss holds NaN or inf (by default\n"
             "                         training stops, as Keras TerminateOnNaN, naming the sample or the\n"
             "                         layer, and nothing is saved)\n"
-            "%s",
+            "%s"
+            "\nUnder Open MPI (`mpirun -np N flynn train ...`) the N processes train one model on\n"
+            "the CPU, data-parallel: --batch-size is the global batch, split among them, and the\n"
+            "steps equal one process's to float rounding; rank 0 alone prints and writes files\n"
+            "(docs/scale-out.md).\n",
             DEFAULT_FASHION, flynn_cb_help());
 }
 

@@ -78,3 +78,22 @@ fl_status fl_dp_check_weights(fl_model *m, const char *when) {
     free(root);
     return s;
 }
+
+fl_status fl_dp_average_moving_stats(fl_model *m) {
+    if (fl_dist_size() < 2) return FL_OK;
+    const fl_graph *g = &m->g;
+    for (int i = 0; i < g->n; i++) {
+        const fl_node *n = g->nodes[i];
+        if (n->op != FL_OP_BATCHNORM || n->mode == 1) continue; /* frozen: the statistics did not move */
+        for (int k = 3; k <= 4 && k < n->nin; k++) {
+            fl_node *s = n->in[k];
+            int64_t sz = fl_node_size(s);
+            if (fl_dist_allreduce_f32(s->val, sz) != FL_OK) {
+                fl_error_prefix("averaging the moving statistics of '%s': ", n->name);
+                return fl_last_status();
+            }
+            for (int64_t j = 0; j < sz; j++) s->val[j] /= (float)fl_dist_size();
+        }
+    }
+    return FL_OK;
+}

@@ -25,6 +25,12 @@ fl_status fl_dp_reduce_stats(const double *before, double *stats, int n);
  * taken as 0. Host-memory backends only. */
 fl_status fl_dp_reduce_grads(fl_model *m, bool have);
 
+/* BatchNormalization's moving mean and variance, which each rank moved
+ * with its own share's statistics, replaced by their mean over the ranks
+ * (tf.distribute's ON_READ variables with MEAN aggregation), so that
+ * validation and the saved model see one value. Frozen layers are left. */
+fl_status fl_dp_average_moving_stats(fl_model *m);
+
 /* Fails (naming the first rank and weight that differ) unless every rank
  * holds the bits of rank 0's weights. */
 fl_status fl_dp_check_weights(fl_model *m, const char *when);

@@ -1210,6 +1210,7 @@ fl_history *fl_fit_(fl_model *m, const fl_tensor *x, const fl_tensor *y, fl_fit_
             }
         }
         m->dist_batch = m->dist_share = 0; /* validation and callbacks: whole batches on every rank */
+        if (dist && fl_dp_average_moving_stats(m) != FL_OK) goto fail;
         read_stats(m, seen, v); /* waits for the device: the epoch's time ends here */
         if (device_status(m, "training") != FL_OK) goto fail;
         if (check && !isfinite(v[0])) {
