@@ -38,6 +38,41 @@ done
 $MPIRUN -np 2 "$MPI_FIT" train bn adam 258 64 2 "$tmp/bn.bin" > "$tmp/bn.txt" 2>&1 ||
     { cat "$tmp/bn.txt"; bad "BatchNormalization under mpirun -np 2"; }
 
+# a rank killed mid-training: mpirun ends the job (the other rank would wait in its next
+# all-reduce forever) within the timeout, non-zero, naming the signal
+$MPIRUN -np 2 "$MPI_FIT" train cnn sgd 20000 64 50 "$tmp/kill.bin" > "$tmp/kill.txt" 2>&1 &
+job=$!
+victim=""
+for i in $(seq 100); do
+    victim=$(pgrep -P $job -f mpi_fit | tail -1)
+    [ -n "$victim" ] && break
+    sleep 0.1
+done
+sleep 2
+if [ -z "$victim" ]; then
+    bad "kill a rank: no rank process found under mpirun ($job)"; kill $job
+else
+    kill -9 "$victim"
+    t=0
+    while kill -0 $job 2>/dev/null && [ $t -lt 60 ]; do sleep 1; t=$((t + 1)); done
+    if kill -0 $job 2>/dev/null; then
+        kill $job; bad "kill a rank: mpirun still running 60 s after a rank died"
+    else
+        wait $job && bad "kill a rank: mpirun exited 0"
+        grep -qi "signal 9\|killed" "$tmp/kill.txt" || { cat "$tmp/kill.txt"; bad "kill a rank: no message naming the dead rank"; }
+        echo "a rank killed: the job ended after ${t}s: $(grep -i 'signal 9' "$tmp/kill.txt" | head -1)"
+    fi
+fi
+
+# --resume with another rank count: a model saved by 2 ranks trains on under 4, from its optimizer state
+if $MPIRUN -np 2 "$FLYNN" train --model mlp --samples 256 --test-samples 64 --epochs 1 --batch-size 64 --verbose 0 \
+       --save "$tmp/r2.keras" > "$tmp/r2.txt" 2>&1; then
+    $MPIRUN -np 4 "$FLYNN" train --resume "$tmp/r2.keras" --samples 256 --test-samples 64 --epochs 1 \
+        --batch-size 64 --verbose 2 --save "$tmp/r4.keras" > "$tmp/r4.txt" 2>&1 || { cat "$tmp/r4.txt"; bad "--resume under -np 4"; }
+    grep -q "resuming .* after 4 optimizer steps (epoch 1)" "$tmp/r4.txt" || { cat "$tmp/r4.txt"; bad "--resume under -np 4: not from step 4"; }
+    grep -q "^Epoch 2/2" "$tmp/r4.txt" || bad "--resume under -np 4: not epoch 2"
+fi
+
 # flynn train under mpirun: one progress bar, one "model saved", the file from rank 0
 if "$FLYNN" train --model mlp --samples 256 --test-samples 64 --epochs 1 --batch-size 64 --verbose 2 \
        --save "$tmp/one.keras" > "$tmp/cli1.txt" 2>&1; then
