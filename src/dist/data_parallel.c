@@ -70,7 +70,7 @@ fl_status fl_dp_check_weights(fl_model *m, const char *when) {
         const fl_node *w = NULL;
         for (int i = 0, j = 0; bad >= 0 && i < g->n; i++)
             if (g->nodes[i]->op == FL_OP_PARAM && j++ == bad) w = g->nodes[i];
-        s = w ? fl_error(FL_ERR_STATE, "%s: rank %d's weight '%s' differs from rank 0's (the ranks diverged: a "
+        s = w ? fl_error(FL_ERR_STATE, "%s: rank %d's weight of '%s' differs from rank 0's (the ranks diverged: a "
                          "non-deterministic step?)", when, fl_dist_rank(), w->name)
               : fl_error(FL_ERR_STATE, "%s: %.0f rank(s) hold weights that differ from rank 0's", when, nbad);
     }
