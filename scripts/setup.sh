@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # scripts/setup.sh — installs what flynn needs to build, test and run its main
 # job on a fresh Debian 12 machine. Idempotent: installs only what is missing.
-# Usage: scripts/setup.sh [--bench] [--cuda12]
+# Usage: scripts/setup.sh [--bench] [--cuda12] [--mpi]
 #   --bench   also installs PyTorch for bench/, and rsvg-convert to look at
 #             flynn bench's charts
 #   --cuda12  (or FLYNN_CUDA12=1) also installs the toolchain of the CUDA 12
 #             plugin, libflynn_cuda12.so, for drivers 525 to 575: clang-16
 #             and NVIDIA's CUDA 12 pip wheels (about 1.3 GB), see
 #             scripts/cuda12/install.sh; CMake builds the plugin where it is
+#             installed
+#   --mpi     also installs Open MPI, for `mpirun -np N flynn train`
+#             (docs/scale-out.md) and ctest's test_mpi
 set -euo pipefail
 
 # python3: test_doctor.sh and test_bench.sh read flynn's JSON with it;
@@ -27,7 +30,8 @@ for a in "$@"; do
   case $a in
     --bench) bench=1 ;;
     --cuda12) cuda12=1 ;;
-    *) echo "setup: unknown option $a (expected --bench or --cuda12)" >&2; exit 2 ;;
+    --mpi) pkgs+=(openmpi-bin libopenmpi-dev) ;;
+    *) echo "setup: unknown option $a (expected --bench, --cuda12 or --mpi)" >&2; exit 2 ;;
   esac
 done
 if [ $bench = 1 ]; then

@@ -5,6 +5,7 @@
  * "Result = PASS" or "Result = FAIL" and exits 0 or 1 to match; --json gives
  * the same facts in the stable form described in docs/device-tools.md.
  */
+#include "dist/mpi.h"
 #include "devtools.h"
 
 #include "core/device.h"
@@ -298,7 +299,9 @@ int flynn_cmd_doctor(int argc, char **argv) {
                "which files of that CUDA version were taken (system, CUDA toolkit, pip wheels in\n"
                "any virtualenv or conda environment, or $FLYNN_CUDA_LIB_PATH). Under WSL2 the\n"
                "driver is the Windows one (/dev/dxg); in a container without the GPU, the remedy\n"
-               "is `docker run --gpus all`. Exit codes: 0 all PASS, 1 a check failed, 2 usage.\n");
+               "is `docker run --gpus all`. Exit codes: 0 all PASS, 1 a check failed, 2 usage.\n"
+               "A last line (not a check) says whether Open MPI is there for `mpirun -np N flynn\n"
+               "train` (data-parallel training, docs/scale-out.md), and its version.\n");
         return 0;
     }
     static const char *const known[] = {"--json", NULL};
@@ -344,6 +347,14 @@ int flynn_cmd_doctor(int argc, char **argv) {
         }
     if (ok) next = "nothing: `flynn train --device auto` will train on this GPU";
     static const char *st[3] = {"PASS", "FAIL", "SKIP"};
+    /* optional, not a check (the result is about the GPU): MPI for multi-process training */
+    char mpi[512];
+    bool have_mpi = fl_dist_probe(mpi, sizeof mpi);
+    if (have_mpi)
+        snprintf(mpi + strlen(mpi), sizeof mpi - strlen(mpi),
+                 "; data-parallel training: mpirun -np N flynn train ... (docs/scale-out.md)");
+    else
+        snprintf(mpi + strlen(mpi), sizeof mpi - strlen(mpi), "; needed only to train over several processes");
     if (json) {
         printf("{\"tool\": \"flynn doctor\", \"version\": \"%s\", \"result\": \"%s\", ", fl_version(), ok ? "PASS" : "FAIL");
         json_choice(s);
@@ -357,7 +368,9 @@ int flynn_cmd_doctor(int argc, char **argv) {
         }
         printf("], \"next_step\": ");
         json_str(stdout, next);
-        printf("}\n");
+        printf(", \"mpi\": {\"found\": %s, \"detail\": ", have_mpi ? "true" : "false");
+        json_str(stdout, mpi);
+        printf("}}\n");
     } else {
         printf("flynn doctor: can flynn train on an NVIDIA GPU here?\n\n");
         for (int i = 0; i < n; i++) {
@@ -366,6 +379,7 @@ int flynn_cmd_doctor(int argc, char **argv) {
         }
         printf("\nResult = %s\n", ok ? "PASS" : "FAIL");
         printf("Next step: %s\n", next);
+        printf("\nMPI (optional): %s%s\n", have_mpi ? "" : "not found: ", mpi);
     }
     return ok ? 0 : 1;
 }

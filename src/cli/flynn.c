@@ -8,6 +8,7 @@
 #include <flynn/flynn.h>
 
 #include "data.h"
+#include "dist/mpi.h"
 #include "devtools.h"
 #include "files.h"
 #include "fit_data.h"
@@ -134,7 +135,11 @@ static void usage_train(FILE *f) {
             "  --no-nan-check         train on when the data or the loss holds NaN or inf (by default\n"
             "                         training stops, as Keras TerminateOnNaN, naming the sample or the\n"
             "                         layer, and nothing is saved)\n"
-            "%s",
+            "%s"
+            "\nUnder Open MPI (`mpirun -np N flynn train ...`) the N processes train one model on\n"
+            "the CPU, data-parallel: --batch-size is the global batch, split among them, and the\n"
+            "steps equal one process's to float rounding; rank 0 alone prints and writes files\n"
+            "(docs/scale-out.md).\n",
             DEFAULT_FASHION, flynn_cb_help());
 }
 
@@ -663,6 +668,13 @@ static int cmd_train(int argc, char **argv) {
     fl_verbose verbose;
     if ((r = parse_verbose("train", o.verbose, &verbose))) return r;
     if (o.threads) fl_set_num_threads(o.threads);
+    /* under mpirun (docs/scale-out.md): every rank trains, rank 0 alone prints and writes files */
+    if (fl_dist_init() != FL_OK) return die("MPI");
+    if (fl_dist_rank() > 0) {
+        if (!freopen("/dev/null", "w", stdout)) return die("MPI: rank > 0: /dev/null");
+        o.save = o.save_weights = o.checkpoint = NULL;
+        o.cb.csv_log = o.cb.tensorboard = NULL;
+    }
 
     if (o.resume && flynn_is_model_file(o.model) && strcmp(o.model, "mnist_cnn") != 0)
         return bad_usage("train", "give --model FILE or --resume FILE, not both", NULL);
@@ -968,7 +980,11 @@ int main(int argc, char **argv) {
     const char *cmd = argv[1];
     if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 || strcmp(cmd, "help") == 0) { usage_main(stdout); return 0; }
     if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) { printf("flynn %s\n", fl_version()); return 0; }
-    if (strcmp(cmd, "train") == 0) return cmd_train(argc - 2, argv + 2);
+    if (strcmp(cmd, "train") == 0) {
+        int rc = cmd_train(argc - 2, argv + 2);
+        fl_dist_end(rc); /* under MPI: a failed rank stops the others (MPI_Abort), not a hang */
+        return rc;
+    }
     if (strcmp(cmd, "evaluate") == 0) return cmd_evaluate(argc - 2, argv + 2);
     if (strcmp(cmd, "summary") == 0) return cmd_summary(argc - 2, argv + 2);
     if (strcmp(cmd, "predict") == 0) return flynn_cmd_predict(argc - 2, argv + 2);

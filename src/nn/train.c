@@ -11,6 +11,8 @@
 #include "core/rng.h"
 #include "core/tensor.h"
 #include "io/io.h"
+#include "dist/data_parallel.h"
+#include "dist/mpi.h"
 #include "ops/math.h"
 #include "ops/ops.h"
 
@@ -734,7 +736,9 @@ static void loss_and_metrics(fl_model *m, bool grad) {
     int code = m->loss.kind == FL_LOSS_CATEGORICAL_CROSSENTROPY ? FL_LC_CCE
              : m->loss.kind == FL_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY ? FL_LC_SCCE
              : m->loss.kind == FL_LOSS_BINARY_CROSSENTROPY ? FL_LC_BCE : FL_LC_MSE;
-    fl_loss_desc d = {code, loss_input(m), rows, C, 1.0f / (float)rows};
+    /* under MPI the mean is over the global batch's rows: the ranks' gradients sum to one process's */
+    int64_t grows = m->dist_batch ? rows / m->g.batch * m->dist_batch : rows;
+    fl_loss_desc d = {code, loss_input(m), rows, C, 1.0f / (float)grows};
     be->loss(&d, o->val, m->target, m->row_loss, grad ? o->grad : NULL);
     if (grad) {
         o->grad_ready = true;
@@ -1320,10 +1324,18 @@ typedef struct graph_state {
  * out non-finite. */
 static bool run_step(fl_model *m, bool check) {
     fl_graph_clear_grads(&m->g);
-    fl_graph_forward(&m->g, true);
-    loss_and_metrics(m, true);
+    bool have = !m->dist_batch || m->dist_share > 0; /* under MPI a rank can have no share of a last batch */
+    double before[FL_STATS];
+    if (m->dist_batch) memcpy(before, m->stats, sizeof before);
+    if (have) {
+        fl_graph_forward(&m->g, true);
+        loss_and_metrics(m, true);
+    }
+    /* under MPI: the global batch's totals on every rank, so that every rank takes the same decisions */
+    if (m->dist_batch && fl_dp_reduce_stats(before, m->stats, FL_STATS) != FL_OK) return false;
     if (check && !isfinite(m->stats[0])) return false;
-    fl_graph_backward(&m->g);
+    if (have) fl_graph_backward(&m->g);
+    if (m->dist_batch && fl_dp_reduce_grads(m, have) != FL_OK) return false;
     fl_optimizer_step(m->opt);
     return true;
 }
@@ -1331,9 +1343,10 @@ static bool run_step(fl_model *m, bool check) {
 static fl_status train_step(fl_model *m, graph_state *gs, bool full, bool check, bool *finite) {
     const fl_backend *be = m->g.be;
     *finite = true;
-    if (check && be->host_memory && !be->graph_begin) { /* the CPU: the loss is read after each step */
-        *finite = run_step(m, true);
-        return FL_OK;
+    if (m->dist_batch || (check && be->host_memory && !be->graph_begin)) { /* the CPU: the loss is read after each step */
+        fl_clear_error();
+        *finite = run_step(m, check);
+        return *finite || fl_last_status() == FL_OK ? FL_OK : fl_last_status(); /* an MPI error */
     }
     if (gs->graph && full && gs->generation == m->g.generation) {
         if (be->graph_set_learning_rate) be->graph_set_learning_rate(fl_optimizer_lr_at(m->opt, m->opt->iterations));
@@ -1435,6 +1448,15 @@ static fl_history *fit(fl_model *m, const fl_tensor *const *xs, int nx, const fl
                              "validation_split, sample_weight is split as x and y are)", fn);
     int64_t bs = a.batch_size > 0 ? a.batch_size : 32;
     int epochs = a.epochs > 0 ? a.epochs : 1;
+    /* under mpirun: data-parallel, batch_size the global batch (src/dist/, docs/scale-out.md) */
+    if (fl_dist_init() != FL_OK) { fl_error_prefix("%s: ", fn); return NULL; }
+    bool dist = fl_dist_size() > 1;
+    if (dist && (!m->g.be->host_memory || loss_mask_of(m) || stream))
+        return fl_error_null(FL_ERR_UNSUPPORTED, "%s: under MPI (%d ranks), training runs on the CPU backend, from "
+                             "arrays and without a masked loss; model '%s' %s", fn, fl_dist_size(), m->name,
+                             stream ? "reads a stream (each rank would need its share of every batch read ahead)"
+                             : m->g.be->host_memory ? "has an output mask that weighs the loss (its valid-row count "
+                             "would need a global reduction)" : "is on a device (NCCL is not built yet)");
     int64_t n = stream ? fl_data_stream_size(stream) : xs[0]->shape[0];
     float *yh = stream ? NULL : prepare_y(m, xs[0], y, &y_row, fn);
     if (!stream && !yh) return NULL;
@@ -1516,7 +1538,7 @@ static fl_history *fit(fl_model *m, const fl_tensor *const *xs, int nx, const fl
         for (int i = 0; i < m->nmetrics; i++) snprintf(h->keys[h->nkeys++], 48, "val_%s", metric_key(m->metrics[i]));
     }
     FILE *f = a.out ? a.out : stdout;
-    int mode = resolve_verbose(a.verbose, f);
+    int mode = fl_dist_rank() > 0 ? FL_VERBOSE_SILENT : resolve_verbose(a.verbose, f); /* rank 0 prints */
     int64_t steps = (n_train + bs - 1) / bs;
     /* the callback list (Keras's CallbackList, History last) */
     int ncb = 0;
@@ -1553,9 +1575,14 @@ static fl_history *fit(fl_model *m, const fl_tensor *const *xs, int nx, const fl
         tr.wait = 0;
         if (data_begin(&tr, ep, perm, n_train) != FL_OK) goto fail;
         for (int64_t s = 0; s < steps; s++) {
-            int64_t b = n_train - s * bs < bs ? n_train - s * bs : bs;
+            int64_t b = n_train - s * bs < bs ? n_train - s * bs : bs, lo = 0, share = b;
+            if (dist) { /* this rank's contiguous share of the global batch */
+                fl_dp_share(b, &lo, &share);
+                m->dist_batch = b;
+                m->dist_share = share;
+            }
             double tl = stream ? 0 : now();
-            if (load_batch(m, &tr, perm + s * bs, b) != FL_OK) {
+            if (share > 0 && load_batch(m, &tr, perm + s * bs + lo, share) != FL_OK) {
                 fl_error_prefix("%s: epoch %d/%d, step %lld/%lld: ", fn, ep + 1, epochs, (long long)s + 1, (long long)steps);
                 goto fail;
             }
@@ -1563,7 +1590,7 @@ static fl_history *fit(fl_model *m, const fl_tensor *const *xs, int nx, const fl
             for (int k = 0; k < nx; k++) { /* int32 indices: no NaN to find */
                 const float *rows = m->g.be->host_memory ? m->inputs[k]->val : tr.last_x; /* a stream's on the host */
                 if (check && rows && !m->inputs[k]->int_val &&
-                    check_x_finite(m, &tr, k, rows, perm + s * bs, b, ep, epochs, s, steps) != FL_OK)
+                    check_x_finite(m, &tr, k, rows, perm + s * bs + lo, share, ep, epochs, s, steps) != FL_OK)
                     goto fail;
             }
             bool finite;
@@ -1607,6 +1634,8 @@ static fl_history *fit(fl_model *m, const fl_tensor *const *xs, int nx, const fl
         data_end(&tr); /* an early stop leaves readers mid-epoch: stop them */
         h->data_seconds += tr.wait;
         h->train_steps += steps_done;
+        m->dist_batch = m->dist_share = 0; /* validation and callbacks: whole batches on every rank */
+        if (dist && fl_dp_average_moving_stats(m) != FL_OK) goto fail;
         read_stats(m, seen, v); /* waits for the device: the epoch's time ends here */
         if (device_status(m, "training") != FL_OK) goto fail;
         if (check && !isfinite(v[0])) {
@@ -1657,6 +1686,7 @@ static fl_history *fit(fl_model *m, const fl_tensor *const *xs, int nx, const fl
     }
     for (int c = 0; c < ncb; c++)
         if (cbs[c]->on_train_end && cbs[c]->on_train_end(m, &logs, cbs[c]->user) != FL_OK) goto fail_cb;
+    if (dist && fl_dp_check_weights(m, "fl_fit: after training") != FL_OK) goto fail;
     h->seconds = now() - t_fit;
     if (gs.graph) m->g.be->graph_free(gs.graph);
     data_close(m, &tr); data_close(m, &vd);
@@ -1666,6 +1696,7 @@ static fl_history *fit(fl_model *m, const fl_tensor *const *xs, int nx, const fl
 fail_cb:
     fl_error_prefix("%s: a callback failed: ", fn);
 fail:
+    m->dist_batch = m->dist_share = 0;
     if (gs.graph) m->g.be->graph_free(gs.graph);
     data_close(m, &tr); data_close(m, &vd);
     free(perm); free(vidx); free(yh); free(vyh); free(wh); free(vwh);

@@ -1,0 +1,105 @@
+#!/bin/sh
+# test_mpi.sh MPI_FIT FLYNN — data-parallel training over MPI on this machine (loopback):
+# `mpirun -np 2` and `-np 4` (oversubscribed) train the same weights as one process with the
+# same global batch (tests/mpi_fit.c; the batch's gradient is summed in another order, so
+# within 1e-6 relative, not bit-identical: docs/scale-out.md), including a last batch smaller
+# than the rank count; `flynn train` under mpirun prints once and saves from rank 0 only;
+# and a rank that fails stops the others. Skipped (77) without Open MPI's mpirun.
+MPI_FIT=$1
+FLYNN=$2
+command -v mpirun >/dev/null 2>&1 || { echo "skipped: no mpirun (Debian: apt-get install openmpi-bin libopenmpi-dev)"; exit 77; }
+mpirun --version 2>&1 | grep -q "Open MPI" || { echo "skipped: mpirun is not Open MPI's (flynn speaks Open MPI's ABI only)"; exit 77; }
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 FLYNN_NUM_THREADS=1
+# under the ASan tree: Open MPI keeps allocations until exit that LeakSanitizer would report as flynn's
+export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
+MPIRUN="mpirun --allow-run-as-root --oversubscribe"
+fails=0
+bad() { echo "FAIL: $*"; fails=$((fails + 1)); }
+
+# 258 samples at batch 64, 2 epochs: 10 steps, each epoch's last batch of 2 samples leaves
+# ranks 2 and 3 of 4 without a share; mlpsw and mlpcw weigh the loss (sample_weight, class_weight)
+for cfg in "mlp sgd" "mlp adam" "mlpsw sgd" "mlpcw adam" "cnn sgd" "cnn adam"; do
+    set -- $cfg
+    "$MPI_FIT" train "$1" "$2" 258 64 2 "$tmp/one.bin" > "$tmp/one.txt" || { bad "$1 $2: one process"; continue; }
+    for np in 2 4; do
+        if ! $MPIRUN -np $np "$MPI_FIT" train "$1" "$2" 258 64 2 "$tmp/np$np.bin" > "$tmp/np$np.txt" 2>&1; then
+            cat "$tmp/np$np.txt"; bad "$1 $2: mpirun -np $np"; continue
+        fi
+        printf '%s %s, %d ranks against 1: ' "$1" "$2" $np
+        "$MPI_FIT" compare "$tmp/one.bin" "$tmp/np$np.bin" 1e-6 || bad "$1 $2: -np $np differs from one process"
+        # the epoch's loss, reduced over the ranks, is the one process's (printed to 9 digits)
+        l1=$(sed 's/.*loss //' "$tmp/one.txt"); ln=$(grep "ranks, loss" "$tmp/np$np.txt" | sed 's/.*loss //')
+        [ "$l1" = "$ln" ] || bad "$1 $2: -np $np: loss $ln, one process $l1"
+    done
+done
+
+# BatchNormalization: each rank's moving statistics come from its share; they are averaged at
+# each epoch's end, so the ranks end with the same weights (fl_fit checks it and fails otherwise)
+$MPIRUN -np 2 "$MPI_FIT" train bn adam 258 64 2 "$tmp/bn.bin" > "$tmp/bn.txt" 2>&1 ||
+    { cat "$tmp/bn.txt"; bad "BatchNormalization under mpirun -np 2"; }
+
+# a rank killed mid-training: mpirun ends the job (the other rank would wait in its next
+# all-reduce forever) within the timeout, non-zero, naming the signal
+$MPIRUN -np 2 "$MPI_FIT" train cnn sgd 20000 64 50 "$tmp/kill.bin" > "$tmp/kill.txt" 2>&1 &
+job=$!
+victim=""
+for i in $(seq 100); do
+    victim=$(pgrep -P $job -f mpi_fit | tail -1)
+    [ -n "$victim" ] && break
+    sleep 0.1
+done
+sleep 2
+if [ -z "$victim" ]; then
+    bad "kill a rank: no rank process found under mpirun ($job)"; kill $job
+else
+    kill -9 "$victim"
+    t=0
+    while kill -0 $job 2>/dev/null && [ $t -lt 60 ]; do sleep 1; t=$((t + 1)); done
+    if kill -0 $job 2>/dev/null; then
+        kill $job; bad "kill a rank: mpirun still running 60 s after a rank died"
+    else
+        wait $job && bad "kill a rank: mpirun exited 0"
+        grep -qi "signal 9\|killed" "$tmp/kill.txt" || { cat "$tmp/kill.txt"; bad "kill a rank: no message naming the dead rank"; }
+        echo "a rank killed: the job ended after ${t}s: $(grep -i 'signal 9' "$tmp/kill.txt" | head -1)"
+    fi
+fi
+
+# --resume with another rank count: a model saved by 2 ranks trains on under 4, from its optimizer state
+if $MPIRUN -np 2 "$FLYNN" train --model mlp --samples 256 --test-samples 64 --epochs 1 --batch-size 64 --verbose 0 \
+       --save "$tmp/r2.keras" > "$tmp/r2.txt" 2>&1; then
+    $MPIRUN -np 4 "$FLYNN" train --resume "$tmp/r2.keras" --samples 256 --test-samples 64 --epochs 1 \
+        --batch-size 64 --verbose 2 --save "$tmp/r4.keras" > "$tmp/r4.txt" 2>&1 || { cat "$tmp/r4.txt"; bad "--resume under -np 4"; }
+    grep -q "resuming .* after 4 optimizer steps (epoch 1)" "$tmp/r4.txt" || { cat "$tmp/r4.txt"; bad "--resume under -np 4: not from step 4"; }
+    grep -q "^Epoch 2/2" "$tmp/r4.txt" || bad "--resume under -np 4: not epoch 2"
+fi
+
+# flynn train under mpirun: one progress bar, one "model saved", the file from rank 0
+if "$FLYNN" train --model mlp --samples 256 --test-samples 64 --epochs 1 --batch-size 64 --verbose 2 \
+       --save "$tmp/one.keras" > "$tmp/cli1.txt" 2>&1; then
+    if ! $MPIRUN -np 2 "$FLYNN" train --model mlp --samples 256 --test-samples 64 --epochs 1 --batch-size 64 \
+         --verbose 2 --save "$tmp/two.keras" > "$tmp/cli2.txt" 2>&1; then
+        cat "$tmp/cli2.txt"; bad "flynn train under mpirun -np 2"
+    else
+        [ "$(grep -c '^4/4' "$tmp/cli2.txt")" = 1 ] || { cat "$tmp/cli2.txt"; bad "flynn train -np 2: not one progress line"; }
+        [ "$(grep -c 'model saved to' "$tmp/cli2.txt")" = 1 ] || bad "flynn train -np 2: not one 'model saved'"
+        [ -s "$tmp/two.keras" ] || bad "flynn train -np 2: no model file"
+        echo "flynn train under mpirun -np 2: $(grep '^4/4' "$tmp/cli2.txt")"
+    fi
+    # a rank that fails (here rank 0 cannot write its model) ends the job with its message
+    if $MPIRUN -np 2 "$FLYNN" train --model mlp --samples 256 --test-samples 64 --epochs 1 --batch-size 64 \
+         --verbose 0 --save "$tmp/no/such/dir/m.keras" > "$tmp/cli3.txt" 2>&1; then
+        bad "a failing rank 0: mpirun exited 0"
+    else
+        grep -q "flynn: error" "$tmp/cli3.txt" || { cat "$tmp/cli3.txt"; bad "a failing rank: no flynn error message"; }
+    fi
+else
+    echo "skipped the flynn train part: no Fashion-MNIST here ($(tail -1 "$tmp/cli1.txt"))"
+fi
+# flynn doctor's last line names Open MPI and its version
+"$FLYNN" doctor > "$tmp/doctor.txt" 2>&1
+grep -q "^MPI (optional): Open MPI v[0-9]" "$tmp/doctor.txt" || { tail -2 "$tmp/doctor.txt"; bad "doctor: no 'MPI (optional): Open MPI v...' line"; }
+[ $fails = 0 ] && echo "test_mpi: all passed" && exit 0
+echo "test_mpi: $fails failed"
+exit 1
