@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # scripts/test.sh — the whole test suite, from a fresh machine: installs what is
-# missing (scripts/setup.sh), builds flynn twice (with ASan+UBSan, and the
+# missing (scripts/setup.sh --mpi: Open MPI too, for test_mpi's mpirun runs), builds flynn twice (with ASan+UBSan, and the
 # release build with -Wall -Wextra -Werror), runs the sanitizer suite, the
 # fuzz smoke (a third build, with clang and libFuzzer: each harness of
 # tests/fuzz fuzzed for 20 s, tests/fuzz/README.md), then the release suite.
 # The last line is ctest's summary of the release suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh
+scripts/setup.sh --mpi
 jobs=$(nproc)
 
 echo "== sanitizer build (ASan + UBSan)"
