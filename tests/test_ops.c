@@ -1428,6 +1428,36 @@ static void test_bn_threads(void) {
         worst = fmax(worst, fmax(e1, e2));
     }
     CHECK_MSG(worst < 1e-5, "BN mean/variance against double: relative %.2e", worst);
+    /* dx against the formula in double */
+    double dworst = 0, dmax = 0;
+    for (int j = 0; j < c; j++) {
+        double mu = stats[0][0][j], iv = stats[0][1][j], sdy = 0, sdyx = 0;
+        for (int64_t r = 0; r < m; r++) {
+            sdy += dy[r * c + j];
+            sdyx += dy[r * c + j] * (x[r * c + j] - mu) * iv;
+        }
+        for (int64_t r = 0; r < m; r++) {
+            double xh = (x[r * c + j] - mu) * iv;
+            double want = gamma[j] * iv * (dy[r * c + j] - sdy / (double)m - xh * sdyx / (double)m);
+            dworst = fmax(dworst, fabs(out[0][1][r * c + j] - want));
+            dmax = fmax(dmax, fabs(want));
+        }
+    }
+    CHECK_MSG(dworst <= 1e-5 * dmax, "BN dx against double: %.2e of %.2e", dworst, dmax);
+    /* a mean far from zero (x = 1000 + deviations of ~1): the one-pass variance is shifted, it must not cancel */
+    for (size_t i = 0; i < n; i++) x[i] += 1000.0f;
+    be->bn_fwd_train(&d, x, gamma, beta, out[0][0], stats[0][0], stats[0][1], stats[0][2], stats[0][3]);
+    worst = 0;
+    for (int j = 0; j < c; j++) {
+        double s = 0, v = 0;
+        for (int64_t r = 0; r < m; r++) s += x[r * c + j];
+        s /= (double)m;
+        for (int64_t r = 0; r < m; r++) v += (x[r * c + j] - s) * (x[r * c + j] - s);
+        v /= (double)m;
+        double e2 = fabs(1.0 / ((double)stats[0][1][j] * stats[0][1][j]) - 1e-3 - v) / v;
+        worst = fmax(worst, e2);
+    }
+    CHECK_MSG(worst < 1e-5, "BN variance of x near 1000 against double: relative %.2e", worst);
     for (int t = 0; t < 3; t++) { free(out[t][0]); free(out[t][1]); }
     free(x); free(dy);
 }
