@@ -39,6 +39,10 @@ expect tsv 0 "3 epochs, 2 columns plotted to $tmp/t-out.svg" -- "$FLYNN" plot "$
 printf 'epoch,loss,my_metric\n0,1.5,3\n1,1.25,7\n2,1,5\n' > "$tmp/t.csv"
 out=$(check points "$tmp/t-out.svg" "$tmp/t.csv" 2>&1) && ok || bad "tsv points: $out"
 grep -q "^title=my run panels=loss,my_metric points=6" <<<"$out" && ok || bad "tsv: $out"
+# no validation data: CSVLogger's val_ columns of NA are left out, not drawn as empty
+printf 'epoch,loss,val_loss\r\n0,0.9,NA\r\n1,0.8,NA\r\n' > "$tmp/noval.csv"
+expect no-val 0 "2 epochs" -- "$FLYNN" plot "$tmp/noval.csv"
+! grep -q "val_loss" "$tmp/noval.svg" && grep -q 'data-key="loss"' "$tmp/noval.svg" && ok || bad "noval: $(check info "$tmp/noval.svg" 2>&1)"
 # one epoch: a marker, no line
 printf 'epoch,loss,val_loss\r\n0,0.69,0.7\r\n' > "$tmp/one.csv"
 expect one-epoch 0 "1 epoch, 2 columns plotted" -- "$FLYNN" plot "$tmp/one.csv"

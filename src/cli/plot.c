@@ -10,7 +10,9 @@
  * at most MARKERS_MAX of them; an epoch whose value is NaN, inf or missing
  * (CSVLogger's "NA") breaks the line there, an epoch between two such stays
  * a lone marker, and a note under the panel says which epochs. A key the
- * plot does not know is simply another family with its own panel.
+ * plot does not know is simply another family with its own panel; one
+ * that is NA on every row (CSVLogger's val_ columns without validation
+ * data) is left out.
  *
  * The chart is meant to be read by tests as well as people: each panel is a
  * <g class="panel" data-family=...>, the curves are <polyline class="series"
@@ -297,11 +299,20 @@ static bool is_lr(const char *name) { return strcmp(name, "learning_rate") == 0 
 
 static const char *base_name(const char *key) { return strncmp(key, "val_", 4) == 0 && key[4] ? key + 4 : key; }
 
-/* Families in drawing order: loss, the rest by first column, learning rate. */
+static bool all_missing(const flynn_plot_data *d, const flynn_plot_series *s) {
+    for (int i = 0; i < d->n; i++)
+        if (s->state[i] != ST_MISSING) return false;
+    return true;
+}
+
+/* Families in drawing order: loss, the rest by first column, learning rate.
+ * A column that is NA throughout is left out: CSVLogger writes val_ columns
+ * of NA for a run without validation data. */
 static int make_families(const flynn_plot_data *d, family *fam) {
     int nf = 0;
     for (int pass = 0; pass < 3; pass++)
         for (int k = 0; k < d->nseries; k++) {
+            if (all_missing(d, &d->s[k])) continue;
             const char *b = base_name(d->s[k].key);
             int want = strcmp(b, "loss") == 0 ? 0 : is_lr(b) ? 2 : 1;
             if (want != pass) continue;
