@@ -403,7 +403,7 @@ static axis x_axis(const flynn_plot_data *d) {
 
 enum { SVG_W = 800, X0 = 86, PW = 670, TITLE_H = 58, HEAD_H = 30, PH = 210, PH_SMALL = 110, FOOT_H = 44 };
 
-static int panel_notes(const flynn_plot_data *d, const family *f, char notes[][400]) {
+static int panel_notes(const flynn_plot_data *d, const family *f, char notes[][512]) {
     int nn = 0;
     int keys[2] = {f->train, f->val};
     for (int j = 0; j < 2; j++) {
@@ -414,13 +414,13 @@ static int panel_notes(const flynn_plot_data *d, const family *f, char notes[][4
         snprintf(buf, sizeof buf, "%s: ", s->key);
         size_t start = strlen(buf);
         for (int st = ST_NAN; st <= ST_MISSING; st++) note_epochs(buf + start, sizeof buf - start, d, s, st, what[st]);
-        if (buf[start]) snprintf(notes[nn++], 400, "%s (not drawn: the line breaks there)", buf);
+        if (buf[start]) snprintf(notes[nn++], 512, "%s (not drawn: the line breaks there)", buf);
     }
     return nn;
 }
 
 static double panel_height(const flynn_plot_data *d, const family *f) {
-    char notes[2][400];
+    char notes[2][512];
     return HEAD_H + (f->small ? PH_SMALL : PH) + FOOT_H + 15 * panel_notes(d, f, notes) + 14;
 }
 
@@ -509,7 +509,7 @@ static void draw_panel(FILE *f, const flynn_plot_data *d, const family *fam, con
     fputs("</text>\n", f);
     if (fam->val >= 0) draw_series(f, d, fam->val, true, color, xa, &ya, top, ph);
     if (fam->train >= 0) draw_series(f, d, fam->train, false, color, xa, &ya, top, ph);
-    char notes[2][400];
+    char notes[2][512];
     int nn = panel_notes(d, fam, notes);
     for (int i = 0; i < nn; i++) flynn_svg_text_c(f, "note", X0, top + ph + FOOT_H + 15 * i + 6, "start", 11, "normal", "#a33", notes[i]);
     fputs("</g>\n", f);
