@@ -207,6 +207,7 @@ int flynn_plot_read_csv(const char *path, char sep, flynn_plot_data *d, char *er
         d->s[d->nseries++].key = fields[i];
     }
     int header_line = line;
+    d->from_csv = true;
     for (;;) {
         int nf = csv_record(&r, &fields, &fcap, &line, err, errn);
         if (nf < 0) break;
@@ -325,11 +326,11 @@ static int make_families(const flynn_plot_data *d, family *fam) {
     return nf;
 }
 
-/* A tick label: as many decimals as the step needs, %g for extreme values. */
+/* A tick label: as many decimals as the step needs (0.00095, not 0.00095
+ * and 0.001 side by side), %g for huge values or tiny steps. */
 static void fmt_tick(char *buf, size_t n, double v, double step) {
     if (fabs(v) < step * 1e-9) v = 0;
-    double a = fabs(v);
-    if ((a >= 1e6 || (a > 0 && a < 1e-4)) || step < 1e-4) { snprintf(buf, n, "%.3g", v); return; }
+    if (fabs(v) >= 1e6 || step < 1e-5) { snprintf(buf, n, "%.3g", v); return; }
     int dec = step >= 1 ? 0 : (int)ceil(-log10(step) - 1e-9);
     if (fabs(step * pow(10, dec) - round(step * pow(10, dec))) > 1e-6) dec++; /* 0.25 */
     if (dec > 8) dec = 8;
@@ -395,7 +396,7 @@ static axis x_axis(const flynn_plot_data *d) {
     }
     axis a = {.lo = lo, .hi = hi};
     if (hi == lo) a.lo -= 0.5, a.hi += 0.5;
-    a.step = flynn_nice_step(a.hi - a.lo);
+    a.step = a.hi - a.lo <= 12 ? 1 : flynn_nice_step(a.hi - a.lo); /* every epoch of a short run */
     if (a.step < 1) a.step = 1;
     else if (a.step != floor(a.step)) a.step = floor(a.step); /* 2.5 -> 2: epochs are whole */
     return a;
@@ -534,8 +535,8 @@ fl_status flynn_plot_write_svg(const flynn_plot_data *d, const char *title, cons
     flynn_svg_text_c(f, "title", SVG_W / 2.0, 26, "middle", 16, "bold", "#222", title);
     char buf[256];
     axis xa = x_axis(d);
-    snprintf(buf, sizeof buf, "%d epoch%s, counted from 1 (the CSV's epoch column + 1); train solid, validation dashed",
-             d->n, d->n == 1 ? "" : "s");
+    snprintf(buf, sizeof buf, "%d epoch%s, counted from 1%s; train solid, validation dashed", d->n, d->n == 1 ? "" : "s",
+             d->from_csv ? " (the CSV's epoch column + 1)" : "");
     flynn_svg_text_c(f, "subtitle", SVG_W / 2.0, 46, "middle", 12, "normal", "#555", buf);
     if (nf == 0) flynn_svg_text_c(f, "note", X0, TITLE_H + 20, "start", 12, "normal", "#a33",
                                   "no columns besides epoch: nothing to draw");

@@ -21,6 +21,7 @@ typedef struct flynn_plot_series {
 typedef struct flynn_plot_data {
     int n;                   /* rows (epochs) */
     double *epoch;           /* the epoch of each row, counted from 1 */
+    bool from_csv;           /* read from a CSV (whose epochs count from 0) */
     int nseries;
     flynn_plot_series *s;
 } flynn_plot_data;
