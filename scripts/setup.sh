@@ -19,10 +19,13 @@ set -euo pipefail
 # test_install.sh's static consumer links; clang, libclang-rt-dev (libFuzzer
 # and the sanitizer runtimes) and libomp-dev (OpenMP for clang): the fuzz
 # build of tests/fuzz, whose smoke tests scripts/test.sh runs; libjpeg62-turbo-dev
-# and libpng-dev: images (--data DIR, fl_image_dataset_from_directory)
+# and libpng-dev: images (--data DIR, fl_image_dataset_from_directory);
+# chromium and fonts-dejavu-core: test_plot.sh renders `flynn plot`'s SVG in a
+# real headless browser and checks the screenshot (about 120 MB to download,
+# 414 MB installed, 49 s with --no-install-recommends on a Debian 12 machine)
 pkgs=(build-essential cmake ninja-build pkg-config python3
       libopenblas-openmp-dev libgfortran-12-dev zlib1g-dev libzip-dev libbz2-dev libssl-dev libhdf5-dev libjson-c-dev
-      libjpeg62-turbo-dev libpng-dev
+      libjpeg62-turbo-dev libpng-dev chromium fonts-dejavu-core
       clang libclang-rt-dev libomp-dev
       dataset-fashion-mnist)
 bench=0 cuda12=${FLYNN_CUDA12:-0}

@@ -22,6 +22,7 @@
  * from the graph (fl_model_flops) for every model.
  */
 #include <flynn/flynn.h>
+#include "svg.h"
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -628,44 +629,6 @@ static void write_json(const bench_run *b, FILE *f) {
     fprintf(f, "\n  ]\n}\n");
 }
 
-static void svg_text(FILE *f, double x, double y, const char *anchor, int size, const char *weight, const char *fill,
-                     const char *s) {
-    fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"%s\" font-size=\"%d\" font-weight=\"%s\" fill=\"%s\">", x, y,
-            anchor, size, weight, fill);
-    for (; *s; s++) {
-        if (*s == '<') fputs("&lt;", f);
-        else if (*s == '>') fputs("&gt;", f);
-        else if (*s == '&') fputs("&amp;", f);
-        else if (*s == '"') fputs("&quot;", f);
-        else fputc(*s, f);
-    }
-    fputs("</text>\n", f);
-}
-
-/* Text over several lines of at most `width` characters, broken at blanks. */
-static void svg_wrapped(FILE *f, double x, double y, int width, const char *fill, const char *s) {
-    char line[256];
-    while (*s) {
-        int n = (int)strlen(s);
-        if (n > width) {
-            n = width;
-            while (n > width / 2 && s[n] != ' ') n--;
-            if (s[n] != ' ') n = width;
-        }
-        snprintf(line, sizeof line, "%.*s", n, s);
-        svg_text(f, x, y, "start", 11, "normal", fill, line);
-        y += 14;
-        s += n;
-        while (*s == ' ') s++;
-    }
-}
-
-/* A "nice" axis step (1, 2, 2.5 or 5 times a power of ten) for about 5 ticks. */
-static double nice_step(double max) {
-    double raw = max / 5, p = pow(10, floor(log10(raw))), m = raw / p;
-    return p * (m <= 1 ? 1 : m <= 2 ? 2 : m <= 2.5 ? 2.5 : m <= 5 ? 5 : 10);
-}
-
 static void fmt_count(char *buf, size_t n, double v) {
     if (v >= 1e6) snprintf(buf, n, "%.2fM", v / 1e6);
     else if (v >= 1e4) snprintf(buf, n, "%.0fk", v / 1e3);
@@ -680,10 +643,10 @@ static void svg_panel(FILE *f, const bench_run *b, int mode, double y0) {
     char buf[512];
     snprintf(buf, sizeof buf, "flynn bench: %s throughput of %s", mode == MODE_TRAIN ? "training" : "predict",
              b->o.model);
-    svg_text(f, X0 + W / 2, y0 + 24, "middle", 16, "bold", "#222", buf);
+    flynn_svg_text(f, X0 + W / 2, y0 + 24, "middle", 16, "bold", "#222", buf);
     snprintf(buf, sizeof buf, "%s, %lld samples, %.1f MFLOP per sample%s", b->data_kind, (long long)b->n,
              b->flops[mode] / 1e6, mode == MODE_TRAIN ? ", one epoch after warm-up" : "");
-    svg_text(f, X0 + W / 2, y0 + 42, "middle", 12, "normal", "#555", buf);
+    flynn_svg_text(f, X0 + W / 2, y0 + 42, "middle", 12, "normal", "#555", buf);
     double max = 0;
     int ndev = 0;
     for (int d = 0; d < NDEV; d++) {
@@ -695,26 +658,26 @@ static void svg_panel(FILE *f, const bench_run *b, int mode, double y0) {
         }
     }
     if (max <= 0) max = 1;
-    double step = nice_step(max * 1.1), ymax = ceil(max * 1.12 / step) * step;
+    double step = flynn_nice_step(max * 1.1), ymax = ceil(max * 1.12 / step) * step;
     /* axes and grid */
     for (double v = 0; v <= ymax + step / 2; v += step) {
         double y = top + H - H * v / ymax;
         fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/>\n", X0, y, X0 + W, y);
         fmt_count(buf, sizeof buf, v);
-        svg_text(f, X0 - 8, y + 4, "end", 12, "normal", "#444", buf);
+        flynn_svg_text(f, X0 - 8, y + 4, "end", 12, "normal", "#444", buf);
     }
     fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#444\"/>\n", X0, top + H, X0 + W, top + H);
     fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#444\"/>\n", X0, top, X0, top + H);
     fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\" font-size=\"13\" fill=\"#444\" "
                "transform=\"rotate(-90 %.1f %.1f)\">samples/s</text>\n",
             X0 - 62, top + H / 2, X0 - 62, top + H / 2);
-    svg_text(f, X0 + W / 2, top + H + 42, "middle", 13, "normal", "#444", "batch size");
+    flynn_svg_text(f, X0 + W / 2, top + H + 42, "middle", 13, "normal", "#444", "batch size");
     /* bars */
     double gw = W / b->o.nbatch, bw = (gw * 0.7) / (ndev ? ndev : 1);
     for (int bi = 0; bi < b->o.nbatch; bi++) {
         double gx = X0 + gw * bi + gw * 0.15;
         snprintf(buf, sizeof buf, "%d", b->o.batch[bi]);
-        svg_text(f, X0 + gw * bi + gw / 2, top + H + 18, "middle", 13, "normal", "#222", buf);
+        flynn_svg_text(f, X0 + gw * bi + gw / 2, top + H + 18, "middle", 13, "normal", "#222", buf);
         int k = 0;
         for (int d = 0; d < NDEV; d++) {
             if (!b->dev[d].usable) continue;
@@ -725,12 +688,12 @@ static void svg_panel(FILE *f, const bench_run *b, int mode, double y0) {
             fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"%s\"/>\n", x + 1,
                     top + H - hgt, bw - 2, hgt, color[d]);
             fmt_count(buf, sizeof buf, p->samples_per_s);
-            svg_text(f, x + bw / 2, top + H - hgt - 5, "middle", 11, "normal", "#222", buf);
+            flynn_svg_text(f, x + bw / 2, top + H - hgt - 5, "middle", 11, "normal", "#222", buf);
             if (d == DEV_GPU) {
                 const point *c = pt(b, DEV_CPU, mode, bi);
                 if (c) {
                     snprintf(buf, sizeof buf, "%.1fx", p->samples_per_s / c->samples_per_s);
-                    svg_text(f, x + bw / 2, top + H - hgt - 19, "middle", 12, "bold", color[d], buf);
+                    flynn_svg_text(f, x + bw / 2, top + H - hgt - 19, "middle", 12, "bold", color[d], buf);
                 }
             }
         }
@@ -745,7 +708,7 @@ static void svg_panel(FILE *f, const bench_run *b, int mode, double y0) {
             snprintf(buf, sizeof buf, "CPU (%d threads)", fl_get_num_threads());
         else
             snprintf(buf, sizeof buf, b->dev[d].usable ? "GPU (label: speed-up over the CPU)" : "GPU: not usable");
-        svg_text(f, lx + 17, ly, "start", 12, "normal", "#222", buf);
+        flynn_svg_text(f, lx + 17, ly, "start", 12, "normal", "#222", buf);
         lx += 260;
     }
 }
@@ -773,12 +736,12 @@ static int write_svg(const bench_run *b, const char *path) {
     snprintf(buf, sizeof buf, "flynn %s bench - CPU: %s, %d threads, BLAS %s%s%s%s", fl_version(), b->cpu_model,
              fl_get_num_threads(), strrchr(b->blas_path, '/') ? strrchr(b->blas_path, '/') + 1 : b->blas_path,
              b->blas.core[0] ? " (" : "", b->blas.core, b->blas.core[0] ? ")" : "");
-    svg_text(f, 20, y, "start", 11, "normal", "#555", buf);
+    flynn_svg_text(f, 20, y, "start", 11, "normal", "#555", buf);
     if (b->dev[DEV_GPU].requested) {
         const char *det = b->dev[DEV_GPU].detail;
         if (strncmp(det, "device: ", 8) == 0) det += 8;
         snprintf(buf, sizeof buf, "GPU%s: %s", b->dev[DEV_GPU].usable ? "" : " not usable", short_reason(det));
-        svg_wrapped(f, 20, y + 18, 118, b->dev[DEV_GPU].usable ? "#555" : "#a33", buf);
+        flynn_svg_wrapped(f, 20, y + 18, 118, b->dev[DEV_GPU].usable ? "#555" : "#a33", buf);
     }
     fprintf(f, "</svg>\n");
     if (fclose(f) != 0) {

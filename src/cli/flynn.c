@@ -12,6 +12,7 @@
 #include "devtools.h"
 #include "files.h"
 #include "fit_data.h"
+#include "plot.h"
 #include "train_callbacks.h"
 
 #include <errno.h>
@@ -54,6 +55,7 @@ static void usage_main(FILE *f) {
             "  devices    list the CUDA devices (as deviceQuery)\n"
             "  bandwidth  measure host/device copy bandwidth (as bandwidthTest)\n"
             "  doctor     check step by step whether flynn can use the GPU, and what to fix\n"
+            "  plot       draw a training log (CSVLogger / --csv-log CSV) as loss and metric curves (SVG)\n"
             "  bench      time training (and predict) per device and batch size: samples/s, GPU/CPU\n"
             "  version    print the version\n\n"
             "`flynn <command> --help` describes each command's options.\n",
@@ -655,6 +657,20 @@ static int stream_fit_model(fl_model *m, fl_data_stream **st) {
     return 0;
 }
 
+/* --plot OUT.svg: the History's curves (plot.c), titled with what was trained. */
+static int write_plot(const fl_history *h, int initial_epoch, const char *model, const char *data, const char *path,
+                      bool verbose) {
+    flynn_plot_data pd;
+    char title[512];
+    snprintf(title, sizeof title, "flynn train: %s on %s", model, data);
+    if (flynn_plot_from_history(h, initial_epoch, &pd) != FL_OK) return die(NULL);
+    fl_status s = flynn_plot_write_svg(&pd, title, path);
+    flynn_plot_free(&pd);
+    if (s != FL_OK) return die("--plot");
+    if (verbose) printf("training curves drawn to %s\n", path);
+    return 0;
+}
+
 static int cmd_train(int argc, char **argv) {
     opts o = {.model = "mnist_cnn", .data = "fashion-mnist", .samples = 20000, .epochs = 2, .batch_size = 128,
               .prefetch = -1};
@@ -673,7 +689,7 @@ static int cmd_train(int argc, char **argv) {
     if (fl_dist_rank() > 0) {
         if (!freopen("/dev/null", "w", stdout)) return die("MPI: rank > 0: /dev/null");
         o.save = o.save_weights = o.checkpoint = NULL;
-        o.cb.csv_log = o.cb.tensorboard = NULL;
+        o.cb.csv_log = o.cb.tensorboard = o.cb.plot = NULL;
     }
 
     if (o.resume && flynn_is_model_file(o.model) && strcmp(o.model, "mnist_cnn") != 0)
@@ -834,6 +850,7 @@ static int cmd_train(int argc, char **argv) {
         goto done;
     }
     if ((rc = report_results(m, h, &data, &mi))) goto done;
+    if (o.cb.plot && (rc = write_plot(h, initial, mname, o.data, o.cb.plot, verbose != FL_VERBOSE_SILENT))) goto done;
     char where[64];
     if (fl_model_device(m) == FL_DEVICE_GPU) snprintf(where, sizeof where, "on the GPU");
     else snprintf(where, sizeof where, "on the CPU, %d threads", fl_get_num_threads());
@@ -992,6 +1009,7 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "devices") == 0) return flynn_cmd_devices(argc - 2, argv + 2);
     if (strcmp(cmd, "bandwidth") == 0) return flynn_cmd_bandwidth(argc - 2, argv + 2);
     if (strcmp(cmd, "doctor") == 0) return flynn_cmd_doctor(argc - 2, argv + 2);
+    if (strcmp(cmd, "plot") == 0) return flynn_cmd_plot(argc - 2, argv + 2);
     if (strcmp(cmd, "bench") == 0) { int flynn_cmd_bench(int, char **); return flynn_cmd_bench(argc - 2, argv + 2); }
     fprintf(stderr, "flynn: unknown command '%s'\n\n", cmd);
     usage_main(stderr);

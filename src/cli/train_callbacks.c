@@ -20,6 +20,9 @@ const char *flynn_cb_help(void) {
            "                         improvement (Keras ReduceLROnPlateau defaults)\n"
            "  --csv-log FILE         one line per epoch, as Keras CSVLogger (epoch, loss, metrics,\n"
            "                         val_..., learning_rate with --reduce-lr-on-plateau)\n"
+           "  --plot OUT.svg         draw the loss and metric curves per epoch (train solid, val_*\n"
+           "                         dashed) as an SVG when training ends, early stop included\n"
+           "                         (as `flynn plot` draws a --csv-log file)\n"
            "  --tensorboard DIR      TensorBoard logs, as Keras TensorBoard(log_dir=DIR): DIR/train and\n"
            "                         DIR/validation get epoch_loss, epoch_<metric>, epoch_learning_rate,\n"
            "                         evaluation_<...>_vs_iterations and the model (graph tab); view them\n"
@@ -59,7 +62,7 @@ int flynn_cb_parse(int argc, char **argv, int *i, flynn_cb_opts *o) {
     if (strcmp(a, "--reduce-lr-on-plateau") == 0) { o->reduce_lr = true; return 1; }
     static const char *const flags[] = {"--early-stopping", "--csv-log", "--clipnorm", "--clipvalue",
                                         "--global-clipnorm", "--lr-schedule", "--tensorboard",
-                                        "--tensorboard-histograms", "--tensorboard-update-freq"};
+                                        "--tensorboard-histograms", "--tensorboard-update-freq", "--plot"};
     size_t k = 0, n = sizeof flags / sizeof flags[0], fl = 0;
     for (; k < n; k++) {
         fl = strlen(flags[k]);
@@ -76,6 +79,10 @@ int flynn_cb_parse(int argc, char **argv, int *i, flynn_cb_opts *o) {
         break;
     case 1: o->csv_log = val; break;
     case 5: o->lr_schedule = val; break;
+    case 9:
+        if (!*val) return bad(flags[k], val, "an SVG file name");
+        o->plot = val;
+        break;
     case 6:
         if (!*val) return bad(flags[k], val, "a folder");
         o->tensorboard = val;

@@ -1,7 +1,7 @@
 /*
  * train_callbacks.h — `flynn train`'s callback, clipping and schedule flags
  * (--early-stopping, --reduce-lr-on-plateau, --csv-log, --clipnorm,
- * --clipvalue, --global-clipnorm, --lr-schedule, --tensorboard...): parsing, help text, and
+ * --clipvalue, --global-clipnorm, --lr-schedule, --tensorboard, --plot...): parsing, help text, and
  * turning them into fl_callback lists and optimizer settings.
  */
 #ifndef FLYNN_CLI_TRAIN_CALLBACKS_H
@@ -15,6 +15,7 @@ typedef struct flynn_cb_opts {
     const char *csv_log, *lr_schedule;
     float clipnorm, clipvalue, global_clipnorm;
     const char *tensorboard;  /* log folder (NULL: off) */
+    const char *plot;         /* --plot OUT.svg: the History's curves (plot.c) */
     int tb_histogram_freq, tb_update_freq;
 } flynn_cb_opts;
 
