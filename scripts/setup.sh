@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # scripts/setup.sh — installs what flynn needs to build, test and run its main
 # job on a fresh Debian 12 machine. Idempotent: installs only what is missing.
-# Usage: scripts/setup.sh [--bench] [--cuda12] [--mpi]
+# Usage: scripts/setup.sh [--bench] [--cuda12] [--mpi] [--test]
 #   --bench   also installs PyTorch for bench/, and rsvg-convert to look at
 #             flynn bench's charts
 #   --cuda12  (or FLYNN_CUDA12=1) also installs the toolchain of the CUDA 12
@@ -19,13 +19,16 @@ set -euo pipefail
 # test_install.sh's static consumer links; clang, libclang-rt-dev (libFuzzer
 # and the sanitizer runtimes) and libomp-dev (OpenMP for clang): the fuzz
 # build of tests/fuzz, whose smoke tests scripts/test.sh runs; libjpeg62-turbo-dev
-# and libpng-dev: images (--data DIR, fl_image_dataset_from_directory);
-# chromium and fonts-dejavu-core: test_plot.sh renders `flynn plot`'s SVG in a
-# real headless browser and checks the screenshot (about 120 MB to download,
-# 414 MB installed, 49 s with --no-install-recommends on a Debian 12 machine)
+# and libpng-dev: images (--data DIR, fl_image_dataset_from_directory).
+# --test (scripts/test.sh) adds what only the tests need: Open MPI (test_mpi's
+# mpirun runs, as --mpi), and chromium and fonts-dejavu-core: test_plot.sh
+# renders `flynn plot`'s SVG in a real headless browser and checks the
+# screenshot (about 120 MB to download, 414 MB installed, 49 s with
+# --no-install-recommends on a Debian 12 machine), so scripts/train.sh does
+# not fetch a browser.
 pkgs=(build-essential cmake ninja-build pkg-config python3
       libopenblas-openmp-dev libgfortran-12-dev zlib1g-dev libzip-dev libbz2-dev libssl-dev libhdf5-dev libjson-c-dev
-      libjpeg62-turbo-dev libpng-dev chromium fonts-dejavu-core
+      libjpeg62-turbo-dev libpng-dev
       clang libclang-rt-dev libomp-dev
       dataset-fashion-mnist)
 bench=0 cuda12=${FLYNN_CUDA12:-0}
@@ -34,7 +37,8 @@ for a in "$@"; do
     --bench) bench=1 ;;
     --cuda12) cuda12=1 ;;
     --mpi) pkgs+=(openmpi-bin libopenmpi-dev) ;;
-    *) echo "setup: unknown option $a (expected --bench, --cuda12 or --mpi)" >&2; exit 2 ;;
+    --test) pkgs+=(openmpi-bin libopenmpi-dev chromium fonts-dejavu-core) ;;
+    *) echo "setup: unknown option $a (expected --bench, --cuda12, --mpi or --test)" >&2; exit 2 ;;
   esac
 done
 if [ $bench = 1 ]; then

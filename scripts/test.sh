@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # scripts/test.sh — the whole test suite, from a fresh machine: installs what is
-# missing (scripts/setup.sh --mpi: Open MPI too, for test_mpi's mpirun runs), builds flynn twice (with ASan+UBSan, and the
+# missing (scripts/setup.sh --test: also Open MPI for test_mpi's mpirun runs and
+# Chromium for test_plot's screenshot), builds flynn twice (with ASan+UBSan, and the
 # release build with -Wall -Wextra -Werror), runs the sanitizer suite, the
 # fuzz smoke (a third build, with clang and libFuzzer: each harness of
 # tests/fuzz fuzzed for 20 s, tests/fuzz/README.md), then the release suite.
 # The last line is ctest's summary of the release suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh --mpi
+scripts/setup.sh --test
 jobs=$(nproc)
 
 echo "== sanitizer build (ASan + UBSan)"

@@ -6,7 +6,7 @@
 # unknown columns, the errors with their exit codes and messages, and the
 # History of a tiny training run (early stop included) drawn as its CSV log is;
 # (2) Chromium headless renders the chart and the screenshot has the curves'
-# colours at the markers' pixels. Without chromium (scripts/setup.sh installs
+# colours at the markers' pixels. Without chromium (scripts/setup.sh --test installs
 # it) part 2 is skipped with a message; chromium failing is a failure.
 # usage: test_plot.sh PATH/TO/flynn
 set -u
