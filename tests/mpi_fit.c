@@ -11,6 +11,14 @@
  *            so it runs, and its ranks agree, but it does not equal one process)
  *            mlpsw, mlpcw: the mlp with a sample_weight per sample, or a class_weight per class
  *            (the weighted loss rows are divided by the global batch, as one process's)
+ *            Random masks: each rank draws for its rows of the batch what one process draws for them
+ *            (fl_graph.row_offset), so these equal one process too:
+ *            mlpdrop (the mlp with Dropout(0.3) after each hidden Dense), cnndrop (the cnn with
+ *            mnist_cnn's Dropout(0.25) and Dropout(0.5), and a SpatialDropout2D(0.2), a noise_shape,
+ *            after the first convolution), rnndrop (8 steps of 8 features: LSTM(16) with dropout 0.2
+ *            and recurrent_dropout 0.3, then GRU(12) with recurrent_dropout 0.25, then Dense(10)),
+ *            attndrop (self-attention over those steps: MultiHeadAttention(2 heads, key_dim 4,
+ *            dropout 0.3), global average pooling, Dense(10))
  *     OPT: sgd (momentum 0.9) or adam
  */
 #include <flynn/flynn.h>
@@ -67,28 +75,51 @@ static int compare(const char *a, const char *b, double tol) {
 int main(int argc, char **argv) {
     if (argc == 5 && strcmp(argv[1], "compare") == 0) return compare(argv[2], argv[3], atof(argv[4]));
     if (argc != 8 || strcmp(argv[1], "train") != 0) {
-        fprintf(stderr, "usage: mpi_fit train mlp|mlpsw|mlpcw|cnn|bn sgd|adam SAMPLES BATCH EPOCHS OUT\n"
+        fprintf(stderr, "usage: mpi_fit train mlp|mlpsw|mlpcw|mlpdrop|cnn|cnndrop|rnndrop|attndrop|bn sgd|adam SAMPLES "
+                        "BATCH EPOCHS OUT\n"
                         "       mpi_fit compare A B TOL\n");
         return 2;
     }
     const char *model = argv[2], *opt = argv[3], *out = argv[7];
     int n = atoi(argv[4]), batch = atoi(argv[5]), epochs = atoi(argv[6]);
-    bool cnn = strcmp(model, "cnn") == 0;
+    bool cnndrop = strcmp(model, "cnndrop") == 0, cnn = cnndrop || strcmp(model, "cnn") == 0;
     int side = cnn ? 12 : 8;
-    bool bn = strcmp(model, "bn") == 0;
-    fl_model *m = bn  ? fl_sequential(fl_input(side, side, 1), fl_flatten(), fl_dense(64, .activation = FL_RELU),
-                                      fl_batch_normalization(), fl_dense(10, .activation = FL_SOFTMAX))
-                : cnn ? fl_sequential(fl_input(side, side, 1), fl_conv2d(32, 3, .activation = FL_RELU),
-                                      fl_conv2d(64, 3, .activation = FL_RELU), fl_max_pooling2d(2), fl_flatten(),
-                                      fl_dense(128, .activation = FL_RELU), fl_dense(10, .activation = FL_SOFTMAX))
-                      : fl_sequential(fl_input(side, side, 1), fl_flatten(), fl_dense(64, .activation = FL_RELU),
-                                      fl_dense(64, .activation = FL_RELU), fl_dense(10, .activation = FL_SOFTMAX));
+    bool bn = strcmp(model, "bn") == 0, seq = strcmp(model, "rnndrop") == 0 || strcmp(model, "attndrop") == 0;
+    fl_model *m;
+    if (strcmp(model, "attndrop") == 0) {
+        fl_sym *in = fl_keras_input(side, side);
+        fl_sym *a = fl_call_n(fl_multi_head_attention(2, 4, .dropout = 0.3f), in, in);
+        fl_sym *y_ = fl_call(fl_dense(10, .activation = FL_SOFTMAX), fl_call(fl_global_average_pooling1d(), a));
+        m = fl_model_new(fl_syms(in), fl_syms(y_), "attndrop");
+    } else if (seq)
+        m = fl_sequential(fl_input(side, side),
+                          fl_lstm(16, .dropout = 0.2f, .recurrent_dropout = 0.3f, .return_sequences = true),
+                          fl_gru(12, .recurrent_dropout = 0.25f), fl_dense(10, .activation = FL_SOFTMAX));
+    else if (strcmp(model, "mlpdrop") == 0)
+        m = fl_sequential(fl_input(side, side, 1), fl_flatten(), fl_dense(64, .activation = FL_RELU), fl_dropout(0.3f),
+                          fl_dense(64, .activation = FL_RELU), fl_dropout(0.3f), fl_dense(10, .activation = FL_SOFTMAX));
+    else if (cnndrop)
+        m = fl_sequential(fl_input(side, side, 1), fl_conv2d(32, 3, .activation = FL_RELU), fl_spatial_dropout2d(0.2f),
+                          fl_conv2d(64, 3, .activation = FL_RELU), fl_max_pooling2d(2), fl_dropout(0.25f),
+                          fl_flatten(), fl_dense(128, .activation = FL_RELU), fl_dropout(0.5f),
+                          fl_dense(10, .activation = FL_SOFTMAX));
+    else if (bn)
+        m = fl_sequential(fl_input(side, side, 1), fl_flatten(), fl_dense(64, .activation = FL_RELU),
+                          fl_batch_normalization(), fl_dense(10, .activation = FL_SOFTMAX));
+    else if (cnn)
+        m = fl_sequential(fl_input(side, side, 1), fl_conv2d(32, 3, .activation = FL_RELU),
+                          fl_conv2d(64, 3, .activation = FL_RELU), fl_max_pooling2d(2), fl_flatten(),
+                          fl_dense(128, .activation = FL_RELU), fl_dense(10, .activation = FL_SOFTMAX));
+    else
+        m = fl_sequential(fl_input(side, side, 1), fl_flatten(), fl_dense(64, .activation = FL_RELU),
+                          fl_dense(64, .activation = FL_RELU), fl_dense(10, .activation = FL_SOFTMAX));
     if (!m) return fail("model");
     fl_model_set_seed(m, 7);
     fl_optimizer *o = strcmp(opt, "adam") == 0 ? fl_adam(.learning_rate = 1e-3f)
                                                : fl_sgd(.learning_rate = 0.05f, .momentum = 0.9f);
     if (fl_compile(m, o, FL_SPARSE_CATEGORICAL_CROSSENTROPY, FL_ACCURACY) != FL_OK) return fail("compile");
-    fl_tensor *x = fl_tensor_zeros(FL_FLOAT32, n, side, side, 1), *y = fl_tensor_zeros(FL_FLOAT32, n);
+    fl_tensor *x = seq ? fl_tensor_zeros(FL_FLOAT32, n, side, side) : fl_tensor_zeros(FL_FLOAT32, n, side, side, 1),
+              *y = fl_tensor_zeros(FL_FLOAT32, n);
     if (!x || !y) return fail("data");
     float *px = fl_tensor_data(x), *py = fl_tensor_data(y);
     uint32_t s = 12345;

@@ -246,7 +246,7 @@ static void test_dropout(int64_t n, float rate, uint64_t step) {
         fl_cpu_simd_force(t);
         y[t] = malloc((size_t)n * sizeof(float));
         mk[t] = malloc((size_t)n);
-        be->dropout_fwd(n, rate, 0x1234567890ull, 77 ^ (step << 20), x, y[t], mk[t]);
+        be->dropout_fwd(n, rate, 0x1234567890ull, 77 ^ (step << 20), 0, x, y[t], mk[t]);
         dx[t] = malloc((size_t)n * sizeof(float));
         be->dropout_bwd(n, rate, mk[t], g, dx[t], 0.0f);
         dxa[t] = dup(acc0, (size_t)n);
@@ -257,7 +257,7 @@ static void test_dropout(int64_t n, float rate, uint64_t step) {
     if (n > 8) {
         float *ys = malloc((size_t)n * sizeof(float));
         uint8_t *ms = malloc((size_t)n);
-        fl_simd_dropout_fwd(3, n - 2, rate, 0x1234567890ull, 77 ^ (step << 20), x, ys, ms);
+        fl_simd_dropout_fwd(3, n - 2, 0, rate, 0x1234567890ull, 77 ^ (step << 20), x, ys, ms);
         CHECK_MSG(memcmp(ms + 3, mk[0] + 3, (size_t)n - 5) == 0 && memcmp(ys + 3, y[0] + 3, ((size_t)n - 5) * 4) == 0,
                   "dropout n=%lld from element 3: differs", (long long)n);
         free(ys);
@@ -270,6 +270,51 @@ static void test_dropout(int64_t n, float rate, uint64_t step) {
               (long long)n);
     for (int t = 0; t < 2; t++) { free(y[t]); free(mk[t]); free(dx[t]); free(dxa[t]); }
     free(x); free(g); free(acc0);
+}
+
+/* Dropout at an element offset (a rank's share of a batch under MPI): n
+ * elements drawn at offset k are elements [k, k + n) of the k + n drawn at
+ * offset 0, and each is Philox element k + i (fl_philox_u32) against the
+ * rate; on the portable path (simd 0) or the AVX-512 one (1), with offsets
+ * that are and are not multiples of a Philox block (4), a vector (16) and a
+ * vector group (64), and sizes around those and past the threads' cut
+ * (32768). The AVX-512 kernel is also run on a range [i0, i1) inside the
+ * buffer, as a thread's share is. */
+static void test_dropout_offset(int simd) {
+    const fl_backend *be = fl_backend_cpu();
+    static const int64_t offs[] = {0, 1, 2, 3, 4, 5, 15, 16, 17, 63, 64, 65, 66, 127, 1000, 40001};
+    static const int64_t ns[] = {1, 3, 4, 7, 64, 65, 130, 1001, 33000};
+    const uint64_t seed = 0xfeedfacecafeull, stream = 0x5151 ^ ((uint64_t)9 << 20);
+    const float rate = 0.3f;
+    fl_cpu_simd_force(simd);
+    for (size_t a = 0; a < sizeof offs / sizeof offs[0]; a++)
+        for (size_t c = 0; c < sizeof ns / sizeof ns[0]; c++) {
+            const int64_t k = offs[a], n = ns[c], N = k + n;
+            float *x = rnd((size_t)N, 41), *yall = malloc((size_t)N * sizeof(float)), *y = malloc((size_t)n * sizeof(float));
+            uint8_t *mall = malloc((size_t)N), *m = malloc((size_t)n);
+            be->dropout_fwd(N, rate, seed, stream, 0, x, yall, mall);
+            memset(m, 7, (size_t)n);
+            be->dropout_fwd(n, rate, seed, stream, k, x + k, y, m);
+            CHECK_MSG(memcmp(m, mall + k, (size_t)n) == 0 && memcmp(y, yall + k, (size_t)n * sizeof(float)) == 0,
+                      "dropout (%s) n=%lld at offset %lld: not elements [%lld, %lld) of one draw",
+                      simd ? "AVX-512" : "portable", (long long)n, (long long)k, (long long)k, (long long)N);
+            int64_t bad = -1;
+            for (int64_t i = 0; i < n && bad < 0; i++)
+                if (m[i] != (fl_u32_to_unit(fl_philox_u32(seed, stream, (uint64_t)(k + i))) >= rate)) bad = i;
+            CHECK_MSG(bad < 0, "dropout (%s) n=%lld at offset %lld: element %lld is not Philox element %lld",
+                      simd ? "AVX-512" : "portable", (long long)n, (long long)k, (long long)bad, (long long)(k + bad));
+            if (simd && n > 8) { /* a thread's range [3, n - 2) of the offset buffer */
+                float *ys = malloc((size_t)n * sizeof(float));
+                uint8_t *ms = malloc((size_t)n);
+                fl_simd_dropout_fwd(3, n - 2, k, rate, seed, stream, x + k, ys, ms);
+                CHECK_MSG(memcmp(ms + 3, m + 3, (size_t)n - 5) == 0 && memcmp(ys + 3, y + 3, ((size_t)n - 5) * 4) == 0,
+                          "dropout (AVX-512) n=%lld at offset %lld from element 3: differs", (long long)n, (long long)k);
+                free(ys);
+                free(ms);
+            }
+            free(x); free(yall); free(y); free(mall); free(m);
+        }
+    fl_cpu_simd_force(-1);
 }
 
 static void test_adam(int code) {
@@ -384,6 +429,7 @@ int main(void) {
     test_depthwise(8, 30, 30, 24, 1, 3, 3, 1, 1, FL_ACT_RELU, 1);  /* large enough for several threads */
     if (levels & 2) CHECK_MSG(g_dw_levels_run[1] == 8, "the AVX2+FMA level ran %d of 8 cases", g_dw_levels_run[1]);
     else printf("test_cpu_simd: SKIP AVX2+FMA: this CPU lacks AVX2 or FMA\n");
+    test_dropout_offset(0);
     if (fl_cpu_simd_available()) test_avx512();
     else printf("test_cpu_simd: SKIP the AVX-512 kernels (cpu_avx512.c, direct convolutions, fused conv+pool, "
                 "dropout and Adam bit for bit): this CPU has no AVX-512F/BW/DQ/VL\n");
@@ -433,6 +479,7 @@ static void test_avx512(void) {
     test_dropout(1000, 0.25f, 3);
     test_dropout(128 * 9216 + 5, 0.25f, 7);
     test_dropout(4099, 0.9f, 1);
+    test_dropout_offset(1);
     test_adam(FL_OPT_ADAM);
     test_adam(FL_OPT_ADAMW);
 }

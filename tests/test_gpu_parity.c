@@ -37,6 +37,7 @@ static double g_tol;
 static const char *g_mode;
 static int g_act; /* the activation the Dense/Conv2D builders use */
 static uint64_t g_stream = 100;
+static int64_t g_row_offset; /* the graphs' row_offset: a rank's share of a batch from that row on */
 
 typedef struct side { fl_graph g; fl_node *x, *out, *params[6]; int np; } side;
 typedef fl_node *(*build_fn)(fl_graph *g, fl_node *x, fl_node **params, int *np);
@@ -143,6 +144,7 @@ static void parity(const char *what, int ndim, const int64_t *sample, int64_t ba
         fl_graph_init(&s[k].g, bes[k]);
         s[k].g.seed = 5;
         s[k].g.step = 3;
+        s[k].g.row_offset = g_row_offset;
         s[k].x = fl_graph_input(&s[k].g, "x", ndim, sample);
         s[k].x->force_grad = true;
         s[k].out = build(&s[k].g, s[k].x, s[k].params, &s[k].np);
@@ -628,6 +630,33 @@ static void layer_parity(void) {
     }
 }
 
+/* The dropout kernel at element offsets, bit for bit: masks and outputs of
+ * n elements at offset k, on both backends, for offsets inside a Philox
+ * block, at and past one, and sizes under one block to many. */
+static void dropout_offset_parity(void) {
+    static const int64_t offs[] = {0, 1, 2, 3, 4, 7, 64, 1001}, ns[] = {1, 5, 64, 1000, 70001};
+    for (size_t a = 0; a < sizeof offs / sizeof offs[0]; a++)
+        for (size_t c = 0; c < sizeof ns / sizeof ns[0]; c++) {
+            const int64_t k = offs[a], n = ns[c];
+            float *hx = malloc((size_t)n * sizeof(float)), *hy = malloc((size_t)n * sizeof(float)),
+                  *gy = malloc((size_t)n * sizeof(float));
+            uint8_t *hm = malloc((size_t)n), *gm = malloc((size_t)n);
+            fl_rng_uniform(hx, n, -1, 1, 9, g_stream++);
+            CPU->dropout_fwd(n, 0.4f, 5, 77, k, hx, hy, hm);
+            float *dx = GPU->alloc((size_t)n * sizeof(float)), *dy = GPU->alloc((size_t)n * sizeof(float));
+            uint8_t *dm = GPU->alloc((size_t)n);
+            GPU->upload(dx, hx, (size_t)n * sizeof(float));
+            GPU->dropout_fwd(n, 0.4f, 5, 77, k, dx, dy, dm);
+            GPU->download(gy, dy, (size_t)n * sizeof(float));
+            GPU->download(gm, dm, (size_t)n);
+            CHECK_MSG(memcmp(gm, hm, (size_t)n) == 0 && memcmp(gy, hy, (size_t)n * sizeof(float)) == 0,
+                      "[%s] dropout kernel, %lld elements at offset %lld: GPU masks differ from the CPU's", g_mode,
+                      (long long)n, (long long)k);
+            GPU->free(dx); GPU->free(dy); GPU->free(dm);
+            free(hx); free(hy); free(gy); free(hm); free(gm);
+        }
+}
+
 static void op_parity(void) {
     int64_t flat[] = {70};
     for (g_act = FL_ACT_LINEAR; g_act < FL_ACT_COUNT; g_act++) {
@@ -697,6 +726,16 @@ static void op_parity(void) {
     parity("dropout, noise shape (1, 1, 1)", 3, img, 7, b_dropout_noise, true);
     g_noise_c = 1;
     parity("spatial dropout, noise shape (1, 1, c)", 3, img, 7, b_dropout_noise, true);
+    /* masks drawn from row 3 of a batch on (MPI's shares): element offsets 3 * 45 and 3 * 1, not whole
+     * Philox blocks, and 3 * 6 */
+    g_row_offset = 3;
+    parity("dropout from row 3 (5x3x3 samples)", 3, (int64_t[]){5, 3, 3}, 7, b_dropout, true);
+    g_noise_c = 0;
+    parity("dropout from row 3, noise shape (1, 1, 1)", 3, img, 7, b_dropout_noise, true);
+    g_noise_c = 1;
+    parity("spatial dropout from row 3, noise shape (1, 1, c)", 3, img, 7, b_dropout_noise, true);
+    g_row_offset = 0;
+    dropout_offset_parity();
     int64_t seq1[] = {17, 1, 5};
     parity("conv1d causal (one-column conv2d)", 3, seq1, 9, b_conv1d, true);
     parity("batch norm (training)", 3, img, 7, b_bn, true);
@@ -772,6 +811,12 @@ static void op_parity(void) {
         snprintf(name, sizeof name, "rnn dropout cell %d, %d units, reset_after %d, recurrent_dropout %g, dropout %g, "
                  "mask %d", g_rnn.cell, g_rnn.u, g_rnn.reset_after, g_rnn_rate, g_rnn_rate_in, g_rnn_mask);
         parity(name, 2, rseq, 9, b_rnn_drop, true);
+        if (i == 1) { /* GRU, 33 units: 99 mask elements per row, from row 5 on */
+            g_row_offset = 5;
+            snprintf(name + strlen(name), sizeof name - strlen(name), ", from row 5");
+            parity(name, 2, rseq, 9, b_rnn_drop, true);
+            g_row_offset = 0;
+        }
     }
     g_rnn_mask = false;
 }
@@ -1209,6 +1254,12 @@ static void attn_parity(void) {
                  at[i].d, g_heads, g_dk, g_masks, g_mask_mode, g_causal ? " causal" : "", g_attn_rate);
         parity(name, 2, (int64_t[]){at[i].t, at[i].d}, 5, b_attention, true);
     }
+    /* attention dropout from row 3 of the batch: 3 heads of 9x9 weights, 243 mask elements per row */
+    g_heads = 3; g_dk = 2; g_masks = 0; g_mask_mode = 0; g_causal = false; g_attn_rate = 0.3f;
+    g_row_offset = 3;
+    parity("attention T9 d6 heads 3 key_dim 2 dropout 0.3 from row 3", 2, (int64_t[]){9, 6}, 5, b_attention, true);
+    g_row_offset = 0;
+    g_attn_rate = 0.0f;
     parity("repeat 5", 1, (int64_t[]){7}, 6, b_repeat, true);
     struct { int t, d, learn, masks; bool causal; } al[] = {
         {6, 8, 1, 0, false}, {9, 5, 2, 2, false}, {7, 6, 3, 2, true}, {40, 16, 3, 0, false},

@@ -39,7 +39,7 @@ typedef struct call {
     const fl_param_ref *params;
     const void *in[4];
     void *out[4];
-    int64_t n, rows;
+    int64_t n, rows, off;
     int i0, i1;
     float f0, f1;
     double s;
@@ -88,7 +88,7 @@ static void run_call(const call *c, int64_t opt_step, int64_t gstep, int64_t cap
     case C_DROPOUT_FWD: {
         /* as k_dropout_fwd under a graph: back to the layer's base stream, then the replayed step's */
         uint64_t stream = fl_dropout_stream(fl_dropout_stream(c->stream, cap_gstep), gstep);
-        CPU->dropout_fwd(c->n, c->f0, c->seed, stream, c->in[0], c->out[0], c->out[1]);
+        CPU->dropout_fwd(c->n, c->f0, c->seed, stream, c->off, c->in[0], c->out[0], c->out[1]);
         break;
     }
     case C_DROPOUT_BWD: CPU->dropout_bwd(c->n, c->f0, c->in[0], c->in[1], c->out[0], c->f1); break;
@@ -146,11 +146,12 @@ static void f_act_bwd(int act, int64_t rows, int cols, const float *x, const flo
     call *c = rec(C_ACT_BWD);
     c->i0 = act; c->rows = rows; c->i1 = cols; c->in[0] = x; c->in[1] = y; c->in[2] = dy; c->out[0] = dx; c->f0 = beta;
 }
-static void f_dropout_fwd(int64_t n, float rate, uint64_t seed, uint64_t stream, const float *x, float *y,
-                          uint8_t *mask) {
-    if (!g_rec) { CPU->dropout_fwd(n, rate, seed, stream, x, y, mask); return; }
+static void f_dropout_fwd(int64_t n, float rate, uint64_t seed, uint64_t stream, int64_t offset, const float *x,
+                          float *y, uint8_t *mask) {
+    if (!g_rec) { CPU->dropout_fwd(n, rate, seed, stream, offset, x, y, mask); return; }
     call *c = rec(C_DROPOUT_FWD);
-    c->n = n; c->f0 = rate; c->seed = seed; c->stream = stream; c->in[0] = x; c->out[0] = y; c->out[1] = mask;
+    c->n = n; c->f0 = rate; c->seed = seed; c->stream = stream; c->off = offset; c->in[0] = x; c->out[0] = y;
+    c->out[1] = mask;
 }
 static void f_dropout_bwd(int64_t n, float rate, const uint8_t *mask, const float *dy, float *dx, float beta) {
     if (!g_rec) { CPU->dropout_bwd(n, rate, mask, dy, dx, beta); return; }

@@ -2,7 +2,8 @@
 # test_mpi.sh MPI_FIT FLYNN — data-parallel training over MPI on this machine (loopback):
 # `mpirun -np 2` and `-np 4` (oversubscribed) train the same weights as one process with the
 # same global batch (tests/mpi_fit.c; the batch's gradient is summed in another order, so
-# within 1e-6 relative, not bit-identical: docs/scale-out.md), including a last batch smaller
+# within 1e-6 relative, not bit-identical: docs/scale-out.md), with Dropout and the other random
+# masks drawn as one process draws them, including a last batch smaller
 # than the rank count; `flynn train` under mpirun prints once and saves from rank 0 only;
 # and a rank that fails stops the others. Skipped (77) without Open MPI's mpirun.
 MPI_FIT=$1
@@ -19,8 +20,11 @@ fails=0
 bad() { echo "FAIL: $*"; fails=$((fails + 1)); }
 
 # 258 samples at batch 64, 2 epochs: 10 steps, each epoch's last batch of 2 samples leaves
-# ranks 2 and 3 of 4 without a share; mlpsw and mlpcw weigh the loss (sample_weight, class_weight)
-for cfg in "mlp sgd" "mlp adam" "mlpsw sgd" "mlpcw adam" "cnn sgd" "cnn adam"; do
+# ranks 2 and 3 of 4 without a share; mlpsw and mlpcw weigh the loss (sample_weight, class_weight);
+# mlpdrop, cnndrop, rnndrop and attndrop draw random masks (Dropout, SpatialDropout2D, LSTM/GRU
+# dropout and recurrent_dropout, MultiHeadAttention dropout), each rank those of its rows
+for cfg in "mlp sgd" "mlp adam" "mlpsw sgd" "mlpcw adam" "cnn sgd" "cnn adam" "mlpdrop sgd" "mlpdrop adam" \
+           "cnndrop sgd" "cnndrop adam" "rnndrop sgd" "rnndrop adam" "attndrop sgd" "attndrop adam"; do
     set -- $cfg
     "$MPI_FIT" train "$1" "$2" 258 64 2 "$tmp/one.bin" > "$tmp/one.txt" || { bad "$1 $2: one process"; continue; }
     for np in 2 4; do
@@ -86,6 +90,11 @@ if "$FLYNN" train --model mlp --samples 256 --test-samples 64 --epochs 1 --batch
         [ "$(grep -c 'model saved to' "$tmp/cli2.txt")" = 1 ] || bad "flynn train -np 2: not one 'model saved'"
         [ -s "$tmp/two.keras" ] || bad "flynn train -np 2: no model file"
         echo "flynn train under mpirun -np 2: $(grep '^4/4' "$tmp/cli2.txt")"
+        # the built-in mlp has Dropout: its masks are one process's, so are the printed loss and metrics
+        for what in '^4/4' '^test accuracy'; do
+            r1=$(grep "$what" "$tmp/cli1.txt" | sed 's/.*step - //'); r2=$(grep "$what" "$tmp/cli2.txt" | sed 's/.*step - //')
+            [ -n "$r1" ] && [ "$r1" = "$r2" ] || bad "flynn train -np 2: '$r2', one process '$r1'"
+        done
     fi
     # a rank that fails (here rank 0 cannot write its model) ends the job with its message
     if $MPIRUN -np 2 "$FLYNN" train --model mlp --samples 256 --test-samples 64 --epochs 1 --batch-size 64 \

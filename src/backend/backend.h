@@ -278,9 +278,13 @@ typedef struct fl_backend {
     void (*act_bwd)(int act, int64_t rows, int c, const float *x, const float *y, const float *dy, float *dx,
                     float dx_beta);
 
-    /* dropout: mask[i] = keep; y = x*mask/(1-rate); mask from Philox(seed, stream, i) */
-    void (*dropout_fwd)(int64_t n, float rate, uint64_t seed, uint64_t stream, const float *x, float *y,
-                        uint8_t *mask);
+    /* dropout: mask[i] = keep; y = x*mask/(1-rate); mask[i] from Philox(seed,
+     * stream, offset + i) (word (offset + i) % 4 of block (offset + i) / 4), so
+     * that a buffer holding rows [lo, ..) of a batch (a rank's share under
+     * MPI) draws what the whole batch draws for those rows: offset = lo *
+     * (mask elements per row); 0 otherwise */
+    void (*dropout_fwd)(int64_t n, float rate, uint64_t seed, uint64_t stream, int64_t offset, const float *x,
+                        float *y, uint8_t *mask);
     void (*dropout_bwd)(int64_t n, float rate, const uint8_t *mask, const float *dy, float *dx, float dx_beta);
 
     /* batch normalization over [m, c]; training updates the moving stats and

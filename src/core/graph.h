@@ -112,6 +112,11 @@ typedef struct fl_graph {
     size_t ws_bytes;
     uint64_t seed;
     int64_t step;              /* training steps run (dropout streams) */
+    /* the batch's first row in the whole batch (under MPI: the rank's share
+     * starts there; 0 otherwise): random masks draw Philox element row_offset
+     * * (mask elements per row) + i for their element i, as the whole batch
+     * would (fl_graph_mask_offset) */
+    int64_t row_offset;
     int64_t generation;        /* changes whenever buffers move or shapes change: invalidates captured steps */
     int64_t trainable_gen;     /* changes whenever a weight is frozen or unfrozen */
     int64_t param_bytes;       /* weights and their gradients (checked against fl_model_bytes_limit) */
@@ -298,5 +303,8 @@ void fl_graph_scratch_free(fl_graph *g, fl_graph *s);
 /* Elements of one sample of a batched node (or of the whole node). */
 int64_t fl_node_sample_size(const fl_node *n);
 int64_t fl_node_size(const fl_node *n);
+/* the Philox element offset of a random mask of `per_row` elements per batch
+ * row: g->row_offset * per_row */
+static inline int64_t fl_graph_mask_offset(const fl_graph *g, int64_t per_row) { return g->row_offset * per_row; }
 
 #endif

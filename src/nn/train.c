@@ -1348,6 +1348,11 @@ static fl_status train_step(fl_model *m, graph_state *gs, bool full, bool check,
         *finite = run_step(m, check);
         return *finite || fl_last_status() == FL_OK ? FL_OK : fl_last_status(); /* an MPI error */
     }
+    /* a captured step bakes in the masks' row offset, so only whole batches are
+     * captured or replayed (MPI's shares run eagerly, above, on the CPU) */
+    if (m->g.row_offset != 0)
+        return fl_error(FL_ERR_UNSUPPORTED, "fl_fit: a share of a batch from row %lld on the %s backend: device "
+                        "graphs replay whole batches only", (long long)m->g.row_offset, be->name);
     if (gs->graph && full && gs->generation == m->g.generation) {
         if (be->graph_set_learning_rate) be->graph_set_learning_rate(fl_optimizer_lr_at(m->opt, m->opt->iterations));
         if (be->graph_launch(gs->graph, m->opt->iterations, m->g.step) != 0)
@@ -1594,7 +1599,11 @@ static fl_history *fit(fl_model *m, const fl_tensor *const *xs, int nx, const fl
                     goto fail;
             }
             bool finite;
-            if (train_step(m, &gs, b == bs, check, &finite) != FL_OK) goto fail;
+            /* random masks draw for this share's rows what one process draws for them */
+            m->g.row_offset = lo;
+            fl_status st = train_step(m, &gs, b == bs, check, &finite);
+            m->g.row_offset = 0; /* validation, predict and callbacks: whole batches */
+            if (st != FL_OK) goto fail;
             if (!finite) {
                 nonfinite_loss(m, m->stats[0], ep, epochs, s, s + 1, steps);
                 goto fail;

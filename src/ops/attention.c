@@ -204,7 +204,8 @@ void fl_attention_forward(fl_graph *g, fl_node *n, bool training) {
                             n->in[5] ? n->in[5]->val : NULL, p);
     const float *w = p;
     if (training && n->rate > 0.0f) {
-        g->be->dropout_fwd(attn_weights(g, n), n->rate, g->seed, fl_dropout_stream(n->stream, g->step), p,
+        g->be->dropout_fwd(attn_weights(g, n), n->rate, g->seed, fl_dropout_stream(n->stream, g->step),
+                           fl_graph_mask_offset(g, (int64_t)n->attn.heads * n->attn.tq * n->attn.tk), p,
                            attn_dropped(g, n), attn_keep(g, n));
         w = attn_dropped(g, n);
     }

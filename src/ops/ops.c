@@ -919,14 +919,14 @@ static void dropout_forward(fl_graph *g, fl_node *n, bool training) {
         d.n = g->batch;
         int64_t k = g->batch * d.psize;
         g->be->fill(k, 1.0f, noise_ones(g, n));
-        g->be->dropout_fwd(k, n->rate, g->seed, fl_dropout_stream(n->stream, g->step), noise_ones(g, n),
-                           noise_scaled(g, n), noise_mask(g, n));
+        g->be->dropout_fwd(k, n->rate, g->seed, fl_dropout_stream(n->stream, g->step),
+                           fl_graph_mask_offset(g, d.psize), noise_ones(g, n), noise_scaled(g, n), noise_mask(g, n));
         g->be->bmerge_fwd(FL_BM_MUL, &d, x->val, noise_scaled(g, n), n->val);
         return;
     }
     if (training && n->rate > 0.0f)
-        g->be->dropout_fwd(fl_node_size(n), n->rate, g->seed, fl_dropout_stream(n->stream, g->step), x->val, n->val,
-                           n->aux);
+        g->be->dropout_fwd(fl_node_size(n), n->rate, g->seed, fl_dropout_stream(n->stream, g->step),
+                           fl_graph_mask_offset(g, n->batched ? fl_node_sample_size(n) : 0), x->val, n->val, n->aux);
     else
         g->be->copy(n->val, x->val, (size_t)fl_node_size(n) * sizeof(float));
 }

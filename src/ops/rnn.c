@@ -161,14 +161,16 @@ static void draw_masks(fl_graph *g, fl_node *n) {
     const int64_t m = drop_floats(n), G = fl_rnn_gates(&n->rnn);
     float *ones = masks_base(n, g->batch) + g->batch * m;
     uint8_t *keep = (uint8_t *)(ones + g->batch * m);
-    const struct { float *dst; float rate; int64_t k; uint64_t stream; } draw[2] = {
-        {hd, n->rate, g->batch * G * n->rnn.u, n->stream},
-        {xd, n->rate_in, g->batch * G * n->rnn.d, n->stream ^ 0xD1B54A32D192ED03ull}};
+    /* [batch, G, u] and [batch, G, d]: row-major by sample */
+    const struct { float *dst; float rate; int64_t per_row; uint64_t stream; } draw[2] = {
+        {hd, n->rate, G * n->rnn.u, n->stream},
+        {xd, n->rate_in, G * n->rnn.d, n->stream ^ 0xD1B54A32D192ED03ull}};
     for (int i = 0; i < 2; i++) {
         if (!draw[i].dst) continue;
-        g->be->fill(draw[i].k, 1.0f, ones);
-        g->be->dropout_fwd(draw[i].k, draw[i].rate, g->seed, fl_dropout_stream(draw[i].stream, g->step), ones,
-                           draw[i].dst, keep);
+        const int64_t k = g->batch * draw[i].per_row;
+        g->be->fill(k, 1.0f, ones);
+        g->be->dropout_fwd(k, draw[i].rate, g->seed, fl_dropout_stream(draw[i].stream, g->step),
+                           fl_graph_mask_offset(g, draw[i].per_row), ones, draw[i].dst, keep);
     }
 }
 

@@ -380,18 +380,19 @@ FL_AVX512 static void philox16(__m512i c0, uint32_t c1s, uint32_t c2s, uint32_t 
     out[0] = c0; out[1] = c1; out[2] = c2; out[3] = c3;
 }
 
-FL_AVX512 void fl_simd_dropout_fwd(int64_t i0, int64_t i1, float rate, uint64_t seed, uint64_t stream,
-                                   const float *x, float *y, uint8_t *mask) {
+FL_AVX512 void fl_simd_dropout_fwd(int64_t i0, int64_t i1, int64_t offset, float rate, uint64_t seed,
+                                   uint64_t stream, const float *x, float *y, uint8_t *mask) {
     const float scale = 1.0f / (1.0f - rate);
     const __m512 vrate = _mm512_set1_ps(rate), vscale = _mm512_set1_ps(scale), unit = _mm512_set1_ps(1.0f / 16777216.0f);
     const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-    /* element i takes word i%4 of Philox block i/4; whole groups of 64 elements
-     * (16 blocks) run in vectors, the rest as the portable code does */
-    int64_t b = (i0 + 3) / 4;
-    int64_t head_end = b * 4 < i1 ? b * 4 : i1;
+    /* element i is Philox element e = offset + i, word e%4 of block e/4; from
+     * the first whole block on, groups of 64 elements (16 blocks) run in
+     * vectors, the rest as the portable code does */
+    int64_t b = (offset + i0 + 3) / 4;
+    int64_t head_end = b * 4 - offset < i1 ? b * 4 - offset : i1;
     for (int64_t i = i0; i < head_end; i++) {
-        fl_philox4 r = fl_philox_block(seed, stream, (uint64_t)(i / 4));
-        uint8_t keep = fl_u32_to_unit(r.v[i % 4]) >= rate;
+        fl_philox4 r = fl_philox_block(seed, stream, (uint64_t)((offset + i) / 4));
+        uint8_t keep = fl_u32_to_unit(r.v[(offset + i) % 4]) >= rate;
         mask[i] = keep;
         y[i] = keep ? x[i] * scale : 0.0f;
     }
@@ -428,8 +429,8 @@ FL_AVX512 void fl_simd_dropout_fwd(int64_t i0, int64_t i1, float rate, uint64_t 
         }
     }
     for (; i < i1; i++) {
-        fl_philox4 r = fl_philox_block(seed, stream, (uint64_t)(i / 4));
-        uint8_t keep = fl_u32_to_unit(r.v[i % 4]) >= rate;
+        fl_philox4 r = fl_philox_block(seed, stream, (uint64_t)((offset + i) / 4));
+        uint8_t keep = fl_u32_to_unit(r.v[(offset + i) % 4]) >= rate;
         mask[i] = keep;
         y[i] = keep ? x[i] * scale : 0.0f;
     }
@@ -505,9 +506,9 @@ void fl_simd_unpool_grad(int POH, int POW, int C, int KH, int KW, int SH, int SW
     (void)POH; (void)POW; (void)C; (void)KH; (void)KW; (void)SH; (void)SW; (void)act; (void)pooled; (void)dpooled;
     (void)argmax; (void)dst; (void)dst_row; (void)db;
 }
-void fl_simd_dropout_fwd(int64_t i0, int64_t i1, float rate, uint64_t seed, uint64_t stream, const float *x,
-                         float *y, uint8_t *mask) {
-    (void)i0; (void)i1; (void)rate; (void)seed; (void)stream; (void)x; (void)y; (void)mask;
+void fl_simd_dropout_fwd(int64_t i0, int64_t i1, int64_t offset, float rate, uint64_t seed, uint64_t stream,
+                         const float *x, float *y, uint8_t *mask) {
+    (void)i0; (void)i1; (void)offset; (void)rate; (void)seed; (void)stream; (void)x; (void)y; (void)mask;
 }
 void fl_simd_dropout_bwd(int64_t i0, int64_t i1, float scale, const uint8_t *mask, const float *dy, float *dx,
                          int accumulate) {

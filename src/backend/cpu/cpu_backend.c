@@ -235,8 +235,8 @@ static void cpu_act_bwd(int act, int64_t rows, int c, const float *x, const floa
 
 /* ------------------------------------------------------------ dropout */
 
-static void cpu_dropout_fwd(int64_t n, float rate, uint64_t seed, uint64_t stream, const float *x, float *y,
-                            uint8_t *mask) {
+static void cpu_dropout_fwd(int64_t n, float rate, uint64_t seed, uint64_t stream, int64_t offset, const float *x,
+                            float *y, uint8_t *mask) {
     const float scale = 1.0f / (1.0f - rate);
     const int nt = n < 32768 ? 1 : fl_cpu_threads();
     if (fl_cpu_simd()) {
@@ -246,16 +246,18 @@ static void cpu_dropout_fwd(int64_t n, float rate, uint64_t seed, uint64_t strea
             /* split on multiples of 64 elements (whole vector groups) */
             int64_t g = (n + 63) / 64, i0 = g * t / T * 64, i1 = g * (t + 1) / T * 64;
             if (i1 > n) i1 = n;
-            if (i0 < i1) fl_simd_dropout_fwd(i0, i1, rate, seed, stream, x, y, mask);
+            if (i0 < i1) fl_simd_dropout_fwd(i0, i1, offset, rate, seed, stream, x, y, mask);
         }
         return;
     }
-    const int64_t nb = (n + 3) / 4;
+    /* element i is Philox element offset + i: the blocks that cover [offset, offset + n) */
+    const int64_t b0 = offset / 4, nb = (offset + n + 3) / 4 - b0;
 #pragma omp parallel for schedule(static) num_threads(nt)
-    for (int64_t b = 0; b < nb; b++) {
-        fl_philox4 r = fl_philox_block(seed, stream, (uint64_t)b);
+    for (int64_t k = 0; k < nb; k++) {
+        fl_philox4 r = fl_philox_block(seed, stream, (uint64_t)(b0 + k));
         for (int j = 0; j < 4; j++) {
-            int64_t i = b * 4 + j;
+            int64_t i = (b0 + k) * 4 + j - offset;
+            if (i < 0) continue;
             if (i >= n) break;
             uint8_t keep = fl_u32_to_unit(r.v[j]) >= rate;
             mask[i] = keep;

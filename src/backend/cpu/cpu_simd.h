@@ -82,9 +82,10 @@ void fl_simd_maxpool_bwd_sample(int H, int W, int C, int OH, int OW, int KH, int
 void fl_simd_unpool_grad(int POH, int POW, int C, int KH, int KW, int SH, int SW, int act, const float *pooled,
                          const float *dpooled, const int32_t *argmax, float *dst, int64_t dst_row, float *db);
 
-/* Dropout forward over [i0, i1): Philox masks as the portable code draws them. */
-void fl_simd_dropout_fwd(int64_t i0, int64_t i1, float rate, uint64_t seed, uint64_t stream, const float *x,
-                         float *y, uint8_t *mask);
+/* Dropout forward over buffer elements [i0, i1), element i drawn as Philox
+ * element offset + i: the masks the portable code draws. */
+void fl_simd_dropout_fwd(int64_t i0, int64_t i1, int64_t offset, float rate, uint64_t seed, uint64_t stream,
+                         const float *x, float *y, uint8_t *mask);
 void fl_simd_dropout_bwd(int64_t i0, int64_t i1, float scale, const uint8_t *mask, const float *dy, float *dx,
                          int accumulate);
 

@@ -1431,18 +1431,20 @@ static void cu_normalize_bwd(const fl_bcast_desc *d, int invert, const float *va
 
 /* ------------------------------------------------------------- dropout */
 
-/* The same Philox draws as the CPU: block b gives elements 4b..4b+3. */
+/* The same Philox draws as the CPU: block b gives Philox elements 4b..4b+3,
+ * buffer elements 4b - offset .. 4b + 3 - offset. */
 /* gstep: NULL in eager mode; while a graph is captured, the stream given is
  * the layer's base stream and the step is read from the device. */
-__global__ void k_dropout_fwd(int64_t n, float rate, uint64_t seed, uint64_t stream, const int64_t *gstep,
-                              const float *x, float *y, uint8_t *mask) {
+__global__ void k_dropout_fwd(int64_t n, float rate, uint64_t seed, uint64_t stream, int64_t offset,
+                              const int64_t *gstep, const float *x, float *y, uint8_t *mask) {
     const float scale = 1.0f / (1.0f - rate);
     if (gstep) stream = fl_dropout_stream(stream, *gstep);
-    int64_t nb = (n + 3) / 4;
-    for (int64_t b = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; b < nb; b += (int64_t)gridDim.x * blockDim.x) {
-        fl_philox4 r = fl_philox_block(seed, stream, (uint64_t)b);
+    const int64_t b0 = offset / 4, nb = (offset + n + 3) / 4 - b0;
+    for (int64_t k = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; k < nb; k += (int64_t)gridDim.x * blockDim.x) {
+        fl_philox4 r = fl_philox_block(seed, stream, (uint64_t)(b0 + k));
         for (int j = 0; j < 4; j++) {
-            int64_t i = b * 4 + j;
+            int64_t i = (b0 + k) * 4 + j - offset;
+            if (i < 0) continue;
             if (i >= n) break;
             uint8_t keep = fl_u32_to_unit(r.v[j]) >= rate;
             mask[i] = keep;
@@ -1456,14 +1458,15 @@ __global__ void k_dropout_bwd(int64_t n, float scale, const uint8_t *mask, const
         dx[i] = beta == 0.0f ? g : dx[i] + g;
     }
 }
-static void cu_dropout_fwd(int64_t n, float rate, uint64_t seed, uint64_t stream, const float *x, float *y,
-                           uint8_t *mask) {
-    if (g_capturing) /* back to the base stream: replays mix in the device's step */
-        k_dropout_fwd<<<blocks_for((n + 3) / 4, 256), 256, 0, g_stream>>>(n, rate, seed,
-                                                                          fl_dropout_stream(stream, g_cap_gstep),
-                                                                          g_dsteps + 1, x, y, mask);
+static void cu_dropout_fwd(int64_t n, float rate, uint64_t seed, uint64_t stream, int64_t offset, const float *x,
+                           float *y, uint8_t *mask) {
+    const int64_t blocks = (offset + n + 3) / 4 - offset / 4;
+    if (g_capturing) /* back to the base stream: replays mix in the device's step (the offset is baked in) */
+        k_dropout_fwd<<<blocks_for(blocks, 256), 256, 0, g_stream>>>(n, rate, seed,
+                                                                     fl_dropout_stream(stream, g_cap_gstep), offset,
+                                                                     g_dsteps + 1, x, y, mask);
     else
-        k_dropout_fwd<<<blocks_for((n + 3) / 4, 256), 256, 0, g_stream>>>(n, rate, seed, stream, NULL, x, y, mask);
+        k_dropout_fwd<<<blocks_for(blocks, 256), 256, 0, g_stream>>>(n, rate, seed, stream, offset, NULL, x, y, mask);
     LAUNCHED();
 }
 static void cu_dropout_bwd(int64_t n, float rate, const uint8_t *mask, const float *dy, float *dx, float beta) {
