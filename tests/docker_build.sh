@@ -73,7 +73,7 @@ else
      b config --env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin --cmd bash \
        --os linux --arch amd64 "$c" &&
      b commit -q "$c" docker.io/library/debian:12 >/dev/null; then
-    pass "base: docker.io/library/debian:12 from $BASE_TAR ($(b run "$c" cat /etc/debian_version 2>/dev/null))"
+    pass "base: docker.io/library/debian:12 from $BASE_TAR (Debian $(b run --isolation chroot "$c" cat /etc/debian_version 2>/dev/null))"
   else
     b rm "$c" >/dev/null 2>&1
     die "base: could not make debian:12 from $BASE_TAR"
