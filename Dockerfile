@@ -1,4 +1,3 @@
-# syntax=docker/dockerfile:1
 # flynn with its CUDA 12 plugin (drivers 525 and newer, 580+ included) and
 # NVIDIA's pip wheels of cuBLAS and cuDNN; no CUDA toolkit. docs/gpu.md,
 # "A container without the CUDA toolkit"; tests/docker_build.sh builds it.
