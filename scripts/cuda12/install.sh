@@ -13,7 +13,10 @@
 #              scripts/cuda12/fatbinary.c does the same with NVIDIA's
 #              nvFatbin library (nvidia-nvfatbin-cu12)
 #   runtime    headers and libcudart_static.a: nvidia-cuda-runtime-cu12;
-#              the crt/ headers: nvidia-cuda-nvcc-cu12
+#              the crt/ headers: nvidia-cuda-nvcc-cu12; nv/target, which
+#              cuda_fp16.h includes (through cublas_api.h): nvidia-cuda-cccl-cu12
+#              (3 MB; a CUDA 13 install in /usr/local/include hid its absence
+#              until the Dockerfile's clean build, tests/docker_build.sh)
 #   libraries  cuBLAS (nvidia-cublas-cu12) and cuDNN 9 (nvidia-cudnn-cu12):
 #              headers to compile, .so to link (about 2 GiB unpacked)
 #
@@ -27,9 +30,10 @@ PREFIX=${FLYNN_CUDA12_PREFIX:-/opt/flynn-cuda12}
 TK=$PREFIX/toolkit
 # versions pinned so that every machine builds the same plugin
 wheels=(nvidia-cuda-runtime-cu12==12.9.79 nvidia-cuda-nvcc-cu12==12.9.86 nvidia-nvfatbin-cu12==12.9.82
-        nvidia-cublas-cu12==12.9.3.13 nvidia-cudnn-cu12==9.28.0.42)
+        nvidia-cuda-cccl-cu12==12.9.27 nvidia-cublas-cu12==12.9.3.13 nvidia-cudnn-cu12==9.28.0.42)
 
 if [ -x "$TK/bin/fatbinary" ] && [ -f "$TK/include/cudnn.h" ] && [ -f "$TK/lib64/libcudart_static.a" ] &&
+   [ -f "$TK/include/nv/target" ] &&
    command -v clang-16 >/dev/null; then
   echo "setup: the CUDA 12 toolchain is in $TK"
   exit 0
@@ -55,7 +59,7 @@ $SUDO rm -rf "$TK"
 $SUDO mkdir -p "$TK/bin" "$TK/include" "$TK/lib64" "$TK/nvvm"
 $SUDO ln -s "$nv/cuda_nvcc/bin/ptxas" "$TK/bin/ptxas"
 $SUDO ln -s "$nv/cuda_nvcc/nvvm/libdevice" "$TK/nvvm/libdevice"
-for d in cuda_runtime cuda_nvcc cublas cudnn nvfatbin; do
+for d in cuda_runtime cuda_nvcc cuda_cccl cublas cudnn nvfatbin; do
   for f in "$nv/$d/include/"*; do $SUDO ln -sf "$f" "$TK/include/"; done
 done
 for d in cuda_runtime cublas cudnn nvfatbin; do
