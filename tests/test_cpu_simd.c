@@ -182,7 +182,9 @@ static void test_threads_after_reserve(void) {
     free(x); free(w); free(b); free(y); free(g); free(dx); free(dw); free(db); free(ws);
 }
 
-/* The backend's Dense through fl_simd_gemm against cblas. */
+/* The backend's Dense through fl_simd_gemm (or, with g_force set to
+ * fl_cpu_avx2_gemm_force, fl_avx2_gemm) against cblas. */
+static void (*g_force)(int on) = fl_cpu_simd_force;
 static void test_dense(int m, int k, int n, int act, int bias, float dx_beta) {
     const fl_backend *be = fl_backend_cpu();
     fl_dense_desc d = {m, k, n, act, bias};
@@ -190,7 +192,7 @@ static void test_dense(int m, int k, int n, int act, int bias, float dx_beta) {
     float *dx0 = rnd((size_t)m * k, 15);
     float *y[2], *dy[2], *dx[2], *dw[2], *db[2];
     for (int t = 0; t < 2; t++) {
-        fl_cpu_simd_force(t);
+        g_force(t);
         y[t] = malloc((size_t)m * n * sizeof(float));
         be->dense_fwd(&d, x, w, b, y[t]);
         dy[t] = dup(g, (size_t)m * n);
@@ -199,7 +201,7 @@ static void test_dense(int m, int k, int n, int act, int bias, float dx_beta) {
         db[t] = malloc(n * sizeof(float));
         be->dense_bwd(&d, x, w, y[t], dy[t], dx[t], dx_beta, dw[t], db[t]);
     }
-    fl_cpu_simd_force(-1);
+    g_force(-1);
     char what[96];
     snprintf(what, sizeof what, "dense %dx%d->%d act%d bias%d beta%g", m, k, n, act, bias, dx_beta);
     CHECK_MSG(rel_diff(y[1], y[0], (size_t)m * n) < 1e-5, "%s: forward differs", what);
@@ -414,6 +416,95 @@ static void test_depthwise(int n, int h, int w, int c, int dm, int kh, int kw, i
  * the portable code (only where the CPU has AVX-512). */
 static void test_avx512(void);
 
+
+/* fl_avx2_gemm (cpu_avx2_gemm.c) against a double-precision reference: every
+ * transpose, widths that are and are not multiples of 8 and 16 (packed
+ * zero-padded strips), K over one block (KC 256), beta 0 and 1, bias and
+ * ReLU, leading dimensions wider than the matrix, one and several threads,
+ * and the K split of a small C over a long K (x^T @ dy of a Dense). */
+static void test_avx2_gemm(int ta, int tb, int M, int N, int K, float beta, int bias, int relu, int threads) {
+    const int lda = (ta ? M : K) + 3, ldb = (tb ? K : N) + 5, ldc = N + 2;
+    float *A = rnd((size_t)(ta ? K : M) * lda, 31), *B = rnd((size_t)(tb ? N : K) * ldb, 32);
+    float *b = rnd(N, 33), *C = rnd((size_t)M * ldc, 34), *C0 = dup(C, (size_t)M * ldc);
+    double *ref = malloc((size_t)M * N * sizeof(double));
+    for (int m = 0; m < M; m++)
+        for (int n = 0; n < N; n++) {
+            double v = beta != 0.0f ? C0[(size_t)m * ldc + n] : (bias ? b[n] : 0.0);
+            for (int k = 0; k < K; k++)
+                v += (double)(ta ? A[(size_t)k * lda + m] : A[(size_t)m * lda + k]) *
+                     (tb ? B[(size_t)n * ldb + k] : B[(size_t)k * ldb + n]);
+            ref[(size_t)m * N + n] = relu && v < 0 ? 0.0 : v;
+        }
+    fl_avx2_gemm(ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc, bias ? b : NULL, relu, threads);
+    double md = 0, mx = 0;
+    for (int m = 0; m < M; m++) {
+        for (int n = 0; n < N; n++) {
+            double d = fabs(C[(size_t)m * ldc + n] - ref[(size_t)m * N + n]);
+            md = d > md || d != d ? d : md;
+            mx = fabs(ref[(size_t)m * N + n]) > mx ? fabs(ref[(size_t)m * N + n]) : mx;
+        }
+        for (int n = N; n < ldc; n++) /* past the matrix: untouched */
+            CHECK_MSG(C[(size_t)m * ldc + n] == C0[(size_t)m * ldc + n], "avx2 gemm %dx%dx%d wrote past column %d", M,
+                      N, K, N);
+    }
+    CHECK_MSG(md / (1 + mx) < 2e-6 * (1 + K / 256), "avx2 gemm ta%d tb%d %dx%dx%d beta%g bias%d relu%d threads%d: "
+              "max diff %.3g (max %.3g)", ta, tb, M, N, K, beta, bias, relu, threads, md, mx);
+    free(A); free(B); free(b); free(C); free(C0); free(ref);
+}
+
+static void test_avx2_gemms(void) {
+    for (int ta = 0; ta < 2; ta++)
+        for (int tb = 0; tb < 2; tb++) {
+            test_avx2_gemm(ta, tb, 128, 128, 16, 0.0f, 0, 0, 1);  /* attention Q K^T */
+            test_avx2_gemm(ta, tb, 37, 10, 29, 0.0f, 1, 1, 1);    /* 10 columns: one padded strip */
+            test_avx2_gemm(ta, tb, 13, 7, 300, 1.0f, 0, 0, 1);    /* two K blocks, beta 1 */
+            test_avx2_gemm(ta, tb, 61, 83, 41, 0.0f, 1, 0, 2);    /* column blocks 64 + 19 */
+            test_avx2_gemm(ta, tb, 6, 16, 1, 1.0f, 1, 1, 1);      /* K 1 */
+            test_avx2_gemm(ta, tb, 1, 1, 5, 0.0f, 0, 0, 1);
+        }
+    test_avx2_gemm(0, 0, 2000, 32, 64, 0.0f, 1, 1, 2);  /* a Dense forward on two threads */
+    test_avx2_gemm(1, 0, 32, 24, 3000, 0.0f, 0, 0, 2);  /* x^T @ dy: the K split */
+    test_avx2_gemm(1, 0, 20, 36, 2600, 1.0f, 1, 1, 3);  /* K split, beta 1, bias unused, relu */
+    test_avx2_gemm(1, 0, 16, 32, 4000, 0.0f, 1, 0, 2);  /* K split on two threads, bias */
+    test_avx2_gemm(0, 1, 40, 12, 700, 0.0f, 1, 0, 2);
+    test_avx2_gemm(0, 0, 0, 5, 5, 0.0f, 0, 0, 1);       /* empty */
+    test_avx2_gemm(0, 0, 4, 5, 0, 0.0f, 1, 1, 1);       /* K 0: bias and relu */
+
+    /* the backend's Dense and batched GEMM with the AVX2 kernel against OpenBLAS */
+    fl_cpu_avx2_gemm_force(1);
+    int saved = fl_cpu_avx2_gemm();
+    fl_cpu_avx2_gemm_force(-1);
+    if (!saved) return;
+    const fl_backend *be = fl_backend_cpu();
+    /* attention's four batched shapes: 2 samples x 3 heads, alpha 0.25, beta 0 and 1 */
+    const int tq = 20, tk = 18, dk = 8, H = 3, N = 2;
+    float *q = rnd((size_t)N * tq * H * dk, 41), *k = rnd((size_t)N * tk * H * dk, 42);
+    float *s[2];
+    for (int own = 0; own < 2; own++) {
+        fl_cpu_avx2_gemm_force(own);
+        s[own] = rnd((size_t)N * H * tq * tk, 43);
+        for (int beta = 0; beta < 2; beta++) {
+            fl_gemm_desc e = {.ta = 0, .tb = 1, .m = tq, .n = tk, .k = dk, .alpha = beta ? 1.0f : 0.25f,
+                              .beta = (float)beta, .lda = H * dk, .ldb = H * dk, .ldc = tk,
+                              .sa = {(int64_t)tq * H * dk, dk}, .sb = {(int64_t)tk * H * dk, dk},
+                              .sc = {(int64_t)H * tq * tk, (int64_t)tq * tk}, .nouter = N, .ninner = H};
+            be->gemm_batched(&e, q, k, s[own]);
+        }
+    }
+    fl_cpu_avx2_gemm_force(-1);
+    CHECK_MSG(rel_diff(s[1], s[0], (size_t)N * H * tq * tk) < 1e-6, "batched attention GEMM: AVX2 differs from OpenBLAS");
+    free(q); free(k); free(s[0]); free(s[1]);
+    /* Dense through the backend: transformer_text's shapes (the AVX2 GEMM for
+     * all three products), a wide one (OpenBLAS forward and dx), a padded strip */
+    g_force = fl_cpu_avx2_gemm_force;
+    test_dense(600, 32, 64, FL_ACT_RELU, 1, 0.0f);
+    test_dense(600, 64, 32, FL_ACT_LINEAR, 1, 1.0f);
+    test_dense(300, 784, 512, FL_ACT_RELU, 1, 0.0f);
+    test_dense(77, 512, 10, FL_ACT_TANH, 0, 0.0f);
+    test_dense(1000, 40, 36, FL_ACT_SIGMOID, 1, 1.0f);
+    g_force = fl_cpu_simd_force;
+}
+
 int main(void) {
     /* the levels every x86-64 CPU of this kind may have: the portable code
      * and AVX2+FMA (DepthwiseConv2D); AVX-512 where present */
@@ -430,6 +521,8 @@ int main(void) {
     if (levels & 2) CHECK_MSG(g_dw_levels_run[1] == 8, "the AVX2+FMA level ran %d of 8 cases", g_dw_levels_run[1]);
     else printf("test_cpu_simd: SKIP AVX2+FMA: this CPU lacks AVX2 or FMA\n");
     test_dropout_offset(0);
+    if (fl_cpu_avx2_gemm()) test_avx2_gemms();
+    else printf("test_cpu_simd: SKIP the AVX2 GEMM (cpu_avx2_gemm.c): this CPU has AVX-512 or lacks AVX2/FMA\n");
     if (fl_cpu_simd_available()) test_avx512();
     else printf("test_cpu_simd: SKIP the AVX-512 kernels (cpu_avx512.c, direct convolutions, fused conv+pool, "
                 "dropout and Adam bit for bit): this CPU has no AVX-512F/BW/DQ/VL\n");

@@ -133,9 +133,8 @@ static void act_grad_colsum(int64_t m, int n, int act, const float *y, float *dy
 
 static void cpu_dense_fwd(const fl_dense_desc *d, const float *x, const float *w, const float *b, float *y) {
     const int relu = d->act == FL_ACT_RELU, fused = relu || d->act == FL_ACT_LINEAR;
-    if (fl_cpu_simd()) {
-        fl_simd_gemm(0, 0, d->m, d->n, d->k, x, d->k, w, d->n, 0.0f, y, d->n, d->has_bias ? b : NULL, relu,
-                     fl_cpu_threads());
+    if (fl_cpu_own_gemm(0, 0, d->m, d->n, d->k, x, d->k, w, d->n, 0.0f, y, d->n, d->has_bias ? b : NULL, relu,
+                        fl_cpu_threads())) {
         if (fused) return;
         b = NULL; /* already added */
     } else {
@@ -155,16 +154,13 @@ static void cpu_dense_fwd(const fl_dense_desc *d, const float *x, const float *w
 static void cpu_dense_bwd(const fl_dense_desc *d, const float *x, const float *w, const float *y, float *dy,
                           float *dx, float dx_beta, float *dw, float *db) {
     act_grad_colsum(d->m, d->n, d->act, y, dy, d->has_bias ? db : NULL);
-    if (fl_cpu_simd()) {
-        fl_simd_gemm(1, 0, d->k, d->n, d->m, x, d->k, dy, d->n, 0.0f, dw, d->n, NULL, 0, fl_cpu_threads());
-        if (dx) fl_simd_gemm(0, 1, d->m, d->k, d->n, dy, d->n, w, d->n, dx_beta, dx, d->k, NULL, 0, fl_cpu_threads());
-        return;
-    }
     /* dw[k, n] = x^T @ dy */
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, d->k, d->n, (int)d->m, 1.0f, x, d->k, dy, d->n, 0.0f, dw,
-                d->n);
+    if (!fl_cpu_own_gemm(1, 0, d->k, d->n, d->m, x, d->k, dy, d->n, 0.0f, dw, d->n, NULL, 0, fl_cpu_threads()))
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, d->k, d->n, (int)d->m, 1.0f, x, d->k, dy, d->n, 0.0f,
+                    dw, d->n);
     /* dx[m, k] = dy @ w^T */
-    if (dx)
+    if (dx && !fl_cpu_own_gemm(0, 1, d->m, d->k, d->n, dy, d->n, w, d->n, dx_beta, dx, d->k, NULL, 0,
+                               fl_cpu_threads()))
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)d->m, d->k, d->n, 1.0f, dy, d->n, w, d->n, dx_beta,
                     dx, d->k);
 }

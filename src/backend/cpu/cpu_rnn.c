@@ -53,10 +53,7 @@ static void gemm(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A
         for (int64_t i = 0; i < M && beta == 0.0f; i++) memset(C + i * ldc, 0, (size_t)N * sizeof(float));
         return;
     }
-    if (fl_cpu_simd()) {
-        fl_simd_gemm(ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc, NULL, 0, threads);
-        return;
-    }
+    if (fl_cpu_own_gemm(ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc, NULL, 0, threads)) return;
     cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)M, (int)N, (int)K,
                 1.0f, A, (int)lda, B, (int)ldb, beta, C, (int)ldc);
 }

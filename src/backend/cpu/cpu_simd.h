@@ -61,6 +61,23 @@ void fl_simd_gemm(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, con
                   const float *B, int64_t ldb, float beta, float *C, int64_t ldc, const float *bias, int relu,
                   int threads);
 
+/* cpu_avx2_gemm.c: the same GEMM for CPUs with AVX2 + FMA and no AVX-512,
+ * 8-wide (used where fl_cpu_avx2_gemm_wins says it beats OpenBLAS). */
+void fl_avx2_gemm(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
+                  const float *B, int64_t ldb, float beta, float *C, int64_t ldc, const float *bias, int relu,
+                  int threads);
+/* 1 when fl_avx2_gemm is used: AVX2 + FMA, no AVX-512, FLYNN_CPU_KERNELS
+ * not "generic". fl_cpu_avx2_gemm_force as fl_cpu_simd_force (tests). */
+int fl_cpu_avx2_gemm(void);
+void fl_cpu_avx2_gemm_force(int on);
+/* Whether the AVX2 GEMM beats OpenBLAS on this shape. */
+int fl_cpu_avx2_gemm_wins(int64_t M, int64_t N, int64_t K);
+/* fl_simd_gemm where fl_cpu_simd(), else fl_avx2_gemm where it is used and
+ * wins, and returns 1; returns 0 (nothing done) where OpenBLAS should run. */
+int fl_cpu_own_gemm(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
+                    const float *B, int64_t ldb, float beta, float *C, int64_t ldc, const float *bias, int relu,
+                    int threads);
+
 /* dy *= relu'(y) (relu != 0) and db[j] += column sums of the result, over
  * rows x n; db may be NULL. Single-threaded; n % 16 == 0 not required. */
 void fl_simd_relu_grad_colsum(int64_t rows, int n, int relu, const float *y, float *dy, float *db);
