@@ -5,7 +5,8 @@
 # 1 worker) and with 2 workers; once on the 28x28 grayscale originals, once
 # on 160x160 RGB copies decoded and resized to 28x28 grayscale per batch.
 # Prints samples/s and how long each step waited for its batch.
-# COLD=1: a folder larger than the page cache, every read from the disk:
+# COLD=1: every read from the disk, as for a folder larger than the page
+# cache (bench/stream_memcg.sh makes one for real, in a memory cgroup):
 # before each run the folder's pages are written back and evicted
 # (posix_fadvise DONTNEED; `fincore` confirms 0 resident), and each run is
 # one epoch, so no image is read twice from the cache.
