@@ -62,6 +62,10 @@ int main(int argc, char **argv) {
         {"LSTM dh dG U^T 256->64 (B128)", 0, 1, 128, 64, 256},
         {"MLP 784->512 fwd (B128)", 0, 0, 128, 512, 784},
         {"MLP 512->10 fwd (B128)", 0, 0, 128, 10, 512},
+        {"MLP dw 512x10 (B128)", 1, 0, 512, 10, 128},
+        {"MLP dx 512<-10 (B128)", 0, 1, 128, 512, 10},
+        {"MLP dx 784<-512 (B32)", 0, 1, 32, 784, 512},
+        {"MLP dw 784x512 (B32)", 1, 0, 784, 512, 32},
         {"mnist_cnn Dense 1600->128 fwd (B128)", 0, 0, 128, 128, 1600},
         {"mnist_cnn Dense dw 1600x128 (B128)", 1, 0, 1600, 128, 128},
         {"wide 512x512x512", 0, 0, 512, 512, 512},
@@ -96,7 +100,7 @@ int main(int argc, char **argv) {
             mx = fmax(mx, fabs(C0[i]));
         }
         printf("%-42s %4d %9.1f %9.1f %6.2f %5s %9.2g%s\n", s->what, threads, flop / best[1] / 1e9,
-               flop / best[0] / 1e9, best[0] / best[1], fl_cpu_avx2_gemm_wins(s->m, s->n, s->k) ? "own" : "blas",
+               flop / best[0] / 1e9, best[0] / best[1], fl_cpu_avx2_gemm_wins(s->ta, s->tb, s->m, s->n, s->k) ? "own" : "blas",
                md / (mx > 0 ? mx : 1), md / (mx > 0 ? mx : 1) > 1e-5 ? "  DIFFERS" : "");
         free(A); free(B); free(C0); free(C1);
     }

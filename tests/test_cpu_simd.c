@@ -417,6 +417,44 @@ static void test_depthwise(int n, int h, int w, int c, int dm, int kh, int kw, i
 static void test_avx512(void);
 
 
+
+/* fl_cpu_attn_fwd_blocked (one (batch, head) block at a time) against the
+ * three whole-batch calls it replaces: the same numbers, bit for bit, for
+ * every mask mode, causal or not, with query, value and attention masks,
+ * scaled, 1 and 2 threads. */
+static void test_attn_blocked(int mode, int causal, int masks, int threads) {
+    const int N = 3, H = 2, tq = 9, tk = 11, dk = 5, dv = 7;
+    fl_attn_desc d = {.n = N, .heads = H, .tq = tq, .tk = tk, .dk = dk, .dv = dv, .scale = 0.3f, .causal = causal,
+                      .mask_mode = mode};
+    float *q = rnd((size_t)N * tq * H * dk, 51), *k = rnd((size_t)N * tk * H * dk, 52);
+    float *v = rnd((size_t)N * tk * H * dv, 53);
+    float *qm = rnd((size_t)N * tq, 54), *vm = rnd((size_t)N * tk, 55), *am = rnd((size_t)N * tq * tk, 56);
+    for (int i = 0; i < N * tk; i++) if (i % tk == 0) vm[i] = 1.0f; /* row b=..: some unmasked key */
+    for (int i = 0; i < N * tq; i++) if (i == tq + 2) qm[i] = -1.0f;
+    if (masks) for (int j = 0; j < tk; j++) vm[tk + j] = -1.0f; /* sample 1: every key masked */
+    fl_gemm_desc sd = {.ta = 0, .tb = 1, .m = tq, .n = tk, .k = dk, .alpha = d.scale, .beta = 0.0f, .lda = H * dk,
+                       .ldb = H * dk, .ldc = tk, .sa = {(int64_t)tq * H * dk, dk}, .sb = {(int64_t)tk * H * dk, dk},
+                       .sc = {(int64_t)H * tq * tk, (int64_t)tq * tk}, .nouter = N, .ninner = H};
+    fl_gemm_desc pd = {.ta = 0, .tb = 0, .m = tq, .n = dv, .k = tk, .alpha = 1.0f, .beta = 0.0f, .lda = tk,
+                       .ldb = H * dv, .ldc = H * dv, .sa = {(int64_t)H * tq * tk, (int64_t)tq * tk},
+                       .sb = {(int64_t)tk * H * dv, dv}, .sc = {(int64_t)tq * H * dv, dv}, .nouter = N, .ninner = H};
+    const size_t ns = (size_t)N * H * tq * tk, no = (size_t)N * tq * H * dv;
+    float *s0 = calloc(ns, sizeof(float)), *s1 = calloc(ns, sizeof(float));
+    float *o0 = calloc(no, sizeof(float)), *o1 = calloc(no, sizeof(float));
+    const float *QM = masks ? qm : NULL, *VM = masks ? vm : NULL, *AM = masks > 1 ? am : NULL;
+    int before = fl_get_num_threads();
+    fl_set_num_threads(threads);
+    fl_cpu_gemm_batched(&sd, q, k, s0);
+    fl_cpu_attn_softmax_fwd(&d, QM, VM, AM, s0);
+    fl_cpu_gemm_batched(&pd, s0, v, o0);
+    fl_cpu_attn_fwd_blocked(&sd, &pd, &d, q, k, v, QM, VM, AM, s1, o1);
+    fl_set_num_threads(before);
+    CHECK_MSG(memcmp(s0, s1, ns * sizeof(float)) == 0 && memcmp(o0, o1, no * sizeof(float)) == 0,
+              "blocked attention forward differs (mode %d causal %d masks %d threads %d)", mode, causal, masks,
+              threads);
+    free(q); free(k); free(v); free(qm); free(vm); free(am); free(s0); free(s1); free(o0); free(o1);
+}
+
 /* fl_avx2_gemm (cpu_avx2_gemm.c) against a double-precision reference: every
  * transpose, widths that are and are not multiples of 8 and 16 (packed
  * zero-padded strips), K over one block (KC 256), beta 0 and 1, bias and
@@ -521,6 +559,9 @@ int main(void) {
     if (levels & 2) CHECK_MSG(g_dw_levels_run[1] == 8, "the AVX2+FMA level ran %d of 8 cases", g_dw_levels_run[1]);
     else printf("test_cpu_simd: SKIP AVX2+FMA: this CPU lacks AVX2 or FMA\n");
     test_dropout_offset(0);
+    for (int mode = 0; mode < 3; mode++)
+        for (int causal = 0; causal < 2; causal++)
+            for (int masks = 0; masks < 3; masks++) test_attn_blocked(mode, causal, masks, 1 + (masks & 1));
     if (fl_cpu_avx2_gemm()) test_avx2_gemms();
     else printf("test_cpu_simd: SKIP the AVX2 GEMM (cpu_avx2_gemm.c): this CPU has AVX-512 or lacks AVX2/FMA\n");
     if (fl_cpu_simd_available()) test_avx512();

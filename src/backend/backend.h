@@ -432,6 +432,13 @@ typedef struct fl_backend {
                              float *s);
     void (*attn_softmax_bwd)(const fl_attn_desc *d, const float *qmask, const float *vmask, const float *amask,
                              const float *p, float *dp);
+    /* Optional (NULL: the op calls gemm_batched(sd, q, k, s),
+     * attn_softmax_fwd(s), gemm_batched(pd, s, v, out)): the same three
+     * steps with the same results, done one (batch, head) block at a time so
+     * that a block's scores stay in cache (the CPU's). */
+    void (*attn_fwd_blocked)(const fl_gemm_desc *sd, const fl_gemm_desc *pd, const fl_attn_desc *d,
+                             const float *q, const float *k, const float *v, const float *qmask,
+                             const float *vmask, const float *amask, float *s, float *out);
     /* Recurrent layers (fl_rnn_desc above). Backward: dx (beta: +)= and
      * dw, dr, db (overwritten) from dy, y's gradient; any may be NULL. */
     void (*rnn_fwd)(const fl_rnn_desc *d, const float *x, const float *w, const float *r, const float *b,

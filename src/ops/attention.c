@@ -174,11 +174,15 @@ static blk seq_blk(const float *p, int steps, int heads, int d) {
 static blk w_blk(const float *p, const fl_attn_desc *d) {
     return (blk){p, d->tk, (int64_t)d->heads * d->tq * d->tk, (int64_t)d->tq * d->tk};
 }
+static fl_gemm_desc gemm_desc(const fl_attn_desc *d, int ta, int tb, int m, int nn, int k, float alpha, blk a,
+                              blk b, float beta, blk c) {
+    return (fl_gemm_desc){.ta = ta, .tb = tb, .m = m, .n = nn, .k = k, .alpha = alpha, .beta = beta, .lda = a.ld,
+                          .ldb = b.ld, .ldc = c.ld, .sa = {a.so, a.si}, .sb = {b.so, b.si}, .sc = {c.so, c.si},
+                          .nouter = d->n, .ninner = d->heads};
+}
 static void gemm(fl_graph *g, const fl_attn_desc *d, int ta, int tb, int m, int nn, int k, float alpha, blk a, blk b,
                  float beta, blk c) {
-    fl_gemm_desc e = {.ta = ta, .tb = tb, .m = m, .n = nn, .k = k, .alpha = alpha, .beta = beta, .lda = a.ld,
-                      .ldb = b.ld, .ldc = c.ld, .sa = {a.so, a.si}, .sb = {b.so, b.si}, .sc = {c.so, c.si},
-                      .nouter = d->n, .ninner = d->heads};
+    fl_gemm_desc e = gemm_desc(d, ta, tb, m, nn, k, alpha, a, b, beta, c);
     g->be->gemm_batched(&e, a.p, b.p, (float *)c.p);
 }
 
@@ -195,6 +199,15 @@ void fl_attention_forward(fl_graph *g, fl_node *n, bool training) {
         gemm(g, &d, 0, 1, d.tq, d.tk, d.dk, 1.0f, seq_blk(q, d.tq, d.heads, d.dk), seq_blk(k, d.tk, d.heads, d.dk),
              0.0f, w_blk(attn_raw(g, n), &d));
         g->be->scalar_mul_fwd(attn_weights(g, n), attn_raw(g, n), sw->val, p);
+    } else if (g->be->attn_fwd_blocked && !(training && n->rate > 0.0f)) {
+        /* S = scale * Q K^T, the softmax, O = W V, a (batch, head) block at a time */
+        fl_gemm_desc sd = gemm_desc(&d, 0, 1, d.tq, d.tk, d.dk, d.scale, seq_blk(q, d.tq, d.heads, d.dk),
+                                    seq_blk(k, d.tk, d.heads, d.dk), 0.0f, w_blk(p, &d));
+        fl_gemm_desc pd = gemm_desc(&d, 0, 0, d.tq, d.dv, d.tk, 1.0f, w_blk(p, &d), seq_blk(v, d.tk, d.heads, d.dv),
+                                    0.0f, seq_blk(n->val, d.tq, d.heads, d.dv));
+        g->be->attn_fwd_blocked(&sd, &pd, &d, q, k, v, n->in[3] ? n->in[3]->val : NULL,
+                                n->in[4] ? n->in[4]->val : NULL, n->in[5] ? n->in[5]->val : NULL, p, n->val);
+        return;
     } else { /* S = scale * Q K^T per (batch, head) */
         gemm(g, &d, 0, 1, d.tq, d.tk, d.dk, d.scale, seq_blk(q, d.tq, d.heads, d.dk), seq_blk(k, d.tk, d.heads, d.dk),
              0.0f, w_blk(p, &d));

@@ -96,29 +96,32 @@ void fl_cpu_layernorm_bwd(int64_t rows, int c, int rms, const float *x, const fl
 
 /* ------------------------------------------------------------ attention */
 
+/* Block i (outer i / ninner, inner i % ninner) of a batched GEMM, on this
+ * thread: flynn's own kernel where it wins (no packing, no beta pass:
+ * OpenBLAS's overhead on a 128 x 128 x 16 block is as large as its
+ * arithmetic); it computes C (+)= A B, so alpha is applied to C after, when C
+ * started from zero. Else one single-threaded OpenBLAS call. */
+static void gemm_block(const fl_gemm_desc *d, int64_t i, const float *a, const float *b, float *c) {
+    const int64_t o = i / d->ninner, j = i % d->ninner;
+    const float *ai = a + o * d->sa[0] + j * d->sa[1], *bi = b + o * d->sb[0] + j * d->sb[1];
+    float *ci = c + o * d->sc[0] + j * d->sc[1];
+    const int own = d->beta == 0.0f || (d->beta == 1.0f && d->alpha == 1.0f);
+    if (own && fl_cpu_own_gemm(d->ta, d->tb, d->m, d->n, d->k, ai, d->lda, bi, d->ldb, d->beta, ci, d->ldc, NULL, 0,
+                               1)) {
+        if (d->alpha != 1.0f)
+            for (int r = 0; r < d->m; r++)
+                for (int col = 0; col < d->n; col++) ci[(size_t)r * d->ldc + col] *= d->alpha;
+        return;
+    }
+    cblas_sgemm(CblasRowMajor, d->ta ? CblasTrans : CblasNoTrans, d->tb ? CblasTrans : CblasNoTrans, d->m, d->n, d->k,
+                d->alpha, ai, d->lda, bi, d->ldb, d->beta, ci, d->ldc);
+}
+
 void fl_cpu_gemm_batched(const fl_gemm_desc *d, const float *a, const float *b, float *c) {
     const int64_t total = d->nouter * d->ninner;
     const double flops = 2.0 * d->m * d->n * d->k * (double)total;
-    const int own = (d->beta == 0.0f || (d->beta == 1.0f && d->alpha == 1.0f));
 #pragma omp parallel for schedule(static) num_threads(flops < 1e6 || total < 2 ? 1 : fl_cpu_threads())
-    for (int64_t i = 0; i < total; i++) {
-        const int64_t o = i / d->ninner, j = i % d->ninner;
-        float *ci = c + o * d->sc[0] + j * d->sc[1];
-        /* flynn's own kernel where it wins (no packing, no beta pass: OpenBLAS's
-         * overhead on a 128 x 128 x 16 block is as large as its arithmetic);
-         * it computes C (+)= A B, so alpha is applied to C after, when C
-         * started from zero */
-        if (own && fl_cpu_own_gemm(d->ta, d->tb, d->m, d->n, d->k, a + o * d->sa[0] + j * d->sa[1], d->lda,
-                                   b + o * d->sb[0] + j * d->sb[1], d->ldb, d->beta, ci, d->ldc, NULL, 0, 1)) {
-            if (d->alpha != 1.0f)
-                for (int r = 0; r < d->m; r++)
-                    for (int col = 0; col < d->n; col++) ci[(size_t)r * d->ldc + col] *= d->alpha;
-            continue;
-        }
-        cblas_sgemm(CblasRowMajor, d->ta ? CblasTrans : CblasNoTrans, d->tb ? CblasTrans : CblasNoTrans, d->m, d->n,
-                    d->k, d->alpha, a + o * d->sa[0] + j * d->sa[1], d->lda, b + o * d->sb[0] + j * d->sb[1], d->ldb,
-                    d->beta, ci, d->ldc);
-    }
+    for (int64_t i = 0; i < total; i++) gemm_block(d, i, a, b, c);
 }
 
 /* The softmax of one unmasked row of n scores, in place. */
@@ -155,50 +158,74 @@ static bool row_all_masked(const fl_attn_desc *d, const float *qmask, const floa
     return true;
 }
 
+/* Row r (batch b, head, query i) of the attention weights, in place. */
+static void softmax_row_masked(const fl_attn_desc *d, const float *qmask, const float *vmask, const float *amask,
+                               float *s, int64_t r, int avx2) {
+    const int tq = d->tq, tk = d->tk;
+    float *sr = s + (size_t)r * tk;
+    if (!qmask && !vmask && !(amask && d->mask_mode != 1) && !d->causal) { softmax_row(sr, tk, avx2); return; }
+    const int64_t b = r / ((int64_t)d->heads * tq);
+    const int i = (int)(r % tq);
+    const float *vm = vmask ? vmask + (size_t)b * tk : NULL;
+    const float *am = amask && d->mask_mode != 1 ? amask + ((size_t)b * tq + i) * tk : NULL;
+    const int jmax = d->causal && i + 1 < tk ? i + 1 : tk; /* j < jmax may be unmasked */
+    const bool qoff = qmask && qmask[(size_t)b * tq + i] <= 0.5f;
+    if (d->mask_mode != 1) {
+        float mx = -INFINITY;
+        for (int j = 0; j < jmax; j++)
+            if (!qoff && (!vm || vm[j] > 0.5f) && (!am || am[j] > 0.5f)) mx = sr[j] > mx ? sr[j] : mx;
+        if (mx == -INFINITY) { /* all masked: Keras's where(mask, p, 0) leaves zeros; JAX's softmax is uniform */
+            for (int j = 0; j < tk; j++) sr[j] = d->mask_mode == 2 ? 1.0f / (float)tk : 0.0f;
+            return;
+        }
+        float sum = 0.0f;
+        for (int j = 0; j < tk; j++) {
+            bool on = j < jmax && !qoff && (!vm || vm[j] > 0.5f) && (!am || am[j] > 0.5f);
+            float e = on ? expf(sr[j] - mx) : 0.0f;
+            sr[j] = e;
+            sum += e;
+        }
+        const float inv = 1.0f / sum;
+        for (int j = 0; j < tk; j++) sr[j] *= inv;
+    } else {
+        if (qoff) { memset(sr, 0, (size_t)tk * sizeof(float)); return; }
+        float mx = -INFINITY;
+        for (int j = 0; j < tk; j++) {
+            if (j >= jmax || (vm && vm[j] <= 0.5f)) sr[j] = sr[j] - 1.0e9f;
+            mx = sr[j] > mx ? sr[j] : mx;
+        }
+        float sum = 0.0f;
+        for (int j = 0; j < tk; j++) { float e = expf(sr[j] - mx); sr[j] = e; sum += e; }
+        const float inv = 1.0f / sum;
+        for (int j = 0; j < tk; j++) sr[j] *= inv;
+    }
+}
+
 void fl_cpu_attn_softmax_fwd(const fl_attn_desc *d, const float *qmask, const float *vmask, const float *amask,
                              float *s) {
     const int64_t rows = d->n * d->heads * d->tq;
-    const int tq = d->tq, tk = d->tk, avx2 = fl_cpu_avx2();
-    const int plain = !qmask && !vmask && !(amask && d->mask_mode != 1) && !d->causal;
-#pragma omp parallel for schedule(static) PAR(rows * tk)
-    for (int64_t r = 0; r < rows; r++) {
-        if (plain) { softmax_row(s + (size_t)r * tk, tk, avx2); continue; }
-        const int64_t b = r / ((int64_t)d->heads * tq);
-        const int i = (int)(r % tq);
-        float *sr = s + (size_t)r * tk;
-        const float *vm = vmask ? vmask + (size_t)b * tk : NULL;
-        const float *am = amask && d->mask_mode != 1 ? amask + ((size_t)b * tq + i) * tk : NULL;
-        const int jmax = d->causal && i + 1 < tk ? i + 1 : tk; /* j < jmax may be unmasked */
-        const bool qoff = qmask && qmask[(size_t)b * tq + i] <= 0.5f;
-        if (d->mask_mode != 1) {
-            float mx = -INFINITY;
-            for (int j = 0; j < jmax; j++)
-                if (!qoff && (!vm || vm[j] > 0.5f) && (!am || am[j] > 0.5f)) mx = sr[j] > mx ? sr[j] : mx;
-            if (mx == -INFINITY) { /* all masked: Keras's where(mask, p, 0) leaves zeros; JAX's softmax is uniform */
-                for (int j = 0; j < tk; j++) sr[j] = d->mask_mode == 2 ? 1.0f / (float)tk : 0.0f;
-                continue;
-            }
-            float sum = 0.0f;
-            for (int j = 0; j < tk; j++) {
-                bool on = j < jmax && !qoff && (!vm || vm[j] > 0.5f) && (!am || am[j] > 0.5f);
-                float e = on ? expf(sr[j] - mx) : 0.0f;
-                sr[j] = e;
-                sum += e;
-            }
-            const float inv = 1.0f / sum;
-            for (int j = 0; j < tk; j++) sr[j] *= inv;
-        } else {
-            if (qoff) { memset(sr, 0, (size_t)tk * sizeof(float)); continue; }
-            float mx = -INFINITY;
-            for (int j = 0; j < tk; j++) {
-                if (j >= jmax || (vm && vm[j] <= 0.5f)) sr[j] = sr[j] - 1.0e9f;
-                mx = sr[j] > mx ? sr[j] : mx;
-            }
-            float sum = 0.0f;
-            for (int j = 0; j < tk; j++) { float e = expf(sr[j] - mx); sr[j] = e; sum += e; }
-            const float inv = 1.0f / sum;
-            for (int j = 0; j < tk; j++) sr[j] *= inv;
-        }
+    const int avx2 = fl_cpu_avx2();
+#pragma omp parallel for schedule(static) PAR(rows * d->tk)
+    for (int64_t r = 0; r < rows; r++) softmax_row_masked(d, qmask, vmask, amask, s, r, avx2);
+}
+
+/* The three steps one (batch, head) block at a time: the block's tq x tk
+ * scores (64 KiB for 128 x 128) stay in L2 from their GEMM through the
+ * softmax to the GEMM with v, instead of the whole batch's scores (16 MiB
+ * for transformer_text at batch 128) going to memory and back twice. The
+ * same kernels in the same order per element as gemm_batched,
+ * attn_softmax_fwd, gemm_batched: the same numbers. */
+void fl_cpu_attn_fwd_blocked(const fl_gemm_desc *sd, const fl_gemm_desc *pd, const fl_attn_desc *d,
+                             const float *q, const float *k, const float *v, const float *qmask,
+                             const float *vmask, const float *amask, float *s, float *out) {
+    const int64_t total = sd->nouter * sd->ninner;
+    const double flops = 2.0 * (double)d->tq * d->tk * (d->dk + d->dv) * (double)total;
+    const int avx2 = fl_cpu_avx2();
+#pragma omp parallel for schedule(static) num_threads(flops < 1e6 || total < 2 ? 1 : fl_cpu_threads())
+    for (int64_t i = 0; i < total; i++) {
+        gemm_block(sd, i, q, k, s);
+        for (int64_t r = i * d->tq; r < (i + 1) * d->tq; r++) softmax_row_masked(d, qmask, vmask, amask, s, r, avx2);
+        gemm_block(pd, i, s, v, out);
     }
 }
 

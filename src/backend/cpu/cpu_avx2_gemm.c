@@ -42,15 +42,22 @@ void fl_cpu_avx2_gemm_force(int on) {
     __atomic_store_n(&g_avx2_gemm, on < 0 ? -1 : (on && fl_cpu_avx2()), __ATOMIC_RELAXED);
 }
 
-/* Where the own kernel beats OpenBLAS 0.3.21 (Zen kernels) on one thread,
- * from bench/gemm_skinny.c: every shape with at most 64 columns of C or at
- * most 64 of K (packing and the beta pass dominate there), and small blocks
- * of any shape (under 2^21 multiply-adds). Wide and deep GEMMs (a 784 x 512
- * Dense, a convolution's im2col) stay with OpenBLAS's packed kernel. */
-int fl_cpu_avx2_gemm_wins(int64_t M, int64_t N, int64_t K) {
-    (void)M;
-    if (N <= 64 || K <= 64) return 1;
-    return (double)M * (double)N * (double)K < 2097152.0;
+/* Where the own kernel beats OpenBLAS 0.3.21 (Zen kernels), from
+ * bench/gemm_skinny.c on a Zen 2 EPYC, 1 and 2 threads: C at most 64 columns
+ * wide (x @ W of a small Dense, attention's blocks: 1.1-3.7x); small GEMMs
+ * of any shape (under 2^22 multiply-adds: the LSTM's gates, 0.9-1.4x); and a
+ * short K (a 1x1 convolution, 32 -> 96 over 73,728 rows: 1.4-2.2x; dy @ W^T
+ * of a 3x3 one, 64 -> 576 over 32,768 rows: 1.2-1.3x). Not where A is
+ * transposed with many rows and a long K or a wide C (x^T @ dy of a 784 x 512
+ * Dense, a convolution's dW: 0.7-0.9x): OpenBLAS packs A^T, which this
+ * kernel reads a cache line per k. Wide and deep GEMMs (a 784 x 512 Dense,
+ * a convolution's im2col: 0.8-0.9x) stay with OpenBLAS too. */
+int fl_cpu_avx2_gemm_wins(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K) {
+    (void)trans_b;
+    if (trans_a && M > 256 && (K > 4096 || N > 64)) return 0; /* A^T: a cache line per k; OpenBLAS packs it */
+    if (N <= 64) return 1;
+    if ((double)M * (double)N * (double)K < 4194304.0) return 1;
+    return K <= 64;
 }
 
 #if FL_HAVE_AVX2_TARGET
@@ -207,7 +214,10 @@ void fl_avx2_gemm(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, con
     const int64_t ncb = (N + NC - 1) / NC;
     int64_t mc = MC_BYTES / ((K < KC ? K : KC) * (int64_t)sizeof(float));
     mc = mc < 24 ? 24 : mc - mc % 6;
-    int64_t nrc = trans_b ? 1 : (M + mc - 1) / mc;
+    /* (each item packs its own block of B^T when B is transposed: chunking
+     * the rows anyway keeps A's chunk in L2 across the column blocks, where
+     * one chunk of all rows streamed A from memory once per column block) */
+    int64_t nrc = (M + mc - 1) / mc;
     if (threads > 1 && ncb * nrc < 2 * threads) {
         nrc = (2 * threads + ncb - 1) / ncb;
         const int64_t max_rc = (M + 23) / 24; /* chunks of >= 4 tiles */
@@ -269,7 +279,7 @@ int fl_cpu_own_gemm(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, c
         fl_simd_gemm(trans_a, trans_b, M, N, K, A, lda, B, ldb, beta, C, ldc, bias, relu, threads);
         return 1;
     }
-    if (fl_cpu_avx2_gemm() && fl_cpu_avx2_gemm_wins(M, N, K)) {
+    if (fl_cpu_avx2_gemm() && fl_cpu_avx2_gemm_wins(trans_a, trans_b, M, N, K)) {
         fl_avx2_gemm(trans_a, trans_b, M, N, K, A, lda, B, ldb, beta, C, ldc, bias, relu, threads);
         return 1;
     }

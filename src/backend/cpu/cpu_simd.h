@@ -71,7 +71,7 @@ void fl_avx2_gemm(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, con
 int fl_cpu_avx2_gemm(void);
 void fl_cpu_avx2_gemm_force(int on);
 /* Whether the AVX2 GEMM beats OpenBLAS on this shape. */
-int fl_cpu_avx2_gemm_wins(int64_t M, int64_t N, int64_t K);
+int fl_cpu_avx2_gemm_wins(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K);
 /* fl_simd_gemm where fl_cpu_simd(), else fl_avx2_gemm where it is used and
  * wins, and returns 1; returns 0 (nothing done) where OpenBLAS should run. */
 int fl_cpu_own_gemm(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
