@@ -25,19 +25,22 @@ set -euo pipefail
 # renders `flynn plot`'s SVG in a real headless browser and checks the
 # screenshot (about 120 MB to download, 414 MB installed, 49 s with
 # --no-install-recommends on a Debian 12 machine), so scripts/train.sh does
-# not fetch a browser.
+# not fetch a browser. It also makes .venv-test, a virtualenv with tensorboard
+# and numpy from PyPI (about 180 MB, 30 s), for test_tensorboard_reader:
+# TensorBoard's own EventAccumulator and server read flynn's logs. Where
+# PyPI cannot be reached that test is skipped (ctest says so), not failed.
 pkgs=(build-essential cmake ninja-build pkg-config python3
       libopenblas-openmp-dev libgfortran-12-dev zlib1g-dev libzip-dev libbz2-dev libssl-dev libhdf5-dev libjson-c-dev
       libjpeg62-turbo-dev libpng-dev
       clang libclang-rt-dev libomp-dev
       dataset-fashion-mnist)
-bench=0 cuda12=${FLYNN_CUDA12:-0}
+bench=0 test=0 cuda12=${FLYNN_CUDA12:-0}
 for a in "$@"; do
   case $a in
     --bench) bench=1 ;;
     --cuda12) cuda12=1 ;;
     --mpi) pkgs+=(openmpi-bin libopenmpi-dev) ;;
-    --test) pkgs+=(openmpi-bin libopenmpi-dev chromium fonts-dejavu-core) ;;
+    --test) test=1; pkgs+=(openmpi-bin libopenmpi-dev chromium fonts-dejavu-core python3-venv) ;;
     *) echo "setup: unknown option $a (expected --bench, --cuda12, --mpi or --test)" >&2; exit 2 ;;
   esac
 done
@@ -63,4 +66,16 @@ fi
 
 if [ "$cuda12" = 1 ]; then
   "$(dirname "$0")/cuda12/install.sh"
+fi
+
+if [ "$test" = 1 ]; then
+  venv="$(cd "$(dirname "$0")/.." && pwd)/.venv-test"
+  if "$venv/bin/python" -c 'import tensorboard, numpy' 2>/dev/null; then
+    echo "setup: $venv has tensorboard"
+  else
+    echo "setup: making $venv with tensorboard and numpy from PyPI (test_tensorboard_reader)"
+    if ! { python3 -m venv "$venv" && "$venv/bin/pip" install -q --disable-pip-version-check tensorboard numpy; }; then
+      echo "setup: could not install tensorboard from PyPI into $venv: test_tensorboard_reader will be skipped" >&2
+    fi
+  fi
 fi
