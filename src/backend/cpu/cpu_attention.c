@@ -27,9 +27,11 @@ void fl_cpu_layernorm_fwd(int64_t rows, int c, float eps, int rms, const float *
         float *yr = y + (size_t)r * c;
         /* mean, then the biased variance about it (two passes over a row in cache) */
         float s = 0.0f;
+#pragma omp simd reduction(+ : s)
         for (int j = 0; j < c; j++) s += xr[j];
         const float mean = s / (float)c;
         float v = 0.0f;
+#pragma omp simd reduction(+ : v)
         for (int j = 0; j < c; j++) { float d = xr[j] - mean; v += d * d; }
         const float inv = 1.0f / sqrtf(v / (float)c + eps);
         stats[2 * r] = mean;
@@ -137,7 +139,71 @@ void fl_cpu_gemm_batched(const fl_gemm_desc *d, const float *a, const float *b, 
     _Pragma("omp simd") for (int j = 0; j < n; j++) s[j] *= inv;
 static void softmax_row_plain(float *restrict s, int n) { SOFTMAX_ROW_BODY }
 #if FL_HAVE_AVX2_TARGET
-FL_AVX2_TARGET static void softmax_row_avx2(float *restrict s, int n) { SOFTMAX_ROW_BODY }
+#include <immintrin.h>
+/* fl_fast_exp's formula on 8 lanes with FMAs. The row's exp was 18-22% of
+ * transformer_text's predict: built from the C formula, without FMA
+ * contraction (-std=c11) and one vector per iteration, its dependency chain
+ * of ~20 multiplies and adds ran at ~3 ns per element; this runs about twice
+ * as fast. Differs from fl_fast_exp by rounding (an ulp or two); clamps |x|
+ * at 87.3 (a NaN becomes -87.3). */
+FL_AVX2_TARGET static inline __m256 exp8_fma(__m256 x) {
+    const __m256 lim = _mm256_set1_ps(87.3f), big = _mm256_set1_ps(12582912.0f);
+    x = _mm256_min_ps(_mm256_max_ps(x, _mm256_sub_ps(_mm256_setzero_ps(), lim)), lim);
+    const __m256 r = _mm256_fmadd_ps(x, _mm256_set1_ps(1.44269504088896341f), big);
+    const __m256 n = _mm256_sub_ps(r, big);
+    __m256 f = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+    f = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), f);
+    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.3981999507e-3f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(8.3334519073e-3f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(4.1665795894e-2f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.6666665459e-1f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(5.0000001201e-1f));
+    p = _mm256_add_ps(_mm256_fmadd_ps(_mm256_mul_ps(p, f), f, f), _mm256_set1_ps(1.0f));
+    const __m256i e = _mm256_slli_epi32(_mm256_sub_epi32(_mm256_castps_si256(r), _mm256_set1_epi32(0x4B400000)), 23);
+    return _mm256_castsi256_ps(_mm256_add_epi32(_mm256_castps_si256(p), e));
+}
+FL_AVX2_TARGET static float hsum8(__m256 v) {
+    __m128 a = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    a = _mm_add_ps(a, _mm_movehl_ps(a, a));
+    a = _mm_add_ss(a, _mm_movehdup_ps(a));
+    return _mm_cvtss_f32(a);
+}
+FL_AVX2_TARGET static void softmax_row_avx2(float *restrict s, int n) {
+    const int n8 = n & ~7;
+    __m256 vm = _mm256_set1_ps(-INFINITY);
+    for (int j = 0; j < n8; j += 8) vm = _mm256_max_ps(_mm256_loadu_ps(s + j), vm); /* a NaN score is skipped */
+    float t[8], mx = -INFINITY;
+    _mm256_storeu_ps(t, vm);
+    for (int i = 0; i < 8; i++) mx = t[i] > mx ? t[i] : mx;
+    for (int j = n8; j < n; j++) mx = s[j] > mx ? s[j] : mx;
+    const __m256 m = _mm256_set1_ps(mx);
+    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+    int j = 0;
+    for (; j + 16 <= n8; j += 16) { /* two independent chains per iteration */
+        const __m256 e0 = exp8_fma(_mm256_sub_ps(_mm256_loadu_ps(s + j), m));
+        const __m256 e1 = exp8_fma(_mm256_sub_ps(_mm256_loadu_ps(s + j + 8), m));
+        _mm256_storeu_ps(s + j, e0);
+        _mm256_storeu_ps(s + j + 8, e1);
+        a0 = _mm256_add_ps(a0, e0);
+        a1 = _mm256_add_ps(a1, e1);
+    }
+    for (; j < n8; j += 8) {
+        const __m256 e0 = exp8_fma(_mm256_sub_ps(_mm256_loadu_ps(s + j), m));
+        _mm256_storeu_ps(s + j, e0);
+        a0 = _mm256_add_ps(a0, e0);
+    }
+    float sum = hsum8(_mm256_add_ps(a0, a1));
+    for (; j < n; j++) {
+        const float e = fl_fast_exp(s[j] - mx);
+        s[j] = e;
+        sum += e;
+    }
+    const float inv = 1.0f / sum;
+    const __m256 vi = _mm256_set1_ps(inv);
+    for (j = 0; j < n8; j += 8) _mm256_storeu_ps(s + j, _mm256_mul_ps(_mm256_loadu_ps(s + j), vi));
+    for (j = n8; j < n; j++) s[j] *= inv;
+}
 #endif
 static void softmax_row(float *s, int n, int avx2) {
 #if FL_HAVE_AVX2_TARGET
