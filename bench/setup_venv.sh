@@ -1,6 +1,9 @@
 #!/bin/sh
-# setup_venv.sh — PyTorch 2 from PyPI for bench/text_compare.py, CPU only,
-# in a virtualenv (Keras 3 + TensorFlow 2.21 come from /opt/tfkvenv).
+# setup_venv.sh — the peers users install, from PyPI, each in its own
+# virtualenv, for bench/suite.py, bench/text_compare.py and the stream
+# benches: PyTorch 2 (CPU only) in TORCH_DIR, and Keras 3 on TensorFlow 2.21
+# CPU (with Pillow, h5py and tensorboard, which the fixture tools use too) in
+# TF_DIR. Never used by the test suite.
 #
 # PyPI's Linux torch wheel is the CUDA build: `pip install torch` pulls ~3 GB
 # of NVIDIA wheels that a CPU run never calls. Here torch goes in with
@@ -15,10 +18,34 @@
 # Measured 2026-11-30: torch 2.15.0+cu132 (MKL 2024.2, oneDNN 3.13.3, CPU
 # capability AVX2 on the AMD EPYC test machine).
 #
-# usage: bench/setup_venv.sh [DIR]   (default /opt/torchvenv)
+# usage: bench/setup_venv.sh [TORCH_DIR [TF_DIR]]
+#        (defaults /opt/torchvenv and /opt/tfkvenv; SKIP_TORCH=1 or SKIP_TF=1
+#        leaves one out)
 set -eu
 dir=${1:-/opt/torchvenv}
+tfdir=${2:-/opt/tfkvenv}
 cuda=${CUDA_HOME:-/usr/local/cuda}
+
+if [ "${SKIP_TF:-0}" != 1 ]; then
+  # Keras 3.15 on TensorFlow 2.21: the versions the fixtures and the
+  # documented figures were made with. TensorFlow's Linux wheel runs on the
+  # CPU without its optional NVIDIA extras ([and-cuda]).
+  python3 -m venv "$tfdir"
+  "$tfdir/bin/pip" install --quiet --upgrade pip
+  "$tfdir/bin/pip" install --quiet "tensorflow==2.21.*" "keras==3.15.*" pillow h5py tensorboard numpy
+  "$tfdir/bin/python" - <<'PY'
+import os
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+import tensorflow as tf, keras, numpy as np
+m = keras.Sequential([keras.Input((8,)), keras.layers.Dense(4)])
+m.compile("sgd", "mse")
+m.fit(np.zeros((4, 8)), np.zeros((4, 4)), verbose=0)
+print("tensorflow", tf.__version__, "keras", keras.__version__, "ok on the CPU")
+PY
+  echo "$tfdir/bin/python"
+fi
+[ "${SKIP_TORCH:-0}" = 1 ] && exit 0
+
 python3 -m venv "$dir"
 "$dir/bin/pip" install --quiet --upgrade pip
 if [ -e "$cuda/lib64/libcudart.so.13" ]; then

@@ -447,11 +447,22 @@ static void test_attn_blocked(int mode, int causal, int masks, int threads) {
     fl_cpu_gemm_batched(&sd, q, k, s0);
     fl_cpu_attn_softmax_fwd(&d, QM, VM, AM, s0);
     fl_cpu_gemm_batched(&pd, s0, v, o0);
-    fl_cpu_attn_fwd_blocked(&sd, &pd, &d, q, k, v, QM, VM, AM, s1, o1);
-    fl_set_num_threads(before);
+    fl_cpu_attn_fwd_blocked(&sd, &pd, &d, q, k, v, QM, VM, AM, s1, o1, 1);
     CHECK_MSG(memcmp(s0, s1, ns * sizeof(float)) == 0 && memcmp(o0, o1, no * sizeof(float)) == 0,
               "blocked attention forward differs (mode %d causal %d masks %d threads %d)", mode, causal, masks,
               threads);
+    /* keep 0 (predict): the scores only in one scratch block per thread, the same outputs */
+    for (size_t i = 0; i < no; i++) o1[i] = NAN;
+    for (size_t i = 0; i < ns; i++) s1[i] = NAN;
+    fl_cpu_attn_fwd_blocked(&sd, &pd, &d, q, k, v, QM, VM, AM, s1, o1, 0);
+    fl_set_num_threads(before);
+    CHECK_MSG(memcmp(o0, o1, no * sizeof(float)) == 0,
+              "blocked attention forward with scratch scores differs (mode %d causal %d masks %d threads %d)", mode,
+              causal, masks, threads);
+    size_t untouched = 0; /* 6 blocks, at most 2 threads: at least 4 blocks of s never written */
+    for (size_t i = 0; i < ns; i++) untouched += isnan(s1[i]) != 0;
+    CHECK_MSG(untouched >= ns - 2 * (size_t)tq * tk, "keep 0 wrote %zu of %zu scores, expected at most 2 blocks",
+              ns - untouched, ns);
     free(q); free(k); free(v); free(qm); free(vm); free(am); free(s0); free(s1); free(o0); free(o1);
 }
 

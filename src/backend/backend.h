@@ -435,10 +435,11 @@ typedef struct fl_backend {
     /* Optional (NULL: the op calls gemm_batched(sd, q, k, s),
      * attn_softmax_fwd(s), gemm_batched(pd, s, v, out)): the same three
      * steps with the same results, done one (batch, head) block at a time so
-     * that a block's scores stay in cache (the CPU's). */
+     * that a block's scores stay in cache (the CPU's). keep 0: no backward
+     * follows, s is only scratch and its contents are undefined after. */
     void (*attn_fwd_blocked)(const fl_gemm_desc *sd, const fl_gemm_desc *pd, const fl_attn_desc *d,
                              const float *q, const float *k, const float *v, const float *qmask,
-                             const float *vmask, const float *amask, float *s, float *out);
+                             const float *vmask, const float *amask, float *s, float *out, int keep);
     /* Recurrent layers (fl_rnn_desc above). Backward: dx (beta: +)= and
      * dw, dr, db (overwritten) from dy, y's gradient; any may be NULL. */
     void (*rnn_fwd)(const fl_rnn_desc *d, const float *x, const float *w, const float *r, const float *b,

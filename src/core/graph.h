@@ -126,6 +126,10 @@ typedef struct fl_graph {
      * conv2d_maxpool_bwd), and of those, with the ReLU mask of the
      * convolution's input folded in: so that tests can assert the path */
     int64_t fused_conv_pool_bwd, fused_relu_mask_bwd;
+    /* set around predict's and evaluate's forward passes: no backward
+     * follows, so an op may use what only its backward reads (attention's
+     * weights) as scratch */
+    bool no_backward;
     bool adopting;             /* a rebind's build: layers take their existing weights (fl_graph_adopt) */
     int64_t rebinds;           /* times the shapes were bound anew (fl_graph_rebind), for tests */
     int64_t bytes_limit;       /* a rebind's build: fl_model_bytes_limit() read once (it asks the system); 0: ask */

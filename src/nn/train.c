@@ -953,6 +953,13 @@ static int stat_kv(const fl_model *m, const double *v, const char *prefix, char 
 
 /* --------------------------------------------------------- evaluation */
 
+/* Predict's and evaluate's forward pass: no backward follows. */
+static void forward_only(fl_graph *g) {
+    g->no_backward = true;
+    fl_graph_forward(g, false);
+    g->no_backward = false;
+}
+
 /* Runs inference over samples idx[0..n) of d; writes mean loss and metrics. */
 static fl_status run_eval(fl_model *m, data_src *d, const int64_t *idx, int64_t n, int64_t bs, double *out,
                           progbar *pb) {
@@ -968,7 +975,7 @@ static fl_status run_eval(fl_model *m, data_src *d, const int64_t *idx, int64_t 
             fl_error_prefix("evaluating: ");
             return st;
         }
-        fl_graph_forward(&m->g, false);
+        forward_only(&m->g);
         loss_and_metrics(m, false);
         seen += b;
         if (pb && progbar_due(pb, s + 1 == steps)) {
@@ -1060,7 +1067,7 @@ fl_tensor *fl_predict_(fl_model *m, const fl_tensor *x, fl_eval_args a) {
     for (int64_t s = 0; s * bs < n; s++) {
         int64_t b = n - s * bs < bs ? n - s * bs : bs;
         (void)load_batch(m, &d, idx + s * bs, b); /* arrays: cannot fail */
-        fl_graph_forward(&m->g, false);
+        forward_only(&m->g);
         m->g.be->download((float *)out->data + s * bs * orow, m->output->val, (size_t)(b * orow) * sizeof(float));
     }
     data_close(m, &d);
@@ -1111,7 +1118,7 @@ fl_status fl_predict_multi_(fl_model *m, const fl_tensor *const *xs, int nx, fl_
     for (int64_t s = 0; st == FL_OK && s * bs < n; s++) {
         int64_t b = n - s * bs < bs ? n - s * bs : bs;
         (void)load_batch(m, &d, idx + s * bs, b); /* arrays: cannot fail */
-        fl_graph_forward(&m->g, false);
+        forward_only(&m->g);
         for (int o = 0; o < nout; o++) {
             int64_t orow = fl_node_sample_size(m->outputs[o]);
             m->g.be->download((float *)outs[o]->data + s * bs * orow, m->outputs[o]->val, (size_t)(b * orow) * sizeof(float));

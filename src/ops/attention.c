@@ -206,7 +206,8 @@ void fl_attention_forward(fl_graph *g, fl_node *n, bool training) {
         fl_gemm_desc pd = gemm_desc(&d, 0, 0, d.tq, d.dv, d.tk, 1.0f, w_blk(p, &d), seq_blk(v, d.tk, d.heads, d.dv),
                                     0.0f, seq_blk(n->val, d.tq, d.heads, d.dv));
         g->be->attn_fwd_blocked(&sd, &pd, &d, q, k, v, n->in[3] ? n->in[3]->val : NULL,
-                                n->in[4] ? n->in[4]->val : NULL, n->in[5] ? n->in[5]->val : NULL, p, n->val);
+                                n->in[4] ? n->in[4]->val : NULL, n->in[5] ? n->in[5]->val : NULL, p, n->val,
+                                !g->no_backward);
         return;
     } else { /* S = scale * Q K^T per (batch, head) */
         gemm(g, &d, 0, 1, d.tq, d.tk, d.dk, d.scale, seq_blk(q, d.tq, d.heads, d.dk), seq_blk(k, d.tk, d.heads, d.dk),

@@ -103,10 +103,12 @@ void fl_cpu_layernorm_bwd(int64_t rows, int c, int rms, const float *x, const fl
  * OpenBLAS's overhead on a 128 x 128 x 16 block is as large as its
  * arithmetic); it computes C (+)= A B, so alpha is applied to C after, when C
  * started from zero. Else one single-threaded OpenBLAS call. */
-static void gemm_block(const fl_gemm_desc *d, int64_t i, const float *a, const float *b, float *c) {
-    const int64_t o = i / d->ninner, j = i % d->ninner;
-    const float *ai = a + o * d->sa[0] + j * d->sa[1], *bi = b + o * d->sb[0] + j * d->sb[1];
-    float *ci = c + o * d->sc[0] + j * d->sc[1];
+/* Block i's A, B or C: the operand's base plus its outer and inner strides. */
+static const float *blk_at(const float *p, const int64_t *st, const fl_gemm_desc *d, int64_t i) {
+    return p + (i / d->ninner) * st[0] + (i % d->ninner) * st[1];
+}
+/* One block's GEMM, its operands already located. */
+static void gemm_one(const fl_gemm_desc *d, const float *ai, const float *bi, float *ci) {
     const int own = d->beta == 0.0f || (d->beta == 1.0f && d->alpha == 1.0f);
     if (own && fl_cpu_own_gemm(d->ta, d->tb, d->m, d->n, d->k, ai, d->lda, bi, d->ldb, d->beta, ci, d->ldc, NULL, 0,
                                1)) {
@@ -117,6 +119,9 @@ static void gemm_block(const fl_gemm_desc *d, int64_t i, const float *a, const f
     }
     cblas_sgemm(CblasRowMajor, d->ta ? CblasTrans : CblasNoTrans, d->tb ? CblasTrans : CblasNoTrans, d->m, d->n, d->k,
                 d->alpha, ai, d->lda, bi, d->ldb, d->beta, ci, d->ldc);
+}
+static void gemm_block(const fl_gemm_desc *d, int64_t i, const float *a, const float *b, float *c) {
+    gemm_one(d, blk_at(a, d->sa, d, i), blk_at(b, d->sb, d, i), (float *)blk_at(c, d->sc, d, i));
 }
 
 void fl_cpu_gemm_batched(const fl_gemm_desc *d, const float *a, const float *b, float *c) {
@@ -226,9 +231,8 @@ static bool row_all_masked(const fl_attn_desc *d, const float *qmask, const floa
 
 /* Row r (batch b, head, query i) of the attention weights, in place. */
 static void softmax_row_masked(const fl_attn_desc *d, const float *qmask, const float *vmask, const float *amask,
-                               float *s, int64_t r, int avx2) {
+                               float *sr, int64_t r, int avx2) {
     const int tq = d->tq, tk = d->tk;
-    float *sr = s + (size_t)r * tk;
     if (!qmask && !vmask && !(amask && d->mask_mode != 1) && !d->causal) { softmax_row(sr, tk, avx2); return; }
     const int64_t b = r / ((int64_t)d->heads * tq);
     const int i = (int)(r % tq);
@@ -272,7 +276,7 @@ void fl_cpu_attn_softmax_fwd(const fl_attn_desc *d, const float *qmask, const fl
     const int64_t rows = d->n * d->heads * d->tq;
     const int avx2 = fl_cpu_avx2();
 #pragma omp parallel for schedule(static) PAR(rows * d->tk)
-    for (int64_t r = 0; r < rows; r++) softmax_row_masked(d, qmask, vmask, amask, s, r, avx2);
+    for (int64_t r = 0; r < rows; r++) softmax_row_masked(d, qmask, vmask, amask, s + (size_t)r * d->tk, r, avx2);
 }
 
 /* The three steps one (batch, head) block at a time: the block's tq x tk
@@ -280,18 +284,29 @@ void fl_cpu_attn_softmax_fwd(const fl_attn_desc *d, const float *qmask, const fl
  * softmax to the GEMM with v, instead of the whole batch's scores (16 MiB
  * for transformer_text at batch 128) going to memory and back twice. The
  * same kernels in the same order per element as gemm_batched,
- * attn_softmax_fwd, gemm_batched: the same numbers. */
+ * attn_softmax_fwd, gemm_batched: the same numbers. keep 0 (predict and
+ * evaluate, no backward reads the weights): s is only scratch, and each
+ * thread reuses one block of it, so the scores never leave the cache (+10-17%
+ * samples/s for transformer_text's predict at batch 128 and 512 on a Zen 4
+ * EPYC); s's contents are then undefined. */
 void fl_cpu_attn_fwd_blocked(const fl_gemm_desc *sd, const fl_gemm_desc *pd, const fl_attn_desc *d,
                              const float *q, const float *k, const float *v, const float *qmask,
-                             const float *vmask, const float *amask, float *s, float *out) {
-    const int64_t total = sd->nouter * sd->ninner;
+                             const float *vmask, const float *amask, float *s, float *out, int keep) {
+    const int64_t total = sd->nouter * sd->ninner, blk = (int64_t)d->tq * d->tk;
     const double flops = 2.0 * (double)d->tq * d->tk * (d->dk + d->dv) * (double)total;
-    const int avx2 = fl_cpu_avx2();
-#pragma omp parallel for schedule(static) num_threads(flops < 1e6 || total < 2 ? 1 : fl_cpu_threads())
-    for (int64_t i = 0; i < total; i++) {
-        gemm_block(sd, i, q, k, s);
-        for (int64_t r = i * d->tq; r < (i + 1) * d->tq; r++) softmax_row_masked(d, qmask, vmask, amask, s, r, avx2);
-        gemm_block(pd, i, s, v, out);
+    const int avx2 = fl_cpu_avx2(), nt = flops < 1e6 || total < 2 ? 1 : fl_cpu_threads();
+    const bool reuse = !keep && total >= nt; /* a block per thread fits in s */
+#pragma omp parallel num_threads(nt)
+    {
+        float *mine = reuse ? s + (size_t)fl_cpu_thread_id() * blk : NULL;
+#pragma omp for schedule(static)
+        for (int64_t i = 0; i < total; i++) {
+            float *si = reuse ? mine : (float *)blk_at(s, sd->sc, sd, i);
+            gemm_one(sd, blk_at(q, sd->sa, sd, i), blk_at(k, sd->sb, sd, i), si);
+            for (int64_t r = 0; r < d->tq; r++)
+                softmax_row_masked(d, qmask, vmask, amask, si + (size_t)r * d->tk, i * d->tq + r, avx2);
+            gemm_one(pd, si, blk_at(v, pd->sb, pd, i), (float *)blk_at(out, pd->sc, pd, i));
+        }
     }
 }
 

@@ -96,7 +96,7 @@ void fl_cpu_layernorm_bwd(int64_t rows, int c, int rms, const float *x, const fl
 void fl_cpu_gemm_batched(const fl_gemm_desc *d, const float *a, const float *b, float *c);
 void fl_cpu_attn_fwd_blocked(const fl_gemm_desc *sd, const fl_gemm_desc *pd, const fl_attn_desc *d,
                              const float *q, const float *k, const float *v, const float *qmask,
-                             const float *vmask, const float *amask, float *s, float *out);
+                             const float *vmask, const float *amask, float *s, float *out, int keep);
 void fl_cpu_attn_softmax_fwd(const fl_attn_desc *d, const float *qmask, const float *vmask, const float *amask,
                              float *s);
 void fl_cpu_attn_softmax_bwd(const fl_attn_desc *d, const float *qmask, const float *vmask, const float *amask,
