@@ -322,9 +322,10 @@ static void blas_remark(const bench_run *b, char *buf, size_t n) {
 }
 
 /* The OpenMP wait policy this process started with (src/cli/omp_setup.c
- * sets passive unless the user set one). */
+ * chooses one, and says why, unless the user set one). */
 static const char *omp_wait_policy(void) {
-    const char *p = getenv("OMP_WAIT_POLICY"), *s = getenv("GOMP_SPINCOUNT");
+    const char *c = getenv("FLYNN_OMP_CHOICE"), *p = getenv("OMP_WAIT_POLICY"), *s = getenv("GOMP_SPINCOUNT");
+    if (c && getenv("FLYNN_OMP_SETUP")) return c;
     if (p) return p;
     return s ? "default, GOMP_SPINCOUNT set" : "default (spin, then sleep)";
 }

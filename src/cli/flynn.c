@@ -12,6 +12,7 @@
 #include "devtools.h"
 #include "files.h"
 #include "fit_data.h"
+#include "omp_setup.h"
 #include "plot.h"
 #include "train_callbacks.h"
 
@@ -989,7 +990,6 @@ static int cmd_summary(int argc, char **argv) {
     return 0;
 }
 
-void flynn_omp_setup(char **argv); /* omp_setup.c */
 
 int main(int argc, char **argv) {
     flynn_omp_setup(argv);

@@ -1,7 +1,6 @@
 /*
- * omp_setup.c — how the `flynn` command starts the OpenMP runtime: threads
- * that wait passively (sleep in the kernel) between parallel regions,
- * unless the user chose otherwise.
+ * omp_setup.c — how the `flynn` command starts the OpenMP runtime: how its
+ * threads wait between parallel regions, unless the user chose.
  *
  * libgomp's default is to spin for a while (GOMP_SPINCOUNT, 300,000 rounds)
  * before it sleeps. On a machine whose cores other processes also use, a
@@ -10,13 +9,29 @@
  * machine at a load average of ~8, transformer_text trained at 62-67
  * samples/s with the default and 353-424 with OMP_WAIT_POLICY=passive
  * (GOMP_SPINCOUNT 1,000: 286-367; 10,000: 240-285); docs/performance.md.
+ * Passive waiting has its own price on an idle machine: a futex wake-up per
+ * parallel region, which at small batches is a large part of a step
+ * (transformer_text at batch 32 on an idle 2-core Zen 4: training 3,030-3,294
+ * samples/s passive against 4,343-4,694 with GOMP_SPINCOUNT=1000, predict
+ * 8,756-9,746 against 14,522-15,796; with one CPU-bound process beside it
+ * the order turns: passive 2,778-3,379 / 8,536-10,103, spinning 2,179-2,361
+ * / 7,287-7,476).
+ *
+ * So the commands that compute (train, evaluate, predict, bench) look at
+ * the CPUs first: /proc/stat twice, 50 ms apart, over the CPUs this process
+ * may run on. Where the CPUs that other processes leave idle hold all of
+ * flynn's threads, its threads spin 1,000 rounds (tens of microseconds)
+ * before they sleep; otherwise, under MPI (ranks share the cores), or where
+ * /proc/stat cannot be read, they wait passively. The choice is made once,
+ * at the start: a machine that gets busy later keeps the short spin.
  *
  * The runtime reads its environment once, when libgomp is loaded, before
  * main() runs, so the setting cannot be made from inside: when neither
- * OMP_WAIT_POLICY nor GOMP_SPINCOUNT is set, flynn sets
- * OMP_WAIT_POLICY=passive and executes itself again (/proc/self/exe, the
- * same arguments; FLYNN_OMP_SETUP=1 marks the second start). Set
- * OMP_WAIT_POLICY=active to get the spinning back. A program that links
+ * OMP_WAIT_POLICY nor GOMP_SPINCOUNT is set, flynn sets one of them and
+ * executes itself again (/proc/self/exe, the same arguments;
+ * FLYNN_OMP_SETUP=1 marks the second start, FLYNN_OMP_CHOICE says what was
+ * chosen and why, for `flynn bench`). Set OMP_WAIT_POLICY (active or
+ * passive) or GOMP_SPINCOUNT to choose yourself. A program that links
  * libflynn sets the variable itself, before it starts (docs/performance.md).
  *
  * The same start sets OPENBLAS_CORETYPE when OpenBLAS chose kernels older
@@ -29,10 +44,104 @@
 #endif
 #include <flynn/flynn.h>
 
+#include "omp_setup.h"
+
+#include <sched.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <time.h>
 #include <unistd.h>
 
-void flynn_omp_setup(char **argv);
+/* Busy and total jiffies, summed over the "cpuN" lines of a /proc/stat text
+ * whose N is in `allowed` (NULL: every CPU). Returns the number of CPUs
+ * counted, 0 if there were none. */
+static int stat_sums(const char *text, const uint64_t *allowed, int words, unsigned long long *busy,
+                     unsigned long long *total) {
+    int n = 0;
+    *busy = *total = 0;
+    for (const char *l = text; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL) {
+        int cpu;
+        unsigned long long v[8] = {0};
+        /* user nice system idle iowait irq softirq steal (guest is inside user) */
+        if (strncmp(l, "cpu", 3) != 0 || l[3] < '0' || l[3] > '9') continue; /* not "cpu ", the sum */
+        if (sscanf(l, "cpu%d %llu %llu %llu %llu %llu %llu %llu %llu", &cpu, &v[0], &v[1], &v[2], &v[3], &v[4], &v[5],
+                   &v[6], &v[7]) < 5 || cpu < 0)
+            continue;
+        if (allowed && (cpu / 64 >= words || !(allowed[cpu / 64] >> (cpu % 64) & 1))) continue;
+        const unsigned long long b = v[0] + v[1] + v[2] + v[5] + v[6] + v[7];
+        *busy += b;
+        *total += b + v[3] + v[4];
+        n++;
+    }
+    return n;
+}
+
+double flynn_omp_busy_cpus(const char *before, const char *after, const uint64_t *allowed, int words) {
+    unsigned long long b0, t0, b1, t1;
+    const int n0 = stat_sums(before, allowed, words, &b0, &t0), n1 = stat_sums(after, allowed, words, &b1, &t1);
+    if (n0 == 0 || n0 != n1 || t1 <= t0 || b1 < b0) return -1.0;
+    const double share = (double)(b1 - b0) / (double)(t1 - t0);
+    return share > 1.0 ? (double)n1 : share * n1;
+}
+
+bool flynn_omp_should_spin(double busy_cpus, int cpus, int threads) {
+    /* the idle CPUs hold every thread, with a quarter of a CPU to spare for
+     * the jiffies' coarseness and the system's own housekeeping */
+    return busy_cpus >= 0.0 && threads >= 1 && cpus >= 1 && busy_cpus + threads <= cpus + 0.25;
+}
+
+static bool read_file(const char *path, char *buf, size_t n) {
+    FILE *f = fopen(path, "r");
+    if (!f) return false;
+    size_t got = fread(buf, 1, n - 1, f);
+    fclose(f);
+    buf[got] = 0;
+    return got > 0;
+}
+
+static bool computes(const char *cmd) {
+    static const char *const cmds[] = {"train", "evaluate", "predict", "bench", NULL};
+    for (int i = 0; cmd && cmds[i]; i++)
+        if (strcmp(cmd, cmds[i]) == 0) return true;
+    return false;
+}
+
+/* Sets GOMP_SPINCOUNT=1000 or OMP_WAIT_POLICY=passive and FLYNN_OMP_CHOICE. */
+static bool choose_wait(char **argv) {
+    static char before[1 << 16], after[1 << 16];
+    char why[160];
+    const char *mpi = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    if (!mpi) mpi = getenv("MPI_LOCALNRANKS");
+    bool spin = false;
+    if (!computes(argv[0] ? argv[1] : NULL)) {
+        snprintf(why, sizeof why, "passive (a command that does not compute)");
+    } else if (mpi && atoi(mpi) > 1) {
+        snprintf(why, sizeof why, "passive (%s MPI ranks on this machine share its CPUs)", mpi);
+    } else {
+        cpu_set_t set;
+        const bool aff = sched_getaffinity(0, sizeof set, &set) == 0;
+        const int threads = fl_default_num_threads(NULL, 0);
+        uint64_t mask[CPU_SETSIZE / 64] = {0};
+        for (int c = 0; aff && c < CPU_SETSIZE; c++)
+            if (CPU_ISSET(c, &set)) mask[c / 64] |= (uint64_t)1 << (c % 64);
+        double busy = -1.0;
+        if (read_file("/proc/stat", before, sizeof before)) {
+            nanosleep(&(struct timespec){0, 50 * 1000 * 1000}, NULL);
+            if (read_file("/proc/stat", after, sizeof after))
+                busy = flynn_omp_busy_cpus(before, after, aff ? mask : NULL, CPU_SETSIZE / 64);
+        }
+        const int cpus = aff ? CPU_COUNT(&set) : (int)sysconf(_SC_NPROCESSORS_ONLN);
+        spin = flynn_omp_should_spin(busy, cpus, threads);
+        if (busy < 0.0)
+            snprintf(why, sizeof why, "passive (/proc/stat could not be read)");
+        else
+            snprintf(why, sizeof why, "%s (other processes kept %.1f of %d CPUs busy at the start; %d threads)",
+                     spin ? "spin 1,000 rounds, then sleep" : "passive", busy, cpus, threads);
+    }
+    if (setenv(spin ? "GOMP_SPINCOUNT" : "OMP_WAIT_POLICY", spin ? "1000" : "passive", 1) != 0) return false;
+    return setenv("FLYNN_OMP_CHOICE", why, 1) == 0;
+}
 
 void flynn_omp_setup(char **argv) {
     if (getenv("FLYNN_OMP_SETUP")) return;
@@ -41,12 +150,12 @@ void flynn_omp_setup(char **argv) {
     fl_blas_info_get(&bi);
     bool blas = bi.weaker && !getenv("OPENBLAS_CORETYPE");
     if (!omp && !blas) return;
-    if (omp && setenv("OMP_WAIT_POLICY", "passive", 1) != 0) return;
+    if (omp && !choose_wait(argv)) return;
     if (blas && (setenv("OPENBLAS_CORETYPE", bi.best_core, 1) != 0 || setenv("FLYNN_BLAS_FALLBACK", bi.core, 1) != 0))
         return;
     if (setenv("FLYNN_OMP_SETUP", "1", 1) == 0) execv("/proc/self/exe", argv);
     /* no exec (no /proc): carry on with the runtimes as they started */
-    if (omp) unsetenv("OMP_WAIT_POLICY");
+    if (omp) { unsetenv("OMP_WAIT_POLICY"); unsetenv("GOMP_SPINCOUNT"); unsetenv("FLYNN_OMP_CHOICE"); }
     if (blas) { unsetenv("OPENBLAS_CORETYPE"); unsetenv("FLYNN_BLAS_FALLBACK"); }
     unsetenv("FLYNN_OMP_SETUP");
 }
