@@ -39,6 +39,31 @@ for cfg in "mlp sgd" "mlp adam" "mlpsw sgd" "mlpcw adam" "cnn sgd" "cnn adam" "m
     done
 done
 
+# the gradients' sums start during backward, a bucket of weights at a time (src/dist/data_parallel.c):
+# with 2 ranks (a + b either way) the same bits as one all-reduce per weight after backward
+# (FLYNN_DP_OVERLAP=0), with the default 1 MiB buckets and with 1 KiB ones (a bucket per weight or
+# two); with 4 ranks Open MPI may pick another algorithm per message size, so within 1e-6
+for cfg in "cnn adam" "rnndrop sgd" "attndrop adam"; do
+    set -- $cfg
+    for np in 2 4; do
+        FLYNN_DP_OVERLAP=0 $MPIRUN -x FLYNN_DP_OVERLAP -np $np "$MPI_FIT" train "$1" "$2" 258 64 2 "$tmp/seq.bin" \
+            > "$tmp/seq.txt" 2>&1 || { cat "$tmp/seq.txt"; bad "$1 $2: -np $np without overlap"; continue; }
+        tol=0; [ $np = 4 ] && tol=1e-6
+        for kb in 1024 1; do
+            FLYNN_DP_BUCKET_KB=$kb $MPIRUN -x FLYNN_DP_BUCKET_KB -np $np "$MPI_FIT" train "$1" "$2" 258 64 2 \
+                "$tmp/ovl.bin" > "$tmp/ovl.txt" 2>&1 || { cat "$tmp/ovl.txt"; bad "$1 $2: -np $np buckets $kb KiB"; continue; }
+            printf '%s %s, %d ranks, %s KiB buckets against one all-reduce per weight: ' "$1" "$2" $np $kb
+            "$MPI_FIT" compare "$tmp/seq.bin" "$tmp/ovl.bin" $tol || bad "$1 $2: -np $np, $kb KiB buckets differ"
+        done
+    done
+done
+
+# and the buckets do start during backward (rank 0 counts them with FLYNN_DP_STATS)
+FLYNN_DP_STATS=1 FLYNN_DP_BUCKET_KB=1 $MPIRUN -x FLYNN_DP_STATS -x FLYNN_DP_BUCKET_KB -np 2 "$MPI_FIT" train cnn sgd 258 64 2 \
+    "$tmp/ovl.bin" > "$tmp/ovl.txt" 2>&1 || { cat "$tmp/ovl.txt"; bad "cnn sgd: FLYNN_DP_STATS"; }
+grep -Eq "10 steps waited .* ms each .*; 80 of 80 buckets started during backward" "$tmp/ovl.txt" ||
+    { cat "$tmp/ovl.txt"; bad "cnn sgd: the 8 buckets of 10 steps were not all started during backward"; }
+
 # BatchNormalization: each rank's moving statistics come from its share; they are averaged at
 # each epoch's end, so the ranks end with the same weights (fl_fit checks it and fails otherwise)
 $MPIRUN -np 2 "$MPI_FIT" train bn adam 258 64 2 "$tmp/bn.bin" > "$tmp/bn.txt" 2>&1 ||

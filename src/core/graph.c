@@ -258,6 +258,7 @@ void fl_graph_clear_grads(fl_graph *g) {
 void fl_graph_backward(fl_graph *g) {
     for (int i = g->n - 1; i >= 0; i--) {
         fl_node *n = g->nodes[i];
+        if (n->op == FL_OP_PARAM && g->on_param_grad) g->on_param_grad(g->on_param_ctx, i);
         if (!n->grad_ready || n->op == FL_OP_INPUT || n->op == FL_OP_PARAM) continue;
         fl_op_backward(g, n);
     }

@@ -130,6 +130,11 @@ typedef struct fl_graph {
      * follows, so an op may use what only its backward reads (attention's
      * weights) as scratch */
     bool no_backward;
+    /* called by fl_graph_backward as it passes each weight (node index i),
+     * when every op that reads the weight has added its gradient: data
+     * parallel training starts that gradient's all-reduce there */
+    void (*on_param_grad)(void *ctx, int i);
+    void *on_param_ctx;
     bool adopting;             /* a rebind's build: layers take their existing weights (fl_graph_adopt) */
     int64_t rebinds;           /* times the shapes were bound anew (fl_graph_rebind), for tests */
     int64_t bytes_limit;       /* a rebind's build: fl_model_bytes_limit() read once (it asks the system); 0: ask */

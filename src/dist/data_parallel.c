@@ -7,8 +7,10 @@
 #include "dist/mpi.h"
 #include "core/error.h"
 
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 void fl_dp_share(int64_t b, int64_t *lo, int64_t *cnt) {
     int64_t r = fl_dist_rank(), n = fl_dist_size(), base = b / n, rem = b % n;
@@ -25,16 +27,193 @@ fl_status fl_dp_reduce_stats(const double *before, double *stats, int n) {
     return FL_OK;
 }
 
+/* The buckets of one plan: weights j (the optimizer's index, which is the
+ * graph's order of the trainable weights) from nparams - 1 down to 0, cut
+ * into runs of about `cap` floats: bucket b holds first[b] and the
+ * count[b] - 1 weights below it. */
+struct fl_dp_buckets {
+    const fl_param_ref *params; /* the plan's key: the optimizer's binding and the graph's shape */
+    int nparams, nnodes;
+    int64_t generation;
+    int *node_param;            /* graph node index -> weight j, or -1 */
+    int *bucket_of;             /* weight j -> its bucket */
+    int nb, *first, *count, *left;
+    int64_t *len;               /* floats in bucket b */
+    float **buf;                /* its packed gradients */
+    fl_dist_req *req;
+    int started;                /* buckets 0..started-1 are on their way */
+    bool overlap;
+    fl_status err;
+    double wait_s;
+    int64_t steps, early, total; /* buckets started during backward, buckets started */
+};
+
+static double secs(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+void fl_dp_buckets_free(fl_model *m) {
+    struct fl_dp_buckets *d = m->dp;
+    if (!d) return;
+    m->g.on_param_grad = NULL;
+    m->g.on_param_ctx = NULL;
+    for (int b = 0; b < d->nb; b++) free(d->buf[b]);
+    free(d->buf); free(d->len); free(d->req); free(d->first); free(d->count); free(d->left);
+    free(d->bucket_of); free(d->node_param);
+    free(d);
+    m->dp = NULL;
+}
+
+void fl_dp_wait_stats(const fl_model *m, double *wait_s, int64_t *steps, int64_t *early, int64_t *total) {
+    *wait_s = m->dp ? m->dp->wait_s : 0.0;
+    *steps = m->dp ? m->dp->steps : 0;
+    *early = m->dp ? m->dp->early : 0;
+    *total = m->dp ? m->dp->total : 0;
+}
+
+static bool env_off(const char *name) {
+    const char *v = getenv(name);
+    return v && strcmp(v, "0") == 0;
+}
+
+/* Makes the plan for the optimizer's binding and the graph as they are. */
+static fl_status plan(fl_model *m) {
+    const fl_optimizer *o = m->opt;
+    struct fl_dp_buckets *d = m->dp;
+    if (d && d->params == o->params && d->nparams == o->nparams && d->nnodes == m->g.n &&
+        d->generation == m->g.generation)
+        return FL_OK;
+    double wait = d ? d->wait_s : 0.0;
+    int64_t steps = d ? d->steps : 0, early = d ? d->early : 0, total = d ? d->total : 0;
+    fl_dp_buckets_free(m);
+    d = fl_calloc(1, sizeof *d, "gradient buckets");
+    if (!d) return fl_last_status();
+    m->dp = d;
+    d->wait_s = wait;
+    d->steps = steps;
+    d->early = early;
+    d->total = total;
+    d->params = o->params;
+    d->nparams = o->nparams;
+    d->nnodes = m->g.n;
+    d->generation = m->g.generation;
+    d->overlap = !env_off("FLYNN_DP_OVERLAP");
+    const char *kb = getenv("FLYNN_DP_BUCKET_KB");
+    int64_t cap = (kb && atoll(kb) > 0 ? atoll(kb) : 1024) * 1024 / (int64_t)sizeof(float);
+    const int np = o->nparams > 0 ? o->nparams : 1;
+    d->node_param = fl_calloc((size_t)(m->g.n > 0 ? m->g.n : 1), sizeof(int), "gradient buckets");
+    d->bucket_of = fl_calloc((size_t)np, sizeof(int), "gradient buckets");
+    d->first = fl_calloc((size_t)np, sizeof(int), "gradient buckets");
+    d->count = fl_calloc((size_t)np, sizeof(int), "gradient buckets");
+    d->left = fl_calloc((size_t)np, sizeof(int), "gradient buckets");
+    d->len = fl_calloc((size_t)np, sizeof(int64_t), "gradient buckets");
+    d->buf = fl_calloc((size_t)np, sizeof(float *), "gradient buckets");
+    d->req = fl_calloc((size_t)np, sizeof(fl_dist_req), "gradient buckets");
+    if (!d->node_param || !d->bucket_of || !d->first || !d->count || !d->left || !d->len || !d->buf || !d->req)
+        return fl_last_status();
+    /* the trainable weights in graph order are the optimizer's, j = 0, 1, ... (fl_optimizer_bind) */
+    int j = 0;
+    for (int i = 0; i < m->g.n; i++) {
+        const fl_node *n = m->g.nodes[i];
+        d->node_param[i] = n->op == FL_OP_PARAM && n->trainable ? j++ : -1;
+    }
+    if (j != o->nparams)
+        return fl_error(FL_ERR_STATE, "gradient buckets: %d trainable weights in the graph, the optimizer has %d", j,
+                        o->nparams);
+    for (j = o->nparams - 1; j >= 0; j--) { /* backward finishes them from the last */
+        int b = d->nb;
+        if (b > 0 && d->len[b - 1] + o->params[j].n <= cap) b--;
+        else d->first[d->nb++] = j;
+        d->bucket_of[j] = b;
+        d->count[b]++;
+        d->len[b] += o->params[j].n;
+    }
+    for (int b = 0; b < d->nb; b++) {
+        if (d->len[b] > INT_MAX)
+            return fl_error(FL_ERR_UNSUPPORTED, "gradient buckets: a weight of %lld elements; MPI counts are int",
+                            (long long)d->len[b]);
+        d->buf[b] = fl_malloc((size_t)d->len[b] * sizeof(float), "gradient bucket");
+        if (!d->buf[b]) return fl_last_status();
+    }
+    return FL_OK;
+}
+
+static void start(struct fl_dp_buckets *d, int b) {
+    float *p = d->buf[b];
+    for (int k = 0; k < d->count[b]; k++) {
+        const fl_param_ref *w = &d->params[d->first[b] - k];
+        memcpy(p, w->g, (size_t)w->n * sizeof(float));
+        p += w->n;
+    }
+    if (d->err == FL_OK) d->err = fl_dist_iallreduce_f32(d->buf[b], d->len[b], &d->req[b]);
+    d->started = b + 1;
+}
+
+static void on_param_grad(void *ctx, int i) {
+    struct fl_dp_buckets *d = ctx;
+    const int j = i < d->nnodes ? d->node_param[i] : -1;
+    if (j < 0) return;
+    const int b = d->bucket_of[j];
+    if (--d->left[b] > 0) return;
+    /* buckets finish in order (backward passes the weights from the last); a
+     * bucket before this one that is still open (a weight without a
+     * gradient this step, which backward did not pass) starts first */
+    while (d->started <= b) {
+        start(d, d->started);
+        d->early++;
+    }
+    if (d->err == FL_OK) d->err = fl_dist_progress(d->started, d->req);
+}
+
+fl_status fl_dp_grads_begin(fl_model *m) {
+    FL_TRY(plan(m));
+    struct fl_dp_buckets *d = m->dp;
+    d->started = 0;
+    d->err = FL_OK;
+    for (int b = 0; b < d->nb; b++) d->left[b] = d->count[b];
+    m->g.on_param_grad = d->overlap ? on_param_grad : NULL;
+    m->g.on_param_ctx = d->overlap ? d : NULL;
+    return FL_OK;
+}
+
 fl_status fl_dp_reduce_grads(fl_model *m, bool have) {
     const fl_optimizer *o = m->opt;
-    /* one all-reduce per weight, in the optimizer's (the graph's) order: the same on every rank */
-    for (int i = 0; i < o->nparams; i++) {
-        const fl_param_ref *p = &o->params[i];
-        if (!have) memset(p->g, 0, (size_t)p->n * sizeof(float));
-        if (fl_dist_allreduce_f32(p->g, p->n) != FL_OK) {
-            fl_error_prefix("reducing the gradients of weight %d of %d: ", i + 1, o->nparams);
-            return fl_last_status();
+    struct fl_dp_buckets *d = m->dp;
+    m->g.on_param_grad = NULL;
+    m->g.on_param_ctx = NULL;
+    if (!have) /* no share of this batch: zeros, in the same buckets and order as the others */
+        for (int i = 0; i < o->nparams; i++) memset(o->params[i].g, 0, (size_t)o->params[i].n * sizeof(float));
+    const double t0 = secs();
+    if (!d || !d->overlap || d->params != o->params) {
+        /* one all-reduce per weight, in the optimizer's (the graph's) order: the same on every rank */
+        for (int i = 0; i < o->nparams; i++) {
+            if (fl_dist_allreduce_f32(o->params[i].g, o->params[i].n) != FL_OK) {
+                fl_error_prefix("reducing the gradients of weight %d of %d: ", i + 1, o->nparams);
+                return fl_last_status();
+            }
         }
+    } else {
+        d->total += d->nb;
+        while (d->started < d->nb) start(d, d->started);
+        if (d->err == FL_OK) d->err = fl_dist_wait_all(d->nb, d->req);
+        if (d->err != FL_OK) {
+            fl_error_prefix("reducing the gradients (%d buckets): ", d->nb);
+            return d->err;
+        }
+        for (int b = 0; b < d->nb; b++) {
+            const float *p = d->buf[b];
+            for (int k = 0; k < d->count[b]; k++) {
+                const fl_param_ref *w = &d->params[d->first[b] - k];
+                memcpy(w->g, p, (size_t)w->n * sizeof(float));
+                p += w->n;
+            }
+        }
+    }
+    if (d) {
+        d->wait_s += secs() - t0;
+        d->steps++;
     }
     return FL_OK;
 }

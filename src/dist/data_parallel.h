@@ -22,8 +22,25 @@ fl_status fl_dp_reduce_stats(const double *before, double *stats, int n);
 /* Sums every trainable weight's gradient over the ranks (each rank's is
  * already divided by the global batch, so the sum is the global batch's
  * gradient). `have` false: this rank had no samples, its gradients are
- * taken as 0. Host-memory backends only. */
+ * taken as 0. Host-memory backends only.
+ *
+ * The sums overlap the backward pass, as PyTorch's DDP does: the weights
+ * are grouped, in reverse graph order (the order backward finishes them),
+ * into buckets of about FLYNN_DP_BUCKET_KB KiB (default 1024; a weight
+ * larger than that is a bucket of its own), and a bucket's MPI_Iallreduce
+ * starts as soon as backward has passed its last weight (the graph's
+ * on_param_grad hook, set by fl_dp_grads_begin). fl_dp_reduce_grads then
+ * starts what is left and waits for all. FLYNN_DP_OVERLAP=0: one blocking
+ * all-reduce per weight after backward (the same sums). Every rank starts
+ * the same buckets in the same order. */
+fl_status fl_dp_grads_begin(fl_model *m);
 fl_status fl_dp_reduce_grads(fl_model *m, bool have);
+/* Frees the buckets (fl_fit's end). */
+void fl_dp_buckets_free(fl_model *m);
+/* Seconds the steps so far waited for the gradients' sums after backward
+ * (the part of the communication not hidden), steps counted, and of the
+ * buckets started, how many were started during backward. */
+void fl_dp_wait_stats(const fl_model *m, double *wait_s, int64_t *steps, int64_t *early, int64_t *total);
 
 /* BatchNormalization's moving mean and variance, which each rank moved
  * with its own share's statistics, replaced by their mean over the ranks

@@ -32,6 +32,9 @@ static struct {
     int (*comm_rank)(mpi_handle, int *);
     int (*comm_size)(mpi_handle, int *);
     int (*allreduce)(const void *, void *, int, mpi_handle, mpi_handle, mpi_handle);
+    int (*iallreduce)(const void *, void *, int, mpi_handle, mpi_handle, mpi_handle, void **);
+    int (*testall)(int, void **, int *, void *);
+    int (*waitall)(int, void **, void *);
     int (*bcast)(void *, int, mpi_handle, int, mpi_handle);
     int (*barrier)(mpi_handle);
     int (*error_string)(int, char *, int *);
@@ -87,6 +90,9 @@ fl_status fl_dist_init(void) {
     *(void **)&D.comm_rank = sym("MPI_Comm_rank", &ok);
     *(void **)&D.comm_size = sym("MPI_Comm_size", &ok);
     *(void **)&D.allreduce = sym("MPI_Allreduce", &ok);
+    *(void **)&D.iallreduce = sym("MPI_Iallreduce", &ok);
+    *(void **)&D.testall = sym("MPI_Testall", &ok);
+    *(void **)&D.waitall = sym("MPI_Waitall", &ok);
     *(void **)&D.bcast = sym("MPI_Bcast", &ok);
     *(void **)&D.barrier = sym("MPI_Barrier", &ok);
     *(void **)&D.error_string = sym("MPI_Error_string", &ok);
@@ -132,6 +138,27 @@ fl_status fl_dist_allreduce_f64(double *buf, int64_t n) {
         if (rc) return mpi_fail("MPI_Allreduce (double)", rc);
     }
     return FL_OK;
+}
+
+fl_status fl_dist_iallreduce_f32(float *buf, int64_t n, fl_dist_req *req) {
+    *req = NULL;
+    if (!D.on) return FL_OK;
+    if (n > INT_MAX) return fl_error(FL_ERR_INVALID_ARG, "MPI_Iallreduce: %lld elements, at most INT_MAX", (long long)n);
+    int rc = D.iallreduce(OMPI_IN_PLACE, buf, (int)n, D.f32, D.sum, D.world, req);
+    return rc ? mpi_fail("MPI_Iallreduce (float)", rc) : FL_OK;
+}
+
+/* MPI_STATUSES_IGNORE is a null pointer in Open MPI's ABI */
+fl_status fl_dist_progress(int n, fl_dist_req *reqs) {
+    if (!D.on || n <= 0) return FL_OK;
+    int done = 0, rc = D.testall(n, reqs, &done, NULL);
+    return rc ? mpi_fail("MPI_Testall", rc) : FL_OK;
+}
+
+fl_status fl_dist_wait_all(int n, fl_dist_req *reqs) {
+    if (!D.on || n <= 0) return FL_OK;
+    int rc = D.waitall(n, reqs, NULL);
+    return rc ? mpi_fail("MPI_Waitall", rc) : FL_OK;
 }
 
 fl_status fl_dist_bcast(void *buf, size_t bytes, int root) {

@@ -31,6 +31,16 @@ int fl_dist_size(void);
  * (Open MPI's reduction order is fixed for a given rank count). */
 fl_status fl_dist_allreduce_f32(float *buf, int64_t n);
 fl_status fl_dist_allreduce_f64(double *buf, int64_t n);
+/* Non-blocking sums (MPI_Iallreduce, in place): started in the same order
+ * on every rank, then progressed by fl_dist_progress and finished by
+ * fl_dist_wait_all. n is at most INT_MAX elements. A request is Open MPI's
+ * MPI_Request (a pointer). */
+typedef void *fl_dist_req;
+fl_status fl_dist_iallreduce_f32(float *buf, int64_t n, fl_dist_req *req);
+/* Lets MPI move the started reductions along (MPI_Testall; Open MPI
+ * progresses non-blocking collectives only inside MPI calls). */
+fl_status fl_dist_progress(int n, fl_dist_req *reqs);
+fl_status fl_dist_wait_all(int n, fl_dist_req *reqs);
 /* Rank `root`'s bytes to every rank. */
 fl_status fl_dist_bcast(void *buf, size_t bytes, int root);
 fl_status fl_dist_barrier(void);

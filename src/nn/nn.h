@@ -286,6 +286,7 @@ struct fl_model {
     fl_layer *in_layers[FL_MODEL_MAX_IO]; /* the InputLayer of each input */
     bool dynamic;                       /* an input has a None axis: the graph is bound to the data's length */
     int64_t dist_batch, dist_share;     /* under MPI: the step's global batch and this rank's share (0: one process) */
+    struct fl_dp_buckets *dp;           /* under MPI: the gradient buckets (src/dist/data_parallel.c), fl_fit's */
 };
 
 /* Binds the None axes of the model's inputs to the lengths of xs[i] (its

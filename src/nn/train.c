@@ -1341,6 +1341,8 @@ static bool run_step(fl_model *m, bool check) {
     /* under MPI: the global batch's totals on every rank, so that every rank takes the same decisions */
     if (m->dist_batch && fl_dp_reduce_stats(before, m->stats, FL_STATS) != FL_OK) return false;
     if (check && !isfinite(m->stats[0])) return false;
+    /* under MPI the gradients' sums start during backward (fl_dp_grads_begin's buckets) */
+    if (m->dist_batch && fl_dp_grads_begin(m) != FL_OK) return false;
     if (have) fl_graph_backward(&m->g);
     if (m->dist_batch && fl_dp_reduce_grads(m, have) != FL_OK) return false;
     fl_optimizer_step(m->opt);
@@ -1703,6 +1705,15 @@ static fl_history *fit(fl_model *m, const fl_tensor *const *xs, int nx, const fl
     for (int c = 0; c < ncb; c++)
         if (cbs[c]->on_train_end && cbs[c]->on_train_end(m, &logs, cbs[c]->user) != FL_OK) goto fail_cb;
     if (dist && fl_dp_check_weights(m, "fl_fit: after training") != FL_OK) goto fail;
+    if (dist && getenv("FLYNN_DP_STATS") && fl_dist_rank() == 0) {
+        double w;
+        int64_t st, early, total;
+        fl_dp_wait_stats(m, &w, &st, &early, &total);
+        fprintf(stderr, "flynn: data parallel: %lld steps waited %.3f ms each for the gradients' sums after "
+                "backward; %lld of %lld buckets started during backward\n", (long long)st,
+                st ? 1e3 * w / (double)st : 0.0, (long long)early, (long long)total);
+    }
+    fl_dp_buckets_free(m);
     h->seconds = now() - t_fit;
     if (gs.graph) m->g.be->graph_free(gs.graph);
     data_close(m, &tr); data_close(m, &vd);
@@ -1713,6 +1724,7 @@ fail_cb:
     fl_error_prefix("%s: a callback failed: ", fn);
 fail:
     m->dist_batch = m->dist_share = 0;
+    fl_dp_buckets_free(m);
     if (gs.graph) m->g.be->graph_free(gs.graph);
     data_close(m, &tr); data_close(m, &vd);
     free(perm); free(vidx); free(yh); free(vyh); free(wh); free(vwh);
