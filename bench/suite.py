@@ -22,7 +22,8 @@ memory per side; the header says which BLAS and kernels each side used.
 
 usage: bench/suite.py [--models LIST] [--batch-sizes 1,32,128,512] [--rounds 2] [--threads 2]
                       [--samples N] [--work DIR] [--flynn build/flynn] [--sides flynn,torch,keras-tf]
-                      [--json FILE] [--busy]
+                      [--json FILE] [--svg FILE] [--busy]
+       bench/suite.py --from-json FILE --svg OUT.svg   (the chart of an earlier run)
 --busy runs one CPU-bound process (a spinning loop) beside every measurement:
 the issue's "behave on a busy machine" case.
 """
@@ -281,6 +282,70 @@ def sgemm_ceiling(a, env):
     return None, "?"
 
 
+def write_svg(path, d):
+    """The suite as a chart: flynn's samples/s over the best peer's, one bar per model and batch size, a
+    panel for training and one for predict, with the 1x and the issue's 1.5x lines."""
+    rows = d["results"]
+    models = []
+    for r in rows:
+        if r["model"] not in models:
+            models.append(r["model"])
+    allb = sorted({r["batch"] for r in rows})
+    colors = ["#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#b07aa1"]
+    W, X0, PH, top = 900, 70, 300, 70
+    modes = [m for m in ("train", "predict") if any(r["mode"] == m for r in rows)]
+    H = top + len(modes) * (PH + 90) + 40
+    esc = lambda t: str(t).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    out = ['<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" '
+           'font-family="DejaVu Sans, sans-serif">' % (W, H, W, H), '<rect width="100%" height="100%" fill="white"/>',
+           '<text x="%d" y="28" text-anchor="middle" font-size="18" font-weight="bold">flynn against the best peer '
+           '(PyTorch 2 or Keras 3 + TensorFlow), samples/s ratio</text>' % (W // 2),
+           '<text x="%d" y="48" text-anchor="middle" font-size="12" fill="#555">%s threads, best of %s rounds, %s%s'
+           '</text>' % (W // 2, d.get("threads"), d.get("rounds"), esc(d.get("date", "")),
+                        ", one CPU-bound process beside" if d.get("busy") else "")]
+    for k, mode in enumerate(modes):
+        y0 = top + k * (PH + 90)
+        vals = [r.get("ratio_best_peer") for r in rows if r["mode"] == mode and r.get("ratio_best_peer")]
+        vmax = max([2.0] + vals) * 1.1
+        y = lambda v: y0 + 20 + PH * (1 - v / vmax)
+        out.append('<text x="%d" y="%d" text-anchor="middle" font-size="15" font-weight="bold">%s</text>'
+                   % (W // 2, y0 + 10, "training" if mode == "train" else "predict"))
+        step = 0.5 if vmax <= 6 else 1.0 if vmax <= 12 else 2.0
+        v = 0.0
+        while v <= vmax:
+            out.append('<line x1="%d" x2="%d" y1="%.1f" y2="%.1f" stroke="#ddd"/>' % (X0, W - 20, y(v), y(v)))
+            out.append('<text x="%d" y="%.1f" text-anchor="end" font-size="11" fill="#444">%.1fx</text>'
+                       % (X0 - 6, y(v) + 4, v))
+            v += step
+        for ref, col, label in ((1.0, "#999", "1x"), (1.5, "#c33", "1.5x")):
+            out.append('<line x1="%d" x2="%d" y1="%.1f" y2="%.1f" stroke="%s" stroke-dasharray="6 4"/>'
+                       % (X0, W - 20, y(ref), y(ref), col))
+        batches = sorted({r["batch"] for r in rows if r["mode"] == mode})
+        gw = (W - 20 - X0) / max(1, len(models))
+        bw = gw * 0.8 / max(1, len(batches))
+        for mi, m in enumerate(models):
+            gx = X0 + mi * gw + gw * 0.1
+            out.append('<text x="%.1f" y="%d" text-anchor="middle" font-size="12">%s</text>'
+                       % (X0 + mi * gw + gw / 2, y0 + PH + 58, esc(m)))
+            for bi, b in enumerate(batches):
+                r = next((r for r in rows if r["model"] == m and r["batch"] == b and r["mode"] == mode), None)
+                x = gx + bi * bw
+                if not r or not r.get("ratio_best_peer"):
+                    continue
+                v = r["ratio_best_peer"]
+                out.append('<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="%s"/>'
+                           % (x, y(v), bw - 2, y(0) - y(v), colors[allb.index(b) % len(colors)]))
+                out.append('<text x="%.1f" y="%.1f" text-anchor="middle" font-size="9">%.1f</text>'
+                           % (x + bw / 2 - 1, y(v) - 3, v))
+                out.append('<text x="%.1f" y="%.1f" text-anchor="middle" font-size="9" fill="#555">%d</text>'
+                           % (x + bw / 2 - 1, y(0) + 12, b))
+        out.append('<text x="%d" y="%d" text-anchor="middle" font-size="11" fill="#555">batch size under each bar; '
+                   'dashed: 1x and 1.5x</text>' % (W // 2, y0 + PH + 76))
+    out.append("</svg>")
+    with open(path, "w") as fh:
+        fh.write("\n".join(out) + "\n")
+
+
 def loadavg():
     try:
         return open("/proc/loadavg").read().split()[0]
@@ -303,7 +368,15 @@ def main():
     ap.add_argument("--sides", default="flynn,torch,keras-tf")
     ap.add_argument("--json", default=None)
     ap.add_argument("--busy", action="store_true", help="one CPU-bound process runs beside every measurement")
+    ap.add_argument("--svg", default=None, help="also draw flynn's ratio to the best peer per point as an SVG chart")
+    ap.add_argument("--from-json", default=None, help="only draw --svg from an earlier run's --json FILE")
     a = ap.parse_args()
+    if a.from_json:
+        if not a.svg:
+            sys.exit("suite.py: --from-json draws a chart: give --svg FILE")
+        with open(a.from_json) as fh:
+            write_svg(a.svg, json.load(fh))
+        return
     sides = a.sides.split(",")
     models = a.models.split(",")
     env = dict(os.environ, OMP_NUM_THREADS=str(a.threads), TF_CPP_MIN_LOG_LEVEL="2", KERAS_BACKEND="tensorflow",
@@ -367,10 +440,13 @@ def main():
     print("load %s at the end" % loadavg())
     for s, k in kernels.items():
         print("%s: %s" % (s, k))
+    d = {"threads": a.threads, "rounds": a.rounds, "ceiling_gflops": ceiling, "busy": a.busy,
+         "results": results, "kernels": kernels, "date": time.strftime("%Y-%m-%d %H:%M")}
     if a.json:
         with open(a.json, "w") as fh:
-            json.dump({"threads": a.threads, "rounds": a.rounds, "ceiling_gflops": ceiling, "busy": a.busy,
-                       "results": results, "kernels": kernels, "date": time.strftime("%Y-%m-%d %H:%M")}, fh, indent=1)
+            json.dump(d, fh, indent=1)
+    if a.svg:
+        write_svg(a.svg, d)
 
 
 if __name__ == "__main__":
