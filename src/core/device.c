@@ -763,7 +763,7 @@ static void run_checks(fl_gpu_state *s) {
     fl_cuda_tools_fn tools = (fl_cuda_tools_fn)dlsym(plugin, FL_CUDA_TOOLS_ENTRY);
 
     /* 6: the device, as the plugin sees it */
-    fl_cuda_host host = {FL_CUDA_PLUGIN_ABI, host_error};
+    fl_cuda_host host = {FL_CUDA_PLUGIN_ABI, FL_BACKEND_ABI, host_error};
     const fl_backend *be = open_fn(&host, &s->rep);
     const fl_cuda_report *r = &s->rep;
     add_check(s, "cudart", FL_GPU_PASS, NULL, "CUDA runtime %d.%d, linked into the plugin", r->runtime_version / 1000,

@@ -3002,6 +3002,10 @@ extern "C" __attribute__((visibility("default"))) const fl_backend *fl_cuda_plug
     if (!host || host->abi != FL_CUDA_PLUGIN_ABI)
         return fail_open(rep, "plugin", "the CUDA plugin's ABI %d does not match flynn's %d: reinstall flynn",
                          FL_CUDA_PLUGIN_ABI, host ? host->abi : -1);
+    if (!host->backend_abi || strcmp(host->backend_abi, FL_BACKEND_ABI) != 0)
+        return fail_open(rep, "plugin", "the CUDA plugin was built from another flynn than this libflynn (backend "
+                         "table %s, libflynn's %s): reinstall flynn, so that libflynn and its plugins come from one "
+                         "build", FL_BACKEND_ABI, host->backend_abi ? host->backend_abi : "?");
     g_host = host;
     cudaRuntimeGetVersion(&rep->runtime_version);
     cudaDriverGetVersion(&rep->driver_version);

@@ -12,7 +12,13 @@
 
 #include "backend/backend.h"
 
-#define FL_CUDA_PLUGIN_ABI 1
+/* 2: fl_cuda_host carries the backend table's fingerprint */
+#define FL_CUDA_PLUGIN_ABI 2
+/* The fingerprint of backend.h and this header (CMake's SHA-256 of both),
+ * the same in libflynn and the plugins of one build. */
+#ifndef FL_BACKEND_ABI
+#define FL_BACKEND_ABI "unset"
+#endif
 #define FL_CUDA_PLUGIN_ENTRY "fl_cuda_plugin_open"
 /* The CUDA version this flynn is built for: the driver must support it. */
 #define FL_CUDA_BUILD_MAJOR 13
@@ -21,6 +27,7 @@
  * that it works with a static libflynn too). */
 typedef struct fl_cuda_host {
     int abi;
+    const char *backend_abi; /* FL_BACKEND_ABI of the libflynn that opens the plugin */
     /* sets the thread's flynn error, returns s */
     int (*error)(int status, const char *fmt, ...);
 } fl_cuda_host;
