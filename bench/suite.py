@@ -330,7 +330,14 @@ def write_svg(path, d):
             for bi, b in enumerate(batches):
                 r = next((r for r in rows if r["model"] == m and r["batch"] == b and r["mode"] == mode), None)
                 x = gx + bi * bw
-                if not r or not r.get("ratio_best_peer"):
+                if not r:
+                    continue
+                if not r.get("ratio_best_peer"):  # flynn (or every peer) gave no result: say so
+                    out.append('<text x="%.1f" y="%.1f" text-anchor="middle" font-size="9" fill="#c33" '
+                               'transform="rotate(-90 %.1f %.1f)">%s</text>' % (x + bw / 2, y(0) - 6, x + bw / 2,
+                               y(0) - 6, "flynn failed" if "flynn" not in r else "no peer"))
+                    out.append('<text x="%.1f" y="%.1f" text-anchor="middle" font-size="9" fill="#555">%d</text>'
+                               % (x + bw / 2 - 1, y(0) + 12, b))
                     continue
                 v = r["ratio_best_peer"]
                 out.append('<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="%s"/>'
