@@ -203,11 +203,7 @@ void fl_avx2_gemm(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, con
                   int threads) {
     if (M <= 0 || N <= 0) return;
     if (K <= 0) {
-        for (int64_t m = 0; m < M; m++)
-            for (int64_t n = 0; n < N; n++) {
-                float v = beta != 0.0f ? C[m * ldc + n] : (bias ? bias[n] : 0.0f);
-                C[m * ldc + n] = relu && v < 0 ? 0.0f : v;
-            }
+        fl_gemm_no_k(M, N, beta, C, ldc, bias, relu);
         return;
     }
     if ((double)M * (double)N * (double)K < 1e6) threads = 1;

@@ -53,6 +53,16 @@ void fl_simd_run(const fl_simd_tile *t, int rows);
 static inline int fl_tiles(int64_t n, int rmax) { return (int)((n + rmax - 1) / rmax); }
 static inline int64_t fl_tile_start(int64_t n, int nt, int k) { return n * k / nt; }
 
+/* The own GEMMs' result when K is 0 (no products): C = beta C (beta 0 or
+ * 1) or the bias, then the ReLU. */
+static inline void fl_gemm_no_k(int64_t M, int64_t N, float beta, float *C, int64_t ldc, const float *bias, int relu) {
+    for (int64_t m = 0; m < M; m++)
+        for (int64_t n = 0; n < N; n++) {
+            float v = beta != 0.0f ? C[m * ldc + n] : (bias ? bias[n] : 0.0f);
+            C[m * ldc + n] = relu && v < 0 ? 0.0f : v;
+        }
+}
+
 /* C[M, N] = op(A)[M, K] @ op(B)[K, N] (+ bias, relu), row-major, with
  * op(A) = A (lda: row stride) or A^T, op(B) likewise. beta 0 overwrites C, 1
  * adds to it; bias (N floats, may be NULL) and relu apply only with beta 0.
