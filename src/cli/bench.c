@@ -22,6 +22,7 @@
  * from the graph (fl_model_flops) for every model.
  */
 #include <flynn/flynn.h>
+#include "core/clock.h"
 #include "svg.h"
 
 #include <dlfcn.h>
@@ -403,12 +404,6 @@ static fl_status synth_for_model(const fl_model *m, long n, fl_dataset *ds) {
     return FL_OK;
 }
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* A fresh compiled model on device d. NULL with d's reason set when the
  * device refuses; *fatal when something else failed. */
 static fl_model *make_model(bench_run *b, int d, bool *fatal) {
@@ -467,9 +462,9 @@ static int measure(bench_run *b, int d, int bi, const fl_dataset *ds, const fl_t
         }
         point best = {0, -1};
         for (int r = 0; r < b->o.repeat; r++) {
-            double t0 = now_s();
+            double t0 = fl_clock_seconds();
             fl_tensor *p = fl_predict(m, ds->x_train, .batch_size = bs, .verbose = FL_VERBOSE_SILENT);
-            double dt = now_s() - t0;
+            double dt = fl_clock_seconds() - t0;
             if (!p) { rc = 1; goto done; }
             fl_tensor_free(p);
             if (dt > 0 && (double)b->n / dt > best.samples_per_s) best = (point){dt, (double)b->n / dt};

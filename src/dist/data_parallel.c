@@ -3,6 +3,7 @@
  * MPI: batch shares, gradient and statistics reductions, the weights check.
  * The MPI calls themselves are in mpi.c.
  */
+#include "core/clock.h"
 #include "dist/data_parallel.h"
 #include "dist/mpi.h"
 #include "core/error.h"
@@ -47,12 +48,6 @@ struct fl_dp_buckets {
     double wait_s;
     int64_t steps, early, total; /* buckets started during backward, buckets started */
 };
-
-static double secs(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 void fl_dp_buckets_free(fl_model *m) {
     struct fl_dp_buckets *d = m->dp;
@@ -185,7 +180,7 @@ fl_status fl_dp_reduce_grads(fl_model *m, bool have) {
     m->g.on_param_ctx = NULL;
     if (!have) /* no share of this batch: zeros, in the same buckets and order as the others */
         for (int i = 0; i < o->nparams; i++) memset(o->params[i].g, 0, (size_t)o->params[i].n * sizeof(float));
-    const double t0 = secs();
+    const double t0 = fl_clock_seconds();
     if (!d || !d->overlap || d->params != o->params) {
         /* one all-reduce per weight, in the optimizer's (the graph's) order: the same on every rank */
         for (int i = 0; i < o->nparams; i++) {
@@ -212,7 +207,7 @@ fl_status fl_dp_reduce_grads(fl_model *m, bool have) {
         }
     }
     if (d) {
-        d->wait_s += secs() - t0;
+        d->wait_s += fl_clock_seconds() - t0;
         d->steps++;
     }
     return FL_OK;

@@ -31,6 +31,7 @@
 #if !defined(_GNU_SOURCE) && !defined(_POSIX_C_SOURCE)
 #define _POSIX_C_SOURCE 200809L
 #endif
+#include "core/clock.h"
 #include "flynn/flynn.h"
 #include "core/error.h"
 #include "core/philox.h"
@@ -63,12 +64,6 @@ struct fl_data_stream {
     void *impl;
     atomic_int refs;
 };
-
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static fl_data_stream *stream_alloc(int64_t n, int xnd, const int64_t *xs, fl_dtype xdt, int ynd, const int64_t *ys) {
     fl_data_stream *s = fl_calloc(1, sizeof *s, "stream");
@@ -715,7 +710,7 @@ fl_status fl_prefetch_begin(fl_prefetch *p, int epoch, const int64_t *order, int
 }
 
 fl_status fl_prefetch_next(fl_prefetch *p, void **x, float **y, int64_t *b, double *waited) {
-    double t0 = now();
+    double t0 = fl_clock_seconds();
     if (p->next_out >= p->nbatches)
         return fl_error(FL_ERR_STATE, "fl_prefetch: batch %lld asked for, the pass has %lld", (long long)p->next_out + 1,
                         (long long)p->nbatches);
@@ -734,7 +729,7 @@ fl_status fl_prefetch_next(fl_prefetch *p, void **x, float **y, int64_t *b, doub
         while (sl->batch != k) pthread_cond_wait(&p->ready, &p->mu);
         pthread_mutex_unlock(&p->mu);
     }
-    *waited = now() - t0;
+    *waited = fl_clock_seconds() - t0;
     if (sl->status != FL_OK) return fl_error(sl->status, "%s", sl->msg);
     p->held = k;
     p->next_out++;

@@ -21,6 +21,7 @@
  * a multiple of N (its record_if condition stays on; tensorflow/tensorboard
  * issue 4975); flynn writes them every epoch, as Keras documents.
  */
+#include "core/clock.h"
 #include "nn.h"
 #include "core/error.h"
 #include "io/keras.h"
@@ -40,12 +41,6 @@ typedef struct tensorboard {
     double epoch_t0, batch_t0;  /* write_steps_per_second: when the epoch and the step began */
     int64_t epoch_it0;          /* the optimizer's iterations when the epoch began */
 } tensorboard;
-
-static double seconds_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static fl_status tb_close(tensorboard *t) {
     fl_status a = fl_tfevents_close(t->train);
@@ -84,7 +79,7 @@ static fl_status tb_epoch_begin(fl_model *m, int epoch, fl_logs *logs, void *use
     (void)epoch; (void)logs;
     tensorboard *t = user;
     t->epoch_it0 = m->opt ? fl_optimizer_iterations(m->opt) : 0;
-    t->epoch_t0 = t->batch_t0 = seconds_now();
+    t->epoch_t0 = t->batch_t0 = fl_clock_seconds();
     return FL_OK;
 }
 
@@ -92,7 +87,7 @@ static fl_status tb_batch_end(fl_model *m, int64_t batch, fl_logs *logs, void *u
     (void)m; (void)batch;
     tensorboard *t = user;
     t->global_batch++;
-    double now = t->steps_per_second ? seconds_now() : 0.0, dt = now - t->batch_t0;
+    double now = t->steps_per_second ? fl_clock_seconds() : 0.0, dt = now - t->batch_t0;
     t->batch_t0 = now;
     if (!t->train || t->global_batch % t->update_freq != 0) return FL_OK;
     /* Keras times on_train_batch_begin to _end; flynn has no batch-begin hook: from the previous step's end */
@@ -162,7 +157,7 @@ static fl_status tb_epoch_end(fl_model *m, int epoch, fl_logs *logs, void *user)
     }
     if (!lr_done) FL_TRY(fl_tfevents_scalar(t->train, "epoch_learning_rate", epoch, (float)lr));
     if (t->steps_per_second) { /* _compute_steps_per_second: the epoch's steps over its time so far */
-        double dt = seconds_now() - t->epoch_t0;
+        double dt = fl_clock_seconds() - t->epoch_t0;
         int64_t it = m->opt ? fl_optimizer_iterations(m->opt) : 0;
         FL_TRY(fl_tfevents_scalar(t->train, "epoch_steps_per_second", epoch, (float)(dt > 0 ? (double)(it - t->epoch_it0) / dt : 0.0)));
     }

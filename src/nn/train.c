@@ -6,6 +6,7 @@
  * (fl_fit_stream, src/io/stream.c): data_src below hides which, so both
  * run the same epoch loop.
  */
+#include "core/clock.h"
 #include "nn.h"
 #include "core/error.h"
 #include "core/rng.h"
@@ -22,12 +23,6 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 const char *fl_loss_name(fl_loss_kind k) {
     switch (k) {
@@ -878,12 +873,12 @@ static void fmt_eta(char *buf, size_t n, double eta) {
 static bool progbar_due(const progbar *p, bool final) {
     if (p->mode == FL_VERBOSE_SILENT) return false;
     if (final) return true;
-    return p->mode == FL_VERBOSE_BAR && now() - p->last >= 0.05;
+    return p->mode == FL_VERBOSE_BAR && fl_clock_seconds() - p->last >= 0.05;
 }
 
 /* keys/vals: the "- key: value" pairs, already in Keras order */
 static void progbar_update(progbar *p, int64_t cur, int nkv, char keys[][48], const double *vals, bool final) {
-    double t = now();
+    double t = fl_clock_seconds();
     p->last = t;
     char line[1024], tmp[64];
     int len = 0;
@@ -1019,7 +1014,7 @@ static fl_status evaluate(fl_model *m, const fl_tensor *const *xs, int nx, const
                       : fl_last_status();
     if (s == FL_OK) {
         FILE *f = a.out ? a.out : stdout;
-        progbar pb = {f, resolve_verbose(a.verbose, f), (n + bs - 1) / bs, now(), 0, 0, NULL};
+        progbar pb = {f, resolve_verbose(a.verbose, f), (n + bs - 1) / bs, fl_clock_seconds(), 0, 0, NULL};
         double r[1 + FL_MAX_METRICS];
         s = run_eval(m, &d, idx, n, bs, r, &pb);
         if (s == FL_OK)
@@ -1568,7 +1563,7 @@ static fl_history *fit(fl_model *m, const fl_tensor *const *xs, int nx, const fl
         if (check && xr[k] && !m->g.be->host_memory && !m->inputs[k]->int_val &&
             check_x_finite(m, &tr, k, xr[k], NULL, n_train, a.initial_epoch, epochs, 0, steps) != FL_OK)
             goto fail;
-    double t_fit = now();
+    double t_fit = fl_clock_seconds();
     for (int ep = a.initial_epoch; ep < epochs; ep++) {
         for (int64_t i = 0; i < n; i++) perm[i] = i;
         if (!a.no_shuffle) fl_rng_permutation(perm, n_train, m->seed, 0x5348554646ull << 24 | (uint64_t)ep);
@@ -1576,11 +1571,11 @@ static fl_history *fit(fl_model *m, const fl_tensor *const *xs, int nx, const fl
         logs.n = 0;
         for (int c = 0; c < ncb; c++)
             if (cbs[c]->on_epoch_begin && cbs[c]->on_epoch_begin(m, ep, &logs, cbs[c]->user) != FL_OK) goto fail_cb;
-        progbar pb = {f, mode, steps, now(), 0, 0, stream ? &tr.wait : NULL};
+        progbar pb = {f, mode, steps, fl_clock_seconds(), 0, 0, stream ? &tr.wait : NULL};
         char keys[FL_HIST_MAX_KEYS][48];
         double v[1 + FL_MAX_METRICS], vals[FL_HIST_MAX_KEYS];
         int64_t seen = 0;
-        double t0 = now();
+        double t0 = fl_clock_seconds();
         if ((!stream && fl_model_bind(m, xs, nx, fn) != FL_OK) || reserve(m, bs < n_train ? bs : n_train) != FL_OK)
             goto fail;
         zero_stats(m);
@@ -1595,12 +1590,12 @@ static fl_history *fit(fl_model *m, const fl_tensor *const *xs, int nx, const fl
                 m->dist_batch = b;
                 m->dist_share = share;
             }
-            double tl = stream ? 0 : now();
+            double tl = stream ? 0 : fl_clock_seconds();
             if (share > 0 && load_batch(m, &tr, perm + s * bs + lo, share) != FL_OK) {
                 fl_error_prefix("%s: epoch %d/%d, step %lld/%lld: ", fn, ep + 1, epochs, (long long)s + 1, (long long)steps);
                 goto fail;
             }
-            if (!stream) tr.wait += now() - tl;
+            if (!stream) tr.wait += fl_clock_seconds() - tl;
             for (int k = 0; k < nx; k++) { /* int32 indices: no NaN to find */
                 const float *rows = m->g.be->host_memory ? m->inputs[k]->val : tr.last_x; /* a stream's on the host */
                 if (check && rows && !m->inputs[k]->int_val &&
@@ -1673,7 +1668,7 @@ static fl_history *fit(fl_model *m, const fl_tensor *const *xs, int nx, const fl
                 goto fail;
             }
         }
-        h->train_seconds += now() - t0;
+        h->train_seconds += fl_clock_seconds() - t0;
         h->train_samples += seen;
         float hv[FL_HIST_MAX_KEYS];
         int nkv = stat_kv(m, v, "", keys, vals);
@@ -1714,7 +1709,7 @@ static fl_history *fit(fl_model *m, const fl_tensor *const *xs, int nx, const fl
                 st ? 1e3 * w / (double)st : 0.0, (long long)early, (long long)total);
     }
     fl_dp_buckets_free(m);
-    h->seconds = now() - t_fit;
+    h->seconds = fl_clock_seconds() - t_fit;
     if (gs.graph) m->g.be->graph_free(gs.graph);
     data_close(m, &tr); data_close(m, &vd);
     free(perm); free(vidx); free(yh); free(vyh); free(wh); free(vwh);
