@@ -3,15 +3,15 @@
  * MPI: batch shares, gradient and statistics reductions, the weights check.
  * The MPI calls themselves are in mpi.c.
  */
-#include "core/clock.h"
 #include "dist/data_parallel.h"
 #include "dist/mpi.h"
+#include "core/clock.h"
 #include "core/error.h"
 
 #include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 void fl_dp_share(int64_t b, int64_t *lo, int64_t *cnt) {
     int64_t r = fl_dist_rank(), n = fl_dist_size(), base = b / n, rem = b % n;
@@ -40,7 +40,7 @@ struct fl_dp_buckets {
     int *bucket_of;             /* weight j -> its bucket */
     int nb, *first, *count, *left;
     int64_t *len;               /* floats in bucket b */
-    float **buf;                /* its packed gradients */
+    float **buf;                /* its packed gradients (NULL for a bucket of one weight: reduced in place) */
     fl_dist_req *req;
     int started;                /* buckets 0..started-1 are on their way */
     bool overlap;
@@ -61,11 +61,13 @@ void fl_dp_buckets_free(fl_model *m) {
     m->dp = NULL;
 }
 
-void fl_dp_wait_stats(const fl_model *m, double *wait_s, int64_t *steps, int64_t *early, int64_t *total) {
-    *wait_s = m->dp ? m->dp->wait_s : 0.0;
-    *steps = m->dp ? m->dp->steps : 0;
-    *early = m->dp ? m->dp->early : 0;
-    *total = m->dp ? m->dp->total : 0;
+void fl_dp_buckets_end(fl_model *m) {
+    const struct fl_dp_buckets *d = m->dp;
+    if (d && getenv("FLYNN_DP_STATS") && fl_dist_rank() == 0)
+        fprintf(stderr, "flynn: data parallel: %lld steps waited %.3f ms each for the gradients' sums after "
+                "backward; %lld of %lld buckets started during backward\n", (long long)d->steps,
+                d->steps ? 1e3 * d->wait_s / (double)d->steps : 0.0, (long long)d->early, (long long)d->total);
+    fl_dp_buckets_free(m);
 }
 
 static bool env_off(const char *name) {
@@ -129,20 +131,23 @@ static fl_status plan(fl_model *m) {
         if (d->len[b] > INT_MAX)
             return fl_error(FL_ERR_UNSUPPORTED, "gradient buckets: a weight of %lld elements; MPI counts are int",
                             (long long)d->len[b]);
-        d->buf[b] = fl_malloc((size_t)d->len[b] * sizeof(float), "gradient bucket");
-        if (!d->buf[b]) return fl_last_status();
+        if (d->count[b] > 1 && !(d->buf[b] = fl_malloc((size_t)d->len[b] * sizeof(float), "gradient bucket")))
+            return fl_last_status();
     }
     return FL_OK;
 }
 
 static void start(struct fl_dp_buckets *d, int b) {
-    float *p = d->buf[b];
-    for (int k = 0; k < d->count[b]; k++) {
-        const fl_param_ref *w = &d->params[d->first[b] - k];
-        memcpy(p, w->g, (size_t)w->n * sizeof(float));
-        p += w->n;
+    float *buf = d->buf[b] ? d->buf[b] : d->params[d->first[b]].g; /* one weight: its gradient, in place */
+    if (d->buf[b]) {
+        float *p = buf;
+        for (int k = 0; k < d->count[b]; k++) {
+            const fl_param_ref *w = &d->params[d->first[b] - k];
+            memcpy(p, w->g, (size_t)w->n * sizeof(float));
+            p += w->n;
+        }
     }
-    if (d->err == FL_OK) d->err = fl_dist_iallreduce_f32(d->buf[b], d->len[b], &d->req[b]);
+    if (d->err == FL_OK) d->err = fl_dist_iallreduce_f32(buf, d->len[b], &d->req[b]);
     d->started = b + 1;
 }
 
@@ -152,9 +157,9 @@ static void on_param_grad(void *ctx, int i) {
     if (j < 0) return;
     const int b = d->bucket_of[j];
     if (--d->left[b] > 0) return;
-    /* buckets finish in order (backward passes the weights from the last); a
-     * bucket before this one that is still open (a weight without a
-     * gradient this step, which backward did not pass) starts first */
+    /* backward passes every weight, from the last, so the buckets complete in
+     * order; starting any earlier one first keeps the collectives in the same
+     * order on every rank even if that ever changed */
     while (d->started <= b) {
         start(d, d->started);
         d->early++;
@@ -199,7 +204,7 @@ fl_status fl_dp_reduce_grads(fl_model *m, bool have) {
         }
         for (int b = 0; b < d->nb; b++) {
             const float *p = d->buf[b];
-            for (int k = 0; k < d->count[b]; k++) {
+            for (int k = 0; p && k < d->count[b]; k++) {
                 const fl_param_ref *w = &d->params[d->first[b] - k];
                 memcpy(w->g, p, (size_t)w->n * sizeof(float));
                 p += w->n;

@@ -35,12 +35,12 @@ fl_status fl_dp_reduce_stats(const double *before, double *stats, int n);
  * the same buckets in the same order. */
 fl_status fl_dp_grads_begin(fl_model *m);
 fl_status fl_dp_reduce_grads(fl_model *m, bool have);
-/* Frees the buckets (fl_fit's end). */
+/* Frees the buckets (fl_fit's end and its failures). */
 void fl_dp_buckets_free(fl_model *m);
-/* Seconds the steps so far waited for the gradients' sums after backward
- * (the part of the communication not hidden), steps counted, and of the
- * buckets started, how many were started during backward. */
-void fl_dp_wait_stats(const fl_model *m, double *wait_s, int64_t *steps, int64_t *early, int64_t *total);
+/* fl_fit's end: with FLYNN_DP_STATS set, rank 0 prints the mean wait for
+ * the gradients' sums after backward (the communication not hidden) and
+ * how many buckets started during backward; then frees the buckets. */
+void fl_dp_buckets_end(fl_model *m);
 
 /* BatchNormalization's moving mean and variance, which each rank moved
  * with its own share's statistics, replaced by their mean over the ranks

@@ -1700,15 +1700,7 @@ static fl_history *fit(fl_model *m, const fl_tensor *const *xs, int nx, const fl
     for (int c = 0; c < ncb; c++)
         if (cbs[c]->on_train_end && cbs[c]->on_train_end(m, &logs, cbs[c]->user) != FL_OK) goto fail_cb;
     if (dist && fl_dp_check_weights(m, "fl_fit: after training") != FL_OK) goto fail;
-    if (dist && getenv("FLYNN_DP_STATS") && fl_dist_rank() == 0) {
-        double w;
-        int64_t st, early, total;
-        fl_dp_wait_stats(m, &w, &st, &early, &total);
-        fprintf(stderr, "flynn: data parallel: %lld steps waited %.3f ms each for the gradients' sums after "
-                "backward; %lld of %lld buckets started during backward\n", (long long)st,
-                st ? 1e3 * w / (double)st : 0.0, (long long)early, (long long)total);
-    }
-    fl_dp_buckets_free(m);
+    fl_dp_buckets_end(m);
     h->seconds = fl_clock_seconds() - t_fit;
     if (gs.graph) m->g.be->graph_free(gs.graph);
     data_close(m, &tr); data_close(m, &vd);
