@@ -123,13 +123,15 @@ out=$("$FLYNN" bench --model "$fx/mobilenet_block.keras" --samples 64 --batch-si
       --warmup-steps 1 --json - 2>"$tmp/err"); rc=$?
 [ $rc -eq 0 ] && ok || { bad "bench a model file: exit $rc"; cat "$tmp/err" >&2; }
 grep -qE "^flynn bench: .*mobilenet_block.keras on 64 synthetic samples" "$tmp/err" && ok || { bad "file header"; cat "$tmp/err" >&2; }
-grep -qE "^FLOPs per sample: [0-9.]+ M training, [0-9.]+ M predict; weights [0-9.]+ MB, buffers [0-9.]+ KB per sample" \
+grep -qE "^FLOPs per sample: [0-9.]+ M training, [0-9.]+ M predict; weights [0-9.]+ MB, buffers per sample [0-9.]+ KB training, [0-9.]+ KB predict" \
   "$tmp/err" && ok || { bad "file FLOPs line"; cat "$tmp/err" >&2; }
 python3 -c '
 import json, sys
 j = json.loads(sys.stdin.read())
 assert j["flops_per_sample"]["train"] > 2 * j["flops_per_sample"]["predict"] > 0, j["flops_per_sample"]
 assert j["memory"]["weight_bytes"] > 0 and j["memory"]["buffer_bytes_per_sample"] > 0, j["memory"]
+# predict keeps values only, reused by lifetime: well under training'"'"'s values, gradients and aux
+assert 0 < 2 * j["memory"]["predict_buffer_bytes_per_sample"] < j["memory"]["buffer_bytes_per_sample"], j["memory"]
 assert {(r["mode"], r["batch_size"]) for r in j["results"]} == {("train", 16), ("predict", 16)}, j["results"]
 ' <<<"$out" && ok || bad "file JSON"
 # the user's arrays (an int32 token input: synthetic data refuses it, by name)

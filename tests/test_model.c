@@ -813,10 +813,21 @@ static void test_cost(void) {
     CHECK(fl_model_memory(m, &mi) == FL_OK);
     CHECK(mi.weight_bytes == fl_model_count_params(m) * 4);
     CHECK(mi.gradient_bytes == mi.weight_bytes);
-    /* values of input, conv, conv, pool, dropout, dense, dropout, dense (Flatten is a view), gradients of all
-     * but the input, plus saved state (masks, argmax): at least the values and gradients */
+    /* training keeps the values of input, conv, conv, pool, dropout, dense, dropout, dense (Flatten is a view)
+     * and the saved state (masks, argmax) for the whole step; gradients share memory by lifetime, and the most
+     * live at once are at the fused pooling's backward: the pooling's, both convolutions' (the second's as
+     * scratch, the first's written there). Without sharing, every gradient but the input's would add up. */
     int64_t vals = 28 * 28 + 26 * 26 * 32 + 24 * 24 * 64 + 2 * 12 * 12 * 64 + 2 * 128 + 10;
-    CHECK_MSG(mi.bytes_per_sample >= 4 * (2 * vals - 28 * 28), "%lld", (long long)mi.bytes_per_sample);
+    int64_t grads = vals - 28 * 28, peak = 12 * 12 * 64 + 24 * 24 * 64 + 26 * 26 * 32;
+    CHECK_MSG(mi.bytes_per_sample >= 4 * (vals + peak) && mi.bytes_per_sample < 4 * (vals + grads) + 4 * 12 * 12 * 64 * 2,
+              "training: %lld bytes per sample, values %lld floats, gradient peak %lld", (long long)mi.bytes_per_sample,
+              (long long)vals, (long long)peak);
+    /* predict: values only, each freed once read; the most at once at the fused convolution and pooling: the
+     * first convolution's (read), the second's and the pooling's (written) and the pooling's argmax */
+    int64_t infer_peak = 26 * 26 * 32 + 24 * 24 * 64 + 12 * 12 * 64;
+    CHECK_MSG(mi.inference_bytes_per_sample >= 4 * infer_peak && mi.inference_bytes_per_sample <= 4 * infer_peak + 4 *
+              12 * 12 * 64 * 2, "predict: %lld bytes per sample, peak %lld floats", (long long)mi.inference_bytes_per_sample,
+              (long long)infer_peak);
     /* both convolutions frozen: the first Dense takes its weight gradient only (nothing below it trains), the
      * second its weight and input gradients */
     fl_layer_set_trainable(fl_model_get_layer(m, "conv2d"), false);

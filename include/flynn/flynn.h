@@ -676,13 +676,16 @@ fl_status fl_model_flops(const fl_model *m, double *forward, double *train);
 /* A model's memory: weights, their gradients (trainable ones), the
  * optimizer's slots (once compiled), and per sample of the batch the values,
  * gradients and saved state of every layer that a training step keeps (the
- * buffers grow with the batch size: bytes_per_sample * batch), plus the
+ * buffers grow with the batch size: bytes_per_sample * batch; gradients
+ * share memory once read), and what predict and evaluate keep (values only,
+ * each layer's freed for another's once its readers ran), plus the
  * convolution workspace of the batch size reserved so far. */
 typedef struct fl_memory_info {
     int64_t weight_bytes, gradient_bytes, optimizer_bytes;
-    int64_t bytes_per_sample;
+    int64_t bytes_per_sample;           /* training's batch buffers (values, gradients, aux) per sample */
     int64_t fixed_bytes;     /* per-layer state that does not grow with the batch */
     int64_t workspace_bytes; /* 0 until a batch size is reserved (fit, predict) */
+    int64_t inference_bytes_per_sample; /* predict's and evaluate's (values only, reused by lifetime) */
 } fl_memory_info;
 fl_status fl_model_memory(const fl_model *m, fl_memory_info *out);
 

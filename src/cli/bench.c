@@ -494,9 +494,10 @@ static void print_header(const bench_run *b, FILE *f) {
     fprintf(f, "flynn bench: %s on %lld %s %s, one epoch per point after %d warm-up step%s%s\n", b->o.model,
             (long long)b->n, b->data_kind, b->file ? "samples" : b->vocab ? "sequences" : "images", b->o.warmup, b->o.warmup == 1 ? "" : "s",
             b->o.repeat > 1 ? " (fastest of repeats)" : "");
-    fprintf(f, "FLOPs per sample: %.2f M training, %.2f M predict; weights %.2f MB, buffers %.1f KB per sample\n",
-            b->flops[MODE_TRAIN] / 1e6, b->flops[MODE_PREDICT] / 1e6, (double)b->mem.weight_bytes / 1e6,
-            (double)b->mem.bytes_per_sample / 1e3);
+    fprintf(f, "FLOPs per sample: %.2f M training, %.2f M predict; weights %.2f MB, buffers per sample %.1f KB "
+            "training, %.1f KB predict\n", b->flops[MODE_TRAIN] / 1e6, b->flops[MODE_PREDICT] / 1e6,
+            (double)b->mem.weight_bytes / 1e6, (double)b->mem.bytes_per_sample / 1e3,
+            (double)b->mem.inference_bytes_per_sample / 1e3);
     char remark[512], tw[128];
     blas_remark(b, remark, sizeof remark);
     fl_default_num_threads(tw, sizeof tw);
@@ -571,8 +572,9 @@ static void write_json(const bench_run *b, FILE *f) {
     fprintf(f, ",\n");
     fprintf(f, "  \"flops_per_sample\": {\"train\": %.0f, \"predict\": %.0f},\n", b->flops[MODE_TRAIN],
             b->flops[MODE_PREDICT]);
-    fprintf(f, "  \"memory\": {\"weight_bytes\": %lld, \"buffer_bytes_per_sample\": %lld},\n",
-            (long long)b->mem.weight_bytes, (long long)b->mem.bytes_per_sample);
+    fprintf(f, "  \"memory\": {\"weight_bytes\": %lld, \"buffer_bytes_per_sample\": %lld, "
+            "\"predict_buffer_bytes_per_sample\": %lld},\n", (long long)b->mem.weight_bytes,
+            (long long)b->mem.bytes_per_sample, (long long)b->mem.inference_bytes_per_sample);
     fprintf(f, "  \"cpu_model\": ");
     json_str(f, b->cpu_model);
     fprintf(f, ",\n  \"blas\": {\"library\": ");

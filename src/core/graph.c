@@ -4,6 +4,7 @@
  * topological order. What each op computes lives in src/ops/ops.c.
  */
 #include "graph.h"
+#include "plan.h"
 #include "error.h"
 #include "tensor.h"
 #include "ops/ops.h"
@@ -21,19 +22,20 @@ static void free_batched(fl_graph *g) {
     for (int i = 0; i < g->n; i++) {
         fl_node *n = g->nodes[i];
         if (n->op == FL_OP_PARAM) continue;
-        if (!n->val_view && n->val) g->be->free(n->val);
-        if (!n->grad_view && n->grad) g->be->free(n->grad);
-        if (n->aux) g->be->free(n->aux);
         if (n->gscratch) g->be->free(n->gscratch);
-        n->val = n->grad = NULL;
+        n->val = n->grad = NULL; /* slices of the arena */
         n->aux = NULL;
         n->gscratch = NULL;
         n->vbytes = n->abytes = 0;
     }
+    if (g->arena) g->be->free(g->arena);
+    g->arena = NULL;
+    g->arena_bytes = 0;
     if (g->ws) g->be->free(g->ws);
     g->ws = NULL;
     g->ws_bytes = 0;
     g->batch_cap = 0;
+    g->infer = false;
 }
 
 void fl_graph_free(fl_graph *g) {
@@ -143,73 +145,59 @@ void fl_graph_refinalize(fl_graph *g) {
     g->trainable_gen++;
 }
 
-/* The bytes the batch buffers of `batch` samples would take, with the
- * weights, checked against the memory budget before anything is allocated;
- * the refusal names the batch size and the layer with the largest buffers. */
-static fl_status check_budget(const fl_graph *g, int64_t batch) {
-    int64_t total = g->param_bytes, big = 0, limit = fl_model_bytes_limit();
+/* The plan of the batch buffers of `batch` samples (plan.h), checked with
+ * the weights against the memory budget before anything is allocated; the
+ * refusal names the batch size and the layer with the largest buffers. */
+static fl_status plan_within_budget(const fl_graph *g, int64_t batch, bool infer, fl_plan *p) {
+    FL_TRY(fl_plan_make(g, NULL, batch, infer, FL_ARENA_ALIGN, true, p));
+    int64_t total = g->param_bytes, big = -1, limit = fl_model_bytes_limit();
     const fl_node *bn = NULL;
-    bool overflow = false;
-    for (int i = 0; i < g->n && !overflow; i++) {
+    bool overflow = p->overflow || p->bytes > INT64_MAX || !fl_add_checked(total, (int64_t)p->bytes, &total);
+    for (int i = 0; i < g->n; i++) {
         const fl_node *n = g->nodes[i];
         if (n->op == FL_OP_PARAM || !n->batched) continue;
-        bool view = n->op == FL_OP_RESHAPE, gview = view && n->in[0]->nconsumers == 1;
-        int64_t copies = (view ? 0 : 1) + (n->needs_grad && !gview ? 1 : 0);
-        int64_t elems = 0, bytes = 0, aux = 0;
-        overflow = !fl_mul_checked(batch, fl_node_sample_size(n), &elems) ||
-                   !fl_bytes_checked(elems, sizeof(float), &bytes) || !fl_mul_checked(bytes, copies, &bytes) ||
-                   !fl_bytes_checked(batch, n->aux_per_sample, &aux) || !fl_add_checked(aux, (int64_t)n->aux_fixed, &aux) ||
-                   !fl_add_checked(bytes, aux, &bytes) || !fl_add_checked(bytes, (int64_t)n->gscratch_bytes, &bytes) ||
-                   !fl_add_checked(total, bytes, &total);
-        if (bytes > big || !bn) { big = bytes; bn = n; }
+        if (!infer && !overflow) overflow = !fl_add_checked(total, (int64_t)n->gscratch_bytes, &total);
+        size_t b = (p->val[i] != FL_PLAN_NONE ? p->vbytes[i] : 0) + (p->grad[i] != FL_PLAN_NONE ? p->vbytes[i] : 0) +
+                   p->abytes[i];
+        if ((int64_t)b > big) { big = (int64_t)b; bn = n; }
     }
     if (!overflow && total <= limit) return FL_OK;
+    fl_plan_free(p);
     char a[160], b[48], c[48];
     int64_t s[FL_MAX_DIMS];
     if (bn) { memcpy(s, bn->shape, sizeof s); s[0] = batch; }
     return fl_error(FL_ERR_NOMEM,
-                    "batch size %lld: the model's weights and batch buffers would take more than flynn's model memory "
+                    "batch size %lld: the model's weights and %s buffers would take more than flynn's model memory "
                     "limit of %s (raise it with $FLYNN_MAX_MODEL_BYTES or fl_set_max_model_bytes, or use a smaller "
                     "batch); the largest buffers are layer '%s' (op %s) output %s, %s", (long long)batch,
-                    fl_bytes_str(limit, c, sizeof c), bn ? bn->name : "?", bn ? fl_op_name(bn->op) : "?",
-                    bn ? fl_shape_str(bn->ndim, s, a, sizeof a) : "?",
+                    infer ? "inference's" : "training's", fl_bytes_str(limit, c, sizeof c), bn ? bn->name : "?",
+                    bn ? fl_op_name(bn->op) : "?", bn ? fl_shape_str(bn->ndim, s, a, sizeof a) : "?",
                     overflow ? "more than a 64-bit size can count" : fl_bytes_str(big, b, sizeof b));
 }
 
-fl_status fl_graph_reserve(fl_graph *g, int64_t batch) {
-    if (batch <= g->batch_cap) return FL_OK;
-    FL_TRY(check_budget(g, batch));
+static fl_status reserve(fl_graph *g, int64_t batch, bool infer) {
+    fl_plan p;
+    FL_TRY(plan_within_budget(g, batch, infer, &p));
     free_batched(g);
     size_t ws = 0;
+    if (!(g->arena = g->be->alloc(p.bytes > FL_ARENA_ALIGN ? p.bytes : FL_ARENA_ALIGN))) goto fail;
+    g->arena_bytes = p.bytes;
+    char *base = g->arena;
     for (int i = 0; i < g->n; i++) {
         fl_node *n = g->nodes[i];
         if (n->op == FL_OP_PARAM || !n->batched) continue;
-        size_t bytes = (size_t)(batch * fl_node_sample_size(n)) * sizeof(float);
-        if (n->op == FL_OP_RESHAPE) {
-            n->val_view = true;
-            n->grad_view = n->in[0]->nconsumers == 1;
-        }
-        if (!n->val_view) {
-            n->val = g->be->alloc(bytes);
-            if (!n->val) goto fail;
-            n->vbytes = bytes;
-        }
-        if (n->needs_grad && !n->grad_view) {
-            n->grad = g->be->alloc(bytes);
-            if (!n->grad) goto fail;
-            n->vbytes = bytes;
-        }
-        size_t aux = n->aux_fixed + (size_t)batch * n->aux_per_sample;
-        if (aux) {
-            n->aux = g->be->alloc(aux);
-            if (!n->aux) goto fail;
-            n->abytes = aux;
-        }
-        if (n->gscratch_bytes && !(n->gscratch = g->be->alloc(n->gscratch_bytes))) goto fail;
+        n->val_view = n->op == FL_OP_RESHAPE;
+        n->grad_view = n->val_view && n->in[0]->nconsumers == 1;
+        if (p.val[i] != FL_PLAN_NONE) n->val = (float *)(base + p.val[i]);
+        if (p.grad[i] != FL_PLAN_NONE) n->grad = (float *)(base + p.grad[i]);
+        if (p.aux[i] != FL_PLAN_NONE) n->aux = base + p.aux[i];
+        n->vbytes = p.vbytes[i];
+        n->abytes = p.abytes[i];
+        if (!infer && n->gscratch_bytes && !(n->gscratch = g->be->alloc(n->gscratch_bytes))) goto fail;
         if (n->op == FL_OP_CONV2D || n->op == FL_OP_CONV2D_TRANSPOSE) {
             fl_conv_desc d = n->conv;
             d.n = batch;
-            size_t w = g->be->conv_workspace(&d, n->needs_grad);
+            size_t w = g->be->conv_workspace(&d, !infer && n->needs_grad);
             if (w > ws) ws = w;
         }
     }
@@ -217,21 +205,34 @@ fl_status fl_graph_reserve(fl_graph *g, int64_t batch) {
     for (int i = 0; i < g->n; i++) {
         fl_node *n = g->nodes[i];
         if (n->val_view) n->val = n->in[0]->val;
-        if (n->grad_view) n->grad = n->in[0]->grad;
+        if (n->grad_view && !infer) n->grad = n->in[0]->grad;
     }
     if (ws) {
         g->ws = g->be->alloc(ws);
         if (!g->ws) goto fail;
         g->ws_bytes = ws;
     }
+    fl_plan_free(&p);
     g->batch_cap = batch;
     g->batch = batch;
+    g->infer = infer;
     g->generation++;
     return FL_OK;
 fail:
+    fl_plan_free(&p);
     fl_error_prefix("allocating buffers for batch size %lld: ", (long long)batch);
     free_batched(g);
     return fl_last_status();
+}
+
+fl_status fl_graph_reserve(fl_graph *g, int64_t batch) {
+    if (batch <= g->batch_cap && !g->infer) return FL_OK;
+    return reserve(g, batch, false);
+}
+
+fl_status fl_graph_reserve_infer(fl_graph *g, int64_t batch) {
+    if (batch <= g->batch_cap) return FL_OK;
+    return reserve(g, batch, true);
 }
 
 void fl_graph_set_batch(fl_graph *g, int64_t batch) {
@@ -255,14 +256,18 @@ void fl_graph_clear_grads(fl_graph *g) {
     }
 }
 
-void fl_graph_backward(fl_graph *g) {
+int fl_graph_backward_watch(fl_graph *g, bool (*stop)(void *ctx, const fl_node *n), void *ctx) {
     for (int i = g->n - 1; i >= 0; i--) {
         fl_node *n = g->nodes[i];
         if (n->op == FL_OP_PARAM && g->on_param_grad) g->on_param_grad(g->on_param_ctx, i);
+        if (stop && (n->grad_ready || n->op == FL_OP_PARAM) && stop(ctx, n)) return i;
         if (!n->grad_ready || n->op == FL_OP_INPUT || n->op == FL_OP_PARAM) continue;
         fl_op_backward(g, n);
     }
+    return -1;
 }
+
+void fl_graph_backward(fl_graph *g) { (void)fl_graph_backward_watch(g, NULL, NULL); }
 
 bool fl_graph_runs_on(const fl_graph *g, const fl_backend *be, char *why, size_t len) {
     for (int i = 0; i < g->n; i++) {
@@ -414,13 +419,13 @@ fl_status fl_graph_rebind(fl_graph *g, fl_graph *s) {
             fit = false;
             break;
         }
-        bool owns = !o->val_view || (o->needs_grad && !o->grad_view); /* a buffer of its own (val, or grad) */
+        bool owns = !o->val_view || (!g->infer && o->needs_grad && !o->grad_view); /* a buffer of its own */
         if (owns && (size_t)bytes > o->vbytes) fit = false;
         if ((size_t)aux > o->abytes) fit = false;
         if (n->op == FL_OP_CONV2D || n->op == FL_OP_CONV2D_TRANSPOSE) {
             fl_conv_desc d = n->conv;
             d.n = g->batch_cap;
-            size_t w = g->be->conv_workspace(&d, o->needs_grad);
+            size_t w = g->be->conv_workspace(&d, !g->infer && o->needs_grad);
             if (w > ws) ws = w;
         }
     }
@@ -440,6 +445,7 @@ fl_status fl_graph_rebind(fl_graph *g, fl_graph *s) {
         o->vbytes = keep.vbytes; o->abytes = keep.abytes;
         o->val_view = keep.val_view; o->grad_view = keep.grad_view;
         o->force_grad = keep.force_grad;
+        o->is_output = keep.is_output;
         o->dyn = keep.dyn;
         for (int d = 1; d < o->ndim; d++) /* a dimension that moved follows the length */
             if (d < keep.ndim && keep.shape[d] != o->shape[d]) o->dyn |= 1u << d;

@@ -67,6 +67,7 @@ struct fl_node {
     bool trainable;            /* PARAM: updated by the optimizer */
     bool needs_grad;           /* a gradient must be computed for this node */
     bool force_grad;           /* INPUT: compute d/d(input) anyway (gradient checks) */
+    bool is_output;            /* read after the forward (a model output, or its loss mask): its value is kept */
     bool val_view, grad_view;  /* buffers borrowed from in[0] (RESHAPE) */
     bool grad_is_preact;       /* the loss wrote d/d(pre-activation) (fused softmax/sigmoid) */
     bool grad_ready;           /* written during this backward pass */
@@ -107,6 +108,9 @@ typedef struct fl_graph {
     int n, cap;
     fl_node **nodes;           /* topological order */
     int64_t batch_cap;         /* batch the buffers hold */
+    bool infer;                /* the buffers are inference's: no gradients, values shared by lifetime (plan.h) */
+    void *arena;               /* every batch buffer (values, gradients, aux): slices placed by plan.c */
+    size_t arena_bytes;
     int64_t batch;             /* current batch */
     void *ws;                  /* conv workspace */
     size_t ws_bytes;
@@ -283,13 +287,27 @@ bool fl_graph_runs_on(const fl_graph *g, const fl_backend *be, char *why, size_t
 /* Moves the parameters to another backend (batch buffers are re-made on
  * the next reserve). On failure nothing changes. */
 fl_status fl_graph_migrate(fl_graph *g, const fl_backend *to);
-/* Makes the buffers hold `batch` samples (grows only). */
+/* Makes the buffers hold `batch` samples for training (grows only): values
+ * and aux for the whole step, gradients sharing memory by lifetime. */
 fl_status fl_graph_reserve(fl_graph *g, int64_t batch);
+/* The same for forward passes only (predict, evaluate): when the buffers
+ * already hold `batch` samples (for training or inference) they stay; else
+ * inference's are made, values sharing memory by lifetime and no gradients,
+ * and the next fl_graph_reserve makes training's anew. Values other than
+ * the outputs' (is_output, or read by nothing) are overwritten during the
+ * forward. */
+fl_status fl_graph_reserve_infer(fl_graph *g, int64_t batch);
 /* Sets the current batch (<= reserved). */
 void fl_graph_set_batch(fl_graph *g, int64_t batch);
 void fl_graph_forward(fl_graph *g, bool training);
 /* Runs backward from nodes whose grad_ready is set (the loss sets the output's). */
 void fl_graph_backward(fl_graph *g);
+/* The same, calling stop(ctx, n) as each node's gradient is complete (a
+ * weight's when every reader added to it; another's before its own backward
+ * reads it, since gradient buffers share memory once read: plan.h), and
+ * returning the index of the first for which it returns true (backward
+ * stops there), or -1. */
+int fl_graph_backward_watch(fl_graph *g, bool (*stop)(void *ctx, const fl_node *n), void *ctx);
 /* Clears grad_ready flags before a backward pass. */
 void fl_graph_clear_grads(fl_graph *g);
 

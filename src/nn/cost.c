@@ -18,6 +18,7 @@
  * its inputs or weights is trained: its backward runs through time.
  */
 #include "core/error.h"
+#include "core/plan.h"
 #include "nn/nn.h"
 
 #include <stdlib.h>
@@ -132,23 +133,28 @@ fl_status fl_model_memory(const fl_model *m, fl_memory_info *out) {
     if (!need) return fl_last_status();
     for (int i = 0; i < g->n; i++) {
         const fl_node *n = g->nodes[i];
-        int64_t bytes = fl_node_sample_size(n) * (int64_t)sizeof(float);
         if (n->op == FL_OP_PARAM) {
             out->weight_bytes += fl_node_size(n) * (int64_t)sizeof(float);
             if (n->trainable) out->gradient_bytes += fl_node_size(n) * (int64_t)sizeof(float);
             continue;
         }
         if (!n->batched) continue;
-        /* as fl_graph_reserve allocates: a Reshape borrows its input's value, and its gradient when it is the
-         * input's only consumer */
-        bool view = n->op == FL_OP_RESHAPE, grad_view = view && n->in[0]->nconsumers == 1;
-        if (!view) out->bytes_per_sample += bytes;
-        if (need[i] && !grad_view) out->bytes_per_sample += bytes;
-        out->bytes_per_sample += (int64_t)n->aux_per_sample;
         out->fixed_bytes += (int64_t)n->aux_fixed + (int64_t)n->gscratch_bytes;
+    }
+    /* the batch buffers as fl_graph_reserve places them (plan.h), for one sample: the placement scales
+     * with the batch (less 256-byte alignment) */
+    fl_plan p;
+    fl_status st = fl_plan_make(g, need, 1, false, 1, false, &p);
+    if (st == FL_OK) {
+        out->bytes_per_sample = (int64_t)p.bytes;
+        fl_plan_free(&p);
+        if ((st = fl_plan_make(g, need, 1, true, 1, false, &p)) == FL_OK) {
+            out->inference_bytes_per_sample = (int64_t)p.bytes;
+            fl_plan_free(&p);
+        }
     }
     free(need);
     out->optimizer_bytes = g->opt_bytes;
     out->workspace_bytes = (int64_t)g->ws_bytes;
-    return FL_OK;
+    return st;
 }

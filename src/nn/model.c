@@ -17,6 +17,15 @@ static fl_status build_calls(fl_model *m, fl_graph *g);
 static fl_status probe_lengths(fl_model *m);
 static const char *probe_note(const fl_model *m);
 
+/* The outputs (and a masked output's mask, which the loss reads) are read
+ * after the forward: inference's buffers keep their values (plan.h). */
+static void mark_outputs(fl_model *m) {
+    for (int i = 0; i < m->noutputs; i++) {
+        m->outputs[i]->is_output = true;
+        if (m->outputs[i]->mask) m->outputs[i]->mask->is_output = true;
+    }
+}
+
 static int cmp_layer(const void *a, const void *b);
 
 /* Keras names layers when they are made: "dense", "dense_1", ... in the
@@ -248,6 +257,7 @@ fl_model *fl_sequential_(fl_layer *const *layers, int n, const char *name) {
     m->ninputs = m->noutputs = 1;
     m->inputs[0] = m->input;
     m->outputs[0] = m->output;
+    mark_outputs(m);
     fl_graph_finalize(&m->g);
     if (probe_lengths(m) != FL_OK) {
         fl_error_prefix("fl_sequential: ");
@@ -574,6 +584,7 @@ fl_model *fl_model_new(fl_sym *const *inputs, int nin, fl_sym *const *outputs, i
     for (int i = 0; i < nout; i++) m->outputs[i] = outputs[i]->node;
     m->input = m->inputs[0];
     m->output = m->outputs[0];
+    mark_outputs(m);
     fl_graph_finalize(&m->g);
     if (probe_lengths(m) != FL_OK) {
         fl_error_prefix("fl_model_new: ");

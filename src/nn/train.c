@@ -461,9 +461,10 @@ static bool inputs_rows(const fl_model *m, const fl_tensor *const *xs, int nx, c
                         float **xo);
 static void free_rows(float **xo, int nx);
 
-/* Makes the step buffers hold `batch` samples. */
-static fl_status reserve(fl_model *m, int64_t batch) {
-    FL_TRY(fl_graph_reserve(&m->g, batch));
+/* Makes the step buffers hold `batch` samples, for training or (infer) for
+ * forward passes only. */
+static fl_status reserve(fl_model *m, int64_t batch, bool infer) {
+    FL_TRY(infer ? fl_graph_reserve_infer(&m->g, batch) : fl_graph_reserve(&m->g, batch));
     const fl_backend *be = m->g.be;
     int64_t rows = fl_node_sample_size(m->output) / out_classes(m);
     int64_t tcap = m->g.batch_cap * fl_node_sample_size(m->output);
@@ -958,7 +959,7 @@ static void forward_only(fl_graph *g) {
 /* Runs inference over samples idx[0..n) of d; writes mean loss and metrics. */
 static fl_status run_eval(fl_model *m, data_src *d, const int64_t *idx, int64_t n, int64_t bs, double *out,
                           progbar *pb) {
-    FL_TRY(reserve(m, bs < n ? bs : n));
+    FL_TRY(reserve(m, bs < n ? bs : n, true));
     FL_TRY(data_begin(d, -1, idx, n));
     zero_stats(m);
     int64_t steps = (n + bs - 1) / bs, seen = 0;
@@ -1053,7 +1054,7 @@ fl_tensor *fl_predict_(fl_model *m, const fl_tensor *x, fl_eval_args a) {
     fl_tensor *out = xr ? fl_tensor_new(FL_FLOAT32, m->output->ndim, shape) : NULL;
     int64_t *idx = out ? iota(n, 0) : NULL;
     data_src d = {0};
-    if (!idx || reserve(m, bs < n ? bs : n) != FL_OK || data_open(m, 1, &m->input, &xr, NULL, 0, NULL, 0, n, &d) != FL_OK) {
+    if (!idx || reserve(m, bs < n ? bs : n, true) != FL_OK || data_open(m, 1, &m->input, &xr, NULL, 0, NULL, 0, n, &d) != FL_OK) {
         free(idx);
         free(xo);
         fl_tensor_free(out);
@@ -1104,7 +1105,7 @@ fl_status fl_predict_multi_(fl_model *m, const fl_tensor *const *xs, int nx, fl_
     int64_t *idx = st == FL_OK ? iota(n, 0) : NULL;
     data_src d = {0};
     if (st == FL_OK && !idx) st = fl_last_status();
-    if (st == FL_OK) st = reserve(m, bs < n ? bs : n);
+    if (st == FL_OK) st = reserve(m, bs < n ? bs : n, true);
     float *xo[FL_MODEL_MAX_IO] = {0};
     const float *xr[FL_MODEL_MAX_IO] = {0};
     bool rows_ok = st == FL_OK && inputs_rows(m, xs, nx, "fl_predict_multi", xr, xo);
@@ -1228,6 +1229,13 @@ static float *node_scratch(const fl_graph *g, bool *failed) {
     return h;
 }
 
+typedef struct grad_watch { const fl_backend *be; float *host; float v; } grad_watch;
+
+static bool grad_nonfinite(void *ctx, const fl_node *n) {
+    grad_watch *w = ctx;
+    return n->grad && n->needs_grad && buffer_nonfinite(w->be, n->grad, fl_node_size(n), w->host, &w->v) >= 0;
+}
+
 /* The loss came out NaN or infinite: a diagnostic forward and backward pass
  * on the batch in the graph names the first layer whose weight, output or
  * gradient is not finite. Writes one sentence into why. */
@@ -1269,16 +1277,16 @@ static void diagnose_nonfinite(fl_model *m, char *why, size_t len) {
         free(host);
         return;
     }
-    fl_graph_backward(g);
-    for (int i = g->n - 1; i >= 0; i--) { /* gradients, in the order backward makes them */
-        fl_node *n = g->nodes[i];
-        if (!n->grad || !n->needs_grad || (n->op != FL_OP_PARAM && !n->grad_ready)) continue;
-        if ((at = buffer_nonfinite(be, n->grad, fl_node_size(n), host, &v)) >= 0) {
-            snprintf(why, len, "the outputs and the loss are finite on a second pass, and layer '%s' (op %s) is the "
-                     "first whose gradient is not finite (%s)", n->name, fl_op_name(n->op), nonfinite_name(v));
-            free(host);
-            return;
-        }
+    /* gradients, in the order backward makes them, each looked at when it is complete (the buffers of
+     * gradients share memory: a later one may take its place) */
+    grad_watch w = {be, host, 0.0f};
+    int bad = fl_graph_backward_watch(g, grad_nonfinite, &w);
+    if (bad >= 0) {
+        const fl_node *n = g->nodes[bad];
+        snprintf(why, len, "the outputs and the loss are finite on a second pass, and layer '%s' (op %s) is the "
+                 "first whose gradient is not finite (%s)", n->name, fl_op_name(n->op), nonfinite_name(w.v));
+        free(host);
+        return;
     }
     snprintf(why, len, "a second pass over the same batch is finite everywhere (a non-deterministic overflow?)");
     free(host);
@@ -1523,7 +1531,7 @@ static fl_history *fit(fl_model *m, const fl_tensor *const *xs, int nx, const fl
     if (!stream && !inputs_rows(m, xs, nx, fn, xr, xo)) goto fail;
     perm = fl_malloc((size_t)n * sizeof(int64_t), "shuffle order");
     h = fl_calloc(1, sizeof *h, "History");
-    if (!perm || !h || reserve(m, bs < n_train ? bs : n_train) != FL_OK ||
+    if (!perm || !h || reserve(m, bs < n_train ? bs : n_train, false) != FL_OK ||
         (stream ? data_open_stream(m, m->input, stream, y_row, bs, &a, check, &tr)
                 : data_open(m, nx, m->inputs, xr, yh, y_row, wh, wrow, n, &tr)) != FL_OK)
         goto fail;
@@ -1576,7 +1584,7 @@ static fl_history *fit(fl_model *m, const fl_tensor *const *xs, int nx, const fl
         double v[1 + FL_MAX_METRICS], vals[FL_HIST_MAX_KEYS];
         int64_t seen = 0;
         double t0 = fl_clock_seconds();
-        if ((!stream && fl_model_bind(m, xs, nx, fn) != FL_OK) || reserve(m, bs < n_train ? bs : n_train) != FL_OK)
+        if ((!stream && fl_model_bind(m, xs, nx, fn) != FL_OK) || reserve(m, bs < n_train ? bs : n_train, false) != FL_OK)
             goto fail;
         zero_stats(m);
         int64_t checked = 0; /* steps whose loss is known to be finite */
@@ -1629,7 +1637,7 @@ static fl_history *fit(fl_model *m, const fl_tensor *const *xs, int nx, const fl
                 if (m->stop_training) { steps_done = s + 1; break; }
                 /* a callback that predicted on data of another length planned the graph for it */
                 if ((!stream && fl_model_bind(m, xs, nx, fn) != FL_OK) ||
-                    reserve(m, bs < n_train ? bs : n_train) != FL_OK)
+                    reserve(m, bs < n_train ? bs : n_train, false) != FL_OK)
                     goto fail;
             }
             if (s + 1 < steps && progbar_due(&pb, false)) {

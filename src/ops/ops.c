@@ -706,7 +706,7 @@ static int64_t rows_of(const fl_node *n) { return fl_node_size(n) / n->shape[n->
 
 /* The max pooling that consumes conv2d node c, when c has no other consumer
  * and the backend runs the two fused; else NULL. */
-static fl_node *pooled_by(const fl_graph *g, const fl_node *c) {
+fl_node *fl_op_fused_pool(const fl_graph *g, const fl_node *c) {
     if (!g->be->conv2d_maxpool_fwd || !g->be->conv2d_maxpool_bwd || c->nconsumers != 1) return NULL;
     for (int i = c->id + 1; i < g->n; i++)
         if (g->nodes[i]->nin > 0 && g->nodes[i]->in[0] == c) return g->nodes[i]->op == FL_OP_MAXPOOL ? g->nodes[i] : NULL;
@@ -779,7 +779,7 @@ static void conv2d_forward(fl_graph *g, fl_node *n, bool training) {
     (void)training;
     fl_node *x = n->in[0];
     BATCH_DESC(d, n->conv);
-    fl_node *pool = pooled_by(g, n);
+    fl_node *pool = fl_op_fused_pool(g, n);
     if (pool) { /* the pooling's output too, in one pass */
         BATCH_DESC(pd, pool->conv);
         g->be->conv2d_maxpool_fwd(&d, &pd, x->val, n->in[1]->val, d.has_bias ? n->in[2]->val : NULL, n->val,
@@ -823,7 +823,7 @@ static void depthwise_backward(fl_graph *g, fl_node *n) {
 static void maxpool_forward(fl_graph *g, fl_node *n, bool training) {
     (void)training;
     fl_node *x = n->in[0];
-    if (x->op == FL_OP_CONV2D && pooled_by(g, x) == n) return; /* done with the convolution */
+    if (x->op == FL_OP_CONV2D && fl_op_fused_pool(g, x) == n) return; /* done with the convolution */
     BATCH_DESC(d, n->conv);
     g->be->maxpool_fwd(&d, x->val, n->val, n->aux);
 }
@@ -834,7 +834,7 @@ static void maxpool_backward(fl_graph *g, fl_node *n) {
     float *dx = in_grad(n, 0, &beta);
     if (!dx) return;
     BATCH_DESC(d, n->conv);
-    if (x->op == FL_OP_CONV2D && pooled_by(g, x) == n && !x->grad_ready) {
+    if (x->op == FL_OP_CONV2D && fl_op_fused_pool(g, x) == n && !x->grad_ready) {
         /* the convolution's backward, from this gradient: the
          * convolution's own dy is never written in full, and its
          * node is left unmarked so that backward skips it */

@@ -12,6 +12,10 @@ fl_node *fl_graph_new_node(fl_graph *g, fl_op op, const char *name);
 void fl_op_forward(fl_graph *g, fl_node *n, bool training);
 void fl_op_backward(fl_graph *g, fl_node *n);
 const char *fl_op_name(fl_op op);
+/* The MaxPooling2D that runs fused into Conv2D node conv on g's backend
+ * (conv's forward writes its value and aux; its backward writes conv's
+ * input gradient), or NULL. */
+fl_node *fl_op_fused_pool(const fl_graph *g, const fl_node *conv);
 /* The capability query: NULL when backend `be` has every kernel op needs,
  * else the name of the first one it lacks ("conv2d_fwd"). */
 const char *fl_op_missing_kernel(const fl_backend *be, fl_op op);

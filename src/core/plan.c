@@ -1,0 +1,227 @@
+/*
+ * plan.c — the lifetimes of a graph's batch buffers, and their offsets in
+ * one arena (plan.h says what is shared when).
+ *
+ * Time runs over one step of a graph of N nodes: before the forward
+ * (inputs loaded) -1, forward of node i at i, the loss at N, backward of
+ * node i at 2N - i, and the caller's reads after backward at 2N + 1. A
+ * buffer lives over [first write, last read]; two buffers may share bytes
+ * when those intervals do not meet.
+ *
+ * What reads or writes a buffer outside its node and the node's consumers:
+ *  - a Reshape is a view: its value (and, as its input's only consumer,
+ *    its gradient) is its input's, which lives as long as both;
+ *  - an RNN's forward writes its final-state nodes' values, and its
+ *    backward reads their gradients;
+ *  - a MaxPooling2D fused into the Conv2D before it (fl_op_fused_pool) has
+ *    its value and aux written by the convolution's forward, and its
+ *    backward writes the gradient of the convolution's input;
+ *  - the model's outputs (and any node nothing reads) are read after the
+ *    forward (predict, the loss) and written by the loss.
+ */
+#include "plan.h"
+#include "error.h"
+#include "tensor.h"
+#include "ops/ops.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---------------------------------------------------------- placement */
+
+typedef struct placed { size_t off, end; int64_t lo, hi; } placed;
+
+typedef struct item { size_t bytes; int64_t lo; int i; } item;
+
+static int by_size(const void *a, const void *b) { /* largest first, then earliest, then by index */
+    const item *p = a, *q = b;
+    if (p->bytes != q->bytes) return p->bytes > q->bytes ? -1 : 1;
+    if (p->lo != q->lo) return p->lo < q->lo ? -1 : 1;
+    return p->i < q->i ? -1 : p->i > q->i;
+}
+
+static int by_off(const void *a, const void *b) {
+    const placed *p = a, *q = b;
+    return p->off < q->off ? -1 : p->off > q->off;
+}
+
+size_t fl_plan_place(int n, const int64_t *lo, const int64_t *hi, const size_t *bytes, size_t *off, bool *overflow) {
+    *overflow = false;
+    if (n <= 0) return 0;
+    item *order = malloc((size_t)n * sizeof *order);
+    placed *done = malloc((size_t)n * sizeof *done), *meet = malloc((size_t)n * sizeof *meet);
+    size_t total = 0;
+    if (!order || !done || !meet) { /* no room to plan: every buffer apart */
+        for (int i = 0; i < n; i++) {
+            off[i] = total;
+            if (__builtin_add_overflow(total, bytes[i], &total)) *overflow = true;
+        }
+        free(order); free(done); free(meet);
+        return total;
+    }
+    int nd = 0;
+    for (int i = 0; i < n; i++) order[i] = (item){bytes[i], lo[i], i};
+    qsort(order, (size_t)n, sizeof *order, by_size);
+    for (int r = 0; r < n; r++) {
+        int i = order[r].i;
+        if (!bytes[i]) { off[i] = 0; continue; }
+        /* the buffers already placed whose lifetimes meet this one's, by offset */
+        int nm = 0;
+        for (int k = 0; k < nd; k++)
+            if (done[k].lo <= hi[i] && lo[i] <= done[k].hi) meet[nm++] = done[k];
+        qsort(meet, (size_t)nm, sizeof *meet, by_off);
+        /* the smallest gap between them that holds it, else after the last */
+        size_t at = 0, best = SIZE_MAX, best_gap = SIZE_MAX;
+        for (int k = 0; k < nm; k++) {
+            if (meet[k].off > at && meet[k].off - at >= bytes[i] && meet[k].off - at < best_gap) {
+                best = at;
+                best_gap = meet[k].off - at;
+            }
+            if (meet[k].end > at) at = meet[k].end;
+        }
+        if (best == SIZE_MAX) best = at;
+        size_t end;
+        if (__builtin_add_overflow(best, bytes[i], &end)) { *overflow = true; end = SIZE_MAX; }
+        off[i] = best;
+        done[nd++] = (placed){best, end, lo[i], hi[i]};
+        if (end > total) total = end;
+    }
+    free(order); free(done); free(meet);
+    return total;
+}
+
+/* ---------------------------------------------------------- lifetimes */
+
+static size_t round_up(size_t v, size_t a, bool *overflow) {
+    if (a <= 1) return v;
+    size_t r;
+    if (__builtin_add_overflow(v, a - 1, &r)) { *overflow = true; return SIZE_MAX; }
+    return r / a * a;
+}
+
+static size_t mul_size(int64_t a, int64_t b, bool *overflow) {
+    size_t r;
+    if (a < 0 || b < 0 || __builtin_mul_overflow((size_t)a, (size_t)b, &r)) { *overflow = true; return SIZE_MAX; }
+    return r;
+}
+
+#define MIN(a, b) ((a) < (b) ? (a) : (b))
+#define MAX(a, b) ((a) > (b) ? (a) : (b))
+
+void fl_plan_free(fl_plan *p) {
+    free(p->val); free(p->grad); free(p->aux); free(p->vbytes); free(p->abytes);
+    memset(p, 0, sizeof *p);
+}
+
+/* a Reshape borrows its input's value, and its gradient when it is the input's only consumer */
+static bool val_view(const fl_node *n) { return n->op == FL_OP_RESHAPE; }
+static bool grad_view(const fl_node *n) { return n->op == FL_OP_RESHAPE && n->in[0]->nconsumers == 1; }
+
+fl_status fl_plan_make(const fl_graph *g, const bool *need, int64_t batch, bool infer, size_t align, bool fixed,
+                       fl_plan *p) {
+    memset(p, 0, sizeof *p);
+    const int N = g->n;
+    const int64_t END = 2 * (int64_t)N + 1;
+    const size_t cnt = (size_t)(N > 0 ? N : 1);
+    p->val = malloc(cnt * sizeof(size_t));
+    p->grad = malloc(cnt * sizeof(size_t));
+    p->aux = malloc(cnt * sizeof(size_t));
+    p->vbytes = calloc(cnt, sizeof(size_t));
+    p->abytes = calloc(cnt, sizeof(size_t));
+    /* lifetimes: value, gradient, aux of node i at [3i], [3i+1], [3i+2] */
+    int64_t *lo = calloc(3 * cnt, sizeof *lo), *hi = calloc(3 * cnt, sizeof *hi);
+    size_t *bytes = calloc(3 * cnt, sizeof *bytes), *off = malloc(3 * cnt * sizeof *off);
+    bool *own = calloc(3 * cnt, sizeof *own);
+    if (!p->val || !p->grad || !p->aux || !p->vbytes || !p->abytes || !lo || !hi || !bytes || !off || !own) {
+        free(lo); free(hi); free(bytes); free(off); free(own);
+        fl_plan_free(p);
+        return fl_error(FL_ERR_NOMEM, "out of memory planning the batch buffers");
+    }
+#define NEED(n) (need ? need[(n)->id] : (n)->needs_grad)
+    for (int i = 0; i < N; i++) {
+        const fl_node *n = g->nodes[i];
+        p->val[i] = p->grad[i] = p->aux[i] = FL_PLAN_NONE;
+        lo[3 * i] = lo[3 * i + 1] = lo[3 * i + 2] = INT64_MAX;
+        hi[3 * i] = hi[3 * i + 1] = hi[3 * i + 2] = INT64_MIN;
+        if (n->op == FL_OP_PARAM || !n->batched) continue;
+        p->vbytes[i] = round_up(mul_size(mul_size(batch, fl_node_sample_size(n), &p->overflow), sizeof(float),
+                                         &p->overflow), align, &p->overflow);
+        size_t a = mul_size(batch, (int64_t)n->aux_per_sample, &p->overflow);
+        if (fixed && __builtin_add_overflow(a, n->aux_fixed, &a)) p->overflow = true;
+        p->abytes[i] = round_up(a, align, &p->overflow);
+        /* where the forward writes the value (and aux) */
+        int64_t w = n->op == FL_OP_INPUT ? -1 : n->op == FL_OP_RNN_STATE ? n->in[0]->id : i;
+        if (infer) {
+            lo[3 * i] = w;
+            hi[3 * i] = n->nconsumers == 0 || n->is_output ? END : w; /* readers extend it below */
+            lo[3 * i + 2] = w;
+            hi[3 * i + 2] = i;
+        } else {
+            lo[3 * i] = lo[3 * i + 2] = -1;
+            hi[3 * i] = hi[3 * i + 2] = END;
+            if (NEED(n)) {
+                /* written first by the loss or its last consumer's backward, read last by its own backward
+                 * (an input's: by the caller) */
+                lo[3 * i + 1] = n->nconsumers == 0 || n->is_output ? N : INT64_MAX;
+                hi[3 * i + 1] = n->op == FL_OP_INPUT ? END : 2 * (int64_t)N - i;
+                if (n->op == FL_OP_RNN_STATE) hi[3 * i + 1] = 2 * (int64_t)N - n->in[0]->id; /* the RNN reads it */
+            }
+        }
+    }
+    for (int i = 0; i < N; i++) { /* readers */
+        const fl_node *c = g->nodes[i];
+        if (c->op == FL_OP_PARAM) continue;
+        for (int k = 0; k < c->nin; k++) {
+            const fl_node *x = c->in[k];
+            if (!x || x->op == FL_OP_PARAM || !x->batched) continue;
+            if (infer) hi[3 * x->id] = MAX(hi[3 * x->id], i);
+            else if (NEED(x) && NEED(c)) lo[3 * x->id + 1] = MIN(lo[3 * x->id + 1], 2 * (int64_t)N - i);
+        }
+        const fl_node *pool = c->op == FL_OP_CONV2D ? fl_op_fused_pool(g, c) : NULL;
+        if (pool) { /* the convolution's forward writes the pooling's value and aux; the pooling's backward
+                     * the convolution's input gradient */
+            if (infer) {
+                lo[3 * pool->id] = MIN(lo[3 * pool->id], i);
+                lo[3 * pool->id + 2] = MIN(lo[3 * pool->id + 2], i);
+            } else if (NEED(c->in[0]) && c->in[0]->op != FL_OP_PARAM) {
+                lo[3 * c->in[0]->id + 1] = MIN(lo[3 * c->in[0]->id + 1], 2 * (int64_t)N - pool->id);
+            }
+        }
+    }
+    /* views: their input's buffer lives as long as both (later views first, for chains) */
+    for (int i = N - 1; i >= 0; i--) {
+        const fl_node *v = g->nodes[i];
+        if (v->op == FL_OP_PARAM || !v->batched) continue;
+        int s = v->nin > 0 && v->in[0] ? v->in[0]->id : -1;
+        if (val_view(v) && s >= 0) {
+            lo[3 * s] = MIN(lo[3 * s], lo[3 * i]);
+            hi[3 * s] = MAX(hi[3 * s], hi[3 * i]);
+        }
+        if (!infer && NEED(v) && grad_view(v) && s >= 0) {
+            lo[3 * s + 1] = MIN(lo[3 * s + 1], lo[3 * i + 1]);
+            hi[3 * s + 1] = MAX(hi[3 * s + 1], hi[3 * i + 1]);
+        }
+    }
+    for (int i = 0; i < N; i++) {
+        const fl_node *n = g->nodes[i];
+        if (n->op == FL_OP_PARAM || !n->batched) continue;
+        own[3 * i] = !val_view(n);
+        own[3 * i + 1] = !infer && NEED(n) && !grad_view(n);
+        own[3 * i + 2] = p->abytes[i] > 0;
+        if (own[3 * i + 1] && lo[3 * i + 1] > hi[3 * i + 1]) lo[3 * i + 1] = hi[3 * i + 1]; /* never written */
+        for (int k = 0; k < 3; k++)
+            if (own[3 * i + k]) bytes[3 * i + k] = k == 2 ? p->abytes[i] : p->vbytes[i];
+    }
+    bool over = false;
+    p->bytes = fl_plan_place(3 * N, lo, hi, bytes, off, &over);
+    p->overflow |= over;
+    for (int i = 0; i < N; i++) {
+        if (own[3 * i]) p->val[i] = off[3 * i]; /* an empty buffer: offset 0, not NULL */
+        if (own[3 * i + 1]) p->grad[i] = off[3 * i + 1];
+        if (own[3 * i + 2]) p->aux[i] = off[3 * i + 2];
+    }
+#undef NEED
+    free(lo); free(hi); free(bytes); free(off); free(own);
+    return FL_OK;
+}

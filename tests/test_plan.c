@@ -1,0 +1,168 @@
+/*
+ * test_plan.c — the batch buffers' arena (src/core/plan.c): the placement
+ * never lets two buffers that live at the same time overlap, and packs a
+ * chain as tightly as its lifetimes allow; predict's values-only buffers
+ * and training's switch back and forth without changing a result.
+ * (Whether the lifetimes themselves are right is what every gradient check
+ * and Keras comparison runs through: they all train on shared gradients.)
+ */
+#include "check.h"
+#include "core/plan.h"
+#include "nn/nn.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void test_place_small(void) {
+    int64_t lo[3] = {0, 2, 1}, hi[3] = {1, 3, 2};
+    size_t bytes[3] = {100, 100, 40}, off[3];
+    bool over;
+    /* 0 and 1 never meet: one place; 2 meets both */
+    size_t total = fl_plan_place(3, lo, hi, bytes, off, &over);
+    CHECK(!over);
+    CHECK_MSG(total == 140 && off[0] == off[1] && (off[2] + 40 <= off[0] || off[2] >= off[0] + 100),
+              "total %zu, offsets %zu %zu %zu", total, off[0], off[1], off[2]);
+    /* a chain, each read by the next: two at a time */
+    enum { N = 50 };
+    int64_t clo[N], chi[N];
+    size_t cb[N], co[N];
+    for (int i = 0; i < N; i++) { clo[i] = i; chi[i] = i + 1; cb[i] = 256; }
+    CHECK_MSG(fl_plan_place(N, clo, chi, cb, co, &over) == 512 && !over, "a chain of %d takes more than two", N);
+    /* a buffer of size 0 takes nothing */
+    size_t zb[2] = {0, 64}, zo[2];
+    CHECK(fl_plan_place(2, (int64_t[]){0, 0}, (int64_t[]){5, 5}, zb, zo, &over) == 64);
+}
+
+/* random lifetimes and sizes: no two that meet in time meet in memory; the
+ * arena lies between the most bytes alive at once and the sum */
+static void test_place_random(void) {
+    enum { MAXN = 80 };
+    int64_t lo[MAXN], hi[MAXN];
+    size_t bytes[MAXN], off[MAXN];
+    int bad = 0;
+    double ratio = 0;
+    for (int trial = 0; trial < 2000; trial++) {
+        int n = 1 + (int)(fl_philox_u32(7, 1, (uint64_t)trial) % MAXN);
+        size_t sum = 0;
+        for (int i = 0; i < n; i++) {
+            uint64_t k = (uint64_t)trial * MAXN + (uint64_t)i;
+            lo[i] = fl_philox_u32(7, 2, k) % 40;
+            hi[i] = lo[i] + fl_philox_u32(7, 3, k) % 12;
+            bytes[i] = (fl_philox_u32(7, 4, k) % 8 == 0) ? 0 : 64 * (1 + fl_philox_u32(7, 5, k) % 100);
+            sum += bytes[i];
+        }
+        bool over;
+        size_t total = fl_plan_place(n, lo, hi, bytes, off, &over);
+        size_t peak = 0;
+        for (int64_t t = 0; t < 52; t++) {
+            size_t live = 0;
+            for (int i = 0; i < n; i++) live += lo[i] <= t && t <= hi[i] ? bytes[i] : 0;
+            if (live > peak) peak = live;
+        }
+        bool ok = !over && total >= peak && total <= sum;
+        for (int i = 0; i < n && ok; i++) {
+            ok = off[i] + bytes[i] <= total;
+            for (int j = i + 1; j < n && ok; j++)
+                if (bytes[i] && bytes[j] && lo[i] <= hi[j] && lo[j] <= hi[i])
+                    ok = off[i] + bytes[i] <= off[j] || off[j] + bytes[j] <= off[i];
+        }
+        if (!ok && bad++ < 3) fprintf(stderr, "trial %d: arena %zu, peak %zu, sum %zu: overlap or out of range\n",
+                                      trial, total, peak, sum);
+        if (peak) ratio = fmax(ratio, (double)total / (double)peak);
+    }
+    CHECK_MSG(bad == 0, "%d of 2000 random placements wrong", bad);
+    CHECK_MSG(ratio < 1.6, "the arena was up to %.2fx the most bytes alive at once", ratio);
+}
+
+static fl_model *small_cnn(void) {
+    fl_model *m = fl_sequential(fl_input(12, 12, 2), fl_conv2d(6, 3, .activation = FL_RELU),
+                                fl_conv2d(8, 3, .activation = FL_RELU), fl_max_pooling2d(2),
+                                fl_batch_normalization(), fl_dropout(0.25f), fl_flatten(),
+                                fl_dense(16, .activation = FL_RELU), fl_dropout(0.5f),
+                                fl_dense(3, .activation = FL_SOFTMAX));
+    if (m) {
+        fl_model_set_seed(m, 11);
+        fl_compile(m, fl_adam(.learning_rate = 1e-3f), FL_SPARSE_CATEGORICAL_CROSSENTROPY, FL_ACCURACY);
+    }
+    return m;
+}
+
+static bool same_weights(fl_model *a, fl_model *b) {
+    for (int l = 0; l < fl_model_num_layers(a); l++) {
+        fl_layer *la = fl_model_layer(a, l), *lb = fl_model_layer(b, l);
+        for (int k = 0; k < fl_layer_num_weights(la); k++) {
+            fl_tensor *wa = fl_layer_weight(la, k), *wb = fl_layer_weight(lb, k);
+            if (!wa || !wb || fl_tensor_size(wa) != fl_tensor_size(wb) ||
+                memcmp(fl_tensor_data(wa), fl_tensor_data(wb), (size_t)fl_tensor_size(wa) * sizeof(float)) != 0)
+                return false;
+        }
+    }
+    return true;
+}
+
+static void test_modes(void) {
+    enum { N = 96 };
+    fl_tensor *x = fl_tensor_zeros(FL_FLOAT32, N, 12, 12, 2), *y = fl_tensor_zeros(FL_FLOAT32, N);
+    float *xd = fl_tensor_data(x), *yd = fl_tensor_data(y);
+    for (int i = 0; i < N * 12 * 12 * 2; i++) xd[i] = fl_philox_uniform(5, 1, (uint64_t)i);
+    for (int i = 0; i < N; i++) yd[i] = (float)(fl_philox_u32(5, 2, (uint64_t)i) % 3);
+    fl_model *a = small_cnn(), *b = small_cnn();
+    CHECK(a && b);
+    if (!a || !b) return;
+
+    /* predict first: inference's buffers, smaller than training's */
+    fl_tensor *p0 = fl_predict(a, x, .batch_size = 32, .verbose = FL_VERBOSE_SILENT);
+    CHECK(p0 && a->g.infer && a->g.batch_cap == 32);
+    fl_memory_info mi;
+    CHECK(fl_model_memory(a, &mi) == FL_OK);
+    CHECK_MSG(mi.inference_bytes_per_sample > 0 && 2 * mi.inference_bytes_per_sample < mi.bytes_per_sample,
+              "per sample: predict %lld, training %lld bytes", (long long)mi.inference_bytes_per_sample,
+              (long long)mi.bytes_per_sample);
+    CHECK_MSG(a->g.arena_bytes >= (size_t)(32 * mi.inference_bytes_per_sample) &&
+              a->g.arena_bytes < (size_t)(32 * mi.inference_bytes_per_sample) + 64 * 256,
+              "predict's arena %zu bytes for 32 samples of %lld", a->g.arena_bytes,
+              (long long)mi.inference_bytes_per_sample);
+
+    /* training after it makes training's buffers, and trains as a model that never predicted */
+    fl_history *ha = fl_fit(a, x, y, .batch_size = 16, .epochs = 2, .validation_split = 0.25f,
+                            .verbose = FL_VERBOSE_SILENT);
+    fl_history *hb = fl_fit(b, x, y, .batch_size = 16, .epochs = 2, .validation_split = 0.25f,
+                            .verbose = FL_VERBOSE_SILENT);
+    CHECK(ha && hb && !a->g.infer);
+    CHECK_MSG(same_weights(a, b), "training after a predict differs from training alone");
+    fl_history_free(ha);
+    fl_history_free(hb);
+
+    /* predict through training's buffers (they hold the batch) and through inference's: the same bits */
+    fl_tensor *p1 = fl_predict(a, x, .batch_size = 16, .verbose = FL_VERBOSE_SILENT);
+    CHECK(p1 && !a->g.infer);
+    fl_tensor *p3 = fl_predict(a, x, .batch_size = 32, .verbose = FL_VERBOSE_SILENT); /* more than they hold */
+    CHECK(p3 && a->g.infer && a->g.batch_cap == 32);
+    fl_tensor *p2 = fl_predict(a, x, .batch_size = 16, .verbose = FL_VERBOSE_SILENT);
+    CHECK(p2 && a->g.infer);
+    CHECK_MSG(p1 && p2 && memcmp(fl_tensor_data(p1), fl_tensor_data(p2), (size_t)fl_tensor_size(p1) * sizeof(float)) == 0,
+              "predict differs between training's and inference's buffers");
+    float ra[2], rb[2];
+    CHECK(fl_evaluate(a, x, y, ra, 2, .batch_size = 16, .verbose = FL_VERBOSE_SILENT) == FL_OK);
+    CHECK(fl_evaluate(b, x, y, rb, 2, .batch_size = 16, .verbose = FL_VERBOSE_SILENT) == FL_OK);
+    CHECK_MSG(ra[0] == rb[0] && ra[1] == rb[1], "evaluate: %g %g against %g %g", ra[0], ra[1], rb[0], rb[1]);
+
+    /* and training again, from inference's buffers, still as the other model */
+    ha = fl_fit(a, x, y, .batch_size = 16, .epochs = 1, .verbose = FL_VERBOSE_SILENT);
+    hb = fl_fit(b, x, y, .batch_size = 16, .epochs = 1, .verbose = FL_VERBOSE_SILENT);
+    CHECK(ha && hb && !a->g.infer);
+    CHECK_MSG(same_weights(a, b), "training after inference's buffers differs");
+    fl_history_free(ha);
+    fl_history_free(hb);
+    fl_tensor_free(p0); fl_tensor_free(p1); fl_tensor_free(p2); fl_tensor_free(p3);
+    fl_model_free(a); fl_model_free(b);
+    fl_tensor_free(x); fl_tensor_free(y);
+}
+
+int main(void) {
+    test_place_small();
+    test_place_random();
+    test_modes();
+    return check_report("test_plan");
+}
