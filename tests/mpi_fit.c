@@ -23,11 +23,23 @@
  */
 #include <flynn/flynn.h>
 #include "dist/mpi.h"
+#include "nn/nn.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* MPI_FIT_FAKE_DEVICE: the CPU's kernels behind a table that says its
+ * memory is not the host's, so that fl_fit takes the device paths of data
+ * parallel training (NCCL through the library that FLYNN_NCCL_LIB names:
+ * tests/stub_nccl.c sums over MPI on these host buffers), counting the
+ * communication stream's forks and joins */
+static fl_backend fake_device;
+static int forks, joins;
+static int fake_stream;
+static void *fake_fork(void) { forks++; return &fake_stream; }
+static void fake_join(void) { joins++; }
 
 static int fail(const char *what) {
     fprintf(stderr, "mpi_fit: %s: %s\n", what, fl_last_error());
@@ -115,6 +127,14 @@ int main(int argc, char **argv) {
                           fl_dense(64, .activation = FL_RELU), fl_dense(10, .activation = FL_SOFTMAX));
     if (!m) return fail("model");
     fl_model_set_seed(m, 7);
+    if (getenv("MPI_FIT_FAKE_DEVICE")) { /* before compile: the optimizer binds to the graph's backend */
+        fake_device = *fl_backend_cpu();
+        fake_device.name = "fake-device";
+        fake_device.host_memory = 0;
+        fake_device.comm_stream_fork = fake_fork;
+        fake_device.comm_stream_join = fake_join;
+        m->g.be = &fake_device;
+    }
     fl_optimizer *o = strcmp(opt, "adam") == 0 ? fl_adam(.learning_rate = 1e-3f)
                                                : fl_sgd(.learning_rate = 0.05f, .momentum = 0.9f);
     if (fl_compile(m, o, FL_SPARSE_CATEGORICAL_CROSSENTROPY, FL_ACCURACY) != FL_OK) return fail("compile");
@@ -159,6 +179,7 @@ int main(int argc, char **argv) {
         fclose(f);
         const float *loss = fl_history_get(h, "loss");
         printf("%s %s: %d ranks, loss %.9g after %d epochs\n", model, opt, fl_dist_size(), loss[epochs - 1], epochs);
+        if (m->g.be == &fake_device) printf("fake device: %d forks and %d joins of the communication stream\n", forks, joins);
     }
     fl_history_free(h);
     fl_tensor_free(x);

@@ -8,6 +8,7 @@
 # and a rank that fails stops the others. Skipped (77) without Open MPI's mpirun.
 MPI_FIT=$1
 FLYNN=$2
+STUB_NCCL=$3 # tests/stub_nccl.c: NCCL's entry points summing over MPI (optional)
 command -v mpirun >/dev/null 2>&1 || { echo "skipped: no mpirun (Debian: apt-get install openmpi-bin libopenmpi-dev)"; exit 77; }
 mpirun --version 2>&1 | grep -q "Open MPI" || { echo "skipped: mpirun is not Open MPI's (flynn speaks Open MPI's ABI only)"; exit 77; }
 tmp=$(mktemp -d)
@@ -131,9 +132,50 @@ if "$FLYNN" train --model mlp --samples 256 --test-samples 64 --epochs 1 --batch
 else
     echo "skipped the flynn train part: no Fashion-MNIST here ($(tail -1 "$tmp/cli1.txt"))"
 fi
-# flynn doctor's last line names Open MPI and its version
+# NCCL's path (a device backend: gradients summed by NCCL on the backend's communication stream, the
+# small reductions through MPI on host copies), without a GPU: mpi_fit's fake device (the CPU's kernels
+# behind a table that says its memory is not the host's) and a stand-in libnccl that sums over MPI.
+# With 2 ranks (a + b either way) the same bits as the CPU's MPI path, in buckets and with one
+# grouped all-reduce per weight (FLYNN_DP_OVERLAP=0); with 4 ranks within 1e-6 of one process
+if [ -n "$STUB_NCCL" ]; then
+    for cfg in "mlp adam" "cnndrop sgd" "bn sgd"; do
+        set -- $cfg
+        $MPIRUN -np 2 "$MPI_FIT" train "$1" "$2" 258 64 2 "$tmp/cpu2.bin" > "$tmp/cpu2.txt" 2>&1 || { cat "$tmp/cpu2.txt"; bad "nccl $1 $2: the CPU run"; continue; }
+        for overlap in 1 0; do
+            rm -f "$tmp"/nccl.log.*
+            if ! $MPIRUN -np 2 -x MPI_FIT_FAKE_DEVICE=1 -x FLYNN_NCCL_LIB="$STUB_NCCL" -x STUB_NCCL_LOG="$tmp/nccl.log" \
+                 -x FLYNN_DP_OVERLAP=$overlap "$MPI_FIT" train "$1" "$2" 258 64 2 "$tmp/dev2.bin" > "$tmp/dev2.txt" 2>&1; then
+                cat "$tmp/dev2.txt"; bad "nccl $1 $2 (overlap $overlap): mpirun -np 2 on the fake device"; continue
+            fi
+            printf 'nccl %s %s (overlap %s), 2 ranks on the fake device against the CPU: ' "$1" "$2" $overlap
+            "$MPI_FIT" compare "$tmp/cpu2.bin" "$tmp/dev2.bin" 0 || bad "nccl $1 $2 (overlap $overlap): differs from the CPU's MPI"
+            grep -q "fake device: [1-9][0-9]* forks and [1-9][0-9]* joins" "$tmp/dev2.txt" || { cat "$tmp/dev2.txt"; bad "nccl $1 $2: no communication stream used"; }
+            for r in 0 1; do
+                log=$(cat "$tmp/nccl.log.$r" 2>/dev/null)
+                echo "$log" | grep -q "of 2: destroyed, [1-9][0-9]* all-reduces of [0-9]* floats, [0-9]* groups, 0 bad calls, 0 open groups" ||
+                    bad "nccl $1 $2 (overlap $overlap): rank $r's NCCL log: '$log'"
+                [ $overlap = 0 ] && ! echo "$log" | grep -q ", 0 groups" || [ $overlap = 1 ] || bad "nccl $1 $2: no grouped all-reduce"
+            done
+        done
+    done
+    $MPIRUN -np 4 -x MPI_FIT_FAKE_DEVICE=1 -x FLYNN_NCCL_LIB="$STUB_NCCL" "$MPI_FIT" train mlpdrop adam 258 64 2 "$tmp/dev4.bin" > "$tmp/dev4.txt" 2>&1 || { cat "$tmp/dev4.txt"; bad "nccl: mpirun -np 4"; }
+    "$MPI_FIT" train mlpdrop adam 258 64 2 "$tmp/one.bin" > /dev/null &&
+        { printf 'nccl mlpdrop adam, 4 ranks on the fake device against 1 process: '; "$MPI_FIT" compare "$tmp/one.bin" "$tmp/dev4.bin" 1e-6; } ||
+        bad "nccl: -np 4 differs from one process"
+    # without NCCL, every rank stops with the reason and the remedy (none waits for the others)
+    if timeout 120 $MPIRUN -np 2 -x MPI_FIT_FAKE_DEVICE=1 -x FLYNN_NCCL_LIB=/nonexistent/libnccl.so.2 "$MPI_FIT" train mlp sgd 258 64 1 "$tmp/x.bin" > "$tmp/nonccl.txt" 2>&1; then
+        bad "nccl missing: mpirun exited 0"
+    else
+        [ "$(grep -c "NCCL, needed to train on GPUs over 2 processes: FLYNN_NCCL_LIB=/nonexistent/libnccl.so.2 cannot be opened.*pip install nvidia-nccl-cu12" "$tmp/nonccl.txt")" -ge 1 ] ||
+            { cat "$tmp/nonccl.txt"; bad "nccl missing: no message naming NCCL, the file and the remedy"; }
+    fi
+fi
+# flynn doctor's last lines name Open MPI and NCCL (found or not, and what to do)
 "$FLYNN" doctor > "$tmp/doctor.txt" 2>&1
 grep -q "^MPI (optional): Open MPI v[0-9]" "$tmp/doctor.txt" || { tail -2 "$tmp/doctor.txt"; bad "doctor: no 'MPI (optional): Open MPI v...' line"; }
+grep -q "^NCCL (optional): " "$tmp/doctor.txt" || { tail -2 "$tmp/doctor.txt"; bad "doctor: no 'NCCL (optional): ...' line"; }
+[ -n "$STUB_NCCL" ] && { FLYNN_NCCL_LIB="$STUB_NCCL" "$FLYNN" doctor | grep -q "^NCCL (optional): NCCL 2.18.5 (.*stub_nccl" ||
+    bad "doctor: the NCCL line does not name FLYNN_NCCL_LIB's library and its version"; }
 [ $fails = 0 ] && echo "test_mpi: all passed" && exit 0
 echo "test_mpi: $fails failed"
 exit 1

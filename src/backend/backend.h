@@ -498,6 +498,14 @@ typedef struct fl_backend {
      * ReduceLROnPlateau or a user's change reaches a replayed step (an
      * eager step takes fl_opt_desc.lr). NULL where there are no graphs. */
     void (*graph_set_learning_rate)(float lr);
+    /* Data-parallel training on a device (src/dist/): comm_stream_fork
+     * makes the stream that the gradients' all-reduces run on wait for the
+     * work queued so far and returns it (a cudaStream_t, for NCCL), so that
+     * a reduction overlaps the rest of backward; comm_stream_join makes the
+     * compute stream wait for what was queued on it. NULL on host-memory
+     * backends. */
+    void *(*comm_stream_fork)(void);
+    void (*comm_stream_join)(void);
 } fl_backend;
 
 /* Modes of fl_backend.bmerge_*. */

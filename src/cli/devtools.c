@@ -6,6 +6,7 @@
  * the same facts in the stable form described in docs/device-tools.md.
  */
 #include "dist/mpi.h"
+#include "dist/nccl.h"
 #include "devtools.h"
 
 #include "core/device.h"
@@ -300,8 +301,9 @@ int flynn_cmd_doctor(int argc, char **argv) {
                "any virtualenv or conda environment, or $FLYNN_CUDA_LIB_PATH). Under WSL2 the\n"
                "driver is the Windows one (/dev/dxg); in a container without the GPU, the remedy\n"
                "is `docker run --gpus all`. Exit codes: 0 all PASS, 1 a check failed, 2 usage.\n"
-               "A last line (not a check) says whether Open MPI is there for `mpirun -np N flynn\n"
-               "train` (data-parallel training, docs/scale-out.md), and its version.\n");
+               "Two last lines (not checks) say whether Open MPI is there for `mpirun -np N flynn\n"
+               "train` (data-parallel training, docs/scale-out.md) and NCCL for the same on GPUs,\n"
+               "with their versions.\n");
         return 0;
     }
     static const char *const known[] = {"--json", NULL};
@@ -355,6 +357,13 @@ int flynn_cmd_doctor(int argc, char **argv) {
                  "; data-parallel training: mpirun -np N flynn train ... (docs/scale-out.md)");
     else
         snprintf(mpi + strlen(mpi), sizeof mpi - strlen(mpi), "; needed only to train over several processes");
+    /* and NCCL, for those processes on GPUs */
+    char nccl[1024];
+    bool have_nccl = fl_nccl_probe(nccl, sizeof nccl);
+    snprintf(nccl + strlen(nccl), sizeof nccl - strlen(nccl), "%s",
+             have_nccl ? "; data-parallel training on GPUs: mpirun -np N flynn train --device gpu ... (one rank per GPU)"
+                       : "; needed only to train on GPUs over several processes (pip install nvidia-nccl-cu12 or "
+                         "-cu13, or FLYNN_NCCL_LIB=/path/to/libnccl.so.2)");
     if (json) {
         printf("{\"tool\": \"flynn doctor\", \"version\": \"%s\", \"result\": \"%s\", ", fl_version(), ok ? "PASS" : "FAIL");
         json_choice(s);
@@ -370,6 +379,8 @@ int flynn_cmd_doctor(int argc, char **argv) {
         json_str(stdout, next);
         printf(", \"mpi\": {\"found\": %s, \"detail\": ", have_mpi ? "true" : "false");
         json_str(stdout, mpi);
+        printf("}, \"nccl\": {\"found\": %s, \"detail\": ", have_nccl ? "true" : "false");
+        json_str(stdout, nccl);
         printf("}}\n");
     } else {
         printf("flynn doctor: can flynn train on an NVIDIA GPU here?\n\n");
@@ -380,6 +391,7 @@ int flynn_cmd_doctor(int argc, char **argv) {
         printf("\nResult = %s\n", ok ? "PASS" : "FAIL");
         printf("Next step: %s\n", next);
         printf("\nMPI (optional): %s%s\n", have_mpi ? "" : "not found: ", mpi);
+        printf("NCCL (optional): %s%s\n", have_nccl ? "" : "not found: ", nccl);
     }
     return ok ? 0 : 1;
 }

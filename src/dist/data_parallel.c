@@ -1,10 +1,14 @@
 /*
  * data_parallel.c — the model-aware half of data-parallel training over
  * MPI: batch shares, gradient and statistics reductions, the weights check.
- * The MPI calls themselves are in mpi.c.
+ * The MPI calls themselves are in mpi.c; on a device backend the gradients
+ * go through NCCL (nccl.c) on the backend's communication stream, and the
+ * small reductions (loss totals, moving statistics, the weights' hashes)
+ * through MPI on host copies.
  */
 #include "dist/data_parallel.h"
 #include "dist/mpi.h"
+#include "dist/nccl.h"
 #include "core/clock.h"
 #include "core/error.h"
 
@@ -34,6 +38,8 @@ fl_status fl_dp_reduce_stats(const double *before, double *stats, int n) {
  * count[b] - 1 weights below it. */
 struct fl_dp_buckets {
     const fl_param_ref *params; /* the plan's key: the optimizer's binding and the graph's shape */
+    const fl_backend *be;       /* device (not host memory): buffers there, sums through NCCL */
+    bool device;
     int nparams, nnodes;
     int64_t generation;
     int *node_param;            /* graph node index -> weight j, or -1 */
@@ -54,7 +60,8 @@ void fl_dp_buckets_free(fl_model *m) {
     if (!d) return;
     m->g.on_param_grad = NULL;
     m->g.on_param_ctx = NULL;
-    for (int b = 0; b < d->nb; b++) free(d->buf[b]);
+    for (int b = 0; b < d->nb; b++)
+        if (d->buf[b]) { if (d->device) d->be->free(d->buf[b]); else free(d->buf[b]); }
     free(d->buf); free(d->len); free(d->req); free(d->first); free(d->count); free(d->left);
     free(d->bucket_of); free(d->node_param);
     free(d);
@@ -93,6 +100,8 @@ static fl_status plan(fl_model *m) {
     d->early = early;
     d->total = total;
     d->params = o->params;
+    d->be = m->g.be;
+    d->device = !m->g.be->host_memory;
     d->nparams = o->nparams;
     d->nnodes = m->g.n;
     d->generation = m->g.generation;
@@ -131,7 +140,8 @@ static fl_status plan(fl_model *m) {
         if (d->len[b] > INT_MAX)
             return fl_error(FL_ERR_UNSUPPORTED, "gradient buckets: a weight of %lld elements; MPI counts are int",
                             (long long)d->len[b]);
-        if (d->count[b] > 1 && !(d->buf[b] = fl_malloc((size_t)d->len[b] * sizeof(float), "gradient bucket")))
+        size_t bytes = (size_t)d->len[b] * sizeof(float);
+        if (d->count[b] > 1 && !(d->buf[b] = d->device ? d->be->alloc(bytes) : fl_malloc(bytes, "gradient bucket")))
             return fl_last_status();
     }
     return FL_OK;
@@ -143,11 +153,15 @@ static void start(struct fl_dp_buckets *d, int b) {
         float *p = buf;
         for (int k = 0; k < d->count[b]; k++) {
             const fl_param_ref *w = &d->params[d->first[b] - k];
-            memcpy(p, w->g, (size_t)w->n * sizeof(float));
+            if (d->device) d->be->copy(p, w->g, (size_t)w->n * sizeof(float));
+            else memcpy(p, w->g, (size_t)w->n * sizeof(float));
             p += w->n;
         }
     }
-    if (d->err == FL_OK) d->err = fl_dist_iallreduce_f32(buf, d->len[b], &d->req[b]);
+    if (d->err == FL_OK && d->device) /* queued after the packing, beside the rest of backward */
+        d->err = fl_nccl_allreduce_f32(buf, d->len[b], d->be->comm_stream_fork());
+    else if (d->err == FL_OK)
+        d->err = fl_dist_iallreduce_f32(buf, d->len[b], &d->req[b]);
     d->started = b + 1;
 }
 
@@ -164,7 +178,7 @@ static void on_param_grad(void *ctx, int i) {
         start(d, d->started);
         d->early++;
     }
-    if (d->err == FL_OK) d->err = fl_dist_progress(d->started, d->req);
+    if (d->err == FL_OK && !d->device) d->err = fl_dist_progress(d->started, d->req);
 }
 
 fl_status fl_dp_grads_begin(fl_model *m) {
@@ -183,21 +197,35 @@ fl_status fl_dp_reduce_grads(fl_model *m, bool have) {
     struct fl_dp_buckets *d = m->dp;
     m->g.on_param_grad = NULL;
     m->g.on_param_ctx = NULL;
+    const fl_backend *be = m->g.be;
+    const bool device = !be->host_memory;
     if (!have) /* no share of this batch: zeros, in the same buckets and order as the others */
-        for (int i = 0; i < o->nparams; i++) memset(o->params[i].g, 0, (size_t)o->params[i].n * sizeof(float));
+        for (int i = 0; i < o->nparams; i++) be->zero(o->params[i].g, (size_t)o->params[i].n * sizeof(float));
     const double t0 = fl_clock_seconds();
     if (!d || !d->overlap || d->params != o->params) {
         /* one all-reduce per weight, in the optimizer's (the graph's) order: the same on every rank */
-        for (int i = 0; i < o->nparams; i++) {
-            if (fl_dist_allreduce_f32(o->params[i].g, o->params[i].n) != FL_OK) {
-                fl_error_prefix("reducing the gradients of weight %d of %d: ", i + 1, o->nparams);
-                return fl_last_status();
-            }
+        fl_status st = device ? fl_nccl_group_begin() : FL_OK;
+        void *stream = device ? be->comm_stream_fork() : NULL;
+        for (int i = 0; i < o->nparams && st == FL_OK; i++) {
+            st = device ? fl_nccl_allreduce_f32(o->params[i].g, o->params[i].n, stream)
+                        : fl_dist_allreduce_f32(o->params[i].g, o->params[i].n);
+            if (st != FL_OK) fl_error_prefix("reducing the gradients of weight %d of %d: ", i + 1, o->nparams);
         }
+        if (device) {
+            fl_status end = fl_nccl_group_end();
+            be->comm_stream_join();
+            if (st == FL_OK) st = end;
+        }
+        if (st != FL_OK) return st;
     } else {
         d->total += d->nb;
         while (d->started < d->nb) start(d, d->started);
-        if (d->err == FL_OK) d->err = fl_dist_wait_all(d->nb, d->req);
+        if (d->device) {
+            d->be->comm_stream_join(); /* the optimizer's step waits for the sums on the device */
+            if (d->err == FL_OK) d->err = fl_nccl_check();
+        } else if (d->err == FL_OK) {
+            d->err = fl_dist_wait_all(d->nb, d->req);
+        }
         if (d->err != FL_OK) {
             fl_error_prefix("reducing the gradients (%d buckets): ", d->nb);
             return d->err;
@@ -206,7 +234,8 @@ fl_status fl_dp_reduce_grads(fl_model *m, bool have) {
             const float *p = d->buf[b];
             for (int k = 0; p && k < d->count[b]; k++) {
                 const fl_param_ref *w = &d->params[d->first[b] - k];
-                memcpy(w->g, p, (size_t)w->n * sizeof(float));
+                if (d->device) d->be->copy(w->g, p, (size_t)w->n * sizeof(float));
+                else memcpy(w->g, p, (size_t)w->n * sizeof(float));
                 p += w->n;
             }
         }
@@ -234,9 +263,15 @@ fl_status fl_dp_check_weights(fl_model *m, const char *when) {
     uint64_t *root = fl_malloc((size_t)(np + 1) * sizeof(uint64_t), "weight hashes");
     if (!mine || !root) { free(mine); free(root); return fl_last_status(); }
     int k = 0;
-    for (int i = 0; i < g->n; i++)
-        if (g->nodes[i]->op == FL_OP_PARAM)
-            mine[k++] = hash_bytes(0xcbf29ce484222325ull, g->nodes[i]->val, fl_node_size(g->nodes[i]));
+    for (int i = 0; i < g->n; i++) {
+        const fl_node *w = g->nodes[i];
+        if (w->op != FL_OP_PARAM) continue;
+        float *host = g->be->host_memory ? w->val : fl_malloc((size_t)fl_node_size(w) * sizeof(float) + 1, "weight copy");
+        if (!host) { free(mine); free(root); return fl_last_status(); }
+        if (host != w->val) g->be->download(host, w->val, (size_t)fl_node_size(w) * sizeof(float));
+        mine[k++] = hash_bytes(0xcbf29ce484222325ull, host, fl_node_size(w));
+        if (host != w->val) free(host);
+    }
     memcpy(root, mine, (size_t)np * sizeof(uint64_t));
     fl_status s = fl_dist_bcast(root, (size_t)np * sizeof(uint64_t), 0);
     int bad = -1;
@@ -267,11 +302,20 @@ fl_status fl_dp_average_moving_stats(fl_model *m) {
         for (int k = 3; k <= 4 && k < n->nin; k++) {
             fl_node *s = n->in[k];
             int64_t sz = fl_node_size(s);
-            if (fl_dist_allreduce_f32(s->val, sz) != FL_OK) {
-                fl_error_prefix("averaging the moving statistics of '%s': ", n->name);
-                return fl_last_status();
+            size_t bytes = (size_t)sz * sizeof(float);
+            float *host = g->be->host_memory ? s->val : fl_malloc(bytes + 1, "moving statistics");
+            if (!host) return fl_last_status();
+            if (host != s->val) g->be->download(host, s->val, bytes);
+            fl_status st = fl_dist_allreduce_f32(host, sz);
+            for (int64_t j = 0; j < sz; j++) host[j] /= (float)fl_dist_size();
+            if (host != s->val) {
+                if (st == FL_OK) g->be->upload(s->val, host, bytes);
+                free(host);
             }
-            for (int64_t j = 0; j < sz; j++) s->val[j] /= (float)fl_dist_size();
+            if (st != FL_OK) {
+                fl_error_prefix("averaging the moving statistics of '%s': ", n->name);
+                return st;
+            }
         }
     }
     return FL_OK;

@@ -22,7 +22,9 @@ fl_status fl_dp_reduce_stats(const double *before, double *stats, int n);
 /* Sums every trainable weight's gradient over the ranks (each rank's is
  * already divided by the global batch, so the sum is the global batch's
  * gradient). `have` false: this rank had no samples, its gradients are
- * taken as 0. Host-memory backends only.
+ * taken as 0. On a device backend the sums are NCCL's (fl_nccl_init first),
+ * queued on the backend's communication stream (comm_stream_fork) and
+ * joined to the compute stream before the optimizer's step.
  *
  * The sums overlap the backward pass, as PyTorch's DDP does: the weights
  * are grouped, in reverse graph order (the order backward finishes them),

@@ -8,6 +8,7 @@
  * not supported: an MPICH launch is refused with that message.
  */
 #include "dist/mpi.h"
+#include "dist/nccl.h"
 #include "core/error.h"
 
 #include <dlfcn.h>
@@ -179,6 +180,7 @@ fl_status fl_dist_barrier(void) {
 
 void fl_dist_end(int status) {
     if (!D.on || D.ended) return;
+    fl_nccl_end(status); /* before MPI: a failed rank aborts its communicator rather than wait in it */
     D.ended = true;
     fflush(stdout);
     fflush(stderr);

@@ -14,6 +14,7 @@
 #include "io/io.h"
 #include "dist/data_parallel.h"
 #include "dist/mpi.h"
+#include "dist/nccl.h"
 #include "ops/math.h"
 #include "ops/ops.h"
 
@@ -1333,17 +1334,24 @@ typedef struct graph_state {
  * it reads the running loss), false without an update when the loss came
  * out non-finite. */
 static bool run_step(fl_model *m, bool check) {
+    const fl_backend *be = m->g.be;
     fl_graph_clear_grads(&m->g);
     bool have = !m->dist_batch || m->dist_share > 0; /* under MPI a rank can have no share of a last batch */
-    double before[FL_STATS];
-    if (m->dist_batch) memcpy(before, m->stats, sizeof before);
+    double before[FL_STATS], now[FL_STATS];
+    if (m->dist_batch) be->download(before, m->stats, sizeof before);
     if (have) {
         fl_graph_forward(&m->g, true);
         loss_and_metrics(m, true);
     }
     /* under MPI: the global batch's totals on every rank, so that every rank takes the same decisions */
-    if (m->dist_batch && fl_dp_reduce_stats(before, m->stats, FL_STATS) != FL_OK) return false;
-    if (check && !isfinite(m->stats[0])) return false;
+    if (m->dist_batch) {
+        be->download(now, m->stats, sizeof now);
+        if (fl_dp_reduce_stats(before, now, FL_STATS) != FL_OK) return false;
+        be->upload(m->stats, now, sizeof now);
+        if (check && !isfinite(now[0])) return false;
+    } else if (check && !isfinite(m->stats[0])) { /* the CPU's eager steps: host memory */
+        return false;
+    }
     /* under MPI the gradients' sums start during backward (fl_dp_grads_begin's buckets) */
     if (m->dist_batch && fl_dp_grads_begin(m) != FL_OK) return false;
     if (have) fl_graph_backward(&m->g);
@@ -1468,12 +1476,17 @@ static fl_history *fit(fl_model *m, const fl_tensor *const *xs, int nx, const fl
     /* under mpirun: data-parallel, batch_size the global batch (src/dist/, docs/scale-out.md) */
     if (fl_dist_init() != FL_OK) { fl_error_prefix("%s: ", fn); return NULL; }
     bool dist = fl_dist_size() > 1;
-    if (dist && (!m->g.be->host_memory || loss_mask_of(m) || stream))
-        return fl_error_null(FL_ERR_UNSUPPORTED, "%s: under MPI (%d ranks), training runs on the CPU backend, from "
-                             "arrays and without a masked loss; model '%s' %s", fn, fl_dist_size(), m->name,
+    if (dist && (loss_mask_of(m) || stream))
+        return fl_error_null(FL_ERR_UNSUPPORTED, "%s: under MPI (%d ranks), training runs from arrays and without a "
+                             "masked loss; model '%s' %s", fn, fl_dist_size(), m->name,
                              stream ? "reads a stream (each rank would need its share of every batch read ahead)"
-                             : m->g.be->host_memory ? "has an output mask that weighs the loss (its valid-row count "
-                             "would need a global reduction)" : "is on a device (NCCL is not built yet)");
+                             : "has an output mask that weighs the loss (its valid-row count would need a global "
+                             "reduction)");
+    /* on a device the gradients' sums are NCCL's: every rank opens it, or all stop with the reason */
+    if (dist && !m->g.be->host_memory && fl_nccl_init() != FL_OK) {
+        fl_error_prefix("%s: model '%s' on the %s over %d ranks: ", fn, m->name, m->g.be->name, fl_dist_size());
+        return NULL;
+    }
     int64_t n = stream ? fl_data_stream_size(stream) : xs[0]->shape[0];
     float *yh = stream ? NULL : prepare_y(m, xs[0], y, &y_row, fn);
     if (!stream && !yh) return NULL;

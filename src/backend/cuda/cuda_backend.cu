@@ -2452,6 +2452,27 @@ static void cu_graph_set_learning_rate(float lr) {
     LAUNCHED();
 }
 
+/* Data-parallel training: a second stream for the gradients' all-reduces
+ * (NCCL), ordered against the compute stream by events, so that a bucket's
+ * reduction runs while backward goes on (as PyTorch DDP's comm stream). */
+static cudaStream_t g_comm;
+static cudaEvent_t g_comm_fork, g_comm_join;
+
+static void *cu_comm_stream_fork(void) {
+    if (!g_comm && !(CUDA_OK(cudaStreamCreateWithFlags(&g_comm, cudaStreamNonBlocking)) &&
+                     CUDA_OK(cudaEventCreateWithFlags(&g_comm_fork, cudaEventDisableTiming)) &&
+                     CUDA_OK(cudaEventCreateWithFlags(&g_comm_join, cudaEventDisableTiming))))
+        return (void *)g_stream; /* the error is reported; the compute stream keeps everything in order */
+    if (!CUDA_OK(cudaEventRecord(g_comm_fork, g_stream)) || !CUDA_OK(cudaStreamWaitEvent(g_comm, g_comm_fork, 0)))
+        return (void *)g_stream;
+    return (void *)g_comm;
+}
+
+static void cu_comm_stream_join(void) {
+    if (!g_comm) return;
+    if (CUDA_OK(cudaEventRecord(g_comm_join, g_comm))) (void)CUDA_OK(cudaStreamWaitEvent(g_stream, g_comm_join, 0));
+}
+
 static int cu_graph_launch(void *graph, int64_t opt_step, int64_t graph_step) {
     k_set_steps<<<1, 1, 0, g_stream>>>(g_dsteps, opt_step, graph_step);
     if (!LAUNCHED()) return 1;
@@ -2981,6 +3002,8 @@ static void fill_table(void) {
     b->attn_concat_fwd = cu_attn_concat_fwd;
     b->attn_concat_bwd = cu_attn_concat_bwd;
     b->graph_set_learning_rate = cu_graph_set_learning_rate;
+    b->comm_stream_fork = cu_comm_stream_fork;
+    b->comm_stream_join = cu_comm_stream_join;
 }
 
 __global__ void k_probe(int *out) { *out = 42; }
@@ -3022,8 +3045,9 @@ extern "C" __attribute__((visibility("default"))) const fl_backend *fl_cuda_plug
     if (e != cudaSuccess)
         return fail_open(rep, "device", "cudaGetDeviceCount failed: %s (%s)", cudaGetErrorName(e), cudaGetErrorString(e));
     int dev = 0;
-    const char *dv = getenv("FLYNN_CUDA_DEVICE");
+    const char *dv = getenv("FLYNN_CUDA_DEVICE"), *local = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
     if (dv && *dv) dev = atoi(dv);
+    else if (local && *local) dev = atoi(local) % count; /* mpirun: one GPU per rank of this machine */
     if (dev < 0 || dev >= count)
         return fail_open(rep, "device", "FLYNN_CUDA_DEVICE=%s but there are %d CUDA devices", dv, count);
     if ((e = cudaSetDevice(dev)) != cudaSuccess || (e = cudaGetDeviceProperties(&g_prop, dev)) != cudaSuccess)
