@@ -205,6 +205,24 @@ else
   skip cpu_train "$why"
 fi
 
+step "data parallel over NCCL: mpirun -np 2 flynn train --device gpu (one GPU here)"
+# src/dist/nccl.c has only run against a stand-in library (tests/test_mpi.sh). Here the real NCCL (the
+# PyTorch wheel's nvidia/nccl, through FLYNN_CUDA_LIB_PATH) meets one GPU and two ranks: NCCL refuses two
+# ranks on one device ("Duplicate GPU"), and flynn must say so on both ranks and exit, not hang. A run
+# that trains instead (a future NCCL that allows it) passes too.
+if [ $gpu != 1 ]; then
+  skip nccl "${why:-$gpu_why}"
+elif ! command -v mpirun >/dev/null 2>&1; then
+  skip nccl "no mpirun on this machine (Open MPI)"
+else
+  capped 20 "$B/flynn" doctor 2>/dev/null | grep "^NCCL" | cut -c1-200
+  LOG=$WORK/nccl.log TAIL=12 run_step nccl 60 20 "${FL[@]}" mpirun --allow-run-as-root --oversubscribe -np 2 \
+    "$B/flynn" train --device gpu --data "fashion-mnist:$DATA" --samples 4096 --epochs 1 --batch-size 128 --verbose 2
+  if [ "${ST[nccl]:0:4}" = FAIL ] && grep -q "NCCL" "$WORK/nccl.log"; then
+    ST[nccl]="PASS (refused, with NCCL's reason: $(grep -m1 -o 'NCCL[^;]*' "$WORK/nccl.log" | cut -c1-100))"
+  fi
+fi
+
 step "the CUDA 12 plugin (libflynn_cuda12.so) on the same GPU: doctor, parity, seed workload"
 # The driver of this machine supports both plugins, so both are checked:
 # FLYNN_CUDA_PLUGIN forces the CUDA 12 one; it needs cuBLAS 12 and cuDNN for
@@ -278,6 +296,7 @@ row "CUDA 12 plugin: flynn doctor" "${ST[doctor12]:-?}"
 row "CUDA 12 plugin: parity" "${ST[parity12]:-?} $([ -f "$OUT/parity12.log" ] && tail -1 "$OUT/parity12.log" | cut -c1-120)"
 row "CUDA 12 plugin: mnist_cnn 20k, GPU" "${ST[gpu_train12]:-?}; ${gpu12_sps:-?} samples/s (3 epochs incl. warm-up), test accuracy ${gpu12_acc:-?}"
 [ -n "${gpu_sps:-}" ] && [ -n "${gpu12_sps:-}" ] && awk -v a="$gpu12_sps" -v b="$gpu_sps" 'BEGIN { printf "%-40s %.2fx\n", "CUDA 12 plugin / CUDA 13 plugin speed", a / b }'
+row "NCCL: mpirun -np 2 --device gpu" "${ST[nccl]:-?}"
 row "flynn bench --devices cpu,gpu" "${ST[bench]:-?}"
 row "flynn vs PyTorch" "${ST[vs_torch]:-?}"
 [ -s "$WORK/vs_torch.txt" ] && { echo; cat "$WORK/vs_torch.txt"; }
