@@ -1359,6 +1359,45 @@ static void seq_parity(void) {
     free(idx); free(hw); free(R);
 }
 
+/* predict with BatchNormalization folded into the convolutions before it (ops.c fold_bn: the folded weights
+ * made by the GPU's own normalisation kernel) against the CPU's, at a batch where both fold */
+static void fold_parity(void) {
+    if (GPU == CPU) { printf("SKIP fold parity: FLYNN_PARITY_SELFTEST moves no model to a GPU\n"); return; }
+    enum { N = 64 };
+    fl_tensor *x = fl_tensor_zeros(FL_FLOAT32, N, 4, 4, 16), *p[2] = {NULL, NULL};
+    float *xd = fl_tensor_data(x);
+    for (int i = 0; i < N * 4 * 4 * 16; i++) xd[i] = fl_philox_uniform(9, 1, (uint64_t)i) - 0.5f;
+    for (int k = 0; k < 2; k++) {
+        fl_model *m = fl_sequential(fl_input(4, 4, 16), fl_conv2d(64, 3, .padding = FL_SAME, .no_bias = true),
+                                    fl_batch_normalization(), fl_relu_layer(6.0f), fl_depthwise_conv2d(3, .padding = FL_SAME),
+                                    fl_batch_normalization(.no_scale = true), fl_conv2d(4, 1),
+                                    fl_batch_normalization(.no_center = true), fl_flatten(), fl_dense(3));
+        fl_model_set_seed(m, 3);
+        for (int l = 0; l < fl_model_num_layers(m); l++) { /* statistics away from 0 and 1 */
+            fl_layer *L = fl_model_layer(m, l);
+            if (strcmp(fl_layer_class(L), "BatchNormalization") != 0) continue;
+            for (int w = 0; w < fl_layer_num_weights(L); w++) {
+                fl_tensor *t = fl_layer_weight(L, w);
+                for (int64_t i = 0; i < fl_tensor_size(t); i++)
+                    ((float *)fl_tensor_data(t))[i] = 0.5f + fl_philox_uniform(9, 2 + (uint64_t)(10 * l + w), (uint64_t)i);
+                fl_layer_set_weight(L, w, t);
+            }
+        }
+        if (k == 1) CHECK(fl_model_set_device(m, FL_DEVICE_GPU, NULL, 0) == FL_OK);
+        p[k] = fl_predict(m, x, .batch_size = N, .verbose = FL_VERBOSE_SILENT);
+        CHECK_MSG(p[k] != NULL, "fold parity, %s: %s", k ? "GPU" : "CPU", fl_last_error());
+        fl_model_free(m);
+    }
+    if (p[0] && p[1]) { /* both on the host: predict's results */
+        double r = rel_diff(fl_tensor_data(p[1]), fl_tensor_data(p[0]), fl_tensor_size(p[0]));
+        CHECK_MSG(r <= g_tol, "[%s] conv + BatchNormalization folded, predict: GPU differs from CPU by %.3g (relative), "
+                  "tolerance %.1g", g_mode, r, g_tol);
+    }
+    fl_tensor_free(p[0]);
+    fl_tensor_free(p[1]);
+    fl_tensor_free(x);
+}
+
 int main(int argc, char **argv) {
     char why[1536];
     CPU = fl_backend_cpu();
@@ -1396,6 +1435,7 @@ int main(int argc, char **argv) {
             printf("SKIP training parity: %s\n", fl_last_error());
         }
         clip_parity();
+        fold_parity();
         if (have_data && GPU != CPU) schedule_parity(&d);
         else printf("SKIP schedule parity: %s\n", have_data ? "FLYNN_PARITY_SELFTEST moves no model to a GPU" : "no data");
     }

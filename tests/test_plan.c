@@ -160,9 +160,58 @@ static void test_modes(void) {
     fl_tensor_free(x); fl_tensor_free(y);
 }
 
+/* inference folds a BatchNormalization into the convolution before it when the batch pays for it: the same
+ * predictions (to rounding) as the normalisation run apart, with and without bias, gamma and beta, on a
+ * Conv2D and a DepthwiseConv2D; and training is unchanged (the folded weights are scratch) */
+static void test_bn_fold(void) {
+    enum { N = 64 };
+    /* shapes where batch 1 does not fold (each output is smaller than twice its weights) and batch 64 does */
+    fl_tensor *x = fl_tensor_zeros(FL_FLOAT32, N, 4, 4, 16);
+    float *xd = fl_tensor_data(x);
+    for (int i = 0; i < N * 4 * 4 * 16; i++) xd[i] = fl_philox_uniform(9, 1, (uint64_t)i) - 0.5f;
+    fl_model *m = fl_sequential(fl_input(4, 4, 16), fl_conv2d(64, 3, .padding = FL_SAME, .no_bias = true),
+                                fl_batch_normalization(), fl_relu_layer(6.0f),
+                                fl_depthwise_conv2d(3, .padding = FL_SAME), fl_batch_normalization(.no_scale = true),
+                                fl_conv2d(4, 1), fl_batch_normalization(.no_center = true), fl_flatten(),
+                                fl_dense(3, .activation = FL_SOFTMAX));
+    CHECK(m != NULL);
+    if (!m) return;
+    fl_model_set_seed(m, 3);
+    CHECK(fl_compile(m, fl_sgd(.learning_rate = 0.1f), FL_SPARSE_CATEGORICAL_CROSSENTROPY) == FL_OK);
+    /* moving statistics and gammas away from 0 and 1, so that a fold that skipped one would show */
+    for (int l = 0; l < fl_model_num_layers(m); l++) {
+        fl_layer *L = fl_model_layer(m, l);
+        if (strcmp(fl_layer_class(L), "BatchNormalization") != 0) continue;
+        for (int k = 0; k < fl_layer_num_weights(L); k++) {
+            fl_tensor *w = fl_layer_weight(L, k);
+            float *d = fl_tensor_data(w);
+            for (int64_t i = 0; i < fl_tensor_size(w); i++)
+                d[i] = 0.5f + fl_philox_uniform(9, 2 + (uint64_t)(10 * l + k), (uint64_t)i);
+            CHECK(fl_layer_set_weight(L, k, w) == FL_OK);
+        }
+    }
+    fl_tensor *one = fl_predict(m, x, .batch_size = 1, .verbose = FL_VERBOSE_SILENT); /* too small to fold */
+    int folded = 0;
+    for (int i = 0; i < m->g.n; i++) folded += m->g.nodes[i]->bn_folded;
+    CHECK_MSG(folded == 0, "%d convolutions folded at batch 1", folded);
+    fl_tensor *all = fl_predict(m, x, .batch_size = N, .verbose = FL_VERBOSE_SILENT);
+    folded = 0;
+    for (int i = 0; i < m->g.n; i++) folded += m->g.nodes[i]->bn_folded;
+    CHECK_MSG(folded == 3, "%d of 3 convolutions folded their normalisation at batch %d", folded, N);
+    double worst = 0;
+    for (int64_t i = 0; one && all && i < fl_tensor_size(one); i++)
+        worst = fmax(worst, fabs((double)((float *)fl_tensor_data(one))[i] - ((float *)fl_tensor_data(all))[i]));
+    CHECK_MSG(one && all && worst < 1e-5, "folded and apart differ by %g", worst);
+    fl_tensor_free(one);
+    fl_tensor_free(all);
+    fl_tensor_free(x);
+    fl_model_free(m);
+}
+
 int main(void) {
     test_place_small();
     test_place_random();
     test_modes();
+    test_bn_fold();
     return check_report("test_plan");
 }

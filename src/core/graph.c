@@ -34,6 +34,9 @@ static void free_batched(fl_graph *g) {
     if (g->ws) g->be->free(g->ws);
     g->ws = NULL;
     g->ws_bytes = 0;
+    if (g->fold) g->be->free(g->fold);
+    g->fold = NULL;
+    g->fold_bytes = 0;
     g->batch_cap = 0;
     g->infer = false;
 }
@@ -179,7 +182,7 @@ static fl_status reserve(fl_graph *g, int64_t batch, bool infer) {
     fl_plan p;
     FL_TRY(plan_within_budget(g, batch, infer, &p));
     free_batched(g);
-    size_t ws = 0;
+    size_t ws = 0, fold = 0;
     if (!(g->arena = g->be->alloc(p.bytes > FL_ARENA_ALIGN ? p.bytes : FL_ARENA_ALIGN))) goto fail;
     g->arena_bytes = p.bytes;
     char *base = g->arena;
@@ -200,6 +203,10 @@ static fl_status reserve(fl_graph *g, int64_t batch, bool infer) {
             size_t w = g->be->conv_workspace(&d, !infer && n->needs_grad);
             if (w > ws) ws = w;
         }
+        if (fl_op_fused_bn(g, n)) { /* predict and evaluate fold the normalisation into the weights */
+            size_t f = (size_t)fl_op_fold_floats(n) * sizeof(float);
+            if (f > fold) fold = f;
+        }
     }
     /* views point at their input's buffers (inputs come first in topo order) */
     for (int i = 0; i < g->n; i++) {
@@ -211,6 +218,10 @@ static fl_status reserve(fl_graph *g, int64_t batch, bool infer) {
         g->ws = g->be->alloc(ws);
         if (!g->ws) goto fail;
         g->ws_bytes = ws;
+    }
+    if (fold) {
+        if (!(g->fold = g->be->alloc(fold))) goto fail;
+        g->fold_bytes = fold;
     }
     fl_plan_free(&p);
     g->batch_cap = batch;

@@ -71,6 +71,8 @@ struct fl_node {
     bool val_view, grad_view;  /* buffers borrowed from in[0] (RESHAPE) */
     bool grad_is_preact;       /* the loss wrote d/d(pre-activation) (fused softmax/sigmoid) */
     bool grad_ready;           /* written during this backward pass */
+    bool bn_folded;            /* CONV2D, DEPTHWISE_CONV2D: its last (inference) forward wrote the output of the
+                                * BatchNormalization after it, with the statistics folded into the weights */
     int nconsumers;
     float *val, *grad;         /* backend buffers */
     void *aux;                 /* saved for backward: argmax, dropout mask, BN batch stats */
@@ -114,6 +116,8 @@ typedef struct fl_graph {
     int64_t batch;             /* current batch */
     void *ws;                  /* conv workspace */
     size_t ws_bytes;
+    float *fold;               /* inference: a convolution's weights and bias with its BatchNormalization folded in */
+    size_t fold_bytes;
     uint64_t seed;
     int64_t step;              /* training steps run (dropout streams) */
     /* the batch's first row in the whole batch (under MPI: the rank's share

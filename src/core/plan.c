@@ -16,6 +16,8 @@
  *  - a MaxPooling2D fused into the Conv2D before it (fl_op_fused_pool) has
  *    its value and aux written by the convolution's forward, and its
  *    backward writes the gradient of the convolution's input;
+ *  - in inference, a BatchNormalization folded into the convolution before
+ *    it (fl_op_fused_bn) has its value written by the convolution's forward;
  *  - the model's outputs (and any node nothing reads) are read after the
  *    forward (predict, the loss) and written by the loss.
  */
@@ -178,6 +180,8 @@ fl_status fl_plan_make(const fl_graph *g, const bool *need, int64_t batch, bool 
             if (infer) hi[3 * x->id] = MAX(hi[3 * x->id], i);
             else if (NEED(x) && NEED(c)) lo[3 * x->id + 1] = MIN(lo[3 * x->id + 1], 2 * (int64_t)N - i);
         }
+        const fl_node *bn = infer ? fl_op_fused_bn(g, c) : NULL;
+        if (bn) lo[3 * bn->id] = MIN(lo[3 * bn->id], i); /* folded: the convolution writes its output */
         const fl_node *pool = c->op == FL_OP_CONV2D ? fl_op_fused_pool(g, c) : NULL;
         if (pool) { /* the convolution's forward writes the pooling's value and aux; the pooling's backward
                      * the convolution's input gradient */

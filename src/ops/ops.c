@@ -775,8 +775,59 @@ static void dense_backward(fl_graph *g, fl_node *n) {
     mark(n, 0); mark(n, 1); mark(n, 2);
 }
 
+/* BatchNormalization folded into the convolution before it, in inference
+ * (PyTorch's fuse_conv_bn_eval, TF's fold_batch_norms): per output channel
+ * o, with s = gamma / sqrt(moving_var + eps), the kernel's column o times s
+ * and the bias (b - moving_mean) s + beta, both made by the normalisation's
+ * own inference kernel (the kernel as rows of output channels, with a zero
+ * mean and no beta; the bias as one row). It saves the normalisation's pass
+ * over the output (read and write) and costs one over the weights, so it is
+ * taken when the batch's output outnumbers the weights twice. */
+fl_node *fl_op_fused_bn(const fl_graph *g, const fl_node *c) {
+    if ((c->op != FL_OP_CONV2D && c->op != FL_OP_DEPTHWISE_CONV2D) || c->conv.act != FL_ACT_LINEAR ||
+        c->nconsumers != 1 || !c->batched || c->ndim < 2)
+        return NULL;
+    for (int i = c->id + 1; i < g->n; i++) {
+        fl_node *n = g->nodes[i];
+        for (int k = 0; k < n->nin; k++)
+            if (n->in[k] == c)
+                return n->op == FL_OP_BATCHNORM && k == 0 && n->in[3] && n->in[4] &&
+                               fl_node_size(n->in[3]) == c->shape[c->ndim - 1] ? n : NULL;
+    }
+    return NULL;
+}
+
+int64_t fl_op_fold_floats(const fl_node *c) { return fl_node_size(c->in[1]) + 3 * c->shape[c->ndim - 1]; }
+
+/* The weights, bias and output of convolution n's forward: its own, or in
+ * inference, where fl_op_fused_bn allows and the batch pays for it, the
+ * folded ones (in g->fold: the kernel, the bias, then zeros) and the
+ * normalisation's output (d->has_bias set). */
+static float *fold_bn(fl_graph *g, fl_node *n, bool training, fl_conv_desc *d, const float **w, const float **b) {
+    *w = n->in[1]->val;
+    *b = d->has_bias ? n->in[2]->val : NULL;
+    n->bn_folded = false;
+    fl_node *bn = training || !g->fold ? NULL : fl_op_fused_bn(g, n);
+    if (!bn || g->fold_bytes < (size_t)fl_op_fold_floats(n) * sizeof(float) ||
+        g->batch * fl_node_sample_size(n) < 2 * fl_node_size(n->in[1]))
+        return n->val;
+    const int64_t oc = n->shape[n->ndim - 1], nw = fl_node_size(n->in[1]);
+    float *fw = g->fold, *fb = fw + nw, *zero = fb + oc, *braw = zero + oc;
+    const float *gamma = bn->in[1] ? bn->in[1]->val : NULL, *beta = bn->in[2] ? bn->in[2]->val : NULL;
+    g->be->fill(oc, 0.0f, zero);
+    fl_bn_desc kd = {nw / oc, (int)oc, bn->eps, bn->momentum}, bd = {1, (int)oc, bn->eps, bn->momentum};
+    g->be->bn_fwd_infer(&kd, *w, gamma, NULL, zero, bn->in[4]->val, fw);
+    if (*b) g->be->copy(braw, *b, (size_t)oc * sizeof(float));
+    else g->be->fill(oc, 0.0f, braw);
+    g->be->bn_fwd_infer(&bd, braw, gamma, beta, bn->in[3]->val, bn->in[4]->val, fb);
+    *w = fw;
+    *b = fb;
+    d->has_bias = 1;
+    n->bn_folded = true;
+    return bn->val;
+}
+
 static void conv2d_forward(fl_graph *g, fl_node *n, bool training) {
-    (void)training;
     fl_node *x = n->in[0];
     BATCH_DESC(d, n->conv);
     fl_node *pool = fl_op_fused_pool(g, n);
@@ -786,7 +837,9 @@ static void conv2d_forward(fl_graph *g, fl_node *n, bool training) {
                                   pool->val, pool->aux, g->ws);
         return;
     }
-    g->be->conv2d_fwd(&d, x->val, n->in[1]->val, d.has_bias ? n->in[2]->val : NULL, n->val, g->ws);
+    const float *w, *b;
+    float *y = fold_bn(g, n, training, &d, &w, &b);
+    g->be->conv2d_fwd(&d, x->val, w, b, y, g->ws);
 }
 
 static void conv2d_backward(fl_graph *g, fl_node *n) {
@@ -803,9 +856,10 @@ static void conv2d_backward(fl_graph *g, fl_node *n) {
 }
 
 static void depthwise_forward(fl_graph *g, fl_node *n, bool training) {
-    (void)training;
     BATCH_DESC(d, n->conv);
-    g->be->depthwise_fwd(&d, n->in[0]->val, n->in[1]->val, d.has_bias ? n->in[2]->val : NULL, n->val);
+    const float *w, *b;
+    float *y = fold_bn(g, n, training, &d, &w, &b);
+    g->be->depthwise_fwd(&d, n->in[0]->val, w, b, y);
 }
 
 static void depthwise_backward(fl_graph *g, fl_node *n) {
@@ -946,6 +1000,7 @@ static void dropout_backward(fl_graph *g, fl_node *n) {
 
 static void batchnorm_forward(fl_graph *g, fl_node *n, bool training) {
     fl_node *x = n->in[0];
+    if (!training && x->bn_folded) return; /* the convolution wrote it (fold_bn) */
     int c = (int)x->shape[x->ndim - 1];
     fl_bn_desc d = {rows_of(x), c, n->eps, n->momentum};
     const float *gamma = n->in[1] ? n->in[1]->val : NULL, *beta = n->in[2] ? n->in[2]->val : NULL;

@@ -16,6 +16,13 @@ const char *fl_op_name(fl_op op);
  * (conv's forward writes its value and aux; its backward writes conv's
  * input gradient), or NULL. */
 fl_node *fl_op_fused_pool(const fl_graph *g, const fl_node *conv);
+/* The BatchNormalization that an inference forward of Conv2D or
+ * DepthwiseConv2D node conv may fold into its weights (conv linear, the
+ * normalisation its only reader), or NULL; conv's forward then writes the
+ * normalisation's value (batch-size permitting: conv_folds_bn in ops.c), and
+ * g->fold holds the folded weights (fl_op_fold_floats of them). */
+fl_node *fl_op_fused_bn(const fl_graph *g, const fl_node *conv);
+int64_t fl_op_fold_floats(const fl_node *conv);
 /* The capability query: NULL when backend `be` has every kernel op needs,
  * else the name of the first one it lacks ("conv2d_fwd"). */
 const char *fl_op_missing_kernel(const fl_backend *be, fl_op op);
