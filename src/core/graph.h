@@ -71,8 +71,9 @@ struct fl_node {
     bool val_view, grad_view;  /* buffers borrowed from in[0] (RESHAPE) */
     bool grad_is_preact;       /* the loss wrote d/d(pre-activation) (fused softmax/sigmoid) */
     bool grad_ready;           /* written during this backward pass */
-    bool bn_folded;            /* CONV2D, DEPTHWISE_CONV2D: its last (inference) forward wrote the output of the
-                                * BatchNormalization after it, with the statistics folded into the weights */
+    int bn_folded;             /* CONV2D, DEPTHWISE_CONV2D: its last (inference) forward wrote the output of the
+                                * BatchNormalization after it, with the statistics folded into the weights (1),
+                                * or of the ReLU after that (2, fl_op_fused_bn_act) */
     int nconsumers;
     float *val, *grad;         /* backend buffers */
     void *aux;                 /* saved for backward: argmax, dropout mask, BN batch stats */

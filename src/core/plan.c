@@ -17,7 +17,8 @@
  *    its value and aux written by the convolution's forward, and its
  *    backward writes the gradient of the convolution's input;
  *  - in inference, a BatchNormalization folded into the convolution before
- *    it (fl_op_fused_bn) has its value written by the convolution's forward;
+ *    it (fl_op_fused_bn) has its value written by the convolution's forward,
+ *    and so has a ReLU that alone reads it (fl_op_fused_bn_act);
  *  - the model's outputs (and any node nothing reads) are read after the
  *    forward (predict, the loss) and written by the loss.
  */
@@ -181,7 +182,12 @@ fl_status fl_plan_make(const fl_graph *g, const bool *need, int64_t batch, bool 
             else if (NEED(x) && NEED(c)) lo[3 * x->id + 1] = MIN(lo[3 * x->id + 1], 2 * (int64_t)N - i);
         }
         const fl_node *bn = infer ? fl_op_fused_bn(g, c) : NULL;
-        if (bn) lo[3 * bn->id] = MIN(lo[3 * bn->id], i); /* folded: the convolution writes its output */
+        if (bn) { /* folded: the convolution writes its output, or its ReLU's */
+            int act;
+            const fl_node *an = fl_op_fused_bn_act(g, bn, &act);
+            lo[3 * bn->id] = MIN(lo[3 * bn->id], i);
+            if (an) lo[3 * an->id] = MIN(lo[3 * an->id], i);
+        }
         const fl_node *pool = c->op == FL_OP_CONV2D ? fl_op_fused_pool(g, c) : NULL;
         if (pool) { /* the convolution's forward writes the pooling's value and aux; the pooling's backward
                      * the convolution's input gradient */

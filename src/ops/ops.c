@@ -782,10 +782,12 @@ static void dense_backward(fl_graph *g, fl_node *n) {
  * own inference kernel (the kernel as rows of output channels, with a zero
  * mean and no beta; the bias as one row). It saves the normalisation's pass
  * over the output (read and write) and costs one over the weights, so it is
- * taken when the batch's output outnumbers the weights twice. */
+ * taken when the batch's output outnumbers the weights twice. A ReLU or
+ * ReLU6 that alone reads the normalisation goes into the convolution's
+ * epilogue too (fl_op_fused_bn_act), saving its pass as well. */
 fl_node *fl_op_fused_bn(const fl_graph *g, const fl_node *c) {
     if ((c->op != FL_OP_CONV2D && c->op != FL_OP_DEPTHWISE_CONV2D) || c->conv.act != FL_ACT_LINEAR ||
-        c->nconsumers != 1 || !c->batched || c->ndim < 2)
+        c->nconsumers != 1 || c->is_output || !c->batched || c->ndim < 2)
         return NULL;
     for (int i = c->id + 1; i < g->n; i++) {
         fl_node *n = g->nodes[i];
@@ -799,6 +801,28 @@ fl_node *fl_op_fused_bn(const fl_graph *g, const fl_node *c) {
 
 int64_t fl_op_fold_floats(const fl_node *c) { return fl_node_size(c->in[1]) + 3 * c->shape[c->ndim - 1]; }
 
+fl_node *fl_op_fused_bn_act(const fl_graph *g, const fl_node *bn, int *act) {
+    if (bn->nconsumers != 1 || bn->is_output) return NULL;
+    for (int i = bn->id + 1; i < g->n; i++) {
+        fl_node *n = g->nodes[i];
+        for (int k = 0; k < n->nin; k++) {
+            if (n->in[k] != bn) continue;
+            if (k != 0 || n->nin != 1) return NULL;
+            if (n->op == FL_OP_ACT && (n->act == FL_ACT_RELU || n->act == FL_ACT_RELU6)) {
+                *act = n->act;
+                return n;
+            }
+            if (n->op == FL_OP_PACT && n->pact.code == FL_PACT_RELU && n->pact.a == 0.0f && n->pact.b == 0.0f &&
+                (isinf(n->pact.c) || n->pact.c == 6.0f)) {
+                *act = isinf(n->pact.c) ? FL_ACT_RELU : FL_ACT_RELU6;
+                return n;
+            }
+            return NULL;
+        }
+    }
+    return NULL;
+}
+
 /* The weights, bias and output of convolution n's forward: its own, or in
  * inference, where fl_op_fused_bn allows and the batch pays for it, the
  * folded ones (in g->fold: the kernel, the bias, then zeros) and the
@@ -806,7 +830,7 @@ int64_t fl_op_fold_floats(const fl_node *c) { return fl_node_size(c->in[1]) + 3 
 static float *fold_bn(fl_graph *g, fl_node *n, bool training, fl_conv_desc *d, const float **w, const float **b) {
     *w = n->in[1]->val;
     *b = d->has_bias ? n->in[2]->val : NULL;
-    n->bn_folded = false;
+    n->bn_folded = 0;
     fl_node *bn = training || !g->fold ? NULL : fl_op_fused_bn(g, n);
     if (!bn || g->fold_bytes < (size_t)fl_op_fold_floats(n) * sizeof(float) ||
         g->batch * fl_node_sample_size(n) < 2 * fl_node_size(n->in[1]))
@@ -823,8 +847,13 @@ static float *fold_bn(fl_graph *g, fl_node *n, bool training, fl_conv_desc *d, c
     *w = fw;
     *b = fb;
     d->has_bias = 1;
-    n->bn_folded = true;
-    return bn->val;
+    n->bn_folded = 1;
+    int act = FL_ACT_LINEAR;
+    fl_node *an = fl_op_fused_bn_act(g, bn, &act); /* and the ReLU after it, in the epilogue */
+    if (!an) return bn->val;
+    d->act = act;
+    n->bn_folded = 2;
+    return an->val;
 }
 
 static void conv2d_forward(fl_graph *g, fl_node *n, bool training) {
@@ -1040,8 +1069,14 @@ static void batchnorm_backward(fl_graph *g, fl_node *n) {
     mark(n, 0); mark(n, 1); mark(n, 2);
 }
 
+/* In inference, the activation that a convolution's epilogue applied after the normalisation it folded */
+static bool folded_act(const fl_node *n, bool training) {
+    const fl_node *x = n->in[0];
+    return !training && x->op == FL_OP_BATCHNORM && x->in[0]->bn_folded == 2;
+}
+
 static void act_forward(fl_graph *g, fl_node *n, bool training) {
-    (void)training;
+    if (folded_act(n, training)) return;
     g->be->act_fwd(n->act, rows_of(n), (int)n->shape[n->ndim - 1], n->in[0]->val, n->val);
 }
 
@@ -1216,7 +1251,7 @@ static void pad2d_backward(fl_graph *g, fl_node *n) {
 }
 
 static void pact_forward(fl_graph *g, fl_node *n, bool training) {
-    (void)training;
+    if (folded_act(n, training)) return;
     g->be->pact_fwd(&n->pact, fl_node_size(n), n->in[0]->val, n->val);
 }
 

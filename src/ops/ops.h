@@ -23,6 +23,10 @@ fl_node *fl_op_fused_pool(const fl_graph *g, const fl_node *conv);
  * g->fold holds the folded weights (fl_op_fold_floats of them). */
 fl_node *fl_op_fused_bn(const fl_graph *g, const fl_node *conv);
 int64_t fl_op_fold_floats(const fl_node *conv);
+/* The ReLU or ReLU6 (an Activation or a ReLU layer) that alone reads
+ * BatchNormalization node bn, which a folding convolution then applies in
+ * its epilogue and writes (its FL_ACT_* in *act), or NULL. */
+fl_node *fl_op_fused_bn_act(const fl_graph *g, const fl_node *bn, int *act);
 /* The capability query: NULL when backend `be` has every kernel op needs,
  * else the name of the first one it lacks ("conv2d_fwd"). */
 const char *fl_op_missing_kernel(const fl_backend *be, fl_op op);
