@@ -477,7 +477,7 @@ void fl_cpu_conv2d_fwd(const fl_conv_desc *d, const float *x, const float *w, co
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows, ocg, (int)K, 1.0f, a, (int)K,
                             w + (size_t)g * ocg, d->oc, 0.0f, yc + (size_t)g * ocg, d->oc);
         }
-        fl_cpu_bias_act_rows(rows, d->oc, d->has_bias ? b : NULL, d->act, yc);
+        fl_cpu_bias_act_rows_par(rows, d->oc, d->has_bias ? b : NULL, d->act, yc);
     }
 }
 
@@ -573,7 +573,7 @@ void fl_cpu_conv2d_transpose_fwd(const fl_conv_desc *d, const float *x, const fl
             memset(yc, 0, (size_t)cn * y_sz * sizeof(float));
             col2im_add(d, col, cn, 0, d->c, yc);
         }
-        fl_cpu_bias_act_rows(cn * d->h * d->w, d->c, d->has_bias ? b : NULL, d->act, yc);
+        fl_cpu_bias_act_rows_par(cn * d->h * d->w, d->c, d->has_bias ? b : NULL, d->act, yc);
     }
 }
 

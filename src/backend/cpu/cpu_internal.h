@@ -25,6 +25,7 @@ int fl_cpu_thread_id(void);
 
 /* y[r, :] = act(y[r, :] + b) for rows r; single-threaded (callers split). */
 void fl_cpu_bias_act_rows(int64_t rows, int n, const float *b, int act, float *y);
+void fl_cpu_bias_act_rows_par(int64_t rows, int n, const float *b, int act, float *y);
 /* dy *= act'(y); db (if not NULL) += column sums of the result. */
 void fl_cpu_act_grad_rows(int64_t rows, int n, int act, const float *y, float *dy, float *db);
 
