@@ -253,7 +253,10 @@ def point(a, side, model, mode, B, n, env):
         info = [l for l in err.splitlines() if l.startswith("cpu:")]
         return {"sps": r["samples_per_s"], "gflops": r["gflops"], "rss": rss, "impl": "flynn " + j["flynn_version"],
                 "kernels": (info[0] if info else "") + "; blas core " + j["blas"]["core"],
-                "flops": j["flops_per_sample"][mode], "buffer_bytes_per_sample": j["memory"]["buffer_bytes_per_sample"]}
+                "flops": j["flops_per_sample"][mode],
+                # training's buffers, or predict's (values only, reused by lifetime)
+                "buffer_bytes_per_sample": j["memory"]["buffer_bytes_per_sample" if mode == "train"
+                                                       else "predict_buffer_bytes_per_sample"]}
     lines = [l for l in out.splitlines() if l.startswith("{")]
     if not lines:
         sys.stderr.write("%s %s: no result:\n%s\n" % (side, model, err[-2000:]))
@@ -438,7 +441,7 @@ def main():
                             line += " (%.0f%%)" % (100 * f["gflops"] / ceiling)
                     line += "  peak MB:" + "".join(" %s %.0f" % (s, best[s]["rss"]) for s in sides if s in best)
                     if f:
-                        line += "  flynn buffers %.1f KB/sample" % (f["buffer_bytes_per_sample"] / 1e3)
+                        line += "  flynn buffers %.1f KB/sample (%s)" % (f["buffer_bytes_per_sample"] / 1e3, mode)
                     print(line, flush=True)
                     results.append(row)
     finally:
