@@ -189,8 +189,8 @@ static fl_status reserve(fl_graph *g, int64_t batch, bool infer) {
     for (int i = 0; i < g->n; i++) {
         fl_node *n = g->nodes[i];
         if (n->op == FL_OP_PARAM || !n->batched) continue;
-        n->val_view = n->op == FL_OP_RESHAPE;
-        n->grad_view = n->val_view && n->in[0]->nconsumers == 1;
+        n->val_view = fl_plan_val_view(n);
+        n->grad_view = fl_plan_grad_view(n);
         if (p.val[i] != FL_PLAN_NONE) n->val = (float *)(base + p.val[i]);
         if (p.grad[i] != FL_PLAN_NONE) n->grad = (float *)(base + p.grad[i]);
         if (p.aux[i] != FL_PLAN_NONE) n->aux = base + p.aux[i];

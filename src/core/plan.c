@@ -117,9 +117,8 @@ void fl_plan_free(fl_plan *p) {
     memset(p, 0, sizeof *p);
 }
 
-/* a Reshape borrows its input's value, and its gradient when it is the input's only consumer */
-static bool val_view(const fl_node *n) { return n->op == FL_OP_RESHAPE; }
-static bool grad_view(const fl_node *n) { return n->op == FL_OP_RESHAPE && n->in[0]->nconsumers == 1; }
+bool fl_plan_val_view(const fl_node *n) { return n->op == FL_OP_RESHAPE; }
+bool fl_plan_grad_view(const fl_node *n) { return n->op == FL_OP_RESHAPE && n->in[0]->nconsumers == 1; }
 
 fl_status fl_plan_make(const fl_graph *g, const bool *need, int64_t batch, bool infer, size_t align, bool fixed,
                        fl_plan *p) {
@@ -204,11 +203,11 @@ fl_status fl_plan_make(const fl_graph *g, const bool *need, int64_t batch, bool 
         const fl_node *v = g->nodes[i];
         if (v->op == FL_OP_PARAM || !v->batched) continue;
         int s = v->nin > 0 && v->in[0] ? v->in[0]->id : -1;
-        if (val_view(v) && s >= 0) {
+        if (fl_plan_val_view(v) && s >= 0) {
             lo[3 * s] = MIN(lo[3 * s], lo[3 * i]);
             hi[3 * s] = MAX(hi[3 * s], hi[3 * i]);
         }
-        if (!infer && NEED(v) && grad_view(v) && s >= 0) {
+        if (!infer && NEED(v) && fl_plan_grad_view(v) && s >= 0) {
             lo[3 * s + 1] = MIN(lo[3 * s + 1], lo[3 * i + 1]);
             hi[3 * s + 1] = MAX(hi[3 * s + 1], hi[3 * i + 1]);
         }
@@ -216,8 +215,8 @@ fl_status fl_plan_make(const fl_graph *g, const bool *need, int64_t batch, bool 
     for (int i = 0; i < N; i++) {
         const fl_node *n = g->nodes[i];
         if (n->op == FL_OP_PARAM || !n->batched) continue;
-        own[3 * i] = !val_view(n);
-        own[3 * i + 1] = !infer && NEED(n) && !grad_view(n);
+        own[3 * i] = !fl_plan_val_view(n);
+        own[3 * i + 1] = !infer && NEED(n) && !fl_plan_grad_view(n);
         own[3 * i + 2] = p->abytes[i] > 0;
         if (own[3 * i + 1] && lo[3 * i + 1] > hi[3 * i + 1]) lo[3 * i + 1] = hi[3 * i + 1]; /* never written */
         for (int k = 0; k < 3; k++)

@@ -35,6 +35,11 @@ fl_status fl_plan_make(const fl_graph *g, const bool *need, int64_t batch, bool 
                        fl_plan *p);
 void fl_plan_free(fl_plan *p);
 
+/* A Reshape borrows its input's value, and its gradient when it is the
+ * input's only consumer: it has no buffer of its own there. */
+bool fl_plan_val_view(const fl_node *n);
+bool fl_plan_grad_view(const fl_node *n);
+
 /* The placement itself, for tests: n buffers of bytes[i] live over steps
  * [lo[i], hi[i]] (inclusive); writes off[i] so that no two that overlap in
  * time overlap in memory, and returns the arena's size (*overflow set when

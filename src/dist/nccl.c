@@ -111,8 +111,6 @@ static fl_status nccl_fail(const char *call, int rc) {
                     fl_dist_size(), N.path, call, rc, what ? what : "?", last && *last ? ": " : "", last ? last : "");
 }
 
-bool fl_nccl_on(void) { return N.on; }
-
 fl_status fl_nccl_init(void) {
     if (N.on) return FL_OK;
     if (N.tried) return fl_error(FL_ERR_UNSUPPORTED, "NCCL could not be started (see the first error)");

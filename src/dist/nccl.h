@@ -21,7 +21,6 @@
  * MPI must be initialised, with more than one rank). An error names the
  * library or call that failed and what to install. */
 fl_status fl_nccl_init(void);
-bool fl_nccl_on(void);
 
 /* Element-wise sum over the ranks of device buffer buf (n floats), in place,
  * queued on `stream` (a cudaStream_t; NULL: the default stream). Grouped
