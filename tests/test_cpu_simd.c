@@ -586,24 +586,60 @@ int main(void) {
     return check_report("test_cpu_simd");
 }
 
+/* 3x3 stride-1 convolutions through Winograd F(2x2, 3x3) (cpu_winograd.c)
+ * against the portable code: ResNet's shapes, odd sizes (partial tiles at
+ * the bottom and right), channel counts that are not a multiple of 16, more
+ * tiles than one block, more than 64 filters, the band path of a single
+ * sample, the data gradient with and without accumulation, and fused with
+ * max pooling. */
+static void test_winograd(void) {
+    fl_cpu_simd_force(1);
+    fl_conv_desc probe = {.n = 2, .h = 8, .w = 8, .c = 32, .oh = 8, .ow = 8, .oc = 32, .kh = 3, .kw = 3,
+                          .sh = 1, .sw = 1, .pt = 1, .pl = 1};
+    CHECK_MSG(fl_wino_ok(&probe), "a 3x3 stride-1 32 -> 32 convolution does not take Winograd");
+    probe.sh = probe.sw = 2;
+    CHECK_MSG(!fl_wino_ok(&probe), "a stride-2 convolution takes Winograd");
+    probe.sh = probe.sw = 1;
+    probe.c = 1;
+    CHECK_MSG(!fl_wino_ok(&probe), "a 1-channel convolution takes Winograd");
+    fl_cpu_simd_force(-1);
+    test_conv(6, 16, 16, 32, 32, 3, 3, 1, 1, FL_ACT_RELU, 1);   /* ResNet-20, stage 2 */
+    test_conv(2, 8, 8, 64, 64, 3, 3, 1, 1, FL_ACT_RELU6, 1);    /* stage 3; one sample per thread */
+    test_conv(1, 7, 9, 32, 40, 3, 3, 1, 1, FL_ACT_RELU, 1);     /* odd: partial tiles; bands of one sample */
+    test_conv(3, 5, 6, 33, 80, 3, 3, 1, 0, FL_ACT_ELU, 1);      /* channel tails, two column blocks */
+    test_conv(2, 30, 30, 40, 36, 3, 3, 1, 0, FL_ACT_RELU, 1);   /* 196 tiles a sample: several blocks */
+    test_conv(4, 3, 3, 32, 48, 3, 3, 1, 1, FL_ACT_TANH, 0);     /* 3x3 maps: one partial tile */
+    test_conv_pool(3, 11, 10, 32, 40, 3, 1, FL_ACT_RELU, 2, 2);
+    test_conv_pool(1, 13, 13, 32, 32, 3, 0, FL_ACT_LINEAR, 2, 3); /* bands of 3 rows, gaps */
+    test_conv_pool(1, 12, 12, 48, 32, 3, 1, FL_ACT_RELU, 2, 2);
+}
+
 static void test_avx512(void) {
-    /* mnist_cnn's convolutions, and the shapes around them */
-    test_conv(5, 28, 28, 1, 32, 3, 3, 1, 0, FL_ACT_RELU, 1);
-    test_conv(3, 26, 26, 32, 64, 3, 3, 1, 0, FL_ACT_RELU, 1);
-    test_conv(1, 9, 11, 16, 16, 3, 3, 1, 1, FL_ACT_LINEAR, 1);   /* same padding, one sample */
-    test_conv(4, 10, 9, 3, 80, 3, 3, 1, 1, FL_ACT_RELU, 0);      /* > 64 filters: two column blocks */
-    test_conv(3, 12, 13, 20, 40, 2, 2, 1, 1, FL_ACT_TANH, 1);   /* even kernel, asymmetric padding */
-    test_conv(2, 11, 12, 5, 24, 3, 3, 2, 0, FL_ACT_SIGMOID, 1); /* stride 2: portable data gradient */
-    test_conv(2, 8, 8, 7, 17, 1, 1, 1, 0, FL_ACT_ELU, 1);       /* 1x1 */
-    test_conv(3, 7, 40, 48, 48, 3, 5, 1, 0, FL_ACT_RELU, 1);    /* 36-wide rows: several row tiles */
-    test_conv(2, 6, 6, 65, 33, 3, 3, 1, 1, FL_ACT_LEAKY_RELU, 1);
-    /* convolution + max pooling, fused */
-    test_conv_pool(4, 26, 26, 32, 64, 3, 0, FL_ACT_RELU, 2, 2);  /* mnist_cnn's conv2 + pool */
-    test_conv_pool(1, 26, 26, 32, 64, 3, 0, FL_ACT_RELU, 2, 2);  /* one sample: row bands */
-    test_conv_pool(3, 11, 10, 5, 20, 3, 1, FL_ACT_RELU, 2, 2);   /* odd conv output: uncovered row/column */
-    test_conv_pool(2, 12, 12, 8, 16, 3, 0, FL_ACT_TANH, 3, 3);
-    test_conv_pool(2, 13, 13, 8, 16, 3, 0, FL_ACT_LINEAR, 2, 3); /* gaps between windows */
-    test_conv_pool(2, 10, 10, 4, 8, 3, 0, FL_ACT_RELU, 3, 2);    /* overlapping: run apart */
+    /* mnist_cnn's convolutions, and the shapes around them: with the 3x3
+     * ones through Winograd (the default), then all through the direct
+     * kernels (FLYNN_CONV_WINOGRAD=0) */
+    for (int wino = 1; wino >= 0; wino--) {
+        fl_wino_force(wino);
+        test_conv(5, 28, 28, 1, 32, 3, 3, 1, 0, FL_ACT_RELU, 1);
+        test_conv(3, 26, 26, 32, 64, 3, 3, 1, 0, FL_ACT_RELU, 1);
+        test_conv(1, 9, 11, 16, 16, 3, 3, 1, 1, FL_ACT_LINEAR, 1);   /* same padding, one sample */
+        test_conv(4, 10, 9, 3, 80, 3, 3, 1, 1, FL_ACT_RELU, 0);      /* > 64 filters: two column blocks */
+        test_conv(3, 12, 13, 20, 40, 2, 2, 1, 1, FL_ACT_TANH, 1);   /* even kernel, asymmetric padding */
+        test_conv(2, 11, 12, 5, 24, 3, 3, 2, 0, FL_ACT_SIGMOID, 1); /* stride 2: portable data gradient */
+        test_conv(2, 8, 8, 7, 17, 1, 1, 1, 0, FL_ACT_ELU, 1);       /* 1x1 */
+        test_conv(3, 7, 40, 48, 48, 3, 5, 1, 0, FL_ACT_RELU, 1);    /* 36-wide rows: several row tiles */
+        test_conv(2, 6, 6, 65, 33, 3, 3, 1, 1, FL_ACT_LEAKY_RELU, 1);
+        /* convolution + max pooling, fused */
+        test_conv_pool(4, 26, 26, 32, 64, 3, 0, FL_ACT_RELU, 2, 2);  /* mnist_cnn's conv2 + pool */
+        test_conv_pool(1, 26, 26, 32, 64, 3, 0, FL_ACT_RELU, 2, 2);  /* one sample: row bands */
+        test_conv_pool(3, 11, 10, 5, 20, 3, 1, FL_ACT_RELU, 2, 2);   /* odd conv output: uncovered row/column */
+        test_conv_pool(2, 12, 12, 8, 16, 3, 0, FL_ACT_TANH, 3, 3);
+        test_conv_pool(2, 13, 13, 8, 16, 3, 0, FL_ACT_LINEAR, 2, 3); /* gaps between windows */
+        test_conv_pool(2, 10, 10, 4, 8, 3, 0, FL_ACT_RELU, 3, 2);    /* overlapping: run apart */
+    }
+    fl_wino_force(1);
+    test_winograd();
+    fl_wino_force(-1);
     test_threads_after_reserve();
     /* Dense: mnist_cnn's, the MLP's, and the GEMM driver's edge cases */
     test_dense(128, 9216, 128, FL_ACT_RELU, 1, 0.0f);

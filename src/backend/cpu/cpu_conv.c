@@ -120,27 +120,63 @@ static int direct_bwd_ok(const fl_conv_desc *d, int need_dx) {
            g.offw + d->ow <= g.wd;
 }
 
-/* Per-thread floats of the direct path: padded x, padded dy, private dw + db. */
+/* The data gradient as a forward convolution: over dy padded by kh-1/kw-1
+ * (g->hd x g->wd, oc channels, no further padding), with the kernel
+ * rotated and transposed, giving dx (h x w x c). */
+static fl_conv_desc dx_desc(const fl_conv_desc *d, const conv_geom *g) {
+    fl_conv_desc e = {0};
+    e.n = 1;
+    e.h = g->hd, e.w = g->wd, e.c = d->oc;
+    e.oh = d->h, e.ow = d->w, e.oc = d->c;
+    e.kh = d->kh, e.kw = d->kw, e.sh = 1, e.sw = 1;
+    e.act = FL_ACT_LINEAR;
+    return e;
+}
+
+/* Whether the forward, and the data gradient, run as Winograd F(2x2, 3x3). */
+static int wino_fwd(const fl_conv_desc *d) { return fl_wino_ok(d); }
+static int wino_bwd(const fl_conv_desc *d) {
+    conv_geom g = geom(d);
+    fl_conv_desc e = dx_desc(d, &g);
+    return d->sh == 1 && d->sw == 1 && fl_wino_ok(&e);
+}
+
+/* Per-thread floats of the direct path: padded x (or Winograd's blocks in
+ * the forward), padded dy, private dw + db, Winograd's blocks for dx. */
 static size_t direct_thread_floats(const fl_conv_desc *d, int backward) {
     conv_geom g = geom(d);
-    size_t f = g.pad ? (size_t)g.hp * g.wp * d->c : 0;
+    size_t f = 0;
     if (backward) {
+        f = g.pad ? (size_t)g.hp * g.wp * d->c : 0;
         f += (size_t)g.hd * g.wd * d->oc;
         f += (size_t)d->kh * d->kw * d->c * d->oc + (size_t)d->oc;
+        if (wino_bwd(d)) f += fl_wino_scratch_floats(d->oc, d->c);
+    } else if (wino_fwd(d)) {
+        f = fl_wino_scratch_floats(d->c, d->oc);
+    } else {
+        f = g.pad ? (size_t)g.hp * g.wp * d->c : 0;
     }
     return (f + 15) & ~(size_t)15;
 }
 
-/* Shared floats: the rotated kernel for the data gradient (at the start of
- * the workspace, before the per-thread slices). */
-static size_t direct_shared_floats(const fl_conv_desc *d) {
-    return ((size_t)d->kh * d->kw * d->c * d->oc + 15) & ~(size_t)15;
+/* Shared floats at the start of the workspace, before the per-thread
+ * slices: the backward's rotated kernel and its Winograd transform; the
+ * forward's Winograd transform of the kernel. */
+static size_t direct_shared_floats(const fl_conv_desc *d, int backward) {
+    if (!backward) return wino_fwd(d) ? fl_wino_u_floats(d->c, d->oc) : 0;
+    size_t f = ((size_t)d->kh * d->kw * d->c * d->oc + 15) & ~(size_t)15;
+    if (wino_bwd(d)) f += fl_wino_u_floats(d->oc, d->c);
+    return f;
 }
 
 size_t fl_cpu_conv_workspace(const fl_conv_desc *d, int backward) {
     int64_t cs = chunk_samples(d);
     size_t gemm = thread_ws_floats(d, cs, backward) * (size_t)ws_slices();
-    size_t direct = direct_thread_floats(d, backward) * (size_t)ws_slices() + direct_shared_floats(d);
+    size_t direct = direct_thread_floats(d, 0) * (size_t)ws_slices() + direct_shared_floats(d, 0);
+    if (backward) { /* a training step runs the forward in the same workspace */
+        size_t bwd = direct_thread_floats(d, 1) * (size_t)ws_slices() + direct_shared_floats(d, 1);
+        if (bwd > direct) direct = bwd;
+    }
     size_t f = fl_cpu_simd() ? (gemm > direct ? gemm : direct) : gemm;
     return f * sizeof(float);
 }
@@ -186,7 +222,28 @@ static void direct_fwd_rows(const fl_conv_desc *d, const conv_geom *g, const flo
         fl_cpu_bias_act_rows((int64_t)(oh1 - oh0) * d->ow, OC, NULL, d->act, ys + (size_t)oh0 * d->ow * OC);
 }
 
+/* Winograd's forward: whole samples per thread, or bands of two output
+ * rows (one row of tiles) when the batch is smaller than two per thread. */
+static void wino_fwd_run(const fl_conv_desc *d, const float *x, const float *w, const float *b, float *y, void *ws) {
+    const size_t in_sz = (size_t)d->h * d->w * d->c, out_sz = (size_t)d->oh * d->ow * d->oc;
+    float *u = (float *)ws, *slices = u + direct_shared_floats(d, 0);
+    const size_t tws = direct_thread_floats(d, 0);
+    const int nt = conv_threads();
+    fl_wino_weights(d->c, d->oc, w, u);
+    const int per = d->n < 2 * nt ? (d->oh + 1) / 2 : 1;
+    const int64_t items = d->n * per;
+#pragma omp parallel for schedule(static) num_threads(nt)
+    for (int64_t it = 0; it < items; it++) {
+        const int64_t n = it / per;
+        const int band = (int)(it % per);
+        const int r0 = per == 1 ? 0 : 2 * band, r1 = per == 1 || 2 * band + 2 > d->oh ? d->oh : 2 * band + 2;
+        fl_wino_rows(d, x + (size_t)n * in_sz, u, b, y + (size_t)n * out_sz, r0, r1, 0, NULL,
+                     slices + (size_t)fl_cpu_thread_id() * tws);
+    }
+}
+
 static void direct_fwd(const fl_conv_desc *d, const float *x, const float *w, const float *b, float *y, void *ws) {
+    if (wino_fwd(d)) { wino_fwd_run(d, x, w, b, y, ws); return; }
     const conv_geom g = geom(d);
     const size_t in_sz = (size_t)d->h * d->w * d->c, out_sz = (size_t)d->oh * d->ow * d->oc;
     const size_t tws = direct_thread_floats(d, 0);
@@ -267,7 +324,11 @@ static void direct_bwd(const fl_conv_desc *d, const float *x, const float *w, co
     const int nt = conv_threads();
     /* the rotated kernel first, then one slice per thread */
     float *shared = (float *)ws;
-    ws = shared + direct_shared_floats(d);
+    ws = shared + direct_shared_floats(d, 1);
+    /* Winograd for dx: the rotated kernel's transform after it */
+    const int wino = dx && wino_bwd(d);
+    const fl_conv_desc dd = dx_desc(d, &g);
+    float *ubwd = shared + (((size_t)KH * KW * C * OC + 15) & ~(size_t)15);
     if (dx) {
         /* w_rot[kh'][kw'][oc][c] = w[kh-1-kh'][kw-1-kw'][c][oc] */
         for (int kh = 0; kh < KH; kh++)
@@ -277,6 +338,7 @@ static void direct_bwd(const fl_conv_desc *d, const float *x, const float *w, co
                 for (int c = 0; c < C; c++)
                     for (int oc = 0; oc < OC; oc++) dst[(size_t)oc * C + c] = src[(size_t)c * OC + oc];
             }
+        if (wino) fl_wino_weights(OC, C, shared, ubwd);
     }
     /* every slice's partial dw is zeroed here, so that the reduction below is
      * right even if the team is smaller than asked (a nested region) */
@@ -291,6 +353,7 @@ static void direct_bwd(const fl_conv_desc *d, const float *x, const float *w, co
         float *dyp = xp + (g.pad ? (size_t)g.hp * g.wp * C : 0);
         float *dw_t = dyp + (size_t)g.hd * g.wd * OC;
         float *db_t = dw_t + nw;
+        float *wino_scratch = db_t + OC;
         if (dx) memset(dyp, 0, (size_t)g.hd * g.wd * OC * sizeof(float)); /* the border stays zero */
 #pragma omp for schedule(static)
         for (int64_t n = 0; n < d->n; n++) {
@@ -340,7 +403,10 @@ static void direct_bwd(const fl_conv_desc *d, const float *x, const float *w, co
                     }
             }
             /* 3. dx = conv(padded gy, rotated kernel) */
-            if (dx) {
+            if (dx && wino) {
+                fl_wino_rows(&dd, dyp, ubwd, NULL, dx + (size_t)n * in_sz, 0, d->h, dx_beta != 0.0f,
+                             dx_mask ? x + (size_t)n * in_sz : NULL, wino_scratch);
+            } else if (dx) {
                 float *dxs = dx + (size_t)n * in_sz;
                 for (int c0 = 0; c0 < C; c0 += 64) {
                     fl_simd_tile t = {0};
@@ -638,6 +704,33 @@ void fl_cpu_conv2d_maxpool_fwd(const fl_conv_desc *d, const fl_conv_desc *p, con
     const size_t psz = (size_t)p->oh * p->ow * p->c;
     const size_t tws = direct_thread_floats(d, 0);
     const int nt = conv_threads();
+    if (wino_fwd(d)) {
+        /* Winograd: whole samples, then their pooling, or, for a batch
+         * smaller than two per thread, each pooling row's band (rows of
+         * tiles start where the band does) */
+        float *u = (float *)ws, *slices = u + direct_shared_floats(d, 0);
+        fl_wino_weights(d->c, d->oc, w, u);
+        const int per = d->n >= 2 * nt ? 1 : p->oh;
+        const int64_t items = d->n * per;
+#pragma omp parallel for schedule(static) num_threads(nt)
+        for (int64_t it = 0; it < items; it++) {
+            const int64_t n = it / per;
+            const int band = (int)(it % per);
+            const float *xs = x + (size_t)n * in_sz;
+            float *ys = y + (size_t)n * out_sz, *scratch = slices + (size_t)fl_cpu_thread_id() * tws;
+            if (per == 1) {
+                fl_wino_rows(d, xs, u, b, ys, 0, d->oh, 0, NULL, scratch);
+                pool_rows(d, p, ys, pooled + (size_t)n * psz, argmax + (size_t)n * psz, 0, p->oh);
+                continue;
+            }
+            int r0 = band * p->sh, r1 = (band + 1) * p->sh;
+            if (band + 1 == per) r1 = d->oh; /* and the rows below the last window */
+            if (r1 > d->oh) r1 = d->oh;
+            fl_wino_rows(d, xs, u, b, ys, r0, r1, 0, NULL, scratch);
+            pool_rows(d, p, ys, pooled + (size_t)n * psz, argmax + (size_t)n * psz, band, band + 1);
+        }
+        return;
+    }
     /* items: one pooling row band (the convolution rows it reads) of one
      * sample, or whole samples when padding needs a per-sample copy */
     const int per = g.pad || d->n >= 2 * nt ? 1 : p->oh;

@@ -39,6 +39,23 @@ void fl_cpu_conv2d_maxpool_bwd(const fl_conv_desc *d, const fl_conv_desc *p, con
                                const float *y, const float *pooled, const float *dpooled, const int32_t *argmax,
                                float *dy_scratch, float *dx, float dx_beta, int dx_relu_mask, float *dw, float *db,
                                void *ws);
+/* cpu_winograd.c: 3x3 stride-1 convolutions by Winograd F(2x2, 3x3) on the
+ * AVX-512 micro-kernel. fl_wino_ok: whether d (forward, or a data gradient's
+ * convolution over padded dy) takes it (FLYNN_CONV_WINOGRAD=0 turns it off;
+ * fl_wino_force(0/1, -1 = back to the environment) for tests). u: the kernel
+ * transformed by fl_wino_weights, fl_wino_u_floats(c, oc) floats; scratch:
+ * fl_wino_scratch_floats per thread. fl_wino_rows computes output rows
+ * [oh0, oh1) of one sample xs (unpadded; d's padding is read as zeros):
+ * act(conv + b), or y + conv when accumulate (no bias, no activation but
+ * the ReLU), then zero where gate <= 0 (gate laid out as y, NULL: none). */
+int fl_wino_shape_ok(int kh, int kw, int sh, int sw, int c, int oc);
+int fl_wino_ok(const fl_conv_desc *d);
+void fl_wino_force(int on);
+size_t fl_wino_u_floats(int c, int oc);
+size_t fl_wino_scratch_floats(int c, int oc);
+void fl_wino_weights(int c, int oc, const float *w, float *u);
+void fl_wino_rows(const fl_conv_desc *d, const float *xs, const float *u, const float *b, float *ys, int oh0, int oh1,
+                  int accumulate, const float *gate, float *scratch);
 void fl_cpu_maxpool_fwd(const fl_conv_desc *d, const float *x, float *y, int32_t *argmax);
 void fl_cpu_maxpool_bwd(const fl_conv_desc *d, const float *dy, const int32_t *argmax, float *dx, float dx_beta);
 void fl_cpu_avgpool_fwd(const fl_conv_desc *d, const float *x, float *y);
