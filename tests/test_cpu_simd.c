@@ -629,6 +629,11 @@ static void test_avx512(void) {
         test_conv(2, 8, 8, 7, 17, 1, 1, 1, 0, FL_ACT_ELU, 1);       /* 1x1 */
         test_conv(3, 7, 40, 48, 48, 3, 5, 1, 0, FL_ACT_RELU, 1);    /* 36-wide rows: several row tiles */
         test_conv(2, 6, 6, 65, 33, 3, 3, 1, 1, FL_ACT_LEAKY_RELU, 1);
+        /* Conv1D as flynn runs it (h = steps, w = 1): tiles down the rows */
+        test_conv(3, 40, 1, 32, 32, 3, 1, 1, 1, FL_ACT_RELU, 1);
+        test_conv(1, 37, 1, 20, 48, 5, 1, 1, 1, FL_ACT_LINEAR, 1);  /* one sample: bands of rows */
+        test_conv(2, 30, 1, 16, 70, 3, 1, 2, 0, FL_ACT_RELU, 0);    /* stride 2, > 64 filters */
+        test_conv(1, 16, 1, 8, 8, 3, 1, 1, 0, FL_ACT_TANH, 1);
         /* convolution + max pooling, fused */
         test_conv_pool(4, 26, 26, 32, 64, 3, 0, FL_ACT_RELU, 2, 2);  /* mnist_cnn's conv2 + pool */
         test_conv_pool(1, 26, 26, 32, 64, 3, 0, FL_ACT_RELU, 2, 2);  /* one sample: row bands */

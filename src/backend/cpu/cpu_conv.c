@@ -210,6 +210,20 @@ static void direct_fwd_rows(const fl_conv_desc *d, const conv_geom *g, const flo
         t.bias = d->has_bias && b ? b + oc0 : NULL;
         t.relu = relu;
         int rm = fl_simd_max_rows(t.cols), nt = fl_tiles(d->ow, rm);
+        if (d->ow == 1) {
+            /* a Conv1D (h = steps, w = 1): tiles run down the rows, which
+             * are sh*wp*C apart in x and OC apart in y, instead of one
+             * pixel per tile */
+            const int nr = oh1 - oh0, ntr = fl_tiles(nr, rm);
+            t.as = (int64_t)d->sh * g->wp * C;
+            for (int k = 0; k < ntr; k++) {
+                const int r0 = oh0 + (int)fl_tile_start(nr, ntr, k), r1 = oh0 + (int)fl_tile_start(nr, ntr, k + 1);
+                t.a = xs + (size_t)r0 * d->sh * g->wp * C;
+                t.c = ys + (size_t)r0 * OC + oc0;
+                fl_simd_run(&t, r1 - r0);
+            }
+            continue;
+        }
         for (int oh = oh0; oh < oh1; oh++)
             for (int k = 0; k < nt; k++) {
                 int ow0 = (int)fl_tile_start(d->ow, nt, k), ow1 = (int)fl_tile_start(d->ow, nt, k + 1);
@@ -249,13 +263,16 @@ static void direct_fwd(const fl_conv_desc *d, const float *x, const float *w, co
     const size_t tws = direct_thread_floats(d, 0);
     const int nt = conv_threads();
     if (!g.pad && d->n < 2 * nt) {
-        /* few samples (inference on a small batch): split output rows */
-        const int64_t items = d->n * d->oh;
+        /* few samples (inference on a small batch): split output rows, in
+         * bands of rows where a row is one pixel (Conv1D) */
+        const int band = d->ow == 1 ? (d->oh + 2 * nt - 1) / (2 * nt) : 1;
+        const int per = (d->oh + band - 1) / band;
+        const int64_t items = d->n * per;
 #pragma omp parallel for schedule(static) num_threads(nt)
         for (int64_t it = 0; it < items; it++) {
-            int64_t n = it / d->oh;
-            int oh = (int)(it % d->oh);
-            direct_fwd_rows(d, &g, x + (size_t)n * in_sz, w, b, y + (size_t)n * out_sz, oh, oh + 1);
+            int64_t n = it / per;
+            int oh = (int)(it % per) * band, oh1 = oh + band < d->oh ? oh + band : d->oh;
+            direct_fwd_rows(d, &g, x + (size_t)n * in_sz, w, b, y + (size_t)n * out_sz, oh, oh1);
         }
         return;
     }
@@ -423,6 +440,18 @@ static void direct_bwd(const fl_conv_desc *d, const float *x, const float *w, co
                     t.accumulate = dx_beta != 0.0f;
                     const float *xg = x + (size_t)n * in_sz; /* the unpadded x gates dx */
                     int rm = fl_simd_max_rows(t.cols), ntile = fl_tiles(d->w, rm);
+                    if (d->w == 1) { /* a Conv1D: tiles down the rows, as in the forward */
+                        const int ntr = fl_tiles(d->h, rm);
+                        t.as = (int64_t)g.wd * OC;
+                        for (int k = 0; k < ntr; k++) {
+                            const int r0 = (int)fl_tile_start(d->h, ntr, k), r1 = (int)fl_tile_start(d->h, ntr, k + 1);
+                            t.a = dyp + (size_t)r0 * g.wd * OC;
+                            t.c = dxs + (size_t)r0 * C + c0;
+                            t.gate = dx_mask ? xg + (size_t)r0 * C + c0 : NULL;
+                            fl_simd_run(&t, r1 - r0);
+                        }
+                        continue;
+                    }
                     for (int ih = 0; ih < d->h; ih++)
                         for (int k = 0; k < ntile; k++) {
                             int iw0 = (int)fl_tile_start(d->w, ntile, k), iw1 = (int)fl_tile_start(d->w, ntile, k + 1);
