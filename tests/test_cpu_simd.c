@@ -418,6 +418,45 @@ static void test_avx512(void);
 
 
 
+/* The attention softmax of unmasked rows, on AVX-512 (16 lanes, exp by
+ * vscalefps) and on the AVX2/portable code, against a double-precision
+ * softmax: row lengths around the vector widths, scores far apart (exp
+ * underflows to 0) and one -inf score (a key that gets weight 0). */
+static void test_softmax_rows(void) {
+    const int lens[] = {1, 5, 8, 16, 17, 31, 32, 33, 128, 200};
+    for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
+        const int tk = lens[li], tq = 3;
+        fl_attn_desc d = {.n = 2, .heads = 1, .tq = tq, .tk = tk, .dk = 1, .dv = 1, .scale = 1.0f};
+        const size_t ns = (size_t)2 * tq * tk;
+        float *s0 = rnd(ns, 90 + (unsigned)li);
+        for (size_t i = 0; i < ns; i++) s0[i] *= 16.0f;
+        for (int j = 0; j < tk; j += 3) s0[tk + j] -= 200.0f; /* row 1: underflow */
+        if (tk > 1) s0[2 * tk + tk - 1] = -INFINITY;          /* row 2: a key with weight 0 */
+        for (int simd = 1; simd >= 0; simd--) {
+            if (simd && !fl_cpu_simd_available()) continue;
+            fl_cpu_simd_force(simd);
+            float *s = dup(s0, ns);
+            fl_cpu_attn_softmax_fwd(&d, NULL, NULL, NULL, s);
+            double worst = 0;
+            for (size_t r = 0; r < ns / tk; r++) {
+                const float *x = s0 + r * tk;
+                double mx = -INFINITY, sum = 0;
+                for (int j = 0; j < tk; j++) mx = x[j] > mx ? x[j] : mx;
+                for (int j = 0; j < tk; j++) sum += exp((double)x[j] - mx);
+                for (int j = 0; j < tk; j++) {
+                    double e = fabs(exp((double)x[j] - mx) / sum - s[r * tk + j]);
+                    if (!(e <= worst)) worst = e != e ? INFINITY : e;
+                }
+            }
+            CHECK_MSG(worst < 2e-6, "softmax rows of %d (%s): off a double softmax by %g", tk,
+                      simd ? "AVX-512" : "AVX2/portable", worst);
+            free(s);
+        }
+        fl_cpu_simd_force(-1);
+        free(s0);
+    }
+}
+
 /* fl_cpu_attn_fwd_blocked (one (batch, head) block at a time) against the
  * three whole-batch calls it replaces: the same numbers, bit for bit, for
  * every mask mode, causal or not, with query, value and attention masks,
@@ -570,6 +609,7 @@ int main(void) {
     if (levels & 2) CHECK_MSG(g_dw_levels_run[1] == 8, "the AVX2+FMA level ran %d of 8 cases", g_dw_levels_run[1]);
     else printf("test_cpu_simd: SKIP AVX2+FMA: this CPU lacks AVX2 or FMA\n");
     test_dropout_offset(0);
+    test_softmax_rows();
     for (int mode = 0; mode < 3; mode++)
         for (int causal = 0; causal < 2; causal++)
             for (int masks = 0; masks < 3; masks++) test_attn_blocked(mode, causal, masks, 1 + (masks & 1));
