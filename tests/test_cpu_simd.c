@@ -643,15 +643,22 @@ static void test_winograd(void) {
     probe.c = 1;
     CHECK_MSG(!fl_wino_ok(&probe), "a 1-channel convolution takes Winograd");
     fl_cpu_simd_force(-1);
+    /* Winograd runs with at least two samples per thread: 2 threads here,
+     * so n >= 4 takes it and n < 4 the direct kernels */
+    const int before = fl_get_num_threads();
+    fl_set_num_threads(2);
     test_conv(6, 16, 16, 32, 32, 3, 3, 1, 1, FL_ACT_RELU, 1);   /* ResNet-20, stage 2 */
-    test_conv(2, 8, 8, 64, 64, 3, 3, 1, 1, FL_ACT_RELU6, 1);    /* stage 3; one sample per thread */
-    test_conv(1, 7, 9, 32, 40, 3, 3, 1, 1, FL_ACT_RELU, 1);     /* odd: partial tiles; bands of one sample */
-    test_conv(3, 5, 6, 33, 80, 3, 3, 1, 0, FL_ACT_ELU, 1);      /* channel tails, two column blocks */
-    test_conv(2, 30, 30, 40, 36, 3, 3, 1, 0, FL_ACT_RELU, 1);   /* 196 tiles a sample: several blocks */
+    test_conv(4, 8, 8, 64, 64, 3, 3, 1, 1, FL_ACT_RELU6, 1);    /* stage 3 */
+    test_conv(5, 7, 9, 32, 40, 3, 3, 1, 1, FL_ACT_RELU, 1);     /* odd: partial tiles at the bottom and right */
+    test_conv(4, 5, 6, 33, 80, 3, 3, 1, 0, FL_ACT_ELU, 1);      /* channel tails, two column blocks */
+    test_conv(4, 30, 30, 40, 36, 3, 3, 1, 0, FL_ACT_RELU, 1);   /* 196 tiles a sample: several blocks */
     test_conv(4, 3, 3, 32, 48, 3, 3, 1, 1, FL_ACT_TANH, 0);     /* 3x3 maps: one partial tile */
-    test_conv_pool(3, 11, 10, 32, 40, 3, 1, FL_ACT_RELU, 2, 2);
-    test_conv_pool(1, 13, 13, 32, 32, 3, 0, FL_ACT_LINEAR, 2, 3); /* bands of 3 rows, gaps */
-    test_conv_pool(1, 12, 12, 48, 32, 3, 1, FL_ACT_RELU, 2, 2);
+    test_conv(1, 7, 9, 32, 40, 3, 3, 1, 1, FL_ACT_RELU, 1);     /* one sample: direct (bands of rows) */
+    test_conv_pool(4, 26, 26, 32, 64, 3, 0, FL_ACT_RELU, 2, 2);  /* mnist_cnn's conv2 + pool */
+    test_conv_pool(5, 11, 10, 32, 40, 3, 1, FL_ACT_RELU, 2, 2);
+    test_conv_pool(4, 13, 13, 32, 32, 3, 0, FL_ACT_LINEAR, 2, 3); /* gaps between windows */
+    test_conv_pool(1, 12, 12, 48, 32, 3, 1, FL_ACT_RELU, 2, 2);  /* one sample: direct */
+    fl_set_num_threads(before);
 }
 
 static void test_avx512(void) {

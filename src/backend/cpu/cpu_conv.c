@@ -10,8 +10,12 @@
  *     backward data    dx = the same loop over dy padded by kh-1/kw-1, with the
  *                      kernel rotated by 180 degrees and transposed (c <-> oc)
  *     backward filter  dw[kh, kw, c, oc] += sum_p x[p + (kh, kw), c] dy[p, oc]
- * Samples are split between the OpenMP threads; each thread keeps a private
- * dw that is reduced at the end (a fixed order: deterministic). The ReLU
+ * Samples are split between the OpenMP threads: the forward hands them out
+ * one at a time (schedule(dynamic): each output is one thread's, so the
+ * result does not depend on who took it, and a thread whose core is shared
+ * with another process takes fewer); the backward splits them statically,
+ * and each thread keeps a private dw that is reduced at the end (a fixed
+ * order: deterministic for a given thread count). The ReLU
  * gradient and the bias gradient are one pass that also writes the padded dy.
  * Followed by a max pooling (fl_cpu_conv2d_maxpool_*), the forward pools
  * each band of rows while it is in cache, and the backward builds dy from
@@ -133,13 +137,23 @@ static fl_conv_desc dx_desc(const fl_conv_desc *d, const conv_geom *g) {
     return e;
 }
 
-/* Whether the forward, and the data gradient, run as Winograd F(2x2, 3x3). */
-static int wino_fwd(const fl_conv_desc *d) { return fl_wino_ok(d); }
-static int wino_bwd(const fl_conv_desc *d) {
+/* Whether the forward, and the data gradient, may run as Winograd F(2x2,
+ * 3x3): the workspace holds its blocks whenever they may (whatever the
+ * batch, which can be smaller at the last step). */
+static int wino_fwd_shape(const fl_conv_desc *d) { return fl_wino_ok(d); }
+static int wino_bwd_shape(const fl_conv_desc *d) {
     conv_geom g = geom(d);
     fl_conv_desc e = dx_desc(d, &g);
     return d->sh == 1 && d->sw == 1 && fl_wino_ok(&e);
 }
+/* Whether they do: only with at least two samples per thread. With fewer
+ * (inference at batch 1), the work of a thread is a band of rows of one
+ * sample, a few tiles that cannot pay for streaming the transformed kernel
+ * (16/9 of the kernel's size) from L2 for each band, nor for transforming it
+ * on every call: ResNet-20's predict at batch 1 fell from ~780 to ~420
+ * samples/s with it. */
+static int wino_fwd(const fl_conv_desc *d) { return wino_fwd_shape(d) && d->n >= 2 * conv_threads(); }
+static int wino_bwd(const fl_conv_desc *d) { return wino_bwd_shape(d) && d->n >= 2 * conv_threads(); }
 
 /* Per-thread floats of the direct path: padded x (or Winograd's blocks in
  * the forward), padded dy, private dw + db, Winograd's blocks for dx. */
@@ -150,11 +164,10 @@ static size_t direct_thread_floats(const fl_conv_desc *d, int backward) {
         f = g.pad ? (size_t)g.hp * g.wp * d->c : 0;
         f += (size_t)g.hd * g.wd * d->oc;
         f += (size_t)d->kh * d->kw * d->c * d->oc + (size_t)d->oc;
-        if (wino_bwd(d)) f += fl_wino_scratch_floats(d->oc, d->c);
-    } else if (wino_fwd(d)) {
-        f = fl_wino_scratch_floats(d->c, d->oc);
+        if (wino_bwd_shape(d)) f += fl_wino_scratch_floats(d->oc, d->c);
     } else {
         f = g.pad ? (size_t)g.hp * g.wp * d->c : 0;
+        if (wino_fwd_shape(d) && fl_wino_scratch_floats(d->c, d->oc) > f) f = fl_wino_scratch_floats(d->c, d->oc);
     }
     return (f + 15) & ~(size_t)15;
 }
@@ -163,9 +176,9 @@ static size_t direct_thread_floats(const fl_conv_desc *d, int backward) {
  * slices: the backward's rotated kernel and its Winograd transform; the
  * forward's Winograd transform of the kernel. */
 static size_t direct_shared_floats(const fl_conv_desc *d, int backward) {
-    if (!backward) return wino_fwd(d) ? fl_wino_u_floats(d->c, d->oc) : 0;
+    if (!backward) return wino_fwd_shape(d) ? fl_wino_u_floats(d->c, d->oc) : 0;
     size_t f = ((size_t)d->kh * d->kw * d->c * d->oc + 15) & ~(size_t)15;
-    if (wino_bwd(d)) f += fl_wino_u_floats(d->oc, d->c);
+    if (wino_bwd_shape(d)) f += fl_wino_u_floats(d->oc, d->c);
     return f;
 }
 
@@ -236,24 +249,16 @@ static void direct_fwd_rows(const fl_conv_desc *d, const conv_geom *g, const flo
         fl_cpu_bias_act_rows((int64_t)(oh1 - oh0) * d->ow, OC, NULL, d->act, ys + (size_t)oh0 * d->ow * OC);
 }
 
-/* Winograd's forward: whole samples per thread, or bands of two output
- * rows (one row of tiles) when the batch is smaller than two per thread. */
+/* Winograd's forward: whole samples, handed out one at a time. */
 static void wino_fwd_run(const fl_conv_desc *d, const float *x, const float *w, const float *b, float *y, void *ws) {
     const size_t in_sz = (size_t)d->h * d->w * d->c, out_sz = (size_t)d->oh * d->ow * d->oc;
     float *u = (float *)ws, *slices = u + direct_shared_floats(d, 0);
     const size_t tws = direct_thread_floats(d, 0);
-    const int nt = conv_threads();
     fl_wino_weights(d->c, d->oc, w, u);
-    const int per = d->n < 2 * nt ? (d->oh + 1) / 2 : 1;
-    const int64_t items = d->n * per;
-#pragma omp parallel for schedule(static) num_threads(nt)
-    for (int64_t it = 0; it < items; it++) {
-        const int64_t n = it / per;
-        const int band = (int)(it % per);
-        const int r0 = per == 1 ? 0 : 2 * band, r1 = per == 1 || 2 * band + 2 > d->oh ? d->oh : 2 * band + 2;
-        fl_wino_rows(d, x + (size_t)n * in_sz, u, b, y + (size_t)n * out_sz, r0, r1, 0, NULL,
+#pragma omp parallel for schedule(dynamic) num_threads(conv_threads())
+    for (int64_t n = 0; n < d->n; n++)
+        fl_wino_rows(d, x + (size_t)n * in_sz, u, b, y + (size_t)n * out_sz, 0, d->oh, 0, NULL,
                      slices + (size_t)fl_cpu_thread_id() * tws);
-    }
 }
 
 static void direct_fwd(const fl_conv_desc *d, const float *x, const float *w, const float *b, float *y, void *ws) {
@@ -268,7 +273,7 @@ static void direct_fwd(const fl_conv_desc *d, const float *x, const float *w, co
         const int band = d->ow == 1 ? (d->oh + 2 * nt - 1) / (2 * nt) : 1;
         const int per = (d->oh + band - 1) / band;
         const int64_t items = d->n * per;
-#pragma omp parallel for schedule(static) num_threads(nt)
+#pragma omp parallel for schedule(dynamic) num_threads(nt)
         for (int64_t it = 0; it < items; it++) {
             int64_t n = it / per;
             int oh = (int)(it % per) * band, oh1 = oh + band < d->oh ? oh + band : d->oh;
@@ -276,7 +281,7 @@ static void direct_fwd(const fl_conv_desc *d, const float *x, const float *w, co
         }
         return;
     }
-#pragma omp parallel for schedule(static) num_threads(nt)
+#pragma omp parallel for schedule(dynamic) num_threads(nt)
     for (int64_t n = 0; n < d->n; n++) {
         const float *xs = x + (size_t)n * in_sz;
         if (g.pad) {
@@ -734,29 +739,15 @@ void fl_cpu_conv2d_maxpool_fwd(const fl_conv_desc *d, const fl_conv_desc *p, con
     const size_t tws = direct_thread_floats(d, 0);
     const int nt = conv_threads();
     if (wino_fwd(d)) {
-        /* Winograd: whole samples, then their pooling, or, for a batch
-         * smaller than two per thread, each pooling row's band (rows of
-         * tiles start where the band does) */
+        /* Winograd: whole samples, each then pooled while in L2 */
         float *u = (float *)ws, *slices = u + direct_shared_floats(d, 0);
         fl_wino_weights(d->c, d->oc, w, u);
-        const int per = d->n >= 2 * nt ? 1 : p->oh;
-        const int64_t items = d->n * per;
-#pragma omp parallel for schedule(static) num_threads(nt)
-        for (int64_t it = 0; it < items; it++) {
-            const int64_t n = it / per;
-            const int band = (int)(it % per);
-            const float *xs = x + (size_t)n * in_sz;
-            float *ys = y + (size_t)n * out_sz, *scratch = slices + (size_t)fl_cpu_thread_id() * tws;
-            if (per == 1) {
-                fl_wino_rows(d, xs, u, b, ys, 0, d->oh, 0, NULL, scratch);
-                pool_rows(d, p, ys, pooled + (size_t)n * psz, argmax + (size_t)n * psz, 0, p->oh);
-                continue;
-            }
-            int r0 = band * p->sh, r1 = (band + 1) * p->sh;
-            if (band + 1 == per) r1 = d->oh; /* and the rows below the last window */
-            if (r1 > d->oh) r1 = d->oh;
-            fl_wino_rows(d, xs, u, b, ys, r0, r1, 0, NULL, scratch);
-            pool_rows(d, p, ys, pooled + (size_t)n * psz, argmax + (size_t)n * psz, band, band + 1);
+#pragma omp parallel for schedule(dynamic) num_threads(nt)
+        for (int64_t n = 0; n < d->n; n++) {
+            float *ys = y + (size_t)n * out_sz;
+            fl_wino_rows(d, x + (size_t)n * in_sz, u, b, ys, 0, d->oh, 0, NULL,
+                         slices + (size_t)fl_cpu_thread_id() * tws);
+            pool_rows(d, p, ys, pooled + (size_t)n * psz, argmax + (size_t)n * psz, 0, p->oh);
         }
         return;
     }
@@ -764,7 +755,7 @@ void fl_cpu_conv2d_maxpool_fwd(const fl_conv_desc *d, const fl_conv_desc *p, con
      * sample, or whole samples when padding needs a per-sample copy */
     const int per = g.pad || d->n >= 2 * nt ? 1 : p->oh;
     const int64_t items = d->n * per;
-#pragma omp parallel for schedule(static) num_threads(nt)
+#pragma omp parallel for schedule(dynamic) num_threads(nt)
     for (int64_t it = 0; it < items; it++) {
         int64_t n = it / per;
         int band = (int)(it % per);
