@@ -20,14 +20,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#define FL_HAVE_AVX512 1
-#include <immintrin.h>
-#define FL_AVX512 __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,fma")))
-#else
-#define FL_HAVE_AVX512 0
-#endif
-
 /* -1: not decided yet; else the answer of fl_cpu_simd() */
 static int g_simd = -1;
 

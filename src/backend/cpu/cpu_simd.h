@@ -18,6 +18,17 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* FL_AVX512 marks a function compiled for AVX-512 (called only after
+ * fl_cpu_simd() said yes); FL_HAVE_AVX512 is 0 where the compiler cannot
+ * target it, and such files build stubs instead. */
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define FL_HAVE_AVX512 1
+#include <immintrin.h>
+#define FL_AVX512 __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,fma")))
+#else
+#define FL_HAVE_AVX512 0
+#endif
+
 /* 1 when the AVX-512 kernels are used (the CPU has AVX-512F/BW/DQ/VL and
  * FLYNN_CPU_KERNELS is not "generic"), else 0. */
 int fl_cpu_simd(void);

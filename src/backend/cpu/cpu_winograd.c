@@ -37,14 +37,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#define FL_HAVE_AVX512 1
-#include <immintrin.h>
-#define FL_AVX512 __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,fma")))
-#else
-#define FL_HAVE_AVX512 0
-#endif
-
 /* Floats of V and M a thread keeps for one block of tiles (256 KB). */
 #define WINO_BLOCK_FLOATS (64 * 1024)
 
