@@ -13,6 +13,7 @@
  */
 #define _GNU_SOURCE
 #include "backend/backend.h"
+#include "backend/cpu/cpu_internal.h" /* fl_wino_force */
 #include "ops/math.h"
 #include "flynn/flynn.h"
 
@@ -21,8 +22,6 @@
 #include <string.h>
 
 #include "bench_util.h"
-
-void fl_wino_force(int on); /* cpu_winograd.c */
 
 typedef struct { double fwd, bwd; } times;
 

@@ -287,9 +287,9 @@ static bool row_all_masked(const fl_attn_desc *d, const float *qmask, const floa
 
 /* Row r (batch b, head, query i) of the attention weights, in place. */
 static void softmax_row_masked(const fl_attn_desc *d, const float *qmask, const float *vmask, const float *amask,
-                               float *sr, int64_t r, int avx2) {
+                               float *sr, int64_t r, int level) {
     const int tq = d->tq, tk = d->tk;
-    if (!qmask && !vmask && !(amask && d->mask_mode != 1) && !d->causal) { softmax_row(sr, tk, avx2); return; }
+    if (!qmask && !vmask && !(amask && d->mask_mode != 1) && !d->causal) { softmax_row(sr, tk, level); return; }
     const int64_t b = r / ((int64_t)d->heads * tq);
     const int i = (int)(r % tq);
     const float *vm = vmask ? vmask + (size_t)b * tk : NULL;
@@ -330,9 +330,9 @@ static void softmax_row_masked(const fl_attn_desc *d, const float *qmask, const 
 void fl_cpu_attn_softmax_fwd(const fl_attn_desc *d, const float *qmask, const float *vmask, const float *amask,
                              float *s) {
     const int64_t rows = d->n * d->heads * d->tq;
-    const int avx2 = softmax_level();
+    const int level = softmax_level();
 #pragma omp parallel for schedule(static) PAR(rows * d->tk)
-    for (int64_t r = 0; r < rows; r++) softmax_row_masked(d, qmask, vmask, amask, s + (size_t)r * d->tk, r, avx2);
+    for (int64_t r = 0; r < rows; r++) softmax_row_masked(d, qmask, vmask, amask, s + (size_t)r * d->tk, r, level);
 }
 
 /* The three steps one (batch, head) block at a time: the block's tq x tk
@@ -350,7 +350,7 @@ void fl_cpu_attn_fwd_blocked(const fl_gemm_desc *sd, const fl_gemm_desc *pd, con
                              const float *vmask, const float *amask, float *s, float *out, int keep) {
     const int64_t total = sd->nouter * sd->ninner, blk = (int64_t)d->tq * d->tk;
     const double flops = 2.0 * (double)d->tq * d->tk * (d->dk + d->dv) * (double)total;
-    const int avx2 = softmax_level(), nt = flops < 1e6 || total < 2 ? 1 : fl_cpu_threads();
+    const int level = softmax_level(), nt = flops < 1e6 || total < 2 ? 1 : fl_cpu_threads();
     const bool reuse = !keep && total >= nt; /* a block per thread fits in s */
 #pragma omp parallel num_threads(nt)
     {
@@ -360,7 +360,7 @@ void fl_cpu_attn_fwd_blocked(const fl_gemm_desc *sd, const fl_gemm_desc *pd, con
             float *si = reuse ? mine : (float *)blk_at(s, sd->sc, sd, i);
             gemm_one(sd, blk_at(q, sd->sa, sd, i), blk_at(k, sd->sb, sd, i), si);
             for (int64_t r = 0; r < d->tq; r++)
-                softmax_row_masked(d, qmask, vmask, amask, si + (size_t)r * d->tk, i * d->tq + r, avx2);
+                softmax_row_masked(d, qmask, vmask, amask, si + (size_t)r * d->tk, i * d->tq + r, level);
             gemm_one(pd, si, blk_at(v, pd->sb, pd, i), (float *)blk_at(out, pd->sc, pd, i));
         }
     }

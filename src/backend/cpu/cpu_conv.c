@@ -159,14 +159,12 @@ static int wino_bwd(const fl_conv_desc *d) { return wino_bwd_shape(d) && d->n >=
  * the forward), padded dy, private dw + db, Winograd's blocks for dx. */
 static size_t direct_thread_floats(const fl_conv_desc *d, int backward) {
     conv_geom g = geom(d);
-    size_t f = 0;
+    size_t f = g.pad ? (size_t)g.hp * g.wp * d->c : 0;
     if (backward) {
-        f = g.pad ? (size_t)g.hp * g.wp * d->c : 0;
         f += (size_t)g.hd * g.wd * d->oc;
         f += (size_t)d->kh * d->kw * d->c * d->oc + (size_t)d->oc;
         if (wino_bwd_shape(d)) f += fl_wino_scratch_floats(d->oc, d->c);
     } else {
-        f = g.pad ? (size_t)g.hp * g.wp * d->c : 0;
         if (wino_fwd_shape(d) && fl_wino_scratch_floats(d->c, d->oc) > f) f = fl_wino_scratch_floats(d->c, d->oc);
     }
     return (f + 15) & ~(size_t)15;
@@ -175,9 +173,10 @@ static size_t direct_thread_floats(const fl_conv_desc *d, int backward) {
 /* Shared floats at the start of the workspace, before the per-thread
  * slices: the backward's rotated kernel and its Winograd transform; the
  * forward's Winograd transform of the kernel. */
+static size_t rot_floats(const fl_conv_desc *d) { return ((size_t)d->kh * d->kw * d->c * d->oc + 15) & ~(size_t)15; }
 static size_t direct_shared_floats(const fl_conv_desc *d, int backward) {
     if (!backward) return wino_fwd_shape(d) ? fl_wino_u_floats(d->c, d->oc) : 0;
-    size_t f = ((size_t)d->kh * d->kw * d->c * d->oc + 15) & ~(size_t)15;
+    size_t f = rot_floats(d);
     if (wino_bwd_shape(d)) f += fl_wino_u_floats(d->oc, d->c);
     return f;
 }
@@ -249,12 +248,19 @@ static void direct_fwd_rows(const fl_conv_desc *d, const conv_geom *g, const flo
         fl_cpu_bias_act_rows((int64_t)(oh1 - oh0) * d->ow, OC, NULL, d->act, ys + (size_t)oh0 * d->ow * OC);
 }
 
+/* Winograd's forward: the kernel transformed at the start of ws; returns
+ * where the per-thread slices (direct_thread_floats(d, 0) apart) begin. */
+static float *wino_fwd_kernel(const fl_conv_desc *d, const float *w, void *ws) {
+    fl_wino_weights(d->c, d->oc, w, (float *)ws);
+    return (float *)ws + direct_shared_floats(d, 0);
+}
+
 /* Winograd's forward: whole samples, handed out one at a time. */
 static void wino_fwd_run(const fl_conv_desc *d, const float *x, const float *w, const float *b, float *y, void *ws) {
     const size_t in_sz = (size_t)d->h * d->w * d->c, out_sz = (size_t)d->oh * d->ow * d->oc;
-    float *u = (float *)ws, *slices = u + direct_shared_floats(d, 0);
+    const float *u = (const float *)ws;
+    float *slices = wino_fwd_kernel(d, w, ws);
     const size_t tws = direct_thread_floats(d, 0);
-    fl_wino_weights(d->c, d->oc, w, u);
 #pragma omp parallel for schedule(dynamic) num_threads(conv_threads())
     for (int64_t n = 0; n < d->n; n++)
         fl_wino_rows(d, x + (size_t)n * in_sz, u, b, y + (size_t)n * out_sz, 0, d->oh, 0, NULL,
@@ -350,7 +356,7 @@ static void direct_bwd(const fl_conv_desc *d, const float *x, const float *w, co
     /* Winograd for dx: the rotated kernel's transform after it */
     const int wino = dx && wino_bwd(d);
     const fl_conv_desc dd = dx_desc(d, &g);
-    float *ubwd = shared + (((size_t)KH * KW * C * OC + 15) & ~(size_t)15);
+    float *ubwd = shared + rot_floats(d);
     if (dx) {
         /* w_rot[kh'][kw'][oc][c] = w[kh-1-kh'][kw-1-kw'][c][oc] */
         for (int kh = 0; kh < KH; kh++)
@@ -740,8 +746,8 @@ void fl_cpu_conv2d_maxpool_fwd(const fl_conv_desc *d, const fl_conv_desc *p, con
     const int nt = conv_threads();
     if (wino_fwd(d)) {
         /* Winograd: whole samples, each then pooled while in L2 */
-        float *u = (float *)ws, *slices = u + direct_shared_floats(d, 0);
-        fl_wino_weights(d->c, d->oc, w, u);
+        const float *u = (const float *)ws;
+        float *slices = wino_fwd_kernel(d, w, ws);
 #pragma omp parallel for schedule(dynamic) num_threads(nt)
         for (int64_t n = 0; n < d->n; n++) {
             float *ys = y + (size_t)n * out_sz;

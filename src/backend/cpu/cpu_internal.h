@@ -48,7 +48,6 @@ void fl_cpu_conv2d_maxpool_bwd(const fl_conv_desc *d, const fl_conv_desc *p, con
  * [oh0, oh1) of one sample xs (unpadded; d's padding is read as zeros):
  * act(conv + b), or y + conv when accumulate (no bias, no activation but
  * the ReLU), then zero where gate <= 0 (gate laid out as y, NULL: none). */
-int fl_wino_shape_ok(int kh, int kw, int sh, int sw, int c, int oc);
 int fl_wino_ok(const fl_conv_desc *d);
 void fl_wino_force(int on);
 size_t fl_wino_u_floats(int c, int oc);

@@ -18,9 +18,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* FL_AVX512 marks a function compiled for AVX-512 (called only after
- * fl_cpu_simd() said yes); FL_HAVE_AVX512 is 0 where the compiler cannot
- * target it, and such files build stubs instead. */
+/* FL_AVX512 marks a function compiled for AVX-512, called only after
+ * fl_cpu_simd() said yes. FL_HAVE_AVX512 is 0 where the compiler has no
+ * x86-64 AVX-512 target; the kernel files then compile stubs. */
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define FL_HAVE_AVX512 1
 #include <immintrin.h>

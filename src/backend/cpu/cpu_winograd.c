@@ -54,7 +54,7 @@ static int wino_enabled(void) {
 
 void fl_wino_force(int on) { __atomic_store_n(&g_wino, on < 0 ? -1 : on != 0, __ATOMIC_RELAXED); }
 
-int fl_wino_shape_ok(int kh, int kw, int sh, int sw, int c, int oc) {
+static int wino_shape_ok(int kh, int kw, int sh, int sw, int c, int oc) {
     if (!FL_HAVE_AVX512 || !fl_cpu_simd() || !wino_enabled()) return 0;
     /* with fewer channels the transforms (per tile: O(c + oc)) cost more
      * than the products they save (O(c * oc)): bench/conv3x3.c on a Zen 4,
@@ -65,7 +65,7 @@ int fl_wino_shape_ok(int kh, int kw, int sh, int sw, int c, int oc) {
 
 int fl_wino_ok(const fl_conv_desc *d) {
     return fl_conv_dil_h(d) == 1 && fl_conv_dil_w(d) == 1 && fl_conv_groups(d) == 1 &&
-           fl_wino_shape_ok(d->kh, d->kw, d->sh, d->sw, d->c, d->oc);
+           wino_shape_ok(d->kh, d->kw, d->sh, d->sw, d->c, d->oc);
 }
 
 /* Tiles per block: V and M of a block fit WINO_BLOCK_FLOATS. */
