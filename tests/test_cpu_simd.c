@@ -182,6 +182,99 @@ static void test_threads_after_reserve(void) {
     free(x); free(w); free(b); free(y); free(g); free(dx); free(dw); free(db); free(ws);
 }
 
+/* The filter gradient is summed in parts of consecutive samples, the parts
+ * taken by whichever thread is free and added in part order (cpu_conv.c,
+ * dw_parts): dw and db against a double-precision sum, and bit for bit the
+ * same for 1, 2 and 3 threads, on the direct kernels (simd 1) and the
+ * im2col/GEMM path (simd 0), for batches below, at and above the number of
+ * parts; a dilated convolution (im2col on either) and a transposed one. */
+static void test_dw_parts(int n, int h, int w, int c, int oc, int k, int s, int same, int dil, int transpose,
+                          int simd) {
+    fl_conv_desc d = {0};
+    d.n = n; d.h = h; d.w = w; d.c = c; d.oc = oc; d.kh = k; d.kw = k; d.sh = s; d.sw = s;
+    d.dil_h = dil; d.dil_w = dil;
+    const int ek = (k - 1) * dil + 1;
+    d.oh = out_dim(h, ek, s, same, &d.pt);
+    d.ow = out_dim(w, ek, s, same, &d.pl);
+    d.act = FL_ACT_LINEAR;
+    d.has_bias = 1;
+    /* a transposed convolution's x is d's output, its y d's input */
+    size_t nin = (size_t)n * h * w * c, nout = (size_t)n * d.oh * d.ow * oc, nw = (size_t)k * k * c * oc;
+    size_t nx = transpose ? nout : nin, ny = transpose ? nin : nout, nb = transpose ? (size_t)c : (size_t)oc;
+    float *x = rnd(nx, 81), *wt = rnd(nw, 82), *b = rnd(nb, 83), *g = rnd(ny, 84), *y = malloc(ny * sizeof(float));
+    float *dw[3], *db[3], *dy = malloc(ny * sizeof(float)), *dx = malloc(nx * sizeof(float));
+    void *ws = ws_for(&d);
+    const int before = fl_get_num_threads();
+    fl_cpu_simd_force(simd);
+    for (int t = 0; t < 3; t++) {
+        fl_set_num_threads(t + 1);
+        dw[t] = malloc(nw * sizeof(float));
+        db[t] = malloc(nb * sizeof(float));
+        memcpy(dy, g, ny * sizeof(float));
+        if (transpose) {
+            fl_cpu_conv2d_transpose_fwd(&d, x, wt, b, y, ws);
+            fl_cpu_conv2d_transpose_bwd(&d, x, wt, y, dy, dx, 0.0f, dw[t], db[t], ws);
+        } else {
+            fl_cpu_conv2d_fwd(&d, x, wt, b, y, ws);
+            fl_cpu_conv2d_bwd(&d, x, wt, y, dy, dx, 0.0f, dw[t], db[t], ws);
+        }
+    }
+    fl_cpu_simd_force(-1);
+    fl_set_num_threads(before);
+    char what[160];
+    snprintf(what, sizeof what, "dw parts n%d %dx%dx%d->%d k%d s%d dil%d %s%s simd%d", n, h, w, c, oc, k, s, dil,
+             same ? "same" : "valid", transpose ? " transposed" : "", simd);
+    for (int t = 1; t < 3; t++) {
+        CHECK_MSG(memcmp(dw[t], dw[0], nw * sizeof(float)) == 0, "%s: dw with %d threads differs from 1 thread", what,
+                  t + 1);
+        CHECK_MSG(memcmp(db[t], db[0], nb * sizeof(float)) == 0, "%s: db with %d threads differs", what, t + 1);
+    }
+    /* the reference: dw[kh][kw][ci][co] = sum over samples and output
+     * positions of input[tap] * grad[out]; for the transposed convolution the
+     * input is its dy (d's x side) and the gradient its x (d's y side) */
+    const float *in = transpose ? g : x, *gr = transpose ? x : g;
+    double *rw = calloc(nw, sizeof(double)), *rb = calloc(nb, sizeof(double));
+    for (int ni = 0; ni < n; ni++)
+        for (int oh = 0; oh < d.oh; oh++)
+            for (int ow = 0; ow < d.ow; ow++) {
+                const float *go = gr + (((size_t)ni * d.oh + oh) * d.ow + ow) * oc;
+                if (!transpose)
+                    for (int co = 0; co < oc; co++) rb[co] += go[co];
+                for (int kh = 0; kh < k; kh++)
+                    for (int kw = 0; kw < k; kw++) {
+                        int ih = oh * s - d.pt + kh * dil, iw = ow * s - d.pl + kw * dil;
+                        if (ih < 0 || ih >= h || iw < 0 || iw >= w) continue;
+                        const float *xi = in + (((size_t)ni * h + ih) * w + iw) * c;
+                        double *r = rw + ((size_t)kh * k + kw) * c * oc;
+                        for (int ci = 0; ci < c; ci++)
+                            for (int co = 0; co < oc; co++) r[(size_t)ci * oc + co] += (double)xi[ci] * go[co];
+                    }
+            }
+    if (transpose)
+        for (size_t i = 0; i < (size_t)n * h * w; i++)
+            for (int ci = 0; ci < c; ci++) rb[ci] += g[i * c + ci];
+    float *fw = malloc(nw * sizeof(float)), *fb = malloc(nb * sizeof(float));
+    for (size_t i = 0; i < nw; i++) fw[i] = (float)rw[i];
+    for (size_t i = 0; i < nb; i++) fb[i] = (float)rb[i];
+    CHECK_MSG(rel_diff(dw[0], fw, nw) < 1e-5, "%s: dw differs from the double sum by %g", what, rel_diff(dw[0], fw, nw));
+    CHECK_MSG(rel_diff(db[0], fb, nb) < 1e-5, "%s: db differs from the double sum by %g", what, rel_diff(db[0], fb, nb));
+    for (int t = 0; t < 3; t++) { free(dw[t]); free(db[t]); }
+    free(x); free(wt); free(b); free(g); free(y); free(dy); free(dx); free(ws); free(rw); free(rb); free(fw); free(fb);
+}
+
+static void test_dw_parts_all(void) {
+    const int simds = fl_cpu_simd_available() ? 2 : 1;
+    for (int simd = 0; simd < simds; simd++) {
+        const int ns[] = {1, 3, 8, 13, 37};
+        for (int i = 0; i < 5; i++) test_dw_parts(ns[i], 9, 8, 5, 12, 3, 1, 1, 1, 0, simd);
+        test_dw_parts(11, 10, 10, 32, 32, 3, 1, 1, 1, 0, simd); /* Winograd's data gradient beside */
+        test_dw_parts(6, 9, 9, 4, 6, 3, 2, 0, 1, 0, simd);      /* stride 2 */
+        test_dw_parts(9, 6, 7, 8, 16, 1, 1, 0, 1, 0, simd);     /* 1x1: GEMM on x */
+        test_dw_parts(7, 11, 10, 3, 5, 3, 1, 1, 2, 0, simd);    /* dilated: im2col */
+        test_dw_parts(10, 4, 5, 6, 7, 3, 2, 1, 1, 1, simd);     /* transposed */
+    }
+}
+
 /* The backend's Dense through fl_simd_gemm (or, with g_force set to
  * fl_cpu_avx2_gemm_force, fl_avx2_gemm) against cblas. */
 static void (*g_force)(int on) = fl_cpu_simd_force;
@@ -609,6 +702,7 @@ int main(void) {
     if (levels & 2) CHECK_MSG(g_dw_levels_run[1] == 8, "the AVX2+FMA level ran %d of 8 cases", g_dw_levels_run[1]);
     else printf("test_cpu_simd: SKIP AVX2+FMA: this CPU lacks AVX2 or FMA\n");
     test_dropout_offset(0);
+    test_dw_parts_all();
     test_softmax_rows();
     for (int mode = 0; mode < 3; mode++)
         for (int causal = 0; causal < 2; causal++)

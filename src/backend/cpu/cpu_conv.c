@@ -75,13 +75,53 @@ static int64_t chunk_samples(const fl_conv_desc *d) {
 /* Rows of the kernel seen as a [K, oc] matrix: kh*kw*(c/groups). */
 static size_t conv_k(const fl_conv_desc *d) { return (size_t)d->kh * d->kw * (d->c / fl_conv_groups(d)); }
 
-static size_t thread_ws_floats(const fl_conv_desc *d, int64_t cs, int backward) {
+static size_t thread_ws_floats(const fl_conv_desc *d, int64_t cs) {
     size_t K = conv_k(d);
     size_t rows = (size_t)cs * d->oh * d->ow;
     size_t f = rows * K;
-    /* private dw, db (db: oc floats for Conv2D, c for Conv2DTranspose) */
-    if (backward) f += K * (size_t)d->oc + (size_t)(d->oc > d->c ? d->oc : d->c);
     return (f + 15) & ~(size_t)15;
+}
+
+/* The filter gradient's partial sums. The batch is cut into parts of
+ * consecutive samples; a part is summed into its own dw + db, in sample
+ * order, by whichever thread takes it, and the parts are then added in
+ * part order. So the result depends neither on the thread count nor on
+ * which thread took which part, and a thread whose core another process
+ * shares takes fewer parts instead of holding the others at the barrier
+ * (a split in halves up front ran at the speed of the slower thread).
+ * Four parts per core; fewer where their sums would pass 64 MB, never
+ * fewer than one per core. The count depends on the shape and the cores
+ * only: the workspace is sized for it. */
+static size_t part_floats(const fl_conv_desc *d) {
+    /* db: oc floats for Conv2D, c for Conv2DTranspose */
+    size_t f = (size_t)d->kh * d->kw * d->c * d->oc + (size_t)(d->oc > d->c ? d->oc : d->c);
+    return (f + 15) & ~(size_t)15;
+}
+static int dw_parts(const fl_conv_desc *d) {
+    const int p = omp_get_num_procs();
+    int np = 4 * p;
+    while (np > p && (size_t)np * part_floats(d) > ((size_t)16 << 20)) np--;
+    return np;
+}
+/* Parts in use for a batch of nitems (samples or chunks of samples): part k
+ * holds items [part_start(k), part_start(k + 1)). */
+static int parts_used(const fl_conv_desc *d, int64_t nitems) {
+    int np = dw_parts(d);
+    return nitems < np ? (int)(nitems > 0 ? nitems : 1) : np;
+}
+static int64_t part_start(int64_t nitems, int np, int k) { return nitems * k / np; }
+
+/* dw = the sum of the parts' first nw floats, db (if not NULL) of the nb
+ * after them, each element in part order. */
+static void reduce_parts(const float *parts, size_t pf, int np, size_t nw, size_t nb, float *dw, float *db) {
+    const int64_t n = (int64_t)(nw + nb);
+#pragma omp parallel for schedule(dynamic, 4096) num_threads(n * np < 65536 ? 1 : conv_threads())
+    for (int64_t i = 0; i < n; i++) {
+        float s = parts[i];
+        for (int k = 1; k < np; k++) s += parts[(size_t)k * pf + (size_t)i];
+        if ((size_t)i < nw) dw[i] = s;
+        else if (db) db[(size_t)i - nw] = s;
+    }
 }
 
 /* ------------------------------------------------ direct convolution */
@@ -156,13 +196,12 @@ static int wino_fwd(const fl_conv_desc *d) { return wino_fwd_shape(d) && d->n >=
 static int wino_bwd(const fl_conv_desc *d) { return wino_bwd_shape(d) && d->n >= 2 * conv_threads(); }
 
 /* Per-thread floats of the direct path: padded x (or Winograd's blocks in
- * the forward), padded dy, private dw + db, Winograd's blocks for dx. */
+ * the forward), padded dy, Winograd's blocks for dx. */
 static size_t direct_thread_floats(const fl_conv_desc *d, int backward) {
     conv_geom g = geom(d);
     size_t f = g.pad ? (size_t)g.hp * g.wp * d->c : 0;
     if (backward) {
         f += (size_t)g.hd * g.wd * d->oc;
-        f += (size_t)d->kh * d->kw * d->c * d->oc + (size_t)d->oc;
         if (wino_bwd_shape(d)) f += fl_wino_scratch_floats(d->oc, d->c);
     } else {
         if (wino_fwd_shape(d) && fl_wino_scratch_floats(d->c, d->oc) > f) f = fl_wino_scratch_floats(d->c, d->oc);
@@ -171,19 +210,20 @@ static size_t direct_thread_floats(const fl_conv_desc *d, int backward) {
 }
 
 /* Shared floats at the start of the workspace, before the per-thread
- * slices: the backward's rotated kernel and its Winograd transform; the
- * forward's Winograd transform of the kernel. */
+ * slices: the backward's rotated kernel, its Winograd transform and the
+ * filter gradient's parts; the forward's Winograd transform of the kernel. */
 static size_t rot_floats(const fl_conv_desc *d) { return ((size_t)d->kh * d->kw * d->c * d->oc + 15) & ~(size_t)15; }
 static size_t direct_shared_floats(const fl_conv_desc *d, int backward) {
     if (!backward) return wino_fwd_shape(d) ? fl_wino_u_floats(d->c, d->oc) : 0;
     size_t f = rot_floats(d);
     if (wino_bwd_shape(d)) f += fl_wino_u_floats(d->oc, d->c);
-    return f;
+    return f + (size_t)dw_parts(d) * part_floats(d);
 }
 
 size_t fl_cpu_conv_workspace(const fl_conv_desc *d, int backward) {
     int64_t cs = chunk_samples(d);
-    size_t gemm = thread_ws_floats(d, cs, backward) * (size_t)ws_slices();
+    size_t gemm = thread_ws_floats(d, cs) * (size_t)ws_slices();
+    if (backward) gemm += (size_t)dw_parts(d) * part_floats(d);
     size_t direct = direct_thread_floats(d, 0) * (size_t)ws_slices() + direct_shared_floats(d, 0);
     if (backward) { /* a training step runs the forward in the same workspace */
         size_t bwd = direct_thread_floats(d, 1) * (size_t)ws_slices() + direct_shared_floats(d, 1);
@@ -357,6 +397,9 @@ static void direct_bwd(const fl_conv_desc *d, const float *x, const float *w, co
     const int wino = dx && wino_bwd(d);
     const fl_conv_desc dd = dx_desc(d, &g);
     float *ubwd = shared + rot_floats(d);
+    float *parts = ubwd + (wino_bwd_shape(d) ? fl_wino_u_floats(OC, C) : 0);
+    const size_t pf = part_floats(d);
+    const int np = parts_used(d, d->n);
     if (dx) {
         /* w_rot[kh'][kw'][oc][c] = w[kh-1-kh'][kw-1-kw'][c][oc] */
         for (int kh = 0; kh < KH; kh++)
@@ -368,123 +411,113 @@ static void direct_bwd(const fl_conv_desc *d, const float *x, const float *w, co
             }
         if (wino) fl_wino_weights(OC, C, shared, ubwd);
     }
-    /* every slice's partial dw is zeroed here, so that the reduction below is
-     * right even if the team is smaller than asked (a nested region) */
-    for (int t = 0; t < nt; t++)
-        memset((float *)ws + (size_t)t * tws + (g.pad ? (size_t)g.hp * g.wp * C : 0) + (size_t)g.hd * g.wd * OC, 0,
-               (nw + (size_t)OC) * sizeof(float));
 #pragma omp parallel num_threads(nt)
     {
         const int tid = fl_cpu_thread_id();
         float *base = (float *)ws + (size_t)tid * tws;
         float *xp = base;
         float *dyp = xp + (g.pad ? (size_t)g.hp * g.wp * C : 0);
-        float *dw_t = dyp + (size_t)g.hd * g.wd * OC;
-        float *db_t = dw_t + nw;
-        float *wino_scratch = db_t + OC;
+        float *wino_scratch = dyp + (size_t)g.hd * g.wd * OC;
         if (dx) memset(dyp, 0, (size_t)g.hd * g.wd * OC * sizeof(float)); /* the border stays zero */
-#pragma omp for schedule(static)
-        for (int64_t n = 0; n < d->n; n++) {
-            const float *xs = x + (size_t)n * in_sz;
-            if (g.pad) {
-                pad_sample(d, &g, xs, xp);
-                xs = xp;
-            }
-            float *dys = dy + (size_t)n * out_sz;
-            /* 1. dy * act'(y) and db; into the padded buffer when dx is wanted */
-            const float *gy;
-            size_t gy_row;
-            if (dx) {
-                gy_row = (size_t)g.wd * OC;
-                float *dst = dyp + ((size_t)g.offh * g.wd + g.offw) * OC;
-                if (pg) unpool_grad(d, pg, n, dst, gy_row, db_t);
-                else prep_dy(d, y + (size_t)n * out_sz, dys, dst, gy_row, db_t);
-                gy = dst;
-            } else {
-                gy_row = (size_t)d->ow * OC;
-                if (pg) unpool_grad(d, pg, n, dys, gy_row, db_t);
-                else prep_dy(d, y + (size_t)n * out_sz, dys, dys, gy_row, db_t);
-                gy = dys;
-            }
-            /* 2. dw += sum_p x[p + (kh, kw), c] gy[p, oc]: rows of the tile are
-             * consecutive (kw, c) of one kernel row kh */
-            for (int oc0 = 0; oc0 < OC; oc0 += 64) {
-                fl_simd_tile t = {0};
-                t.cols = OC - oc0 < 64 ? OC - oc0 : 64;
-                t.as = 1;
-                t.aj = (int64_t)d->sw * C;
-                t.aseg = (int64_t)d->sh * g.wp * C;
-                t.nseg = d->oh;
-                t.nj = d->ow;
-                t.b = gy + oc0;
-                t.bj = OC;
-                t.bseg = (int64_t)gy_row;
-                t.ldc = OC;
-                t.accumulate = 1;
-                const int kwc = KW * C, rm = fl_simd_max_rows(t.cols), ntile = fl_tiles(kwc, rm);
-                for (int kh = 0; kh < KH; kh++)
-                    for (int k = 0; k < ntile; k++) {
-                        int r0 = (int)fl_tile_start(kwc, ntile, k), r1 = (int)fl_tile_start(kwc, ntile, k + 1);
-                        t.a = xs + (size_t)kh * g.wp * C + r0;
-                        t.c = dw_t + ((size_t)kh * kwc + r0) * OC + oc0;
-                        fl_simd_run(&t, r1 - r0);
-                    }
-            }
-            /* 3. dx = conv(padded gy, rotated kernel) */
-            if (dx && wino) {
-                fl_wino_rows(&dd, dyp, ubwd, NULL, dx + (size_t)n * in_sz, 0, d->h, dx_beta != 0.0f,
-                             dx_mask ? x + (size_t)n * in_sz : NULL, wino_scratch);
-            } else if (dx) {
-                float *dxs = dx + (size_t)n * in_sz;
-                for (int c0 = 0; c0 < C; c0 += 64) {
+#pragma omp for schedule(dynamic)
+        for (int part = 0; part < np; part++) {
+            float *dw_t = parts + (size_t)part * pf, *db_t = dw_t + nw;
+            memset(dw_t, 0, (nw + (size_t)OC) * sizeof(float));
+            for (int64_t n = part_start(d->n, np, part); n < part_start(d->n, np, part + 1); n++) {
+                const float *xs = x + (size_t)n * in_sz;
+                if (g.pad) {
+                    pad_sample(d, &g, xs, xp);
+                    xs = xp;
+                }
+                float *dys = dy + (size_t)n * out_sz;
+                /* 1. dy * act'(y) and db; into the padded buffer when dx is wanted */
+                const float *gy;
+                size_t gy_row;
+                if (dx) {
+                    gy_row = (size_t)g.wd * OC;
+                    float *dst = dyp + ((size_t)g.offh * g.wd + g.offw) * OC;
+                    if (pg) unpool_grad(d, pg, n, dst, gy_row, db_t);
+                    else prep_dy(d, y + (size_t)n * out_sz, dys, dst, gy_row, db_t);
+                    gy = dst;
+                } else {
+                    gy_row = (size_t)d->ow * OC;
+                    if (pg) unpool_grad(d, pg, n, dys, gy_row, db_t);
+                    else prep_dy(d, y + (size_t)n * out_sz, dys, dys, gy_row, db_t);
+                    gy = dys;
+                }
+                /* 2. dw += sum_p x[p + (kh, kw), c] gy[p, oc]: rows of the tile are
+                 * consecutive (kw, c) of one kernel row kh */
+                for (int oc0 = 0; oc0 < OC; oc0 += 64) {
                     fl_simd_tile t = {0};
-                    t.cols = C - c0 < 64 ? C - c0 : 64;
-                    t.as = OC;
-                    t.aj = 1;
-                    t.aseg = (int64_t)g.wd * OC;
-                    t.nseg = KH;
-                    t.nj = KW * OC;
-                    t.b = shared + c0;
-                    t.bj = C;
-                    t.bseg = (int64_t)KW * OC * C;
-                    t.ldc = C;
-                    t.accumulate = dx_beta != 0.0f;
-                    const float *xg = x + (size_t)n * in_sz; /* the unpadded x gates dx */
-                    int rm = fl_simd_max_rows(t.cols), ntile = fl_tiles(d->w, rm);
-                    if (d->w == 1) { /* a Conv1D: tiles down the rows, as in the forward */
-                        const int ntr = fl_tiles(d->h, rm);
-                        t.as = (int64_t)g.wd * OC;
-                        for (int k = 0; k < ntr; k++) {
-                            const int r0 = (int)fl_tile_start(d->h, ntr, k), r1 = (int)fl_tile_start(d->h, ntr, k + 1);
-                            t.a = dyp + (size_t)r0 * g.wd * OC;
-                            t.c = dxs + (size_t)r0 * C + c0;
-                            t.gate = dx_mask ? xg + (size_t)r0 * C + c0 : NULL;
+                    t.cols = OC - oc0 < 64 ? OC - oc0 : 64;
+                    t.as = 1;
+                    t.aj = (int64_t)d->sw * C;
+                    t.aseg = (int64_t)d->sh * g.wp * C;
+                    t.nseg = d->oh;
+                    t.nj = d->ow;
+                    t.b = gy + oc0;
+                    t.bj = OC;
+                    t.bseg = (int64_t)gy_row;
+                    t.ldc = OC;
+                    t.accumulate = 1;
+                    const int kwc = KW * C, rm = fl_simd_max_rows(t.cols), ntile = fl_tiles(kwc, rm);
+                    for (int kh = 0; kh < KH; kh++)
+                        for (int k = 0; k < ntile; k++) {
+                            int r0 = (int)fl_tile_start(kwc, ntile, k), r1 = (int)fl_tile_start(kwc, ntile, k + 1);
+                            t.a = xs + (size_t)kh * g.wp * C + r0;
+                            t.c = dw_t + ((size_t)kh * kwc + r0) * OC + oc0;
                             fl_simd_run(&t, r1 - r0);
                         }
-                        continue;
-                    }
-                    for (int ih = 0; ih < d->h; ih++)
-                        for (int k = 0; k < ntile; k++) {
-                            int iw0 = (int)fl_tile_start(d->w, ntile, k), iw1 = (int)fl_tile_start(d->w, ntile, k + 1);
-                            t.a = dyp + ((size_t)ih * g.wd + iw0) * OC;
-                            t.c = dxs + ((size_t)ih * d->w + iw0) * C + c0;
-                            t.gate = dx_mask ? xg + ((size_t)ih * d->w + iw0) * C + c0 : NULL;
-                            fl_simd_run(&t, iw1 - iw0);
+                }
+                /* 3. dx = conv(padded gy, rotated kernel) */
+                if (dx && wino) {
+                    fl_wino_rows(&dd, dyp, ubwd, NULL, dx + (size_t)n * in_sz, 0, d->h, dx_beta != 0.0f,
+                                 dx_mask ? x + (size_t)n * in_sz : NULL, wino_scratch);
+                } else if (dx) {
+                    float *dxs = dx + (size_t)n * in_sz;
+                    for (int c0 = 0; c0 < C; c0 += 64) {
+                        fl_simd_tile t = {0};
+                        t.cols = C - c0 < 64 ? C - c0 : 64;
+                        t.as = OC;
+                        t.aj = 1;
+                        t.aseg = (int64_t)g.wd * OC;
+                        t.nseg = KH;
+                        t.nj = KW * OC;
+                        t.b = shared + c0;
+                        t.bj = C;
+                        t.bseg = (int64_t)KW * OC * C;
+                        t.ldc = C;
+                        t.accumulate = dx_beta != 0.0f;
+                        const float *xg = x + (size_t)n * in_sz; /* the unpadded x gates dx */
+                        int rm = fl_simd_max_rows(t.cols), ntile = fl_tiles(d->w, rm);
+                        if (d->w == 1) { /* a Conv1D: tiles down the rows, as in the forward */
+                            const int ntr = fl_tiles(d->h, rm);
+                            t.as = (int64_t)g.wd * OC;
+                            for (int k = 0; k < ntr; k++) {
+                                const int r0 = (int)fl_tile_start(d->h, ntr, k);
+                                const int r1 = (int)fl_tile_start(d->h, ntr, k + 1);
+                                t.a = dyp + (size_t)r0 * g.wd * OC;
+                                t.c = dxs + (size_t)r0 * C + c0;
+                                t.gate = dx_mask ? xg + (size_t)r0 * C + c0 : NULL;
+                                fl_simd_run(&t, r1 - r0);
+                            }
+                            continue;
                         }
+                        for (int ih = 0; ih < d->h; ih++)
+                            for (int k = 0; k < ntile; k++) {
+                                int iw0 = (int)fl_tile_start(d->w, ntile, k);
+                                int iw1 = (int)fl_tile_start(d->w, ntile, k + 1);
+                                t.a = dyp + ((size_t)ih * g.wd + iw0) * OC;
+                                t.c = dxs + ((size_t)ih * d->w + iw0) * C + c0;
+                                t.gate = dx_mask ? xg + ((size_t)ih * d->w + iw0) * C + c0 : NULL;
+                                fl_simd_run(&t, iw1 - iw0);
+                            }
+                    }
                 }
             }
         }
     }
-    /* reduce the per-thread partial gradients in thread order */
-    float *acc = NULL;
-    for (int t = 0; t < nt; t++) {
-        float *base = (float *)ws + (size_t)t * tws;
-        float *part = base + (g.pad ? (size_t)g.hp * g.wp * C : 0) + (size_t)g.hd * g.wd * OC;
-        if (!acc) { acc = part; continue; }
-        for (size_t i = 0; i < nw + (size_t)OC; i++) acc[i] += part[i];
-    }
-    memcpy(dw, acc, nw * sizeof(float));
-    if (d->has_bias && db) memcpy(db, acc + nw, (size_t)OC * sizeof(float));
+    reduce_parts(parts, pf, np, nw, (size_t)OC, dw, d->has_bias ? db : NULL);
 }
 
 /* ------------------------------------------------ im2col + GEMM path */
@@ -561,7 +594,7 @@ void fl_cpu_conv2d_fwd(const fl_conv_desc *d, const float *x, const float *w, co
     const int G = fl_conv_groups(d), cg = d->c / G, ocg = d->oc / G;
     const size_t K = conv_k(d);
     const size_t in_sz = (size_t)d->h * d->w * d->c, out_rows = (size_t)d->oh * d->ow;
-    const size_t tws = thread_ws_floats(d, cs, 0);
+    const size_t tws = thread_ws_floats(d, cs);
     const int direct = gemm_on_x(d);
 #pragma omp parallel for schedule(static) num_threads(conv_threads())
     for (int64_t ci = 0; ci < nchunks; ci++) {
@@ -595,52 +628,44 @@ void fl_cpu_conv2d_bwd(const fl_conv_desc *d, const float *x, const float *w, co
     const int G = fl_conv_groups(d), cg = d->c / G, ocg = d->oc / G;
     const size_t K = conv_k(d);
     const size_t in_sz = (size_t)d->h * d->w * d->c, out_rows = (size_t)d->oh * d->ow;
-    const size_t tws = thread_ws_floats(d, cs, 1);
-    const size_t col_floats = (size_t)cs * out_rows * K;
+    const size_t tws = thread_ws_floats(d, cs);
+    const size_t nw = K * (size_t)d->oc, pf = part_floats(d);
     const int direct = gemm_on_x(d);
-    const int nt = conv_threads();
-    for (int t = 0; t < nt; t++) {
-        float *p = (float *)ws + (size_t)t * tws + col_floats;
-        memset(p, 0, (K * (size_t)d->oc + (size_t)d->oc) * sizeof(float));
-    }
-#pragma omp parallel for schedule(static) num_threads(nt)
-    for (int64_t ci = 0; ci < nchunks; ci++) {
-        float *col = (float *)ws + (size_t)fl_cpu_thread_id() * tws;
-        float *dw_t = col + col_floats, *db_t = dw_t + K * (size_t)d->oc;
-        int64_t n0 = ci * cs, cn = d->n - n0 < cs ? d->n - n0 : cs;
-        int64_t rows = cn * (int64_t)out_rows;
-        const float *xc = x + (size_t)n0 * in_sz;
-        float *dyc = dy + (size_t)n0 * out_rows * d->oc;
-        const float *yc = y + (size_t)n0 * out_rows * d->oc;
-        fl_cpu_act_grad_rows(rows, d->oc, d->act, yc, dyc, d->has_bias ? db_t : NULL);
-        float *dxc = dx ? dx + (size_t)n0 * in_sz : NULL;
-        if (dxc && !direct && dx_beta == 0.0f) memset(dxc, 0, (size_t)cn * in_sz * sizeof(float));
-        for (int g = 0; g < G; g++) {
-            const size_t go = (size_t)g * ocg; /* group g's columns of w, dw and dy */
-            const float *a = xc;
-            if (!direct) { im2col(d, xc, cn, g * cg, cg, col); a = col; }
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)K, ocg, (int)rows, 1.0f, a, (int)K, dyc + go,
-                        d->oc, 1.0f, dw_t + go, d->oc);
-            if (!dxc) continue;
-            if (direct) {
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)K, d->oc, 1.0f, dyc, d->oc, w,
-                            d->oc, dx_beta, dxc, (int)K);
-            } else {
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)K, ocg, 1.0f, dyc + go, d->oc,
-                            w + go, d->oc, 0.0f, col, (int)K);
-                col2im_add(d, col, cn, g * cg, cg, dxc);
+    const int np = parts_used(d, nchunks);
+    float *parts = (float *)ws, *slices = parts + (size_t)dw_parts(d) * pf;
+#pragma omp parallel for schedule(dynamic) num_threads(conv_threads())
+    for (int part = 0; part < np; part++) {
+        float *col = slices + (size_t)fl_cpu_thread_id() * tws;
+        float *dw_t = parts + (size_t)part * pf, *db_t = dw_t + nw;
+        memset(dw_t, 0, (nw + (size_t)d->oc) * sizeof(float));
+        for (int64_t ci = part_start(nchunks, np, part); ci < part_start(nchunks, np, part + 1); ci++) {
+            int64_t n0 = ci * cs, cn = d->n - n0 < cs ? d->n - n0 : cs;
+            int64_t rows = cn * (int64_t)out_rows;
+            const float *xc = x + (size_t)n0 * in_sz;
+            float *dyc = dy + (size_t)n0 * out_rows * d->oc;
+            const float *yc = y + (size_t)n0 * out_rows * d->oc;
+            fl_cpu_act_grad_rows(rows, d->oc, d->act, yc, dyc, d->has_bias ? db_t : NULL);
+            float *dxc = dx ? dx + (size_t)n0 * in_sz : NULL;
+            if (dxc && !direct && dx_beta == 0.0f) memset(dxc, 0, (size_t)cn * in_sz * sizeof(float));
+            for (int g = 0; g < G; g++) {
+                const size_t go = (size_t)g * ocg; /* group g's columns of w, dw and dy */
+                const float *a = xc;
+                if (!direct) { im2col(d, xc, cn, g * cg, cg, col); a = col; }
+                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)K, ocg, (int)rows, 1.0f, a, (int)K, dyc + go,
+                            d->oc, 1.0f, dw_t + go, d->oc);
+                if (!dxc) continue;
+                if (direct) {
+                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)K, d->oc, 1.0f, dyc, d->oc, w,
+                                d->oc, dx_beta, dxc, (int)K);
+                } else {
+                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)K, ocg, 1.0f, dyc + go, d->oc,
+                                w + go, d->oc, 0.0f, col, (int)K);
+                    col2im_add(d, col, cn, g * cg, cg, dxc);
+                }
             }
         }
     }
-    /* reduce the per-thread partial gradients */
-    const size_t nw = K * (size_t)d->oc;
-    float *p0 = (float *)ws + col_floats;
-    for (int t = 1; t < nt; t++) {
-        const float *p = (float *)ws + (size_t)t * tws + col_floats;
-        for (size_t i = 0; i < nw + (size_t)d->oc; i++) p0[i] += p[i];
-    }
-    memcpy(dw, p0, nw * sizeof(float));
-    if (d->has_bias && db) memcpy(db, p0 + nw, (size_t)d->oc * sizeof(float));
+    reduce_parts(parts, pf, np, nw, (size_t)d->oc, dw, d->has_bias ? db : NULL);
 }
 
 /* ------------------------------------------------ transposed convolution
@@ -652,8 +677,8 @@ void fl_cpu_conv2d_bwd(const fl_conv_desc *d, const float *x, const float *w, co
  *     forward          col[rows, K] = x @ w^T, y = col2im(col), act(y + b)
  *     backward data    dx[rows, oc] = im2col(dy) @ w        (d's forward)
  *     backward filter  dw[K, oc]   += im2col(dy)^T @ x
- * in chunks of samples, one per OpenMP thread, with private dw/db reduced in
- * thread order at the end, as fl_cpu_conv2d_bwd. */
+ * in chunks of samples, with dw/db summed in parts (dw_parts) as
+ * fl_cpu_conv2d_bwd. */
 
 void fl_cpu_conv2d_transpose_fwd(const fl_conv_desc *d, const float *x, const float *w, const float *b, float *y,
                                  void *ws) {
@@ -661,7 +686,7 @@ void fl_cpu_conv2d_transpose_fwd(const fl_conv_desc *d, const float *x, const fl
     const int64_t nchunks = (d->n + cs - 1) / cs;
     const size_t K = (size_t)d->kh * d->kw * d->c;
     const size_t y_sz = (size_t)d->h * d->w * d->c, x_rows = (size_t)d->oh * d->ow;
-    const size_t tws = thread_ws_floats(d, cs, 0);
+    const size_t tws = thread_ws_floats(d, cs);
     const int direct = d->kh == 1 && d->kw == 1 && d->sh == 1 && d->sw == 1 && d->pt == 0 && d->pl == 0;
 #pragma omp parallel for schedule(static) num_threads(conv_threads())
     for (int64_t ci = 0; ci < nchunks; ci++) {
@@ -689,36 +714,31 @@ void fl_cpu_conv2d_transpose_bwd(const fl_conv_desc *d, const float *x, const fl
     const int64_t nchunks = (d->n + cs - 1) / cs;
     const size_t K = (size_t)d->kh * d->kw * d->c, nw = K * (size_t)d->oc;
     const size_t y_sz = (size_t)d->h * d->w * d->c, x_rows = (size_t)d->oh * d->ow;
-    const size_t tws = thread_ws_floats(d, cs, 1);
-    const size_t col_floats = (size_t)cs * x_rows * K;
+    const size_t tws = thread_ws_floats(d, cs), pf = part_floats(d);
     const int direct = d->kh == 1 && d->kw == 1 && d->sh == 1 && d->sw == 1 && d->pt == 0 && d->pl == 0;
-    const int nt = conv_threads();
-    for (int t = 0; t < nt; t++)
-        memset((float *)ws + (size_t)t * tws + col_floats, 0, (nw + (size_t)d->c) * sizeof(float));
-#pragma omp parallel for schedule(static) num_threads(nt)
-    for (int64_t ci = 0; ci < nchunks; ci++) {
-        float *col = (float *)ws + (size_t)fl_cpu_thread_id() * tws;
-        float *dw_t = col + col_floats, *db_t = dw_t + nw;
-        int64_t n0 = ci * cs, cn = d->n - n0 < cs ? d->n - n0 : cs;
-        int64_t rows = cn * (int64_t)x_rows;
-        const float *xc = x + (size_t)n0 * x_rows * d->oc;
-        float *dyc = dy + (size_t)n0 * y_sz;
-        fl_cpu_act_grad_rows(cn * d->h * d->w, d->c, d->act, y + (size_t)n0 * y_sz, dyc, d->has_bias ? db_t : NULL);
-        const float *a = dyc;
-        if (!direct) { im2col(d, dyc, cn, 0, d->c, col); a = col; }
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)K, d->oc, (int)rows, 1.0f, a, (int)K, xc, d->oc,
-                    1.0f, dw_t, d->oc);
-        if (dx)
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows, d->oc, (int)K, 1.0f, a, (int)K, w, d->oc,
-                        dx_beta, dx + (size_t)n0 * x_rows * d->oc, d->oc);
+    const int np = parts_used(d, nchunks);
+    float *parts = (float *)ws, *slices = parts + (size_t)dw_parts(d) * pf;
+#pragma omp parallel for schedule(dynamic) num_threads(conv_threads())
+    for (int part = 0; part < np; part++) {
+        float *col = slices + (size_t)fl_cpu_thread_id() * tws;
+        float *dw_t = parts + (size_t)part * pf, *db_t = dw_t + nw;
+        memset(dw_t, 0, (nw + (size_t)d->c) * sizeof(float));
+        for (int64_t ci = part_start(nchunks, np, part); ci < part_start(nchunks, np, part + 1); ci++) {
+            int64_t n0 = ci * cs, cn = d->n - n0 < cs ? d->n - n0 : cs;
+            int64_t rows = cn * (int64_t)x_rows;
+            const float *xc = x + (size_t)n0 * x_rows * d->oc;
+            float *dyc = dy + (size_t)n0 * y_sz;
+            fl_cpu_act_grad_rows(cn * d->h * d->w, d->c, d->act, y + (size_t)n0 * y_sz, dyc, d->has_bias ? db_t : NULL);
+            const float *a = dyc;
+            if (!direct) { im2col(d, dyc, cn, 0, d->c, col); a = col; }
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)K, d->oc, (int)rows, 1.0f, a, (int)K, xc, d->oc,
+                        1.0f, dw_t, d->oc);
+            if (dx)
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows, d->oc, (int)K, 1.0f, a, (int)K, w,
+                            d->oc, dx_beta, dx + (size_t)n0 * x_rows * d->oc, d->oc);
+        }
     }
-    float *p0 = (float *)ws + col_floats;
-    for (int t = 1; t < nt; t++) {
-        const float *p = (float *)ws + (size_t)t * tws + col_floats;
-        for (size_t i = 0; i < nw + (size_t)d->c; i++) p0[i] += p[i];
-    }
-    memcpy(dw, p0, nw * sizeof(float));
-    if (d->has_bias && db) memcpy(db, p0 + nw, (size_t)d->c * sizeof(float));
+    reduce_parts(parts, pf, np, nw, (size_t)d->c, dw, d->has_bias ? db : NULL);
 }
 
 /* ------------------------------------------ convolution + max pooling */
