@@ -19,14 +19,14 @@ void fl_cpu_pact_fwd(const fl_pact_desc *d, int64_t n, const float *x, float *y)
     const fl_pact_desc p = *d;
     if (plain_relu(&p)) {
         const float hi = p.c;
-#pragma omp parallel for simd schedule(static) PAR(n)
+#pragma omp parallel for simd PAR_EW(n)
         for (int64_t i = 0; i < n; i++) {
             float v = x[i] > 0.0f ? x[i] : 0.0f;
             y[i] = v < hi ? v : hi;
         }
         return;
     }
-#pragma omp parallel for schedule(static) PAR(n)
+#pragma omp parallel for PAR_EW(n)
     for (int64_t i = 0; i < n; i++) y[i] = fl_pact_forward(&p, x[i]);
 }
 
@@ -37,15 +37,15 @@ void fl_cpu_pact_bwd(const fl_pact_desc *d, int64_t n, const float *x, const flo
         const float hi = p.c;
         /* dy times a 0/1 mask, as the generic path multiplies by the derivative */
         if (beta == 0.0f) {
-#pragma omp parallel for simd schedule(static) PAR(n)
+#pragma omp parallel for simd PAR_EW(n)
             for (int64_t i = 0; i < n; i++) dx[i] = dy[i] * (float)((x[i] > 0.0f) & (x[i] < hi));
         } else {
-#pragma omp parallel for simd schedule(static) PAR(n)
+#pragma omp parallel for simd PAR_EW(n)
             for (int64_t i = 0; i < n; i++) dx[i] += dy[i] * (float)((x[i] > 0.0f) & (x[i] < hi));
         }
         return;
     }
-#pragma omp parallel for schedule(static) PAR(n)
+#pragma omp parallel for PAR_EW(n)
     for (int64_t i = 0; i < n; i++) {
         float g = dy[i] * fl_pact_grad(&p, x[i], y[i]);
         dx[i] = beta == 0.0f ? g : dx[i] + g;
@@ -87,7 +87,7 @@ void fl_cpu_softmax_axis_bwd(int64_t outer, int c, int64_t inner, const float *y
 
 void fl_cpu_prelu_fwd(const fl_bcast_desc *d, const float *x, const float *alpha, float *y) {
     const int64_t n = d->n * d->size;
-#pragma omp parallel for schedule(static) PAR(n)
+#pragma omp parallel for PAR_EW(n)
     for (int64_t i = 0; i < n; i++) {
         float v = x[i];
         y[i] = v > 0 ? v : alpha[fl_bcast_index(d, i % d->size)] * v;
@@ -98,7 +98,7 @@ void fl_cpu_prelu_bwd(const fl_bcast_desc *d, const float *x, const float *alpha
                       float beta, float *dalpha) {
     const int64_t n = d->n * d->size;
     if (dx) {
-#pragma omp parallel for schedule(static) PAR(n)
+#pragma omp parallel for PAR_EW(n)
         for (int64_t i = 0; i < n; i++) {
             float v = x[i], g = v > 0 ? dy[i] : dy[i] * alpha[fl_bcast_index(d, i % d->size)];
             dx[i] = beta == 0.0f ? g : dx[i] + g;
@@ -130,7 +130,7 @@ void fl_cpu_prelu_bwd(const fl_bcast_desc *d, const float *x, const float *alpha
 void fl_cpu_normalize_fwd(const fl_bcast_desc *d, int invert, const float *x, const float *mean, const float *var,
                           float *y) {
     const int64_t n = d->n * d->size;
-#pragma omp parallel for schedule(static) PAR(n)
+#pragma omp parallel for PAR_EW(n)
     for (int64_t i = 0; i < n; i++) {
         int64_t p = fl_bcast_index(d, i % d->size);
         float den = fl_norm_den(var[p]);
@@ -141,7 +141,7 @@ void fl_cpu_normalize_fwd(const fl_bcast_desc *d, int invert, const float *x, co
 void fl_cpu_normalize_bwd(const fl_bcast_desc *d, int invert, const float *var, const float *dy, float *dx,
                           float beta) {
     const int64_t n = d->n * d->size;
-#pragma omp parallel for schedule(static) PAR(n)
+#pragma omp parallel for PAR_EW(n)
     for (int64_t i = 0; i < n; i++) {
         float den = fl_norm_den(var[fl_bcast_index(d, i % d->size)]);
         float g = invert ? dy[i] * den : dy[i] / den;

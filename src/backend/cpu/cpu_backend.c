@@ -85,13 +85,15 @@ void fl_cpu_bias_act_rows(int64_t rows, int n, const float *b, int act, float *y
 #undef BIAS_ACT_LOOP
 
 /* The same over the rows in parallel (callers outside a parallel region). */
+/* Rows of about FL_EW_CHUNK elements, for loops split as PAR_EW splits elements. */
+static int64_t ew_rows(int n) { return n >= FL_EW_CHUNK ? 1 : FL_EW_CHUNK / n; }
+
 void fl_cpu_bias_act_rows_par(int64_t rows, int n, const float *b, int act, float *y) {
     if (!b && act == FL_ACT_LINEAR) return;
-    int nt = rows * n < 32768 ? 1 : fl_cpu_threads();
-#pragma omp parallel num_threads(nt)
-    {
-        int t = omp_get_thread_num(), T = omp_get_num_threads();
-        int64_t r0 = rows * t / T, r1 = rows * (t + 1) / T;
+    const int64_t rb = ew_rows(n), nblk = (rows + rb - 1) / rb;
+#pragma omp parallel for schedule(dynamic) PAR(rows * n)
+    for (int64_t k = 0; k < nblk; k++) {
+        int64_t r0 = k * rb, r1 = r0 + rb < rows ? r0 + rb : rows;
         fl_cpu_bias_act_rows(r1 - r0, n, b, act, y + (size_t)r0 * n);
     }
 }
@@ -160,13 +162,7 @@ static void cpu_dense_fwd(const fl_dense_desc *d, const float *x, const float *w
                     y, d->n);
         if (!d->has_bias && d->act == FL_ACT_LINEAR) return;
     }
-    int nt = d->m * d->n < 32768 ? 1 : fl_cpu_threads();
-#pragma omp parallel num_threads(nt)
-    {
-        int t = omp_get_thread_num(), T = omp_get_num_threads();
-        int64_t r0 = d->m * t / T, r1 = d->m * (t + 1) / T;
-        fl_cpu_bias_act_rows(r1 - r0, d->n, d->has_bias ? b : NULL, d->act, y + (size_t)r0 * d->n);
-    }
+    fl_cpu_bias_act_rows_par(d->m, d->n, d->has_bias ? b : NULL, d->act, y);
 }
 
 static void cpu_dense_bwd(const fl_dense_desc *d, const float *x, const float *w, const float *y, float *dy,
@@ -203,14 +199,14 @@ static void cpu_act_fwd(int act, int64_t rows, int c, const float *x, float *y) 
     int64_t n = rows * c;
     if (act == FL_ACT_RELU || act == FL_ACT_RELU6) { /* branch-free and vectorised, as fl_cpu_pact_fwd's ReLU */
         const float hi = act == FL_ACT_RELU6 ? 6.0f : INFINITY;
-#pragma omp parallel for simd schedule(static) num_threads(n < 32768 ? 1 : fl_cpu_threads())
+#pragma omp parallel for simd PAR_EW(n)
         for (int64_t i = 0; i < n; i++) {
             float v = x[i] > 0.0f ? x[i] : 0.0f;
             y[i] = v < hi ? v : hi;
         }
         return;
     }
-#pragma omp parallel for schedule(static) num_threads(n < 32768 ? 1 : fl_cpu_threads())
+#pragma omp parallel for PAR_EW(n)
     for (int64_t i = 0; i < n; i++) y[i] = fl_act_forward(act, x[i]);
 }
 
@@ -232,15 +228,15 @@ static void cpu_act_bwd(int act, int64_t rows, int c, const float *x, const floa
     if (act == FL_ACT_RELU || act == FL_ACT_RELU6) { /* dy times a 0/1 mask: no branch on the signs */
         const float hi = act == FL_ACT_RELU6 ? 6.0f : INFINITY;
         if (beta == 0.0f) {
-#pragma omp parallel for simd schedule(static) num_threads(n < 32768 ? 1 : fl_cpu_threads())
+#pragma omp parallel for simd PAR_EW(n)
             for (int64_t i = 0; i < n; i++) dx[i] = dy[i] * (float)((x[i] > 0.0f) & (x[i] < hi));
         } else {
-#pragma omp parallel for simd schedule(static) num_threads(n < 32768 ? 1 : fl_cpu_threads())
+#pragma omp parallel for simd PAR_EW(n)
             for (int64_t i = 0; i < n; i++) dx[i] += dy[i] * (float)((x[i] > 0.0f) & (x[i] < hi));
         }
         return;
     }
-#pragma omp parallel for schedule(static) num_threads(n < 32768 ? 1 : fl_cpu_threads())
+#pragma omp parallel for PAR_EW(n)
     for (int64_t i = 0; i < n; i++) {
         float g = dy[i] * fl_act_grad_x(act, x[i], y[i]);
         dx[i] = beta == 0.0f ? g : dx[i] + g;
@@ -360,7 +356,7 @@ static bool bn_block_sums(bn_sum_kind kind, int64_t m, int c, const float *x, co
     if (!scratch) return false;
     memset(part, 0, (size_t)nb * 2 * c * sizeof(double));
     const int avx2 = fl_cpu_avx2();
-#pragma omp parallel for schedule(static) num_threads(m * c < 32768 ? 1 : fl_cpu_threads())
+#pragma omp parallel for schedule(dynamic) num_threads(m * c < 32768 ? 1 : fl_cpu_threads())
     for (int k = 0; k < nb; k++) {
         double *a = part + (size_t)k * 2 * c;
         float *fa = scratch + (size_t)k * 2 * c;
@@ -416,11 +412,10 @@ static void bn_affine_base(int64_t r0, int64_t r1, int c, const float *x, const 
 static void bn_affine(int64_t m, int c, const float *x, const float *g, const float *mean, const float *s,
                       const float *t, const float *u, float *y, bool accumulate) {
     const int avx2 = fl_cpu_avx2();
-    const int nt = m * c < 32768 ? 1 : fl_cpu_threads();
-#pragma omp parallel num_threads(nt)
-    {
-        const int T = omp_get_num_threads(), k = omp_get_thread_num();
-        const int64_t r0 = m * k / T, r1 = m * (k + 1) / T;
+    const int64_t rb = ew_rows(c), nblk = (m + rb - 1) / rb;
+#pragma omp parallel for schedule(dynamic) PAR(m * c)
+    for (int64_t k = 0; k < nblk; k++) {
+        const int64_t r0 = k * rb, r1 = r0 + rb < m ? r0 + rb : m;
 #if FL_HAVE_AVX2_TARGET
         if (avx2) bn_affine_avx2(r0, r1, c, x, g, mean, s, t, u, y, accumulate);
         else
@@ -466,7 +461,7 @@ static void cpu_bn_fwd_train(const fl_bn_desc *d, const float *x, const float *g
 static void cpu_bn_fwd_infer(const fl_bn_desc *d, const float *x, const float *gamma, const float *beta,
                              const float *mm, const float *mv, float *y) {
     const int c = d->c;
-    float stack[2 * 512], *inv = c <= 512 ? stack : malloc((size_t)c * 2 * sizeof(float));
+    float *inv = malloc((size_t)c * 2 * sizeof(float));
     if (!inv) return;
     float *res = inv + c;
     for (int j = 0; j < c; j++) {
@@ -476,7 +471,7 @@ static void cpu_bn_fwd_infer(const fl_bn_desc *d, const float *x, const float *g
         if (beta) res[j] += beta[j];
     }
     bn_affine(d->m, c, x, NULL, NULL, inv, res, NULL, y, false);
-    if (inv != stack) free(inv);
+    free(inv);
 }
 
 /* dx = gamma * invstd * (dy - mean(dy) - xhat * mean(dy * xhat)), xhat = (x - mean) * invstd, as
@@ -511,7 +506,7 @@ static void cpu_bn_bwd(const fl_bn_desc *d, const float *x, const float *gamma, 
 }
 
 static void cpu_accumulate(int64_t n, const float *src, float *dst, float beta) {
-#pragma omp parallel for schedule(static) num_threads(n < 32768 ? 1 : fl_cpu_threads())
+#pragma omp parallel for PAR_EW(n)
     for (int64_t i = 0; i < n; i++) dst[i] = beta == 0.0f ? src[i] : dst[i] + src[i];
 }
 

@@ -21,6 +21,13 @@ int fl_cpu_default_threads(char *why, size_t n);
 double fl_cpu_quota(void);
 /* an OpenMP loop's threads: one for under 32768 elements of work, else all */
 #define PAR(n) num_threads((n) < 32768 ? 1 : fl_cpu_threads())
+/* An element-wise loop over n elements: fixed chunks of FL_EW_CHUNK handed
+ * to whichever thread is free, so that a thread whose core another process
+ * shares takes fewer (halves split up front wait for it at the barrier).
+ * Only for loops whose elements are independent: the result does not
+ * depend on who took which chunk. */
+#define FL_EW_CHUNK 8192
+#define PAR_EW(n) schedule(dynamic, FL_EW_CHUNK) PAR(n)
 int fl_cpu_thread_id(void);
 
 /* y[r, :] = act(y[r, :] + b) for rows r; single-threaded (callers split). */

@@ -8,24 +8,24 @@
 #include <string.h>
 
 void fl_cpu_mul(int64_t n, const float *a, const float *b, float *dst) {
-#pragma omp parallel for schedule(static) num_threads(n < 32768 ? 1 : fl_cpu_threads())
+#pragma omp parallel for PAR_EW(n)
     for (int64_t i = 0; i < n; i++) dst[i] = a[i] * b[i];
 }
 
 void fl_cpu_binary(int mode, int64_t n, const float *a, const float *b, float *y) {
-#pragma omp parallel for schedule(static) num_threads(n < 32768 ? 1 : fl_cpu_threads())
+#pragma omp parallel for PAR_EW(n)
     for (int64_t i = 0; i < n; i++)
         y[i] = mode == FL_BIN_SUB ? a[i] - b[i] : mode == FL_BIN_MAX ? fmaxf(a[i], b[i]) : fminf(a[i], b[i]);
 }
 
 void fl_cpu_axpby(int64_t n, float alpha, const float *x, float beta, float *y) {
-#pragma omp parallel for schedule(static) num_threads(n < 32768 ? 1 : fl_cpu_threads())
+#pragma omp parallel for PAR_EW(n)
     for (int64_t i = 0; i < n; i++) y[i] = alpha * x[i] + (beta == 0.0f ? 0.0f : beta * y[i]);
 }
 
 void fl_cpu_minmax_grad(int is_max, int64_t n, const float *x, const float *other, const float *dy, float *dx,
                         float beta) {
-#pragma omp parallel for schedule(static) num_threads(n < 32768 ? 1 : fl_cpu_threads())
+#pragma omp parallel for PAR_EW(n)
     for (int64_t i = 0; i < n; i++) {
         float g = fl_minmax_grad(is_max, x[i], other[i], dy[i]);
         dx[i] = beta == 0.0f ? g : dx[i] + g;
@@ -71,7 +71,7 @@ void fl_cpu_bmerge_bwd(int mode, const fl_bcast_desc *d, const float *x, const f
 }
 
 void fl_cpu_fill(int64_t n, float v, float *y) {
-#pragma omp parallel for schedule(static) num_threads(n < 32768 ? 1 : fl_cpu_threads())
+#pragma omp parallel for PAR_EW(n)
     for (int64_t i = 0; i < n; i++) y[i] = v;
 }
 
