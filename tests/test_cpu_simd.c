@@ -501,6 +501,29 @@ static void test_depthwise(int n, int h, int w, int c, int dm, int kh, int kw, i
                     worst = fmax(worst, fabs(ref - y[0][((i * d.oh + oy) * d.ow + ox) * oc + o]));
                 }
     CHECK_MSG(worst < 1e-4, "%s, portable: forward differs from a naive loop by %g", what, worst);
+    /* dw and db are summed in parts added in part order: bit for bit the same
+     * for 1, 2 and 3 threads; and with the kernel frozen (dw NULL), dx and db
+     * are those of the full backward (the threads' dw once landed in the db
+     * sums there) */
+    const int before = fl_get_num_threads(), top = levels & 4 ? 2 : levels & 2 ? 1 : 0;
+    fl_cpu_depthwise_force(top);
+    float *dy2 = malloc(ny * sizeof(float)), *dx2 = malloc(nx * sizeof(float)), *dw2 = malloc(nw * sizeof(float));
+    float *db2 = malloc(oc * sizeof(float));
+    for (int t = 1; t <= 3; t++) {
+        fl_set_num_threads(t);
+        memcpy(dy2, g, ny * sizeof(float));
+        fl_cpu_depthwise_bwd(&d, x, wt, y[top], dy2, dx2, 0.0f, dw2, bias ? db2 : NULL);
+        CHECK_MSG(memcmp(dw2, dw[top], nw * sizeof(float)) == 0, "%s: dw with %d threads differs", what, t);
+        CHECK_MSG(memcmp(dx2, dx[top], nx * sizeof(float)) == 0, "%s: dx with %d threads differs", what, t);
+        if (bias) CHECK_MSG(memcmp(db2, db[top], oc * sizeof(float)) == 0, "%s: db with %d threads differs", what, t);
+        memcpy(dy2, g, ny * sizeof(float));
+        fl_cpu_depthwise_bwd(&d, x, wt, y[top], dy2, dx2, 0.0f, NULL, bias ? db2 : NULL);
+        CHECK_MSG(memcmp(dx2, dx[top], nx * sizeof(float)) == 0, "%s: dx with the kernel frozen differs", what);
+        if (bias) CHECK_MSG(memcmp(db2, db[top], oc * sizeof(float)) == 0, "%s: db with the kernel frozen differs", what);
+    }
+    fl_set_num_threads(before);
+    fl_cpu_depthwise_force(-1);
+    free(dy2); free(dx2); free(dw2); free(db2);
     for (int k = 0; k < 3; k++) { free(y[k]); free(dy[k]); free(dx[k]); free(dw[k]); free(db[k]); }
     free(x); free(wt); free(b); free(g);
 }
@@ -768,6 +791,8 @@ static void test_avx512(void) {
         test_conv(3, 12, 13, 20, 40, 2, 2, 1, 1, FL_ACT_TANH, 1);   /* even kernel, asymmetric padding */
         test_conv(2, 11, 12, 5, 24, 3, 3, 2, 0, FL_ACT_SIGMOID, 1); /* stride 2: portable data gradient */
         test_conv(2, 8, 8, 7, 17, 1, 1, 1, 0, FL_ACT_ELU, 1);       /* 1x1 */
+        test_conv(3, 12, 12, 96, 24, 1, 1, 1, 0, FL_ACT_RELU6, 1);  /* MobileNetV2's 1x1: ReLU6 in the store */
+        test_conv(2, 13, 13, 32, 40, 3, 3, 2, 1, FL_ACT_RELU6, 0);  /* stride 2, ReLU6 */
         test_conv(3, 7, 40, 48, 48, 3, 5, 1, 0, FL_ACT_RELU, 1);    /* 36-wide rows: several row tiles */
         test_conv(2, 6, 6, 65, 33, 3, 3, 1, 1, FL_ACT_LEAKY_RELU, 1);
         /* Conv1D as flynn runs it (h = steps, w = 1): tiles down the rows */

@@ -86,9 +86,10 @@ int fl_cpu_simd(void) {
             }                                                                                                  \
         }                                                                                                      \
         const __m512 zero = _mm512_setzero_ps();                                                               \
+        const __m512 hi = _mm512_set1_ps(t->relu_max > 0.0f ? t->relu_max : INFINITY);                       \
         _Pragma("GCC unroll 16") for (int r = 0; r < R; r++) {                                                 \
             _Pragma("GCC unroll 4") for (int v = 0; v < V; v++) {                                              \
-                __m512 o = t->relu ? _mm512_max_ps(acc[r][v], zero) : acc[r][v];                               \
+                __m512 o = t->relu ? _mm512_min_ps(_mm512_max_ps(acc[r][v], zero), hi) : acc[r][v];           \
                 if (t->gate)                                                                                   \
                     o = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(_mm512_maskz_loadu_ps(v == V - 1 ? tail : 0xFFFF,    \
                                                                                      t->gate + r * t->ldc + 16 * v), \

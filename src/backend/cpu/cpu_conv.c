@@ -246,7 +246,7 @@ static void pad_sample(const fl_conv_desc *d, const conv_geom *g, const float *x
 static void direct_fwd_rows(const fl_conv_desc *d, const conv_geom *g, const float *xs, const float *w,
                             const float *b, float *ys, int oh0, int oh1) {
     const int C = d->c, OC = d->oc;
-    const int relu = d->act == FL_ACT_RELU;
+    const int relu = d->act == FL_ACT_RELU || d->act == FL_ACT_RELU6; /* in the micro-kernel's store */
     for (int oc0 = 0; oc0 < OC; oc0 += 64) {
         fl_simd_tile t = {0};
         t.cols = OC - oc0 < 64 ? OC - oc0 : 64;
@@ -261,6 +261,7 @@ static void direct_fwd_rows(const fl_conv_desc *d, const conv_geom *g, const flo
         t.ldc = OC;
         t.bias = d->has_bias && b ? b + oc0 : NULL;
         t.relu = relu;
+        t.relu_max = d->act == FL_ACT_RELU6 ? 6.0f : 0.0f;
         int rm = fl_simd_max_rows(t.cols), nt = fl_tiles(d->ow, rm);
         if (d->ow == 1) {
             /* a Conv1D (h = steps, w = 1): tiles run down the rows, which

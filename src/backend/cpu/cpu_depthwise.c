@@ -300,59 +300,79 @@ static int threads_for(const fl_conv_desc *d) {
     return d->n * d->oh * d->ow * d->oc * d->kh * d->kw < 65536 ? 1 : fl_cpu_threads();
 }
 
-void fl_cpu_depthwise_fwd(const fl_conv_desc *d, const float *x, const float *w, const float *b, float *y) {
-    const int64_t rows = d->n * d->oh;
-    const fwd_rows_fn f = fwd_rows();
-#pragma omp parallel num_threads(threads_for(d))
-    {
-        const int t = omp_get_thread_num(), T = omp_get_num_threads();
-        f(d, x, w, b, y, rows * t / T, rows * (t + 1) / T);
-    }
+/* Rows handed out in blocks of about 4096 outputs to whichever thread is
+ * free (a thread whose core another process shares takes fewer); every
+ * output row is one thread's, so the result does not depend on who took it. */
+static int64_t row_block(const fl_conv_desc *d) {
+    const int64_t per = (int64_t)d->ow * d->oc;
+    return per >= 4096 ? 1 : 4096 / per;
 }
 
-#define DW_STACK 8192 /* floats of per-thread dw/db sums kept on the stack */
+void fl_cpu_depthwise_fwd(const fl_conv_desc *d, const float *x, const float *w, const float *b, float *y) {
+    const int64_t rows = d->n * d->oh, rb = row_block(d), nblk = (rows + rb - 1) / rb;
+    const fwd_rows_fn f = fwd_rows();
+#pragma omp parallel for schedule(dynamic) num_threads(threads_for(d))
+    for (int64_t k = 0; k < nblk; k++) f(d, x, w, b, y, k * rb, k * rb + rb < rows ? k * rb + rb : rows);
+}
+
+#define DW_STACK 8192 /* floats of dw/db part sums kept on the stack */
 
 /* Pass 1 (output rows): dy *= act'(y), db sums. Pass 2 (input rows, after a
  * barrier, since it reads the dy rows of its neighbours): dx and dw (see
- * bwd_row_body). */
+ * bwd_row_body). The rows of each pass are cut into a fixed number of parts
+ * (four per core, as the convolutions' filter gradient: cpu_conv.c), handed
+ * out to whichever thread is free, each summing its own dw and db; the parts
+ * are added in part order, so the sums depend neither on the thread count
+ * nor on who took which part. */
 void fl_cpu_depthwise_bwd(const fl_conv_desc *d, const float *x, const float *w, const float *y, float *dy,
                           float *dx, float dx_beta, float *dw, float *db) {
     const int OC = d->oc, KK = d->kh * d->kw;
     const int64_t orows = d->n * d->oh, irows = d->n * d->h;
     const bwd_rows_fn f = bwd_rows();
-    int nt = threads_for(d);
+    const int nt = threads_for(d);
     const size_t ndw = dw ? (size_t)KK * OC : 0, ndb = db ? (size_t)OC : 0, per = ndw + ndb;
+    int np = 4 * omp_get_num_procs();
+    if (np > irows) np = (int)irows;
+    if (np > orows) np = (int)orows;
     float stack_part[DW_STACK];
-    float *part = NULL; /* nt blocks of per floats: dw sums, then db sums */
-    if (nt > 1 && per) {
-        part = (size_t)nt * per <= DW_STACK ? stack_part : malloc((size_t)nt * per * sizeof(float));
-        if (!part) nt = 1; /* no memory for the sums: one thread, into dw/db directly */
+    float *part = NULL; /* np blocks of per floats: dw sums, then db sums */
+    if (np > 1 && per) {
+        part = (size_t)np * per <= DW_STACK ? stack_part : malloc((size_t)np * per * sizeof(float));
+        if (!part) np = 1; /* no memory for the sums: one part, into dw/db directly */
+    }
+    if (np < 1) np = 1;
+    if (part) memset(part, 0, (size_t)np * per * sizeof(float));
+    else {
+        if (dw) memset(dw, 0, ndw * sizeof(float));
+        if (db) memset(db, 0, ndb * sizeof(float));
     }
     const bool act_pass = d->act != FL_ACT_LINEAR || db;
-#pragma omp parallel num_threads(nt)
+    /* without sums (neither dw nor db) the rows are independent; without
+     * memory for the parts, one thread sums into dw/db directly */
+#pragma omp parallel num_threads(per == 0 || part ? nt : 1)
     {
-        const int t = omp_get_thread_num(), T = omp_get_num_threads();
-        float *tdw = part ? part + (size_t)t * per : dw;
-        float *tdb = !db ? NULL : part ? part + (size_t)t * per + ndw : db; /* never part of the dw sums */
-        if (tdw) memset(tdw, 0, ndw * sizeof(float));
-        if (tdb) memset(tdb, 0, ndb * sizeof(float));
         if (act_pass) {
-            const int64_t r0 = orows * t / T, r1 = orows * (t + 1) / T;
-            f(d, x, w, y, dy, dx, dx_beta, tdw, tdb, 1, r0, r1);
+#pragma omp for schedule(dynamic)
+            for (int k = 0; k < np; k++) {
+                float *tdb = !db ? NULL : part ? part + (size_t)k * per + ndw : db; /* never part of the dw sums */
+                f(d, x, w, y, dy, dx, dx_beta, NULL, tdb, 1, orows * k / np, orows * (k + 1) / np);
+            }
         }
-#pragma omp barrier
         if (dx || dw) {
-            const int64_t r0 = irows * t / T, r1 = irows * (t + 1) / T;
-            f(d, x, w, y, dy, dx, dx_beta, tdw, tdb, 2, r0, r1);
+#pragma omp for schedule(dynamic)
+            for (int k = 0; k < np; k++) {
+                float *tdw = part ? part + (size_t)k * per : dw;
+                f(d, x, w, y, dy, dx, dx_beta, dw ? tdw : NULL, NULL, 2, irows * k / np, irows * (k + 1) / np);
+            }
         }
     }
-    if (part) { /* the threads' sums, in thread order */
+    if (part) { /* the parts' sums, in part order */
         if (dw) memcpy(dw, part, ndw * sizeof(float));
         if (db) memcpy(db, part + ndw, ndb * sizeof(float));
-        for (int t = 1; t < nt; t++) {
-            const float *pt = part + (size_t)t * per;
-            for (size_t k = 0; k < ndw; k++) dw[k] += pt[k];
-            for (size_t k = 0; k < ndb; k++) db[k] += pt[ndw + k];
+        for (int k = 1; k < np; k++) {
+            const float *pt = part + (size_t)k * per;
+            for (size_t i = 0; i < ndw; i++) dw[i] += pt[i];
+            for (size_t i = 0; i < ndb; i++) db[i] += pt[ndw + i];
         }
         if (part != stack_part) free(part);
     }

@@ -50,6 +50,7 @@ typedef struct fl_simd_tile {
     const float *bias;  /* start from bias[n] (NULL: from zero) unless accumulate */
     int accumulate;     /* start from C itself */
     int relu;           /* max(0, .) before the store */
+    float relu_max;     /* with relu, when > 0: min(relu_max, .) too (ReLU6: 6) */
     const float *gate;  /* NULL, or zero the output where gate <= 0 (gate laid out as C, ldc apart) */
     int cols;           /* columns of the tile: 1 .. 64 */
 } fl_simd_tile;
