@@ -84,10 +84,10 @@ void fl_cpu_bias_act_rows(int64_t rows, int n, const float *b, int act, float *y
 }
 #undef BIAS_ACT_LOOP
 
-/* The same over the rows in parallel (callers outside a parallel region). */
 /* Rows of about FL_EW_CHUNK elements, for loops split as PAR_EW splits elements. */
 static int64_t ew_rows(int n) { return n >= FL_EW_CHUNK ? 1 : FL_EW_CHUNK / n; }
 
+/* The same over the rows in parallel (callers outside a parallel region). */
 void fl_cpu_bias_act_rows_par(int64_t rows, int n, const float *b, int act, float *y) {
     if (!b && act == FL_ACT_LINEAR) return;
     const int64_t rb = ew_rows(n), nblk = (rows + rb - 1) / rb;
