@@ -17,10 +17,12 @@
  * the output pixel in registers across the whole window. Each pass is
  * memory-bound: one read of x and one write of y forward; backward one pass
  * over dy for act' and db, one over x, dy and dx for dx and dw. OpenMP
- * splits batch*rows; dw and db are summed per thread and then added in
- * thread order (deterministic for a thread count). The row functions are
- * compiled three times from the same source: portable, AVX2+FMA and AVX-512
- * (when fl_cpu_simd() says so, as for the kernels of cpu_avx512.c).
+ * hands out blocks of batch*rows to whichever thread is free; in the
+ * backward, dw and db are summed per part (a fixed cut of the rows) and the
+ * parts added in part order (the same for any thread count). The row
+ * functions are compiled three times from the same source: portable,
+ * AVX2+FMA and AVX-512 (when fl_cpu_simd() says so, as for the kernels of
+ * cpu_avx512.c).
  */
 #include "cpu_internal.h"
 #include "cpu_simd.h"
