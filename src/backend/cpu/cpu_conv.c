@@ -13,10 +13,10 @@
  * Samples are split between the OpenMP threads: the forward hands them out
  * one at a time (schedule(dynamic): each output is one thread's, so the
  * result does not depend on who took it, and a thread whose core is shared
- * with another process takes fewer); the backward splits them statically,
- * and each thread keeps a private dw that is reduced at the end (a fixed
- * order: deterministic for a given thread count). The ReLU
- * gradient and the bias gradient are one pass that also writes the padded dy.
+ * with another process takes fewer); the backward hands out parts of
+ * consecutive samples, each summing its own dw, added in part order at the
+ * end (dw_parts: the same result for any thread count). The ReLU gradient
+ * and the bias gradient are one pass that also writes the padded dy.
  * Followed by a max pooling (fl_cpu_conv2d_maxpool_*), the forward pools
  * each band of rows while it is in cache, and the backward builds dy from
  * the pooling's gradient per sample instead of reading a full-size dy.
@@ -32,7 +32,8 @@
  * channels [g*cg, (g+1)*cg) (K = kh*kw*cg) and its own column block of w,
  * y and dy (ldb/ldc = oc): no multiply by the zeros outside the groups.
  * Chunks run in parallel (one OpenMP thread each, OpenBLAS single-threaded
- * inside a parallel region), small enough that col stays in cache and the
+ * inside a parallel region; in the backward, runs of chunks form the parts
+ * that sum dw), small enough that col stays in cache and the
  * bias/activation epilogue runs on data that is still hot.
  */
 #include "cpu_internal.h"
