@@ -111,10 +111,23 @@ static int parts_used(const fl_conv_desc *d, int64_t nitems) {
     return nitems < np ? (int)(nitems > 0 ? nitems : 1) : np;
 }
 static int64_t part_start(int64_t nitems, int np, int k) { return nitems * k / np; }
+/* Part k's sums (dw, then db), zeroed for its samples to add into. */
+static float *part_sums(const fl_conv_desc *d, float *parts, int k) {
+    const size_t pf = part_floats(d);
+    float *p = parts + (size_t)k * pf;
+    memset(p, 0, pf * sizeof(float));
+    return p;
+}
+/* The GEMM path's backward workspace: the parts, then the per-thread slices. */
+static float *gemm_bwd_slices(const fl_conv_desc *d, void *ws) {
+    return (float *)ws + (size_t)dw_parts(d) * part_floats(d);
+}
 
 /* dw = the sum of the parts' first nw floats, db (if not NULL) of the nb
  * after them, each element in part order. */
-static void reduce_parts(const float *parts, size_t pf, int np, size_t nw, size_t nb, float *dw, float *db) {
+static void reduce_parts(const fl_conv_desc *d, const float *parts, int np, size_t nw, size_t nb, float *dw,
+                         float *db) {
+    const size_t pf = part_floats(d);
     const int64_t n = (int64_t)(nw + nb);
 #pragma omp parallel for schedule(dynamic, 4096) num_threads(n * np < 65536 ? 1 : conv_threads())
     for (int64_t i = 0; i < n; i++) {
@@ -400,7 +413,6 @@ static void direct_bwd(const fl_conv_desc *d, const float *x, const float *w, co
     const fl_conv_desc dd = dx_desc(d, &g);
     float *ubwd = shared + rot_floats(d);
     float *parts = ubwd + (wino_bwd_shape(d) ? fl_wino_u_floats(OC, C) : 0);
-    const size_t pf = part_floats(d);
     const int np = parts_used(d, d->n);
     if (dx) {
         /* w_rot[kh'][kw'][oc][c] = w[kh-1-kh'][kw-1-kw'][c][oc] */
@@ -423,8 +435,7 @@ static void direct_bwd(const fl_conv_desc *d, const float *x, const float *w, co
         if (dx) memset(dyp, 0, (size_t)g.hd * g.wd * OC * sizeof(float)); /* the border stays zero */
 #pragma omp for schedule(dynamic)
         for (int part = 0; part < np; part++) {
-            float *dw_t = parts + (size_t)part * pf, *db_t = dw_t + nw;
-            memset(dw_t, 0, (nw + (size_t)OC) * sizeof(float));
+            float *dw_t = part_sums(d, parts, part), *db_t = dw_t + nw;
             for (int64_t n = part_start(d->n, np, part); n < part_start(d->n, np, part + 1); n++) {
                 const float *xs = x + (size_t)n * in_sz;
                 if (g.pad) {
@@ -519,7 +530,7 @@ static void direct_bwd(const fl_conv_desc *d, const float *x, const float *w, co
             }
         }
     }
-    reduce_parts(parts, pf, np, nw, (size_t)OC, dw, d->has_bias ? db : NULL);
+    reduce_parts(d, parts, np, nw, (size_t)OC, dw, d->has_bias ? db : NULL);
 }
 
 /* ------------------------------------------------ im2col + GEMM path */
@@ -631,15 +642,14 @@ void fl_cpu_conv2d_bwd(const fl_conv_desc *d, const float *x, const float *w, co
     const size_t K = conv_k(d);
     const size_t in_sz = (size_t)d->h * d->w * d->c, out_rows = (size_t)d->oh * d->ow;
     const size_t tws = thread_ws_floats(d, cs);
-    const size_t nw = K * (size_t)d->oc, pf = part_floats(d);
+    const size_t nw = K * (size_t)d->oc;
     const int direct = gemm_on_x(d);
     const int np = parts_used(d, nchunks);
-    float *parts = (float *)ws, *slices = parts + (size_t)dw_parts(d) * pf;
+    float *parts = (float *)ws, *slices = gemm_bwd_slices(d, ws);
 #pragma omp parallel for schedule(dynamic) num_threads(conv_threads())
     for (int part = 0; part < np; part++) {
         float *col = slices + (size_t)fl_cpu_thread_id() * tws;
-        float *dw_t = parts + (size_t)part * pf, *db_t = dw_t + nw;
-        memset(dw_t, 0, (nw + (size_t)d->oc) * sizeof(float));
+        float *dw_t = part_sums(d, parts, part), *db_t = dw_t + nw;
         for (int64_t ci = part_start(nchunks, np, part); ci < part_start(nchunks, np, part + 1); ci++) {
             int64_t n0 = ci * cs, cn = d->n - n0 < cs ? d->n - n0 : cs;
             int64_t rows = cn * (int64_t)out_rows;
@@ -667,7 +677,7 @@ void fl_cpu_conv2d_bwd(const fl_conv_desc *d, const float *x, const float *w, co
             }
         }
     }
-    reduce_parts(parts, pf, np, nw, (size_t)d->oc, dw, d->has_bias ? db : NULL);
+    reduce_parts(d, parts, np, nw, (size_t)d->oc, dw, d->has_bias ? db : NULL);
 }
 
 /* ------------------------------------------------ transposed convolution
@@ -716,15 +726,14 @@ void fl_cpu_conv2d_transpose_bwd(const fl_conv_desc *d, const float *x, const fl
     const int64_t nchunks = (d->n + cs - 1) / cs;
     const size_t K = (size_t)d->kh * d->kw * d->c, nw = K * (size_t)d->oc;
     const size_t y_sz = (size_t)d->h * d->w * d->c, x_rows = (size_t)d->oh * d->ow;
-    const size_t tws = thread_ws_floats(d, cs), pf = part_floats(d);
+    const size_t tws = thread_ws_floats(d, cs);
     const int direct = d->kh == 1 && d->kw == 1 && d->sh == 1 && d->sw == 1 && d->pt == 0 && d->pl == 0;
     const int np = parts_used(d, nchunks);
-    float *parts = (float *)ws, *slices = parts + (size_t)dw_parts(d) * pf;
+    float *parts = (float *)ws, *slices = gemm_bwd_slices(d, ws);
 #pragma omp parallel for schedule(dynamic) num_threads(conv_threads())
     for (int part = 0; part < np; part++) {
         float *col = slices + (size_t)fl_cpu_thread_id() * tws;
-        float *dw_t = parts + (size_t)part * pf, *db_t = dw_t + nw;
-        memset(dw_t, 0, (nw + (size_t)d->c) * sizeof(float));
+        float *dw_t = part_sums(d, parts, part), *db_t = dw_t + nw;
         for (int64_t ci = part_start(nchunks, np, part); ci < part_start(nchunks, np, part + 1); ci++) {
             int64_t n0 = ci * cs, cn = d->n - n0 < cs ? d->n - n0 : cs;
             int64_t rows = cn * (int64_t)x_rows;
@@ -740,7 +749,7 @@ void fl_cpu_conv2d_transpose_bwd(const fl_conv_desc *d, const float *x, const fl
                             d->oc, dx_beta, dx + (size_t)n0 * x_rows * d->oc, d->oc);
         }
     }
-    reduce_parts(parts, pf, np, nw, (size_t)d->c, dw, d->has_bias ? db : NULL);
+    reduce_parts(d, parts, np, nw, (size_t)d->c, dw, d->has_bias ? db : NULL);
 }
 
 /* ------------------------------------------ convolution + max pooling */

@@ -20,7 +20,8 @@
 
 /* FL_AVX512 marks a function compiled for AVX-512, called only after
  * fl_cpu_simd() said yes. FL_HAVE_AVX512 is 0 where the compiler has no
- * x86-64 AVX-512 target; the kernel files then compile stubs. */
+ * x86-64 AVX-512 target, and the kernel files then build stub functions
+ * that fl_cpu_simd() never lets run. */
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define FL_HAVE_AVX512 1
 #include <immintrin.h>
