@@ -2,7 +2,8 @@
  * test_plan.c — the batch buffers' arena (src/core/plan.c): the placement
  * never lets two buffers that live at the same time overlap, and packs a
  * chain as tightly as its lifetimes allow; predict's values-only buffers
- * and training's switch back and forth without changing a result.
+ * and training's switch back and forth without changing a result; the CPU
+ * backend puts big buffers on 2 MiB pages where the kernel offers them.
  * (Whether the lifetimes themselves are right is what every gradient check
  * and Keras comparison runs through: they all train on shared gradients.)
  */
@@ -11,8 +12,10 @@
 #include "nn/nn.h"
 
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 static void test_place_small(void) {
     int64_t lo[3] = {0, 2, 1}, hi[3] = {1, 3, 2};
@@ -214,10 +217,50 @@ static void test_bn_fold(void) {
     fl_model_free(m);
 }
 
+/* The arena of a conv net is hundreds of MB: the CPU backend aligns buffers
+ * of 4 MiB and more to 2 MiB and advises huge pages, so that touching one
+ * faults in a few 2 MiB pages instead of thousands of 4 KiB ones (where
+ * transparent huge pages are on: "always" or "madvise"). */
+static long minor_faults(void) {
+    struct rusage u;
+    getrusage(RUSAGE_SELF, &u);
+    return u.ru_minflt;
+}
+
+static void test_huge_pages(void) {
+    const fl_backend *be = fl_backend_cpu();
+    const size_t bytes = (size_t)16 << 20;
+    char *p = be->alloc(bytes + 1000);
+    CHECK(p != NULL);
+    if (!p) return;
+    CHECK_MSG(((uintptr_t)p & (((uintptr_t)2 << 20) - 1)) == 0, "a 16 MB CPU buffer at %p, not on a 2 MiB boundary",
+              (void *)p);
+    char mode[128] = "";
+    FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
+    if (f) {
+        if (!fgets(mode, sizeof mode, f)) mode[0] = 0;
+        fclose(f);
+    }
+    const char *e = getenv("FLYNN_HUGE_PAGES");
+    if ((strstr(mode, "[always]") || strstr(mode, "[madvise]")) && !(e && !strcmp(e, "0"))) {
+        long f0 = minor_faults();
+        memset(p, 1, bytes + 1000);
+        long n = minor_faults() - f0;
+        /* 4,097 with 4 KiB pages; 9 with 2 MiB ones (a few more where the kernel had none free) */
+        CHECK_MSG(n < 1024, "touching 16 MB faulted %ld times (THP mode: %s)", n, mode);
+    } else {
+        memset(p, 1, bytes + 1000);
+        printf("test_plan: transparent huge pages off here (%s); only the alignment checked\n", mode[0] ? mode : "?");
+    }
+    CHECK(p[bytes + 999] == 1);
+    be->free(p);
+}
+
 int main(void) {
     test_place_small();
     test_place_random();
     test_modes();
     test_bn_fold();
+    test_huge_pages();
     return check_report("test_plan");
 }
