@@ -18,6 +18,9 @@
 # preloaded the right cuBLAS by absolute path.
 # usage: test_gpu_choice.sh FLYNN STUB_LIBCUDA_DIR STUB_PLUGIN_DIR STUB_LIBS13 STUB_LIBS12
 set -u
+# The device line's CPU part carries a note when OPENBLAS_CORETYPE overrides
+# the core (some images set it); these tests read the GPU part only.
+unset OPENBLAS_CORETYPE
 FLYNN=$1 STUB=$2 PLUGINS=$3 LIBS13=$4 LIBS12=$5
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
