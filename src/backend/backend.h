@@ -308,7 +308,9 @@ typedef struct fl_backend {
      * is oh x ow. pt/pl < 0 crop. The same call with the roles swapped
      * (pt, pl negated) is the backward. */
     void (*pad2d)(const fl_conv_desc *d, const float *x, float *y, float beta);
-    /* elementwise: y = a - b, max(a, b) or min(a, b) (FL_BIN_*); y may be a */
+    /* elementwise (FL_BIN_*): y = a - b, max(a, b), min(a, b), a + b, or
+     * a + b through a ReLU or ReLU6 (v = s > 0 ? s : 0, then v < 6 ? v : 6:
+     * act_fwd's and pact_fwd's formula, NaN to 0); y may be a */
     void (*binary)(int mode, int64_t n, const float *a, const float *b, float *y);
     /* elementwise: y = alpha * x + (beta ? beta * y : 0) */
     void (*axpby)(int64_t n, float alpha, const float *x, float beta, float *y);
@@ -512,7 +514,7 @@ typedef struct fl_backend {
 enum { FL_BM_ADD = 1, FL_BM_MUL };
 
 /* Modes of fl_backend.binary. */
-enum { FL_BIN_SUB = 1, FL_BIN_MAX, FL_BIN_MIN };
+enum { FL_BIN_SUB = 1, FL_BIN_MAX, FL_BIN_MIN, FL_BIN_ADD, FL_BIN_ADD_RELU, FL_BIN_ADD_RELU6 };
 
 /* Metric codes for fl_backend.metric (match fl_metric's resolved values). */
 enum { FL_MC_CATEGORICAL = 1, FL_MC_SPARSE_CATEGORICAL, FL_MC_BINARY };

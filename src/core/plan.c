@@ -18,7 +18,9 @@
  *    backward writes the gradient of the convolution's input;
  *  - in inference, a BatchNormalization folded into the convolution before
  *    it (fl_op_fused_bn) has its value written by the convolution's forward,
- *    and so has a ReLU that alone reads it (fl_op_fused_bn_act);
+ *    and so has a ReLU that alone reads it (fl_op_fused_relu);
+ *  - in inference, a ReLU that alone reads an Add (fl_op_fused_add_relu)
+ *    has its value written by the Add's forward;
  *  - the model's outputs (and any node nothing reads) are read after the
  *    forward (predict, the loss) and written by the loss.
  */
@@ -183,10 +185,13 @@ fl_status fl_plan_make(const fl_graph *g, const bool *need, int64_t batch, bool 
         const fl_node *bn = infer ? fl_op_fused_bn(g, c) : NULL;
         if (bn) { /* folded: the convolution writes its output, or its ReLU's */
             int act;
-            const fl_node *an = fl_op_fused_bn_act(g, bn, &act);
+            const fl_node *an = fl_op_fused_relu(g, bn, &act);
             lo[3 * bn->id] = MIN(lo[3 * bn->id], i);
             if (an) lo[3 * an->id] = MIN(lo[3 * an->id], i);
         }
+        int act;
+        const fl_node *ar = infer ? fl_op_fused_add_relu(g, c, &act) : NULL;
+        if (ar) lo[3 * ar->id] = MIN(lo[3 * ar->id], i); /* the Add writes its ReLU's value */
         const fl_node *pool = c->op == FL_OP_CONV2D ? fl_op_fused_pool(g, c) : NULL;
         if (pool) { /* the convolution's forward writes the pooling's value and aux; the pooling's backward
                      * the convolution's input gradient */

@@ -784,7 +784,7 @@ static void dense_backward(fl_graph *g, fl_node *n) {
  * over the output (read and write) and costs one over the weights, so it is
  * taken when the batch's output outnumbers the weights twice. A ReLU or
  * ReLU6 that alone reads the normalisation goes into the convolution's
- * epilogue too (fl_op_fused_bn_act), saving its pass as well. */
+ * epilogue too (fl_op_fused_relu), saving its pass as well. */
 fl_node *fl_op_fused_bn(const fl_graph *g, const fl_node *c) {
     if ((c->op != FL_OP_CONV2D && c->op != FL_OP_DEPTHWISE_CONV2D) || c->conv.act != FL_ACT_LINEAR ||
         c->nconsumers != 1 || c->is_output || !c->batched || c->ndim < 2)
@@ -801,12 +801,12 @@ fl_node *fl_op_fused_bn(const fl_graph *g, const fl_node *c) {
 
 int64_t fl_op_fold_floats(const fl_node *c) { return fl_node_size(c->in[1]) + 3 * c->shape[c->ndim - 1]; }
 
-fl_node *fl_op_fused_bn_act(const fl_graph *g, const fl_node *bn, int *act) {
-    if (bn->nconsumers != 1 || bn->is_output) return NULL;
-    for (int i = bn->id + 1; i < g->n; i++) {
+fl_node *fl_op_fused_relu(const fl_graph *g, const fl_node *x, int *act) {
+    if (x->nconsumers != 1 || x->is_output) return NULL;
+    for (int i = x->id + 1; i < g->n; i++) {
         fl_node *n = g->nodes[i];
         for (int k = 0; k < n->nin; k++) {
-            if (n->in[k] != bn) continue;
+            if (n->in[k] != x) continue;
             if (k != 0 || n->nin != 1) return NULL;
             if (n->op == FL_OP_ACT && (n->act == FL_ACT_RELU || n->act == FL_ACT_RELU6)) {
                 *act = n->act;
@@ -849,7 +849,7 @@ static float *fold_bn(fl_graph *g, fl_node *n, bool training, fl_conv_desc *d, c
     d->has_bias = 1;
     n->bn_folded = 1;
     int act = FL_ACT_LINEAR;
-    fl_node *an = fl_op_fused_bn_act(g, bn, &act); /* and the ReLU after it, in the epilogue */
+    fl_node *an = fl_op_fused_relu(g, bn, &act); /* and the ReLU after it, in the epilogue */
     if (!an) return bn->val;
     d->act = act;
     n->bn_folded = 2;
@@ -1069,10 +1069,11 @@ static void batchnorm_backward(fl_graph *g, fl_node *n) {
     mark(n, 0); mark(n, 1); mark(n, 2);
 }
 
-/* In inference, the activation that a convolution's epilogue applied after the normalisation it folded */
+/* In inference, the activation that a convolution's epilogue applied after the normalisation it folded, or
+ * that the Add before it applied as it added */
 static bool folded_act(const fl_node *n, bool training) {
     const fl_node *x = n->in[0];
-    return !training && x->op == FL_OP_BATCHNORM && x->in[0]->bn_folded == 2;
+    return !training && ((x->op == FL_OP_BATCHNORM && x->in[0]->bn_folded == 2) || x->relu_folded);
 }
 
 static void act_forward(fl_graph *g, fl_node *n, bool training) {
@@ -1089,11 +1090,30 @@ static void act_backward(fl_graph *g, fl_node *n) {
     mark(n, 0);
 }
 
+fl_node *fl_op_fused_add_relu(const fl_graph *g, const fl_node *add, int *act) {
+    if (add->op != FL_OP_ADD || add->nin < 2 || !add->batched) return NULL;
+    return fl_op_fused_relu(g, add, act);
+}
+
+/* The first two inputs in one pass; in inference, the last one added with the ReLU that alone reads the sum
+ * (fl_op_fused_add_relu), writing the ReLU's value. */
 static void add_forward(fl_graph *g, fl_node *n, bool training) {
-    (void)training;
     int64_t sz = fl_node_size(n);
-    g->be->copy(n->val, n->in[0]->val, (size_t)sz * sizeof(float));
-    for (int k = 1; k < n->nin; k++) g->be->accumulate(sz, n->in[k]->val, n->val, 1.0f);
+    int act = FL_ACT_LINEAR;
+    fl_node *relu = training ? NULL : fl_op_fused_add_relu(g, n, &act);
+    n->relu_folded = relu != NULL;
+    if (n->nin < 2) {
+        g->be->copy(n->val, n->in[0]->val, (size_t)sz * sizeof(float));
+        return;
+    }
+    const int last = n->nin - 1;
+    const float *a = n->in[0]->val;
+    for (int k = 1; k < last; k++) { /* three or more: the sum so far in n->val */
+        g->be->binary(FL_BIN_ADD, sz, a, n->in[k]->val, n->val);
+        a = n->val;
+    }
+    int mode = !relu ? FL_BIN_ADD : act == FL_ACT_RELU6 ? FL_BIN_ADD_RELU6 : FL_BIN_ADD_RELU;
+    g->be->binary(mode, sz, a, n->in[last]->val, relu ? relu->val : n->val);
 }
 
 static void add_backward(fl_graph *g, fl_node *n) {
@@ -1412,7 +1432,7 @@ static const fl_op_def op_table[FL_OP_COUNT] = {
     [FL_OP_BATCHNORM] = {"batch_norm", batchnorm_forward, batchnorm_backward,
                          {KERNEL(bn_fwd_train), KERNEL(bn_fwd_infer), KERNEL(bn_bwd), KERNEL(fill), KERNEL(accumulate)}},
     [FL_OP_ACT] = {"activation", act_forward, act_backward, {KERNEL(act_fwd), KERNEL(act_bwd), KERNEL(accumulate)}},
-    [FL_OP_ADD] = {"add", add_forward, add_backward, {KERNEL(copy), KERNEL(accumulate)}},
+    [FL_OP_ADD] = {"add", add_forward, add_backward, {KERNEL(copy), KERNEL(binary), KERNEL(accumulate)}},
     [FL_OP_MUL] = {"multiply", mul_forward, mul_backward, {KERNEL(mul), KERNEL(copy), KERNEL(accumulate)}},
     [FL_OP_CONCAT] = {"concatenate", concat_forward, concat_backward, {KERNEL(concat_fwd), KERNEL(concat_bwd)}},
     [FL_OP_PAD2D] = {"pad2d", pad2d_forward, pad2d_backward, {KERNEL(pad2d)}},

@@ -23,10 +23,15 @@ fl_node *fl_op_fused_pool(const fl_graph *g, const fl_node *conv);
  * g->fold holds the folded weights (fl_op_fold_floats of them). */
 fl_node *fl_op_fused_bn(const fl_graph *g, const fl_node *conv);
 int64_t fl_op_fold_floats(const fl_node *conv);
-/* The ReLU or ReLU6 (an Activation or a ReLU layer) that alone reads
- * BatchNormalization node bn, which a folding convolution then applies in
- * its epilogue and writes (its FL_ACT_* in *act), or NULL. */
-fl_node *fl_op_fused_bn_act(const fl_graph *g, const fl_node *bn, int *act);
+/* The ReLU or ReLU6 (an Activation or a ReLU layer) that alone reads node
+ * x (its FL_ACT_* in *act), or NULL. In inference, a folding convolution
+ * applies the one after its BatchNormalization in its epilogue and writes
+ * its value; an Add (fl_op_fused_add_relu) the one after it. */
+fl_node *fl_op_fused_relu(const fl_graph *g, const fl_node *x, int *act);
+/* The ReLU or ReLU6 that an inference forward of Add node add applies as it
+ * adds, writing the ReLU's value (a residual block's add and activation in
+ * one pass), or NULL. */
+fl_node *fl_op_fused_add_relu(const fl_graph *g, const fl_node *add, int *act);
 /* The capability query: NULL when backend `be` has every kernel op needs,
  * else the name of the first one it lacks ("conv2d_fwd"). */
 const char *fl_op_missing_kernel(const fl_backend *be, fl_op op);

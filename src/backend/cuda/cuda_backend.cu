@@ -1599,10 +1599,23 @@ static void cu_concat_bwd(int64_t rows, int64_t cin, int64_t cout, int64_t off, 
     LAUNCHED();
 }
 
-/* Subtract, Maximum, Minimum; Average's scaling; max/min gradients (the cpu_merge.c twins) */
+/* Subtract, Maximum, Minimum, Add (and Add with the ReLU after it); Average's scaling; max/min gradients (the cpu_merge.c twins) */
 __global__ void k_binary(int mode, int64_t n, const float *a, const float *b, float *y) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
-        y[i] = mode == FL_BIN_SUB ? a[i] - b[i] : mode == FL_BIN_MAX ? fmaxf(a[i], b[i]) : fminf(a[i], b[i]);
+    {
+        float v;
+        if (mode == FL_BIN_SUB) v = a[i] - b[i];
+        else if (mode == FL_BIN_MAX) v = fmaxf(a[i], b[i]);
+        else if (mode == FL_BIN_MIN) v = fminf(a[i], b[i]);
+        else {
+            v = a[i] + b[i];
+            if (mode != FL_BIN_ADD) { /* ReLU, ReLU6: NaN to 0, as k_act's ReLU */
+                v = v > 0.0f ? v : 0.0f;
+                if (mode == FL_BIN_ADD_RELU6) v = v < 6.0f ? v : 6.0f;
+            }
+        }
+        y[i] = v;
+    }
 }
 __global__ void k_axpby(int64_t n, float alpha, const float *x, float beta, float *y) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
