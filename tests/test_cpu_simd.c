@@ -51,7 +51,10 @@ static void *ws_for(const fl_conv_desc *d) {
     size_t a = fl_cpu_conv_workspace(d, 1);
     fl_cpu_simd_force(0);
     size_t b = fl_cpu_conv_workspace(d, 1);
-    return aligned_alloc(64, ((a > b ? a : b) + 64) / 64 * 64);
+    size_t bytes = ((a > b ? a : b) + 64) / 64 * 64;
+    void *ws = aligned_alloc(64, bytes);
+    if (ws) memset(ws, 0xff, bytes); /* NaN: a kernel that reads scratch it did not write (a padded border) shows */
+    return ws;
 }
 
 static int out_dim(int in, int k, int s, int same, int *pad) {

@@ -247,13 +247,21 @@ size_t fl_cpu_conv_workspace(const fl_conv_desc *d, int backward) {
     return f * sizeof(float);
 }
 
-/* Copies sample x (h, w, c) into xp (hp, wp, c) at (pt, pl); the border is zero. */
+/* Copies sample x (h, w, c) into xp (hp, wp, c) at (pt, pl); the border is zero. Only the border is zeroed
+ * (the rows above and below, each row's pixels left and right of the copy): the sample is written once,
+ * not zeroed whole first. */
 static void pad_sample(const fl_conv_desc *d, const conv_geom *g, const float *x, float *xp) {
-    const size_t C = (size_t)d->c;
-    memset(xp, 0, (size_t)g->hp * g->wp * C * sizeof(float));
-    for (int ih = 0; ih < d->h; ih++)
-        memcpy(xp + ((size_t)(ih + d->pt) * g->wp + d->pl) * C, x + (size_t)ih * d->w * C,
-               (size_t)d->w * C * sizeof(float));
+    const size_t C = (size_t)d->c, row = (size_t)g->wp * C;
+    const size_t left = (size_t)d->pl * C, body = (size_t)d->w * C, right = row - left - body;
+    const int below = g->hp - d->pt - d->h;
+    memset(xp, 0, (size_t)d->pt * row * sizeof(float));
+    for (int ih = 0; ih < d->h; ih++) {
+        float *r = xp + (size_t)(ih + d->pt) * row;
+        if (left) memset(r, 0, left * sizeof(float));
+        memcpy(r + left, x + (size_t)ih * body, body * sizeof(float));
+        if (right) memset(r + left + body, 0, right * sizeof(float));
+    }
+    if (below > 0) memset(xp + (size_t)(d->pt + d->h) * row, 0, (size_t)below * row * sizeof(float));
 }
 
 /* Output rows oh0..oh1 of one sample: y = act(conv(xs) + b); xs is the (padded) sample. */
