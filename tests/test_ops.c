@@ -553,6 +553,75 @@ static void test_batchnorm_frozen(void) {
     h_free(&h);
 }
 
+/* Training's BatchNormalization with the ReLU or ReLU6 that alone reads it (an Activation, kind 0, or a
+ * ReLU layer, kind 1), fused (bn_fwd_train_act, bn_bwd_act): the same output, moving statistics and
+ * gradients, bit for bit, as the two layers run apart (a backend without the fused entries), whose
+ * gradients test_batchnorm and test_act check by differences (here a step in gamma moves a whole channel
+ * across the ReLU's kink). The inputs put values at, above and below the cap. */
+static fl_node *bn_relu_chain(harness *h, const fl_backend *be, int relu6, int kind, const harness *like) {
+    const int64_t B = 7, C = 19;
+    memset(h, 0, sizeof *h);
+    fl_graph_init(&h->g, be);
+    h->g.seed = 7;
+    h->batch = B;
+    h->x = fl_graph_input(&h->g, "x", 3, (int64_t[]){3, 5, C});
+    h->x->force_grad = true;
+    fl_node *gamma = h_param(h, 1, &C, 0.5f, 4.0f), *beta = h_param(h, 1, &C, -1.0f, 3.0f);
+    fl_node *mm = fl_graph_param(&h->g, "moving_mean", 1, &C, false);
+    fl_node *mv = fl_graph_param(&h->g, "moving_variance", 1, &C, false);
+    for (int c = 0; c < C; c++) { mm->val[c] = 0; mv->val[c] = 1; }
+    if (like) {
+        memcpy(gamma->val, like->params[0]->val, (size_t)C * sizeof(float));
+        memcpy(beta->val, like->params[1]->val, (size_t)C * sizeof(float));
+    }
+    fl_node *bn = fl_graph_batchnorm(&h->g, "bn", h->x, gamma, beta, mm, mv, 1e-3f, 0.99f);
+    fl_node *y = kind == 0 ? fl_graph_act(&h->g, "relu", bn, relu6 ? FL_ACT_RELU6 : FL_ACT_RELU)
+                           : fl_graph_pact(&h->g, "relu", bn, (fl_pact_desc){FL_PACT_RELU, 0.0f, 0.0f,
+                                                                              relu6 ? 6.0f : INFINITY});
+    h_ready(h, y, -2, 3);
+    if (like) {
+        memcpy(h->x->val, like->x->val, (size_t)fl_node_size(h->x) * sizeof(float));
+        memcpy(h->R, like->R, (size_t)fl_node_size(y) * sizeof(float));
+    }
+    return bn;
+}
+
+static void test_bn_relu_fused(int relu6, int kind) {
+    static fl_backend apart;
+    apart = *fl_backend_cpu();
+    apart.bn_fwd_train_act = NULL;
+    apart.bn_bwd_act = NULL;
+    harness h, u;
+    fl_node *bh = bn_relu_chain(&h, fl_backend_cpu(), relu6, kind, NULL);
+    fl_node *bu = bn_relu_chain(&u, &apart, relu6, kind, &h);
+    char what[80];
+    snprintf(what, sizeof what, "batchnorm -> %s%s (training)", kind ? "ReLU layer" : "Activation",
+             relu6 ? " (6)" : "");
+    harness *hs[2] = {&h, &u};
+    for (int k = 0; k < 2; k++) {
+        h_loss(hs[k], true);
+        fl_graph_clear_grads(&hs[k]->g);
+        memcpy(hs[k]->out->grad, hs[k]->R, (size_t)fl_node_size(hs[k]->out) * sizeof(float));
+        hs[k]->out->grad_ready = true;
+        fl_graph_backward(&hs[k]->g);
+    }
+    CHECK_MSG(bh->relu_folded && !bu->relu_folded, "%s: fused %d and %d, expected 1 and 0", what, bh->relu_folded,
+              bu->relu_folded);
+    int capped = 0;
+    for (int64_t i = 0; i < fl_node_size(h.out); i++) capped += relu6 && h.out->val[i] == 6.0f;
+    CHECK_MSG(!relu6 || capped > 0, "%s: no value reached the cap; the test does not try it", what);
+    const fl_node *a[6] = {h.out, h.x, h.params[0], h.params[1], bh->in[3], bh->in[4]};
+    const fl_node *b[6] = {u.out, u.x, u.params[0], u.params[1], bu->in[3], bu->in[4]};
+    const char *names[6] = {"output", "dx", "dgamma", "dbeta", "moving mean", "moving variance"};
+    for (int t = 0; t < 6; t++) {
+        const float *p = t == 0 || t >= 4 ? a[t]->val : a[t]->grad, *q = t == 0 || t >= 4 ? b[t]->val : b[t]->grad;
+        CHECK_MSG(memcmp(p, q, (size_t)fl_node_size(a[t]) * sizeof(float)) == 0, "%s: %s differs from the layers apart",
+                  what, names[t]);
+    }
+    h_free(&h);
+    h_free(&u);
+}
+
 static void test_act(int act) {
     harness h;
     const int64_t B = 4, N = 6;
@@ -2399,6 +2468,7 @@ int main(void) {
      * shapes, odd sizes with a row and column no window covers, and more
      * than 16 filters (a vector and a remainder) */
     test_fused_conv_relu_conv_pool(10, 10, 1, 4, 8, 2);
+    for (int k = 0; k < 4; k++) test_bn_relu_fused(k & 1, k >> 1);
     test_fused_conv_relu_conv_pool(9, 11, 2, 5, 19, 2);
     test_fused_conv_relu_conv_pool(10, 10, 3, 8, 6, 3);
     /* recurrent layers (appended: the streams above stay) */

@@ -296,6 +296,17 @@ typedef struct fl_backend {
     void (*bn_bwd)(const fl_bn_desc *d, const float *x, const float *gamma, const float *save_mean,
                    const float *save_invstd, const float *dy, float *dx, float dx_beta, float *dgamma,
                    float *dbeta);
+    /* Optional (NULL: the two layers run apart): training's normalisation
+     * with the ReLU (act FL_ACT_RELU) or ReLU6 (FL_ACT_RELU6) that alone
+     * reads it. The forward writes act(bn(x)) into y, and the
+     * normalisation's own output nowhere; the backward takes y and dy, the
+     * gradient of y, and reads dy masked by the ReLU's derivative (0 < y <
+     * cap), as bn_bwd would read the ReLU backward's result. */
+    void (*bn_fwd_train_act)(const fl_bn_desc *d, int act, const float *x, const float *gamma, const float *beta,
+                             float *y, float *save_mean, float *save_invstd, float *moving_mean, float *moving_var);
+    void (*bn_bwd_act)(const fl_bn_desc *d, int act, const float *y, const float *x, const float *gamma,
+                       const float *save_mean, const float *save_invstd, const float *dy, float *dx, float dx_beta,
+                       float *dgamma, float *dbeta);
 
     /* elementwise: dst = a * b (dst may be a or b) */
     void (*mul)(int64_t n, const float *a, const float *b, float *dst);

@@ -21,6 +21,9 @@
  *    and so has a ReLU that alone reads it (fl_op_fused_relu);
  *  - in inference, a ReLU that alone reads an Add (fl_op_fused_add_relu)
  *    has its value written by the Add's forward;
+ *  - in training, a ReLU that alone reads a BatchNormalization
+ *    (fl_op_fused_bn_relu_train) has its gradient read by the
+ *    normalisation's backward;
  *  - the model's outputs (and any node nothing reads) are read after the
  *    forward (predict, the loss) and written by the loss.
  */
@@ -192,6 +195,8 @@ fl_status fl_plan_make(const fl_graph *g, const bool *need, int64_t batch, bool 
         int act;
         const fl_node *ar = infer ? fl_op_fused_add_relu(g, c, &act) : NULL;
         if (ar) lo[3 * ar->id] = MIN(lo[3 * ar->id], i); /* the Add writes its ReLU's value */
+        const fl_node *br = !infer && NEED(c) ? fl_op_fused_bn_relu_train(g, c, &act) : NULL;
+        if (br && NEED(br)) hi[3 * br->id + 1] = MAX(hi[3 * br->id + 1], 2 * (int64_t)N - i);
         const fl_node *pool = c->op == FL_OP_CONV2D ? fl_op_fused_pool(g, c) : NULL;
         if (pool) { /* the convolution's forward writes the pooling's value and aux; the pooling's backward
                      * the convolution's input gradient */

@@ -1027,14 +1027,28 @@ static void dropout_backward(fl_graph *g, fl_node *n) {
     mark(n, 0);
 }
 
+fl_node *fl_op_fused_bn_relu_train(const fl_graph *g, const fl_node *bn, int *act) {
+    if (bn->op != FL_OP_BATCHNORM || bn->mode || !g->be->bn_fwd_train_act || !g->be->bn_bwd_act) return NULL;
+    return fl_op_fused_relu(g, bn, act);
+}
+
 static void batchnorm_forward(fl_graph *g, fl_node *n, bool training) {
     fl_node *x = n->in[0];
+    n->relu_folded = false;
     if (!training && x->bn_folded) return; /* the convolution wrote it (fold_bn) */
     int c = (int)x->shape[x->ndim - 1];
     fl_bn_desc d = {rows_of(x), c, n->eps, n->momentum};
     const float *gamma = n->in[1] ? n->in[1]->val : NULL, *beta = n->in[2] ? n->in[2]->val : NULL;
     if (training && !n->mode) {
         float *save = n->aux; /* mean, then 1/std, of this batch */
+        int act = FL_ACT_LINEAR;
+        fl_node *relu = fl_op_fused_bn_relu_train(g, n, &act);
+        if (relu) { /* the ReLU's value, and not this node's */
+            g->be->bn_fwd_train_act(&d, act, x->val, gamma, beta, relu->val, save, save + c, n->in[3]->val,
+                                    n->in[4]->val);
+            n->relu_folded = true;
+            return;
+        }
         g->be->bn_fwd_train(&d, x->val, gamma, beta, n->val, save, save + c, n->in[3]->val, n->in[4]->val);
     } else {
         g->be->bn_fwd_infer(&d, x->val, gamma, beta, n->in[3]->val, n->in[4]->val, n->val);
@@ -1064,16 +1078,23 @@ static void batchnorm_backward(fl_graph *g, fl_node *n) {
     const float *save = n->aux;
     size_t off = 0;
     float *dgb[2] = {weight_grad(n, 1, &off), weight_grad(n, 2, &off)};
-    g->be->bn_bwd(&d, x->val, n->in[1] ? n->in[1]->val : NULL, save, save + c, n->grad, dx, beta, dgb[0], dgb[1]);
+    int act = FL_ACT_LINEAR;
+    fl_node *relu = n->relu_folded ? fl_op_fused_relu(g, n, &act) : NULL;
+    if (relu) /* the ReLU's backward left its gradient to be masked here */
+        g->be->bn_bwd_act(&d, act, relu->val, x->val, n->in[1] ? n->in[1]->val : NULL, save, save + c, relu->grad,
+                          dx, beta, dgb[0], dgb[1]);
+    else
+        g->be->bn_bwd(&d, x->val, n->in[1] ? n->in[1]->val : NULL, save, save + c, n->grad, dx, beta, dgb[0],
+                      dgb[1]);
     weight_grads_add(g->be, n, 1, 2, dgb);
     mark(n, 0); mark(n, 1); mark(n, 2);
 }
 
-/* In inference, the activation that a convolution's epilogue applied after the normalisation it folded, or
- * that the Add before it applied as it added */
+/* The activation that, in inference, a convolution's epilogue applied after the normalisation it folded or
+ * the Add before it applied as it added; in training, the normalisation before it (relu_folded) */
 static bool folded_act(const fl_node *n, bool training) {
     const fl_node *x = n->in[0];
-    return !training && ((x->op == FL_OP_BATCHNORM && x->in[0]->bn_folded == 2) || x->relu_folded);
+    return (!training && x->op == FL_OP_BATCHNORM && x->in[0]->bn_folded == 2) || x->relu_folded;
 }
 
 static void act_forward(fl_graph *g, fl_node *n, bool training) {
@@ -1082,6 +1103,7 @@ static void act_forward(fl_graph *g, fl_node *n, bool training) {
 }
 
 static void act_backward(fl_graph *g, fl_node *n) {
+    if (n->in[0]->relu_folded) { mark(n, 0); return; } /* the normalisation's backward masks n->grad */
     float beta = 0.0f;
     float *dx = in_grad(n, 0, &beta);
     if (!dx) return;
@@ -1276,6 +1298,7 @@ static void pact_forward(fl_graph *g, fl_node *n, bool training) {
 }
 
 static void pact_backward(fl_graph *g, fl_node *n) {
+    if (n->in[0]->relu_folded) { mark(n, 0); return; } /* the normalisation's backward masks n->grad */
     float beta = 0.0f;
     float *dx = in_grad(n, 0, &beta);
     if (!dx) return;

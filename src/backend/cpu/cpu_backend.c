@@ -14,6 +14,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#if FL_HAVE_AVX2_TARGET
+#include <immintrin.h>
+#endif
 #include <unistd.h>
 
 /* ------------------------------------------------------------ threads */
@@ -342,45 +345,108 @@ static int bn_blocks(int64_t m) {
 /* Block sums over rows [r0, r1) into a, b (c doubles each; fa, fb: c floats of scratch):
  * X: a += x - k, b += (x - k)^2, with k the channel's value in row 0 (the shift keeps the one-pass variance
  * from cancelling: the values summed are deviations, as in a two-pass one); DY: a += dy, b += dy * (x - k)
- * with k the batch mean. */
+ * with k the batch mean, dy first masked by the ReLU's output ym where ym is given (relu_mask). */
 typedef enum { BN_SUM_X, BN_SUM_DY } bn_sum_kind;
-static inline __attribute__((always_inline)) void bn_sums_rows(bn_sum_kind kind, int64_t r0, int64_t r1, int c,
+/* The ReLU's (or ReLU6's) derivative from its output y: 1 where 0 < y < hi (as pact_bwd's from its input) */
+static inline float relu_mask(float y, float hi) { return (float)((y > 0.0f) & (y < hi)); }
+
+/* Channels j0 .. j0 + w (w <= 8) of rows [r, re) into fa, fb, each channel's rows added in order. Summing
+ * a block of channels over the chunk's rows, rather than every channel row by row into fa and fb, keeps the
+ * sums out of memory: there each row's add waited on the last row's store. */
+static inline __attribute__((always_inline)) void bn_sums_block(bn_sum_kind kind, int64_t r, int64_t re, int c,
+                                                                int j0, int w, const float *restrict x,
+                                                                const float *restrict dy, const float *restrict ym,
+                                                                float hi, const float *restrict mean,
+                                                                float *restrict fa, float *restrict fb) {
+    float sa[8] = {0}, sb[8] = {0};
+    for (int64_t i = r; i < re; i++) {
+        const float *restrict xr = x + (size_t)i * c + j0, *restrict mr = mean + j0;
+        if (kind == BN_SUM_X) {
+#pragma omp simd
+            for (int j = 0; j < w; j++) { float t = xr[j] - mr[j]; sa[j] += t; sb[j] += t * t; }
+        } else if (!ym) {
+            const float *restrict g = dy + (size_t)i * c + j0;
+#pragma omp simd
+            for (int j = 0; j < w; j++) { sa[j] += g[j]; sb[j] += g[j] * (xr[j] - mr[j]); }
+        } else {
+            const float *restrict g = dy + (size_t)i * c + j0, *restrict yr = ym + (size_t)i * c + j0;
+#pragma omp simd
+            for (int j = 0; j < w; j++) {
+                float gj = g[j] * relu_mask(yr[j], hi);
+                sa[j] += gj;
+                sb[j] += gj * (xr[j] - mr[j]);
+            }
+        }
+    }
+    for (int j = 0; j < w; j++) { fa[j0 + j] = sa[j]; fb[j0 + j] = sb[j]; }
+}
+
+#if FL_HAVE_AVX2_TARGET
+/* bn_sums_block for 8 channels, with the sums in two registers: GCC kept bn_sums_block's arrays on the stack
+ * (a store and a reload per row). The same operations in the same order: the same sums to the bit. */
+FL_AVX2_TARGET static void bn_sums_block8_avx2(bn_sum_kind kind, int64_t r, int64_t re, int c, int j0,
+                                               const float *x, const float *dy, const float *ym, float hi,
+                                               const float *mean, float *fa, float *fb) {
+    const __m256 m = _mm256_loadu_ps(mean + j0), zero = _mm256_setzero_ps(), cap = _mm256_set1_ps(hi),
+                 one = _mm256_set1_ps(1.0f);
+    __m256 sa = zero, sb = zero;
+    for (int64_t i = r; i < re; i++) {
+        const size_t o = (size_t)i * c + (size_t)j0;
+        const __m256 t = _mm256_sub_ps(_mm256_loadu_ps(x + o), m);
+        if (kind == BN_SUM_X) {
+            sa = _mm256_add_ps(sa, t);
+            sb = _mm256_add_ps(sb, _mm256_mul_ps(t, t));
+            continue;
+        }
+        __m256 g = _mm256_loadu_ps(dy + o);
+        if (ym) {
+            const __m256 y = _mm256_loadu_ps(ym + o);
+            const __m256 mk = _mm256_and_ps(_mm256_cmp_ps(y, zero, _CMP_GT_OQ), _mm256_cmp_ps(y, cap, _CMP_LT_OQ));
+            g = _mm256_mul_ps(g, _mm256_and_ps(mk, one));
+        }
+        sa = _mm256_add_ps(sa, g);
+        sb = _mm256_add_ps(sb, _mm256_mul_ps(g, t));
+    }
+    _mm256_storeu_ps(fa + j0, sa);
+    _mm256_storeu_ps(fb + j0, sb);
+}
+#endif
+
+static inline __attribute__((always_inline)) void bn_sums_rows(bn_sum_kind kind, bool avx2, int64_t r0, int64_t r1,
+                                                               int c,
                                                                const float *restrict x, const float *restrict dy,
+                                                               const float *restrict ym, float hi,
                                                                const float *restrict mean, double *restrict a,
                                                                double *restrict b, float *restrict fa,
                                                                float *restrict fb) {
     for (int64_t r = r0; r < r1; r += BN_CHUNK) {
         const int64_t re = r + BN_CHUNK < r1 ? r + BN_CHUNK : r1;
-        memset(fa, 0, (size_t)c * sizeof(float));
-        memset(fb, 0, (size_t)c * sizeof(float));
-        for (int64_t i = r; i < re; i++) {
-            const float *restrict xr = x + (size_t)i * c;
-            if (kind == BN_SUM_X) {
-#pragma omp simd
-                for (int j = 0; j < c; j++) { float t = xr[j] - mean[j]; fa[j] += t; fb[j] += t * t; }
-            } else {
-                const float *restrict g = dy + (size_t)i * c;
-#pragma omp simd
-                for (int j = 0; j < c; j++) { fa[j] += g[j]; fb[j] += g[j] * (xr[j] - mean[j]); }
-            }
+        int j0 = 0;
+        for (; j0 + 8 <= c; j0 += 8) {
+#if FL_HAVE_AVX2_TARGET
+            if (avx2) { bn_sums_block8_avx2(kind, r, re, c, j0, x, dy, ym, hi, mean, fa, fb); continue; }
+#endif
+            bn_sums_block(kind, r, re, c, j0, 8, x, dy, ym, hi, mean, fa, fb);
         }
+        if (j0 < c) bn_sums_block(kind, r, re, c, j0, c - j0, x, dy, ym, hi, mean, fa, fb);
         for (int j = 0; j < c; j++) { a[j] += fa[j]; b[j] += fb[j]; }
     }
 }
 #if FL_HAVE_AVX2_TARGET
 FL_AVX2_TARGET static void bn_sums_avx2(bn_sum_kind kind, int64_t r0, int64_t r1, int c, const float *x,
-                                        const float *dy, const float *mean, double *a, double *b, float *fa, float *fb) {
-    bn_sums_rows(kind, r0, r1, c, x, dy, mean, a, b, fa, fb);
+                                        const float *dy, const float *ym, float hi, const float *mean, double *a,
+                                        double *b, float *fa, float *fb) {
+    bn_sums_rows(kind, true, r0, r1, c, x, dy, ym, hi, mean, a, b, fa, fb);
 }
 #endif
 static void bn_sums_base(bn_sum_kind kind, int64_t r0, int64_t r1, int c, const float *x, const float *dy,
-                         const float *mean, double *a, double *b, float *fa, float *fb) {
-    bn_sums_rows(kind, r0, r1, c, x, dy, mean, a, b, fa, fb);
+                         const float *ym, float hi, const float *mean, double *a, double *b, float *fa, float *fb) {
+    bn_sums_rows(kind, false, r0, r1, c, x, dy, ym, hi, mean, a, b, fa, fb);
 }
 
 /* part[k*2c + j]: block k's sums a (j < c) and b (c <= j < 2c), zeroed here; false when out of memory */
-static bool bn_block_sums(bn_sum_kind kind, int64_t m, int c, const float *x, const float *dy, const float *mean,
-                          double *part, int nb) {
+static bool bn_block_sums(bn_sum_kind kind, int64_t m, int c, const float *x, const float *dy, const float *ym,
+                          float hi, const float *mean, double *part, int nb) {
     float *scratch = malloc((size_t)nb * 2 * c * sizeof(float));
     if (!scratch) return false;
     memset(part, 0, (size_t)nb * 2 * c * sizeof(double));
@@ -391,9 +457,9 @@ static bool bn_block_sums(bn_sum_kind kind, int64_t m, int c, const float *x, co
         float *fa = scratch + (size_t)k * 2 * c;
         const int64_t r0 = m * k / nb, r1 = m * (k + 1) / nb;
 #if FL_HAVE_AVX2_TARGET
-        if (avx2) { bn_sums_avx2(kind, r0, r1, c, x, dy, mean, a, a + c, fa, fa + c); continue; }
+        if (avx2) { bn_sums_avx2(kind, r0, r1, c, x, dy, ym, hi, mean, a, a + c, fa, fa + c); continue; }
 #endif
-        bn_sums_base(kind, r0, r1, c, x, dy, mean, a, a + c, fa, fa + c);
+        bn_sums_base(kind, r0, r1, c, x, dy, ym, hi, mean, a, a + c, fa, fa + c);
     }
     (void)avx2;
     free(scratch);
@@ -402,19 +468,40 @@ static bool bn_block_sums(bn_sum_kind kind, int64_t m, int c, const float *x, co
     return true;
 }
 
-/* y = x * s + t per channel over rows [r0, r1); accumulate: y += that (dx of the backward pass: s, t and
- * u for dx = s * dy + t + u * (x - mean), see cpu_bn_bwd). */
+/* y = x * s + t per channel over rows [r0, r1), through a ReLU capped at hi where hi > 0 (the forward
+ * with the ReLU after it); or, given g, y (accumulate: +)= s * g + t + u * (x - mean) (dx of the backward
+ * pass, see cpu_bn_bwd), g masked by the ReLU's output ym where ym is given. */
+typedef struct bn_relu { const float *ym; float hi; } bn_relu;
 static inline __attribute__((always_inline)) void bn_affine_rows(int64_t r0, int64_t r1, int c,
                                                                  const float *restrict x, const float *restrict g,
                                                                  const float *restrict mean, const float *restrict s,
                                                                  const float *restrict t, const float *restrict u,
-                                                                 float *restrict y, bool accumulate) {
+                                                                 float *restrict y, bool accumulate, bn_relu rl) {
+    const float hi = rl.hi;
     for (int64_t i = r0; i < r1; i++) {
         const float *restrict xr = x + (size_t)i * c;
         float *restrict yr = y + (size_t)i * c;
-        if (!g) {
+        if (!g && hi > 0.0f) {
+#pragma omp simd
+            for (int j = 0; j < c; j++) {
+                float v = xr[j] * s[j] + t[j];
+                v = v > 0.0f ? v : 0.0f;
+                yr[j] = v < hi ? v : hi;
+            }
+        } else if (!g) {
 #pragma omp simd
             for (int j = 0; j < c; j++) yr[j] = xr[j] * s[j] + t[j];
+        } else if (rl.ym) {
+            const float *restrict gr = g + (size_t)i * c, *restrict mr = rl.ym + (size_t)i * c;
+            if (accumulate) {
+#pragma omp simd
+                for (int j = 0; j < c; j++)
+                    yr[j] += gr[j] * relu_mask(mr[j], hi) * s[j] + t[j] + u[j] * (xr[j] - mean[j]);
+            } else {
+#pragma omp simd
+                for (int j = 0; j < c; j++)
+                    yr[j] = gr[j] * relu_mask(mr[j], hi) * s[j] + t[j] + u[j] * (xr[j] - mean[j]);
+            }
         } else {
             const float *restrict gr = g + (size_t)i * c;
             if (accumulate) {
@@ -430,41 +517,45 @@ static inline __attribute__((always_inline)) void bn_affine_rows(int64_t r0, int
 #if FL_HAVE_AVX2_TARGET
 FL_AVX2_TARGET static void bn_affine_avx2(int64_t r0, int64_t r1, int c, const float *x, const float *g,
                                           const float *mean, const float *s, const float *t, const float *u, float *y,
-                                          bool accumulate) {
-    bn_affine_rows(r0, r1, c, x, g, mean, s, t, u, y, accumulate);
+                                          bool accumulate, bn_relu rl) {
+    bn_affine_rows(r0, r1, c, x, g, mean, s, t, u, y, accumulate, rl);
 }
 #endif
 static void bn_affine_base(int64_t r0, int64_t r1, int c, const float *x, const float *g, const float *mean,
-                           const float *s, const float *t, const float *u, float *y, bool accumulate) {
-    bn_affine_rows(r0, r1, c, x, g, mean, s, t, u, y, accumulate);
+                           const float *s, const float *t, const float *u, float *y, bool accumulate, bn_relu rl) {
+    bn_affine_rows(r0, r1, c, x, g, mean, s, t, u, y, accumulate, rl);
 }
 static void bn_affine(int64_t m, int c, const float *x, const float *g, const float *mean, const float *s,
-                      const float *t, const float *u, float *y, bool accumulate) {
+                      const float *t, const float *u, float *y, bool accumulate, bn_relu rl) {
     const int avx2 = fl_cpu_avx2();
     const int64_t rb = ew_rows(c), nblk = (m + rb - 1) / rb;
 #pragma omp parallel for schedule(dynamic) PAR(m * c)
     for (int64_t k = 0; k < nblk; k++) {
         const int64_t r0 = k * rb, r1 = r0 + rb < m ? r0 + rb : m;
 #if FL_HAVE_AVX2_TARGET
-        if (avx2) bn_affine_avx2(r0, r1, c, x, g, mean, s, t, u, y, accumulate);
+        if (avx2) bn_affine_avx2(r0, r1, c, x, g, mean, s, t, u, y, accumulate, rl);
         else
 #endif
-            bn_affine_base(r0, r1, c, x, g, mean, s, t, u, y, accumulate);
+            bn_affine_base(r0, r1, c, x, g, mean, s, t, u, y, accumulate, rl);
     }
     (void)avx2;
 }
 
+/* The cap of the ReLU (act FL_ACT_RELU) or ReLU6 (FL_ACT_RELU6) fused into the normalisation */
+static float relu_hi(int act) { return act == FL_ACT_RELU6 ? 6.0f : INFINITY; }
+
 /* Training: the batch's mean and biased variance (one pass over x, shifted by its first row: see
- * bn_sums_rows), and y by Keras's formula: inv = rsqrt(var + eps) * gamma, y = x * inv + (beta - mean * inv). */
-static void cpu_bn_fwd_train(const fl_bn_desc *d, const float *x, const float *gamma, const float *beta, float *y,
-                             float *save_mean, float *save_invstd, float *moving_mean, float *moving_var) {
+ * bn_sums_rows), and y by Keras's formula: inv = rsqrt(var + eps) * gamma, y = x * inv + (beta - mean * inv);
+ * then through the ReLU when act says (bn_fwd_train_act). */
+static void bn_fwd_train(const fl_bn_desc *d, int act, const float *x, const float *gamma, const float *beta,
+                         float *y, float *save_mean, float *save_invstd, float *moving_mean, float *moving_var) {
     const int c = d->c;
     const int64_t m = d->m;
     const int nb = bn_blocks(m);
     double *part = malloc((size_t)nb * 2 * c * sizeof(double));
     float *st = malloc((size_t)2 * c * sizeof(float));
     /* small buffers (the graph preallocates the large ones); x's row 0 is the shift */
-    if (!part || !st || !bn_block_sums(BN_SUM_X, m, c, x, NULL, x, part, nb)) {
+    if (!part || !st || !bn_block_sums(BN_SUM_X, m, c, x, NULL, NULL, 0.0f, x, part, nb)) {
         free(part); free(st);
         return;
     }
@@ -480,8 +571,19 @@ static void cpu_bn_fwd_train(const fl_bn_desc *d, const float *x, const float *g
         t[j] = -mean * s[j] + (beta ? beta[j] : 0.0f);
     }
     free(part);
-    bn_affine(m, c, x, NULL, NULL, s, t, NULL, y, false);
+    bn_affine(m, c, x, NULL, NULL, s, t, NULL, y, false, (bn_relu){NULL, act == FL_ACT_LINEAR ? 0.0f : relu_hi(act)});
     free(st);
+}
+
+static void cpu_bn_fwd_train(const fl_bn_desc *d, const float *x, const float *gamma, const float *beta, float *y,
+                             float *save_mean, float *save_invstd, float *moving_mean, float *moving_var) {
+    bn_fwd_train(d, FL_ACT_LINEAR, x, gamma, beta, y, save_mean, save_invstd, moving_mean, moving_var);
+}
+
+static void cpu_bn_fwd_train_act(const fl_bn_desc *d, int act, const float *x, const float *gamma, const float *beta,
+                                 float *y, float *save_mean, float *save_invstd, float *moving_mean,
+                                 float *moving_var) {
+    bn_fwd_train(d, act, x, gamma, beta, y, save_mean, save_invstd, moving_mean, moving_var);
 }
 
 /* Inference: Keras's (and TensorFlow's) formula, per channel inv = rsqrt(var + eps) * gamma and
@@ -499,22 +601,27 @@ static void cpu_bn_fwd_infer(const fl_bn_desc *d, const float *x, const float *g
         res[j] = -mm[j] * inv[j];
         if (beta) res[j] += beta[j];
     }
-    bn_affine(d->m, c, x, NULL, NULL, inv, res, NULL, y, false);
+    bn_affine(d->m, c, x, NULL, NULL, inv, res, NULL, y, false, (bn_relu){NULL, 0.0f});
     free(inv);
 }
 
 /* dx = gamma * invstd * (dy - mean(dy) - xhat * mean(dy * xhat)), xhat = (x - mean) * invstd, as
  * dx = s * dy + t + u * (x - mean) with per-channel s = gamma * invstd, t = -s * mean(dy) and
  * u = -s * invstd^2 * mean(dy * (x - mean)): two multiply-adds and a subtraction an element (x - mean
- * first, so an x far from zero loses nothing). dgamma = sum(dy * xhat), dbeta = sum(dy). */
-static void cpu_bn_bwd(const fl_bn_desc *d, const float *x, const float *gamma, const float *mean,
-                       const float *invstd, const float *dy, float *dx, float beta, float *dgamma, float *dbeta) {
+ * first, so an x far from zero loses nothing). dgamma = sum(dy * xhat), dbeta = sum(dy). With the ReLU
+ * fused (rl.ym: its output), dy is the ReLU's output gradient, masked as it is read. */
+static void bn_bwd(const fl_bn_desc *d, bn_relu rl, const float *x, const float *gamma, const float *mean,
+                   const float *invstd, const float *dy, float *dx, float beta, float *dgamma, float *dbeta) {
     const int c = d->c;
     const int64_t m = d->m;
     const int nb = bn_blocks(m);
     double *part = malloc((size_t)nb * 2 * c * sizeof(double));
     float *stu = malloc((size_t)3 * c * sizeof(float));
-    if (!part || !stu || !bn_block_sums(BN_SUM_DY, m, c, x, dy, mean, part, nb)) { free(part); free(stu); return; }
+    if (!part || !stu || !bn_block_sums(BN_SUM_DY, m, c, x, dy, rl.ym, rl.hi, mean, part, nb)) {
+        free(part);
+        free(stu);
+        return;
+    }
     const double *sdy = part, *sdyd = part + c; /* sum(dy), sum(dy * (x - mean)) */
     if (dgamma)
         for (int j = 0; j < c; j++) dgamma[j] = (float)(sdyd[j] * invstd[j]);
@@ -528,10 +635,21 @@ static void cpu_bn_bwd(const fl_bn_desc *d, const float *x, const float *gamma, 
             t[j] = (float)(-sj * sdy[j] / (double)m);
             u[j] = (float)(-sj * iv * iv * sdyd[j] / (double)m);
         }
-        bn_affine(m, c, x, dy, mean, s, t, u, dx, beta != 0.0f);
+        bn_affine(m, c, x, dy, mean, s, t, u, dx, beta != 0.0f, rl);
     }
     free(part);
     free(stu);
+}
+
+static void cpu_bn_bwd(const fl_bn_desc *d, const float *x, const float *gamma, const float *mean,
+                       const float *invstd, const float *dy, float *dx, float beta, float *dgamma, float *dbeta) {
+    bn_bwd(d, (bn_relu){NULL, 0.0f}, x, gamma, mean, invstd, dy, dx, beta, dgamma, dbeta);
+}
+
+static void cpu_bn_bwd_act(const fl_bn_desc *d, int act, const float *y, const float *x, const float *gamma,
+                           const float *mean, const float *invstd, const float *dy, float *dx, float beta,
+                           float *dgamma, float *dbeta) {
+    bn_bwd(d, (bn_relu){y, relu_hi(act)}, x, gamma, mean, invstd, dy, dx, beta, dgamma, dbeta);
 }
 
 static void cpu_accumulate(int64_t n, const float *src, float *dst, float beta) {
@@ -666,6 +784,8 @@ static const fl_backend cpu_backend = {
     .bn_fwd_train = cpu_bn_fwd_train,
     .bn_fwd_infer = cpu_bn_fwd_infer,
     .bn_bwd = cpu_bn_bwd,
+    .bn_fwd_train_act = cpu_bn_fwd_train_act,
+    .bn_bwd_act = cpu_bn_bwd_act,
     .mul = fl_cpu_mul,
     .concat_fwd = fl_cpu_concat_fwd,
     .concat_bwd = fl_cpu_concat_bwd,
