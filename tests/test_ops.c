@@ -67,6 +67,15 @@ static double h_loss(harness *h, bool training) {
     return L;
 }
 
+/* A training step: the forward, then the backward from dL/dout = R */
+static void h_step(harness *h) {
+    h_loss(h, true);
+    fl_graph_clear_grads(&h->g);
+    memcpy(h->out->grad, h->R, (size_t)fl_node_size(h->out) * sizeof(float));
+    h->out->grad_ready = true;
+    fl_graph_backward(&h->g);
+}
+
 /* The elements a gradient check tries (all of them in a tensor of at most
  * 40): along every dimension the first and last index and the tile
  * remainders, the indices from the largest multiple of 16 (AVX-512) and of 8
@@ -598,13 +607,7 @@ static void test_bn_relu_fused(int relu6, int kind) {
     snprintf(what, sizeof what, "batchnorm -> %s%s (training)", kind ? "ReLU layer" : "Activation",
              relu6 ? " (6)" : "");
     harness *hs[2] = {&h, &u};
-    for (int k = 0; k < 2; k++) {
-        h_loss(hs[k], true);
-        fl_graph_clear_grads(&hs[k]->g);
-        memcpy(hs[k]->out->grad, hs[k]->R, (size_t)fl_node_size(hs[k]->out) * sizeof(float));
-        hs[k]->out->grad_ready = true;
-        fl_graph_backward(&hs[k]->g);
-    }
+    for (int k = 0; k < 2; k++) h_step(hs[k]);
     CHECK_MSG(bh->relu_folded && !bu->relu_folded, "%s: fused %d and %d, expected 1 and 0", what, bh->relu_folded,
               bu->relu_folded);
     int capped = 0;
@@ -837,13 +840,7 @@ static void test_fused_conv_relu_conv_pool(int H, int W, int C, int F1, int F2, 
     snprintf(what, sizeof what, "conv(relu) -> conv(relu) -> maxpool %d, %dx%dx%d, %d and %d filters", pool, H, W, C,
              F1, F2);
     harness *hs[2] = {&h, &u};
-    for (int k = 0; k < 2; k++) {
-        h_loss(hs[k], true);
-        fl_graph_clear_grads(&hs[k]->g);
-        memcpy(hs[k]->out->grad, hs[k]->R, (size_t)fl_node_size(hs[k]->out) * sizeof(float));
-        hs[k]->out->grad_ready = true;
-        fl_graph_backward(&hs[k]->g);
-    }
+    for (int k = 0; k < 2; k++) h_step(hs[k]);
     CHECK_MSG(h.g.fused_conv_pool_bwd == 1 && h.g.fused_relu_mask_bwd == 1,
               "%s: the fused backward ran %lld times (%lld with the ReLU mask), expected once with it", what,
               (long long)h.g.fused_conv_pool_bwd, (long long)h.g.fused_relu_mask_bwd);
