@@ -289,7 +289,12 @@ static void test_huge_pages(void) {
         fclose(f);
     }
     const char *e = getenv("FLYNN_HUGE_PAGES");
-    if ((strstr(mode, "[always]") || strstr(mode, "[madvise]")) && !(e && !strcmp(e, "0"))) {
+#if defined(__SANITIZE_ADDRESS__)
+    const int counted = 0; /* ASan's allocator and interceptors fault pages of their own (1,032 in the ASan build) */
+#else
+    const int counted = 1;
+#endif
+    if (counted && (strstr(mode, "[always]") || strstr(mode, "[madvise]")) && !(e && !strcmp(e, "0"))) {
         long f0 = minor_faults();
         memset(p, 1, bytes + 1000);
         long n = minor_faults() - f0;
@@ -297,7 +302,8 @@ static void test_huge_pages(void) {
         CHECK_MSG(n < 1024, "touching 16 MB faulted %ld times (THP mode: %s)", n, mode);
     } else {
         memset(p, 1, bytes + 1000);
-        printf("test_plan: transparent huge pages off here (%s); only the alignment checked\n", mode[0] ? mode : "?");
+        printf("test_plan: %s; only the alignment checked\n",
+               counted ? "transparent huge pages off here" : "faults not counted under ASan");
     }
     CHECK(p[bytes + 999] == 1);
     be->free(p);
