@@ -77,14 +77,16 @@ void *fl_calloc(size_t n, size_t size, const char *what) {
     return p;
 }
 
-void *fl_malloc_aligned(size_t bytes, const char *what) {
+void *fl_malloc_aligned_to(size_t bytes, size_t align, const char *what) {
     void *p = NULL;
-    size_t sz = (bytes + 63) & ~(size_t)63;
-    if (posix_memalign(&p, 64, sz ? sz : 64) != 0) {
+    size_t sz = (bytes + align - 1) & ~(align - 1);
+    if (posix_memalign(&p, align, sz ? sz : align) != 0) {
         fl_error(FL_ERR_NOMEM, "out of memory allocating %zu bytes for %s", bytes, what);
         return NULL;
     }
     return p;
 }
+
+void *fl_malloc_aligned(size_t bytes, const char *what) { return fl_malloc_aligned_to(bytes, 64, what); }
 
 void fl_free_aligned(void *p) { free(p); }

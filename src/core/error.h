@@ -26,6 +26,8 @@ void *fl_malloc(size_t bytes, const char *what);
 void *fl_calloc(size_t n, size_t size, const char *what);
 /* 64-byte aligned, for SIMD kernels; free with fl_free_aligned. */
 void *fl_malloc_aligned(size_t bytes, const char *what);
+/* The same on an `align`-byte boundary (a power of two, >= 64), the size rounded up to it. */
+void *fl_malloc_aligned_to(size_t bytes, size_t align, const char *what);
 void fl_free_aligned(void *p);
 
 #define FL_TRY(expr) do { fl_status fl__s = (expr); if (fl__s != FL_OK) return fl__s; } while (0)

@@ -185,14 +185,13 @@ fl_status fl_plan_make(const fl_graph *g, const bool *need, int64_t batch, bool 
             if (infer) hi[3 * x->id] = MAX(hi[3 * x->id], i);
             else if (NEED(x) && NEED(c)) lo[3 * x->id + 1] = MIN(lo[3 * x->id + 1], 2 * (int64_t)N - i);
         }
+        int act;
         const fl_node *bn = infer ? fl_op_fused_bn(g, c) : NULL;
         if (bn) { /* folded: the convolution writes its output, or its ReLU's */
-            int act;
             const fl_node *an = fl_op_fused_relu(g, bn, &act);
             lo[3 * bn->id] = MIN(lo[3 * bn->id], i);
             if (an) lo[3 * an->id] = MIN(lo[3 * an->id], i);
         }
-        int act;
         const fl_node *ar = infer ? fl_op_fused_add_relu(g, c, &act) : NULL;
         if (ar) lo[3 * ar->id] = MIN(lo[3 * ar->id], i); /* the Add writes its ReLU's value */
         const fl_node *br = !infer && NEED(c) ? fl_op_fused_bn_relu_train(g, c, &act) : NULL;

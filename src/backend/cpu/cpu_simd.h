@@ -19,9 +19,10 @@
 #include <stdint.h>
 
 /* FL_AVX512 marks a function compiled for AVX-512, called only after
- * fl_cpu_simd() said yes. FL_HAVE_AVX512 is 0 where the compiler has no
- * x86-64 AVX-512 target, and the kernel files then build stub functions
- * that fl_cpu_simd() never lets run. */
+ * fl_cpu_simd() said yes. Where the compiler has no x86-64 AVX-512 target,
+ * FL_HAVE_AVX512 is 0: each kernel file then defines its entry points as
+ * stubs that do no work, so that the library links, and fl_cpu_simd()
+ * returns 0, so that they are never called. */
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define FL_HAVE_AVX512 1
 #include <immintrin.h>
