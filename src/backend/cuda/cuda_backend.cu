@@ -1599,10 +1599,10 @@ static void cu_concat_bwd(int64_t rows, int64_t cin, int64_t cout, int64_t off, 
     LAUNCHED();
 }
 
-/* Subtract, Maximum, Minimum, Add (and Add with the ReLU after it); Average's scaling; max/min gradients (the cpu_merge.c twins) */
+/* Subtract, Maximum, Minimum, Add (and Add with the ReLU after it); Average's scaling; max/min gradients
+ * (the cpu_merge.c twins) */
 __global__ void k_binary(int mode, int64_t n, const float *a, const float *b, float *y) {
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
-    {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
         float v;
         if (mode == FL_BIN_SUB) v = a[i] - b[i];
         else if (mode == FL_BIN_MAX) v = fmaxf(a[i], b[i]);
