@@ -625,6 +625,53 @@ static void test_bn_relu_fused(int relu6, int kind) {
     h_free(&u);
 }
 
+/* Training's Add with the ReLU or ReLU6 that alone reads it, fused: the Add's forward writes the ReLU's value,
+ * and its backward gives each input the ReLU's gradient masked by that value (formed in the first input's
+ * gradient, copied or added from there). Checked bit for bit against the arithmetic of the layers apart:
+ * kind 0, Activation(relu)(x + z); 1, ReLU(max_value=6)(z + x); 2, ReLU()(x + z + x + z), each gradient added
+ * to itself; 3, ReLU(6)(x + z) + z and 4, ReLU(6)(z + x) + z, whose z already holds a gradient when the fused
+ * Add adds its own (last, then first). */
+static void test_add_relu_train(int kind) {
+    harness h;
+    const int64_t B = 7, sample[3] = {3, 5, 19};
+    h_init(&h, B, 3, sample);
+    fl_node *z = fl_graph_input(&h.g, "z", 3, sample);
+    z->force_grad = true;
+    fl_node *x = h.x, *xs[4] = {x, z, x, z};
+    if (kind == 1 || kind == 4) { xs[0] = z; xs[1] = x; }
+    fl_node *add = fl_graph_merge(&h.g, "add", FL_OP_ADD, xs, kind == 2 ? 4 : 2, 0);
+    const float hi = kind == 0 || kind == 2 ? INFINITY : 6.0f;
+    fl_node *relu = kind == 0 ? fl_graph_act(&h.g, "relu", add, FL_ACT_RELU)
+                              : fl_graph_pact(&h.g, "relu", add, (fl_pact_desc){FL_PACT_RELU, 0.0f, 0.0f, hi});
+    fl_node *out = kind >= 3 ? fl_graph_merge(&h.g, "out", FL_OP_ADD, (fl_node *[]){relu, z}, 2, 0) : relu;
+    h_ready(&h, out, -3, 8);
+    fill(z->val, fl_node_size(z), -2, 2);
+    h_step(&h);
+    char what[64];
+    snprintf(what, sizeof what, "add -> relu, training, kind %d", kind);
+    CHECK_MSG(add->relu_folded, "%s: the Add did not apply its ReLU", what);
+    const int64_t n = fl_node_size(out);
+    int bad = 0, capped = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const float xv = x->val[i], zv = z->val[i], R = h.R[i];
+        const float s = kind == 1 || kind == 4 ? zv + xv : kind == 2 ? ((xv + zv) + xv) + zv : xv + zv;
+        float y = s > 0.0f ? s : 0.0f;
+        y = y < hi ? y : hi;
+        capped += y == 6.0f;
+        const float gr = R * (float)((y > 0.0f) & (y < hi));
+        const float want[3] = {kind >= 3 ? y + zv : y, kind == 2 ? gr + gr : gr,
+                               kind >= 3 ? R + gr : kind == 2 ? gr + gr : gr};
+        const float got[3] = {out->val[i], x->grad[i], z->grad[i]};
+        for (int t = 0; t < 3; t++)
+            if (memcmp(&want[t], &got[t], sizeof(float)) && bad++ < 5)
+                CHECK_MSG(0, "%s: %s[%lld] = %g, expected %g", what, t == 0 ? "output" : t == 1 ? "dx" : "dz",
+                          (long long)i, got[t], want[t]);
+    }
+    CHECK_MSG(bad == 0, "%s: %d values differ", what, bad);
+    CHECK_MSG(hi == INFINITY || capped > 0, "%s: no value reached the cap; the test does not try it", what);
+    h_free(&h);
+}
+
 static void test_act(int act) {
     harness h;
     const int64_t B = 4, N = 6;
@@ -2466,6 +2513,7 @@ int main(void) {
      * than 16 filters (a vector and a remainder) */
     test_fused_conv_relu_conv_pool(10, 10, 1, 4, 8, 2);
     for (int k = 0; k < 4; k++) test_bn_relu_fused(k & 1, k >> 1);
+    for (int k = 0; k < 5; k++) test_add_relu_train(k);
     test_fused_conv_relu_conv_pool(9, 11, 2, 5, 19, 2);
     test_fused_conv_relu_conv_pool(10, 10, 3, 8, 6, 3);
     /* recurrent layers (appended: the streams above stay) */

@@ -75,8 +75,9 @@ struct fl_node {
                                 * BatchNormalization after it, with the statistics folded into the weights (1),
                                 * or of the ReLU after that (2, fl_op_fused_relu) */
     bool relu_folded;          /* its last forward wrote the output of the ReLU after it instead of its own: an
-                                * ADD in inference (fl_op_fused_add_relu), a BATCHNORM in training
-                                * (fl_op_fused_bn_relu_train), whose backward then masks the ReLU's gradient */
+                                * ADD (fl_op_fused_add_relu) or, in training, a BATCHNORM
+                                * (fl_op_fused_bn_relu_train); in training its backward then masks the ReLU's
+                                * gradient */
     int nconsumers;
     float *val, *grad;         /* backend buffers */
     void *aux;                 /* saved for backward: argmax, dropout mask, BN batch stats */

@@ -19,8 +19,9 @@
  *  - in inference, a BatchNormalization folded into the convolution before
  *    it (fl_op_fused_bn) has its value written by the convolution's forward,
  *    and so has a ReLU that alone reads it (fl_op_fused_relu);
- *  - in inference, a ReLU that alone reads an Add (fl_op_fused_add_relu)
- *    has its value written by the Add's forward;
+ *  - a ReLU that alone reads an Add (fl_op_fused_add_relu) has its value
+ *    written by the Add's forward; in training, its gradient is read by
+ *    the Add's backward;
  *  - in training, a ReLU that alone reads a BatchNormalization
  *    (fl_op_fused_bn_relu_train) has its gradient read by the
  *    normalisation's backward;
@@ -194,7 +195,7 @@ fl_status fl_plan_make(const fl_graph *g, const bool *need, int64_t batch, bool 
         }
         const fl_node *ar = infer ? fl_op_fused_add_relu(g, c, &act) : NULL;
         if (ar) lo[3 * ar->id] = MIN(lo[3 * ar->id], i); /* the Add writes its ReLU's value */
-        const fl_node *br = !infer && NEED(c) ? fl_op_fused_bn_relu_train(g, c, &act) : NULL;
+        const fl_node *br = !infer && NEED(c) ? fl_op_fused_relu_train(g, c, &act) : NULL;
         if (br && NEED(br)) hi[3 * br->id + 1] = MAX(hi[3 * br->id + 1], 2 * (int64_t)N - i);
         const fl_node *pool = c->op == FL_OP_CONV2D ? fl_op_fused_pool(g, c) : NULL;
         if (pool) { /* the convolution's forward writes the pooling's value and aux; the pooling's backward

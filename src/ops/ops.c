@@ -1090,8 +1090,8 @@ static void batchnorm_backward(fl_graph *g, fl_node *n) {
     mark(n, 0); mark(n, 1); mark(n, 2);
 }
 
-/* The activation that, in inference, a convolution's epilogue applied after the normalisation it folded or
- * the Add before it applied as it added; in training, the normalisation before it (relu_folded) */
+/* The activation that, in inference, a convolution's epilogue applied after the normalisation it folded; or
+ * the Add before it applied as it added, or in training the normalisation before it (relu_folded) */
 static bool folded_act(const fl_node *n, bool training) {
     const fl_node *x = n->in[0];
     return (!training && x->op == FL_OP_BATCHNORM && x->in[0]->bn_folded == 2) || x->relu_folded;
@@ -1103,7 +1103,7 @@ static void act_forward(fl_graph *g, fl_node *n, bool training) {
 }
 
 static void act_backward(fl_graph *g, fl_node *n) {
-    if (n->in[0]->relu_folded) { mark(n, 0); return; } /* the normalisation's backward masks n->grad */
+    if (n->in[0]->relu_folded) { mark(n, 0); return; } /* the normalisation's or the Add's backward masks n->grad */
     float beta = 0.0f;
     float *dx = in_grad(n, 0, &beta);
     if (!dx) return;
@@ -1117,12 +1117,18 @@ fl_node *fl_op_fused_add_relu(const fl_graph *g, const fl_node *add, int *act) {
     return fl_op_fused_relu(g, add, act);
 }
 
-/* The first two inputs in one pass; in inference, the last one added with the ReLU that alone reads the sum
+fl_node *fl_op_fused_relu_train(const fl_graph *g, const fl_node *x, int *act) {
+    fl_node *r = fl_op_fused_bn_relu_train(g, x, act);
+    return r ? r : fl_op_fused_add_relu(g, x, act);
+}
+
+/* The first two inputs in one pass; the last one added with the ReLU that alone reads the sum
  * (fl_op_fused_add_relu), writing the ReLU's value. */
 static void add_forward(fl_graph *g, fl_node *n, bool training) {
+    (void)training;
     int64_t sz = fl_node_size(n);
     int act = FL_ACT_LINEAR;
-    fl_node *relu = training ? NULL : fl_op_fused_add_relu(g, n, &act);
+    fl_node *relu = fl_op_fused_add_relu(g, n, &act);
     n->relu_folded = relu != NULL;
     if (n->nin < 2) {
         g->be->copy(n->val, n->in[0]->val, (size_t)sz * sizeof(float));
@@ -1138,12 +1144,27 @@ static void add_forward(fl_graph *g, fl_node *n, bool training) {
     g->be->binary(mode, sz, a, n->in[last]->val, relu ? relu->val : n->val);
 }
 
+/* Each input's gradient is the Add's; with the ReLU fused, the ReLU's gradient masked by its value (y > 0, and
+ * y < 6 for ReLU6, the same mask as the sum's), formed once in the first input's gradient written whole and
+ * copied (or added) from there into the others. */
 static void add_backward(fl_graph *g, fl_node *n) {
+    int act = FL_ACT_LINEAR;
+    fl_node *relu = n->relu_folded ? fl_op_fused_add_relu(g, n, &act) : NULL;
+    const int64_t sz = fl_node_size(n);
+    const float *first = NULL; /* an input gradient that holds the masked gradient alone */
     float beta = 0.0f;
     for (int k = 0; k < n->nin; k++) {
         float *d = in_grad(n, k, &beta);
-        if (d) g->be->accumulate(fl_node_size(n), n->grad, d, beta);
         mark(n, k);
+        if (!d) continue;
+        if (!relu) {
+            g->be->accumulate(sz, n->grad, d, beta);
+        } else if (first && d != first) {
+            g->be->accumulate(sz, first, d, beta);
+        } else {
+            g->be->act_bwd(act, rows_of(n), (int)n->shape[n->ndim - 1], relu->val, relu->val, relu->grad, d, beta);
+            first = beta == 0.0f ? d : NULL;
+        }
     }
 }
 
@@ -1298,7 +1319,7 @@ static void pact_forward(fl_graph *g, fl_node *n, bool training) {
 }
 
 static void pact_backward(fl_graph *g, fl_node *n) {
-    if (n->in[0]->relu_folded) { mark(n, 0); return; } /* the normalisation's backward masks n->grad */
+    if (n->in[0]->relu_folded) { mark(n, 0); return; } /* the normalisation's or the Add's backward masks n->grad */
     float beta = 0.0f;
     float *dx = in_grad(n, 0, &beta);
     if (!dx) return;

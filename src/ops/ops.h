@@ -28,9 +28,11 @@ int64_t fl_op_fold_floats(const fl_node *conv);
  * applies the one after its BatchNormalization in its epilogue and writes
  * its value; an Add (fl_op_fused_add_relu) the one after it. */
 fl_node *fl_op_fused_relu(const fl_graph *g, const fl_node *x, int *act);
-/* The ReLU or ReLU6 that an inference forward of Add node add applies as it
- * adds, writing the ReLU's value (a residual block's add and activation in
- * one pass), or NULL. */
+/* The ReLU or ReLU6 that a forward of Add node add applies as it adds,
+ * writing the ReLU's value and not its own (a residual block's add and
+ * activation in one pass), or NULL. In training the Add's backward then
+ * reads the ReLU's gradient, masked by the ReLU's value, and the ReLU's
+ * backward writes nothing. */
 fl_node *fl_op_fused_add_relu(const fl_graph *g, const fl_node *add, int *act);
 /* The ReLU or ReLU6 that a training forward of BatchNormalization node bn
  * applies itself (the backend's bn_fwd_train_act), writing the ReLU's value
@@ -38,6 +40,9 @@ fl_node *fl_op_fused_add_relu(const fl_graph *g, const fl_node *add, int *act);
  * the ReLU's value (bn_bwd_act), and the ReLU's backward writes nothing.
  * NULL where the backend lacks those entries or bn is frozen. */
 fl_node *fl_op_fused_bn_relu_train(const fl_graph *g, const fl_node *bn, int *act);
+/* The ReLU whose gradient a training backward of node x reads in the ReLU's
+ * place: fl_op_fused_bn_relu_train's or fl_op_fused_add_relu's, or NULL. */
+fl_node *fl_op_fused_relu_train(const fl_graph *g, const fl_node *x, int *act);
 /* The capability query: NULL when backend `be` has every kernel op needs,
  * else the name of the first one it lacks ("conv2d_fwd"). */
 const char *fl_op_missing_kernel(const fl_backend *be, fl_op op);
