@@ -362,6 +362,19 @@ static fl_node *b_merge(fl_graph *g, fl_node *x, fl_node **p, int *np) {
     return fl_graph_merge(g, "merge", g_merge, xs, 3, -1);
 }
 
+/* An Add read only by a ReLU (g_add_relu6: ReLU6): the Add writes the ReLU's value, and in training its backward
+ * masks the ReLU's gradient (ops.c fl_op_fused_add_relu); x is read by the Add twice and by the Dense */
+static int g_add_relu6;
+static fl_node *b_add_relu(fl_graph *g, fl_node *x, fl_node **p, int *np) {
+    int64_t k = x->shape[x->ndim - 1];
+    p[0] = fl_graph_param(g, "signed", 2, (int64_t[]){k, k}, true);
+    *np = 1;
+    fl_node *a = fl_graph_dense(g, "a", x, p[0], NULL, FL_ACT_LINEAR);
+    fl_node *xs[3] = {x, a, x};
+    fl_node *s = fl_graph_merge(g, "add", FL_OP_ADD, xs, 3, -1);
+    return fl_graph_pact(g, "relu", s, (fl_pact_desc){FL_PACT_RELU, 0.0f, 0.0f, g_add_relu6 ? 6.0f : INFINITY});
+}
+
 static fl_node *b_sub(fl_graph *g, fl_node *x, fl_node **p, int *np) {
     int64_t k = x->shape[x->ndim - 1];
     p[0] = fl_graph_param(g, "signed", 2, (int64_t[]){k, k}, true);
@@ -762,6 +775,12 @@ static void op_parity(void) {
         char name[48];
         snprintf(name, sizeof name, "broadcast %s (%s)", i < 2 ? "multiply" : "add", g_brows ? "h, 1, c" : "1, 1, c");
         parity(name, 3, img, 7, b_bmerge, true);
+    }
+    for (int i = 0; i < 4; i++) {
+        g_add_relu6 = i % 2;
+        char name[48];
+        snprintf(name, sizeof name, "add -> relu%s (%s)", g_add_relu6 ? "6" : "", i < 2 ? "training" : "inference");
+        parity(name, 2, seq, 11, b_add_relu, i < 2);
     }
     g_merge = FL_OP_SUB;
     parity("subtract", 2, seq, 11, b_sub, true);
