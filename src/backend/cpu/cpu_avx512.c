@@ -216,7 +216,9 @@ void fl_simd_gemm(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, con
 
 /* ------------------------------------------------------ element-wise */
 
-FL_AVX512 void fl_simd_relu_grad_colsum(int64_t rows, int n, int relu, const float *y, float *dy, float *db) {
+FL_AVX512 void fl_simd_relu_grad_colsum(int64_t rows, int n, int relu, const float *y, const float *src, float *dy,
+                                        float *db) {
+    const int store = relu || src != dy;
     const __m512 zero = _mm512_setzero_ps();
     for (int j0 = 0; j0 < n; j0 += 64) {
         int w = n - j0 < 64 ? n - j0 : 64, nv = (w + 15) / 16;
@@ -228,15 +230,15 @@ FL_AVX512 void fl_simd_relu_grad_colsum(int64_t rows, int n, int relu, const flo
         __m512 s[4] = {zero, zero, zero, zero};
         for (int64_t r = 0; r < rows; r++) {
             float *g = dy + r * n + j0;
-            const float *yr = y + r * n + j0;
+            const float *yr = y + r * n + j0, *sr = src + r * n + j0;
             for (int v = 0; v < nv; v++) {
-                __m512 gv = _mm512_maskz_loadu_ps(mk[v], g + 16 * v);
+                __m512 gv = _mm512_maskz_loadu_ps(mk[v], sr + 16 * v);
                 if (relu) {
                     __mmask16 pos = _mm512_mask_cmp_ps_mask(mk[v], _mm512_maskz_loadu_ps(mk[v], yr + 16 * v), zero,
                                                             _CMP_GT_OQ);
                     gv = _mm512_maskz_mov_ps(pos, gv);
-                    _mm512_mask_storeu_ps(g + 16 * v, mk[v], gv);
                 }
+                if (store) _mm512_mask_storeu_ps(g + 16 * v, mk[v], gv);
                 s[v] = _mm512_add_ps(s[v], gv);
             }
         }
@@ -476,8 +478,8 @@ void fl_simd_gemm(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, con
     (void)trans_a; (void)trans_b; (void)M; (void)N; (void)K; (void)A; (void)lda; (void)B; (void)ldb; (void)beta;
     (void)C; (void)ldc; (void)bias; (void)relu; (void)threads;
 }
-void fl_simd_relu_grad_colsum(int64_t rows, int n, int relu, const float *y, float *dy, float *db) {
-    (void)rows; (void)n; (void)relu; (void)y; (void)dy; (void)db;
+void fl_simd_relu_grad_colsum(int64_t rows, int n, int relu, const float *y, const float *src, float *dy, float *db) {
+    (void)rows; (void)n; (void)relu; (void)y; (void)src; (void)dy; (void)db;
 }
 void fl_simd_maxpool_fwd_sample(int H, int W, int C, int OH, int OW, int KH, int KW, int SH, int SW,
                                 const float *x, float *y, int32_t *argmax) {

@@ -166,7 +166,9 @@ static void act_grad_colsum(int64_t m, int n, int act, const float *y, float *dy
         int t = omp_get_thread_num(), T = omp_get_num_threads();
         int64_t r0 = m * t / T, r1 = m * (t + 1) / T;
         float *pt = part ? part + (size_t)t * n : NULL;
-        if (simd) fl_simd_relu_grad_colsum(r1 - r0, n, act == FL_ACT_RELU, y + (size_t)r0 * n, dy + (size_t)r0 * n, pt);
+        if (simd)
+            fl_simd_relu_grad_colsum(r1 - r0, n, act == FL_ACT_RELU, y + (size_t)r0 * n, dy + (size_t)r0 * n,
+                                     dy + (size_t)r0 * n, pt);
         else fl_cpu_act_grad_rows(r1 - r0, n, act, y + (size_t)r0 * n, dy + (size_t)r0 * n, pt);
     }
     if (db) {

@@ -363,17 +363,25 @@ static void direct_fwd(const fl_conv_desc *d, const float *x, const float *w, co
 }
 
 /* dy of one sample times act'(y), its column sums added to db, written to
- * dst (row stride dst_row floats, dst_row >= ow*oc); dst may be dy itself. */
+ * dst (row stride dst_row floats, dst_row >= ow*oc); dst may be dy itself.
+ * One pass over each row: the copy, mask and sums together, or the copy
+ * alone where there is neither an activation nor a bias (a convolution
+ * before a BatchNormalization). */
 static void prep_dy(const fl_conv_desc *d, const float *ys, const float *dys, float *dst, size_t dst_row, float *db) {
     const int OC = d->oc;
     const size_t row = (size_t)d->ow * OC;
     for (int oh = 0; oh < d->oh; oh++) {
         float *o = dst + (size_t)oh * dst_row;
-        if (o != dys + (size_t)oh * row) memcpy(o, dys + (size_t)oh * row, row * sizeof(float));
-        if (d->act == FL_ACT_RELU || d->act == FL_ACT_LINEAR)
-            fl_simd_relu_grad_colsum(d->ow, OC, d->act == FL_ACT_RELU, ys + (size_t)oh * row, o, d->has_bias ? db : NULL);
-        else
+        const float *s = dys + (size_t)oh * row;
+        if (d->act == FL_ACT_LINEAR && !d->has_bias) {
+            if (o != s) memcpy(o, s, row * sizeof(float));
+        } else if (d->act == FL_ACT_RELU || d->act == FL_ACT_LINEAR) {
+            fl_simd_relu_grad_colsum(d->ow, OC, d->act == FL_ACT_RELU, ys + (size_t)oh * row, s, o,
+                                     d->has_bias ? db : NULL);
+        } else {
+            if (o != s) memcpy(o, s, row * sizeof(float));
             fl_cpu_act_grad_rows(d->ow, OC, d->act, ys + (size_t)oh * row, o, d->has_bias ? db : NULL);
+        }
     }
 }
 

@@ -102,9 +102,11 @@ int fl_cpu_own_gemm(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, c
                     const float *B, int64_t ldb, float beta, float *C, int64_t ldc, const float *bias, int relu,
                     int threads);
 
-/* dy *= relu'(y) (relu != 0) and db[j] += column sums of the result, over
- * rows x n; db may be NULL. Single-threaded; n % 16 == 0 not required. */
-void fl_simd_relu_grad_colsum(int64_t rows, int n, int relu, const float *y, float *dy, float *db);
+/* dy = src * relu'(y) (relu != 0; else src) and db[j] += column sums of
+ * the result, over rows x n; src may be dy, db may be NULL. One pass over
+ * src, so a copy and its mask cost one. Single-threaded; n % 16 == 0 not
+ * required. */
+void fl_simd_relu_grad_colsum(int64_t rows, int n, int relu, const float *y, const float *src, float *dy, float *db);
 
 /* Max pooling of one sample whose windows lie inside the input (no
  * padding): y and the window-relative argmax kh*KW + kw per output. */
