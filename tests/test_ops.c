@@ -672,6 +672,76 @@ static void test_add_relu_train(int kind) {
     h_free(&h);
 }
 
+/* Training's Conv2D -> BatchNormalization (-> ReLU), the normalisation's data gradient formed by the
+ * convolution's backward as it reads its dy (bn_bwd_coef, conv2d_bn_bwd): the same output, gradients and
+ * moving statistics, bit for bit, as a backend without those entries. v: 0, 3x3 "same" 16 -> 16, no bias,
+ * ReLU; 1, 3x3 stride 2 "same" 3 -> 20, bias, no ReLU; 2, 1x1 8 -> 16, ReLU6, the input without a gradient
+ * (the convolution forms its dy in place); 3, 3x3 "valid" 5 -> 7 dilated 2 (not the direct kernels: the
+ * whole dx formed first). */
+static fl_node *conv_bn_chain(harness *h, const fl_backend *be, int v, const harness *like) {
+    const int64_t B = 6;
+    const int C = v == 0 ? 16 : v == 1 ? 3 : v == 2 ? 8 : 5, OC = v == 0 ? 16 : v == 1 ? 20 : v == 2 ? 16 : 7;
+    const int K = v == 2 ? 1 : 3, S = v == 1 ? 2 : 1;
+    memset(h, 0, sizeof *h);
+    fl_graph_init(&h->g, be);
+    h->g.seed = 7;
+    h->batch = B;
+    h->x = fl_graph_input(&h->g, "x", 3, (int64_t[]){9, 7, C});
+    h->x->force_grad = v != 2;
+    fl_node *w = h_param(h, 4, (int64_t[]){K, K, C, OC}, -0.5f, 0.5f);
+    fl_node *b = v == 1 ? h_param(h, 1, (int64_t[]){OC}, -0.5f, 0.5f) : NULL;
+    const int64_t oc = OC;
+    fl_node *gamma = h_param(h, 1, &oc, 0.5f, 2.0f), *beta = h_param(h, 1, &oc, -1.0f, 1.0f);
+    fl_node *mm = fl_graph_param(&h->g, "moving_mean", 1, &oc, false);
+    fl_node *mv = fl_graph_param(&h->g, "moving_variance", 1, &oc, false);
+    for (int c = 0; c < OC; c++) { mm->val[c] = 0; mv->val[c] = 1; }
+    for (int p = 0; like && p < h->np; p++)
+        memcpy(h->params[p]->val, like->params[p]->val, (size_t)fl_node_size(h->params[p]) * sizeof(float));
+    fl_node *conv = v == 3 ? fl_graph_conv2d_dilated(&h->g, "conv", h->x, w, b, 1, 1, 2, 2, 1, FL_VALID, FL_ACT_LINEAR)
+                           : fl_graph_conv2d(&h->g, "conv", h->x, w, b, S, S, FL_SAME, FL_ACT_LINEAR);
+    fl_node *bn = fl_graph_batchnorm(&h->g, "bn", conv, gamma, beta, mm, mv, 1e-3f, 0.99f);
+    fl_node *y = v == 0 ? fl_graph_act(&h->g, "relu", bn, FL_ACT_RELU)
+               : v == 2 ? fl_graph_pact(&h->g, "relu", bn, (fl_pact_desc){FL_PACT_RELU, 0.0f, 0.0f, 6.0f})
+                        : bn;
+    h_ready(h, y, -2, 3);
+    if (like) {
+        memcpy(h->x->val, like->x->val, (size_t)fl_node_size(h->x) * sizeof(float));
+        memcpy(h->R, like->R, (size_t)fl_node_size(y) * sizeof(float));
+    }
+    return conv;
+}
+
+static void test_conv_bn_fused(int v) {
+    static fl_backend apart;
+    apart = *fl_backend_cpu();
+    apart.bn_bwd_coef = NULL;
+    apart.conv2d_bn_bwd = NULL;
+    harness h, u;
+    fl_node *ch = conv_bn_chain(&h, fl_backend_cpu(), v, NULL);
+    fl_node *cu = conv_bn_chain(&u, &apart, v, &h);
+    char what[64];
+    snprintf(what, sizeof what, "conv -> batchnorm (training), variant %d", v);
+    CHECK_MSG(fl_op_fused_conv_bn_train(&h.g, ch) && !fl_op_fused_conv_bn_train(&u.g, cu),
+              "%s: fused %d and %d, expected 1 and 0", what, fl_op_fused_conv_bn_train(&h.g, ch) != NULL,
+              fl_op_fused_conv_bn_train(&u.g, cu) != NULL);
+    harness *hs[2] = {&h, &u};
+    for (int k = 0; k < 2; k++) h_step(hs[k]);
+    for (int t = -2; t < h.np; t++) {
+        const fl_node *a = t == -2 ? h.out : t == -1 ? h.x : h.params[t], *b = t == -2 ? u.out : t == -1 ? u.x : u.params[t];
+        if (t == -1 && v == 2) continue; /* no dx */
+        const float *p = t == -2 ? a->val : a->grad, *q = t == -2 ? b->val : b->grad;
+        const int64_t n = fl_node_size(a);
+        int64_t bad = 0, first = -1;
+        for (int64_t i = 0; i < n; i++)
+            if (memcmp(p + i, q + i, sizeof(float))) { bad++; if (first < 0) first = i; }
+        CHECK_MSG(bad == 0, "%s: %s differs from the layers apart at %lld of %lld elements (first %lld: %g, %g)",
+                  what, t == -2 ? "output" : t == -1 ? "dx" : h.params[t]->name, (long long)bad, (long long)n,
+                  (long long)first, first >= 0 ? p[first] : 0.0, first >= 0 ? q[first] : 0.0);
+    }
+    h_free(&h);
+    h_free(&u);
+}
+
 static void test_act(int act) {
     harness h;
     const int64_t B = 4, N = 6;
@@ -2513,7 +2583,6 @@ int main(void) {
      * than 16 filters (a vector and a remainder) */
     test_fused_conv_relu_conv_pool(10, 10, 1, 4, 8, 2);
     for (int k = 0; k < 4; k++) test_bn_relu_fused(k & 1, k >> 1);
-    for (int k = 0; k < 5; k++) test_add_relu_train(k);
     test_fused_conv_relu_conv_pool(9, 11, 2, 5, 19, 2);
     test_fused_conv_relu_conv_pool(10, 10, 3, 8, 6, 3);
     /* recurrent layers (appended: the streams above stay) */
@@ -2587,5 +2656,8 @@ int main(void) {
     test_rnn_st(5, 3, FL_RNN_LSTM, false, true, false, true, ST_H0 | ST_C0_IS_H0 | ST_RET);
     test_rnn_st(5, 3, FL_RNN_LSTM, false, true, false, true, ST_H0 | ST_C0_IS_H0 | ST_RET | ST_H0_TWICE);
     test_rnn_st_errors();
+    /* training fusions, checked bit for bit against the layers apart (appended: the streams above stay) */
+    for (int k = 0; k < 5; k++) test_add_relu_train(k);
+    for (int v = 0; v < 4; v++) test_conv_bn_fused(v);
     return check_report("test_ops");
 }

@@ -48,6 +48,17 @@ typedef struct fl_bn_desc {
     float eps, momentum;
 } fl_bn_desc;
 
+/* The data gradient of a training BatchNormalization, as the convolution
+ * before it reads it (conv2d_bn_bwd): per element of [m, c],
+ * dx = s * g' + t + u * (x - mean) per channel, with g' = g, or g masked by
+ * the fused ReLU's output ym (0 < ym < hi) where ym is given. x is the
+ * normalisation's input (the convolution's output). */
+typedef struct fl_bn_grad {
+    const float *g, *ym;
+    float hi;
+    const float *mean, *stu; /* c floats; s, t, u: 3c floats (bn_bwd_coef) */
+} fl_bn_grad;
+
 /* A parametrized element-wise activation (the layers ReLU, LeakyReLU, ELU,
  * Rescaling); the formulas are fl_pact_forward/fl_pact_grad in ops/math.h. */
 enum fl_pact_code { FL_PACT_RELU = 1, FL_PACT_ELU, FL_PACT_AFFINE };
@@ -307,6 +318,21 @@ typedef struct fl_backend {
     void (*bn_bwd_act)(const fl_bn_desc *d, int act, const float *y, const float *x, const float *gamma,
                        const float *save_mean, const float *save_invstd, const float *dy, float *dx, float dx_beta,
                        float *dgamma, float *dbeta);
+    /* Optional, both or neither (NULL: the normalisation writes its dx
+     * itself): training's normalisation backward without its dx pass. It
+     * takes the sums, writes dgamma and dbeta, and leaves in stu (3c floats)
+     * the s, t and u of its dx (fl_bn_grad); act and y are the fused ReLU
+     * as in bn_bwd_act (FL_ACT_LINEAR and NULL: none). The Conv2D before it
+     * (linear; the normalisation its only reader) then forms that dx a
+     * sample at a time as its backward reads its dy (conv2d_bn_bwd), so the
+     * dx never goes to memory and back; dy_scratch has room for the whole
+     * dy where the backend forms it first. */
+    void (*bn_bwd_coef)(const fl_bn_desc *d, int act, const float *y, const float *x, const float *gamma,
+                        const float *save_mean, const float *save_invstd, const float *dy, float *dgamma,
+                        float *dbeta, float *stu);
+    void (*conv2d_bn_bwd)(const fl_conv_desc *d, const fl_bn_grad *bg, const float *x, const float *w,
+                          const float *y, float *dy_scratch, float *dx, float dx_beta, float *dw, float *db,
+                          void *ws);
 
     /* elementwise: dst = a * b (dst may be a or b) */
     void (*mul)(int64_t n, const float *a, const float *b, float *dst);

@@ -25,6 +25,9 @@
  *  - in training, a ReLU that alone reads a BatchNormalization
  *    (fl_op_fused_bn_relu_train) has its gradient read by the
  *    normalisation's backward;
+ *  - in training, a BatchNormalization whose data gradient the Conv2D
+ *    before it forms (fl_op_fused_conv_bn_train) has its gradient, or its
+ *    fused ReLU's, read by the convolution's backward;
  *  - the model's outputs (and any node nothing reads) are read after the
  *    forward (predict, the loss) and written by the loss.
  */
@@ -197,6 +200,12 @@ fl_status fl_plan_make(const fl_graph *g, const bool *need, int64_t batch, bool 
         if (ar) lo[3 * ar->id] = MIN(lo[3 * ar->id], i); /* the Add writes its ReLU's value */
         const fl_node *br = !infer && NEED(c) ? fl_op_fused_relu_train(g, c, &act) : NULL;
         if (br && NEED(br)) hi[3 * br->id + 1] = MAX(hi[3 * br->id + 1], 2 * (int64_t)N - i);
+        const fl_node *cb = !infer && NEED(c) ? fl_op_fused_conv_bn_train(g, c) : NULL;
+        if (cb) { /* the convolution's backward reads the normalisation's gradient, or its ReLU's */
+            const fl_node *cr = fl_op_fused_bn_relu_train(g, cb, &act);
+            if (NEED(cb)) hi[3 * cb->id + 1] = MAX(hi[3 * cb->id + 1], 2 * (int64_t)N - i);
+            if (cr && NEED(cr)) hi[3 * cr->id + 1] = MAX(hi[3 * cr->id + 1], 2 * (int64_t)N - i);
+        }
         const fl_node *pool = c->op == FL_OP_CONV2D ? fl_op_fused_pool(g, c) : NULL;
         if (pool) { /* the convolution's forward writes the pooling's value and aux; the pooling's backward
                      * the convolution's input gradient */

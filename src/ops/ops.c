@@ -386,7 +386,9 @@ fl_node *fl_graph_batchnorm(fl_graph *g, const char *name, fl_node *x, fl_node *
     if (!set_shape(g, n, true, x->ndim - 1, x->shape + 1)) return NULL;
     n->eps = eps;
     n->momentum = momentum;
-    n->aux_fixed = 2 * (size_t)x->shape[x->ndim - 1] * sizeof(float);
+    /* the batch's mean and 1/std; then the s, t, u of its dx when the convolution before it forms the dx
+     * (fl_op_fused_conv_bn_train) */
+    n->aux_fixed = 5 * (size_t)x->shape[x->ndim - 1] * sizeof(float);
     return n;
 }
 
@@ -879,7 +881,17 @@ static void conv2d_backward(fl_graph *g, fl_node *n) {
     float *dx = in_grad(n, 0, &beta);
     size_t off = 0;
     float *dw[2] = {weight_grad(n, 1, &off), d.has_bias ? weight_grad(n, 2, &off) : NULL};
-    g->be->conv2d_bwd(&d, x->val, n->in[1]->val, n->val, n->grad, dx, beta, dw[0], dw[1], g->ws);
+    fl_node *bn = fl_op_fused_conv_bn_train(g, n);
+    if (bn) { /* dy is the normalisation's dx, formed here from its gradient (n->grad: scratch) */
+        int act = FL_ACT_LINEAR;
+        fl_node *relu = bn->relu_folded ? fl_op_fused_relu(g, bn, &act) : NULL;
+        const int64_t c = n->shape[n->ndim - 1];
+        fl_bn_grad bg = {relu ? relu->grad : bn->grad, relu ? relu->val : NULL, act == FL_ACT_RELU6 ? 6.0f : INFINITY,
+                         (const float *)bn->aux, (const float *)bn->aux + 2 * c};
+        g->be->conv2d_bn_bwd(&d, &bg, x->val, n->in[1]->val, n->val, n->grad, dx, beta, dw[0], dw[1], g->ws);
+    } else {
+        g->be->conv2d_bwd(&d, x->val, n->in[1]->val, n->val, n->grad, dx, beta, dw[0], dw[1], g->ws);
+    }
     weight_grads_add(g->be, n, 1, 2, dw);
     mark(n, 0); mark(n, 1); mark(n, 2);
 }
@@ -1027,6 +1039,18 @@ static void dropout_backward(fl_graph *g, fl_node *n) {
     mark(n, 0);
 }
 
+fl_node *fl_op_fused_conv_bn_train(const fl_graph *g, const fl_node *c) {
+    if (c->op != FL_OP_CONV2D || c->conv.act != FL_ACT_LINEAR || !c->needs_grad || c->nconsumers != 1 ||
+        c->is_output || !c->batched || !g->be->bn_bwd_coef || !g->be->conv2d_bn_bwd)
+        return NULL;
+    for (int i = c->id + 1; i < g->n; i++) {
+        fl_node *n = g->nodes[i];
+        for (int k = 0; k < n->nin; k++)
+            if (n->in[k] == c) return n->op == FL_OP_BATCHNORM && k == 0 && !n->mode ? n : NULL;
+    }
+    return NULL;
+}
+
 fl_node *fl_op_fused_bn_relu_train(const fl_graph *g, const fl_node *bn, int *act) {
     if (bn->op != FL_OP_BATCHNORM || bn->mode || !g->be->bn_fwd_train_act || !g->be->bn_bwd_act) return NULL;
     return fl_op_fused_relu(g, bn, act);
@@ -1080,7 +1104,11 @@ static void batchnorm_backward(fl_graph *g, fl_node *n) {
     float *dgb[2] = {weight_grad(n, 1, &off), weight_grad(n, 2, &off)};
     int act = FL_ACT_LINEAR;
     fl_node *relu = n->relu_folded ? fl_op_fused_relu(g, n, &act) : NULL;
-    if (relu) /* the ReLU's backward left its gradient to be masked here */
+    if (dx && fl_op_fused_conv_bn_train(g, x) == n) {
+        /* the sums, dgamma and dbeta; the convolution before forms dx from the coefficients (conv2d_bn_bwd) */
+        g->be->bn_bwd_coef(&d, act, relu ? relu->val : NULL, x->val, n->in[1] ? n->in[1]->val : NULL, save,
+                           save + c, relu ? relu->grad : n->grad, dgb[0], dgb[1], (float *)n->aux + 2 * c);
+    } else if (relu) /* the ReLU's backward left its gradient to be masked here */
         g->be->bn_bwd_act(&d, act, relu->val, x->val, n->in[1] ? n->in[1]->val : NULL, save, save + c, relu->grad,
                           dx, beta, dgb[0], dgb[1]);
     else

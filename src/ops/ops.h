@@ -40,6 +40,13 @@ fl_node *fl_op_fused_add_relu(const fl_graph *g, const fl_node *add, int *act);
  * the ReLU's value (bn_bwd_act), and the ReLU's backward writes nothing.
  * NULL where the backend lacks those entries or bn is frozen. */
 fl_node *fl_op_fused_bn_relu_train(const fl_graph *g, const fl_node *bn, int *act);
+/* The training BatchNormalization whose data gradient the backward of
+ * Conv2D node conv forms itself (conv linear, the normalisation its only
+ * reader, not frozen; the backend's bn_bwd_coef and conv2d_bn_bwd), or
+ * NULL. The normalisation's backward then writes no dx: it leaves the
+ * coefficients in its aux, and the convolution reads its gradient (or its
+ * fused ReLU's) in its own backward. */
+fl_node *fl_op_fused_conv_bn_train(const fl_graph *g, const fl_node *conv);
 /* The ReLU whose gradient a training backward of node x reads in the ReLU's
  * place: fl_op_fused_bn_relu_train's or fl_op_fused_add_relu's, or NULL. */
 fl_node *fl_op_fused_relu_train(const fl_graph *g, const fl_node *x, int *act);

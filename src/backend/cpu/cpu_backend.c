@@ -609,15 +609,16 @@ static void cpu_bn_fwd_infer(const fl_bn_desc *d, const float *x, const float *g
  * first, so an x far from zero loses nothing). dgamma = sum(dy * xhat), dbeta = sum(dy). With the ReLU
  * fused (rl.ym: its output), dy is the ReLU's output gradient, masked as it is read. */
 static void bn_bwd(const fl_bn_desc *d, bn_relu rl, const float *x, const float *gamma, const float *mean,
-                   const float *invstd, const float *dy, float *dx, float beta, float *dgamma, float *dbeta) {
+                   const float *invstd, const float *dy, float *dx, float beta, float *dgamma, float *dbeta,
+                   float *stu_out) {
     const int c = d->c;
     const int64_t m = d->m;
     const int nb = bn_blocks(m);
     double *part = malloc((size_t)nb * 2 * c * sizeof(double));
-    float *stu = malloc((size_t)3 * c * sizeof(float));
+    float *stu = stu_out ? stu_out : malloc((size_t)3 * c * sizeof(float));
     if (!part || !stu || !bn_block_sums(BN_SUM_DY, m, c, x, dy, rl.ym, rl.hi, mean, part, nb)) {
         free(part);
-        free(stu);
+        if (stu != stu_out) free(stu);
         return;
     }
     const double *sdy = part, *sdyd = part + c; /* sum(dy), sum(dy * (x - mean)) */
@@ -625,7 +626,7 @@ static void bn_bwd(const fl_bn_desc *d, bn_relu rl, const float *x, const float 
         for (int j = 0; j < c; j++) dgamma[j] = (float)(sdyd[j] * invstd[j]);
     if (dbeta)
         for (int j = 0; j < c; j++) dbeta[j] = (float)sdy[j];
-    if (dx) {
+    if (dx || stu_out) {
         float *s = stu, *t = stu + c, *u = stu + 2 * c;
         for (int j = 0; j < c; j++) {
             double sj = (double)(gamma ? gamma[j] : 1.0f) * invstd[j], iv = invstd[j];
@@ -633,21 +634,48 @@ static void bn_bwd(const fl_bn_desc *d, bn_relu rl, const float *x, const float 
             t[j] = (float)(-sj * sdy[j] / (double)m);
             u[j] = (float)(-sj * iv * iv * sdyd[j] / (double)m);
         }
-        bn_affine(m, c, x, dy, mean, s, t, u, dx, beta != 0.0f, rl);
+        if (dx) bn_affine(m, c, x, dy, mean, s, t, u, dx, beta != 0.0f, rl);
     }
     free(part);
-    free(stu);
+    if (stu != stu_out) free(stu);
+}
+
+static void cpu_bn_bwd_coef(const fl_bn_desc *d, int act, const float *y, const float *x, const float *gamma,
+                            const float *mean, const float *invstd, const float *dy, float *dgamma, float *dbeta,
+                            float *stu) {
+    bn_bwd(d, (bn_relu){y, y ? relu_hi(act) : 0.0f}, x, gamma, mean, invstd, dy, NULL, 0.0f, dgamma, dbeta, stu);
+}
+
+/* The normalisation's dx of rows [0, rows) (bn_bwd_coef's coefficients; see bn_affine_rows): the same
+ * arithmetic as bn_bwd's pass, for the convolution that forms it a sample at a time (threads: the caller's). */
+void fl_cpu_bn_dx_rows(int64_t rows, int c, const fl_bn_grad *bg, const float *g, const float *ym, const float *x,
+                       float *dx) {
+    const float *s = bg->stu, *t = s + c, *u = s + 2 * c;
+    const bn_relu rl = {ym, ym ? bg->hi : 0.0f};
+#if FL_HAVE_AVX2_TARGET
+    if (fl_cpu_avx2()) {
+        bn_affine_avx2(0, rows, c, x, g, bg->mean, s, t, u, dx, false, rl);
+        return;
+    }
+#endif
+    bn_affine_base(0, rows, c, x, g, bg->mean, s, t, u, dx, false, rl);
+}
+
+/* The same over all m rows, in parallel: where the convolution cannot form it as it reads. */
+void fl_cpu_bn_dx(int64_t m, int c, const fl_bn_grad *bg, const float *x, float *dx) {
+    const float *s = bg->stu;
+    bn_affine(m, c, x, bg->g, bg->mean, s, s + c, s + 2 * c, dx, false, (bn_relu){bg->ym, bg->ym ? bg->hi : 0.0f});
 }
 
 static void cpu_bn_bwd(const fl_bn_desc *d, const float *x, const float *gamma, const float *mean,
                        const float *invstd, const float *dy, float *dx, float beta, float *dgamma, float *dbeta) {
-    bn_bwd(d, (bn_relu){NULL, 0.0f}, x, gamma, mean, invstd, dy, dx, beta, dgamma, dbeta);
+    bn_bwd(d, (bn_relu){NULL, 0.0f}, x, gamma, mean, invstd, dy, dx, beta, dgamma, dbeta, NULL);
 }
 
 static void cpu_bn_bwd_act(const fl_bn_desc *d, int act, const float *y, const float *x, const float *gamma,
                            const float *mean, const float *invstd, const float *dy, float *dx, float beta,
                            float *dgamma, float *dbeta) {
-    bn_bwd(d, (bn_relu){y, relu_hi(act)}, x, gamma, mean, invstd, dy, dx, beta, dgamma, dbeta);
+    bn_bwd(d, (bn_relu){y, relu_hi(act)}, x, gamma, mean, invstd, dy, dx, beta, dgamma, dbeta, NULL);
 }
 
 static void cpu_accumulate(int64_t n, const float *src, float *dst, float beta) {
@@ -784,6 +812,8 @@ static const fl_backend cpu_backend = {
     .bn_bwd = cpu_bn_bwd,
     .bn_fwd_train_act = cpu_bn_fwd_train_act,
     .bn_bwd_act = cpu_bn_bwd_act,
+    .bn_bwd_coef = cpu_bn_bwd_coef,
+    .conv2d_bn_bwd = fl_cpu_conv2d_bn_bwd,
     .mul = fl_cpu_mul,
     .concat_fwd = fl_cpu_concat_fwd,
     .concat_bwd = fl_cpu_concat_bwd,

@@ -411,10 +411,27 @@ static void unpool_grad(const fl_conv_desc *d, const pool_grad *pg, int64_t n, f
                         d->has_bias ? db : NULL);
 }
 
+/* dst (oh x ow x oc of sample n, rows dst_row floats apart) = the gradient of y built from the
+ * BatchNormalization's after it (its dx, fl_bn_grad; y is its input), a row of pixels at a time while they are
+ * in L1; db += its column sums. */
+static void bn_grad_sample(const fl_conv_desc *d, const fl_bn_grad *bg, int64_t n, const float *y, float *dst,
+                           size_t dst_row, float *db) {
+    const int OC = d->oc;
+    const size_t row = (size_t)d->ow * OC, off = (size_t)n * d->oh * row;
+    for (int oh = 0; oh < d->oh; oh++) {
+        const size_t o = off + (size_t)oh * row;
+        float *r = dst + (size_t)oh * dst_row;
+        fl_cpu_bn_dx_rows(d->ow, OC, bg, bg->g + o, bg->ym ? bg->ym + o : NULL, y + o, r);
+        if (d->has_bias && db) fl_simd_relu_grad_colsum(d->ow, OC, 0, NULL, r, r, db); /* prep_dy's sums */
+    }
+}
+
 /* dx_mask: multiply dx by (x > 0) (the ReLU that produced x, fused). pg: the
- * gradient of y comes from a max pooling (dy is then only scratch). */
+ * gradient of y comes from a max pooling; bg: from a BatchNormalization
+ * (either way dy is then only scratch). */
 static void direct_bwd(const fl_conv_desc *d, const float *x, const float *w, const float *y, float *dy, float *dx,
-                       float dx_beta, int dx_mask, float *dw, float *db, void *ws, const pool_grad *pg) {
+                       float dx_beta, int dx_mask, float *dw, float *db, void *ws, const pool_grad *pg,
+                       const fl_bn_grad *bg) {
     const conv_geom g = geom(d);
     const int C = d->c, OC = d->oc, KH = d->kh, KW = d->kw;
     const size_t in_sz = (size_t)d->h * d->w * C, out_sz = (size_t)d->oh * d->ow * OC;
@@ -466,11 +483,13 @@ static void direct_bwd(const fl_conv_desc *d, const float *x, const float *w, co
                     gy_row = (size_t)g.wd * OC;
                     float *dst = dyp + ((size_t)g.offh * g.wd + g.offw) * OC;
                     if (pg) unpool_grad(d, pg, n, dst, gy_row, db_t);
+                    else if (bg) bn_grad_sample(d, bg, n, y, dst, gy_row, db_t);
                     else prep_dy(d, y + (size_t)n * out_sz, dys, dst, gy_row, db_t);
                     gy = dst;
                 } else {
                     gy_row = (size_t)d->ow * OC;
                     if (pg) unpool_grad(d, pg, n, dys, gy_row, db_t);
+                    else if (bg) bn_grad_sample(d, bg, n, y, dys, gy_row, db_t);
                     else prep_dy(d, y + (size_t)n * out_sz, dys, dys, gy_row, db_t);
                     gy = dys;
                 }
@@ -651,7 +670,7 @@ void fl_cpu_conv2d_fwd(const fl_conv_desc *d, const float *x, const float *w, co
 
 void fl_cpu_conv2d_bwd(const fl_conv_desc *d, const float *x, const float *w, const float *y, float *dy, float *dx,
                        float dx_beta, float *dw, float *db, void *ws) {
-    if (direct_bwd_ok(d, dx != NULL)) { direct_bwd(d, x, w, y, dy, dx, dx_beta, 0, dw, db, ws, NULL); return; }
+    if (direct_bwd_ok(d, dx != NULL)) { direct_bwd(d, x, w, y, dy, dx, dx_beta, 0, dw, db, ws, NULL, NULL); return; }
     const int64_t cs = chunk_samples(d);
     const int64_t nchunks = (d->n + cs - 1) / cs;
     const int G = fl_conv_groups(d), cg = d->c / G, ocg = d->oc / G;
@@ -831,13 +850,24 @@ void fl_cpu_conv2d_maxpool_fwd(const fl_conv_desc *d, const fl_conv_desc *p, con
     }
 }
 
+void fl_cpu_conv2d_bn_bwd(const fl_conv_desc *d, const fl_bn_grad *bg, const float *x, const float *w,
+                          const float *y, float *dy_scratch, float *dx, float dx_beta, float *dw, float *db,
+                          void *ws) {
+    if (d->act == FL_ACT_LINEAR && direct_bwd_ok(d, dx != NULL)) {
+        direct_bwd(d, x, w, y, dy_scratch, dx, dx_beta, 0, dw, db, ws, NULL, bg);
+        return;
+    }
+    fl_cpu_bn_dx(d->n * d->oh * d->ow, d->oc, bg, y, dy_scratch);
+    fl_cpu_conv2d_bwd(d, x, w, y, dy_scratch, dx, dx_beta, dw, db, ws);
+}
+
 void fl_cpu_conv2d_maxpool_bwd(const fl_conv_desc *d, const fl_conv_desc *p, const float *x, const float *w,
                                const float *y, const float *pooled, const float *dpooled, const int32_t *argmax,
                                float *dy_scratch, float *dx, float dx_beta, int dx_relu_mask, float *dw, float *db,
                                void *ws) {
     if (direct_bwd_ok(d, dx != NULL) && pool_tiles(p) && p->h == d->oh && p->w == d->ow && p->c == d->oc) {
         pool_grad pg = {p, pooled, dpooled, argmax};
-        direct_bwd(d, x, w, y, dy_scratch, dx, dx_beta, dx_relu_mask, dw, db, ws, &pg);
+        direct_bwd(d, x, w, y, dy_scratch, dx, dx_beta, dx_relu_mask, dw, db, ws, &pg, NULL);
         return;
     }
     fl_cpu_maxpool_bwd(p, dpooled, argmax, dy_scratch, 0.0f);
