@@ -363,15 +363,11 @@ static fl_node *b_merge(fl_graph *g, fl_node *x, fl_node **p, int *np) {
 }
 
 /* An Add read only by a ReLU (g_add_relu6: ReLU6): the Add writes the ReLU's value, and in training its backward
- * masks the ReLU's gradient (ops.c fl_op_fused_add_relu); x is read by the Add twice and by the Dense */
+ * masks the ReLU's gradient (ops.c fl_op_fused_add_relu); b_merge's sum, which reads its Dense twice */
 static int g_add_relu6;
 static fl_node *b_add_relu(fl_graph *g, fl_node *x, fl_node **p, int *np) {
-    int64_t k = x->shape[x->ndim - 1];
-    p[0] = fl_graph_param(g, "signed", 2, (int64_t[]){k, k}, true);
-    *np = 1;
-    fl_node *a = fl_graph_dense(g, "a", x, p[0], NULL, FL_ACT_LINEAR);
-    fl_node *xs[3] = {x, a, x};
-    fl_node *s = fl_graph_merge(g, "add", FL_OP_ADD, xs, 3, -1);
+    g_merge = FL_OP_ADD;
+    fl_node *s = b_merge(g, x, p, np);
     return fl_graph_pact(g, "relu", s, (fl_pact_desc){FL_PACT_RELU, 0.0f, 0.0f, g_add_relu6 ? 6.0f : INFINITY});
 }
 
