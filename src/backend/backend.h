@@ -51,11 +51,12 @@ typedef struct fl_bn_desc {
 /* The data gradient of a training BatchNormalization, as the convolution
  * before it reads it (conv2d_bn_bwd): per element of [m, c],
  * dx = s * g' + t + u * (x - mean) per channel, with g' = g, or g masked by
- * the fused ReLU's output ym (0 < ym < hi) where ym is given. x is the
- * normalisation's input (the convolution's output). */
+ * the derivative of the fused ReLU (act: FL_ACT_RELU or FL_ACT_RELU6) from
+ * its output ym where ym is given. x is the normalisation's input (the
+ * convolution's output). */
 typedef struct fl_bn_grad {
     const float *g, *ym;
-    float hi;
+    int act;
     const float *mean, *stu; /* c floats; s, t, u: 3c floats (bn_bwd_coef) */
 } fl_bn_grad;
 

@@ -706,13 +706,24 @@ static void concat_geom(const fl_node *x, int axis, int64_t *rows, int64_t *cols
 
 static int64_t rows_of(const fl_node *n) { return fl_node_size(n) / n->shape[n->ndim - 1]; }
 
+/* The first node after x that reads it, and in *k the input it reads x as (the only one where x has one
+ * consumer); NULL if none. */
+static fl_node *first_reader(const fl_graph *g, const fl_node *x, int *k) {
+    for (int i = x->id + 1; i < g->n; i++) {
+        fl_node *n = g->nodes[i];
+        for (*k = 0; *k < n->nin; (*k)++)
+            if (n->in[*k] == x) return n;
+    }
+    return NULL;
+}
+
 /* The max pooling that consumes conv2d node c, when c has no other consumer
  * and the backend runs the two fused; else NULL. */
 fl_node *fl_op_fused_pool(const fl_graph *g, const fl_node *c) {
     if (!g->be->conv2d_maxpool_fwd || !g->be->conv2d_maxpool_bwd || c->nconsumers != 1) return NULL;
-    for (int i = c->id + 1; i < g->n; i++)
-        if (g->nodes[i]->nin > 0 && g->nodes[i]->in[0] == c) return g->nodes[i]->op == FL_OP_MAXPOOL ? g->nodes[i] : NULL;
-    return NULL;
+    int k;
+    fl_node *n = first_reader(g, c, &k);
+    return n && k == 0 && n->op == FL_OP_MAXPOOL ? n : NULL;
 }
 
 /* ---------------------------------------------------- gradient helpers */
@@ -791,36 +802,27 @@ fl_node *fl_op_fused_bn(const fl_graph *g, const fl_node *c) {
     if ((c->op != FL_OP_CONV2D && c->op != FL_OP_DEPTHWISE_CONV2D) || c->conv.act != FL_ACT_LINEAR ||
         c->nconsumers != 1 || c->is_output || !c->batched || c->ndim < 2)
         return NULL;
-    for (int i = c->id + 1; i < g->n; i++) {
-        fl_node *n = g->nodes[i];
-        for (int k = 0; k < n->nin; k++)
-            if (n->in[k] == c)
-                return n->op == FL_OP_BATCHNORM && k == 0 && n->in[3] && n->in[4] &&
-                               fl_node_size(n->in[3]) == c->shape[c->ndim - 1] ? n : NULL;
-    }
-    return NULL;
+    int k;
+    fl_node *n = first_reader(g, c, &k);
+    return n && n->op == FL_OP_BATCHNORM && k == 0 && n->in[3] && n->in[4] &&
+                   fl_node_size(n->in[3]) == c->shape[c->ndim - 1] ? n : NULL;
 }
 
 int64_t fl_op_fold_floats(const fl_node *c) { return fl_node_size(c->in[1]) + 3 * c->shape[c->ndim - 1]; }
 
 fl_node *fl_op_fused_relu(const fl_graph *g, const fl_node *x, int *act) {
     if (x->nconsumers != 1 || x->is_output) return NULL;
-    for (int i = x->id + 1; i < g->n; i++) {
-        fl_node *n = g->nodes[i];
-        for (int k = 0; k < n->nin; k++) {
-            if (n->in[k] != x) continue;
-            if (k != 0 || n->nin != 1) return NULL;
-            if (n->op == FL_OP_ACT && (n->act == FL_ACT_RELU || n->act == FL_ACT_RELU6)) {
-                *act = n->act;
-                return n;
-            }
-            if (n->op == FL_OP_PACT && n->pact.code == FL_PACT_RELU && n->pact.a == 0.0f && n->pact.b == 0.0f &&
-                (isinf(n->pact.c) || n->pact.c == 6.0f)) {
-                *act = isinf(n->pact.c) ? FL_ACT_RELU : FL_ACT_RELU6;
-                return n;
-            }
-            return NULL;
-        }
+    int k;
+    fl_node *n = first_reader(g, x, &k);
+    if (!n || k != 0 || n->nin != 1) return NULL;
+    if (n->op == FL_OP_ACT && (n->act == FL_ACT_RELU || n->act == FL_ACT_RELU6)) {
+        *act = n->act;
+        return n;
+    }
+    if (n->op == FL_OP_PACT && n->pact.code == FL_PACT_RELU && n->pact.a == 0.0f && n->pact.b == 0.0f &&
+        (isinf(n->pact.c) || n->pact.c == 6.0f)) {
+        *act = isinf(n->pact.c) ? FL_ACT_RELU : FL_ACT_RELU6;
+        return n;
     }
     return NULL;
 }
@@ -886,8 +888,8 @@ static void conv2d_backward(fl_graph *g, fl_node *n) {
         int act = FL_ACT_LINEAR;
         fl_node *relu = bn->relu_folded ? fl_op_fused_relu(g, bn, &act) : NULL;
         const int64_t c = n->shape[n->ndim - 1];
-        fl_bn_grad bg = {relu ? relu->grad : bn->grad, relu ? relu->val : NULL, act == FL_ACT_RELU6 ? 6.0f : INFINITY,
-                         (const float *)bn->aux, (const float *)bn->aux + 2 * c};
+        fl_bn_grad bg = {relu ? relu->grad : bn->grad, relu ? relu->val : NULL, act, (const float *)bn->aux,
+                         (const float *)bn->aux + 2 * c};
         g->be->conv2d_bn_bwd(&d, &bg, x->val, n->in[1]->val, n->val, n->grad, dx, beta, dw[0], dw[1], g->ws);
     } else {
         g->be->conv2d_bwd(&d, x->val, n->in[1]->val, n->val, n->grad, dx, beta, dw[0], dw[1], g->ws);
@@ -1043,12 +1045,9 @@ fl_node *fl_op_fused_conv_bn_train(const fl_graph *g, const fl_node *c) {
     if (c->op != FL_OP_CONV2D || c->conv.act != FL_ACT_LINEAR || !c->needs_grad || c->nconsumers != 1 ||
         c->is_output || !c->batched || !g->be->bn_bwd_coef || !g->be->conv2d_bn_bwd)
         return NULL;
-    for (int i = c->id + 1; i < g->n; i++) {
-        fl_node *n = g->nodes[i];
-        for (int k = 0; k < n->nin; k++)
-            if (n->in[k] == c) return n->op == FL_OP_BATCHNORM && k == 0 && !n->mode ? n : NULL;
-    }
-    return NULL;
+    int k;
+    fl_node *n = first_reader(g, c, &k);
+    return n && n->op == FL_OP_BATCHNORM && k == 0 && !n->mode ? n : NULL;
 }
 
 fl_node *fl_op_fused_bn_relu_train(const fl_graph *g, const fl_node *bn, int *act) {

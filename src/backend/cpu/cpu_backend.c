@@ -651,7 +651,7 @@ static void cpu_bn_bwd_coef(const fl_bn_desc *d, int act, const float *y, const 
 void fl_cpu_bn_dx_rows(int64_t rows, int c, const fl_bn_grad *bg, const float *g, const float *ym, const float *x,
                        float *dx) {
     const float *s = bg->stu, *t = s + c, *u = s + 2 * c;
-    const bn_relu rl = {ym, ym ? bg->hi : 0.0f};
+    const bn_relu rl = {ym, ym ? relu_hi(bg->act) : 0.0f};
 #if FL_HAVE_AVX2_TARGET
     if (fl_cpu_avx2()) {
         bn_affine_avx2(0, rows, c, x, g, bg->mean, s, t, u, dx, false, rl);
@@ -664,7 +664,8 @@ void fl_cpu_bn_dx_rows(int64_t rows, int c, const fl_bn_grad *bg, const float *g
 /* The same over all m rows, in parallel: where the convolution cannot form it as it reads. */
 void fl_cpu_bn_dx(int64_t m, int c, const fl_bn_grad *bg, const float *x, float *dx) {
     const float *s = bg->stu;
-    bn_affine(m, c, x, bg->g, bg->mean, s, s + c, s + 2 * c, dx, false, (bn_relu){bg->ym, bg->ym ? bg->hi : 0.0f});
+    bn_affine(m, c, x, bg->g, bg->mean, s, s + c, s + 2 * c, dx, false,
+              (bn_relu){bg->ym, bg->ym ? relu_hi(bg->act) : 0.0f});
 }
 
 static void cpu_bn_bwd(const fl_bn_desc *d, const float *x, const float *gamma, const float *mean,
