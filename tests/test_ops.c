@@ -566,7 +566,10 @@ static void test_batchnorm_frozen(void) {
  * ReLU layer, kind 1), fused (bn_fwd_train_act, bn_bwd_act): the same output, moving statistics and
  * gradients, bit for bit, as the two layers run apart (a backend without the fused entries), whose
  * gradients test_batchnorm and test_act check by differences (here a step in gamma moves a whole channel
- * across the ReLU's kink). The inputs put values at, above and below the cap. */
+ * across the ReLU's kink). The inputs put values at, above and below the cap. With at_mean, every channel's
+ * values are its mean and the mean +- 1/4 in turn, and beta is 0 or 6: at the mean the ReLU's input
+ * x * s + t lands on the kink or the cap only because the forward rounds the product and the sum apart,
+ * so a backward whose mask computes it again in another way (an FMA) fails. */
 static fl_node *bn_relu_chain(harness *h, const fl_backend *be, int relu6, int kind, const harness *like) {
     const int64_t B = 7, C = 19;
     memset(h, 0, sizeof *h);
@@ -595,17 +598,24 @@ static fl_node *bn_relu_chain(harness *h, const fl_backend *be, int relu6, int k
     return bn;
 }
 
-static void test_bn_relu_fused(int relu6, int kind) {
+static void test_bn_relu_fused(int relu6, int kind, int at_mean) {
     static fl_backend apart;
     apart = *fl_backend_cpu();
     apart.bn_fwd_train_act = NULL;
     apart.bn_bwd_act = NULL;
     harness h, u;
     fl_node *bh = bn_relu_chain(&h, fl_backend_cpu(), relu6, kind, NULL);
+    if (at_mean) {
+        const int64_t C = bh->in[1]->shape[0], rows = fl_node_size(h.x) / C; /* rows: a multiple of 3 */
+        for (int64_t r = 0; r < rows; r++)
+            for (int64_t c = 0; c < C; c++) /* the mean 1.25 + c/64, its neighbours exact in float */
+                h.x->val[r * C + c] = 1.25f + (float)c / 64.0f + 0.25f * (float)(r % 3 - 1);
+        for (int64_t c = 0; c < C; c++) bh->in[2]->val[c] = relu6 && (c & 1) ? 6.0f : 0.0f;
+    }
     fl_node *bu = bn_relu_chain(&u, &apart, relu6, kind, &h);
-    char what[80];
-    snprintf(what, sizeof what, "batchnorm -> %s%s (training)", kind ? "ReLU layer" : "Activation",
-             relu6 ? " (6)" : "");
+    char what[96];
+    snprintf(what, sizeof what, "batchnorm -> %s%s (training%s)", kind ? "ReLU layer" : "Activation",
+             relu6 ? " (6)" : "", at_mean ? ", values at the mean" : "");
     harness *hs[2] = {&h, &u};
     for (int k = 0; k < 2; k++) h_step(hs[k]);
     CHECK_MSG(bh->relu_folded && !bu->relu_folded, "%s: fused %d and %d, expected 1 and 0", what, bh->relu_folded,
@@ -2582,7 +2592,7 @@ int main(void) {
      * shapes, odd sizes with a row and column no window covers, and more
      * than 16 filters (a vector and a remainder) */
     test_fused_conv_relu_conv_pool(10, 10, 1, 4, 8, 2);
-    for (int k = 0; k < 4; k++) test_bn_relu_fused(k & 1, k >> 1);
+    for (int k = 0; k < 4; k++) test_bn_relu_fused(k & 1, k >> 1, 0);
     test_fused_conv_relu_conv_pool(9, 11, 2, 5, 19, 2);
     test_fused_conv_relu_conv_pool(10, 10, 3, 8, 6, 3);
     /* recurrent layers (appended: the streams above stay) */
@@ -2659,5 +2669,6 @@ int main(void) {
     /* training fusions, checked bit for bit against the layers apart (appended: the streams above stay) */
     for (int k = 0; k < 5; k++) test_add_relu_train(k);
     for (int v = 0; v < 4; v++) test_conv_bn_fused(v);
+    for (int k = 0; k < 4; k++) test_bn_relu_fused(k & 1, k >> 1, 1);
     return check_report("test_ops");
 }

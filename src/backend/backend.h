@@ -51,11 +51,13 @@ typedef struct fl_bn_desc {
 /* The data gradient of a training BatchNormalization, as the convolution
  * before it reads it (conv2d_bn_bwd): per element of [m, c],
  * dx = s * g' + t + u * (x - mean) per channel, with g' = g, or g masked by
- * the derivative of the fused ReLU (act: FL_ACT_RELU or FL_ACT_RELU6) from
- * its output ym where ym is given. x is the normalisation's input (the
- * convolution's output). */
+ * the derivative of the fused ReLU (act: FL_ACT_RELU or FL_ACT_RELU6) where
+ * coef is given: 0 < x * s' + t' < cap, with s' and t' the 2c floats of
+ * coef, the forward's own (bn_fwd_train_act), so that the ReLU's input is
+ * recomputed to the bit and its output never read. x is the
+ * normalisation's input (the convolution's output). */
 typedef struct fl_bn_grad {
-    const float *g, *ym;
+    const float *g, *coef;
     int act;
     const float *mean, *stu; /* c floats; s, t, u: 3c floats (bn_bwd_coef) */
 } fl_bn_grad;
@@ -310,25 +312,29 @@ typedef struct fl_backend {
                    float *dbeta);
     /* Optional (NULL: the two layers run apart): training's normalisation
      * with the ReLU (act FL_ACT_RELU) or ReLU6 (FL_ACT_RELU6) that alone
-     * reads it. The forward writes act(bn(x)) into y, and the
-     * normalisation's own output nowhere; the backward takes y and dy, the
-     * gradient of y, and reads dy masked by the ReLU's derivative (0 < y <
-     * cap), as bn_bwd would read the ReLU backward's result. */
+     * reads it. The forward writes act(x * s + t) into y, the
+     * normalisation's own output nowhere, and the per-channel s and t it
+     * applied into coef (2c floats). The backward takes coef and dy, the
+     * gradient of y, and reads dy masked by the ReLU's derivative
+     * (0 < x * s + t < cap, the ReLU's input computed again as the forward
+     * computed it, so the same mask to the bit without reading y), as
+     * bn_bwd would read the ReLU backward's result. */
     void (*bn_fwd_train_act)(const fl_bn_desc *d, int act, const float *x, const float *gamma, const float *beta,
-                             float *y, float *save_mean, float *save_invstd, float *moving_mean, float *moving_var);
-    void (*bn_bwd_act)(const fl_bn_desc *d, int act, const float *y, const float *x, const float *gamma,
+                             float *y, float *coef, float *save_mean, float *save_invstd, float *moving_mean,
+                             float *moving_var);
+    void (*bn_bwd_act)(const fl_bn_desc *d, int act, const float *coef, const float *x, const float *gamma,
                        const float *save_mean, const float *save_invstd, const float *dy, float *dx, float dx_beta,
                        float *dgamma, float *dbeta);
     /* Optional, both or neither (NULL: the normalisation writes its dx
      * itself): training's normalisation backward without its dx pass. It
      * takes the sums, writes dgamma and dbeta, and leaves in stu (3c floats)
-     * the s, t and u of its dx (fl_bn_grad); act and y are the fused ReLU
-     * as in bn_bwd_act (FL_ACT_LINEAR and NULL: none). The Conv2D before it
+     * the s, t and u of its dx (fl_bn_grad); act and coef are the fused
+     * ReLU as in bn_bwd_act (FL_ACT_LINEAR and NULL: none). The Conv2D before it
      * (linear; the normalisation its only reader) then forms that dx a
      * sample at a time as its backward reads its dy (conv2d_bn_bwd), so the
      * dx never goes to memory and back; dy_scratch has room for the whole
      * dy where the backend forms it first. */
-    void (*bn_bwd_coef)(const fl_bn_desc *d, int act, const float *y, const float *x, const float *gamma,
+    void (*bn_bwd_coef)(const fl_bn_desc *d, int act, const float *coef, const float *x, const float *gamma,
                         const float *save_mean, const float *save_invstd, const float *dy, float *dgamma,
                         float *dbeta, float *stu);
     void (*conv2d_bn_bwd)(const fl_conv_desc *d, const fl_bn_grad *bg, const float *x, const float *w,

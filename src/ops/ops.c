@@ -387,8 +387,9 @@ fl_node *fl_graph_batchnorm(fl_graph *g, const char *name, fl_node *x, fl_node *
     n->eps = eps;
     n->momentum = momentum;
     /* the batch's mean and 1/std; then the s, t, u of its dx when the convolution before it forms the dx
-     * (fl_op_fused_conv_bn_train) */
-    n->aux_fixed = 5 * (size_t)x->shape[x->ndim - 1] * sizeof(float);
+     * (fl_op_fused_conv_bn_train); then the s, t the forward applied when it applies a ReLU too
+     * (fl_op_fused_bn_relu_train: the backward's mask) */
+    n->aux_fixed = 7 * (size_t)x->shape[x->ndim - 1] * sizeof(float);
     return n;
 }
 
@@ -888,8 +889,8 @@ static void conv2d_backward(fl_graph *g, fl_node *n) {
         int act = FL_ACT_LINEAR;
         fl_node *relu = bn->relu_folded ? fl_op_fused_relu(g, bn, &act) : NULL;
         const int64_t c = n->shape[n->ndim - 1];
-        fl_bn_grad bg = {relu ? relu->grad : bn->grad, relu ? relu->val : NULL, act, (const float *)bn->aux,
-                         (const float *)bn->aux + 2 * c};
+        fl_bn_grad bg = {relu ? relu->grad : bn->grad, relu ? (const float *)bn->aux + 5 * c : NULL, act,
+                         (const float *)bn->aux, (const float *)bn->aux + 2 * c};
         g->be->conv2d_bn_bwd(&d, &bg, x->val, n->in[1]->val, n->val, n->grad, dx, beta, dw[0], dw[1], g->ws);
     } else {
         g->be->conv2d_bwd(&d, x->val, n->in[1]->val, n->val, n->grad, dx, beta, dw[0], dw[1], g->ws);
@@ -1067,8 +1068,8 @@ static void batchnorm_forward(fl_graph *g, fl_node *n, bool training) {
         int act = FL_ACT_LINEAR;
         fl_node *relu = fl_op_fused_bn_relu_train(g, n, &act);
         if (relu) { /* the ReLU's value, and not this node's */
-            g->be->bn_fwd_train_act(&d, act, x->val, gamma, beta, relu->val, save, save + c, n->in[3]->val,
-                                    n->in[4]->val);
+            g->be->bn_fwd_train_act(&d, act, x->val, gamma, beta, relu->val, save + 5 * c, save, save + c,
+                                    n->in[3]->val, n->in[4]->val);
             n->relu_folded = true;
             return;
         }
@@ -1105,10 +1106,10 @@ static void batchnorm_backward(fl_graph *g, fl_node *n) {
     fl_node *relu = n->relu_folded ? fl_op_fused_relu(g, n, &act) : NULL;
     if (dx && fl_op_fused_conv_bn_train(g, x) == n) {
         /* the sums, dgamma and dbeta; the convolution before forms dx from the coefficients (conv2d_bn_bwd) */
-        g->be->bn_bwd_coef(&d, act, relu ? relu->val : NULL, x->val, n->in[1] ? n->in[1]->val : NULL, save,
+        g->be->bn_bwd_coef(&d, act, relu ? save + 5 * c : NULL, x->val, n->in[1] ? n->in[1]->val : NULL, save,
                            save + c, relu ? relu->grad : n->grad, dgb[0], dgb[1], (float *)n->aux + 2 * c);
     } else if (relu) /* the ReLU's backward left its gradient to be masked here */
-        g->be->bn_bwd_act(&d, act, relu->val, x->val, n->in[1] ? n->in[1]->val : NULL, save, save + c, relu->grad,
+        g->be->bn_bwd_act(&d, act, save + 5 * c, x->val, n->in[1] ? n->in[1]->val : NULL, save, save + c, relu->grad,
                           dx, beta, dgb[0], dgb[1]);
     else
         g->be->bn_bwd(&d, x->val, n->in[1] ? n->in[1]->val : NULL, save, save + c, n->grad, dx, beta, dgb[0],

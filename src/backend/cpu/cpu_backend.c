@@ -343,17 +343,21 @@ static int bn_blocks(int64_t m) {
 /* Block sums over rows [r0, r1) into a, b (c doubles each; fa, fb: c floats of scratch):
  * X: a += x - k, b += (x - k)^2, with k the channel's value in row 0 (the shift keeps the one-pass variance
  * from cancelling: the values summed are deviations, as in a two-pass one); DY: a += dy, b += dy * (x - k)
- * with k the batch mean, dy first masked by the ReLU's output ym where ym is given (relu_mask). */
+ * with k the batch mean, dy first masked by the fused ReLU's derivative where coef (the forward's s, t) is
+ * given (relu_mask). */
 typedef enum { BN_SUM_X, BN_SUM_DY } bn_sum_kind;
-/* The ReLU's (or ReLU6's) derivative from its output y: 1 where 0 < y < hi (as pact_bwd's from its input) */
-static inline float relu_mask(float y, float hi) { return (float)((y > 0.0f) & (y < hi)); }
+/* The fused ReLU's input, x * s + t: the one expression the forward applies and the backward's mask
+ * computes again, so that both round alike (the build turns off contraction into FMAs: -ffp-contract=off). */
+static inline float bn_pre(float x, float s, float t) { return x * s + t; }
+/* The ReLU's (or ReLU6's) derivative at its input v: 1 where 0 < v < hi (as pact_bwd's) */
+static inline float relu_mask(float v, float hi) { return (float)((v > 0.0f) & (v < hi)); }
 
 /* Channels j0 .. j0 + w (w <= 8) of rows [r, re) into fa, fb, each channel's rows added in order. Summing
  * a block of channels over the chunk's rows, rather than every channel row by row into fa and fb, keeps the
  * sums out of memory: there each row's add waited on the last row's store. */
 static inline __attribute__((always_inline)) void bn_sums_block(bn_sum_kind kind, int64_t r, int64_t re, int c,
                                                                 int j0, int w, const float *restrict x,
-                                                                const float *restrict dy, const float *restrict ym,
+                                                                const float *restrict dy, const float *restrict coef,
                                                                 float hi, const float *restrict mean,
                                                                 float *restrict fa, float *restrict fb) {
     float sa[8] = {0}, sb[8] = {0};
@@ -362,15 +366,15 @@ static inline __attribute__((always_inline)) void bn_sums_block(bn_sum_kind kind
         if (kind == BN_SUM_X) {
 #pragma omp simd
             for (int j = 0; j < w; j++) { float t = xr[j] - mr[j]; sa[j] += t; sb[j] += t * t; }
-        } else if (!ym) {
+        } else if (!coef) {
             const float *restrict g = dy + (size_t)i * c + j0;
 #pragma omp simd
             for (int j = 0; j < w; j++) { sa[j] += g[j]; sb[j] += g[j] * (xr[j] - mr[j]); }
         } else {
-            const float *restrict g = dy + (size_t)i * c + j0, *restrict yr = ym + (size_t)i * c + j0;
+            const float *restrict g = dy + (size_t)i * c + j0, *restrict fs = coef + j0, *restrict ft = fs + c;
 #pragma omp simd
             for (int j = 0; j < w; j++) {
-                float gj = g[j] * relu_mask(yr[j], hi);
+                float gj = g[j] * relu_mask(bn_pre(xr[j], fs[j], ft[j]), hi);
                 sa[j] += gj;
                 sb[j] += gj * (xr[j] - mr[j]);
             }
@@ -383,23 +387,24 @@ static inline __attribute__((always_inline)) void bn_sums_block(bn_sum_kind kind
 /* bn_sums_block for 8 channels, with the sums in two registers: GCC kept bn_sums_block's arrays on the stack
  * (a store and a reload per row). The same operations in the same order: the same sums to the bit. */
 FL_AVX2_TARGET static void bn_sums_block8_avx2(bn_sum_kind kind, int64_t r, int64_t re, int c, int j0,
-                                               const float *x, const float *dy, const float *ym, float hi,
+                                               const float *x, const float *dy, const float *coef, float hi,
                                                const float *mean, float *fa, float *fb) {
     const __m256 m = _mm256_loadu_ps(mean + j0), zero = _mm256_setzero_ps(), cap = _mm256_set1_ps(hi),
                  one = _mm256_set1_ps(1.0f);
+    const __m256 fs = coef ? _mm256_loadu_ps(coef + j0) : zero, ft = coef ? _mm256_loadu_ps(coef + c + j0) : zero;
     __m256 sa = zero, sb = zero;
     for (int64_t i = r; i < re; i++) {
         const size_t o = (size_t)i * c + (size_t)j0;
-        const __m256 t = _mm256_sub_ps(_mm256_loadu_ps(x + o), m);
+        const __m256 xv = _mm256_loadu_ps(x + o), t = _mm256_sub_ps(xv, m);
         if (kind == BN_SUM_X) {
             sa = _mm256_add_ps(sa, t);
             sb = _mm256_add_ps(sb, _mm256_mul_ps(t, t));
             continue;
         }
         __m256 g = _mm256_loadu_ps(dy + o);
-        if (ym) {
-            const __m256 y = _mm256_loadu_ps(ym + o);
-            const __m256 mk = _mm256_and_ps(_mm256_cmp_ps(y, zero, _CMP_GT_OQ), _mm256_cmp_ps(y, cap, _CMP_LT_OQ));
+        if (coef) { /* bn_pre, unfused: a multiply, then an add */
+            const __m256 v = _mm256_add_ps(_mm256_mul_ps(xv, fs), ft);
+            const __m256 mk = _mm256_and_ps(_mm256_cmp_ps(v, zero, _CMP_GT_OQ), _mm256_cmp_ps(v, cap, _CMP_LT_OQ));
             g = _mm256_mul_ps(g, _mm256_and_ps(mk, one));
         }
         sa = _mm256_add_ps(sa, g);
@@ -413,7 +418,7 @@ FL_AVX2_TARGET static void bn_sums_block8_avx2(bn_sum_kind kind, int64_t r, int6
 static inline __attribute__((always_inline)) void bn_sums_rows(bn_sum_kind kind, bool avx2, int64_t r0, int64_t r1,
                                                                int c,
                                                                const float *restrict x, const float *restrict dy,
-                                                               const float *restrict ym, float hi,
+                                                               const float *restrict coef, float hi,
                                                                const float *restrict mean, double *restrict a,
                                                                double *restrict b, float *restrict fa,
                                                                float *restrict fb) {
@@ -422,28 +427,28 @@ static inline __attribute__((always_inline)) void bn_sums_rows(bn_sum_kind kind,
         int j0 = 0;
         for (; j0 + 8 <= c; j0 += 8) {
 #if FL_HAVE_AVX2_TARGET
-            if (avx2) { bn_sums_block8_avx2(kind, r, re, c, j0, x, dy, ym, hi, mean, fa, fb); continue; }
+            if (avx2) { bn_sums_block8_avx2(kind, r, re, c, j0, x, dy, coef, hi, mean, fa, fb); continue; }
 #endif
-            bn_sums_block(kind, r, re, c, j0, 8, x, dy, ym, hi, mean, fa, fb);
+            bn_sums_block(kind, r, re, c, j0, 8, x, dy, coef, hi, mean, fa, fb);
         }
-        if (j0 < c) bn_sums_block(kind, r, re, c, j0, c - j0, x, dy, ym, hi, mean, fa, fb);
+        if (j0 < c) bn_sums_block(kind, r, re, c, j0, c - j0, x, dy, coef, hi, mean, fa, fb);
         for (int j = 0; j < c; j++) { a[j] += fa[j]; b[j] += fb[j]; }
     }
 }
 #if FL_HAVE_AVX2_TARGET
 FL_AVX2_TARGET static void bn_sums_avx2(bn_sum_kind kind, int64_t r0, int64_t r1, int c, const float *x,
-                                        const float *dy, const float *ym, float hi, const float *mean, double *a,
+                                        const float *dy, const float *coef, float hi, const float *mean, double *a,
                                         double *b, float *fa, float *fb) {
-    bn_sums_rows(kind, true, r0, r1, c, x, dy, ym, hi, mean, a, b, fa, fb);
+    bn_sums_rows(kind, true, r0, r1, c, x, dy, coef, hi, mean, a, b, fa, fb);
 }
 #endif
 static void bn_sums_base(bn_sum_kind kind, int64_t r0, int64_t r1, int c, const float *x, const float *dy,
-                         const float *ym, float hi, const float *mean, double *a, double *b, float *fa, float *fb) {
-    bn_sums_rows(kind, false, r0, r1, c, x, dy, ym, hi, mean, a, b, fa, fb);
+                         const float *coef, float hi, const float *mean, double *a, double *b, float *fa, float *fb) {
+    bn_sums_rows(kind, false, r0, r1, c, x, dy, coef, hi, mean, a, b, fa, fb);
 }
 
 /* part[k*2c + j]: block k's sums a (j < c) and b (c <= j < 2c), zeroed here; false when out of memory */
-static bool bn_block_sums(bn_sum_kind kind, int64_t m, int c, const float *x, const float *dy, const float *ym,
+static bool bn_block_sums(bn_sum_kind kind, int64_t m, int c, const float *x, const float *dy, const float *coef,
                           float hi, const float *mean, double *part, int nb) {
     float *scratch = malloc((size_t)nb * 2 * c * sizeof(float));
     if (!scratch) return false;
@@ -455,9 +460,9 @@ static bool bn_block_sums(bn_sum_kind kind, int64_t m, int c, const float *x, co
         float *fa = scratch + (size_t)k * 2 * c;
         const int64_t r0 = m * k / nb, r1 = m * (k + 1) / nb;
 #if FL_HAVE_AVX2_TARGET
-        if (avx2) { bn_sums_avx2(kind, r0, r1, c, x, dy, ym, hi, mean, a, a + c, fa, fa + c); continue; }
+        if (avx2) { bn_sums_avx2(kind, r0, r1, c, x, dy, coef, hi, mean, a, a + c, fa, fa + c); continue; }
 #endif
-        bn_sums_base(kind, r0, r1, c, x, dy, ym, hi, mean, a, a + c, fa, fa + c);
+        bn_sums_base(kind, r0, r1, c, x, dy, coef, hi, mean, a, a + c, fa, fa + c);
     }
     (void)avx2;
     free(scratch);
@@ -468,8 +473,9 @@ static bool bn_block_sums(bn_sum_kind kind, int64_t m, int c, const float *x, co
 
 /* y = x * s + t per channel over rows [r0, r1), through a ReLU capped at hi where hi > 0 (the forward
  * with the ReLU after it); or, given g, y (accumulate: +)= s * g + t + u * (x - mean) (dx of the backward
- * pass, see cpu_bn_bwd), g masked by the ReLU's output ym where ym is given. */
-typedef struct bn_relu { const float *ym; float hi; } bn_relu;
+ * pass, see cpu_bn_bwd), g masked by the fused ReLU's derivative at bn_pre(x, s', t') where coef (s', then
+ * t') is given. */
+typedef struct bn_relu { const float *coef; float hi; } bn_relu;
 static inline __attribute__((always_inline)) void bn_affine_rows(int64_t r0, int64_t r1, int c,
                                                                  const float *restrict x, const float *restrict g,
                                                                  const float *restrict mean, const float *restrict s,
@@ -482,23 +488,25 @@ static inline __attribute__((always_inline)) void bn_affine_rows(int64_t r0, int
         if (!g && hi > 0.0f) {
 #pragma omp simd
             for (int j = 0; j < c; j++) {
-                float v = xr[j] * s[j] + t[j];
+                float v = bn_pre(xr[j], s[j], t[j]);
                 v = v > 0.0f ? v : 0.0f;
                 yr[j] = v < hi ? v : hi;
             }
         } else if (!g) {
 #pragma omp simd
             for (int j = 0; j < c; j++) yr[j] = xr[j] * s[j] + t[j];
-        } else if (rl.ym) {
-            const float *restrict gr = g + (size_t)i * c, *restrict mr = rl.ym + (size_t)i * c;
+        } else if (rl.coef) {
+            const float *restrict gr = g + (size_t)i * c, *restrict fs = rl.coef, *restrict ft = fs + c;
             if (accumulate) {
 #pragma omp simd
                 for (int j = 0; j < c; j++)
-                    yr[j] += gr[j] * relu_mask(mr[j], hi) * s[j] + t[j] + u[j] * (xr[j] - mean[j]);
+                    yr[j] += gr[j] * relu_mask(bn_pre(xr[j], fs[j], ft[j]), hi) * s[j] + t[j] +
+                             u[j] * (xr[j] - mean[j]);
             } else {
 #pragma omp simd
                 for (int j = 0; j < c; j++)
-                    yr[j] = gr[j] * relu_mask(mr[j], hi) * s[j] + t[j] + u[j] * (xr[j] - mean[j]);
+                    yr[j] = gr[j] * relu_mask(bn_pre(xr[j], fs[j], ft[j]), hi) * s[j] + t[j] +
+                            u[j] * (xr[j] - mean[j]);
             }
         } else {
             const float *restrict gr = g + (size_t)i * c;
@@ -544,17 +552,19 @@ static float relu_hi(int act) { return act == FL_ACT_RELU6 ? 6.0f : INFINITY; }
 
 /* Training: the batch's mean and biased variance (one pass over x, shifted by its first row: see
  * bn_sums_rows), and y by Keras's formula: inv = rsqrt(var + eps) * gamma, y = x * inv + (beta - mean * inv);
- * then through the ReLU when act says (bn_fwd_train_act). */
+ * then through the ReLU when act says (bn_fwd_train_act), leaving inv and res in coef where given. */
 static void bn_fwd_train(const fl_bn_desc *d, int act, const float *x, const float *gamma, const float *beta,
-                         float *y, float *save_mean, float *save_invstd, float *moving_mean, float *moving_var) {
+                         float *y, float *coef, float *save_mean, float *save_invstd, float *moving_mean,
+                         float *moving_var) {
     const int c = d->c;
     const int64_t m = d->m;
     const int nb = bn_blocks(m);
     double *part = malloc((size_t)nb * 2 * c * sizeof(double));
-    float *st = malloc((size_t)2 * c * sizeof(float));
+    float *st = coef ? coef : malloc((size_t)2 * c * sizeof(float));
     /* small buffers (the graph preallocates the large ones); x's row 0 is the shift */
     if (!part || !st || !bn_block_sums(BN_SUM_X, m, c, x, NULL, NULL, 0.0f, x, part, nb)) {
-        free(part); free(st);
+        free(part);
+        if (st != coef) free(st);
         return;
     }
     float *s = st, *t = st + c;
@@ -570,18 +580,18 @@ static void bn_fwd_train(const fl_bn_desc *d, int act, const float *x, const flo
     }
     free(part);
     bn_affine(m, c, x, NULL, NULL, s, t, NULL, y, false, (bn_relu){NULL, act == FL_ACT_LINEAR ? 0.0f : relu_hi(act)});
-    free(st);
+    if (st != coef) free(st);
 }
 
 static void cpu_bn_fwd_train(const fl_bn_desc *d, const float *x, const float *gamma, const float *beta, float *y,
                              float *save_mean, float *save_invstd, float *moving_mean, float *moving_var) {
-    bn_fwd_train(d, FL_ACT_LINEAR, x, gamma, beta, y, save_mean, save_invstd, moving_mean, moving_var);
+    bn_fwd_train(d, FL_ACT_LINEAR, x, gamma, beta, y, NULL, save_mean, save_invstd, moving_mean, moving_var);
 }
 
 static void cpu_bn_fwd_train_act(const fl_bn_desc *d, int act, const float *x, const float *gamma, const float *beta,
-                                 float *y, float *save_mean, float *save_invstd, float *moving_mean,
+                                 float *y, float *coef, float *save_mean, float *save_invstd, float *moving_mean,
                                  float *moving_var) {
-    bn_fwd_train(d, act, x, gamma, beta, y, save_mean, save_invstd, moving_mean, moving_var);
+    bn_fwd_train(d, act, x, gamma, beta, y, coef, save_mean, save_invstd, moving_mean, moving_var);
 }
 
 /* Inference: Keras's (and TensorFlow's) formula, per channel inv = rsqrt(var + eps) * gamma and
@@ -607,7 +617,7 @@ static void cpu_bn_fwd_infer(const fl_bn_desc *d, const float *x, const float *g
  * dx = s * dy + t + u * (x - mean) with per-channel s = gamma * invstd, t = -s * mean(dy) and
  * u = -s * invstd^2 * mean(dy * (x - mean)): two multiply-adds and a subtraction an element (x - mean
  * first, so an x far from zero loses nothing). dgamma = sum(dy * xhat), dbeta = sum(dy). With the ReLU
- * fused (rl.ym: its output), dy is the ReLU's output gradient, masked as it is read. */
+ * fused (rl.coef: the forward's s, t), dy is the ReLU's output gradient, masked as it is read. */
 static void bn_bwd(const fl_bn_desc *d, bn_relu rl, const float *x, const float *gamma, const float *mean,
                    const float *invstd, const float *dy, float *dx, float beta, float *dgamma, float *dbeta,
                    float *stu_out) {
@@ -616,7 +626,7 @@ static void bn_bwd(const fl_bn_desc *d, bn_relu rl, const float *x, const float 
     const int nb = bn_blocks(m);
     double *part = malloc((size_t)nb * 2 * c * sizeof(double));
     float *stu = stu_out ? stu_out : malloc((size_t)3 * c * sizeof(float));
-    if (!part || !stu || !bn_block_sums(BN_SUM_DY, m, c, x, dy, rl.ym, rl.hi, mean, part, nb)) {
+    if (!part || !stu || !bn_block_sums(BN_SUM_DY, m, c, x, dy, rl.coef, rl.hi, mean, part, nb)) {
         free(part);
         if (stu != stu_out) free(stu);
         return;
@@ -640,18 +650,17 @@ static void bn_bwd(const fl_bn_desc *d, bn_relu rl, const float *x, const float 
     if (stu != stu_out) free(stu);
 }
 
-static void cpu_bn_bwd_coef(const fl_bn_desc *d, int act, const float *y, const float *x, const float *gamma,
+static void cpu_bn_bwd_coef(const fl_bn_desc *d, int act, const float *coef, const float *x, const float *gamma,
                             const float *mean, const float *invstd, const float *dy, float *dgamma, float *dbeta,
                             float *stu) {
-    bn_bwd(d, (bn_relu){y, y ? relu_hi(act) : 0.0f}, x, gamma, mean, invstd, dy, NULL, 0.0f, dgamma, dbeta, stu);
+    bn_bwd(d, (bn_relu){coef, coef ? relu_hi(act) : 0.0f}, x, gamma, mean, invstd, dy, NULL, 0.0f, dgamma, dbeta, stu);
 }
 
 /* The normalisation's dx of rows [0, rows) (bn_bwd_coef's coefficients; see bn_affine_rows): the same
  * arithmetic as bn_bwd's pass, for the convolution that forms it a sample at a time (threads: the caller's). */
-void fl_cpu_bn_dx_rows(int64_t rows, int c, const fl_bn_grad *bg, const float *g, const float *ym, const float *x,
-                       float *dx) {
+void fl_cpu_bn_dx_rows(int64_t rows, int c, const fl_bn_grad *bg, const float *g, const float *x, float *dx) {
     const float *s = bg->stu, *t = s + c, *u = s + 2 * c;
-    const bn_relu rl = {ym, ym ? relu_hi(bg->act) : 0.0f};
+    const bn_relu rl = {bg->coef, bg->coef ? relu_hi(bg->act) : 0.0f};
 #if FL_HAVE_AVX2_TARGET
     if (fl_cpu_avx2()) {
         bn_affine_avx2(0, rows, c, x, g, bg->mean, s, t, u, dx, false, rl);
@@ -665,7 +674,7 @@ void fl_cpu_bn_dx_rows(int64_t rows, int c, const fl_bn_grad *bg, const float *g
 void fl_cpu_bn_dx(int64_t m, int c, const fl_bn_grad *bg, const float *x, float *dx) {
     const float *s = bg->stu;
     bn_affine(m, c, x, bg->g, bg->mean, s, s + c, s + 2 * c, dx, false,
-              (bn_relu){bg->ym, bg->ym ? relu_hi(bg->act) : 0.0f});
+              (bn_relu){bg->coef, bg->coef ? relu_hi(bg->act) : 0.0f});
 }
 
 static void cpu_bn_bwd(const fl_bn_desc *d, const float *x, const float *gamma, const float *mean,
@@ -673,10 +682,10 @@ static void cpu_bn_bwd(const fl_bn_desc *d, const float *x, const float *gamma, 
     bn_bwd(d, (bn_relu){NULL, 0.0f}, x, gamma, mean, invstd, dy, dx, beta, dgamma, dbeta, NULL);
 }
 
-static void cpu_bn_bwd_act(const fl_bn_desc *d, int act, const float *y, const float *x, const float *gamma,
+static void cpu_bn_bwd_act(const fl_bn_desc *d, int act, const float *coef, const float *x, const float *gamma,
                            const float *mean, const float *invstd, const float *dy, float *dx, float beta,
                            float *dgamma, float *dbeta) {
-    bn_bwd(d, (bn_relu){y, relu_hi(act)}, x, gamma, mean, invstd, dy, dx, beta, dgamma, dbeta, NULL);
+    bn_bwd(d, (bn_relu){coef, relu_hi(act)}, x, gamma, mean, invstd, dy, dx, beta, dgamma, dbeta, NULL);
 }
 
 static void cpu_accumulate(int64_t n, const float *src, float *dst, float beta) {

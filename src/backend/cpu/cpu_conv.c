@@ -421,7 +421,7 @@ static void bn_grad_sample(const fl_conv_desc *d, const fl_bn_grad *bg, int64_t 
     for (int oh = 0; oh < d->oh; oh++) {
         const size_t o = off + (size_t)oh * row;
         float *r = dst + (size_t)oh * dst_row;
-        fl_cpu_bn_dx_rows(d->ow, OC, bg, bg->g + o, bg->ym ? bg->ym + o : NULL, y + o, r);
+        fl_cpu_bn_dx_rows(d->ow, OC, bg, bg->g + o, y + o, r);
         if (d->has_bias && db) fl_simd_relu_grad_colsum(d->ow, OC, 0, NULL, r, r, db); /* prep_dy's sums */
     }
 }

@@ -49,10 +49,9 @@ void fl_cpu_conv2d_maxpool_bwd(const fl_conv_desc *d, const fl_conv_desc *p, con
 /* Conv2D's backward whose dy is the training BatchNormalization's dx (backend.h conv2d_bn_bwd) */
 void fl_cpu_conv2d_bn_bwd(const fl_conv_desc *d, const fl_bn_grad *bg, const float *x, const float *w,
                           const float *y, float *dy_scratch, float *dx, float dx_beta, float *dw, float *db, void *ws);
-/* cpu_backend.c: the normalisation's dx from bn_bwd_coef's coefficients, over rows [0, rows) with g, ym, x
- * and dx at those rows (one thread), or over all of bg's m rows in parallel */
-void fl_cpu_bn_dx_rows(int64_t rows, int c, const fl_bn_grad *bg, const float *g, const float *ym, const float *x,
-                       float *dx);
+/* cpu_backend.c: the normalisation's dx from bn_bwd_coef's coefficients, over rows [0, rows) with g, x and
+ * dx at those rows (one thread), or over all of bg's m rows in parallel */
+void fl_cpu_bn_dx_rows(int64_t rows, int c, const fl_bn_grad *bg, const float *g, const float *x, float *dx);
 void fl_cpu_bn_dx(int64_t m, int c, const fl_bn_grad *bg, const float *x, float *dx);
 /* cpu_winograd.c: 3x3 stride-1 convolutions by Winograd F(2x2, 3x3) on the
  * AVX-512 micro-kernel. fl_wino_ok: whether d (forward, or a data gradient's
