@@ -309,6 +309,67 @@ static void test_huge_pages(void) {
     be->free(p);
 }
 
+/* predict runs a batch whose buffers would not fit the CPU's budget (backend.h infer_budget) in steps of
+ * fewer samples, at least 32, a multiple of 32; the predictions are those of whole batches, to the bit; a
+ * recurrent model keeps whole batches; $FLYNN_INFER_STEP sets the step, a last step of fewer samples
+ * included. */
+static void test_infer_step(void) {
+    enum { N = 200 };
+    const fl_backend *be = fl_backend_cpu();
+    CHECK(be->infer_budget != NULL);
+    if (!be->infer_budget) return;
+    fl_tensor *x = fl_tensor_zeros(FL_FLOAT32, N, 40, 40, 3);
+    float *xd = fl_tensor_data(x);
+    for (int i = 0; i < N * 40 * 40 * 3; i++) xd[i] = fl_philox_uniform(9, 1, (uint64_t)i);
+    fl_model *m = fl_sequential(fl_input(40, 40, 3), fl_conv2d(48, 3, .padding = FL_SAME, .activation = FL_RELU),
+                                fl_conv2d(32, 3, .activation = FL_RELU), fl_global_average_pooling2d(),
+                                fl_dense(5, .activation = FL_SOFTMAX));
+    CHECK(m);
+    if (!m) { fl_tensor_free(x); return; }
+    fl_model_set_seed(m, 3);
+    fl_memory_info mi;
+    CHECK(fl_model_memory(m, &mi) == FL_OK && mi.inference_bytes_per_sample > 0);
+    int64_t want = (int64_t)(be->infer_budget() / (size_t)mi.inference_bytes_per_sample);
+    want = want < 32 ? 32 : want - want % 32;
+    if (want > N) want = N;
+    unsetenv("FLYNN_INFER_STEP");
+    fl_tensor *ps = fl_predict(m, x, .batch_size = N, .verbose = FL_VERBOSE_SILENT);
+    CHECK_MSG(ps && m->g.batch_cap == want, "predict at %d: steps of %lld, expected %lld (budget %zu, %lld a sample)", N,
+              (long long)m->g.batch_cap, (long long)want, be->infer_budget(), (long long)mi.inference_bytes_per_sample);
+    /* (the buffers only grow: the capacity is the largest step so far) */
+    setenv("FLYNN_INFER_STEP", "48", 1); /* four of 48 and one of 8 */
+    fl_tensor *p48 = fl_predict(m, x, .batch_size = N, .verbose = FL_VERBOSE_SILENT);
+    CHECK_MSG(p48 && m->g.batch_cap == (want > 48 ? want : 48), "FLYNN_INFER_STEP=48: steps of %lld",
+              (long long)m->g.batch_cap);
+    setenv("FLYNN_INFER_STEP", "100000", 1);
+    fl_tensor *pw = fl_predict(m, x, .batch_size = N, .verbose = FL_VERBOSE_SILENT);
+    CHECK_MSG(pw && m->g.batch_cap == N, "FLYNN_INFER_STEP=100000: steps of %lld", (long long)m->g.batch_cap);
+    unsetenv("FLYNN_INFER_STEP");
+    const size_t bytes = (size_t)N * 5 * sizeof(float);
+    CHECK_MSG(ps && pw && memcmp(fl_tensor_data(ps), fl_tensor_data(pw), bytes) == 0,
+              "predict in steps differs from whole batches");
+    CHECK_MSG(p48 && pw && memcmp(fl_tensor_data(p48), fl_tensor_data(pw), bytes) == 0,
+              "predict in steps of 48 differs from whole batches");
+    fl_tensor_free(ps); fl_tensor_free(pw); fl_tensor_free(p48);
+    fl_model_free(m);
+    fl_tensor_free(x);
+
+    /* an LSTM: whole batches, whatever its buffers */
+    fl_tensor *t = fl_tensor_zeros(FL_FLOAT32, N, 64, 16);
+    float *td = fl_tensor_data(t);
+    for (int i = 0; i < N * 64 * 16; i++) td[i] = fl_philox_uniform(9, 2, (uint64_t)i);
+    fl_model *r = fl_sequential(fl_input(64, 16), fl_lstm(64, .return_sequences = true), fl_lstm(32),
+                                fl_dense(3, .activation = FL_SOFTMAX));
+    CHECK(r);
+    if (r) {
+        fl_tensor *pr = fl_predict(r, t, .batch_size = N, .verbose = FL_VERBOSE_SILENT);
+        CHECK_MSG(pr && r->g.batch_cap == N, "an LSTM's predict at %d: steps of %lld", N, (long long)r->g.batch_cap);
+        fl_tensor_free(pr);
+        fl_model_free(r);
+    }
+    fl_tensor_free(t);
+}
+
 int main(void) {
     test_place_small();
     test_place_random();
@@ -316,5 +377,6 @@ int main(void) {
     test_bn_fold();
     test_add_relu_fold();
     test_huge_pages();
+    test_infer_step();
     return check_report("test_plan");
 }

@@ -1002,7 +1002,11 @@ fl_status fl_evaluate_multi_(fl_model *m, const fl_tensor *const *xs, int n_inpu
                              int n_results, fl_eval_args a);
 #define fl_evaluate_multi(m, xs, nx, y, results, n, ...) \
     fl_evaluate_multi_((m), (xs), (nx), (y), (results), (n), (fl_eval_args){._reserved = 0, __VA_ARGS__})
-/* The model's outputs for x, (N, ...output shape). */
+/* The model's outputs for x, (N, ...output shape). On the CPU a batch whose
+ * buffers would not fit twice the L2 of the threads runs in steps of fewer
+ * samples (at least 32; not for models with a recurrent layer), each
+ * layer's output still in cache for the next: the same predictions, and
+ * less memory ($FLYNN_INFER_STEP sets the step). */
 fl_tensor *fl_predict_(fl_model *m, const fl_tensor *x, fl_eval_args a);
 #define fl_predict(m, x, ...) fl_predict_((m), (x), (fl_eval_args){._reserved = 0, __VA_ARGS__})
 

@@ -227,6 +227,11 @@ typedef struct fl_backend {
     void (*copy)(void *dst, const void *src, size_t bytes);     /* device -> device */
     void (*zero)(void *dst, size_t bytes);
     void (*sync)(void);
+    /* Optional (NULL: inference runs whole batches): the bytes of batch
+     * buffers an inference step should keep within, so that each layer's
+     * output is still in cache when the next reads it. predict runs a larger
+     * batch in steps of fewer samples (the samples are independent then). */
+    size_t (*infer_budget)(void);
     /* the first error of an earlier asynchronous call (a failed kernel
      * launch, an illegal address), reported once via fl_error; FL_OK if none */
     int (*check)(void);

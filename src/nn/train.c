@@ -9,6 +9,7 @@
 #include "core/clock.h"
 #include "nn.h"
 #include "core/error.h"
+#include "core/plan.h"
 #include "core/rng.h"
 #include "core/tensor.h"
 #include "io/io.h"
@@ -957,6 +958,36 @@ static void forward_only(fl_graph *g) {
     g->no_backward = false;
 }
 
+/* Samples per forward step when predicting in batches of bs. In inference each sample is computed alone,
+ * so where the backend gives a budget (infer_budget: the CPU's, twice its threads' L2), a batch whose
+ * buffers would not fit runs in steps of fewer samples, each layer's output still in cache when the next
+ * reads it. Not below 32 samples: the threads share each layer's samples, and below that some kernels
+ * take other paths (ResNet-20's predictions in steps of 16 differed from whole batches in the last bit;
+ * in steps of 32 to 256 they were the same to the bit, as were mnist_cnn's, MobileNetV2's, the MLP's and
+ * transformer_text's). Not for a model with a recurrent layer: its per-step matrix products want the whole
+ * batch (lstm_text's predict ran 35,300 samples/s at 16 and 40,600 at 512). $FLYNN_INFER_STEP sets it
+ * (for benchmarks and tests). */
+#define INFER_STEP_MIN 32
+static int64_t infer_step(const fl_model *m, int64_t bs) {
+    const char *e = getenv("FLYNN_INFER_STEP");
+    if (e && atoll(e) > 0) return atoll(e) < bs ? atoll(e) : bs;
+    const fl_graph *g = &m->g;
+    if (bs <= INFER_STEP_MIN || !g->be->infer_budget) return bs;
+    for (int i = 0; i < g->n; i++)
+        if (g->nodes[i]->op == FL_OP_RNN) return bs;
+    fl_plan p;
+    if (fl_plan_make(g, NULL, 1, true, 1, false, &p) != FL_OK) {
+        fl_clear_error(); /* out of memory planning: whole batches, as before */
+        return bs;
+    }
+    const size_t per = p.bytes > 0 ? p.bytes : 1;
+    fl_plan_free(&p);
+    int64_t step = (int64_t)(g->be->infer_budget() / per);
+    if (step > INFER_STEP_MIN) step -= step % INFER_STEP_MIN; /* whole multiples of 32 */
+    if (step < INFER_STEP_MIN) step = INFER_STEP_MIN;
+    return step < bs ? step : bs;
+}
+
 /* Runs inference over samples idx[0..n) of d; writes mean loss and metrics. */
 static fl_status run_eval(fl_model *m, data_src *d, const int64_t *idx, int64_t n, int64_t bs, double *out,
                           progbar *pb) {
@@ -1046,6 +1077,7 @@ fl_tensor *fl_predict_(fl_model *m, const fl_tensor *x, fl_eval_args a) {
     if (a.sample_weight) return fl_error_null(FL_ERR_INVALID_ARG, "fl_predict: sample_weight is for fl_evaluate");
     if (a.batch_size < 0) return fl_error_null(FL_ERR_INVALID_ARG, "fl_predict: batch_size %d, expected > 0", a.batch_size);
     int64_t bs = a.batch_size > 0 ? a.batch_size : 32, n = x->shape[0];
+    bs = infer_step(m, bs);
     int64_t orow = fl_node_sample_size(m->output);
     int64_t shape[FL_MAX_DIMS];
     memcpy(shape, m->output->shape, sizeof shape);
@@ -1095,6 +1127,7 @@ fl_status fl_predict_multi_(fl_model *m, const fl_tensor *const *xs, int nx, fl_
     }
     FL_TRY(fl_model_bind(m, xs, nx, "fl_predict_multi"));
     int64_t bs = a.batch_size > 0 ? a.batch_size : 32, n = xs[0]->shape[0];
+    bs = infer_step(m, bs);
     fl_status st = FL_OK;
     for (int o = 0; o < nout && st == FL_OK; o++) {
         int64_t shape[FL_MAX_DIMS];

@@ -810,6 +810,7 @@ static void cpu_optimizer_step(const fl_opt_desc *d, const fl_param_ref *ps, int
 static const fl_backend cpu_backend = {
     .name = "cpu",
     .host_memory = 1,
+    .infer_budget = fl_cpu_infer_budget,
     .alloc = cpu_alloc,
     .free = cpu_free,
     .upload = cpu_copy,

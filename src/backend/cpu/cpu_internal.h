@@ -16,6 +16,8 @@
 #include "ops/math.h"
 
 int fl_cpu_threads(void);
+/* cpu_env.c: the inference step's budget (backend.h infer_budget): twice the L2 of the threads in use */
+size_t fl_cpu_infer_budget(void);
 /* cpu_env.c: the default thread count and its reason; the cgroup CPU quota in CPUs (0: none) */
 int fl_cpu_default_threads(char *why, size_t n);
 double fl_cpu_quota(void);
