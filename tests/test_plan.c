@@ -351,6 +351,30 @@ static void test_infer_step(void) {
     CHECK_MSG(p48 && pw && memcmp(fl_tensor_data(p48), fl_tensor_data(pw), bytes) == 0,
               "predict in steps of 48 differs from whole batches");
     fl_tensor_free(ps); fl_tensor_free(pw); fl_tensor_free(p48);
+
+    /* evaluate takes the same steps (on a fresh model: the buffers only grow); its loss and accuracy as in
+     * whole batches (sums in double) */
+    fl_tensor *y = fl_tensor_zeros(FL_FLOAT32, N);
+    for (int i = 0; i < N; i++) ((float *)fl_tensor_data(y))[i] = (float)(fl_philox_u32(9, 3, (uint64_t)i) % 5);
+    fl_compile(m, fl_adam(), FL_SPARSE_CATEGORICAL_CROSSENTROPY, FL_ACCURACY);
+    float rs[2] = {0}, rw[2] = {0};
+    setenv("FLYNN_INFER_STEP", "100000", 1);
+    CHECK(fl_evaluate(m, x, y, rw, 2, .batch_size = N, .verbose = FL_VERBOSE_SILENT) == FL_OK);
+    unsetenv("FLYNN_INFER_STEP");
+    fl_model_free(m);
+    m = fl_sequential(fl_input(40, 40, 3), fl_conv2d(48, 3, .padding = FL_SAME, .activation = FL_RELU),
+                      fl_conv2d(32, 3, .activation = FL_RELU), fl_global_average_pooling2d(),
+                      fl_dense(5, .activation = FL_SOFTMAX));
+    if (m) {
+        fl_model_set_seed(m, 3);
+        fl_compile(m, fl_adam(), FL_SPARSE_CATEGORICAL_CROSSENTROPY, FL_ACCURACY);
+        CHECK(fl_evaluate(m, x, y, rs, 2, .batch_size = N, .verbose = FL_VERBOSE_SILENT) == FL_OK);
+        CHECK_MSG(m->g.batch_cap == want, "evaluate at %d: steps of %lld, expected %lld", N,
+                  (long long)m->g.batch_cap, (long long)want);
+    }
+    CHECK_MSG(fabsf(rs[0] - rw[0]) <= 1e-6f * fabsf(rw[0]) && rs[1] == rw[1] && rw[0] > 0,
+              "evaluate in steps: loss %.9g, accuracy %g; whole batches %.9g, %g", rs[0], rs[1], rw[0], rw[1]);
+    fl_tensor_free(y);
     fl_model_free(m);
     fl_tensor_free(x);
 

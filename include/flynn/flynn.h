@@ -1006,7 +1006,9 @@ fl_status fl_evaluate_multi_(fl_model *m, const fl_tensor *const *xs, int n_inpu
  * buffers would not fit twice the L2 of the threads runs in steps of fewer
  * samples (at least 32; not for models with a recurrent layer), each
  * layer's output still in cache for the next: the same predictions, and
- * less memory ($FLYNN_INFER_STEP sets the step). */
+ * less memory ($FLYNN_INFER_STEP sets the step). fl_evaluate and fit's
+ * validation take the same steps, except with a masked loss, over MPI or
+ * from a stream. */
 fl_tensor *fl_predict_(fl_model *m, const fl_tensor *x, fl_eval_args a);
 #define fl_predict(m, x, ...) fl_predict_((m), (x), (fl_eval_args){._reserved = 0, __VA_ARGS__})
 

@@ -988,23 +988,30 @@ static int64_t infer_step(const fl_model *m, int64_t bs) {
     return step < bs ? step : bs;
 }
 
-/* Runs inference over samples idx[0..n) of d; writes mean loss and metrics. */
+/* Runs inference over samples idx[0..n) of d; writes mean loss and metrics. Each batch of bs runs in the
+ * steps predict takes (infer_step), the progress bar counting batches; whole where a step would change what
+ * is computed or read: a masked loss (Keras weighs a batch's valid rows by rows / valid), a batch spread over
+ * MPI ranks, a stream's prefetched batches. */
 static fl_status run_eval(fl_model *m, data_src *d, const int64_t *idx, int64_t n, int64_t bs, double *out,
                           progbar *pb) {
-    FL_TRY(reserve(m, bs < n ? bs : n, true));
+    const int64_t sub = d->stream || m->dist_batch || loss_mask_of(m) ? bs : infer_step(m, bs);
+    FL_TRY(reserve(m, sub < n ? sub : n, true));
     FL_TRY(data_begin(d, -1, idx, n));
     zero_stats(m);
     int64_t steps = (n + bs - 1) / bs, seen = 0;
     for (int64_t s = 0; s < steps; s++) {
         int64_t b = n - s * bs < bs ? n - s * bs : bs;
-        fl_status st = load_batch(m, d, idx + s * bs, b);
-        if (st != FL_OK) {
-            data_end(d);
-            fl_error_prefix("evaluating: ");
-            return st;
+        for (int64_t o = 0; o < b; o += sub) {
+            const int64_t bb = b - o < sub ? b - o : sub;
+            fl_status st = load_batch(m, d, idx + s * bs + o, bb);
+            if (st != FL_OK) {
+                data_end(d);
+                fl_error_prefix("evaluating: ");
+                return st;
+            }
+            forward_only(&m->g);
+            loss_and_metrics(m, false);
         }
-        forward_only(&m->g);
-        loss_and_metrics(m, false);
         seen += b;
         if (pb && progbar_due(pb, s + 1 == steps)) {
             char keys[1 + FL_MAX_METRICS][48];
