@@ -164,6 +164,16 @@ for w in lstm.kernel lstm.recurrent_kernel embedding.embeddings dense.kernel; do
   if out=$("$NPY_CLOSE" "$tmp/varlen/$w.npy" "${v}_step1_${w/./_}.npy" 1e-4 1e-6 2>&1); then ok
   else bad "train-varlen: $w after one step: $out"; fi
 done
+# --save-weights with MultiHeadAttention, whose weights are named "query/kernel": the '/' becomes a '.' in the
+# file name (it named a folder that did not exist, and the save failed). One step
+# gives Keras's step-1 weights.
+t="$FX/train_transformer_sgd"
+expect train-mha-save-weights 0 "weights saved to" -- "$FLYNN" train --model "$t.keras" \
+  --data "${t}_train_x.npy,${t}_train_y.npy" --epochs 1 --batch-size 8 --device cpu --verbose 2 --save-weights "$tmp/mha"
+for w in multi_head_attention.query.kernel multi_head_attention.attention_output.bias layer_normalization.gamma; do
+  if out=$("$NPY_CLOSE" "$tmp/mha/$w.npy" "${t}_step1_${w//./_}.npy" 1e-4 1e-6 2>&1); then ok
+  else bad "train-mha-save-weights: $w after one step: $out"; fi
+done
 expect predict-float-for-int 1 "x\[0\] = .* is not an integer, and input .* is int32" -- "$FLYNN" predict "$FX/embedding_masking.keras" \
   --input "$FX/train_adamw_train_x.npy" --output "$tmp/e3.npy"
 eb="$FX/train_embedding_bce_sgd"

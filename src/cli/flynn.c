@@ -134,7 +134,8 @@ static void usage_train(FILE *f) {
             "  --seed S               seed for weights, dropout and shuffling (default 0)\n"
             "  --verbose V            auto (default: bar on a terminal, one line per epoch otherwise),\n"
             "                         0 (silent), 1 (bar) or 2 (one line per epoch)\n"
-            "  --save-weights DIR     save the trained weights as DIR/<layer>.<weight>.npy\n"
+            "  --save-weights DIR     save the trained weights as DIR/<layer>.<weight>.npy ('/' in a\n"
+            "                         name as '.')\n"
             "  --no-nan-check         train on when the data or the loss holds NaN or inf (by default\n"
             "                         training stops, as Keras TerminateOnNaN, naming the sample or the\n"
             "                         layer, and nothing is saved)\n"
@@ -411,6 +412,17 @@ static int choose_device(const char *cmd, fl_model *m, const char *dev, const ch
     return 0;
 }
 
+/* DIR/<layer>.<weight>.npy for layer l's weight k; a '/' in either name
+ * (MultiHeadAttention's "query/kernel") becomes a '.', since it would name a
+ * folder: multi_head_attention.query.kernel.npy. */
+static void weight_file(char *path, size_t len, const char *dir, fl_layer *l, int k) {
+    int at = snprintf(path, len, "%s/", dir);
+    if (at < 0 || (size_t)at >= len) return;
+    snprintf(path + at, len - (size_t)at, "%s.%s.npy", fl_layer_name(l), fl_layer_weight_name(l, k));
+    for (char *c = path + at; *c; c++)
+        if (*c == '/') *c = '.';
+}
+
 /* Saves every weight as DIR/<layer>.<weight>.npy (each file written
  * atomically). On failure, a folder this call made is removed again with
  * the files written into it; in a folder that existed, each file is either
@@ -426,7 +438,7 @@ static int save_weights(fl_model *m, const char *dir) {
         fl_layer *l = fl_model_layer(m, i);
         for (int k = 0; k < fl_layer_num_weights(l) && rc == 0; k++) {
             char path[2048];
-            snprintf(path, sizeof path, "%s/%s.%s.npy", dir, fl_layer_name(l), fl_layer_weight_name(l, k));
+            weight_file(path, sizeof path, dir, l, k);
             if (fl_save_npy(fl_layer_weight(l, k), path) != FL_OK) rc = die("saving weights");
             else written++;
         }
@@ -436,7 +448,7 @@ static int save_weights(fl_model *m, const char *dir) {
         fl_layer *l = fl_model_layer(m, i);
         for (int k = 0; k < fl_layer_num_weights(l) && n < written; k++, n++) {
             char path[2048];
-            snprintf(path, sizeof path, "%s/%s.%s.npy", dir, fl_layer_name(l), fl_layer_weight_name(l, k));
+            weight_file(path, sizeof path, dir, l, k);
             (void)unlink(path);
         }
     }
@@ -449,7 +461,7 @@ static int load_weights(fl_model *m, const char *dir) {
         fl_layer *l = fl_model_layer(m, i);
         for (int k = 0; k < fl_layer_num_weights(l); k++) {
             char path[2048], a[128], b[128];
-            snprintf(path, sizeof path, "%s/%s.%s.npy", dir, fl_layer_name(l), fl_layer_weight_name(l, k));
+            weight_file(path, sizeof path, dir, l, k);
             fl_tensor *t = fl_load_npy(path);
             if (!t) return die("loading weights");
             fl_tensor *w = fl_layer_weight(l, k);
