@@ -624,6 +624,77 @@ static void test_attn_blocked(int mode, int causal, int masks, int threads) {
     free(q); free(k); free(v); free(qm); free(vm); free(am); free(s0); free(s1); free(o0); free(o1);
 }
 
+/* fl_cpu_attn_bwd_blocked (the backward one (batch, head) block at a time)
+ * against the five whole-batch calls it replaces (dV = W^T dO, G = dO V^T,
+ * the softmax's backward, dQ = scale G K, dK = scale G^T Q): the same
+ * numbers, bit for bit, for every mask mode, causal or not, with masks,
+ * 1 and 2 threads, large enough for two threads to run (big). how: 0, three
+ * buffers, dq added to what it held; 1, q, k, v one node (dq, dk, dv one
+ * buffer: dv written, dq and dk added); 2, no dq; 3, dv only. */
+static void test_attn_bwd_blocked(int mode, int causal, int masks, int threads, int how, int big) {
+    const int same = how == 1, N = big ? 4 : 3, H = 2, tq = big ? 40 : 9, tk = same ? tq : big ? 37 : 11;
+    const int dk = big ? 16 : 5, dv = same ? dk : big ? 12 : 7;
+    fl_attn_desc d = {.n = N, .heads = H, .tq = tq, .tk = tk, .dk = dk, .dv = dv, .scale = 0.3f, .causal = causal,
+                      .mask_mode = mode};
+    const size_t nq = (size_t)N * tq * H * dk, nk = (size_t)N * tk * H * dk, nv = (size_t)N * tk * H * dv;
+    const size_t ns = (size_t)N * H * tq * tk, no = (size_t)N * tq * H * dv;
+    float *q = rnd(nq, 61), *k = same ? q : rnd(nk, 62), *v = same ? q : rnd(nv, 63), *dout = rnd(no, 64);
+    float *qm = rnd((size_t)N * tq, 65), *vm = rnd((size_t)N * tk, 66), *am = rnd((size_t)N * tq * tk, 67);
+    for (int i = 0; i < N * tk; i++) if (i % tk == 0) vm[i] = 1.0f;
+    if (masks) for (int j = 0; j < tk; j++) vm[tk + j] = -1.0f; /* sample 1: every key masked */
+    const float *QM = masks ? qm : NULL, *VM = masks ? vm : NULL, *AM = masks > 1 ? am : NULL;
+    const int64_t ldq = (int64_t)H * dk, ldv = (int64_t)H * dv;
+    fl_gemm_desc sd = {.ta = 0, .tb = 1, .m = tq, .n = tk, .k = dk, .alpha = d.scale, .lda = (int)ldq, .ldb = (int)ldq,
+                       .ldc = tk, .sa = {tq * ldq, dk}, .sb = {tk * ldq, dk},
+                       .sc = {(int64_t)H * tq * tk, (int64_t)tq * tk}, .nouter = N, .ninner = H};
+    float *p = calloc(ns, sizeof(float));
+    fl_cpu_gemm_batched(&sd, q, k, p);
+    fl_cpu_attn_softmax_fwd(&d, QM, VM, AM, p);
+    /* the gradients' buffers: one (same) or three, with what they held before */
+    float *bufs[2][3];
+    const size_t sizes[3] = {nq, nk, nv};
+    for (int s = 0; s < 2; s++)
+        for (int i = 0; i < 3; i++) bufs[s][i] = same && i ? bufs[s][0] : rnd(sizes[i], 70 + i);
+    float betav = 0.0f, betaq = 1.0f, betak = same ? 1.0f : 0.0f;
+    fl_gemm_desc vd = {.ta = 1, .tb = 0, .m = tk, .n = dv, .k = tq, .alpha = 1.0f, .beta = betav, .lda = tk,
+                       .ldb = (int)ldv, .ldc = (int)ldv, .sa = {(int64_t)H * tq * tk, (int64_t)tq * tk},
+                       .sb = {tq * ldv, dv}, .sc = {tk * ldv, dv}, .nouter = N, .ninner = H};
+    fl_gemm_desc gd = {.ta = 0, .tb = 1, .m = tq, .n = tk, .k = dv, .alpha = 1.0f, .lda = (int)ldv, .ldb = (int)ldv,
+                       .ldc = tk, .sa = {tq * ldv, dv}, .sb = {tk * ldv, dv},
+                       .sc = {(int64_t)H * tq * tk, (int64_t)tq * tk}, .nouter = N, .ninner = H};
+    fl_gemm_desc qd = {.ta = 0, .tb = 0, .m = tq, .n = dk, .k = tk, .alpha = d.scale, .beta = betaq, .lda = tk,
+                       .ldb = (int)ldq, .ldc = (int)ldq, .sa = {(int64_t)H * tq * tk, (int64_t)tq * tk},
+                       .sb = {tk * ldq, dk}, .sc = {tq * ldq, dk}, .nouter = N, .ninner = H};
+    fl_gemm_desc kd = {.ta = 1, .tb = 0, .m = tk, .n = dk, .k = tq, .alpha = d.scale, .beta = betak, .lda = tk,
+                       .ldb = (int)ldq, .ldc = (int)ldq, .sa = {(int64_t)H * tq * tk, (int64_t)tq * tk},
+                       .sb = {tq * ldq, dk}, .sc = {tk * ldq, dk}, .nouter = N, .ninner = H};
+    int before = fl_get_num_threads();
+    fl_set_num_threads(threads);
+    /* the whole-batch calls (bufs[0]) */
+    float *g0 = calloc(ns, sizeof(float)), *g1 = malloc(ns * sizeof(float));
+    float *dq0 = how < 2 ? bufs[0][0] : NULL, *dk0 = how < 3 ? bufs[0][1] : NULL, *dv0 = bufs[0][2];
+    float *dq1 = how < 2 ? bufs[1][0] : NULL, *dk1 = how < 3 ? bufs[1][1] : NULL, *dv1 = bufs[1][2];
+    fl_cpu_gemm_batched(&vd, p, dout, dv0);
+    if (dq0 || dk0) {
+        fl_cpu_gemm_batched(&gd, dout, v, g0);
+        fl_cpu_attn_softmax_bwd(&d, QM, VM, AM, p, g0);
+        if (dq0) fl_cpu_gemm_batched(&qd, g0, k, dq0);
+        if (dk0) fl_cpu_gemm_batched(&kd, g0, q, dk0);
+    }
+    for (size_t i = 0; i < ns; i++) g1[i] = NAN;
+    fl_cpu_attn_bwd_blocked(&vd, &gd, &qd, &kd, &d, q, k, v, p, dout, QM, VM, AM, g1, dq1, dk1, dv1);
+    fl_set_num_threads(before);
+    for (int i = 0; i < 3; i++)
+        CHECK_MSG(memcmp(bufs[0][i], bufs[1][i], sizes[i] * sizeof(float)) == 0,
+                  "blocked attention backward: %s differs (mode %d causal %d masks %d threads %d how %d big %d)",
+                  i == 0 ? "dq" : i == 1 ? "dk" : "dv", mode, causal, masks, threads, how, big);
+    for (int s = 0; s < 2; s++)
+        for (int i = 0; i < 3; i++)
+            if (!same || !i) free(bufs[s][i]);
+    if (!same) { free(k); free(v); }
+    free(q); free(dout); free(qm); free(vm); free(am); free(p); free(g0); free(g1);
+}
+
 /* fl_avx2_gemm (cpu_avx2_gemm.c) against a double-precision reference: every
  * transpose, widths that are and are not multiples of 8 and 16 (packed
  * zero-padded strips), K over one block (KC 256), beta 0 and 1, bias and
@@ -733,6 +804,11 @@ int main(void) {
     for (int mode = 0; mode < 3; mode++)
         for (int causal = 0; causal < 2; causal++)
             for (int masks = 0; masks < 3; masks++) test_attn_blocked(mode, causal, masks, 1 + (masks & 1));
+    for (int mode = 0; mode < 3; mode++)
+        for (int causal = 0; causal < 2; causal++)
+            for (int masks = 0; masks < 3; masks++)
+                for (int how = 0; how < 4; how++)
+                    test_attn_bwd_blocked(mode, causal, masks, 1 + ((masks + how) & 1), how, (how + masks) % 3 == 0);
     if (fl_cpu_avx2_gemm()) test_avx2_gemms();
     else printf("test_cpu_simd: SKIP the AVX2 GEMM (cpu_avx2_gemm.c): this CPU has AVX-512 or lacks AVX2/FMA\n");
     if (fl_cpu_simd_available()) test_avx512();

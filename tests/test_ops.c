@@ -2163,6 +2163,63 @@ static void test_mha(int T, int D, int H, int dk, int dv, bool causal, bool qmas
     h_free(&h);
 }
 
+/* The attention's backward one (batch, head) block at a time (the CPU's attn_bwd_blocked): the same output and
+ * gradients, bit for bit, as the whole-batch calls (a backend without the entry), where the inputs' gradients
+ * are one buffer. kind 0: self-attention with q, k, v one node; 1: k and v one node, q another, with a value
+ * mask; 2: self-attention, causal, Keras-on-JAX masking (mode 2) with a query mask that empties rows. The
+ * gradient checks of test_attention_op and test_mha run the blocked path too. */
+static fl_node *attn_chain(harness *h, const fl_backend *be, int kind, const harness *like) {
+    const int64_t B = 3, T = 6, S = 5, D = 4;
+    memset(h, 0, sizeof *h);
+    fl_graph_init(&h->g, be);
+    h->g.seed = 7;
+    h->batch = B;
+    h->x = fl_graph_input(&h->g, "x", 2, (int64_t[]){T, D});
+    h->x->force_grad = true;
+    fl_node *z = kind == 1 ? fl_graph_input(&h->g, "z", 2, (int64_t[]){S, D}) : h->x;
+    z->force_grad = true;
+    fl_node *m = kind ? fl_graph_input(&h->g, "m", 1, (int64_t[]){kind == 1 ? S : T}) : NULL;
+    fl_node *y = fl_graph_attention(&h->g, "att", h->x, z, z, kind == 2 ? m : NULL, kind == 1 ? m : NULL, NULL, 2,
+                                    0.7f, kind == 2, 0.0f, 1);
+    CHECK(y != NULL);
+    if (!y) return NULL;
+    if (kind == 2) y->attn.mask_mode = 2;
+    h_ready(h, y, -2, 2);
+    if (like) {
+        memcpy(h->x->val, like->x->val, (size_t)fl_node_size(h->x) * sizeof(float));
+        memcpy(h->R, like->R, (size_t)fl_node_size(y) * sizeof(float));
+    } else {
+        if (z != h->x) fill(z->val, fl_node_size(z), -2, 2);
+        if (m) fill_mask(m, B * (kind == 1 ? S : T), 2);
+    }
+    return y;
+}
+
+static void test_attention_blocked(int kind) {
+    static fl_backend apart;
+    apart = *fl_backend_cpu();
+    apart.attn_bwd_blocked = NULL;
+    harness h, u;
+    fl_node *yh = attn_chain(&h, fl_backend_cpu(), kind, NULL), *yu = attn_chain(&u, &apart, kind, &h);
+    if (!yh || !yu) { h_free(&h); h_free(&u); return; }
+    for (int i = 0; i < h.g.n; i++) /* z and m of the first harness into the second */
+        if (h.g.nodes[i]->op == FL_OP_INPUT && h.g.nodes[i] != h.x)
+            memcpy(u.g.nodes[i]->val, h.g.nodes[i]->val, (size_t)fl_node_size(h.g.nodes[i]) * sizeof(float));
+    h_step(&h);
+    h_step(&u);
+    char what[64];
+    snprintf(what, sizeof what, "attention backward by blocks, kind %d", kind);
+    CHECK_MSG(memcmp(yh->val, yu->val, (size_t)fl_node_size(yh) * sizeof(float)) == 0, "%s: output differs", what);
+    for (int i = 0; i < h.g.n; i++) {
+        const fl_node *a = h.g.nodes[i], *b = u.g.nodes[i];
+        if (a->op != FL_OP_INPUT || !a->needs_grad) continue;
+        CHECK_MSG(memcmp(a->grad, b->grad, (size_t)fl_node_size(a) * sizeof(float)) == 0,
+                  "%s: the gradient of input '%s' differs from the whole-batch calls'", what, a->name);
+    }
+    h_free(&h);
+    h_free(&u);
+}
+
 static void test_repeat(void) {
     harness h;
     const int64_t B = 3, D = 4, T = 5;
@@ -2670,5 +2727,6 @@ int main(void) {
     for (int k = 0; k < 5; k++) test_add_relu_train(k);
     for (int v = 0; v < 4; v++) test_conv_bn_fused(v);
     for (int k = 0; k < 4; k++) test_bn_relu_fused(k & 1, k >> 1, 1);
+    for (int k = 0; k < 3; k++) test_attention_blocked(k);
     return check_report("test_ops");
 }

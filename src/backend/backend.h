@@ -491,6 +491,17 @@ typedef struct fl_backend {
     void (*attn_fwd_blocked)(const fl_gemm_desc *sd, const fl_gemm_desc *pd, const fl_attn_desc *d,
                              const float *q, const float *k, const float *v, const float *qmask,
                              const float *vmask, const float *amask, float *s, float *out, int keep);
+    /* Optional (NULL: the op calls gemm_batched for dV = W^T dO, G = dO V^T,
+     * attn_softmax_bwd(p, G), gemm_batched for dQ = scale G K and dK = scale
+     * G^T Q): the same steps with the same results, one (batch, head) block
+     * at a time, for a backward without dropout on the weights; vd, gd, qd,
+     * kd are those calls' descriptions, dv, dq, dk may be NULL (not wanted)
+     * and may be one buffer (q, k, v one node). g: scratch the size of p,
+     * its contents undefined after. */
+    void (*attn_bwd_blocked)(const fl_gemm_desc *vd, const fl_gemm_desc *gd, const fl_gemm_desc *qd,
+                             const fl_gemm_desc *kd, const fl_attn_desc *d, const float *q, const float *k,
+                             const float *v, const float *p, const float *dout, const float *qmask,
+                             const float *vmask, const float *amask, float *g, float *dq, float *dk, float *dv);
     /* Recurrent layers (fl_rnn_desc above). Backward: dx (beta: +)= and
      * dw, dr, db (overwritten) from dy, y's gradient; any may be NULL. */
     void (*rnn_fwd)(const fl_rnn_desc *d, const float *x, const float *w, const float *r, const float *b,

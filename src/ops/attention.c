@@ -228,12 +228,61 @@ void fl_attention_forward(fl_graph *g, fl_node *n, bool training) {
          seq_blk(n->val, d.tq, d.heads, d.dv));
 }
 
+/* Input k's gradient buffer when it wants one: NULL, or its rows x width
+ * floats per sample. */
+typedef struct gbuf { const float *p; int64_t rows, width; } gbuf;
+static gbuf grad_buf(const fl_node *n, int k, int64_t rows, int64_t width) {
+    const fl_node *x = n->in[k];
+    return (gbuf){x && x->needs_grad ? x->grad : NULL, rows, width};
+}
+/* Whether two gradient buffers are apart, or one buffer of one layout (one
+ * node): then the blocked backward gives each block's rows what the
+ * whole-batch calls give them. */
+static bool apart_or_same(gbuf a, gbuf b, int64_t batch) {
+    if (!a.p || !b.p) return true;
+    if (a.p == b.p) return a.rows == b.rows && a.width == b.width;
+    return a.p + batch * a.rows * a.width <= b.p || b.p + batch * b.rows * b.width <= a.p;
+}
+
+/* The backward one (batch, head) block at a time (the backend's optional
+ * attn_bwd_blocked), where it gives the same numbers: no dropout on the
+ * weights, no learned scores, and dq, dk, dv apart or one node. Returns
+ * false (nothing done) otherwise. */
+static bool backward_blocked(fl_graph *g, fl_node *n, const fl_attn_desc *d) {
+    if (!g->be->attn_bwd_blocked || n->rate > 0.0f || learned(n)) return false;
+    const int64_t hk = (int64_t)d->heads * d->dk, hv = (int64_t)d->heads * d->dv;
+    gbuf bq = grad_buf(n, 0, d->tq, hk), bk = grad_buf(n, 1, d->tk, hk), bv = grad_buf(n, 2, d->tk, hv);
+    if (!apart_or_same(bq, bk, d->n) || !apart_or_same(bq, bv, d->n) || !apart_or_same(bk, bv, d->n)) return false;
+    /* the betas and marks in the order of the whole-batch calls */
+    float betav = 0.0f, betaq = 0.0f, betak = 0.0f;
+    float *dv = fl_op_in_grad(n, 2, &betav);
+    fl_op_mark(n, 2);
+    float *dq = fl_op_in_grad(n, 0, &betaq);
+    fl_op_mark(n, 0);
+    float *dk = fl_op_in_grad(n, 1, &betak);
+    fl_op_mark(n, 1);
+    const float *q = n->in[0]->val, *k = n->in[1]->val, *v = n->in[2]->val, *dout = n->grad, *p = attn_p(g, n);
+    float *gs = attn_scratch(g, n);
+    fl_gemm_desc vd = gemm_desc(d, 1, 0, d->tk, d->dv, d->tq, 1.0f, w_blk(p, d), seq_blk(dout, d->tq, d->heads, d->dv),
+                                betav, seq_blk(dv, d->tk, d->heads, d->dv));
+    fl_gemm_desc gd = gemm_desc(d, 0, 1, d->tq, d->tk, d->dv, 1.0f, seq_blk(dout, d->tq, d->heads, d->dv),
+                                seq_blk(v, d->tk, d->heads, d->dv), 0.0f, w_blk(gs, d));
+    fl_gemm_desc qd = gemm_desc(d, 0, 0, d->tq, d->dk, d->tk, d->scale, w_blk(gs, d), seq_blk(k, d->tk, d->heads, d->dk),
+                                betaq, seq_blk(dq, d->tq, d->heads, d->dk));
+    fl_gemm_desc kd = gemm_desc(d, 1, 0, d->tk, d->dk, d->tq, d->scale, w_blk(gs, d), seq_blk(q, d->tq, d->heads, d->dk),
+                                betak, seq_blk(dk, d->tk, d->heads, d->dk));
+    g->be->attn_bwd_blocked(&vd, &gd, &qd, &kd, d, q, k, v, p, dout, n->in[3] ? n->in[3]->val : NULL,
+                            n->in[4] ? n->in[4]->val : NULL, n->in[5] ? n->in[5]->val : NULL, gs, dq, dk, dv);
+    return true;
+}
+
 /* dV = W^T dO; dW = dO V^T (through the dropout); dS = softmax'(dW);
  * dQ = scale dS K; dK = scale dS^T Q. Each input is marked as soon as it is
  * written, so that q, k, v being one node adds up. */
 void fl_attention_backward(fl_graph *g, fl_node *n) {
     fl_attn_desc d = n->attn;
     d.n = g->batch;
+    if (backward_blocked(g, n, &d)) return;
     const float *q = n->in[0]->val, *k = n->in[1]->val, *v = n->in[2]->val, *dout = n->grad;
     const float *p = attn_p(g, n), *w = n->rate > 0.0f ? attn_dropped(g, n) : p;
     float *gs = attn_scratch(g, n), beta = 0.0f;

@@ -366,23 +366,66 @@ void fl_cpu_attn_fwd_blocked(const fl_gemm_desc *sd, const fl_gemm_desc *pd, con
     }
 }
 
+/* Row r of the softmax's backward, in place on gr (the weights' gradient). */
+static void softmax_bwd_row(const fl_attn_desc *d, const float *qmask, const float *vmask, const float *amask,
+                            const float *pr, float *gr, int64_t r) {
+    const int tk = d->tk;
+    if (d->mask_mode == 2 &&
+        row_all_masked(d, qmask, vmask, amask, r / ((int64_t)d->heads * d->tq), (int)(r % d->tq))) {
+        memset(gr, 0, (size_t)tk * sizeof(float));
+        return;
+    }
+    float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+    for (int j = 0; j < tk; j++) s += gr[j] * pr[j];
+#pragma omp simd
+    for (int j = 0; j < tk; j++) gr[j] = pr[j] * (gr[j] - s);
+}
+
 void fl_cpu_attn_softmax_bwd(const fl_attn_desc *d, const float *qmask, const float *vmask, const float *amask,
                              const float *p, float *dp) {
     const int64_t rows = d->n * d->heads * d->tq;
     const int tk = d->tk;
 #pragma omp parallel for schedule(static) PAR(rows * tk)
-    for (int64_t r = 0; r < rows; r++) {
-        const float *pr = p + (size_t)r * tk;
-        float *gr = dp + (size_t)r * tk;
-        if (d->mask_mode == 2 && row_all_masked(d, qmask, vmask, amask, r / ((int64_t)d->heads * d->tq),
-                                                (int)(r % d->tq))) {
-            memset(gr, 0, (size_t)tk * sizeof(float));
-            continue;
+    for (int64_t r = 0; r < rows; r++)
+        softmax_bwd_row(d, qmask, vmask, amask, p + (size_t)r * tk, dp + (size_t)r * tk, r);
+}
+
+/* The backward's five steps one (batch, head) block at a time, for a
+ * backward without dropout on the weights: dV = W^T dO (vd), G = dO V^T (gd),
+ * G = softmax'(G), dQ = scale G K (qd), dK = scale G^T Q (kd). The block's
+ * weights p (64 KiB for 128 x 128) are read from memory once and its G stays
+ * in L2, instead of the whole batch's G (64 MiB for transformer_text at
+ * batch 512) being written and read four times. Each block runs the same
+ * kernels in the same order per element as the five whole-batch calls, and
+ * each block's dq, dk, dv are its own rows and columns: the same numbers
+ * (where dq, dk and dv are one buffer, q, k and v being one node, each
+ * element still gets dv, then dq, then dk added in that order). A NULL dv,
+ * dq or dk is skipped. g: scratch, a block per thread when there are at
+ * least as many blocks as threads (its contents are then undefined), else
+ * the whole batch's. */
+void fl_cpu_attn_bwd_blocked(const fl_gemm_desc *vd, const fl_gemm_desc *gd, const fl_gemm_desc *qd,
+                             const fl_gemm_desc *kd, const fl_attn_desc *d, const float *q, const float *k,
+                             const float *v, const float *p, const float *dout, const float *qmask,
+                             const float *vmask, const float *amask, float *g, float *dq, float *dk, float *dv) {
+    const int64_t total = gd->nouter * gd->ninner, blk = (int64_t)d->tq * d->tk;
+    const double flops = 2.0 * (double)d->tq * d->tk * (2 * d->dv + 2 * d->dk) * (double)total;
+    const int nt = flops < 1e6 || total < 2 ? 1 : fl_cpu_threads();
+    const bool reuse = total >= nt;
+#pragma omp parallel num_threads(nt)
+    {
+        float *mine = reuse ? g + (size_t)fl_cpu_thread_id() * blk : NULL;
+#pragma omp for schedule(static)
+        for (int64_t i = 0; i < total; i++) {
+            float *gi = reuse ? mine : (float *)blk_at(g, gd->sc, gd, i);
+            const float *pi = blk_at(p, gd->sc, gd, i);
+            if (dv) gemm_one(vd, pi, blk_at(dout, vd->sb, vd, i), (float *)blk_at(dv, vd->sc, vd, i));
+            if (!dq && !dk) continue;
+            gemm_one(gd, blk_at(dout, gd->sa, gd, i), blk_at(v, gd->sb, gd, i), gi);
+            for (int64_t r = 0; r < d->tq; r++)
+                softmax_bwd_row(d, qmask, vmask, amask, pi + (size_t)r * d->tk, gi + (size_t)r * d->tk, i * d->tq + r);
+            if (dq) gemm_one(qd, gi, blk_at(k, qd->sb, qd, i), (float *)blk_at(dq, qd->sc, qd, i));
+            if (dk) gemm_one(kd, gi, blk_at(q, kd->sb, kd, i), (float *)blk_at(dk, kd->sc, kd, i));
         }
-        float s = 0.0f;
-#pragma omp simd reduction(+ : s)
-        for (int j = 0; j < tk; j++) s += gr[j] * pr[j];
-#pragma omp simd
-        for (int j = 0; j < tk; j++) gr[j] = pr[j] * (gr[j] - s);
     }
 }

@@ -880,6 +880,7 @@ static const fl_backend cpu_backend = {
     .attn_softmax_fwd = fl_cpu_attn_softmax_fwd,
     .attn_softmax_bwd = fl_cpu_attn_softmax_bwd,
     .attn_fwd_blocked = fl_cpu_attn_fwd_blocked,
+    .attn_bwd_blocked = fl_cpu_attn_bwd_blocked,
     .rnn_fwd = fl_cpu_rnn_fwd,
     .rnn_bwd = fl_cpu_rnn_bwd,
     .embedding_fwd = fl_cpu_embedding_fwd,

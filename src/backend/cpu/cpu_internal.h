@@ -134,6 +134,10 @@ void fl_cpu_attn_softmax_fwd(const fl_attn_desc *d, const float *qmask, const fl
                              float *s);
 void fl_cpu_attn_softmax_bwd(const fl_attn_desc *d, const float *qmask, const float *vmask, const float *amask,
                              const float *p, float *dp);
+void fl_cpu_attn_bwd_blocked(const fl_gemm_desc *vd, const fl_gemm_desc *gd, const fl_gemm_desc *qd,
+                             const fl_gemm_desc *kd, const fl_attn_desc *d, const float *q, const float *k,
+                             const float *v, const float *p, const float *dout, const float *qmask,
+                             const float *vmask, const float *amask, float *g, float *dq, float *dk, float *dv);
 /* recurrent layers (cpu_rnn.c) */
 void fl_cpu_rnn_fwd(const fl_rnn_desc *d, const float *x, const float *w, const float *r, const float *b,
                     const float *mask, const fl_rnn_states *st, float *y, float *aux);
