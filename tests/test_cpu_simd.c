@@ -695,6 +695,130 @@ static void test_attn_bwd_blocked(int mode, int causal, int masks, int threads, 
     free(q); free(dout); free(qm); free(vm); free(am); free(p); free(g0); free(g1);
 }
 
+/* cpu_act.c's vector activations against double precision: every
+ * activation it has, on values from -100 to 100 spaced finer near 0 and at
+ * the switch points of its functions (|x| = 1/2 for expm1, 0, +-3), within
+ * 1e-6 relative (plus 1e-37 for results that underflow); NaN gives NaN; the
+ * three levels give the same bits. The derivatives likewise (from y and
+ * from x), and the ELU with an alpha. */
+static double act_ref(int act, double x) {
+    switch (act) {
+    case FL_ACT_RELU: return x > 0 ? x : 0;
+    case FL_ACT_RELU6: return x > 0 ? (x < 6 ? x : 6) : 0;
+    case FL_ACT_SIGMOID: return 1.0 / (1.0 + exp(-x));
+    case FL_ACT_TANH: return tanh(x);
+    case FL_ACT_LEAKY_RELU: return x > 0 ? x : 0.2 * x;
+    case FL_ACT_GELU: return 0.5 * x * erfc(-x / sqrt(2.0));
+    case FL_ACT_ELU: return x > 0 ? x : expm1(x);
+    case FL_ACT_SELU: return 1.05070098735548049 * (x > 0 ? x : 1.67326324235437728 * expm1(x));
+    case FL_ACT_SILU: return x / (1.0 + exp(-x));
+    case FL_ACT_HARD_SIGMOID: return x <= -3 ? 0 : x >= 3 ? 1 : x / 6 + 0.5;
+    case FL_ACT_HARD_SILU: return x * (x <= -3 ? 0 : x >= 3 ? 1 : x / 6 + 0.5);
+    case FL_ACT_SOFTSIGN: return x / (fabs(x) + 1);
+    case FL_ACT_SOFTPLUS: return x > 0 ? x + log1p(exp(-x)) : log1p(exp(x));
+    case FL_ACT_EXPONENTIAL: return exp(x);
+    default: return x;
+    }
+}
+static double act_dref(int act, double x) {
+    const double h = 1e-6 * (fabs(x) + 1e-3);
+    switch (act) {
+    case FL_ACT_SIGMOID: case FL_ACT_SILU: case FL_ACT_SOFTPLUS: { /* in closed form */
+        double s = 1.0 / (1.0 + exp(-x));
+        return act == FL_ACT_SIGMOID ? s * (1 - s) : act == FL_ACT_SILU ? s * (1 + x * (1 - s)) : s;
+    }
+    case FL_ACT_TANH: { double t = tanh(x); return 1 - t * t; }
+    case FL_ACT_GELU: return 0.5 * erfc(-x / sqrt(2.0)) + x * exp(-0.5 * x * x) / sqrt(2 * M_PI);
+    case FL_ACT_ELU: return x > 0 ? 1 : exp(x);
+    case FL_ACT_SELU: return 1.05070098735548049 * (x > 0 ? 1 : 1.67326324235437728 * exp(x));
+    case FL_ACT_EXPONENTIAL: return exp(x);
+    default: return (act_ref(act, x + h) - act_ref(act, x - h)) / (2 * h); /* piecewise linear */
+    }
+}
+/* The bound for act at x: 1e-6 relative; GELU's tail exp(-x^2/2) carries the
+ * rounding of x^2 (1e-7 x^2); the hard ones' x/6 + 1/2 an ulp of 1/2; and
+ * 1e-34 absolute where the true value underflows (fl_fast_exp stops at
+ * exp(-87.3)). */
+static double act_tol(int act, double x, double want) {
+    double t = 1e-6 * fabs(want) + 1e-34;
+    if (act == FL_ACT_GELU) t += 1e-7 * x * x * fabs(want);
+    if (act == FL_ACT_HARD_SIGMOID || act == FL_ACT_HARD_SILU) t += 1e-7 * (1 + fabs(x));
+    return t;
+}
+/* Whether x is within the finite difference's step of a kink of act. */
+static int near_kink(int act, double x) {
+    const double h = 2e-6 * (fabs(x) + 1e-3);
+    int k = fabs(x) <= h;
+    if (act == FL_ACT_RELU6) k |= fabs(x - 6) <= h;
+    if (act == FL_ACT_HARD_SIGMOID || act == FL_ACT_HARD_SILU) k |= fabs(fabs(x) - 3) <= h;
+    return k && act != FL_ACT_SIGMOID && act != FL_ACT_TANH && act != FL_ACT_GELU && act != FL_ACT_SILU &&
+           act != FL_ACT_SOFTSIGN;
+}
+static void test_act_vec(void) {
+    enum { N = 1200 };
+    float x[N];
+    int n = 0;
+    for (int i = 0; i < 1000; i++) x[n++] = (float)(100.0 * sinh((i - 499.5) / 499.5 * 5.3) / sinh(5.3));
+    const float special[] = {0.0f, -0.0f, 1e-30f, -1e-30f, 1e-8f, -1e-8f, 0.49999997f, 0.5f, 0.50000006f, -0.49999997f,
+                             -0.5f, -0.50000006f, 3.0f, -3.0f, 2.9999998f, -2.9999998f, 6.0f, 87.0f, -87.0f, 88.5f,
+                             -88.5f, 1e-3f, -1e-3f, 0.25f, -0.25f, NAN};
+    for (size_t i = 0; i < sizeof special / sizeof special[0]; i++) x[n++] = special[i];
+    const int acts[] = {FL_ACT_RELU, FL_ACT_RELU6, FL_ACT_SIGMOID, FL_ACT_TANH, FL_ACT_LEAKY_RELU, FL_ACT_GELU,
+                        FL_ACT_ELU, FL_ACT_SELU, FL_ACT_SILU, FL_ACT_HARD_SIGMOID, FL_ACT_HARD_SILU, FL_ACT_SOFTSIGN};
+    float *y[3], *gy[3], *gx[3], dy[N];
+    for (int i = 0; i < n; i++) dy[i] = 1.0f;
+    for (int k = 0; k < 3; k++) { y[k] = malloc(N * sizeof(float)); gy[k] = malloc(N * sizeof(float)); gx[k] = malloc(N * sizeof(float)); }
+    for (size_t a = 0; a < sizeof acts / sizeof acts[0]; a++) {
+        const int act = acts[a];
+        for (int lv = 0; lv < 3; lv++) {
+            fl_cpu_act_force_level(lv == 2 ? -1 : lv);
+            CHECK_MSG(fl_cpu_act_vec(act, n, x, y[lv]), "act %d: no vector form", act);
+            for (int i = 0; i < n; i++) gy[lv][i] = 1.0f;
+            CHECK_MSG(fl_cpu_act_grad_y_vec(act, n, y[lv], gy[lv]) || !fl_act_grad_from_output(act),
+                      "act %d: no vector derivative from y", act);
+            CHECK_MSG(fl_cpu_act_grad_x_vec(act, n, x, y[lv], dy, gx[lv], 0.0f), "act %d: no vector derivative", act);
+        }
+        fl_cpu_act_force_level(-1);
+        int bad = 0, badg = 0, badlv = 0;
+        double worst = 0;
+        for (int i = 0; i < n; i++) {
+            const double want = act_ref(act, x[i]), dwant = act_dref(act, x[i]);
+            if (isnan(want) ? !isnan(y[2][i]) : fabs(y[2][i] - want) > act_tol(act, x[i], want)) { if (bad++ < 3) printf("  act %d x %.9g: %.9g, want %.9g\n", act, x[i], y[2][i], want); }
+            if (!isnan(want) && fabs(want) > 1e-30) worst = fmax(worst, fabs(y[2][i] - want) / fabs(want));
+            /* the derivative: 2e-6 (it takes y, rounded, or a difference of fast functions), 1e-6 absolute near its zeros */
+            if (near_kink(act, x[i])) continue;
+            if (!isnan(dwant) && fabs(gx[2][i] - dwant) > 2e-6 * fabs(dwant) + 1e-6) {
+                if (badg++ < 3) printf("  act %d x %.9g: derivative %.9g, want %.9g\n", act, x[i], gx[2][i], dwant);
+            }
+            if (fl_act_grad_from_output(act) && !isnan(dwant) && fabs(gy[2][i] - dwant) > 2e-6 * fabs(dwant) + 1e-6) {
+                if (badg++ < 3) printf("  act %d x %.9g: derivative from y %.9g, want %.9g\n", act, x[i], gy[2][i], dwant);
+            }
+            for (int lv = 0; lv < 2; lv++)
+                badlv += memcmp(&y[lv][i], &y[2][i], 4) != 0 || memcmp(&gx[lv][i], &gx[2][i], 4) != 0;
+        }
+        CHECK_MSG(bad == 0, "act %d: %d of %d values off double precision by more than 1e-6", act, bad, n);
+        CHECK_MSG(badg == 0, "act %d: %d derivatives off", act, badg);
+        CHECK_MSG(badlv == 0, "act %d: the levels differ at %d values", act, badlv);
+        printf("test_cpu_simd: act %d: worst relative error %.3g\n", act, worst);
+    }
+    /* ELU with alpha, and the softplus derivative from y */
+    float e[N], s[N], g[N];
+    fl_cpu_elu_vec(n, 0.7f, x, e);
+    int bad = 0;
+    for (int i = 0; i < n; i++) {
+        const double want = x[i] > 0 ? x[i] : 0.7 * expm1(x[i]);
+        bad += isnan(want) ? !isnan(e[i]) : fabs(e[i] - want) > act_tol(FL_ACT_ELU, x[i], want);
+    }
+    CHECK_MSG(bad == 0, "ELU(alpha 0.7): %d values off", bad);
+    for (int i = 0; i < n; i++) { s[i] = (float)act_ref(FL_ACT_SOFTPLUS, x[i]); g[i] = 1.0f; }
+    CHECK(fl_cpu_act_grad_y_vec(FL_ACT_SOFTPLUS, n, s, g));
+    bad = 0;
+    for (int i = 0; i < n; i++)
+        if (!isnan(x[i]) && x[i] < 15.0f) bad += fabs(g[i] - act_dref(FL_ACT_SOFTPLUS, x[i])) > 2e-6 * act_dref(FL_ACT_SOFTPLUS, x[i]) + 1e-7;
+    CHECK_MSG(bad == 0, "softplus derivative from y: %d values off", bad);
+    for (int k = 0; k < 3; k++) { free(y[k]); free(gy[k]); free(gx[k]); }
+}
+
 /* fl_avx2_gemm (cpu_avx2_gemm.c) against a double-precision reference: every
  * transpose, widths that are and are not multiples of 8 and 16 (packed
  * zero-padded strips), K over one block (KC 256), beta 0 and 1, bias and
@@ -801,6 +925,7 @@ int main(void) {
     test_dropout_offset(0);
     test_dw_parts_all();
     test_softmax_rows();
+    test_act_vec();
     for (int mode = 0; mode < 3; mode++)
         for (int causal = 0; causal < 2; causal++)
             for (int masks = 0; masks < 3; masks++) test_attn_blocked(mode, causal, masks, 1 + (masks & 1));

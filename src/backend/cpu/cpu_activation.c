@@ -26,6 +26,15 @@ void fl_cpu_pact_fwd(const fl_pact_desc *d, int64_t n, const float *x, float *y)
         }
         return;
     }
+    if (p.code == FL_PACT_ELU) { /* on vectors (cpu_act.c) */
+        const int64_t nblk = (n + FL_EW_CHUNK - 1) / FL_EW_CHUNK;
+#pragma omp parallel for schedule(dynamic) PAR(n)
+        for (int64_t k = 0; k < nblk; k++) {
+            const int64_t i0 = k * FL_EW_CHUNK;
+            fl_cpu_elu_vec(n - i0 < FL_EW_CHUNK ? n - i0 : FL_EW_CHUNK, p.a, x + i0, y + i0);
+        }
+        return;
+    }
 #pragma omp parallel for PAR_EW(n)
     for (int64_t i = 0; i < n; i++) y[i] = fl_pact_forward(&p, x[i]);
 }

@@ -106,7 +106,10 @@ void fl_cpu_bias_act_rows(int64_t rows, int n, const float *b, int act, float *y
         case FL_ACT_LINEAR: BIAS_ACT_LOOP(v); break;
         case FL_ACT_RELU: BIAS_ACT_LOOP(v > 0.0f ? v : 0.0f); break;
         case FL_ACT_RELU6: BIAS_ACT_LOOP(v > 0.0f ? (v < 6.0f ? v : 6.0f) : 0.0f); break;
-        default: BIAS_ACT_LOOP(fl_act_forward(act, v));
+        default: /* the bias, then the activation on vectors where cpu_act.c has it */
+            if (b) BIAS_ACT_LOOP(v);
+            if (!fl_cpu_act_vec(act, n, yr, yr))
+                for (int j = 0; j < n; j++) yr[j] = fl_act_forward(act, yr[j]);
         }
     }
 }
@@ -136,7 +139,8 @@ void fl_cpu_act_grad_rows(int64_t rows, int n, int act, const float *y, float *d
             for (int j = 0; j < n; j++) g[j] = yr[j] > 0.0f ? g[j] : 0.0f;
             break;
         default:
-            for (int j = 0; j < n; j++) g[j] *= fl_act_grad_y(act, yr[j]);
+            if (!fl_cpu_act_grad_y_vec(act, n, yr, g))
+                for (int j = 0; j < n; j++) g[j] *= fl_act_grad_y(act, yr[j]);
         }
         if (db)
             for (int j = 0; j < n; j++) db[j] += g[j];
@@ -236,8 +240,13 @@ static void cpu_act_fwd(int act, int64_t rows, int c, const float *x, float *y) 
         }
         return;
     }
-#pragma omp parallel for PAR_EW(n)
-    for (int64_t i = 0; i < n; i++) y[i] = fl_act_forward(act, x[i]);
+    const int64_t nblk = (n + FL_EW_CHUNK - 1) / FL_EW_CHUNK;
+#pragma omp parallel for schedule(dynamic) PAR(n)
+    for (int64_t k = 0; k < nblk; k++) {
+        const int64_t i0 = k * FL_EW_CHUNK, len = n - i0 < FL_EW_CHUNK ? n - i0 : FL_EW_CHUNK;
+        if (!fl_cpu_act_vec(act, len, x + i0, y + i0))
+            for (int64_t i = i0; i < i0 + len; i++) y[i] = fl_act_forward(act, x[i]);
+    }
 }
 
 static void cpu_act_bwd(int act, int64_t rows, int c, const float *x, const float *y, const float *dy, float *dx,
@@ -266,10 +275,15 @@ static void cpu_act_bwd(int act, int64_t rows, int c, const float *x, const floa
         }
         return;
     }
-#pragma omp parallel for PAR_EW(n)
-    for (int64_t i = 0; i < n; i++) {
-        float g = dy[i] * fl_act_grad_x(act, x[i], y[i]);
-        dx[i] = beta == 0.0f ? g : dx[i] + g;
+    const int64_t nblk = (n + FL_EW_CHUNK - 1) / FL_EW_CHUNK;
+#pragma omp parallel for schedule(dynamic) PAR(n)
+    for (int64_t k = 0; k < nblk; k++) {
+        const int64_t i0 = k * FL_EW_CHUNK, len = n - i0 < FL_EW_CHUNK ? n - i0 : FL_EW_CHUNK;
+        if (fl_cpu_act_grad_x_vec(act, len, x + i0, y + i0, dy + i0, dx + i0, beta)) continue;
+        for (int64_t i = i0; i < i0 + len; i++) {
+            float g = dy[i] * fl_act_grad_x(act, x[i], y[i]);
+            dx[i] = beta == 0.0f ? g : dx[i] + g;
+        }
     }
 }
 

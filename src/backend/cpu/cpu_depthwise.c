@@ -74,7 +74,8 @@ DW_INLINE void act_span(int act, int64_t n, float *restrict y) {
         for (int64_t k = 0; k < n; k++) y[k] = y[k] > 0.0f ? (y[k] < 6.0f ? y[k] : 6.0f) : 0.0f;
         break;
     default:
-        for (int64_t k = 0; k < n; k++) y[k] = fl_act_forward(act, y[k]);
+        if (!fl_cpu_act_vec(act, n, y, y))
+            for (int64_t k = 0; k < n; k++) y[k] = fl_act_forward(act, y[k]);
     }
 }
 
@@ -93,7 +94,8 @@ DW_INLINE void act_grad_span(int act, int64_t rows, int n, const float *restrict
             for (int k = 0; k < n; k++) g[k] = yr[k] > 0.0f && yr[k] < 6.0f ? g[k] : 0.0f;
             break;
         default:
-            for (int k = 0; k < n; k++) g[k] *= fl_act_grad_y(act, yr[k]);
+            if (!fl_cpu_act_grad_y_vec(act, n, yr, g))
+                for (int k = 0; k < n; k++) g[k] *= fl_act_grad_y(act, yr[k]);
         }
         if (db)
             for (int k = 0; k < n; k++) db[k] += g[k];

@@ -39,6 +39,72 @@ static inline __attribute__((always_inline)) float fl_fast_exp(float x) {
     return q.f;
 }
 
+/* NaN where x is NaN, else r: fl_fast_exp clamps a NaN to a finite value,
+ * and an activation must pass it on as libm's functions do. */
+static inline __attribute__((always_inline)) float fl_nan_through(float x, float r) { return x == x ? r : x; }
+
+/* exp(x) - 1 without the cancellation near 0: for |x| < 1/2 the Taylor
+ * series to x^8 (its remainder under 1e-8 relative), else fl_fast_exp(x) - 1
+ * (a few ulp). Branch-free: both are computed and one is kept. */
+static inline __attribute__((always_inline)) float fl_fast_expm1(float x) {
+    float p = 2.48015873e-5f; /* 1/8! */
+    p = p * x + 1.98412698e-4f;
+    p = p * x + 1.38888889e-3f;
+    p = p * x + 8.33333333e-3f;
+    p = p * x + 4.16666667e-2f;
+    p = p * x + 1.66666667e-1f;
+    p = p * x + 0.5f;
+    const float small = x + x * x * p, big = fl_fast_exp(x) - 1.0f;
+    fl_fi32 a = {.f = x};
+    return fl_nan_through(x, (a.u & 0x7fffffffu) < 0x3f000000u ? small : big);
+}
+
+/* 1 / (1 + exp(-x)) from exp(-|x|), which cannot overflow. */
+static inline __attribute__((always_inline)) float fl_fast_sigmoid(float x) {
+    fl_fi32 a = {.f = x};
+    a.u |= 0x80000000u;
+    const float e = fl_fast_exp(a.f), s = 1.0f / (1.0f + e);
+    return fl_nan_through(x, x >= 0.0f ? s : e * s);
+}
+
+/* tanh(x) = -t / (t + 2) with t = expm1(-2|x|), the sign of x put back. */
+static inline __attribute__((always_inline)) float fl_fast_tanh(float x) {
+    fl_fi32 a = {.f = x};
+    const uint32_t sign = a.u & 0x80000000u;
+    a.u |= 0x80000000u;
+    const float t = fl_fast_expm1(2.0f * a.f);
+    fl_fi32 r = {.f = -t / (t + 2.0f)};
+    r.u |= sign;
+    return fl_nan_through(x, r.f);
+}
+
+/* erfc(|z|) by Numerical Recipes' Chebyshev fit (relative error < 1.2e-7):
+ * t exp(-z^2 + P(t)), t = 1 / (1 + |z|/2). */
+static inline __attribute__((always_inline)) float fl_fast_erfc_abs(float z) {
+    fl_fi32 a = {.f = z};
+    a.u &= 0x7fffffffu;
+    z = a.f;
+    const float t = 1.0f / (1.0f + 0.5f * z);
+    float p = 0.17087277f;
+    p = p * t - 0.82215223f;
+    p = p * t + 1.48851587f;
+    p = p * t - 1.13520398f;
+    p = p * t + 0.27886807f;
+    p = p * t - 0.18628806f;
+    p = p * t + 0.09678418f;
+    p = p * t + 0.37409196f;
+    p = p * t + 1.00002368f;
+    p = p * t - 1.26551223f;
+    return t * fl_fast_exp(p - z * z);
+}
+
+/* The normal CDF 0.5 (1 + erf(x / sqrt 2)): 1 - erfc/2 above 0, erfc/2
+ * below, so the tail keeps its relative accuracy. */
+static inline __attribute__((always_inline)) float fl_fast_norm_cdf(float x) {
+    const float h = 0.5f * fl_fast_erfc_abs(x * 0.70710678118654752f);
+    return fl_nan_through(x, x >= 0.0f ? 1.0f - h : h);
+}
+
 #if defined(__x86_64__) && defined(__GNUC__)
 #define FL_HAVE_AVX2_TARGET 1
 #define FL_AVX2_TARGET __attribute__((target("avx2,fma")))

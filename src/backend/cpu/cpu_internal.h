@@ -121,6 +121,18 @@ void fl_cpu_conv2d_transpose_fwd(const fl_conv_desc *d, const float *x, const fl
 void fl_cpu_conv2d_transpose_bwd(const fl_conv_desc *d, const float *x, const float *w, const float *y, float *dy,
                                  float *dx, float dx_beta, float *dw, float *db, void *ws);
 
+/* cpu_act.c: the element-wise activations on vectors (single-threaded;
+ * 0: the activation has no vector form there, nothing was done). x may be
+ * y, dy may be dx. act: y = act(x); grad_y: g *= act'(x) from y = act(x);
+ * grad_x: dx (beta: +)= dy * act'(x) from x and y; elu: ELU with alpha. */
+int fl_cpu_act_vec(int act, int64_t n, const float *x, float *y);
+int fl_cpu_act_grad_y_vec(int act, int64_t n, const float *y, float *g);
+int fl_cpu_act_grad_x_vec(int act, int64_t n, const float *x, const float *y, const float *dy, float *dx,
+                          float beta);
+void fl_cpu_elu_vec(int64_t n, float alpha, const float *x, float *y);
+/* tests: run the level given (0 portable, 1 AVX2), -1: the CPU's best */
+void fl_cpu_act_force_level(int level);
+
 /* cpu_attention.c: LayerNormalization and attention */
 void fl_cpu_layernorm_fwd(int64_t rows, int c, float eps, int rms, const float *x, const float *gamma,
                           const float *beta, float *y, float *stats);
