@@ -816,6 +816,31 @@ static void test_act_vec(void) {
     for (int i = 0; i < n; i++)
         if (!isnan(x[i]) && x[i] < 15.0f) bad += fabs(g[i] - act_dref(FL_ACT_SOFTPLUS, x[i])) > 2e-6 * act_dref(FL_ACT_SOFTPLUS, x[i]) + 1e-7;
     CHECK_MSG(bad == 0, "softplus derivative from y: %d values off", bad);
+    /* ReLU with a slope, threshold and cap (LeakyReLU, ReLU(...)) and the parametrized derivatives: the scalar
+     * formulas' bits, at every level */
+    const fl_pact_desc pd[3] = {{FL_PACT_RELU, 0.1f, 0.0f, INFINITY}, {FL_PACT_RELU, 0.3f, 0.5f, 6.0f},
+                                {FL_PACT_ELU, 0.7f, 0.0f, 0.0f}};
+    for (int k = 0; k < 3; k++)
+        for (int lv = 0; lv < 3; lv++) {
+            fl_cpu_act_force_level(lv == 2 ? -1 : lv);
+            float r[N], d0[N], d1[N];
+            if (pd[k].code == FL_PACT_RELU) fl_cpu_relu_p_vec(n, pd[k].a, pd[k].b, pd[k].c, x, r);
+            else for (int i = 0; i < n; i++) r[i] = e[i];
+            for (int i = 0; i < n; i++) d1[i] = 0.5f;
+            fl_cpu_pact_grad_vec(n, pd[k].code == FL_PACT_ELU, pd[k].a, pd[k].b, pd[k].c, x, r, dy, d0, 0.0f);
+            fl_cpu_pact_grad_vec(n, pd[k].code == FL_PACT_ELU, pd[k].a, pd[k].b, pd[k].c, x, r, dy, d1, 1.0f);
+            int off = 0;
+            for (int i = 0; i < n; i++) {
+                const float want = fl_pact_forward(&pd[k], x[i]), gr = fl_pact_grad(&pd[k], x[i], r[i]);
+                off += pd[k].code == FL_PACT_RELU && memcmp(&r[i], &want, 4) != 0;
+                off += memcmp(&d0[i], &gr, 4) != 0;
+                const float g1 = 0.5f + gr;
+                off += memcmp(&d1[i], &g1, 4) != 0;
+            }
+            CHECK_MSG(off == 0, "parametrized activation %d (level %d): %d values differ from the scalar formulas", k,
+                      lv, off);
+        }
+    fl_cpu_act_force_level(-1);
     for (int k = 0; k < 3; k++) { free(y[k]); free(gy[k]); free(gx[k]); }
 }
 

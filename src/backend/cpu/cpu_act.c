@@ -97,8 +97,18 @@
         }                                                                                                 \
         return 1;                                                                                         \
     }                                                                                                     \
-    ATTR static void elu_##L(int64_t n, float alpha, const float *x, float *y) {                 \
+    ATTR static void elu_##L(int64_t n, float alpha, const float *x, float *y) {                          \
         FWD_LOOP(v > 0.0f ? v : alpha * fl_fast_expm1(v));                                               \
+    }                                                                                                     \
+    ATTR static void relu_p_##L(int64_t n, float lo, float th, float hi, const float *x, float *y) {      \
+        FWD_LOOP(v > th ? (v < hi ? v : hi) : (v < th ? lo * (v - th) : 0.0f));                           \
+    }                                                                                                     \
+    ATTR static void pact_grad_##L(int64_t n, int elu, float lo, float th, float hi, const float *x,      \
+                                   const float *y, const float *dy, float *dx, float beta) {              \
+        if (elu && beta == 0.0f) GX_LOOP0(v > 0.0f ? 1.0f : u + lo)                                       \
+        else if (elu) GX_LOOP1(v > 0.0f ? 1.0f : u + lo)                                                  \
+        else if (beta == 0.0f) GX_LOOP0(v > th ? (v < hi ? 1.0f : 0.0f) : (v < th ? lo : 0.0f))           \
+        else GX_LOOP1(v > th ? (v < hi ? 1.0f : 0.0f) : (v < th ? lo : 0.0f))                             \
     }
 
 /* x may be y: the loads come before the stores in each iteration */
@@ -153,3 +163,12 @@ int fl_cpu_act_grad_x_vec(int act, int64_t n, const float *x, const float *y, co
 }
 
 void fl_cpu_elu_vec(int64_t n, float alpha, const float *x, float *y) { DISPATCH(elu, n, alpha, x, y); }
+
+void fl_cpu_relu_p_vec(int64_t n, float lo, float th, float hi, const float *x, float *y) {
+    DISPATCH(relu_p, n, lo, th, hi, x, y);
+}
+
+void fl_cpu_pact_grad_vec(int64_t n, int elu, float lo, float th, float hi, const float *x, const float *y,
+                          const float *dy, float *dx, float beta) {
+    DISPATCH(pact_grad, n, elu, lo, th, hi, x, y, dy, dx, beta);
+}

@@ -130,6 +130,11 @@ int fl_cpu_act_grad_y_vec(int act, int64_t n, const float *y, float *g);
 int fl_cpu_act_grad_x_vec(int act, int64_t n, const float *x, const float *y, const float *dy, float *dx,
                           float beta);
 void fl_cpu_elu_vec(int64_t n, float alpha, const float *x, float *y);
+/* ReLU(max_value hi, negative_slope lo, threshold th) as fl_pact_forward; its
+ * derivative, or ELU's (elu, alpha lo), as fl_pact_grad times dy */
+void fl_cpu_relu_p_vec(int64_t n, float lo, float th, float hi, const float *x, float *y);
+void fl_cpu_pact_grad_vec(int64_t n, int elu, float lo, float th, float hi, const float *x, const float *y,
+                          const float *dy, float *dx, float beta);
 /* tests: run the level given (0 portable, 1 AVX2), -1: the CPU's best */
 void fl_cpu_act_force_level(int level);
 
