@@ -9,6 +9,7 @@
 
 #include <flynn/flynn.h>
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -335,6 +336,73 @@ static void test_losses_train(void) {
     fl_tensor_free(y);
     fl_tensor_free(oh);
     fl_tensor_free(yb);
+}
+
+/* The error metrics (Keras metrics=["mae"], ["mse"], MeanAbsoluteError(), "mean_squared_error"): evaluate
+ * gives the mean over the rows of each row's mean |pred - y| and (pred - y)^2, computed here from predict; the
+ * history's keys are Keras's; they survive a .keras save and load; class-index targets are refused. */
+static void test_error_metrics(void) {
+    const int64_t n = 200;
+    fl_tensor *x = fl_tensor_new(FL_FLOAT32, 2, (int64_t[]){n, 3}), *y = fl_tensor_new(FL_FLOAT32, 2, (int64_t[]){n, 2});
+    float *xd = fl_tensor_data(x), *yd = fl_tensor_data(y);
+    for (int64_t i = 0; i < n; i++) {
+        for (int j = 0; j < 3; j++) xd[i * 3 + j] = (float)sin(0.37 * (double)(i * 3 + j));
+        yd[i * 2] = xd[i * 3] - 0.5f * xd[i * 3 + 1];
+        yd[i * 2 + 1] = xd[i * 3 + 2] * xd[i * 3 + 2];
+    }
+    fl_model *m = fl_sequential(fl_input(3), fl_dense(8, .activation = FL_TANH), fl_dense(2));
+    CHECK(fl_compile(m, fl_adam(), FL_MEAN_SQUARED_ERROR, FL_MAE, FL_METRIC_MEAN_SQUARED_ERROR, FL_MSE,
+                     FL_METRIC_MEAN_ABSOLUTE_ERROR) == FL_OK);
+    fl_history *h = fl_fit(m, x, y, .batch_size = 32, .epochs = 2, .verbose = FL_VERBOSE_SILENT);
+    CHECK(h && fl_history_num_keys(h) == 5);
+    if (h) {
+        const char *want[5] = {"loss", "mae", "mean_squared_error", "mse", "mean_absolute_error"};
+        for (int i = 0; i < 5; i++)
+            CHECK_MSG(fl_history_get(h, want[i]) != NULL, "history key '%s' missing", want[i]);
+    }
+    fl_history_free(h);
+    float r[5] = {0};
+    CHECK(fl_evaluate(m, x, y, r, 5, .batch_size = 64, .verbose = FL_VERBOSE_SILENT) == FL_OK);
+    fl_tensor *p = fl_predict(m, x, .verbose = FL_VERBOSE_SILENT);
+    CHECK(p != NULL);
+    if (p) {
+        const float *pd = fl_tensor_data(p);
+        double mae = 0, mse = 0;
+        for (int64_t i = 0; i < n * 2; i++) {
+            double d = (double)pd[i] - yd[i];
+            mae += fabs(d) / (double)(n * 2);
+            mse += d * d / (double)(n * 2);
+        }
+        CHECK_MSG(fabs(r[1] - mae) <= 1e-5 * mae && fabs(r[4] - mae) <= 1e-5 * mae, "mae %.7g / %.7g, want %.7g",
+                  r[1], r[4], mae);
+        CHECK_MSG(fabs(r[2] - mse) <= 1e-5 * mse && fabs(r[3] - mse) <= 1e-5 * mse && fabs(r[0] - mse) <= 1e-5 * mse,
+                  "mse %.7g / %.7g (loss %.7g), want %.7g", r[2], r[3], r[0], mse);
+    }
+    fl_tensor_free(p);
+    /* through a .keras file: the same metrics, by the same names */
+    char path[] = "/tmp/flynn_test_metrics_XXXXXX.keras";
+    int fd = mkstemps(path, 6);
+    CHECK(fd >= 0);
+    if (fd >= 0) close(fd);
+    CHECK(fl_save_model(m, path) == FL_OK);
+    fl_model *m2 = fl_load_model(path);
+    CHECK_MSG(m2 != NULL, "%s", fl_last_error());
+    if (m2) {
+        fl_history *h2 = fl_fit(m2, x, y, .batch_size = 32, .epochs = 1, .verbose = FL_VERBOSE_SILENT);
+        CHECK(h2 && fl_history_get(h2, "mae") && fl_history_get(h2, "mean_squared_error") &&
+              fl_history_get(h2, "mse") && fl_history_get(h2, "mean_absolute_error"));
+        fl_history_free(h2);
+        fl_model_free(m2);
+    }
+    unlink(path);
+    fl_model_free(m);
+    /* MAE against class indices is refused */
+    m = fl_sequential(fl_input(3), fl_dense(2, .activation = FL_SOFTMAX));
+    CHECK(fl_compile(m, fl_adam(), FL_SPARSE_CATEGORICAL_CROSSENTROPY, FL_MAE) != FL_OK);
+    CHECK_STR_CONTAINS(fl_last_error(), "class indices");
+    fl_model_free(m);
+    fl_tensor_free(x);
+    fl_tensor_free(y);
 }
 
 /* Same seed, same data: bit-identical weights; another seed: different. */
@@ -860,6 +928,7 @@ int main(void) {
     test_build_errors();
     test_fit_api();
     test_losses_train();
+    test_error_metrics();
     test_functional();
     test_frozen();
     test_rnn_api();

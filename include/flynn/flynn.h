@@ -808,6 +808,10 @@ typedef enum fl_metric {
     FL_CATEGORICAL_ACCURACY,
     FL_SPARSE_CATEGORICAL_ACCURACY,
     FL_BINARY_ACCURACY,
+    FL_MAE,                           /* mean absolute error, key "mae" (Keras metrics=["mae"]) */
+    FL_MSE,                           /* mean squared error, key "mse" */
+    FL_METRIC_MEAN_ABSOLUTE_ERROR,    /* the same, key "mean_absolute_error" (MeanAbsoluteError()) */
+    FL_METRIC_MEAN_SQUARED_ERROR,     /* key "mean_squared_error" */
 } fl_metric;
 #define FL_MAX_METRICS 4
 

@@ -431,7 +431,7 @@ typedef struct fl_backend {
      * gradient w.r.t. the loss input (the logits for fused/logit paths).
      * pred: [rows, c]; target: [rows] class indices (SCCE) or [rows, c]. */
     void (*loss)(const fl_loss_desc *d, const float *pred, const float *target, float *row_loss, float *grad);
-    /* metric: per-row score (1 correct / 0 wrong; binary: fraction) */
+    /* metric: per-row score (1 correct / 0 wrong; binary: fraction; MAE, MSE: the row's mean) */
     void (*metric)(int metric_code, int64_t rows, int c, const float *pred, const float *target, float *row_score);
     /* acc[0] += scale * sum(x[0..n)); acc is a backend buffer of doubles, so
      * running totals stay on the device until someone reads them */
@@ -577,7 +577,7 @@ enum { FL_BM_ADD = 1, FL_BM_MUL };
 enum { FL_BIN_SUB = 1, FL_BIN_MAX, FL_BIN_MIN, FL_BIN_ADD, FL_BIN_ADD_RELU, FL_BIN_ADD_RELU6 };
 
 /* Metric codes for fl_backend.metric (match fl_metric's resolved values). */
-enum { FL_MC_CATEGORICAL = 1, FL_MC_SPARSE_CATEGORICAL, FL_MC_BINARY };
+enum { FL_MC_CATEGORICAL = 1, FL_MC_SPARSE_CATEGORICAL, FL_MC_BINARY, FL_MC_MAE, FL_MC_MSE };
 
 const fl_backend *fl_backend_cpu(void);
 

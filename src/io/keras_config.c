@@ -980,7 +980,7 @@ static fl_status metric_from_config(const kctx *c, json_object *mv, fl_metric *o
         if (name && strcmp(name, "MeanMetricWrapper") == 0) {
             const char *mname = jstr(jkey(cfg, "name")), *fn = jstr(jkey(cfg, "fn"));
             name = mname && (strcmp(mname, "accuracy") == 0 || strcmp(mname, "acc") == 0 ||
-                             strstr(mname, "_accuracy"))
+                             strstr(mname, "_accuracy") || strcmp(mname, "mae") == 0 || strcmp(mname, "mse") == 0)
                        ? mname : fn;
             if (!name) return kfail(c, FL_ERR_FORMAT, "metric MeanMetricWrapper has neither a known name nor an 'fn'");
         }
@@ -994,11 +994,15 @@ static fl_status metric_from_config(const kctx *c, json_object *mv, fl_metric *o
         {"categorical_accuracy", FL_CATEGORICAL_ACCURACY}, {"CategoricalAccuracy", FL_CATEGORICAL_ACCURACY},
         {"sparse_categorical_accuracy", FL_SPARSE_CATEGORICAL_ACCURACY},
         {"SparseCategoricalAccuracy", FL_SPARSE_CATEGORICAL_ACCURACY},
-        {"binary_accuracy", FL_BINARY_ACCURACY}, {"BinaryAccuracy", FL_BINARY_ACCURACY}};
+        {"binary_accuracy", FL_BINARY_ACCURACY}, {"BinaryAccuracy", FL_BINARY_ACCURACY},
+        {"mae", FL_MAE}, {"mse", FL_MSE}, {"mean_absolute_error", FL_METRIC_MEAN_ABSOLUTE_ERROR},
+        {"MeanAbsoluteError", FL_METRIC_MEAN_ABSOLUTE_ERROR}, {"mean_squared_error", FL_METRIC_MEAN_SQUARED_ERROR},
+        {"MeanSquaredError", FL_METRIC_MEAN_SQUARED_ERROR}};
     for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
         if (strcmp(name, map[i].name) == 0) { *out = map[i].m; return FL_OK; }
     return kfail(c, FL_ERR_UNSUPPORTED, "metric '%s' is not supported (flynn has accuracy, categorical_accuracy, "
-                 "sparse_categorical_accuracy and binary_accuracy)", name);
+                 "sparse_categorical_accuracy, binary_accuracy, mae / mean_absolute_error and mse / "
+                 "mean_squared_error)", name);
 }
 
 fl_status fl_keras_compile_from_config(fl_model *m, json_object *cc, const char *src) {
@@ -1322,6 +1326,10 @@ static const char *metric_name(fl_metric mt) {
     case FL_CATEGORICAL_ACCURACY: return "categorical_accuracy";
     case FL_SPARSE_CATEGORICAL_ACCURACY: return "sparse_categorical_accuracy";
     case FL_BINARY_ACCURACY: return "binary_accuracy";
+    case FL_MAE: return "mae";
+    case FL_MSE: return "mse";
+    case FL_METRIC_MEAN_ABSOLUTE_ERROR: return "mean_absolute_error";
+    case FL_METRIC_MEAN_SQUARED_ERROR: return "mean_squared_error";
     default: return "accuracy";
     }
 }

@@ -32,6 +32,9 @@ int fl_monitor_direction(const char *monitor) {
     const char *m = strncmp(monitor, "val_", 4) == 0 ? monitor + 4 : monitor;
     if (strcmp(m, "loss") == 0) return -1;
     if (strstr(m, "accuracy") || strcmp(m, "acc") == 0) return 1;
+    /* Keras's error metrics have _direction "down" */
+    if (!strcmp(m, "mae") || !strcmp(m, "mse") || !strcmp(m, "mean_absolute_error") || !strcmp(m, "mean_squared_error"))
+        return -1;
     return 0;
 }
 

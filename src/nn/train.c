@@ -42,6 +42,10 @@ static const char *metric_key(fl_metric m) {
     case FL_CATEGORICAL_ACCURACY: return "categorical_accuracy";
     case FL_SPARSE_CATEGORICAL_ACCURACY: return "sparse_categorical_accuracy";
     case FL_BINARY_ACCURACY: return "binary_accuracy";
+    case FL_MAE: return "mae";
+    case FL_MSE: return "mse";
+    case FL_METRIC_MEAN_ABSOLUTE_ERROR: return "mean_absolute_error";
+    case FL_METRIC_MEAN_SQUARED_ERROR: return "mean_squared_error";
     default: return "?";
     }
 }
@@ -95,9 +99,16 @@ fl_status fl_compile_(fl_model *m, fl_optimizer *opt, fl_loss loss, const fl_met
         case FL_CATEGORICAL_ACCURACY: codes[i] = FL_MC_CATEGORICAL; break;
         case FL_SPARSE_CATEGORICAL_ACCURACY: codes[i] = FL_MC_SPARSE_CATEGORICAL; break;
         case FL_BINARY_ACCURACY: codes[i] = FL_MC_BINARY; break;
+        case FL_MAE: case FL_METRIC_MEAN_ABSOLUTE_ERROR: codes[i] = FL_MC_MAE; break;
+        case FL_MSE: case FL_METRIC_MEAN_SQUARED_ERROR: codes[i] = FL_MC_MSE; break;
         default:
             fl_optimizer_free(opt);
             return fl_error(FL_ERR_INVALID_ARG, "fl_compile: metric %d (position %d) is not an fl_metric", (int)mt, i);
+        }
+        if ((codes[i] == FL_MC_MAE || codes[i] == FL_MC_MSE) && loss.kind == FL_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY) {
+            fl_optimizer_free(opt);
+            return fl_error(FL_ERR_INVALID_ARG, "fl_compile: the metric %s needs targets of the output's shape, not the "
+                            "class indices of sparse_categorical_crossentropy", metric_key(mt));
         }
         if (codes[i] == FL_MC_SPARSE_CATEGORICAL && loss.kind != FL_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY) {
             fl_optimizer_free(opt);

@@ -363,6 +363,14 @@ FL_HD float fl_loss_row(int code, int input, int c, float s, const float *p, con
  * fraction of matching outputs for binary accuracy (threshold 0.5).
  * t: the target row (NULL for sparse: the class index is cls). */
 FL_HD float fl_metric_row(int code, int c, const float *p, const float *t, int cls) {
+    if (code == FL_MC_MAE || code == FL_MC_MSE) { /* Keras: the mean over the last axis */
+        float s = 0.0f;
+        for (int j = 0; j < c; j++) {
+            float d = p[j] - t[j];
+            s += code == FL_MC_MAE ? fabsf(d) : d * d;
+        }
+        return s / (float)c;
+    }
     if (code == FL_MC_BINARY) {
         int ok = 0;
         for (int j = 0; j < c; j++) ok += ((p[j] > 0.5f) ? 1.0f : 0.0f) == t[j];

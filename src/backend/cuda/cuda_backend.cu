@@ -1977,7 +1977,15 @@ __global__ void k_metric(int code, int64_t rows, int c, const float *pred, const
     ROW_LOOP(r, rows) {
         const float *p = pred + r * c;
         float v;
-        if (code == FL_MC_BINARY) {
+        if (code == FL_MC_MAE || code == FL_MC_MSE) {
+            const float *t = target + r * c;
+            float s = 0.0f;
+            for (int j = lane; j < c; j += 32) {
+                float d = p[j] - t[j];
+                s += code == FL_MC_MAE ? fabsf(d) : d * d;
+            }
+            v = warp_sum(s) / (float)c;
+        } else if (code == FL_MC_BINARY) {
             const float *t = target + r * c;
             int ok = 0;
             for (int j = lane; j < c; j += 32) ok += ((p[j] > 0.5f) ? 1.0f : 0.0f) == t[j];
