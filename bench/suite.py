@@ -26,6 +26,9 @@ usage: bench/suite.py [--models LIST] [--batch-sizes 1,32,128,512] [--rounds 2] 
        bench/suite.py --from-json FILE --svg OUT.svg   (the chart of an earlier run)
 --busy runs one CPU-bound process (a spinning loop) beside every measurement:
 the issue's "behave on a busy machine" case.
+Models users write, which nobody tuned flynn for (bench/user_models.py:
+cifar_vgg, tab_bn, bigru_text, sepconv64, har_cnn1d, unet_small, conv_ae,
+lstm_reg, fasttext, gelu_mlp), run the same way with --sides flynn,keras-tf.
 """
 import argparse
 import json
@@ -394,10 +397,16 @@ def main():
     env.pop("OMP_WAIT_POLICY", None)
     os.makedirs(a.work, exist_ok=True)
     missing = [m for m in models if not os.path.exists(os.path.join(a.work, m + ".keras"))]
-    if missing:
-        print("making %s with Keras (bench/suite_models.py)" % ",".join(missing), flush=True)
-        subprocess.run([a.tf_python, os.path.join(HERE, "suite_models.py"), a.work, "--models", ",".join(missing)],
-                       check=True, env=env, stdout=subprocess.DEVNULL)
+    suite = [m for m in missing if m in MODELS]
+    user = [m for m in missing if m not in MODELS]  # bench/user_models.py's (flynn and Keras-TF only)
+    for script, names in (("suite_models.py", suite), ("user_models.py", user)):
+        if names:
+            print("making %s with Keras (bench/%s)" % (",".join(names), script), flush=True)
+            subprocess.run([a.tf_python, os.path.join(HERE, script), a.work, "--models", ",".join(names)],
+                           check=True, env=env, stdout=subprocess.DEVNULL)
+    if "torch" in sides and any(m not in MODELS for m in models):
+        sys.exit("suite.py: PyTorch has no port of %s (bench/user_models.py): use --sides flynn,keras-tf"
+                 % ",".join(m for m in models if m not in MODELS))
     ceiling, core = sgemm_ceiling(a, env)
     busy = None
     if a.busy:

@@ -1,0 +1,152 @@
+#!/usr/bin/env python3
+"""user_models.py — models as users write them, which nobody tuned flynn for,
+made by Keras and saved as .keras files with random data of their shapes, for
+bench/suite.py's flynn and Keras-TF sides (PyTorch has no port of them):
+
+  env -u OPENBLAS_CORETYPE bench/suite.py --work /tmp/flynn-user --sides flynn,keras-tf \\
+      --models cifar_vgg,tab_bn,bigru_text,sepconv64,har_cnn1d,unet_small,conv_ae,lstm_reg,fasttext,gelu_mlp \\
+      --samples 2048 --rounds 1
+
+(bench/suite.py makes them here on first use when --work holds none: it runs
+this script for the names suite_models.py does not know.)
+
+Models (Adam(1e-3); the loss and metrics each names):
+  cifar_vgg   32x32x3: Conv(32,3,same) Conv(32,3) MaxPool Dropout Conv(64,3,same) Conv(64,3) MaxPool Dropout
+              Flatten Dense(512) Dropout Dense(10); sparse CCE, accuracy
+  tab_bn      100 features: 3 x [Dense(256|256|128) BatchNormalization Activation(relu) Dropout(0.3)] Dense(4)
+  bigru_text  80 tokens: Embedding(5000, 64) Bidirectional(GRU(48)) Dense(3)
+  sepconv64   64x64x3: Conv(24,3,s2) 3 x [SeparableConv2D(48|96|192) BatchNormalization MaxPool]
+              GlobalMaxPooling Dense(6)
+  har_cnn1d   256 steps x 9 sensors: Conv1D(64,7,elu) AvgPool1D Conv1D(64,5,elu) AvgPool1D Conv1D(128,3,elu)
+              GlobalAveragePooling1D Dense(64,elu) Dense(6)
+  unet_small  64x64x1 -> a 64x64 mask: Conv+BatchNormalization+LeakyReLU(0.1) blocks (16, 32, 64), MaxPool,
+              UpSampling2D, Concatenate skips, Conv(1,1,sigmoid); binary crossentropy, accuracy
+  conv_ae     28x28x1 autoencoder: Conv(32,s2) Conv(64,s2) Conv2DTranspose(32,s2) Conv2DTranspose(1,s2,sigmoid); mse
+  lstm_reg    50 steps x 8: LSTM(64, return_sequences) LSTM(32) Dense(1); mse, mae
+  fasttext    200 tokens: Embedding(20000, 64) GlobalAveragePooling1D Dense(64,relu) Dense(2)
+  gelu_mlp    64 features: Dense(256,gelu) LayerNormalization Dense(256,gelu) LayerNormalization Dense(8)
+
+usage: KERAS_BACKEND=tensorflow python user_models.py OUTDIR [--models a,b]
+"""
+import argparse
+import os
+
+import numpy as np
+
+MODELS = ["cifar_vgg", "tab_bn", "bigru_text", "sepconv64", "har_cnn1d", "unet_small", "conv_ae", "lstm_reg",
+          "fasttext", "gelu_mlp"]
+
+
+def build(name, rng):
+    """(model, x, y, loss, metrics) for one model."""
+    import keras
+    from keras import layers as L
+
+    scce, acc = "sparse_categorical_crossentropy", ["accuracy"]
+    if name == "cifar_vgg":
+        i = keras.Input((32, 32, 3))
+        h = L.Conv2D(32, 3, padding="same", activation="relu")(i)
+        h = L.Conv2D(32, 3, activation="relu")(h)
+        h = L.Dropout(0.25)(L.MaxPooling2D()(h))
+        h = L.Conv2D(64, 3, padding="same", activation="relu")(h)
+        h = L.Conv2D(64, 3, activation="relu")(h)
+        h = L.Flatten()(L.Dropout(0.25)(L.MaxPooling2D()(h)))
+        h = L.Dropout(0.5)(L.Dense(512, activation="relu")(h))
+        o = L.Dense(10, activation="softmax")(h)
+        n = 4096
+        return keras.Model(i, o), rng.random((n, 32, 32, 3), dtype=np.float32), rng.integers(0, 10, n), scce, acc
+    if name == "tab_bn":
+        i = keras.Input((100,))
+        h = i
+        for u in (256, 256, 128):
+            h = L.Dropout(0.3)(L.Activation("relu")(L.BatchNormalization()(L.Dense(u)(h))))
+        o = L.Dense(4, activation="softmax")(h)
+        n = 16384
+        return keras.Model(i, o), rng.standard_normal((n, 100), dtype=np.float32), rng.integers(0, 4, n), scce, acc
+    if name == "bigru_text":
+        i = keras.Input((80,), dtype="int32")
+        h = L.Bidirectional(L.GRU(48))(L.Embedding(5000, 64)(i))
+        o = L.Dense(3, activation="softmax")(h)
+        n = 4096
+        return keras.Model(i, o), rng.integers(1, 5000, (n, 80)), rng.integers(0, 3, n), scce, acc
+    if name == "sepconv64":
+        i = keras.Input((64, 64, 3))
+        h = L.Conv2D(24, 3, strides=2, padding="same", activation="relu")(i)
+        for f in (48, 96, 192):
+            h = L.SeparableConv2D(f, 3, padding="same", activation="relu")(h)
+            h = L.MaxPooling2D()(L.BatchNormalization()(h))
+        o = L.Dense(6, activation="softmax")(L.GlobalMaxPooling2D()(h))
+        n = 2048
+        return keras.Model(i, o), rng.random((n, 64, 64, 3), dtype=np.float32), rng.integers(0, 6, n), scce, acc
+    if name == "har_cnn1d":
+        i = keras.Input((256, 9))
+        h = L.AveragePooling1D(2)(L.Conv1D(64, 7, padding="same", activation="elu")(i))
+        h = L.AveragePooling1D(2)(L.Conv1D(64, 5, padding="same", activation="elu")(h))
+        h = L.GlobalAveragePooling1D()(L.Conv1D(128, 3, padding="same", activation="elu")(h))
+        o = L.Dense(6, activation="softmax")(L.Dense(64, activation="elu")(h))
+        n = 4096
+        return keras.Model(i, o), rng.standard_normal((n, 256, 9), dtype=np.float32), rng.integers(0, 6, n), scce, acc
+    if name == "unet_small":
+        i = keras.Input((64, 64, 1))
+
+        def block(h, f):
+            return L.LeakyReLU(0.1)(L.BatchNormalization()(L.Conv2D(f, 3, padding="same")(h)))
+        c1 = block(i, 16)
+        c2 = block(L.MaxPooling2D()(c1), 32)
+        c3 = block(L.MaxPooling2D()(c2), 64)
+        d2 = block(L.Concatenate()([L.UpSampling2D()(c3), c2]), 32)
+        d1 = block(L.Concatenate()([L.UpSampling2D()(d2), c1]), 16)
+        o = L.Conv2D(1, 1, activation="sigmoid")(d1)
+        n = 2048
+        return (keras.Model(i, o), rng.random((n, 64, 64, 1), dtype=np.float32),
+                (rng.random((n, 64, 64, 1)) > 0.5).astype(np.float32), "binary_crossentropy", acc)
+    if name == "conv_ae":
+        i = keras.Input((28, 28, 1))
+        h = L.Conv2D(32, 3, strides=2, padding="same", activation="relu")(i)
+        h = L.Conv2D(64, 3, strides=2, padding="same", activation="relu")(h)
+        h = L.Conv2DTranspose(32, 3, strides=2, padding="same", activation="relu")(h)
+        o = L.Conv2DTranspose(1, 3, strides=2, padding="same", activation="sigmoid")(h)
+        x = rng.random((4096, 28, 28, 1), dtype=np.float32)
+        return keras.Model(i, o), x, x, "mse", []
+    if name == "lstm_reg":
+        i = keras.Input((50, 8))
+        o = L.Dense(1)(L.LSTM(32)(L.LSTM(64, return_sequences=True)(i)))
+        n = 4096
+        return (keras.Model(i, o), rng.standard_normal((n, 50, 8), dtype=np.float32),
+                rng.standard_normal((n, 1), dtype=np.float32), "mse", ["mae"])
+    if name == "fasttext":
+        i = keras.Input((200,), dtype="int32")
+        h = L.Dense(64, activation="relu")(L.GlobalAveragePooling1D()(L.Embedding(20000, 64)(i)))
+        o = L.Dense(2, activation="softmax")(h)
+        n = 8192
+        return keras.Model(i, o), rng.integers(1, 20000, (n, 200)), rng.integers(0, 2, n), scce, acc
+    if name == "gelu_mlp":
+        i = keras.Input((64,))
+        h = L.LayerNormalization()(L.Dense(256, activation="gelu")(i))
+        h = L.LayerNormalization()(L.Dense(256, activation="gelu")(h))
+        o = L.Dense(8, activation="softmax")(h)
+        n = 16384
+        return keras.Model(i, o), rng.standard_normal((n, 64), dtype=np.float32), rng.integers(0, 8, n), scce, acc
+    raise SystemExit("user_models.py: unknown model %r (have %s)" % (name, ", ".join(MODELS)))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("outdir")
+    ap.add_argument("--models", default=",".join(MODELS))
+    a = ap.parse_args()
+    os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+    import keras
+    os.makedirs(a.outdir, exist_ok=True)
+    for k, name in enumerate(a.models.split(",")):
+        keras.utils.set_random_seed(k)
+        m, x, y, loss, metrics = build(name, np.random.default_rng(k))
+        m.compile(optimizer=keras.optimizers.Adam(1e-3), loss=loss, metrics=metrics)
+        m.save(os.path.join(a.outdir, name + ".keras"))
+        np.save(os.path.join(a.outdir, name + "_x.npy"), x.astype(np.int32) if x.dtype.kind == "i" else x)
+        np.save(os.path.join(a.outdir, name + "_y.npy"), y.astype(np.int32) if y.dtype.kind == "i" else y)
+        print("made %s" % name)
+
+
+if __name__ == "__main__":
+    main()
