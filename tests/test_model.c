@@ -338,6 +338,20 @@ static void test_losses_train(void) {
     fl_tensor_free(yb);
 }
 
+/* m saved to a temporary .keras file and loaded back (NULL, with the check failed, if either fails); the file
+ * is removed. */
+static fl_model *reload(fl_model *m) {
+    char path[] = "/tmp/flynn_test_model_XXXXXX.keras";
+    int fd = mkstemps(path, 6);
+    CHECK(fd >= 0);
+    if (fd < 0) return NULL;
+    close(fd);
+    fl_model *r = NULL;
+    CHECK_MSG(fl_save_model(m, path) == FL_OK && (r = fl_load_model(path)) != NULL, "%s", fl_last_error());
+    unlink(path);
+    return r;
+}
+
 /* The error metrics (Keras metrics=["mae"], ["mse"], MeanAbsoluteError(), "mean_squared_error"): evaluate
  * gives the mean over the rows of each row's mean |pred - y| and (pred - y)^2, computed here from predict; the
  * history's keys are Keras's; they survive a .keras save and load; class-index targets are refused. */
@@ -380,13 +394,7 @@ static void test_error_metrics(void) {
     }
     fl_tensor_free(p);
     /* through a .keras file: the same metrics, by the same names */
-    char path[] = "/tmp/flynn_test_metrics_XXXXXX.keras";
-    int fd = mkstemps(path, 6);
-    CHECK(fd >= 0);
-    if (fd >= 0) close(fd);
-    CHECK(fl_save_model(m, path) == FL_OK);
-    fl_model *m2 = fl_load_model(path);
-    CHECK_MSG(m2 != NULL, "%s", fl_last_error());
+    fl_model *m2 = reload(m);
     if (m2) {
         fl_history *h2 = fl_fit(m2, x, y, .batch_size = 32, .epochs = 1, .verbose = FL_VERBOSE_SILENT);
         CHECK(h2 && fl_history_get(h2, "mae") && fl_history_get(h2, "mean_squared_error") &&
@@ -394,7 +402,6 @@ static void test_error_metrics(void) {
         fl_history_free(h2);
         fl_model_free(m2);
     }
-    unlink(path);
     fl_model_free(m);
     /* MAE against class indices is refused */
     m = fl_sequential(fl_input(3), fl_dense(2, .activation = FL_SOFTMAX));
@@ -713,17 +720,11 @@ static void test_sequence_layers(void) {
         CHECK(loss != NULL);
         if (loss) CHECK_MSG(loss[4] < loss[0], "loss %g -> %g", loss[0], loss[4]);
         fl_history_free(h);
-        char path[] = "/tmp/flynn_seq_XXXXXX.keras";
-        int fd = mkstemps(path, 6);
-        if (fd >= 0) close(fd);
-        CHECK(fl_save_model(m, path) == FL_OK);
-        fl_model *r = fl_load_model(path);
-        CHECK_MSG(r != NULL, "%s", fl_last_error());
+        fl_model *r = reload(m);
         fl_tensor *p1 = fl_predict(m, x), *p2 = r ? fl_predict(r, x) : NULL;
         CHECK(p1 && p2 && memcmp(fl_tensor_data(p1), fl_tensor_data(p2), 32 * sizeof(float)) == 0);
         fl_tensor_free(p1); fl_tensor_free(p2);
         fl_model_free(r);
-        remove(path);
         fl_tensor_free(x); fl_tensor_free(y);
     }
     fl_model_free(m);

@@ -16,6 +16,9 @@
 #include "cpu_simd.h"
 #include "ops/math.h"
 
+/* Keras 3's hard sigmoid, relu6(v + 3) / 6, as fl_hard_sigmoidf */
+#define HSIG(v) ((v) <= -3.0f ? 0.0f : ((v) >= 3.0f ? 1.0f : (v) / 6.0f + 0.5f))
+
 /* y = act(x) */
 #define FWD_CASES(LOOP)                                                                                   \
     case FL_ACT_LINEAR: LOOP(v); break;                                                                   \
@@ -28,8 +31,8 @@
     case FL_ACT_ELU: LOOP(v > 0.0f ? v : FL_ELU_ALPHA * fl_fast_expm1(v)); break;                         \
     case FL_ACT_SELU: LOOP(v > 0.0f ? FL_SELU_SCALE * v : FL_SELU_SCALE * FL_SELU_ALPHA * fl_fast_expm1(v)); break; \
     case FL_ACT_SILU: LOOP(v * fl_fast_sigmoid(v)); break;                                                \
-    case FL_ACT_HARD_SIGMOID: LOOP(v <= -3.0f ? 0.0f : (v >= 3.0f ? 1.0f : v / 6.0f + 0.5f)); break;      \
-    case FL_ACT_HARD_SILU: LOOP(v * (v <= -3.0f ? 0.0f : (v >= 3.0f ? 1.0f : v / 6.0f + 0.5f))); break;   \
+    case FL_ACT_HARD_SIGMOID: LOOP(HSIG(v)); break;      \
+    case FL_ACT_HARD_SILU: LOOP(v * HSIG(v)); break;   \
     case FL_ACT_SOFTSIGN: LOOP(v / (fabsf(v) + 1.0f)); break;
 
 /* the derivative from y = act(x) (fl_act_grad_y's formulas) */
@@ -61,7 +64,7 @@
     case FL_ACT_SILU: LOOP(fl_fast_sigmoid(v) * (1.0f + v * (1.0f - fl_fast_sigmoid(v)))); break;         \
     case FL_ACT_HARD_SIGMOID: LOOP(v > -3.0f && v < 3.0f ? 1.0f / 6.0f : 0.0f); break;                    \
     case FL_ACT_HARD_SILU:                                                                                \
-        LOOP((v <= -3.0f ? 0.0f : (v >= 3.0f ? 1.0f : v / 6.0f + 0.5f)) + (v > -3.0f && v < 3.0f ? v / 6.0f : 0.0f)); \
+        LOOP(HSIG(v) + (v > -3.0f && v < 3.0f ? v / 6.0f : 0.0f)); \
         break;                                                                                            \
     case FL_ACT_SOFTPLUS: LOOP(fl_fast_sigmoid(v)); break;                                                \
     case FL_ACT_SOFTSIGN: LOOP(1.0f / ((fabsf(v) + 1.0f) * (fabsf(v) + 1.0f))); break;                    \
