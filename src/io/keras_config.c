@@ -1320,20 +1320,6 @@ static json_object *loss_config(fl_loss l, bool legacy) {
     return jobject("keras.losses", cls, c, legacy);
 }
 
-static const char *metric_name(fl_metric mt) {
-    switch (mt) {
-    case FL_ACCURACY: return "accuracy";
-    case FL_CATEGORICAL_ACCURACY: return "categorical_accuracy";
-    case FL_SPARSE_CATEGORICAL_ACCURACY: return "sparse_categorical_accuracy";
-    case FL_BINARY_ACCURACY: return "binary_accuracy";
-    case FL_MAE: return "mae";
-    case FL_MSE: return "mse";
-    case FL_METRIC_MEAN_ABSOLUTE_ERROR: return "mean_absolute_error";
-    case FL_METRIC_MEAN_SQUARED_ERROR: return "mean_squared_error";
-    default: return "accuracy";
-    }
-}
-
 static json_object *compile_common(const fl_model *m, bool legacy) {
     json_object *c = json_object_new_object();
     put(c, "loss", loss_config(m->loss, legacy));
@@ -1341,7 +1327,7 @@ static json_object *compile_common(const fl_model *m, bool legacy) {
     json_object *mt = NULL;
     if (m->nmetrics) {
         mt = json_object_new_array();
-        for (int i = 0; i < m->nmetrics; i++) json_object_array_add(mt, jstring(metric_name(m->metrics[i])));
+        for (int i = 0; i < m->nmetrics; i++) json_object_array_add(mt, jstring(fl_metric_key(m->metrics[i])));
     }
     put(c, "metrics", mt);
     put(c, "weighted_metrics", NULL);

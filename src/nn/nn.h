@@ -239,6 +239,10 @@ fl_status fl_optimizer_set_extras(fl_optimizer *o, float clipnorm, float clipval
  * (max), 0 when it cannot tell. */
 int fl_monitor_direction(const char *monitor);
 
+/* A compiled metric's name, as Keras shows it in the history and writes it
+ * in a compile config ("accuracy", "mae", "mean_absolute_error", ...). */
+const char *fl_metric_key(fl_metric m);
+
 /* Python's repr() of a float (CSVLogger's numbers). */
 void fl_py_float_repr(double v, char *buf, size_t n);
 

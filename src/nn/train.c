@@ -36,7 +36,7 @@ const char *fl_loss_name(fl_loss_kind k) {
     }
 }
 
-static const char *metric_key(fl_metric m) {
+const char *fl_metric_key(fl_metric m) {
     switch (m) {
     case FL_ACCURACY: return "accuracy";
     case FL_CATEGORICAL_ACCURACY: return "categorical_accuracy";
@@ -108,7 +108,7 @@ fl_status fl_compile_(fl_model *m, fl_optimizer *opt, fl_loss loss, const fl_met
         if ((codes[i] == FL_MC_MAE || codes[i] == FL_MC_MSE) && loss.kind == FL_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY) {
             fl_optimizer_free(opt);
             return fl_error(FL_ERR_INVALID_ARG, "fl_compile: the metric %s needs targets of the output's shape, not the "
-                            "class indices of sparse_categorical_crossentropy", metric_key(mt));
+                            "class indices of sparse_categorical_crossentropy", fl_metric_key(mt));
         }
         if (codes[i] == FL_MC_SPARSE_CATEGORICAL && loss.kind != FL_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY) {
             fl_optimizer_free(opt);
@@ -954,7 +954,7 @@ static int stat_kv(const fl_model *m, const double *v, const char *prefix, char 
     snprintf(keys[0], 48, "%sloss", prefix);
     vals[0] = v[0];
     for (int i = 0; i < m->nmetrics; i++) {
-        snprintf(keys[1 + i], 48, "%s%s", prefix, metric_key(m->metrics[i]));
+        snprintf(keys[1 + i], 48, "%s%s", prefix, fl_metric_key(m->metrics[i]));
         vals[1 + i] = v[1 + i];
     }
     return 1 + m->nmetrics;
@@ -1613,10 +1613,10 @@ static fl_history *fit(fl_model *m, const fl_tensor *const *xs, int nx, const fl
     bool has_val = nv > 0;
     h->nkeys = 0;
     snprintf(h->keys[h->nkeys++], 48, "loss");
-    for (int i = 0; i < m->nmetrics; i++) snprintf(h->keys[h->nkeys++], 48, "%s", metric_key(m->metrics[i]));
+    for (int i = 0; i < m->nmetrics; i++) snprintf(h->keys[h->nkeys++], 48, "%s", fl_metric_key(m->metrics[i]));
     if (has_val) {
         snprintf(h->keys[h->nkeys++], 48, "val_loss");
-        for (int i = 0; i < m->nmetrics; i++) snprintf(h->keys[h->nkeys++], 48, "val_%s", metric_key(m->metrics[i]));
+        for (int i = 0; i < m->nmetrics; i++) snprintf(h->keys[h->nkeys++], 48, "val_%s", fl_metric_key(m->metrics[i]));
     }
     FILE *f = a.out ? a.out : stdout;
     int mode = fl_dist_rank() > 0 ? FL_VERBOSE_SILENT : resolve_verbose(a.verbose, f); /* rank 0 prints */
