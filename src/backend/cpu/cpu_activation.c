@@ -27,10 +27,10 @@ void fl_cpu_pact_fwd(const fl_pact_desc *d, int64_t n, const float *x, float *y)
         return;
     }
     if (p.code == FL_PACT_RELU || p.code == FL_PACT_ELU) { /* LeakyReLU, a threshold, ELU: on vectors (cpu_act.c) */
-        const int64_t nblk = (n + FL_EW_CHUNK - 1) / FL_EW_CHUNK;
+        const int64_t nblk = fl_ew_chunks(n);
 #pragma omp parallel for schedule(dynamic) PAR(n)
         for (int64_t k = 0; k < nblk; k++) {
-            const int64_t i0 = k * FL_EW_CHUNK, len = n - i0 < FL_EW_CHUNK ? n - i0 : FL_EW_CHUNK;
+            const int64_t i0 = k * FL_EW_CHUNK, len = fl_ew_len(n, i0);
             if (p.code == FL_PACT_ELU) fl_cpu_elu_vec(len, p.a, x + i0, y + i0);
             else fl_cpu_relu_p_vec(len, p.a, p.b, p.c, x + i0, y + i0);
         }
@@ -56,10 +56,10 @@ void fl_cpu_pact_bwd(const fl_pact_desc *d, int64_t n, const float *x, const flo
         return;
     }
     if (p.code == FL_PACT_RELU || p.code == FL_PACT_ELU) { /* fl_pact_grad's formulas on vectors (cpu_act.c) */
-        const int64_t nblk = (n + FL_EW_CHUNK - 1) / FL_EW_CHUNK;
+        const int64_t nblk = fl_ew_chunks(n);
 #pragma omp parallel for schedule(dynamic) PAR(n)
         for (int64_t k = 0; k < nblk; k++) {
-            const int64_t i0 = k * FL_EW_CHUNK, len = n - i0 < FL_EW_CHUNK ? n - i0 : FL_EW_CHUNK;
+            const int64_t i0 = k * FL_EW_CHUNK, len = fl_ew_len(n, i0);
             fl_cpu_pact_grad_vec(len, p.code == FL_PACT_ELU, p.a, p.b, p.c, x + i0, y + i0, dy + i0, dx + i0, beta);
         }
         return;

@@ -240,10 +240,10 @@ static void cpu_act_fwd(int act, int64_t rows, int c, const float *x, float *y) 
         }
         return;
     }
-    const int64_t nblk = (n + FL_EW_CHUNK - 1) / FL_EW_CHUNK;
+    const int64_t nblk = fl_ew_chunks(n);
 #pragma omp parallel for schedule(dynamic) PAR(n)
     for (int64_t k = 0; k < nblk; k++) {
-        const int64_t i0 = k * FL_EW_CHUNK, len = n - i0 < FL_EW_CHUNK ? n - i0 : FL_EW_CHUNK;
+        const int64_t i0 = k * FL_EW_CHUNK, len = fl_ew_len(n, i0);
         if (!fl_cpu_act_vec(act, len, x + i0, y + i0))
             for (int64_t i = i0; i < i0 + len; i++) y[i] = fl_act_forward(act, x[i]);
     }
@@ -275,10 +275,10 @@ static void cpu_act_bwd(int act, int64_t rows, int c, const float *x, const floa
         }
         return;
     }
-    const int64_t nblk = (n + FL_EW_CHUNK - 1) / FL_EW_CHUNK;
+    const int64_t nblk = fl_ew_chunks(n);
 #pragma omp parallel for schedule(dynamic) PAR(n)
     for (int64_t k = 0; k < nblk; k++) {
-        const int64_t i0 = k * FL_EW_CHUNK, len = n - i0 < FL_EW_CHUNK ? n - i0 : FL_EW_CHUNK;
+        const int64_t i0 = k * FL_EW_CHUNK, len = fl_ew_len(n, i0);
         if (fl_cpu_act_grad_x_vec(act, len, x + i0, y + i0, dy + i0, dx + i0, beta)) continue;
         for (int64_t i = i0; i < i0 + len; i++) {
             float g = dy[i] * fl_act_grad_x(act, x[i], y[i]);

@@ -30,6 +30,10 @@ double fl_cpu_quota(void);
  * depend on who took which chunk. */
 #define FL_EW_CHUNK 8192
 #define PAR_EW(n) schedule(dynamic, FL_EW_CHUNK) PAR(n)
+/* The same chunks for a loop that hands each whole chunk to a vector
+ * kernel: their count, and chunk k's start and length. */
+static inline int64_t fl_ew_chunks(int64_t n) { return (n + FL_EW_CHUNK - 1) / FL_EW_CHUNK; }
+static inline int64_t fl_ew_len(int64_t n, int64_t i0) { return n - i0 < FL_EW_CHUNK ? n - i0 : FL_EW_CHUNK; }
 int fl_cpu_thread_id(void);
 
 /* y[r, :] = act(y[r, :] + b) for rows r; single-threaded (callers split). */
