@@ -1029,6 +1029,16 @@ static void test_avx512(void) {
         test_conv(1, 37, 1, 20, 48, 5, 1, 1, 1, FL_ACT_LINEAR, 1);  /* one sample: bands of rows */
         test_conv(2, 30, 1, 16, 70, 3, 1, 2, 0, FL_ACT_RELU, 0);    /* stride 2, > 64 filters */
         test_conv(1, 16, 1, 8, 8, 3, 1, 1, 0, FL_ACT_TANH, 1);
+        /* one vector of output channels (forward) or of input channels
+         * (data gradient), 3 taps at stride 1: the micro-kernel's taps
+         * form, tiles of up to 24 pixels; every tile width from 1 to 24 */
+        test_conv(2, 32, 32, 16, 16, 3, 3, 1, 1, FL_ACT_RELU, 0);   /* ResNet-20's first stage */
+        test_conv(1, 5, 61, 48, 16, 3, 3, 1, 1, FL_ACT_LEAKY_RELU, 1); /* U-Net's last block: 3 tiles */
+        test_conv(2, 9, 30, 12, 7, 3, 3, 1, 0, FL_ACT_RELU6, 1);   /* 7 and 12 channels: masked vectors */
+        test_conv(3, 40, 1, 16, 16, 3, 1, 1, 1, FL_ACT_RELU, 1);    /* Conv1D: taps down the steps */
+        test_conv(2, 9, 9, 16, 16, 3, 3, 2, 1, FL_ACT_RELU, 1);     /* stride 2: not the taps form */
+        for (int ow = 1; ow <= 26; ow++) test_conv(1, 3, ow + 2, 5, 16, 3, 3, 1, 0, FL_ACT_LINEAR, 1);
+        test_conv(1, 3, 49, 3, 1, 3, 3, 1, 0, FL_ACT_LINEAR, 0);    /* one output channel */
         /* convolution + max pooling, fused */
         test_conv_pool(4, 26, 26, 32, 64, 3, 0, FL_ACT_RELU, 2, 2);  /* mnist_cnn's conv2 + pool */
         test_conv_pool(1, 26, 26, 32, 64, 3, 0, FL_ACT_RELU, 2, 2);  /* one sample: row bands */

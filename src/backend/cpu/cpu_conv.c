@@ -264,6 +264,25 @@ static void pad_sample(const fl_conv_desc *d, const conv_geom *g, const float *x
     if (below > 0) memset(xp + (size_t)(d->pt + d->h) * row, 0, (size_t)below * row * sizeof(float));
 }
 
+/* A convolution's tile (rows: output pixels t->as apart; segments: the kh
+ * kernel rows; steps: kw x ci) in the micro-kernel's taps form where it may
+ * take it (3 taps along a stride-1 row, or down a Conv1D's steps; one
+ * vector of output channels); returns the rows per tile to use. */
+static int conv_taps(fl_simd_tile *t, int kh, int kw, int ci) {
+    if (!fl_simd_taps_ok(3, t->cols)) return fl_simd_max_rows(t->cols);
+    if (kw == 3 && t->as == ci && t->aj == 1) {
+        t->nj = ci;
+        t->btap = (int64_t)ci * t->bj;
+    } else if (kw == 1 && kh == 3 && t->as == t->aseg && t->aj == 1) {
+        t->nseg = 1;
+        t->btap = t->bseg;
+    } else {
+        return fl_simd_max_rows(t->cols);
+    }
+    t->taps = 3;
+    return fl_simd_max_rows_taps();
+}
+
 /* Output rows oh0..oh1 of one sample: y = act(conv(xs) + b); xs is the (padded) sample. */
 static void direct_fwd_rows(const fl_conv_desc *d, const conv_geom *g, const float *xs, const float *w,
                             const float *b, float *ys, int oh0, int oh1) {
@@ -284,13 +303,13 @@ static void direct_fwd_rows(const fl_conv_desc *d, const conv_geom *g, const flo
         t.bias = d->has_bias && b ? b + oc0 : NULL;
         t.relu = relu;
         t.relu_max = d->act == FL_ACT_RELU6 ? 6.0f : 0.0f;
-        int rm = fl_simd_max_rows(t.cols), nt = fl_tiles(d->ow, rm);
         if (d->ow == 1) {
             /* a Conv1D (h = steps, w = 1): tiles run down the rows, which
              * are sh*wp*C apart in x and OC apart in y, instead of one
              * pixel per tile */
-            const int nr = oh1 - oh0, ntr = fl_tiles(nr, rm);
             t.as = (int64_t)d->sh * g->wp * C;
+            const int rm = conv_taps(&t, d->kh, d->kw, C);
+            const int nr = oh1 - oh0, ntr = fl_tiles(nr, rm);
             for (int k = 0; k < ntr; k++) {
                 const int r0 = oh0 + (int)fl_tile_start(nr, ntr, k), r1 = oh0 + (int)fl_tile_start(nr, ntr, k + 1);
                 t.a = xs + (size_t)r0 * d->sh * g->wp * C;
@@ -299,6 +318,7 @@ static void direct_fwd_rows(const fl_conv_desc *d, const conv_geom *g, const flo
             }
             continue;
         }
+        const int rm = conv_taps(&t, d->kh, d->kw, C), nt = fl_tiles(d->ow, rm);
         for (int oh = oh0; oh < oh1; oh++)
             for (int k = 0; k < nt; k++) {
                 int ow0 = (int)fl_tile_start(d->ow, nt, k), ow1 = (int)fl_tile_start(d->ow, nt, k + 1);
@@ -537,10 +557,9 @@ static void direct_bwd(const fl_conv_desc *d, const float *x, const float *w, co
                         t.ldc = C;
                         t.accumulate = dx_beta != 0.0f;
                         const float *xg = x + (size_t)n * in_sz; /* the unpadded x gates dx */
-                        int rm = fl_simd_max_rows(t.cols), ntile = fl_tiles(d->w, rm);
                         if (d->w == 1) { /* a Conv1D: tiles down the rows, as in the forward */
-                            const int ntr = fl_tiles(d->h, rm);
                             t.as = (int64_t)g.wd * OC;
+                            const int rm = conv_taps(&t, KH, KW, OC), ntr = fl_tiles(d->h, rm);
                             for (int k = 0; k < ntr; k++) {
                                 const int r0 = (int)fl_tile_start(d->h, ntr, k);
                                 const int r1 = (int)fl_tile_start(d->h, ntr, k + 1);
@@ -551,6 +570,7 @@ static void direct_bwd(const fl_conv_desc *d, const float *x, const float *w, co
                             }
                             continue;
                         }
+                        const int rm = conv_taps(&t, KH, KW, OC), ntile = fl_tiles(d->w, rm);
                         for (int ih = 0; ih < d->h; ih++)
                             for (int k = 0; k < ntile; k++) {
                                 int iw0 = (int)fl_tile_start(d->w, ntile, k);

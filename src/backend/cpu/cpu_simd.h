@@ -55,10 +55,21 @@ typedef struct fl_simd_tile {
     float relu_max;     /* with relu, when > 0: min(relu_max, .) too (ReLU6: 6) */
     const float *gate;  /* NULL, or zero the output where gate <= 0 (gate laid out as C, ldc apart) */
     int cols;           /* columns of the tile: 1 .. 64 */
+    /* taps > 1 (3 only, with cols <= 16): the rows overlap as a stride-1
+     * convolution's output pixels do. nj counts one tap's steps, and tap k
+     * (0 .. taps-1) of step j reads A[(r + k)*as + j*aj + seg*aseg] and
+     * B[k*btap + j*bj + seg*bseg], so the kernel loads each A value once for
+     * up to `taps` rows. It sums a row's products per segment in the order
+     * (j, k), not (k, j) as the same product written with taps = 0 would. */
+    int taps;
+    int64_t btap;
 } fl_simd_tile;
 
-/* Largest R the kernels take for a tile `cols` wide. */
+/* Largest R the kernels take for a tile `cols` wide (with taps: fl_simd_max_rows_taps). */
 int fl_simd_max_rows(int cols);
+int fl_simd_max_rows_taps(void);
+/* Whether a tile of `cols` columns may use taps = `taps`. */
+int fl_simd_taps_ok(int taps, int cols);
 /* Computes an R x cols tile, 1 <= R <= fl_simd_max_rows(cols). */
 void fl_simd_run(const fl_simd_tile *t, int rows);
 
