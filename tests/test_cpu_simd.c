@@ -972,6 +972,44 @@ int main(void) {
     return check_report("test_cpu_simd");
 }
 
+/* fl_simd_dw3 against the micro-kernel's rows (kw, ci), one kernel column
+ * at a time: the same sums in the same order, so bit for bit; every tile of
+ * channels, masked columns, rows of 1 to 17 pixels, two segments. */
+static void test_dw3(void) {
+    const int C = 11, OC = 16, NJ = 17, NSEG = 2;
+    const int64_t xj = C + 2, xseg = (int64_t)(NJ + 2) * xj + 5, gyj = OC + 3, gyseg = (int64_t)NJ * gyj + 7;
+    float *x = rnd((size_t)NSEG * xseg, 21), *gy = rnd((size_t)NSEG * gyseg, 22), *dw0 = rnd((size_t)3 * C * OC, 23);
+    int bad = 0;
+    for (int ct = 1; ct <= FL_SIMD_DW3_CT; ct++)
+        for (int cols = 16; cols >= 7; cols -= 9)
+            for (int nj = 1; nj <= NJ; nj += nj < 5 ? 1 : 6) {
+                float *a = dup(dw0, (size_t)3 * C * OC), *b = dup(dw0, (size_t)3 * C * OC);
+                fl_simd_dw3(x + 1, xj, xseg, gy, gyj, gyseg, NSEG, nj, ct, cols, a, (int64_t)C * OC, OC);
+                for (int kw = 0; kw < 3; kw++) {
+                    fl_simd_tile t = {0};
+                    t.a = x + 1 + kw * xj;
+                    t.as = 1;
+                    t.aj = xj;
+                    t.aseg = xseg;
+                    t.nseg = NSEG;
+                    t.nj = nj;
+                    t.b = gy;
+                    t.bj = gyj;
+                    t.bseg = gyseg;
+                    t.c = b + (size_t)kw * C * OC;
+                    t.ldc = OC;
+                    t.accumulate = 1;
+                    t.cols = cols;
+                    fl_simd_run(&t, ct);
+                }
+                bad += memcmp(a, b, (size_t)3 * C * OC * sizeof(float)) != 0;
+                free(a);
+                free(b);
+            }
+    CHECK_MSG(bad == 0, "fl_simd_dw3: %d of the cases differ from the micro-kernel's rows", bad);
+    free(x); free(gy); free(dw0);
+}
+
 /* 3x3 stride-1 convolutions through Winograd F(2x2, 3x3) (cpu_winograd.c)
  * against the portable code: ResNet's shapes, odd sizes (partial tiles at
  * the bottom and right), channel counts that are not a multiple of 16, more
@@ -1047,6 +1085,7 @@ static void test_avx512(void) {
         test_conv_pool(2, 13, 13, 8, 16, 3, 0, FL_ACT_LINEAR, 2, 3); /* gaps between windows */
         test_conv_pool(2, 10, 10, 4, 8, 3, 0, FL_ACT_RELU, 3, 2);    /* overlapping: run apart */
     }
+    test_dw3();
     fl_wino_force(1);
     test_winograd();
     fl_wino_force(-1);

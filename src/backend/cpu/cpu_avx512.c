@@ -175,6 +175,58 @@ static const mk_fn mkt3[MKT_ROWS + 1] = {NULL,     mkt3_1,  mkt3_2,  mkt3_3,  mk
                                          mkt3_14,  mkt3_15, mkt3_16, mkt3_17, mkt3_18, mkt3_19, mkt3_20,
                                          mkt3_21,  mkt3_22, mkt3_23, mkt3_24};
 
+/* fl_simd_dw3 for CT channels: 3*CT accumulators, the last three gy
+ * vectors (g0 = gy[q], g1 = gy[q-1], g2 = gy[q-2]) and one broadcast of
+ * x[q] per channel, which serves kw = 0, 1, 2 (j = q, q-1, q-2). The first
+ * two and last two q of a segment have fewer valid j. */
+#define MKD_DEFINE(CT)                                                                                         \
+    FL_AVX512 static void mkd3_##CT(const float *x, int64_t xj, int64_t xseg, const float *gy, int64_t gyj,    \
+                                    int64_t gyseg, int nseg, int nj, __mmask16 tail, float *dw, int64_t dw_kw, \
+                                    int64_t ldc) {                                                             \
+        __m512 acc[3][CT];                                                                                     \
+        _Pragma("GCC unroll 3") for (int k = 0; k < 3; k++)                                                    \
+            _Pragma("GCC unroll 8") for (int c = 0; c < CT; c++)                                               \
+                acc[k][c] = _mm512_maskz_loadu_ps(tail, dw + k * dw_kw + c * ldc);                             \
+        for (int s = 0; s < nseg; s++) {                                                                       \
+            const float *pa = x + s * xseg, *pb = gy + s * gyseg;                                              \
+            __m512 g0 = _mm512_setzero_ps(), g1 = g0, g2 = g0;                                                 \
+            for (int q = 0; q < nj + 2; q++, pa += xj) {                                                       \
+                g2 = g1;                                                                                       \
+                g1 = g0;                                                                                       \
+                if (q < nj) g0 = _mm512_maskz_loadu_ps(tail, pb + q * gyj);                                    \
+                if (q >= 2 && q < nj) {                                                                        \
+                    _Pragma("GCC unroll 8") for (int c = 0; c < CT; c++) {                                     \
+                        const __m512 xv = _mm512_set1_ps(pa[c]);                                               \
+                        acc[0][c] = _mm512_fmadd_ps(xv, g0, acc[0][c]);                                        \
+                        acc[1][c] = _mm512_fmadd_ps(xv, g1, acc[1][c]);                                        \
+                        acc[2][c] = _mm512_fmadd_ps(xv, g2, acc[2][c]);                                        \
+                    }                                                                                          \
+                } else {                                                                                       \
+                    _Pragma("GCC unroll 8") for (int c = 0; c < CT; c++) {                                     \
+                        const __m512 xv = _mm512_set1_ps(pa[c]);                                               \
+                        if (q < nj) acc[0][c] = _mm512_fmadd_ps(xv, g0, acc[0][c]);                            \
+                        if (q >= 1 && q - 1 < nj) acc[1][c] = _mm512_fmadd_ps(xv, g1, acc[1][c]);              \
+                        if (q >= 2 && q - 2 < nj) acc[2][c] = _mm512_fmadd_ps(xv, g2, acc[2][c]);              \
+                    }                                                                                          \
+                }                                                                                              \
+            }                                                                                                  \
+        }                                                                                                      \
+        _Pragma("GCC unroll 3") for (int k = 0; k < 3; k++)                                                    \
+            _Pragma("GCC unroll 8") for (int c = 0; c < CT; c++)                                               \
+                _mm512_mask_storeu_ps(dw + k * dw_kw + c * ldc, tail, acc[k][c]);                              \
+    }
+MKD_DEFINE(1) MKD_DEFINE(2) MKD_DEFINE(3) MKD_DEFINE(4) MKD_DEFINE(5) MKD_DEFINE(6) MKD_DEFINE(7) MKD_DEFINE(8)
+typedef void (*mkd_fn)(const float *, int64_t, int64_t, const float *, int64_t, int64_t, int, int, __mmask16,
+                       float *, int64_t, int64_t);
+static const mkd_fn mkd3[FL_SIMD_DW3_CT + 1] = {NULL,     mkd3_1, mkd3_2, mkd3_3, mkd3_4,
+                                                mkd3_5,   mkd3_6, mkd3_7, mkd3_8};
+
+void fl_simd_dw3(const float *x, int64_t xj, int64_t xseg, const float *gy, int64_t gyj, int64_t gyseg, int nseg,
+                 int nj, int ct, int cols, float *dw, int64_t dw_kw, int64_t ldc) {
+    const __mmask16 tail = (__mmask16)(cols >= 16 ? 0xFFFF : (1u << cols) - 1);
+    mkd3[ct](x, xj, xseg, gy, gyj, gyseg, nseg, nj, tail, dw, dw_kw, ldc);
+}
+
 int fl_simd_max_rows(int cols) { return cols > 48 ? 6 : cols > 32 ? 8 : 14; }
 int fl_simd_max_rows_taps(void) { return MKT_ROWS; }
 int fl_simd_taps_ok(int taps, int cols) { return taps == 3 && cols <= 16; }
@@ -533,6 +585,11 @@ FL_AVX512 void fl_simd_adam(int64_t i0, int64_t i1, float *w, float *m, float *v
 
 int fl_simd_max_rows(int cols) { (void)cols; return 1; }
 int fl_simd_max_rows_taps(void) { return 1; }
+void fl_simd_dw3(const float *x, int64_t xj, int64_t xseg, const float *gy, int64_t gyj, int64_t gyseg, int nseg,
+                 int nj, int ct, int cols, float *dw, int64_t dw_kw, int64_t ldc) {
+    (void)x; (void)xj; (void)xseg; (void)gy; (void)gyj; (void)gyseg; (void)nseg; (void)nj; (void)ct; (void)cols;
+    (void)dw; (void)dw_kw; (void)ldc;
+}
 int fl_simd_taps_ok(int taps, int cols) { (void)taps; (void)cols; return 0; }
 void fl_simd_run(const fl_simd_tile *t, int rows) { (void)t; (void)rows; }
 void fl_simd_gemm(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,

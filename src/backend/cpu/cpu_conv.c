@@ -528,6 +528,18 @@ static void direct_bwd(const fl_conv_desc *d, const float *x, const float *w, co
                     t.bseg = (int64_t)gy_row;
                     t.ldc = OC;
                     t.accumulate = 1;
+                    if (KW == 3 && d->sw == 1 && t.cols <= 16) {
+                        /* the three kernel columns from one load of each x */
+                        const int ntc = fl_tiles(C, FL_SIMD_DW3_CT);
+                        for (int kh = 0; kh < KH; kh++)
+                            for (int k = 0; k < ntc; k++) {
+                                const int c0 = (int)fl_tile_start(C, ntc, k), c1 = (int)fl_tile_start(C, ntc, k + 1);
+                                fl_simd_dw3(xs + (size_t)kh * g.wp * C + c0, C, t.aseg, t.b, t.bj, t.bseg, t.nseg,
+                                            t.nj, c1 - c0, t.cols, dw_t + ((size_t)kh * 3 * C + c0) * OC + oc0,
+                                            (int64_t)C * OC, OC);
+                            }
+                        continue;
+                    }
                     const int kwc = KW * C, rm = fl_simd_max_rows(t.cols), ntile = fl_tiles(kwc, rm);
                     for (int kh = 0; kh < KH; kh++)
                         for (int k = 0; k < ntile; k++) {

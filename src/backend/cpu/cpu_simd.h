@@ -73,6 +73,17 @@ int fl_simd_taps_ok(int taps, int cols);
 /* Computes an R x cols tile, 1 <= R <= fl_simd_max_rows(cols). */
 void fl_simd_run(const fl_simd_tile *t, int rows);
 
+/* The filter gradient of a stride-1 convolution with 3 kernel columns and
+ * one vector of output channels (cols <= 16), for ct <= FL_SIMD_DW3_CT input
+ * channels of one kernel row:
+ *     dw[kw*dw_kw + ci*ldc + n] += sum_seg sum_j x[seg*xseg + (j + kw)*xj + ci] * gy[seg*gyseg + j*gyj + n]
+ * for kw = 0..2, j = 0..nj-1. Each x is loaded once for the three kw it
+ * serves. The same sums, in the same order, as fl_simd_run with rows
+ * (kw, ci): bit for bit. */
+#define FL_SIMD_DW3_CT 8
+void fl_simd_dw3(const float *x, int64_t xj, int64_t xseg, const float *gy, int64_t gyj, int64_t gyseg, int nseg,
+                 int nj, int ct, int cols, float *dw, int64_t dw_kw, int64_t ldc);
+
 /* Splits n rows into tiles of at most rmax, as even as possible: tile k
  * starts at fl_tile_start(n, nt, k) for nt = ceil(n / rmax) tiles. */
 static inline int fl_tiles(int64_t n, int rmax) { return (int)((n + rmax - 1) / rmax); }
