@@ -313,6 +313,61 @@ static void test_huge_pages(void) {
  * fewer samples, at least 32, a multiple of 32; the predictions are those of whole batches, to the bit; a
  * recurrent model keeps whole batches; $FLYNN_INFER_STEP sets the step, a last step of fewer samples
  * included. */
+/* A BatchNormalization is folded into its convolution in inference where the batch's output outnumbers the
+ * kernel twice (here from 32 samples on), which moves the last bit. The choice weighs the batch predict was
+ * asked for, not the step that runs nor the last, shorter batch: the same predictions in steps of 8 and 16,
+ * and with a last batch of 8, as in whole batches. The same for a transposed convolution. */
+static void test_fold_steps(void) {
+    enum { N = 40 };
+    fl_tensor *x = fl_tensor_zeros(FL_FLOAT32, N, 8, 8, 64);
+    float *xd = fl_tensor_data(x);
+    for (int i = 0; i < N * 8 * 8 * 64; i++) xd[i] = fl_philox_uniform(5, 2, (uint64_t)i) - 0.5f;
+    fl_model *m = fl_sequential(fl_input(8, 8, 64), fl_conv2d(64, 3), fl_batch_normalization(), fl_relu_layer(),
+                                fl_conv2d(8, 1));
+    CHECK(m);
+    if (!m) { fl_tensor_free(x); return; }
+    fl_model_set_seed(m, 4);
+    const size_t bytes = (size_t)N * 6 * 6 * 8 * sizeof(float);
+    setenv("FLYNN_INFER_STEP", "100000", 1);
+    fl_tensor *whole = fl_predict(m, x, .batch_size = N, .verbose = FL_VERBOSE_SILENT);
+    fl_tensor *by32 = fl_predict(m, x, .batch_size = 32, .verbose = FL_VERBOSE_SILENT); /* then 8 */
+    setenv("FLYNN_INFER_STEP", "8", 1);
+    fl_tensor *s8 = fl_predict(m, x, .batch_size = N, .verbose = FL_VERBOSE_SILENT);
+    setenv("FLYNN_INFER_STEP", "16", 1); /* 16, 16 and 8 */
+    fl_tensor *s16 = fl_predict(m, x, .batch_size = N, .verbose = FL_VERBOSE_SILENT);
+    unsetenv("FLYNN_INFER_STEP");
+    CHECK(whole && by32 && s8 && s16);
+    if (whole && by32 && s8 && s16) {
+        CHECK_MSG(memcmp(fl_tensor_data(s8), fl_tensor_data(whole), bytes) == 0,
+                  "predict in steps of 8 differs from the whole batch of %d (the fold weighed the step)", N);
+        CHECK_MSG(memcmp(fl_tensor_data(s16), fl_tensor_data(whole), bytes) == 0,
+                  "predict in steps of 16 differs from the whole batch of %d", N);
+        CHECK_MSG(memcmp(fl_tensor_data(by32), fl_tensor_data(whole), bytes) == 0,
+                  "predict in batches of 32: the last batch of 8 differs (the fold weighed it alone)");
+    }
+    fl_tensor_free(whole); fl_tensor_free(by32); fl_tensor_free(s8); fl_tensor_free(s16);
+    fl_model_free(m);
+    /* a transposed convolution's products ran through OpenBLAS in chunks of samples, whose sums moved with the
+     * chunk's rows: in steps of 8 its predictions differed from whole batches */
+    m = fl_sequential(fl_input(8, 8, 64), fl_conv2d_transpose(1, 3, .strides = 2, .padding = FL_SAME,
+                                                              .activation = FL_SIGMOID));
+    CHECK(m);
+    if (m) {
+        fl_model_set_seed(m, 5);
+        setenv("FLYNN_INFER_STEP", "100000", 1);
+        whole = fl_predict(m, x, .batch_size = N, .verbose = FL_VERBOSE_SILENT);
+        setenv("FLYNN_INFER_STEP", "8", 1);
+        s8 = fl_predict(m, x, .batch_size = N, .verbose = FL_VERBOSE_SILENT);
+        unsetenv("FLYNN_INFER_STEP");
+        CHECK_MSG(whole && s8 && memcmp(fl_tensor_data(s8), fl_tensor_data(whole),
+                                        (size_t)N * 16 * 16 * sizeof(float)) == 0,
+                  "Conv2DTranspose: predict in steps of 8 differs from the whole batch of %d", N);
+        fl_tensor_free(whole); fl_tensor_free(s8);
+        fl_model_free(m);
+    }
+    fl_tensor_free(x);
+}
+
 static void test_infer_step(void) {
     enum { N = 200 };
     const fl_backend *be = fl_backend_cpu();
@@ -330,7 +385,8 @@ static void test_infer_step(void) {
     fl_memory_info mi;
     CHECK(fl_model_memory(m, &mi) == FL_OK && mi.inference_bytes_per_sample > 0);
     int64_t want = (int64_t)(be->infer_budget() / (size_t)mi.inference_bytes_per_sample);
-    want = want < 32 ? 32 : want - want % 32;
+    const int64_t least = 2 * fl_get_num_threads() > 8 ? 2 * fl_get_num_threads() : 8;
+    want = want < least ? least : want - want % least;
     if (want > N) want = N;
     unsetenv("FLYNN_INFER_STEP");
     fl_tensor *ps = fl_predict(m, x, .batch_size = N, .verbose = FL_VERBOSE_SILENT);
@@ -402,5 +458,6 @@ int main(void) {
     test_add_relu_fold();
     test_huge_pages();
     test_infer_step();
+    test_fold_steps();
     return check_report("test_plan");
 }

@@ -123,6 +123,7 @@ typedef struct fl_graph {
     size_t ws_bytes;
     float *fold;               /* inference: a convolution's weights and bias with its BatchNormalization folded in */
     size_t fold_bytes;
+    int64_t fold_batch;        /* the batch whether to fold weighs (predict's, whatever step runs; 0: batch) */
     uint64_t seed;
     int64_t step;              /* training steps run (dropout streams) */
     /* the batch's first row in the whole batch (under MPI: the rank's share

@@ -962,27 +962,33 @@ static int stat_kv(const fl_model *m, const double *v, const char *prefix, char 
 
 /* --------------------------------------------------------- evaluation */
 
-/* Predict's and evaluate's forward pass: no backward follows. */
-static void forward_only(fl_graph *g) {
+/* Predict's and evaluate's forward pass: no backward follows. `batch` is the batch the caller asked for
+ * (at most the samples there are), whatever step of it runs: what inference's choices that weigh a batch's
+ * size (folding a BatchNormalization into its convolution) weigh, so that every step, and the last,
+ * shorter batch, compute as the whole batch would. */
+static void forward_only(fl_graph *g, int64_t batch) {
     g->no_backward = true;
+    g->fold_batch = batch;
     fl_graph_forward(g, false);
+    g->fold_batch = 0;
     g->no_backward = false;
 }
 
 /* Samples per forward step when predicting in batches of bs. In inference each sample is computed alone,
  * so where the backend gives a budget (infer_budget: the CPU's, twice its threads' L2), a batch whose
  * buffers would not fit runs in steps of fewer samples, each layer's output still in cache when the next
- * reads it. Not below 32 samples: the threads share each layer's samples, and below that some kernels
- * take other paths (ResNet-20's predictions in steps of 16 differed from whole batches in the last bit;
- * in steps of 32 to 256 they were the same to the bit, as were mnist_cnn's, MobileNetV2's, the MLP's and
- * transformer_text's). Not for a model with a recurrent layer: its per-step matrix products want the whole
- * batch (lstm_text's predict ran 35,300 samples/s at 16 and 40,600 at 512). $FLYNN_INFER_STEP sets it
- * (for benchmarks and tests). */
-#define INFER_STEP_MIN 32
+ * reads it. Not below 8 samples, nor two per thread: the threads share each layer's samples, and with fewer
+ * a 3x3 convolution leaves Winograd for the direct kernels (mnist_cnn's predictions in steps of 2 differed
+ * from whole batches in the last bit). The choices that weigh the batch's size weigh the whole batch
+ * (forward_only), so in steps of 4 to 256, ResNet-20's, mnist_cnn's, MobileNetV2's and the U-Net's
+ * predictions were the same to the bit as whole batches'. Not for a model with a recurrent layer: its
+ * per-step matrix products want the whole batch (lstm_text's predict ran 35,300 samples/s at 16 and 40,600
+ * at 512). $FLYNN_INFER_STEP sets it (for benchmarks and tests). */
 static int64_t infer_step(const fl_model *m, int64_t bs) {
     const char *e = getenv("FLYNN_INFER_STEP");
     if (e && atoll(e) > 0) return atoll(e) < bs ? atoll(e) : bs;
     const fl_graph *g = &m->g;
+    const int64_t INFER_STEP_MIN = 2 * fl_get_num_threads() > 8 ? 2 * fl_get_num_threads() : 8;
     if (bs <= INFER_STEP_MIN || !g->be->infer_budget) return bs;
     for (int i = 0; i < g->n; i++)
         if (g->nodes[i]->op == FL_OP_RNN) return bs;
@@ -994,7 +1000,7 @@ static int64_t infer_step(const fl_model *m, int64_t bs) {
     const size_t per = p.bytes > 0 ? p.bytes : 1;
     fl_plan_free(&p);
     int64_t step = (int64_t)(g->be->infer_budget() / per);
-    if (step > INFER_STEP_MIN) step -= step % INFER_STEP_MIN; /* whole multiples of 32 */
+    if (step > INFER_STEP_MIN) step -= step % INFER_STEP_MIN; /* whole multiples of the least step */
     if (step < INFER_STEP_MIN) step = INFER_STEP_MIN;
     return step < bs ? step : bs;
 }
@@ -1020,7 +1026,7 @@ static fl_status run_eval(fl_model *m, data_src *d, const int64_t *idx, int64_t 
                 fl_error_prefix("evaluating: ");
                 return st;
             }
-            forward_only(&m->g);
+            forward_only(&m->g, bs < n ? bs : n);
             loss_and_metrics(m, false);
         }
         seen += b;
@@ -1095,6 +1101,7 @@ fl_tensor *fl_predict_(fl_model *m, const fl_tensor *x, fl_eval_args a) {
     if (a.sample_weight) return fl_error_null(FL_ERR_INVALID_ARG, "fl_predict: sample_weight is for fl_evaluate");
     if (a.batch_size < 0) return fl_error_null(FL_ERR_INVALID_ARG, "fl_predict: batch_size %d, expected > 0", a.batch_size);
     int64_t bs = a.batch_size > 0 ? a.batch_size : 32, n = x->shape[0];
+    const int64_t asked = bs;
     bs = infer_step(m, bs);
     int64_t orow = fl_node_sample_size(m->output);
     int64_t shape[FL_MAX_DIMS];
@@ -1114,7 +1121,7 @@ fl_tensor *fl_predict_(fl_model *m, const fl_tensor *x, fl_eval_args a) {
     for (int64_t s = 0; s * bs < n; s++) {
         int64_t b = n - s * bs < bs ? n - s * bs : bs;
         (void)load_batch(m, &d, idx + s * bs, b); /* arrays: cannot fail */
-        forward_only(&m->g);
+        forward_only(&m->g, asked < n ? asked : n);
         m->g.be->download((float *)out->data + s * bs * orow, m->output->val, (size_t)(b * orow) * sizeof(float));
     }
     data_close(m, &d);
@@ -1145,6 +1152,7 @@ fl_status fl_predict_multi_(fl_model *m, const fl_tensor *const *xs, int nx, fl_
     }
     FL_TRY(fl_model_bind(m, xs, nx, "fl_predict_multi"));
     int64_t bs = a.batch_size > 0 ? a.batch_size : 32, n = xs[0]->shape[0];
+    const int64_t asked = bs;
     bs = infer_step(m, bs);
     fl_status st = FL_OK;
     for (int o = 0; o < nout && st == FL_OK; o++) {
@@ -1166,7 +1174,7 @@ fl_status fl_predict_multi_(fl_model *m, const fl_tensor *const *xs, int nx, fl_
     for (int64_t s = 0; st == FL_OK && s * bs < n; s++) {
         int64_t b = n - s * bs < bs ? n - s * bs : bs;
         (void)load_batch(m, &d, idx + s * bs, b); /* arrays: cannot fail */
-        forward_only(&m->g);
+        forward_only(&m->g, asked < n ? asked : n);
         for (int o = 0; o < nout; o++) {
             int64_t orow = fl_node_sample_size(m->outputs[o]);
             m->g.be->download((float *)outs[o]->data + s * bs * orow, m->outputs[o]->val, (size_t)(b * orow) * sizeof(float));

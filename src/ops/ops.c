@@ -838,7 +838,7 @@ static float *fold_bn(fl_graph *g, fl_node *n, bool training, fl_conv_desc *d, c
     n->bn_folded = 0;
     fl_node *bn = training || !g->fold ? NULL : fl_op_fused_bn(g, n);
     if (!bn || g->fold_bytes < (size_t)fl_op_fold_floats(n) * sizeof(float) ||
-        g->batch * fl_node_sample_size(n) < 2 * fl_node_size(n->in[1]))
+        (g->fold_batch > 0 ? g->fold_batch : g->batch) * fl_node_sample_size(n) < 2 * fl_node_size(n->in[1]))
         return n->val;
     const int64_t oc = n->shape[n->ndim - 1], nw = fl_node_size(n->in[1]);
     float *fw = g->fold, *fb = fw + nw, *zero = fb + oc, *braw = zero + oc;

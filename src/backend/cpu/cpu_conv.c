@@ -774,12 +774,14 @@ void fl_cpu_conv2d_transpose_fwd(const fl_conv_desc *d, const float *x, const fl
         const float *xc = x + (size_t)n0 * x_rows * d->oc;
         float *yc = y + (size_t)n0 * y_sz;
         int64_t rows = cn * (int64_t)x_rows;
-        if (direct) { /* 1x1, stride 1: y = x @ w^T, no scatter */
+        /* y (1x1, stride 1: no scatter) or the columns = x @ w^T; the own GEMM where it runs, whose sums do not
+         * depend on how many rows a chunk has (OpenBLAS's did: a transposed convolution's predictions moved in
+         * the last bit with the batch) */
+        float *dst = direct ? yc : col;
+        if (!fl_cpu_own_gemm(0, 1, rows, (int64_t)K, d->oc, xc, d->oc, w, d->oc, 0.0f, dst, (int64_t)K, NULL, 0, 1))
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)K, d->oc, 1.0f, xc, d->oc, w, d->oc,
-                        0.0f, yc, (int)K);
-        } else {
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)K, d->oc, 1.0f, xc, d->oc, w, d->oc,
-                        0.0f, col, (int)K);
+                        0.0f, dst, (int)K);
+        if (!direct) {
             memset(yc, 0, (size_t)cn * y_sz * sizeof(float));
             col2im_add(d, col, cn, 0, d->c, yc);
         }

@@ -97,21 +97,26 @@ FL_AVX512 static void in_tile(const float *xs, int H, int W, int C, int ih0, int
     const int inside = ih0 >= 0 && iw0 >= 0 && ih0 + 4 <= H && iw0 + 4 <= W;
     for (int c0 = 0; c0 < C; c0 += 16) {
         const __mmask16 m = tail_mask(C - c0);
-        __m512 x[4][4], t[4][4];
-        for (int i = 0; i < 4; i++)
-            for (int j = 0; j < 4; j++) {
+        /* B^T d a column at a time, so that the 16 products of the first
+         * step stay in registers with the column's four inputs */
+        __m512 t[4][4];
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; j++) {
+            __m512 x[4];
+#pragma GCC unroll 4
+            for (int i = 0; i < 4; i++) {
                 const int ih = ih0 + i, iw = iw0 + j;
                 if (inside || (ih >= 0 && ih < H && iw >= 0 && iw < W))
-                    x[i][j] = _mm512_maskz_loadu_ps(m, xs + ((size_t)ih * W + iw) * C + c0);
+                    x[i] = _mm512_maskz_loadu_ps(m, xs + ((size_t)ih * W + iw) * C + c0);
                 else
-                    x[i][j] = _mm512_setzero_ps();
+                    x[i] = _mm512_setzero_ps();
             }
-        for (int j = 0; j < 4; j++) { /* B^T d */
-            t[0][j] = _mm512_sub_ps(x[0][j], x[2][j]);
-            t[1][j] = _mm512_add_ps(x[1][j], x[2][j]);
-            t[2][j] = _mm512_sub_ps(x[2][j], x[1][j]);
-            t[3][j] = _mm512_sub_ps(x[1][j], x[3][j]);
+            t[0][j] = _mm512_sub_ps(x[0], x[2]);
+            t[1][j] = _mm512_add_ps(x[1], x[2]);
+            t[2][j] = _mm512_sub_ps(x[2], x[1]);
+            t[3][j] = _mm512_sub_ps(x[1], x[3]);
         }
+#pragma GCC unroll 4
         for (int i = 0; i < 4; i++) { /* (B^T d) B */
             float *p = v + (size_t)(i * 4) * vs + c0;
             _mm512_mask_storeu_ps(p, m, _mm512_sub_ps(t[i][0], t[i][2]));
