@@ -28,7 +28,7 @@ expect img-gray 0 "5x7 grayscale" -- $T --data "$IMG" --image-size 5x7 --color-m
 expect img-categorical 0 "^labels: class indices one-hot encoded to \(10, 3\) for categorical_crossentropy$" -- \
   $T --model "$FX/models/categorical_8x8.keras" --data "$IMG" --save "$tmp/cat.keras"
 expect img-model-size 0 "8x8 rgb \(the model's input size" -- $T --model "$FX/models/categorical_8x8.keras" --data "$IMG"
-expect img-evaluate 0 "^loss: [0-9.]+ - metric 1: 0\.[0-9]{4} \(10 samples\)$" -- \
+expect img-evaluate 0 "^loss: [0-9.]+ - accuracy: 0\.[0-9]{4} \(10 samples\)$" -- \
   "$FLYNN" evaluate --model "$tmp/cat.keras" --data "$IMG" --verbose 0
 expect img-predict 0 "predictions \(11, 3\) written to $tmp/p.npy" -- \
   "$FLYNN" predict "$tmp/cat.keras" --input "$IMG" --output "$tmp/p.npy"

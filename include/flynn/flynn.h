@@ -1087,9 +1087,13 @@ fl_model *fl_model_from_json_(const char *json, fl_load_args a);
 #define fl_model_from_json(json, ...) fl_model_from_json_((json), (fl_load_args){._reserved = 0, __VA_ARGS__})
 
 /* What a model was compiled with (a loaded model: what its file restored):
- * the optimizer (NULL when not compiled) and the loss (FL_LOSS_NONE). */
+ * the optimizer (NULL when not compiled), the loss (FL_LOSS_NONE), and the
+ * name of compiled metric i (0-based; as Keras's evaluate and history name
+ * it, "accuracy", "mae" ...; NULL past the last), which is results[1 + i] of
+ * fl_evaluate. */
 const fl_optimizer *fl_model_optimizer(const fl_model *m);
 fl_loss fl_model_loss(const fl_model *m);
+const char *fl_model_metric_name(const fl_model *m, int i);
 float fl_optimizer_learning_rate(const fl_optimizer *o);
 
 /* keras.callbacks.ModelCheckpoint, for fl_fit's on_epoch_end:

@@ -521,5 +521,8 @@ fl_status fl_save_weights(fl_model *m, const char *path) {
 /* ------------------------------------------------------------ accessors */
 
 const fl_optimizer *fl_model_optimizer(const fl_model *m) { return m && m->compiled ? m->opt : NULL; }
+const char *fl_model_metric_name(const fl_model *m, int i) {
+    return m && m->compiled && i >= 0 && i < m->nmetrics ? fl_metric_key(m->metrics[i]) : NULL;
+}
 fl_loss fl_model_loss(const fl_model *m) { return m && m->compiled ? m->loss : (fl_loss){0}; }
 float fl_optimizer_learning_rate(const fl_optimizer *o) { return o ? o->d.lr : 0.0f; }
