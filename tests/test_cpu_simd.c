@@ -18,6 +18,7 @@
 #include "backend/cpu/cpu_simd.h"
 #include "ops/math.h"
 
+#include <math.h>
 #include <stdlib.h>
 
 static float *rnd(size_t n, unsigned seed) {
@@ -104,6 +105,40 @@ static void test_conv(int n, int h, int w, int c, int oc, int kh, int kw, int s,
     if (bias) CHECK_MSG(rel_diff(db[1], db[0], oc) < 1e-5, "%s: db differs", what);
     for (int k = 0; k < 2; k++) { free(y[k]); free(dy[k]); free(dx[k]); free(dxa[k]); free(dw[k]); free(db[k]); }
     free(x); free(wt); free(b); free(g); free(dx0); free(ws);
+}
+
+/* A LeakyReLU in the forward's store (d.slope with act ReLU, what inference folds after a normalisation):
+ * bit for bit the LeakyReLU layer's formula (fl_pact_forward) over the linear output, zeros and -0 included;
+ * through the taps kernel, the direct kernels, Winograd and the stride-2 direct path. */
+static void test_conv_slope(int n, int hw, int c, int oc, int s, float slope) {
+    fl_conv_desc d = {.n = n, .h = hw, .w = hw, .c = c, .oc = oc, .kh = 3, .kw = 3, .sh = s, .sw = s, .pt = 1,
+                      .pl = 1, .has_bias = 1};
+    d.oh = d.ow = (hw + s - 1) / s;
+    size_t nx = (size_t)n * hw * hw * c, ny = (size_t)n * d.oh * d.ow * oc, nw = (size_t)9 * c * oc;
+    float *x = rnd(nx, 31), *wt = rnd(nw, 32), *b = rnd(oc, 33), *y0 = malloc(ny * sizeof(float)),
+          *y1 = malloc(ny * sizeof(float));
+    memset(x, 0, (size_t)hw * hw * c * sizeof(float)); /* sample 0 all zeros: outputs of the bias alone */
+    b[0] = 0.0f;
+    b[1] = -0.0f; /* with channel 1's weights all negative: -0 + 0 * w stays -0 on the zero sample */
+    for (size_t i = 1; i < nw; i += (size_t)oc) wt[i] = -fabsf(wt[i]);
+    void *ws = ws_for(&d);
+    fl_cpu_simd_force(1);
+    CHECK(fl_cpu_conv_slope(&d));
+    d.act = FL_ACT_LINEAR;
+    fl_cpu_conv2d_fwd(&d, x, wt, b, y0, ws);
+    d.act = FL_ACT_RELU;
+    d.slope = slope;
+    fl_cpu_conv2d_fwd(&d, x, wt, b, y1, ws);
+    fl_cpu_simd_force(-1);
+    const fl_pact_desc p = {FL_PACT_RELU, slope, 0.0f, INFINITY};
+    size_t bad = 0;
+    for (size_t i = 0; i < ny; i++) {
+        float r = fl_pact_forward(&p, y0[i]);
+        bad += memcmp(&r, &y1[i], sizeof r) != 0;
+    }
+    CHECK_MSG(bad == 0, "conv %dx%dx%d->%d s%d with a LeakyReLU(%g) in the store: %zu of %zu outputs differ from "
+              "the layer's", hw, hw, c, oc, s, slope, bad, ny);
+    free(x); free(wt); free(b); free(y0); free(y1); free(ws);
 }
 
 /* Conv2D + max pooling fused (forward and backward, with the ReLU gradient
@@ -1086,6 +1121,10 @@ static void test_avx512(void) {
         test_conv_pool(2, 10, 10, 4, 8, 3, 0, FL_ACT_RELU, 3, 2);    /* overlapping: run apart */
     }
     test_dw3();
+    test_conv_slope(3, 12, 8, 16, 1, 0.1f);  /* taps */
+    test_conv_slope(3, 12, 8, 40, 1, 0.3f);  /* direct, three vectors */
+    test_conv_slope(5, 10, 32, 32, 1, 0.2f); /* Winograd */
+    test_conv_slope(3, 12, 16, 16, 2, 0.1f); /* stride 2 */
     fl_wino_force(1);
     test_winograd();
     fl_wino_force(-1);

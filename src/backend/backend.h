@@ -24,6 +24,10 @@ typedef struct fl_conv_desc {
     int pt, pl;          /* padding before (top, left); the rest falls after */
     int act;             /* fused activation (FL_ACT_*) */
     int has_bias;
+    /* Conv2D's forward with act FL_ACT_RELU, where the backend's conv_slope
+     * says it takes one: when > 0 (and < 1), max(slope x, x) (a LeakyReLU
+     * after a folded BatchNormalization) instead of max(0, x) */
+    float slope;
     /* Conv2D and depthwise only (0 reads as 1): dilation, tap (i, j) reads
      * x[oh*sh - pt + i*dil_h, ow*sw - pl + j*dil_w]; groups: input channels
      * [g*c/groups, (g+1)*c/groups) feed outputs [g*oc/groups, ...), kernel
@@ -253,6 +257,9 @@ typedef struct fl_backend {
     /* Conv2D NHWC, w[kh,kw,c/groups,oc] (dilation and groups: fl_conv_desc);
      * ws: workspace of conv_workspace() bytes */
     size_t (*conv_workspace)(const fl_conv_desc *d, int backward);
+    /* Optional (NULL: never): whether conv2d_fwd takes d->slope, a LeakyReLU
+     * in its epilogue, for a convolution with these taps (dilation, groups) */
+    int (*conv_slope)(const fl_conv_desc *d);
     void (*conv2d_fwd)(const fl_conv_desc *d, const float *x, const float *w, const float *b, float *y, void *ws);
     void (*conv2d_bwd)(const fl_conv_desc *d, const float *x, const float *w, const float *y, float *dy,
                        float *dx, float dx_beta, float *dw, float *db, void *ws);

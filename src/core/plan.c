@@ -192,7 +192,8 @@ fl_status fl_plan_make(const fl_graph *g, const bool *need, int64_t batch, bool 
         int act;
         const fl_node *bn = infer ? fl_op_fused_bn(g, c) : NULL;
         if (bn) { /* folded: the convolution writes its output, or its ReLU's */
-            const fl_node *an = fl_op_fused_relu(g, bn, &act);
+            float slope;
+            const fl_node *an = fl_op_fused_conv_act(g, c, bn, &act, &slope);
             lo[3 * bn->id] = MIN(lo[3 * bn->id], i);
             if (an) lo[3 * an->id] = MIN(lo[3 * an->id], i);
         }

@@ -828,6 +828,27 @@ fl_node *fl_op_fused_relu(const fl_graph *g, const fl_node *x, int *act) {
     return NULL;
 }
 
+/* What a convolution that folds normalisation bn applies in its epilogue: a ReLU or ReLU6
+ * (fl_op_fused_relu), or where the backend takes a slope (conv_slope), a LeakyReLU layer (Keras's
+ * LeakyReLU, or ReLU with a negative_slope under 1, no threshold or cap) that alone reads bn, as act
+ * FL_ACT_RELU with *slope its negative_slope; NULL if none. */
+fl_node *fl_op_fused_conv_act(const fl_graph *g, const fl_node *conv, const fl_node *bn, int *act, float *slope) {
+    *slope = 0.0f;
+    fl_node *n = fl_op_fused_relu(g, bn, act);
+    if (n) return n;
+    if (conv->op != FL_OP_CONV2D || !g->be->conv_slope || !g->be->conv_slope(&conv->conv) || bn->nconsumers != 1 ||
+        bn->is_output)
+        return NULL;
+    int k;
+    n = first_reader(g, bn, &k);
+    if (!n || k != 0 || n->nin != 1 || n->op != FL_OP_PACT || n->pact.code != FL_PACT_RELU || !(n->pact.a > 0.0f) ||
+        !(n->pact.a < 1.0f) || n->pact.b != 0.0f || !(isinf(n->pact.c) && n->pact.c > 0))
+        return NULL;
+    *act = FL_ACT_RELU;
+    *slope = n->pact.a;
+    return n;
+}
+
 /* The weights, bias and output of convolution n's forward: its own, or in
  * inference, where fl_op_fused_bn allows and the batch pays for it, the
  * folded ones (in g->fold: the kernel, the bias, then zeros) and the
@@ -854,9 +875,11 @@ static float *fold_bn(fl_graph *g, fl_node *n, bool training, fl_conv_desc *d, c
     d->has_bias = 1;
     n->bn_folded = 1;
     int act = FL_ACT_LINEAR;
-    fl_node *an = fl_op_fused_relu(g, bn, &act); /* and the ReLU after it, in the epilogue */
+    float slope;
+    fl_node *an = fl_op_fused_conv_act(g, n, bn, &act, &slope); /* and the ReLU after it, in the epilogue */
     if (!an) return bn->val;
     d->act = act;
+    d->slope = slope;
     n->bn_folded = 2;
     return an->val;
 }

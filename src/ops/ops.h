@@ -28,6 +28,10 @@ int64_t fl_op_fold_floats(const fl_node *conv);
  * applies the one after its BatchNormalization in its epilogue and writes
  * its value; an Add (fl_op_fused_add_relu) the one after it. */
 fl_node *fl_op_fused_relu(const fl_graph *g, const fl_node *x, int *act);
+/* What convolution conv, folding normalisation bn in inference, applies in
+ * its epilogue and writes the value of: fl_op_fused_relu's ReLU, or where
+ * the backend takes a slope (conv_slope), a LeakyReLU (*slope > 0); NULL. */
+fl_node *fl_op_fused_conv_act(const fl_graph *g, const fl_node *conv, const fl_node *bn, int *act, float *slope);
 /* The ReLU or ReLU6 that a forward of Add node add applies as it adds,
  * writing the ReLU's value and not its own (a residual block's add and
  * activation in one pass), or NULL. In training the Add's backward then

@@ -169,6 +169,9 @@ static int plain_taps(const fl_conv_desc *d) {
 
 static int direct_fwd_ok(const fl_conv_desc *d) { return fl_cpu_simd() && d->oc > 0 && plain_taps(d); }
 
+/* The direct kernels' and Winograd's stores take a LeakyReLU's slope; the GEMM path does not. */
+int fl_cpu_conv_slope(const fl_conv_desc *d) { return fl_cpu_simd() && plain_taps(d); }
+
 /* The data gradient needs stride 1 and padding of at most kernel-1. */
 static int direct_bwd_ok(const fl_conv_desc *d, int need_dx) {
     if (!fl_cpu_simd() || !plain_taps(d)) return 0;
@@ -303,6 +306,7 @@ static void direct_fwd_rows(const fl_conv_desc *d, const conv_geom *g, const flo
         t.bias = d->has_bias && b ? b + oc0 : NULL;
         t.relu = relu;
         t.relu_max = d->act == FL_ACT_RELU6 ? 6.0f : 0.0f;
+        t.slope = relu ? d->slope : 0.0f;
         if (d->ow == 1) {
             /* a Conv1D (h = steps, w = 1): tiles run down the rows, which
              * are sh*wp*C apart in x and OC apart in y, instead of one

@@ -53,6 +53,7 @@ typedef struct fl_simd_tile {
     int accumulate;     /* start from C itself */
     int relu;           /* max(0, .) before the store */
     float relu_max;     /* with relu, when > 0: min(relu_max, .) too (ReLU6: 6) */
+    float slope;        /* with relu, when > 0 (and < 1): max(slope * ., .) instead of max(0, .) (LeakyReLU) */
     const float *gate;  /* NULL, or zero the output where gate <= 0 (gate laid out as C, ldc apart) */
     int cols;           /* columns of the tile: 1 .. 64 */
     /* taps > 1 (3 only, with cols <= 16): the rows overlap as a stride-1

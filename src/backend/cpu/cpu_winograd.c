@@ -129,12 +129,14 @@ FL_AVX512 static void in_tile(const float *xs, int H, int W, int C, int ih0, int
 
 /* The output tile from M (mt: M[0][tile][0], planes ms floats apart): rows x
  * cols (1 or 2 each) pixels at y (row stride yrow), plus the bias or what y
- * holds (accumulate), then the ReLU (capped at relu_max: 6 for ReLU6,
+ * holds (accumulate), then the ReLU (leaky where slope > 0: max(o, slope o) + 0;
+ * capped at relu_max: 6 for ReLU6,
  * INFINITY for ReLU), then zero where gate <= 0 (gate laid out as y; NULL:
  * none). */
 FL_AVX512 static void out_tile(const float *mt, size_t ms, int OC, const float *b, int relu, float relu_max,
-                               int accumulate, const float *gate, float *y, size_t yrow, int rows, int cols) {
-    const __m512 zero = _mm512_setzero_ps(), hi = _mm512_set1_ps(relu_max);
+                               float slope, int accumulate, const float *gate, float *y, size_t yrow, int rows,
+                               int cols) {
+    const __m512 zero = _mm512_setzero_ps(), hi = _mm512_set1_ps(relu_max), sv = _mm512_set1_ps(slope);
     for (int o0 = 0; o0 < OC; o0 += 16) {
         const __mmask16 k = tail_mask(OC - o0);
         __m512 m[4][4], s[2][4], r[2][2];
@@ -153,7 +155,8 @@ FL_AVX512 static void out_tile(const float *mt, size_t ms, int OC, const float *
             for (int j = 0; j < cols; j++) {
                 float *p = y + i * yrow + (size_t)j * OC + o0;
                 __m512 o = accumulate ? _mm512_add_ps(_mm512_maskz_loadu_ps(k, p), r[i][j]) : _mm512_add_ps(r[i][j], bv);
-                if (relu) o = _mm512_min_ps(_mm512_max_ps(o, zero), hi);
+                if (relu && slope > 0.0f) o = _mm512_min_ps(_mm512_add_ps(_mm512_max_ps(o, _mm512_mul_ps(o, sv)), zero), hi);
+                else if (relu) o = _mm512_min_ps(_mm512_max_ps(o, zero), hi);
                 if (gate)
                     o = _mm512_maskz_mov_ps(
                         _mm512_cmp_ps_mask(_mm512_maskz_loadu_ps(k, gate + i * yrow + (size_t)j * OC + o0), zero,
@@ -236,8 +239,8 @@ FL_AVX512 void fl_wino_rows(const fl_conv_desc *d, const float *xs, const float 
             const int oh = oh0 + 2 * ty, ow = 2 * tx;
             const int rows = oh1 - oh < 2 ? oh1 - oh : 2, cols = OW - ow < 2 ? OW - ow : 2;
             const size_t off = (size_t)oh * yrow + (size_t)ow * OC;
-            out_tile(M + (size_t)i * OC, ms, OC, bias, relu, relu_max, accumulate, gate ? gate + off : NULL, ys + off,
-                     yrow, rows, cols);
+            out_tile(M + (size_t)i * OC, ms, OC, bias, relu, relu_max, relu ? d->slope : 0.0f, accumulate,
+                     gate ? gate + off : NULL, ys + off, yrow, rows, cols);
         }
     }
     if (d->act != FL_ACT_LINEAR && !relu && !accumulate)
