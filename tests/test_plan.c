@@ -165,6 +165,14 @@ static void test_modes(void) {
     fl_tensor_free(x); fl_tensor_free(y);
 }
 
+/* The largest |a - b| over two predictions of one shape (0 if either is missing: the caller checks them). */
+static double max_abs_diff(fl_tensor *a, fl_tensor *b) {
+    double worst = 0;
+    for (int64_t i = 0; a && b && i < fl_tensor_size(a); i++)
+        worst = fmax(worst, fabs((double)((float *)fl_tensor_data(a))[i] - ((float *)fl_tensor_data(b))[i]));
+    return worst;
+}
+
 /* inference folds a BatchNormalization into the convolution before it when the batch pays for it (and a
  * ReLU6 after it into the epilogue): the same predictions (to rounding) as the layers run apart, with and
  * without bias, gamma and beta, on a Conv2D and a DepthwiseConv2D */
@@ -209,9 +217,7 @@ static void test_bn_fold(void) {
     /* the first one with its ReLU(6.0) in the epilogue (2) */
     CHECK_MSG(convs == 3 && folded == 4, "%d of 3 convolutions folded their normalisation at batch %d (%d with the "
               "ReLU after it, of 1)", convs, N, folded - convs);
-    double worst = 0;
-    for (int64_t i = 0; one && all && i < fl_tensor_size(one); i++)
-        worst = fmax(worst, fabs((double)((float *)fl_tensor_data(one))[i] - ((float *)fl_tensor_data(all))[i]));
+    const double worst = max_abs_diff(one, all);
     CHECK_MSG(one && all && worst < 1e-5, "folded and apart differ by %g", worst);
     fl_tensor_free(one);
     fl_tensor_free(all);
@@ -257,9 +263,7 @@ static void test_bn_fold_leaky(void) {
     CHECK_MSG(folded[0] == 1 + simd && folded[1] == 1 + simd && folded[2] == 1,
               "bn_folded %d %d %d at batch %d: expected %d %d 1 (the LeakyReLUs in the epilogue, not the ReLU with "
               "a threshold)", folded[0], folded[1], folded[2], N, 1 + simd, 1 + simd);
-    double worst = 0;
-    for (int64_t i = 0; one && all && i < fl_tensor_size(one); i++)
-        worst = fmax(worst, fabs((double)((float *)fl_tensor_data(one))[i] - ((float *)fl_tensor_data(all))[i]));
+    const double worst = max_abs_diff(one, all);
     CHECK_MSG(one && all && worst < 1e-5, "folded with the LeakyReLUs and apart differ by %g", worst);
     fl_tensor_free(one);
     fl_tensor_free(all);
