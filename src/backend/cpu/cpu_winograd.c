@@ -155,7 +155,8 @@ FL_AVX512 static void out_tile(const float *mt, size_t ms, int OC, const float *
             for (int j = 0; j < cols; j++) {
                 float *p = y + i * yrow + (size_t)j * OC + o0;
                 __m512 o = accumulate ? _mm512_add_ps(_mm512_maskz_loadu_ps(k, p), r[i][j]) : _mm512_add_ps(r[i][j], bv);
-                if (relu && slope > 0.0f) o = _mm512_min_ps(_mm512_add_ps(_mm512_max_ps(o, _mm512_mul_ps(o, sv)), zero), hi);
+                if (relu && slope > 0.0f)
+                    o = _mm512_min_ps(_mm512_add_ps(_mm512_max_ps(o, _mm512_mul_ps(o, sv)), zero), hi);
                 else if (relu) o = _mm512_min_ps(_mm512_max_ps(o, zero), hi);
                 if (gate)
                     o = _mm512_maskz_mov_ps(
