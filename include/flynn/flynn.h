@@ -1008,9 +1008,10 @@ fl_status fl_evaluate_multi_(fl_model *m, const fl_tensor *const *xs, int n_inpu
     fl_evaluate_multi_((m), (xs), (nx), (y), (results), (n), (fl_eval_args){._reserved = 0, __VA_ARGS__})
 /* The model's outputs for x, (N, ...output shape). On the CPU a batch whose
  * buffers would not fit twice the L2 of the threads runs in steps of fewer
- * samples (at least 32; not for models with a recurrent layer), each
- * layer's output still in cache for the next: the same predictions, and
- * less memory ($FLYNN_INFER_STEP sets the step). fl_evaluate and fit's
+ * samples (32, or 8 where a sample's buffers take more than a quarter of
+ * that; not for models with a recurrent layer), each layer's output still
+ * in cache for the next: the same predictions as whole batches of
+ * batch_size, and less memory ($FLYNN_INFER_STEP sets the step). fl_evaluate and fit's
  * validation take the same steps, except with a masked loss, over MPI or
  * from a stream. */
 fl_tensor *fl_predict_(fl_model *m, const fl_tensor *x, fl_eval_args a);

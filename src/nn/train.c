@@ -977,19 +977,23 @@ static void forward_only(fl_graph *g, int64_t batch) {
 /* Samples per forward step when predicting in batches of bs. In inference each sample is computed alone,
  * so where the backend gives a budget (infer_budget: the CPU's, twice its threads' L2), a batch whose
  * buffers would not fit runs in steps of fewer samples, each layer's output still in cache when the next
- * reads it. Not below 8 samples, nor two per thread: the threads share each layer's samples, and with fewer
+ * reads it. Each step pays a parallel region per layer, so steps go below 32 samples only for samples whose
+ * buffers take more than a quarter of the budget, and then to 8 (and two per thread): unet_small's predict
+ * at 512 (1.5 MB a sample) ran 1,587 samples/s in steps of 32 and 2,516 in steps of 8, transformer_text's at
+ * 128 (344 KB) 33,000-34,700 in steps of 32 and 27,400 in steps of 8. With fewer than two samples per thread
  * a 3x3 convolution leaves Winograd for the direct kernels (mnist_cnn's predictions in steps of 2 differed
  * from whole batches in the last bit). The choices that weigh the batch's size weigh the whole batch
  * (forward_only), so in steps of 4 to 256, ResNet-20's, mnist_cnn's, MobileNetV2's and the U-Net's
  * predictions were the same to the bit as whole batches'. Not for a model with a recurrent layer: its
  * per-step matrix products want the whole batch (lstm_text's predict ran 35,300 samples/s at 16 and 40,600
  * at 512). $FLYNN_INFER_STEP sets it (for benchmarks and tests). */
+#define INFER_STEP 32
 static int64_t infer_step(const fl_model *m, int64_t bs) {
     const char *e = getenv("FLYNN_INFER_STEP");
     if (e && atoll(e) > 0) return atoll(e) < bs ? atoll(e) : bs;
     const fl_graph *g = &m->g;
-    const int64_t INFER_STEP_MIN = 2 * fl_get_num_threads() > 8 ? 2 * fl_get_num_threads() : 8;
-    if (bs <= INFER_STEP_MIN || !g->be->infer_budget) return bs;
+    const int64_t least = 2 * fl_get_num_threads() > 8 ? 2 * fl_get_num_threads() : 8;
+    if (bs <= least || !g->be->infer_budget) return bs;
     for (int i = 0; i < g->n; i++)
         if (g->nodes[i]->op == FL_OP_RNN) return bs;
     fl_plan p;
@@ -1000,8 +1004,8 @@ static int64_t infer_step(const fl_model *m, int64_t bs) {
     const size_t per = p.bytes > 0 ? p.bytes : 1;
     fl_plan_free(&p);
     int64_t step = (int64_t)(g->be->infer_budget() / per);
-    if (step > INFER_STEP_MIN) step -= step % INFER_STEP_MIN; /* whole multiples of the least step */
-    if (step < INFER_STEP_MIN) step = INFER_STEP_MIN;
+    if (step >= INFER_STEP) step -= step % INFER_STEP; /* whole multiples of 32 */
+    else step = step < 4 ? least : INFER_STEP;
     return step < bs ? step : bs;
 }
 
