@@ -173,6 +173,23 @@ static double max_abs_diff(fl_tensor *a, fl_tensor *b) {
     return worst;
 }
 
+/* Sets every BatchNormalization weight k of layer l to base + U(0, 1) from Philox stream stream0 + 10 l + k,
+ * base 0.5 but mean_base for the moving mean (k = 2). */
+static void bn_weights_away(fl_model *m, uint64_t stream0, float mean_base) {
+    for (int l = 0; l < fl_model_num_layers(m); l++) {
+        fl_layer *L = fl_model_layer(m, l);
+        if (strcmp(fl_layer_class(L), "BatchNormalization") != 0) continue;
+        for (int k = 0; k < fl_layer_num_weights(L); k++) {
+            fl_tensor *w = fl_layer_weight(L, k);
+            float *d = fl_tensor_data(w);
+            for (int64_t i = 0; i < fl_tensor_size(w); i++)
+                d[i] = (k == 2 ? mean_base : 0.5f) +
+                       fl_philox_uniform(9, stream0 + (uint64_t)(10 * l + k), (uint64_t)i);
+            CHECK(fl_layer_set_weight(L, k, w) == FL_OK);
+        }
+    }
+}
+
 /* inference folds a BatchNormalization into the convolution before it when the batch pays for it (and a
  * ReLU6 after it into the epilogue): the same predictions (to rounding) as the layers run apart, with and
  * without bias, gamma and beta, on a Conv2D and a DepthwiseConv2D */
@@ -192,17 +209,7 @@ static void test_bn_fold(void) {
     fl_model_set_seed(m, 3);
     CHECK(fl_compile(m, fl_sgd(.learning_rate = 0.1f), FL_SPARSE_CATEGORICAL_CROSSENTROPY) == FL_OK);
     /* moving statistics and gammas away from 0 and 1, so that a fold that skipped one would show */
-    for (int l = 0; l < fl_model_num_layers(m); l++) {
-        fl_layer *L = fl_model_layer(m, l);
-        if (strcmp(fl_layer_class(L), "BatchNormalization") != 0) continue;
-        for (int k = 0; k < fl_layer_num_weights(L); k++) {
-            fl_tensor *w = fl_layer_weight(L, k);
-            float *d = fl_tensor_data(w);
-            for (int64_t i = 0; i < fl_tensor_size(w); i++)
-                d[i] = 0.5f + fl_philox_uniform(9, 2 + (uint64_t)(10 * l + k), (uint64_t)i);
-            CHECK(fl_layer_set_weight(L, k, w) == FL_OK);
-        }
-    }
+    bn_weights_away(m, 2, 0.5f);
     fl_tensor *one = fl_predict(m, x, .batch_size = 1, .verbose = FL_VERBOSE_SILENT); /* too small to fold */
     int folded = 0;
     for (int i = 0; i < m->g.n; i++) folded += m->g.nodes[i]->bn_folded;
@@ -241,17 +248,7 @@ static void test_bn_fold_leaky(void) {
     CHECK(m != NULL);
     if (!m) { fl_tensor_free(x); return; }
     fl_model_set_seed(m, 3);
-    for (int l = 0; l < fl_model_num_layers(m); l++) { /* statistics away from 0 and 1 */
-        fl_layer *L = fl_model_layer(m, l);
-        if (strcmp(fl_layer_class(L), "BatchNormalization") != 0) continue;
-        for (int k = 0; k < fl_layer_num_weights(L); k++) {
-            fl_tensor *w = fl_layer_weight(L, k);
-            float *d = fl_tensor_data(w);
-            for (int64_t i = 0; i < fl_tensor_size(w); i++)
-                d[i] = (k == 2 ? -0.5f : 0.5f) + fl_philox_uniform(9, 20 + (uint64_t)(10 * l + k), (uint64_t)i);
-            CHECK(fl_layer_set_weight(L, k, w) == FL_OK);
-        }
-    }
+    bn_weights_away(m, 20, -0.5f); /* statistics away from 0 and 1 */
     fl_tensor *one = fl_predict(m, x, .batch_size = 1, .verbose = FL_VERBOSE_SILENT); /* apart */
     fl_tensor *all = fl_predict(m, x, .batch_size = N, .verbose = FL_VERBOSE_SILENT);
     int folded[3] = {0}, k = 0, simd = 0;

@@ -974,11 +974,9 @@ static int cmd_evaluate(int argc, char **argv) {
                own ? "samples" : "images");
     } else {
         printf("loss: %.4f", res[0]);
-        for (int i = 1; i < 16 && !isnan(res[i]); i++) {
-            const char *name = fl_model_metric_name(m, i - 1);
-            if (name) printf(" - %s: %.4f", name, res[i]);
-            else printf(" - metric %d: %.4f", i, res[i]);
-        }
+        const char *name;
+        for (int i = 1; i < 16 && !isnan(res[i]) && (name = fl_model_metric_name(m, i - 1)); i++)
+            printf(" - %s: %.4f", name, res[i]);
         printf(" (%lld samples)\n", (long long)fl_tensor_dim(ex, 0));
     }
 done:
