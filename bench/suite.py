@@ -17,15 +17,20 @@ over the samples after a few warm-up steps, predict one pass; batch 1 is
 timed in predict only (a C program embedding a model calls that). The sides
 alternate (rotated each round) and each point keeps its best round. The
 table gives samples/s per side, flynn's ratio to the best peer, flynn's
-GFLOP/s and its share of the sgemm ceiling (bench/sgemm_peak.c), and peak
-memory per side; the header says which BLAS and kernels each side used.
+GFLOP/s and its share of the sgemm ceiling (bench/sgemm_peak.c), peak
+memory per side, and the cores each side kept busy over the timed part (its
+process's CPU seconds over the wall seconds); the header says which BLAS and
+kernels each side used.
 
 usage: bench/suite.py [--models LIST] [--batch-sizes 1,32,128,512] [--rounds 2] [--threads 2]
                       [--samples N] [--work DIR] [--flynn build/flynn] [--sides flynn,torch,keras-tf]
                       [--json FILE] [--svg FILE] [--busy]
        bench/suite.py --from-json FILE --svg OUT.svg   (the chart of an earlier run)
 --busy runs one CPU-bound process (a spinning loop) beside every measurement:
-the issue's "behave on a busy machine" case.
+the issue's "behave on a busy machine" case. Compare each side's cores there
+with its quiet ones: beside one such process a side whose threads sleep while
+they wait gets about one core on a 2-core machine, whatever its thread count
+(docs/performance.md, "What a busy machine leaves").
 Models users write, which nobody tuned flynn for (bench/user_models.py:
 cifar_vgg, tab_bn, bigru_text, sepconv64, har_cnn1d, unet_small, conv_ae,
 lstm_reg, fasttext, gelu_mlp), run the same way with --sides flynn,keras-tf.
@@ -64,11 +69,15 @@ keras.utils.set_random_seed(0)
 m = keras.models.load_model(os.path.join(work, name + ".keras"))
 if mode == "train":
     m.fit(x[:nw], y[:nw], batch_size=B, epochs=1, verbose=0)
-    t0 = time.perf_counter(); m.fit(x, y, batch_size=B, epochs=1, verbose=0, shuffle=True); t = time.perf_counter() - t0
+    c0, t0 = time.process_time(), time.perf_counter()
+    m.fit(x, y, batch_size=B, epochs=1, verbose=0, shuffle=True)
 else:
     m.predict(x[:nw], batch_size=B, verbose=0)
-    t0 = time.perf_counter(); m.predict(x, batch_size=B, verbose=0); t = time.perf_counter() - t0
+    c0, t0 = time.process_time(), time.perf_counter()
+    m.predict(x, batch_size=B, verbose=0)
+t, cpu = time.perf_counter() - t0, time.process_time() - c0
 print(json.dumps({"impl": "keras %s + tensorflow %s" % (keras.__version__, tf.__version__), "sps": N / t,
+                  "cores": cpu / t,
                   "kernels": "oneDNN %s" % os.environ.get("TF_ENABLE_ONEDNN_OPTS", "default (on)")}))
 """
 
@@ -201,18 +210,19 @@ def epoch(nb, perm):
 nbat = (N + B - 1) // B
 if mode == "train":
     epoch(min(max(warmup, 1), nbat), torch.randperm(N))
-    t0 = time.perf_counter(); epoch(nbat, torch.randperm(N)); t = time.perf_counter() - t0
+    c0, t0 = time.process_time(), time.perf_counter()
+    epoch(nbat, torch.randperm(N))
 else:
     m.eval()
     with torch.inference_mode():
         for k in range(min(max(warmup, 1), nbat)): m(inp(torch.arange(k * B, min(N, (k + 1) * B))))
-        t0 = time.perf_counter()
+        c0, t0 = time.process_time(), time.perf_counter()
         for k in range(nbat): m(inp(torch.arange(k * B, min(N, (k + 1) * B))))
-        t = time.perf_counter() - t0
+t, cpu = time.perf_counter() - t0, time.process_time() - c0
 import re
 cfg = torch.__config__.show()
 kern = "; ".join(l.strip(" -") for l in cfg.splitlines() if re.search("Math Kernel|MKL-DNN|CPU capability", l))
-print(json.dumps({"impl": "pytorch " + torch.__version__, "sps": N / t, "kernels": kern}))
+print(json.dumps({"impl": "pytorch " + torch.__version__, "sps": N / t, "cores": cpu / t, "kernels": kern}))
 """
 
 
@@ -255,6 +265,7 @@ def point(a, side, model, mode, B, n, env):
         r = j["results"][0]
         info = [l for l in err.splitlines() if l.startswith("cpu:")]
         return {"sps": r["samples_per_s"], "gflops": r["gflops"], "rss": rss, "impl": "flynn " + j["flynn_version"],
+                "cores": r.get("cpu_cores"),
                 "kernels": (info[0] if info else "") + "; blas core " + j["blas"]["core"],
                 "flops": j["flops_per_sample"][mode],
                 # training's buffers, or predict's (values only, reused by lifetime)
@@ -449,6 +460,8 @@ def main():
                             row["ceiling_share"] = f["gflops"] / ceiling
                             line += " (%.0f%%)" % (100 * f["gflops"] / ceiling)
                     line += "  peak MB:" + "".join(" %s %.0f" % (s, best[s]["rss"]) for s in sides if s in best)
+                    line += "  cores:" + "".join(" %s %.2f" % (s, best[s]["cores"]) for s in sides
+                                                 if s in best and best[s].get("cores") is not None)
                     if f:
                         line += "  flynn buffers %.1f KB/sample (%s)" % (f["buffer_bytes_per_sample"] / 1e3, mode)
                     print(line, flush=True)

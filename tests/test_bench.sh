@@ -28,7 +28,7 @@ done
 # the JSON, field by field
 if [ -s "$tmp/b.json" ]; then
   python3 - "$tmp/b.json" <<'PY' && ok || bad "JSON fields"
-import json, sys
+import json, os, sys
 j = json.load(open(sys.argv[1]))
 def need(c, what):
     if not c:
@@ -47,6 +47,8 @@ need(sorted((r["batch_size"], r["mode"]) for r in cpu) ==
      [(64, "predict"), (64, "train"), (128, "predict"), (128, "train")], "cpu results")
 for r in j["results"]:
     need(r["samples"] == 512 and r["seconds"] > 0 and r["samples_per_s"] > 0 and r["gflops"] > 0, "a result")
+    # the cores the process kept busy: more than none, never more than the CPUs there are
+    need(0 < r["cpu_cores"] <= (os.cpu_count() or 1) + 0.25, "cpu_cores %s" % r["cpu_cores"])
 need(len(j["speedup"]) == 4, "speedup rows")
 for s in j["speedup"]:
     need((s["gpu_over_cpu"] is None) == (not g["usable"]), "speedup is null exactly without a GPU")
@@ -76,7 +78,7 @@ for model in lstm_text transformer_text; do
     --json "$tmp/t.json" >"$tmp/err" 2>&1; rc=$?
   [ $rc -eq 0 ] && ok || { bad "bench --model $model: exit $rc"; cat "$tmp/err" >&2; }
   python3 - "$model" "$tmp/t.json" <<'PY' && ok || bad "bench --model $model: JSON"
-import json, sys
+import json, os, sys
 j = json.load(open(sys.argv[2]))
 assert j["model"] == sys.argv[1] and j["data"] == "synthetic" and j["input_shape"] == [128], j
 assert j["vocab"] == 512 and j["classes"] == 5 and j["flops_per_sample"]["train"] > j["flops_per_sample"]["predict"] > 0
@@ -129,7 +131,7 @@ grep -qE "^flynn bench: .*mobilenet_block.keras on 64 synthetic samples" "$tmp/e
 grep -qE "^FLOPs per sample: [0-9.]+ M training, [0-9.]+ M predict; weights [0-9.]+ MB, buffers per sample [0-9.]+ KB training, [0-9.]+ KB predict" \
   "$tmp/err" && ok || { bad "file FLOPs line"; cat "$tmp/err" >&2; }
 python3 -c '
-import json, sys
+import json, os, sys
 j = json.loads(sys.stdin.read())
 assert j["flops_per_sample"]["train"] > 2 * j["flops_per_sample"]["predict"] > 0, j["flops_per_sample"]
 assert j["memory"]["weight_bytes"] > 0 and j["memory"]["buffer_bytes_per_sample"] > 0, j["memory"]
