@@ -265,7 +265,7 @@ def point(a, side, model, mode, B, n, env):
         r = j["results"][0]
         info = [l for l in err.splitlines() if l.startswith("cpu:")]
         return {"sps": r["samples_per_s"], "gflops": r["gflops"], "rss": rss, "impl": "flynn " + j["flynn_version"],
-                "cores": r.get("cpu_cores"),
+                "cores": r.get("cpu_cores"), "threads_in_use": r.get("threads_in_use"),
                 "kernels": (info[0] if info else "") + "; blas core " + j["blas"]["core"],
                 "flops": j["flops_per_sample"][mode],
                 # training's buffers, or predict's (values only, reused by lifetime)

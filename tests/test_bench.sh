@@ -49,6 +49,7 @@ for r in j["results"]:
     need(r["samples"] == 512 and r["seconds"] > 0 and r["samples_per_s"] > 0 and r["gflops"] > 0, "a result")
     # the cores the process kept busy: more than none, never more than the CPUs there are
     need(0 < r["cpu_cores"] <= (os.cpu_count() or 1) + 0.25, "cpu_cores %s" % r["cpu_cores"])
+    need(1 <= r["threads_in_use"] <= j["threads"], "threads_in_use %s of %s" % (r["threads_in_use"], j["threads"]))
 need(len(j["speedup"]) == 4, "speedup rows")
 for s in j["speedup"]:
     need((s["gpu_over_cpu"] is None) == (not g["usable"]), "speedup is null exactly without a GPU")

@@ -2,9 +2,11 @@
  * test_omp_setup.c — how the `flynn` command chooses its OpenMP threads'
  * wait (src/cli/omp_setup.c): the busy CPUs read from two /proc/stat texts,
  * over the CPUs the process may use, and the rule that lets the threads spin
- * only where the idle CPUs hold them all.
+ * only where the idle CPUs hold them all; and the rule by which the threads
+ * in use follow what other processes leave idle (cpu_load.h).
  */
 #include "check.h"
+#include "backend/cpu/cpu_load.h"
 #include "cli/omp_setup.h"
 
 #include <stdint.h>
@@ -53,5 +55,28 @@ int main(void) {
     CHECK(!flynn_omp_should_spin(-1.0, 2, 2)); /* unknown: passive */
     CHECK(!flynn_omp_should_spin(0.0, 0, 2));
     CHECK(!flynn_omp_should_spin(0.0, 2, 0));
+
+    /* the jiffies apart: steal is not busy (the hypervisor ran another guest) */
+    unsigned long long busy, steal, total;
+    CHECK(fl_cpu_stat_jiffies(after, &m02, 1, &busy, &steal, &total) == 2);
+    CHECK(busy == 120 + 55 + 300 && steal == 5 && total == busy + steal + 865 + 15 + 700);
+    CHECK(fl_cpu_stat_jiffies("nonsense\n", NULL, 0, &busy, &steal, &total) == 0);
+
+    /* threads in use: a CPU counts as taken when others keep 60% of it busy */
+    CHECK(fl_cpu_threads_for_load(2, 2, 0.0) == 2);
+    CHECK(fl_cpu_threads_for_load(2, 2, 0.55) == 2); /* a daemon's bursts: keep both */
+    CHECK(fl_cpu_threads_for_load(2, 2, 0.67) == 1); /* a CPU-bound process beside two spinning threads */
+    CHECK(fl_cpu_threads_for_load(2, 2, 1.0) == 1);
+    CHECK(fl_cpu_threads_for_load(2, 2, 2.0) == 1);  /* never none */
+    CHECK(fl_cpu_threads_for_load(2, 2, 7.0) == 1);
+    CHECK(fl_cpu_threads_for_load(16, 16, 5.5) == 11);
+    CHECK(fl_cpu_threads_for_load(16, 16, 5.7) == 10);
+    CHECK(fl_cpu_threads_for_load(8, 16, 5.2) == 8);  /* never more than configured */
+    CHECK(fl_cpu_threads_for_load(4, 2, 0.0) == 4);   /* more threads than CPUs, asked for: kept while idle */
+    CHECK(fl_cpu_threads_for_load(4, 2, 0.55) == 4);
+    CHECK(fl_cpu_threads_for_load(4, 2, 1.0) == 1);
+    CHECK(fl_cpu_threads_for_load(2, 2, -0.3) == 2);  /* the jiffies' coarseness can go below zero */
+    CHECK(fl_cpu_threads_for_load(2, 2, 0.0 / 0.0) == 2);
+    CHECK(fl_cpu_threads_for_load(0, 2, 0.0) == 1);
     return check_report("test_omp_setup");
 }

@@ -876,6 +876,17 @@ int64_t fl_get_max_model_bytes(void);
  * wins over it. */
 void fl_set_num_threads(int n);
 int fl_get_num_threads(void);
+/* The threads in use now: fl_get_num_threads(), or fewer while other
+ * processes keep this process's CPUs busy. Between training and inference
+ * steps, about once a second, flynn compares the CPU time its CPUs spent
+ * busy (/proc/stat, over the affinity mask) with its own: where the CPUs
+ * that others leave idle hold fewer threads than it has, it runs that many
+ * (at least one), and all of them again once the others stop. Beside one
+ * CPU-bound process on two cores, two threads kept one core between them
+ * and lost 5-20% to waiting for each other (docs/performance.md, "What a
+ * busy machine leaves"). Off under a cgroup CPU quota (a container's
+ * /proc/stat counts the whole host) and with FLYNN_FOLLOW_LOAD=0. */
+int fl_num_threads_in_use(void);
 /* The default thread count, and in why (may be NULL) where it comes from
  * ("OMP_NUM_THREADS", "cgroup CPU quota 1.50 of 4 CPUs", "2 CPUs available"). */
 int fl_default_num_threads(char *why, size_t why_len);

@@ -588,4 +588,9 @@ enum { FL_MC_CATEGORICAL = 1, FL_MC_SPARSE_CATEGORICAL, FL_MC_BINARY, FL_MC_MAE,
 
 const fl_backend *fl_backend_cpu(void);
 
+/* The host's threads follow the CPUs other processes leave idle (flynn.h,
+ * fl_num_threads_in_use): train.c calls this before each step, outside
+ * parallel regions; it looks at most about once a second. */
+void fl_threads_follow_load(void);
+
 #endif

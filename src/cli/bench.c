@@ -59,6 +59,7 @@ typedef struct bench_opts {
 typedef struct point {
     double seconds, samples_per_s;
     double cores; /* the process's CPU seconds over the wall seconds of the timed call */
+    int threads;  /* the threads in use when it ended (fl_num_threads_in_use: fewer where others kept CPUs busy) */
 } point;
 
 typedef struct device_state {
@@ -444,7 +445,7 @@ static int measure(bench_run *b, int d, int bi, const fl_dataset *ds, const fl_t
             if (!h) { rc = 1; goto done; }
             fl_history_free(h);
         }
-        point best = {0, -1, 0};
+        point best = {0, -1, 0, 0};
         for (int r = 0; r < b->o.repeat; r++) {
             double t0 = fl_clock_seconds(), c0 = fl_clock_cpu_seconds();
             fl_history *h = fl_fit(m, ds->x_train, ds->y_train, .batch_size = bs, .epochs = 1,
@@ -452,7 +453,7 @@ static int measure(bench_run *b, int d, int bi, const fl_dataset *ds, const fl_t
             double dt = fl_clock_seconds() - t0, cores = dt > 0 ? (fl_clock_cpu_seconds() - c0) / dt : 0;
             if (!h) { rc = 1; goto done; }
             double sps = fl_history_samples_per_second(h);
-            if (sps > best.samples_per_s) best = (point){(double)b->n / sps, sps, cores};
+            if (sps > best.samples_per_s) best = (point){(double)b->n / sps, sps, cores, fl_num_threads_in_use()};
             fl_history_free(h);
         }
         b->res[d][MODE_TRAIN][bi] = best;
@@ -463,14 +464,15 @@ static int measure(bench_run *b, int d, int bi, const fl_dataset *ds, const fl_t
             if (!p) { rc = 1; goto done; }
             fl_tensor_free(p);
         }
-        point best = {0, -1, 0};
+        point best = {0, -1, 0, 0};
         for (int r = 0; r < b->o.repeat; r++) {
             double t0 = fl_clock_seconds(), c0 = fl_clock_cpu_seconds();
             fl_tensor *p = fl_predict(m, ds->x_train, .batch_size = bs, .verbose = FL_VERBOSE_SILENT);
             double dt = fl_clock_seconds() - t0, cpu = fl_clock_cpu_seconds() - c0;
             if (!p) { rc = 1; goto done; }
             fl_tensor_free(p);
-            if (dt > 0 && (double)b->n / dt > best.samples_per_s) best = (point){dt, (double)b->n / dt, cpu / dt};
+            if (dt > 0 && (double)b->n / dt > best.samples_per_s)
+                best = (point){dt, (double)b->n / dt, cpu / dt, fl_num_threads_in_use()};
         }
         b->res[d][MODE_PREDICT][bi] = best;
     }
@@ -611,9 +613,9 @@ static void write_json(const bench_run *b, FILE *f) {
                 if (!p) continue;
                 fprintf(f,
                         "%s\n    {\"device\": \"%s\", \"mode\": \"%s\", \"batch_size\": %d, \"samples\": %lld, "
-                        "\"seconds\": %.6f, \"samples_per_s\": %.2f, \"gflops\": %.3f, \"cpu_cores\": %.3f}",
+                        "\"seconds\": %.6f, \"samples_per_s\": %.2f, \"gflops\": %.3f, \"cpu_cores\": %.3f, \"threads_in_use\": %d}",
                         first ? "" : ",", dev_name[d], mode_name[mode], b->o.batch[bi], (long long)b->n, p->seconds,
-                        p->samples_per_s, p->samples_per_s * b->flops[mode] / 1e9, p->cores);
+                        p->samples_per_s, p->samples_per_s * b->flops[mode] / 1e9, p->cores, p->threads);
                 first = false;
             }
     fprintf(f, "\n  ],\n  \"speedup\": [");

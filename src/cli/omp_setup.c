@@ -45,6 +45,7 @@
 #include <flynn/flynn.h>
 
 #include "omp_setup.h"
+#include "backend/cpu/cpu_load.h"
 
 #include <sched.h>
 #include <stdio.h>
@@ -53,33 +54,12 @@
 #include <time.h>
 #include <unistd.h>
 
-/* Busy and total jiffies, summed over the "cpuN" lines of a /proc/stat text
- * whose N is in `allowed` (NULL: every CPU). Returns the number of CPUs
- * counted, 0 if there were none. */
-static int stat_sums(const char *text, const uint64_t *allowed, int words, unsigned long long *busy,
-                     unsigned long long *total) {
-    int n = 0;
-    *busy = *total = 0;
-    for (const char *l = text; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL) {
-        int cpu;
-        unsigned long long v[8] = {0};
-        /* user nice system idle iowait irq softirq steal (guest is inside user) */
-        if (strncmp(l, "cpu", 3) != 0 || l[3] < '0' || l[3] > '9') continue; /* not "cpu ", the sum */
-        if (sscanf(l, "cpu%d %llu %llu %llu %llu %llu %llu %llu %llu", &cpu, &v[0], &v[1], &v[2], &v[3], &v[4], &v[5],
-                   &v[6], &v[7]) < 5 || cpu < 0)
-            continue;
-        if (allowed && (cpu / 64 >= words || !(allowed[cpu / 64] >> (cpu % 64) & 1))) continue;
-        const unsigned long long b = v[0] + v[1] + v[2] + v[5] + v[6] + v[7];
-        *busy += b;
-        *total += b + v[3] + v[4];
-        n++;
-    }
-    return n;
-}
-
 double flynn_omp_busy_cpus(const char *before, const char *after, const uint64_t *allowed, int words) {
-    unsigned long long b0, t0, b1, t1;
-    const int n0 = stat_sums(before, allowed, words, &b0, &t0), n1 = stat_sums(after, allowed, words, &b1, &t1);
+    unsigned long long b0, s0, t0, b1, s1, t1;
+    const int n0 = fl_cpu_stat_jiffies(before, allowed, words, &b0, &s0, &t0);
+    const int n1 = fl_cpu_stat_jiffies(after, allowed, words, &b1, &s1, &t1);
+    b0 += s0; /* a CPU the hypervisor took is not one flynn's threads can spin on */
+    b1 += s1;
     if (n0 == 0 || n0 != n1 || t1 <= t0 || b1 < b0) return -1.0;
     const double share = (double)(b1 - b0) / (double)(t1 - t0);
     return share > 1.0 ? (double)n1 : share * n1;

@@ -967,6 +967,7 @@ static int stat_kv(const fl_model *m, const double *v, const char *prefix, char 
  * size (folding a BatchNormalization into its convolution) weigh, so that every step, and the last,
  * shorter batch, compute as the whole batch would. */
 static void forward_only(fl_graph *g, int64_t batch) {
+    fl_threads_follow_load();
     g->no_backward = true;
     g->fold_batch = batch;
     fl_graph_forward(g, false);
@@ -1398,6 +1399,7 @@ typedef struct graph_state {
  * out non-finite. */
 static bool run_step(fl_model *m, bool check) {
     const fl_backend *be = m->g.be;
+    fl_threads_follow_load();
     fl_graph_clear_grads(&m->g);
     bool have = !m->dist_batch || m->dist_share > 0; /* under MPI a rank can have no share of a last batch */
     double before[FL_STATS], now[FL_STATS];

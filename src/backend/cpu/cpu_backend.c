@@ -4,13 +4,20 @@
  * losses, metrics and the fused optimizer step. OpenMP parallelises the
  * element-wise work; OpenBLAS (its OpenMP build) the large GEMMs.
  */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
 #include "cpu_internal.h"
+#include "cpu_load.h"
 #include "cpu_simd.h"
 #include "cpu_fastmath.h"
+#include "core/clock.h"
 #include "core/error.h"
 
 #include <math.h>
 #include <omp.h>
+#include <sched.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -22,15 +29,25 @@
 /* ------------------------------------------------------------ threads */
 
 static int g_threads = 0; /* part of the backend registry: 0 = the default */
+/* the threads in use: g_threads, or fewer while other processes keep the CPUs busy (fl_threads_follow_load);
+ * read by any thread, written by the thread that runs the steps, between them */
+static int g_active = 0;
 
 extern void openblas_set_num_threads(int);
 
+static void use_threads(int n) {
+    __atomic_store_n(&g_active, n, __ATOMIC_RELAXED);
+    openblas_set_num_threads(n);
+    omp_set_num_threads(n);
+}
+
 /* the first use: the default (cpu_env.c), which OpenBLAS follows too */
 int fl_cpu_threads(void) {
-    if (g_threads <= 0) {
-        g_threads = fl_cpu_default_threads(NULL, 0);
-        openblas_set_num_threads(g_threads);
-    }
+    int a = __atomic_load_n(&g_active, __ATOMIC_RELAXED);
+    if (a > 0) return a;
+    g_threads = fl_cpu_default_threads(NULL, 0);
+    __atomic_store_n(&g_active, g_threads, __ATOMIC_RELAXED);
+    openblas_set_num_threads(g_threads);
     return g_threads;
 }
 int fl_default_num_threads(char *why, size_t n) { return fl_cpu_default_threads(why, n); }
@@ -38,10 +55,73 @@ int fl_cpu_thread_id(void) { return omp_get_thread_num(); }
 
 void fl_set_num_threads(int n) {
     g_threads = n > 0 ? n : fl_cpu_default_threads(NULL, 0);
-    openblas_set_num_threads(g_threads);
-    omp_set_num_threads(g_threads);
+    use_threads(g_threads);
 }
-int fl_get_num_threads(void) { return fl_cpu_threads(); }
+int fl_cpu_threads_configured(void) {
+    (void)fl_cpu_threads();
+    return g_threads;
+}
+int fl_get_num_threads(void) { return fl_cpu_threads_configured(); }
+int fl_num_threads_in_use(void) { return fl_cpu_threads(); }
+
+/* Between steps: about once a second, the CPU time the CPUs this process may run on spent busy (/proc/stat)
+ * against this process's own; the threads then follow what other processes leave idle
+ * (fl_cpu_threads_for_load; flynn.h, fl_num_threads_in_use). Off with FLYNN_FOLLOW_LOAD=0, under a cgroup
+ * CPU quota (a container's /proc/stat counts the host's CPUs, busy with other containers' work) and where
+ * /proc/stat cannot be read. Called by the thread that runs the steps, outside parallel regions: a count
+ * read once by a loop stays the same until the loop ends. */
+typedef struct load_state {
+    int on; /* -1: not decided yet */
+    bool have;
+    double t0, own0;
+    unsigned long long busy0;
+    char text[1 << 16];
+} load_state;
+
+static void follow_load(load_state *ls) {
+    if (ls->on < 0) {
+        const char *e = getenv("FLYNN_FOLLOW_LOAD");
+        ls->on = !(e && strcmp(e, "0") == 0) && fl_cpu_quota() == 0;
+    }
+    if (!ls->on) return;
+    const double now = fl_clock_seconds();
+    if (ls->have && now - ls->t0 < 1.0) return;
+    cpu_set_t set;
+    uint64_t mask[CPU_SETSIZE / 64] = {0};
+    const bool aff = sched_getaffinity(0, sizeof set, &set) == 0;
+    for (int c = 0; aff && c < CPU_SETSIZE; c++)
+        if (CPU_ISSET(c, &set)) mask[c / 64] |= (uint64_t)1 << (c % 64);
+    FILE *f = fopen("/proc/stat", "r");
+    const size_t got = f ? fread(ls->text, 1, sizeof ls->text - 1, f) : 0;
+    if (f) fclose(f);
+    ls->text[got] = 0;
+    unsigned long long busy, steal, total;
+    const int cpus = fl_cpu_stat_jiffies(ls->text, aff ? mask : NULL, CPU_SETSIZE / 64, &busy, &steal, &total);
+    const long hz = sysconf(_SC_CLK_TCK);
+    if (cpus == 0 || hz <= 0) {
+        ls->on = 0;
+        return;
+    }
+    const double own = fl_clock_cpu_seconds();
+    if (ls->have && busy >= ls->busy0 && now > ls->t0) {
+        /* steal is not counted busy: the hypervisor ran another guest, not a process here */
+        const double other = ((double)(busy - ls->busy0) / (double)hz - (own - ls->own0)) / (now - ls->t0);
+        const int t = fl_cpu_threads_for_load(fl_cpu_threads_configured(), cpus, other);
+        if (t != __atomic_load_n(&g_active, __ATOMIC_RELAXED)) use_threads(t);
+    }
+    ls->t0 = now;
+    ls->own0 = own;
+    ls->busy0 = busy;
+    ls->have = true;
+}
+
+void fl_threads_follow_load(void) {
+    static load_state ls = {.on = -1};
+    static int inside; /* two threads stepping two models: one looks, the other goes on */
+    if (__atomic_exchange_n(&inside, 1, __ATOMIC_ACQUIRE)) return;
+    follow_load(&ls);
+    __atomic_store_n(&inside, 0, __ATOMIC_RELEASE);
+}
 
 /* ------------------------------------------------------------- memory */
 

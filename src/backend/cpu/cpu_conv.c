@@ -50,6 +50,11 @@ static int conv_threads(void) {
     int t = fl_cpu_threads(), p = omp_get_num_procs();
     return t < p ? t : p;
 }
+/* the same for choices that change the sums (Winograd or not): the configured threads, not those in use */
+static int conv_threads_configured(void) {
+    int t = fl_cpu_threads_configured(), p = omp_get_num_procs();
+    return t < p ? t : p;
+}
 static int ws_slices(void) {
     int t = fl_cpu_threads(), p = omp_get_num_procs();
     return t > p ? t : p;
@@ -209,8 +214,8 @@ static int wino_bwd_shape(const fl_conv_desc *d) {
  * (16/9 of the kernel's size) from L2 for each band, nor for transforming it
  * on every call: ResNet-20's predict at batch 1 fell from ~780 to ~420
  * samples/s with it. */
-static int wino_fwd(const fl_conv_desc *d) { return wino_fwd_shape(d) && d->n >= 2 * conv_threads(); }
-static int wino_bwd(const fl_conv_desc *d) { return wino_bwd_shape(d) && d->n >= 2 * conv_threads(); }
+static int wino_fwd(const fl_conv_desc *d) { return wino_fwd_shape(d) && d->n >= 2 * conv_threads_configured(); }
+static int wino_bwd(const fl_conv_desc *d) { return wino_bwd_shape(d) && d->n >= 2 * conv_threads_configured(); }
 
 /* Per-thread floats of the direct path: padded x (or Winograd's blocks in
  * the forward), padded dy, Winograd's blocks for dx. */

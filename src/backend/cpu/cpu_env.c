@@ -23,10 +23,12 @@
 #define _GNU_SOURCE
 #endif
 #include "cpu_internal.h"
+#include "cpu_load.h"
 #include "core/error.h"
 
 #include <dlfcn.h>
 #include <limits.h>
+#include <math.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -120,6 +122,39 @@ int fl_cpu_default_threads(char *why, size_t n) {
     return procs > 0 ? procs : 1;
 }
 
+/* ------------------------------------------------- how busy the CPUs are */
+
+int fl_cpu_stat_jiffies(const char *text, const uint64_t *allowed, int words, unsigned long long *busy,
+                        unsigned long long *steal, unsigned long long *total) {
+    int n = 0;
+    *busy = *steal = *total = 0;
+    for (const char *l = text; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL) {
+        int cpu;
+        unsigned long long v[8] = {0};
+        /* user nice system idle iowait irq softirq steal (guest is inside user) */
+        if (strncmp(l, "cpu", 3) != 0 || l[3] < '0' || l[3] > '9') continue; /* not "cpu ", the sum */
+        if (sscanf(l, "cpu%d %llu %llu %llu %llu %llu %llu %llu %llu", &cpu, &v[0], &v[1], &v[2], &v[3], &v[4], &v[5],
+                   &v[6], &v[7]) < 5 || cpu < 0)
+            continue;
+        if (allowed && (cpu / 64 >= words || !(allowed[cpu / 64] >> (cpu % 64) & 1))) continue;
+        const unsigned long long b = v[0] + v[1] + v[2] + v[5] + v[6];
+        *busy += b;
+        *steal += v[7];
+        *total += b + v[7] + v[3] + v[4];
+        n++;
+    }
+    return n;
+}
+
+int fl_cpu_threads_for_load(int configured, int cpus, double other) {
+    if (configured < 1) configured = 1;
+    if (!(other > 0.0)) return configured; /* also NaN */
+    const double taken = other + 0.4 < (double)cpus ? floor(other + 0.4) : (double)cpus;
+    if (taken < 1.0) return configured;
+    const int left = cpus - (int)taken;
+    return left < 1 ? 1 : left < configured ? left : configured;
+}
+
 /* -------------------------------------------------------------- cache */
 
 /* The L2 of one core in bytes: sysfs (cpu0's data or unified cache of level 2), else sysconf, else 1 MB.
@@ -152,7 +187,7 @@ static size_t l2_bytes(void) {
 size_t fl_cpu_infer_budget(void) {
     static size_t l2;
     if (!l2) l2 = l2_bytes();
-    return 2 * l2 * (size_t)fl_cpu_threads();
+    return 2 * l2 * (size_t)fl_cpu_threads_configured(); /* a step's size must not follow the load */
 }
 
 /* ------------------------------------------------------ BLAS kernels */

@@ -15,7 +15,11 @@
 #include "backend/backend.h"
 #include "ops/math.h"
 
+/* the threads in use now (fl_num_threads_in_use: fewer than configured while other processes keep the CPUs
+ * busy), for how a loop splits its work; and the configured count (fl_get_num_threads), for choices that
+ * change what is computed (which kernel, how large a step), which must not follow the load */
 int fl_cpu_threads(void);
+int fl_cpu_threads_configured(void);
 /* cpu_env.c: the inference step's budget (backend.h infer_budget): twice the L2 of the threads in use */
 size_t fl_cpu_infer_budget(void);
 /* cpu_env.c: the default thread count and its reason; the cgroup CPU quota in CPUs (0: none) */
