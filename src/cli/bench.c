@@ -539,6 +539,11 @@ static void print_rows(const bench_run *b, int bi, FILE *f) {
             if (c && g) fprintf(f, "  %6.1fx", g->samples_per_s / c->samples_per_s);
             else fprintf(f, "  %7s", "-");
         }
+        /* the CPU's threads followed the load (fl_num_threads_in_use): say so beside its figure */
+        const point *c = b->dev[DEV_CPU].usable ? pt(b, DEV_CPU, mode, bi) : NULL;
+        if (c && c->threads > 0 && c->threads < fl_get_num_threads())
+            fprintf(f, "  (cpu: %d of %d threads at the end: other processes kept CPUs busy)", c->threads,
+                    fl_get_num_threads());
         fputc('\n', f);
     }
     fflush(f);
