@@ -635,6 +635,84 @@ static void test_bn_relu_fused(int relu6, int kind, int at_mean) {
     h_free(&u);
 }
 
+/* Training's BatchNormalization whose value only an Add of two reads: the Add applies its affine as it adds
+ * (fl_op_bn_into_add, add_affine), and its value is never written. The same output, gradients and moving
+ * statistics, bit for bit, as a backend without add_affine. kind 0: ReLU(bn(x) + z); 1: ReLU6(z + bn(x));
+ * 2: bn(x) + z, no ReLU; 3: ReLU(bn(x) + bn2(z)), a projection shortcut's normalisation beside the block's,
+ * only the first deferred. */
+static fl_node *bn_add_chain(harness *h, const fl_backend *be, int kind, const harness *like, fl_node **bn2) {
+    const int64_t B = 7, C = 19, sample[3] = {3, 5, C};
+    memset(h, 0, sizeof *h);
+    fl_graph_init(&h->g, be);
+    h->g.seed = 7;
+    h->batch = B;
+    h->x = fl_graph_input(&h->g, "x", 3, sample);
+    h->x->force_grad = true;
+    fl_node *z = fl_graph_input(&h->g, "z", 3, sample);
+    z->force_grad = true;
+    fl_node *bns[2] = {NULL, NULL}, *src[2] = {h->x, z};
+    for (int b = 0; b < (kind == 3 ? 2 : 1); b++) {
+        fl_node *gamma = h_param(h, 1, &C, 0.5f, 4.0f), *beta = h_param(h, 1, &C, -1.0f, 3.0f);
+        fl_node *mm = fl_graph_param(&h->g, "moving_mean", 1, &C, false);
+        fl_node *mv = fl_graph_param(&h->g, "moving_variance", 1, &C, false);
+        for (int c = 0; c < C; c++) { mm->val[c] = 0; mv->val[c] = 1; }
+        if (like) {
+            memcpy(gamma->val, like->params[2 * b]->val, (size_t)C * sizeof(float));
+            memcpy(beta->val, like->params[2 * b + 1]->val, (size_t)C * sizeof(float));
+        }
+        bns[b] = fl_graph_batchnorm(&h->g, b ? "bn2" : "bn", src[b], gamma, beta, mm, mv, 1e-3f, 0.99f);
+    }
+    fl_node *other = kind == 3 ? bns[1] : z;
+    fl_node *xs[2] = {bns[0], other};
+    if (kind == 1) { xs[0] = other; xs[1] = bns[0]; }
+    fl_node *add = fl_graph_merge(&h->g, "add", FL_OP_ADD, xs, 2, 0);
+    fl_node *out = kind == 2 ? add
+                 : kind == 1 ? fl_graph_pact(&h->g, "relu", add, (fl_pact_desc){FL_PACT_RELU, 0.0f, 0.0f, 6.0f})
+                             : fl_graph_act(&h->g, "relu", add, FL_ACT_RELU);
+    h_ready(h, out, -2, 3);
+    if (like) {
+        memcpy(h->x->val, like->x->val, (size_t)fl_node_size(h->x) * sizeof(float));
+        memcpy(h->R, like->R, (size_t)fl_node_size(out) * sizeof(float));
+    }
+    const fl_node *lz = like ? like->g.nodes[z->id] : NULL;
+    if (lz) memcpy(z->val, lz->val, (size_t)fl_node_size(z) * sizeof(float));
+    else fill(z->val, fl_node_size(z), -2, 2);
+    *bn2 = bns[1];
+    return bns[0];
+}
+
+static void test_bn_add_train(int kind) {
+    static fl_backend apart;
+    apart = *fl_backend_cpu();
+    apart.add_affine = NULL;
+    harness h, u;
+    fl_node *hb2, *ub2;
+    fl_node *hb = bn_add_chain(&h, fl_backend_cpu(), kind, NULL, &hb2);
+    fl_node *ub = bn_add_chain(&u, &apart, kind, &h, &ub2);
+    h_step(&h);
+    h_step(&u);
+    char what[64];
+    snprintf(what, sizeof what, "batchnorm -> add, training, kind %d", kind);
+    CHECK_MSG(hb->affine_deferred && !ub->affine_deferred && (!hb2 || !hb2->affine_deferred),
+              "%s: deferred %d (%d), apart %d", what, hb->affine_deferred, hb2 ? hb2->affine_deferred : -1,
+              ub->affine_deferred);
+    const int64_t zid = u.x->id + 1; /* z, the second input */
+    const fl_node *a[8] = {h.out, h.x, h.g.nodes[zid], hb->in[1], hb->in[2], hb->in[3], hb->in[4], NULL};
+    const fl_node *b[8] = {u.out, u.x, u.g.nodes[zid], ub->in[1], ub->in[2], ub->in[3], ub->in[4], NULL};
+    const char *names[7] = {"output", "dx", "dz", "dgamma", "dbeta", "moving mean", "moving variance"};
+    int capped = 0;
+    for (int64_t i = 0; i < fl_node_size(h.out); i++) capped += h.out->val[i] == 6.0f;
+    CHECK_MSG(kind != 1 || capped > 0, "%s: no value reached the cap; the test does not try it", what);
+    for (int t = 0; t < 7; t++) {
+        const bool val = t == 0 || t >= 5;
+        const float *p = val ? a[t]->val : a[t]->grad, *q = val ? b[t]->val : b[t]->grad;
+        CHECK_MSG(memcmp(p, q, (size_t)fl_node_size(a[t]) * sizeof(float)) == 0, "%s: %s differs from the layers apart",
+                  what, names[t]);
+    }
+    h_free(&h);
+    h_free(&u);
+}
+
 /* Training's Add with the ReLU or ReLU6 that alone reads it, fused: the Add's forward writes the ReLU's value,
  * and its backward gives each input the ReLU's gradient masked by that value (formed in the first input's
  * gradient, copied or added from there). Checked bit for bit against the arithmetic of the layers apart:
@@ -2728,5 +2806,7 @@ int main(void) {
     for (int v = 0; v < 4; v++) test_conv_bn_fused(v);
     for (int k = 0; k < 4; k++) test_bn_relu_fused(k & 1, k >> 1, 1);
     for (int k = 0; k < 3; k++) test_attention_blocked(k);
+    /* a normalisation's affine left to the Add after it (appended: the streams above stay) */
+    for (int k = 0; k < 4; k++) test_bn_add_train(k);
     return check_report("test_ops");
 }

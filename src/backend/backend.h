@@ -575,6 +575,13 @@ typedef struct fl_backend {
      * backends. */
     void *(*comm_stream_fork)(void);
     void (*comm_stream_join)(void);
+    /* Training's Add of two fed by a BatchNormalization that nothing else
+     * reads: y = x * st[j] + st[c + j] + o per channel j of rows x c, then
+     * through binary's mode (FL_BIN_ADD, _RELU, _RELU6), with the
+     * normalisation's value rounded as its own pass rounds it (x * s + t,
+     * no fused multiply-add) and added as binary adds: the same bits
+     * without writing and reading that value. NULL: the two run apart. */
+    void (*add_affine)(int mode, int64_t rows, int c, const float *x, const float *st, const float *o, float *y);
 } fl_backend;
 
 /* Modes of fl_backend.bmerge_*. */

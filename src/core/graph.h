@@ -78,6 +78,8 @@ struct fl_node {
                                 * ADD (fl_op_fused_add_relu) or, in training, a BATCHNORM
                                 * (fl_op_fused_bn_relu_train); in training its backward then masks the ReLU's
                                 * gradient */
+    bool affine_deferred;      /* a BATCHNORM whose last forward (training) left its affine to the Add that alone
+                                * reads it (fl_op_bn_into_add): its value was not written */
     int nconsumers;
     float *val, *grad;         /* backend buffers */
     void *aux;                 /* saved for backward: argmax, dropout mask, BN batch stats */

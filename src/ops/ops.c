@@ -1079,9 +1079,28 @@ fl_node *fl_op_fused_bn_relu_train(const fl_graph *g, const fl_node *bn, int *ac
     return fl_op_fused_relu(g, bn, act);
 }
 
+/* Training: the Add of two that alone reads normalisation bn, where the backend applies bn's affine as it adds
+ * (add_affine): bn's value is then never written, one pass over the activations fewer (a residual block's
+ * second normalisation). Its backward reads x and its gradient, not its value, and the Add's reads its own. */
+static fl_node *bn_add_reader(const fl_graph *g, const fl_node *bn, int *k) {
+    if (bn->op != FL_OP_BATCHNORM || bn->mode || !g->be->add_affine || !g->be->bn_fwd_train_act ||
+        bn->nconsumers != 1 || bn->is_output || !bn->batched)
+        return NULL;
+    fl_node *a = first_reader(g, bn, k);
+    return a && a->op == FL_OP_ADD && a->nin == 2 && a->in[0] != a->in[1] && !a->val_view ? a : NULL;
+}
+
+/* (Of two normalisations that an Add alone reads, a projection shortcut's and the block's, the first.) */
+fl_node *fl_op_bn_into_add(const fl_graph *g, const fl_node *bn) {
+    int k, k0;
+    fl_node *a = bn_add_reader(g, bn, &k);
+    return a && (k == 0 || bn_add_reader(g, a->in[0], &k0) != a) ? a : NULL;
+}
+
 static void batchnorm_forward(fl_graph *g, fl_node *n, bool training) {
     fl_node *x = n->in[0];
     n->relu_folded = false;
+    n->affine_deferred = false;
     if (!training && x->bn_folded) return; /* the convolution wrote it (fold_bn) */
     int c = (int)x->shape[x->ndim - 1];
     fl_bn_desc d = {rows_of(x), c, n->eps, n->momentum};
@@ -1094,6 +1113,12 @@ static void batchnorm_forward(fl_graph *g, fl_node *n, bool training) {
             g->be->bn_fwd_train_act(&d, act, x->val, gamma, beta, relu->val, save + 5 * c, save, save + c,
                                     n->in[3]->val, n->in[4]->val);
             n->relu_folded = true;
+            return;
+        }
+        if (fl_op_bn_into_add(g, n)) { /* the statistics, and s, t where the Add reads them */
+            g->be->bn_fwd_train_act(&d, FL_ACT_LINEAR, x->val, gamma, beta, NULL, save + 5 * c, save, save + c,
+                                    n->in[3]->val, n->in[4]->val);
+            n->affine_deferred = true;
             return;
         }
         g->be->bn_fwd_train(&d, x->val, gamma, beta, n->val, save, save + c, n->in[3]->val, n->in[4]->val);
@@ -1192,6 +1217,15 @@ static void add_forward(fl_graph *g, fl_node *n, bool training) {
         a = n->val;
     }
     int mode = !relu ? FL_BIN_ADD : act == FL_ACT_RELU6 ? FL_BIN_ADD_RELU6 : FL_BIN_ADD_RELU;
+    for (int k = 0; k < 2 && n->nin == 2; k++) {
+        const fl_node *bn = n->in[k];
+        if (bn->op == FL_OP_BATCHNORM && bn->affine_deferred) { /* its value, formed here (fl_op_bn_into_add) */
+            const int64_t c = bn->shape[bn->ndim - 1];
+            g->be->add_affine(mode, sz / c, (int)c, bn->in[0]->val, (const float *)bn->aux + 5 * c,
+                              n->in[1 - k]->val, relu ? relu->val : n->val);
+            return;
+        }
+    }
     g->be->binary(mode, sz, a, n->in[last]->val, relu ? relu->val : n->val);
 }
 

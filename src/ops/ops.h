@@ -44,6 +44,9 @@ fl_node *fl_op_fused_add_relu(const fl_graph *g, const fl_node *add, int *act);
  * the ReLU's value (bn_bwd_act), and the ReLU's backward writes nothing.
  * NULL where the backend lacks those entries or bn is frozen. */
 fl_node *fl_op_fused_bn_relu_train(const fl_graph *g, const fl_node *bn, int *act);
+/* Training: the Add of two that alone reads normalisation bn and applies its affine as it adds (the backend's
+ * add_affine), leaving bn's value unwritten; or NULL. */
+fl_node *fl_op_bn_into_add(const fl_graph *g, const fl_node *bn);
 /* The training BatchNormalization whose data gradient the backward of
  * Conv2D node conv forms itself (conv linear, the normalisation its only
  * reader, not frozen; the backend's bn_bwd_coef and conv2d_bn_bwd), or

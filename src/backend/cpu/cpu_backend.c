@@ -694,7 +694,9 @@ static void bn_fwd_train(const fl_bn_desc *d, int act, const float *x, const flo
         t[j] = -mean * s[j] + (beta ? beta[j] : 0.0f);
     }
     free(part);
-    bn_affine(m, c, x, NULL, NULL, s, t, NULL, y, false, (bn_relu){NULL, act == FL_ACT_LINEAR ? 0.0f : relu_hi(act)});
+    if (y) /* none where the Add after it applies s and t (add_affine) */
+        bn_affine(m, c, x, NULL, NULL, s, t, NULL, y, false,
+                  (bn_relu){NULL, act == FL_ACT_LINEAR ? 0.0f : relu_hi(act)});
     if (st != coef) free(st);
 }
 
@@ -946,6 +948,7 @@ static const fl_backend cpu_backend = {
     .concat_bwd = fl_cpu_concat_bwd,
     .pad2d = fl_cpu_pad2d,
     .binary = fl_cpu_binary,
+    .add_affine = fl_cpu_add_affine,
     .fill = fl_cpu_fill,
     .bmerge_fwd = fl_cpu_bmerge_fwd,
     .bmerge_bwd = fl_cpu_bmerge_bwd,

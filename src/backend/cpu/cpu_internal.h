@@ -103,6 +103,7 @@ void fl_cpu_normalize_bwd(const fl_bcast_desc *d, int invert, const float *var, 
 
 void fl_cpu_mul(int64_t n, const float *a, const float *b, float *dst);
 void fl_cpu_binary(int mode, int64_t n, const float *a, const float *b, float *y);
+void fl_cpu_add_affine(int mode, int64_t rows, int c, const float *x, const float *st, const float *o, float *y);
 void fl_cpu_fill(int64_t n, float v, float *y);
 void fl_cpu_bmerge_fwd(int mode, const fl_bcast_desc *d, const float *x, const float *b, float *y);
 void fl_cpu_bmerge_bwd(int mode, const fl_bcast_desc *d, const float *x, const float *b, const float *dy, float *dx,

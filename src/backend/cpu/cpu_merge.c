@@ -22,6 +22,34 @@ static void add_relu(int64_t n, const float *a, const float *b, float *y, float 
     }
 }
 
+void fl_cpu_add_affine(int mode, int64_t rows, int c, const float *x, const float *st, const float *o, float *y) {
+    const float *s = st, *t = st + c;
+    const float hi = mode == FL_BIN_ADD_RELU6 ? 6.0f : INFINITY;
+    const bool relu = mode != FL_BIN_ADD;
+    const int64_t rb = c >= FL_EW_CHUNK ? 1 : FL_EW_CHUNK / c, nblk = (rows + rb - 1) / rb;
+#pragma omp parallel for schedule(dynamic) PAR(rows * c)
+    for (int64_t k = 0; k < nblk; k++) {
+        const int64_t r1 = (k + 1) * rb < rows ? (k + 1) * rb : rows;
+        for (int64_t r = k * rb; r < r1; r++) {
+            const float *restrict xr = x + (size_t)r * c, *restrict orow = o + (size_t)r * c;
+            float *restrict yr = y + (size_t)r * c;
+            if (relu) {
+#pragma omp simd
+                for (int j = 0; j < c; j++) {
+                    const float z = xr[j] * s[j] + t[j], v0 = z + orow[j], v = v0 > 0.0f ? v0 : 0.0f;
+                    yr[j] = v < hi ? v : hi;
+                }
+            } else {
+#pragma omp simd
+                for (int j = 0; j < c; j++) {
+                    const float z = xr[j] * s[j] + t[j];
+                    yr[j] = z + orow[j];
+                }
+            }
+        }
+    }
+}
+
 void fl_cpu_binary(int mode, int64_t n, const float *a, const float *b, float *y) {
     if (mode == FL_BIN_ADD_RELU || mode == FL_BIN_ADD_RELU6) {
         add_relu(n, a, b, y, mode == FL_BIN_ADD_RELU ? INFINITY : 6.0f);
