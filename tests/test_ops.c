@@ -696,6 +696,10 @@ static void test_bn_add_train(int kind) {
     CHECK_MSG(hb->affine_deferred && !ub->affine_deferred && (!hb2 || !hb2->affine_deferred),
               "%s: deferred %d (%d), apart %d", what, hb->affine_deferred, hb2 ? hb2->affine_deferred : -1,
               ub->affine_deferred);
+    /* no buffer for the value nothing writes (plan.c) */
+    CHECK_MSG(hb->val == NULL && ub->val != NULL && u.g.arena_bytes >= h.g.arena_bytes + ub->vbytes,
+              "%s: the deferred value has a buffer (arena %zu bytes, apart %zu, the value %zu)", what,
+              h.g.arena_bytes, u.g.arena_bytes, ub->vbytes);
     const int64_t zid = u.x->id + 1; /* z, the second input */
     const fl_node *a[8] = {h.out, h.x, h.g.nodes[zid], hb->in[1], hb->in[2], hb->in[3], hb->in[4], NULL};
     const fl_node *b[8] = {u.out, u.x, u.g.nodes[zid], ub->in[1], ub->in[2], ub->in[3], ub->in[4], NULL};

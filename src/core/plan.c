@@ -28,6 +28,9 @@
  *  - in training, a BatchNormalization whose data gradient the Conv2D
  *    before it forms (fl_op_fused_conv_bn_train) has its gradient, or its
  *    fused ReLU's, read by the convolution's backward;
+ *  - in training, a BatchNormalization whose affine the Add that alone
+ *    reads it applies (fl_op_bn_into_add) has no value: nothing writes or
+ *    reads it;
  *  - the model's outputs (and any node nothing reads) are read after the
  *    forward (predict, the loss) and written by the loss.
  */
@@ -235,7 +238,7 @@ fl_status fl_plan_make(const fl_graph *g, const bool *need, int64_t batch, bool 
     for (int i = 0; i < N; i++) {
         const fl_node *n = g->nodes[i];
         if (n->op == FL_OP_PARAM || !n->batched) continue;
-        own[3 * i] = !fl_plan_val_view(n);
+        own[3 * i] = !fl_plan_val_view(n) && (infer || !fl_op_bn_into_add(g, n));
         own[3 * i + 1] = !infer && NEED(n) && !fl_plan_grad_view(n);
         own[3 * i + 2] = p->abytes[i] > 0;
         if (own[3 * i + 1] && lo[3 * i + 1] > hi[3 * i + 1]) lo[3 * i + 1] = hi[3 * i + 1]; /* never written */
