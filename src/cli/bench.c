@@ -618,7 +618,8 @@ static void write_json(const bench_run *b, FILE *f) {
                 if (!p) continue;
                 fprintf(f,
                         "%s\n    {\"device\": \"%s\", \"mode\": \"%s\", \"batch_size\": %d, \"samples\": %lld, "
-                        "\"seconds\": %.6f, \"samples_per_s\": %.2f, \"gflops\": %.3f, \"cpu_cores\": %.3f, \"threads_in_use\": %d}",
+                        "\"seconds\": %.6f, \"samples_per_s\": %.2f, \"gflops\": %.3f, \"cpu_cores\": %.3f, "
+                        "\"threads_in_use\": %d}",
                         first ? "" : ",", dev_name[d], mode_name[mode], b->o.batch[bi], (long long)b->n, p->seconds,
                         p->samples_per_s, p->samples_per_s * b->flops[mode] / 1e9, p->cores, p->threads);
                 first = false;
