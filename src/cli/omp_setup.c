@@ -99,19 +99,17 @@ static bool choose_wait(char **argv) {
     } else if (mpi && atoi(mpi) > 1) {
         snprintf(why, sizeof why, "passive (%s MPI ranks on this machine share its CPUs)", mpi);
     } else {
-        cpu_set_t set;
-        const bool aff = sched_getaffinity(0, sizeof set, &set) == 0;
+        uint64_t mask[CPU_SETSIZE / 64];
+        const int allowed = fl_cpu_allowed_mask(mask, CPU_SETSIZE / 64);
+        const bool aff = allowed > 0;
         const int threads = fl_default_num_threads(NULL, 0);
-        uint64_t mask[CPU_SETSIZE / 64] = {0};
-        for (int c = 0; aff && c < CPU_SETSIZE; c++)
-            if (CPU_ISSET(c, &set)) mask[c / 64] |= (uint64_t)1 << (c % 64);
         double busy = -1.0;
         if (read_file("/proc/stat", before, sizeof before)) {
             nanosleep(&(struct timespec){0, 50 * 1000 * 1000}, NULL);
             if (read_file("/proc/stat", after, sizeof after))
                 busy = flynn_omp_busy_cpus(before, after, aff ? mask : NULL, CPU_SETSIZE / 64);
         }
-        const int cpus = aff ? CPU_COUNT(&set) : (int)sysconf(_SC_NPROCESSORS_ONLN);
+        const int cpus = aff ? allowed : (int)sysconf(_SC_NPROCESSORS_ONLN);
         spin = flynn_omp_should_spin(busy, cpus, threads);
         if (busy < 0.0)
             snprintf(why, sizeof why, "passive (/proc/stat could not be read)");

@@ -86,11 +86,8 @@ static void follow_load(load_state *ls) {
     if (!ls->on) return;
     const double now = fl_clock_seconds();
     if (ls->have && now - ls->t0 < 1.0) return;
-    cpu_set_t set;
-    uint64_t mask[CPU_SETSIZE / 64] = {0};
-    const bool aff = sched_getaffinity(0, sizeof set, &set) == 0;
-    for (int c = 0; aff && c < CPU_SETSIZE; c++)
-        if (CPU_ISSET(c, &set)) mask[c / 64] |= (uint64_t)1 << (c % 64);
+    uint64_t mask[CPU_SETSIZE / 64];
+    const bool aff = fl_cpu_allowed_mask(mask, CPU_SETSIZE / 64) > 0;
     FILE *f = fopen("/proc/stat", "r");
     const size_t got = f ? fread(ls->text, 1, sizeof ls->text - 1, f) : 0;
     if (f) fclose(f);

@@ -30,6 +30,7 @@
 #include <limits.h>
 #include <math.h>
 #include <omp.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -143,6 +144,16 @@ int fl_cpu_stat_jiffies(const char *text, const uint64_t *allowed, int words, un
         *total += b + v[7] + v[3] + v[4];
         n++;
     }
+    return n;
+}
+
+int fl_cpu_allowed_mask(uint64_t *mask, int words) {
+    memset(mask, 0, (size_t)words * sizeof *mask);
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) != 0) return 0;
+    int n = 0;
+    for (int c = 0; c < CPU_SETSIZE && c / 64 < words; c++)
+        if (CPU_ISSET(c, &set)) mask[c / 64] |= (uint64_t)1 << (c % 64), n++;
     return n;
 }
 

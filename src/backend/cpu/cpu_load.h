@@ -15,6 +15,11 @@
 int fl_cpu_stat_jiffies(const char *text, const uint64_t *allowed, int words, unsigned long long *busy,
                         unsigned long long *steal, unsigned long long *total);
 
+/* The CPUs this process may run on (its affinity mask) as bits of
+ * mask[0..words), CPU c at bit c % 64 of word c / 64; returns how many, or
+ * 0 (mask all zero) where the mask cannot be read. */
+int fl_cpu_allowed_mask(uint64_t *mask, int words);
+
 /* Threads to run with `configured` of them, on `cpus` CPUs of which other
  * processes kept `other` busy: one per CPU they leave idle, where a CPU
  * counts as taken when they kept 60% of it busy (not for a daemon's bursts;
