@@ -620,6 +620,11 @@ static void test_bn_relu_fused(int relu6, int kind, int at_mean) {
     for (int k = 0; k < 2; k++) h_step(hs[k]);
     CHECK_MSG(bh->relu_folded && !bu->relu_folded, "%s: fused %d and %d, expected 1 and 0", what, bh->relu_folded,
               bu->relu_folded);
+    /* no buffers for the normalisation's own value and gradient, which nothing writes (plan.c) */
+    CHECK_MSG(bh->val == NULL && bh->grad == NULL && bu->val != NULL && bu->grad != NULL &&
+                  u.g.arena_bytes >= h.g.arena_bytes + bu->vbytes,
+              "%s: the fused normalisation has buffers (value %p, gradient %p; arena %zu bytes, apart %zu)", what,
+              (void *)bh->val, (void *)bh->grad, h.g.arena_bytes, u.g.arena_bytes);
     int capped = 0;
     for (int64_t i = 0; i < fl_node_size(h.out); i++) capped += relu6 && h.out->val[i] == 6.0f;
     CHECK_MSG(!relu6 || capped > 0, "%s: no value reached the cap; the test does not try it", what);
@@ -742,6 +747,10 @@ static void test_add_relu_train(int kind) {
     char what[64];
     snprintf(what, sizeof what, "add -> relu, training, kind %d", kind);
     CHECK_MSG(add->relu_folded, "%s: the Add did not apply its ReLU", what);
+    /* an Add of two: no buffers for its own value and gradient, which nothing writes (plan.c); of more, its
+     * value holds the sum so far */
+    CHECK_MSG(add->grad == NULL && (kind == 2 ? add->val != NULL : add->val == NULL),
+              "%s: the Add's value %p, gradient %p", what, (void *)add->val, (void *)add->grad);
     const int64_t n = fl_node_size(out);
     int bad = 0, capped = 0;
     for (int64_t i = 0; i < n; i++) {

@@ -31,6 +31,10 @@
  *  - in training, a BatchNormalization whose affine the Add that alone
  *    reads it applies (fl_op_bn_into_add) has no value: nothing writes or
  *    reads it;
+ *  - in training, a BatchNormalization or an Add whose ReLU is fused into
+ *    it (relu_fused_into) writes the ReLU's value, and its backward reads
+ *    the ReLU's gradient: it has no gradient, and no value but for an Add
+ *    of three or more (the sum so far);
  *  - the model's outputs (and any node nothing reads) are read after the
  *    forward (predict, the loss) and written by the loss.
  */
@@ -131,6 +135,15 @@ void fl_plan_free(fl_plan *p) {
 
 bool fl_plan_val_view(const fl_node *n) { return n->op == FL_OP_RESHAPE; }
 bool fl_plan_grad_view(const fl_node *n) { return n->op == FL_OP_RESHAPE && n->in[0]->nconsumers == 1; }
+
+/* Training: a normalisation or an Add whose ReLU is fused into it (fl_op_fused_bn_relu_train,
+ * fl_op_fused_add_relu) writes the ReLU's value, and its backward reads the ReLU's gradient: its own gradient
+ * is never written or read, and neither is its value, but for an Add of three or more, which sums into it. */
+static bool relu_fused_into(const fl_graph *g, const fl_node *n) {
+    int act;
+    if (n->op == FL_OP_BATCHNORM) return fl_op_fused_bn_relu_train(g, n, &act) != NULL;
+    return n->op == FL_OP_ADD && fl_op_fused_add_relu(g, n, &act) != NULL;
+}
 
 fl_status fl_plan_make(const fl_graph *g, const bool *need, int64_t batch, bool infer, size_t align, bool fixed,
                        fl_plan *p) {
@@ -238,8 +251,9 @@ fl_status fl_plan_make(const fl_graph *g, const bool *need, int64_t batch, bool 
     for (int i = 0; i < N; i++) {
         const fl_node *n = g->nodes[i];
         if (n->op == FL_OP_PARAM || !n->batched) continue;
-        own[3 * i] = !fl_plan_val_view(n) && (infer || !fl_op_bn_into_add(g, n));
-        own[3 * i + 1] = !infer && NEED(n) && !fl_plan_grad_view(n);
+        const bool fused = !infer && relu_fused_into(g, n), unwritten = fused && (n->op != FL_OP_ADD || n->nin == 2);
+        own[3 * i] = !fl_plan_val_view(n) && !unwritten && (infer || !fl_op_bn_into_add(g, n));
+        own[3 * i + 1] = !infer && NEED(n) && !fl_plan_grad_view(n) && !fused;
         own[3 * i + 2] = p->abytes[i] > 0;
         if (own[3 * i + 1] && lo[3 * i + 1] > hi[3 * i + 1]) lo[3 * i + 1] = hi[3 * i + 1]; /* never written */
         for (int k = 0; k < 3; k++)
