@@ -6,6 +6,7 @@
  * random R, so dL/d(out) = R.
  */
 #include "check.h"
+#include "backend/cpu/cpu_simd.h"
 
 #include "core/graph.h"
 #include "core/rng.h"
@@ -839,6 +840,103 @@ static void test_conv_bn_fused(int v) {
                   what, t == -2 ? "output" : t == -1 ? "dx" : h.params[t]->name, (long long)bad, (long long)n,
                   (long long)first, first >= 0 ? p[first] : 0.0, first >= 0 ? q[first] : 0.0);
     }
+    h_free(&h);
+    h_free(&u);
+}
+
+/* Training's BatchNormalization (-> ReLU) -> Conv2D, the normalisation's affine and ReLU formed as the
+ * convolution reads its input (fl_op_bn_into_conv, conv_pre), its value never written: the same output,
+ * gradients and moving statistics, bit for bit, as a backend without conv_pre. x -> conv 3x3 "same" -> bn ->
+ * then v: 0, ReLU -> conv 3x3 "same" 16 -> 16 (the direct kernels' taps); 1, ReLU6 -> conv 3x3 32 -> 32 with a
+ * bias (Winograd, batch 16); 2, no ReLU -> conv 3x3 16 -> 8 -> bn -> ReLU (the convolution forms the second
+ * normalisation's dx, conv2d_bn_bwd); 3, ReLU -> conv 3x3 16 -> 16 -> max pooling 2x2 (fused); 4, ReLU -> conv
+ * 3x3 stride 2 and 5, ReLU -> conv 1x1 (neither deferred: a strided data gradient; no padded copy). */
+static fl_node *bn_conv_chain(harness *h, const fl_backend *be, int v, const harness *like, fl_node **bn,
+                              fl_node **val) {
+    const int64_t B = v == 1 ? 16 : 6;
+    const int C = 5, C1 = v == 1 ? 32 : 16, C2 = v == 1 ? 32 : v == 2 ? 8 : 16, K2 = v == 5 ? 1 : 3;
+    memset(h, 0, sizeof *h);
+    fl_graph_init(&h->g, be);
+    h->g.seed = 7;
+    h->batch = B;
+    h->x = fl_graph_input(&h->g, "x", 3, (int64_t[]){9, 7, C});
+    h->x->force_grad = true;
+    fl_node *bns[2] = {NULL, NULL};
+    fl_node *y = h->x;
+    for (int b = 0; b < (v == 2 ? 2 : 1); b++) {
+        const int64_t ci = b ? C1 : C, co = b ? C2 : C1;
+        fl_node *w = h_param(h, 4, (int64_t[]){3, 3, ci, co}, -0.5f, 0.5f);
+        fl_node *gamma = h_param(h, 1, &co, 0.5f, 2.0f), *beta = h_param(h, 1, &co, -1.0f, 1.0f);
+        fl_node *mm = fl_graph_param(&h->g, "moving_mean", 1, &co, false);
+        fl_node *mv = fl_graph_param(&h->g, "moving_variance", 1, &co, false);
+        for (int c = 0; c < co; c++) { mm->val[c] = 0; mv->val[c] = 1; }
+        fl_node *conv = fl_graph_conv2d(&h->g, b ? "conv_b" : "conv_a", y, w, NULL, 1, 1, FL_SAME, FL_ACT_LINEAR);
+        bns[b] = fl_graph_batchnorm(&h->g, b ? "bn2" : "bn", conv, gamma, beta, mm, mv, 1e-3f, 0.99f);
+        y = bns[b];
+        if (b == 0 && v != 2)
+            y = v == 1 ? fl_graph_pact(&h->g, "relu", y, (fl_pact_desc){FL_PACT_RELU, 0.0f, 0.0f, 6.0f})
+                       : fl_graph_act(&h->g, "relu", y, FL_ACT_RELU);
+        if (b == 0) *val = y;
+    }
+    if (v == 2) {
+        y = fl_graph_act(&h->g, "relu2", y, FL_ACT_RELU);
+    } else {
+        const int64_t c1 = C1, c2 = C2;
+        fl_node *w = h_param(h, 4, (int64_t[]){K2, K2, c1, c2}, -0.5f, 0.5f);
+        fl_node *b = v == 1 ? h_param(h, 1, &c2, -0.5f, 0.5f) : NULL;
+        const int s = v == 4 ? 2 : 1;
+        y = fl_graph_conv2d(&h->g, "conv_b", y, w, b, s, s, v == 5 ? FL_VALID : FL_SAME, FL_ACT_LINEAR);
+        if (v == 3) y = fl_graph_pool(&h->g, "pool", FL_OP_MAXPOOL, y, 2, 2, 2, 2, FL_VALID);
+    }
+    for (int p = 0; like && p < h->np; p++)
+        memcpy(h->params[p]->val, like->params[p]->val, (size_t)fl_node_size(h->params[p]) * sizeof(float));
+    h_ready(h, y, -2, 3);
+    if (like) {
+        memcpy(h->x->val, like->x->val, (size_t)fl_node_size(h->x) * sizeof(float));
+        memcpy(h->R, like->R, (size_t)fl_node_size(y) * sizeof(float));
+    }
+    *bn = bns[0];
+    return y;
+}
+
+static void test_bn_into_conv(int v) {
+    static fl_backend apart;
+    apart = *fl_backend_cpu();
+    apart.conv_pre = NULL;
+    harness h, u;
+    fl_node *hb, *ub, *hv, *uv, *dv;
+    bn_conv_chain(&h, fl_backend_cpu(), v, NULL, &hb, &hv);
+    bn_conv_chain(&u, &apart, v, &h, &ub, &uv);
+    char what[64];
+    snprintf(what, sizeof what, "batchnorm -> conv (training), variant %d", v);
+    int act;
+    const bool want = v < 4 && fl_cpu_simd(); /* the direct kernels: AVX-512 */
+    const bool got = fl_op_bn_into_conv(&h.g, hb, &dv, &act) != NULL;
+    CHECK_MSG(got == want && !fl_op_bn_into_conv(&u.g, ub, &dv, &act), "%s: deferred %d, expected %d", what, got,
+              want);
+    /* the value nothing writes has no buffer (plan.c) */
+    CHECK_MSG(want ? hv->val == NULL && uv->val != NULL : hv->val != NULL, "%s: the value's buffer %p (apart %p)",
+              what, (void *)hv->val, (void *)uv->val);
+    harness *hs[2] = {&h, &u};
+    for (int k = 0; k < 2; k++) h_step(hs[k]);
+    CHECK_MSG(hb->affine_deferred == want, "%s: the forward deferred %d", what, hb->affine_deferred);
+    for (int t = -4; t < h.np; t++) {
+        const fl_node *a = t == -4 ? hb->in[3] : t == -3 ? hb->in[4] : t == -2 ? h.out : t == -1 ? h.x : h.params[t];
+        const fl_node *b = t == -4 ? ub->in[3] : t == -3 ? ub->in[4] : t == -2 ? u.out : t == -1 ? u.x : u.params[t];
+        const float *p = t < -1 ? a->val : a->grad, *q = t < -1 ? b->val : b->grad;
+        const int64_t n = fl_node_size(a);
+        int64_t bad = 0, first = -1;
+        for (int64_t i = 0; i < n; i++)
+            if (memcmp(p + i, q + i, sizeof(float))) { bad++; if (first < 0) first = i; }
+        const char *name = t == -4 ? "moving mean" : t == -3 ? "moving variance" : t == -2 ? "output"
+                         : t == -1 ? "dx" : h.params[t]->name;
+        CHECK_MSG(bad == 0, "%s: %s (%d) differs from the layers apart at %lld of %lld elements (first %lld: %g, %g)",
+                  what, name, t, (long long)bad, (long long)n, (long long)first, first >= 0 ? p[first] : 0.0,
+                  first >= 0 ? q[first] : 0.0);
+    }
+    int capped = 0;
+    for (int64_t i = 0; v == 1 && i < fl_node_size(uv); i++) capped += uv->val[i] == 6.0f;
+    CHECK_MSG(v != 1 || capped > 0, "%s: no value reached the cap; the test does not try it", what);
     h_free(&h);
     h_free(&u);
 }
@@ -2821,5 +2919,7 @@ int main(void) {
     for (int k = 0; k < 3; k++) test_attention_blocked(k);
     /* a normalisation's affine left to the Add after it (appended: the streams above stay) */
     for (int k = 0; k < 4; k++) test_bn_add_train(k);
+    /* a normalisation's affine and ReLU formed by the convolution after it (appended: the streams above stay) */
+    for (int v = 0; v < 6; v++) test_bn_into_conv(v);
     return check_report("test_ops");
 }

@@ -33,6 +33,14 @@ typedef struct fl_conv_desc {
      * [g*c/groups, (g+1)*c/groups) feed outputs [g*oc/groups, ...), kernel
      * w[kh, kw, c/groups, oc] (Keras's grouped layout) */
     int dil_h, dil_w, groups;
+    /* Training's Conv2D, where the backend's conv_pre takes it: the input the
+     * convolution reads (forward, and the filter gradient) is pre_act(x[., c]
+     * * pre[c] + pre[c + C]), a BatchNormalization's affine rounded as its
+     * own pass rounds it (a multiply, then an add) and the ReLU or ReLU6
+     * after it (FL_ACT_RELU, _RELU6; FL_ACT_LINEAR: none), formed as x is
+     * read; the padding stays zero. NULL: x itself. */
+    const float *pre;
+    int pre_act;
 } fl_conv_desc;
 
 static inline int fl_conv_dil_h(const fl_conv_desc *d) { return d->dil_h > 1 ? d->dil_h : 1; }
@@ -582,6 +590,11 @@ typedef struct fl_backend {
      * no fused multiply-add) and added as binary adds: the same bits
      * without writing and reading that value. NULL: the two run apart. */
     void (*add_affine)(int mode, int64_t rows, int c, const float *x, const float *st, const float *o, float *y);
+    /* Whether conv2d_fwd, conv2d_bwd, conv2d_bn_bwd and the conv2d_maxpool
+     * pair take d->pre (a normalisation's affine and ReLU formed as the
+     * convolution reads its input, whose value is then never written) for a
+     * convolution of this shape, in training. NULL: never. */
+    int (*conv_pre)(const fl_conv_desc *d);
 } fl_backend;
 
 /* Modes of fl_backend.bmerge_*. */

@@ -31,6 +31,9 @@
  *  - in training, a BatchNormalization whose affine the Add that alone
  *    reads it applies (fl_op_bn_into_add) has no value: nothing writes or
  *    reads it;
+ *  - in training, a BatchNormalization whose affine (and ReLU) the Conv2D
+ *    that alone reads it forms as it reads its input (fl_op_bn_into_conv)
+ *    has no value, nor has the ReLU; the ReLU's gradient stays;
  *  - in training, a BatchNormalization or an Add whose ReLU is fused into
  *    it (relu_fused_into) writes the ReLU's value, and its backward reads
  *    the ReLU's gradient: it has no gradient, and no value but for an Add
@@ -145,6 +148,15 @@ static bool relu_fused_into(const fl_graph *g, const fl_node *n) {
     return n->op == FL_OP_ADD && fl_op_fused_add_relu(g, n, &act) != NULL;
 }
 
+/* Training: the value of a normalisation, or of the ReLU fused after it, that the convolution after it forms
+ * as it reads its input (fl_op_bn_into_conv). */
+static bool conv_forms(const fl_graph *g, const fl_node *n) {
+    const fl_node *bn = n->op == FL_OP_BATCHNORM ? n : n->nin == 1 ? n->in[0] : NULL;
+    fl_node *v;
+    int act;
+    return bn && fl_op_bn_into_conv(g, bn, &v, &act) && v == n;
+}
+
 fl_status fl_plan_make(const fl_graph *g, const bool *need, int64_t batch, bool infer, size_t align, bool fixed,
                        fl_plan *p) {
     memset(p, 0, sizeof *p);
@@ -252,7 +264,7 @@ fl_status fl_plan_make(const fl_graph *g, const bool *need, int64_t batch, bool 
         const fl_node *n = g->nodes[i];
         if (n->op == FL_OP_PARAM || !n->batched) continue;
         const bool fused = !infer && relu_fused_into(g, n), unwritten = fused && (n->op != FL_OP_ADD || n->nin == 2);
-        own[3 * i] = !fl_plan_val_view(n) && !unwritten && (infer || !fl_op_bn_into_add(g, n));
+        own[3 * i] = !fl_plan_val_view(n) && (infer || (!unwritten && !fl_op_bn_into_add(g, n) && !conv_forms(g, n)));
         own[3 * i + 1] = !infer && NEED(n) && !fl_plan_grad_view(n) && !fused;
         own[3 * i + 2] = p->abytes[i] > 0;
         if (own[3 * i + 1] && lo[3 * i + 1] > hi[3 * i + 1]) lo[3 * i + 1] = hi[3 * i + 1]; /* never written */

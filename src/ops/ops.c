@@ -884,25 +884,55 @@ static float *fold_bn(fl_graph *g, fl_node *n, bool training, fl_conv_desc *d, c
     return an->val;
 }
 
+fl_node *fl_op_bn_into_conv(const fl_graph *g, const fl_node *bn, fl_node **v, int *act) {
+    if (bn->op != FL_OP_BATCHNORM || bn->mode || !bn->batched || !g->be->conv_pre || !g->be->bn_fwd_train_act)
+        return NULL;
+    *act = FL_ACT_LINEAR;
+    fl_node *r = fl_op_fused_bn_relu_train(g, bn, act), *x = r ? r : (fl_node *)bn;
+    if (x->nconsumers != 1 || x->is_output || !x->batched) return NULL;
+    int k;
+    fl_node *c = first_reader(g, x, &k);
+    if (!c || c->op != FL_OP_CONV2D || k != 0 || !c->batched) return NULL;
+    BATCH_DESC(d, c->conv);
+    if (!g->be->conv_pre(&d)) return NULL;
+    *v = x;
+    return c;
+}
+
+/* What convolution n reads: its input's value, or where the normalisation before it left its affine and ReLU
+ * to it in this step's forward (fl_op_bn_into_conv), that normalisation's input, with d->pre (its s and t) and
+ * d->pre_act set. */
+static const float *conv_input(const fl_graph *g, const fl_node *n, fl_conv_desc *d) {
+    const fl_node *x = n->in[0], *bn = x;
+    if (x->op != FL_OP_BATCHNORM && x->nin == 1 && x->in[0]) bn = x->in[0];
+    if (bn->op != FL_OP_BATCHNORM || !bn->affine_deferred) return x->val;
+    fl_node *v;
+    int act;
+    if (fl_op_bn_into_conv(g, bn, &v, &act) != n) return x->val; /* an Add's (fl_op_bn_into_add) */
+    d->pre = (const float *)bn->aux + 5 * bn->shape[bn->ndim - 1];
+    d->pre_act = act;
+    return bn->in[0]->val;
+}
+
 static void conv2d_forward(fl_graph *g, fl_node *n, bool training) {
-    fl_node *x = n->in[0];
     BATCH_DESC(d, n->conv);
     fl_node *pool = fl_op_fused_pool(g, n);
+    const float *xv = conv_input(g, n, &d);
     if (pool) { /* the pooling's output too, in one pass */
         BATCH_DESC(pd, pool->conv);
-        g->be->conv2d_maxpool_fwd(&d, &pd, x->val, n->in[1]->val, d.has_bias ? n->in[2]->val : NULL, n->val,
-                                  pool->val, pool->aux, g->ws);
+        g->be->conv2d_maxpool_fwd(&d, &pd, xv, n->in[1]->val, d.has_bias ? n->in[2]->val : NULL, n->val, pool->val,
+                                  pool->aux, g->ws);
         return;
     }
     const float *w, *b;
     float *y = fold_bn(g, n, training, &d, &w, &b);
-    g->be->conv2d_fwd(&d, x->val, w, b, y, g->ws);
+    g->be->conv2d_fwd(&d, xv, w, b, y, g->ws);
 }
 
 static void conv2d_backward(fl_graph *g, fl_node *n) {
-    fl_node *x = n->in[0];
     float beta = 0.0f;
     BATCH_DESC(d, n->conv);
+    const float *xv = conv_input(g, n, &d);
     if (n->grad_is_preact) d.act = FL_ACT_LINEAR;
     float *dx = in_grad(n, 0, &beta);
     size_t off = 0;
@@ -914,9 +944,9 @@ static void conv2d_backward(fl_graph *g, fl_node *n) {
         const int64_t c = n->shape[n->ndim - 1];
         fl_bn_grad bg = {relu ? relu->grad : bn->grad, relu ? (const float *)bn->aux + 5 * c : NULL, act,
                          (const float *)bn->aux, (const float *)bn->aux + 2 * c};
-        g->be->conv2d_bn_bwd(&d, &bg, x->val, n->in[1]->val, n->val, n->grad, dx, beta, dw[0], dw[1], g->ws);
+        g->be->conv2d_bn_bwd(&d, &bg, xv, n->in[1]->val, n->val, n->grad, dx, beta, dw[0], dw[1], g->ws);
     } else {
-        g->be->conv2d_bwd(&d, x->val, n->in[1]->val, n->val, n->grad, dx, beta, dw[0], dw[1], g->ws);
+        g->be->conv2d_bwd(&d, xv, n->in[1]->val, n->val, n->grad, dx, beta, dw[0], dw[1], g->ws);
     }
     weight_grads_add(g->be, n, 1, 2, dw);
     mark(n, 0); mark(n, 1); mark(n, 2);
@@ -969,8 +999,8 @@ static void maxpool_backward(fl_graph *g, fl_node *n) {
                         (xi->op == FL_OP_CONV2D || xi->op == FL_OP_DENSE);
         size_t off = 0;
         float *dw[2] = {weight_grad(x, 1, &off), cd.has_bias ? weight_grad(x, 2, &off) : NULL};
-        g->be->conv2d_maxpool_bwd(&cd, &d, xi->val, x->in[1]->val, x->val, n->val, n->grad, n->aux, x->grad, cdx,
-                                  cbeta, relu_mask, dw[0], dw[1], g->ws);
+        g->be->conv2d_maxpool_bwd(&cd, &d, conv_input(g, x, &cd), x->in[1]->val, x->val, n->val, n->grad, n->aux,
+                                  x->grad, cdx, cbeta, relu_mask, dw[0], dw[1], g->ws);
         weight_grads_add(g->be, x, 1, 2, dw);
         mark(x, 0); mark(x, 1); mark(x, 2);
         if (relu_mask) xi->grad_is_preact = true;
@@ -1108,14 +1138,18 @@ static void batchnorm_forward(fl_graph *g, fl_node *n, bool training) {
     if (training && !n->mode) {
         float *save = n->aux; /* mean, then 1/std, of this batch */
         int act = FL_ACT_LINEAR;
-        fl_node *relu = fl_op_fused_bn_relu_train(g, n, &act);
+        fl_node *relu = fl_op_fused_bn_relu_train(g, n, &act), *v;
+        int pact;
+        /* the convolution after it reads x through s and t (and the ReLU): no value written */
+        const bool into_conv = fl_op_bn_into_conv(g, n, &v, &pact) != NULL;
         if (relu) { /* the ReLU's value, and not this node's */
-            g->be->bn_fwd_train_act(&d, act, x->val, gamma, beta, relu->val, save + 5 * c, save, save + c,
-                                    n->in[3]->val, n->in[4]->val);
+            g->be->bn_fwd_train_act(&d, act, x->val, gamma, beta, into_conv ? NULL : relu->val, save + 5 * c, save,
+                                    save + c, n->in[3]->val, n->in[4]->val);
             n->relu_folded = true;
+            n->affine_deferred = into_conv;
             return;
         }
-        if (fl_op_bn_into_add(g, n)) { /* the statistics, and s, t where the Add reads them */
+        if (into_conv || fl_op_bn_into_add(g, n)) { /* the statistics, and s, t where the reader reads them */
             g->be->bn_fwd_train_act(&d, FL_ACT_LINEAR, x->val, gamma, beta, NULL, save + 5 * c, save, save + c,
                                     n->in[3]->val, n->in[4]->val);
             n->affine_deferred = true;

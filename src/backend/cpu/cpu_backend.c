@@ -989,6 +989,7 @@ static const fl_backend cpu_backend = {
     .scalar_mul_bwd = fl_cpu_scalar_mul_bwd,
     .attn_concat_fwd = fl_cpu_attn_concat_fwd,
     .attn_concat_bwd = fl_cpu_attn_concat_bwd,
+    .conv_pre = fl_cpu_conv_pre,
 };
 
 const fl_backend *fl_backend_cpu(void) { return &cpu_backend; }

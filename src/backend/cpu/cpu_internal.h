@@ -48,6 +48,7 @@ void fl_cpu_act_grad_rows(int64_t rows, int n, int act, const float *y, float *d
 
 size_t fl_cpu_conv_workspace(const fl_conv_desc *d, int backward);
 int fl_cpu_conv_slope(const fl_conv_desc *d);
+int fl_cpu_conv_pre(const fl_conv_desc *d);
 void fl_cpu_conv2d_fwd(const fl_conv_desc *d, const float *x, const float *w, const float *b, float *y, void *ws);
 void fl_cpu_conv2d_bwd(const fl_conv_desc *d, const float *x, const float *w, const float *y, float *dy, float *dx,
                        float dx_beta, float *dw, float *db, void *ws);
@@ -72,7 +73,8 @@ void fl_cpu_bn_dx(int64_t m, int c, const fl_bn_grad *bg, const float *x, float 
  * fl_wino_scratch_floats per thread. fl_wino_rows computes output rows
  * [oh0, oh1) of one sample xs (unpadded; d's padding is read as zeros):
  * act(conv + b), or y + conv when accumulate (no bias, no activation but
- * the ReLU), then zero where gate <= 0 (gate laid out as y, NULL: none). */
+ * the ReLU), then zero where gate <= 0 (gate laid out as y, NULL: none);
+ * xs read through d->pre where given (backend.h). */
 int fl_wino_ok(const fl_conv_desc *d);
 void fl_wino_force(int on);
 size_t fl_wino_u_floats(int c, int oc);

@@ -92,11 +92,20 @@ size_t fl_wino_scratch_floats(int c, int oc) {
 static inline __mmask16 tail_mask(int left) { return left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1); }
 
 /* V for one tile whose 4x4 patch starts at input (ih0, iw0) (may lie partly
- * outside the input: zeros there). v: V[0][tile][0]; planes vs floats apart. */
-FL_AVX512 static void in_tile(const float *xs, int H, int W, int C, int ih0, int iw0, float *v, size_t vs) {
+ * outside the input: zeros there). v: V[0][tile][0]; planes vs floats apart.
+ * pre (s, then t; C each): each input read as pre_act(x * s + t), the
+ * normalisation's rounding (a multiply, then an add; the max with 0 and the
+ * cap as its v > 0 ? v : 0 and v < hi ? v : hi, -0 and NaN to 0 alike);
+ * the zeros outside stay zeros. */
+FL_AVX512 static inline __attribute__((always_inline)) void
+in_tile_body(const float *xs, int H, int W, int C, int ih0, int iw0, float *v, size_t vs, const float *pre,
+             const int act) {
     const int inside = ih0 >= 0 && iw0 >= 0 && ih0 + 4 <= H && iw0 + 4 <= W;
+    const __m512 zero = _mm512_setzero_ps(), hi = _mm512_set1_ps(act == FL_ACT_RELU6 ? 6.0f : INFINITY);
     for (int c0 = 0; c0 < C; c0 += 16) {
         const __mmask16 m = tail_mask(C - c0);
+        const __m512 ps = pre ? _mm512_maskz_loadu_ps(m, pre + c0) : zero;
+        const __m512 pt = pre ? _mm512_maskz_loadu_ps(m, pre + C + c0) : zero;
         /* B^T d a column at a time, so that the 16 products of the first
          * step stay in registers with the column's four inputs */
         __m512 t[4][4];
@@ -106,10 +115,15 @@ FL_AVX512 static void in_tile(const float *xs, int H, int W, int C, int ih0, int
 #pragma GCC unroll 4
             for (int i = 0; i < 4; i++) {
                 const int ih = ih0 + i, iw = iw0 + j;
-                if (inside || (ih >= 0 && ih < H && iw >= 0 && iw < W))
+                if (inside || (ih >= 0 && ih < H && iw >= 0 && iw < W)) {
                     x[i] = _mm512_maskz_loadu_ps(m, xs + ((size_t)ih * W + iw) * C + c0);
-                else
-                    x[i] = _mm512_setzero_ps();
+                    if (pre) {
+                        x[i] = _mm512_add_ps(_mm512_mul_ps(x[i], ps), pt);
+                        if (act != FL_ACT_LINEAR) x[i] = _mm512_min_ps(_mm512_max_ps(x[i], zero), hi);
+                    }
+                } else {
+                    x[i] = zero;
+                }
             }
             t[0][j] = _mm512_sub_ps(x[0], x[2]);
             t[1][j] = _mm512_add_ps(x[1], x[2]);
@@ -125,6 +139,14 @@ FL_AVX512 static void in_tile(const float *xs, int H, int W, int C, int ih0, int
             _mm512_mask_storeu_ps(p + 3 * vs, m, _mm512_sub_ps(t[i][1], t[i][3]));
         }
     }
+}
+FL_AVX512 static void in_tile(const float *xs, int H, int W, int C, int ih0, int iw0, float *v, size_t vs) {
+    in_tile_body(xs, H, W, C, ih0, iw0, v, vs, NULL, FL_ACT_LINEAR);
+}
+FL_AVX512 static void in_tile_pre(const float *xs, int H, int W, int C, int ih0, int iw0, float *v, size_t vs,
+                                  const float *pre, int act) {
+    if (act == FL_ACT_LINEAR) in_tile_body(xs, H, W, C, ih0, iw0, v, vs, pre, FL_ACT_LINEAR);
+    else in_tile_body(xs, H, W, C, ih0, iw0, v, vs, pre, act);
 }
 
 /* The output tile from M (mt: M[0][tile][0], planes ms floats apart): rows x
@@ -214,7 +236,11 @@ FL_AVX512 void fl_wino_rows(const fl_conv_desc *d, const float *xs, const float 
         float *V = scratch, *M = scratch + 16 * vs;
         for (int i = 0; i < nb; i++) {
             const int ty = (t0 + i) / tc, tx = (t0 + i) % tc;
-            in_tile(xs, d->h, d->w, C, oh0 + 2 * ty - d->pt, 2 * tx - d->pl, V + (size_t)i * C, vs);
+            if (d->pre)
+                in_tile_pre(xs, d->h, d->w, C, oh0 + 2 * ty - d->pt, 2 * tx - d->pl, V + (size_t)i * C, vs, d->pre,
+                            d->pre_act);
+            else
+                in_tile(xs, d->h, d->w, C, oh0 + 2 * ty - d->pt, 2 * tx - d->pl, V + (size_t)i * C, vs);
         }
         for (int xi = 0; xi < 16; xi++)
             for (int o0 = 0; o0 < OC; o0 += 64) {
