@@ -150,6 +150,7 @@ static void reduce_parts(const fl_conv_desc *d, const float *parts, int np, size
 typedef struct conv_geom {
     int hp, wp;         /* padded input size */
     int pad;            /* any padding at all */
+    int copy;           /* each sample copied into the thread's buffer (pad_sample): padding, or d->pre */
     int hd, wd;         /* padded dy for the data gradient (stride 1): h+kh-1, w+kw-1 */
     int offh, offw;     /* where dy starts inside it */
 } conv_geom;
@@ -161,6 +162,7 @@ static conv_geom geom(const fl_conv_desc *d) {
     if (g.hp < d->h + d->pt) g.hp = d->h + d->pt;
     if (g.wp < d->w + d->pl) g.wp = d->w + d->pl;
     g.pad = d->pt || d->pl || g.hp != d->h || g.wp != d->w;
+    g.copy = g.pad || d->pre;
     g.hd = d->h + d->kh - 1;
     g.wd = d->w + d->kw - 1;
     g.offh = d->kh - 1 - d->pt;
@@ -188,9 +190,10 @@ static int direct_bwd_ok(const fl_conv_desc *d, int need_dx) {
 }
 
 /* A normalisation's affine and ReLU formed as the input is read (d->pre): where the forward and the
- * backward both take the direct kernels (or Winograd) and the input is copied padded (pad_sample), which
- * then applies it; Winograd's input transform applies it as it loads. Not on the GEMM path. */
-int fl_cpu_conv_pre(const fl_conv_desc *d) { return direct_fwd_ok(d) && direct_bwd_ok(d, 1) && geom(d).pad; }
+ * backward both take the direct kernels (or Winograd). They copy each sample into the thread's buffer
+ * (pad_sample, as they do to pad it), applying it; Winograd's input transform applies it as it loads. Not on
+ * the GEMM path. */
+int fl_cpu_conv_pre(const fl_conv_desc *d) { return direct_fwd_ok(d) && direct_bwd_ok(d, 1); }
 
 /* The data gradient as a forward convolution: over dy padded by kh-1/kw-1
  * (g->hd x g->wd, oc channels, no further padding), with the kernel
@@ -223,11 +226,11 @@ static int wino_bwd_shape(const fl_conv_desc *d) {
 static int wino_fwd(const fl_conv_desc *d) { return wino_fwd_shape(d) && d->n >= 2 * conv_threads_configured(); }
 static int wino_bwd(const fl_conv_desc *d) { return wino_bwd_shape(d) && d->n >= 2 * conv_threads_configured(); }
 
-/* Per-thread floats of the direct path: padded x (or Winograd's blocks in
+/* Per-thread floats of the direct path: the copy of x (or Winograd's blocks in
  * the forward), padded dy, Winograd's blocks for dx. */
 static size_t direct_thread_floats(const fl_conv_desc *d, int backward) {
     conv_geom g = geom(d);
-    size_t f = g.pad ? (size_t)g.hp * g.wp * d->c : 0;
+    size_t f = g.copy ? (size_t)g.hp * g.wp * d->c : 0;
     if (backward) {
         f += (size_t)g.hd * g.wd * d->oc;
         if (wino_bwd_shape(d)) f += fl_wino_scratch_floats(d->oc, d->c);
@@ -248,7 +251,12 @@ static size_t direct_shared_floats(const fl_conv_desc *d, int backward) {
     return f + (size_t)dw_parts(d) * part_floats(d);
 }
 
-size_t fl_cpu_conv_workspace(const fl_conv_desc *d, int backward) {
+size_t fl_cpu_conv_workspace(const fl_conv_desc *dd, int backward) {
+    /* training: room for the copy of x that d->pre makes (fl_cpu_conv_pre) where no padding makes one anyway
+     * (the pointer only says that there is one) */
+    fl_conv_desc e = *dd;
+    if (backward && !e.pre && fl_cpu_conv_pre(&e)) e.pre = (const float *)dd;
+    const fl_conv_desc *d = &e;
     int64_t cs = chunk_samples(d);
     size_t gemm = thread_ws_floats(d, cs) * (size_t)ws_slices();
     if (backward) gemm += (size_t)dw_parts(d) * part_floats(d);
@@ -411,7 +419,7 @@ static void direct_fwd(const fl_conv_desc *d, const float *x, const float *w, co
     const size_t in_sz = (size_t)d->h * d->w * d->c, out_sz = (size_t)d->oh * d->ow * d->oc;
     const size_t tws = direct_thread_floats(d, 0);
     const int nt = conv_threads();
-    if (!g.pad && d->n < 2 * nt) {
+    if (!g.copy && d->n < 2 * nt) {
         /* few samples (inference on a small batch): split output rows, in
          * bands of rows where a row is one pixel (Conv1D) */
         const int band = d->ow == 1 ? (d->oh + 2 * nt - 1) / (2 * nt) : 1;
@@ -428,7 +436,7 @@ static void direct_fwd(const fl_conv_desc *d, const float *x, const float *w, co
 #pragma omp parallel for schedule(dynamic) num_threads(nt)
     for (int64_t n = 0; n < d->n; n++) {
         const float *xs = x + (size_t)n * in_sz;
-        if (g.pad) {
+        if (g.copy) {
             float *xp = (float *)ws + (size_t)fl_cpu_thread_id() * tws;
             pad_sample(d, &g, xs, xp);
             xs = xp;
@@ -538,7 +546,7 @@ static void direct_bwd(const fl_conv_desc *d, const float *x, const float *w, co
         const int tid = fl_cpu_thread_id();
         float *base = (float *)ws + (size_t)tid * tws;
         float *xp = base;
-        float *dyp = xp + (g.pad ? (size_t)g.hp * g.wp * C : 0);
+        float *dyp = xp + (g.copy ? (size_t)g.hp * g.wp * C : 0);
         float *wino_scratch = dyp + (size_t)g.hd * g.wd * OC;
         if (dx) memset(dyp, 0, (size_t)g.hd * g.wd * OC * sizeof(float)); /* the border stays zero */
 #pragma omp for schedule(dynamic)
@@ -546,7 +554,7 @@ static void direct_bwd(const fl_conv_desc *d, const float *x, const float *w, co
             float *dw_t = part_sums(d, parts, part), *db_t = dw_t + nw;
             for (int64_t n = part_start(d->n, np, part); n < part_start(d->n, np, part + 1); n++) {
                 const float *xs = x + (size_t)n * in_sz;
-                if (g.pad) {
+                if (g.copy) {
                     pad_sample(d, &g, xs, xp);
                     xs = xp;
                 }
@@ -914,14 +922,14 @@ void fl_cpu_conv2d_maxpool_fwd(const fl_conv_desc *d, const fl_conv_desc *p, con
     }
     /* items: one pooling row band (the convolution rows it reads) of one
      * sample, or whole samples when padding needs a per-sample copy */
-    const int per = g.pad || d->n >= 2 * nt ? 1 : p->oh;
+    const int per = g.copy || d->n >= 2 * nt ? 1 : p->oh;
     const int64_t items = d->n * per;
 #pragma omp parallel for schedule(dynamic) num_threads(nt)
     for (int64_t it = 0; it < items; it++) {
         int64_t n = it / per;
         int band = (int)(it % per);
         const float *xs = x + (size_t)n * in_sz;
-        if (g.pad) {
+        if (g.copy) {
             float *xp = (float *)ws + (size_t)fl_cpu_thread_id() * tws;
             pad_sample(d, &g, xs, xp);
             xs = xp;
