@@ -173,6 +173,64 @@ static double max_abs_diff(fl_tensor *a, fl_tensor *b) {
     return worst;
 }
 
+/* A residual conv net whose training buffers leave values out (plan.h: a normalisation's ReLU fused, its
+ * affine left to the Add or the next convolution): validation, predict and evaluate after training get
+ * inference's own buffers (an inference forward writes those values: it crashed in training's), and
+ * validating each epoch leaves training as it is without. */
+static fl_model *res_cnn(void) {
+    fl_sym *in = fl_keras_input(10, 10, 3);
+    fl_sym *h = fl_call(fl_conv2d(8, 3, .padding = FL_SAME, .no_bias = true), in);
+    h = fl_call(fl_relu_layer(), fl_call(fl_batch_normalization(), h));
+    fl_sym *r = fl_call(fl_conv2d(8, 3, .padding = FL_SAME), h);
+    r = fl_call(fl_relu_layer(), fl_call(fl_batch_normalization(), r));
+    r = fl_call(fl_batch_normalization(), fl_call(fl_conv2d(8, 3, .padding = FL_SAME), r));
+    fl_sym *o = fl_call(fl_relu_layer(), fl_call_n(fl_add(), r, h));
+    o = fl_call(fl_relu_layer(6.0f), fl_call(fl_batch_normalization(), fl_call(fl_conv2d(4, 1), o)));
+    o = fl_call(fl_conv2d(4, 1), o);
+    o = fl_call(fl_dense(3, .activation = FL_SOFTMAX), fl_call(fl_global_average_pooling2d(), o));
+    fl_model *m = fl_model_new(fl_syms(in), fl_syms(o), "res_cnn");
+    if (m) {
+        fl_model_set_seed(m, 5);
+        fl_compile(m, fl_adam(.learning_rate = 1e-2f), FL_SPARSE_CATEGORICAL_CROSSENTROPY, FL_ACCURACY);
+    }
+    return m;
+}
+
+static void test_modes_fused(void) {
+    enum { N = 64 };
+    fl_tensor *x = fl_tensor_zeros(FL_FLOAT32, N, 10, 10, 3), *y = fl_tensor_zeros(FL_FLOAT32, N);
+    float *xd = fl_tensor_data(x), *yd = fl_tensor_data(y);
+    for (int i = 0; i < N * 10 * 10 * 3; i++) xd[i] = fl_philox_uniform(6, 1, (uint64_t)i);
+    for (int i = 0; i < N; i++) yd[i] = (float)(fl_philox_u32(6, 2, (uint64_t)i) % 3);
+    fl_model *a = res_cnn(), *b = res_cnn();
+    CHECK(a && b);
+    if (!a || !b) return;
+    /* a validates each epoch on the last quarter; b trains on the same first 48 samples alone */
+    fl_history *ha = fl_fit(a, x, y, .batch_size = 16, .epochs = 2, .validation_split = 0.25f, .no_shuffle = true,
+                            .verbose = FL_VERBOSE_SILENT);
+    CHECK(ha != NULL);
+    fl_tensor *x48 = fl_tensor_zeros(FL_FLOAT32, 48, 10, 10, 3), *y48 = fl_tensor_zeros(FL_FLOAT32, 48);
+    memcpy(fl_tensor_data(x48), xd, (size_t)48 * 10 * 10 * 3 * sizeof(float));
+    memcpy(fl_tensor_data(y48), yd, (size_t)48 * sizeof(float));
+    fl_history *hb =
+        fl_fit(b, x48, y48, .batch_size = 16, .epochs = 2, .no_shuffle = true, .verbose = FL_VERBOSE_SILENT);
+    CHECK(hb != NULL);
+    CHECK_MSG(same_weights(a, b), "validating each epoch changed training");
+    fl_tensor *pa = fl_predict(a, x, .batch_size = 16, .verbose = FL_VERBOSE_SILENT);
+    CHECK_MSG(pa && a->g.infer, "predict after training: %s, in %s buffers", pa ? "ran" : "failed",
+              a->g.infer ? "inference's" : "training's");
+    fl_tensor *pb = fl_predict(b, x, .batch_size = 32, .verbose = FL_VERBOSE_SILENT);
+    CHECK_MSG(pa && pb && max_abs_diff(pa, pb) < 1e-5, "predict at 16 and 32 differ by %g", max_abs_diff(pa, pb));
+    float ra[2];
+    CHECK(fl_evaluate(a, x, y, ra, 2, .batch_size = 16, .verbose = FL_VERBOSE_SILENT) == FL_OK);
+    fl_history_free(ha);
+    fl_history_free(hb);
+    fl_tensor_free(pa); fl_tensor_free(pb);
+    fl_tensor_free(x48); fl_tensor_free(y48);
+    fl_model_free(a); fl_model_free(b);
+    fl_tensor_free(x); fl_tensor_free(y);
+}
+
 /* Sets every BatchNormalization weight k of layer l to base + U(0, 1) from Philox stream stream0 + 10 l + k,
  * base 0.5 but mean_base for the moving mean (k = 2). */
 static void bn_weights_away(fl_model *m, uint64_t stream0, float mean_base) {
@@ -540,6 +598,7 @@ int main(void) {
     test_place_small();
     test_place_random();
     test_modes();
+    test_modes_fused();
     test_bn_fold();
     test_add_relu_fold();
     test_huge_pages();

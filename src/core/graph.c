@@ -39,6 +39,7 @@ static void free_batched(fl_graph *g) {
     g->fold_bytes = 0;
     g->batch_cap = 0;
     g->infer = false;
+    g->omits = false;
 }
 
 void fl_graph_free(fl_graph *g) {
@@ -192,6 +193,7 @@ static fl_status reserve(fl_graph *g, int64_t batch, bool infer) {
         n->val_view = fl_plan_val_view(n);
         n->grad_view = fl_plan_grad_view(n);
         if (p.val[i] != FL_PLAN_NONE) n->val = (float *)(base + p.val[i]);
+        else if (!n->val_view) g->omits = true;
         if (p.grad[i] != FL_PLAN_NONE) n->grad = (float *)(base + p.grad[i]);
         if (p.aux[i] != FL_PLAN_NONE) n->aux = base + p.aux[i];
         n->vbytes = p.vbytes[i];
@@ -241,8 +243,11 @@ fl_status fl_graph_reserve(fl_graph *g, int64_t batch) {
     return reserve(g, batch, false);
 }
 
+/* Inference runs in training's buffers where they hold every value (they hold more than it needs), else
+ * in its own: training's plan leaves no value to a normalisation or a ReLU that a neighbour forms as it
+ * reads (plan.h), and an inference forward writes them. */
 fl_status fl_graph_reserve_infer(fl_graph *g, int64_t batch) {
-    if (batch <= g->batch_cap) return FL_OK;
+    if (batch <= g->batch_cap && (g->infer || !g->omits)) return FL_OK;
     return reserve(g, batch, true);
 }
 

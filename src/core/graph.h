@@ -118,6 +118,8 @@ typedef struct fl_graph {
     fl_node **nodes;           /* topological order */
     int64_t batch_cap;         /* batch the buffers hold */
     bool infer;                /* the buffers are inference's: no gradients, values shared by lifetime (plan.h) */
+    bool omits;                /* training's buffers, with no value for some node (fused: plan.h), so that an
+                                * inference forward cannot run in them */
     void *arena;               /* every batch buffer (values, gradients, aux): slices placed by plan.c */
     size_t arena_bytes;
     int64_t batch;             /* current batch */
