@@ -851,11 +851,13 @@ static void test_conv_bn_fused(int v) {
  * bias (Winograd, batch 16); 2, no ReLU -> conv 3x3 16 -> 8 -> bn -> ReLU (the convolution forms the second
  * normalisation's dx, conv2d_bn_bwd); 3, ReLU -> conv 3x3 16 -> 16 -> max pooling 2x2 (fused); 4, ReLU -> conv
  * 3x3 stride 2 (not deferred: its data gradient is not the direct kernels'); 5, ReLU -> conv 1x1 (no padding:
- * the sample copied only to apply it). */
+ * the sample copied only to apply it); 6, ReLU6 -> depthwise 3x3 "same" over 20 channels (a block of 16 and the
+ * rest), with a bias; 7, no ReLU -> depthwise 3x3 stride 2 "valid", depth multiplier 2. */
 static fl_node *bn_conv_chain(harness *h, const fl_backend *be, int v, const harness *like, fl_node **bn,
                               fl_node **val) {
     const int64_t B = v == 1 ? 16 : 6;
-    const int C = 5, C1 = v == 1 ? 32 : 16, C2 = v == 1 ? 32 : v == 2 ? 8 : 16, K2 = v == 5 ? 1 : 3;
+    const int C = 5, C1 = v == 1 ? 32 : v == 6 ? 20 : 16, C2 = v == 1 ? 32 : v == 2 ? 8 : v == 6 ? 1 : v == 7 ? 2 : 16;
+    const int K2 = v == 5 ? 1 : 3;
     memset(h, 0, sizeof *h);
     fl_graph_init(&h->g, be);
     h->g.seed = 7;
@@ -874,8 +876,8 @@ static fl_node *bn_conv_chain(harness *h, const fl_backend *be, int v, const har
         fl_node *conv = fl_graph_conv2d(&h->g, b ? "conv_b" : "conv_a", y, w, NULL, 1, 1, FL_SAME, FL_ACT_LINEAR);
         bns[b] = fl_graph_batchnorm(&h->g, b ? "bn2" : "bn", conv, gamma, beta, mm, mv, 1e-3f, 0.99f);
         y = bns[b];
-        if (b == 0 && v != 2)
-            y = v == 1 ? fl_graph_pact(&h->g, "relu", y, (fl_pact_desc){FL_PACT_RELU, 0.0f, 0.0f, 6.0f})
+        if (b == 0 && v != 2 && v != 7)
+            y = v == 1 || v == 6 ? fl_graph_pact(&h->g, "relu", y, (fl_pact_desc){FL_PACT_RELU, 0.0f, 0.0f, 6.0f})
                        : fl_graph_act(&h->g, "relu", y, FL_ACT_RELU);
         if (b == 0) *val = y;
     }
@@ -884,9 +886,12 @@ static fl_node *bn_conv_chain(harness *h, const fl_backend *be, int v, const har
     } else {
         const int64_t c1 = C1, c2 = C2;
         fl_node *w = h_param(h, 4, (int64_t[]){K2, K2, c1, c2}, -0.5f, 0.5f);
-        fl_node *b = v == 1 ? h_param(h, 1, &c2, -0.5f, 0.5f) : NULL;
-        const int s = v == 4 ? 2 : 1;
-        y = fl_graph_conv2d(&h->g, "conv_b", y, w, b, s, s, v == 5 ? FL_VALID : FL_SAME, FL_ACT_LINEAR);
+        const int64_t nb = v >= 6 ? c1 * c2 : c2;
+        fl_node *b = v == 1 || v == 6 ? h_param(h, 1, &nb, -0.5f, 0.5f) : NULL;
+        const int s = v == 4 || v == 7 ? 2 : 1;
+        const fl_padding pad = v == 5 || v == 7 ? FL_VALID : FL_SAME;
+        y = v >= 6 ? fl_graph_depthwise_conv2d(&h->g, "dw", y, w, b, s, s, pad, FL_ACT_LINEAR)
+                   : fl_graph_conv2d(&h->g, "conv_b", y, w, b, s, s, pad, FL_ACT_LINEAR);
         if (v == 3) y = fl_graph_pool(&h->g, "pool", FL_OP_MAXPOOL, y, 2, 2, 2, 2, FL_VALID);
     }
     for (int p = 0; like && p < h->np; p++)
@@ -911,7 +916,7 @@ static void test_bn_into_conv(int v) {
     char what[64];
     snprintf(what, sizeof what, "batchnorm -> conv (training), variant %d", v);
     int act;
-    const bool want = v != 4 && fl_cpu_simd(); /* the direct kernels: AVX-512 */
+    const bool want = v != 4 && (v >= 6 || fl_cpu_simd()); /* the direct kernels: AVX-512; depthwise: any */
     const bool got = fl_op_bn_into_conv(&h.g, hb, &dv, &act) != NULL;
     CHECK_MSG(got == want && !fl_op_bn_into_conv(&u.g, ub, &dv, &act), "%s: deferred %d, expected %d", what, got,
               want);
@@ -936,8 +941,9 @@ static void test_bn_into_conv(int v) {
                   first >= 0 ? q[first] : 0.0);
     }
     int capped = 0;
-    for (int64_t i = 0; v == 1 && i < fl_node_size(uv); i++) capped += uv->val[i] == 6.0f;
-    CHECK_MSG(v != 1 || capped > 0, "%s: no value reached the cap; the test does not try it", what);
+    const bool six = v == 1 || v == 6;
+    for (int64_t i = 0; six && i < fl_node_size(uv); i++) capped += uv->val[i] == 6.0f;
+    CHECK_MSG(!six || capped > 0, "%s: no value reached the cap; the test does not try it", what);
     h_free(&h);
     h_free(&u);
 }
@@ -2921,6 +2927,6 @@ int main(void) {
     /* a normalisation's affine left to the Add after it (appended: the streams above stay) */
     for (int k = 0; k < 4; k++) test_bn_add_train(k);
     /* a normalisation's affine and ReLU formed by the convolution after it (appended: the streams above stay) */
-    for (int v = 0; v < 6; v++) test_bn_into_conv(v);
+    for (int v = 0; v < 8; v++) test_bn_into_conv(v);
     return check_report("test_ops");
 }

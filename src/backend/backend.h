@@ -591,10 +591,11 @@ typedef struct fl_backend {
      * without writing and reading that value. NULL: the two run apart. */
     void (*add_affine)(int mode, int64_t rows, int c, const float *x, const float *st, const float *o, float *y);
     /* Whether conv2d_fwd, conv2d_bwd, conv2d_bn_bwd and the conv2d_maxpool
-     * pair take d->pre (a normalisation's affine and ReLU formed as the
-     * convolution reads its input, whose value is then never written) for a
-     * convolution of this shape, in training. NULL: never. */
-    int (*conv_pre)(const fl_conv_desc *d);
+     * pair (depthwise: depthwise_fwd and _bwd) take d->pre (a
+     * normalisation's affine and ReLU formed as the convolution reads its
+     * input, whose value is then never written) for a convolution of this
+     * shape, in training. NULL: never. */
+    int (*conv_pre)(const fl_conv_desc *d, int depthwise);
 } fl_backend;
 
 /* Modes of fl_backend.bmerge_*. */

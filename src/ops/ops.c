@@ -892,9 +892,9 @@ fl_node *fl_op_bn_into_conv(const fl_graph *g, const fl_node *bn, fl_node **v, i
     if (x->nconsumers != 1 || x->is_output || !x->batched) return NULL;
     int k;
     fl_node *c = first_reader(g, x, &k);
-    if (!c || c->op != FL_OP_CONV2D || k != 0 || !c->batched) return NULL;
+    if (!c || (c->op != FL_OP_CONV2D && c->op != FL_OP_DEPTHWISE_CONV2D) || k != 0 || !c->batched) return NULL;
     BATCH_DESC(d, c->conv);
-    if (!g->be->conv_pre(&d)) return NULL;
+    if (!g->be->conv_pre(&d, c->op == FL_OP_DEPTHWISE_CONV2D)) return NULL;
     *v = x;
     return c;
 }
@@ -954,9 +954,10 @@ static void conv2d_backward(fl_graph *g, fl_node *n) {
 
 static void depthwise_forward(fl_graph *g, fl_node *n, bool training) {
     BATCH_DESC(d, n->conv);
+    const float *xv = conv_input(g, n, &d);
     const float *w, *b;
     float *y = fold_bn(g, n, training, &d, &w, &b);
-    g->be->depthwise_fwd(&d, n->in[0]->val, w, b, y);
+    g->be->depthwise_fwd(&d, xv, w, b, y);
 }
 
 static void depthwise_backward(fl_graph *g, fl_node *n) {
@@ -966,7 +967,7 @@ static void depthwise_backward(fl_graph *g, fl_node *n) {
     float *dx = in_grad(n, 0, &beta);
     size_t off = 0;
     float *dw[2] = {weight_grad(n, 1, &off), d.has_bias ? weight_grad(n, 2, &off) : NULL};
-    g->be->depthwise_bwd(&d, n->in[0]->val, n->in[1]->val, n->val, n->grad, dx, beta, dw[0], dw[1]);
+    g->be->depthwise_bwd(&d, conv_input(g, n, &d), n->in[1]->val, n->val, n->grad, dx, beta, dw[0], dw[1]);
     weight_grads_add(g->be, n, 1, 2, dw);
     mark(n, 0); mark(n, 1); mark(n, 2);
 }

@@ -47,8 +47,9 @@ fl_node *fl_op_fused_bn_relu_train(const fl_graph *g, const fl_node *bn, int *ac
 /* Training: the Add of two that alone reads normalisation bn and applies its affine as it adds (the backend's
  * add_affine), leaving bn's value unwritten; or NULL. */
 fl_node *fl_op_bn_into_add(const fl_graph *g, const fl_node *bn);
-/* Training: the Conv2D that alone reads normalisation bn's value, or that of the ReLU or ReLU6 fused after it
- * (fl_op_fused_bn_relu_train), and forms that value as it reads its input (the backend's conv_pre: d->pre),
+/* Training: the Conv2D or DepthwiseConv2D that alone reads normalisation bn's value, or that of the ReLU or
+ * ReLU6 fused after it (fl_op_fused_bn_relu_train), and forms that value as it reads its input (the backend's
+ * conv_pre: d->pre),
  * leaving it unwritten (a residual block's first normalisation; any Conv -> BN -> ReLU -> Conv); or NULL. *v:
  * the node whose value it is (bn, or the ReLU); *act: the ReLU's FL_ACT_*, or FL_ACT_LINEAR. */
 fl_node *fl_op_bn_into_conv(const fl_graph *g, const fl_node *bn, fl_node **v, int *act);

@@ -193,7 +193,9 @@ static int direct_bwd_ok(const fl_conv_desc *d, int need_dx) {
  * backward both take the direct kernels (or Winograd). They copy each sample into the thread's buffer
  * (pad_sample, as they do to pad it), applying it; Winograd's input transform applies it as it loads. Not on
  * the GEMM path. */
-int fl_cpu_conv_pre(const fl_conv_desc *d) { return direct_fwd_ok(d) && direct_bwd_ok(d, 1); }
+int fl_cpu_conv_pre(const fl_conv_desc *d, int depthwise) {
+    return depthwise || (direct_fwd_ok(d) && direct_bwd_ok(d, 1)); /* the depthwise kernels take any shape */
+}
 
 /* The data gradient as a forward convolution: over dy padded by kh-1/kw-1
  * (g->hd x g->wd, oc channels, no further padding), with the kernel
@@ -255,7 +257,7 @@ size_t fl_cpu_conv_workspace(const fl_conv_desc *dd, int backward) {
     /* training: room for the copy of x that d->pre makes (fl_cpu_conv_pre) where no padding makes one anyway
      * (the pointer only says that there is one) */
     fl_conv_desc e = *dd;
-    if (backward && !e.pre && fl_cpu_conv_pre(&e)) e.pre = (const float *)dd;
+    if (backward && !e.pre && fl_cpu_conv_pre(&e, 0)) e.pre = (const float *)dd;
     const fl_conv_desc *d = &e;
     int64_t cs = chunk_samples(d);
     size_t gemm = thread_ws_floats(d, cs) * (size_t)ws_slices();

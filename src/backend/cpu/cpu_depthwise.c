@@ -63,6 +63,36 @@ DW_INLINE void maddm(int c, int dm, const float *restrict x, const float *restri
     }
 }
 
+/* The input value the kernels read: x itself (P 0), or x through d->pre (backend.h: a normalisation's affine,
+ * P 1, and the ReLU capped at hi after it, P 2), rounded as the normalisation's own pass rounds it (a multiply,
+ * then an add; v > 0 ? v : 0, then the cap), so the products are those of the value it would have written. P
+ * is a constant where the loops below are compiled, so they stay branch-free. */
+typedef struct dw_pre { const float *s, *t; float hi; } dw_pre;
+DW_INLINE float px(const int P, float x, const dw_pre *q, int k) {
+    if (P == 0) return x;
+    float v = x * q->s[k] + q->t[k];
+    if (P == 1) return v;
+    v = v > 0.0f ? v : 0.0f;
+    return v < q->hi ? v : q->hi;
+}
+/* q's channels from c on */
+DW_INLINE dw_pre pre_at(const dw_pre *q, int c) {
+    return (dw_pre){q->s ? q->s + c : NULL, q->t ? q->t + c : NULL, q->hi};
+}
+
+/* madd1 and maddm with x read through px */
+DW_INLINE void madd1x(const int P, int n, const float *restrict x, const dw_pre *q, const float *restrict w,
+                      float *restrict y) {
+    for (int k = 0; k < n; k++) y[k] += px(P, x[k], q, k) * w[k];
+}
+DW_INLINE void maddmx(const int P, int c, int dm, const float *restrict x, const dw_pre *q, const float *restrict w,
+                      float *restrict y) {
+    for (int k = 0; k < c; k++) {
+        const float xv = px(P, x[k], q, k);
+        for (int m = 0; m < dm; m++) y[k * dm + m] += xv * w[k * dm + m];
+    }
+}
+
 /* y = act(y) over n values; ReLU and ReLU6 (MobileNet's) as plain clamps */
 DW_INLINE void act_span(int act, int64_t n, float *restrict y) {
     switch (act) {
@@ -107,8 +137,9 @@ DW_INLINE void act_grad_span(int act, int64_t rows, int n, const float *restrict
 /* One output row r = (n, p): each output pixel starts from the bias and
  * adds its clamped window; the activation runs over the finished row while
  * it is in cache. */
-DW_INLINE void fwd_row_body(const fl_conv_desc *d, const float *x, const float *w, const float *b, float *y,
-                            int64_t r) {
+DW_INLINE void fwd_row_body(const int P, const fl_conv_desc *d, const float *x, const float *w, const float *b,
+                            float *y, int64_t r) {
+    const dw_pre pq = {d->pre, d->pre ? d->pre + d->c : NULL, d->pre_act == FL_ACT_RELU6 ? 6.0f : INFINITY};
     const int C = d->c, OC = d->oc, dm = OC / C;
     const int DH = fl_conv_dil_h(d), DW = fl_conv_dil_w(d);
     const int64_t n = r / d->oh;
@@ -126,13 +157,14 @@ DW_INLINE void fwd_row_body(const fl_conv_desc *d, const float *x, const float *
         if (dm == 1) /* 16 channels at a time, in registers over the whole window */
             for (; c0 + DW_BLOCK <= C; c0 += DW_BLOCK) {
                 float acc[DW_BLOCK];
+                const dw_pre qc = pre_at(&pq, c0);
                 for (int k = 0; k < DW_BLOCK; k++) acc[k] = b ? b[c0 + k] : 0.0f;
                 for (int i = i0; i < i1; i++) {
                     const float *xrow = xn + ((size_t)(ih0 + i * DH) * d->w + iw0) * C + c0;
                     const float *wrow = w + (size_t)i * d->kw * OC + c0;
                     for (int j = j0; j < j1; j++) {
                         const float *xp = xrow + (size_t)j * DW * C, *wp = wrow + (size_t)j * OC;
-                        for (int k = 0; k < DW_BLOCK; k++) acc[k] += xp[k] * wp[k];
+                        for (int k = 0; k < DW_BLOCK; k++) acc[k] += px(P, xp[k], &qc, k) * wp[k];
                     }
                 }
                 for (int k = 0; k < DW_BLOCK; k++) yp[c0 + k] = acc[k];
@@ -148,8 +180,9 @@ DW_INLINE void fwd_row_body(const fl_conv_desc *d, const float *x, const float *
             const float *wrow = w + (size_t)i * d->kw * OC + c0;
             for (int j = j0; j < j1; j++) {
                 const float *xp = xrow + (size_t)j * DW * C, *wp = wrow + (size_t)j * OC;
-                if (dm == 1) madd1(nc, xp, wp, yt);
-                else maddm(nc, dm, xp, wp, yt);
+                const dw_pre qc = pre_at(&pq, c0 / dm);
+                if (dm == 1) madd1x(P, nc, xp, &qc, wp, yt);
+                else maddmx(P, nc, dm, xp, &qc, wp, yt);
             }
         }
     }
@@ -157,13 +190,13 @@ DW_INLINE void fwd_row_body(const fl_conv_desc *d, const float *x, const float *
 }
 
 /* Backward, depth multiplier 1, both gradients:
- * dx[k] += dy[k] * w[k], dw[k] += dy[k] * x[k] in one pass over dy. */
-DW_INLINE void bwd1(int n, const float *restrict dy, const float *restrict w, const float *restrict x,
-                    float *restrict dx, float *restrict dw) {
+ * dx[k] += dy[k] * w[k], dw[k] += dy[k] * x[k] in one pass over dy (x through px). */
+DW_INLINE void bwd1(const int P, int n, const float *restrict dy, const float *restrict w, const float *restrict x,
+                    const dw_pre *q, float *restrict dx, float *restrict dw) {
     for (int k = 0; k < n; k++) {
         const float g = dy[k];
         dx[k] += g * w[k];
-        dw[k] += g * x[k];
+        dw[k] += g * px(P, x[k], q, k);
     }
 }
 
@@ -181,8 +214,9 @@ DW_INLINE void dxm(int c, int dm, const float *restrict dy, const float *restric
  * q*sw - pl + j*dw = column, and adds dy * w into its dx and dy * x into that
  * tap's dw. Each (output pixel, tap) inside x is visited once, so dw is
  * complete once every row is done. */
-DW_INLINE void bwd_row_body(const fl_conv_desc *d, const float *x, const float *w, const float *dy, float *dx,
-                            float dx_beta, float *dw, int64_t r) {
+DW_INLINE void bwd_row_body(const int P, const fl_conv_desc *d, const float *x, const float *w, const float *dy,
+                            float *dx, float dx_beta, float *dw, int64_t r) {
+    const dw_pre pq = {d->pre, d->pre ? d->pre + d->c : NULL, d->pre_act == FL_ACT_RELU6 ? 6.0f : INFINITY};
     const int C = d->c, OC = d->oc, dm = OC / C;
     const int DH = fl_conv_dil_h(d), DW = fl_conv_dil_w(d);
     const int64_t n = r / d->h;
@@ -206,12 +240,12 @@ DW_INLINE void bwd_row_body(const fl_conv_desc *d, const float *x, const float *
                 const float *g = dyn + ((size_t)p * d->ow + q) * OC;
                 const size_t tap = (size_t)(i * d->kw + j) * OC;
                 if (dm == 1) {
-                    if (dxp && dw) bwd1(C, g, w + tap, xp, dxp, dw + tap);
+                    if (dxp && dw) bwd1(P, C, g, w + tap, xp, &pq, dxp, dw + tap);
                     else if (dxp) madd1(C, g, w + tap, dxp);
-                    else madd1(C, g, xp, dw + tap);
+                    else madd1x(P, C, xp, &pq, g, dw + tap);
                 } else {
                     if (dxp) dxm(C, dm, g, w + tap, dxp);
-                    if (dw) maddm(C, dm, xp, g, dw + tap);
+                    if (dw) maddmx(P, C, dm, xp, &pq, g, dw + tap);
                 }
             }
         }
@@ -222,7 +256,13 @@ DW_INLINE void bwd_row_body(const fl_conv_desc *d, const float *x, const float *
 #define DW_ROWS(SUFFIX, ATTR)                                                                                   \
     ATTR static void fwd_rows_##SUFFIX(const fl_conv_desc *d, const float *x, const float *w, const float *b,      \
                                        float *y, int64_t r0, int64_t r1) {                                         \
-        for (int64_t r = r0; r < r1; r++) fwd_row_body(d, x, w, b, y, r);                                          \
+        const int P = !d->pre ? 0 : d->pre_act == FL_ACT_LINEAR ? 1 : 2;                                          \
+        if (P == 0)                                                                                                \
+            for (int64_t r = r0; r < r1; r++) fwd_row_body(0, d, x, w, b, y, r);                                   \
+        else if (P == 1)                                                                                           \
+            for (int64_t r = r0; r < r1; r++) fwd_row_body(1, d, x, w, b, y, r);                                   \
+        else                                                                                                       \
+            for (int64_t r = r0; r < r1; r++) fwd_row_body(2, d, x, w, b, y, r);                                   \
     }                                                                                                              \
     ATTR static void bwd_rows_##SUFFIX(const fl_conv_desc *d, const float *x, const float *w, const float *y,      \
                                        float *dy, float *dx, float dx_beta, float *dw, float *db, int pass,         \
@@ -230,8 +270,12 @@ DW_INLINE void bwd_row_body(const fl_conv_desc *d, const float *x, const float *
         if (pass == 1)                                                                                             \
             act_grad_span(d->act, (r1 - r0) * d->ow, d->oc, y + (size_t)r0 * d->ow * d->oc,                        \
                           dy + (size_t)r0 * d->ow * d->oc, db);                                                    \
+        else if (!d->pre)                                                                                          \
+            for (int64_t r = r0; r < r1; r++) bwd_row_body(0, d, x, w, dy, dx, dx_beta, dw, r);                    \
+        else if (d->pre_act == FL_ACT_LINEAR)                                                                      \
+            for (int64_t r = r0; r < r1; r++) bwd_row_body(1, d, x, w, dy, dx, dx_beta, dw, r);                    \
         else                                                                                                       \
-            for (int64_t r = r0; r < r1; r++) bwd_row_body(d, x, w, dy, dx, dx_beta, dw, r);                       \
+            for (int64_t r = r0; r < r1; r++) bwd_row_body(2, d, x, w, dy, dx, dx_beta, dw, r);                    \
     }
 DW_ROWS(plain, )
 #if DW_HAVE_X86

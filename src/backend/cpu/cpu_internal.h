@@ -48,7 +48,7 @@ void fl_cpu_act_grad_rows(int64_t rows, int n, int act, const float *y, float *d
 
 size_t fl_cpu_conv_workspace(const fl_conv_desc *d, int backward);
 int fl_cpu_conv_slope(const fl_conv_desc *d);
-int fl_cpu_conv_pre(const fl_conv_desc *d);
+int fl_cpu_conv_pre(const fl_conv_desc *d, int depthwise);
 void fl_cpu_conv2d_fwd(const fl_conv_desc *d, const float *x, const float *w, const float *b, float *y, void *ws);
 void fl_cpu_conv2d_bwd(const fl_conv_desc *d, const float *x, const float *w, const float *y, float *dy, float *dx,
                        float dx_beta, float *dw, float *db, void *ws);
