@@ -175,8 +175,8 @@ static double max_abs_diff(fl_tensor *a, fl_tensor *b) {
 
 /* A residual conv net whose training buffers leave values out (plan.h: a normalisation's ReLU fused, its
  * affine left to the Add or the next convolution): validation, predict and evaluate after training get
- * inference's own buffers (an inference forward writes those values: it crashed in training's), and
- * validating each epoch leaves training as it is without. */
+ * inference's own buffers (an inference forward writes those values: it crashed in training's), training's
+ * are kept meanwhile and taken up again, and validating each epoch leaves training as it is without. */
 static fl_model *res_cnn(void) {
     fl_sym *in = fl_keras_input(10, 10, 3);
     fl_sym *h = fl_call(fl_conv2d(8, 3, .padding = FL_SAME, .no_bias = true), in);
@@ -216,6 +216,11 @@ static void test_modes_fused(void) {
         fl_fit(b, x48, y48, .batch_size = 16, .epochs = 2, .no_shuffle = true, .verbose = FL_VERBOSE_SILENT);
     CHECK(hb != NULL);
     CHECK_MSG(same_weights(a, b), "validating each epoch changed training");
+    /* the last epoch's validation ran in inference's buffers, training's kept meanwhile */
+    CHECK_MSG(a->g.infer && a->g.kept.node && !a->g.kept.infer, "after validation: %s buffers, %s kept",
+              a->g.infer ? "inference's" : "training's", !a->g.kept.node ? "none" : a->g.kept.infer ? "inference's"
+                                                                                                 : "training's");
+    const void *train_arena = a->g.kept.arena;
     fl_tensor *pa = fl_predict(a, x, .batch_size = 16, .verbose = FL_VERBOSE_SILENT);
     CHECK_MSG(pa && a->g.infer, "predict after training: %s, in %s buffers", pa ? "ran" : "failed",
               a->g.infer ? "inference's" : "training's");
@@ -223,6 +228,14 @@ static void test_modes_fused(void) {
     CHECK_MSG(pa && pb && max_abs_diff(pa, pb) < 1e-5, "predict at 16 and 32 differ by %g", max_abs_diff(pa, pb));
     float ra[2];
     CHECK(fl_evaluate(a, x, y, ra, 2, .batch_size = 16, .verbose = FL_VERBOSE_SILENT) == FL_OK);
+    fl_history_free(ha);
+    fl_history_free(hb);
+    const void *infer_arena = a->g.arena;
+    ha = fl_fit(a, x48, y48, .batch_size = 16, .epochs = 1, .no_shuffle = true, .verbose = FL_VERBOSE_SILENT);
+    hb = fl_fit(b, x48, y48, .batch_size = 16, .epochs = 1, .no_shuffle = true, .verbose = FL_VERBOSE_SILENT);
+    CHECK_MSG(ha && hb && !a->g.infer && a->g.arena == train_arena && a->g.kept.arena == infer_arena,
+              "training after predict: not in the kept buffers (arena %p, was %p)", a->g.arena, train_arena);
+    CHECK_MSG(same_weights(a, b), "training in the kept buffers differs");
     fl_history_free(ha);
     fl_history_free(hb);
     fl_tensor_free(pa); fl_tensor_free(pb);

@@ -18,7 +18,8 @@ void fl_graph_init(fl_graph *g, const fl_backend *be) {
     g->be = be;
 }
 
-static void free_batched(fl_graph *g) {
+/* The buffers in use (reserve's), left NULL */
+static void free_current(fl_graph *g) {
     for (int i = 0; i < g->n; i++) {
         fl_node *n = g->nodes[i];
         if (n->op == FL_OP_PARAM) continue;
@@ -40,6 +41,62 @@ static void free_batched(fl_graph *g) {
     g->batch_cap = 0;
     g->infer = false;
     g->omits = false;
+}
+
+/* The other mode's buffers (g->kept) */
+static void free_kept(fl_graph *g) {
+    fl_graph_bufs *k = &g->kept;
+    if (!k->node) return;
+    for (int i = 0; i < g->n; i++)
+        if (k->node[i].gscratch) g->be->free(k->node[i].gscratch);
+    if (k->arena) g->be->free(k->arena);
+    if (k->ws) g->be->free(k->ws);
+    if (k->fold) g->be->free(k->fold);
+    free(k->node);
+    memset(k, 0, sizeof *k);
+}
+
+static void free_batched(fl_graph *g) {
+    free_current(g);
+    free_kept(g);
+}
+
+/* Exchanges the buffers in use with the kept ones (the same nodes) */
+static void swap_kept(fl_graph *g) {
+    fl_graph_bufs *k = &g->kept;
+    for (int i = 0; i < g->n; i++) {
+        fl_node *n = g->nodes[i];
+        if (n->op == FL_OP_PARAM) continue;
+        fl_node_bufs b = k->node[i];
+        k->node[i] = (fl_node_bufs){n->val, n->grad, n->aux, n->gscratch, n->vbytes, n->abytes, n->val_view,
+                                    n->grad_view};
+        n->val = b.val; n->grad = b.grad; n->aux = b.aux; n->gscratch = b.gscratch;
+        n->vbytes = b.vbytes; n->abytes = b.abytes; n->val_view = b.val_view; n->grad_view = b.grad_view;
+    }
+    fl_graph_bufs c = {k->node, g->arena, g->ws, g->fold, g->arena_bytes, g->ws_bytes, g->fold_bytes, g->batch_cap,
+                       g->infer, g->omits};
+    g->arena = k->arena; g->ws = k->ws; g->fold = k->fold;
+    g->arena_bytes = k->arena_bytes; g->ws_bytes = k->ws_bytes; g->fold_bytes = k->fold_bytes;
+    g->batch_cap = k->batch_cap; g->infer = k->infer; g->omits = k->omits;
+    *k = c;
+    g->batch = g->batch_cap;
+    g->generation++;
+}
+
+/* Moves the buffers in use into g->kept (whatever was kept is freed); false when out of memory (then the
+ * buffers in use are freed instead) */
+static bool keep_current(fl_graph *g) {
+    free_kept(g);
+    fl_node_bufs *nb = calloc((size_t)(g->n > 0 ? g->n : 1), sizeof *nb);
+    if (!nb) {
+        free_current(g);
+        return false;
+    }
+    g->kept = (fl_graph_bufs){nb, NULL, NULL, NULL, 0, 0, 0, 0, false, false};
+    /* swapping with an empty set leaves the nodes' buffers NULL and the graph's empty */
+    for (int i = 0; i < g->n; i++) nb[i] = (fl_node_bufs){0};
+    swap_kept(g);
+    return true;
 }
 
 void fl_graph_free(fl_graph *g) {
@@ -182,7 +239,10 @@ static fl_status plan_within_budget(const fl_graph *g, int64_t batch, bool infer
 static fl_status reserve(fl_graph *g, int64_t batch, bool infer) {
     fl_plan p;
     FL_TRY(plan_within_budget(g, batch, infer, &p));
-    free_batched(g);
+    /* the other mode's buffers are kept (training's while inference runs, and back); this mode's made anew */
+    if (g->arena && g->infer != infer) (void)keep_current(g);
+    else free_current(g);
+    if (g->kept.node && g->kept.infer == infer) free_kept(g);
     size_t ws = 0, fold = 0;
     if (!(g->arena = g->be->alloc(p.bytes > FL_ARENA_ALIGN ? p.bytes : FL_ARENA_ALIGN))) goto fail;
     g->arena_bytes = p.bytes;
@@ -240,6 +300,10 @@ fail:
 
 fl_status fl_graph_reserve(fl_graph *g, int64_t batch) {
     if (batch <= g->batch_cap && !g->infer) return FL_OK;
+    if (g->kept.node && !g->kept.infer && batch <= g->kept.batch_cap) {
+        swap_kept(g);
+        return FL_OK;
+    }
     return reserve(g, batch, false);
 }
 
@@ -248,6 +312,10 @@ fl_status fl_graph_reserve(fl_graph *g, int64_t batch) {
  * reads (plan.h), and an inference forward writes them. */
 fl_status fl_graph_reserve_infer(fl_graph *g, int64_t batch) {
     if (batch <= g->batch_cap && (g->infer || !g->omits)) return FL_OK;
+    if (g->kept.node && g->kept.infer && batch <= g->kept.batch_cap) {
+        swap_kept(g);
+        return FL_OK;
+    }
     return reserve(g, batch, true);
 }
 
@@ -470,6 +538,7 @@ fl_status fl_graph_rebind(fl_graph *g, fl_graph *s) {
     fl_graph_scratch_free(g, s);
     int64_t batch = g->batch;
     fl_graph_finalize(g);
+    free_kept(g); /* sized for the old shapes */
     if (!fit) free_batched(g);
     fl_graph_set_batch(g, batch);
     g->generation++; /* shapes are part of a captured step: capture anew */

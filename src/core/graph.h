@@ -112,6 +112,23 @@ struct fl_node {
     size_t vbytes, abytes;    /* bytes of val (and grad) and of aux as allocated (a rebind keeps buffers that fit) */
 };
 
+/* The batch buffers of the reservation not in use (fl_graph.kept): what reserve gave each node and the graph. */
+typedef struct fl_node_bufs {
+    float *val, *grad;
+    void *aux;
+    float *gscratch;
+    size_t vbytes, abytes;
+    bool val_view, grad_view;
+} fl_node_bufs;
+typedef struct fl_graph_bufs {
+    fl_node_bufs *node;        /* one per node; NULL: none kept */
+    void *arena, *ws;
+    float *fold;
+    size_t arena_bytes, ws_bytes, fold_bytes;
+    int64_t batch_cap;
+    bool infer, omits;
+} fl_graph_bufs;
+
 typedef struct fl_graph {
     const fl_backend *be;
     int n, cap;
@@ -120,6 +137,8 @@ typedef struct fl_graph {
     bool infer;                /* the buffers are inference's: no gradients, values shared by lifetime (plan.h) */
     bool omits;                /* training's buffers, with no value for some node (fused: plan.h), so that an
                                 * inference forward cannot run in them */
+    fl_graph_bufs kept;        /* the other mode's buffers (training's while inference runs in its own, or the
+                                * other way), kept so that switching back allocates nothing */
     void *arena;               /* every batch buffer (values, gradients, aux): slices placed by plan.c */
     size_t arena_bytes;
     int64_t batch;             /* current batch */
@@ -305,11 +324,12 @@ fl_status fl_graph_migrate(fl_graph *g, const fl_backend *to);
  * and aux for the whole step, gradients sharing memory by lifetime. */
 fl_status fl_graph_reserve(fl_graph *g, int64_t batch);
 /* The same for forward passes only (predict, evaluate): when the buffers
- * already hold `batch` samples (for training or inference) they stay; else
- * inference's are made, values sharing memory by lifetime and no gradients,
- * and the next fl_graph_reserve makes training's anew. Values other than
- * the outputs' (is_output, or read by nothing) are overwritten during the
- * forward. */
+ * already hold `batch` samples (inference's, or training's where they hold
+ * every value) they stay; else inference's are made, values sharing memory
+ * by lifetime and no gradients. Training's are kept meanwhile (fl_graph.kept),
+ * and the next fl_graph_reserve that they hold switches back to them, as
+ * this call does to inference's kept ones. Values other than the outputs'
+ * (is_output, or read by nothing) are overwritten during the forward. */
 fl_status fl_graph_reserve_infer(fl_graph *g, int64_t batch);
 /* Sets the current batch (<= reserved). */
 void fl_graph_set_batch(fl_graph *g, int64_t batch);
