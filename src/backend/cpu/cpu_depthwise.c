@@ -55,13 +55,6 @@ DW_INLINE void madd1(int n, const float *restrict x, const float *restrict w, fl
     for (int k = 0; k < n; k++) y[k] += x[k] * w[k];
 }
 
-/* y[c*dm+m] += x[c] * w[c*dm+m] */
-DW_INLINE void maddm(int c, int dm, const float *restrict x, const float *restrict w, float *restrict y) {
-    for (int k = 0; k < c; k++) {
-        const float xv = x[k];
-        for (int m = 0; m < dm; m++) y[k * dm + m] += xv * w[k * dm + m];
-    }
-}
 
 /* The input value the kernels read: x itself (P 0), or x through d->pre (backend.h: a normalisation's affine,
  * P 1, and the ReLU capped at hi after it, P 2), rounded as the normalisation's own pass rounds it (a multiply,
@@ -80,7 +73,7 @@ DW_INLINE dw_pre pre_at(const dw_pre *q, int c) {
     return (dw_pre){q->s ? q->s + c : NULL, q->t ? q->t + c : NULL, q->hi};
 }
 
-/* madd1 and maddm with x read through px */
+/* y[k] += px(x[k]) * w[k]; and y[c*dm+m] += px(x[c]) * w[c*dm+m] */
 DW_INLINE void madd1x(const int P, int n, const float *restrict x, const dw_pre *q, const float *restrict w,
                       float *restrict y) {
     for (int k = 0; k < n; k++) y[k] += px(P, x[k], q, k) * w[k];
