@@ -238,6 +238,23 @@ static void test_modes_fused(void) {
     CHECK_MSG(same_weights(a, b), "training in the kept buffers differs");
     fl_history_free(ha);
     fl_history_free(hb);
+    /* under a memory budget that holds either mode's buffers but not both, none are kept */
+    fl_model *c = res_cnn();
+    fl_history *hc = c ? fl_fit(c, x48, y48, .batch_size = 16, .epochs = 1, .verbose = FL_VERBOSE_SILENT) : NULL;
+    CHECK(hc && !c->g.infer && !c->g.kept.node);
+    fl_history_free(hc);
+    const int64_t was = fl_get_max_model_bytes();
+    CHECK(c && fl_set_max_model_bytes(c->g.param_bytes + (int64_t)c->g.arena_bytes + 1) == FL_OK);
+    fl_tensor *pc = c ? fl_predict(c, x, .batch_size = 16, .verbose = FL_VERBOSE_SILENT) : NULL;
+    CHECK_MSG(pc && c->g.infer && !c->g.kept.node, "predict under a budget for one mode: %s, %s kept",
+              pc ? "ran" : fl_last_error(), c && c->g.kept.node ? "buffers" : "nothing");
+    hc = c ? fl_fit(c, x48, y48, .batch_size = 16, .epochs = 1, .verbose = FL_VERBOSE_SILENT) : NULL;
+    CHECK_MSG(hc && !c->g.infer && !c->g.kept.node, "training under a budget for one mode: %s, %s kept",
+              hc ? "ran" : fl_last_error(), c && c->g.kept.node ? "buffers" : "nothing");
+    CHECK(fl_set_max_model_bytes(was) == FL_OK);
+    fl_history_free(hc);
+    fl_tensor_free(pc);
+    fl_model_free(c);
     fl_tensor_free(pa); fl_tensor_free(pb);
     fl_tensor_free(x48); fl_tensor_free(y48);
     fl_model_free(a); fl_model_free(b);

@@ -236,11 +236,24 @@ static fl_status plan_within_budget(const fl_graph *g, int64_t batch, bool infer
                     overflow ? "more than a 64-bit size can count" : fl_bytes_str(big, b, sizeof b));
 }
 
+/* Whether the buffers in use (the other mode's) and plan p's fit the memory budget together, with the weights
+ * and training's gradient scratch */
+static bool both_within_budget(const fl_graph *g, const fl_plan *p) {
+    int64_t total = g->param_bytes;
+    bool ok = p->bytes <= INT64_MAX && g->arena_bytes <= INT64_MAX &&
+              fl_add_checked(total, (int64_t)p->bytes, &total) && fl_add_checked(total, (int64_t)g->arena_bytes, &total);
+    for (int i = 0; ok && i < g->n; i++)
+        if (g->nodes[i]->op != FL_OP_PARAM && g->nodes[i]->batched)
+            ok = fl_add_checked(total, (int64_t)g->nodes[i]->gscratch_bytes, &total);
+    return ok && total <= fl_model_bytes_limit();
+}
+
 static fl_status reserve(fl_graph *g, int64_t batch, bool infer) {
     fl_plan p;
     FL_TRY(plan_within_budget(g, batch, infer, &p));
-    /* the other mode's buffers are kept (training's while inference runs, and back); this mode's made anew */
-    if (g->arena && g->infer != infer) (void)keep_current(g);
+    /* the other mode's buffers are kept (training's while inference runs, and back) where the budget holds both;
+     * this mode's are made anew */
+    if (g->arena && g->infer != infer && both_within_budget(g, &p)) (void)keep_current(g);
     else free_current(g);
     if (g->kept.node && g->kept.infer == infer) free_kept(g);
     size_t ws = 0, fold = 0;
