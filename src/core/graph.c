@@ -240,8 +240,8 @@ static fl_status plan_within_budget(const fl_graph *g, int64_t batch, bool infer
  * and training's gradient scratch */
 static bool both_within_budget(const fl_graph *g, const fl_plan *p) {
     int64_t total = g->param_bytes;
-    bool ok = p->bytes <= INT64_MAX && g->arena_bytes <= INT64_MAX &&
-              fl_add_checked(total, (int64_t)p->bytes, &total) && fl_add_checked(total, (int64_t)g->arena_bytes, &total);
+    bool ok = p->bytes <= INT64_MAX && g->arena_bytes <= INT64_MAX && fl_add_checked(total, (int64_t)p->bytes, &total);
+    ok = ok && fl_add_checked(total, (int64_t)g->arena_bytes, &total);
     for (int i = 0; ok && i < g->n; i++)
         if (g->nodes[i]->op != FL_OP_PARAM && g->nodes[i]->batched)
             ok = fl_add_checked(total, (int64_t)g->nodes[i]->gscratch_bytes, &total);
