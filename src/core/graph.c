@@ -83,20 +83,17 @@ static void swap_kept(fl_graph *g) {
     g->generation++;
 }
 
-/* Moves the buffers in use into g->kept (whatever was kept is freed); false when out of memory (then the
- * buffers in use are freed instead) */
-static bool keep_current(fl_graph *g) {
+/* Moves the buffers in use into g->kept (whatever was kept is freed), by a swap with an empty set, which
+ * leaves the nodes' buffers NULL and the graph's empty; out of memory, frees them instead */
+static void keep_current(fl_graph *g) {
     free_kept(g);
     fl_node_bufs *nb = calloc((size_t)(g->n > 0 ? g->n : 1), sizeof *nb);
     if (!nb) {
         free_current(g);
-        return false;
+        return;
     }
-    g->kept = (fl_graph_bufs){nb, NULL, NULL, NULL, 0, 0, 0, 0, false, false};
-    /* swapping with an empty set leaves the nodes' buffers NULL and the graph's empty */
-    for (int i = 0; i < g->n; i++) nb[i] = (fl_node_bufs){0};
+    g->kept = (fl_graph_bufs){.node = nb};
     swap_kept(g);
-    return true;
 }
 
 void fl_graph_free(fl_graph *g) {
@@ -253,9 +250,9 @@ static fl_status reserve(fl_graph *g, int64_t batch, bool infer) {
     FL_TRY(plan_within_budget(g, batch, infer, &p));
     /* the other mode's buffers are kept (training's while inference runs, and back) where the budget holds both;
      * this mode's are made anew */
-    if (g->arena && g->infer != infer && both_within_budget(g, &p)) (void)keep_current(g);
+    if (g->arena && g->infer != infer && both_within_budget(g, &p)) keep_current(g);
     else free_current(g);
-    if (g->kept.node && g->kept.infer == infer) free_kept(g);
+    if (g->kept.node && g->kept.infer == infer) free_kept(g); /* this mode's, too small for the batch */
     size_t ws = 0, fold = 0;
     if (!(g->arena = g->be->alloc(p.bytes > FL_ARENA_ALIGN ? p.bytes : FL_ARENA_ALIGN))) goto fail;
     g->arena_bytes = p.bytes;

@@ -660,7 +660,6 @@ static void bn_affine(int64_t m, int c, const float *x, const float *g, const fl
 }
 
 /* The cap of the ReLU (act FL_ACT_RELU) or ReLU6 (FL_ACT_RELU6) fused into the normalisation */
-static float relu_hi(int act) { return act == FL_ACT_RELU6 ? 6.0f : INFINITY; }
 
 /* Training: the batch's mean and biased variance (one pass over x, shifted by its first row: see
  * bn_sums_rows), and y by Keras's formula: inv = rsqrt(var + eps) * gamma, y = x * inv + (beta - mean * inv);
@@ -693,7 +692,7 @@ static void bn_fwd_train(const fl_bn_desc *d, int act, const float *x, const flo
     free(part);
     if (y) /* none where the Add after it applies s and t (add_affine) */
         bn_affine(m, c, x, NULL, NULL, s, t, NULL, y, false,
-                  (bn_relu){NULL, act == FL_ACT_LINEAR ? 0.0f : relu_hi(act)});
+                  (bn_relu){NULL, act == FL_ACT_LINEAR ? 0.0f : fl_cpu_relu_cap(act)});
     if (st != coef) free(st);
 }
 
@@ -767,14 +766,14 @@ static void bn_bwd(const fl_bn_desc *d, bn_relu rl, const float *x, const float 
 static void cpu_bn_bwd_coef(const fl_bn_desc *d, int act, const float *coef, const float *x, const float *gamma,
                             const float *mean, const float *invstd, const float *dy, float *dgamma, float *dbeta,
                             float *stu) {
-    bn_bwd(d, (bn_relu){coef, coef ? relu_hi(act) : 0.0f}, x, gamma, mean, invstd, dy, NULL, 0.0f, dgamma, dbeta, stu);
+    bn_bwd(d, (bn_relu){coef, coef ? fl_cpu_relu_cap(act) : 0.0f}, x, gamma, mean, invstd, dy, NULL, 0.0f, dgamma, dbeta, stu);
 }
 
 /* The normalisation's dx of rows [0, rows) (bn_bwd_coef's coefficients; see bn_affine_rows): the same
  * arithmetic as bn_bwd's pass, for the convolution that forms it a sample at a time (threads: the caller's). */
 void fl_cpu_bn_dx_rows(int64_t rows, int c, const fl_bn_grad *bg, const float *g, const float *x, float *dx) {
     const float *s = bg->stu, *t = s + c, *u = s + 2 * c;
-    const bn_relu rl = {bg->coef, bg->coef ? relu_hi(bg->act) : 0.0f};
+    const bn_relu rl = {bg->coef, bg->coef ? fl_cpu_relu_cap(bg->act) : 0.0f};
 #if FL_HAVE_AVX2_TARGET
     if (fl_cpu_avx2()) {
         bn_affine_avx2(0, rows, c, x, g, bg->mean, s, t, u, dx, false, rl);
@@ -784,11 +783,22 @@ void fl_cpu_bn_dx_rows(int64_t rows, int c, const fl_bn_grad *bg, const float *g
     bn_affine_base(0, rows, c, x, g, bg->mean, s, t, u, dx, false, rl);
 }
 
+void fl_cpu_bn_apply_rows(int64_t rows, int c, const float *st, int act, const float *x, float *y) {
+    const bn_relu rl = {NULL, act == FL_ACT_LINEAR ? 0.0f : fl_cpu_relu_cap(act)};
+#if FL_HAVE_AVX2_TARGET
+    if (fl_cpu_avx2()) {
+        bn_affine_avx2(0, rows, c, x, NULL, NULL, st, st + c, NULL, y, false, rl);
+        return;
+    }
+#endif
+    bn_affine_base(0, rows, c, x, NULL, NULL, st, st + c, NULL, y, false, rl);
+}
+
 /* The same over all m rows, in parallel: where the convolution cannot form it as it reads. */
 void fl_cpu_bn_dx(int64_t m, int c, const fl_bn_grad *bg, const float *x, float *dx) {
     const float *s = bg->stu;
     bn_affine(m, c, x, bg->g, bg->mean, s, s + c, s + 2 * c, dx, false,
-              (bn_relu){bg->coef, bg->coef ? relu_hi(bg->act) : 0.0f});
+              (bn_relu){bg->coef, bg->coef ? fl_cpu_relu_cap(bg->act) : 0.0f});
 }
 
 static void cpu_bn_bwd(const fl_bn_desc *d, const float *x, const float *gamma, const float *mean,
@@ -799,7 +809,7 @@ static void cpu_bn_bwd(const fl_bn_desc *d, const float *x, const float *gamma, 
 static void cpu_bn_bwd_act(const fl_bn_desc *d, int act, const float *coef, const float *x, const float *gamma,
                            const float *mean, const float *invstd, const float *dy, float *dx, float beta,
                            float *dgamma, float *dbeta) {
-    bn_bwd(d, (bn_relu){coef, relu_hi(act)}, x, gamma, mean, invstd, dy, dx, beta, dgamma, dbeta, NULL);
+    bn_bwd(d, (bn_relu){coef, fl_cpu_relu_cap(act)}, x, gamma, mean, invstd, dy, dx, beta, dgamma, dbeta, NULL);
 }
 
 static void cpu_accumulate(int64_t n, const float *src, float *dst, float beta) {

@@ -36,7 +36,6 @@
  * that sum dw), small enough that col stays in cache and the
  * bias/activation epilogue runs on data that is still hot.
  */
-#include "cpu_fastmath.h"
 #include "cpu_internal.h"
 #include "cpu_simd.h"
 
@@ -271,45 +270,6 @@ size_t fl_cpu_conv_workspace(const fl_conv_desc *dd, int backward) {
     return f * sizeof(float);
 }
 
-/* y = pre_act(x * s + t) for `pixels` pixels of d->c channels (d->pre: s, then t): the normalisation's
- * own arithmetic (cpu_backend.c bn_affine_rows: a multiply, then an add, the build contracting none into an
- * FMA; v > 0 ? v : 0, then the cap), so the same bits as the value it would have written. */
-static inline __attribute__((always_inline)) void pre_pixels_body(const fl_conv_desc *d, int64_t pixels,
-                                                                  const float *restrict x, float *restrict y) {
-    const int C = d->c;
-    const float *restrict s = d->pre, *restrict t = d->pre + C;
-    const float hi = d->pre_act == FL_ACT_RELU6 ? 6.0f : INFINITY;
-    for (int64_t p = 0; p < pixels; p++) {
-        const float *restrict xr = x + p * C;
-        float *restrict yr = y + p * C;
-        if (d->pre_act == FL_ACT_LINEAR) {
-#pragma omp simd
-            for (int j = 0; j < C; j++) yr[j] = xr[j] * s[j] + t[j];
-        } else {
-#pragma omp simd
-            for (int j = 0; j < C; j++) {
-                float v = xr[j] * s[j] + t[j];
-                v = v > 0.0f ? v : 0.0f;
-                yr[j] = v < hi ? v : hi;
-            }
-        }
-    }
-}
-#if FL_HAVE_AVX2_TARGET
-FL_AVX2_TARGET static void pre_pixels_avx2(const fl_conv_desc *d, int64_t pixels, const float *x, float *y) {
-    pre_pixels_body(d, pixels, x, y);
-}
-#endif
-static void pre_pixels(const fl_conv_desc *d, int64_t pixels, const float *x, float *y) {
-#if FL_HAVE_AVX2_TARGET
-    if (fl_cpu_avx2()) {
-        pre_pixels_avx2(d, pixels, x, y);
-        return;
-    }
-#endif
-    pre_pixels_body(d, pixels, x, y);
-}
-
 /* Copies sample x (h, w, c) into xp (hp, wp, c) at (pt, pl), through d->pre where given; the border is
  * zero. Only the border is zeroed (the rows above and below, each row's pixels left and right of the copy):
  * the sample is written once, not zeroed whole first. */
@@ -321,7 +281,7 @@ static void pad_sample(const fl_conv_desc *d, const conv_geom *g, const float *x
     for (int ih = 0; ih < d->h; ih++) {
         float *r = xp + (size_t)(ih + d->pt) * row;
         if (left) memset(r, 0, left * sizeof(float));
-        if (d->pre) pre_pixels(d, d->w, x + (size_t)ih * body, r + left);
+        if (d->pre) fl_cpu_bn_apply_rows(d->w, d->c, d->pre, d->pre_act, x + (size_t)ih * body, r + left);
         else memcpy(r + left, x + (size_t)ih * body, body * sizeof(float));
         if (right) memset(r + left + body, 0, right * sizeof(float));
     }

@@ -55,7 +55,6 @@ DW_INLINE void madd1(int n, const float *restrict x, const float *restrict w, fl
     for (int k = 0; k < n; k++) y[k] += x[k] * w[k];
 }
 
-
 /* The input value the kernels read: x itself (P 0), or x through d->pre (backend.h: a normalisation's affine,
  * P 1, and the ReLU capped at hi after it, P 2), rounded as the normalisation's own pass rounds it (a multiply,
  * then an add; v > 0 ? v : 0, then the cap), so the products are those of the value it would have written. P
@@ -67,6 +66,10 @@ DW_INLINE float px(const int P, float x, const dw_pre *q, int k) {
     if (P == 1) return v;
     v = v > 0.0f ? v : 0.0f;
     return v < q->hi ? v : q->hi;
+}
+/* d->pre as the loops read it */
+DW_INLINE dw_pre pre_of(const fl_conv_desc *d) {
+    return (dw_pre){d->pre, d->pre ? d->pre + d->c : NULL, fl_cpu_relu_cap(d->pre_act)};
 }
 /* q's channels from c on */
 DW_INLINE dw_pre pre_at(const dw_pre *q, int c) {
@@ -132,7 +135,7 @@ DW_INLINE void act_grad_span(int act, int64_t rows, int n, const float *restrict
  * it is in cache. */
 DW_INLINE void fwd_row_body(const int P, const fl_conv_desc *d, const float *x, const float *w, const float *b,
                             float *y, int64_t r) {
-    const dw_pre pq = {d->pre, d->pre ? d->pre + d->c : NULL, d->pre_act == FL_ACT_RELU6 ? 6.0f : INFINITY};
+    const dw_pre pq = pre_of(d);
     const int C = d->c, OC = d->oc, dm = OC / C;
     const int DH = fl_conv_dil_h(d), DW = fl_conv_dil_w(d);
     const int64_t n = r / d->oh;
@@ -209,7 +212,7 @@ DW_INLINE void dxm(int c, int dm, const float *restrict dy, const float *restric
  * complete once every row is done. */
 DW_INLINE void bwd_row_body(const int P, const fl_conv_desc *d, const float *x, const float *w, const float *dy,
                             float *dx, float dx_beta, float *dw, int64_t r) {
-    const dw_pre pq = {d->pre, d->pre ? d->pre + d->c : NULL, d->pre_act == FL_ACT_RELU6 ? 6.0f : INFINITY};
+    const dw_pre pq = pre_of(d);
     const int C = d->c, OC = d->oc, dm = OC / C;
     const int DH = fl_conv_dil_h(d), DW = fl_conv_dil_w(d);
     const int64_t n = r / d->h;

@@ -64,6 +64,12 @@ void fl_cpu_conv2d_bn_bwd(const fl_conv_desc *d, const fl_bn_grad *bg, const flo
 /* cpu_backend.c: the normalisation's dx from bn_bwd_coef's coefficients, over rows [0, rows) with g, x and
  * dx at those rows (one thread), or over all of bg's m rows in parallel */
 void fl_cpu_bn_dx_rows(int64_t rows, int c, const fl_bn_grad *bg, const float *g, const float *x, float *dx);
+/* The normalisation's forward over rows [0, rows) (one thread): y = act(x * st[j] + st[c + j]), act
+ * FL_ACT_LINEAR, _RELU or _RELU6, its own pass's arithmetic (a convolution applying it as it copies its input:
+ * backend.h d->pre) */
+void fl_cpu_bn_apply_rows(int64_t rows, int c, const float *st, int act, const float *x, float *y);
+/* The cap of a ReLU (FL_ACT_RELU: none) or ReLU6 fused into a normalisation */
+static inline float fl_cpu_relu_cap(int act) { return act == FL_ACT_RELU6 ? 6.0f : INFINITY; }
 void fl_cpu_bn_dx(int64_t m, int c, const fl_bn_grad *bg, const float *x, float *dx);
 /* cpu_winograd.c: 3x3 stride-1 convolutions by Winograd F(2x2, 3x3) on the
  * AVX-512 micro-kernel. fl_wino_ok: whether d (forward, or a data gradient's

@@ -101,7 +101,7 @@ FL_AVX512 static inline __attribute__((always_inline)) void
 in_tile_body(const float *xs, int H, int W, int C, int ih0, int iw0, float *v, size_t vs, const float *pre,
              const int act) {
     const int inside = ih0 >= 0 && iw0 >= 0 && ih0 + 4 <= H && iw0 + 4 <= W;
-    const __m512 zero = _mm512_setzero_ps(), hi = _mm512_set1_ps(act == FL_ACT_RELU6 ? 6.0f : INFINITY);
+    const __m512 zero = _mm512_setzero_ps(), hi = _mm512_set1_ps(fl_cpu_relu_cap(act));
     for (int c0 = 0; c0 < C; c0 += 16) {
         const __mmask16 m = tail_mask(C - c0);
         const __m512 ps = pre ? _mm512_maskz_loadu_ps(m, pre + c0) : zero;
