@@ -1262,6 +1262,132 @@ static void test_pad2d(int top, int bottom, int left, int right) {
     h_free(&h);
 }
 
+/* ZeroPadding2D before a convolution that takes its padding (fl_op_pad_into_conv), against the same graph with
+ * the padding kept apart (the padding marked an output, which rules the fold out), params and data copied:
+ *  0: pad ((0, 1), (0, 1)) -> DepthwiseConv2D 3x3 stride 2 (MobileNetV2's correct_pad);
+ *  1: Conv2D 1x1 -> BN -> ReLU6 -> that padding -> depthwise -> BN -> ReLU (a stride-2 block: the normalisation
+ *     is then formed by the depthwise as it reads, through the padding);
+ *  2: pad 1 -> Conv2D 3x3 stride 1 with a ReLU (Winograd or the direct kernels);
+ *  3: pad 3 -> Conv2D 7x7 stride 2 -> MaxPooling2D 2x2 (ResNet50's stem; the pooling fused into the convolution);
+ *  4: ReLU -> pad ((0, 1), (0, 1)) -> Conv2D 3x3 stride 2, added to a 1x1 stride-2 Conv2D of the same ReLU (the
+ *     gradient of the padding's input comes from two readers);
+ *  5: pad ((1, 0), (2, 1)) -> Conv2D 3x3: one padded on both sides would give another size, not folded. */
+static fl_node *pad_conv_chain(harness *h, int v, const harness *like, fl_node **pad, fl_node **bn) {
+    const int64_t B = 4, C = v == 0 ? 6 : v == 1 || v == 3 ? 3 : 5;
+    const int64_t H = v == 3 ? 16 : v == 2 || v == 5 ? 9 : 10, W = v == 3 ? 16 : v == 2 || v == 5 ? 7 : 10;
+    h_init(h, B, 3, (int64_t[]){H, W, C});
+    fl_node *y = h->x;
+    *bn = NULL;
+    fl_node *bn_param[4];
+    for (int k = 0; v == 1 && k < 2; k++) { /* the normalisations' parameters, made up front */
+        const int64_t c = 12;
+        bn_param[2 * k] = h_param(h, 1, &c, 0.5f, 2.0f);
+        bn_param[2 * k + 1] = h_param(h, 1, &c, -1.0f, 1.0f);
+    }
+    fl_node *mm[2], *mv[2];
+    for (int k = 0; k < 2; k++) {
+        const int64_t c = 12;
+        mm[k] = fl_graph_param(&h->g, "moving_mean", 1, &c, false);
+        mv[k] = fl_graph_param(&h->g, "moving_variance", 1, &c, false);
+        for (int j = 0; j < c; j++) { mm[k]->val[j] = 0; mv[k]->val[j] = 1; }
+    }
+    if (v == 1) {
+        fl_node *w = h_param(h, 4, (int64_t[]){1, 1, C, 12}, -0.5f, 0.5f);
+        y = fl_graph_conv2d(&h->g, "expand", y, w, NULL, 1, 1, FL_SAME, FL_ACT_LINEAR);
+        *bn = y = fl_graph_batchnorm(&h->g, "expand_bn", y, bn_param[0], bn_param[1], mm[0], mv[0], 1e-3f, 0.99f);
+        y = fl_graph_pact(&h->g, "expand_relu", y, (fl_pact_desc){FL_PACT_RELU, 0.0f, 0.0f, 6.0f});
+    }
+    fl_node *relu = NULL;
+    if (v == 4) relu = y = fl_graph_act(&h->g, "relu", y, FL_ACT_RELU);
+    const int t = v == 2 ? 1 : v == 3 ? 3 : v == 5 ? 1 : 0, b = v == 2 ? 1 : v == 3 ? 3 : v == 5 ? 0 : 1;
+    const int l = v == 2 ? 1 : v == 3 ? 3 : v == 5 ? 2 : 0, r = v == 2 || v == 5 ? 1 : v == 3 ? 3 : 1;
+    *pad = y = fl_graph_pad2d(&h->g, "pad", y, t, b, l, r);
+    const int64_t ci = y->shape[3], co = v == 2 ? 16 : v == 3 ? 8 : 7, nb = v <= 1 ? ci : co;
+    const int k = v == 3 ? 7 : 3, s = v == 0 || v == 1 || v == 3 || v == 4 ? 2 : 1;
+    fl_node *w = h_param(h, 4, (int64_t[]){k, k, ci, v <= 1 ? 1 : co}, -0.5f, 0.5f);
+    fl_node *bias = v == 1 ? NULL : h_param(h, 1, &nb, -0.5f, 0.5f);
+    if (v <= 1) y = fl_graph_depthwise_conv2d(&h->g, "dw", y, w, bias, s, s, FL_VALID, FL_ACT_LINEAR);
+    else y = fl_graph_conv2d(&h->g, "conv", y, w, bias, s, s, FL_VALID, v == 2 || v == 3 ? FL_ACT_RELU : FL_ACT_LINEAR);
+    if (v == 1) {
+        y = fl_graph_batchnorm(&h->g, "dw_bn", y, bn_param[2], bn_param[3], mm[1], mv[1], 1e-3f, 0.99f);
+        y = fl_graph_act(&h->g, "dw_relu", y, FL_ACT_RELU);
+    }
+    if (v == 3) y = fl_graph_pool(&h->g, "pool", FL_OP_MAXPOOL, y, 2, 2, 2, 2, FL_VALID);
+    if (v == 4) {
+        fl_node *w1 = h_param(h, 4, (int64_t[]){1, 1, C, co}, -0.5f, 0.5f);
+        fl_node *side = fl_graph_conv2d(&h->g, "side", relu, w1, NULL, 2, 2, FL_SAME, FL_ACT_LINEAR);
+        y = fl_graph_merge(&h->g, "add", FL_OP_ADD, (fl_node *[]){y, side}, 2, -1);
+    }
+    if (like) (*pad)->is_output = true; /* kept apart */
+    for (int p = 0; like && p < h->np; p++)
+        memcpy(h->params[p]->val, like->params[p]->val, (size_t)fl_node_size(h->params[p]) * sizeof(float));
+    h_ready(h, y, -2, 3);
+    if (like) {
+        memcpy(h->x->val, like->x->val, (size_t)fl_node_size(h->x) * sizeof(float));
+        memcpy(h->R, like->R, (size_t)fl_node_size(y) * sizeof(float));
+    }
+    return y;
+}
+
+static void test_pad_into_conv(int v) {
+    harness h, u;
+    fl_node *hp, *up, *hb, *ub;
+    pad_conv_chain(&h, v, NULL, &hp, &hb);
+    pad_conv_chain(&u, v, &h, &up, &ub);
+    char what[64];
+    snprintf(what, sizeof what, "zero padding -> convolution, variant %d", v);
+    const bool want = v != 5;
+    CHECK_MSG((fl_op_pad_into_conv(&h.g, hp) != NULL) == want && !fl_op_pad_into_conv(&u.g, up),
+              "%s: folded %d, expected %d", what, fl_op_pad_into_conv(&h.g, hp) != NULL, want);
+    /* neither its value nor its gradient has a buffer (plan.c) */
+    CHECK_MSG(want ? hp->val == NULL && hp->grad == NULL : hp->val != NULL, "%s: the padding's buffers %p, %p", what,
+              (void *)hp->val, (void *)hp->grad);
+    if (v == 1) { /* the expansion's normalisation is formed by the depthwise, through the padding */
+        fl_node *dv;
+        int act;
+        CHECK_MSG(fl_op_bn_into_conv(&h.g, hb, &dv, &act) != NULL && !fl_op_bn_into_conv(&u.g, ub, &dv, &act),
+                  "%s: the normalisation is not deferred through the padding", what);
+    }
+    for (int step = 0; step < 2; step++) { /* two steps: the second from the updated moving statistics */
+        harness *hs[2] = {&h, &u};
+        for (int k = 0; k < 2; k++) h_step(hs[k]);
+        for (int tt = -4; tt < h.np; tt++) {
+            if (tt < -2 && !hb) continue;
+            const fl_node *a = tt == -4 ? hb->in[3] : tt == -3 ? hb->in[4] : tt == -2 ? h.out : tt == -1 ? h.x
+                             : h.params[tt];
+            const fl_node *b = tt == -4 ? ub->in[3] : tt == -3 ? ub->in[4] : tt == -2 ? u.out : tt == -1 ? u.x
+                             : u.params[tt];
+            const float *p = tt < -1 ? a->val : a->grad, *q = tt < -1 ? b->val : b->grad;
+            double worst = 0, scale = 1e-30;
+            for (int64_t i = 0; i < fl_node_size(a); i++) {
+                worst = fmax(worst, fabs((double)p[i] - q[i]));
+                scale = fmax(scale, fabs((double)q[i]));
+            }
+            const char *name = tt == -4 ? "moving mean" : tt == -3 ? "moving variance" : tt == -2 ? "output"
+                             : tt == -1 ? "dx" : "a parameter's gradient";
+            CHECK_MSG(worst <= 1e-5 * scale, "%s, step %d: %s (%d) differs from the padding apart by %g (of %g)",
+                      what, step, name, tt, worst, scale);
+        }
+    }
+    /* inference: predict's plan, without the padding's value too */
+    CHECK(fl_graph_reserve_infer(&h.g, h.batch) == FL_OK && fl_graph_reserve_infer(&u.g, u.batch) == FL_OK);
+    fl_graph_set_batch(&h.g, h.batch);
+    fl_graph_set_batch(&u.g, u.batch);
+    fill(h.x->val, fl_node_size(h.x), -2, 3); /* the input's buffer is predict's own */
+    memcpy(u.x->val, h.x->val, (size_t)fl_node_size(h.x) * sizeof(float));
+    h_loss(&h, false);
+    h_loss(&u, false);
+    double worst = 0, scale = 1e-30;
+    for (int64_t i = 0; i < fl_node_size(h.out); i++) {
+        worst = fmax(worst, fabs((double)h.out->val[i] - u.out->val[i]));
+        scale = fmax(scale, fabs((double)u.out->val[i]));
+    }
+    CHECK_MSG(worst <= 1e-5 * scale, "%s: inference differs by %g (of %g)", what, worst, scale);
+    CHECK_MSG(!want || hp->val == NULL, "%s: inference gave the padding a value", what);
+    h_free(&h);
+    h_free(&u);
+}
+
 /* Conv1D's form of Conv2D: a one-column image and a (k, in, out) kernel,
  * after a causal pad of k - 1 rows. */
 static void test_conv1d_form(void) {
@@ -2928,5 +3054,6 @@ int main(void) {
     for (int k = 0; k < 4; k++) test_bn_add_train(k);
     /* a normalisation's affine and ReLU formed by the convolution after it (appended: the streams above stay) */
     for (int v = 0; v < 8; v++) test_bn_into_conv(v);
+    for (int v = 0; v < 6; v++) test_pad_into_conv(v);
     return check_report("test_ops");
 }

@@ -270,7 +270,7 @@ static fl_status reserve(fl_graph *g, int64_t batch, bool infer) {
         n->abytes = p.abytes[i];
         if (!infer && n->gscratch_bytes && !(n->gscratch = g->be->alloc(n->gscratch_bytes))) goto fail;
         if (n->op == FL_OP_CONV2D || n->op == FL_OP_CONV2D_TRANSPOSE) {
-            fl_conv_desc d = n->conv;
+            fl_conv_desc d = fl_op_conv_desc(g, n);
             d.n = batch;
             size_t w = g->be->conv_workspace(&d, !infer && n->needs_grad);
             if (w > ws) ws = w;
@@ -517,7 +517,7 @@ fl_status fl_graph_rebind(fl_graph *g, fl_graph *s) {
         if (owns && (size_t)bytes > o->vbytes) fit = false;
         if ((size_t)aux > o->abytes) fit = false;
         if (n->op == FL_OP_CONV2D || n->op == FL_OP_CONV2D_TRANSPOSE) {
-            fl_conv_desc d = n->conv;
+            fl_conv_desc d = fl_op_conv_desc(s, n);
             d.n = g->batch_cap;
             size_t w = g->be->conv_workspace(&d, !g->infer && o->needs_grad);
             if (w > ws) ws = w;

@@ -38,6 +38,10 @@
  *    it (relu_fused_into) writes the ReLU's value, and its backward reads
  *    the ReLU's gradient: it has no gradient, and no value but for an Add
  *    of three or more (the sum so far);
+ *  - a ZeroPadding2D whose padding the convolution that alone reads it
+ *    takes (fl_op_pad_into_conv) has neither value nor gradient: the
+ *    convolution reads its input, and its backward writes that input's
+ *    gradient;
  *  - the model's outputs (and any node nothing reads) are read after the
  *    forward (predict, the loss) and written by the loss.
  */
@@ -235,6 +239,15 @@ fl_status fl_plan_make(const fl_graph *g, const bool *need, int64_t batch, bool 
             if (NEED(cb)) hi[3 * cb->id + 1] = MAX(hi[3 * cb->id + 1], 2 * (int64_t)N - i);
             if (cr && NEED(cr)) hi[3 * cr->id + 1] = MAX(hi[3 * cr->id + 1], 2 * (int64_t)N - i);
         }
+        const fl_node *pad = c->op == FL_OP_PAD2D ? NULL : c->nin > 0 ? c->in[0] : NULL;
+        if (pad && pad->op == FL_OP_PAD2D && fl_op_pad_into_conv(g, pad) == c) {
+            /* the convolution reads the padding's input, and its backward writes that input's gradient */
+            const fl_node *x = pad->in[0];
+            if (x && x->op != FL_OP_PARAM && x->batched) {
+                if (infer) hi[3 * x->id] = MAX(hi[3 * x->id], i);
+                else if (NEED(x) && NEED(c)) lo[3 * x->id + 1] = MIN(lo[3 * x->id + 1], 2 * (int64_t)N - i);
+            }
+        }
         const fl_node *pool = c->op == FL_OP_CONV2D ? fl_op_fused_pool(g, c) : NULL;
         if (pool) { /* the convolution's forward writes the pooling's value and aux; the pooling's backward
                      * the convolution's input gradient */
@@ -264,8 +277,10 @@ fl_status fl_plan_make(const fl_graph *g, const bool *need, int64_t batch, bool 
         const fl_node *n = g->nodes[i];
         if (n->op == FL_OP_PARAM || !n->batched) continue;
         const bool fused = !infer && relu_fused_into(g, n), unwritten = fused && (n->op != FL_OP_ADD || n->nin == 2);
-        own[3 * i] = !fl_plan_val_view(n) && (infer || (!unwritten && !fl_op_bn_into_add(g, n) && !conv_forms(g, n)));
-        own[3 * i + 1] = !infer && NEED(n) && !fl_plan_grad_view(n) && !fused;
+        const bool padded_by_conv = fl_op_pad_into_conv(g, n) != NULL;
+        own[3 * i] = !fl_plan_val_view(n) && !padded_by_conv &&
+                     (infer || (!unwritten && !fl_op_bn_into_add(g, n) && !conv_forms(g, n)));
+        own[3 * i + 1] = !infer && NEED(n) && !fl_plan_grad_view(n) && !fused && !padded_by_conv;
         own[3 * i + 2] = p->abytes[i] > 0;
         if (own[3 * i + 1] && lo[3 * i + 1] > hi[3 * i + 1]) lo[3 * i + 1] = hi[3 * i + 1]; /* never written */
         for (int k = 0; k < 3; k++)

@@ -727,6 +727,54 @@ fl_node *fl_op_fused_pool(const fl_graph *g, const fl_node *c) {
     return n && k == 0 && n->op == FL_OP_MAXPOOL ? n : NULL;
 }
 
+/* ZeroPadding2D's padding added to that of convolution desc d that reads it (pd: the padding's desc) */
+static fl_conv_desc pad_folded(fl_conv_desc d, const fl_conv_desc *pd) {
+    d.h = pd->h;
+    d.w = pd->w;
+    d.pt += pd->pt;
+    d.pl += pd->pl;
+    return d;
+}
+
+/* Whether padding pad before an input of n and zeros after it as far as the windows reach, out windows of k
+ * (dilated: its extent) at stride, can be padding pad on both sides with the rest after, as cuDNN takes it (the
+ * CUDA backend's conv_plan): the windows reach at least pad past n, or pad on both sides gives out windows too. */
+static bool pad_symmetric_ok(int n, int out, int k, int stride, int dil, int pad) {
+    const int64_t extent = (int64_t)(k - 1) * dil + 1, after = (int64_t)(out - 1) * stride + extent - n - pad;
+    return after >= pad || (n + 2 * (int64_t)pad >= extent && (n + 2 * (int64_t)pad - extent) / stride + 1 == out);
+}
+
+fl_node *fl_op_pad_into_conv(const fl_graph *g, const fl_node *p) {
+    if (p->op != FL_OP_PAD2D || p->nconsumers != 1 || p->is_output || !p->batched) return NULL;
+    const fl_conv_desc *pd = &p->conv;
+    if (pd->pt < 0 || pd->pl < 0 || pd->oh - pd->h - pd->pt < 0 || pd->ow - pd->w - pd->pl < 0) return NULL;
+    int k;
+    fl_node *c = first_reader(g, p, &k);
+    if (!c || k != 0 || (c->op != FL_OP_CONV2D && c->op != FL_OP_DEPTHWISE_CONV2D)) return NULL;
+    const fl_conv_desc d = pad_folded(c->conv, pd);
+    return pad_symmetric_ok(d.h, d.oh, d.kh, d.sh, fl_conv_dil_h(&d), d.pt) &&
+                   pad_symmetric_ok(d.w, d.ow, d.kw, d.sw, fl_conv_dil_w(&d), d.pl)
+               ? c
+               : NULL;
+}
+
+/* The padding whose padding convolution n takes as its own (fl_op_pad_into_conv), or NULL */
+static fl_node *folded_pad(const fl_graph *g, const fl_node *n) {
+    fl_node *p = n->nin > 0 ? n->in[0] : NULL;
+    return p && p->op == FL_OP_PAD2D && fl_op_pad_into_conv(g, p) == n ? p : NULL;
+}
+
+fl_conv_desc fl_op_conv_desc(const fl_graph *g, const fl_node *n) {
+    const fl_node *p = folded_pad(g, n);
+    return p ? pad_folded(n->conv, &p->conv) : n->conv;
+}
+
+/* The node whose value convolution n reads: its input, or the input of the padding it takes */
+static const fl_node *conv_src(const fl_graph *g, const fl_node *n) {
+    const fl_node *p = folded_pad(g, n);
+    return p ? p->in[0] : n->in[0];
+}
+
 /* ---------------------------------------------------- gradient helpers */
 
 /* The gradient buffer of input k, or NULL if it needs none; *beta says
@@ -740,6 +788,13 @@ static float *in_grad(fl_node *n, int k, float *beta) {
 
 static void mark(fl_node *n, int k) {
     if (n->in[k] && n->in[k]->needs_grad) n->in[k]->grad_ready = true;
+}
+
+/* The node whose input's gradient convolution n's backward writes: n, or the padding n takes (which is left
+ * unmarked, so that its own backward is skipped) */
+static fl_node *dx_node(const fl_graph *g, fl_node *n) {
+    fl_node *p = folded_pad(g, n);
+    return p ? p : n;
 }
 
 /* Where the gradient of weight input k goes: the weight's own buffer, or,
@@ -892,8 +947,9 @@ fl_node *fl_op_bn_into_conv(const fl_graph *g, const fl_node *bn, fl_node **v, i
     if (x->nconsumers != 1 || x->is_output || !x->batched) return NULL;
     int k;
     fl_node *c = first_reader(g, x, &k);
+    if (c && c->op == FL_OP_PAD2D && k == 0) c = fl_op_pad_into_conv(g, c); /* the convolution takes its padding */
     if (!c || (c->op != FL_OP_CONV2D && c->op != FL_OP_DEPTHWISE_CONV2D) || k != 0 || !c->batched) return NULL;
-    BATCH_DESC(d, c->conv);
+    BATCH_DESC(d, fl_op_conv_desc(g, c));
     if (!g->be->conv_pre(&d, c->op == FL_OP_DEPTHWISE_CONV2D)) return NULL;
     *v = x;
     return c;
@@ -903,7 +959,7 @@ fl_node *fl_op_bn_into_conv(const fl_graph *g, const fl_node *bn, fl_node **v, i
  * to it in this step's forward (fl_op_bn_into_conv), that normalisation's input, with d->pre (its s and t) and
  * d->pre_act set. */
 static const float *conv_input(const fl_graph *g, const fl_node *n, fl_conv_desc *d) {
-    const fl_node *x = n->in[0], *bn = x;
+    const fl_node *x = conv_src(g, n), *bn = x;
     if (x->op != FL_OP_BATCHNORM && x->nin == 1 && x->in[0]) bn = x->in[0];
     if (bn->op != FL_OP_BATCHNORM || !bn->affine_deferred) return x->val;
     fl_node *v;
@@ -915,7 +971,7 @@ static const float *conv_input(const fl_graph *g, const fl_node *n, fl_conv_desc
 }
 
 static void conv2d_forward(fl_graph *g, fl_node *n, bool training) {
-    BATCH_DESC(d, n->conv);
+    BATCH_DESC(d, fl_op_conv_desc(g, n));
     fl_node *pool = fl_op_fused_pool(g, n);
     const float *xv = conv_input(g, n, &d);
     if (pool) { /* the pooling's output too, in one pass */
@@ -931,10 +987,11 @@ static void conv2d_forward(fl_graph *g, fl_node *n, bool training) {
 
 static void conv2d_backward(fl_graph *g, fl_node *n) {
     float beta = 0.0f;
-    BATCH_DESC(d, n->conv);
+    BATCH_DESC(d, fl_op_conv_desc(g, n));
     const float *xv = conv_input(g, n, &d);
     if (n->grad_is_preact) d.act = FL_ACT_LINEAR;
-    float *dx = in_grad(n, 0, &beta);
+    fl_node *in = dx_node(g, n); /* n, or the padding it takes: the gradient goes to its input */
+    float *dx = in_grad(in, 0, &beta);
     size_t off = 0;
     float *dw[2] = {weight_grad(n, 1, &off), d.has_bias ? weight_grad(n, 2, &off) : NULL};
     fl_node *bn = fl_op_fused_conv_bn_train(g, n);
@@ -949,11 +1006,11 @@ static void conv2d_backward(fl_graph *g, fl_node *n) {
         g->be->conv2d_bwd(&d, xv, n->in[1]->val, n->val, n->grad, dx, beta, dw[0], dw[1], g->ws);
     }
     weight_grads_add(g->be, n, 1, 2, dw);
-    mark(n, 0); mark(n, 1); mark(n, 2);
+    mark(in, 0); mark(n, 1); mark(n, 2);
 }
 
 static void depthwise_forward(fl_graph *g, fl_node *n, bool training) {
-    BATCH_DESC(d, n->conv);
+    BATCH_DESC(d, fl_op_conv_desc(g, n));
     const float *xv = conv_input(g, n, &d);
     const float *w, *b;
     float *y = fold_bn(g, n, training, &d, &w, &b);
@@ -962,14 +1019,15 @@ static void depthwise_forward(fl_graph *g, fl_node *n, bool training) {
 
 static void depthwise_backward(fl_graph *g, fl_node *n) {
     float beta = 0.0f;
-    BATCH_DESC(d, n->conv);
+    BATCH_DESC(d, fl_op_conv_desc(g, n));
     if (n->grad_is_preact) d.act = FL_ACT_LINEAR;
-    float *dx = in_grad(n, 0, &beta);
+    fl_node *in = dx_node(g, n);
+    float *dx = in_grad(in, 0, &beta);
     size_t off = 0;
     float *dw[2] = {weight_grad(n, 1, &off), d.has_bias ? weight_grad(n, 2, &off) : NULL};
     g->be->depthwise_bwd(&d, conv_input(g, n, &d), n->in[1]->val, n->val, n->grad, dx, beta, dw[0], dw[1]);
     weight_grads_add(g->be, n, 1, 2, dw);
-    mark(n, 0); mark(n, 1); mark(n, 2);
+    mark(in, 0); mark(n, 1); mark(n, 2);
 }
 
 static void maxpool_forward(fl_graph *g, fl_node *n, bool training) {
@@ -990,11 +1048,11 @@ static void maxpool_backward(fl_graph *g, fl_node *n) {
         /* the convolution's backward, from this gradient: the
          * convolution's own dy is never written in full, and its
          * node is left unmarked so that backward skips it */
-        BATCH_DESC(cd, x->conv);
+        BATCH_DESC(cd, fl_op_conv_desc(g, x));
         if (x->grad_is_preact) cd.act = FL_ACT_LINEAR;
-        fl_node *xi = x->in[0];
+        fl_node *xin = dx_node(g, x), *xi = xin->in[0];
         float cbeta = 0.0f;
-        float *cdx = in_grad(x, 0, &cbeta);
+        float *cdx = in_grad(xin, 0, &cbeta);
         /* x's input is a ReLU output that only x reads: mask its gradient here */
         int relu_mask = cdx && cbeta == 0.0f && xi->nconsumers == 1 && xi->act == FL_ACT_RELU &&
                         (xi->op == FL_OP_CONV2D || xi->op == FL_OP_DENSE);
@@ -1003,7 +1061,7 @@ static void maxpool_backward(fl_graph *g, fl_node *n) {
         g->be->conv2d_maxpool_bwd(&cd, &d, conv_input(g, x, &cd), x->in[1]->val, x->val, n->val, n->grad, n->aux,
                                   x->grad, cdx, cbeta, relu_mask, dw[0], dw[1], g->ws);
         weight_grads_add(g->be, x, 1, 2, dw);
-        mark(x, 0); mark(x, 1); mark(x, 2);
+        mark(xin, 0); mark(x, 1); mark(x, 2);
         if (relu_mask) xi->grad_is_preact = true;
         g->fused_conv_pool_bwd++;
         g->fused_relu_mask_bwd += relu_mask;
@@ -1415,6 +1473,7 @@ static void bmerge_backward(fl_graph *g, fl_node *n) {
 
 static void pad2d_forward(fl_graph *g, fl_node *n, bool training) {
     (void)training;
+    if (fl_op_pad_into_conv(g, n)) return; /* the convolution after it pads as it reads */
     BATCH_DESC(d, n->conv);
     g->be->pad2d(&d, n->in[0]->val, n->val, 0.0f);
 }

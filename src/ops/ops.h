@@ -16,6 +16,20 @@ const char *fl_op_name(fl_op op);
  * (conv's forward writes its value and aux; its backward writes conv's
  * input gradient), or NULL. */
 fl_node *fl_op_fused_pool(const fl_graph *g, const fl_node *conv);
+/* The Conv2D or DepthwiseConv2D that alone reads ZeroPadding2D node p and
+ * takes p's padding as its own (pt, pl and the zeros after), in training
+ * and inference: p's value and gradient are never written, and the
+ * convolution's backward writes the gradient of p's input (Keras's
+ * applications pad before a strided convolution: MobileNetV2's stride-2
+ * blocks, ResNet50's stem). Padding only, no cropping, and where the
+ * padding before, taken on both sides with any rest after, gives the same
+ * output size (cuDNN pads symmetrically; the CUDA backend adds the rest
+ * after), as Keras's "same" and its applications' paddings do; else NULL. */
+fl_node *fl_op_pad_into_conv(const fl_graph *g, const fl_node *p);
+/* Convolution node n's descriptor as its kernels run it: n->conv, or with
+ * the padding it takes (fl_op_pad_into_conv) and that padding's input's
+ * height and width; the batch is left to the caller. */
+fl_conv_desc fl_op_conv_desc(const fl_graph *g, const fl_node *n);
 /* The BatchNormalization that an inference forward of Conv2D or
  * DepthwiseConv2D node conv may fold into its weights (conv linear, the
  * normalisation its only reader), or NULL; conv's forward then writes the
