@@ -1030,6 +1030,26 @@ def t_pad_crop_adam():
     return keras.Model(x, y, name="train_pad_crop_adam")
 
 
+def t_pad_fold_adam():
+    # Keras's applications pad before a strided convolution (MobileNetV2's
+    # stride-2 blocks with correct_pad, ResNet50's stem): flynn takes the
+    # ZeroPadding2D into the convolution after it, and forms the
+    # normalisation before the padding as the depthwise reads it.
+    x = keras.Input((8, 8, 3), name="image")
+    h = L.Conv2D(6, 1, use_bias=False)(x)
+    h = L.BatchNormalization()(h)
+    h = L.ReLU(6.0)(h)
+    h = L.ZeroPadding2D(((0, 1), (0, 1)))(h)                   # 9x9
+    h = L.DepthwiseConv2D(3, strides=2, use_bias=False)(h)     # 4x4
+    h = L.BatchNormalization()(h)
+    h = L.ReLU()(h)
+    h = L.ZeroPadding2D(1)(h)                                  # 6x6
+    h = L.Conv2D(4, 3, activation="relu")(h)                   # 4x4
+    h = L.GlobalAveragePooling2D()(h)
+    y = L.Dense(3, activation="softmax")(h)
+    return keras.Model(x, y, name="train_pad_fold_adam")
+
+
 def t_conv1d_adam():
     return keras.Sequential([
         keras.Input((9, 2)),
@@ -1387,6 +1407,9 @@ TRAINING = [
     ("train_pad_crop_adam", t_pad_crop_adam,
      lambda: keras.optimizers.Adam(learning_rate=0.01),
      "sparse_categorical_crossentropy", ["accuracy"], b_sparse(3, 6, 6, 1), KERAS),
+    ("train_pad_fold_adam", t_pad_fold_adam,
+     lambda: keras.optimizers.Adam(learning_rate=0.01),
+     "sparse_categorical_crossentropy", ["accuracy"], b_sparse(3, 8, 8, 3), KERAS),
     ("train_conv1d_adam", t_conv1d_adam,
      lambda: keras.optimizers.Adam(learning_rate=0.01),
      "sparse_categorical_crossentropy", ["accuracy"], b_sparse(2, 9, 2), KERAS),
