@@ -56,6 +56,17 @@ static void h_ready(harness *h, fl_node *out, float xlo, float xhi) {
     fill(h->R, fl_node_size(out), -1, 1);
 }
 
+/* h_ready for a second harness built as `like` was (NULL: the first): like's parameters, input and R copied */
+static void h_ready_like(harness *h, fl_node *out, const harness *like) {
+    for (int p = 0; like && p < h->np; p++)
+        memcpy(h->params[p]->val, like->params[p]->val, (size_t)fl_node_size(h->params[p]) * sizeof(float));
+    h_ready(h, out, -2, 3);
+    if (like) {
+        memcpy(h->x->val, like->x->val, (size_t)fl_node_size(h->x) * sizeof(float));
+        memcpy(h->R, like->R, (size_t)fl_node_size(out) * sizeof(float));
+    }
+}
+
 static void h_free(harness *h) {
     free(h->R);
     fl_graph_free(&h->g);
@@ -797,19 +808,13 @@ static fl_node *conv_bn_chain(harness *h, const fl_backend *be, int v, const har
     fl_node *mm = fl_graph_param(&h->g, "moving_mean", 1, &oc, false);
     fl_node *mv = fl_graph_param(&h->g, "moving_variance", 1, &oc, false);
     for (int c = 0; c < OC; c++) { mm->val[c] = 0; mv->val[c] = 1; }
-    for (int p = 0; like && p < h->np; p++)
-        memcpy(h->params[p]->val, like->params[p]->val, (size_t)fl_node_size(h->params[p]) * sizeof(float));
     fl_node *conv = v == 3 ? fl_graph_conv2d_dilated(&h->g, "conv", h->x, w, b, 1, 1, 2, 2, 1, FL_VALID, FL_ACT_LINEAR)
                            : fl_graph_conv2d(&h->g, "conv", h->x, w, b, S, S, FL_SAME, FL_ACT_LINEAR);
     fl_node *bn = fl_graph_batchnorm(&h->g, "bn", conv, gamma, beta, mm, mv, 1e-3f, 0.99f);
     fl_node *y = v == 0 ? fl_graph_act(&h->g, "relu", bn, FL_ACT_RELU)
                : v == 2 ? fl_graph_pact(&h->g, "relu", bn, (fl_pact_desc){FL_PACT_RELU, 0.0f, 0.0f, 6.0f})
                         : bn;
-    h_ready(h, y, -2, 3);
-    if (like) {
-        memcpy(h->x->val, like->x->val, (size_t)fl_node_size(h->x) * sizeof(float));
-        memcpy(h->R, like->R, (size_t)fl_node_size(y) * sizeof(float));
-    }
+    h_ready_like(h, y, like);
     return conv;
 }
 
@@ -894,13 +899,7 @@ static fl_node *bn_conv_chain(harness *h, const fl_backend *be, int v, const har
                    : fl_graph_conv2d(&h->g, "conv_b", y, w, b, s, s, pad, FL_ACT_LINEAR);
         if (v == 3) y = fl_graph_pool(&h->g, "pool", FL_OP_MAXPOOL, y, 2, 2, 2, 2, FL_VALID);
     }
-    for (int p = 0; like && p < h->np; p++)
-        memcpy(h->params[p]->val, like->params[p]->val, (size_t)fl_node_size(h->params[p]) * sizeof(float));
-    h_ready(h, y, -2, 3);
-    if (like) {
-        memcpy(h->x->val, like->x->val, (size_t)fl_node_size(h->x) * sizeof(float));
-        memcpy(h->R, like->R, (size_t)fl_node_size(y) * sizeof(float));
-    }
+    h_ready_like(h, y, like);
     *bn = bns[0];
     return y;
 }
@@ -1319,13 +1318,7 @@ static fl_node *pad_conv_chain(harness *h, int v, const harness *like, fl_node *
         y = fl_graph_merge(&h->g, "add", FL_OP_ADD, (fl_node *[]){y, side}, 2, -1);
     }
     if (like) (*pad)->is_output = true; /* kept apart */
-    for (int p = 0; like && p < h->np; p++)
-        memcpy(h->params[p]->val, like->params[p]->val, (size_t)fl_node_size(h->params[p]) * sizeof(float));
-    h_ready(h, y, -2, 3);
-    if (like) {
-        memcpy(h->x->val, like->x->val, (size_t)fl_node_size(h->x) * sizeof(float));
-        memcpy(h->R, like->R, (size_t)fl_node_size(y) * sizeof(float));
-    }
+    h_ready_like(h, y, like);
     return y;
 }
 
