@@ -575,7 +575,7 @@ static void test_batchnorm_frozen(void) {
 }
 
 /* Training's BatchNormalization with the ReLU or ReLU6 that alone reads it (an Activation, kind 0, or a
- * ReLU layer, kind 1), fused (bn_fwd_train_act, bn_bwd_act): the same output, moving statistics and
+ * ReLU layer, kind 1), or a LeakyReLU with slope 0.3 (kind 2), fused (bn_fwd_train_act, bn_bwd_act): the same output, moving statistics and
  * gradients, bit for bit, as the two layers run apart (a backend without the fused entries), whose
  * gradients test_batchnorm and test_act check by differences (here a step in gamma moves a whole channel
  * across the ReLU's kink). The inputs put values at, above and below the cap. With at_mean, every channel's
@@ -600,6 +600,7 @@ static fl_node *bn_relu_chain(harness *h, const fl_backend *be, int relu6, int k
     }
     fl_node *bn = fl_graph_batchnorm(&h->g, "bn", h->x, gamma, beta, mm, mv, 1e-3f, 0.99f);
     fl_node *y = kind == 0 ? fl_graph_act(&h->g, "relu", bn, relu6 ? FL_ACT_RELU6 : FL_ACT_RELU)
+               : kind == 2 ? fl_graph_pact(&h->g, "leaky", bn, (fl_pact_desc){FL_PACT_RELU, 0.3f, 0.0f, INFINITY})
                            : fl_graph_pact(&h->g, "relu", bn, (fl_pact_desc){FL_PACT_RELU, 0.0f, 0.0f,
                                                                               relu6 ? 6.0f : INFINITY});
     h_ready(h, y, -2, 3);
@@ -626,7 +627,8 @@ static void test_bn_relu_fused(int relu6, int kind, int at_mean) {
     }
     fl_node *bu = bn_relu_chain(&u, &apart, relu6, kind, &h);
     char what[96];
-    snprintf(what, sizeof what, "batchnorm -> %s%s (training%s)", kind ? "ReLU layer" : "Activation",
+    snprintf(what, sizeof what, "batchnorm -> %s%s (training%s)",
+             kind == 2 ? "LeakyReLU" : kind ? "ReLU layer" : "Activation",
              relu6 ? " (6)" : "", at_mean ? ", values at the mean" : "");
     harness *hs[2] = {&h, &u};
     for (int k = 0; k < 2; k++) h_step(hs[k]);
@@ -790,10 +792,11 @@ static void test_add_relu_train(int kind) {
  * moving statistics, bit for bit, as a backend without those entries. v: 0, 3x3 "same" 16 -> 16, no bias,
  * ReLU; 1, 3x3 stride 2 "same" 3 -> 20, bias, no ReLU; 2, 1x1 8 -> 16, ReLU6, the input without a gradient
  * (the convolution forms its dy in place); 3, 3x3 "valid" 5 -> 7 dilated 2 (not the direct kernels: the
- * whole dx formed first). */
+ * whole dx formed first); 4, as 0 with a LeakyReLU (slope 0.3). */
 static fl_node *conv_bn_chain(harness *h, const fl_backend *be, int v, const harness *like) {
     const int64_t B = 6;
-    const int C = v == 0 ? 16 : v == 1 ? 3 : v == 2 ? 8 : 5, OC = v == 0 ? 16 : v == 1 ? 20 : v == 2 ? 16 : 7;
+    const int C = v == 0 || v == 4 ? 16 : v == 1 ? 3 : v == 2 ? 8 : 5;
+    const int OC = v == 0 || v == 4 ? 16 : v == 1 ? 20 : v == 2 ? 16 : 7;
     const int K = v == 2 ? 1 : 3, S = v == 1 ? 2 : 1;
     memset(h, 0, sizeof *h);
     fl_graph_init(&h->g, be);
@@ -813,6 +816,7 @@ static fl_node *conv_bn_chain(harness *h, const fl_backend *be, int v, const har
     fl_node *bn = fl_graph_batchnorm(&h->g, "bn", conv, gamma, beta, mm, mv, 1e-3f, 0.99f);
     fl_node *y = v == 0 ? fl_graph_act(&h->g, "relu", bn, FL_ACT_RELU)
                : v == 2 ? fl_graph_pact(&h->g, "relu", bn, (fl_pact_desc){FL_PACT_RELU, 0.0f, 0.0f, 6.0f})
+               : v == 4 ? fl_graph_pact(&h->g, "leaky", bn, (fl_pact_desc){FL_PACT_RELU, 0.3f, 0.0f, INFINITY})
                         : bn;
     h_ready_like(h, y, like);
     return conv;
@@ -857,7 +861,8 @@ static void test_conv_bn_fused(int v) {
  * normalisation's dx, conv2d_bn_bwd); 3, ReLU -> conv 3x3 16 -> 16 -> max pooling 2x2 (fused); 4, ReLU -> conv
  * 3x3 stride 2 (not deferred: its data gradient is not the direct kernels'); 5, ReLU -> conv 1x1 (no padding:
  * the sample copied only to apply it); 6, ReLU6 -> depthwise 3x3 "same" over 20 channels (a block of 16 and the
- * rest), with a bias; 7, no ReLU -> depthwise 3x3 stride 2 "valid", depth multiplier 2. */
+ * rest), with a bias; 7, no ReLU -> depthwise 3x3 stride 2 "valid", depth multiplier 2; 8, a LeakyReLU -> conv
+ * 3x3 (not deferred: d->pre takes ReLU and ReLU6 only; the LeakyReLU is fused into the normalisation). */
 static fl_node *bn_conv_chain(harness *h, const fl_backend *be, int v, const harness *like, fl_node **bn,
                               fl_node **val) {
     const int64_t B = v == 1 ? 16 : 6;
@@ -874,7 +879,9 @@ static fl_node *bn_conv_chain(harness *h, const fl_backend *be, int v, const har
     for (int b = 0; b < (v == 2 ? 2 : 1); b++) {
         const int64_t ci = b ? C1 : C, co = b ? C2 : C1;
         fl_node *w = h_param(h, 4, (int64_t[]){3, 3, ci, co}, -0.5f, 0.5f);
-        fl_node *gamma = h_param(h, 1, &co, 0.5f, 2.0f), *beta = h_param(h, 1, &co, -1.0f, 1.0f);
+        /* a ReLU6's input reaches its cap whatever the random stream (beta up to 4) */
+        const float bhi = b == 0 && (v == 1 || v == 6) ? 4.0f : 1.0f;
+        fl_node *gamma = h_param(h, 1, &co, 0.5f, 2.0f), *beta = h_param(h, 1, &co, -1.0f, bhi);
         fl_node *mm = fl_graph_param(&h->g, "moving_mean", 1, &co, false);
         fl_node *mv = fl_graph_param(&h->g, "moving_variance", 1, &co, false);
         for (int c = 0; c < co; c++) { mm->val[c] = 0; mv->val[c] = 1; }
@@ -883,6 +890,7 @@ static fl_node *bn_conv_chain(harness *h, const fl_backend *be, int v, const har
         y = bns[b];
         if (b == 0 && v != 2 && v != 7)
             y = v == 1 || v == 6 ? fl_graph_pact(&h->g, "relu", y, (fl_pact_desc){FL_PACT_RELU, 0.0f, 0.0f, 6.0f})
+              : v == 8 ? fl_graph_pact(&h->g, "leaky", y, (fl_pact_desc){FL_PACT_RELU, 0.3f, 0.0f, INFINITY})
                        : fl_graph_act(&h->g, "relu", y, FL_ACT_RELU);
         if (b == 0) *val = y;
     }
@@ -915,7 +923,8 @@ static void test_bn_into_conv(int v) {
     char what[64];
     snprintf(what, sizeof what, "batchnorm -> conv (training), variant %d", v);
     int act;
-    const bool want = v != 4 && (v >= 6 || fl_cpu_simd()); /* the direct kernels: AVX-512; depthwise: any */
+    /* the direct kernels: AVX-512; depthwise: any; a LeakyReLU is fused into the normalisation, not deferred */
+    const bool want = v != 4 && v != 8 && ((v >= 6 && v <= 7) || fl_cpu_simd());
     const bool got = fl_op_bn_into_conv(&h.g, hb, &dv, &act) != NULL;
     CHECK_MSG(got == want && !fl_op_bn_into_conv(&u.g, ub, &dv, &act), "%s: deferred %d, expected %d", what, got,
               want);
@@ -1907,7 +1916,7 @@ static void test_bn_threads(void) {
         dy[i] = (float)((i * 104729) % 997) / 500.0f - 1.0f;
     }
     for (int j = 0; j < c; j++) { gamma[j] = 0.5f + 0.1f * j; beta[j] = 0.01f * j; }
-    fl_bn_desc d = {m, c, 1e-3f, 0.99f};
+    fl_bn_desc d = {m, c, 1e-3f, 0.99f, 0.0f};
     for (int t = 0; t < 3; t++) {
         fl_set_num_threads(t + 1);
         out[t][0] = malloc(n * sizeof(float));
@@ -2965,6 +2974,7 @@ int main(void) {
      * than 16 filters (a vector and a remainder) */
     test_fused_conv_relu_conv_pool(10, 10, 1, 4, 8, 2);
     for (int k = 0; k < 4; k++) test_bn_relu_fused(k & 1, k >> 1, 0);
+    test_bn_relu_fused(0, 2, 0); /* a LeakyReLU */
     test_fused_conv_relu_conv_pool(9, 11, 2, 5, 19, 2);
     test_fused_conv_relu_conv_pool(10, 10, 3, 8, 6, 3);
     /* recurrent layers (appended: the streams above stay) */
@@ -3040,13 +3050,14 @@ int main(void) {
     test_rnn_st_errors();
     /* training fusions, checked bit for bit against the layers apart (appended: the streams above stay) */
     for (int k = 0; k < 5; k++) test_add_relu_train(k);
-    for (int v = 0; v < 4; v++) test_conv_bn_fused(v);
+    for (int v = 0; v < 5; v++) test_conv_bn_fused(v);
     for (int k = 0; k < 4; k++) test_bn_relu_fused(k & 1, k >> 1, 1);
+    test_bn_relu_fused(0, 2, 1);
     for (int k = 0; k < 3; k++) test_attention_blocked(k);
     /* a normalisation's affine left to the Add after it (appended: the streams above stay) */
     for (int k = 0; k < 4; k++) test_bn_add_train(k);
     /* a normalisation's affine and ReLU formed by the convolution after it (appended: the streams above stay) */
-    for (int v = 0; v < 8; v++) test_bn_into_conv(v);
+    for (int v = 0; v < 9; v++) test_bn_into_conv(v);
     for (int v = 0; v < 6; v++) test_pad_into_conv(v);
     return check_report("test_ops");
 }

@@ -58,6 +58,12 @@ typedef struct fl_bn_desc {
     int64_t m;           /* rows reduced over (N*H*W) */
     int c;               /* channels (last axis) */
     float eps, momentum;
+    /* bn_fwd_train_act, bn_bwd_act and bn_bwd_coef with act FL_ACT_RELU,
+     * where the backend's bn_act_slope says it takes one: when nonzero (in
+     * (0, 1)), the ReLU is a LeakyReLU with this negative slope (Keras's
+     * LeakyReLU, or ReLU(negative_slope=...)): v > 0 ? v : v < 0 ? slope * v
+     * : 0, derivative 1, slope or 0 (fl_pact_forward, fl_pact_grad) */
+    float slope;
 } fl_bn_desc;
 
 /* The data gradient of a training BatchNormalization, as the convolution
@@ -71,6 +77,7 @@ typedef struct fl_bn_desc {
 typedef struct fl_bn_grad {
     const float *g, *coef;
     int act;
+    float slope;             /* the fused ReLU's negative slope, as fl_bn_desc's */
     const float *mean, *stu; /* c floats; s, t, u: 3c floats (bn_bwd_coef) */
 } fl_bn_grad;
 
@@ -596,6 +603,10 @@ typedef struct fl_backend {
      * input, whose value is then never written) for a convolution of this
      * shape, in training. NULL: never. */
     int (*conv_pre)(const fl_conv_desc *d, int depthwise);
+    /* Nonzero: bn_fwd_train_act, bn_bwd_act, bn_bwd_coef and conv2d_bn_bwd
+     * take a LeakyReLU (fl_bn_desc's and fl_bn_grad's slope) as the fused
+     * ReLU. 0: only ReLU and ReLU6, and a LeakyReLU runs as its own layer. */
+    int bn_act_slope;
 } fl_backend;
 
 /* Modes of fl_backend.bmerge_*. */

@@ -887,18 +887,28 @@ fl_node *fl_op_fused_relu(const fl_graph *g, const fl_node *x, int *act) {
  * (fl_op_fused_relu), or where the backend takes a slope (conv_slope), a LeakyReLU layer (Keras's
  * LeakyReLU, or ReLU with a negative_slope under 1, no threshold or cap) that alone reads bn, as act
  * FL_ACT_RELU with *slope its negative_slope; NULL if none. */
+/* The LeakyReLU layer (Keras's LeakyReLU, or ReLU with a negative_slope under 1, no threshold or cap) that
+ * alone reads x, or NULL */
+static fl_node *leaky_reader(const fl_graph *g, const fl_node *x) {
+    if (x->nconsumers != 1 || x->is_output) return NULL;
+    int k;
+    fl_node *n = first_reader(g, x, &k);
+    if (!n || k != 0 || n->nin != 1 || n->op != FL_OP_PACT || n->pact.code != FL_PACT_RELU || !(n->pact.a > 0.0f) ||
+        !(n->pact.a < 1.0f) || n->pact.b != 0.0f || !(isinf(n->pact.c) && n->pact.c > 0))
+        return NULL;
+    return n;
+}
+
+float fl_op_relu_slope(const fl_node *relu) {
+    return relu && relu->op == FL_OP_PACT && relu->pact.code == FL_PACT_RELU ? relu->pact.a : 0.0f;
+}
+
 fl_node *fl_op_fused_conv_act(const fl_graph *g, const fl_node *conv, const fl_node *bn, int *act, float *slope) {
     *slope = 0.0f;
     fl_node *n = fl_op_fused_relu(g, bn, act);
     if (n) return n;
-    if (conv->op != FL_OP_CONV2D || !g->be->conv_slope || !g->be->conv_slope(&conv->conv) || bn->nconsumers != 1 ||
-        bn->is_output)
-        return NULL;
-    int k;
-    n = first_reader(g, bn, &k);
-    if (!n || k != 0 || n->nin != 1 || n->op != FL_OP_PACT || n->pact.code != FL_PACT_RELU || !(n->pact.a > 0.0f) ||
-        !(n->pact.a < 1.0f) || n->pact.b != 0.0f || !(isinf(n->pact.c) && n->pact.c > 0))
-        return NULL;
+    if (conv->op != FL_OP_CONV2D || !g->be->conv_slope || !g->be->conv_slope(&conv->conv)) return NULL;
+    if (!(n = leaky_reader(g, bn))) return NULL;
     *act = FL_ACT_RELU;
     *slope = n->pact.a;
     return n;
@@ -920,7 +930,7 @@ static float *fold_bn(fl_graph *g, fl_node *n, bool training, fl_conv_desc *d, c
     float *fw = g->fold, *fb = fw + nw, *zero = fb + oc, *braw = zero + oc;
     const float *gamma = bn->in[1] ? bn->in[1]->val : NULL, *beta = bn->in[2] ? bn->in[2]->val : NULL;
     g->be->fill(oc, 0.0f, zero);
-    fl_bn_desc kd = {nw / oc, (int)oc, bn->eps, bn->momentum}, bd = {1, (int)oc, bn->eps, bn->momentum};
+    fl_bn_desc kd = {nw / oc, (int)oc, bn->eps, bn->momentum, 0.0f}, bd = {1, (int)oc, bn->eps, bn->momentum, 0.0f};
     g->be->bn_fwd_infer(&kd, *w, gamma, NULL, zero, bn->in[4]->val, fw);
     if (*b) g->be->copy(braw, *b, (size_t)oc * sizeof(float));
     else g->be->fill(oc, 0.0f, braw);
@@ -944,6 +954,7 @@ fl_node *fl_op_bn_into_conv(const fl_graph *g, const fl_node *bn, fl_node **v, i
         return NULL;
     *act = FL_ACT_LINEAR;
     fl_node *r = fl_op_fused_bn_relu_train(g, bn, act), *x = r ? r : (fl_node *)bn;
+    if (fl_op_relu_slope(r) != 0.0f) return NULL; /* d->pre takes ReLU and ReLU6 only */
     if (x->nconsumers != 1 || x->is_output || !x->batched) return NULL;
     int k;
     fl_node *c = first_reader(g, x, &k);
@@ -997,10 +1008,14 @@ static void conv2d_backward(fl_graph *g, fl_node *n) {
     fl_node *bn = fl_op_fused_conv_bn_train(g, n);
     if (bn) { /* dy is the normalisation's dx, formed here from its gradient (n->grad: scratch) */
         int act = FL_ACT_LINEAR;
-        fl_node *relu = bn->relu_folded ? fl_op_fused_relu(g, bn, &act) : NULL;
+        fl_node *relu = bn->relu_folded ? fl_op_fused_bn_relu_train(g, bn, &act) : NULL;
         const int64_t c = n->shape[n->ndim - 1];
-        fl_bn_grad bg = {relu ? relu->grad : bn->grad, relu ? (const float *)bn->aux + 5 * c : NULL, act,
-                         (const float *)bn->aux, (const float *)bn->aux + 2 * c};
+        fl_bn_grad bg = {.g = relu ? relu->grad : bn->grad,
+                         .coef = relu ? (const float *)bn->aux + 5 * c : NULL,
+                         .act = act,
+                         .slope = fl_op_relu_slope(relu),
+                         .mean = (const float *)bn->aux,
+                         .stu = (const float *)bn->aux + 2 * c};
         g->be->conv2d_bn_bwd(&d, &bg, xv, n->in[1]->val, n->val, n->grad, dx, beta, dw[0], dw[1], g->ws);
     } else {
         g->be->conv2d_bwd(&d, xv, n->in[1]->val, n->val, n->grad, dx, beta, dw[0], dw[1], g->ws);
@@ -1165,7 +1180,10 @@ fl_node *fl_op_fused_conv_bn_train(const fl_graph *g, const fl_node *c) {
 
 fl_node *fl_op_fused_bn_relu_train(const fl_graph *g, const fl_node *bn, int *act) {
     if (bn->op != FL_OP_BATCHNORM || bn->mode || !g->be->bn_fwd_train_act || !g->be->bn_bwd_act) return NULL;
-    return fl_op_fused_relu(g, bn, act);
+    fl_node *r = fl_op_fused_relu(g, bn, act);
+    if (r || !g->be->bn_act_slope || !(r = leaky_reader(g, bn))) return r;
+    *act = FL_ACT_RELU; /* with fl_op_relu_slope(r) */
+    return r;
 }
 
 /* Training: the Add of two that alone reads normalisation bn, where the backend applies bn's affine as it adds
@@ -1192,7 +1210,7 @@ static void batchnorm_forward(fl_graph *g, fl_node *n, bool training) {
     n->affine_deferred = false;
     if (!training && x->bn_folded) return; /* the convolution wrote it (fold_bn) */
     int c = (int)x->shape[x->ndim - 1];
-    fl_bn_desc d = {rows_of(x), c, n->eps, n->momentum};
+    fl_bn_desc d = {rows_of(x), c, n->eps, n->momentum, 0.0f};
     const float *gamma = n->in[1] ? n->in[1]->val : NULL, *beta = n->in[2] ? n->in[2]->val : NULL;
     if (training && !n->mode) {
         float *save = n->aux; /* mean, then 1/std, of this batch */
@@ -1202,6 +1220,7 @@ static void batchnorm_forward(fl_graph *g, fl_node *n, bool training) {
         /* the convolution after it reads x through s and t (and the ReLU): no value written */
         const bool into_conv = fl_op_bn_into_conv(g, n, &v, &pact) != NULL;
         if (relu) { /* the ReLU's value, and not this node's */
+            d.slope = fl_op_relu_slope(relu);
             g->be->bn_fwd_train_act(&d, act, x->val, gamma, beta, into_conv ? NULL : relu->val, save + 5 * c, save,
                                     save + c, n->in[3]->val, n->in[4]->val);
             n->relu_folded = true;
@@ -1223,7 +1242,7 @@ static void batchnorm_forward(fl_graph *g, fl_node *n, bool training) {
 static void batchnorm_backward(fl_graph *g, fl_node *n) {
     fl_node *x = n->in[0];
     int c = (int)x->shape[x->ndim - 1];
-    fl_bn_desc d = {rows_of(x), c, n->eps, n->momentum};
+    fl_bn_desc d = {rows_of(x), c, n->eps, n->momentum, 0.0f};
     float beta = 0.0f;
     float *dx = in_grad(n, 0, &beta);
     if (n->mode) {
@@ -1244,7 +1263,8 @@ static void batchnorm_backward(fl_graph *g, fl_node *n) {
     size_t off = 0;
     float *dgb[2] = {weight_grad(n, 1, &off), weight_grad(n, 2, &off)};
     int act = FL_ACT_LINEAR;
-    fl_node *relu = n->relu_folded ? fl_op_fused_relu(g, n, &act) : NULL;
+    fl_node *relu = n->relu_folded ? fl_op_fused_bn_relu_train(g, n, &act) : NULL;
+    d.slope = fl_op_relu_slope(relu);
     if (dx && fl_op_fused_conv_bn_train(g, x) == n) {
         /* the sums, dgamma and dbeta; the convolution before forms dx from the coefficients (conv2d_bn_bwd) */
         g->be->bn_bwd_coef(&d, act, relu ? save + 5 * c : NULL, x->val, n->in[1] ? n->in[1]->val : NULL, save,

@@ -52,12 +52,17 @@ fl_node *fl_op_fused_conv_act(const fl_graph *g, const fl_node *conv, const fl_n
  * reads the ReLU's gradient, masked by the ReLU's value, and the ReLU's
  * backward writes nothing. */
 fl_node *fl_op_fused_add_relu(const fl_graph *g, const fl_node *add, int *act);
-/* The ReLU or ReLU6 that a training forward of BatchNormalization node bn
+/* The ReLU or ReLU6 (or, where the backend's bn_act_slope says, the
+ * LeakyReLU) that a training forward of BatchNormalization node bn
  * applies itself (the backend's bn_fwd_train_act), writing the ReLU's value
  * and not its own; its backward then reads the ReLU's gradient, masked by
  * the ReLU's value (bn_bwd_act), and the ReLU's backward writes nothing.
  * NULL where the backend lacks those entries or bn is frozen. */
 fl_node *fl_op_fused_bn_relu_train(const fl_graph *g, const fl_node *bn, int *act);
+/* The negative slope of a fused ReLU node: a LeakyReLU's (which
+ * fl_op_fused_bn_relu_train fuses, as act FL_ACT_RELU, where the backend's
+ * bn_act_slope says it takes one), else 0. */
+float fl_op_relu_slope(const fl_node *relu);
 /* Training: the Add of two that alone reads normalisation bn and applies its affine as it adds (the backend's
  * add_affine), leaving bn's value unwritten; or NULL. */
 fl_node *fl_op_bn_into_add(const fl_graph *g, const fl_node *bn);

@@ -440,8 +440,11 @@ typedef enum { BN_SUM_X, BN_SUM_DY } bn_sum_kind;
 /* The fused ReLU's input, x * s + t: the one expression the forward applies and the backward's mask
  * computes again, so that both round alike (the build turns off contraction into FMAs: -ffp-contract=off). */
 static inline float bn_pre(float x, float s, float t) { return x * s + t; }
-/* The ReLU's (or ReLU6's) derivative at its input v: 1 where 0 < v < hi (as pact_bwd's) */
-static inline float relu_mask(float v, float hi) { return (float)((v > 0.0f) & (v < hi)); }
+/* The ReLU's (or ReLU6's) derivative at its input v: 1 where 0 < v < hi, slope where v < 0 (a LeakyReLU's; 0
+ * for the ReLU), else 0, as fl_pact_grad's (the two terms never both nonzero, so the sum is exact) */
+static inline float relu_mask(float v, float hi, float slope) {
+    return (float)((v > 0.0f) & (v < hi)) + (v < 0.0f ? slope : 0.0f);
+}
 
 /* Channels j0 .. j0 + w (w <= 8) of rows [r, re) into fa, fb, each channel's rows added in order. Summing
  * a block of channels over the chunk's rows, rather than every channel row by row into fa and fb, keeps the
@@ -449,7 +452,7 @@ static inline float relu_mask(float v, float hi) { return (float)((v > 0.0f) & (
 static inline __attribute__((always_inline)) void bn_sums_block(bn_sum_kind kind, int64_t r, int64_t re, int c,
                                                                 int j0, int w, const float *restrict x,
                                                                 const float *restrict dy, const float *restrict coef,
-                                                                float hi, const float *restrict mean,
+                                                                float hi, float slope, const float *restrict mean,
                                                                 float *restrict fa, float *restrict fb) {
     float sa[8] = {0}, sb[8] = {0};
     for (int64_t i = r; i < re; i++) {
@@ -465,7 +468,7 @@ static inline __attribute__((always_inline)) void bn_sums_block(bn_sum_kind kind
             const float *restrict g = dy + (size_t)i * c + j0, *restrict fs = coef + j0, *restrict ft = fs + c;
 #pragma omp simd
             for (int j = 0; j < w; j++) {
-                float gj = g[j] * relu_mask(bn_pre(xr[j], fs[j], ft[j]), hi);
+                float gj = g[j] * relu_mask(bn_pre(xr[j], fs[j], ft[j]), hi, slope);
                 sa[j] += gj;
                 sb[j] += gj * (xr[j] - mr[j]);
             }
@@ -482,8 +485,9 @@ static inline __attribute__((always_inline)) void bn_sums_block(bn_sum_kind kind
  * shapes: the backward with its ReLU6 9.2 -> 7.5 ms on one thread, 5.6 -> 5.0 ms on two). */
 FL_AVX2_TARGET static inline __attribute__((always_inline)) void
 bn_sums_blocks_avx2(const int NB, bn_sum_kind kind, int64_t r, int64_t re, int c, int j0, const float *x,
-                    const float *dy, const float *coef, float hi, const float *mean, float *fa, float *fb) {
+                    const float *dy, const float *coef, float hi, float slope, const float *mean, float *fa, float *fb) {
     const __m256 zero = _mm256_setzero_ps(), cap = _mm256_set1_ps(hi), one = _mm256_set1_ps(1.0f);
+    const __m256 slv = _mm256_set1_ps(slope);
     __m256 sa[4], sb[4];
     for (int k = 0; k < NB; k++) sa[k] = sb[k] = zero;
     for (int64_t i = r; i < re; i++) {
@@ -502,7 +506,9 @@ bn_sums_blocks_avx2(const int NB, bn_sum_kind kind, int64_t r, int64_t re, int c
                     _mm256_add_ps(_mm256_mul_ps(xv, _mm256_loadu_ps(coef + j)), _mm256_loadu_ps(coef + c + j));
                 const __m256 mk =
                     _mm256_and_ps(_mm256_cmp_ps(v, zero, _CMP_GT_OQ), _mm256_cmp_ps(v, cap, _CMP_LT_OQ));
-                g = _mm256_mul_ps(g, _mm256_and_ps(mk, one));
+                /* relu_mask: 1, or the slope where v < 0 (or-ed: one of the two is +0) */
+                g = _mm256_mul_ps(g, _mm256_or_ps(_mm256_and_ps(mk, one),
+                                                  _mm256_and_ps(_mm256_cmp_ps(v, zero, _CMP_LT_OQ), slv)));
             }
             sa[k] = _mm256_add_ps(sa[k], g);
             sb[k] = _mm256_add_ps(sb[k], _mm256_mul_ps(g, t));
@@ -515,21 +521,21 @@ bn_sums_blocks_avx2(const int NB, bn_sum_kind kind, int64_t r, int64_t re, int c
 }
 /* Channels [j0, j0 + 8 * nb) of rows [r, re), 32 at a time, then 16, then 8 */
 FL_AVX2_TARGET static void bn_sums_blocks8_avx2(int nb, bn_sum_kind kind, int64_t r, int64_t re, int c, int j0,
-                                                const float *x, const float *dy, const float *coef, float hi,
+                                                const float *x, const float *dy, const float *coef, float hi, float slope,
                                                 const float *mean, float *fa, float *fb) {
-    for (; nb >= 4; nb -= 4, j0 += 32) bn_sums_blocks_avx2(4, kind, r, re, c, j0, x, dy, coef, hi, mean, fa, fb);
+    for (; nb >= 4; nb -= 4, j0 += 32) bn_sums_blocks_avx2(4, kind, r, re, c, j0, x, dy, coef, hi, slope, mean, fa, fb);
     if (nb >= 2) {
-        bn_sums_blocks_avx2(2, kind, r, re, c, j0, x, dy, coef, hi, mean, fa, fb);
+        bn_sums_blocks_avx2(2, kind, r, re, c, j0, x, dy, coef, hi, slope, mean, fa, fb);
         nb -= 2, j0 += 16;
     }
-    if (nb) bn_sums_blocks_avx2(1, kind, r, re, c, j0, x, dy, coef, hi, mean, fa, fb);
+    if (nb) bn_sums_blocks_avx2(1, kind, r, re, c, j0, x, dy, coef, hi, slope, mean, fa, fb);
 }
 #endif
 
 static inline __attribute__((always_inline)) void bn_sums_rows(bn_sum_kind kind, bool avx2, int64_t r0, int64_t r1,
                                                                int c,
                                                                const float *restrict x, const float *restrict dy,
-                                                               const float *restrict coef, float hi,
+                                                               const float *restrict coef, float hi, float slope,
                                                                const float *restrict mean, double *restrict a,
                                                                double *restrict b, float *restrict fa,
                                                                float *restrict fb) {
@@ -538,30 +544,30 @@ static inline __attribute__((always_inline)) void bn_sums_rows(bn_sum_kind kind,
         int j0 = 0;
 #if FL_HAVE_AVX2_TARGET
         if (avx2 && c >= 8) {
-            bn_sums_blocks8_avx2(c / 8, kind, r, re, c, 0, x, dy, coef, hi, mean, fa, fb);
+            bn_sums_blocks8_avx2(c / 8, kind, r, re, c, 0, x, dy, coef, hi, slope, mean, fa, fb);
             j0 = c / 8 * 8;
         }
 #endif
-        for (; j0 + 8 <= c; j0 += 8) bn_sums_block(kind, r, re, c, j0, 8, x, dy, coef, hi, mean, fa, fb);
-        if (j0 < c) bn_sums_block(kind, r, re, c, j0, c - j0, x, dy, coef, hi, mean, fa, fb);
+        for (; j0 + 8 <= c; j0 += 8) bn_sums_block(kind, r, re, c, j0, 8, x, dy, coef, hi, slope, mean, fa, fb);
+        if (j0 < c) bn_sums_block(kind, r, re, c, j0, c - j0, x, dy, coef, hi, slope, mean, fa, fb);
         for (int j = 0; j < c; j++) { a[j] += fa[j]; b[j] += fb[j]; }
     }
 }
 #if FL_HAVE_AVX2_TARGET
 FL_AVX2_TARGET static void bn_sums_avx2(bn_sum_kind kind, int64_t r0, int64_t r1, int c, const float *x,
-                                        const float *dy, const float *coef, float hi, const float *mean, double *a,
+                                        const float *dy, const float *coef, float hi, float slope, const float *mean, double *a,
                                         double *b, float *fa, float *fb) {
-    bn_sums_rows(kind, true, r0, r1, c, x, dy, coef, hi, mean, a, b, fa, fb);
+    bn_sums_rows(kind, true, r0, r1, c, x, dy, coef, hi, slope, mean, a, b, fa, fb);
 }
 #endif
 static void bn_sums_base(bn_sum_kind kind, int64_t r0, int64_t r1, int c, const float *x, const float *dy,
-                         const float *coef, float hi, const float *mean, double *a, double *b, float *fa, float *fb) {
-    bn_sums_rows(kind, false, r0, r1, c, x, dy, coef, hi, mean, a, b, fa, fb);
+                         const float *coef, float hi, float slope, const float *mean, double *a, double *b, float *fa, float *fb) {
+    bn_sums_rows(kind, false, r0, r1, c, x, dy, coef, hi, slope, mean, a, b, fa, fb);
 }
 
 /* part[k*2c + j]: block k's sums a (j < c) and b (c <= j < 2c), zeroed here; false when out of memory */
 static bool bn_block_sums(bn_sum_kind kind, int64_t m, int c, const float *x, const float *dy, const float *coef,
-                          float hi, const float *mean, double *part, int nb) {
+                          float hi, float slope, const float *mean, double *part, int nb) {
     float *scratch = malloc((size_t)nb * 2 * c * sizeof(float));
     if (!scratch) return false;
     memset(part, 0, (size_t)nb * 2 * c * sizeof(double));
@@ -572,9 +578,9 @@ static bool bn_block_sums(bn_sum_kind kind, int64_t m, int c, const float *x, co
         float *fa = scratch + (size_t)k * 2 * c;
         const int64_t r0 = m * k / nb, r1 = m * (k + 1) / nb;
 #if FL_HAVE_AVX2_TARGET
-        if (avx2) { bn_sums_avx2(kind, r0, r1, c, x, dy, coef, hi, mean, a, a + c, fa, fa + c); continue; }
+        if (avx2) { bn_sums_avx2(kind, r0, r1, c, x, dy, coef, hi, slope, mean, a, a + c, fa, fa + c); continue; }
 #endif
-        bn_sums_base(kind, r0, r1, c, x, dy, coef, hi, mean, a, a + c, fa, fa + c);
+        bn_sums_base(kind, r0, r1, c, x, dy, coef, hi, slope, mean, a, a + c, fa, fa + c);
     }
     (void)avx2;
     free(scratch);
@@ -583,11 +589,12 @@ static bool bn_block_sums(bn_sum_kind kind, int64_t m, int c, const float *x, co
     return true;
 }
 
-/* y = x * s + t per channel over rows [r0, r1), through a ReLU capped at hi where hi > 0 (the forward
+/* y = x * s + t per channel over rows [r0, r1), through a ReLU capped at hi where hi > 0, or a LeakyReLU where
+ * rl.slope is nonzero (the forward
  * with the ReLU after it); or, given g, y (accumulate: +)= s * g + t + u * (x - mean) (dx of the backward
  * pass, see cpu_bn_bwd), g masked by the fused ReLU's derivative at bn_pre(x, s', t') where coef (s', then
  * t') is given. */
-typedef struct bn_relu { const float *coef; float hi; } bn_relu;
+typedef struct bn_relu { const float *coef; float hi, slope; } bn_relu;
 static inline __attribute__((always_inline)) void bn_affine_rows(int64_t r0, int64_t r1, int c,
                                                                  const float *restrict x, const float *restrict g,
                                                                  const float *restrict mean, const float *restrict s,
@@ -597,7 +604,14 @@ static inline __attribute__((always_inline)) void bn_affine_rows(int64_t r0, int
     for (int64_t i = r0; i < r1; i++) {
         const float *restrict xr = x + (size_t)i * c;
         float *restrict yr = y + (size_t)i * c;
-        if (!g && hi > 0.0f) {
+        if (!g && rl.slope != 0.0f) { /* a LeakyReLU (no cap): fl_pact_forward's arithmetic */
+            const float a = rl.slope;
+#pragma omp simd
+            for (int j = 0; j < c; j++) {
+                const float v = bn_pre(xr[j], s[j], t[j]);
+                yr[j] = v > 0.0f ? v : v < 0.0f ? a * v : 0.0f;
+            }
+        } else if (!g && hi > 0.0f) {
 #pragma omp simd
             for (int j = 0; j < c; j++) {
                 float v = bn_pre(xr[j], s[j], t[j]);
@@ -612,12 +626,12 @@ static inline __attribute__((always_inline)) void bn_affine_rows(int64_t r0, int
             if (accumulate) {
 #pragma omp simd
                 for (int j = 0; j < c; j++)
-                    yr[j] += gr[j] * relu_mask(bn_pre(xr[j], fs[j], ft[j]), hi) * s[j] + t[j] +
+                    yr[j] += gr[j] * relu_mask(bn_pre(xr[j], fs[j], ft[j]), hi, rl.slope) * s[j] + t[j] +
                              u[j] * (xr[j] - mean[j]);
             } else {
 #pragma omp simd
                 for (int j = 0; j < c; j++)
-                    yr[j] = gr[j] * relu_mask(bn_pre(xr[j], fs[j], ft[j]), hi) * s[j] + t[j] +
+                    yr[j] = gr[j] * relu_mask(bn_pre(xr[j], fs[j], ft[j]), hi, rl.slope) * s[j] + t[j] +
                             u[j] * (xr[j] - mean[j]);
             }
         } else {
@@ -673,7 +687,7 @@ static void bn_fwd_train(const fl_bn_desc *d, int act, const float *x, const flo
     double *part = malloc((size_t)nb * 2 * c * sizeof(double));
     float *st = coef ? coef : malloc((size_t)2 * c * sizeof(float));
     /* small buffers (the graph preallocates the large ones); x's row 0 is the shift */
-    if (!part || !st || !bn_block_sums(BN_SUM_X, m, c, x, NULL, NULL, 0.0f, x, part, nb)) {
+    if (!part || !st || !bn_block_sums(BN_SUM_X, m, c, x, NULL, NULL, 0.0f, 0.0f, x, part, nb)) {
         free(part);
         if (st != coef) free(st);
         return;
@@ -692,7 +706,7 @@ static void bn_fwd_train(const fl_bn_desc *d, int act, const float *x, const flo
     free(part);
     if (y) /* none where the Add after it applies s and t (add_affine) */
         bn_affine(m, c, x, NULL, NULL, s, t, NULL, y, false,
-                  (bn_relu){NULL, act == FL_ACT_LINEAR ? 0.0f : fl_cpu_relu_cap(act)});
+                  (bn_relu){NULL, act == FL_ACT_LINEAR ? 0.0f : fl_cpu_relu_cap(act), d->slope});
     if (st != coef) free(st);
 }
 
@@ -722,7 +736,7 @@ static void cpu_bn_fwd_infer(const fl_bn_desc *d, const float *x, const float *g
         res[j] = -mm[j] * inv[j];
         if (beta) res[j] += beta[j];
     }
-    bn_affine(d->m, c, x, NULL, NULL, inv, res, NULL, y, false, (bn_relu){NULL, 0.0f});
+    bn_affine(d->m, c, x, NULL, NULL, inv, res, NULL, y, false, (bn_relu){NULL, 0.0f, 0.0f});
     free(inv);
 }
 
@@ -739,7 +753,7 @@ static void bn_bwd(const fl_bn_desc *d, bn_relu rl, const float *x, const float 
     const int nb = bn_blocks(m);
     double *part = malloc((size_t)nb * 2 * c * sizeof(double));
     float *stu = stu_out ? stu_out : malloc((size_t)3 * c * sizeof(float));
-    if (!part || !stu || !bn_block_sums(BN_SUM_DY, m, c, x, dy, rl.coef, rl.hi, mean, part, nb)) {
+    if (!part || !stu || !bn_block_sums(BN_SUM_DY, m, c, x, dy, rl.coef, rl.hi, rl.slope, mean, part, nb)) {
         free(part);
         if (stu != stu_out) free(stu);
         return;
@@ -766,14 +780,15 @@ static void bn_bwd(const fl_bn_desc *d, bn_relu rl, const float *x, const float 
 static void cpu_bn_bwd_coef(const fl_bn_desc *d, int act, const float *coef, const float *x, const float *gamma,
                             const float *mean, const float *invstd, const float *dy, float *dgamma, float *dbeta,
                             float *stu) {
-    bn_bwd(d, (bn_relu){coef, coef ? fl_cpu_relu_cap(act) : 0.0f}, x, gamma, mean, invstd, dy, NULL, 0.0f, dgamma, dbeta, stu);
+    bn_bwd(d, (bn_relu){coef, coef ? fl_cpu_relu_cap(act) : 0.0f, coef ? d->slope : 0.0f}, x, gamma, mean, invstd,
+           dy, NULL, 0.0f, dgamma, dbeta, stu);
 }
 
 /* The normalisation's dx of rows [0, rows) (bn_bwd_coef's coefficients; see bn_affine_rows): the same
  * arithmetic as bn_bwd's pass, for the convolution that forms it a sample at a time (threads: the caller's). */
 void fl_cpu_bn_dx_rows(int64_t rows, int c, const fl_bn_grad *bg, const float *g, const float *x, float *dx) {
     const float *s = bg->stu, *t = s + c, *u = s + 2 * c;
-    const bn_relu rl = {bg->coef, bg->coef ? fl_cpu_relu_cap(bg->act) : 0.0f};
+    const bn_relu rl = {bg->coef, bg->coef ? fl_cpu_relu_cap(bg->act) : 0.0f, bg->coef ? bg->slope : 0.0f};
 #if FL_HAVE_AVX2_TARGET
     if (fl_cpu_avx2()) {
         bn_affine_avx2(0, rows, c, x, g, bg->mean, s, t, u, dx, false, rl);
@@ -784,7 +799,7 @@ void fl_cpu_bn_dx_rows(int64_t rows, int c, const fl_bn_grad *bg, const float *g
 }
 
 void fl_cpu_bn_apply_rows(int64_t rows, int c, const float *st, int act, const float *x, float *y) {
-    const bn_relu rl = {NULL, act == FL_ACT_LINEAR ? 0.0f : fl_cpu_relu_cap(act)};
+    const bn_relu rl = {NULL, act == FL_ACT_LINEAR ? 0.0f : fl_cpu_relu_cap(act), 0.0f};
 #if FL_HAVE_AVX2_TARGET
     if (fl_cpu_avx2()) {
         bn_affine_avx2(0, rows, c, x, NULL, NULL, st, st + c, NULL, y, false, rl);
@@ -798,18 +813,18 @@ void fl_cpu_bn_apply_rows(int64_t rows, int c, const float *st, int act, const f
 void fl_cpu_bn_dx(int64_t m, int c, const fl_bn_grad *bg, const float *x, float *dx) {
     const float *s = bg->stu;
     bn_affine(m, c, x, bg->g, bg->mean, s, s + c, s + 2 * c, dx, false,
-              (bn_relu){bg->coef, bg->coef ? fl_cpu_relu_cap(bg->act) : 0.0f});
+              (bn_relu){bg->coef, bg->coef ? fl_cpu_relu_cap(bg->act) : 0.0f, bg->coef ? bg->slope : 0.0f});
 }
 
 static void cpu_bn_bwd(const fl_bn_desc *d, const float *x, const float *gamma, const float *mean,
                        const float *invstd, const float *dy, float *dx, float beta, float *dgamma, float *dbeta) {
-    bn_bwd(d, (bn_relu){NULL, 0.0f}, x, gamma, mean, invstd, dy, dx, beta, dgamma, dbeta, NULL);
+    bn_bwd(d, (bn_relu){NULL, 0.0f, 0.0f}, x, gamma, mean, invstd, dy, dx, beta, dgamma, dbeta, NULL);
 }
 
 static void cpu_bn_bwd_act(const fl_bn_desc *d, int act, const float *coef, const float *x, const float *gamma,
                            const float *mean, const float *invstd, const float *dy, float *dx, float beta,
                            float *dgamma, float *dbeta) {
-    bn_bwd(d, (bn_relu){coef, fl_cpu_relu_cap(act)}, x, gamma, mean, invstd, dy, dx, beta, dgamma, dbeta, NULL);
+    bn_bwd(d, (bn_relu){coef, fl_cpu_relu_cap(act), d->slope}, x, gamma, mean, invstd, dy, dx, beta, dgamma, dbeta, NULL);
 }
 
 static void cpu_accumulate(int64_t n, const float *src, float *dst, float beta) {
@@ -1000,6 +1015,7 @@ static const fl_backend cpu_backend = {
     .attn_concat_fwd = fl_cpu_attn_concat_fwd,
     .attn_concat_bwd = fl_cpu_attn_concat_bwd,
     .conv_pre = fl_cpu_conv_pre,
+    .bn_act_slope = 1,
 };
 
 const fl_backend *fl_backend_cpu(void) { return &cpu_backend; }
