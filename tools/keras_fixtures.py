@@ -1050,6 +1050,22 @@ def t_pad_fold_adam():
     return keras.Model(x, y, name="train_pad_fold_adam")
 
 
+def t_bn_leaky_sgd():
+    # Conv2D -> BatchNormalization -> LeakyReLU, Darknet's block: flynn's
+    # training fuses the LeakyReLU into the normalisation (its value written
+    # by the normalisation, its gradient masked by the slope there).
+    x = keras.Input((6, 6, 2), name="image")
+    h = L.Conv2D(5, 3, padding="same", use_bias=False)(x)
+    h = L.BatchNormalization()(h)
+    h = L.LeakyReLU(negative_slope=0.1)(h)
+    h = L.Conv2D(4, 3, strides=2, padding="same", use_bias=False)(h)
+    h = L.BatchNormalization()(h)
+    h = L.LeakyReLU()(h)                                       # Keras's 0.3
+    h = L.GlobalAveragePooling2D()(h)
+    y = L.Dense(3, activation="softmax")(h)
+    return keras.Model(x, y, name="train_bn_leaky_sgd")
+
+
 def t_conv1d_adam():
     return keras.Sequential([
         keras.Input((9, 2)),
@@ -1410,6 +1426,9 @@ TRAINING = [
     ("train_pad_fold_adam", t_pad_fold_adam,
      lambda: keras.optimizers.Adam(learning_rate=0.01),
      "sparse_categorical_crossentropy", ["accuracy"], b_sparse(3, 8, 8, 3), KERAS),
+    ("train_bn_leaky_sgd", t_bn_leaky_sgd,
+     lambda: keras.optimizers.SGD(learning_rate=0.1, momentum=0.9),
+     "sparse_categorical_crossentropy", ["accuracy"], b_sparse(3, 6, 6, 2), KERAS),
     ("train_conv1d_adam", t_conv1d_adam,
      lambda: keras.optimizers.Adam(learning_rate=0.01),
      "sparse_categorical_crossentropy", ["accuracy"], b_sparse(2, 9, 2), KERAS),
