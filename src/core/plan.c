@@ -22,7 +22,7 @@
  *  - a ReLU that alone reads an Add (fl_op_fused_add_relu) has its value
  *    written by the Add's forward; in training, its gradient is read by
  *    the Add's backward;
- *  - in training, a ReLU that alone reads a BatchNormalization
+ *  - in training, a ReLU (or LeakyReLU) that alone reads a BatchNormalization
  *    (fl_op_fused_bn_relu_train) has its gradient read by the
  *    normalisation's backward;
  *  - in training, a BatchNormalization whose data gradient the Conv2D

@@ -608,8 +608,10 @@ static inline __attribute__((always_inline)) void bn_affine_rows(int64_t r0, int
             const float a = rl.slope;
 #pragma omp simd
             for (int j = 0; j < c; j++) {
-                const float v = bn_pre(xr[j], s[j], t[j]);
-                yr[j] = v > 0.0f ? v : v < 0.0f ? a * v : 0.0f;
+                /* max(v, 0) + a min(v, 0): one term is 0, so the sum is exact (but a product that underflows
+                 * to -0 gives +0), and it vectorizes (a select of the product did not) */
+                const float v = bn_pre(xr[j], s[j], t[j]), p = v > 0.0f ? v : 0.0f, q = v < 0.0f ? v : 0.0f;
+                yr[j] = p + a * q;
             }
         } else if (!g && hi > 0.0f) {
 #pragma omp simd
