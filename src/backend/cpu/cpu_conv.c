@@ -179,9 +179,16 @@ static int direct_fwd_ok(const fl_conv_desc *d) { return fl_cpu_simd() && d->oc 
 /* The direct kernels' and Winograd's stores take a LeakyReLU's slope; the GEMM path does not. */
 int fl_cpu_conv_slope(const fl_conv_desc *d) { return fl_cpu_simd() && plain_taps(d); }
 
+/* The backward's tiles run along an output row, as the forward's: a row of fewer pixels than the kernels' 6-row
+ * tile (the deep stages of a ResNet50 or a MobileNet at 64x64: 4x4 and 2x2) fills part of one, and the
+ * batch's im2col GEMM wins there (ResNet50 training at 32, 64x64: 64 -> 136 samples/s; MobileNet 389 -> 626;
+ * EfficientNetB0 297 -> 323). The forward keeps the direct kernels there (the GEMM lost in predict: ResNet50
+ * at 32 343 -> 321, at batch 1 106 -> 84). A Conv1D's one-column rows are tiled down the steps instead. */
+#define DIRECT_BWD_MIN_OW 6
+
 /* The data gradient needs stride 1 and padding of at most kernel-1. */
 static int direct_bwd_ok(const fl_conv_desc *d, int need_dx) {
-    if (!fl_cpu_simd() || !plain_taps(d)) return 0;
+    if (!fl_cpu_simd() || !plain_taps(d) || (d->ow != 1 && d->ow < DIRECT_BWD_MIN_OW)) return 0;
     if (!need_dx) return 1;
     conv_geom g = geom(d);
     return d->sh == 1 && d->sw == 1 && g.offh >= 0 && g.offw >= 0 && g.offh + d->oh <= g.hd &&
