@@ -33,7 +33,9 @@ they wait gets about one core on a 2-core machine, whatever its thread count
 (docs/performance.md, "What a busy machine leaves").
 Models users write, which nobody tuned flynn for (bench/user_models.py:
 cifar_vgg, tab_bn, bigru_text, sepconv64, har_cnn1d, unet_small, conv_ae,
-lstm_reg, fasttext, gelu_mlp), run the same way with --sides flynn,keras-tf.
+lstm_reg, fasttext, gelu_mlp, and keras.applications at 64x64: resnet50_64,
+effb0_64, densenet121_64, mobilenet_64), run the same way with --sides
+flynn,keras-tf.
 """
 import argparse
 import json

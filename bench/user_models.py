@@ -25,6 +25,10 @@ Models (Adam(1e-3); the loss and metrics each names):
   lstm_reg    50 steps x 8: LSTM(64, return_sequences) LSTM(32) Dense(1); mse, mae
   fasttext    200 tokens: Embedding(20000, 64) GlobalAveragePooling1D Dense(64,relu) Dense(2)
   gelu_mlp    64 features: Dense(256,gelu) LayerNormalization Dense(256,gelu) LayerNormalization Dense(8)
+  resnet50_64, effb0_64, densenet121_64, mobilenet_64
+              keras.applications ResNet50, EfficientNetB0, DenseNet121 and MobileNet (v1) with weights=None,
+              input_shape (64, 64, 3), classes=10: the applications' own ZeroPadding2D, Rescaling and
+              Normalization, squeeze-and-excitation, concatenations and depthwise blocks
 
 usage: KERAS_BACKEND=tensorflow python user_models.py OUTDIR [--models a,b]
 """
@@ -34,7 +38,7 @@ import os
 import numpy as np
 
 MODELS = ["cifar_vgg", "tab_bn", "bigru_text", "sepconv64", "har_cnn1d", "unet_small", "conv_ae", "lstm_reg",
-          "fasttext", "gelu_mlp"]
+          "fasttext", "gelu_mlp", "resnet50_64", "effb0_64", "densenet121_64", "mobilenet_64"]
 
 
 def build(name, rng):
@@ -127,6 +131,12 @@ def build(name, rng):
         o = L.Dense(8, activation="softmax")(h)
         n = 16384
         return keras.Model(i, o), rng.standard_normal((n, 64), dtype=np.float32), rng.integers(0, 8, n), scce, acc
+    apps = {"resnet50_64": "ResNet50", "effb0_64": "EfficientNetB0", "densenet121_64": "DenseNet121",
+            "mobilenet_64": "MobileNet"}
+    if name in apps:  # keras.applications as a user takes them: no weights, 64x64x3, 10 classes
+        m = getattr(keras.applications, apps[name])(weights=None, input_shape=(64, 64, 3), classes=10)
+        n = 1024
+        return m, rng.random((n, 64, 64, 3), dtype=np.float32), rng.integers(0, 10, n), scce, acc
     raise SystemExit("user_models.py: unknown model %r (have %s)" % (name, ", ".join(MODELS)))
 
 

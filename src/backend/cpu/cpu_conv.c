@@ -319,6 +319,7 @@ static void direct_fwd_rows(const fl_conv_desc *d, const conv_geom *g, const flo
                             const float *b, float *ys, int oh0, int oh1) {
     const int C = d->c, OC = d->oc;
     const int relu = d->act == FL_ACT_RELU || d->act == FL_ACT_RELU6; /* in the micro-kernel's store */
+    const int flat = d->kh == 1 && d->kw == 1 && d->sh == 1 && d->sw == 1 && g->wp == d->ow && g->hp == d->oh;
     for (int oc0 = 0; oc0 < OC; oc0 += 64) {
         fl_simd_tile t = {0};
         t.cols = OC - oc0 < 64 ? OC - oc0 : 64;
@@ -335,16 +336,21 @@ static void direct_fwd_rows(const fl_conv_desc *d, const conv_geom *g, const flo
         t.relu = relu;
         t.relu_max = d->act == FL_ACT_RELU6 ? 6.0f : 0.0f;
         t.slope = relu ? d->slope : 0.0f;
-        if (d->ow == 1) {
+        if (d->ow == 1 || flat) {
             /* a Conv1D (h = steps, w = 1): tiles run down the rows, which
              * are sh*wp*C apart in x and OC apart in y, instead of one
-             * pixel per tile */
-            t.as = (int64_t)d->sh * g->wp * C;
+             * pixel per tile; a 1x1 stride-1 convolution without padding
+             * (flat): its pixels are C apart in x, so tiles run over the
+             * band's pixels as one row (a 4x4 or 2x2 output, ResNet50's
+             * deep stages at 64x64, filled a 6-row tile in part per row).
+             * Each pixel's sum is the same either way. */
+            t.as = flat ? C : (int64_t)d->sh * g->wp * C;
             const int rm = conv_taps(&t, d->kh, d->kw, C);
-            const int nr = oh1 - oh0, ntr = fl_tiles(nr, rm);
+            const int per = flat ? d->ow : 1, nr = (oh1 - oh0) * per, ntr = fl_tiles(nr, rm);
             for (int k = 0; k < ntr; k++) {
-                const int r0 = oh0 + (int)fl_tile_start(nr, ntr, k), r1 = oh0 + (int)fl_tile_start(nr, ntr, k + 1);
-                t.a = xs + (size_t)r0 * d->sh * g->wp * C;
+                const int r0 = oh0 * per + (int)fl_tile_start(nr, ntr, k);
+                const int r1 = oh0 * per + (int)fl_tile_start(nr, ntr, k + 1);
+                t.a = xs + (size_t)r0 * (size_t)t.as;
                 t.c = ys + (size_t)r0 * OC + oc0;
                 fl_simd_run(&t, r1 - r0);
             }
