@@ -340,6 +340,24 @@ static fl_node *b_pad2d(fl_graph *g, fl_node *x, fl_node **p, int *np) {
     return fl_graph_pad2d(g, "pad", x, g_pads[0], g_pads[1], g_pads[2], g_pads[3]);
 }
 
+/* ZeroPadding2D taken into the convolution after it (fl_op_pad_into_conv): MobileNetV2's ((0, 1), (0, 1))
+ * before a stride-2 DepthwiseConv2D (g_pad_dw), or ResNet50's 3 before a 7x7 stride-2 Conv2D */
+static int g_pad_dw;
+static fl_node *b_pad_conv(fl_graph *g, fl_node *x, fl_node **p, int *np) {
+    const int64_t c = x->shape[3];
+    fl_node *padded = g_pad_dw ? fl_graph_pad2d(g, "pad", x, 0, 1, 0, 1) : fl_graph_pad2d(g, "pad", x, 3, 3, 3, 3);
+    if (g_pad_dw) {
+        p[0] = fl_graph_param(g, "signed", 4, (int64_t[]){3, 3, c, 1}, true);
+        p[1] = fl_graph_param(g, "signed", 1, &c, true);
+        *np = 2;
+        return fl_graph_depthwise_conv2d(g, "dw", padded, p[0], p[1], 2, 2, FL_VALID, FL_ACT_LINEAR);
+    }
+    p[0] = fl_graph_param(g, "signed", 4, (int64_t[]){7, 7, c, 8}, true);
+    p[1] = fl_graph_param(g, "signed", 1, (int64_t[]){8}, true);
+    *np = 2;
+    return fl_graph_conv2d(g, "stem", padded, p[0], p[1], 2, 2, FL_VALID, FL_ACT_RELU);
+}
+
 /* Multiply/Add with a broadcast (1, 1, c) or (h, 1, c) operand */
 static fl_op g_bop;
 static int g_brows;
@@ -757,6 +775,12 @@ static void op_parity(void) {
         snprintf(name, sizeof name, "pad2d ((%d, %d), (%d, %d))", pads[i][0], pads[i][1], pads[i][2], pads[i][3]);
         parity(name, 3, img, 7, b_pad2d, true);
     }
+    int64_t even[] = {8, 10, 3};
+    for (g_pad_dw = 1; g_pad_dw >= 0; g_pad_dw--)
+        for (int tr = 1; tr >= 0; tr--)
+            parity(g_pad_dw ? "zero padding (0, 1) taken into a stride-2 depthwise"
+                            : "zero padding 3 taken into a 7x7 stride-2 conv",
+                   3, even, 7, b_pad_conv, tr);
     int64_t seq[] = {4, 9};
     fl_op merges[] = {FL_OP_ADD, FL_OP_MUL, FL_OP_CONCAT, FL_OP_AVG, FL_OP_MAX, FL_OP_MIN};
     for (int i = 0; i < 6; i++) {
