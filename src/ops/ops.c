@@ -883,10 +883,6 @@ fl_node *fl_op_fused_relu(const fl_graph *g, const fl_node *x, int *act) {
     return NULL;
 }
 
-/* What a convolution that folds normalisation bn applies in its epilogue: a ReLU or ReLU6
- * (fl_op_fused_relu), or where the backend takes a slope (conv_slope), a LeakyReLU layer (Keras's
- * LeakyReLU, or ReLU with a negative_slope under 1, no threshold or cap) that alone reads bn, as act
- * FL_ACT_RELU with *slope its negative_slope; NULL if none. */
 /* The LeakyReLU layer (Keras's LeakyReLU, or ReLU with a negative_slope under 1, no threshold or cap) that
  * alone reads x, or NULL */
 static fl_node *leaky_reader(const fl_graph *g, const fl_node *x) {
@@ -903,6 +899,10 @@ float fl_op_relu_slope(const fl_node *relu) {
     return relu && relu->op == FL_OP_PACT && relu->pact.code == FL_PACT_RELU ? relu->pact.a : 0.0f;
 }
 
+/* What a convolution that folds normalisation bn applies in its epilogue: a ReLU or ReLU6
+ * (fl_op_fused_relu), or where the backend takes a slope (conv_slope), a LeakyReLU layer (Keras's
+ * LeakyReLU, or ReLU with a negative_slope under 1, no threshold or cap) that alone reads bn, as act
+ * FL_ACT_RELU with *slope its negative_slope; NULL if none. */
 fl_node *fl_op_fused_conv_act(const fl_graph *g, const fl_node *conv, const fl_node *bn, int *act, float *slope) {
     *slope = 0.0f;
     fl_node *n = fl_op_fused_relu(g, bn, act);
