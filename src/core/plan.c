@@ -239,8 +239,8 @@ fl_status fl_plan_make(const fl_graph *g, const bool *need, int64_t batch, bool 
             if (NEED(cb)) hi[3 * cb->id + 1] = MAX(hi[3 * cb->id + 1], 2 * (int64_t)N - i);
             if (cr && NEED(cr)) hi[3 * cr->id + 1] = MAX(hi[3 * cr->id + 1], 2 * (int64_t)N - i);
         }
-        const fl_node *pad = c->op == FL_OP_PAD2D ? NULL : c->nin > 0 ? c->in[0] : NULL;
-        if (pad && pad->op == FL_OP_PAD2D && fl_op_pad_into_conv(g, pad) == c) {
+        const fl_node *pad = fl_op_conv_pad(g, c);
+        if (pad) {
             /* the convolution reads the padding's input, and its backward writes that input's gradient */
             const fl_node *x = pad->in[0];
             if (x && x->op != FL_OP_PARAM && x->batched) {

@@ -758,20 +758,19 @@ fl_node *fl_op_pad_into_conv(const fl_graph *g, const fl_node *p) {
                : NULL;
 }
 
-/* The padding whose padding convolution n takes as its own (fl_op_pad_into_conv), or NULL */
-static fl_node *folded_pad(const fl_graph *g, const fl_node *n) {
+fl_node *fl_op_conv_pad(const fl_graph *g, const fl_node *n) {
     fl_node *p = n->nin > 0 ? n->in[0] : NULL;
     return p && p->op == FL_OP_PAD2D && fl_op_pad_into_conv(g, p) == n ? p : NULL;
 }
 
 fl_conv_desc fl_op_conv_desc(const fl_graph *g, const fl_node *n) {
-    const fl_node *p = folded_pad(g, n);
+    const fl_node *p = fl_op_conv_pad(g, n);
     return p ? pad_folded(n->conv, &p->conv) : n->conv;
 }
 
 /* The node whose value convolution n reads: its input, or the input of the padding it takes */
 static const fl_node *conv_src(const fl_graph *g, const fl_node *n) {
-    const fl_node *p = folded_pad(g, n);
+    const fl_node *p = fl_op_conv_pad(g, n);
     return p ? p->in[0] : n->in[0];
 }
 
@@ -793,7 +792,7 @@ static void mark(fl_node *n, int k) {
 /* The node whose input's gradient convolution n's backward writes: n, or the padding n takes (which is left
  * unmarked, so that its own backward is skipped) */
 static fl_node *dx_node(const fl_graph *g, fl_node *n) {
-    fl_node *p = folded_pad(g, n);
+    fl_node *p = fl_op_conv_pad(g, n);
     return p ? p : n;
 }
 

@@ -30,6 +30,8 @@ fl_node *fl_op_pad_into_conv(const fl_graph *g, const fl_node *p);
  * the padding it takes (fl_op_pad_into_conv) and that padding's input's
  * height and width; the batch is left to the caller. */
 fl_conv_desc fl_op_conv_desc(const fl_graph *g, const fl_node *n);
+/* The ZeroPadding2D whose padding convolution n takes (fl_op_pad_into_conv), or NULL */
+fl_node *fl_op_conv_pad(const fl_graph *g, const fl_node *n);
 /* The BatchNormalization that an inference forward of Conv2D or
  * DepthwiseConv2D node conv may fold into its weights (conv linear, the
  * normalisation its only reader), or NULL; conv's forward then writes the

@@ -485,7 +485,8 @@ static inline __attribute__((always_inline)) void bn_sums_block(bn_sum_kind kind
  * shapes: the backward with its ReLU6 9.2 -> 7.5 ms on one thread, 5.6 -> 5.0 ms on two). */
 FL_AVX2_TARGET static inline __attribute__((always_inline)) void
 bn_sums_blocks_avx2(const int NB, bn_sum_kind kind, int64_t r, int64_t re, int c, int j0, const float *x,
-                    const float *dy, const float *coef, float hi, float slope, const float *mean, float *fa, float *fb) {
+                    const float *dy, const float *coef, float hi, float slope, const float *mean, float *fa,
+                    float *fb) {
     const __m256 zero = _mm256_setzero_ps(), cap = _mm256_set1_ps(hi), one = _mm256_set1_ps(1.0f);
     const __m256 slv = _mm256_set1_ps(slope);
     __m256 sa[4], sb[4];
@@ -521,8 +522,8 @@ bn_sums_blocks_avx2(const int NB, bn_sum_kind kind, int64_t r, int64_t re, int c
 }
 /* Channels [j0, j0 + 8 * nb) of rows [r, re), 32 at a time, then 16, then 8 */
 FL_AVX2_TARGET static void bn_sums_blocks8_avx2(int nb, bn_sum_kind kind, int64_t r, int64_t re, int c, int j0,
-                                                const float *x, const float *dy, const float *coef, float hi, float slope,
-                                                const float *mean, float *fa, float *fb) {
+                                                const float *x, const float *dy, const float *coef, float hi,
+                                                float slope, const float *mean, float *fa, float *fb) {
     for (; nb >= 4; nb -= 4, j0 += 32) bn_sums_blocks_avx2(4, kind, r, re, c, j0, x, dy, coef, hi, slope, mean, fa, fb);
     if (nb >= 2) {
         bn_sums_blocks_avx2(2, kind, r, re, c, j0, x, dy, coef, hi, slope, mean, fa, fb);
@@ -555,13 +556,15 @@ static inline __attribute__((always_inline)) void bn_sums_rows(bn_sum_kind kind,
 }
 #if FL_HAVE_AVX2_TARGET
 FL_AVX2_TARGET static void bn_sums_avx2(bn_sum_kind kind, int64_t r0, int64_t r1, int c, const float *x,
-                                        const float *dy, const float *coef, float hi, float slope, const float *mean, double *a,
+                                        const float *dy, const float *coef, float hi, float slope,
+                                        const float *mean, double *a,
                                         double *b, float *fa, float *fb) {
     bn_sums_rows(kind, true, r0, r1, c, x, dy, coef, hi, slope, mean, a, b, fa, fb);
 }
 #endif
 static void bn_sums_base(bn_sum_kind kind, int64_t r0, int64_t r1, int c, const float *x, const float *dy,
-                         const float *coef, float hi, float slope, const float *mean, double *a, double *b, float *fa, float *fb) {
+                         const float *coef, float hi, float slope, const float *mean, double *a, double *b, float *fa,
+                         float *fb) {
     bn_sums_rows(kind, false, r0, r1, c, x, dy, coef, hi, slope, mean, a, b, fa, fb);
 }
 
@@ -590,11 +593,15 @@ static bool bn_block_sums(bn_sum_kind kind, int64_t m, int c, const float *x, co
 }
 
 /* y = x * s + t per channel over rows [r0, r1), through a ReLU capped at hi where hi > 0, or a LeakyReLU where
- * rl.slope is nonzero (the forward
- * with the ReLU after it); or, given g, y (accumulate: +)= s * g + t + u * (x - mean) (dx of the backward
+ * rl.slope is nonzero (the forward with the ReLU after it); or, given g, y (accumulate: +)= s * g + t +
+ * u * (x - mean) (dx of the backward
  * pass, see cpu_bn_bwd), g masked by the fused ReLU's derivative at bn_pre(x, s', t') where coef (s', then
  * t') is given. */
 typedef struct bn_relu { const float *coef; float hi, slope; } bn_relu;
+/* The backward's fused ReLU (act, and slope for a LeakyReLU) where its forward's s, t (coef) are given */
+static bn_relu grad_relu(const float *coef, int act, float slope) {
+    return (bn_relu){coef, coef ? fl_cpu_relu_cap(act) : 0.0f, coef ? slope : 0.0f};
+}
 static inline __attribute__((always_inline)) void bn_affine_rows(int64_t r0, int64_t r1, int c,
                                                                  const float *restrict x, const float *restrict g,
                                                                  const float *restrict mean, const float *restrict s,
@@ -674,8 +681,6 @@ static void bn_affine(int64_t m, int c, const float *x, const float *g, const fl
     }
     (void)avx2;
 }
-
-/* The cap of the ReLU (act FL_ACT_RELU) or ReLU6 (FL_ACT_RELU6) fused into the normalisation */
 
 /* Training: the batch's mean and biased variance (one pass over x, shifted by its first row: see
  * bn_sums_rows), and y by Keras's formula: inv = rsqrt(var + eps) * gamma, y = x * inv + (beta - mean * inv);
@@ -782,15 +787,14 @@ static void bn_bwd(const fl_bn_desc *d, bn_relu rl, const float *x, const float 
 static void cpu_bn_bwd_coef(const fl_bn_desc *d, int act, const float *coef, const float *x, const float *gamma,
                             const float *mean, const float *invstd, const float *dy, float *dgamma, float *dbeta,
                             float *stu) {
-    bn_bwd(d, (bn_relu){coef, coef ? fl_cpu_relu_cap(act) : 0.0f, coef ? d->slope : 0.0f}, x, gamma, mean, invstd,
-           dy, NULL, 0.0f, dgamma, dbeta, stu);
+    bn_bwd(d, grad_relu(coef, act, d->slope), x, gamma, mean, invstd, dy, NULL, 0.0f, dgamma, dbeta, stu);
 }
 
 /* The normalisation's dx of rows [0, rows) (bn_bwd_coef's coefficients; see bn_affine_rows): the same
  * arithmetic as bn_bwd's pass, for the convolution that forms it a sample at a time (threads: the caller's). */
 void fl_cpu_bn_dx_rows(int64_t rows, int c, const fl_bn_grad *bg, const float *g, const float *x, float *dx) {
     const float *s = bg->stu, *t = s + c, *u = s + 2 * c;
-    const bn_relu rl = {bg->coef, bg->coef ? fl_cpu_relu_cap(bg->act) : 0.0f, bg->coef ? bg->slope : 0.0f};
+    const bn_relu rl = grad_relu(bg->coef, bg->act, bg->slope);
 #if FL_HAVE_AVX2_TARGET
     if (fl_cpu_avx2()) {
         bn_affine_avx2(0, rows, c, x, g, bg->mean, s, t, u, dx, false, rl);
@@ -815,7 +819,7 @@ void fl_cpu_bn_apply_rows(int64_t rows, int c, const float *st, int act, const f
 void fl_cpu_bn_dx(int64_t m, int c, const fl_bn_grad *bg, const float *x, float *dx) {
     const float *s = bg->stu;
     bn_affine(m, c, x, bg->g, bg->mean, s, s + c, s + 2 * c, dx, false,
-              (bn_relu){bg->coef, bg->coef ? fl_cpu_relu_cap(bg->act) : 0.0f, bg->coef ? bg->slope : 0.0f});
+              grad_relu(bg->coef, bg->act, bg->slope));
 }
 
 static void cpu_bn_bwd(const fl_bn_desc *d, const float *x, const float *gamma, const float *mean,
@@ -826,7 +830,7 @@ static void cpu_bn_bwd(const fl_bn_desc *d, const float *x, const float *gamma, 
 static void cpu_bn_bwd_act(const fl_bn_desc *d, int act, const float *coef, const float *x, const float *gamma,
                            const float *mean, const float *invstd, const float *dy, float *dx, float beta,
                            float *dgamma, float *dbeta) {
-    bn_bwd(d, (bn_relu){coef, fl_cpu_relu_cap(act), d->slope}, x, gamma, mean, invstd, dy, dx, beta, dgamma, dbeta, NULL);
+    bn_bwd(d, grad_relu(coef, act, d->slope), x, gamma, mean, invstd, dy, dx, beta, dgamma, dbeta, NULL);
 }
 
 static void cpu_accumulate(int64_t n, const float *src, float *dst, float beta) {
