@@ -607,6 +607,11 @@ typedef struct fl_backend {
      * take a LeakyReLU (fl_bn_desc's and fl_bn_grad's slope) as the fused
      * ReLU. 0: only ReLU and ReLU6, and a LeakyReLU runs as its own layer. */
     int bn_act_slope;
+    /* Optional (NULL: the step follows infer_budget alone; see infer_budget): the bytes of
+     * weights that stay in cache from one inference step to the next. Where
+     * a model's weights are more, each step reads them all from memory, and
+     * the step grows until its buffers are as large as the weights. */
+    size_t (*infer_weight_cache)(void);
 } fl_backend;
 
 /* Modes of fl_backend.bmerge_*. */

@@ -935,6 +935,7 @@ static const fl_backend cpu_backend = {
     .name = "cpu",
     .host_memory = 1,
     .infer_budget = fl_cpu_infer_budget,
+    .infer_weight_cache = fl_cpu_infer_weight_cache,
     .conv_slope = fl_cpu_conv_slope,
     .alloc = cpu_alloc,
     .free = cpu_free,

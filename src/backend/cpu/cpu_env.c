@@ -168,15 +168,15 @@ int fl_cpu_threads_for_load(int configured, int cpus, double other) {
 
 /* -------------------------------------------------------------- cache */
 
-/* The L2 of one core in bytes: sysfs (cpu0's data or unified cache of level 2), else sysconf, else 1 MB.
+/* The data or unified cache of `level` that cpu0 sees, in bytes: sysfs, else sysconf (name), else dflt.
  * (glibc's sysconf reads CPUID, which a VM can fill as it likes: it gave this machine's L3 as 384 MB, sysfs
  * 32 MB.) */
-static size_t l2_bytes(void) {
+static size_t cache_bytes(int level, int name, size_t dflt) {
     for (int i = 0; i < 16; i++) {
         char path[96], line[64];
         snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/level", i);
         if (!read_line(path, line, sizeof line)) break;
-        if (atoi(line) != 2) continue;
+        if (atoi(line) != level) continue;
         snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/type", i);
         if (read_line(path, line, sizeof line) && strncmp(line, "Instruction", 11) == 0) continue;
         snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/size", i);
@@ -187,8 +187,8 @@ static size_t l2_bytes(void) {
         else if (*end == 'M') v <<= 20;
         if (v > 0) return (size_t)v;
     }
-    long v = sysconf(_SC_LEVEL2_CACHE_SIZE);
-    return v > 0 ? (size_t)v : (size_t)1 << 20;
+    long v = sysconf(name);
+    return v > 0 ? (size_t)v : dflt;
 }
 
 /* Inference in steps whose batch buffers fit twice the L2 of the threads in use (about half of each
@@ -197,8 +197,19 @@ static size_t l2_bytes(void) {
  * of 16 (24,600 in steps of 32) on the Zen 5 (1 MB of L2 a core, 2 threads). */
 size_t fl_cpu_infer_budget(void) {
     static size_t l2;
-    if (!l2) l2 = l2_bytes();
+    if (!l2) l2 = cache_bytes(2, _SC_LEVEL2_CACHE_SIZE, (size_t)1 << 20);
     return 2 * l2 * (size_t)fl_cpu_threads_configured(); /* a step's size must not follow the load */
+}
+
+/* The weights an inference step reads stay cached between steps where they fit the last-level cache
+ * (backend.h infer_weight_cache): the L3, else the L2 (a CPU without one), else 8 MB. */
+size_t fl_cpu_infer_weight_cache(void) {
+    static size_t llc;
+    if (!llc) {
+        llc = cache_bytes(3, _SC_LEVEL3_CACHE_SIZE, 0);
+        if (!llc) llc = cache_bytes(2, _SC_LEVEL2_CACHE_SIZE, (size_t)8 << 20);
+    }
+    return llc;
 }
 
 /* ------------------------------------------------------ BLAS kernels */

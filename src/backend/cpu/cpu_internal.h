@@ -22,6 +22,8 @@ int fl_cpu_threads(void);
 int fl_cpu_threads_configured(void);
 /* cpu_env.c: the inference step's budget (backend.h infer_budget): twice the L2 of the threads in use */
 size_t fl_cpu_infer_budget(void);
+/* cpu_env.c: the cache an inference step's weights stay in between steps (backend.h infer_weight_cache) */
+size_t fl_cpu_infer_weight_cache(void);
 /* cpu_env.c: the default thread count and its reason; the cgroup CPU quota in CPUs (0: none) */
 int fl_cpu_default_threads(char *why, size_t n);
 double fl_cpu_quota(void);
