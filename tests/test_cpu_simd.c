@@ -1045,6 +1045,28 @@ static void test_dw3(void) {
     free(x); free(gy); free(dw0);
 }
 
+/* Samples whose tiles share Winograd's blocks (fl_wino_samples) give each
+ * sample the same bits as that sample alone (fl_wino_rows): what lets
+ * predict's steps of any size compute what whole batches do. */
+static void test_wino_samples(int n, int h, int w, int c, int oc) {
+    fl_conv_desc d = {.n = n, .h = h, .w = w, .c = c, .oh = h, .ow = w, .oc = oc, .kh = 3, .kw = 3, .sh = 1,
+                      .sw = 1, .pt = 1, .pl = 1, .act = FL_ACT_RELU, .has_bias = 1};
+    const size_t in_sz = (size_t)h * w * c, out_sz = (size_t)h * w * oc;
+    float *x = rnd((size_t)n * in_sz, 11), *wt = rnd((size_t)9 * c * oc, 12), *b = rnd((size_t)oc, 13);
+    float *u = malloc(fl_wino_u_floats(c, oc) * sizeof(float));
+    float *scratch = malloc(fl_wino_scratch_floats(c, oc) * sizeof(float));
+    float *ya = calloc((size_t)n * out_sz, sizeof(float)), *yb = calloc((size_t)n * out_sz, sizeof(float));
+    fl_wino_weights(c, oc, wt, u);
+    fl_wino_samples(&d, x, u, b, ya, n, scratch);
+    for (int i = 0; i < n; i++)
+        fl_wino_rows(&d, x + (size_t)i * in_sz, u, b, yb + (size_t)i * out_sz, 0, h, 0, NULL, scratch);
+    CHECK_MSG(memcmp(ya, yb, (size_t)n * out_sz * sizeof(float)) == 0,
+              "Winograd %d samples %dx%dx%d->%d together differ from each alone", n, h, w, c, oc);
+    CHECK_MSG(fl_wino_group(&d) > 1, "%dx%dx%d->%d: samples of %d tiles do not share blocks", h, w, c, oc,
+              ((h + 1) / 2) * ((w + 1) / 2));
+    free(x); free(wt); free(b); free(u); free(scratch); free(ya); free(yb);
+}
+
 /* 3x3 stride-1 convolutions through Winograd F(2x2, 3x3) (cpu_winograd.c)
  * against the portable code: ResNet's shapes, odd sizes (partial tiles at
  * the bottom and right), channel counts that are not a multiple of 16, more
@@ -1077,6 +1099,14 @@ static void test_winograd(void) {
     test_conv_pool(5, 11, 10, 32, 40, 3, 1, FL_ACT_RELU, 2, 2);
     test_conv_pool(4, 13, 13, 32, 32, 3, 0, FL_ACT_LINEAR, 2, 3); /* gaps between windows */
     test_conv_pool(1, 12, 12, 48, 32, 3, 1, FL_ACT_RELU, 2, 2);  /* one sample: direct */
+    /* samples whose tiles share blocks (fl_wino_group): one tile a sample
+     * (ResNet50's 2x2 stage), groups of 4 and a last group of 1; four
+     * tiles a sample, groups of 3; an odd 3x3 map with a partial tile */
+    test_conv(13, 2, 2, 64, 96, 3, 3, 1, 1, FL_ACT_RELU, 1);
+    test_conv(9, 4, 4, 80, 72, 3, 3, 1, 1, FL_ACT_ELU, 1);
+    test_conv(10, 3, 3, 32, 40, 3, 3, 1, 1, FL_ACT_RELU6, 0);
+    test_wino_samples(7, 2, 2, 64, 96);
+    test_wino_samples(5, 3, 5, 48, 40);
     fl_set_num_threads(before);
 }
 

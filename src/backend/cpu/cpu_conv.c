@@ -376,16 +376,23 @@ static float *wino_fwd_kernel(const fl_conv_desc *d, const float *w, void *ws) {
     return (float *)ws + direct_shared_floats(d, 0);
 }
 
-/* Winograd's forward: whole samples, handed out one at a time. */
+/* Winograd's forward: whole samples, handed out one at a time, or as many
+ * at a time as fill a block of tiles where a sample's tiles are fewer. */
 static void wino_fwd_run(const fl_conv_desc *d, const float *x, const float *w, const float *b, float *y, void *ws) {
     const size_t in_sz = (size_t)d->h * d->w * d->c, out_sz = (size_t)d->oh * d->ow * d->oc;
     const float *u = (const float *)ws;
     float *slices = wino_fwd_kernel(d, w, ws);
     const size_t tws = direct_thread_floats(d, 0);
-#pragma omp parallel for schedule(dynamic) num_threads(conv_threads())
-    for (int64_t n = 0; n < d->n; n++)
-        fl_wino_rows(d, x + (size_t)n * in_sz, u, b, y + (size_t)n * out_sz, 0, d->oh, 0, NULL,
-                     slices + (size_t)fl_cpu_thread_id() * tws);
+    const int nt = conv_threads();
+    int64_t grp = fl_wino_group(d);
+    if (grp > 1 && grp * 2 * nt > d->n) grp = (d->n + 2 * nt - 1) / (2 * nt); /* two items a thread */
+    const int64_t items = (d->n + grp - 1) / grp;
+#pragma omp parallel for schedule(dynamic) num_threads(nt)
+    for (int64_t it = 0; it < items; it++) {
+        const int64_t n = it * grp, ns = d->n - n < grp ? d->n - n : grp;
+        fl_wino_samples(d, x + (size_t)n * in_sz, u, b, y + (size_t)n * out_sz, (int)ns,
+                        slices + (size_t)fl_cpu_thread_id() * tws);
+    }
 }
 
 static void direct_fwd(const fl_conv_desc *d, const float *x, const float *w, const float *b, float *y, void *ws) {

@@ -220,10 +220,15 @@ FL_AVX512 void fl_wino_weights(int C, int OC, const float *w, float *u) {
     }
 }
 
-FL_AVX512 void fl_wino_rows(const fl_conv_desc *d, const float *xs, const float *u, const float *b, float *ys,
-                            int oh0, int oh1, int accumulate, const float *gate, float *scratch) {
+/* Output rows [oh0, oh1) of samples [0, ns) (in_sz and out_sz floats apart in xs and ys, gate as ys): their
+ * tiles as one sequence, a sample's row by row, in blocks of the block size, so that samples with few tiles
+ * (ResNet50's 2x2 and 4x4 stages at 64x64: one and four) share a block's GEMMs instead of each running its
+ * own on a row or four. A tile's sums are the same whatever block it falls in. */
+FL_AVX512 static void wino_tiles(const fl_conv_desc *d, const float *xs, size_t in_sz, const float *u,
+                                 const float *b, float *ys, size_t out_sz, int oh0, int oh1, int ns,
+                                 int accumulate, const float *gate, float *scratch) {
     const int C = d->c, OC = d->oc, OW = d->ow;
-    const int tc = (OW + 1) / 2, tr = (oh1 - oh0 + 1) / 2, T = tr * tc;
+    const int tc = (OW + 1) / 2, tr = (oh1 - oh0 + 1) / 2, ts = tr * tc, T = ts * ns;
     const int TB = wino_block_tiles(C, OC);
     /* ReLU and ReLU6 in the output transform; other activations after */
     const int relu = d->act == FL_ACT_RELU || (d->act == FL_ACT_RELU6 && !accumulate);
@@ -235,12 +240,13 @@ FL_AVX512 void fl_wino_rows(const fl_conv_desc *d, const float *xs, const float 
         const size_t vs = plane_floats(nb, C), ms = plane_floats(nb, OC);
         float *V = scratch, *M = scratch + 16 * vs;
         for (int i = 0; i < nb; i++) {
-            const int ty = (t0 + i) / tc, tx = (t0 + i) % tc;
+            const int sn = (t0 + i) / ts, ti = (t0 + i) % ts, ty = ti / tc, tx = ti % tc;
+            const float *xn = xs + (size_t)sn * in_sz;
             if (d->pre)
-                in_tile_pre(xs, d->h, d->w, C, oh0 + 2 * ty - d->pt, 2 * tx - d->pl, V + (size_t)i * C, vs, d->pre,
+                in_tile_pre(xn, d->h, d->w, C, oh0 + 2 * ty - d->pt, 2 * tx - d->pl, V + (size_t)i * C, vs, d->pre,
                             d->pre_act);
             else
-                in_tile(xs, d->h, d->w, C, oh0 + 2 * ty - d->pt, 2 * tx - d->pl, V + (size_t)i * C, vs);
+                in_tile(xn, d->h, d->w, C, oh0 + 2 * ty - d->pt, 2 * tx - d->pl, V + (size_t)i * C, vs);
         }
         for (int xi = 0; xi < 16; xi++)
             for (int o0 = 0; o0 < OC; o0 += 64) {
@@ -262,16 +268,34 @@ FL_AVX512 void fl_wino_rows(const fl_conv_desc *d, const float *xs, const float 
                 }
             }
         for (int i = 0; i < nb; i++) {
-            const int ty = (t0 + i) / tc, tx = (t0 + i) % tc;
+            const int sn = (t0 + i) / ts, ti = (t0 + i) % ts, ty = ti / tc, tx = ti % tc;
             const int oh = oh0 + 2 * ty, ow = 2 * tx;
             const int rows = oh1 - oh < 2 ? oh1 - oh : 2, cols = OW - ow < 2 ? OW - ow : 2;
-            const size_t off = (size_t)oh * yrow + (size_t)ow * OC;
+            const size_t off = (size_t)sn * out_sz + (size_t)oh * yrow + (size_t)ow * OC;
             out_tile(M + (size_t)i * OC, ms, OC, bias, relu, relu_max, relu ? d->slope : 0.0f, accumulate,
                      gate ? gate + off : NULL, ys + off, yrow, rows, cols);
         }
     }
     if (d->act != FL_ACT_LINEAR && !relu && !accumulate)
-        fl_cpu_bias_act_rows((int64_t)(oh1 - oh0) * OW, OC, NULL, d->act, ys + (size_t)oh0 * yrow);
+        for (int sn = 0; sn < ns; sn++)
+            fl_cpu_bias_act_rows((int64_t)(oh1 - oh0) * OW, OC, NULL, d->act,
+                                 ys + (size_t)sn * out_sz + (size_t)oh0 * yrow);
+}
+
+FL_AVX512 void fl_wino_rows(const fl_conv_desc *d, const float *xs, const float *u, const float *b, float *ys,
+                            int oh0, int oh1, int accumulate, const float *gate, float *scratch) {
+    wino_tiles(d, xs, 0, u, b, ys, 0, oh0, oh1, 1, accumulate, gate, scratch);
+}
+
+int fl_wino_group(const fl_conv_desc *d) {
+    const int ts = ((d->oh + 1) / 2) * ((d->ow + 1) / 2), tb = wino_block_tiles(d->c, d->oc);
+    return ts >= tb ? 1 : (tb + ts - 1) / ts;
+}
+
+FL_AVX512 void fl_wino_samples(const fl_conv_desc *d, const float *x, const float *u, const float *b, float *y,
+                               int ns, float *scratch) {
+    wino_tiles(d, x, (size_t)d->h * d->w * d->c, u, b, y, (size_t)d->oh * d->ow * d->oc, 0, d->oh, ns, 0, NULL,
+               scratch);
 }
 
 #else
@@ -282,6 +306,13 @@ void fl_wino_rows(const fl_conv_desc *d, const float *xs, const float *u, const 
                   int accumulate, const float *gate, float *scratch) {
     (void)d; (void)xs; (void)u; (void)b; (void)ys; (void)oh0; (void)oh1; (void)accumulate; (void)gate;
     (void)scratch;
+}
+
+int fl_wino_group(const fl_conv_desc *d) { (void)d; return 1; }
+
+void fl_wino_samples(const fl_conv_desc *d, const float *x, const float *u, const float *b, float *y, int ns,
+                     float *scratch) {
+    (void)d; (void)x; (void)u; (void)b; (void)y; (void)ns; (void)scratch;
 }
 
 #endif
