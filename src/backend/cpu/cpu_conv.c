@@ -234,8 +234,29 @@ static int wino_bwd_shape(const fl_conv_desc *d) {
 static int wino_fwd(const fl_conv_desc *d) { return wino_fwd_shape(d) && d->n >= 2 * conv_threads_configured(); }
 static int wino_bwd(const fl_conv_desc *d) { return wino_bwd_shape(d) && d->n >= 2 * conv_threads_configured(); }
 
+/* A 1x1 convolution without padding (nor d->pre) whose samples have fewer
+ * output pixels than this runs its forward over the pixels of several
+ * samples as one row of tiles (the flat tiles of direct_fwd_rows), the
+ * strided ones first gathered: ResNet50's 1x1 convolutions at 64x64 (8x8 to
+ * 2x2 outputs) filled 6-row tiles with 2 to 5 rows a sample, each tile
+ * reading its 64 filters' columns of the kernel again. Each pixel's sums
+ * are the same either way. */
+#define FLAT_PIXELS 64
+static int flat_1x1(const fl_conv_desc *d, const conv_geom *g) {
+    return d->kh == 1 && d->kw == 1 && !g->copy && (int64_t)d->oh * d->ow < FLAT_PIXELS;
+}
+/* Samples per item there: enough for FLAT_PIXELS pixels, but two items a thread */
+static int64_t flat_group(const fl_conv_desc *d, const conv_geom *g, int nt) {
+    if (!flat_1x1(d, g)) return 1;
+    const int64_t px = (int64_t)d->oh * d->ow;
+    int64_t grp = (FLAT_PIXELS + px - 1) / px;
+    if (grp * 2 * nt > d->n) grp = (d->n + 2 * nt - 1) / (2 * nt);
+    return grp;
+}
+
 /* Per-thread floats of the direct path: the copy of x (or Winograd's blocks in
- * the forward), padded dy, Winograd's blocks for dx. */
+ * the forward, or the gathered pixels of a strided flat_1x1), padded dy,
+ * Winograd's blocks for dx. */
 static size_t direct_thread_floats(const fl_conv_desc *d, int backward) {
     conv_geom g = geom(d);
     size_t f = g.copy ? (size_t)g.hp * g.wp * d->c : 0;
@@ -244,6 +265,7 @@ static size_t direct_thread_floats(const fl_conv_desc *d, int backward) {
         if (wino_bwd_shape(d)) f += fl_wino_scratch_floats(d->oc, d->c);
     } else {
         if (wino_fwd_shape(d) && fl_wino_scratch_floats(d->c, d->oc) > f) f = fl_wino_scratch_floats(d->c, d->oc);
+        if (flat_1x1(d, &g) && (d->sh > 1 || d->sw > 1)) f = (size_t)2 * FLAT_PIXELS * d->c; /* < 2 groups' px */
     }
     return (f + 15) & ~(size_t)15;
 }
@@ -412,6 +434,33 @@ static void direct_fwd(const fl_conv_desc *d, const float *x, const float *w, co
             int64_t n = it / per;
             int oh = (int)(it % per) * band, oh1 = oh + band < d->oh ? oh + band : d->oh;
             direct_fwd_rows(d, &g, x + (size_t)n * in_sz, w, b, y + (size_t)n * out_sz, oh, oh1);
+        }
+        return;
+    }
+    const int64_t grp = flat_group(d, &g, nt);
+    if (grp > 1) {
+        /* the pixels of grp samples as one flat band: a 1x1 stride-1 convolution over an oh x ow input */
+        fl_conv_desc f = *d;
+        f.h = d->oh;
+        f.w = d->ow;
+        f.sh = f.sw = 1;
+        const conv_geom gf = geom(&f);
+        const int strided = d->sh > 1 || d->sw > 1;
+        const int64_t items = (d->n + grp - 1) / grp;
+#pragma omp parallel for schedule(dynamic) num_threads(nt)
+        for (int64_t it = 0; it < items; it++) {
+            const int64_t n0 = it * grp, ns = d->n - n0 < grp ? d->n - n0 : grp;
+            const float *xs = x + (size_t)n0 * in_sz;
+            if (strided) {
+                float *xp = (float *)ws + (size_t)fl_cpu_thread_id() * tws, *o = xp;
+                for (int64_t k = 0; k < ns; k++)
+                    for (int i = 0; i < d->oh; i++)
+                        for (int j = 0; j < d->ow; j++, o += d->c)
+                            memcpy(o, xs + (size_t)k * in_sz + ((size_t)i * d->sh * d->w + (size_t)j * d->sw) * d->c,
+                                   (size_t)d->c * sizeof(float));
+                xs = xp;
+            }
+            direct_fwd_rows(&f, &gf, xs, w, b, y + (size_t)n0 * out_sz, 0, (int)(ns * d->oh));
         }
         return;
     }
