@@ -1124,6 +1124,12 @@ static void test_avx512(void) {
         test_conv(2, 11, 12, 5, 24, 3, 3, 2, 0, FL_ACT_SIGMOID, 1); /* stride 2: portable data gradient */
         test_conv(2, 8, 8, 7, 17, 1, 1, 1, 0, FL_ACT_ELU, 1);       /* 1x1 */
         test_conv(3, 12, 12, 96, 24, 1, 1, 1, 0, FL_ACT_RELU6, 1);  /* MobileNetV2's 1x1: ReLU6 in the store */
+        /* 1x1 with few output pixels: several samples' pixels as one band
+         * (flat_1x1), stride 1 and strided (gathered), groups with a short
+         * last one, and an odd input under stride 2 */
+        test_conv(13, 2, 2, 64, 96, 1, 1, 1, 0, FL_ACT_RELU, 1);
+        test_conv(9, 8, 8, 48, 80, 1, 1, 2, 0, FL_ACT_LINEAR, 1);
+        test_conv(7, 7, 5, 40, 24, 1, 1, 2, 0, FL_ACT_ELU, 0);
         test_conv(2, 13, 13, 32, 40, 3, 3, 2, 1, FL_ACT_RELU6, 0);  /* stride 2, ReLU6 */
         test_conv(3, 7, 40, 48, 48, 3, 5, 1, 0, FL_ACT_RELU, 1);    /* 36-wide rows: several row tiles */
         test_conv(2, 6, 6, 65, 33, 3, 3, 1, 1, FL_ACT_LEAKY_RELU, 1);
