@@ -1647,13 +1647,18 @@ static void test_depthwise_chain(void) {
 }
 
 /* Multiply/Add with broadcasting, as EfficientNet's squeeze-and-excitation:
- * x (3, 4, 5) with its per-channel mean as (1, 1, 5), and (3, 1, 5). */
-static void test_bmerge(fl_op op, bool swap, bool rows) {
+ * x (3, 4, 5) with its per-channel mean as (1, 1, 5), and (3, 1, 5); with
+ * spatial, a map over the pixels as (3, 4, 1) (a spatial attention's,
+ * from a 1x1 convolution to one channel), broadcast over the channels. */
+static void test_bmerge_as(fl_op op, bool swap, bool rows, bool spatial) {
     harness h;
     const int64_t B = 3, H = 3, W = 4, C = 5;
     h_init(&h, B, 3, (int64_t[]){H, W, C});
     fl_node *b;
-    if (rows) { /* (H, 1, C): the mean over the columns, via a pool */
+    if (spatial) {
+        fl_node *w = h_param(&h, 4, (int64_t[]){1, 1, C, 1}, -0.5f, 0.5f);
+        b = fl_graph_conv2d(&h.g, "map", h.x, w, NULL, 1, 1, FL_VALID, FL_ACT_LINEAR);
+    } else if (rows) { /* (H, 1, C): the mean over the columns, via a pool */
         b = fl_graph_pool(&h.g, "pool", FL_OP_AVGPOOL, h.x, 1, (int)W, 1, (int)W, FL_VALID);
     } else {
         b = fl_graph_gap(&h.g, "gap", h.x);
@@ -1672,11 +1677,11 @@ static void test_bmerge(fl_op op, bool swap, bool rows) {
             for (int64_t j = 0; j < W; j++)
                 for (int64_t c = 0; c < C; c++) {
                     double xv = h.x->val[((n * H + i) * W + j) * C + c];
-                    double bv = t->val[rows ? (n * H + i) * C + c : n * C + c];
+                    double bv = t->val[spatial ? (n * H + i) * W + j : rows ? (n * H + i) * C + c : n * C + c];
                     ref[((n * H + i) * W + j) * C + c] = op == FL_OP_MUL ? xv * bv : xv + bv;
                 }
     char what[48];
-    snprintf(what, sizeof what, "broadcast merge op %d swap %d rows %d", op, swap, rows);
+    snprintf(what, sizeof what, "broadcast merge op %d swap %d rows %d spatial %d", op, swap, rows, spatial);
     CHECK_MSG(max_abs_diff(y->val, ref, B * H * W * C) < 1e-6, "%s forward", what);
     free(ref);
     h_gradcheck(&h, what, 1e-3, 1e-2, true);
@@ -1686,6 +1691,7 @@ static void test_bmerge(fl_op op, bool swap, bool rows) {
     CHECK_STR_CONTAINS(fl_last_error(), "bad_se");
     h_free(&h);
 }
+static void test_bmerge(fl_op op, bool swap, bool rows) { test_bmerge_as(op, swap, rows, false); }
 
 
 /* ------------------------------------------------------------ Permute */
@@ -3059,5 +3065,8 @@ int main(void) {
     /* a normalisation's affine and ReLU formed by the convolution after it (appended: the streams above stay) */
     for (int v = 0; v < 9; v++) test_bn_into_conv(v);
     for (int v = 0; v < 6; v++) test_pad_into_conv(v);
+    /* a broadcast along the channels (appended: the streams above stay) */
+    test_bmerge_as(FL_OP_MUL, false, false, true);
+    test_bmerge_as(FL_OP_ADD, true, false, true);
     return check_report("test_ops");
 }

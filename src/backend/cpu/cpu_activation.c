@@ -146,24 +146,45 @@ void fl_cpu_prelu_bwd(const fl_bcast_desc *d, const float *x, const float *alpha
     }
 }
 
+/* Normalization's (x - mean) / den and its inverse, and their gradients: rows along the last axis
+ * (fl_bcast_rows_of), the parameter read ps apart along a row. */
 void fl_cpu_normalize_fwd(const fl_bcast_desc *d, int invert, const float *x, const float *mean, const float *var,
                           float *y) {
-    const int64_t n = d->n * d->size;
-#pragma omp parallel for PAR_EW(n)
-    for (int64_t i = 0; i < n; i++) {
-        int64_t p = fl_bcast_index(d, i % d->size);
-        float den = fl_norm_den(var[p]);
-        y[i] = invert ? mean[p] + x[i] * den : (x[i] - mean[p]) / den;
+    const fl_bcast_rows br = fl_bcast_rows_of(d);
+    const int64_t total = d->n * br.rows, nblk = (total + br.per - 1) / br.per;
+#pragma omp parallel for schedule(dynamic) PAR(d->n * d->size)
+    for (int64_t k = 0; k < nblk; k++) {
+        const int64_t R1 = (k + 1) * br.per < total ? (k + 1) * br.per : total;
+        for (int64_t R = k * br.per; R < R1; R++) {
+            const int64_t j0 = (R % br.rows) * br.len, p0 = fl_bcast_index(d, j0), L = br.len, ps = br.ps;
+            const float *restrict xr = x + (R / br.rows) * d->size + j0, *restrict mr = mean + p0,
+                                  *restrict vr = var + p0;
+            float *restrict yr = y + (R / br.rows) * d->size + j0;
+#pragma omp simd
+            for (int64_t i = 0; i < L; i++) {
+                const float den = fl_norm_den(vr[i * ps]);
+                yr[i] = invert ? mr[i * ps] + xr[i] * den : (xr[i] - mr[i * ps]) / den;
+            }
+        }
     }
 }
 
 void fl_cpu_normalize_bwd(const fl_bcast_desc *d, int invert, const float *var, const float *dy, float *dx,
                           float beta) {
-    const int64_t n = d->n * d->size;
-#pragma omp parallel for PAR_EW(n)
-    for (int64_t i = 0; i < n; i++) {
-        float den = fl_norm_den(var[fl_bcast_index(d, i % d->size)]);
-        float g = invert ? dy[i] * den : dy[i] / den;
-        dx[i] = beta == 0.0f ? g : dx[i] + g;
+    const fl_bcast_rows br = fl_bcast_rows_of(d);
+    const int64_t total = d->n * br.rows, nblk = (total + br.per - 1) / br.per;
+#pragma omp parallel for schedule(dynamic) PAR(d->n * d->size)
+    for (int64_t k = 0; k < nblk; k++) {
+        const int64_t R1 = (k + 1) * br.per < total ? (k + 1) * br.per : total;
+        for (int64_t R = k * br.per; R < R1; R++) {
+            const int64_t j0 = (R % br.rows) * br.len, L = br.len, ps = br.ps;
+            const float *restrict vr = var + fl_bcast_index(d, j0), *restrict g = dy + (R / br.rows) * d->size + j0;
+            float *restrict o = dx + (R / br.rows) * d->size + j0;
+#pragma omp simd
+            for (int64_t i = 0; i < L; i++) {
+                const float den = fl_norm_den(vr[i * ps]), v = invert ? g[i] * den : g[i] / den;
+                o[i] = beta == 0.0f ? v : o[i] + v;
+            }
+        }
     }
 }

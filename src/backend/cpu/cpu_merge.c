@@ -5,6 +5,7 @@
  */
 #include "cpu_internal.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 void fl_cpu_mul(int64_t n, const float *a, const float *b, float *dst) {
@@ -79,42 +80,115 @@ void fl_cpu_minmax_grad(int is_max, int64_t n, const float *x, const float *othe
     }
 }
 
+/* Rows of all samples in blocks (fl_bcast_rows_of); y = x * b or x + b along each row. */
 void fl_cpu_bmerge_fwd(int mode, const fl_bcast_desc *d, const float *x, const float *b, float *y) {
-#pragma omp parallel for schedule(static) num_threads(d->n * d->size < 32768 ? 1 : fl_cpu_threads())
-    for (int64_t n = 0; n < d->n; n++) {
-        const float *xs = x + n * d->size, *bs = b + n * d->psize;
-        float *ys = y + n * d->size;
-        /* per parameter element: its members, so that b is read once */
-        const int64_t per = d->size / d->psize;
-        for (int64_t q = 0; q < d->psize; q++) {
-            const float v = bs[q];
-            for (int64_t t = 0; t < per; t++) {
-                int64_t j = fl_bcast_member(d, q, t);
-                ys[j] = mode == FL_BM_MUL ? xs[j] * v : xs[j] + v;
+    const fl_bcast_rows br = fl_bcast_rows_of(d);
+    const int64_t total = d->n * br.rows, nblk = (total + br.per - 1) / br.per;
+#pragma omp parallel for schedule(dynamic) PAR(d->n * d->size)
+    for (int64_t k = 0; k < nblk; k++) {
+        const int64_t R1 = (k + 1) * br.per < total ? (k + 1) * br.per : total;
+        for (int64_t R = k * br.per; R < R1; R++) {
+            const int64_t n = R / br.rows, j0 = (R % br.rows) * br.len;
+            const float *restrict xr = x + n * d->size + j0;
+            const float *restrict pr = b + n * d->psize + fl_bcast_index(d, j0);
+            float *restrict yr = y + n * d->size + j0;
+            const int64_t L = br.len, ps = br.ps;
+            if (ps == 1 && mode == FL_BM_MUL) {
+#pragma omp simd
+                for (int64_t i = 0; i < L; i++) yr[i] = xr[i] * pr[i];
+            } else if (ps == 1) {
+#pragma omp simd
+                for (int64_t i = 0; i < L; i++) yr[i] = xr[i] + pr[i];
+            } else if (ps == 0) {
+                const float v = pr[0];
+                if (mode == FL_BM_MUL) {
+#pragma omp simd
+                    for (int64_t i = 0; i < L; i++) yr[i] = xr[i] * v;
+                } else {
+#pragma omp simd
+                    for (int64_t i = 0; i < L; i++) yr[i] = xr[i] + v;
+                }
+            } else {
+                for (int64_t i = 0; i < L; i++) yr[i] = mode == FL_BM_MUL ? xr[i] * pr[i * ps] : xr[i] + pr[i * ps];
             }
         }
     }
 }
 
+/* dx = dy * b (Multiply) or dy, row by row as the forward; db[q] the sum over q's members, in ascending order
+ * (a sample's rows in turn into a float per parameter element, then added to db). */
 void fl_cpu_bmerge_bwd(int mode, const fl_bcast_desc *d, const float *x, const float *b, const float *dy, float *dx,
                        float beta_x, float *db, float beta_b) {
-    const int64_t per = d->size / d->psize;
-#pragma omp parallel for schedule(static) num_threads(d->n * d->size < 32768 ? 1 : fl_cpu_threads())
-    for (int64_t n = 0; n < d->n; n++) {
-        const float *xs = x + n * d->size, *bs = b + n * d->psize, *g = dy + n * d->size;
-        for (int64_t q = 0; q < d->psize; q++) {
-            float acc = 0.0f;
-            for (int64_t t = 0; t < per; t++) {
-                int64_t j = fl_bcast_member(d, q, t);
-                if (dx) {
-                    float v = mode == FL_BM_MUL ? g[j] * bs[q] : g[j];
-                    dx[n * d->size + j] = beta_x == 0.0f ? v : dx[n * d->size + j] + v;
+    const fl_bcast_rows br = fl_bcast_rows_of(d);
+    const bool mul = mode == FL_BM_MUL;
+    if (dx) {
+        const int64_t total = d->n * br.rows, nblk = (total + br.per - 1) / br.per;
+#pragma omp parallel for schedule(dynamic) PAR(d->n * d->size)
+        for (int64_t k = 0; k < nblk; k++) {
+            const int64_t R1 = (k + 1) * br.per < total ? (k + 1) * br.per : total;
+            for (int64_t R = k * br.per; R < R1; R++) {
+                const int64_t n = R / br.rows, j0 = (R % br.rows) * br.len, L = br.len, ps = br.ps;
+                const float *restrict g = dy + n * d->size + j0;
+                const float *restrict pr = b + n * d->psize + fl_bcast_index(d, j0);
+                float *restrict o = dx + n * d->size + j0;
+                if (!mul && beta_x == 0.0f) {
+                    memcpy(o, g, (size_t)L * sizeof(float));
+                } else if (!mul) {
+#pragma omp simd
+                    for (int64_t i = 0; i < L; i++) o[i] += g[i];
+                } else if (ps == 1 && beta_x == 0.0f) {
+#pragma omp simd
+                    for (int64_t i = 0; i < L; i++) o[i] = g[i] * pr[i];
+                } else if (ps == 1) {
+#pragma omp simd
+                    for (int64_t i = 0; i < L; i++) o[i] += g[i] * pr[i];
+                } else {
+                    for (int64_t i = 0; i < L; i++) {
+                        const float v = g[i] * pr[i * ps];
+                        o[i] = beta_x == 0.0f ? v : o[i] + v;
+                    }
                 }
-                acc += mode == FL_BM_MUL ? g[j] * xs[j] : g[j];
             }
-            if (db) db[n * d->psize + q] = beta_b == 0.0f ? acc : db[n * d->psize + q] + acc;
         }
     }
+    if (!db) return;
+    const int nt = d->n * d->size < 32768 ? 1 : fl_cpu_threads();
+    float *acc = malloc((size_t)nt * (size_t)d->psize * sizeof(float));
+    if (!acc) { /* the same sums, a parameter element at a time */
+        const int64_t per = d->size / d->psize;
+        for (int64_t n = 0; n < d->n; n++)
+            for (int64_t q = 0; q < d->psize; q++) {
+                float s = 0.0f;
+                for (int64_t t = 0; t < per; t++) {
+                    const int64_t j = n * d->size + fl_bcast_member(d, q, t);
+                    s += mul ? dy[j] * x[j] : dy[j];
+                }
+                db[n * d->psize + q] = beta_b == 0.0f ? s : db[n * d->psize + q] + s;
+            }
+        return;
+    }
+#pragma omp parallel for schedule(dynamic) num_threads(nt)
+    for (int64_t n = 0; n < d->n; n++) {
+        float *restrict a = acc + (size_t)fl_cpu_thread_id() * (size_t)d->psize;
+        memset(a, 0, (size_t)d->psize * sizeof(float));
+        for (int64_t r = 0; r < br.rows; r++) {
+            const int64_t j0 = r * br.len, L = br.len, ps = br.ps;
+            const float *restrict g = dy + n * d->size + j0, *restrict xr = x + n * d->size + j0;
+            float *restrict ar = a + fl_bcast_index(d, j0);
+            if (ps == 1 && mul) {
+#pragma omp simd
+                for (int64_t i = 0; i < L; i++) ar[i] += g[i] * xr[i];
+            } else if (ps == 1) {
+#pragma omp simd
+                for (int64_t i = 0; i < L; i++) ar[i] += g[i];
+            } else {
+                for (int64_t i = 0; i < L; i++) ar[i * ps] += mul ? g[i] * xr[i] : g[i];
+            }
+        }
+        float *o = db + n * d->psize;
+        for (int64_t q = 0; q < d->psize; q++) o[q] = beta_b == 0.0f ? a[q] : o[q] + a[q];
+    }
+    free(acc);
 }
 
 void fl_cpu_fill(int64_t n, float v, float *y) {
