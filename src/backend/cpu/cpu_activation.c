@@ -104,12 +104,23 @@ void fl_cpu_softmax_axis_bwd(int64_t outer, int c, int64_t inner, const float *y
     }
 }
 
+/* PReLU's forward and data gradient: rows along the last axis (fl_bcast_rows_of), alpha read ps apart. */
 void fl_cpu_prelu_fwd(const fl_bcast_desc *d, const float *x, const float *alpha, float *y) {
-    const int64_t n = d->n * d->size;
-#pragma omp parallel for PAR_EW(n)
-    for (int64_t i = 0; i < n; i++) {
-        float v = x[i];
-        y[i] = v > 0 ? v : alpha[fl_bcast_index(d, i % d->size)] * v;
+    const fl_bcast_rows br = fl_bcast_rows_of(d);
+    const int64_t total = d->n * br.rows, nblk = (total + br.per - 1) / br.per;
+#pragma omp parallel for schedule(dynamic) PAR(d->n * d->size)
+    for (int64_t k = 0; k < nblk; k++) {
+        const int64_t R1 = (k + 1) * br.per < total ? (k + 1) * br.per : total;
+        for (int64_t R = k * br.per; R < R1; R++) {
+            const int64_t j0 = (R % br.rows) * br.len, L = br.len, ps = br.ps;
+            const float *restrict xr = x + (R / br.rows) * d->size + j0, *restrict ar = alpha + fl_bcast_index(d, j0);
+            float *restrict yr = y + (R / br.rows) * d->size + j0;
+#pragma omp simd
+            for (int64_t i = 0; i < L; i++) {
+                const float v = xr[i];
+                yr[i] = v > 0 ? v : ar[i * ps] * v;
+            }
+        }
     }
 }
 
@@ -117,10 +128,21 @@ void fl_cpu_prelu_bwd(const fl_bcast_desc *d, const float *x, const float *alpha
                       float beta, float *dalpha) {
     const int64_t n = d->n * d->size;
     if (dx) {
-#pragma omp parallel for PAR_EW(n)
-        for (int64_t i = 0; i < n; i++) {
-            float v = x[i], g = v > 0 ? dy[i] : dy[i] * alpha[fl_bcast_index(d, i % d->size)];
-            dx[i] = beta == 0.0f ? g : dx[i] + g;
+        const fl_bcast_rows br = fl_bcast_rows_of(d);
+        const int64_t total = d->n * br.rows, nblk = (total + br.per - 1) / br.per;
+#pragma omp parallel for schedule(dynamic) PAR(n)
+        for (int64_t k = 0; k < nblk; k++) {
+            const int64_t R1 = (k + 1) * br.per < total ? (k + 1) * br.per : total;
+            for (int64_t R = k * br.per; R < R1; R++) {
+                const int64_t j0 = (R % br.rows) * br.len, L = br.len, ps = br.ps, o0 = (R / br.rows) * d->size + j0;
+                const float *restrict xr = x + o0, *restrict g = dy + o0, *restrict ar = alpha + fl_bcast_index(d, j0);
+                float *restrict o = dx + o0;
+#pragma omp simd
+                for (int64_t i = 0; i < L; i++) {
+                    const float v = xr[i] > 0 ? g[i] : g[i] * ar[i * ps];
+                    o[i] = beta == 0.0f ? v : o[i] + v;
+                }
+            }
         }
     }
     if (!dalpha) return;
