@@ -1057,7 +1057,7 @@ static void test_wino_samples(int n, int h, int w, int c, int oc) {
     float *scratch = malloc(fl_wino_scratch_floats(c, oc) * sizeof(float));
     float *ya = calloc((size_t)n * out_sz, sizeof(float)), *yb = calloc((size_t)n * out_sz, sizeof(float));
     fl_wino_weights(c, oc, wt, u);
-    fl_wino_samples(&d, x, u, b, ya, n, scratch);
+    fl_wino_samples(&d, x, u, b, ya, NULL, n, scratch);
     for (int i = 0; i < n; i++)
         fl_wino_rows(&d, x + (size_t)i * in_sz, u, b, yb + (size_t)i * out_sz, 0, h, 0, NULL, scratch);
     CHECK_MSG(memcmp(ya, yb, (size_t)n * out_sz * sizeof(float)) == 0,

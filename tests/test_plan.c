@@ -402,6 +402,62 @@ static void test_add_relu_fold(void) {
     fl_model_free(m);
 }
 
+/* Inference forms an Add as the Conv2D before it stores (fl_op_fused_res): a residual block's last
+ * convolution, its folded normalisation, the Add and the ReLU after it in one pass. Blocks through Winograd
+ * (3x3), the flat 1x1 tiles, the GEMM path (dilated) and with the Add's other input computed after the
+ * convolution (the later one forms it); bit for bit what a twin model with the same weights gives, whose
+ * convolutions' (or normalisations') values are model outputs too, so that nothing is formed there. At batch
+ * 1 the normalisation is not folded, and the Add adds in place in the buffer the plan shares with it. */
+static fl_model *conv_add_model(bool apart) {
+    fl_sym *x = fl_keras_input(8, 6, 32);
+    fl_sym *b1 = fl_call(fl_batch_normalization(), fl_call(fl_conv2d(32, 3, .padding = FL_SAME), x));
+    fl_sym *o1 = fl_call(fl_relu_layer(), fl_call_n(fl_add(), x, b1));
+    fl_sym *c2 = fl_call(fl_conv2d(32, 1), x), *o2 = fl_call_n(fl_add(), c2, x);
+    fl_sym *c3 = fl_call(fl_conv2d(32, 3, .padding = FL_SAME, .dilation_rate = 2), x);
+    fl_sym *o3 = fl_call(fl_relu_layer(.max_value = 6.0f), fl_call_n(fl_add(), c3, x));
+    fl_sym *c4 = fl_call(fl_conv2d(32, 3, .padding = FL_SAME), x), *c5 = fl_call(fl_conv2d(32, 1), x);
+    fl_sym *o4 = fl_call_n(fl_add(), c4, c5);
+    return apart ? fl_model_new(fl_syms(x), fl_syms(o1, o2, o3, o4, b1, c2, c3, c5), "apart")
+                 : fl_model_new(fl_syms(x), fl_syms(o1, o2, o3, o4), "formed");
+}
+
+static void test_conv_add_fold(void) {
+    enum { N = 16 };
+    fl_model *m = conv_add_model(false), *a = conv_add_model(true);
+    CHECK(m != NULL && a != NULL);
+    if (!m || !a) { fl_model_free(m); fl_model_free(a); return; }
+    fl_model_set_seed(m, 5);
+    bn_weights_away(m, 30, 0.3f);
+    for (int l = 0; l < fl_model_num_layers(m); l++) /* the same weights in the twin */
+        for (int k = 0; k < fl_layer_num_weights(fl_model_layer(m, l)); k++)
+            CHECK(fl_layer_set_weight(fl_model_layer(a, l), k, fl_layer_weight(fl_model_layer(m, l), k)) == FL_OK);
+    fl_tensor *x = fl_tensor_zeros(FL_FLOAT32, N, 8, 6, 32);
+    float *xd = fl_tensor_data(x);
+    for (int i = 0; i < N * 8 * 6 * 32; i++) xd[i] = 4.0f * (fl_philox_uniform(13, 1, (uint64_t)i) - 0.5f);
+    for (int bs = N; bs >= 1; bs -= N - 1) {
+        fl_tensor *y[4] = {0}, *z[8] = {0};
+        CHECK(fl_predict_multi(m, (const fl_tensor *const *)&x, 1, y, 4, .batch_size = bs,
+                               .verbose = FL_VERBOSE_SILENT) == FL_OK);
+        int formed = 0, apart = 0;
+        for (int i = 0; i < m->g.n; i++) formed += m->g.nodes[i]->res_fused;
+        CHECK(fl_predict_multi(a, (const fl_tensor *const *)&x, 1, z, 8, .batch_size = bs,
+                               .verbose = FL_VERBOSE_SILENT) == FL_OK);
+        for (int i = 0; i < a->g.n; i++) apart += a->g.nodes[i]->res_fused;
+        /* the first block's normalisation is folded at batch 16, not at 1 */
+        const int want = fl_backend_cpu()->conv_res ? (bs == N ? 4 : 3) : 0;
+        CHECK_MSG(formed == want && apart == 0, "batch %d: %d Adds formed by their convolution (%d in the twin), "
+                  "expected %d", bs, formed, apart, want);
+        for (int o = 0; o < 4; o++)
+            CHECK_MSG(y[o] && z[o] && memcmp(fl_tensor_data(y[o]), fl_tensor_data(z[o]),
+                                             (size_t)fl_tensor_size(y[o]) * sizeof(float)) == 0,
+                      "batch %d: output %d differs from the layers apart by %g", bs, o + 1, max_abs_diff(y[o], z[o]));
+        for (int o = 0; o < 8; o++) fl_tensor_free(o < 4 ? y[o] : NULL), fl_tensor_free(z[o]);
+    }
+    fl_tensor_free(x);
+    fl_model_free(m);
+    fl_model_free(a);
+}
+
 /* The arena of a conv net is hundreds of MB: the CPU backend aligns buffers
  * of 4 MiB and more to 2 MiB and advises huge pages, so that touching one
  * faults in a few 2 MiB pages instead of thousands of 4 KiB ones (where
@@ -631,6 +687,7 @@ int main(void) {
     test_modes_fused();
     test_bn_fold();
     test_add_relu_fold();
+    test_conv_add_fold();
     test_huge_pages();
     test_bn_fold_leaky();
     test_infer_step();

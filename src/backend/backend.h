@@ -41,6 +41,12 @@ typedef struct fl_conv_desc {
      * read; the padding stays zero. NULL: x itself. */
     const float *pre;
     int pre_act;
+    /* Conv2D's forward in inference, where the backend's conv_res is set: a
+     * residual added before the activation, y = act(conv + b + res), res
+     * laid out as y and act FL_ACT_LINEAR, _RELU or _RELU6 (an Add of the
+     * convolution's output and res, and the ReLU after it, rounded as those
+     * passes round: the convolution's value, then the sum). NULL: none. */
+    const float *res;
 } fl_conv_desc;
 
 static inline int fl_conv_dil_h(const fl_conv_desc *d) { return d->dil_h > 1 ? d->dil_h : 1; }
@@ -612,6 +618,9 @@ typedef struct fl_backend {
      * a model's weights are more, each step reads them all from memory, and
      * the step grows until its buffers are as large as the weights. */
     size_t (*infer_weight_cache)(void);
+    /* Nonzero: conv2d_fwd takes d->res (in inference, the Add after a
+     * convolution formed as it stores: fl_op_fused_res). 0: they run apart. */
+    int conv_res;
 } fl_backend;
 
 /* Modes of fl_backend.bmerge_*. */

@@ -78,6 +78,8 @@ struct fl_node {
                                 * ADD (fl_op_fused_add_relu) or, in training, a BATCHNORM
                                 * (fl_op_fused_bn_relu_train); in training its backward then masks the ReLU's
                                 * gradient */
+    bool res_fused;            /* an ADD whose sum (and ReLU) the Conv2D before it wrote in this inference step
+                                * (fl_op_fused_res): its own forward does nothing */
     bool affine_deferred;      /* a BATCHNORM whose last forward (training) left its affine to the Add that alone
                                 * reads it (fl_op_bn_into_add): its value was not written */
     int nconsumers;

@@ -22,6 +22,11 @@
  *  - a ReLU that alone reads an Add (fl_op_fused_add_relu) has its value
  *    written by the Add's forward; in training, its gradient is read by
  *    the Add's backward;
+ *  - in inference, an Add that a Conv2D before it may form as it stores
+ *    (fl_op_fused_res) has its value, or its ReLU's, in the buffer of the
+ *    input the convolution gives it (the convolution's value, or the
+ *    normalisation's it folds), which lives as long as both: the
+ *    convolution writes it there, or the Add adds in place;
  *  - in training, a ReLU (or LeakyReLU) that alone reads a BatchNormalization
  *    (fl_op_fused_bn_relu_train) has its gradient read by the
  *    normalisation's backward;
@@ -231,6 +236,7 @@ fl_status fl_plan_make(const fl_graph *g, const bool *need, int64_t batch, bool 
         }
         const fl_node *ar = infer ? fl_op_fused_add_relu(g, c, &act) : NULL;
         if (ar) lo[3 * ar->id] = MIN(lo[3 * ar->id], i); /* the Add writes its ReLU's value */
+
         const fl_node *br = !infer && NEED(c) ? fl_op_fused_relu_train(g, c, &act) : NULL;
         if (br && NEED(br)) hi[3 * br->id + 1] = MAX(hi[3 * br->id + 1], 2 * (int64_t)N - i);
         const fl_node *cb = !infer && NEED(c) ? fl_op_fused_conv_bn_train(g, c) : NULL;
@@ -273,12 +279,33 @@ fl_status fl_plan_make(const fl_graph *g, const bool *need, int64_t batch, bool 
             hi[3 * s + 1] = MAX(hi[3 * s + 1], hi[3 * i + 1]);
         }
     }
+    /* inference: an Add that a convolution may form as it stores (fl_op_fused_res) writes its value, or its
+     * ReLU's, into the buffer of the input that convolution gives it: the convolution writes it there in a step
+     * where it forms the Add, and where it does not (a normalisation not folded at this batch) the Add adds in
+     * place, element by element */
+    int *alias = infer ? malloc(cnt * sizeof(int)) : NULL;
+    if (infer && !alias) {
+        free(lo); free(hi); free(bytes); free(off); free(own);
+        fl_plan_free(p);
+        return fl_error(FL_ERR_NOMEM, "out of memory planning the batch buffers");
+    }
+    for (int i = 0; infer && i < N; i++) alias[i] = -1;
+    for (int i = 0; infer && i < N; i++) {
+        fl_node *o, *out;
+        int act;
+        const fl_node *add = fl_op_fused_res(g, g->nodes[i], &o, &out, &act);
+        if (!add) continue;
+        const int v = add->in[0] == o ? add->in[1]->id : add->in[0]->id, r = out->id;
+        lo[3 * v] = MIN(lo[3 * v], lo[3 * r]);
+        hi[3 * v] = MAX(hi[3 * v], hi[3 * r]);
+        alias[r] = v;
+    }
     for (int i = 0; i < N; i++) {
         const fl_node *n = g->nodes[i];
         if (n->op == FL_OP_PARAM || !n->batched) continue;
         const bool fused = !infer && relu_fused_into(g, n), unwritten = fused && (n->op != FL_OP_ADD || n->nin == 2);
         const bool padded_by_conv = fl_op_pad_into_conv(g, n) != NULL;
-        own[3 * i] = !fl_plan_val_view(n) && !padded_by_conv &&
+        own[3 * i] = !fl_plan_val_view(n) && !padded_by_conv && (!alias || alias[i] < 0) &&
                      (infer || (!unwritten && !fl_op_bn_into_add(g, n) && !conv_forms(g, n)));
         own[3 * i + 1] = !infer && NEED(n) && !fl_plan_grad_view(n) && !fused && !padded_by_conv;
         own[3 * i + 2] = p->abytes[i] > 0;
@@ -291,10 +318,11 @@ fl_status fl_plan_make(const fl_graph *g, const bool *need, int64_t batch, bool 
     p->overflow |= over;
     for (int i = 0; i < N; i++) {
         if (own[3 * i]) p->val[i] = off[3 * i]; /* an empty buffer: offset 0, not NULL */
+        else if (alias && alias[i] >= 0) p->val[i] = off[3 * alias[i]];
         if (own[3 * i + 1]) p->grad[i] = off[3 * i + 1];
         if (own[3 * i + 2]) p->aux[i] = off[3 * i + 2];
     }
 #undef NEED
-    free(lo); free(hi); free(bytes); free(off); free(own);
+    free(lo); free(hi); free(bytes); free(off); free(own); free(alias);
     return FL_OK;
 }

@@ -948,6 +948,42 @@ static float *fold_bn(fl_graph *g, fl_node *n, bool training, fl_conv_desc *d, c
     return an->val;
 }
 
+fl_node *fl_op_fused_res(const fl_graph *g, const fl_node *conv, fl_node **other, fl_node **out, int *act) {
+    if (!g->be->conv_res || conv->op != FL_OP_CONV2D || conv->conv.act != FL_ACT_LINEAR || !conv->batched)
+        return NULL;
+    const fl_node *v = fl_op_fused_bn(g, conv);
+    float slope;
+    if (v && fl_op_fused_conv_act(g, conv, v, act, &slope)) return NULL; /* the normalisation's ReLU reads it */
+    if (!v) v = conv;
+    if (v->nconsumers != 1 || v->is_output) return NULL;
+    int k;
+    fl_node *add = first_reader(g, v, &k);
+    if (!add || add->op != FL_OP_ADD || add->nin != 2 || !add->batched) return NULL;
+    fl_node *o = add->in[1 - k];
+    if (!o || o == v || o->id >= conv->id || !o->batched || fl_node_size(o) != fl_node_size(add)) return NULL;
+    *act = FL_ACT_LINEAR;
+    fl_node *relu = fl_op_fused_add_relu(g, add, act);
+    *other = o;
+    *out = relu ? relu : add;
+    return add;
+}
+
+/* Inference: where fl_op_fused_res gives an Add and conv n writes its own value or the normalisation's it
+ * folded in this step (d->act linear), the Add's sum and ReLU instead, with d->res and d->act set (the Add's
+ * forward then does nothing); else y. */
+static float *fold_res(fl_graph *g, fl_node *n, bool training, fl_conv_desc *d, float *y) {
+    fl_node *o, *out;
+    int act;
+    fl_node *add = fl_op_fused_res(g, n, &o, &out, &act);
+    if (!add) return y;
+    const bool bn = fl_op_fused_bn(g, n) != NULL;
+    add->res_fused = !training && d->act == FL_ACT_LINEAR && (bn ? n->bn_folded == 1 : n->bn_folded == 0);
+    if (!add->res_fused) return y;
+    d->res = o->val;
+    d->act = act;
+    return out->val;
+}
+
 fl_node *fl_op_bn_into_conv(const fl_graph *g, const fl_node *bn, fl_node **v, int *act) {
     if (bn->op != FL_OP_BATCHNORM || bn->mode || !bn->batched || !g->be->conv_pre || !g->be->bn_fwd_train_act)
         return NULL;
@@ -991,7 +1027,7 @@ static void conv2d_forward(fl_graph *g, fl_node *n, bool training) {
         return;
     }
     const float *w, *b;
-    float *y = fold_bn(g, n, training, &d, &w, &b);
+    float *y = fold_res(g, n, training, &d, fold_bn(g, n, training, &d, &w, &b));
     g->be->conv2d_fwd(&d, xv, w, b, y, g->ws);
 }
 
@@ -1318,6 +1354,7 @@ static void add_forward(fl_graph *g, fl_node *n, bool training) {
     int act = FL_ACT_LINEAR;
     fl_node *relu = fl_op_fused_add_relu(g, n, &act);
     n->relu_folded = relu != NULL;
+    if (n->res_fused && !training) return; /* the convolution before it added (fl_op_fused_res) */
     if (n->nin < 2) {
         g->be->copy(n->val, n->in[0]->val, (size_t)sz * sizeof(float));
         return;

@@ -54,6 +54,13 @@ fl_node *fl_op_fused_conv_act(const fl_graph *g, const fl_node *conv, const fl_n
  * reads the ReLU's gradient, masked by the ReLU's value, and the ReLU's
  * backward writes nothing. */
 fl_node *fl_op_fused_add_relu(const fl_graph *g, const fl_node *add, int *act);
+/* Inference, where the backend's conv_res is set: the two-input Add that Conv2D node conv forms as it
+ * stores (a residual block's last convolution and its Add, and the ReLU after them, in one pass). The Add reads
+ * conv's value, or that of the BatchNormalization conv folds with nothing fused after it, alone, and its other
+ * input (*other) is computed before conv. *out: the node whose value conv then writes (the Add's ReLU, else
+ * the Add), *act that ReLU's FL_ACT_* (FL_ACT_LINEAR: none). conv takes it in a step where it folds that
+ * normalisation, or has none. NULL if none. */
+fl_node *fl_op_fused_res(const fl_graph *g, const fl_node *conv, fl_node **other, fl_node **out, int *act);
 /* The ReLU or ReLU6 (or, where the backend's bn_act_slope says, the
  * LeakyReLU) that a training forward of BatchNormalization node bn
  * applies itself (the backend's bn_fwd_train_act), writing the ReLU's value

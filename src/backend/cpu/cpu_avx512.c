@@ -59,7 +59,7 @@ int fl_cpu_simd(void) {
 /* A tile's accumulator (row r, vector v) at the start: C itself, the bias
  * or zero; and its store: the ReLU (capped at hi; leaky with a slope: max(o,
  * slope o) + 0, which for 0 < slope < 1 is the LeakyReLU layer's o > 0 ? o :
- * o < 0 ? slope o : 0 to the bit), the gate, the columns of mask mk. */
+ * o < 0 ? slope o : 0 to the bit) after the residual, the gate, the columns of mask mk. */
 FL_AVX512 static inline __attribute__((always_inline)) __m512 mk_init(const fl_simd_tile *t, int r, int v,
                                                                       __mmask16 mk) {
     if (t->accumulate) return _mm512_maskz_loadu_ps(mk, t->c + r * t->ldc + 16 * v);
@@ -69,6 +69,7 @@ FL_AVX512 static inline __attribute__((always_inline)) __m512 mk_init(const fl_s
 FL_AVX512 static inline __attribute__((always_inline)) void mk_store(const fl_simd_tile *t, int r, int v, __m512 o,
                                                                      __mmask16 mk, __m512 hi) {
     const __m512 zero = _mm512_setzero_ps();
+    if (t->res) o = _mm512_add_ps(o, _mm512_maskz_loadu_ps(mk, t->res + r * t->ldc + 16 * v));
     if (t->relu && t->slope > 0.0f) /* + 0: -0 to 0, as the LeakyReLU layer */
         o = _mm512_min_ps(_mm512_add_ps(_mm512_max_ps(o, _mm512_mul_ps(o, _mm512_set1_ps(t->slope))), zero), hi);
     else if (t->relu)

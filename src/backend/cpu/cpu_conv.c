@@ -336,9 +336,13 @@ static int conv_taps(fl_simd_tile *t, int kh, int kw, int ci) {
     return fl_simd_max_rows_taps();
 }
 
-/* Output rows oh0..oh1 of one sample: y = act(conv(xs) + b); xs is the (padded) sample. */
+/* d->res at floats off, or NULL */
+#define RES_AT(d, off) ((d)->res ? (d)->res + (size_t)(off) : NULL)
+
+/* Output rows oh0..oh1 of one sample: y = act(conv(xs) + b + rs); xs is the (padded) sample, rs its residual
+ * laid out as ys (d->res; NULL: none). */
 static void direct_fwd_rows(const fl_conv_desc *d, const conv_geom *g, const float *xs, const float *w,
-                            const float *b, float *ys, int oh0, int oh1) {
+                            const float *b, float *ys, const float *rs, int oh0, int oh1) {
     const int C = d->c, OC = d->oc;
     const int relu = d->act == FL_ACT_RELU || d->act == FL_ACT_RELU6; /* in the micro-kernel's store */
     const int flat = d->kh == 1 && d->kw == 1 && d->sh == 1 && d->sw == 1 && g->wp == d->ow && g->hp == d->oh;
@@ -374,6 +378,7 @@ static void direct_fwd_rows(const fl_conv_desc *d, const conv_geom *g, const flo
                 const int r1 = oh0 * per + (int)fl_tile_start(nr, ntr, k + 1);
                 t.a = xs + (size_t)r0 * (size_t)t.as;
                 t.c = ys + (size_t)r0 * OC + oc0;
+                t.res = rs ? rs + (t.c - ys) : NULL;
                 fl_simd_run(&t, r1 - r0);
             }
             continue;
@@ -384,6 +389,7 @@ static void direct_fwd_rows(const fl_conv_desc *d, const conv_geom *g, const flo
                 int ow0 = (int)fl_tile_start(d->ow, nt, k), ow1 = (int)fl_tile_start(d->ow, nt, k + 1);
                 t.a = xs + ((size_t)oh * d->sh * g->wp + (size_t)ow0 * d->sw) * C;
                 t.c = ys + ((size_t)oh * d->ow + ow0) * OC + oc0;
+                t.res = rs ? rs + (t.c - ys) : NULL;
                 fl_simd_run(&t, ow1 - ow0);
             }
     }
@@ -412,7 +418,7 @@ static void wino_fwd_run(const fl_conv_desc *d, const float *x, const float *w, 
 #pragma omp parallel for schedule(dynamic) num_threads(nt)
     for (int64_t it = 0; it < items; it++) {
         const int64_t n = it * grp, ns = d->n - n < grp ? d->n - n : grp;
-        fl_wino_samples(d, x + (size_t)n * in_sz, u, b, y + (size_t)n * out_sz, (int)ns,
+        fl_wino_samples(d, x + (size_t)n * in_sz, u, b, y + (size_t)n * out_sz, RES_AT(d, n * out_sz), (int)ns,
                         slices + (size_t)fl_cpu_thread_id() * tws);
     }
 }
@@ -433,7 +439,8 @@ static void direct_fwd(const fl_conv_desc *d, const float *x, const float *w, co
         for (int64_t it = 0; it < items; it++) {
             int64_t n = it / per;
             int oh = (int)(it % per) * band, oh1 = oh + band < d->oh ? oh + band : d->oh;
-            direct_fwd_rows(d, &g, x + (size_t)n * in_sz, w, b, y + (size_t)n * out_sz, oh, oh1);
+            direct_fwd_rows(d, &g, x + (size_t)n * in_sz, w, b, y + (size_t)n * out_sz, RES_AT(d, n * out_sz), oh,
+                            oh1);
         }
         return;
     }
@@ -460,7 +467,7 @@ static void direct_fwd(const fl_conv_desc *d, const float *x, const float *w, co
                                    (size_t)d->c * sizeof(float));
                 xs = xp;
             }
-            direct_fwd_rows(&f, &gf, xs, w, b, y + (size_t)n0 * out_sz, 0, (int)(ns * d->oh));
+            direct_fwd_rows(&f, &gf, xs, w, b, y + (size_t)n0 * out_sz, RES_AT(d, n0 * out_sz), 0, (int)(ns * d->oh));
         }
         return;
     }
@@ -472,7 +479,7 @@ static void direct_fwd(const fl_conv_desc *d, const float *x, const float *w, co
             pad_sample(d, &g, xs, xp);
             xs = xp;
         }
-        direct_fwd_rows(d, &g, xs, w, b, y + (size_t)n * out_sz, 0, d->oh);
+        direct_fwd_rows(d, &g, xs, w, b, y + (size_t)n * out_sz, RES_AT(d, n * out_sz), 0, d->oh);
     }
 }
 
@@ -763,6 +770,15 @@ static int gemm_on_x(const fl_conv_desc *d) {
 
 void fl_cpu_conv2d_fwd(const fl_conv_desc *d, const float *x, const float *w, const float *b, float *y, void *ws) {
     if (direct_fwd_ok(d)) { direct_fwd(d, x, w, b, y, ws); return; }
+    if (d->res) { /* the GEMM path: the convolution, then the Add (and its ReLU) as their own pass */
+        fl_conv_desc e = *d;
+        e.res = NULL;
+        e.act = FL_ACT_LINEAR;
+        fl_cpu_conv2d_fwd(&e, x, w, b, y, ws);
+        fl_cpu_binary(d->act == FL_ACT_RELU ? FL_BIN_ADD_RELU : d->act == FL_ACT_RELU6 ? FL_BIN_ADD_RELU6 : FL_BIN_ADD,
+                      d->n * d->oh * d->ow * d->oc, y, d->res, y);
+        return;
+    }
     const int64_t cs = chunk_samples(d);
     const int64_t nchunks = (d->n + cs - 1) / cs;
     const int G = fl_conv_groups(d), cg = d->c / G, ocg = d->oc / G;
@@ -970,11 +986,11 @@ void fl_cpu_conv2d_maxpool_fwd(const fl_conv_desc *d, const fl_conv_desc *p, con
         for (int ph = ph0; ph < ph1; ph++) {
             int r0 = ph * p->sh, r1 = ph + 1 == p->oh && per == 1 ? d->oh : (ph + 1) * p->sh;
             if (r1 > d->oh) r1 = d->oh;
-            direct_fwd_rows(d, &g, xs, w, b, ys, r0, r1);
+            direct_fwd_rows(d, &g, xs, w, b, ys, NULL, r0, r1);
             pool_rows(d, p, ys, pooled + (size_t)n * psz, argmax + (size_t)n * psz, ph, ph + 1);
         }
         if (per > 1 && band + 1 == per && (band + 1) * p->sh < d->oh) /* rows below the last window */
-            direct_fwd_rows(d, &g, xs, w, b, ys, (band + 1) * p->sh, d->oh);
+            direct_fwd_rows(d, &g, xs, w, b, ys, NULL, (band + 1) * p->sh, d->oh);
     }
 }
 

@@ -104,11 +104,11 @@ size_t fl_wino_scratch_floats(int c, int oc);
 void fl_wino_weights(int c, int oc, const float *w, float *u);
 void fl_wino_rows(const fl_conv_desc *d, const float *xs, const float *u, const float *b, float *ys, int oh0, int oh1,
                   int accumulate, const float *gate, float *scratch);
-/* fl_wino_samples: act(conv + b) of ns whole samples from x, their tiles sharing blocks; fl_wino_group: the
- * samples whose tiles fill one block (1 where a sample's do) */
+/* fl_wino_samples: act(conv + b + res) of ns whole samples from x (res laid out as y, NULL: none), their tiles
+ * sharing blocks; fl_wino_group: the samples whose tiles fill one block (1 where a sample's do) */
 int fl_wino_group(const fl_conv_desc *d);
-void fl_wino_samples(const fl_conv_desc *d, const float *x, const float *u, const float *b, float *y, int ns,
-                     float *scratch);
+void fl_wino_samples(const fl_conv_desc *d, const float *x, const float *u, const float *b, float *y,
+                     const float *res, int ns, float *scratch);
 void fl_cpu_maxpool_fwd(const fl_conv_desc *d, const float *x, float *y, int32_t *argmax);
 void fl_cpu_maxpool_bwd(const fl_conv_desc *d, const float *dy, const int32_t *argmax, float *dx, float dx_beta);
 void fl_cpu_avgpool_fwd(const fl_conv_desc *d, const float *x, float *y);

@@ -55,6 +55,7 @@ typedef struct fl_simd_tile {
     float relu_max;     /* with relu, when > 0: min(relu_max, .) too (ReLU6: 6) */
     float slope;        /* with relu, when > 0 (and < 1): max(slope * ., .) instead of max(0, .) (LeakyReLU) */
     const float *gate;  /* NULL, or zero the output where gate <= 0 (gate laid out as C, ldc apart) */
+    const float *res;   /* NULL, or added before the ReLU (laid out as C, ldc apart): a residual */
     int cols;           /* columns of the tile: 1 .. 64 */
     /* taps > 1 (3 only, with cols <= 16): the rows overlap as a stride-1
      * convolution's output pixels do. nj counts one tap's steps, and tap k

@@ -151,13 +151,13 @@ FL_AVX512 static void in_tile_pre(const float *xs, int H, int W, int C, int ih0,
 
 /* The output tile from M (mt: M[0][tile][0], planes ms floats apart): rows x
  * cols (1 or 2 each) pixels at y (row stride yrow), plus the bias or what y
- * holds (accumulate), then the ReLU (leaky where slope > 0: max(o, slope o) + 0;
+ * holds (accumulate), plus res (laid out as y; NULL: none), then the ReLU (leaky where slope > 0: max(o, slope o) + 0;
  * capped at relu_max: 6 for ReLU6,
  * INFINITY for ReLU), then zero where gate <= 0 (gate laid out as y; NULL:
  * none). */
 FL_AVX512 static void out_tile(const float *mt, size_t ms, int OC, const float *b, int relu, float relu_max,
-                               float slope, int accumulate, const float *gate, float *y, size_t yrow, int rows,
-                               int cols) {
+                               float slope, int accumulate, const float *gate, const float *res, float *y,
+                               size_t yrow, int rows, int cols) {
     const __m512 zero = _mm512_setzero_ps(), hi = _mm512_set1_ps(relu_max), sv = _mm512_set1_ps(slope);
     for (int o0 = 0; o0 < OC; o0 += 16) {
         const __mmask16 k = tail_mask(OC - o0);
@@ -177,6 +177,7 @@ FL_AVX512 static void out_tile(const float *mt, size_t ms, int OC, const float *
             for (int j = 0; j < cols; j++) {
                 float *p = y + i * yrow + (size_t)j * OC + o0;
                 __m512 o = accumulate ? _mm512_add_ps(_mm512_maskz_loadu_ps(k, p), r[i][j]) : _mm512_add_ps(r[i][j], bv);
+                if (res) o = _mm512_add_ps(o, _mm512_maskz_loadu_ps(k, res + i * yrow + (size_t)j * OC + o0));
                 if (relu && slope > 0.0f)
                     o = _mm512_min_ps(_mm512_add_ps(_mm512_max_ps(o, _mm512_mul_ps(o, sv)), zero), hi);
                 else if (relu) o = _mm512_min_ps(_mm512_max_ps(o, zero), hi);
@@ -226,7 +227,7 @@ FL_AVX512 void fl_wino_weights(int C, int OC, const float *w, float *u) {
  * own on a row or four. A tile's sums are the same whatever block it falls in. */
 FL_AVX512 static void wino_tiles(const fl_conv_desc *d, const float *xs, size_t in_sz, const float *u,
                                  const float *b, float *ys, size_t out_sz, int oh0, int oh1, int ns,
-                                 int accumulate, const float *gate, float *scratch) {
+                                 int accumulate, const float *gate, const float *res, float *scratch) {
     const int C = d->c, OC = d->oc, OW = d->ow;
     const int tc = (OW + 1) / 2, tr = (oh1 - oh0 + 1) / 2, ts = tr * tc, T = ts * ns;
     const int TB = wino_block_tiles(C, OC);
@@ -273,7 +274,7 @@ FL_AVX512 static void wino_tiles(const fl_conv_desc *d, const float *xs, size_t 
             const int rows = oh1 - oh < 2 ? oh1 - oh : 2, cols = OW - ow < 2 ? OW - ow : 2;
             const size_t off = (size_t)sn * out_sz + (size_t)oh * yrow + (size_t)ow * OC;
             out_tile(M + (size_t)i * OC, ms, OC, bias, relu, relu_max, relu ? d->slope : 0.0f, accumulate,
-                     gate ? gate + off : NULL, ys + off, yrow, rows, cols);
+                     gate ? gate + off : NULL, res ? res + off : NULL, ys + off, yrow, rows, cols);
         }
     }
     if (d->act != FL_ACT_LINEAR && !relu && !accumulate)
@@ -284,7 +285,7 @@ FL_AVX512 static void wino_tiles(const fl_conv_desc *d, const float *xs, size_t 
 
 FL_AVX512 void fl_wino_rows(const fl_conv_desc *d, const float *xs, const float *u, const float *b, float *ys,
                             int oh0, int oh1, int accumulate, const float *gate, float *scratch) {
-    wino_tiles(d, xs, 0, u, b, ys, 0, oh0, oh1, 1, accumulate, gate, scratch);
+    wino_tiles(d, xs, 0, u, b, ys, 0, oh0, oh1, 1, accumulate, gate, NULL, scratch);
 }
 
 int fl_wino_group(const fl_conv_desc *d) {
@@ -293,9 +294,9 @@ int fl_wino_group(const fl_conv_desc *d) {
 }
 
 FL_AVX512 void fl_wino_samples(const fl_conv_desc *d, const float *x, const float *u, const float *b, float *y,
-                               int ns, float *scratch) {
+                               const float *res, int ns, float *scratch) {
     wino_tiles(d, x, (size_t)d->h * d->w * d->c, u, b, y, (size_t)d->oh * d->ow * d->oc, 0, d->oh, ns, 0, NULL,
-               scratch);
+               res, scratch);
 }
 
 #else
@@ -310,9 +311,9 @@ void fl_wino_rows(const fl_conv_desc *d, const float *xs, const float *u, const 
 
 int fl_wino_group(const fl_conv_desc *d) { (void)d; return 1; }
 
-void fl_wino_samples(const fl_conv_desc *d, const float *x, const float *u, const float *b, float *y, int ns,
-                     float *scratch) {
-    (void)d; (void)x; (void)u; (void)b; (void)y; (void)ns; (void)scratch;
+void fl_wino_samples(const fl_conv_desc *d, const float *x, const float *u, const float *b, float *y,
+                     const float *res, int ns, float *scratch) {
+    (void)d; (void)x; (void)u; (void)b; (void)y; (void)res; (void)ns; (void)scratch;
 }
 
 #endif
