@@ -107,19 +107,15 @@ void fl_cpu_softmax_axis_bwd(int64_t outer, int c, int64_t inner, const float *y
 /* PReLU's forward and data gradient: rows along the last axis (fl_bcast_rows_of), alpha read ps apart. */
 void fl_cpu_prelu_fwd(const fl_bcast_desc *d, const float *x, const float *alpha, float *y) {
     const fl_bcast_rows br = fl_bcast_rows_of(d);
-    const int64_t total = d->n * br.rows, nblk = (total + br.per - 1) / br.per;
-#pragma omp parallel for schedule(dynamic) PAR(d->n * d->size)
-    for (int64_t k = 0; k < nblk; k++) {
-        const int64_t R1 = (k + 1) * br.per < total ? (k + 1) * br.per : total;
-        for (int64_t R = k * br.per; R < R1; R++) {
-            const int64_t j0 = (R % br.rows) * br.len, L = br.len, ps = br.ps;
-            const float *restrict xr = x + (R / br.rows) * d->size + j0, *restrict ar = alpha + fl_bcast_index(d, j0);
-            float *restrict yr = y + (R / br.rows) * d->size + j0;
+#pragma omp parallel for schedule(dynamic, br.per) PAR(d->n * d->size)
+    for (int64_t R = 0; R < d->n * br.rows; R++) {
+        const int64_t j0 = (R % br.rows) * br.len, L = br.len, ps = br.ps;
+        const float *restrict xr = x + (R / br.rows) * d->size + j0, *restrict ar = alpha + fl_bcast_index(d, j0);
+        float *restrict yr = y + (R / br.rows) * d->size + j0;
 #pragma omp simd
-            for (int64_t i = 0; i < L; i++) {
-                const float v = xr[i];
-                yr[i] = v > 0 ? v : ar[i * ps] * v;
-            }
+        for (int64_t i = 0; i < L; i++) {
+            const float v = xr[i];
+            yr[i] = v > 0 ? v : ar[i * ps] * v;
         }
     }
 }
@@ -129,19 +125,15 @@ void fl_cpu_prelu_bwd(const fl_bcast_desc *d, const float *x, const float *alpha
     const int64_t n = d->n * d->size;
     if (dx) {
         const fl_bcast_rows br = fl_bcast_rows_of(d);
-        const int64_t total = d->n * br.rows, nblk = (total + br.per - 1) / br.per;
-#pragma omp parallel for schedule(dynamic) PAR(n)
-        for (int64_t k = 0; k < nblk; k++) {
-            const int64_t R1 = (k + 1) * br.per < total ? (k + 1) * br.per : total;
-            for (int64_t R = k * br.per; R < R1; R++) {
-                const int64_t j0 = (R % br.rows) * br.len, L = br.len, ps = br.ps, o0 = (R / br.rows) * d->size + j0;
-                const float *restrict xr = x + o0, *restrict g = dy + o0, *restrict ar = alpha + fl_bcast_index(d, j0);
-                float *restrict o = dx + o0;
+#pragma omp parallel for schedule(dynamic, br.per) PAR(n)
+        for (int64_t R = 0; R < d->n * br.rows; R++) {
+            const int64_t j0 = (R % br.rows) * br.len, L = br.len, ps = br.ps, o0 = (R / br.rows) * d->size + j0;
+            const float *restrict xr = x + o0, *restrict g = dy + o0, *restrict ar = alpha + fl_bcast_index(d, j0);
+            float *restrict o = dx + o0;
 #pragma omp simd
-                for (int64_t i = 0; i < L; i++) {
-                    const float v = xr[i] > 0 ? g[i] : g[i] * ar[i * ps];
-                    o[i] = beta == 0.0f ? v : o[i] + v;
-                }
+            for (int64_t i = 0; i < L; i++) {
+                const float v = xr[i] > 0 ? g[i] : g[i] * ar[i * ps];
+                o[i] = beta == 0.0f ? v : o[i] + v;
             }
         }
     }
@@ -173,20 +165,16 @@ void fl_cpu_prelu_bwd(const fl_bcast_desc *d, const float *x, const float *alpha
 void fl_cpu_normalize_fwd(const fl_bcast_desc *d, int invert, const float *x, const float *mean, const float *var,
                           float *y) {
     const fl_bcast_rows br = fl_bcast_rows_of(d);
-    const int64_t total = d->n * br.rows, nblk = (total + br.per - 1) / br.per;
-#pragma omp parallel for schedule(dynamic) PAR(d->n * d->size)
-    for (int64_t k = 0; k < nblk; k++) {
-        const int64_t R1 = (k + 1) * br.per < total ? (k + 1) * br.per : total;
-        for (int64_t R = k * br.per; R < R1; R++) {
-            const int64_t j0 = (R % br.rows) * br.len, p0 = fl_bcast_index(d, j0), L = br.len, ps = br.ps;
-            const float *restrict xr = x + (R / br.rows) * d->size + j0, *restrict mr = mean + p0,
-                                  *restrict vr = var + p0;
-            float *restrict yr = y + (R / br.rows) * d->size + j0;
+#pragma omp parallel for schedule(dynamic, br.per) PAR(d->n * d->size)
+    for (int64_t R = 0; R < d->n * br.rows; R++) {
+        const int64_t j0 = (R % br.rows) * br.len, p0 = fl_bcast_index(d, j0), L = br.len, ps = br.ps;
+        const float *restrict xr = x + (R / br.rows) * d->size + j0, *restrict mr = mean + p0,
+                              *restrict vr = var + p0;
+        float *restrict yr = y + (R / br.rows) * d->size + j0;
 #pragma omp simd
-            for (int64_t i = 0; i < L; i++) {
-                const float den = fl_norm_den(vr[i * ps]);
-                yr[i] = invert ? mr[i * ps] + xr[i] * den : (xr[i] - mr[i * ps]) / den;
-            }
+        for (int64_t i = 0; i < L; i++) {
+            const float den = fl_norm_den(vr[i * ps]);
+            yr[i] = invert ? mr[i * ps] + xr[i] * den : (xr[i] - mr[i * ps]) / den;
         }
     }
 }
@@ -194,19 +182,15 @@ void fl_cpu_normalize_fwd(const fl_bcast_desc *d, int invert, const float *x, co
 void fl_cpu_normalize_bwd(const fl_bcast_desc *d, int invert, const float *var, const float *dy, float *dx,
                           float beta) {
     const fl_bcast_rows br = fl_bcast_rows_of(d);
-    const int64_t total = d->n * br.rows, nblk = (total + br.per - 1) / br.per;
-#pragma omp parallel for schedule(dynamic) PAR(d->n * d->size)
-    for (int64_t k = 0; k < nblk; k++) {
-        const int64_t R1 = (k + 1) * br.per < total ? (k + 1) * br.per : total;
-        for (int64_t R = k * br.per; R < R1; R++) {
-            const int64_t j0 = (R % br.rows) * br.len, L = br.len, ps = br.ps;
-            const float *restrict vr = var + fl_bcast_index(d, j0), *restrict g = dy + (R / br.rows) * d->size + j0;
-            float *restrict o = dx + (R / br.rows) * d->size + j0;
+#pragma omp parallel for schedule(dynamic, br.per) PAR(d->n * d->size)
+    for (int64_t R = 0; R < d->n * br.rows; R++) {
+        const int64_t j0 = (R % br.rows) * br.len, L = br.len, ps = br.ps;
+        const float *restrict vr = var + fl_bcast_index(d, j0), *restrict g = dy + (R / br.rows) * d->size + j0;
+        float *restrict o = dx + (R / br.rows) * d->size + j0;
 #pragma omp simd
-            for (int64_t i = 0; i < L; i++) {
-                const float den = fl_norm_den(vr[i * ps]), v = invert ? g[i] * den : g[i] / den;
-                o[i] = beta == 0.0f ? v : o[i] + v;
-            }
+        for (int64_t i = 0; i < L; i++) {
+            const float den = fl_norm_den(vr[i * ps]), v = invert ? g[i] * den : g[i] / den;
+            o[i] = beta == 0.0f ? v : o[i] + v;
         }
     }
 }

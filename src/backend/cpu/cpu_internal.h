@@ -36,12 +36,10 @@ double fl_cpu_quota(void);
  * depend on who took which chunk. */
 #define FL_EW_CHUNK 8192
 #define PAR_EW(n) schedule(dynamic, FL_EW_CHUNK) PAR(n)
-/* The same chunks for a loop that hands each whole chunk to a vector
- * kernel: their count, and chunk k's start and length. */
 /* A broadcast (fl_bcast_desc) walked as rows along its last axis, so that the loops over a row run on
  * vectors: row r of a sample (elements r*len .. r*len+len-1) reads the parameter from fl_bcast_index(d,
  * r*len) on, ps apart (1: a per-channel parameter, as a squeeze-and-excitation's Multiply; 0: one value for
- * the row). fl_bcast_rows_per: rows of a block handed to a thread (about FL_EW_CHUNK elements). */
+ * the row). per: the rows a thread takes at a time (about FL_EW_CHUNK elements). */
 typedef struct fl_bcast_rows { int64_t len, ps, rows, per; } fl_bcast_rows;
 static inline fl_bcast_rows fl_bcast_rows_of(const fl_bcast_desc *d) {
     fl_bcast_rows r;
@@ -49,9 +47,11 @@ static inline fl_bcast_rows fl_bcast_rows_of(const fl_bcast_desc *d) {
     r.ps = d->ndim > 0 ? d->pstride[d->ndim - 1] : 0;
     if (r.len < 1) r.len = 1;
     r.rows = d->size / r.len;
-    r.per = r.len >= 8192 ? 1 : 8192 / r.len;
+    r.per = r.len >= FL_EW_CHUNK ? 1 : FL_EW_CHUNK / r.len;
     return r;
 }
+/* The same chunks for a loop that hands each whole chunk to a vector
+ * kernel: their count, and chunk k's start and length. */
 static inline int64_t fl_ew_chunks(int64_t n) { return (n + FL_EW_CHUNK - 1) / FL_EW_CHUNK; }
 static inline int64_t fl_ew_len(int64_t n, int64_t i0) { return n - i0 < FL_EW_CHUNK ? n - i0 : FL_EW_CHUNK; }
 int fl_cpu_thread_id(void);

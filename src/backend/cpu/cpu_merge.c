@@ -80,37 +80,33 @@ void fl_cpu_minmax_grad(int is_max, int64_t n, const float *x, const float *othe
     }
 }
 
-/* Rows of all samples in blocks (fl_bcast_rows_of); y = x * b or x + b along each row. */
+/* The rows of all samples (fl_bcast_rows_of); y = x * b or x + b along each row. */
 void fl_cpu_bmerge_fwd(int mode, const fl_bcast_desc *d, const float *x, const float *b, float *y) {
     const fl_bcast_rows br = fl_bcast_rows_of(d);
-    const int64_t total = d->n * br.rows, nblk = (total + br.per - 1) / br.per;
-#pragma omp parallel for schedule(dynamic) PAR(d->n * d->size)
-    for (int64_t k = 0; k < nblk; k++) {
-        const int64_t R1 = (k + 1) * br.per < total ? (k + 1) * br.per : total;
-        for (int64_t R = k * br.per; R < R1; R++) {
-            const int64_t n = R / br.rows, j0 = (R % br.rows) * br.len;
-            const float *restrict xr = x + n * d->size + j0;
-            const float *restrict pr = b + n * d->psize + fl_bcast_index(d, j0);
-            float *restrict yr = y + n * d->size + j0;
-            const int64_t L = br.len, ps = br.ps;
-            if (ps == 1 && mode == FL_BM_MUL) {
+#pragma omp parallel for schedule(dynamic, br.per) PAR(d->n * d->size)
+    for (int64_t R = 0; R < d->n * br.rows; R++) {
+        const int64_t n = R / br.rows, j0 = (R % br.rows) * br.len;
+        const float *restrict xr = x + n * d->size + j0;
+        const float *restrict pr = b + n * d->psize + fl_bcast_index(d, j0);
+        float *restrict yr = y + n * d->size + j0;
+        const int64_t L = br.len, ps = br.ps;
+        if (ps == 1 && mode == FL_BM_MUL) {
 #pragma omp simd
-                for (int64_t i = 0; i < L; i++) yr[i] = xr[i] * pr[i];
-            } else if (ps == 1) {
+            for (int64_t i = 0; i < L; i++) yr[i] = xr[i] * pr[i];
+        } else if (ps == 1) {
 #pragma omp simd
-                for (int64_t i = 0; i < L; i++) yr[i] = xr[i] + pr[i];
-            } else if (ps == 0) {
-                const float v = pr[0];
-                if (mode == FL_BM_MUL) {
+            for (int64_t i = 0; i < L; i++) yr[i] = xr[i] + pr[i];
+        } else if (ps == 0) {
+            const float v = pr[0];
+            if (mode == FL_BM_MUL) {
 #pragma omp simd
-                    for (int64_t i = 0; i < L; i++) yr[i] = xr[i] * v;
-                } else {
-#pragma omp simd
-                    for (int64_t i = 0; i < L; i++) yr[i] = xr[i] + v;
-                }
+                for (int64_t i = 0; i < L; i++) yr[i] = xr[i] * v;
             } else {
-                for (int64_t i = 0; i < L; i++) yr[i] = mode == FL_BM_MUL ? xr[i] * pr[i * ps] : xr[i] + pr[i * ps];
+#pragma omp simd
+                for (int64_t i = 0; i < L; i++) yr[i] = xr[i] + v;
             }
+        } else {
+            for (int64_t i = 0; i < L; i++) yr[i] = mode == FL_BM_MUL ? xr[i] * pr[i * ps] : xr[i] + pr[i * ps];
         }
     }
 }
@@ -122,31 +118,27 @@ void fl_cpu_bmerge_bwd(int mode, const fl_bcast_desc *d, const float *x, const f
     const fl_bcast_rows br = fl_bcast_rows_of(d);
     const bool mul = mode == FL_BM_MUL;
     if (dx) {
-        const int64_t total = d->n * br.rows, nblk = (total + br.per - 1) / br.per;
-#pragma omp parallel for schedule(dynamic) PAR(d->n * d->size)
-        for (int64_t k = 0; k < nblk; k++) {
-            const int64_t R1 = (k + 1) * br.per < total ? (k + 1) * br.per : total;
-            for (int64_t R = k * br.per; R < R1; R++) {
-                const int64_t n = R / br.rows, j0 = (R % br.rows) * br.len, L = br.len, ps = br.ps;
-                const float *restrict g = dy + n * d->size + j0;
-                const float *restrict pr = b + n * d->psize + fl_bcast_index(d, j0);
-                float *restrict o = dx + n * d->size + j0;
-                if (!mul && beta_x == 0.0f) {
-                    memcpy(o, g, (size_t)L * sizeof(float));
-                } else if (!mul) {
+#pragma omp parallel for schedule(dynamic, br.per) PAR(d->n * d->size)
+        for (int64_t R = 0; R < d->n * br.rows; R++) {
+            const int64_t n = R / br.rows, j0 = (R % br.rows) * br.len, L = br.len, ps = br.ps;
+            const float *restrict g = dy + n * d->size + j0;
+            const float *restrict pr = b + n * d->psize + fl_bcast_index(d, j0);
+            float *restrict o = dx + n * d->size + j0;
+            if (!mul && beta_x == 0.0f) {
+                memcpy(o, g, (size_t)L * sizeof(float));
+            } else if (!mul) {
 #pragma omp simd
-                    for (int64_t i = 0; i < L; i++) o[i] += g[i];
-                } else if (ps == 1 && beta_x == 0.0f) {
+                for (int64_t i = 0; i < L; i++) o[i] += g[i];
+            } else if (ps == 1 && beta_x == 0.0f) {
 #pragma omp simd
-                    for (int64_t i = 0; i < L; i++) o[i] = g[i] * pr[i];
-                } else if (ps == 1) {
+                for (int64_t i = 0; i < L; i++) o[i] = g[i] * pr[i];
+            } else if (ps == 1) {
 #pragma omp simd
-                    for (int64_t i = 0; i < L; i++) o[i] += g[i] * pr[i];
-                } else {
-                    for (int64_t i = 0; i < L; i++) {
-                        const float v = g[i] * pr[i * ps];
-                        o[i] = beta_x == 0.0f ? v : o[i] + v;
-                    }
+                for (int64_t i = 0; i < L; i++) o[i] += g[i] * pr[i];
+            } else {
+                for (int64_t i = 0; i < L; i++) {
+                    const float v = g[i] * pr[i * ps];
+                    o[i] = beta_x == 0.0f ? v : o[i] + v;
                 }
             }
         }
