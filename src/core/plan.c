@@ -236,7 +236,6 @@ fl_status fl_plan_make(const fl_graph *g, const bool *need, int64_t batch, bool 
         }
         const fl_node *ar = infer ? fl_op_fused_add_relu(g, c, &act) : NULL;
         if (ar) lo[3 * ar->id] = MIN(lo[3 * ar->id], i); /* the Add writes its ReLU's value */
-
         const fl_node *br = !infer && NEED(c) ? fl_op_fused_relu_train(g, c, &act) : NULL;
         if (br && NEED(br)) hi[3 * br->id + 1] = MAX(hi[3 * br->id + 1], 2 * (int64_t)N - i);
         const fl_node *cb = !infer && NEED(c) ? fl_op_fused_conv_bn_train(g, c) : NULL;

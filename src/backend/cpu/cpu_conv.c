@@ -290,7 +290,10 @@ size_t fl_cpu_conv_workspace(const fl_conv_desc *dd, int backward) {
     int64_t cs = chunk_samples(d);
     size_t gemm = thread_ws_floats(d, cs) * (size_t)ws_slices();
     if (backward) gemm += (size_t)dw_parts(d) * part_floats(d);
-    size_t direct = direct_thread_floats(d, 0) * (size_t)ws_slices() + direct_shared_floats(d, 0);
+    /* the forward's slices with and without that copy: without it, a strided 1x1 convolution's forward may
+     * gather several samples' pixels (flat_group), more than the copy of one sample */
+    const size_t tf = direct_thread_floats(d, 0), tf0 = direct_thread_floats(dd, 0);
+    size_t direct = (tf > tf0 ? tf : tf0) * (size_t)ws_slices() + direct_shared_floats(d, 0);
     if (backward) { /* a training step runs the forward in the same workspace */
         size_t bwd = direct_thread_floats(d, 1) * (size_t)ws_slices() + direct_shared_floats(d, 1);
         if (bwd > direct) direct = bwd;
