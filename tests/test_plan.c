@@ -458,6 +458,32 @@ static void test_conv_add_fold(void) {
     fl_model_free(a);
 }
 
+/* Predict's steps grow with weights that outgrow the L3 (train.c infer_step), but not past the model memory
+ * limit: a model whose weights take most of the limit still predicts. 64 MB of weights (more than the L3 of
+ * the machines here) and 24 KB of buffers a sample, so that steps grown to the weights (the batch of 512
+ * whole: 12 MiB of buffers) would not fit a limit of the weights, their gradients and 10 MiB. */
+static void test_infer_step_limit(void) {
+    fl_model *m = fl_sequential(fl_input(2048), fl_dense(4096, .activation = FL_RELU), fl_dense(2048));
+    CHECK(m != NULL);
+    if (!m) return;
+    enum { N = 512 };
+    fl_tensor *x = fl_tensor_zeros(FL_FLOAT32, N, 2048);
+    float *xd = fl_tensor_data(x);
+    for (int i = 0; i < N * 2048; i++) xd[i] = fl_philox_uniform(17, 1, (uint64_t)i) - 0.5f;
+    /* the limited predict first: a later one keeps the buffers an earlier one made */
+    CHECK(fl_set_max_model_bytes(2 * (int64_t)(2 * 4096 * 2048 + 4096 + 2048) * 4 + (10 << 20)) == FL_OK);
+    fl_tensor *lim = fl_predict(m, x, .batch_size = N, .verbose = FL_VERBOSE_SILENT);
+    CHECK_MSG(lim != NULL, "predict under a limit of the weights, their gradients and 10 MiB: %s", fl_last_error());
+    fl_set_max_model_bytes(0); /* the default again */
+    fl_tensor *all = fl_predict(m, x, .batch_size = N, .verbose = FL_VERBOSE_SILENT);
+    CHECK_MSG(all && lim && max_abs_diff(all, lim) == 0.0, "predict under the limit differs by %g",
+              max_abs_diff(all, lim));
+    fl_tensor_free(all);
+    fl_tensor_free(lim);
+    fl_tensor_free(x);
+    fl_model_free(m);
+}
+
 /* The arena of a conv net is hundreds of MB: the CPU backend aligns buffers
  * of 4 MiB and more to 2 MiB and advises huge pages, so that touching one
  * faults in a few 2 MiB pages instead of thousands of 4 KiB ones (where
@@ -688,6 +714,7 @@ int main(void) {
     test_bn_fold();
     test_add_relu_fold();
     test_conv_add_fold();
+    test_infer_step_limit();
     test_huge_pages();
     test_bn_fold_leaky();
     test_infer_step();

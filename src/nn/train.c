@@ -991,7 +991,8 @@ static void forward_only(fl_graph *g, int64_t batch) {
  * (infer_weight_cache: the CPU's L3), the step grows until its buffers are as large as the weights:
  * ResNet50 at 64x64 (94 MB of weights, 1.1 MB of buffers a sample) ran its predict at 128 in steps of 8 at
  * 365 samples/s and in steps of 96 at 495; DenseNet121 at 64x64 (28 MB, in the 32 MB L3) ran 660 in steps of
- * 32 and 517 in steps of 64. $FLYNN_INFER_STEP sets it (for benchmarks and tests). */
+ * 32 and 517 in steps of 64. It grows within half of what the model memory limit leaves, so that a model that
+ * predicted under the limit still does. $FLYNN_INFER_STEP sets it (for benchmarks and tests). */
 #define INFER_STEP 32
 static int64_t infer_step(const fl_model *m, int64_t bs) {
     const char *e = getenv("FLYNN_INFER_STEP");
@@ -1017,8 +1018,15 @@ static int64_t infer_step(const fl_model *m, int64_t bs) {
         size_t w = 0;
         for (int i = 0; i < g->n; i++)
             if (g->nodes[i]->op == FL_OP_PARAM) w += (size_t)fl_node_size(g->nodes[i]) * sizeof(float);
-        const int64_t ws = (int64_t)((w + per - 1) / per);
-        if (w > g->be->infer_weight_cache() && ws > step) step = (ws + INFER_STEP - 1) / INFER_STEP * INFER_STEP;
+        const int64_t need = (int64_t)((w + per - 1) / per); /* samples whose buffers match the weights */
+        if (w > g->be->infer_weight_cache() && need > step) {
+            int64_t ws = (need + INFER_STEP - 1) / INFER_STEP * INFER_STEP;
+            /* within half of what the model memory limit leaves beside the weights (and their gradients and the
+             * optimizer's slots, param_bytes): a model that predicted in small steps under the limit still does */
+            const int64_t room = (fl_model_bytes_limit() - g->param_bytes) / 2 / (int64_t)per;
+            if (ws > room) ws = room;
+            if (ws > step) step = ws;
+        }
     }
     return step < bs ? step : bs;
 }
