@@ -976,7 +976,7 @@ static float *fold_res(fl_graph *g, fl_node *n, bool training, fl_conv_desc *d, 
     int act;
     fl_node *add = fl_op_fused_res(g, n, &o, &out, &act);
     if (!add) return y;
-    const bool bn = fl_op_fused_bn(g, n) != NULL;
+    const bool bn = add->in[add->in[0] == o ? 1 : 0] != n; /* the Add reads the normalisation n folds */
     add->res_fused = !training && d->act == FL_ACT_LINEAR && (bn ? n->bn_folded == 1 : n->bn_folded == 0);
     if (!add->res_fused) return y;
     d->res = o->val;

@@ -245,13 +245,16 @@ static int wino_bwd(const fl_conv_desc *d) { return wino_bwd_shape(d) && d->n >=
 static int flat_1x1(const fl_conv_desc *d, const conv_geom *g) {
     return d->kh == 1 && d->kw == 1 && !g->copy && (int64_t)d->oh * d->ow < FLAT_PIXELS;
 }
-/* Samples per item there: enough for FLAT_PIXELS pixels, but two items a thread */
+/* Samples per item where samples are grouped (flat_group, Winograd's fl_wino_group): grp, but no more than
+ * leave two items a thread */
+static int64_t group_items(int64_t grp, int64_t n, int nt) {
+    return grp > 1 && grp * 2 * nt > n ? (n + 2 * nt - 1) / (2 * nt) : grp;
+}
+/* Samples per item there: enough for FLAT_PIXELS pixels */
 static int64_t flat_group(const fl_conv_desc *d, const conv_geom *g, int nt) {
     if (!flat_1x1(d, g)) return 1;
     const int64_t px = (int64_t)d->oh * d->ow;
-    int64_t grp = (FLAT_PIXELS + px - 1) / px;
-    if (grp * 2 * nt > d->n) grp = (d->n + 2 * nt - 1) / (2 * nt);
-    return grp;
+    return group_items((FLAT_PIXELS + px - 1) / px, d->n, nt);
 }
 
 /* Per-thread floats of the direct path: the copy of x (or Winograd's blocks in
@@ -415,8 +418,7 @@ static void wino_fwd_run(const fl_conv_desc *d, const float *x, const float *w, 
     float *slices = wino_fwd_kernel(d, w, ws);
     const size_t tws = direct_thread_floats(d, 0);
     const int nt = conv_threads();
-    int64_t grp = fl_wino_group(d);
-    if (grp > 1 && grp * 2 * nt > d->n) grp = (d->n + 2 * nt - 1) / (2 * nt); /* two items a thread */
+    const int64_t grp = group_items(fl_wino_group(d), d->n, nt);
     const int64_t items = (d->n + grp - 1) / grp;
 #pragma omp parallel for schedule(dynamic) num_threads(nt)
     for (int64_t it = 0; it < items; it++) {
