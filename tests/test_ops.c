@@ -2825,6 +2825,85 @@ static void test_rnn_st_errors(void) {
     fl_graph_free(&g);
 }
 
+/* A normalisation that alone feeds a two-input Add takes the gradient buffer of the Add's other input (plan.c
+ * grad_shared), against the same graph with the normalisation marked an output (which rules it out), params and
+ * data copied, two training steps compared bit for bit:
+ *  0: x -> ReLU (o) -> Conv2D 3x3 -> BN -> ReLU -> Conv2D 3x3 -> BN (s); ReLU(o + s): a residual block (shared);
+ *  1: BN(Conv2D 1x1 (x)) + BN(Conv2D 3x3 (x)), then a ReLU: a projection shortcut, two normalisations (shared);
+ *  2: as 0, with a third reader of o, a Conv2D made after s, added to the block's output: its backward adds into
+ *     o's gradient before s's gradient is read (not shared);
+ *  3: as 2, the Conv2D made after the Add: its backward writes o's gradient first (not shared). */
+static fl_node *shared_grad_chain(harness *h, int v, const harness *like, fl_node **s, fl_node **o) {
+    const int64_t B = 4, C = 8;
+    h_init(h, B, 3, (int64_t[]){6, 5, C});
+    fl_node *bn_p[6];
+    for (int k = 0; k < 3; k++) {
+        bn_p[2 * k] = h_param(h, 1, &C, 0.5f, 2.0f);
+        bn_p[2 * k + 1] = h_param(h, 1, &C, -1.0f, 1.0f);
+    }
+    fl_node *w[3];
+    for (int k = 0; k < 3; k++) w[k] = h_param(h, 4, (int64_t[]){v == 1 && k == 0 ? 1 : 3, v == 1 && k == 0 ? 1 : 3, C, C},
+                                               -0.4f, 0.4f);
+    int nbn = 0;
+    fl_node *mm[3], *mv[3];
+    for (int k = 0; k < 3; k++) {
+        mm[k] = fl_graph_param(&h->g, "moving_mean", 1, &C, false);
+        mv[k] = fl_graph_param(&h->g, "moving_variance", 1, &C, false);
+        for (int j = 0; j < C; j++) { mm[k]->val[j] = 0; mv[k]->val[j] = 1; }
+    }
+#define BN(y) (nbn++, fl_graph_batchnorm(&h->g, "bn", y, bn_p[2 * (nbn - 1)], bn_p[2 * (nbn - 1) + 1], mm[nbn - 1], \
+                                         mv[nbn - 1], 1e-3f, 0.99f))
+    fl_node *out;
+    if (v == 1) {
+        *o = BN(fl_graph_conv2d(&h->g, "short", h->x, w[0], NULL, 1, 1, FL_SAME, FL_ACT_LINEAR));
+        *s = BN(fl_graph_conv2d(&h->g, "main", h->x, w[1], NULL, 1, 1, FL_SAME, FL_ACT_LINEAR));
+        out = fl_graph_act(&h->g, "relu", fl_graph_merge(&h->g, "add", FL_OP_ADD, (fl_node *[]){*o, *s}, 2, -1),
+                           FL_ACT_RELU);
+    } else {
+        *o = fl_graph_act(&h->g, "relu0", h->x, FL_ACT_RELU);
+        fl_node *y = BN(fl_graph_conv2d(&h->g, "c1", *o, w[0], NULL, 1, 1, FL_SAME, FL_ACT_LINEAR));
+        y = fl_graph_act(&h->g, "relu1", y, FL_ACT_RELU);
+        *s = BN(fl_graph_conv2d(&h->g, "c2", y, w[1], NULL, 1, 1, FL_SAME, FL_ACT_LINEAR));
+        fl_node *j = v == 2 ? fl_graph_conv2d(&h->g, "c3", *o, w[2], NULL, 1, 1, FL_SAME, FL_ACT_LINEAR) : NULL;
+        out = fl_graph_act(&h->g, "relu2", fl_graph_merge(&h->g, "add", FL_OP_ADD, (fl_node *[]){*o, *s}, 2, -1),
+                           FL_ACT_RELU);
+        if (v == 3) j = fl_graph_conv2d(&h->g, "c3", *o, w[2], NULL, 1, 1, FL_SAME, FL_ACT_LINEAR);
+        if (j) out = fl_graph_merge(&h->g, "add2", FL_OP_ADD, (fl_node *[]){out, j}, 2, -1);
+    }
+#undef BN
+    if (like) (*s)->is_output = true; /* its gradient apart */
+    h_ready_like(h, out, like);
+    return out;
+}
+
+static void test_shared_grad(int v) {
+    harness h, u;
+    fl_node *hs, *ho, *us, *uo;
+    shared_grad_chain(&h, v, NULL, &hs, &ho);
+    shared_grad_chain(&u, v, &h, &us, &uo);
+    char what[64];
+    snprintf(what, sizeof what, "BN gradient shared with the Add's other input, variant %d", v);
+    const bool want = v < 2;
+    CHECK_MSG((hs->grad == ho->grad) == want && us->grad != uo->grad, "%s: shared %d, expected %d (apart: %d)", what,
+              hs->grad == ho->grad, want, us->grad == uo->grad);
+    CHECK_MSG(!want || h.g.arena_bytes < u.g.arena_bytes, "%s: the arena did not shrink (%zu bytes, apart %zu)", what,
+              h.g.arena_bytes, u.g.arena_bytes);
+    for (int step = 0; step < 2; step++) {
+        h_step(&h);
+        h_step(&u);
+        for (int t = -2; t < h.np; t++) {
+            const fl_node *a = t == -2 ? h.out : t == -1 ? h.x : h.params[t];
+            const fl_node *b = t == -2 ? u.out : t == -1 ? u.x : u.params[t];
+            const float *p = t == -2 ? a->val : a->grad, *q = t == -2 ? b->val : b->grad;
+            CHECK_MSG(memcmp(p, q, (size_t)fl_node_size(a) * sizeof(float)) == 0,
+                      "%s, step %d: %s (%d) differs from the gradients apart", what, step,
+                      t == -2 ? "output" : t == -1 ? "dx" : "a parameter's gradient", t);
+        }
+    }
+    h_free(&h);
+    h_free(&u);
+}
+
 int main(void) {
     test_capability();
     test_philox();
@@ -3068,5 +3147,7 @@ int main(void) {
     /* a broadcast along the channels (appended: the streams above stay) */
     test_bmerge_as(FL_OP_MUL, false, false, true);
     test_bmerge_as(FL_OP_ADD, true, false, true);
+    /* a normalisation's gradient in the buffer of the Add's other input (appended: the streams above stay) */
+    for (int v = 0; v < 4; v++) test_shared_grad(v);
     return check_report("test_ops");
 }

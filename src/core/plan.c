@@ -47,6 +47,12 @@
  *    takes (fl_op_pad_into_conv) has neither value nor gradient: the
  *    convolution reads its input, and its backward writes that input's
  *    gradient;
+ *  - in training, a BatchNormalization that alone feeds a two-input Add
+ *    has no gradient of its own where the Add's backward writes the Add's
+ *    other input's gradient first and that input's other readers add into
+ *    it only after the normalisation's gradient has been read for the last
+ *    time (grad_shared): both gradients are the Add's (masked by its fused
+ *    ReLU), written once in one buffer, which lives as long as both;
  *  - the model's outputs (and any node nothing reads) are read after the
  *    forward (predict, the loss) and written by the loss.
  */
@@ -164,6 +170,43 @@ static bool conv_forms(const fl_graph *g, const fl_node *n) {
     fl_node *v;
     int act;
     return bn && fl_op_bn_into_conv(g, bn, &v, &act) && v == n;
+}
+
+/* The earliest time the backward may write (or add into) the gradient of an input of reader c: c's backward,
+ * or that of the convolution that takes c's padding (fl_op_pad_into_conv), or that of the max pooling fused
+ * after that convolution (fl_op_fused_pool), which form it. */
+static int64_t grad_write(const fl_graph *g, const fl_node *c) {
+    int64_t t = c->id;
+    const fl_node *conv = c->op == FL_OP_PAD2D ? fl_op_pad_into_conv(g, c) : c;
+    if (conv && conv->id > t) t = conv->id;
+    const fl_node *pool = conv && conv->op == FL_OP_CONV2D ? fl_op_fused_pool(g, conv) : NULL;
+    if (pool && pool->id > t) t = pool->id;
+    return 2 * (int64_t)g->n - t;
+}
+
+/* Training: whether normalisation s may take the gradient buffer of o, the other input of the two-input Add a
+ * that alone reads s. add_backward writes the Add's gradient into the first input's buffer and copies it into
+ * the second's; in one buffer it writes it once. That needs o's other readers to write theirs only after s's
+ * gradient was last read (its backward, or the convolution's that forms its data gradient: hi), which is after a
+ * wrote it (so a writes o's first). Not where either is an output (the loss writes it), where
+ * s's backward could write into its own gradient (only a normalisation's is known not to), nor where either
+ * buffer is not planned as its own (a view, a fused ReLU's). */
+static bool grad_shared(const fl_graph *g, const fl_node *a, const fl_node *s, const fl_node *o, const int64_t *hi,
+                        const bool *own) {
+    if (a->op != FL_OP_ADD || a->nin != 2 || !a->batched || s == o || s->op != FL_OP_BATCHNORM ||
+        s->nconsumers != 1 || s->is_output || o->is_output || !s->batched || !o->batched || o->op == FL_OP_PARAM ||
+        !own[3 * s->id + 1] || !own[3 * o->id + 1] || fl_node_size(s) != fl_node_size(o))
+        return false;
+    for (int i = 0; i < g->n; i++) {
+        const fl_node *c = g->nodes[i];
+        if (c == a || c->op == FL_OP_PARAM) continue;
+        for (int k = 0; k < c->nin; k++) {
+            if (c->in[k] != o) continue;
+            const int64_t w = grad_write(g, c);
+            if (w <= hi[3 * s->id + 1]) return false; /* s is read after a writes: this one first too */
+        }
+    }
+    return true;
 }
 
 fl_status fl_plan_make(const fl_graph *g, const bool *need, int64_t batch, bool infer, size_t align, bool fixed,
@@ -312,6 +355,23 @@ fl_status fl_plan_make(const fl_graph *g, const bool *need, int64_t batch, bool 
         for (int k = 0; k < 3; k++)
             if (own[3 * i + k]) bytes[3 * i + k] = k == 2 ? p->abytes[i] : p->vbytes[i];
     }
+    /* training: a normalisation's gradient in the buffer of the other input of the Add after it (grad_shared) */
+    int *shared = !infer ? malloc(cnt * sizeof(int)) : NULL;
+    for (int i = 0; shared && i < N; i++) shared[i] = -1;
+    for (int i = 0; shared && i < N; i++) {
+        const fl_node *a = g->nodes[i];
+        if (a->op != FL_OP_ADD || a->nin != 2 || !NEED(a) || !a->in[0] || !a->in[1]) continue;
+        for (int k = 1; k >= 0; k--) {
+            const fl_node *s = a->in[k], *o = a->in[1 - k];
+            if (!NEED(s) || !NEED(o) || shared[o->id] >= 0 || !grad_shared(g, a, s, o, hi, own)) continue;
+            lo[3 * o->id + 1] = MIN(lo[3 * o->id + 1], lo[3 * s->id + 1]);
+            hi[3 * o->id + 1] = MAX(hi[3 * o->id + 1], hi[3 * s->id + 1]);
+            own[3 * s->id + 1] = false;
+            bytes[3 * s->id + 1] = 0;
+            shared[s->id] = o->id;
+            break;
+        }
+    }
     bool over = false;
     p->bytes = fl_plan_place(3 * N, lo, hi, bytes, off, &over);
     p->overflow |= over;
@@ -319,9 +379,10 @@ fl_status fl_plan_make(const fl_graph *g, const bool *need, int64_t batch, bool 
         if (own[3 * i]) p->val[i] = off[3 * i]; /* an empty buffer: offset 0, not NULL */
         else if (alias && alias[i] >= 0) p->val[i] = off[3 * alias[i]];
         if (own[3 * i + 1]) p->grad[i] = off[3 * i + 1];
+        else if (shared && shared[i] >= 0) p->grad[i] = off[3 * shared[i] + 1];
         if (own[3 * i + 2]) p->aux[i] = off[3 * i + 2];
     }
 #undef NEED
-    free(lo); free(hi); free(bytes); free(off); free(own); free(alias);
+    free(lo); free(hi); free(bytes); free(off); free(own); free(alias); free(shared);
     return FL_OK;
 }

@@ -1380,17 +1380,22 @@ static void add_forward(fl_graph *g, fl_node *n, bool training) {
 
 /* Each input's gradient is the Add's; with the ReLU fused, the ReLU's gradient masked by its value (y > 0, and
  * y < 6 for ReLU6, the same mask as the sum's), formed once in the first input's gradient written whole and
- * copied (or added) from there into the others. */
+ * copied (or added) from there into the others. An input whose gradient the plan put in the buffer of another
+ * input's (a normalisation's, plan.c grad_shared) finds it written. */
 static void add_backward(fl_graph *g, fl_node *n) {
     int act = FL_ACT_LINEAR;
     fl_node *relu = n->relu_folded ? fl_op_fused_add_relu(g, n, &act) : NULL;
     const int64_t sz = fl_node_size(n);
     const float *first = NULL; /* an input gradient that holds the masked gradient alone */
+    const float *whole = NULL; /* the gradient written whole (not added into), and whose */
+    const fl_node *whole_of = NULL;
     float beta = 0.0f;
     for (int k = 0; k < n->nin; k++) {
         float *d = in_grad(n, k, &beta);
         mark(n, k);
         if (!d) continue;
+        if (d == whole && n->in[k] != whole_of) continue; /* shared, and written (Add(x, x) adds twice) */
+        if (beta == 0.0f) whole = d, whole_of = n->in[k];
         if (!relu) {
             g->be->accumulate(sz, n->grad, d, beta);
         } else if (first && d != first) {
