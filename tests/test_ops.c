@@ -23,7 +23,7 @@ static void fill(float *p, int64_t n, float lo, float hi) { fl_rng_uniform(p, n,
 typedef struct harness {
     fl_graph g;
     fl_node *x;
-    fl_node *params[10];
+    fl_node *params[16];
     int np;
     fl_node *out;
     float *R;
@@ -2832,21 +2832,29 @@ static void test_rnn_st_errors(void) {
  *  1: BN(Conv2D 1x1 (x)) + BN(Conv2D 3x3 (x)), then a ReLU: a projection shortcut, two normalisations (shared);
  *  2: as 0, with a third reader of o, a Conv2D made after s, added to the block's output: its backward adds into
  *     o's gradient before s's gradient is read (not shared);
- *  3: as 2, the Conv2D made after the Add: its backward writes o's gradient first (not shared). */
+ *  3: as 2, the Conv2D made after the Add: its backward writes o's gradient first (not shared);
+ *  4: two residual blocks as 0, the second's first Conv2D reading the first's ReLU(o + s): all the blocks' Add
+ *     gradients in one buffer (their ReLUs', their inputs', their normalisations'), the second block's first
+ *     convolution storing the first ReLU's gradient masked (ops.c gated_relu). Its twin keeps every one of
+ *     those apart (outputs) and masks in the Add (a backend without conv_dx_gate). */
 static fl_node *shared_grad_chain(harness *h, int v, const harness *like, fl_node **s, fl_node **o) {
+    static fl_backend apart;
+    apart = *fl_backend_cpu();
+    apart.conv_dx_gate = 0;
     const int64_t B = 4, C = 8;
     h_init(h, B, 3, (int64_t[]){6, 5, C});
-    fl_node *bn_p[6];
-    for (int k = 0; k < 3; k++) {
+    if (v == 4 && like) h->g.be = &apart;
+    fl_node *bn_p[8];
+    for (int k = 0; k < 4; k++) {
         bn_p[2 * k] = h_param(h, 1, &C, 0.5f, 2.0f);
         bn_p[2 * k + 1] = h_param(h, 1, &C, -1.0f, 1.0f);
     }
-    fl_node *w[3];
-    for (int k = 0; k < 3; k++) w[k] = h_param(h, 4, (int64_t[]){v == 1 && k == 0 ? 1 : 3, v == 1 && k == 0 ? 1 : 3, C, C},
+    fl_node *w[4];
+    for (int k = 0; k < 4; k++) w[k] = h_param(h, 4, (int64_t[]){v == 1 && k == 0 ? 1 : 3, v == 1 && k == 0 ? 1 : 3, C, C},
                                                -0.4f, 0.4f);
     int nbn = 0;
-    fl_node *mm[3], *mv[3];
-    for (int k = 0; k < 3; k++) {
+    fl_node *mm[4], *mv[4];
+    for (int k = 0; k < 4; k++) {
         mm[k] = fl_graph_param(&h->g, "moving_mean", 1, &C, false);
         mv[k] = fl_graph_param(&h->g, "moving_variance", 1, &C, false);
         for (int j = 0; j < C; j++) { mm[k]->val[j] = 0; mv[k]->val[j] = 1; }
@@ -2869,6 +2877,16 @@ static fl_node *shared_grad_chain(harness *h, int v, const harness *like, fl_nod
                            FL_ACT_RELU);
         if (v == 3) j = fl_graph_conv2d(&h->g, "c3", *o, w[2], NULL, 1, 1, FL_SAME, FL_ACT_LINEAR);
         if (j) out = fl_graph_merge(&h->g, "add2", FL_OP_ADD, (fl_node *[]){out, j}, 2, -1);
+        if (v == 4) { /* the second block, on the first's ReLU */
+            fl_node *r1 = out;
+            y = BN(fl_graph_conv2d(&h->g, "c3", r1, w[2], NULL, 1, 1, FL_SAME, FL_ACT_LINEAR));
+            y = fl_graph_act(&h->g, "relu3", y, FL_ACT_RELU);
+            fl_node *s2 = BN(fl_graph_conv2d(&h->g, "c4", y, w[3], NULL, 1, 1, FL_SAME, FL_ACT_LINEAR));
+            out = fl_graph_act(&h->g, "relu4", fl_graph_merge(&h->g, "add3", FL_OP_ADD, (fl_node *[]){r1, s2}, 2, -1),
+                               FL_ACT_RELU);
+            out = fl_graph_act(&h->g, "out", out, FL_ACT_LINEAR); /* the loss's own buffer after the block */
+            if (like) (*o)->is_output = r1->is_output = s2->is_output = out->in[0]->is_output = true;
+        }
     }
 #undef BN
     if (like) (*s)->is_output = true; /* its gradient apart */
@@ -2883,19 +2901,34 @@ static void test_shared_grad(int v) {
     shared_grad_chain(&u, v, &h, &us, &uo);
     char what[64];
     snprintf(what, sizeof what, "BN gradient shared with the Add's other input, variant %d", v);
-    const bool want = v < 2;
+    const bool want = v < 2 || v == 4;
     CHECK_MSG((hs->grad == ho->grad) == want && us->grad != uo->grad, "%s: shared %d, expected %d (apart: %d)", what,
               hs->grad == ho->grad, want, us->grad == uo->grad);
     CHECK_MSG(!want || h.g.arena_bytes < u.g.arena_bytes, "%s: the arena did not shrink (%zu bytes, apart %zu)", what,
               h.g.arena_bytes, u.g.arena_bytes);
+    fl_node *hr[2] = {NULL, NULL}, *ur[2] = {NULL, NULL}; /* v 4: the two Adds' ReLUs */
+    for (int i = 0, k = 0; v == 4 && i < h.g.n; i++)
+        if (h.g.nodes[i]->op == FL_OP_ADD && k < 2) {
+            hr[k] = h.g.nodes[i + 1], ur[k++] = u.g.nodes[i + 1];
+            const fl_node *a = h.g.nodes[i];
+            CHECK_MSG(a->in[0]->grad == hr[k - 1]->grad && a->in[1]->grad == hr[k - 1]->grad &&
+                          u.g.nodes[i]->in[0]->grad != ur[k - 1]->grad,
+                      "%s: Add %d's inputs do not share its ReLU's gradient", what, k);
+        }
+    CHECK_MSG(v != 4 || (hr[1] && hr[0]->grad == hr[1]->grad), "%s: the two blocks' gradients apart", what);
     for (int step = 0; step < 2; step++) {
         h_step(&h);
         h_step(&u);
+        CHECK_MSG(v != 4 || (hr[0]->grad_is_preact && !hr[1]->grad_is_preact && !ur[0]->grad_is_preact),
+                  "%s: the first ReLU's gradient masked by the convolution %d (apart %d), the second's %d", what,
+                  hr[0]->grad_is_preact, ur[0]->grad_is_preact, hr[1]->grad_is_preact);
         for (int t = -2; t < h.np; t++) {
             const fl_node *a = t == -2 ? h.out : t == -1 ? h.x : h.params[t];
             const fl_node *b = t == -2 ? u.out : t == -1 ? u.x : u.params[t];
             const float *p = t == -2 ? a->val : a->grad, *q = t == -2 ? b->val : b->grad;
-            CHECK_MSG(memcmp(p, q, (size_t)fl_node_size(a) * sizeof(float)) == 0,
+            int differ = 0; /* equal values: a mask stored by the convolution gives +0 where the Add's gave -0 */
+            for (int64_t e = 0; e < fl_node_size(a); e++) differ += !(p[e] == q[e]);
+            CHECK_MSG(differ == 0,
                       "%s, step %d: %s (%d) differs from the gradients apart", what, step,
                       t == -2 ? "output" : t == -1 ? "dx" : "a parameter's gradient", t);
         }
@@ -3148,6 +3181,6 @@ int main(void) {
     test_bmerge_as(FL_OP_MUL, false, false, true);
     test_bmerge_as(FL_OP_ADD, true, false, true);
     /* a normalisation's gradient in the buffer of the Add's other input (appended: the streams above stay) */
-    for (int v = 0; v < 4; v++) test_shared_grad(v);
+    for (int v = 0; v < 5; v++) test_shared_grad(v);
     return check_report("test_ops");
 }

@@ -47,6 +47,11 @@ typedef struct fl_conv_desc {
      * convolution's output and res, and the ReLU after it, rounded as those
      * passes round: the convolution's value, then the sum). NULL: none. */
     const float *res;
+    /* Training's Conv2D backward, where the backend's conv_dx_gate is set:
+     * x is a ReLU's value, and dx is stored (written, or added into with
+     * dx_beta) already multiplied by (x > 0): the ReLU's mask applied to its
+     * whole gradient by its last writer. Never with pre. */
+    int dx_gate;
 } fl_conv_desc;
 
 static inline int fl_conv_dil_h(const fl_conv_desc *d) { return d->dil_h > 1 ? d->dil_h : 1; }
@@ -621,6 +626,8 @@ typedef struct fl_backend {
     /* Nonzero: conv2d_fwd takes d->res (in inference, the Add after a
      * convolution formed as it stores: fl_op_fused_res). 0: they run apart. */
     int conv_res;
+    /* Nonzero: conv2d_bwd and conv2d_bn_bwd take d->dx_gate. 0: never set. */
+    int conv_dx_gate;
 } fl_backend;
 
 /* Modes of fl_backend.bmerge_*. */

@@ -209,6 +209,23 @@ static bool grad_shared(const fl_graph *g, const fl_node *a, const fl_node *s, c
     return true;
 }
 
+/* Training: whether the backward of Add a writes the gradient of its input o first, so that o's gradient may
+ * start in the buffer of the gradient the Add reads, which nothing reads after it: every other reader of o
+ * writes o's later. */
+static bool written_first(const fl_graph *g, const fl_node *a, const fl_node *o, const bool *own) {
+    if (!o->batched || o->op == FL_OP_PARAM || o->is_output || !own[3 * o->id + 1] ||
+        fl_node_size(o) != fl_node_size(a))
+        return false;
+    const int64_t t = 2 * (int64_t)g->n - a->id;
+    for (int i = 0; i < g->n; i++) {
+        const fl_node *c = g->nodes[i];
+        if (c == a || c->op == FL_OP_PARAM) continue;
+        for (int k = 0; k < c->nin; k++)
+            if (c->in[k] == o && grad_write(g, c) <= t) return false;
+    }
+    return true;
+}
+
 fl_status fl_plan_make(const fl_graph *g, const bool *need, int64_t batch, bool infer, size_t align, bool fixed,
                        fl_plan *p) {
     memset(p, 0, sizeof *p);
@@ -372,6 +389,27 @@ fl_status fl_plan_make(const fl_graph *g, const bool *need, int64_t batch, bool 
             break;
         }
     }
+    /* training: the input of a two-input Add whose gradient the Add's backward writes first (written_first) in
+     * the buffer of the gradient the Add reads (its own, or its fused ReLU's), which the Add then masks in place
+     * or finds masked (ops.c gated_relu): nothing is copied */
+    for (int i = 0; shared && i < N; i++) {
+        const fl_node *a = g->nodes[i];
+        if (a->op != FL_OP_ADD || a->nin != 2 || !NEED(a) || !a->batched || !a->in[0] || a->in[0] == a->in[1])
+            continue;
+        int act;
+        const fl_node *t = relu_fused_into(g, a) ? fl_op_fused_add_relu(g, a, &act) : a;
+        if (!t || !NEED(t) || t->is_output || t->nconsumers == 0 || !own[3 * t->id + 1]) continue; /* not the loss's */
+        for (int k = 0; k < 2; k++) {
+            const fl_node *o = a->in[k];
+            if (!o || !NEED(o) || shared[o->id] >= 0 || !written_first(g, a, o, own)) continue;
+            lo[3 * t->id + 1] = MIN(lo[3 * t->id + 1], lo[3 * o->id + 1]);
+            hi[3 * t->id + 1] = MAX(hi[3 * t->id + 1], hi[3 * o->id + 1]);
+            own[3 * o->id + 1] = false;
+            bytes[3 * o->id + 1] = 0;
+            shared[o->id] = t->id;
+            break;
+        }
+    }
     bool over = false;
     p->bytes = fl_plan_place(3 * N, lo, hi, bytes, off, &over);
     p->overflow |= over;
@@ -379,7 +417,11 @@ fl_status fl_plan_make(const fl_graph *g, const bool *need, int64_t batch, bool 
         if (own[3 * i]) p->val[i] = off[3 * i]; /* an empty buffer: offset 0, not NULL */
         else if (alias && alias[i] >= 0) p->val[i] = off[3 * alias[i]];
         if (own[3 * i + 1]) p->grad[i] = off[3 * i + 1];
-        else if (shared && shared[i] >= 0) p->grad[i] = off[3 * shared[i] + 1];
+        else if (shared && shared[i] >= 0) { /* a normalisation's may go through the Add's input to the Add's */
+            int r = shared[i];
+            while (shared[r] >= 0) r = shared[r];
+            p->grad[i] = off[3 * r + 1];
+        }
         if (own[3 * i + 2]) p->aux[i] = off[3 * i + 2];
     }
 #undef NEED

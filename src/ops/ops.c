@@ -1031,6 +1031,19 @@ static void conv2d_forward(fl_graph *g, fl_node *n, bool training) {
     g->be->conv2d_fwd(&d, xv, w, b, y, g->ws);
 }
 
+/* The ReLU (mask x > 0) fused after an Add (fl_op_fused_add_relu) that convolution n reads and, being its first
+ * reader, writes the gradient of last: n's backward may store that gradient masked (the backend's conv_dx_gate),
+ * and the Add's backward then finds it masked (grad_is_preact) instead of masking it in a pass of its own. */
+static fl_node *gated_relu(const fl_graph *g, const fl_node *n, const fl_conv_desc *d) {
+    fl_node *r = n->in[0];
+    int k, act;
+    if (!g->be->conv_dx_gate || d->pre || !r || r->nin != 1 || !r->in[0] || !r->in[0]->relu_folded ||
+        fl_op_conv_pad(g, n) || fl_op_fused_pool(g, n) || fl_op_fused_add_relu(g, r->in[0], &act) != r ||
+        act != FL_ACT_RELU || first_reader(g, r, &k) != n)
+        return NULL;
+    return r;
+}
+
 static void conv2d_backward(fl_graph *g, fl_node *n) {
     float beta = 0.0f;
     BATCH_DESC(d, fl_op_conv_desc(g, n));
@@ -1038,6 +1051,8 @@ static void conv2d_backward(fl_graph *g, fl_node *n) {
     if (n->grad_is_preact) d.act = FL_ACT_LINEAR;
     fl_node *in = dx_node(g, n); /* n, or the padding it takes: the gradient goes to its input */
     float *dx = in_grad(in, 0, &beta);
+    fl_node *gated = dx ? gated_relu(g, n, &d) : NULL;
+    d.dx_gate = gated != NULL;
     size_t off = 0;
     float *dw[2] = {weight_grad(n, 1, &off), d.has_bias ? weight_grad(n, 2, &off) : NULL};
     fl_node *bn = fl_op_fused_conv_bn_train(g, n);
@@ -1055,6 +1070,7 @@ static void conv2d_backward(fl_graph *g, fl_node *n) {
     } else {
         g->be->conv2d_bwd(&d, xv, n->in[1]->val, n->val, n->grad, dx, beta, dw[0], dw[1], g->ws);
     }
+    if (gated) gated->grad_is_preact = true;
     weight_grads_add(g->be, n, 1, 2, dw);
     mark(in, 0); mark(n, 1); mark(n, 2);
 }
@@ -1386,6 +1402,9 @@ static void add_backward(fl_graph *g, fl_node *n) {
     int act = FL_ACT_LINEAR;
     fl_node *relu = n->relu_folded ? fl_op_fused_add_relu(g, n, &act) : NULL;
     const int64_t sz = fl_node_size(n);
+    /* the Add's gradient where it needs no mask: its own, or its ReLU's, masked by the convolution that wrote it
+     * last (gated_relu) */
+    const float *ready = !relu ? n->grad : relu->grad_is_preact ? relu->grad : NULL;
     const float *first = NULL; /* an input gradient that holds the masked gradient alone */
     const float *whole = NULL; /* the gradient written whole (not added into), and whose */
     const fl_node *whole_of = NULL;
@@ -1396,8 +1415,9 @@ static void add_backward(fl_graph *g, fl_node *n) {
         if (!d) continue;
         if (d == whole && n->in[k] != whole_of) continue; /* shared, and written (Add(x, x) adds twice) */
         if (beta == 0.0f) whole = d, whole_of = n->in[k];
-        if (!relu) {
-            g->be->accumulate(sz, n->grad, d, beta);
+        if (ready) {
+            /* the buffer the plan gave this input may be the Add's (or its ReLU's) own (plan.c) */
+            if (d != ready || beta != 0.0f) g->be->accumulate(sz, ready, d, beta);
         } else if (first && d != first) {
             g->be->accumulate(sz, first, d, beta);
         } else {

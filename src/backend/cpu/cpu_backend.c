@@ -937,6 +937,7 @@ static const fl_backend cpu_backend = {
     .infer_budget = fl_cpu_infer_budget,
     .infer_weight_cache = fl_cpu_infer_weight_cache,
     .conv_res = 1,
+    .conv_dx_gate = 1,
     .conv_slope = fl_cpu_conv_slope,
     .alloc = cpu_alloc,
     .free = cpu_free,

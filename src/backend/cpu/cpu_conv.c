@@ -815,9 +815,19 @@ void fl_cpu_conv2d_fwd(const fl_conv_desc *d, const float *x, const float *w, co
     }
 }
 
+/* dx[0..n) = x > 0 ? dx : 0 (d->dx_gate, where the kernels do not apply it as they store): a select, not a
+ * branch on the signs */
+static void gate_dx(int64_t n, const float *restrict x, float *restrict dx) {
+#pragma omp simd
+    for (int64_t i = 0; i < n; i++) dx[i] = x[i] > 0.0f ? dx[i] : 0.0f;
+}
+
 void fl_cpu_conv2d_bwd(const fl_conv_desc *d, const float *x, const float *w, const float *y, float *dy, float *dx,
                        float dx_beta, float *dw, float *db, void *ws) {
-    if (direct_bwd_ok(d, dx != NULL)) { direct_bwd(d, x, w, y, dy, dx, dx_beta, 0, dw, db, ws, NULL, NULL); return; }
+    if (direct_bwd_ok(d, dx != NULL)) {
+        direct_bwd(d, x, w, y, dy, dx, dx_beta, d->dx_gate, dw, db, ws, NULL, NULL);
+        return;
+    }
     const int64_t cs = chunk_samples(d);
     const int64_t nchunks = (d->n + cs - 1) / cs;
     const int G = fl_conv_groups(d), cg = d->c / G, ocg = d->oc / G;
@@ -857,6 +867,7 @@ void fl_cpu_conv2d_bwd(const fl_conv_desc *d, const float *x, const float *w, co
                     col2im_add(d, col, cn, g * cg, cg, dxc);
                 }
             }
+            if (dxc && d->dx_gate) gate_dx(cn * (int64_t)in_sz, xc, dxc); /* the chunk's dx while in cache */
         }
     }
     reduce_parts(d, parts, np, nw, (size_t)d->oc, dw, d->has_bias ? db : NULL);
@@ -1003,7 +1014,7 @@ void fl_cpu_conv2d_bn_bwd(const fl_conv_desc *d, const fl_bn_grad *bg, const flo
                           const float *y, float *dy_scratch, float *dx, float dx_beta, float *dw, float *db,
                           void *ws) {
     if (d->act == FL_ACT_LINEAR && direct_bwd_ok(d, dx != NULL)) {
-        direct_bwd(d, x, w, y, dy_scratch, dx, dx_beta, 0, dw, db, ws, NULL, bg);
+        direct_bwd(d, x, w, y, dy_scratch, dx, dx_beta, d->dx_gate, dw, db, ws, NULL, bg);
         return;
     }
     fl_cpu_bn_dx(d->n * d->oh * d->ow, d->oc, bg, y, dy_scratch);
@@ -1016,17 +1027,13 @@ void fl_cpu_conv2d_maxpool_bwd(const fl_conv_desc *d, const fl_conv_desc *p, con
                                void *ws) {
     if (direct_bwd_ok(d, dx != NULL) && pool_tiles(p) && p->h == d->oh && p->w == d->ow && p->c == d->oc) {
         pool_grad pg = {p, pooled, dpooled, argmax};
-        direct_bwd(d, x, w, y, dy_scratch, dx, dx_beta, dx_relu_mask, dw, db, ws, &pg, NULL);
+        direct_bwd(d, x, w, y, dy_scratch, dx, dx_beta, dx_relu_mask || d->dx_gate, dw, db, ws, &pg, NULL);
         return;
     }
     fl_cpu_maxpool_bwd(p, dpooled, argmax, dy_scratch, 0.0f);
-    fl_cpu_conv2d_bwd(d, x, w, y, dy_scratch, dx, dx_beta, dw, db, ws);
-    if (dx && dx_relu_mask) {
-        const int64_t n = d->n * d->h * d->w * d->c;
-#pragma omp parallel for schedule(static) num_threads(n < 32768 ? 1 : fl_cpu_threads())
-        for (int64_t i = 0; i < n; i++)
-            if (!(x[i] > 0.0f)) dx[i] = 0.0f;
-    }
+    fl_conv_desc e = *d;
+    e.dx_gate = dx_relu_mask || d->dx_gate;
+    fl_cpu_conv2d_bwd(&e, x, w, y, dy_scratch, dx, dx_beta, dw, db, ws);
 }
 
 /* ------------------------------------------------------------- pooling */
