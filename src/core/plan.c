@@ -53,6 +53,13 @@
  *    it only after the normalisation's gradient has been read for the last
  *    time (grad_shared): both gradients are the Add's (masked by its fused
  *    ReLU), written once in one buffer, which lives as long as both;
+ *  - in training, an input of a two-input Add whose gradient the Add's
+ *    backward writes first (written_first) has its gradient in the buffer
+ *    of the gradient the Add reads, its own or its fused ReLU's, which no
+ *    one reads after it: the Add masks it there in place, or finds it
+ *    masked by the convolution that wrote it last (ops.c gated_relu), and
+ *    copies nothing. Along a ResNet's stage every Add's gradients, their
+ *    ReLUs' and their inputs' take turns in one buffer;
  *  - the model's outputs (and any node nothing reads) are read after the
  *    forward (predict, the loss) and written by the loss.
  */
