@@ -326,8 +326,11 @@ fl_status fl_plan_make(const fl_graph *g, const bool *need, int64_t batch, bool 
             if (infer) {
                 lo[3 * pool->id] = MIN(lo[3 * pool->id], i);
                 lo[3 * pool->id + 2] = MIN(lo[3 * pool->id + 2], i);
-            } else if (NEED(c->in[0]) && c->in[0]->op != FL_OP_PARAM) {
-                lo[3 * c->in[0]->id + 1] = MIN(lo[3 * c->in[0]->id + 1], 2 * (int64_t)N - pool->id);
+            } else {
+                /* the gradient of the convolution's input, or of the input of the padding it takes */
+                const fl_node *xin = pad && pad->in[0] ? pad->in[0] : c->in[0];
+                if (NEED(xin) && xin->op != FL_OP_PARAM && xin->batched)
+                    lo[3 * xin->id + 1] = MIN(lo[3 * xin->id + 1], 2 * (int64_t)N - pool->id);
             }
         }
     }
