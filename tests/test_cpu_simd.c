@@ -107,6 +107,38 @@ static void test_conv(int n, int h, int w, int c, int oc, int kh, int kw, int s,
     free(x); free(wt); free(b); free(g); free(dx0); free(ws);
 }
 
+/* d.dx_gate (the ReLU that produced x masks dx as the convolution stores it, ops.c gated_relu): dx added into
+ * an existing gradient and gated is, value for value, the same sum ungated then masked by x > 0, on the path
+ * this build takes (simd: the direct kernels, Winograd, the strided phases; portable: the GEMM path, masked a
+ * chunk at a time). */
+static void test_conv_gate(int n, int h, int w, int c, int oc, int k, int s, int same) {
+    fl_conv_desc d = {0};
+    d.n = n; d.h = h; d.w = w; d.c = c; d.oc = oc; d.kh = k; d.kw = k; d.sh = s; d.sw = s;
+    d.oh = out_dim(h, k, s, same, &d.pt);
+    d.ow = out_dim(w, k, s, same, &d.pl);
+    size_t nx = (size_t)n * h * w * c, ny = (size_t)n * d.oh * d.ow * oc, nw = (size_t)k * k * c * oc;
+    float *x = rnd(nx, 11), *wt = rnd(nw, 12), *g = rnd(ny, 13), *dx0 = rnd(nx, 14);
+    float *y = malloc(ny * sizeof(float)), *dw = malloc(nw * sizeof(float));
+    void *ws = ws_for(&d);
+    for (int simd = 1; simd >= 0; simd--) {
+        fl_cpu_simd_force(simd);
+        fl_cpu_conv2d_fwd(&d, x, wt, NULL, y, ws);
+        float *dxa = dup(dx0, nx), *dxg = dup(dx0, nx), *dy = dup(g, ny);
+        fl_cpu_conv2d_bwd(&d, x, wt, y, dy, dxa, 1.0f, dw, NULL, ws);
+        fl_conv_desc e = d;
+        e.dx_gate = 1;
+        memcpy(dy, g, ny * sizeof(float));
+        fl_cpu_conv2d_bwd(&e, x, wt, y, dy, dxg, 1.0f, dw, NULL, ws);
+        size_t bad = 0;
+        for (size_t i = 0; i < nx; i++) bad += !(dxg[i] == (x[i] > 0.0f ? dxa[i] : 0.0f));
+        CHECK_MSG(bad == 0, "conv n%d %dx%dx%d->%d k%d s%d %s, %s: %zu of %zu gated dx differ from the mask after", n,
+                  h, w, c, oc, k, s, same ? "same" : "valid", simd ? "simd" : "portable", bad, nx);
+        free(dxa); free(dxg); free(dy);
+    }
+    fl_cpu_simd_force(-1);
+    free(x); free(wt); free(g); free(dx0); free(y); free(dw); free(ws);
+}
+
 /* A LeakyReLU in the forward's store (d.slope with act ReLU, what inference folds after a normalisation):
  * bit for bit the LeakyReLU layer's formula (fl_pact_forward) over the linear output, zeros and -0 included;
  * through the taps kernel, the direct kernels, Winograd and the stride-2 direct path. */
@@ -1146,6 +1178,19 @@ static void test_avx512(void) {
         test_conv(2, 9, 30, 12, 7, 3, 3, 1, 0, FL_ACT_RELU6, 1);   /* 7 and 12 channels: masked vectors */
         test_conv(3, 40, 1, 16, 16, 3, 1, 1, 1, FL_ACT_RELU, 1);    /* Conv1D: taps down the steps */
         test_conv(2, 9, 9, 16, 16, 3, 3, 2, 1, FL_ACT_RELU, 1);     /* stride 2: not the taps form */
+        /* strided data gradients in phases (strided_dx): ResNet-20's and ResNet50's strided shapes, odd sizes
+         * (a last row or column no window covers), more than 64 input channels, 2x2 to 7x7 kernels, strides
+         * 3 and 4 */
+        test_conv(3, 32, 32, 16, 32, 3, 3, 2, 1, FL_ACT_LINEAR, 0);
+        test_conv(2, 16, 16, 32, 64, 3, 3, 2, 1, FL_ACT_RELU, 1);
+        test_conv(2, 15, 17, 8, 24, 3, 3, 2, 0, FL_ACT_RELU, 1);
+        test_conv(2, 17, 15, 12, 20, 3, 3, 2, 1, FL_ACT_TANH, 1);
+        test_conv(2, 14, 14, 80, 16, 3, 3, 2, 1, FL_ACT_LINEAR, 1);
+        test_conv(2, 21, 21, 4, 8, 7, 7, 2, 1, FL_ACT_RELU, 0);
+        test_conv(2, 24, 26, 8, 8, 3, 3, 3, 1, FL_ACT_LINEAR, 1);
+        test_conv(2, 16, 18, 8, 12, 2, 2, 2, 0, FL_ACT_LINEAR, 1);
+        test_conv(2, 29, 27, 5, 9, 5, 5, 4, 1, FL_ACT_RELU, 1);
+        test_conv(2, 20, 22, 6, 70, 5, 5, 2, 1, FL_ACT_LINEAR, 1);
         for (int ow = 1; ow <= 26; ow++) test_conv(1, 3, ow + 2, 5, 16, 3, 3, 1, 0, FL_ACT_LINEAR, 1);
         test_conv(1, 3, 49, 3, 1, 3, 3, 1, 0, FL_ACT_LINEAR, 0);    /* one output channel */
         /* convolution + max pooling, fused */
@@ -1161,6 +1206,12 @@ static void test_avx512(void) {
     test_conv_slope(3, 12, 8, 40, 1, 0.3f);  /* direct, three vectors */
     test_conv_slope(5, 10, 32, 32, 1, 0.2f); /* Winograd */
     test_conv_slope(3, 12, 16, 16, 2, 0.1f); /* stride 2 */
+    /* dx_gate: the taps form, the direct kernels, Winograd (4 samples), strided phases, a 1x1 (GEMM on x) */
+    test_conv_gate(2, 12, 11, 16, 16, 3, 1, 1);
+    test_conv_gate(2, 9, 8, 24, 40, 3, 1, 0);
+    test_conv_gate(4, 10, 10, 32, 32, 3, 1, 1);
+    test_conv_gate(3, 16, 15, 16, 32, 3, 2, 1);
+    test_conv_gate(2, 8, 8, 16, 24, 1, 1, 0);
     fl_wino_force(1);
     test_winograd();
     fl_wino_force(-1);

@@ -859,7 +859,8 @@ static void test_conv_bn_fused(int v) {
  * then v: 0, ReLU -> conv 3x3 "same" 16 -> 16 (the direct kernels' taps); 1, ReLU6 -> conv 3x3 32 -> 32 with a
  * bias (Winograd, batch 16); 2, no ReLU -> conv 3x3 16 -> 8 -> bn -> ReLU (the convolution forms the second
  * normalisation's dx, conv2d_bn_bwd); 3, ReLU -> conv 3x3 16 -> 16 -> max pooling 2x2 (fused); 4, ReLU -> conv
- * 3x3 stride 2 (not deferred: its data gradient is not the direct kernels'); 5, ReLU -> conv 1x1 (no padding:
+ * 3x3 stride 2 (not deferred: rows of 4 output pixels, fewer than the direct backward takes); 9, the same over
+ * a 13-wide input (deferred: 7 pixels a row, the data gradient in phases); 5, ReLU -> conv 1x1 (no padding:
  * the sample copied only to apply it); 6, ReLU6 -> depthwise 3x3 "same" over 20 channels (a block of 16 and the
  * rest), with a bias; 7, no ReLU -> depthwise 3x3 stride 2 "valid", depth multiplier 2; 8, a LeakyReLU -> conv
  * 3x3 (not deferred: d->pre takes ReLU and ReLU6 only; the LeakyReLU is fused into the normalisation). */
@@ -872,7 +873,7 @@ static fl_node *bn_conv_chain(harness *h, const fl_backend *be, int v, const har
     fl_graph_init(&h->g, be);
     h->g.seed = 7;
     h->batch = B;
-    h->x = fl_graph_input(&h->g, "x", 3, (int64_t[]){9, 7, C});
+    h->x = fl_graph_input(&h->g, "x", 3, (int64_t[]){9, v == 9 ? 13 : 7, C});
     h->x->force_grad = true;
     fl_node *bns[2] = {NULL, NULL};
     fl_node *y = h->x;
@@ -899,11 +900,12 @@ static fl_node *bn_conv_chain(harness *h, const fl_backend *be, int v, const har
     } else {
         const int64_t c1 = C1, c2 = C2;
         fl_node *w = h_param(h, 4, (int64_t[]){K2, K2, c1, c2}, -0.5f, 0.5f);
-        const int64_t nb = v >= 6 ? c1 * c2 : c2;
+        const bool depthwise = v >= 6 && v != 9;
+        const int64_t nb = depthwise ? c1 * c2 : c2;
         fl_node *b = v == 1 || v == 6 ? h_param(h, 1, &nb, -0.5f, 0.5f) : NULL;
-        const int s = v == 4 || v == 7 ? 2 : 1;
+        const int s = v == 4 || v == 7 || v == 9 ? 2 : 1;
         const fl_padding pad = v == 5 || v == 7 ? FL_VALID : FL_SAME;
-        y = v >= 6 ? fl_graph_depthwise_conv2d(&h->g, "dw", y, w, b, s, s, pad, FL_ACT_LINEAR)
+        y = depthwise ? fl_graph_depthwise_conv2d(&h->g, "dw", y, w, b, s, s, pad, FL_ACT_LINEAR)
                    : fl_graph_conv2d(&h->g, "conv_b", y, w, b, s, s, pad, FL_ACT_LINEAR);
         if (v == 3) y = fl_graph_pool(&h->g, "pool", FL_OP_MAXPOOL, y, 2, 2, 2, 2, FL_VALID);
     }
@@ -3182,5 +3184,7 @@ int main(void) {
     test_bmerge_as(FL_OP_ADD, true, false, true);
     /* a normalisation's gradient in the buffer of the Add's other input (appended: the streams above stay) */
     for (int v = 0; v < 5; v++) test_shared_grad(v);
+    /* a normalisation formed by a strided convolution, whose data gradient runs in phases (appended) */
+    test_bn_into_conv(9);
     return check_report("test_ops");
 }

@@ -8,7 +8,9 @@
  * is one micro-kernel call that runs over kh (segments) and kw*c (steps):
  *     forward          y[p, oc]   = sum_{kh, kw, c} x[p + (kh, kw), c] w[kh, kw, c, oc]   (+ bias, relu)
  *     backward data    dx = the same loop over dy padded by kh-1/kw-1, with the
- *                      kernel rotated by 180 degrees and transposed (c <-> oc)
+ *                      kernel rotated by 180 degrees and transposed (c <-> oc);
+ *                      strided, in phases of dx pixels that take the same taps
+ *                      (strided_dx), each a stride-1 sweep over dy
  *     backward filter  dw[kh, kw, c, oc] += sum_p x[p + (kh, kw), c] dy[p, oc]
  * Samples are split between the OpenMP threads: the forward hands them out
  * one at a time (schedule(dynamic): each output is one thread's, so the
@@ -21,7 +23,8 @@
  * each band of rows while it is in cache, and the backward builds dy from
  * the pooling's gradient per sample instead of reading a full-size dy.
  *
- * Otherwise (no AVX-512, strided backward data, dilation or groups), a
+ * Otherwise (no AVX-512, dilation or groups, a stride larger than the kernel or than 4, rows of fewer than 6
+ * output pixels in the backward), a
  * convolution is a GEMM per chunk of samples: im2col turns the chunk into
  * rows of kh*kw*c patch values (the taps dil_h/dil_w apart) so that,
  * reading the kernel as a [K, oc] matrix,
@@ -150,9 +153,12 @@ typedef struct conv_geom {
     int hp, wp;         /* padded input size */
     int pad;            /* any padding at all */
     int copy;           /* each sample copied into the thread's buffer (pad_sample): padding, or d->pre */
-    int hd, wd;         /* padded dy for the data gradient (stride 1): h+kh-1, w+kw-1 */
+    int hd, wd;         /* padded dy for the data gradient: h+kh-1, w+kw-1 at stride 1 (strided: below) */
     int offh, offw;     /* where dy starts inside it */
 } conv_geom;
+
+static int floor_div(int a, int b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
+static int max0(int a) { return a > 0 ? a : 0; }
 
 static conv_geom geom(const fl_conv_desc *d) {
     conv_geom g;
@@ -166,6 +172,12 @@ static conv_geom geom(const fl_conv_desc *d) {
     g.wd = d->w + d->kw - 1;
     g.offh = d->kh - 1 - d->pt;
     g.offw = d->kw - 1 - d->pl;
+    if (d->sh > 1 || d->sw > 1) { /* dy with the rows and columns around it that a strided dx's taps reach */
+        g.offh = max0(floor_div(d->kh - 1 - d->pt, d->sh));
+        g.offw = max0(floor_div(d->kw - 1 - d->pl, d->sw));
+        g.hd = g.offh + d->oh + max0(floor_div(d->h - 1 + d->pt, d->sh) - (d->oh - 1));
+        g.wd = g.offw + d->ow + max0(floor_div(d->w - 1 + d->pl, d->sw) - (d->ow - 1));
+    }
     return g;
 }
 
@@ -186,13 +198,19 @@ int fl_cpu_conv_slope(const fl_conv_desc *d) { return fl_cpu_simd() && plain_tap
  * at 32 343 -> 321, at batch 1 106 -> 84). A Conv1D's one-column rows are tiled down the steps instead. */
 #define DIRECT_BWD_MIN_OW 6
 
-/* The data gradient needs stride 1 and padding of at most kernel-1. */
+/* The largest stride whose data gradient the direct kernels take (in phases: strided_dx) */
+#define DIRECT_BWD_MAX_STRIDE 4
+
+/* The data gradient needs padding of at most kernel-1; strided (not a Conv1D's one-column rows), a kernel at
+ * least as large as the stride, so that every phase has a tap. */
 static int direct_bwd_ok(const fl_conv_desc *d, int need_dx) {
     if (!fl_cpu_simd() || !plain_taps(d) || (d->ow != 1 && d->ow < DIRECT_BWD_MIN_OW)) return 0;
     if (!need_dx) return 1;
+    if (d->sh > 1 || d->sw > 1)
+        return d->w > 1 && d->sh <= DIRECT_BWD_MAX_STRIDE && d->sw <= DIRECT_BWD_MAX_STRIDE && d->kh >= d->sh &&
+               d->kw >= d->sw && d->pt <= d->kh - 1 && d->pl <= d->kw - 1;
     conv_geom g = geom(d);
-    return d->sh == 1 && d->sw == 1 && g.offh >= 0 && g.offw >= 0 && g.offh + d->oh <= g.hd &&
-           g.offw + d->ow <= g.wd;
+    return g.offh >= 0 && g.offw >= 0 && g.offh + d->oh <= g.hd && g.offw + d->ow <= g.wd;
 }
 
 /* A normalisation's affine and ReLU formed as the input is read (d->pre): where the forward and the
@@ -552,6 +570,74 @@ static void bn_grad_sample(const fl_conv_desc *d, const fl_bn_grad *bg, int64_t 
     }
 }
 
+/* A strided convolution's data gradient (sh or sw > 1), in phases: the dx pixels whose row plus pt leaves
+ * remainder rh mod sh, and whose column plus pl leaves rw mod sw, take the same taps, the kernel rows
+ * kh = rh, rh + sh, ... and columns kw = rw, rw + sw, ..., and along a row those pixels, sw apart, read dy
+ * one pixel apart: a stride-1 sweep over dy (the thread's padded copy, conv_geom's hd x wd) with a small
+ * kernel of its own, stored sw pixels apart. pack_phases lays those kernels out in `shared` (their taps in
+ * the order the sweep reads dy: kh and kw falling), each [kh][kw][oc][c], and their offsets in off[rh][rw]. */
+typedef struct phase { int top, n, first; } phase; /* taps: the largest kh (kw), how many, dy's first row (column) */
+static phase phase_of(int i, int pad, int k, int s) {
+    const int r = (i + pad) % s, top = k - 1 - (k - 1 - r) % s;
+    return (phase){top, top / s + 1, (i + pad - top) / s};
+}
+
+static void pack_phases(const fl_conv_desc *d, const float *w, float *shared, size_t off[][DIRECT_BWD_MAX_STRIDE]) {
+    const int C = d->c, OC = d->oc, KW = d->kw;
+    size_t at = 0;
+    for (int rh = 0; rh < d->sh; rh++)
+        for (int rw = 0; rw < d->sw; rw++) {
+            /* the phase of remainders (rh, rw): that of pixel (rh - pt, rw - pl) mod the stride */
+            const phase ph = phase_of(rh, 0, d->kh, d->sh), pw = phase_of(rw, 0, KW, d->sw);
+            off[rh][rw] = at;
+            for (int a = 0; a < ph.n; a++)
+                for (int b = 0; b < pw.n; b++) {
+                    const float *src = w + ((size_t)(ph.top - a * d->sh) * KW + (pw.top - b * d->sw)) * C * OC;
+                    float *dst = shared + at + ((size_t)a * pw.n + b) * OC * C;
+                    for (int c = 0; c < C; c++)
+                        for (int oc = 0; oc < OC; oc++) dst[(size_t)oc * C + c] = src[(size_t)c * OC + oc];
+                }
+            at += (size_t)ph.n * pw.n * OC * C;
+        }
+}
+
+/* dx of one sample (dxs; accumulate: added into) from its padded dy (dyp, g's geometry), gated by xg where
+ * given */
+static void strided_dx(const fl_conv_desc *d, const conv_geom *g, const float *dyp, const float *shared,
+                       size_t off[][DIRECT_BWD_MAX_STRIDE], float *dxs, int accumulate, const float *xg) {
+    const int C = d->c, OC = d->oc, W = d->w, SW = d->sw;
+    for (int ih = 0; ih < d->h; ih++) {
+        const phase ph = phase_of(ih, d->pt, d->kh, d->sh);
+        for (int rw = 0; rw < SW && rw < W; rw++) {
+            const phase pw = phase_of(rw, d->pl, d->kw, SW);
+            const int nq = (W - rw + SW - 1) / SW; /* the row's pixels rw, rw + sw, ... */
+            const size_t o0 = ((size_t)ih * W + rw) * C;
+            for (int c0 = 0; c0 < C; c0 += 64) {
+                fl_simd_tile t = {0};
+                t.cols = C - c0 < 64 ? C - c0 : 64;
+                t.as = OC;
+                t.aj = 1;
+                t.aseg = (int64_t)g->wd * OC;
+                t.nseg = ph.n;
+                t.nj = pw.n * OC;
+                t.b = shared + off[(ih + d->pt) % d->sh][(rw + d->pl) % SW] + c0;
+                t.bj = C;
+                t.bseg = (int64_t)pw.n * OC * C;
+                t.ldc = (int64_t)SW * C;
+                t.accumulate = accumulate;
+                const int rm = fl_simd_max_rows(t.cols), ntile = fl_tiles(nq, rm);
+                for (int k = 0; k < ntile; k++) {
+                    const int j0 = (int)fl_tile_start(nq, ntile, k), j1 = (int)fl_tile_start(nq, ntile, k + 1);
+                    t.a = dyp + ((size_t)(ph.first + g->offh) * g->wd + (size_t)(pw.first + j0 + g->offw)) * OC;
+                    t.c = dxs + o0 + (size_t)j0 * SW * C + c0;
+                    t.gate = xg ? xg + o0 + (size_t)j0 * SW * C + c0 : NULL;
+                    fl_simd_run(&t, j1 - j0);
+                }
+            }
+        }
+    }
+}
+
 /* dx_mask: multiply dx by (x > 0) (the ReLU that produced x, fused). pg: the
  * gradient of y comes from a max pooling; bg: from a BatchNormalization
  * (either way dy is then only scratch). */
@@ -573,7 +659,11 @@ static void direct_bwd(const fl_conv_desc *d, const float *x, const float *w, co
     float *ubwd = shared + rot_floats(d);
     float *parts = ubwd + (wino_bwd_shape(d) ? fl_wino_u_floats(OC, C) : 0);
     const int np = parts_used(d, d->n);
-    if (dx) {
+    const int strided = d->sh > 1 || d->sw > 1;
+    size_t phase_off[DIRECT_BWD_MAX_STRIDE][DIRECT_BWD_MAX_STRIDE];
+    if (dx && strided) {
+        pack_phases(d, w, shared, phase_off);
+    } else if (dx) {
         /* w_rot[kh'][kw'][oc][c] = w[kh-1-kh'][kw-1-kw'][c][oc] */
         for (int kh = 0; kh < KH; kh++)
             for (int kw = 0; kw < KW; kw++) {
@@ -655,8 +745,11 @@ static void direct_bwd(const fl_conv_desc *d, const float *x, const float *w, co
                             fl_simd_run(&t, r1 - r0);
                         }
                 }
-                /* 3. dx = conv(padded gy, rotated kernel) */
-                if (dx && wino) {
+                /* 3. dx = conv(padded gy, rotated kernel); strided, in phases */
+                if (dx && strided) {
+                    strided_dx(d, &g, dyp, shared, phase_off, dx + (size_t)n * in_sz, dx_beta != 0.0f,
+                               dx_mask ? x + (size_t)n * in_sz : NULL);
+                } else if (dx && wino) {
                     fl_wino_rows(&dd, dyp, ubwd, NULL, dx + (size_t)n * in_sz, 0, d->h, dx_beta != 0.0f,
                                  dx_mask ? x + (size_t)n * in_sz : NULL, wino_scratch);
                 } else if (dx) {
