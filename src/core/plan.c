@@ -233,6 +233,15 @@ static bool written_first(const fl_graph *g, const fl_node *a, const fl_node *o,
     return true;
 }
 
+/* Node i's gradient in node j's buffer, which then lives as long as both */
+static void share_grad(int i, int j, int64_t *lo, int64_t *hi, bool *own, size_t *bytes, int *shared) {
+    lo[3 * j + 1] = MIN(lo[3 * j + 1], lo[3 * i + 1]);
+    hi[3 * j + 1] = MAX(hi[3 * j + 1], hi[3 * i + 1]);
+    own[3 * i + 1] = false;
+    bytes[3 * i + 1] = 0;
+    shared[i] = j;
+}
+
 fl_status fl_plan_make(const fl_graph *g, const bool *need, int64_t batch, bool infer, size_t align, bool fixed,
                        fl_plan *p) {
     memset(p, 0, sizeof *p);
@@ -391,11 +400,7 @@ fl_status fl_plan_make(const fl_graph *g, const bool *need, int64_t batch, bool 
         for (int k = 1; k >= 0; k--) {
             const fl_node *s = a->in[k], *o = a->in[1 - k];
             if (!NEED(s) || !NEED(o) || shared[o->id] >= 0 || !grad_shared(g, a, s, o, hi, own)) continue;
-            lo[3 * o->id + 1] = MIN(lo[3 * o->id + 1], lo[3 * s->id + 1]);
-            hi[3 * o->id + 1] = MAX(hi[3 * o->id + 1], hi[3 * s->id + 1]);
-            own[3 * s->id + 1] = false;
-            bytes[3 * s->id + 1] = 0;
-            shared[s->id] = o->id;
+            share_grad(s->id, o->id, lo, hi, own, bytes, shared);
             break;
         }
     }
@@ -412,11 +417,7 @@ fl_status fl_plan_make(const fl_graph *g, const bool *need, int64_t batch, bool 
         for (int k = 0; k < 2; k++) {
             const fl_node *o = a->in[k];
             if (!o || !NEED(o) || shared[o->id] >= 0 || !written_first(g, a, o, own)) continue;
-            lo[3 * t->id + 1] = MIN(lo[3 * t->id + 1], lo[3 * o->id + 1]);
-            hi[3 * t->id + 1] = MAX(hi[3 * t->id + 1], hi[3 * o->id + 1]);
-            own[3 * o->id + 1] = false;
-            bytes[3 * o->id + 1] = 0;
-            shared[o->id] = t->id;
+            share_grad(o->id, t->id, lo, hi, own, bytes, shared);
             break;
         }
     }
