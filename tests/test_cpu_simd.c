@@ -1191,6 +1191,8 @@ static void test_avx512(void) {
         test_conv(2, 16, 18, 8, 12, 2, 2, 2, 0, FL_ACT_LINEAR, 1);
         test_conv(2, 29, 27, 5, 9, 5, 5, 4, 1, FL_ACT_RELU, 1);
         test_conv(2, 20, 22, 6, 70, 5, 5, 2, 1, FL_ACT_LINEAR, 1);
+        test_conv(3, 2, 2, 8, 16, 3, 3, 2, 1, FL_ACT_RELU, 1);      /* one output pixel a sample */
+        test_conv(3, 3, 3, 8, 8, 3, 3, 2, 0, FL_ACT_LINEAR, 0);
         for (int ow = 1; ow <= 26; ow++) test_conv(1, 3, ow + 2, 5, 16, 3, 3, 1, 0, FL_ACT_LINEAR, 1);
         test_conv(1, 3, 49, 3, 1, 3, 3, 1, 0, FL_ACT_LINEAR, 0);    /* one output channel */
         /* convolution + max pooling, fused */
