@@ -198,22 +198,25 @@ static int64_t grad_write(const fl_graph *g, const fl_node *c) {
  * wrote it (so a writes o's first). Not where either is an output (the loss writes it), where
  * s's backward could write into its own gradient (only a normalisation's is known not to), nor where either
  * buffer is not planned as its own (a view, a fused ReLU's). */
+/* The earliest time a reader of o other than a writes o's gradient (INT64_MAX: none) */
+static int64_t other_write(const fl_graph *g, const fl_node *a, const fl_node *o) {
+    int64_t t = INT64_MAX;
+    for (int i = 0; i < g->n; i++) {
+        const fl_node *c = g->nodes[i];
+        if (c == a || c->op == FL_OP_PARAM) continue;
+        for (int k = 0; k < c->nin; k++)
+            if (c->in[k] == o) t = MIN(t, grad_write(g, c));
+    }
+    return t;
+}
+
 static bool grad_shared(const fl_graph *g, const fl_node *a, const fl_node *s, const fl_node *o, const int64_t *hi,
                         const bool *own) {
     if (a->op != FL_OP_ADD || a->nin != 2 || !a->batched || s == o || s->op != FL_OP_BATCHNORM ||
         s->nconsumers != 1 || s->is_output || o->is_output || !s->batched || !o->batched || o->op == FL_OP_PARAM ||
         !own[3 * s->id + 1] || !own[3 * o->id + 1] || fl_node_size(s) != fl_node_size(o))
         return false;
-    for (int i = 0; i < g->n; i++) {
-        const fl_node *c = g->nodes[i];
-        if (c == a || c->op == FL_OP_PARAM) continue;
-        for (int k = 0; k < c->nin; k++) {
-            if (c->in[k] != o) continue;
-            const int64_t w = grad_write(g, c);
-            if (w <= hi[3 * s->id + 1]) return false; /* s is read after a writes: this one first too */
-        }
-    }
-    return true;
+    return other_write(g, a, o) > hi[3 * s->id + 1]; /* s is read after a writes: so a writes first too */
 }
 
 /* Training: whether the backward of Add a writes the gradient of its input o first, so that o's gradient may
@@ -223,14 +226,7 @@ static bool written_first(const fl_graph *g, const fl_node *a, const fl_node *o,
     if (!o->batched || o->op == FL_OP_PARAM || o->is_output || !own[3 * o->id + 1] ||
         fl_node_size(o) != fl_node_size(a))
         return false;
-    const int64_t t = 2 * (int64_t)g->n - a->id;
-    for (int i = 0; i < g->n; i++) {
-        const fl_node *c = g->nodes[i];
-        if (c == a || c->op == FL_OP_PARAM) continue;
-        for (int k = 0; k < c->nin; k++)
-            if (c->in[k] == o && grad_write(g, c) <= t) return false;
-    }
-    return true;
+    return other_write(g, a, o) > 2 * (int64_t)g->n - a->id;
 }
 
 /* Node i's gradient in node j's buffer, which then lives as long as both */
@@ -300,7 +296,7 @@ fl_status fl_plan_make(const fl_graph *g, const bool *need, int64_t batch, bool 
             const fl_node *x = c->in[k];
             if (!x || x->op == FL_OP_PARAM || !x->batched) continue;
             if (infer) hi[3 * x->id] = MAX(hi[3 * x->id], i);
-            else if (NEED(x) && NEED(c)) lo[3 * x->id + 1] = MIN(lo[3 * x->id + 1], 2 * (int64_t)N - i);
+            else if (NEED(x) && NEED(c)) lo[3 * x->id + 1] = MIN(lo[3 * x->id + 1], grad_write(g, c));
         }
         int act;
         const fl_node *bn = infer ? fl_op_fused_bn(g, c) : NULL;
@@ -320,27 +316,17 @@ fl_status fl_plan_make(const fl_graph *g, const bool *need, int64_t batch, bool 
             if (NEED(cb)) hi[3 * cb->id + 1] = MAX(hi[3 * cb->id + 1], 2 * (int64_t)N - i);
             if (cr && NEED(cr)) hi[3 * cr->id + 1] = MAX(hi[3 * cr->id + 1], 2 * (int64_t)N - i);
         }
-        const fl_node *pad = fl_op_conv_pad(g, c);
-        if (pad) {
-            /* the convolution reads the padding's input, and its backward writes that input's gradient */
-            const fl_node *x = pad->in[0];
-            if (x && x->op != FL_OP_PARAM && x->batched) {
-                if (infer) hi[3 * x->id] = MAX(hi[3 * x->id], i);
-                else if (NEED(x) && NEED(c)) lo[3 * x->id + 1] = MIN(lo[3 * x->id + 1], 2 * (int64_t)N - i);
-            }
-        }
-        const fl_node *pool = c->op == FL_OP_CONV2D ? fl_op_fused_pool(g, c) : NULL;
-        if (pool) { /* the convolution's forward writes the pooling's value and aux; the pooling's backward
-                     * the convolution's input gradient */
-            if (infer) {
-                lo[3 * pool->id] = MIN(lo[3 * pool->id], i);
-                lo[3 * pool->id + 2] = MIN(lo[3 * pool->id + 2], i);
-            } else {
-                /* the gradient of the convolution's input, or of the input of the padding it takes */
-                const fl_node *xin = pad && pad->in[0] ? pad->in[0] : c->in[0];
-                if (NEED(xin) && xin->op != FL_OP_PARAM && xin->batched)
-                    lo[3 * xin->id + 1] = MIN(lo[3 * xin->id + 1], 2 * (int64_t)N - pool->id);
-            }
+        /* in inference the convolution reads the padding's input; in training its backward (or the fused
+         * pooling's) writes that input's gradient, which grad_write gives the padding as its reader */
+        const fl_node *pad = infer ? fl_op_conv_pad(g, c) : NULL;
+        if (pad && pad->in[0] && pad->in[0]->op != FL_OP_PARAM && pad->in[0]->batched)
+            hi[3 * pad->in[0]->id] = MAX(hi[3 * pad->in[0]->id], i);
+        /* inference: the convolution's forward writes the pooling's value and aux (in training, the pooling's
+         * backward writes the convolution's input gradient: grad_write) */
+        const fl_node *pool = infer && c->op == FL_OP_CONV2D ? fl_op_fused_pool(g, c) : NULL;
+        if (pool) {
+            lo[3 * pool->id] = MIN(lo[3 * pool->id], i);
+            lo[3 * pool->id + 2] = MIN(lo[3 * pool->id + 2], i);
         }
     }
     /* views: their input's buffer lives as long as both (later views first, for chains) */
