@@ -375,6 +375,34 @@ static void test_dense(int m, int k, int n, int act, int bias, float dx_beta) {
     free(x); free(w); free(b); free(g); free(dx0);
 }
 
+/* A Dense layer at batch 1 whose kernel is large runs on every thread: the
+ * product is bound by reading the kernel (mnist_cnn's 9216 x 128 at batch 1
+ * ran on one thread, 17% of its predict), and the threads' column blocks
+ * give the same bits as one thread. n = 130 leaves a narrow last block. */
+static void test_dense_batch1_threads(void) {
+    CHECK_MSG(fl_gemm_threads(1, 128, 9216, 2e6, 2) == 2, "mnist_cnn's Dense at batch 1 runs on one thread");
+    CHECK_MSG(fl_gemm_threads(1, 10, 128, 2e6, 2) == 1, "a 128 x 10 Dense at batch 1 is split across threads");
+    CHECK_MSG(fl_gemm_threads(64, 64, 64, 2e6, 2) == 1, "a 64 x 64 x 64 product is split across threads");
+    const int k = 9216, n = 130;
+    const fl_backend *be = fl_backend_cpu();
+    fl_dense_desc d = {1, k, n, FL_ACT_RELU, 1};
+    float *x = rnd(k, 41), *w = rnd((size_t)k * n, 42), *b = rnd(n, 43), *y[3];
+    const int before = fl_get_num_threads();
+    for (int t = 0; t < 3; t++) {
+        g_force(1);
+        fl_set_num_threads(t + 1);
+        y[t] = malloc(n * sizeof(float));
+        be->dense_fwd(&d, x, w, b, y[t]);
+    }
+    g_force(-1);
+    fl_set_num_threads(before);
+    for (int t = 1; t < 3; t++)
+        CHECK_MSG(memcmp(y[t], y[0], n * sizeof(float)) == 0, "dense 1x%dx%d: %d threads differ from 1", k, n, t + 1);
+    for (int t = 0; t < 3; t++) free(y[t]);
+    free(x); free(w); free(b);
+    test_dense(1, k, n, FL_ACT_RELU, 1, 0.0f); /* against cblas */
+}
+
 static void test_maxpool(int n, int h, int w, int c, int k, int s, int same, float beta) {
     fl_conv_desc d = {0};
     d.n = n; d.h = h; d.w = w; d.c = c; d.oc = c; d.kh = k; d.kw = k; d.sh = s; d.sw = s;
@@ -996,6 +1024,7 @@ static void test_avx2_gemms(void) {
     test_dense(300, 784, 512, FL_ACT_RELU, 1, 0.0f);
     test_dense(77, 512, 10, FL_ACT_TANH, 0, 0.0f);
     test_dense(1000, 40, 36, FL_ACT_SIGMOID, 1, 1.0f);
+    test_dense_batch1_threads();
     g_force = fl_cpu_simd_force;
 }
 
@@ -1226,6 +1255,7 @@ static void test_avx512(void) {
     test_dense(19, 400, 65, FL_ACT_SIGMOID, 1, 1.0f);
     test_dense(64, 70, 200, FL_ACT_RELU, 0, 1.0f);
     test_dense(300, 1000, 48, FL_ACT_TANH, 1, 0.0f);
+    test_dense_batch1_threads();
     /* max pooling: tiling windows (vector path), overlapping and padded ones */
     test_maxpool(3, 24, 24, 64, 2, 2, 0, 0.0f);
     test_maxpool(2, 7, 9, 20, 2, 2, 0, 0.0f);  /* odd sizes: a row and column no window covers */

@@ -206,7 +206,7 @@ void fl_avx2_gemm(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, con
         fl_gemm_no_k(M, N, beta, C, ldc, bias, relu);
         return;
     }
-    if ((double)M * (double)N * (double)K < 1e6) threads = 1;
+    threads = fl_gemm_threads(M, N, K, 1e6, threads);
     const int64_t ncb = (N + NC - 1) / NC;
     int64_t mc = MC_BYTES / ((K < KC ? K : KC) * (int64_t)sizeof(float));
     mc = mc < 24 ? 24 : mc - mc % 6;

@@ -288,7 +288,7 @@ void fl_simd_gemm(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, con
     }
     const int64_t items = ncb * nrc;
     if (items < threads) threads = (int)items;
-    if ((double)M * (double)N * (double)K < 2e6) threads = 1;
+    threads = fl_gemm_threads(M, N, K, 2e6, threads);
 #pragma omp parallel num_threads(threads) if (threads > 1)
     {
         /* packed B^T block; on the stack so that a step allocates nothing */

@@ -101,6 +101,17 @@ static inline void fl_gemm_no_k(int64_t M, int64_t N, float beta, float *C, int6
         }
 }
 
+/* The threads a GEMM of M x N x K runs on: one where it has fewer than
+ * small_flops multiply-adds, unless B holds FL_GEMM_SPLIT_B floats or more.
+ * With few rows (a Dense layer at batch 1) a product is bound by reading B,
+ * and each thread's column blocks read their own part of it: mnist_cnn's
+ * 9216 x 128 Dense at batch 1 reads 4.7 MB of weights a sample. */
+#define FL_GEMM_SPLIT_B (64 * 1024)
+static inline int fl_gemm_threads(int64_t M, int64_t N, int64_t K, double small_flops, int threads) {
+    if ((double)M * (double)N * (double)K < small_flops && (double)N * (double)K < FL_GEMM_SPLIT_B) return 1;
+    return threads;
+}
+
 /* C[M, N] = op(A)[M, K] @ op(B)[K, N] (+ bias, relu), row-major, with
  * op(A) = A (lda: row stride) or A^T, op(B) likewise. beta 0 overwrites C, 1
  * adds to it; bias (N floats, may be NULL) and relu apply only with beta 0.
