@@ -1028,6 +1028,40 @@ static void test_avx2_gemms(void) {
     g_force = fl_cpu_simd_force;
 }
 
+/* A forward over fewer samples than two a thread splits each sample's
+ * output rows across the threads; a padded sample is copied once and its
+ * rows split after (it ran on one thread: a U-Net's "same" convolutions at
+ * batch 1). y bit for bit the same for 1, 2 and 3 threads, and against the
+ * portable code. */
+static void test_fwd_threads(int n, int h, int w, int c, int oc, int kh, int kw, int s, int same, int act) {
+    fl_conv_desc d = {0};
+    d.n = n; d.h = h; d.w = w; d.c = c; d.oc = oc; d.kh = kh; d.kw = kw; d.sh = s; d.sw = s;
+    d.oh = out_dim(h, kh, s, same, &d.pt);
+    d.ow = out_dim(w, kw, s, same, &d.pl);
+    d.act = act;
+    d.has_bias = 1;
+    const size_t nx = (size_t)n * h * w * c, ny = (size_t)n * d.oh * d.ow * oc, nw = (size_t)kh * kw * c * oc;
+    float *x = rnd(nx, 91), *wt = rnd(nw, 92), *b = rnd(oc, 93), *y[4];
+    void *ws = ws_for(&d);
+    const int before = fl_get_num_threads();
+    for (int t = 0; t < 4; t++) {
+        fl_cpu_simd_force(t < 3);
+        fl_set_num_threads(t < 3 ? t + 1 : 1);
+        y[t] = malloc(ny * sizeof(float));
+        fl_cpu_conv2d_fwd(&d, x, wt, b, y[t], ws);
+    }
+    fl_cpu_simd_force(-1);
+    fl_set_num_threads(before);
+    char what[128];
+    snprintf(what, sizeof what, "forward n%d %dx%dx%d->%d k%dx%d s%d %s", n, h, w, c, oc, kh, kw, s,
+             same ? "same" : "valid");
+    for (int t = 1; t < 3; t++)
+        CHECK_MSG(memcmp(y[t], y[0], ny * sizeof(float)) == 0, "%s: %d threads differ from 1", what, t + 1);
+    CHECK_MSG(rel_diff(y[0], y[3], ny) < 1e-5, "%s: differs from the portable code", what);
+    for (int t = 0; t < 4; t++) free(y[t]);
+    free(x); free(wt); free(b); free(ws);
+}
+
 int main(void) {
     /* the levels every x86-64 CPU of this kind may have: the portable code
      * and AVX2+FMA (DepthwiseConv2D); AVX-512 where present */
@@ -1156,6 +1190,13 @@ static void test_winograd(void) {
     test_conv(4, 30, 30, 40, 36, 3, 3, 1, 0, FL_ACT_RELU, 1);   /* 196 tiles a sample: several blocks */
     test_conv(4, 3, 3, 32, 48, 3, 3, 1, 1, FL_ACT_TANH, 0);     /* 3x3 maps: one partial tile */
     test_conv(1, 7, 9, 32, 40, 3, 3, 1, 1, FL_ACT_RELU, 1);     /* one sample: direct (bands of rows) */
+    if (fl_cpu_simd_available()) { /* few samples: rows split across threads, padded samples copied first */
+        test_fwd_threads(1, 20, 18, 16, 24, 3, 3, 1, 1, FL_ACT_RELU);
+        test_fwd_threads(3, 9, 7, 8, 16, 3, 3, 1, 1, FL_ACT_LINEAR);
+        test_fwd_threads(1, 15, 15, 12, 20, 5, 5, 2, 1, FL_ACT_RELU6);
+        test_fwd_threads(2, 33, 1, 9, 32, 7, 1, 1, 1, FL_ACT_ELU); /* Conv1D: bands of rows */
+        test_fwd_threads(1, 10, 10, 16, 16, 3, 3, 1, 0, FL_ACT_LINEAR); /* no padding */
+    }
     test_conv_pool(4, 26, 26, 32, 64, 3, 0, FL_ACT_RELU, 2, 2);  /* mnist_cnn's conv2 + pool */
     test_conv_pool(5, 11, 10, 32, 40, 3, 1, FL_ACT_RELU, 2, 2);
     test_conv_pool(4, 13, 13, 32, 32, 3, 0, FL_ACT_LINEAR, 2, 3); /* gaps between windows */

@@ -452,18 +452,24 @@ static void direct_fwd(const fl_conv_desc *d, const float *x, const float *w, co
     const size_t in_sz = (size_t)d->h * d->w * d->c, out_sz = (size_t)d->oh * d->ow * d->oc;
     const size_t tws = direct_thread_floats(d, 0);
     const int nt = conv_threads();
-    if (!g.copy && d->n < 2 * nt) {
+    if (d->n < 2 * nt) {
         /* few samples (inference on a small batch): split output rows, in
-         * bands of rows where a row is one pixel (Conv1D) */
+         * bands of rows where a row is one pixel (Conv1D). A padded sample
+         * is copied once, into the first thread's slice, and its rows
+         * split after (one sample at a time ran on one thread: a U-Net's
+         * "same" convolutions at batch 1). */
         const int band = d->ow == 1 ? (d->oh + 2 * nt - 1) / (2 * nt) : 1;
         const int per = (d->oh + band - 1) / band;
-        const int64_t items = d->n * per;
+        const int64_t copies = g.copy ? d->n : 1, items = (g.copy ? 1 : d->n) * per;
+        for (int64_t c = 0; c < copies; c++) {
+            if (g.copy) pad_sample(d, &g, x + (size_t)c * in_sz, (float *)ws);
 #pragma omp parallel for schedule(dynamic) num_threads(nt)
-        for (int64_t it = 0; it < items; it++) {
-            int64_t n = it / per;
-            int oh = (int)(it % per) * band, oh1 = oh + band < d->oh ? oh + band : d->oh;
-            direct_fwd_rows(d, &g, x + (size_t)n * in_sz, w, b, y + (size_t)n * out_sz, RES_AT(d, n * out_sz), oh,
-                            oh1);
+            for (int64_t it = 0; it < items; it++) {
+                const int64_t n = c + it / per;
+                const int oh = (int)(it % per) * band, oh1 = oh + band < d->oh ? oh + band : d->oh;
+                const float *xs = g.copy ? (const float *)ws : x + (size_t)n * in_sz;
+                direct_fwd_rows(d, &g, xs, w, b, y + (size_t)n * out_sz, RES_AT(d, n * out_sz), oh, oh1);
+            }
         }
         return;
     }
