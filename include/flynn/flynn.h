@@ -878,7 +878,7 @@ void fl_set_num_threads(int n);
 int fl_get_num_threads(void);
 /* The threads in use now: fl_get_num_threads(), or fewer while other
  * processes keep this process's CPUs busy. Between training and inference
- * steps, about once a second, flynn compares the CPU time its CPUs spent
+ * steps, 0.1 s after the first and then about once a second, flynn compares the CPU time its CPUs spent
  * busy (/proc/stat, over the affinity mask) with its own: where the CPUs
  * that others leave idle hold fewer threads than it has, it runs that many
  * (at least one), and all of them again once the others stop. Beside one

@@ -73,19 +73,19 @@ int fl_num_threads_in_use(void) { return fl_cpu_threads(); }
 typedef struct load_state {
     int on; /* -1: not decided yet */
     bool have;
+    int looks; /* 1 after the first, 2 after the second */
     double t0, own0;
     unsigned long long busy0;
     char text[1 << 16];
 } load_state;
 
 static void follow_load(load_state *ls) {
-    if (ls->on < 0) {
-        const char *e = getenv("FLYNN_FOLLOW_LOAD");
-        ls->on = !(e && strcmp(e, "0") == 0) && fl_cpu_quota() == 0;
-    }
+    if (ls->on < 0) ls->on = fl_cpu_follows_load();
     if (!ls->on) return;
     const double now = fl_clock_seconds();
-    if (ls->have && now - ls->t0 < 1.0) return;
+    /* the first look 0.1 s after the first step (ten jiffies a CPU at 100 Hz): a machine busy from the start
+     * sheds the threads that would wait within a few steps; then once a second */
+    if (ls->have && now - ls->t0 < (ls->looks > 1 ? 1.0 : 0.1)) return;
     uint64_t mask[CPU_SETSIZE / 64];
     const bool aff = fl_cpu_allowed_mask(mask, CPU_SETSIZE / 64) > 0;
     FILE *f = fopen("/proc/stat", "r");
@@ -110,6 +110,7 @@ static void follow_load(load_state *ls) {
     ls->own0 = own;
     ls->busy0 = busy;
     ls->have = true;
+    if (ls->looks < 2) ls->looks++;
 }
 
 void fl_threads_follow_load(void) {

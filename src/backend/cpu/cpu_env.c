@@ -31,6 +31,7 @@
 #include <math.h>
 #include <omp.h>
 #include <sched.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -164,6 +165,17 @@ int fl_cpu_threads_for_load(int configured, int cpus, double other) {
     if (taken < 1.0) return configured;
     const int left = cpus - (int)taken;
     return left < 1 ? 1 : left < configured ? left : configured;
+}
+
+int fl_cpu_follows_load(void) {
+    const char *e = getenv("FLYNN_FOLLOW_LOAD");
+    if ((e && strcmp(e, "0") == 0) || fl_cpu_quota() > 0) return 0;
+    FILE *f = fopen("/proc/stat", "r");
+    if (!f) return 0;
+    char line[256];
+    const bool ok = fgets(line, sizeof line, f) != NULL;
+    fclose(f);
+    return ok;
 }
 
 /* -------------------------------------------------------------- cache */

@@ -28,4 +28,8 @@ int fl_cpu_allowed_mask(uint64_t *mask, int words);
  * most configured. */
 int fl_cpu_threads_for_load(int configured, int cpus, double other);
 
+/* Whether the threads follow the load between steps (fl_threads_follow_load): 1 unless FLYNN_FOLLOW_LOAD=0,
+ * a cgroup CPU quota (a container's /proc/stat counts the host's CPUs) or an unreadable /proc/stat. */
+int fl_cpu_follows_load(void);
+
 #endif
