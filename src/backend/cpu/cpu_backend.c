@@ -72,8 +72,7 @@ int fl_num_threads_in_use(void) { return fl_cpu_threads(); }
  * read once by a loop stays the same until the loop ends. */
 typedef struct load_state {
     int on; /* -1: not decided yet */
-    bool have;
-    int looks; /* 1 after the first, 2 after the second */
+    int looks; /* 0 before the first, 1 after it, 2 after the second */
     double t0, own0;
     unsigned long long busy0;
     char text[1 << 16];
@@ -85,7 +84,7 @@ static void follow_load(load_state *ls) {
     const double now = fl_clock_seconds();
     /* the first look 0.1 s after the first step (ten jiffies a CPU at 100 Hz): a machine busy from the start
      * sheds the threads that would wait within a few steps; then once a second */
-    if (ls->have && now - ls->t0 < (ls->looks > 1 ? 1.0 : 0.1)) return;
+    if (ls->looks && now - ls->t0 < (ls->looks > 1 ? 1.0 : 0.1)) return;
     uint64_t mask[CPU_SETSIZE / 64];
     const bool aff = fl_cpu_allowed_mask(mask, CPU_SETSIZE / 64) > 0;
     FILE *f = fopen("/proc/stat", "r");
@@ -100,7 +99,7 @@ static void follow_load(load_state *ls) {
         return;
     }
     const double own = fl_clock_cpu_seconds();
-    if (ls->have && busy >= ls->busy0 && now > ls->t0) {
+    if (ls->looks && busy >= ls->busy0 && now > ls->t0) {
         /* steal is not counted busy: the hypervisor ran another guest, not a process here */
         const double other = ((double)(busy - ls->busy0) / (double)hz - (own - ls->own0)) / (now - ls->t0);
         const int t = fl_cpu_threads_for_load(fl_cpu_threads_configured(), cpus, other);
@@ -109,7 +108,6 @@ static void follow_load(load_state *ls) {
     ls->t0 = now;
     ls->own0 = own;
     ls->busy0 = busy;
-    ls->have = true;
     if (ls->looks < 2) ls->looks++;
 }
 

@@ -31,7 +31,6 @@
 #include <math.h>
 #include <omp.h>
 #include <sched.h>
-#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -170,12 +169,8 @@ int fl_cpu_threads_for_load(int configured, int cpus, double other) {
 int fl_cpu_follows_load(void) {
     const char *e = getenv("FLYNN_FOLLOW_LOAD");
     if ((e && strcmp(e, "0") == 0) || fl_cpu_quota() > 0) return 0;
-    FILE *f = fopen("/proc/stat", "r");
-    if (!f) return 0;
     char line[256];
-    const bool ok = fgets(line, sizeof line, f) != NULL;
-    fclose(f);
-    return ok;
+    return read_line("/proc/stat", line, sizeof line);
 }
 
 /* -------------------------------------------------------------- cache */
