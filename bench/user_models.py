@@ -38,7 +38,8 @@ import os
 import numpy as np
 
 MODELS = ["cifar_vgg", "tab_bn", "bigru_text", "sepconv64", "har_cnn1d", "unet_small", "conv_ae", "lstm_reg",
-          "fasttext", "gelu_mlp", "resnet50_64", "effb0_64", "densenet121_64", "mobilenet_64"]
+          "fasttext", "gelu_mlp", "resnet50_64", "effb0_64", "densenet121_64", "mobilenet_64", "catsdogs150",
+          "lenet5", "wavenet1d", "xception_mini"]
 
 
 def build(name, rng):
@@ -131,6 +132,49 @@ def build(name, rng):
         o = L.Dense(8, activation="softmax")(h)
         n = 16384
         return keras.Model(i, o), rng.standard_normal((n, 64), dtype=np.float32), rng.integers(0, 8, n), scce, acc
+    if name == "catsdogs150":  # the classic "cats vs dogs" CNN of Deep Learning with Python
+        i = keras.Input((150, 150, 3))
+        h = i
+        for f in (32, 64, 128, 128):
+            h = L.MaxPooling2D()(L.Conv2D(f, 3, activation="relu")(h))
+        h = L.Dense(512, activation="relu")(L.Dropout(0.5)(L.Flatten()(h)))
+        o = L.Dense(1, activation="sigmoid")(h)
+        n = 512
+        return (keras.Model(i, o), rng.random((n, 150, 150, 3), dtype=np.float32),
+                rng.integers(0, 2, (n, 1)).astype(np.float32), "binary_crossentropy", acc)
+    if name == "lenet5":
+        i = keras.Input((32, 32, 1))
+        h = L.AveragePooling2D(2)(L.Conv2D(6, 5, activation="tanh")(i))
+        h = L.AveragePooling2D(2)(L.Conv2D(16, 5, activation="tanh")(h))
+        h = L.Dense(84, activation="tanh")(L.Dense(120, activation="tanh")(L.Flatten()(h)))
+        o = L.Dense(10, activation="softmax")(h)
+        n = 8192
+        return keras.Model(i, o), rng.random((n, 32, 32, 1), dtype=np.float32), rng.integers(0, 10, n), scce, acc
+    if name == "wavenet1d":
+        i = keras.Input((512, 1))
+        h = L.Conv1D(32, 1)(i)
+        for d in (1, 2, 4, 8, 16, 32):
+            r = L.Conv1D(32, 2, padding="causal", dilation_rate=d, activation="relu")(h)
+            h = L.Add()([h, L.Conv1D(32, 1)(r)])
+        o = L.Dense(5, activation="softmax")(L.GlobalAveragePooling1D()(h))
+        n = 2048
+        return keras.Model(i, o), rng.standard_normal((n, 512, 1), dtype=np.float32), rng.integers(0, 5, n), scce, acc
+    if name == "xception_mini":  # Keras's "image classification from scratch" example, at 96x96
+        i = keras.Input((96, 96, 3))
+        h = L.Activation("relu")(L.BatchNormalization()(L.Conv2D(64, 3, strides=2, padding="same")(L.Rescaling(1 / 255)(i))))
+        prev = h
+        for f in (128, 256, 512):
+            h = L.Activation("relu")(h)
+            h = L.BatchNormalization()(L.SeparableConv2D(f, 3, padding="same")(h))
+            h = L.Activation("relu")(h)
+            h = L.BatchNormalization()(L.SeparableConv2D(f, 3, padding="same")(h))
+            h = L.MaxPooling2D(3, strides=2, padding="same")(h)
+            h = L.Add()([h, L.Conv2D(f, 1, strides=2, padding="same")(prev)])
+            prev = h
+        h = L.Activation("relu")(L.BatchNormalization()(L.SeparableConv2D(728, 3, padding="same")(h)))
+        o = L.Dense(2, activation="softmax")(L.Dropout(0.25)(L.GlobalAveragePooling2D()(h)))
+        n = 512
+        return keras.Model(i, o), rng.random((n, 96, 96, 3), dtype=np.float32) * 255, rng.integers(0, 2, n), scce, acc
     apps = {"resnet50_64": "ResNet50", "effb0_64": "EfficientNetB0", "densenet121_64": "DenseNet121",
             "mobilenet_64": "MobileNet"}
     if name in apps:  # keras.applications as a user takes them: no weights, 64x64x3, 10 classes

@@ -403,6 +403,36 @@ static void test_dense_batch1_threads(void) {
     test_dense(1, k, n, FL_ACT_RELU, 1, 0.0f); /* against cblas */
 }
 
+/* Max pooling as Keras defines it, the plainest way: each window clipped to the input, the first maximum
+ * (argmax: its kh * k + kw), dx += dy at it, in output order. */
+static void maxpool_ref(const fl_conv_desc *d, const float *x, const float *g, float *y, int32_t *am, float *dx,
+                        float beta) {
+    const size_t nx = (size_t)d->n * d->h * d->w * d->c;
+    if (beta == 0.0f) memset(dx, 0, nx * sizeof(float));
+    for (int n = 0; n < d->n; n++)
+        for (int oh = 0; oh < d->oh; oh++)
+            for (int ow = 0; ow < d->ow; ow++)
+                for (int c = 0; c < d->c; c++) {
+                    size_t o = (((size_t)n * d->oh + oh) * d->ow + ow) * d->c + c;
+                    float best = -INFINITY;
+                    int32_t at = -1;
+                    for (int kh = 0; kh < d->kh; kh++)
+                        for (int kw = 0; kw < d->kw; kw++) {
+                            int ih = oh * d->sh - d->pt + kh, iw = ow * d->sw - d->pl + kw;
+                            if (ih < 0 || ih >= d->h || iw < 0 || iw >= d->w) continue;
+                            float v = x[(((size_t)n * d->h + ih) * d->w + iw) * d->c + c];
+                            if (at < 0 || v > best) { best = v; at = kh * d->kw + kw; }
+                        }
+                    y[o] = best;
+                    am[o] = at;
+                    if (at >= 0) {
+                        int ih = oh * d->sh - d->pt + at / d->kw, iw = ow * d->sw - d->pl + at % d->kw;
+                        dx[(((size_t)n * d->h + ih) * d->w + iw) * d->c + c] += g[o];
+                    }
+                }
+}
+
+/* The AVX-512 and the portable pooling against maxpool_ref, bit for bit: y, argmax and dx (dx += where beta) */
 static void test_maxpool(int n, int h, int w, int c, int k, int s, int same, float beta) {
     fl_conv_desc d = {0};
     d.n = n; d.h = h; d.w = w; d.c = c; d.oc = c; d.kh = k; d.kw = k; d.sh = s; d.sw = s;
@@ -411,22 +441,28 @@ static void test_maxpool(int n, int h, int w, int c, int k, int s, int same, flo
     size_t nx = (size_t)n * h * w * c, ny = (size_t)n * d.oh * d.ow * c;
     float *x = rnd(nx, 21), *g = rnd(ny, 22), *dx0 = rnd(nx, 23);
     for (size_t i = 0; i < nx; i += 7) x[i] = x[i / 2]; /* some ties */
-    float *y[2], *dx[2];
-    int32_t *am[2];
-    for (int t = 0; t < 2; t++) {
-        fl_cpu_simd_force(t);
+    float *y[3], *dx[3];
+    int32_t *am[3];
+    for (int t = 0; t < 3; t++) {
         y[t] = malloc(ny * sizeof(float));
         am[t] = malloc(ny * sizeof(int32_t));
-        fl_cpu_maxpool_fwd(&d, x, y[t], am[t]);
         dx[t] = dup(dx0, nx);
+        if (t == 2) { maxpool_ref(&d, x, g, y[t], am[t], dx[t], beta); break; }
+        fl_cpu_simd_force(t);
+        fl_cpu_maxpool_fwd(&d, x, y[t], am[t]);
         fl_cpu_maxpool_bwd(&d, g, am[t], dx[t], beta);
     }
     fl_cpu_simd_force(-1);
-    CHECK_MSG(memcmp(y[0], y[1], ny * sizeof(float)) == 0, "maxpool %dx%dx%d k%d s%d same%d: forward differs", h, w, c,
-              k, s, same);
-    CHECK_MSG(memcmp(dx[0], dx[1], nx * sizeof(float)) == 0, "maxpool %dx%dx%d k%d s%d same%d beta%g: dx differs", h,
-              w, c, k, s, same, beta);
-    for (int t = 0; t < 2; t++) { free(y[t]); free(am[t]); free(dx[t]); }
+    for (int t = 0; t < 2; t++) {
+        const char *path = t ? "AVX-512" : "portable";
+        CHECK_MSG(memcmp(y[t], y[2], ny * sizeof(float)) == 0, "maxpool %dx%dx%d k%d s%d same%d: %s forward differs",
+                  h, w, c, k, s, same, path);
+        CHECK_MSG(memcmp(am[t], am[2], ny * sizeof(int32_t)) == 0, "maxpool %dx%dx%d k%d s%d same%d: %s argmax differs",
+                  h, w, c, k, s, same, path);
+        CHECK_MSG(memcmp(dx[t], dx[2], nx * sizeof(float)) == 0, "maxpool %dx%dx%d k%d s%d same%d beta%g: %s dx differs",
+                  h, w, c, k, s, same, beta, path);
+    }
+    for (int t = 0; t < 3; t++) { free(y[t]); free(am[t]); free(dx[t]); }
     free(x); free(g); free(dx0);
 }
 
@@ -1303,6 +1339,13 @@ static void test_avx512(void) {
     test_maxpool(2, 8, 8, 16, 2, 2, 0, 1.0f);
     test_maxpool(2, 9, 9, 5, 3, 2, 0, 0.0f);   /* overlapping windows */
     test_maxpool(2, 7, 7, 3, 2, 2, 1, 0.0f);   /* same padding */
+    /* padded and overlapping windows (Xception's MaxPooling2D(3, 2, "same")), even and odd sizes, with beta */
+    test_maxpool(2, 48, 48, 128, 3, 2, 1, 0.0f);
+    test_maxpool(2, 11, 13, 20, 3, 2, 1, 0.0f);
+    test_maxpool(2, 11, 13, 20, 3, 2, 1, 1.0f);
+    test_maxpool(2, 9, 8, 33, 3, 1, 1, 0.0f);
+    test_maxpool(1, 5, 6, 1, 5, 3, 1, 1.0f);
+    test_maxpool(2, 10, 10, 17, 4, 3, 1, 0.0f);
     /* dropout and Adam: bit for bit */
     test_dropout(1, 0.5f, 0);
     test_dropout(1000, 0.25f, 3);

@@ -367,22 +367,37 @@ FL_AVX512 void fl_simd_relu_grad_colsum(int64_t rows, int n, int relu, const flo
     }
 }
 
-FL_AVX512 void fl_simd_maxpool_fwd_sample(int H, int W, int C, int OH, int OW, int KH, int KW, int SH, int SW,
-                                          const float *x, float *y, int32_t *argmax) {
-    (void)H;
+/* The window of output (oh, ow) clipped to the input: kernel rows [*k0, *k1), columns [*j0, *j1) */
+static inline void pool_window(int H, int W, int KH, int KW, int SH, int SW, int PT, int PL, int oh, int ow, int *k0,
+                               int *k1, int *j0, int *j1) {
+    const int ih = oh * SH - PT, iw = ow * SW - PL;
+    *k0 = ih < 0 ? -ih : 0;
+    *k1 = ih + KH > H ? H - ih : KH;
+    *j0 = iw < 0 ? -iw : 0;
+    *j1 = iw + KW > W ? W - iw : KW;
+}
+
+FL_AVX512 void fl_simd_maxpool_fwd_sample(int H, int W, int C, int OH, int OW, int KH, int KW, int SH, int SW, int PT,
+                                          int PL, const float *x, float *y, int32_t *argmax) {
     for (int oh = 0; oh < OH; oh++)
         for (int ow = 0; ow < OW; ow++) {
             float *yo = y + ((size_t)oh * OW + ow) * C;
             int32_t *ao = argmax + ((size_t)oh * OW + ow) * C;
-            const float *x0 = x + ((size_t)oh * SH * W + (size_t)ow * SW) * C;
+            int k0, k1, j0, j1;
+            pool_window(H, W, KH, KW, SH, SW, PT, PL, oh, ow, &k0, &k1, &j0, &j1);
+            if (k0 >= k1 || j0 >= j1) { /* no input in the window (padding only) */
+                for (int c = 0; c < C; c++) { yo[c] = -INFINITY; ao[c] = -1; }
+                continue;
+            }
+            /* (the window's corner may lie in the padding: offsets from it stay signed until clipped) */
+            const ptrdiff_t o0 = (ptrdiff_t)(oh * SH - PT) * W + (ow * SW - PL);
             for (int c = 0; c < C; c += 16) {
                 __mmask16 mk = (__mmask16)(C - c >= 16 ? 0xFFFF : (1u << (C - c)) - 1);
-                __m512 best = _mm512_maskz_loadu_ps(mk, x0 + c);
-                __m512i bi = _mm512_setzero_si512();
-                for (int kh = 0; kh < KH; kh++)
-                    for (int kw = 0; kw < KW; kw++) {
-                        if (kh == 0 && kw == 0) continue;
-                        __m512 v = _mm512_maskz_loadu_ps(mk, x0 + ((size_t)kh * W + kw) * C + c);
+                __m512 best = _mm512_maskz_loadu_ps(mk, x + (o0 + (ptrdiff_t)k0 * W + j0) * C + c);
+                __m512i bi = _mm512_set1_epi32(k0 * KW + j0);
+                for (int kh = k0; kh < k1; kh++)
+                    for (int kw = kh == k0 ? j0 + 1 : j0; kw < j1; kw++) {
+                        __m512 v = _mm512_maskz_loadu_ps(mk, x + (o0 + (ptrdiff_t)kh * W + kw) * C + c);
                         /* strictly greater: the first maximum wins, as the portable loop */
                         __mmask16 gt = _mm512_cmp_ps_mask(v, best, _CMP_GT_OQ);
                         best = _mm512_mask_mov_ps(best, gt, v);
@@ -394,26 +409,32 @@ FL_AVX512 void fl_simd_maxpool_fwd_sample(int H, int W, int C, int OH, int OW, i
         }
 }
 
-FL_AVX512 void fl_simd_maxpool_bwd_sample(int H, int W, int C, int OH, int OW, int KH, int KW, int SH, int SW,
-                                          const float *dy, const int32_t *argmax, float *dx, int accumulate) {
-    if (!accumulate && (SH != KH || SW != KW || OH * SH != H || OW * SW != W))
-        memset(dx, 0, (size_t)H * W * C * sizeof(float)); /* elements no window covers */
+FL_AVX512 void fl_simd_maxpool_bwd_sample(int H, int W, int C, int OH, int OW, int KH, int KW, int SH, int SW, int PT,
+                                          int PL, const float *dy, const int32_t *argmax, float *dx, int accumulate) {
+    /* windows that tile the input exactly write every element; overlapping ones add into a zeroed dx */
+    const int tiles = SH == KH && SW == KW && OH * SH == H && OW * SW == W && PT == 0 && PL == 0;
+    const int add = accumulate || SH < KH || SW < KW;
+    if (!accumulate && !tiles) memset(dx, 0, (size_t)H * W * C * sizeof(float)); /* elements no window covers */
     for (int oh = 0; oh < OH; oh++)
         for (int ow = 0; ow < OW; ow++) {
             const float *g = dy + ((size_t)oh * OW + ow) * C;
             const int32_t *a = argmax + ((size_t)oh * OW + ow) * C;
-            float *d0 = dx + ((size_t)oh * SH * W + (size_t)ow * SW) * C;
+            int k0, k1, j0, j1;
+            pool_window(H, W, KH, KW, SH, SW, PT, PL, oh, ow, &k0, &k1, &j0, &j1);
+            const ptrdiff_t o0 = (ptrdiff_t)(oh * SH - PT) * W + (ow * SW - PL);
             for (int c = 0; c < C; c += 16) {
                 __mmask16 mk = (__mmask16)(C - c >= 16 ? 0xFFFF : (1u << (C - c)) - 1);
                 __m512 gv = _mm512_maskz_loadu_ps(mk, g + c);
                 __m512i av = _mm512_maskz_loadu_epi32(mk, a + c);
-                for (int kh = 0; kh < KH; kh++)
-                    for (int kw = 0; kw < KW; kw++) {
-                        float *d = d0 + ((size_t)kh * W + kw) * C + c;
+                for (int kh = k0; kh < k1; kh++)
+                    for (int kw = j0; kw < j1; kw++) {
+                        float *d = dx + (o0 + (ptrdiff_t)kh * W + kw) * C + c;
                         __mmask16 hit = _mm512_mask_cmpeq_epi32_mask(mk, av, _mm512_set1_epi32(kh * KW + kw));
-                        __m512 v = _mm512_maskz_mov_ps(hit, gv);
-                        if (accumulate) v = _mm512_add_ps(_mm512_maskz_loadu_ps(mk, d), v);
-                        _mm512_mask_storeu_ps(d, mk, v);
+                        if (add) {
+                            if (hit) _mm512_mask_storeu_ps(d, hit, _mm512_add_ps(_mm512_maskz_loadu_ps(hit, d), gv));
+                        } else {
+                            _mm512_mask_storeu_ps(d, mk, _mm512_maskz_mov_ps(hit, gv));
+                        }
                     }
             }
         }
@@ -606,15 +627,15 @@ void fl_simd_gemm(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, con
 void fl_simd_relu_grad_colsum(int64_t rows, int n, int relu, const float *y, const float *src, float *dy, float *db) {
     (void)rows; (void)n; (void)relu; (void)y; (void)src; (void)dy; (void)db;
 }
-void fl_simd_maxpool_fwd_sample(int H, int W, int C, int OH, int OW, int KH, int KW, int SH, int SW,
+void fl_simd_maxpool_fwd_sample(int H, int W, int C, int OH, int OW, int KH, int KW, int SH, int SW, int PT, int PL,
                                 const float *x, float *y, int32_t *argmax) {
-    (void)H; (void)W; (void)C; (void)OH; (void)OW; (void)KH; (void)KW; (void)SH; (void)SW; (void)x; (void)y;
-    (void)argmax;
+    (void)H; (void)W; (void)C; (void)OH; (void)OW; (void)KH; (void)KW; (void)SH; (void)SW; (void)PT; (void)PL; (void)x;
+    (void)y; (void)argmax;
 }
-void fl_simd_maxpool_bwd_sample(int H, int W, int C, int OH, int OW, int KH, int KW, int SH, int SW,
+void fl_simd_maxpool_bwd_sample(int H, int W, int C, int OH, int OW, int KH, int KW, int SH, int SW, int PT, int PL,
                                 const float *dy, const int32_t *argmax, float *dx, int accumulate) {
-    (void)H; (void)W; (void)C; (void)OH; (void)OW; (void)KH; (void)KW; (void)SH; (void)SW; (void)dy; (void)argmax;
-    (void)dx; (void)accumulate;
+    (void)H; (void)W; (void)C; (void)OH; (void)OW; (void)KH; (void)KW; (void)SH; (void)SW; (void)PT; (void)PL; (void)dy;
+    (void)argmax; (void)dx; (void)accumulate;
 }
 void fl_simd_unpool_grad(int POH, int POW, int C, int KH, int KW, int SH, int SW, int act, const float *pooled,
                          const float *dpooled, const int32_t *argmax, float *dst, int64_t dst_row, float *db) {

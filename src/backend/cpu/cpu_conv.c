@@ -1053,7 +1053,7 @@ static void pool_rows(const fl_conv_desc *d, const fl_conv_desc *p, const float 
                       int ph1) {
     const size_t prow = (size_t)p->ow * p->c;
     for (int ph = ph0; ph < ph1; ph++)
-        fl_simd_maxpool_fwd_sample(p->kh, d->ow, d->oc, 1, p->ow, p->kh, p->kw, p->sh, p->sw,
+        fl_simd_maxpool_fwd_sample(p->kh, d->ow, d->oc, 1, p->ow, p->kh, p->kw, p->sh, p->sw, 0, 0,
                                    ys + (size_t)ph * p->sh * d->ow * d->oc, ps + (size_t)ph * prow, as + (size_t)ph * prow);
 }
 
@@ -1140,42 +1140,47 @@ void fl_cpu_conv2d_maxpool_bwd(const fl_conv_desc *d, const fl_conv_desc *p, con
 /* argmax holds, per output element, the window position kh*kw_size + kw of
  * the maximum (the first one on ties), or -1 when the window holds no input. */
 
-/* Whether the window never leaves the input (no padding reaches into it). */
-static int pool_inside(const fl_conv_desc *d) {
-    return d->pt == 0 && d->pl == 0 && (d->oh - 1) * d->sh + d->kh <= d->h && (d->ow - 1) * d->sw + d->kw <= d->w;
-}
-
 void fl_cpu_maxpool_fwd(const fl_conv_desc *d, const float *x, float *y, int32_t *argmax) {
     const int H = d->h, W = d->w, C = d->c;
     const size_t in_sz = (size_t)H * W * C, out_sz = (size_t)d->oh * d->ow * C;
-    if (fl_cpu_simd() && pool_inside(d)) {
+    if (fl_cpu_simd()) {
 #pragma omp parallel for schedule(static) num_threads(d->n * in_sz < 65536 ? 1 : fl_cpu_threads())
         for (int64_t n = 0; n < d->n; n++)
-            fl_simd_maxpool_fwd_sample(H, W, C, d->oh, d->ow, d->kh, d->kw, d->sh, d->sw, x + (size_t)n * in_sz,
-                                       y + (size_t)n * out_sz, argmax + (size_t)n * out_sz);
+            fl_simd_maxpool_fwd_sample(H, W, C, d->oh, d->ow, d->kh, d->kw, d->sh, d->sw, d->pt, d->pl,
+                                       x + (size_t)n * in_sz, y + (size_t)n * out_sz, argmax + (size_t)n * out_sz);
         return;
     }
-#pragma omp parallel for collapse(2) schedule(static) num_threads(fl_cpu_threads())
+#pragma omp parallel for collapse(2) schedule(static) num_threads(d->n * in_sz < 65536 ? 1 : fl_cpu_threads())
     for (int64_t n = 0; n < d->n; n++) {
         for (int oh = 0; oh < d->oh; oh++) {
             const float *xs = x + (size_t)n * in_sz;
             for (int ow = 0; ow < d->ow; ow++) {
                 size_t o = (((size_t)n * d->oh + oh) * d->ow + ow) * C;
-                float *yo = y + o;
-                int32_t *ao = argmax + o;
-                for (int c = 0; c < C; c++) { yo[c] = -INFINITY; ao[c] = -1; }
-                for (int kh = 0; kh < d->kh; kh++) {
-                    int ih = oh * d->sh - d->pt + kh;
-                    if (ih < 0 || ih >= H) continue;
-                    for (int kw = 0; kw < d->kw; kw++) {
-                        int iw = ow * d->sw - d->pl + kw;
-                        if (iw < 0 || iw >= W) continue;
-                        const float *xi = xs + ((size_t)ih * W + iw) * C;
-                        int32_t pos = kh * d->kw + kw;
-                        for (int c = 0; c < C; c++)
-                            if (xi[c] > yo[c] || ao[c] < 0) { yo[c] = xi[c]; ao[c] = pos; }
-                    }
+                float *restrict yo = y + o;
+                int32_t *restrict ao = argmax + o;
+                /* the window clipped to the input; its first element starts the maximum, then strictly greater
+                 * ones replace it (the first maximum wins) */
+                const int ih = oh * d->sh - d->pt, iw = ow * d->sw - d->pl;
+                const int k0 = ih < 0 ? -ih : 0, k1 = ih + d->kh > H ? H - ih : d->kh;
+                const int j0 = iw < 0 ? -iw : 0, j1 = iw + d->kw > W ? W - iw : d->kw;
+                if (k0 >= k1 || j0 >= j1) {
+                    for (int c = 0; c < C; c++) { yo[c] = -INFINITY; ao[c] = -1; }
+                    continue;
                 }
+                const float *x0 = xs + ((size_t)(ih + k0) * W + (iw + j0)) * C;
+                const int32_t p0 = k0 * d->kw + j0;
+                for (int c = 0; c < C; c++) { yo[c] = x0[c]; ao[c] = p0; }
+                for (int kh = k0; kh < k1; kh++)
+                    for (int kw = kh == k0 ? j0 + 1 : j0; kw < j1; kw++) {
+                        const float *restrict xi = xs + ((size_t)(ih + kh) * W + (iw + kw)) * C;
+                        const int32_t pos = kh * d->kw + kw;
+#pragma omp simd
+                        for (int c = 0; c < C; c++) {
+                            const int gt = xi[c] > yo[c];
+                            yo[c] = gt ? xi[c] : yo[c];
+                            ao[c] = gt ? pos : ao[c];
+                        }
+                    }
             }
         }
     }
@@ -1185,12 +1190,12 @@ void fl_cpu_maxpool_bwd(const fl_conv_desc *d, const float *dy, const int32_t *a
     const int W = d->w, C = d->c;
     const size_t in_sz = (size_t)d->h * W * C, out_sz = (size_t)d->oh * d->ow * C;
     const int nt = d->n * in_sz < 65536 ? 1 : fl_cpu_threads();
-    if (fl_cpu_simd() && pool_inside(d) && d->sh >= d->kh && d->sw >= d->kw) {
-        /* windows do not overlap: every dx element is written once, no zeroing pass */
+    if (fl_cpu_simd()) {
 #pragma omp parallel for schedule(static) num_threads(nt)
         for (int64_t n = 0; n < d->n; n++)
-            fl_simd_maxpool_bwd_sample(d->h, W, C, d->oh, d->ow, d->kh, d->kw, d->sh, d->sw, dy + (size_t)n * out_sz,
-                                       argmax + (size_t)n * out_sz, dx + (size_t)n * in_sz, dx_beta != 0.0f);
+            fl_simd_maxpool_bwd_sample(d->h, W, C, d->oh, d->ow, d->kh, d->kw, d->sh, d->sw, d->pt, d->pl,
+                                       dy + (size_t)n * out_sz, argmax + (size_t)n * out_sz, dx + (size_t)n * in_sz,
+                                       dx_beta != 0.0f);
         return;
     }
 #pragma omp parallel for schedule(static) num_threads(nt)

@@ -143,13 +143,14 @@ int fl_cpu_own_gemm(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, c
  * required. */
 void fl_simd_relu_grad_colsum(int64_t rows, int n, int relu, const float *y, const float *src, float *dy, float *db);
 
-/* Max pooling of one sample whose windows lie inside the input (no
- * padding): y and the window-relative argmax kh*KW + kw per output. */
-void fl_simd_maxpool_fwd_sample(int H, int W, int C, int OH, int OW, int KH, int KW, int SH, int SW,
+/* Max pooling of one sample, padded by PT rows above and PL columns left
+ * (windows clipped to the input): y and the window-relative argmax kh*KW + kw
+ * of the first maximum per output; -inf and -1 where a window holds no input. */
+void fl_simd_maxpool_fwd_sample(int H, int W, int C, int OH, int OW, int KH, int KW, int SH, int SW, int PT, int PL,
                                 const float *x, float *y, int32_t *argmax);
-/* Its gradient when windows do not overlap (SH >= KH, SW >= KW): writes every
- * element of dx (dy at the argmax, 0 elsewhere), or adds when accumulate. */
-void fl_simd_maxpool_bwd_sample(int H, int W, int C, int OH, int OW, int KH, int KW, int SH, int SW,
+/* Its gradient: dx = dy at each argmax, summed where windows overlap, 0 where
+ * no window takes an element; or dx += that when accumulate. */
+void fl_simd_maxpool_bwd_sample(int H, int W, int C, int OH, int OW, int KH, int KW, int SH, int SW, int PT, int PL,
                                 const float *dy, const int32_t *argmax, float *dx, int accumulate);
 
 /* The gradient of a convolution output from that of its max pooling
