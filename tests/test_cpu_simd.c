@@ -466,6 +466,43 @@ static void test_maxpool(int n, int h, int w, int c, int k, int s, int same, flo
     free(x); free(g); free(dx0);
 }
 
+/* Average pooling (the vector loops) against the plainest form, bit for bit: the window's elements inside the
+ * input added from 0 in window order, times 1/count; dx += dy/count over each window, in output order. */
+static void test_avgpool(int n, int h, int w, int c, int k, int s, int same, float beta) {
+    fl_conv_desc d = {0};
+    d.n = n; d.h = h; d.w = w; d.c = c; d.oc = c; d.kh = k; d.kw = k; d.sh = s; d.sw = s;
+    d.oh = out_dim(h, k, s, same, &d.pt);
+    d.ow = out_dim(w, k, s, same, &d.pl);
+    size_t nx = (size_t)n * h * w * c, ny = (size_t)n * d.oh * d.ow * c;
+    float *x = rnd(nx, 31), *g = rnd(ny, 32), *dx = rnd(nx, 33), *dxr = dup(dx, nx);
+    float *y = malloc(ny * sizeof(float)), *yr = malloc(ny * sizeof(float));
+    fl_cpu_avgpool_fwd(&d, x, y);
+    fl_cpu_avgpool_bwd(&d, g, dx, beta);
+    if (beta == 0.0f) memset(dxr, 0, nx * sizeof(float));
+    for (int b = 0; b < n; b++)
+        for (int oh = 0; oh < d.oh; oh++)
+            for (int ow = 0; ow < d.ow; ow++)
+                for (int j = 0; j < c; j++) {
+                    float sum = 0.0f;
+                    int cnt = 0;
+                    for (int pass = 0; pass < 2; pass++)
+                        for (int kh = 0; kh < k; kh++)
+                            for (int kw = 0; kw < k; kw++) {
+                                int ih = oh * s - d.pt + kh, iw = ow * s - d.pl + kw;
+                                if (ih < 0 || ih >= h || iw < 0 || iw >= w) continue;
+                                size_t at = (((size_t)b * h + ih) * w + iw) * c + j;
+                                if (pass == 0) { sum += x[at]; cnt++; }
+                                else dxr[at] += g[(((size_t)b * d.oh + oh) * d.ow + ow) * c + j] * (1.0f / (float)cnt);
+                            }
+                    yr[(((size_t)b * d.oh + oh) * d.ow + ow) * c + j] = sum * (1.0f / (float)cnt);
+                }
+    CHECK_MSG(memcmp(y, yr, ny * sizeof(float)) == 0, "avgpool %dx%dx%d k%d s%d same%d: forward differs", h, w, c, k,
+              s, same);
+    CHECK_MSG(memcmp(dx, dxr, nx * sizeof(float)) == 0, "avgpool %dx%dx%d k%d s%d same%d beta%g: dx differs", h, w, c,
+              k, s, same, beta);
+    free(x); free(g); free(dx); free(dxr); free(y); free(yr);
+}
+
 static void test_dropout(int64_t n, float rate, uint64_t step) {
     const fl_backend *be = fl_backend_cpu();
     float *x = rnd((size_t)n, 31), *g = rnd((size_t)n, 32), *acc0 = rnd((size_t)n, 33);
@@ -1346,6 +1383,11 @@ static void test_avx512(void) {
     test_maxpool(2, 9, 8, 33, 3, 1, 1, 0.0f);
     test_maxpool(1, 5, 6, 1, 5, 3, 1, 1.0f);
     test_maxpool(2, 10, 10, 17, 4, 3, 1, 0.0f);
+    test_avgpool(2, 64, 64, 64, 3, 1, 1, 0.0f); /* zoo2d's AveragePooling2D(3, 1, "same"): 1 thread and 2 */
+    test_avgpool(2, 32, 32, 64, 2, 2, 0, 0.0f);
+    test_avgpool(3, 11, 13, 20, 3, 2, 1, 1.0f);
+    test_avgpool(2, 9, 8, 33, 4, 3, 1, 0.0f);
+    test_avgpool(1, 5, 6, 1, 5, 3, 1, 1.0f);
     /* dropout and Adam: bit for bit */
     test_dropout(1, 0.5f, 0);
     test_dropout(1000, 0.25f, 3);

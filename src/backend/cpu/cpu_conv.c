@@ -39,6 +39,7 @@
  * that sum dw), small enough that col stays in cache and the
  * bias/activation epilogue runs on data that is still hot.
  */
+#include "cpu_fastmath.h"
 #include "cpu_internal.h"
 #include "cpu_simd.h"
 
@@ -1217,59 +1218,101 @@ void fl_cpu_maxpool_bwd(const fl_conv_desc *d, const float *dy, const int32_t *a
     }
 }
 
-/* Window rows/cols clipped to the input, as Keras pads "same" pooling. */
-void fl_cpu_avgpool_fwd(const fl_conv_desc *d, const float *x, float *y) {
-    const int H = d->h, W = d->w, C = d->c;
-#pragma omp parallel for collapse(2) schedule(static) num_threads(fl_cpu_threads())
-    for (int64_t n = 0; n < d->n; n++) {
-        for (int oh = 0; oh < d->oh; oh++) {
-            const float *xs = x + (size_t)n * H * W * C;
-            for (int ow = 0; ow < d->ow; ow++) {
-                float *yo = y + (((size_t)n * d->oh + oh) * d->ow + ow) * C;
-                for (int c = 0; c < C; c++) yo[c] = 0;
-                int cnt = 0;
-                for (int kh = 0; kh < d->kh; kh++) {
-                    int ih = oh * d->sh - d->pt + kh;
-                    if (ih < 0 || ih >= H) continue;
-                    for (int kw = 0; kw < d->kw; kw++) {
-                        int iw = ow * d->sw - d->pl + kw;
-                        if (iw < 0 || iw >= W) continue;
-                        const float *xi = xs + ((size_t)ih * W + iw) * C;
-                        for (int c = 0; c < C; c++) yo[c] += xi[c];
-                        cnt++;
-                    }
-                }
-                float inv = cnt ? 1.0f / (float)cnt : 0.0f;
-                for (int c = 0; c < C; c++) yo[c] *= inv;
+/* Average pooling: windows clipped to the input, as Keras pads "same" pooling (the mean of the elements inside).
+ * Output row oh of sample n; each output's elements are added in window order from 0, then scaled. The loops
+ * are compiled for AVX2 and for the baseline (the channel loops were scalar: 10% of a model's predict). */
+static inline __attribute__((always_inline)) void avgpool_window(const fl_conv_desc *d, int oh, int ow, int *h0,
+                                                                 int *h1, int *w0, int *w1) {
+    const int ih = oh * d->sh - d->pt, iw = ow * d->sw - d->pl;
+    *h0 = ih < 0 ? 0 : ih;
+    *h1 = ih + d->kh > d->h ? d->h : ih + d->kh;
+    *w0 = iw < 0 ? 0 : iw;
+    *w1 = iw + d->kw > d->w ? d->w : iw + d->kw;
+}
+static inline __attribute__((always_inline)) void avgpool_fwd_row(const fl_conv_desc *d, int64_t n, int oh,
+                                                                  const float *restrict x, float *restrict y) {
+    const int W = d->w, C = d->c;
+    const float *xs = x + (size_t)n * d->h * W * C;
+    for (int ow = 0; ow < d->ow; ow++) {
+        float *restrict yo = y + (((size_t)n * d->oh + oh) * d->ow + ow) * C;
+        int h0, h1, w0, w1;
+        avgpool_window(d, oh, ow, &h0, &h1, &w0, &w1);
+#pragma omp simd
+        for (int c = 0; c < C; c++) yo[c] = 0.0f;
+        for (int ih = h0; ih < h1; ih++)
+            for (int iw = w0; iw < w1; iw++) {
+                const float *restrict xi = xs + ((size_t)ih * W + iw) * C;
+#pragma omp simd
+                for (int c = 0; c < C; c++) yo[c] += xi[c];
             }
-        }
+        const int cnt = h1 > h0 && w1 > w0 ? (h1 - h0) * (w1 - w0) : 0;
+        const float inv = cnt ? 1.0f / (float)cnt : 0.0f;
+#pragma omp simd
+        for (int c = 0; c < C; c++) yo[c] *= inv;
     }
+}
+static inline __attribute__((always_inline)) void avgpool_bwd_sample(const fl_conv_desc *d, int64_t n,
+                                                                     const float *restrict dy, float *restrict dx,
+                                                                     int accumulate) {
+    const int W = d->w, C = d->c;
+    float *dxs = dx + (size_t)n * d->h * W * C;
+    if (!accumulate) memset(dxs, 0, (size_t)d->h * W * C * sizeof(float));
+    for (int oh = 0; oh < d->oh; oh++)
+        for (int ow = 0; ow < d->ow; ow++) {
+            const float *restrict g = dy + (((size_t)n * d->oh + oh) * d->ow + ow) * C;
+            int h0, h1, w0, w1;
+            avgpool_window(d, oh, ow, &h0, &h1, &w0, &w1);
+            if (h1 <= h0 || w1 <= w0) continue;
+            const float inv = 1.0f / (float)((h1 - h0) * (w1 - w0));
+            for (int ih = h0; ih < h1; ih++)
+                for (int iw = w0; iw < w1; iw++) {
+                    float *restrict dst = dxs + ((size_t)ih * W + iw) * C;
+#pragma omp simd
+                    for (int c = 0; c < C; c++) dst[c] += g[c] * inv;
+                }
+        }
+}
+#if FL_HAVE_AVX2_TARGET
+FL_AVX2_TARGET static void avgpool_fwd_row_avx2(const fl_conv_desc *d, int64_t n, int oh, const float *x, float *y) {
+    avgpool_fwd_row(d, n, oh, x, y);
+}
+FL_AVX2_TARGET static void avgpool_bwd_sample_avx2(const fl_conv_desc *d, int64_t n, const float *dy, float *dx,
+                                                   int accumulate) {
+    avgpool_bwd_sample(d, n, dy, dx, accumulate);
+}
+#endif
+static void avgpool_fwd_row_base(const fl_conv_desc *d, int64_t n, int oh, const float *x, float *y) {
+    avgpool_fwd_row(d, n, oh, x, y);
+}
+static void avgpool_bwd_sample_base(const fl_conv_desc *d, int64_t n, const float *dy, float *dx, int accumulate) {
+    avgpool_bwd_sample(d, n, dy, dx, accumulate);
+}
+
+void fl_cpu_avgpool_fwd(const fl_conv_desc *d, const float *x, float *y) {
+    const int avx2 = fl_cpu_avx2();
+    const size_t in_sz = (size_t)d->h * d->w * d->c;
+#pragma omp parallel for collapse(2) schedule(static) num_threads(d->n * in_sz < 65536 ? 1 : fl_cpu_threads())
+    for (int64_t n = 0; n < d->n; n++)
+        for (int oh = 0; oh < d->oh; oh++) {
+#if FL_HAVE_AVX2_TARGET
+            if (avx2) { avgpool_fwd_row_avx2(d, n, oh, x, y); continue; }
+#endif
+            avgpool_fwd_row_base(d, n, oh, x, y);
+        }
+    (void)avx2;
 }
 
 void fl_cpu_avgpool_bwd(const fl_conv_desc *d, const float *dy, float *dx, float dx_beta) {
-    const int H = d->h, W = d->w, C = d->c;
-    const size_t in_sz = (size_t)H * W * C;
-#pragma omp parallel for schedule(static) num_threads(fl_cpu_threads())
+    const int avx2 = fl_cpu_avx2();
+    const size_t in_sz = (size_t)d->h * d->w * d->c;
+#pragma omp parallel for schedule(static) num_threads(d->n * in_sz < 65536 ? 1 : fl_cpu_threads())
     for (int64_t n = 0; n < d->n; n++) {
-        float *dxs = dx + (size_t)n * in_sz;
-        if (dx_beta == 0.0f) memset(dxs, 0, in_sz * sizeof(float));
-        for (int oh = 0; oh < d->oh; oh++) {
-            for (int ow = 0; ow < d->ow; ow++) {
-                const float *g = dy + (((size_t)n * d->oh + oh) * d->ow + ow) * C;
-                int ih0 = oh * d->sh - d->pt, iw0 = ow * d->sw - d->pl;
-                int h0 = ih0 < 0 ? 0 : ih0, h1 = ih0 + d->kh > H ? H : ih0 + d->kh;
-                int w0 = iw0 < 0 ? 0 : iw0, w1 = iw0 + d->kw > W ? W : iw0 + d->kw;
-                int cnt = (h1 - h0) * (w1 - w0);
-                if (cnt <= 0) continue;
-                float inv = 1.0f / (float)cnt;
-                for (int ih = h0; ih < h1; ih++)
-                    for (int iw = w0; iw < w1; iw++) {
-                        float *dst = dxs + ((size_t)ih * W + iw) * C;
-                        for (int c = 0; c < C; c++) dst[c] += g[c] * inv;
-                    }
-            }
-        }
+#if FL_HAVE_AVX2_TARGET
+        if (avx2) { avgpool_bwd_sample_avx2(d, n, dy, dx, dx_beta != 0.0f); continue; }
+#endif
+        avgpool_bwd_sample_base(d, n, dy, dx, dx_beta != 0.0f);
     }
+    (void)avx2;
 }
 
 void fl_cpu_gap_fwd(int64_t n, int64_t hw, int c, const float *x, float *y) {
