@@ -68,11 +68,15 @@ static int out_dim(int in, int k, int s, int same, int *pad) {
     return (in - k) / s + 1;
 }
 
-static void test_conv(int n, int h, int w, int c, int oc, int kh, int kw, int s, int same, int act, int bias) {
+/* A convolution on the AVX-512 path (the direct kernels, Winograd; dilated: the direct forward, the im2col
+ * backward) against the portable one (im2col + cblas), dilated dh x dw */
+static void test_conv_dil(int n, int h, int w, int c, int oc, int kh, int kw, int s, int same, int act, int bias,
+                          int dh, int dw_) {
     fl_conv_desc d = {0};
     d.n = n; d.h = h; d.w = w; d.c = c; d.oc = oc; d.kh = kh; d.kw = kw; d.sh = s; d.sw = s;
-    d.oh = out_dim(h, kh, s, same, &d.pt);
-    d.ow = out_dim(w, kw, s, same, &d.pl);
+    d.dil_h = dh; d.dil_w = dw_;
+    d.oh = out_dim(h, (kh - 1) * dh + 1, s, same, &d.pt);
+    d.ow = out_dim(w, (kw - 1) * dw_ + 1, s, same, &d.pl);
     d.act = act;
     d.has_bias = bias;
     size_t nx = (size_t)n * h * w * c, ny = (size_t)n * d.oh * d.ow * oc, nw = (size_t)kh * kw * c * oc;
@@ -96,8 +100,8 @@ static void test_conv(int n, int h, int w, int c, int oc, int kh, int kw, int s,
     }
     fl_cpu_simd_force(-1);
     char what[160];
-    snprintf(what, sizeof what, "conv n%d %dx%dx%d->%d k%dx%d s%d %s act%d bias%d", n, h, w, c, oc, kh, kw, s,
-             same ? "same" : "valid", act, bias);
+    snprintf(what, sizeof what, "conv n%d %dx%dx%d->%d k%dx%d s%d dil%dx%d %s act%d bias%d", n, h, w, c, oc, kh, kw,
+             s, dh, dw_, same ? "same" : "valid", act, bias);
     CHECK_MSG(rel_diff(y[1], y[0], ny) < 1e-5, "%s: forward differs by %g", what, rel_diff(y[1], y[0], ny));
     CHECK_MSG(rel_diff(dx[1], dx[0], nx) < 1e-5, "%s: dx differs by %g", what, rel_diff(dx[1], dx[0], nx));
     CHECK_MSG(rel_diff(dxa[1], dxa[0], nx) < 1e-5, "%s: accumulated dx differs", what);
@@ -105,6 +109,10 @@ static void test_conv(int n, int h, int w, int c, int oc, int kh, int kw, int s,
     if (bias) CHECK_MSG(rel_diff(db[1], db[0], oc) < 1e-5, "%s: db differs", what);
     for (int k = 0; k < 2; k++) { free(y[k]); free(dy[k]); free(dx[k]); free(dxa[k]); free(dw[k]); free(db[k]); }
     free(x); free(wt); free(b); free(g); free(dx0); free(ws);
+}
+
+static void test_conv(int n, int h, int w, int c, int oc, int kh, int kw, int s, int same, int act, int bias) {
+    test_conv_dil(n, h, w, c, oc, kh, kw, s, same, act, bias, 1, 1);
 }
 
 /* d.dx_gate (the ReLU that produced x masks dx as the convolution stores it, ops.c gated_relu): dx added into
@@ -1256,6 +1264,12 @@ static void test_winograd(void) {
      * so n >= 4 takes it and n < 4 the direct kernels */
     const int before = fl_get_num_threads();
     fl_set_num_threads(2);
+    /* dilated (the direct forward: taps dil_h rows apart as segments, each kernel column a call where dil_w > 1) */
+    test_conv_dil(3, 20, 20, 64, 64, 3, 3, 1, 1, FL_ACT_RELU, 1, 2, 2);   /* zoo2d's Conv2D(64, 3, dilation 2) */
+    test_conv_dil(1, 13, 11, 20, 70, 3, 3, 1, 0, FL_ACT_LINEAR, 1, 2, 3); /* 1 sample: rows split; 70 filters */
+    test_conv_dil(5, 9, 12, 3, 16, 2, 3, 1, 1, FL_ACT_RELU6, 0, 3, 1);   /* rows dilated only */
+    test_conv_dil(4, 9, 12, 5, 8, 3, 2, 1, 1, FL_ACT_TANH, 1, 1, 4);     /* columns only, act after the store */
+    test_conv_dil(6, 64, 1, 32, 32, 2, 1, 1, 0, FL_ACT_RELU, 1, 8, 1);   /* a Conv1D, dilation 8 (wavenet1d) */
     test_conv(6, 16, 16, 32, 32, 3, 3, 1, 1, FL_ACT_RELU, 1);   /* ResNet-20, stage 2 */
     test_conv(4, 8, 8, 64, 64, 3, 3, 1, 1, FL_ACT_RELU6, 1);    /* stage 3 */
     test_conv(5, 7, 9, 32, 40, 3, 3, 1, 1, FL_ACT_RELU, 1);     /* odd: partial tiles at the bottom and right */

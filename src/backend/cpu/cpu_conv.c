@@ -163,8 +163,8 @@ static int max0(int a) { return a > 0 ? a : 0; }
 
 static conv_geom geom(const fl_conv_desc *d) {
     conv_geom g;
-    g.hp = (d->oh - 1) * d->sh + d->kh;
-    g.wp = (d->ow - 1) * d->sw + d->kw;
+    g.hp = (d->oh - 1) * d->sh + (d->kh - 1) * fl_conv_dil_h(d) + 1; /* the kernel's extent, dilated */
+    g.wp = (d->ow - 1) * d->sw + (d->kw - 1) * fl_conv_dil_w(d) + 1;
     if (g.hp < d->h + d->pt) g.hp = d->h + d->pt;
     if (g.wp < d->w + d->pl) g.wp = d->w + d->pl;
     g.pad = d->pt || d->pl || g.hp != d->h || g.wp != d->w;
@@ -187,7 +187,9 @@ static int plain_taps(const fl_conv_desc *d) {
     return fl_conv_dil_h(d) == 1 && fl_conv_dil_w(d) == 1 && fl_conv_groups(d) == 1;
 }
 
-static int direct_fwd_ok(const fl_conv_desc *d) { return fl_cpu_simd() && d->oc > 0 && plain_taps(d); }
+/* The forward takes dilated convolutions too: a kernel row's taps dil_h input rows apart are its segments, and
+ * with dil_w > 1 each kernel column is a call of its own (fwd_tile). */
+static int direct_fwd_ok(const fl_conv_desc *d) { return fl_cpu_simd() && d->oc > 0 && fl_conv_groups(d) == 1; }
 
 /* The direct kernels' and Winograd's stores take a LeakyReLU's slope; the GEMM path does not. */
 int fl_cpu_conv_slope(const fl_conv_desc *d) { return fl_cpu_simd() && plain_taps(d); }
@@ -361,6 +363,23 @@ static int conv_taps(fl_simd_tile *t, int kh, int kw, int ci) {
     return fl_simd_max_rows_taps();
 }
 
+/* Runs a forward tile of direct_fwd_rows: with dil_w > 1 (a kernel row's taps not contiguous), one call per
+ * kernel column, each adding into the tile, the bias with the first and the residual and the ReLU with the last. */
+static void fwd_tile(const fl_conv_desc *d, const fl_simd_tile *t0, int rows) {
+    const int DW = fl_conv_dil_w(d);
+    if (DW == 1) { fl_simd_run(t0, rows); return; }
+    fl_simd_tile t = *t0;
+    for (int kc = 0; kc < d->kw; kc++) {
+        const int last = kc + 1 == d->kw;
+        t.a = t0->a + (size_t)kc * DW * d->c;
+        t.b = t0->b + (size_t)kc * d->c * t0->bj;
+        t.accumulate = kc > 0;
+        t.relu = last ? t0->relu : 0;
+        t.res = last ? t0->res : NULL;
+        fl_simd_run(&t, rows);
+    }
+}
+
 /* d->res at floats off, or NULL */
 #define RES_AT(d, off) ((d)->res ? (d)->res + (size_t)(off) : NULL)
 
@@ -371,14 +390,15 @@ static void direct_fwd_rows(const fl_conv_desc *d, const conv_geom *g, const flo
     const int C = d->c, OC = d->oc;
     const int relu = d->act == FL_ACT_RELU || d->act == FL_ACT_RELU6; /* in the micro-kernel's store */
     const int flat = d->kh == 1 && d->kw == 1 && d->sh == 1 && d->sw == 1 && g->wp == d->ow && g->hp == d->oh;
+    const int dilated = fl_conv_dil_h(d) > 1 || fl_conv_dil_w(d) > 1;
     for (int oc0 = 0; oc0 < OC; oc0 += 64) {
         fl_simd_tile t = {0};
         t.cols = OC - oc0 < 64 ? OC - oc0 : 64;
         t.as = (int64_t)d->sw * C;
         t.aj = 1;
-        t.aseg = (int64_t)g->wp * C;
+        t.aseg = (int64_t)fl_conv_dil_h(d) * g->wp * C;
         t.nseg = d->kh;
-        t.nj = d->kw * C;
+        t.nj = (fl_conv_dil_w(d) > 1 ? 1 : d->kw) * C; /* dilated: one kernel column a call (fwd_tile) */
         t.b = w + oc0;
         t.bj = OC;
         t.bseg = (int64_t)d->kw * C * OC;
@@ -396,7 +416,7 @@ static void direct_fwd_rows(const fl_conv_desc *d, const conv_geom *g, const flo
              * deep stages at 64x64, filled a 6-row tile in part per row).
              * Each pixel's sum is the same either way. */
             t.as = flat ? C : (int64_t)d->sh * g->wp * C;
-            const int rm = conv_taps(&t, d->kh, d->kw, C);
+            const int rm = dilated ? fl_simd_max_rows(t.cols) : conv_taps(&t, d->kh, d->kw, C);
             const int per = flat ? d->ow : 1, nr = (oh1 - oh0) * per, ntr = fl_tiles(nr, rm);
             for (int k = 0; k < ntr; k++) {
                 const int r0 = oh0 * per + (int)fl_tile_start(nr, ntr, k);
@@ -404,18 +424,18 @@ static void direct_fwd_rows(const fl_conv_desc *d, const conv_geom *g, const flo
                 t.a = xs + (size_t)r0 * (size_t)t.as;
                 t.c = ys + (size_t)r0 * OC + oc0;
                 t.res = rs ? rs + (t.c - ys) : NULL;
-                fl_simd_run(&t, r1 - r0);
+                fwd_tile(d, &t, r1 - r0);
             }
             continue;
         }
-        const int rm = conv_taps(&t, d->kh, d->kw, C), nt = fl_tiles(d->ow, rm);
+        const int rm = dilated ? fl_simd_max_rows(t.cols) : conv_taps(&t, d->kh, d->kw, C), nt = fl_tiles(d->ow, rm);
         for (int oh = oh0; oh < oh1; oh++)
             for (int k = 0; k < nt; k++) {
                 int ow0 = (int)fl_tile_start(d->ow, nt, k), ow1 = (int)fl_tile_start(d->ow, nt, k + 1);
                 t.a = xs + ((size_t)oh * d->sh * g->wp + (size_t)ow0 * d->sw) * C;
                 t.c = ys + ((size_t)oh * d->ow + ow0) * OC + oc0;
                 t.res = rs ? rs + (t.c - ys) : NULL;
-                fl_simd_run(&t, ow1 - ow0);
+                fwd_tile(d, &t, ow1 - ow0);
             }
     }
     if (d->act != FL_ACT_LINEAR && !relu)
