@@ -25,6 +25,16 @@ Models (Adam(1e-3); the loss and metrics each names):
   lstm_reg    50 steps x 8: LSTM(64, return_sequences) LSTM(32) Dense(1); mse, mae
   fasttext    200 tokens: Embedding(20000, 64) GlobalAveragePooling1D Dense(64,relu) Dense(2)
   gelu_mlp    64 features: Dense(256,gelu) LayerNormalization Dense(256,gelu) LayerNormalization Dense(8)
+  catsdogs150 150x150x3: 4 x [Conv(32|64|128|128, 3, valid) MaxPool] Flatten Dropout Dense(512) Dense(1, sigmoid)
+              (Deep Learning with Python's cats-vs-dogs CNN); binary crossentropy
+  lenet5      32x32x1: Conv(6,5,tanh) AvgPool Conv(16,5,tanh) AvgPool Dense(120,tanh) Dense(84,tanh) Dense(10)
+  wavenet1d   512 steps x 1: Conv1D(32,1), 6 x [causal Conv1D(32,2,relu) dilated 1..32, Conv1D(32,1), Add]
+              GlobalAveragePooling1D Dense(5)
+  xception_mini 96x96x3: Keras's "image classification from scratch" (Rescaling, strided Conv+BN, SeparableConv2D
+              + BN blocks of 128/256/512 with MaxPool(3, 2, same) and strided 1x1 residual Adds, 728, GAP)
+  mixed2d     64x64x3: Conv(64) AvgPool(3, 1, same) Conv(64, 3, dilation 2) AvgPool Conv(64, 5, selu)
+              UpSampling2D Cropping2D Conv(32, 3, swish) GlobalMaxPooling Dense(10)
+  mixed1d     128 steps x 32: Conv1D(64,5) MaxPooling1D(3, 2, same) GRU(64, sequences) SimpleRNN(32) Dense(4)
   resnet50_64, effb0_64, densenet121_64, mobilenet_64
               keras.applications ResNet50, EfficientNetB0, DenseNet121 and MobileNet (v1) with weights=None,
               input_shape (64, 64, 3), classes=10: the applications' own ZeroPadding2D, Rescaling and
@@ -39,7 +49,7 @@ import numpy as np
 
 MODELS = ["cifar_vgg", "tab_bn", "bigru_text", "sepconv64", "har_cnn1d", "unet_small", "conv_ae", "lstm_reg",
           "fasttext", "gelu_mlp", "resnet50_64", "effb0_64", "densenet121_64", "mobilenet_64", "catsdogs150",
-          "lenet5", "wavenet1d", "xception_mini"]
+          "lenet5", "wavenet1d", "xception_mini", "mixed2d", "mixed1d"]
 
 
 def build(name, rng):
@@ -175,6 +185,24 @@ def build(name, rng):
         o = L.Dense(2, activation="softmax")(L.Dropout(0.25)(L.GlobalAveragePooling2D()(h)))
         n = 512
         return keras.Model(i, o), rng.random((n, 96, 96, 3), dtype=np.float32) * 255, rng.integers(0, 2, n), scce, acc
+    if name == "mixed2d":  # layers the other models leave out, each at a size where it costs
+        i = keras.Input((64, 64, 3))
+        h = L.Conv2D(64, 3, padding="same", activation="relu")(i)
+        h = L.AveragePooling2D(3, strides=1, padding="same")(h)
+        h = L.Conv2D(64, 3, padding="same", dilation_rate=2, activation="relu")(h)
+        h = L.AveragePooling2D(2)(h)
+        h = L.Conv2D(64, 5, padding="same", activation="selu")(h)
+        h = L.Cropping2D(2)(L.UpSampling2D()(h))
+        h = L.GlobalMaxPooling2D()(L.Conv2D(32, 3, activation="swish")(h))
+        o = L.Dense(10, activation="softmax")(h)
+        n = 1024
+        return keras.Model(i, o), rng.random((n, 64, 64, 3), dtype=np.float32), rng.integers(0, 10, n), scce, acc
+    if name == "mixed1d":
+        i = keras.Input((128, 32))
+        h = L.MaxPooling1D(3, strides=2, padding="same")(L.Conv1D(64, 5, padding="same", activation="relu")(i))
+        o = L.Dense(4, activation="softmax")(L.SimpleRNN(32)(L.GRU(64, return_sequences=True)(h)))
+        n = 2048
+        return keras.Model(i, o), rng.standard_normal((n, 128, 32), dtype=np.float32), rng.integers(0, 4, n), scce, acc
     apps = {"resnet50_64": "ResNet50", "effb0_64": "EfficientNetB0", "densenet121_64": "DenseNet121",
             "mobilenet_64": "MobileNet"}
     if name in apps:  # keras.applications as a user takes them: no weights, 64x64x3, 10 classes

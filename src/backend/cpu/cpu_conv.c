@@ -23,8 +23,11 @@
  * each band of rows while it is in cache, and the backward builds dy from
  * the pooling's gradient per sample instead of reading a full-size dy.
  *
- * Otherwise (no AVX-512, dilation or groups, a stride larger than the kernel or than 4, rows of fewer than 6
- * output pixels in the backward), a
+ * A dilated forward runs here too: taps dil_h rows apart are the segments; with dil_w > 1, one call per
+ * kernel column (fwd_tile).
+ *
+ * Otherwise (no AVX-512, groups, a dilated backward, a stride larger than the kernel or than 4, rows of fewer
+ * than 6 output pixels in the backward), a
  * convolution is a GEMM per chunk of samples: im2col turns the chunk into
  * rows of kh*kw*c patch values (the taps dil_h/dil_w apart) so that,
  * reading the kernel as a [K, oc] matrix,
