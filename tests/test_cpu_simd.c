@@ -119,11 +119,12 @@ static void test_conv(int n, int h, int w, int c, int oc, int kh, int kw, int s,
  * an existing gradient and gated is, value for value, the same sum ungated then masked by x > 0, on the path
  * this build takes (simd: the direct kernels, Winograd, the strided phases; portable: the GEMM path, masked a
  * chunk at a time). */
-static void test_conv_gate(int n, int h, int w, int c, int oc, int k, int s, int same) {
+static void test_conv_gate_dil(int n, int h, int w, int c, int oc, int k, int s, int same, int dil) {
     fl_conv_desc d = {0};
     d.n = n; d.h = h; d.w = w; d.c = c; d.oc = oc; d.kh = k; d.kw = k; d.sh = s; d.sw = s;
-    d.oh = out_dim(h, k, s, same, &d.pt);
-    d.ow = out_dim(w, k, s, same, &d.pl);
+    d.dil_h = d.dil_w = dil;
+    d.oh = out_dim(h, (k - 1) * dil + 1, s, same, &d.pt);
+    d.ow = out_dim(w, (k - 1) * dil + 1, s, same, &d.pl);
     size_t nx = (size_t)n * h * w * c, ny = (size_t)n * d.oh * d.ow * oc, nw = (size_t)k * k * c * oc;
     float *x = rnd(nx, 11), *wt = rnd(nw, 12), *g = rnd(ny, 13), *dx0 = rnd(nx, 14);
     float *y = malloc(ny * sizeof(float)), *dw = malloc(nw * sizeof(float));
@@ -139,12 +140,15 @@ static void test_conv_gate(int n, int h, int w, int c, int oc, int k, int s, int
         fl_cpu_conv2d_bwd(&e, x, wt, y, dy, dxg, 1.0f, dw, NULL, ws);
         size_t bad = 0;
         for (size_t i = 0; i < nx; i++) bad += !(dxg[i] == (x[i] > 0.0f ? dxa[i] : 0.0f));
-        CHECK_MSG(bad == 0, "conv n%d %dx%dx%d->%d k%d s%d %s, %s: %zu of %zu gated dx differ from the mask after", n,
-                  h, w, c, oc, k, s, same ? "same" : "valid", simd ? "simd" : "portable", bad, nx);
+        CHECK_MSG(bad == 0, "conv n%d %dx%dx%d->%d k%d s%d dil%d %s, %s: %zu of %zu gated dx differ from the mask after",
+                  n, h, w, c, oc, k, s, dil, same ? "same" : "valid", simd ? "simd" : "portable", bad, nx);
         free(dxa); free(dxg); free(dy);
     }
     fl_cpu_simd_force(-1);
     free(x); free(wt); free(g); free(dx0); free(y); free(dw); free(ws);
+}
+static void test_conv_gate(int n, int h, int w, int c, int oc, int k, int s, int same) {
+    test_conv_gate_dil(n, h, w, c, oc, k, s, same, 1);
 }
 
 /* A LeakyReLU in the forward's store (d.slope with act ReLU, what inference folds after a normalisation):
@@ -1371,6 +1375,7 @@ static void test_avx512(void) {
     test_conv_gate(4, 10, 10, 32, 32, 3, 1, 1);
     test_conv_gate(3, 16, 15, 16, 32, 3, 2, 1);
     test_conv_gate(2, 8, 8, 16, 24, 1, 1, 0);
+    test_conv_gate_dil(2, 14, 13, 16, 24, 3, 1, 1, 2); /* dilated: the gate with the last kernel column's call */
     fl_wino_force(1);
     test_winograd();
     fl_wino_force(-1);

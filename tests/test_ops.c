@@ -791,8 +791,9 @@ static void test_add_relu_train(int kind) {
  * convolution's backward as it reads its dy (bn_bwd_coef, conv2d_bn_bwd): the same output, gradients and
  * moving statistics, bit for bit, as a backend without those entries. v: 0, 3x3 "same" 16 -> 16, no bias,
  * ReLU; 1, 3x3 stride 2 "same" 3 -> 20, bias, no ReLU; 2, 1x1 8 -> 16, ReLU6, the input without a gradient
- * (the convolution forms its dy in place); 3, 3x3 "valid" 5 -> 7 dilated 2 (not the direct kernels: the
- * whole dx formed first); 4, as 0 with a LeakyReLU (slope 0.3). */
+ * (the convolution forms its dy in place); 3, 3x3 "valid" 5 -> 7 dilated 2 (rows of 3 pixels: not the
+ * direct kernels, the whole dx formed first); 4, as 0 with a LeakyReLU (slope 0.3); 5, 3x3 "same" 5 -> 7
+ * dilated 2, ReLU (the direct kernels' dilated backward). */
 static fl_node *conv_bn_chain(harness *h, const fl_backend *be, int v, const harness *like) {
     const int64_t B = 6;
     const int C = v == 0 || v == 4 ? 16 : v == 1 ? 3 : v == 2 ? 8 : 5;
@@ -811,10 +812,11 @@ static fl_node *conv_bn_chain(harness *h, const fl_backend *be, int v, const har
     fl_node *mm = fl_graph_param(&h->g, "moving_mean", 1, &oc, false);
     fl_node *mv = fl_graph_param(&h->g, "moving_variance", 1, &oc, false);
     for (int c = 0; c < OC; c++) { mm->val[c] = 0; mv->val[c] = 1; }
-    fl_node *conv = v == 3 ? fl_graph_conv2d_dilated(&h->g, "conv", h->x, w, b, 1, 1, 2, 2, 1, FL_VALID, FL_ACT_LINEAR)
-                           : fl_graph_conv2d(&h->g, "conv", h->x, w, b, S, S, FL_SAME, FL_ACT_LINEAR);
+    fl_node *conv = v == 3 || v == 5 ? fl_graph_conv2d_dilated(&h->g, "conv", h->x, w, b, 1, 1, 2, 2, 1,
+                                                               v == 3 ? FL_VALID : FL_SAME, FL_ACT_LINEAR)
+                                     : fl_graph_conv2d(&h->g, "conv", h->x, w, b, S, S, FL_SAME, FL_ACT_LINEAR);
     fl_node *bn = fl_graph_batchnorm(&h->g, "bn", conv, gamma, beta, mm, mv, 1e-3f, 0.99f);
-    fl_node *y = v == 0 ? fl_graph_act(&h->g, "relu", bn, FL_ACT_RELU)
+    fl_node *y = v == 0 || v == 5 ? fl_graph_act(&h->g, "relu", bn, FL_ACT_RELU)
                : v == 2 ? fl_graph_pact(&h->g, "relu", bn, (fl_pact_desc){FL_PACT_RELU, 0.0f, 0.0f, 6.0f})
                : v == 4 ? fl_graph_pact(&h->g, "leaky", bn, (fl_pact_desc){FL_PACT_RELU, 0.3f, 0.0f, INFINITY})
                         : bn;
@@ -863,7 +865,8 @@ static void test_conv_bn_fused(int v) {
  * a 13-wide input (deferred: 7 pixels a row, the data gradient in phases); 5, ReLU -> conv 1x1 (no padding:
  * the sample copied only to apply it); 6, ReLU6 -> depthwise 3x3 "same" over 20 channels (a block of 16 and the
  * rest), with a bias; 7, no ReLU -> depthwise 3x3 stride 2 "valid", depth multiplier 2; 8, a LeakyReLU -> conv
- * 3x3 (not deferred: d->pre takes ReLU and ReLU6 only; the LeakyReLU is fused into the normalisation). */
+ * 3x3 (not deferred: d->pre takes ReLU and ReLU6 only; the LeakyReLU is fused into the normalisation); 10,
+ * ReLU -> conv 3x3 "same" dilated 2 (the direct kernels' dilated forward and backward). */
 static fl_node *bn_conv_chain(harness *h, const fl_backend *be, int v, const harness *like, fl_node **bn,
                               fl_node **val) {
     const int64_t B = v == 1 ? 16 : 6;
@@ -900,13 +903,14 @@ static fl_node *bn_conv_chain(harness *h, const fl_backend *be, int v, const har
     } else {
         const int64_t c1 = C1, c2 = C2;
         fl_node *w = h_param(h, 4, (int64_t[]){K2, K2, c1, c2}, -0.5f, 0.5f);
-        const bool depthwise = v >= 6 && v != 9;
+        const bool depthwise = v >= 6 && v <= 8;
         const int64_t nb = depthwise ? c1 * c2 : c2;
         fl_node *b = v == 1 || v == 6 ? h_param(h, 1, &nb, -0.5f, 0.5f) : NULL;
         const int s = v == 4 || v == 7 || v == 9 ? 2 : 1;
         const fl_padding pad = v == 5 || v == 7 ? FL_VALID : FL_SAME;
         y = depthwise ? fl_graph_depthwise_conv2d(&h->g, "dw", y, w, b, s, s, pad, FL_ACT_LINEAR)
-                   : fl_graph_conv2d(&h->g, "conv_b", y, w, b, s, s, pad, FL_ACT_LINEAR);
+          : v == 10   ? fl_graph_conv2d_dilated(&h->g, "conv_b", y, w, b, 1, 1, 2, 2, 1, pad, FL_ACT_LINEAR)
+                      : fl_graph_conv2d(&h->g, "conv_b", y, w, b, s, s, pad, FL_ACT_LINEAR);
         if (v == 3) y = fl_graph_pool(&h->g, "pool", FL_OP_MAXPOOL, y, 2, 2, 2, 2, FL_VALID);
     }
     h_ready_like(h, y, like);
@@ -3170,7 +3174,7 @@ int main(void) {
     test_rnn_st_errors();
     /* training fusions, checked bit for bit against the layers apart (appended: the streams above stay) */
     for (int k = 0; k < 5; k++) test_add_relu_train(k);
-    for (int v = 0; v < 5; v++) test_conv_bn_fused(v);
+    for (int v = 0; v < 6; v++) test_conv_bn_fused(v);
     for (int k = 0; k < 4; k++) test_bn_relu_fused(k & 1, k >> 1, 1);
     test_bn_relu_fused(0, 2, 1);
     for (int k = 0; k < 3; k++) test_attention_blocked(k);
@@ -3186,5 +3190,6 @@ int main(void) {
     for (int v = 0; v < 5; v++) test_shared_grad(v);
     /* a normalisation formed by a strided convolution, whose data gradient runs in phases (appended) */
     test_bn_into_conv(9);
+    test_bn_into_conv(10);
     return check_report("test_ops");
 }

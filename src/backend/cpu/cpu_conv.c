@@ -23,11 +23,12 @@
  * each band of rows while it is in cache, and the backward builds dy from
  * the pooling's gradient per sample instead of reading a full-size dy.
  *
- * A dilated forward runs here too: taps dil_h rows apart are the segments; with dil_w > 1, one call per
- * kernel column (fwd_tile).
+ * A dilated convolution runs here too: taps dil_h rows apart are the segments; with dil_w > 1, one call per
+ * kernel column (fwd_tile), in the forward and the data gradient; the filter gradient's tiles are one kernel
+ * position's channels.
  *
- * Otherwise (no AVX-512, groups, a dilated backward, a stride larger than the kernel or than 4, rows of fewer
- * than 6 output pixels in the backward), a
+ * Otherwise (no AVX-512, groups, a stride larger than the kernel or than 4, rows of fewer than 6 output pixels
+ * in the backward), a
  * convolution is a GEMM per chunk of samples: im2col turns the chunk into
  * rows of kh*kw*c patch values (the taps dil_h/dil_w apart) so that,
  * reading the kernel as a [K, oc] matrix,
@@ -172,11 +173,12 @@ static conv_geom geom(const fl_conv_desc *d) {
     if (g.wp < d->w + d->pl) g.wp = d->w + d->pl;
     g.pad = d->pt || d->pl || g.hp != d->h || g.wp != d->w;
     g.copy = g.pad || d->pre;
-    g.hd = d->h + d->kh - 1;
-    g.wd = d->w + d->kw - 1;
-    g.offh = d->kh - 1 - d->pt;
-    g.offw = d->kw - 1 - d->pl;
-    if (d->sh > 1 || d->sw > 1) { /* dy with the rows and columns around it that a strided dx's taps reach */
+    const int ekh = (d->kh - 1) * fl_conv_dil_h(d), ekw = (d->kw - 1) * fl_conv_dil_w(d); /* extent - 1 */
+    g.hd = d->h + ekh;
+    g.wd = d->w + ekw;
+    g.offh = ekh - d->pt;
+    g.offw = ekw - d->pl;
+    if (d->sh > 1 || d->sw > 1) { /* (not dilated: Keras refuses both) */ /* dy with the rows and columns around it that a strided dx's taps reach */
         g.offh = max0(floor_div(d->kh - 1 - d->pt, d->sh));
         g.offw = max0(floor_div(d->kw - 1 - d->pl, d->sw));
         g.hd = g.offh + d->oh + max0(floor_div(d->h - 1 + d->pt, d->sh) - (d->oh - 1));
@@ -185,13 +187,15 @@ static conv_geom geom(const fl_conv_desc *d) {
     return g;
 }
 
-/* Dilated and grouped convolutions take the im2col path. */
+/* Grouped convolutions take the im2col path; so does a LeakyReLU's slope in a dilated one's store. */
 static int plain_taps(const fl_conv_desc *d) {
     return fl_conv_dil_h(d) == 1 && fl_conv_dil_w(d) == 1 && fl_conv_groups(d) == 1;
 }
+static int dilated(const fl_conv_desc *d) { return fl_conv_dil_h(d) > 1 || fl_conv_dil_w(d) > 1; }
 
-/* The forward takes dilated convolutions too: a kernel row's taps dil_h input rows apart are its segments, and
- * with dil_w > 1 each kernel column is a call of its own (fwd_tile). */
+/* Dilated convolutions run on the direct kernels too: a kernel row's taps dil_h input rows apart are its
+ * segments, and with dil_w > 1 each kernel column is a call of its own (fwd_tile); in the backward the filter
+ * gradient's rows are a kernel position's channels, and the data gradient the same dilated loop over dy. */
 static int direct_fwd_ok(const fl_conv_desc *d) { return fl_cpu_simd() && d->oc > 0 && fl_conv_groups(d) == 1; }
 
 /* The direct kernels' and Winograd's stores take a LeakyReLU's slope; the GEMM path does not. */
@@ -210,7 +214,8 @@ int fl_cpu_conv_slope(const fl_conv_desc *d) { return fl_cpu_simd() && plain_tap
 /* The data gradient needs padding of at most kernel-1; strided (not a Conv1D's one-column rows), a kernel at
  * least as large as the stride, so that every phase has a tap. */
 static int direct_bwd_ok(const fl_conv_desc *d, int need_dx) {
-    if (!fl_cpu_simd() || !plain_taps(d) || (d->ow != 1 && d->ow < DIRECT_BWD_MIN_OW)) return 0;
+    if (!fl_cpu_simd() || fl_conv_groups(d) != 1 || (d->ow != 1 && d->ow < DIRECT_BWD_MIN_OW)) return 0;
+    if (dilated(d) && (d->sh > 1 || d->sw > 1)) return 0;
     if (!need_dx) return 1;
     if (d->sh > 1 || d->sw > 1)
         return d->w > 1 && d->sh <= DIRECT_BWD_MAX_STRIDE && d->sw <= DIRECT_BWD_MAX_STRIDE && d->kh >= d->sh &&
@@ -236,6 +241,7 @@ static fl_conv_desc dx_desc(const fl_conv_desc *d, const conv_geom *g) {
     e.h = g->hd, e.w = g->wd, e.c = d->oc;
     e.oh = d->h, e.ow = d->w, e.oc = d->c;
     e.kh = d->kh, e.kw = d->kw, e.sh = 1, e.sw = 1;
+    e.dil_h = d->dil_h, e.dil_w = d->dil_w;
     e.act = FL_ACT_LINEAR;
     return e;
 }
@@ -366,8 +372,9 @@ static int conv_taps(fl_simd_tile *t, int kh, int kw, int ci) {
     return fl_simd_max_rows_taps();
 }
 
-/* Runs a forward tile of direct_fwd_rows: with dil_w > 1 (a kernel row's taps not contiguous), one call per
- * kernel column, each adding into the tile, the bias with the first and the residual and the ReLU with the last. */
+/* Runs a tile of direct_fwd_rows (or of a data gradient, d its dx_desc): with dil_w > 1 (a kernel row's taps
+ * not contiguous), one call per kernel column, each adding into the tile, the bias with the first and the
+ * residual, the ReLU and the gate with the last. */
 static void fwd_tile(const fl_conv_desc *d, const fl_simd_tile *t0, int rows) {
     const int DW = fl_conv_dil_w(d);
     if (DW == 1) { fl_simd_run(t0, rows); return; }
@@ -376,9 +383,10 @@ static void fwd_tile(const fl_conv_desc *d, const fl_simd_tile *t0, int rows) {
         const int last = kc + 1 == d->kw;
         t.a = t0->a + (size_t)kc * DW * d->c;
         t.b = t0->b + (size_t)kc * d->c * t0->bj;
-        t.accumulate = kc > 0;
+        t.accumulate = kc > 0 || t0->accumulate;
         t.relu = last ? t0->relu : 0;
         t.res = last ? t0->res : NULL;
+        t.gate = last ? t0->gate : NULL;
         fl_simd_run(&t, rows);
     }
 }
@@ -393,7 +401,7 @@ static void direct_fwd_rows(const fl_conv_desc *d, const conv_geom *g, const flo
     const int C = d->c, OC = d->oc;
     const int relu = d->act == FL_ACT_RELU || d->act == FL_ACT_RELU6; /* in the micro-kernel's store */
     const int flat = d->kh == 1 && d->kw == 1 && d->sh == 1 && d->sw == 1 && g->wp == d->ow && g->hp == d->oh;
-    const int dilated = fl_conv_dil_h(d) > 1 || fl_conv_dil_w(d) > 1;
+    const int dil = dilated(d);
     for (int oc0 = 0; oc0 < OC; oc0 += 64) {
         fl_simd_tile t = {0};
         t.cols = OC - oc0 < 64 ? OC - oc0 : 64;
@@ -419,7 +427,7 @@ static void direct_fwd_rows(const fl_conv_desc *d, const conv_geom *g, const flo
              * deep stages at 64x64, filled a 6-row tile in part per row).
              * Each pixel's sum is the same either way. */
             t.as = flat ? C : (int64_t)d->sh * g->wp * C;
-            const int rm = dilated ? fl_simd_max_rows(t.cols) : conv_taps(&t, d->kh, d->kw, C);
+            const int rm = dil ? fl_simd_max_rows(t.cols) : conv_taps(&t, d->kh, d->kw, C);
             const int per = flat ? d->ow : 1, nr = (oh1 - oh0) * per, ntr = fl_tiles(nr, rm);
             for (int k = 0; k < ntr; k++) {
                 const int r0 = oh0 * per + (int)fl_tile_start(nr, ntr, k);
@@ -431,7 +439,7 @@ static void direct_fwd_rows(const fl_conv_desc *d, const conv_geom *g, const flo
             }
             continue;
         }
-        const int rm = dilated ? fl_simd_max_rows(t.cols) : conv_taps(&t, d->kh, d->kw, C), nt = fl_tiles(d->ow, rm);
+        const int rm = dil ? fl_simd_max_rows(t.cols) : conv_taps(&t, d->kh, d->kw, C), nt = fl_tiles(d->ow, rm);
         for (int oh = oh0; oh < oh1; oh++)
             for (int k = 0; k < nt; k++) {
                 int ow0 = (int)fl_tile_start(d->ow, nt, k), ow1 = (int)fl_tile_start(d->ow, nt, k + 1);
@@ -749,31 +757,36 @@ static void direct_bwd(const fl_conv_desc *d, const float *x, const float *w, co
                     t.aseg = (int64_t)d->sh * g.wp * C;
                     t.nseg = d->oh;
                     t.nj = d->ow;
+                    const int DH = fl_conv_dil_h(d), DW = fl_conv_dil_w(d);
                     t.b = gy + oc0;
                     t.bj = OC;
                     t.bseg = (int64_t)gy_row;
                     t.ldc = OC;
                     t.accumulate = 1;
-                    if (KW == 3 && d->sw == 1 && t.cols <= 16) {
+                    if (KW == 3 && d->sw == 1 && DW == 1 && t.cols <= 16) {
                         /* the three kernel columns from one load of each x */
                         const int ntc = fl_tiles(C, FL_SIMD_DW3_CT);
                         for (int kh = 0; kh < KH; kh++)
                             for (int k = 0; k < ntc; k++) {
                                 const int c0 = (int)fl_tile_start(C, ntc, k), c1 = (int)fl_tile_start(C, ntc, k + 1);
-                                fl_simd_dw3(xs + (size_t)kh * g.wp * C + c0, C, t.aseg, t.b, t.bj, t.bseg, t.nseg,
+                                fl_simd_dw3(xs + (size_t)kh * DH * g.wp * C + c0, C, t.aseg, t.b, t.bj, t.bseg, t.nseg,
                                             t.nj, c1 - c0, t.cols, dw_t + ((size_t)kh * 3 * C + c0) * OC + oc0,
                                             (int64_t)C * OC, OC);
                             }
                         continue;
                     }
-                    const int kwc = KW * C, rm = fl_simd_max_rows(t.cols), ntile = fl_tiles(kwc, rm);
+                    /* a tile's rows: (kw, c) of kernel row kh, consecutive in x; dilated across, the c of one
+                     * kernel position (kw, DW pixels apart) */
+                    const int kwc = KW * C, span = DW > 1 ? C : kwc, rm = fl_simd_max_rows(t.cols);
+                    const int ntile = fl_tiles(span, rm);
                     for (int kh = 0; kh < KH; kh++)
-                        for (int k = 0; k < ntile; k++) {
-                            int r0 = (int)fl_tile_start(kwc, ntile, k), r1 = (int)fl_tile_start(kwc, ntile, k + 1);
-                            t.a = xs + (size_t)kh * g.wp * C + r0;
-                            t.c = dw_t + ((size_t)kh * kwc + r0) * OC + oc0;
-                            fl_simd_run(&t, r1 - r0);
-                        }
+                        for (int kp = 0; kp < kwc; kp += span)
+                            for (int k = 0; k < ntile; k++) {
+                                int r0 = (int)fl_tile_start(span, ntile, k), r1 = (int)fl_tile_start(span, ntile, k + 1);
+                                t.a = xs + (size_t)kh * DH * g.wp * C + (size_t)(kp / C) * DW * C + r0;
+                                t.c = dw_t + ((size_t)kh * kwc + kp + r0) * OC + oc0;
+                                fl_simd_run(&t, r1 - r0);
+                            }
                 }
                 /* 3. dx = conv(padded gy, rotated kernel); strided, in phases */
                 if (dx && strided) {
@@ -789,9 +802,9 @@ static void direct_bwd(const fl_conv_desc *d, const float *x, const float *w, co
                         t.cols = C - c0 < 64 ? C - c0 : 64;
                         t.as = OC;
                         t.aj = 1;
-                        t.aseg = (int64_t)g.wd * OC;
+                        t.aseg = (int64_t)fl_conv_dil_h(d) * g.wd * OC;
                         t.nseg = KH;
-                        t.nj = KW * OC;
+                        t.nj = (fl_conv_dil_w(d) > 1 ? 1 : KW) * OC; /* dilated: a kernel column a call (fwd_tile) */
                         t.b = shared + c0;
                         t.bj = C;
                         t.bseg = (int64_t)KW * OC * C;
@@ -800,18 +813,20 @@ static void direct_bwd(const fl_conv_desc *d, const float *x, const float *w, co
                         const float *xg = x + (size_t)n * in_sz; /* the unpadded x gates dx */
                         if (d->w == 1) { /* a Conv1D: tiles down the rows, as in the forward */
                             t.as = (int64_t)g.wd * OC;
-                            const int rm = conv_taps(&t, KH, KW, OC), ntr = fl_tiles(d->h, rm);
+                            const int rm = dilated(d) ? fl_simd_max_rows(t.cols) : conv_taps(&t, KH, KW, OC);
+                            const int ntr = fl_tiles(d->h, rm);
                             for (int k = 0; k < ntr; k++) {
                                 const int r0 = (int)fl_tile_start(d->h, ntr, k);
                                 const int r1 = (int)fl_tile_start(d->h, ntr, k + 1);
                                 t.a = dyp + (size_t)r0 * g.wd * OC;
                                 t.c = dxs + (size_t)r0 * C + c0;
                                 t.gate = dx_mask ? xg + (size_t)r0 * C + c0 : NULL;
-                                fl_simd_run(&t, r1 - r0);
+                                fwd_tile(&dd, &t, r1 - r0);
                             }
                             continue;
                         }
-                        const int rm = conv_taps(&t, KH, KW, OC), ntile = fl_tiles(d->w, rm);
+                        const int rm = dilated(d) ? fl_simd_max_rows(t.cols) : conv_taps(&t, KH, KW, OC);
+                        const int ntile = fl_tiles(d->w, rm);
                         for (int ih = 0; ih < d->h; ih++)
                             for (int k = 0; k < ntile; k++) {
                                 int iw0 = (int)fl_tile_start(d->w, ntile, k);
@@ -819,7 +834,7 @@ static void direct_bwd(const fl_conv_desc *d, const float *x, const float *w, co
                                 t.a = dyp + ((size_t)ih * g.wd + iw0) * OC;
                                 t.c = dxs + ((size_t)ih * d->w + iw0) * C + c0;
                                 t.gate = dx_mask ? xg + ((size_t)ih * d->w + iw0) * C + c0 : NULL;
-                                fl_simd_run(&t, iw1 - iw0);
+                                fwd_tile(&dd, &t, iw1 - iw0);
                             }
                     }
                 }
