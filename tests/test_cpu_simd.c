@@ -154,9 +154,9 @@ static void test_conv_gate(int n, int h, int w, int c, int oc, int k, int s, int
 /* A LeakyReLU in the forward's store (d.slope with act ReLU, what inference folds after a normalisation):
  * bit for bit the LeakyReLU layer's formula (fl_pact_forward) over the linear output, zeros and -0 included;
  * through the taps kernel, the direct kernels, Winograd and the stride-2 direct path. */
-static void test_conv_slope(int n, int hw, int c, int oc, int s, float slope) {
-    fl_conv_desc d = {.n = n, .h = hw, .w = hw, .c = c, .oc = oc, .kh = 3, .kw = 3, .sh = s, .sw = s, .pt = 1,
-                      .pl = 1, .has_bias = 1};
+static void test_conv_slope_dil(int n, int hw, int c, int oc, int s, float slope, int dil) {
+    fl_conv_desc d = {.n = n, .h = hw, .w = hw, .c = c, .oc = oc, .kh = 3, .kw = 3, .sh = s, .sw = s, .pt = dil,
+                      .pl = dil, .has_bias = 1, .dil_h = dil, .dil_w = dil};
     d.oh = d.ow = (hw + s - 1) / s;
     size_t nx = (size_t)n * hw * hw * c, ny = (size_t)n * d.oh * d.ow * oc, nw = (size_t)9 * c * oc;
     float *x = rnd(nx, 31), *wt = rnd(nw, 32), *b = rnd(oc, 33), *y0 = malloc(ny * sizeof(float)),
@@ -180,9 +180,12 @@ static void test_conv_slope(int n, int hw, int c, int oc, int s, float slope) {
         float r = fl_pact_forward(&p, y0[i]);
         bad += memcmp(&r, &y1[i], sizeof r) != 0;
     }
-    CHECK_MSG(bad == 0, "conv %dx%dx%d->%d s%d with a LeakyReLU(%g) in the store: %zu of %zu outputs differ from "
-              "the layer's", hw, hw, c, oc, s, slope, bad, ny);
+    CHECK_MSG(bad == 0, "conv %dx%dx%d->%d s%d dil%d with a LeakyReLU(%g) in the store: %zu of %zu outputs differ "
+              "from the layer's", hw, hw, c, oc, s, dil, slope, bad, ny);
     free(x); free(wt); free(b); free(y0); free(y1); free(ws);
+}
+static void test_conv_slope(int n, int hw, int c, int oc, int s, float slope) {
+    test_conv_slope_dil(n, hw, c, oc, s, slope, 1);
 }
 
 /* Conv2D + max pooling fused (forward and backward, with the ReLU gradient
@@ -1369,6 +1372,7 @@ static void test_avx512(void) {
     test_conv_slope(3, 12, 8, 40, 1, 0.3f);  /* direct, three vectors */
     test_conv_slope(5, 10, 32, 32, 1, 0.2f); /* Winograd */
     test_conv_slope(3, 12, 16, 16, 2, 0.1f); /* stride 2 */
+    test_conv_slope_dil(3, 12, 16, 40, 1, 0.2f, 2); /* dilated: the slope with the last kernel column's call */
     /* dx_gate: the taps form, the direct kernels, Winograd (4 samples), strided phases, a 1x1 (GEMM on x) */
     test_conv_gate(2, 12, 11, 16, 16, 3, 1, 1);
     test_conv_gate(2, 9, 8, 24, 40, 3, 1, 0);

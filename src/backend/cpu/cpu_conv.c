@@ -187,10 +187,7 @@ static conv_geom geom(const fl_conv_desc *d) {
     return g;
 }
 
-/* Grouped convolutions take the im2col path; so does a LeakyReLU's slope in a dilated one's store. */
-static int plain_taps(const fl_conv_desc *d) {
-    return fl_conv_dil_h(d) == 1 && fl_conv_dil_w(d) == 1 && fl_conv_groups(d) == 1;
-}
+/* Grouped convolutions take the im2col path. */
 static int dilated(const fl_conv_desc *d) { return fl_conv_dil_h(d) > 1 || fl_conv_dil_w(d) > 1; }
 
 /* Dilated convolutions run on the direct kernels too: a kernel row's taps dil_h input rows apart are its
@@ -198,8 +195,9 @@ static int dilated(const fl_conv_desc *d) { return fl_conv_dil_h(d) > 1 || fl_co
  * gradient's rows are a kernel position's channels, and the data gradient the same dilated loop over dy. */
 static int direct_fwd_ok(const fl_conv_desc *d) { return fl_cpu_simd() && d->oc > 0 && fl_conv_groups(d) == 1; }
 
-/* The direct kernels' and Winograd's stores take a LeakyReLU's slope; the GEMM path does not. */
-int fl_cpu_conv_slope(const fl_conv_desc *d) { return fl_cpu_simd() && plain_taps(d); }
+/* The direct kernels' and Winograd's stores take a LeakyReLU's slope (every forward where they run); the GEMM
+ * path does not. */
+int fl_cpu_conv_slope(const fl_conv_desc *d) { return direct_fwd_ok(d); }
 
 /* The backward's tiles run along an output row, as the forward's: a row of fewer pixels than the kernels' 6-row
  * tile (the deep stages of a ResNet50 or a MobileNet at 64x64: 4x4 and 2x2) fills part of one, and the
