@@ -1231,9 +1231,9 @@ static void test_dw3(void) {
 /* Samples whose tiles share Winograd's blocks (fl_wino_samples) give each
  * sample the same bits as that sample alone (fl_wino_rows): what lets
  * predict's steps of any size compute what whole batches do. */
-static void test_wino_samples(int n, int h, int w, int c, int oc) {
+static void test_wino_samples_dil(int n, int h, int w, int c, int oc, int dil) {
     fl_conv_desc d = {.n = n, .h = h, .w = w, .c = c, .oh = h, .ow = w, .oc = oc, .kh = 3, .kw = 3, .sh = 1,
-                      .sw = 1, .pt = 1, .pl = 1, .act = FL_ACT_RELU, .has_bias = 1};
+                      .sw = 1, .pt = dil, .pl = dil, .act = FL_ACT_RELU, .has_bias = 1, .dil_h = dil, .dil_w = dil};
     const size_t in_sz = (size_t)h * w * c, out_sz = (size_t)h * w * oc;
     float *x = rnd((size_t)n * in_sz, 11), *wt = rnd((size_t)9 * c * oc, 12), *b = rnd((size_t)oc, 13);
     float *u = malloc(fl_wino_u_floats(c, oc) * sizeof(float));
@@ -1245,10 +1245,11 @@ static void test_wino_samples(int n, int h, int w, int c, int oc) {
         fl_wino_rows(&d, x + (size_t)i * in_sz, u, b, yb + (size_t)i * out_sz, 0, h, 0, NULL, scratch);
     CHECK_MSG(memcmp(ya, yb, (size_t)n * out_sz * sizeof(float)) == 0,
               "Winograd %d samples %dx%dx%d->%d together differ from each alone", n, h, w, c, oc);
-    CHECK_MSG(fl_wino_group(&d) > 1, "%dx%dx%d->%d: samples of %d tiles do not share blocks", h, w, c, oc,
-              ((h + 1) / 2) * ((w + 1) / 2));
+    CHECK_MSG(fl_wino_group(&d) > 1, "%dx%dx%d->%d dil%d: samples of %d tiles do not share blocks", h, w, c, oc,
+              dil, ((h + 1) / 2) * ((w + 1) / 2));
     free(x); free(wt); free(b); free(u); free(scratch); free(ya); free(yb);
 }
+static void test_wino_samples(int n, int h, int w, int c, int oc) { test_wino_samples_dil(n, h, w, c, oc, 1); }
 
 /* 3x3 stride-1 convolutions through Winograd F(2x2, 3x3) (cpu_winograd.c)
  * against the portable code: ResNet's shapes, odd sizes (partial tiles at
@@ -1303,6 +1304,14 @@ static void test_winograd(void) {
     test_conv(10, 3, 3, 32, 40, 3, 3, 1, 1, FL_ACT_RELU6, 0);
     test_wino_samples(7, 2, 2, 64, 96);
     test_wino_samples(5, 3, 5, 48, 40);
+    /* dilated (each of the output's dil x dil phases tiled 2x2 over its own pixels): n >= 4 takes Winograd;
+     * odd phases, a valid one, dilated along one axis, phases of one or two pixels, samples sharing blocks */
+    test_conv_dil(4, 20, 20, 64, 64, 3, 3, 1, 1, FL_ACT_RELU, 1, 2, 2);
+    test_conv_dil(5, 13, 17, 32, 40, 3, 3, 1, 0, FL_ACT_LINEAR, 1, 3, 2);
+    test_conv_dil(4, 9, 11, 48, 32, 3, 3, 1, 1, FL_ACT_RELU6, 0, 1, 3);
+    test_conv_dil(6, 6, 7, 32, 80, 3, 3, 1, 1, FL_ACT_ELU, 1, 4, 4);
+    test_wino_samples_dil(6, 4, 5, 32, 48, 2);
+    test_wino_samples_dil(5, 3, 3, 40, 32, 3);
     fl_set_num_threads(before);
 }
 

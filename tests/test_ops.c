@@ -866,11 +866,13 @@ static void test_conv_bn_fused(int v) {
  * the sample copied only to apply it); 6, ReLU6 -> depthwise 3x3 "same" over 20 channels (a block of 16 and the
  * rest), with a bias; 7, no ReLU -> depthwise 3x3 stride 2 "valid", depth multiplier 2; 8, a LeakyReLU -> conv
  * 3x3 (not deferred: d->pre takes ReLU and ReLU6 only; the LeakyReLU is fused into the normalisation); 10,
- * ReLU -> conv 3x3 "same" dilated 2 (the direct kernels' dilated forward and backward). */
+ * ReLU -> conv 3x3 "same" dilated 2, 32 -> 32, batch 16 (Winograd's dilated forward, the direct kernels'
+ * dilated backward). */
 static fl_node *bn_conv_chain(harness *h, const fl_backend *be, int v, const harness *like, fl_node **bn,
                               fl_node **val) {
-    const int64_t B = v == 1 ? 16 : 6;
-    const int C = 5, C1 = v == 1 ? 32 : v == 6 ? 20 : 16, C2 = v == 1 ? 32 : v == 2 ? 8 : v == 6 ? 1 : v == 7 ? 2 : 16;
+    const int64_t B = v == 1 || v == 10 ? 16 : 6;
+    const int C = 5, C1 = v == 1 || v == 10 ? 32 : v == 6 ? 20 : 16;
+    const int C2 = v == 1 || v == 10 ? 32 : v == 2 ? 8 : v == 6 ? 1 : v == 7 ? 2 : 16;
     const int K2 = v == 5 ? 1 : 3;
     memset(h, 0, sizeof *h);
     fl_graph_init(&h->g, be);

@@ -251,7 +251,7 @@ static int wino_fwd_shape(const fl_conv_desc *d) { return fl_wino_ok(d); }
 static int wino_bwd_shape(const fl_conv_desc *d) {
     conv_geom g = geom(d);
     fl_conv_desc e = dx_desc(d, &g);
-    return d->sh == 1 && d->sw == 1 && fl_wino_ok(&e);
+    return d->sh == 1 && d->sw == 1 && !dilated(d) && fl_wino_ok(&e); /* (the forward takes dilation) */
 }
 /* Whether they do: only with at least two samples per thread. With fewer
  * (inference at batch 1), the work of a thread is a band of rows of one

@@ -63,8 +63,11 @@ static int wino_shape_ok(int kh, int kw, int sh, int sw, int c, int oc) {
     return kh == 3 && kw == 3 && sh == 1 && sw == 1 && c >= 32 && oc >= 32;
 }
 
+/* Dilated too (its output's dil_h x dil_w phases each a 3x3 convolution over the input's pixels dil apart),
+ * up to WINO_MAX_PHASES phases */
+#define WINO_MAX_PHASES 64
 int fl_wino_ok(const fl_conv_desc *d) {
-    return fl_conv_dil_h(d) == 1 && fl_conv_dil_w(d) == 1 && fl_conv_groups(d) == 1 &&
+    return fl_conv_dil_h(d) * fl_conv_dil_w(d) <= WINO_MAX_PHASES && fl_conv_groups(d) == 1 &&
            wino_shape_ok(d->kh, d->kw, d->sh, d->sw, d->c, d->oc);
 }
 
@@ -98,9 +101,9 @@ static inline __mmask16 tail_mask(int left) { return left >= 16 ? (__mmask16)0xF
  * cap as its v > 0 ? v : 0 and v < hi ? v : hi, -0 and NaN to 0 alike);
  * the zeros outside stay zeros. */
 FL_AVX512 static inline __attribute__((always_inline)) void
-in_tile_body(const float *xs, int H, int W, int C, int ih0, int iw0, float *v, size_t vs, const float *pre,
-             const int act) {
-    const int inside = ih0 >= 0 && iw0 >= 0 && ih0 + 4 <= H && iw0 + 4 <= W;
+in_tile_body(const float *xs, int H, int W, int C, int ih0, int iw0, const int dh, const int dw, float *v, size_t vs,
+             const float *pre, const int act) {
+    const int inside = ih0 >= 0 && iw0 >= 0 && ih0 + 3 * dh < H && iw0 + 3 * dw < W;
     const __m512 zero = _mm512_setzero_ps(), hi = _mm512_set1_ps(fl_cpu_relu_cap(act));
     for (int c0 = 0; c0 < C; c0 += 16) {
         const __mmask16 m = tail_mask(C - c0);
@@ -114,7 +117,7 @@ in_tile_body(const float *xs, int H, int W, int C, int ih0, int iw0, float *v, s
             __m512 x[4];
 #pragma GCC unroll 4
             for (int i = 0; i < 4; i++) {
-                const int ih = ih0 + i, iw = iw0 + j;
+                const int ih = ih0 + i * dh, iw = iw0 + j * dw;
                 if (inside || (ih >= 0 && ih < H && iw >= 0 && iw < W)) {
                     x[i] = _mm512_maskz_loadu_ps(m, xs + ((size_t)ih * W + iw) * C + c0);
                     if (pre) {
@@ -141,23 +144,30 @@ in_tile_body(const float *xs, int H, int W, int C, int ih0, int iw0, float *v, s
     }
 }
 FL_AVX512 static void in_tile(const float *xs, int H, int W, int C, int ih0, int iw0, float *v, size_t vs) {
-    in_tile_body(xs, H, W, C, ih0, iw0, v, vs, NULL, FL_ACT_LINEAR);
+    in_tile_body(xs, H, W, C, ih0, iw0, 1, 1, v, vs, NULL, FL_ACT_LINEAR);
+}
+/* a dilated convolution's patch: its 4x4 pixels dh rows and dw columns apart; pre where given */
+FL_AVX512 static void in_tile_dil(const float *xs, int H, int W, int C, int ih0, int iw0, int dh, int dw, float *v,
+                                  size_t vs, const float *pre, int act) {
+    if (!pre) in_tile_body(xs, H, W, C, ih0, iw0, dh, dw, v, vs, NULL, FL_ACT_LINEAR);
+    else if (act == FL_ACT_LINEAR) in_tile_body(xs, H, W, C, ih0, iw0, dh, dw, v, vs, pre, FL_ACT_LINEAR);
+    else in_tile_body(xs, H, W, C, ih0, iw0, dh, dw, v, vs, pre, act);
 }
 FL_AVX512 static void in_tile_pre(const float *xs, int H, int W, int C, int ih0, int iw0, float *v, size_t vs,
                                   const float *pre, int act) {
-    if (act == FL_ACT_LINEAR) in_tile_body(xs, H, W, C, ih0, iw0, v, vs, pre, FL_ACT_LINEAR);
-    else in_tile_body(xs, H, W, C, ih0, iw0, v, vs, pre, act);
+    if (act == FL_ACT_LINEAR) in_tile_body(xs, H, W, C, ih0, iw0, 1, 1, v, vs, pre, FL_ACT_LINEAR);
+    else in_tile_body(xs, H, W, C, ih0, iw0, 1, 1, v, vs, pre, act);
 }
 
 /* The output tile from M (mt: M[0][tile][0], planes ms floats apart): rows x
- * cols (1 or 2 each) pixels at y (row stride yrow), plus the bias or what y
+ * cols (1 or 2 each) pixels at y (rows yrow floats apart, columns ycol), plus the bias or what y
  * holds (accumulate), plus res (laid out as y; NULL: none), then the ReLU (leaky where slope > 0: max(o, slope o) + 0;
  * capped at relu_max: 6 for ReLU6,
  * INFINITY for ReLU), then zero where gate <= 0 (gate laid out as y; NULL:
  * none). */
 FL_AVX512 static void out_tile(const float *mt, size_t ms, int OC, const float *b, int relu, float relu_max,
                                float slope, int accumulate, const float *gate, const float *res, float *y,
-                               size_t yrow, int rows, int cols) {
+                               size_t yrow, size_t ycol, int rows, int cols) {
     const __m512 zero = _mm512_setzero_ps(), hi = _mm512_set1_ps(relu_max), sv = _mm512_set1_ps(slope);
     for (int o0 = 0; o0 < OC; o0 += 16) {
         const __mmask16 k = tail_mask(OC - o0);
@@ -175,15 +185,15 @@ FL_AVX512 static void out_tile(const float *mt, size_t ms, int OC, const float *
         const __m512 bv = b ? _mm512_maskz_loadu_ps(k, b + o0) : zero;
         for (int i = 0; i < rows; i++)
             for (int j = 0; j < cols; j++) {
-                float *p = y + i * yrow + (size_t)j * OC + o0;
+                float *p = y + i * yrow + (size_t)j * ycol + o0;
                 __m512 o = accumulate ? _mm512_add_ps(_mm512_maskz_loadu_ps(k, p), r[i][j]) : _mm512_add_ps(r[i][j], bv);
-                if (res) o = _mm512_add_ps(o, _mm512_maskz_loadu_ps(k, res + i * yrow + (size_t)j * OC + o0));
+                if (res) o = _mm512_add_ps(o, _mm512_maskz_loadu_ps(k, res + i * yrow + (size_t)j * ycol + o0));
                 if (relu && slope > 0.0f)
                     o = _mm512_min_ps(_mm512_add_ps(_mm512_max_ps(o, _mm512_mul_ps(o, sv)), zero), hi);
                 else if (relu) o = _mm512_min_ps(_mm512_max_ps(o, zero), hi);
                 if (gate)
                     o = _mm512_maskz_mov_ps(
-                        _mm512_cmp_ps_mask(_mm512_maskz_loadu_ps(k, gate + i * yrow + (size_t)j * OC + o0), zero,
+                        _mm512_cmp_ps_mask(_mm512_maskz_loadu_ps(k, gate + i * yrow + (size_t)j * ycol + o0), zero,
                                            _CMP_GT_OQ),
                         o);
                 _mm512_mask_storeu_ps(p, k, o);
@@ -221,6 +231,47 @@ FL_AVX512 void fl_wino_weights(int C, int OC, const float *w, float *u) {
     }
 }
 
+/* A sample's tiles over output rows [oh0, oh1): the output's dil_h x dil_w phases in turn (one without
+ * dilation), each tiled 2x2 over its own pixels (dil_h rows and dil_w columns apart), row by row. */
+typedef struct wino_phases {
+    int dh, dw, total;
+    int r0[WINO_MAX_PHASES], c0[WINO_MAX_PHASES], sr[WINO_MAX_PHASES], sc[WINO_MAX_PHASES];
+    int start[WINO_MAX_PHASES + 1];
+} wino_phases;
+static void phases_of(const fl_conv_desc *d, int oh0, int oh1, wino_phases *w) {
+    const int dh = fl_conv_dil_h(d), dw = fl_conv_dil_w(d);
+    int np = 0;
+    w->dh = dh;
+    w->dw = dw;
+    w->total = 0;
+    for (int a = 0; a < dh; a++) {
+        const int first = oh0 + ((a - oh0) % dh + dh) % dh; /* the first row >= oh0 of phase a */
+        const int sr = first < oh1 ? (oh1 - first + dh - 1) / dh : 0;
+        for (int b = 0; b < dw && b < d->ow; b++) {
+            const int sc = (d->ow - b + dw - 1) / dw;
+            if (!sr) continue;
+            w->r0[np] = first;
+            w->c0[np] = b;
+            w->sr[np] = sr;
+            w->sc[np] = sc;
+            w->start[np] = w->total;
+            w->total += ((sr + 1) / 2) * ((sc + 1) / 2);
+            np++;
+        }
+    }
+    w->start[np] = w->total;
+}
+/* Tile ti of a sample: its first output pixel (oh, ow) and its rows and columns (1 or 2 each) */
+static inline void tile_of(const wino_phases *w, int ti, int *oh, int *ow, int *rows, int *cols) {
+    int p = 0;
+    while (ti >= w->start[p + 1]) p++;
+    const int tc = (w->sc[p] + 1) / 2, k = ti - w->start[p], ty = k / tc, tx = k % tc;
+    *oh = w->r0[p] + 2 * ty * w->dh;
+    *ow = w->c0[p] + 2 * tx * w->dw;
+    *rows = w->sr[p] - 2 * ty < 2 ? 1 : 2;
+    *cols = w->sc[p] - 2 * tx < 2 ? 1 : 2;
+}
+
 /* Output rows [oh0, oh1) of samples [0, ns) (in_sz and out_sz floats apart in xs and ys, gate as ys): their
  * tiles as one sequence, a sample's row by row, in blocks of the block size, so that samples with few tiles
  * (ResNet50's 2x2 and 4x4 stages at 64x64: one and four) share a block's GEMMs instead of each running its
@@ -229,7 +280,9 @@ FL_AVX512 static void wino_tiles(const fl_conv_desc *d, const float *xs, size_t 
                                  const float *b, float *ys, size_t out_sz, int oh0, int oh1, int ns,
                                  int accumulate, const float *gate, const float *res, float *scratch) {
     const int C = d->c, OC = d->oc, OW = d->ow;
-    const int tc = (OW + 1) / 2, tr = (oh1 - oh0 + 1) / 2, ts = tr * tc, T = ts * ns;
+    wino_phases ph;
+    phases_of(d, oh0, oh1, &ph);
+    const int ts = ph.total, T = ts * ns, dil = ph.dh > 1 || ph.dw > 1;
     const int TB = wino_block_tiles(C, OC);
     /* ReLU and ReLU6 in the output transform; other activations after */
     const int relu = d->act == FL_ACT_RELU || (d->act == FL_ACT_RELU6 && !accumulate);
@@ -241,13 +294,17 @@ FL_AVX512 static void wino_tiles(const fl_conv_desc *d, const float *xs, size_t 
         const size_t vs = plane_floats(nb, C), ms = plane_floats(nb, OC);
         float *V = scratch, *M = scratch + 16 * vs;
         for (int i = 0; i < nb; i++) {
-            const int sn = (t0 + i) / ts, ti = (t0 + i) % ts, ty = ti / tc, tx = ti % tc;
+            const int sn = (t0 + i) / ts;
+            int oh, ow, rows, cols;
+            tile_of(&ph, (t0 + i) % ts, &oh, &ow, &rows, &cols);
             const float *xn = xs + (size_t)sn * in_sz;
-            if (d->pre)
-                in_tile_pre(xn, d->h, d->w, C, oh0 + 2 * ty - d->pt, 2 * tx - d->pl, V + (size_t)i * C, vs, d->pre,
+            if (dil)
+                in_tile_dil(xn, d->h, d->w, C, oh - d->pt, ow - d->pl, ph.dh, ph.dw, V + (size_t)i * C, vs, d->pre,
                             d->pre_act);
+            else if (d->pre)
+                in_tile_pre(xn, d->h, d->w, C, oh - d->pt, ow - d->pl, V + (size_t)i * C, vs, d->pre, d->pre_act);
             else
-                in_tile(xn, d->h, d->w, C, oh0 + 2 * ty - d->pt, 2 * tx - d->pl, V + (size_t)i * C, vs);
+                in_tile(xn, d->h, d->w, C, oh - d->pt, ow - d->pl, V + (size_t)i * C, vs);
         }
         for (int xi = 0; xi < 16; xi++)
             for (int o0 = 0; o0 < OC; o0 += 64) {
@@ -269,12 +326,13 @@ FL_AVX512 static void wino_tiles(const fl_conv_desc *d, const float *xs, size_t 
                 }
             }
         for (int i = 0; i < nb; i++) {
-            const int sn = (t0 + i) / ts, ti = (t0 + i) % ts, ty = ti / tc, tx = ti % tc;
-            const int oh = oh0 + 2 * ty, ow = 2 * tx;
-            const int rows = oh1 - oh < 2 ? oh1 - oh : 2, cols = OW - ow < 2 ? OW - ow : 2;
+            const int sn = (t0 + i) / ts;
+            int oh, ow, rows, cols;
+            tile_of(&ph, (t0 + i) % ts, &oh, &ow, &rows, &cols);
             const size_t off = (size_t)sn * out_sz + (size_t)oh * yrow + (size_t)ow * OC;
             out_tile(M + (size_t)i * OC, ms, OC, bias, relu, relu_max, relu ? d->slope : 0.0f, accumulate,
-                     gate ? gate + off : NULL, res ? res + off : NULL, ys + off, yrow, rows, cols);
+                     gate ? gate + off : NULL, res ? res + off : NULL, ys + off, yrow * ph.dh, (size_t)ph.dw * OC,
+                     rows, cols);
         }
     }
     if (d->act != FL_ACT_LINEAR && !relu && !accumulate)
@@ -289,7 +347,9 @@ FL_AVX512 void fl_wino_rows(const fl_conv_desc *d, const float *xs, const float 
 }
 
 int fl_wino_group(const fl_conv_desc *d) {
-    const int ts = ((d->oh + 1) / 2) * ((d->ow + 1) / 2), tb = wino_block_tiles(d->c, d->oc);
+    wino_phases ph;
+    phases_of(d, 0, d->oh, &ph);
+    const int ts = ph.total, tb = wino_block_tiles(d->c, d->oc);
     return ts >= tb ? 1 : (tb + ts - 1) / ts;
 }
 
