@@ -29,7 +29,9 @@
  * padding is read as zeros at the border tiles; no padded copy is made.
  * The forward of Conv2D and its data gradient (the same convolution over dy
  * padded by 2, with the kernel rotated and transposed) use it; the filter
- * gradient stays direct.
+ * gradient stays direct. A dilated forward too: each of the output's
+ * dil_h x dil_w phases (pixels dil apart) is a 3x3 convolution over the
+ * input's pixels dil apart, tiled 2x2 over its own pixels (wino_phases).
  */
 #include "cpu_internal.h"
 #include "cpu_simd.h"
