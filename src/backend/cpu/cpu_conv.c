@@ -178,7 +178,8 @@ static conv_geom geom(const fl_conv_desc *d) {
     g.wd = d->w + ekw;
     g.offh = ekh - d->pt;
     g.offw = ekw - d->pl;
-    if (d->sh > 1 || d->sw > 1) { /* (not dilated: Keras refuses both) */ /* dy with the rows and columns around it that a strided dx's taps reach */
+    if (d->sh > 1 || d->sw > 1) { /* dy with the rows and columns around it that a strided dx's taps reach (never
+                                   * dilated: Keras refuses both) */
         g.offh = max0(floor_div(d->kh - 1 - d->pt, d->sh));
         g.offw = max0(floor_div(d->kw - 1 - d->pl, d->sw));
         g.hd = g.offh + d->oh + max0(floor_div(d->h - 1 + d->pt, d->sh) - (d->oh - 1));
@@ -187,12 +188,12 @@ static conv_geom geom(const fl_conv_desc *d) {
     return g;
 }
 
-/* Grouped convolutions take the im2col path. */
 static int dilated(const fl_conv_desc *d) { return fl_conv_dil_h(d) > 1 || fl_conv_dil_w(d) > 1; }
 
-/* Dilated convolutions run on the direct kernels too: a kernel row's taps dil_h input rows apart are its
- * segments, and with dil_w > 1 each kernel column is a call of its own (fwd_tile); in the backward the filter
- * gradient's rows are a kernel position's channels, and the data gradient the same dilated loop over dy. */
+/* Grouped convolutions take the im2col path. Dilated ones run on the direct kernels too: a kernel row's taps
+ * dil_h input rows apart are its segments, and with dil_w > 1 each kernel column is a call of its own
+ * (fwd_tile); in the backward the filter gradient's rows are a kernel position's channels, and the data
+ * gradient the same dilated loop over dy. */
 static int direct_fwd_ok(const fl_conv_desc *d) { return fl_cpu_simd() && d->oc > 0 && fl_conv_groups(d) == 1; }
 
 /* The direct kernels' and Winograd's stores take a LeakyReLU's slope (every forward where they run); the GEMM
@@ -767,9 +768,9 @@ static void direct_bwd(const fl_conv_desc *d, const float *x, const float *w, co
                         for (int kh = 0; kh < KH; kh++)
                             for (int k = 0; k < ntc; k++) {
                                 const int c0 = (int)fl_tile_start(C, ntc, k), c1 = (int)fl_tile_start(C, ntc, k + 1);
-                                fl_simd_dw3(xs + (size_t)kh * DH * g.wp * C + c0, C, t.aseg, t.b, t.bj, t.bseg, t.nseg,
-                                            t.nj, c1 - c0, t.cols, dw_t + ((size_t)kh * 3 * C + c0) * OC + oc0,
-                                            (int64_t)C * OC, OC);
+                                fl_simd_dw3(xs + (size_t)kh * DH * g.wp * C + c0, C, t.aseg, t.b, t.bj, t.bseg,
+                                            t.nseg, t.nj, c1 - c0, t.cols,
+                                            dw_t + ((size_t)kh * 3 * C + c0) * OC + oc0, (int64_t)C * OC, OC);
                             }
                         continue;
                     }
@@ -780,7 +781,8 @@ static void direct_bwd(const fl_conv_desc *d, const float *x, const float *w, co
                     for (int kh = 0; kh < KH; kh++)
                         for (int kp = 0; kp < kwc; kp += span)
                             for (int k = 0; k < ntile; k++) {
-                                int r0 = (int)fl_tile_start(span, ntile, k), r1 = (int)fl_tile_start(span, ntile, k + 1);
+                                const int r0 = (int)fl_tile_start(span, ntile, k);
+                                const int r1 = (int)fl_tile_start(span, ntile, k + 1);
                                 t.a = xs + (size_t)kh * DH * g.wp * C + (size_t)(kp / C) * DW * C + r0;
                                 t.c = dw_t + ((size_t)kh * kwc + kp + r0) * OC + oc0;
                                 fl_simd_run(&t, r1 - r0);
