@@ -447,12 +447,18 @@ static void maxpool_ref(const fl_conv_desc *d, const float *x, const float *g, f
                 }
 }
 
-/* The AVX-512 and the portable pooling against maxpool_ref, bit for bit: y, argmax and dx (dx += where beta) */
-static void test_maxpool(int n, int h, int w, int c, int k, int s, int same, float beta) {
+/* A k x k pooling, stride s, "same" or "valid" */
+static fl_conv_desc pool_desc(int n, int h, int w, int c, int k, int s, int same) {
     fl_conv_desc d = {0};
     d.n = n; d.h = h; d.w = w; d.c = c; d.oc = c; d.kh = k; d.kw = k; d.sh = s; d.sw = s;
     d.oh = out_dim(h, k, s, same, &d.pt);
     d.ow = out_dim(w, k, s, same, &d.pl);
+    return d;
+}
+
+/* The AVX-512 and the portable pooling against maxpool_ref, bit for bit: y, argmax and dx (dx += where beta) */
+static void test_maxpool(int n, int h, int w, int c, int k, int s, int same, float beta) {
+    const fl_conv_desc d = pool_desc(n, h, w, c, k, s, same);
     size_t nx = (size_t)n * h * w * c, ny = (size_t)n * d.oh * d.ow * c;
     float *x = rnd(nx, 21), *g = rnd(ny, 22), *dx0 = rnd(nx, 23);
     for (size_t i = 0; i < nx; i += 7) x[i] = x[i / 2]; /* some ties */
@@ -484,10 +490,7 @@ static void test_maxpool(int n, int h, int w, int c, int k, int s, int same, flo
 /* Average pooling (the vector loops) against the plainest form, bit for bit: the window's elements inside the
  * input added from 0 in window order, times 1/count; dx += dy/count over each window, in output order. */
 static void test_avgpool(int n, int h, int w, int c, int k, int s, int same, float beta) {
-    fl_conv_desc d = {0};
-    d.n = n; d.h = h; d.w = w; d.c = c; d.oc = c; d.kh = k; d.kw = k; d.sh = s; d.sw = s;
-    d.oh = out_dim(h, k, s, same, &d.pt);
-    d.ow = out_dim(w, k, s, same, &d.pl);
+    const fl_conv_desc d = pool_desc(n, h, w, c, k, s, same);
     size_t nx = (size_t)n * h * w * c, ny = (size_t)n * d.oh * d.ow * c;
     float *x = rnd(nx, 31), *g = rnd(ny, 32), *dx = rnd(nx, 33), *dxr = dup(dx, nx);
     float *y = malloc(ny * sizeof(float)), *yr = malloc(ny * sizeof(float));
