@@ -1315,6 +1315,9 @@ static void test_winograd(void) {
     test_conv_dil(6, 6, 7, 32, 80, 3, 3, 1, 1, FL_ACT_ELU, 1, 4, 4);
     test_wino_samples_dil(6, 4, 5, 32, 48, 2);
     test_wino_samples_dil(5, 3, 3, 40, 32, 3);
+    /* a transformed kernel over 1 MB (136 -> 136): blocks of at least 48 tiles, several samples' in one */
+    test_conv(6, 6, 6, 136, 136, 3, 3, 1, 1, FL_ACT_RELU, 1);
+    test_wino_samples(9, 4, 4, 136, 144);
     fl_set_num_threads(before);
 }
 

@@ -73,10 +73,15 @@ int fl_wino_ok(const fl_conv_desc *d) {
            wino_shape_ok(d->kh, d->kw, d->sh, d->sw, d->c, d->oc);
 }
 
-/* Tiles per block: V and M of a block fit WINO_BLOCK_FLOATS. */
+/* Tiles per block: V and M of a block fit WINO_BLOCK_FLOATS; but where the transformed kernel outgrows the L2
+ * (16 c oc floats over 1 MB: VGG's and ResNet50's 256- and 512-channel stages), at least WINO_WIDE_TILES, so
+ * that each panel of it streamed from the L3 serves that many tiles (6 tiles a block read VGG16's 16 MB of
+ * 512 -> 512 kernel once per 6 tiles: 1.5 multiply-adds a byte). A tile's sums do not depend on its block. */
+#define WINO_WIDE_TILES 48
 static int wino_block_tiles(int c, int oc) {
-    int tb = WINO_BLOCK_FLOATS / (16 * (c + oc));
-    return tb < 6 ? 6 : tb;
+    const int tb = WINO_BLOCK_FLOATS / (16 * (c + oc));
+    const int least = (size_t)16 * c * oc > ((size_t)1 << 18) ? WINO_WIDE_TILES : 6;
+    return tb < least ? least : tb;
 }
 
 size_t fl_wino_u_floats(int c, int oc) { return ((size_t)16 * c * oc + 15) & ~(size_t)15; }
