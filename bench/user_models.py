@@ -35,8 +35,10 @@ Models (Adam(1e-3); the loss and metrics each names):
   mixed2d     64x64x3: Conv(64) AvgPool(3, 1, same) Conv(64, 3, dilation 2) AvgPool Conv(64, 5, selu)
               UpSampling2D Cropping2D Conv(32, 3, swish) GlobalMaxPooling Dense(10)
   mixed1d     128 steps x 32: Conv1D(64,5) MaxPooling1D(3, 2, same) GRU(64, sequences) SimpleRNN(32) Dense(4)
-  resnet50_64, effb0_64, densenet121_64, mobilenet_64
-              keras.applications ResNet50, EfficientNetB0, DenseNet121 and MobileNet (v1) with weights=None,
+  textcnn     400 tokens: Embedding(20000, 128) Conv1D(128,5) MaxPooling1D(5) Conv1D(128,5) GlobalMaxPooling1D
+              Dense(128) Dropout Dense(2)
+  resnet50_64, effb0_64, densenet121_64, mobilenet_64, vgg16_64
+              keras.applications ResNet50, EfficientNetB0, DenseNet121, MobileNet (v1) and VGG16 with weights=None,
               input_shape (64, 64, 3), classes=10: the applications' own ZeroPadding2D, Rescaling and
               Normalization, squeeze-and-excitation, concatenations and depthwise blocks
 
@@ -49,7 +51,8 @@ import numpy as np
 
 MODELS = ["cifar_vgg", "tab_bn", "bigru_text", "sepconv64", "har_cnn1d", "unet_small", "conv_ae", "lstm_reg",
           "fasttext", "gelu_mlp", "resnet50_64", "effb0_64", "densenet121_64", "mobilenet_64", "catsdogs150",
-          "lenet5", "wavenet1d", "xception_mini", "mixed2d", "mixed1d"]
+          "lenet5", "wavenet1d", "xception_mini", "mixed2d", "mixed1d",
+          "textcnn", "vgg16_64"]
 
 
 def build(name, rng):
@@ -203,8 +206,15 @@ def build(name, rng):
         o = L.Dense(4, activation="softmax")(L.SimpleRNN(32)(L.GRU(64, return_sequences=True)(h)))
         n = 2048
         return keras.Model(i, o), rng.standard_normal((n, 128, 32), dtype=np.float32), rng.integers(0, 4, n), scce, acc
+    if name == "textcnn":  # Keras's classic 1D convnet over word embeddings
+        i = keras.Input((400,), dtype="int32")
+        h = L.MaxPooling1D(5)(L.Conv1D(128, 5, activation="relu")(L.Embedding(20000, 128)(i)))
+        h = L.GlobalMaxPooling1D()(L.Conv1D(128, 5, activation="relu")(h))
+        o = L.Dense(2, activation="softmax")(L.Dropout(0.5)(L.Dense(128, activation="relu")(h)))
+        n = 2048
+        return keras.Model(i, o), rng.integers(1, 20000, (n, 400)), rng.integers(0, 2, n), scce, acc
     apps = {"resnet50_64": "ResNet50", "effb0_64": "EfficientNetB0", "densenet121_64": "DenseNet121",
-            "mobilenet_64": "MobileNet"}
+            "mobilenet_64": "MobileNet", "vgg16_64": "VGG16"}
     if name in apps:  # keras.applications as a user takes them: no weights, 64x64x3, 10 classes
         m = getattr(keras.applications, apps[name])(weights=None, input_shape=(64, 64, 3), classes=10)
         n = 1024
