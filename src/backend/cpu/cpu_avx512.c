@@ -367,24 +367,15 @@ FL_AVX512 void fl_simd_relu_grad_colsum(int64_t rows, int n, int relu, const flo
     }
 }
 
-/* The window of output (oh, ow) clipped to the input: kernel rows [*k0, *k1), columns [*j0, *j1) */
-static inline void pool_window(int H, int W, int KH, int KW, int SH, int SW, int PT, int PL, int oh, int ow, int *k0,
-                               int *k1, int *j0, int *j1) {
-    const int ih = oh * SH - PT, iw = ow * SW - PL;
-    *k0 = ih < 0 ? -ih : 0;
-    *k1 = ih + KH > H ? H - ih : KH;
-    *j0 = iw < 0 ? -iw : 0;
-    *j1 = iw + KW > W ? W - iw : KW;
-}
-
 FL_AVX512 void fl_simd_maxpool_fwd_sample(int H, int W, int C, int OH, int OW, int KH, int KW, int SH, int SW, int PT,
                                           int PL, const float *x, float *y, int32_t *argmax) {
     for (int oh = 0; oh < OH; oh++)
         for (int ow = 0; ow < OW; ow++) {
             float *yo = y + ((size_t)oh * OW + ow) * C;
             int32_t *ao = argmax + ((size_t)oh * OW + ow) * C;
-            int k0, k1, j0, j1;
-            pool_window(H, W, KH, KW, SH, SW, PT, PL, oh, ow, &k0, &k1, &j0, &j1);
+            int k0, k1, j0, j1; /* the window clipped to the input */
+            fl_tap_range(oh * SH - PT, KH, 1, H, &k0, &k1);
+            fl_tap_range(ow * SW - PL, KW, 1, W, &j0, &j1);
             if (k0 >= k1 || j0 >= j1) { /* no input in the window (padding only) */
                 for (int c = 0; c < C; c++) { yo[c] = -INFINITY; ao[c] = -1; }
                 continue;
@@ -420,7 +411,8 @@ FL_AVX512 void fl_simd_maxpool_bwd_sample(int H, int W, int C, int OH, int OW, i
             const float *g = dy + ((size_t)oh * OW + ow) * C;
             const int32_t *a = argmax + ((size_t)oh * OW + ow) * C;
             int k0, k1, j0, j1;
-            pool_window(H, W, KH, KW, SH, SW, PT, PL, oh, ow, &k0, &k1, &j0, &j1);
+            fl_tap_range(oh * SH - PT, KH, 1, H, &k0, &k1);
+            fl_tap_range(ow * SW - PL, KW, 1, W, &j0, &j1);
             const ptrdiff_t o0 = (ptrdiff_t)(oh * SH - PT) * W + (ow * SW - PL);
             for (int c = 0; c < C; c += 16) {
                 __mmask16 mk = (__mmask16)(C - c >= 16 ? 0xFFFF : (1u << (C - c)) - 1);

@@ -1200,8 +1200,9 @@ void fl_cpu_maxpool_fwd(const fl_conv_desc *d, const float *x, float *y, int32_t
                 /* the window clipped to the input; its first element starts the maximum, then strictly greater
                  * ones replace it (the first maximum wins) */
                 const int ih = oh * d->sh - d->pt, iw = ow * d->sw - d->pl;
-                const int k0 = ih < 0 ? -ih : 0, k1 = ih + d->kh > H ? H - ih : d->kh;
-                const int j0 = iw < 0 ? -iw : 0, j1 = iw + d->kw > W ? W - iw : d->kw;
+                int k0, k1, j0, j1;
+                fl_tap_range(ih, d->kh, 1, H, &k0, &k1);
+                fl_tap_range(iw, d->kw, 1, W, &j0, &j1);
                 if (k0 >= k1 || j0 >= j1) {
                     for (int c = 0; c < C; c++) { yo[c] = -INFINITY; ao[c] = -1; }
                     continue;
@@ -1262,10 +1263,9 @@ void fl_cpu_maxpool_bwd(const fl_conv_desc *d, const float *dy, const int32_t *a
 static inline __attribute__((always_inline)) void avgpool_window(const fl_conv_desc *d, int oh, int ow, int *h0,
                                                                  int *h1, int *w0, int *w1) {
     const int ih = oh * d->sh - d->pt, iw = ow * d->sw - d->pl;
-    *h0 = ih < 0 ? 0 : ih;
-    *h1 = ih + d->kh > d->h ? d->h : ih + d->kh;
-    *w0 = iw < 0 ? 0 : iw;
-    *w1 = iw + d->kw > d->w ? d->w : iw + d->kw;
+    fl_tap_range(ih, d->kh, 1, d->h, h0, h1);
+    fl_tap_range(iw, d->kw, 1, d->w, w0, w1);
+    *h0 += ih, *h1 += ih, *w0 += iw, *w1 += iw; /* input rows and columns */
 }
 static inline __attribute__((always_inline)) void avgpool_fwd_row(const fl_conv_desc *d, int64_t n, int oh,
                                                                   const float *restrict x, float *restrict y) {

@@ -40,16 +40,6 @@
 #endif
 #define DW_INLINE static inline __attribute__((always_inline))
 
-static inline int imin(int a, int b) { return a < b ? a : b; }
-
-/* The taps [*t0, *t1) of a k-tap window starting at o0, taps dil apart,
- * that land inside [0, n). */
-static inline void tap_range(int o0, int k, int dil, int n, int *t0, int *t1) {
-    *t0 = o0 < 0 ? (-o0 + dil - 1) / dil : 0;
-    *t1 = o0 > n - 1 ? 0 : imin(k, (n - 1 - o0) / dil + 1);
-    if (*t1 < *t0) *t1 = *t0;
-}
-
 /* y[k] += x[k] * w[k] (depth multiplier 1) */
 DW_INLINE void madd1(int n, const float *restrict x, const float *restrict w, float *restrict y) {
     for (int k = 0; k < n; k++) y[k] += x[k] * w[k];
@@ -141,13 +131,13 @@ DW_INLINE void fwd_row_body(const int P, const fl_conv_desc *d, const float *x, 
     const int64_t n = r / d->oh;
     const int p = (int)(r % d->oh), ih0 = p * d->sh - d->pt;
     int i0, i1;
-    tap_range(ih0, d->kh, DH, d->h, &i0, &i1);
+    fl_tap_range(ih0, d->kh, DH, d->h, &i0, &i1);
     const float *xn = x + (size_t)n * d->h * d->w * C;
     float *yr = y + (size_t)r * d->ow * OC;
     for (int q = 0; q < d->ow; q++) {
         const int iw0 = q * d->sw - d->pl;
         int j0, j1;
-        tap_range(iw0, d->kw, DW, d->w, &j0, &j1);
+        fl_tap_range(iw0, d->kw, DW, d->w, &j0, &j1);
         float *yp = yr + (size_t)q * OC;
         int c0 = 0;
         if (dm == 1) /* 16 channels at a time, in registers over the whole window */

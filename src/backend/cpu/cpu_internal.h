@@ -84,6 +84,13 @@ void fl_cpu_bn_dx_rows(int64_t rows, int c, const fl_bn_grad *bg, const float *g
  * FL_ACT_LINEAR, _RELU or _RELU6, its own pass's arithmetic (a convolution applying it as it copies its input:
  * backend.h d->pre) */
 void fl_cpu_bn_apply_rows(int64_t rows, int c, const float *st, int act, const float *x, float *y);
+/* The taps [*t0, *t1) of a k-tap window starting at o0 (negative: in the padding), taps dil apart, that land
+ * inside [0, n); *t0 == *t1 where none does. The depthwise kernels' and the poolings' windows. */
+static inline void fl_tap_range(int o0, int k, int dil, int n, int *t0, int *t1) {
+    *t0 = o0 < 0 ? (-o0 + dil - 1) / dil : 0;
+    *t1 = o0 > n - 1 ? 0 : (n - 1 - o0) / dil + 1 < k ? (n - 1 - o0) / dil + 1 : k;
+    if (*t1 < *t0) *t1 = *t0;
+}
 /* The cap of a ReLU (FL_ACT_RELU: none) or ReLU6 fused into a normalisation */
 static inline float fl_cpu_relu_cap(int act) { return act == FL_ACT_RELU6 ? 6.0f : INFINITY; }
 void fl_cpu_bn_dx(int64_t m, int c, const fl_bn_grad *bg, const float *x, float *dx);
