@@ -355,9 +355,10 @@ static void pad_sample(const fl_conv_desc *d, const conv_geom *g, const float *x
 /* A convolution's tile (rows: output pixels t->as apart; segments: the kh
  * kernel rows; steps: kw x ci) in the micro-kernel's taps form where it may
  * take it (3 taps along a stride-1 row, or down a Conv1D's steps; one
- * vector of output channels); returns the rows per tile to use. */
-static int conv_taps(fl_simd_tile *t, int kh, int kw, int ci) {
-    if (!fl_simd_taps_ok(3, t->cols)) return fl_simd_max_rows(t->cols);
+ * vector of output channels; not dilated: its taps are not neighbours); returns the rows per tile to use. */
+static int conv_taps(fl_simd_tile *t, const fl_conv_desc *d, int ci) {
+    const int kh = d->kh, kw = d->kw;
+    if (dilated(d) || !fl_simd_taps_ok(3, t->cols)) return fl_simd_max_rows(t->cols);
     if (kw == 3 && t->as == ci && t->aj == 1) {
         t->nj = ci;
         t->btap = (int64_t)ci * t->bj;
@@ -400,7 +401,6 @@ static void direct_fwd_rows(const fl_conv_desc *d, const conv_geom *g, const flo
     const int C = d->c, OC = d->oc;
     const int relu = d->act == FL_ACT_RELU || d->act == FL_ACT_RELU6; /* in the micro-kernel's store */
     const int flat = d->kh == 1 && d->kw == 1 && d->sh == 1 && d->sw == 1 && g->wp == d->ow && g->hp == d->oh;
-    const int dil = dilated(d);
     for (int oc0 = 0; oc0 < OC; oc0 += 64) {
         fl_simd_tile t = {0};
         t.cols = OC - oc0 < 64 ? OC - oc0 : 64;
@@ -426,7 +426,7 @@ static void direct_fwd_rows(const fl_conv_desc *d, const conv_geom *g, const flo
              * deep stages at 64x64, filled a 6-row tile in part per row).
              * Each pixel's sum is the same either way. */
             t.as = flat ? C : (int64_t)d->sh * g->wp * C;
-            const int rm = dil ? fl_simd_max_rows(t.cols) : conv_taps(&t, d->kh, d->kw, C);
+            const int rm = conv_taps(&t, d, C);
             const int per = flat ? d->ow : 1, nr = (oh1 - oh0) * per, ntr = fl_tiles(nr, rm);
             for (int k = 0; k < ntr; k++) {
                 const int r0 = oh0 * per + (int)fl_tile_start(nr, ntr, k);
@@ -438,7 +438,7 @@ static void direct_fwd_rows(const fl_conv_desc *d, const conv_geom *g, const flo
             }
             continue;
         }
-        const int rm = dil ? fl_simd_max_rows(t.cols) : conv_taps(&t, d->kh, d->kw, C), nt = fl_tiles(d->ow, rm);
+        const int rm = conv_taps(&t, d, C), nt = fl_tiles(d->ow, rm);
         for (int oh = oh0; oh < oh1; oh++)
             for (int k = 0; k < nt; k++) {
                 int ow0 = (int)fl_tile_start(d->ow, nt, k), ow1 = (int)fl_tile_start(d->ow, nt, k + 1);
@@ -813,7 +813,7 @@ static void direct_bwd(const fl_conv_desc *d, const float *x, const float *w, co
                         const float *xg = x + (size_t)n * in_sz; /* the unpadded x gates dx */
                         if (d->w == 1) { /* a Conv1D: tiles down the rows, as in the forward */
                             t.as = (int64_t)g.wd * OC;
-                            const int rm = dilated(d) ? fl_simd_max_rows(t.cols) : conv_taps(&t, KH, KW, OC);
+                            const int rm = conv_taps(&t, d, OC);
                             const int ntr = fl_tiles(d->h, rm);
                             for (int k = 0; k < ntr; k++) {
                                 const int r0 = (int)fl_tile_start(d->h, ntr, k);
@@ -825,7 +825,7 @@ static void direct_bwd(const fl_conv_desc *d, const float *x, const float *w, co
                             }
                             continue;
                         }
-                        const int rm = dilated(d) ? fl_simd_max_rows(t.cols) : conv_taps(&t, KH, KW, OC);
+                        const int rm = conv_taps(&t, d, OC);
                         const int ntile = fl_tiles(d->w, rm);
                         for (int ih = 0; ih < d->h; ih++)
                             for (int k = 0; k < ntile; k++) {

@@ -156,8 +156,7 @@ FL_AVX512 static void in_tile(const float *xs, int H, int W, int C, int ih0, int
 /* a dilated convolution's patch: its 4x4 pixels dh rows and dw columns apart; pre where given */
 FL_AVX512 static void in_tile_dil(const float *xs, int H, int W, int C, int ih0, int iw0, int dh, int dw, float *v,
                                   size_t vs, const float *pre, int act) {
-    if (!pre) in_tile_body(xs, H, W, C, ih0, iw0, dh, dw, v, vs, NULL, FL_ACT_LINEAR);
-    else if (act == FL_ACT_LINEAR) in_tile_body(xs, H, W, C, ih0, iw0, dh, dw, v, vs, pre, FL_ACT_LINEAR);
+    if (!pre || act == FL_ACT_LINEAR) in_tile_body(xs, H, W, C, ih0, iw0, dh, dw, v, vs, pre, FL_ACT_LINEAR);
     else in_tile_body(xs, H, W, C, ih0, iw0, dh, dw, v, vs, pre, act);
 }
 FL_AVX512 static void in_tile_pre(const float *xs, int H, int W, int C, int ih0, int iw0, float *v, size_t vs,
@@ -254,9 +253,9 @@ static void phases_of(const fl_conv_desc *d, int oh0, int oh1, wino_phases *w) {
     for (int a = 0; a < dh; a++) {
         const int first = oh0 + ((a - oh0) % dh + dh) % dh; /* the first row >= oh0 of phase a */
         const int sr = first < oh1 ? (oh1 - first + dh - 1) / dh : 0;
+        if (!sr) continue;
         for (int b = 0; b < dw && b < d->ow; b++) {
             const int sc = (d->ow - b + dw - 1) / dw;
-            if (!sr) continue;
             w->r0[np] = first;
             w->c0[np] = b;
             w->sr[np] = sr;
