@@ -476,8 +476,10 @@ static void test_infer_step_limit(void) {
     CHECK_MSG(lim != NULL, "predict under a limit of the weights, their gradients and 10 MiB: %s", fl_last_error());
     fl_set_max_model_bytes(0); /* the default again */
     fl_tensor *all = fl_predict(m, x, .batch_size = N, .verbose = FL_VERBOSE_SILENT);
-    CHECK_MSG(all && lim && max_abs_diff(all, lim) == 0.0, "predict under the limit differs by %g",
-              max_abs_diff(all, lim));
+    /* flynn's own GEMM (AVX-512) gives the same bits in any step; OpenBLAS's sums move with the step's rows */
+    const double tol = fl_cpu_simd() ? 0.0 : 1e-5;
+    CHECK_MSG(all && lim && max_abs_diff(all, lim) <= tol, "predict under the limit differs by %g (allowed: %g)",
+              max_abs_diff(all, lim), tol);
     fl_tensor_free(all);
     fl_tensor_free(lim);
     fl_tensor_free(x);
