@@ -10,6 +10,7 @@
 #include "check.h"
 #include "backend/cpu/cpu_simd.h"
 #include "core/plan.h"
+#include "ops/ops.h"
 #include "nn/nn.h"
 
 #include <math.h>
@@ -708,6 +709,123 @@ static void test_infer_step(void) {
     fl_tensor_free(t);
 }
 
+/* A Conv1D runs as a convolution that takes the sequence itself, with no reshape after it, so the fusions that
+ * look at a convolution's first reader see the layers after a Conv1D as they see them after a Conv2D: the
+ * normalisation folded in inference and formed in the convolution's backward in training, the residual Add in
+ * its store, the max pooling in its pass. A twin of Conv2Ds over (steps, 1, channels) with the same weights
+ * makes the same fusions and the same bits, in predict at batch 32 and 1 and after two epochs of training. */
+static fl_model *conv1d_twin(bool two_d) {
+    enum { L = 40, C = 8, F = 16 };
+    fl_sym *x = two_d ? fl_keras_input(L, 1, C) : fl_keras_input(L, C), *h;
+#define CONV(f, k, ...) (two_d ? fl_conv2d(f, .kernel_h = k, .kernel_w = 1, __VA_ARGS__) : fl_conv1d(f, k, __VA_ARGS__))
+    h = fl_call(fl_relu_layer(), fl_call(fl_batch_normalization(), fl_call(CONV(F, 3, .padding = FL_SAME,
+                                                                                  .no_bias = true), x)));
+    h = fl_call(fl_relu_layer(), fl_call_n(fl_add(), h, fl_call(CONV(F, 1, .padding = FL_VALID), h)));
+    h = fl_call(CONV(F, 3, .padding = FL_SAME, .activation = FL_RELU), h);
+    h = fl_call(two_d ? fl_max_pooling2d(.pool_h = 2, .pool_w = 1) : fl_max_pooling1d(2), h);
+    if (two_d) h = fl_call(fl_zero_padding2d(.top = 2), h); /* Conv1D's "causal": 2 * (2 - 1) steps before */
+    h = fl_call(two_d ? fl_conv2d(F, .kernel_h = 2, .kernel_w = 1, .dilation_h = 2, .dilation_w = 1,
+                                  .activation = FL_RELU)
+                      : fl_conv1d(F, 2, .padding = FL_CAUSAL, .dilation_rate = 2, .activation = FL_RELU),
+                h);
+#undef CONV
+    h = fl_call(fl_batch_normalization(), h);
+    h = fl_call(two_d ? fl_global_average_pooling2d() : fl_global_average_pooling1d(), h);
+    fl_model *m = fl_model_new(fl_syms(x), fl_syms(fl_call(fl_dense(3, .activation = FL_SOFTMAX), h)), "twin");
+    if (m && fl_compile(m, fl_sgd(.learning_rate = 0.05f, .momentum = 0.9f), FL_SPARSE_CATEGORICAL_CROSSENTROPY))
+        fl_model_free(m), m = NULL;
+    return m;
+}
+
+/* how many of m's convolutions make each fusion: in inference (bn_folded, res_fused after a predict), in
+ * training (the normalisation's gradient formed by the convolution) and the max pooling in its pass */
+static void conv_fusions(fl_model *m, int *fold, int *res, int *bn_train, int *pool) {
+    *fold = *res = *bn_train = *pool = 0;
+    for (int i = 0; i < m->g.n; i++) {
+        const fl_node *n = m->g.nodes[i];
+        *fold += n->bn_folded > 0;
+        *res += n->res_fused;
+        if (n->op != FL_OP_CONV2D) continue;
+        *bn_train += fl_op_fused_conv_bn_train(&m->g, n) != NULL;
+        *pool += fl_op_fused_pool(&m->g, n) != NULL;
+    }
+}
+
+static void test_conv1d_fusions(void) {
+    enum { N = 64, L = 40, C = 8 };
+    fl_model *m = conv1d_twin(false), *t = conv1d_twin(true);
+    CHECK(m && t);
+    if (!m || !t) { fl_model_free(m); fl_model_free(t); return; }
+    fl_model_set_seed(m, 7);
+    bn_weights_away(m, 40, 0.2f);
+    /* the same weights, layer by layer of those that have them (the twin has a ZeroPadding2D more): a (k, in,
+     * out) kernel is (k, 1, in, out) */
+    for (int l = 0, j = 0; l < fl_model_num_layers(m); l++) {
+        fl_layer *a = fl_model_layer(m, l), *b = NULL;
+        if (!fl_layer_num_weights(a)) continue;
+        while (j < fl_model_num_layers(t) && !fl_layer_num_weights(b = fl_model_layer(t, j++))) b = NULL;
+        CHECK(b && !strcmp(fl_layer_class(b), strcmp(fl_layer_class(a), "Conv1D") ? fl_layer_class(a) : "Conv2D"));
+        for (int k = 0; b && k < fl_layer_num_weights(a) && k < fl_layer_num_weights(b); k++) {
+            fl_tensor *w = fl_layer_weight(a, k), *v = fl_layer_weight(b, k);
+            fl_tensor *c = fl_tensor_clone(v);
+            CHECK(c && fl_tensor_size(w) == fl_tensor_size(v));
+            if (c) memcpy(fl_tensor_data(c), fl_tensor_data(w), (size_t)fl_tensor_size(w) * sizeof(float));
+            CHECK(c && fl_layer_set_weight(b, k, c) == FL_OK);
+            fl_tensor_free(c);
+        }
+    }
+    fl_tensor *x = fl_tensor_zeros(FL_FLOAT32, N, L, C), *x2 = fl_tensor_zeros(FL_FLOAT32, N, L, 1, C);
+    fl_tensor *y = fl_tensor_zeros(FL_FLOAT32, N);
+    float *xd = fl_tensor_data(x), *yd = fl_tensor_data(y);
+    for (int i = 0; i < N * L * C; i++) xd[i] = 2.0f * (fl_philox_uniform(21, 1, (uint64_t)i) - 0.5f);
+    for (int i = 0; i < N; i++) yd[i] = (float)(i % 3);
+    memcpy(fl_tensor_data(x2), xd, (size_t)N * L * C * sizeof(float));
+    for (int bs = 32; bs >= 1; bs -= 31) {
+        fl_tensor *p = fl_predict(m, x, .batch_size = bs, .verbose = FL_VERBOSE_SILENT);
+        int f[4], g[4];
+        conv_fusions(m, &f[0], &f[1], &f[2], &f[3]);
+        fl_tensor *q = fl_predict(t, x2, .batch_size = bs, .verbose = FL_VERBOSE_SILENT);
+        conv_fusions(t, &g[0], &g[1], &g[2], &g[3]);
+        CHECK_MSG(memcmp(f, g, sizeof f) == 0, "batch %d: the Conv1Ds fold %d normalisations, form %d Adds and %d "
+                  "normalisation gradients and pool %d times; the Conv2D twin %d, %d, %d, %d", bs, f[0], f[1], f[2],
+                  f[3], g[0], g[1], g[2], g[3]);
+        if (bs == 32) { /* the fusions this model offers, where the backend makes them (the last normalisation
+                         * reads a convolution whose ReLU comes first: not one) */
+            const fl_backend *be = fl_backend_cpu();
+            CHECK_MSG(f[0] >= 1 && f[1] == (be->conv_res ? 1 : 0) && f[2] == (be->conv2d_bn_bwd ? 1 : 0) &&
+                      f[3] == (be->conv2d_maxpool_fwd ? 1 : 0),
+                      "batch 32: the Conv1Ds fold %d normalisations, form %d Adds, %d normalisation gradients and "
+                      "pool %d times", f[0], f[1], f[2], f[3]);
+        }
+        CHECK_MSG(p && q && memcmp(fl_tensor_data(p), fl_tensor_data(q), (size_t)fl_tensor_size(p) * 4) == 0,
+                  "batch %d: the Conv1D model's predictions differ from the Conv2D twin's by %g", bs,
+                  p && q ? max_abs_diff(p, q) : -1.0);
+        fl_tensor_free(p);
+        fl_tensor_free(q);
+    }
+    fl_history *hm = fl_fit(m, x, y, .batch_size = 16, .epochs = 2, .no_shuffle = true, .verbose = FL_VERBOSE_SILENT);
+    fl_history *ht = fl_fit(t, x2, y, .batch_size = 16, .epochs = 2, .no_shuffle = true, .verbose = FL_VERBOSE_SILENT);
+    CHECK(hm && ht);
+    int differ = 0;
+    for (int l = 0, j = 0; l < fl_model_num_layers(m); l++) {
+        fl_layer *a = fl_model_layer(m, l), *b = NULL;
+        if (!fl_layer_num_weights(a)) continue;
+        while (j < fl_model_num_layers(t) && !fl_layer_num_weights(b = fl_model_layer(t, j++))) b = NULL;
+        for (int k = 0; b && k < fl_layer_num_weights(a); k++) {
+            fl_tensor *w = fl_layer_weight(a, k), *v = fl_layer_weight(b, k);
+            differ += memcmp(fl_tensor_data(w), fl_tensor_data(v), (size_t)fl_tensor_size(w) * sizeof(float)) != 0;
+        }
+    }
+    CHECK_MSG(differ == 0, "after two epochs, %d weights of the Conv1D model differ from the Conv2D twin's", differ);
+    fl_history_free(hm);
+    fl_history_free(ht);
+    fl_tensor_free(x);
+    fl_tensor_free(x2);
+    fl_tensor_free(y);
+    fl_model_free(m);
+    fl_model_free(t);
+}
+
 int main(void) {
     test_place_small();
     test_place_random();
@@ -722,5 +840,6 @@ int main(void) {
     test_infer_step();
     test_infer_step_large();
     test_fold_steps();
+    test_conv1d_fusions();
     return check_report("test_plan");
 }

@@ -943,17 +943,16 @@ static fl_status need_sequence(const fl_layer *l, const fl_node *x) {
                     kind_class[l->kind], fl_shape_str(x->ndim, x->shape, s, sizeof s));
 }
 
-/* ZeroPadding1D, Cropping1D, UpSampling1D on the (steps, 1, features) view
- * of a sequence, through the 2D ops. */
+/* ZeroPadding1D and Cropping1D through the 2D padding, which takes a sequence as an image of one column;
+ * UpSampling1D on the (steps, 1, features) view of the sequence. */
 static fl_node *build_seq1d(fl_layer *l, fl_graph *g, fl_node *const *xs, int nx) {
     (void)nx;
     fl_node *x = xs[0];
     if (need_sequence(l, x)) return NULL;
-    fl_node *v = fl_graph_reshape(g, l->name, x, 3, (int64_t[]){x->shape[1], 1, x->shape[2]});
-    if (!v) return NULL;
     const int s = l->kind == FL_L_CROPPING1D ? -1 : 1;
-    fl_node *y = l->kind == FL_L_UPSAMPLE1D ? fl_graph_upsample2d(g, l->name, v, l->a.up.size_h, 1, false)
-                                            : fl_graph_pad2d(g, l->name, v, s * l->a.pad.top, s * l->a.pad.bottom, 0, 0);
+    if (l->kind != FL_L_UPSAMPLE1D) return fl_graph_pad2d(g, l->name, x, s * l->a.pad.top, s * l->a.pad.bottom, 0, 0);
+    fl_node *v = fl_graph_reshape(g, l->name, x, 3, (int64_t[]){x->shape[1], 1, x->shape[2]});
+    fl_node *y = v ? fl_graph_upsample2d(g, l->name, v, l->a.up.size_h, 1, false) : NULL;
     return y ? fl_graph_reshape(g, l->name, y, 2, (int64_t[]){y->shape[1], y->shape[3]}) : NULL;
 }
 
@@ -1031,16 +1030,14 @@ static fl_node *build_pool1d(fl_layer *l, fl_graph *g, fl_node *const *xs, int n
     const fl_pool1d_args *a = &l->a.pool1d;
     fl_node *x = xs[0];
     if (need_rank(l, x, 3, SEQUENCE)) return NULL;
-    int64_t c = x->shape[2];
-    fl_node *y = fl_graph_pool(g, l->name, l->kind == FL_L_MAXPOOL1D ? FL_OP_MAXPOOL : FL_OP_AVGPOOL,
-                               view(l, g, x, 3, (int64_t[]){x->shape[1], 1, c}), a->pool_size, 1, a->strides, 1,
-                               a->padding);
-    return y ? view(l, g, y, 2, (int64_t[]){y->shape[1], c}) : NULL;
+    return fl_graph_pool(g, l->name, l->kind == FL_L_MAXPOOL1D ? FL_OP_MAXPOOL : FL_OP_AVGPOOL, x, a->pool_size, 1,
+                         a->strides, 1, a->padding);
 }
 
-/* Conv1D: the sequence as an image of one column and the kernel
- * (k, in/groups, out) as (k, 1, in/groups, out), the same bytes; "causal"
- * pads dilation*(k - 1) steps before the sequence and convolves "valid". */
+/* Conv1D: the convolution takes the sequence as an image of one column, and
+ * the kernel (k, in/groups, out) as (k, 1, in/groups, out), the same bytes;
+ * "causal" pads dilation*(k - 1) steps before the sequence and convolves
+ * "valid". */
 static fl_node *build_conv1d(fl_layer *l, fl_graph *g, fl_node *const *xs, int nx) {
     (void)nx;
     const fl_conv1d_args *a = &l->a.conv1d;
@@ -1049,14 +1046,12 @@ static fl_node *build_conv1d(fl_layer *l, fl_graph *g, fl_node *const *xs, int n
     fl_node *k = add_weight(l, g, "kernel", 3, (int64_t[]){a->kernel_size, x->shape[2] / a->groups, a->filters}, true);
     fl_node *b = k && !a->no_bias ? add_weight(l, g, "bias", 1, (int64_t[]){a->filters}, true) : NULL;
     if (!k || (!a->no_bias && !b)) return NULL;
-    fl_node *img = view(l, g, x, 3, (int64_t[]){x->shape[1], 1, x->shape[2]});
-    if (img && a->padding == FL_CAUSAL && a->kernel_size > 1)
-        img = fl_graph_pad2d(g, l->name, img, a->dilation_rate * (a->kernel_size - 1), 0, 0, 0);
-    if (!img) return NULL;
+    if (a->padding == FL_CAUSAL && a->kernel_size > 1)
+        x = fl_graph_pad2d(g, l->name, x, a->dilation_rate * (a->kernel_size - 1), 0, 0, 0);
+    if (!x) return NULL;
     int act = (int)a->activation;
-    fl_node *y = fl_graph_conv2d_dilated(g, l->name, img, k, b, a->strides, 1, a->dilation_rate, 1, a->groups,
+    fl_node *y = fl_graph_conv2d_dilated(g, l->name, x, k, b, a->strides, 1, a->dilation_rate, 1, a->groups,
                                          a->padding == FL_SAME ? FL_SAME : FL_VALID, fused_act(act));
-    y = y ? view(l, g, y, 2, (int64_t[]){y->shape[1], a->filters}) : NULL;
     return then_act(g, l->name, y, act);
 }
 

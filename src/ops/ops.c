@@ -72,6 +72,26 @@ static fl_node *like(fl_graph *g, fl_op op, const char *name, fl_node *x) {
     return n;
 }
 
+/* An image op's input: (batch, height, width, channels), or a sequence (batch, steps, channels) taken as an image
+ * of one column (Conv1D, the 1D poolings, ZeroPadding1D), whose output is then a sequence too: no reshape stands
+ * between a Conv1D and the normalisation, Add or pooling after it, so the fusions that look at a convolution's
+ * first reader see them as they see a Conv2D's. */
+static bool image_dims(const fl_node *x, int *h, int *w, int *c) {
+    if (x->ndim != 4 && x->ndim != 3) return false;
+    *h = (int)x->shape[1];
+    *w = x->ndim == 4 ? (int)x->shape[2] : 1;
+    *c = (int)x->shape[x->ndim - 1];
+    return true;
+}
+
+/* n's shape: (oh, ow, c) per sample, or (oh, c) where x is a sequence (ow is then 1: the callers check) */
+static bool set_image_shape(fl_graph *g, fl_node *n, const fl_node *x, int64_t oh, int64_t ow, int64_t c) {
+    if (x->ndim == 3) return set_shape(g, n, true, 2, (int64_t[]){oh, c});
+    return set_shape(g, n, true, 3, (int64_t[]){oh, ow, c});
+}
+
+#define IMAGE_OR_SEQUENCE "(batch, height, width, channels) or (batch, steps, channels)"
+
 /* The node of a convolution-like op (Conv2D, its depthwise and transposed
  * forms): inputs x, kernel w, bias b or NULL; output (oh, ow, oc) per
  * sample: the descriptor's (d.oh, d.ow, d.oc), except for the transposed form,
@@ -86,7 +106,7 @@ static fl_node *conv_node_shaped(fl_graph *g, fl_op op, const char *name, fl_nod
     n->in[0] = x; n->in[1] = w; n->in[2] = b;
     n->conv = d;
     n->act = act;
-    if (!set_shape(g, n, true, 3, (int64_t[]){oh, ow, oc})) return NULL;
+    if (!set_image_shape(g, n, x, oh, ow, oc)) return NULL;
     return n;
 }
 
@@ -216,27 +236,34 @@ fl_node *fl_graph_conv2d(fl_graph *g, const char *name, fl_node *x, fl_node *w, 
 fl_node *fl_graph_conv2d_dilated(fl_graph *g, const char *name, fl_node *x, fl_node *w, fl_node *b, int sh, int sw,
                                  int dh, int dw, int groups, fl_padding pad, int act) {
     char s[128];
-    if (x->ndim != 4)
-        return fl_error_null(FL_ERR_SHAPE, "layer '%s' (Conv2D): input %s must be (batch, height, width, channels)",
-                             name, sample_str(x, s, sizeof s));
-    if (groups <= 0 || x->shape[3] % groups)
-        return fl_error_null(FL_ERR_SHAPE, "layer '%s' (Conv2D): input has %lld channels, not divisible by groups %d",
-                             name, (long long)x->shape[3], groups);
+    fl_conv_desc d = {0};
+    const char *cls = x->ndim == 3 ? "Conv1D" : "Conv2D";
+    if (!image_dims(x, &d.h, &d.w, &d.c))
+        return fl_error_null(FL_ERR_SHAPE, "layer '%s' (Conv2D): input %s must be " IMAGE_OR_SEQUENCE, name,
+                             sample_str(x, s, sizeof s));
+    if (groups <= 0 || d.c % groups)
+        return fl_error_null(FL_ERR_SHAPE, "layer '%s' (%s): input has %d channels, not divisible by groups %d", name,
+                             cls, d.c, groups);
     /* the kernel is (kh, kw, in/groups, out), or (kh, in/groups, out) for a
      * one-column image (Conv1D's kernel: the same bytes as (kh, 1, in, out)) */
-    const int64_t cg = x->shape[3] / groups;
-    if ((w->ndim != 4 && w->ndim != 3) || w->shape[w->ndim - 2] != cg)
-        return fl_error_null(FL_ERR_SHAPE, "layer '%s' (Conv2D): input has %lld channels (%lld per group of %d), "
-                             "kernel expects %lld", name, (long long)x->shape[3], (long long)cg, groups,
+    const int64_t cg = d.c / groups;
+    if ((w->ndim != 4 && w->ndim != 3) || (x->ndim == 3 && w->ndim != 3))
+        return fl_error_null(FL_ERR_SHAPE, "layer '%s' (%s): kernel %s, expected (kernel_size, in, out) for a "
+                             "sequence, (kh, kw, in, out) for an image", name, cls,
+                             fl_shape_str(w->ndim, w->shape, s, sizeof s));
+    if (w->shape[w->ndim - 2] != cg)
+        return fl_error_null(FL_ERR_SHAPE, "layer '%s' (%s): input has %d channels (%lld per group of %d), "
+                             "kernel expects %lld", name, cls, d.c, (long long)cg, groups,
                              (long long)w->shape[w->ndim - 2]);
     if (w->shape[w->ndim - 1] % groups)
-        return fl_error_null(FL_ERR_SHAPE, "layer '%s' (Conv2D): %lld filters, not divisible by groups %d", name,
+        return fl_error_null(FL_ERR_SHAPE, "layer '%s' (%s): %lld filters, not divisible by groups %d", name, cls,
                              (long long)w->shape[w->ndim - 1], groups);
-    fl_conv_desc d = {0};
-    d.h = (int)x->shape[1]; d.w = (int)x->shape[2]; d.c = (int)x->shape[3];
     d.kh = (int)w->shape[0]; d.kw = w->ndim == 4 ? (int)w->shape[1] : 1; d.oc = (int)w->shape[w->ndim - 1];
     d.groups = groups;
-    if (conv_geometry(&d, name, "Conv2D", sh, sw, dh, dw, pad)) return NULL;
+    if (conv_geometry(&d, name, cls, sh, sw, dh, dw, pad)) return NULL;
+    if (x->ndim == 3 && d.ow != 1)
+        return fl_error_null(FL_ERR_SHAPE, "layer '%s' (Conv1D): stride %d and dilation %d across the one column of "
+                             "a sequence, expected 1", name, sw, dw);
     /* one input channel per group: a depthwise convolution (kernel (kh, kw,
      * 1, c*m) is the same bytes as the depthwise (kh, kw, c, m)) */
     if (groups > 1 && groups == d.c) {
@@ -280,12 +307,14 @@ fl_node *fl_graph_depthwise_conv2d_dilated(fl_graph *g, const char *name, fl_nod
 fl_node *fl_graph_pool(fl_graph *g, const char *name, fl_op op, fl_node *x, int kh, int kw, int sh, int sw,
                        fl_padding pad) {
     char s[128];
-    const char *cls = op == FL_OP_MAXPOOL ? "MaxPooling2D" : "AveragePooling2D";
-    if (x->ndim != 4)
-        return fl_error_null(FL_ERR_SHAPE, "layer '%s' (%s): input %s must be (batch, height, width, channels)", name,
-                             cls, sample_str(x, s, sizeof s));
+    const char *cls = op == FL_OP_MAXPOOL ? (x->ndim == 3 ? "MaxPooling1D" : "MaxPooling2D")
+                                          : (x->ndim == 3 ? "AveragePooling1D" : "AveragePooling2D");
     fl_conv_desc d = {0};
-    d.h = (int)x->shape[1]; d.w = (int)x->shape[2]; d.c = (int)x->shape[3]; d.oc = d.c;
+    if (!image_dims(x, &d.h, &d.w, &d.c) || (x->ndim == 3 && (kw != 1 || sw != 1)))
+        return fl_error_null(FL_ERR_SHAPE, "layer '%s' (%s): input %s must be (batch, height, width, channels), or "
+                             "(batch, steps, channels) with a window of one column", name, cls,
+                             sample_str(x, s, sizeof s));
+    d.oc = d.c;
     d.kh = kh; d.kw = kw; d.sh = sh; d.sw = sw;
     d.oh = out_dim(d.h, kh, sh, pad, &d.pt);
     d.ow = out_dim(d.w, kw, sw, pad, &d.pl);
@@ -297,7 +326,7 @@ fl_node *fl_graph_pool(fl_graph *g, const char *name, fl_op op, fl_node *x, int 
     n->nin = 1;
     n->in[0] = x;
     n->conv = d;
-    if (!set_shape(g, n, true, 3, (int64_t[]){d.oh, d.ow, d.c})) return NULL;
+    if (!set_image_shape(g, n, x, d.oh, d.ow, d.c)) return NULL;
     if (op == FL_OP_MAXPOOL) n->aux_per_sample = (size_t)d.oh * d.ow * d.c * sizeof(int32_t);
     return n;
 }
@@ -471,26 +500,25 @@ fl_node *fl_graph_merge(fl_graph *g, const char *name, fl_op op, fl_node *const 
 
 fl_node *fl_graph_pad2d(fl_graph *g, const char *name, fl_node *x, int top, int bottom, int left, int right) {
     char s[128];
-    if (x->ndim != 4)
-        return fl_error_null(FL_ERR_SHAPE, "layer '%s': input %s must be (batch, height, width, channels)", name,
-                             sample_str(x, s, sizeof s));
-    int64_t oh = x->shape[1] + top + bottom, ow = x->shape[2] + left + right;
+    fl_conv_desc d = {0};
+    if (!image_dims(x, &d.h, &d.w, &d.c) || (x->ndim == 3 && (left || right)))
+        return fl_error_null(FL_ERR_SHAPE, "layer '%s': input %s must be (batch, height, width, channels), or "
+                             "(batch, steps, channels) padded along its steps", name, sample_str(x, s, sizeof s));
+    int64_t oh = (int64_t)d.h + top + bottom, ow = (int64_t)d.w + left + right;
     if (oh <= 0 || ow <= 0 || oh > INT32_MAX || ow > INT32_MAX)
         return fl_error_null(FL_ERR_SHAPE,
-                             "layer '%s': padding ((%d, %d), (%d, %d)) turns the %lldx%lld input into %lldx%lld, "
+                             "layer '%s': padding ((%d, %d), (%d, %d)) turns the %dx%d input into %lldx%lld, "
                              "expected at least 1x1 (cropping more than the image?)",
-                             name, top, bottom, left, right, (long long)x->shape[1], (long long)x->shape[2],
-                             (long long)oh, (long long)ow);
+                             name, top, bottom, left, right, d.h, d.w, (long long)oh, (long long)ow);
     fl_node *n = fl_graph_new_node(g, FL_OP_PAD2D, name);
     if (!n) return NULL;
     n->nin = 1;
     n->in[0] = x;
-    fl_conv_desc d = {0};
-    d.h = (int)x->shape[1]; d.w = (int)x->shape[2]; d.c = (int)x->shape[3]; d.oc = d.c;
+    d.oc = d.c;
     d.oh = (int)oh; d.ow = (int)ow;
     d.pt = top; d.pl = left;
     n->conv = d;
-    if (!set_shape(g, n, true, 3, (int64_t[]){oh, ow, d.c})) return NULL;
+    if (!set_image_shape(g, n, x, oh, ow, d.c)) return NULL;
     return n;
 }
 
