@@ -79,6 +79,17 @@ int main(int argc, char **argv) {
         {"1x1 conv 144->24 (MobileNetV2 24x24, B32)", 0, 0, 18432, 24, 144},
         {"1x1 conv 960->160 (MobileNetV2 3x3, B32)", 0, 0, 288, 160, 960},
         {"1x1 conv dW 32x96 (MobileNetV2 48x48)", 1, 0, 32, 96, 73728},
+        /* a conv's chunk (~512 rows) as the GEMM path runs it, one per thread */
+        {"conv1d chunk 5x128->128 (textcnn)", 0, 0, 396, 128, 640},
+        {"conv1d chunk 5x128->128 dx (textcnn)", 0, 1, 396, 640, 128},
+        {"conv1d chunk 5x128->128 dW (textcnn)", 1, 0, 640, 128, 396},
+        {"conv1d chunk 8x64->128 (resnet1d)", 0, 0, 512, 128, 512},
+        {"conv1d chunk 3x128->128 (resnet1d)", 0, 0, 512, 128, 384},
+        {"conv1d chunk 5x64->64 (resnet1d)", 0, 0, 512, 64, 320},
+        {"conv chunk 3x3x32->64 (cifar 16x16)", 0, 0, 512, 64, 288},
+        {"conv chunk 3x3x64->128 (VGG 16x16)", 0, 0, 512, 128, 576},
+        {"conv chunk 3x3x128->256 (VGG 8x8)", 0, 0, 512, 256, 1152},
+        {"conv chunk 3x3x256->256 (VGG 8x8)", 0, 0, 512, 256, 2304},
     };
     printf("%-42s %4s %9s %9s %6s %5s %9s\n", "shape (threads)", "thr", "own GF/s", "blas GF/s", "ratio", "pick",
            "max diff");

@@ -51,11 +51,20 @@ void fl_cpu_avx2_gemm_force(int on) {
  * transposed with many rows and a long K or a wide C (x^T @ dy of a 784 x 512
  * Dense, a convolution's dW: 0.7-0.9x): OpenBLAS packs A^T, which this
  * kernel reads a cache line per k. Wide and deep GEMMs (a 784 x 512 Dense,
- * a convolution's im2col: 0.8-0.9x) stay with OpenBLAS too. */
+ * a convolution's im2col: 0.8-0.9x) stay with OpenBLAS too.
+ *
+ * On a Zen 1 EPYC (family 23 model 1, 2 cores) OpenBLAS 0.3.21 ran a
+ * convolution chunk's products on one thread (inside flynn's parallel loop,
+ * each in a fresh process) at 10-15 GFLOP/s: 396 x 128 x 640 (textcnn's
+ * Conv1D), 4096 x 256 x 2304, x^T @ dy of 640 x 128 over 396 rows or 576 x 64
+ * over 512; this kernel at 32-37 (bench/gemm_skinny.c's chunk shapes). So
+ * C up to 256 columns wide, dy @ W^T over up to 128 filters, and x^T @ dy
+ * reduced over up to 4096 rows run here as well; C 512 wide (a 784 x 512
+ * Dense, 512 x 512 x 2304) stays with OpenBLAS (0.85-0.9x here). */
 int fl_cpu_avx2_gemm_wins(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K) {
-    (void)trans_b;
-    if (trans_a && M > 256 && (K > 4096 || N > 64)) return 0; /* A^T: a cache line per k; OpenBLAS packs it */
-    if (N <= 64) return 1;
+    if (trans_a && M > 256 && K > 4096) return 0; /* A^T: a cache line per k; OpenBLAS packs it */
+    if (N <= 256) return 1;
+    if (trans_b && K <= 128) return 1;
     if ((double)M * (double)N * (double)K < 4194304.0) return 1;
     return K <= 64;
 }

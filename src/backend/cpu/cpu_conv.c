@@ -905,6 +905,19 @@ static void col2im_add(const fl_conv_desc *d, const float *dcol, int64_t cn, int
     }
 }
 
+/* The GEMM path's products: flynn's AVX2 GEMM where it beats OpenBLAS (fl_cpu_avx2_gemm_wins; on a CPU
+ * without AVX-512, where OpenBLAS runs single-threaded inside the chunks' loop and measured 10-15 GFLOP/s
+ * on a chunk's shapes against the AVX2 kernel's 32-37 on a Zen 1 EPYC), else OpenBLAS. beta is 0 or 1. */
+static void conv_gemm(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B,
+                      int64_t ldb, float beta, float *C, int64_t ldc, int threads) {
+    if (fl_cpu_avx2_gemm() && fl_cpu_avx2_gemm_wins(ta, tb, M, N, K)) {
+        fl_avx2_gemm(ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc, NULL, 0, threads);
+        return;
+    }
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)M, (int)N, (int)K,
+                1.0f, A, (int)lda, B, (int)ldb, beta, C, (int)ldc);
+}
+
 /* A 1x1, stride-1, unpadded, ungrouped convolution is one GEMM on x itself. */
 static int gemm_on_x(const fl_conv_desc *d) {
     return d->kh == 1 && d->kw == 1 && d->sh == 1 && d->sw == 1 && d->pt == 0 && d->pl == 0 &&
@@ -929,7 +942,10 @@ void fl_cpu_conv2d_fwd(const fl_conv_desc *d, const float *x, const float *w, co
     const size_t in_sz = (size_t)d->h * d->w * d->c, out_rows = (size_t)d->oh * d->ow;
     const size_t tws = thread_ws_floats(d, cs);
     const int direct = gemm_on_x(d);
-#pragma omp parallel for schedule(static) num_threads(conv_threads())
+    /* one chunk (a sample at batch 1): its GEMM on every thread instead (OpenBLAS's own threads, outside a
+     * parallel region), not one thread's chunk while the others wait */
+    const int nt = conv_threads(), inner = nchunks == 1 ? nt : 1;
+#pragma omp parallel for schedule(static) num_threads(nt) if (inner == 1)
     for (int64_t ci = 0; ci < nchunks; ci++) {
         float *col = (float *)ws + (size_t)fl_cpu_thread_id() * tws;
         int64_t n0 = ci * cs, cn = d->n - n0 < cs ? d->n - n0 : cs;
@@ -939,15 +955,9 @@ void fl_cpu_conv2d_fwd(const fl_conv_desc *d, const float *x, const float *w, co
         for (int g = 0; g < G; g++) { /* y[:, group g's columns] = col_g @ w[:, those columns] */
             const float *a = xc;
             if (!direct) { im2col(d, xc, cn, g * cg, cg, col); a = col; }
-            /* the AVX2 GEMM where it wins (narrow outputs, short K: 1.1-1.8x
-             * OpenBLAS on a Conv1D 96 -> 32 or a 3x3 16 -> 16 on Zen 2); CPUs
-             * with AVX-512 take the direct kernels above or OpenBLAS */
-            if (fl_cpu_avx2_gemm() && fl_cpu_avx2_gemm_wins(0, 0, rows, ocg, (int64_t)K))
-                fl_avx2_gemm(0, 0, rows, ocg, (int64_t)K, a, (int64_t)K, w + (size_t)g * ocg, d->oc, 0.0f,
-                             yc + (size_t)g * ocg, d->oc, NULL, 0, 1);
-            else
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows, ocg, (int)K, 1.0f, a, (int)K,
-                            w + (size_t)g * ocg, d->oc, 0.0f, yc + (size_t)g * ocg, d->oc);
+            /* CPUs with AVX-512 take the direct kernels above or OpenBLAS */
+            conv_gemm(0, 0, rows, ocg, (int64_t)K, a, (int64_t)K, w + (size_t)g * ocg, d->oc, 0.0f,
+                      yc + (size_t)g * ocg, d->oc, inner);
         }
         fl_cpu_bias_act_rows_par(rows, d->oc, d->has_bias ? b : NULL, d->act, yc);
     }
@@ -993,15 +1003,12 @@ void fl_cpu_conv2d_bwd(const fl_conv_desc *d, const float *x, const float *w, co
                 const size_t go = (size_t)g * ocg; /* group g's columns of w, dw and dy */
                 const float *a = xc;
                 if (!direct) { im2col(d, xc, cn, g * cg, cg, col); a = col; }
-                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)K, ocg, (int)rows, 1.0f, a, (int)K, dyc + go,
-                            d->oc, 1.0f, dw_t + go, d->oc);
+                conv_gemm(1, 0, (int64_t)K, ocg, rows, a, (int64_t)K, dyc + go, d->oc, 1.0f, dw_t + go, d->oc, 1);
                 if (!dxc) continue;
                 if (direct) {
-                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)K, d->oc, 1.0f, dyc, d->oc, w,
-                                d->oc, dx_beta, dxc, (int)K);
+                    conv_gemm(0, 1, rows, (int64_t)K, d->oc, dyc, d->oc, w, d->oc, dx_beta, dxc, (int64_t)K, 1);
                 } else {
-                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)K, ocg, 1.0f, dyc + go, d->oc,
-                                w + go, d->oc, 0.0f, col, (int)K);
+                    conv_gemm(0, 1, rows, (int64_t)K, ocg, dyc + go, d->oc, w + go, d->oc, 0.0f, col, (int64_t)K, 1);
                     col2im_add(d, col, cn, g * cg, cg, dxc);
                 }
             }
