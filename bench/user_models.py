@@ -37,6 +37,11 @@ Models (Adam(1e-3); the loss and metrics each names):
   mixed1d     128 steps x 32: Conv1D(64,5) MaxPooling1D(3, 2, same) GRU(64, sequences) SimpleRNN(32) Dense(4)
   textcnn     400 tokens: Embedding(20000, 128) Conv1D(128,5) MaxPooling1D(5) Conv1D(128,5) GlobalMaxPooling1D
               Dense(128) Dropout Dense(2)
+  fcn1d       500 steps x 1: Keras's "timeseries classification from scratch" (FordA): 3 x [Conv1D(64,3,same)
+              BatchNormalization ReLU] GlobalAveragePooling1D Dense(2)
+  resnet1d    128 steps x 3: the time-series ResNet (Wang et al. 2017, dl-4-tsc): 3 blocks of
+              [Conv1D(k 8,5,3, same) BatchNormalization ReLU] (64, 128, 128 filters), the shortcut a 1x1 Conv1D
+              + BatchNormalization (the third: BatchNormalization alone), Add, ReLU; GlobalAveragePooling1D Dense(6)
   resnet50_64, effb0_64, densenet121_64, mobilenet_64, vgg16_64
               keras.applications ResNet50, EfficientNetB0, DenseNet121, MobileNet (v1) and VGG16 with weights=None,
               input_shape (64, 64, 3), classes=10: the applications' own ZeroPadding2D, Rescaling and
@@ -52,7 +57,7 @@ import numpy as np
 MODELS = ["cifar_vgg", "tab_bn", "bigru_text", "sepconv64", "har_cnn1d", "unet_small", "conv_ae", "lstm_reg",
           "fasttext", "gelu_mlp", "resnet50_64", "effb0_64", "densenet121_64", "mobilenet_64", "catsdogs150",
           "lenet5", "wavenet1d", "xception_mini", "mixed2d", "mixed1d",
-          "textcnn", "vgg16_64"]
+          "textcnn", "vgg16_64", "fcn1d", "resnet1d"]
 
 
 def build(name, rng):
@@ -213,6 +218,28 @@ def build(name, rng):
         o = L.Dense(2, activation="softmax")(L.Dropout(0.5)(L.Dense(128, activation="relu")(h)))
         n = 2048
         return keras.Model(i, o), rng.integers(1, 20000, (n, 400)), rng.integers(0, 2, n), scce, acc
+    if name == "fcn1d":  # Keras's "timeseries classification from scratch" (FordA)
+        i = keras.Input((500, 1))
+        h = i
+        for _ in range(3):
+            h = L.ReLU()(L.BatchNormalization()(L.Conv1D(64, 3, padding="same")(h)))
+        o = L.Dense(2, activation="softmax")(L.GlobalAveragePooling1D()(h))
+        n = 2048
+        return keras.Model(i, o), rng.standard_normal((n, 500, 1), dtype=np.float32), rng.integers(0, 2, n), scce, acc
+    if name == "resnet1d":  # the time-series ResNet of Wang et al. (2017), as dl-4-tsc writes it in Keras
+        i = keras.Input((128, 3))
+        h = i
+        for b, f in enumerate((64, 128, 128)):
+            r = h
+            for k in (8, 5, 3):
+                h = L.BatchNormalization()(L.Conv1D(f, k, padding="same")(h))
+                if k != 3:
+                    h = L.Activation("relu")(h)
+            s = L.BatchNormalization()(L.Conv1D(f, 1, padding="same")(r) if b < 2 else r)
+            h = L.Activation("relu")(L.Add()([s, h]))
+        o = L.Dense(6, activation="softmax")(L.GlobalAveragePooling1D()(h))
+        n = 2048
+        return keras.Model(i, o), rng.standard_normal((n, 128, 3), dtype=np.float32), rng.integers(0, 6, n), scce, acc
     apps = {"resnet50_64": "ResNet50", "effb0_64": "EfficientNetB0", "densenet121_64": "DenseNet121",
             "mobilenet_64": "MobileNet", "vgg16_64": "VGG16"}
     if name in apps:  # keras.applications as a user takes them: no weights, 64x64x3, 10 classes
