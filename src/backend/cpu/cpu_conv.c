@@ -1186,6 +1186,52 @@ void fl_cpu_conv2d_maxpool_bwd(const fl_conv_desc *d, const fl_conv_desc *p, con
 /* argmax holds, per output element, the window position kh*kw_size + kw of
  * the maximum (the first one on ties), or -1 when the window holds no input. */
 
+/* The portable max pooling's output row oh of sample n: each window clipped to the input; its first element
+ * starts the maximum, then strictly greater ones replace it (the first maximum wins). Compiled for AVX2 and
+ * for the baseline (the same selections, so the same bits). */
+static inline __attribute__((always_inline)) void maxpool_fwd_row(const fl_conv_desc *d, int64_t n, int oh,
+                                                                   const float *x, float *y, int32_t *argmax) {
+    const int H = d->h, W = d->w, C = d->c;
+    const float *xs = x + (size_t)n * H * W * C;
+    for (int ow = 0; ow < d->ow; ow++) {
+        size_t o = (((size_t)n * d->oh + oh) * d->ow + ow) * C;
+        float *restrict yo = y + o;
+        int32_t *restrict ao = argmax + o;
+        const int ih = oh * d->sh - d->pt, iw = ow * d->sw - d->pl;
+        int k0, k1, j0, j1;
+        fl_tap_range(ih, d->kh, 1, H, &k0, &k1);
+        fl_tap_range(iw, d->kw, 1, W, &j0, &j1);
+        if (k0 >= k1 || j0 >= j1) {
+            for (int c = 0; c < C; c++) { yo[c] = -INFINITY; ao[c] = -1; }
+            continue;
+        }
+        const float *x0 = xs + ((size_t)(ih + k0) * W + (iw + j0)) * C;
+        const int32_t p0 = k0 * d->kw + j0;
+        for (int c = 0; c < C; c++) { yo[c] = x0[c]; ao[c] = p0; }
+        for (int kh = k0; kh < k1; kh++)
+            for (int kw = kh == k0 ? j0 + 1 : j0; kw < j1; kw++) {
+                const float *restrict xi = xs + ((size_t)(ih + kh) * W + (iw + kw)) * C;
+                const int32_t pos = kh * d->kw + kw;
+#pragma omp simd
+                for (int c = 0; c < C; c++) {
+                    const int gt = xi[c] > yo[c];
+                    yo[c] = gt ? xi[c] : yo[c];
+                    ao[c] = gt ? pos : ao[c];
+                }
+            }
+    }
+}
+#if FL_HAVE_AVX2_TARGET
+FL_AVX2_TARGET static void maxpool_fwd_row_avx2(const fl_conv_desc *d, int64_t n, int oh, const float *x, float *y,
+                                                int32_t *argmax) {
+    maxpool_fwd_row(d, n, oh, x, y, argmax);
+}
+#endif
+static void maxpool_fwd_row_base(const fl_conv_desc *d, int64_t n, int oh, const float *x, float *y,
+                                 int32_t *argmax) {
+    maxpool_fwd_row(d, n, oh, x, y, argmax);
+}
+
 void fl_cpu_maxpool_fwd(const fl_conv_desc *d, const float *x, float *y, int32_t *argmax) {
     const int H = d->h, W = d->w, C = d->c;
     const size_t in_sz = (size_t)H * W * C, out_sz = (size_t)d->oh * d->ow * C;
@@ -1196,41 +1242,16 @@ void fl_cpu_maxpool_fwd(const fl_conv_desc *d, const float *x, float *y, int32_t
                                        x + (size_t)n * in_sz, y + (size_t)n * out_sz, argmax + (size_t)n * out_sz);
         return;
     }
+    const int avx2 = fl_cpu_avx2();
 #pragma omp parallel for collapse(2) schedule(static) num_threads(d->n * in_sz < 65536 ? 1 : fl_cpu_threads())
-    for (int64_t n = 0; n < d->n; n++) {
+    for (int64_t n = 0; n < d->n; n++)
         for (int oh = 0; oh < d->oh; oh++) {
-            const float *xs = x + (size_t)n * in_sz;
-            for (int ow = 0; ow < d->ow; ow++) {
-                size_t o = (((size_t)n * d->oh + oh) * d->ow + ow) * C;
-                float *restrict yo = y + o;
-                int32_t *restrict ao = argmax + o;
-                /* the window clipped to the input; its first element starts the maximum, then strictly greater
-                 * ones replace it (the first maximum wins) */
-                const int ih = oh * d->sh - d->pt, iw = ow * d->sw - d->pl;
-                int k0, k1, j0, j1;
-                fl_tap_range(ih, d->kh, 1, H, &k0, &k1);
-                fl_tap_range(iw, d->kw, 1, W, &j0, &j1);
-                if (k0 >= k1 || j0 >= j1) {
-                    for (int c = 0; c < C; c++) { yo[c] = -INFINITY; ao[c] = -1; }
-                    continue;
-                }
-                const float *x0 = xs + ((size_t)(ih + k0) * W + (iw + j0)) * C;
-                const int32_t p0 = k0 * d->kw + j0;
-                for (int c = 0; c < C; c++) { yo[c] = x0[c]; ao[c] = p0; }
-                for (int kh = k0; kh < k1; kh++)
-                    for (int kw = kh == k0 ? j0 + 1 : j0; kw < j1; kw++) {
-                        const float *restrict xi = xs + ((size_t)(ih + kh) * W + (iw + kw)) * C;
-                        const int32_t pos = kh * d->kw + kw;
-#pragma omp simd
-                        for (int c = 0; c < C; c++) {
-                            const int gt = xi[c] > yo[c];
-                            yo[c] = gt ? xi[c] : yo[c];
-                            ao[c] = gt ? pos : ao[c];
-                        }
-                    }
-            }
+#if FL_HAVE_AVX2_TARGET
+            if (avx2) { maxpool_fwd_row_avx2(d, n, oh, x, y, argmax); continue; }
+#endif
+            maxpool_fwd_row_base(d, n, oh, x, y, argmax);
         }
-    }
+    (void)avx2;
 }
 
 void fl_cpu_maxpool_bwd(const fl_conv_desc *d, const float *dy, const int32_t *argmax, float *dx, float dx_beta) {
