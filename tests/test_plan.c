@@ -751,6 +751,15 @@ static void conv_fusions(fl_model *m, int *fold, int *res, int *bn_train, int *p
     }
 }
 
+/* The twin's next layer with weights from *j on (the twin has a ZeroPadding2D more), or NULL */
+static fl_layer *twin_next(fl_model *t, int *j) {
+    while (*j < fl_model_num_layers(t)) {
+        fl_layer *b = fl_model_layer(t, (*j)++);
+        if (fl_layer_num_weights(b)) return b;
+    }
+    return NULL;
+}
+
 static void test_conv1d_fusions(void) {
     enum { N = 64, L = 40, C = 8 };
     fl_model *m = conv1d_twin(false), *t = conv1d_twin(true);
@@ -758,12 +767,11 @@ static void test_conv1d_fusions(void) {
     if (!m || !t) { fl_model_free(m); fl_model_free(t); return; }
     fl_model_set_seed(m, 7);
     bn_weights_away(m, 40, 0.2f);
-    /* the same weights, layer by layer of those that have them (the twin has a ZeroPadding2D more): a (k, in,
-     * out) kernel is (k, 1, in, out) */
+    /* the same weights, layer by layer of those that have them: a (k, in, out) kernel is (k, 1, in, out) */
     for (int l = 0, j = 0; l < fl_model_num_layers(m); l++) {
-        fl_layer *a = fl_model_layer(m, l), *b = NULL;
+        fl_layer *a = fl_model_layer(m, l);
         if (!fl_layer_num_weights(a)) continue;
-        while (j < fl_model_num_layers(t) && !fl_layer_num_weights(b = fl_model_layer(t, j++))) b = NULL;
+        fl_layer *b = twin_next(t, &j);
         CHECK(b && !strcmp(fl_layer_class(b), strcmp(fl_layer_class(a), "Conv1D") ? fl_layer_class(a) : "Conv2D"));
         for (int k = 0; b && k < fl_layer_num_weights(a) && k < fl_layer_num_weights(b); k++) {
             fl_tensor *w = fl_layer_weight(a, k), *v = fl_layer_weight(b, k);
@@ -808,9 +816,9 @@ static void test_conv1d_fusions(void) {
     CHECK(hm && ht);
     int differ = 0;
     for (int l = 0, j = 0; l < fl_model_num_layers(m); l++) {
-        fl_layer *a = fl_model_layer(m, l), *b = NULL;
+        fl_layer *a = fl_model_layer(m, l);
         if (!fl_layer_num_weights(a)) continue;
-        while (j < fl_model_num_layers(t) && !fl_layer_num_weights(b = fl_model_layer(t, j++))) b = NULL;
+        fl_layer *b = twin_next(t, &j);
         for (int k = 0; b && k < fl_layer_num_weights(a); k++) {
             fl_tensor *w = fl_layer_weight(a, k), *v = fl_layer_weight(b, k);
             differ += memcmp(fl_tensor_data(w), fl_tensor_data(v), (size_t)fl_tensor_size(w) * sizeof(float)) != 0;
