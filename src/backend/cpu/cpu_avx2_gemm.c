@@ -31,9 +31,9 @@ static int g_avx2_gemm = -1; /* -1: not decided yet */
 int fl_cpu_avx2_gemm(void) {
     int v = __atomic_load_n(&g_avx2_gemm, __ATOMIC_RELAXED);
     if (v >= 0) return v;
-    v = fl_cpu_avx2() && !fl_cpu_simd_available();
-    const char *e = getenv("FLYNN_CPU_KERNELS");
-    if (e && strcmp(e, "generic") == 0) v = 0;
+    /* (from what the CPU has, not from fl_cpu_simd(): a test forcing the AVX-512 kernels off wants the portable
+     * code, not these) */
+    v = fl_cpu_avx2() && (fl_cpu_kernels_cap() == 1 || (fl_cpu_kernels_cap() == 2 && !fl_cpu_simd_available()));
     __atomic_store_n(&g_avx2_gemm, v, __ATOMIC_RELAXED);
     return v;
 }

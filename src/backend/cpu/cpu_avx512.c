@@ -40,9 +40,7 @@ void fl_cpu_simd_force(int on) {
 int fl_cpu_simd(void) {
     int v = __atomic_load_n(&g_simd, __ATOMIC_RELAXED);
     if (v >= 0) return v;
-    v = fl_cpu_simd_available();
-    const char *e = getenv("FLYNN_CPU_KERNELS");
-    if (e && strcmp(e, "generic") == 0) v = 0;
+    v = fl_cpu_simd_available() && fl_cpu_kernels_cap() >= 2;
     __atomic_store_n(&g_simd, v, __ATOMIC_RELAXED);
     return v;
 }

@@ -275,7 +275,7 @@ typedef void (*bwd_rows_fn)(const fl_conv_desc *, const float *, const float *, 
                             float, float *, float *, int, int64_t, int64_t);
 
 /* AVX-512 where fl_cpu_simd() says so; else AVX2+FMA where the CPU has it
- * (unless FLYNN_CPU_KERNELS=generic); else the portable code. */
+ * (unless FLYNN_CPU_KERNELS=generic, fl_cpu_kernels_cap); else the portable code. */
 static int g_dw_force = -1; /* fl_cpu_depthwise_force: -1 = the CPU's best */
 
 int fl_cpu_depthwise_levels(void) {
@@ -299,9 +299,8 @@ static int dw_level(void) {
     static int avx2 = -1;
     int v = __atomic_load_n(&avx2, __ATOMIC_RELAXED);
     if (v < 0) {
-        const char *e = getenv("FLYNN_CPU_KERNELS");
         __builtin_cpu_init();
-        v = !(e && strcmp(e, "generic") == 0) && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+        v = fl_cpu_kernels_cap() >= 1 && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
         __atomic_store_n(&avx2, v, __ATOMIC_RELAXED);
     }
     return v;

@@ -18,6 +18,11 @@
  * fl_blas_info says so and names OPENBLAS_CORETYPE, which OpenBLAS reads
  * only when it loads: the flynn command sets it and starts itself again
  * (src/cli/omp_setup.c), a program linking libflynn sets it before it starts.
+ *
+ * flynn's own kernels. FLYNN_CPU_KERNELS caps the instruction set they use:
+ * "generic" the portable loops (and OpenBLAS), "avx2" no AVX-512 (a CPU
+ * with it runs what a CPU without it runs: Zen 1-3, Intel's client cores),
+ * anything else (unset, "auto") the best this CPU has.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -35,6 +40,18 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+/* ------------------------------------------------------ own kernels */
+
+int fl_cpu_kernels_cap(void) {
+    static int cap = -1;
+    int v = __atomic_load_n(&cap, __ATOMIC_RELAXED);
+    if (v >= 0) return v;
+    const char *e = getenv("FLYNN_CPU_KERNELS");
+    v = !e ? 2 : strcmp(e, "generic") == 0 ? 0 : strcmp(e, "avx2") == 0 ? 1 : 2;
+    __atomic_store_n(&cap, v, __ATOMIC_RELAXED);
+    return v;
+}
 
 /* ------------------------------------------------------------ threads */
 

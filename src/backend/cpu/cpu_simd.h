@@ -31,8 +31,12 @@
 #define FL_HAVE_AVX512 0
 #endif
 
+/* The instruction sets FLYNN_CPU_KERNELS leaves flynn's own kernels (cpu_env.c): 0 "generic" (the portable
+ * loops), 1 "avx2" (no AVX-512), 2 anything else (the best the CPU has). */
+int fl_cpu_kernels_cap(void);
+
 /* 1 when the AVX-512 kernels are used (the CPU has AVX-512F/BW/DQ/VL and
- * FLYNN_CPU_KERNELS is not "generic"), else 0. */
+ * FLYNN_CPU_KERNELS is neither "generic" nor "avx2"), else 0. */
 int fl_cpu_simd(void);
 /* Whether this CPU could run them at all. */
 int fl_cpu_simd_available(void);
