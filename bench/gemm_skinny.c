@@ -41,7 +41,7 @@ static double run(int own, const shape *s, const float *A, const float *B, float
 
 int main(int argc, char **argv) {
     int threads = argc > 1 ? atoi(argv[1]) : 1, reps = argc > 2 ? atoi(argv[2]) : 5;
-    if (!fl_cpu_avx2_gemm()) { printf("this CPU does not use the AVX2 GEMM (AVX-512 or no AVX2)\n"); }
+    if (!fl_cpu_avx2_kernels()) { printf("this CPU does not use the AVX2 GEMM (AVX-512 or no AVX2)\n"); }
     openblas_set_num_threads(threads);
     omp_set_num_threads(threads);
     static const shape shapes[] = {

@@ -1,9 +1,11 @@
 /*
- * test_cpu_simd.c — the CPU backend's AVX-512 kernels (cpu_avx512.c and the
- * direct convolutions in cpu_conv.c) against its portable code, which
- * test_ops checks against naive references and finite differences: Conv2D
- * forward and backward over strides, paddings, odd channel counts, tile
- * remainders and more than 64 filters; Dense through the GEMM driver's
+ * test_cpu_simd.c — the CPU backend's own vector kernels (cpu_avx512.c,
+ * cpu_avx2.c, the direct convolutions in cpu_conv.c and Winograd in
+ * cpu_winograd.c) against its portable code, which test_ops checks against
+ * naive references and finite differences: Conv2D forward and backward over
+ * strides, paddings, odd channel counts, tile remainders and more than 64
+ * filters, on the AVX-512 kernels and on the AVX2 ones (which must give the
+ * same bits: the same micro-kernel in narrower registers); Dense through the GEMM driver's
  * transposed and blocked cases; max pooling; and dropout and Adam/AdamW,
  * which must agree bit for bit (the same masks and the same weights as the
  * portable code, so that a run can be replayed anywhere). Also the
@@ -16,6 +18,7 @@
 #include "flynn/flynn.h"
 #include "backend/cpu/cpu_internal.h"
 #include "backend/cpu/cpu_simd.h"
+#include "backend/cpu/cpu_fastmath.h"
 #include "ops/math.h"
 
 #include <math.h>
@@ -47,12 +50,26 @@ static double rel_diff(const float *a, const float *b, size_t n) {
     return m / (1 + s);
 }
 
+/* The convolutions' kernel levels: 0 the portable code (im2col + cblas), 1 the direct kernels and Winograd on
+ * AVX2 (cpu_avx2.c's micro-kernel), 2 on AVX-512; level_ok: this CPU runs it; set_level(-1): the default. */
+#define LEVELS 3
+static int level_ok(int lv) { return lv == 0 || (lv == 1 && fl_cpu_avx2()) || (lv == 2 && fl_cpu_simd_available()); }
+static void set_level(int lv) {
+    fl_cpu_simd_force(lv < 0 ? -1 : lv == 2);
+    fl_cpu_avx2_kernels_force(lv < 0 ? -1 : lv == 1);
+}
+static const char *level_name(int lv) { return lv == 2 ? "AVX-512" : lv == 1 ? "AVX2" : "portable"; }
+
 static void *ws_for(const fl_conv_desc *d) {
-    fl_cpu_simd_force(1);
-    size_t a = fl_cpu_conv_workspace(d, 1);
-    fl_cpu_simd_force(0);
-    size_t b = fl_cpu_conv_workspace(d, 1);
-    size_t bytes = ((a > b ? a : b) + 64) / 64 * 64;
+    size_t most = 0;
+    for (int lv = 0; lv < LEVELS; lv++) {
+        if (!level_ok(lv)) continue;
+        set_level(lv);
+        size_t a = fl_cpu_conv_workspace(d, 1);
+        if (a > most) most = a;
+    }
+    set_level(-1);
+    size_t bytes = (most + 64) / 64 * 64;
     void *ws = aligned_alloc(64, bytes);
     if (ws) memset(ws, 0xff, bytes); /* NaN: a kernel that reads scratch it did not write (a padded border) shows */
     return ws;
@@ -68,8 +85,8 @@ static int out_dim(int in, int k, int s, int same, int *pad) {
     return (in - k) / s + 1;
 }
 
-/* A convolution on the AVX-512 path (the direct kernels, Winograd; dilated: the direct forward, the im2col
- * backward) against the portable one (im2col + cblas), dilated dh x dw */
+/* A convolution on the direct kernels' paths (AVX-512 and AVX2: the direct kernels, Winograd, the strided
+ * phases) against the portable one (im2col + cblas), dilated dh x dw; the two widths bit for bit */
 static void test_conv_dil(int n, int h, int w, int c, int oc, int kh, int kw, int s, int same, int act, int bias,
                           int dh, int dw_) {
     fl_conv_desc d = {0};
@@ -82,9 +99,11 @@ static void test_conv_dil(int n, int h, int w, int c, int oc, int kh, int kw, in
     size_t nx = (size_t)n * h * w * c, ny = (size_t)n * d.oh * d.ow * oc, nw = (size_t)kh * kw * c * oc;
     float *x = rnd(nx, 1), *wt = rnd(nw, 2), *b = rnd(oc, 3), *g = rnd(ny, 4), *dx0 = rnd(nx, 5);
     void *ws = ws_for(&d);
-    float *y[2], *dy[2], *dx[2], *dxa[2], *dw[2], *db[2];
-    for (int k = 0; k < 2; k++) {
-        fl_cpu_simd_force(k);
+    float *y[LEVELS] = {0}, *dy[LEVELS] = {0}, *dx[LEVELS] = {0}, *dxa[LEVELS] = {0}, *dw[LEVELS] = {0},
+          *db[LEVELS] = {0};
+    for (int k = 0; k < LEVELS; k++) {
+        if (!level_ok(k)) continue;
+        set_level(k);
         y[k] = malloc(ny * sizeof(float));
         fl_cpu_conv2d_fwd(&d, x, wt, b, y[k], ws);
         dy[k] = dup(g, ny);
@@ -98,16 +117,33 @@ static void test_conv_dil(int n, int h, int w, int c, int oc, int kh, int kw, in
         fl_cpu_conv2d_bwd(&d, x, wt, y[k], dy2, dxa[k], 1.0f, dw2, db2, ws);
         free(dy2); free(dw2); free(db2);
     }
-    fl_cpu_simd_force(-1);
+    set_level(-1);
     char what[160];
     snprintf(what, sizeof what, "conv n%d %dx%dx%d->%d k%dx%d s%d dil%dx%d %s act%d bias%d", n, h, w, c, oc, kh, kw,
              s, dh, dw_, same ? "same" : "valid", act, bias);
-    CHECK_MSG(rel_diff(y[1], y[0], ny) < 1e-5, "%s: forward differs by %g", what, rel_diff(y[1], y[0], ny));
-    CHECK_MSG(rel_diff(dx[1], dx[0], nx) < 1e-5, "%s: dx differs by %g", what, rel_diff(dx[1], dx[0], nx));
-    CHECK_MSG(rel_diff(dxa[1], dxa[0], nx) < 1e-5, "%s: accumulated dx differs", what);
-    CHECK_MSG(rel_diff(dw[1], dw[0], nw) < 1e-5, "%s: dw differs by %g", what, rel_diff(dw[1], dw[0], nw));
-    if (bias) CHECK_MSG(rel_diff(db[1], db[0], oc) < 1e-5, "%s: db differs", what);
-    for (int k = 0; k < 2; k++) { free(y[k]); free(dy[k]); free(dx[k]); free(dxa[k]); free(dw[k]); free(db[k]); }
+    for (int k = 1; k < LEVELS; k++) {
+        if (!y[k]) continue;
+        const char *l = level_name(k);
+        CHECK_MSG(rel_diff(y[k], y[0], ny) < 1e-5, "%s, %s: forward differs by %g", what, l, rel_diff(y[k], y[0], ny));
+        CHECK_MSG(rel_diff(dx[k], dx[0], nx) < 1e-5, "%s, %s: dx differs by %g", what, l, rel_diff(dx[k], dx[0], nx));
+        CHECK_MSG(rel_diff(dxa[k], dxa[0], nx) < 1e-5, "%s, %s: accumulated dx differs", what, l);
+        CHECK_MSG(rel_diff(dw[k], dw[0], nw) < 1e-5, "%s, %s: dw differs by %g", what, l, rel_diff(dw[k], dw[0], nw));
+        if (bias) CHECK_MSG(rel_diff(db[k], db[0], oc) < 1e-5, "%s, %s: db differs", what, l);
+    }
+    /* the backward where the direct kernels take it (fl_cpu_conv_pre: where both directions do); elsewhere the
+     * GEMM path, whose products are OpenBLAS's beside AVX-512 and the AVX2 GEMM's beside AVX2 */
+    set_level(1);
+    const int direct_bwd = fl_cpu_conv_pre(&d, 0);
+    set_level(-1);
+    if (y[1] && y[2])
+        CHECK_MSG(memcmp(y[1], y[2], ny * sizeof(float)) == 0, "%s: AVX2's forward differs from AVX-512's", what);
+    if (y[1] && y[2] && direct_bwd) {
+        CHECK_MSG(memcmp(dx[1], dx[2], nx * sizeof(float)) == 0, "%s: AVX2's dx differs from AVX-512's", what);
+        CHECK_MSG(memcmp(dxa[1], dxa[2], nx * sizeof(float)) == 0, "%s: AVX2's accumulated dx differs", what);
+        CHECK_MSG(memcmp(dw[1], dw[2], nw * sizeof(float)) == 0, "%s: AVX2's dw differs from AVX-512's", what);
+        CHECK_MSG(!bias || memcmp(db[1], db[2], oc * sizeof(float)) == 0, "%s: AVX2's db differs", what);
+    }
+    for (int k = 0; k < LEVELS; k++) { free(y[k]); free(dy[k]); free(dx[k]); free(dxa[k]); free(dw[k]); free(db[k]); }
     free(x); free(wt); free(b); free(g); free(dx0); free(ws);
 }
 
@@ -129,8 +165,9 @@ static void test_conv_gate_dil(int n, int h, int w, int c, int oc, int k, int s,
     float *x = rnd(nx, 11), *wt = rnd(nw, 12), *g = rnd(ny, 13), *dx0 = rnd(nx, 14);
     float *y = malloc(ny * sizeof(float)), *dw = malloc(nw * sizeof(float));
     void *ws = ws_for(&d);
-    for (int simd = 1; simd >= 0; simd--) {
-        fl_cpu_simd_force(simd);
+    for (int lv = LEVELS - 1; lv >= 0; lv--) {
+        if (!level_ok(lv)) continue;
+        set_level(lv);
         fl_cpu_conv2d_fwd(&d, x, wt, NULL, y, ws);
         float *dxa = dup(dx0, nx), *dxg = dup(dx0, nx), *dy = dup(g, ny);
         fl_cpu_conv2d_bwd(&d, x, wt, y, dy, dxa, 1.0f, dw, NULL, ws);
@@ -141,10 +178,10 @@ static void test_conv_gate_dil(int n, int h, int w, int c, int oc, int k, int s,
         size_t bad = 0;
         for (size_t i = 0; i < nx; i++) bad += !(dxg[i] == (x[i] > 0.0f ? dxa[i] : 0.0f));
         CHECK_MSG(bad == 0, "conv n%d %dx%dx%d->%d k%d s%d dil%d %s, %s: %zu of %zu gated dx differ from the mask after",
-                  n, h, w, c, oc, k, s, dil, same ? "same" : "valid", simd ? "simd" : "portable", bad, nx);
+                  n, h, w, c, oc, k, s, dil, same ? "same" : "valid", level_name(lv), bad, nx);
         free(dxa); free(dxg); free(dy);
     }
-    fl_cpu_simd_force(-1);
+    set_level(-1);
     free(x); free(wt); free(g); free(dx0); free(y); free(dw); free(ws);
 }
 static void test_conv_gate(int n, int h, int w, int c, int oc, int k, int s, int same) {
@@ -166,22 +203,26 @@ static void test_conv_slope_dil(int n, int hw, int c, int oc, int s, float slope
     b[1] = -0.0f; /* with channel 1's weights all negative: -0 + 0 * w stays -0 on the zero sample */
     for (size_t i = 1; i < nw; i += (size_t)oc) wt[i] = -fabsf(wt[i]);
     void *ws = ws_for(&d);
-    fl_cpu_simd_force(1);
-    CHECK(fl_cpu_conv_slope(&d));
-    d.act = FL_ACT_LINEAR;
-    fl_cpu_conv2d_fwd(&d, x, wt, b, y0, ws);
-    d.act = FL_ACT_RELU;
-    d.slope = slope;
-    fl_cpu_conv2d_fwd(&d, x, wt, b, y1, ws);
-    fl_cpu_simd_force(-1);
-    const fl_pact_desc p = {FL_PACT_RELU, slope, 0.0f, INFINITY};
-    size_t bad = 0;
-    for (size_t i = 0; i < ny; i++) {
-        float r = fl_pact_forward(&p, y0[i]);
-        bad += memcmp(&r, &y1[i], sizeof r) != 0;
+    for (int lv = 1; lv < LEVELS; lv++) {
+        if (!level_ok(lv)) continue;
+        set_level(lv);
+        CHECK(fl_cpu_conv_slope(&d));
+        d.act = FL_ACT_LINEAR;
+        d.slope = 0.0f;
+        fl_cpu_conv2d_fwd(&d, x, wt, b, y0, ws);
+        d.act = FL_ACT_RELU;
+        d.slope = slope;
+        fl_cpu_conv2d_fwd(&d, x, wt, b, y1, ws);
+        set_level(-1);
+        const fl_pact_desc p = {FL_PACT_RELU, slope, 0.0f, INFINITY};
+        size_t bad = 0;
+        for (size_t i = 0; i < ny; i++) {
+            float r = fl_pact_forward(&p, y0[i]);
+            bad += memcmp(&r, &y1[i], sizeof r) != 0;
+        }
+        CHECK_MSG(bad == 0, "conv %dx%dx%d->%d s%d dil%d, %s, with a LeakyReLU(%g) in the store: %zu of %zu outputs "
+                  "differ from the layer's", hw, hw, c, oc, s, dil, level_name(lv), slope, bad, ny);
     }
-    CHECK_MSG(bad == 0, "conv %dx%dx%d->%d s%d dil%d with a LeakyReLU(%g) in the store: %zu of %zu outputs differ "
-              "from the layer's", hw, hw, c, oc, s, dil, slope, bad, ny);
     free(x); free(wt); free(b); free(y0); free(y1); free(ws);
 }
 static void test_conv_slope(int n, int hw, int c, int oc, int s, float slope) {
@@ -206,10 +247,12 @@ static void test_conv_pool(int n, int h, int w, int c, int oc, int k, int same, 
     float *x = rnd(nx, 61), *wt = rnd(nw, 62), *b = rnd(oc, 63), *g = rnd(np, 64);
     for (size_t i = 0; i < nx; i += 3) x[i] = -fabsf(x[i]); /* x as a ReLU output would not be, but gated */
     void *ws = ws_for(&d);
-    float *y[2], *pv[2], *dx[2], *dw[2], *db[2], *scratch = malloc(ny * sizeof(float));
-    int32_t *am[2];
-    for (int t = 0; t < 2; t++) {
-        fl_cpu_simd_force(t);
+    float *y[LEVELS] = {0}, *pv[LEVELS] = {0}, *dx[LEVELS] = {0}, *dw[LEVELS] = {0}, *db[LEVELS] = {0};
+    float *scratch = malloc(ny * sizeof(float));
+    int32_t *am[LEVELS] = {0};
+    for (int t = 0; t < LEVELS; t++) {
+        if (!level_ok(t)) continue;
+        set_level(t);
         y[t] = malloc(ny * sizeof(float));
         pv[t] = malloc(np * sizeof(float));
         am[t] = malloc(np * sizeof(int32_t));
@@ -227,16 +270,25 @@ static void test_conv_pool(int n, int h, int w, int c, int oc, int k, int same, 
             fl_cpu_conv2d_maxpool_bwd(&d, &p, x, wt, y[t], pv[t], g, am[t], scratch, dx[t], 0.0f, 1, dw[t], db[t], ws);
         }
     }
-    fl_cpu_simd_force(-1);
+    set_level(-1);
     char what[128];
     snprintf(what, sizeof what, "conv+pool n%d %dx%dx%d->%d k%d %s act%d pool %d/%d", n, h, w, c, oc, k,
              same ? "same" : "valid", act, pk, ps);
-    CHECK_MSG(rel_diff(y[1], y[0], ny) < 1e-5, "%s: conv output differs", what);
-    CHECK_MSG(rel_diff(pv[1], pv[0], np) < 1e-5, "%s: pooled differs", what);
-    CHECK_MSG(rel_diff(dx[1], dx[0], nx) < 1e-5, "%s: dx differs by %g", what, rel_diff(dx[1], dx[0], nx));
-    CHECK_MSG(rel_diff(dw[1], dw[0], nw) < 1e-5, "%s: dw differs by %g", what, rel_diff(dw[1], dw[0], nw));
-    CHECK_MSG(rel_diff(db[1], db[0], oc) < 1e-5, "%s: db differs", what);
-    for (int t = 0; t < 2; t++) { free(y[t]); free(pv[t]); free(am[t]); free(dx[t]); free(dw[t]); free(db[t]); }
+    for (int t = 1; t < LEVELS; t++) {
+        if (!y[t]) continue;
+        const char *l = level_name(t);
+        CHECK_MSG(rel_diff(y[t], y[0], ny) < 1e-5, "%s, %s: conv output differs", what, l);
+        CHECK_MSG(rel_diff(pv[t], pv[0], np) < 1e-5, "%s, %s: pooled differs", what, l);
+        CHECK_MSG(rel_diff(dx[t], dx[0], nx) < 1e-5, "%s, %s: dx differs by %g", what, l, rel_diff(dx[t], dx[0], nx));
+        CHECK_MSG(rel_diff(dw[t], dw[0], nw) < 1e-5, "%s, %s: dw differs by %g", what, l, rel_diff(dw[t], dw[0], nw));
+        CHECK_MSG(rel_diff(db[t], db[0], oc) < 1e-5, "%s, %s: db differs", what, l);
+    }
+    if (y[1] && y[2])
+        CHECK_MSG(memcmp(y[1], y[2], ny * sizeof(float)) == 0 && memcmp(pv[1], pv[2], np * sizeof(float)) == 0 &&
+                      memcmp(am[1], am[2], np * sizeof(int32_t)) == 0 && memcmp(dx[1], dx[2], nx * sizeof(float)) == 0 &&
+                      memcmp(dw[1], dw[2], nw * sizeof(float)) == 0 && memcmp(db[1], db[2], oc * sizeof(float)) == 0,
+                  "%s: AVX2 differs from AVX-512", what);
+    for (int t = 0; t < LEVELS; t++) { free(y[t]); free(pv[t]); free(am[t]); free(dx[t]); free(dw[t]); free(db[t]); }
     free(x); free(wt); free(b); free(g); free(scratch); free(ws);
 }
 
@@ -256,12 +308,13 @@ static void test_threads_after_reserve(void) {
     size_t nx = (size_t)8 * 12 * 12 * 16, ny = (size_t)8 * 10 * 10 * 32, nw = (size_t)9 * 16 * 32;
     float *x = rnd(nx, 71), *w = rnd(nw, 72), *b = rnd(32, 73), *y = malloc(ny * 4), *g = rnd(ny, 74);
     float *dx = malloc(nx * 4), *dw = malloc(nw * 4), *db = malloc(32 * 4);
-    for (int t = 0; t < 2; t++) {
-        fl_cpu_simd_force(t);
+    for (int t = 0; t < LEVELS; t++) {
+        if (!level_ok(t)) continue;
+        set_level(t);
         fl_cpu_conv2d_fwd(&d, x, w, b, y, ws);
         fl_cpu_conv2d_bwd(&d, x, w, y, g, dx, 0.0f, dw, db, ws);
     }
-    fl_cpu_simd_force(-1);
+    set_level(-1);
     fl_set_num_threads(before);
     CHECK(isfinite(dw[0]) && isfinite(dx[0]));
     free(x); free(w); free(b); free(y); free(g); free(dx); free(dw); free(db); free(ws);
@@ -270,11 +323,11 @@ static void test_threads_after_reserve(void) {
 /* The filter gradient is summed in parts of consecutive samples, the parts
  * taken by whichever thread is free and added in part order (cpu_conv.c,
  * dw_parts): dw and db against a double-precision sum, and bit for bit the
- * same for 1, 2 and 3 threads, on the direct kernels (simd 1) and the
- * im2col/GEMM path (simd 0), for batches below, at and above the number of
+ * same for 1, 2 and 3 threads, on the direct kernels (level 2 and 1) and the
+ * im2col/GEMM path (level 0), for batches below, at and above the number of
  * parts; a dilated convolution (im2col on either) and a transposed one. */
 static void test_dw_parts(int n, int h, int w, int c, int oc, int k, int s, int same, int dil, int transpose,
-                          int simd) {
+                          int level) {
     fl_conv_desc d = {0};
     d.n = n; d.h = h; d.w = w; d.c = c; d.oc = oc; d.kh = k; d.kw = k; d.sh = s; d.sw = s;
     d.dil_h = dil; d.dil_w = dil;
@@ -290,7 +343,7 @@ static void test_dw_parts(int n, int h, int w, int c, int oc, int k, int s, int 
     float *dw[3], *db[3], *dy = malloc(ny * sizeof(float)), *dx = malloc(nx * sizeof(float));
     void *ws = ws_for(&d);
     const int before = fl_get_num_threads();
-    fl_cpu_simd_force(simd);
+    set_level(level);
     for (int t = 0; t < 3; t++) {
         fl_set_num_threads(t + 1);
         dw[t] = malloc(nw * sizeof(float));
@@ -304,11 +357,11 @@ static void test_dw_parts(int n, int h, int w, int c, int oc, int k, int s, int 
             fl_cpu_conv2d_bwd(&d, x, wt, y, dy, dx, 0.0f, dw[t], db[t], ws);
         }
     }
-    fl_cpu_simd_force(-1);
+    set_level(-1);
     fl_set_num_threads(before);
     char what[160];
-    snprintf(what, sizeof what, "dw parts n%d %dx%dx%d->%d k%d s%d dil%d %s%s simd%d", n, h, w, c, oc, k, s, dil,
-             same ? "same" : "valid", transpose ? " transposed" : "", simd);
+    snprintf(what, sizeof what, "dw parts n%d %dx%dx%d->%d k%d s%d dil%d %s%s %s", n, h, w, c, oc, k, s, dil,
+             same ? "same" : "valid", transpose ? " transposed" : "", level_name(level));
     for (int t = 1; t < 3; t++) {
         CHECK_MSG(memcmp(dw[t], dw[0], nw * sizeof(float)) == 0, "%s: dw with %d threads differs from 1 thread", what,
                   t + 1);
@@ -348,8 +401,8 @@ static void test_dw_parts(int n, int h, int w, int c, int oc, int k, int s, int 
 }
 
 static void test_dw_parts_all(void) {
-    const int simds = fl_cpu_simd_available() ? 2 : 1;
-    for (int simd = 0; simd < simds; simd++) {
+    for (int simd = 0; simd < LEVELS; simd++) {
+        if (!level_ok(simd)) continue;
         const int ns[] = {1, 3, 8, 13, 37};
         for (int i = 0; i < 5; i++) test_dw_parts(ns[i], 9, 8, 5, 12, 3, 1, 1, 1, 0, simd);
         test_dw_parts(11, 10, 10, 32, 32, 3, 1, 1, 1, 0, simd); /* Winograd's data gradient beside */
@@ -361,7 +414,7 @@ static void test_dw_parts_all(void) {
 }
 
 /* The backend's Dense through fl_simd_gemm (or, with g_force set to
- * fl_cpu_avx2_gemm_force, fl_avx2_gemm) against cblas. */
+ * fl_cpu_avx2_kernels_force, fl_avx2_gemm) against cblas. */
 static void (*g_force)(int on) = fl_cpu_simd_force;
 static void test_dense(int m, int k, int n, int act, int bias, float dx_beta) {
     const fl_backend *be = fl_backend_cpu();
@@ -720,6 +773,7 @@ static void test_depthwise(int n, int h, int w, int c, int dm, int kh, int kw, i
 /* The AVX-512 kernels of cpu_avx512.c and the direct convolutions against
  * the portable code (only where the CPU has AVX-512). */
 static void test_avx512(void);
+static void test_direct(void);
 
 
 
@@ -1065,11 +1119,14 @@ static void test_avx2_gemm(int ta, int tb, int M, int N, int K, float beta, int 
     free(A); free(B); free(b); free(C); free(C0); free(ref);
 }
 
+/* g_force for the AVX2 GEMM: the AVX2 level (1), the portable one (0), the default (-1) */
+static void force_avx2(int on) { set_level(on < 0 ? -1 : on ? 1 : 0); }
+
 static void test_avx2_gemms(void) {
     for (int ta = 0; ta < 2; ta++)
         for (int tb = 0; tb < 2; tb++) {
             test_avx2_gemm(ta, tb, 128, 128, 16, 0.0f, 0, 0, 1);  /* attention Q K^T */
-            test_avx2_gemm(ta, tb, 37, 10, 29, 0.0f, 1, 1, 1);    /* 10 columns: one padded strip */
+            test_avx2_gemm(ta, tb, 37, 10, 29, 0.0f, 1, 1, 1);    /* 10 columns: one masked strip */
             test_avx2_gemm(ta, tb, 13, 7, 300, 1.0f, 0, 0, 1);    /* two K blocks, beta 1 */
             test_avx2_gemm(ta, tb, 61, 83, 41, 0.0f, 1, 0, 2);    /* column blocks 64 + 19 */
             test_avx2_gemm(ta, tb, 6, 16, 1, 1.0f, 1, 1, 1);      /* K 1 */
@@ -1083,18 +1140,14 @@ static void test_avx2_gemms(void) {
     test_avx2_gemm(0, 0, 0, 5, 5, 0.0f, 0, 0, 1);       /* empty */
     test_avx2_gemm(0, 0, 4, 5, 0, 0.0f, 1, 1, 1);       /* K 0: bias and relu */
 
-    /* the backend's Dense and batched GEMM with the AVX2 kernel against OpenBLAS */
-    fl_cpu_avx2_gemm_force(1);
-    int saved = fl_cpu_avx2_gemm();
-    fl_cpu_avx2_gemm_force(-1);
-    if (!saved) return;
+    /* the backend's Dense and batched GEMM with the AVX2 kernel against OpenBLAS (with AVX-512 forced off) */
     const fl_backend *be = fl_backend_cpu();
     /* attention's four batched shapes: 2 samples x 3 heads, alpha 0.25, beta 0 and 1 */
     const int tq = 20, tk = 18, dk = 8, H = 3, N = 2;
     float *q = rnd((size_t)N * tq * H * dk, 41), *k = rnd((size_t)N * tk * H * dk, 42);
     float *s[2];
     for (int own = 0; own < 2; own++) {
-        fl_cpu_avx2_gemm_force(own);
+        set_level(own);
         s[own] = rnd((size_t)N * H * tq * tk, 43);
         for (int beta = 0; beta < 2; beta++) {
             fl_gemm_desc e = {.ta = 0, .tb = 1, .m = tq, .n = tk, .k = dk, .alpha = beta ? 1.0f : 0.25f,
@@ -1104,12 +1157,12 @@ static void test_avx2_gemms(void) {
             be->gemm_batched(&e, q, k, s[own]);
         }
     }
-    fl_cpu_avx2_gemm_force(-1);
+    set_level(-1);
     CHECK_MSG(rel_diff(s[1], s[0], (size_t)N * H * tq * tk) < 1e-6, "batched attention GEMM: AVX2 differs from OpenBLAS");
     free(q); free(k); free(s[0]); free(s[1]);
     /* Dense through the backend: transformer_text's shapes (the AVX2 GEMM for
-     * all three products), a wide one (OpenBLAS forward and dx), a padded strip */
-    g_force = fl_cpu_avx2_gemm_force;
+     * all three products), a wide one (OpenBLAS forward and dx), a masked strip */
+    g_force = force_avx2;
     test_dense(600, 32, 64, FL_ACT_RELU, 1, 0.0f);
     test_dense(600, 64, 32, FL_ACT_LINEAR, 1, 1.0f);
     test_dense(300, 784, 512, FL_ACT_RELU, 1, 0.0f);
@@ -1132,24 +1185,32 @@ static void test_fwd_threads(int n, int h, int w, int c, int oc, int kh, int kw,
     d.act = act;
     d.has_bias = 1;
     const size_t nx = (size_t)n * h * w * c, ny = (size_t)n * d.oh * d.ow * oc, nw = (size_t)kh * kw * c * oc;
-    float *x = rnd(nx, 91), *wt = rnd(nw, 92), *b = rnd(oc, 93), *y[4];
+    float *x = rnd(nx, 91), *wt = rnd(nw, 92), *b = rnd(oc, 93), *y[4], *first = NULL;
     void *ws = ws_for(&d);
     const int before = fl_get_num_threads();
-    for (int t = 0; t < 4; t++) {
-        fl_cpu_simd_force(t < 3);
-        fl_set_num_threads(t < 3 ? t + 1 : 1);
-        y[t] = malloc(ny * sizeof(float));
-        fl_cpu_conv2d_fwd(&d, x, wt, b, y[t], ws);
-    }
-    fl_cpu_simd_force(-1);
-    fl_set_num_threads(before);
     char what[128];
     snprintf(what, sizeof what, "forward n%d %dx%dx%d->%d k%dx%d s%d %s", n, h, w, c, oc, kh, kw, s,
              same ? "same" : "valid");
-    for (int t = 1; t < 3; t++)
-        CHECK_MSG(memcmp(y[t], y[0], ny * sizeof(float)) == 0, "%s: %d threads differ from 1", what, t + 1);
-    CHECK_MSG(rel_diff(y[0], y[3], ny) < 1e-5, "%s: differs from the portable code", what);
-    for (int t = 0; t < 4; t++) free(y[t]);
+    for (int lv = LEVELS - 1; lv >= 1; lv--) {
+        if (!level_ok(lv)) continue;
+        for (int t = 0; t < 4; t++) {
+            set_level(t < 3 ? lv : 0);
+            fl_set_num_threads(t < 3 ? t + 1 : 1);
+            y[t] = malloc(ny * sizeof(float));
+            fl_cpu_conv2d_fwd(&d, x, wt, b, y[t], ws);
+        }
+        set_level(-1);
+        fl_set_num_threads(before);
+        for (int t = 1; t < 3; t++)
+            CHECK_MSG(memcmp(y[t], y[0], ny * sizeof(float)) == 0, "%s, %s: %d threads differ from 1", what,
+                      level_name(lv), t + 1);
+        CHECK_MSG(rel_diff(y[0], y[3], ny) < 1e-5, "%s, %s: differs from the portable code", what, level_name(lv));
+        if (first) CHECK_MSG(memcmp(first, y[0], ny * sizeof(float)) == 0, "%s: AVX2 differs from AVX-512", what);
+        free(first);
+        first = y[0];
+        for (int t = 1; t < 4; t++) free(y[t]);
+    }
+    free(first);
     free(x); free(wt); free(b); free(ws);
 }
 
@@ -1180,11 +1241,17 @@ int main(void) {
             for (int masks = 0; masks < 3; masks++)
                 for (int how = 0; how < 4; how++)
                     test_attn_bwd_blocked(mode, causal, masks, 1 + ((masks + how) & 1), how, (how + masks) % 3 == 0);
-    if (fl_cpu_avx2_gemm()) test_avx2_gemms();
-    else printf("test_cpu_simd: SKIP the AVX2 GEMM (cpu_avx2_gemm.c): this CPU has AVX-512 or lacks AVX2/FMA\n");
+    if (fl_cpu_avx2()) test_avx2_gemms();
+    else printf("test_cpu_simd: SKIP the AVX2 GEMM (cpu_avx2.c): this CPU lacks AVX2/FMA\n");
+    if (level_ok(1) || level_ok(2)) test_direct();
+    else printf("test_cpu_simd: SKIP the direct convolutions and Winograd: this CPU has neither AVX-512 nor "
+                "AVX2+FMA\n");
+    if (!level_ok(2))
+        printf("test_cpu_simd: SKIP the direct convolutions on AVX-512, and their bits against AVX2's: this CPU has "
+               "no AVX-512F/BW/DQ/VL\n");
     if (fl_cpu_simd_available()) test_avx512();
-    else printf("test_cpu_simd: SKIP the AVX-512 kernels (cpu_avx512.c, direct convolutions, fused conv+pool, "
-                "dropout and Adam bit for bit): this CPU has no AVX-512F/BW/DQ/VL\n");
+    else printf("test_cpu_simd: SKIP the AVX-512 kernels (cpu_avx512.c: the Dense GEMM, max pooling, dropout and "
+                "Adam bit for bit): this CPU has no AVX-512F/BW/DQ/VL\n");
     /* a run that checked nothing is a failure, not a pass */
     if (check_count == 0) {
         fprintf(stderr, "test_cpu_simd: 0 checks ran\n");
@@ -1196,7 +1263,8 @@ int main(void) {
 /* fl_simd_dw3 against the micro-kernel's rows (kw, ci), one kernel column
  * at a time: the same sums in the same order, so bit for bit; every tile of
  * channels, masked columns, rows of 1 to 17 pixels, two segments. */
-static void test_dw3(void) {
+static void test_dw3_at(int level) {
+    set_level(level);
     const int C = 11, OC = 16, NJ = 17, NSEG = 2;
     const int64_t xj = C + 2, xseg = (int64_t)(NJ + 2) * xj + 5, gyj = OC + 3, gyseg = (int64_t)NJ * gyj + 7;
     float *x = rnd((size_t)NSEG * xseg, 21), *gy = rnd((size_t)NSEG * gyseg, 22), *dw0 = rnd((size_t)3 * C * OC, 23);
@@ -1221,14 +1289,26 @@ static void test_dw3(void) {
                     t.ldc = OC;
                     t.accumulate = 1;
                     t.cols = cols;
-                    fl_simd_run(&t, ct);
+                    const int rm = fl_simd_max_rows(cols); /* (AVX2: 6 rows of 16 columns) */
+                    for (int r0 = 0; r0 < ct; r0 += rm) {
+                        fl_simd_tile u = t;
+                        u.a = t.a + r0;
+                        u.c = t.c + (size_t)r0 * OC;
+                        fl_simd_run(&u, ct - r0 < rm ? ct - r0 : rm);
+                    }
                 }
                 bad += memcmp(a, b, (size_t)3 * C * OC * sizeof(float)) != 0;
                 free(a);
                 free(b);
             }
-    CHECK_MSG(bad == 0, "fl_simd_dw3: %d of the cases differ from the micro-kernel's rows", bad);
+    set_level(-1);
+    CHECK_MSG(bad == 0, "fl_simd_dw3, %s: %d of the cases differ from the micro-kernel's rows", level_name(level),
+              bad);
     free(x); free(gy); free(dw0);
+}
+static void test_dw3(void) {
+    for (int lv = 1; lv < LEVELS; lv++)
+        if (level_ok(lv)) test_dw3_at(lv);
 }
 
 /* Samples whose tiles share Winograd's blocks (fl_wino_samples) give each
@@ -1261,7 +1341,7 @@ static void test_wino_samples(int n, int h, int w, int c, int oc) { test_wino_sa
  * sample, the data gradient with and without accumulation, and fused with
  * max pooling. */
 static void test_winograd(void) {
-    fl_cpu_simd_force(1);
+    set_level(level_ok(2) ? 2 : 1);
     fl_conv_desc probe = {.n = 2, .h = 8, .w = 8, .c = 32, .oh = 8, .ow = 8, .oc = 32, .kh = 3, .kw = 3,
                           .sh = 1, .sw = 1, .pt = 1, .pl = 1};
     CHECK_MSG(fl_wino_ok(&probe), "a 3x3 stride-1 32 -> 32 convolution does not take Winograd");
@@ -1270,7 +1350,7 @@ static void test_winograd(void) {
     probe.sh = probe.sw = 1;
     probe.c = 1;
     CHECK_MSG(!fl_wino_ok(&probe), "a 1-channel convolution takes Winograd");
-    fl_cpu_simd_force(-1);
+    set_level(-1);
     /* Winograd runs with at least two samples per thread: 2 threads here,
      * so n >= 4 takes it and n < 4 the direct kernels */
     const int before = fl_get_num_threads();
@@ -1288,7 +1368,7 @@ static void test_winograd(void) {
     test_conv(4, 30, 30, 40, 36, 3, 3, 1, 0, FL_ACT_RELU, 1);   /* 196 tiles a sample: several blocks */
     test_conv(4, 3, 3, 32, 48, 3, 3, 1, 1, FL_ACT_TANH, 0);     /* 3x3 maps: one partial tile */
     test_conv(1, 7, 9, 32, 40, 3, 3, 1, 1, FL_ACT_RELU, 1);     /* one sample: direct (bands of rows) */
-    if (fl_cpu_simd_available()) { /* few samples: rows split across threads, padded samples copied first */
+    { /* few samples: rows split across threads, padded samples copied first */
         test_fwd_threads(1, 20, 18, 16, 24, 3, 3, 1, 1, FL_ACT_RELU);
         test_fwd_threads(3, 9, 7, 8, 16, 3, 3, 1, 1, FL_ACT_LINEAR);
         test_fwd_threads(1, 15, 15, 12, 20, 5, 5, 2, 1, FL_ACT_RELU6);
@@ -1321,7 +1401,9 @@ static void test_winograd(void) {
     fl_set_num_threads(before);
 }
 
-static void test_avx512(void) {
+/* The direct convolutions, Winograd and the fusions around them, at each level this CPU runs (AVX-512, AVX2)
+ * against the portable code and against each other */
+static void test_direct(void) {
     /* mnist_cnn's convolutions, and the shapes around them: with the 3x3
      * ones through Winograd (the default), then all through the direct
      * kernels (FLYNN_CONV_WINOGRAD=0) */
@@ -1399,6 +1481,9 @@ static void test_avx512(void) {
     test_winograd();
     fl_wino_force(-1);
     test_threads_after_reserve();
+}
+
+static void test_avx512(void) {
     /* Dense: mnist_cnn's, the MLP's, and the GEMM driver's edge cases */
     test_dense(128, 9216, 128, FL_ACT_RELU, 1, 0.0f);
     test_dense(33, 784, 512, FL_ACT_RELU, 1, 0.0f);

@@ -931,8 +931,8 @@ static void test_bn_into_conv(int v) {
     char what[64];
     snprintf(what, sizeof what, "batchnorm -> conv (training), variant %d", v);
     int act;
-    /* the direct kernels: AVX-512; depthwise: any; a LeakyReLU is fused into the normalisation, not deferred */
-    const bool want = v != 4 && v != 8 && ((v >= 6 && v <= 7) || fl_cpu_simd());
+    /* the direct kernels: AVX-512 or AVX2; depthwise: any; a LeakyReLU is fused into the normalisation, not deferred */
+    const bool want = v != 4 && v != 8 && ((v >= 6 && v <= 7) || fl_cpu_direct());
     const bool got = fl_op_bn_into_conv(&h.g, hb, &dv, &act) != NULL;
     CHECK_MSG(got == want && !fl_op_bn_into_conv(&u.g, ub, &dv, &act), "%s: deferred %d, expected %d", what, got,
               want);

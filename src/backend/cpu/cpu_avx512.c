@@ -49,192 +49,66 @@ int fl_cpu_simd(void) {
 
 /* ------------------------------------------------------- micro-kernel
  *
- * acc[R][V] holds an R x 16V tile of C in zmm registers. Per step j it loads
- * V vectors of B (the last one masked to the tile's width) and broadcasts R
- * scalars of A, then issues R*V FMAs. With R*V <= 28 the accumulators, the V
- * B vectors and the broadcast stay in the 32 zmm registers. */
+ * cpu_microkernel.h in zmm registers: acc[R][V] holds an R x 16V tile of C.
+ * With R*V <= 28 the accumulators, the V B vectors and the broadcast stay in
+ * the 32 registers. The taps form: a convolution whose output has one vector
+ * of channels (16 or fewer) ran the plain kernel with V = 1, one broadcast of
+ * x per FMA, which the load ports bound well under the FMA rate (ResNet-20's
+ * 16-channel stage at 260 GFLOP/s on a Zen 5, against ~370 for its 32-channel
+ * one); with taps, R + 2 broadcasts serve 3R FMAs, R up to 24. */
+#define FL_VEC_BITS 512
+#include "cpu_microkernel.h"
 
-/* A tile's accumulator (row r, vector v) at the start: C itself, the bias
- * or zero; and its store: the ReLU (capped at hi; leaky with a slope: max(o,
- * slope o) + 0, which for 0 < slope < 1 is the LeakyReLU layer's o > 0 ? o :
- * o < 0 ? slope o : 0 to the bit) after the residual, the gate, the columns of mask mk. */
-FL_AVX512 static inline __attribute__((always_inline)) __m512 mk_init(const fl_simd_tile *t, int r, int v,
-                                                                      __mmask16 mk) {
-    if (t->accumulate) return _mm512_maskz_loadu_ps(mk, t->c + r * t->ldc + 16 * v);
-    if (t->bias) return _mm512_maskz_loadu_ps(mk, t->bias + 16 * v);
-    return _mm512_setzero_ps();
-}
-FL_AVX512 static inline __attribute__((always_inline)) void mk_store(const fl_simd_tile *t, int r, int v, __m512 o,
-                                                                     __mmask16 mk, __m512 hi) {
-    const __m512 zero = _mm512_setzero_ps();
-    if (t->res) o = _mm512_add_ps(o, _mm512_maskz_loadu_ps(mk, t->res + r * t->ldc + 16 * v));
-    if (t->relu && t->slope > 0.0f) /* + 0: -0 to 0, as the LeakyReLU layer */
-        o = _mm512_min_ps(_mm512_add_ps(_mm512_max_ps(o, _mm512_mul_ps(o, _mm512_set1_ps(t->slope))), zero), hi);
-    else if (t->relu)
-        o = _mm512_min_ps(_mm512_max_ps(o, zero), hi);
-    if (t->gate)
-        o = _mm512_maskz_mov_ps(
-            _mm512_cmp_ps_mask(_mm512_maskz_loadu_ps(mk, t->gate + r * t->ldc + 16 * v), zero, _CMP_GT_OQ), o);
-    _mm512_mask_storeu_ps(t->c + r * t->ldc + 16 * v, mk, o);
-}
-
-#define MK_DEFINE(R, V)                                                                                        \
-    FL_AVX512 static void mk_##R##_##V(const fl_simd_tile *t) {                                                \
-        const __mmask16 tail = (__mmask16)(t->cols - 16 * (V - 1) >= 16 ? 0xFFFF                               \
-                                                                        : (1u << (t->cols - 16 * (V - 1))) - 1); \
-        __m512 acc[R][V];                                                                                      \
-        _Pragma("GCC unroll 16") for (int r = 0; r < R; r++) {                                                 \
-            _Pragma("GCC unroll 4") for (int v = 0; v < V; v++) {                                              \
-                acc[r][v] = mk_init(t, r, v, v == V - 1 ? tail : 0xFFFF);                                      \
-            }                                                                                                  \
-        }                                                                                                      \
-        const int64_t as = t->as, aj = t->aj, bj = t->bj;                                                      \
-        for (int s = 0; s < t->nseg; s++) {                                                                    \
-            const float *pa = t->a + s * t->aseg, *pb = t->b + s * t->bseg;                                    \
-            for (int j = 0; j < t->nj; j++) {                                                                  \
-                __m512 bv[V];                                                                                  \
-                _Pragma("GCC unroll 4") for (int v = 0; v < V - 1; v++) bv[v] = _mm512_loadu_ps(pb + 16 * v);  \
-                bv[V - 1] = _mm512_maskz_loadu_ps(tail, pb + 16 * (V - 1));                                    \
-                _Pragma("GCC unroll 16") for (int r = 0; r < R; r++) {                                         \
-                    __m512 av = _mm512_set1_ps(pa[r * as]);                                                    \
-                    _Pragma("GCC unroll 4") for (int v = 0; v < V; v++)                                        \
-                        acc[r][v] = _mm512_fmadd_ps(av, bv[v], acc[r][v]);                                     \
-                }                                                                                              \
-                pa += aj;                                                                                      \
-                pb += bj;                                                                                      \
-            }                                                                                                  \
-        }                                                                                                      \
-        const __m512 hi = _mm512_set1_ps(t->relu_max > 0.0f ? t->relu_max : INFINITY);                       \
-        _Pragma("GCC unroll 16") for (int r = 0; r < R; r++) {                                                 \
-            _Pragma("GCC unroll 4") for (int v = 0; v < V; v++)                                                \
-                mk_store(t, r, v, acc[r][v], v == V - 1 ? tail : 0xFFFF, hi);                                  \
-        }                                                                                                      \
-    }
-
-#define MK_ROWS14(V)                                                                                      \
-    MK_DEFINE(1, V) MK_DEFINE(2, V) MK_DEFINE(3, V) MK_DEFINE(4, V) MK_DEFINE(5, V) MK_DEFINE(6, V)        \
-    MK_DEFINE(7, V) MK_DEFINE(8, V) MK_DEFINE(9, V) MK_DEFINE(10, V) MK_DEFINE(11, V) MK_DEFINE(12, V)     \
-    MK_DEFINE(13, V) MK_DEFINE(14, V)
+#define MK_ROWS14(V)                                                                                          \
+    MK_DEFINE(1, V, 0) MK_DEFINE(2, V, 0) MK_DEFINE(3, V, 0) MK_DEFINE(4, V, 0) MK_DEFINE(5, V, 0)             \
+    MK_DEFINE(6, V, 0) MK_DEFINE(7, V, 0) MK_DEFINE(8, V, 0) MK_DEFINE(9, V, 0) MK_DEFINE(10, V, 0)            \
+    MK_DEFINE(11, V, 0) MK_DEFINE(12, V, 0) MK_DEFINE(13, V, 0) MK_DEFINE(14, V, 0)
 MK_ROWS14(1)
 MK_ROWS14(2)
-MK_DEFINE(1, 3) MK_DEFINE(2, 3) MK_DEFINE(3, 3) MK_DEFINE(4, 3) MK_DEFINE(5, 3) MK_DEFINE(6, 3) MK_DEFINE(7, 3)
-MK_DEFINE(8, 3)
-MK_DEFINE(1, 4) MK_DEFINE(2, 4) MK_DEFINE(3, 4) MK_DEFINE(4, 4) MK_DEFINE(5, 4) MK_DEFINE(6, 4)
+MK_DEFINE(1, 3, 0) MK_DEFINE(2, 3, 0) MK_DEFINE(3, 3, 0) MK_DEFINE(4, 3, 0) MK_DEFINE(5, 3, 0) MK_DEFINE(6, 3, 0)
+MK_DEFINE(7, 3, 0) MK_DEFINE(8, 3, 0)
+MK_DEFINE(1, 4, 0) MK_DEFINE(2, 4, 0) MK_DEFINE(3, 4, 0) MK_DEFINE(4, 4, 0) MK_DEFINE(5, 4, 0) MK_DEFINE(6, 4, 0)
 
 typedef void (*mk_fn)(const fl_simd_tile *);
-#define MK_ROW_FNS(V) \
-    {NULL, mk_1_##V, mk_2_##V, mk_3_##V, mk_4_##V, mk_5_##V, mk_6_##V, mk_7_##V, mk_8_##V, mk_9_##V, mk_10_##V, \
-     mk_11_##V, mk_12_##V, mk_13_##V, mk_14_##V}
+#define MK_ROW_FNS(V)                                                                                          \
+    {NULL,           mk_1_##V##_0_512,  mk_2_##V##_0_512,  mk_3_##V##_0_512,  mk_4_##V##_0_512,                 \
+     mk_5_##V##_0_512,  mk_6_##V##_0_512,  mk_7_##V##_0_512,  mk_8_##V##_0_512,  mk_9_##V##_0_512,              \
+     mk_10_##V##_0_512, mk_11_##V##_0_512, mk_12_##V##_0_512, mk_13_##V##_0_512, mk_14_##V##_0_512}
 static const mk_fn mk_v1[15] = MK_ROW_FNS(1);
 static const mk_fn mk_v2[15] = MK_ROW_FNS(2);
-static const mk_fn mk_v3[9] = {NULL, mk_1_3, mk_2_3, mk_3_3, mk_4_3, mk_5_3, mk_6_3, mk_7_3, mk_8_3};
-static const mk_fn mk_v4[7] = {NULL, mk_1_4, mk_2_4, mk_3_4, mk_4_4, mk_5_4, mk_6_4};
+static const mk_fn mk_v3[9] = {NULL,         mk_1_3_0_512, mk_2_3_0_512, mk_3_3_0_512, mk_4_3_0_512,
+                               mk_5_3_0_512, mk_6_3_0_512, mk_7_3_0_512, mk_8_3_0_512};
+static const mk_fn mk_v4[7] = {NULL, mk_1_4_0_512, mk_2_4_0_512, mk_3_4_0_512, mk_4_4_0_512, mk_5_4_0_512,
+                               mk_6_4_0_512};
 
-/* ------------------------------------------------ the taps micro-kernel
- *
- * A convolution whose output has one vector of channels (16 or fewer) runs
- * the kernel above with V = 1: one broadcast of x per FMA, which the load
- * ports bound well under the FMA rate (ResNet-20's 16-channel stage at 260
- * GFLOP/s on a Zen 5, against ~370 for its 32-channel one). With stride 1,
- * the x that output pixel r reads at kernel column k is the one pixel r + 1
- * reads at k - 1. So per step j, the three taps' weight vectors are loaded
- * once and each pixel's x broadcast once, for the up to three rows it
- * serves: (R + 2) broadcasts for 3R FMAs. R accumulators, three weight
- * vectors and the broadcast stay in 32 zmm registers. */
 #define MKT_ROWS 24
-#define MKT_DEFINE(R)                                                                                          \
-    FL_AVX512 static void mkt3_##R(const fl_simd_tile *t) {                                                    \
-        const __mmask16 tail = (__mmask16)(t->cols >= 16 ? 0xFFFF : (1u << t->cols) - 1);                      \
-        __m512 acc[R];                                                                                         \
-        _Pragma("GCC unroll 32") for (int r = 0; r < R; r++) acc[r] = mk_init(t, r, 0, tail);                  \
-        const int64_t as = t->as, aj = t->aj, bj = t->bj, bt = t->btap;                                        \
-        for (int s = 0; s < t->nseg; s++) {                                                                    \
-            const float *pa = t->a + s * t->aseg, *pb = t->b + s * t->bseg;                                    \
-            for (int j = 0; j < t->nj; j++) {                                                                  \
-                const __m512 w0 = _mm512_maskz_loadu_ps(tail, pb);                                             \
-                const __m512 w1 = _mm512_maskz_loadu_ps(tail, pb + bt);                                        \
-                const __m512 w2 = _mm512_maskz_loadu_ps(tail, pb + 2 * bt);                                    \
-                const float *q = pa;                                                                           \
-                _Pragma("GCC unroll 32") for (int p = 0; p < R + 2; p++) {                                     \
-                    const __m512 xv = _mm512_set1_ps(*q);                                                      \
-                    if (p < R) acc[p] = _mm512_fmadd_ps(xv, w0, acc[p]);                                       \
-                    if (p >= 1 && p <= R) acc[p - 1] = _mm512_fmadd_ps(xv, w1, acc[p - 1]);                    \
-                    if (p >= 2) acc[p - 2] = _mm512_fmadd_ps(xv, w2, acc[p - 2]);                              \
-                    q += as;                                                                                   \
-                }                                                                                              \
-                pa += aj;                                                                                      \
-                pb += bj;                                                                                      \
-            }                                                                                                  \
-        }                                                                                                      \
-        const __m512 hi = _mm512_set1_ps(t->relu_max > 0.0f ? t->relu_max : INFINITY);                       \
-        _Pragma("GCC unroll 32") for (int r = 0; r < R; r++) mk_store(t, r, 0, acc[r], tail, hi);             \
-    }
-MKT_DEFINE(1) MKT_DEFINE(2) MKT_DEFINE(3) MKT_DEFINE(4) MKT_DEFINE(5) MKT_DEFINE(6) MKT_DEFINE(7) MKT_DEFINE(8)
-MKT_DEFINE(9) MKT_DEFINE(10) MKT_DEFINE(11) MKT_DEFINE(12) MKT_DEFINE(13) MKT_DEFINE(14) MKT_DEFINE(15)
-MKT_DEFINE(16) MKT_DEFINE(17) MKT_DEFINE(18) MKT_DEFINE(19) MKT_DEFINE(20) MKT_DEFINE(21) MKT_DEFINE(22)
-MKT_DEFINE(23) MKT_DEFINE(24)
-static const mk_fn mkt3[MKT_ROWS + 1] = {NULL,     mkt3_1,  mkt3_2,  mkt3_3,  mkt3_4,  mkt3_5,  mkt3_6,
-                                         mkt3_7,   mkt3_8,  mkt3_9,  mkt3_10, mkt3_11, mkt3_12, mkt3_13,
-                                         mkt3_14,  mkt3_15, mkt3_16, mkt3_17, mkt3_18, mkt3_19, mkt3_20,
-                                         mkt3_21,  mkt3_22, mkt3_23, mkt3_24};
+MKT_DEFINE(1, 0) MKT_DEFINE(2, 0) MKT_DEFINE(3, 0) MKT_DEFINE(4, 0) MKT_DEFINE(5, 0) MKT_DEFINE(6, 0)
+MKT_DEFINE(7, 0) MKT_DEFINE(8, 0) MKT_DEFINE(9, 0) MKT_DEFINE(10, 0) MKT_DEFINE(11, 0) MKT_DEFINE(12, 0)
+MKT_DEFINE(13, 0) MKT_DEFINE(14, 0) MKT_DEFINE(15, 0) MKT_DEFINE(16, 0) MKT_DEFINE(17, 0) MKT_DEFINE(18, 0)
+MKT_DEFINE(19, 0) MKT_DEFINE(20, 0) MKT_DEFINE(21, 0) MKT_DEFINE(22, 0) MKT_DEFINE(23, 0) MKT_DEFINE(24, 0)
+static const mk_fn mkt3[MKT_ROWS + 1] = {
+    NULL,          mkt3_1_0_512,  mkt3_2_0_512,  mkt3_3_0_512,  mkt3_4_0_512,  mkt3_5_0_512,  mkt3_6_0_512,
+    mkt3_7_0_512,  mkt3_8_0_512,  mkt3_9_0_512,  mkt3_10_0_512, mkt3_11_0_512, mkt3_12_0_512, mkt3_13_0_512,
+    mkt3_14_0_512, mkt3_15_0_512, mkt3_16_0_512, mkt3_17_0_512, mkt3_18_0_512, mkt3_19_0_512, mkt3_20_0_512,
+    mkt3_21_0_512, mkt3_22_0_512, mkt3_23_0_512, mkt3_24_0_512};
 
-/* fl_simd_dw3 for CT channels: 3*CT accumulators, the last three gy
- * vectors (g0 = gy[q], g1 = gy[q-1], g2 = gy[q-2]) and one broadcast of
- * x[q] per channel, which serves kw = 0, 1, 2 (j = q, q-1, q-2). The first
- * two and last two q of a segment have fewer valid j. */
-#define MKD_DEFINE(CT)                                                                                         \
-    FL_AVX512 static void mkd3_##CT(const float *x, int64_t xj, int64_t xseg, const float *gy, int64_t gyj,    \
-                                    int64_t gyseg, int nseg, int nj, __mmask16 tail, float *dw, int64_t dw_kw, \
-                                    int64_t ldc) {                                                             \
-        __m512 acc[3][CT];                                                                                     \
-        _Pragma("GCC unroll 3") for (int k = 0; k < 3; k++)                                                    \
-            _Pragma("GCC unroll 8") for (int c = 0; c < CT; c++)                                               \
-                acc[k][c] = _mm512_maskz_loadu_ps(tail, dw + k * dw_kw + c * ldc);                             \
-        for (int s = 0; s < nseg; s++) {                                                                       \
-            const float *pa = x + s * xseg, *pb = gy + s * gyseg;                                              \
-            __m512 g0 = _mm512_setzero_ps(), g1 = g0, g2 = g0;                                                 \
-            for (int q = 0; q < nj + 2; q++, pa += xj) {                                                       \
-                g2 = g1;                                                                                       \
-                g1 = g0;                                                                                       \
-                if (q < nj) g0 = _mm512_maskz_loadu_ps(tail, pb + q * gyj);                                    \
-                if (q >= 2 && q < nj) {                                                                        \
-                    _Pragma("GCC unroll 8") for (int c = 0; c < CT; c++) {                                     \
-                        const __m512 xv = _mm512_set1_ps(pa[c]);                                               \
-                        acc[0][c] = _mm512_fmadd_ps(xv, g0, acc[0][c]);                                        \
-                        acc[1][c] = _mm512_fmadd_ps(xv, g1, acc[1][c]);                                        \
-                        acc[2][c] = _mm512_fmadd_ps(xv, g2, acc[2][c]);                                        \
-                    }                                                                                          \
-                } else {                                                                                       \
-                    _Pragma("GCC unroll 8") for (int c = 0; c < CT; c++) {                                     \
-                        const __m512 xv = _mm512_set1_ps(pa[c]);                                               \
-                        if (q < nj) acc[0][c] = _mm512_fmadd_ps(xv, g0, acc[0][c]);                            \
-                        if (q >= 1 && q - 1 < nj) acc[1][c] = _mm512_fmadd_ps(xv, g1, acc[1][c]);              \
-                        if (q >= 2 && q - 2 < nj) acc[2][c] = _mm512_fmadd_ps(xv, g2, acc[2][c]);              \
-                    }                                                                                          \
-                }                                                                                              \
-            }                                                                                                  \
-        }                                                                                                      \
-        _Pragma("GCC unroll 3") for (int k = 0; k < 3; k++)                                                    \
-            _Pragma("GCC unroll 8") for (int c = 0; c < CT; c++)                                               \
-                _mm512_mask_storeu_ps(dw + k * dw_kw + c * ldc, tail, acc[k][c]);                              \
-    }
-MKD_DEFINE(1) MKD_DEFINE(2) MKD_DEFINE(3) MKD_DEFINE(4) MKD_DEFINE(5) MKD_DEFINE(6) MKD_DEFINE(7) MKD_DEFINE(8)
+MKD_DEFINE(1, 0) MKD_DEFINE(2, 0) MKD_DEFINE(3, 0) MKD_DEFINE(4, 0) MKD_DEFINE(5, 0) MKD_DEFINE(6, 0)
+MKD_DEFINE(7, 0) MKD_DEFINE(8, 0)
 typedef void (*mkd_fn)(const float *, int64_t, int64_t, const float *, int64_t, int64_t, int, int, __mmask16,
                        float *, int64_t, int64_t);
-static const mkd_fn mkd3[FL_SIMD_DW3_CT + 1] = {NULL,     mkd3_1, mkd3_2, mkd3_3, mkd3_4,
-                                                mkd3_5,   mkd3_6, mkd3_7, mkd3_8};
+static const mkd_fn mkd3[FL_SIMD_DW3_CT + 1] = {NULL,         mkd3_1_0_512, mkd3_2_0_512, mkd3_3_0_512,
+                                                mkd3_4_0_512, mkd3_5_0_512, mkd3_6_0_512, mkd3_7_0_512,
+                                                mkd3_8_0_512};
 
-void fl_simd_dw3(const float *x, int64_t xj, int64_t xseg, const float *gy, int64_t gyj, int64_t gyseg, int nseg,
-                 int nj, int ct, int cols, float *dw, int64_t dw_kw, int64_t ldc) {
-    const __mmask16 tail = (__mmask16)(cols >= 16 ? 0xFFFF : (1u << cols) - 1);
-    mkd3[ct](x, xj, xseg, gy, gyj, gyseg, nseg, nj, tail, dw, dw_kw, ldc);
+void fl_avx512_dw3(const float *x, int64_t xj, int64_t xseg, const float *gy, int64_t gyj, int64_t gyseg, int nseg,
+                   int nj, int ct, int cols, float *dw, int64_t dw_kw, int64_t ldc) {
+    mkd3[ct](x, xj, xseg, gy, gyj, gyseg, nseg, nj, vm_first(cols), dw, dw_kw, ldc);
 }
 
-int fl_simd_max_rows(int cols) { return cols > 48 ? 6 : cols > 32 ? 8 : 14; }
-int fl_simd_max_rows_taps(void) { return MKT_ROWS; }
-int fl_simd_taps_ok(int taps, int cols) { return taps == 3 && cols <= 16; }
+int fl_avx512_max_rows(int cols) { return cols > 48 ? 6 : cols > 32 ? 8 : 14; }
+int fl_avx512_max_rows_taps(int cols) { (void)cols; return MKT_ROWS; }
 
-void fl_simd_run(const fl_simd_tile *t, int rows) {
+void fl_avx512_run(const fl_simd_tile *t, int rows) {
     if (t->taps > 1) {
         mkt3[rows](t);
         return;
@@ -297,7 +171,7 @@ void fl_simd_gemm(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, con
             int64_t n0 = cb * GEMM_NC;
             int nc = (int)(N - n0 < GEMM_NC ? N - n0 : GEMM_NC);
             int64_t m0 = M * rc / nrc, m1 = M * (rc + 1) / nrc;
-            int rm = fl_simd_max_rows(nc);
+            int rm = fl_avx512_max_rows(nc);
             for (int64_t k0 = 0; k0 < K; k0 += GEMM_KC) {
                 int kc = (int)(K - k0 < GEMM_KC ? K - k0 : GEMM_KC);
                 fl_simd_tile t = {0};
@@ -323,7 +197,7 @@ void fl_simd_gemm(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, con
                     if (trans_a) { t.a = A + k0 * lda + r0; t.as = 1; t.aj = lda; }
                     else { t.a = A + r0 * lda + k0; t.as = lda; t.aj = 1; }
                     t.c = C + r0 * ldc + n0;
-                    fl_simd_run(&t, (int)(r1 - r0));
+                    fl_avx512_run(&t, (int)(r1 - r0));
                 }
             }
         }
@@ -599,15 +473,14 @@ FL_AVX512 void fl_simd_adam(int64_t i0, int64_t i1, float *w, float *m, float *v
 
 #else /* no AVX-512 in this build: fl_cpu_simd() is 0 and these are never called */
 
-int fl_simd_max_rows(int cols) { (void)cols; return 1; }
-int fl_simd_max_rows_taps(void) { return 1; }
-void fl_simd_dw3(const float *x, int64_t xj, int64_t xseg, const float *gy, int64_t gyj, int64_t gyseg, int nseg,
-                 int nj, int ct, int cols, float *dw, int64_t dw_kw, int64_t ldc) {
+int fl_avx512_max_rows(int cols) { (void)cols; return 1; }
+int fl_avx512_max_rows_taps(int cols) { (void)cols; return 1; }
+void fl_avx512_dw3(const float *x, int64_t xj, int64_t xseg, const float *gy, int64_t gyj, int64_t gyseg, int nseg,
+                   int nj, int ct, int cols, float *dw, int64_t dw_kw, int64_t ldc) {
     (void)x; (void)xj; (void)xseg; (void)gy; (void)gyj; (void)gyseg; (void)nseg; (void)nj; (void)ct; (void)cols;
     (void)dw; (void)dw_kw; (void)ldc;
 }
-int fl_simd_taps_ok(int taps, int cols) { (void)taps; (void)cols; return 0; }
-void fl_simd_run(const fl_simd_tile *t, int rows) { (void)t; (void)rows; }
+void fl_avx512_run(const fl_simd_tile *t, int rows) { (void)t; (void)rows; }
 void fl_simd_gemm(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
                   const float *B, int64_t ldb, float beta, float *C, int64_t ldc, const float *bias, int relu,
                   int threads) {

@@ -194,7 +194,7 @@ static int dilated(const fl_conv_desc *d) { return fl_conv_dil_h(d) > 1 || fl_co
  * dil_h input rows apart are its segments, and with dil_w > 1 each kernel column is a call of its own
  * (fwd_tile); in the backward the filter gradient's rows are a kernel position's channels, and the data
  * gradient the same dilated loop over dy. */
-static int direct_fwd_ok(const fl_conv_desc *d) { return fl_cpu_simd() && d->oc > 0 && fl_conv_groups(d) == 1; }
+static int direct_fwd_ok(const fl_conv_desc *d) { return fl_cpu_direct() && d->oc > 0 && fl_conv_groups(d) == 1; }
 
 /* The direct kernels' and Winograd's stores take a LeakyReLU's slope (every forward where they run); the GEMM
  * path does not. */
@@ -213,7 +213,7 @@ int fl_cpu_conv_slope(const fl_conv_desc *d) { return direct_fwd_ok(d); }
 /* The data gradient needs padding of at most kernel-1; strided (not a Conv1D's one-column rows), a kernel at
  * least as large as the stride, so that every phase has a tap. */
 static int direct_bwd_ok(const fl_conv_desc *d, int need_dx) {
-    if (!fl_cpu_simd() || fl_conv_groups(d) != 1 || (d->ow != 1 && d->ow < DIRECT_BWD_MIN_OW)) return 0;
+    if (!fl_cpu_direct() || fl_conv_groups(d) != 1 || (d->ow != 1 && d->ow < DIRECT_BWD_MIN_OW)) return 0;
     if (dilated(d) && (d->sh > 1 || d->sw > 1)) return 0;
     if (!need_dx) return 1;
     if (d->sh > 1 || d->sw > 1)
@@ -330,7 +330,7 @@ size_t fl_cpu_conv_workspace(const fl_conv_desc *dd, int backward) {
         size_t bwd = direct_thread_floats(d, 1) * (size_t)ws_slices() + direct_shared_floats(d, 1);
         if (bwd > direct) direct = bwd;
     }
-    size_t f = fl_cpu_simd() ? (gemm > direct ? gemm : direct) : gemm;
+    size_t f = fl_cpu_direct() ? (gemm > direct ? gemm : direct) : gemm;
     return f * sizeof(float);
 }
 
@@ -369,7 +369,7 @@ static int conv_taps(fl_simd_tile *t, const fl_conv_desc *d, int ci) {
         return fl_simd_max_rows(t->cols);
     }
     t->taps = 3;
-    return fl_simd_max_rows_taps();
+    return fl_simd_max_rows_taps(t->cols);
 }
 
 /* Runs a tile of direct_fwd_rows (or of a data gradient, d its dx_desc): with dil_w > 1 (a kernel row's taps
@@ -543,6 +543,12 @@ static void direct_fwd(const fl_conv_desc *d, const float *x, const float *w, co
     }
 }
 
+/* fl_simd_relu_grad_colsum of the width in use (the same bits on both) */
+static void relu_grad_colsum(int64_t rows, int n, int relu, const float *y, const float *src, float *dy, float *db) {
+    if (fl_cpu_simd()) fl_simd_relu_grad_colsum(rows, n, relu, y, src, dy, db);
+    else fl_avx2_relu_grad_colsum(rows, n, relu, y, src, dy, db);
+}
+
 /* dy of one sample times act'(y), its column sums added to db, written to
  * dst (row stride dst_row floats, dst_row >= ow*oc); dst may be dy itself.
  * One pass over each row: the copy, mask and sums together, or the copy
@@ -557,8 +563,7 @@ static void prep_dy(const fl_conv_desc *d, const float *ys, const float *dys, fl
         if (d->act == FL_ACT_LINEAR && !d->has_bias) {
             if (o != s) memcpy(o, s, row * sizeof(float));
         } else if (d->act == FL_ACT_RELU || d->act == FL_ACT_LINEAR) {
-            fl_simd_relu_grad_colsum(d->ow, OC, d->act == FL_ACT_RELU, ys + (size_t)oh * row, s, o,
-                                     d->has_bias ? db : NULL);
+            relu_grad_colsum(d->ow, OC, d->act == FL_ACT_RELU, ys + (size_t)oh * row, s, o, d->has_bias ? db : NULL);
         } else {
             if (o != s) memcpy(o, s, row * sizeof(float));
             fl_cpu_act_grad_rows(d->ow, OC, d->act, ys + (size_t)oh * row, o, d->has_bias ? db : NULL);
@@ -587,9 +592,9 @@ static void unpool_grad(const fl_conv_desc *d, const pool_grad *pg, int64_t n, f
     const size_t psz = (size_t)p->oh * p->ow * p->c, row = (size_t)d->ow * d->oc;
     if (p->sh != p->kh || p->sw != p->kw || p->oh * p->sh != d->oh || p->ow * p->sw != d->ow)
         for (int oh = 0; oh < d->oh; oh++) memset(dst + (size_t)oh * dst_row, 0, row * sizeof(float));
-    fl_simd_unpool_grad(p->oh, p->ow, p->c, p->kh, p->kw, p->sh, p->sw, d->act, pg->pooled + (size_t)n * psz,
-                        pg->dpooled + (size_t)n * psz, pg->argmax + (size_t)n * psz, dst, (int64_t)dst_row,
-                        d->has_bias ? db : NULL);
+    (fl_cpu_simd() ? fl_simd_unpool_grad : fl_avx2_unpool_grad)(
+        p->oh, p->ow, p->c, p->kh, p->kw, p->sh, p->sw, d->act, pg->pooled + (size_t)n * psz,
+        pg->dpooled + (size_t)n * psz, pg->argmax + (size_t)n * psz, dst, (int64_t)dst_row, d->has_bias ? db : NULL);
 }
 
 /* dst (oh x ow x oc of sample n, rows dst_row floats apart) = the gradient of y built from the
@@ -603,7 +608,7 @@ static void bn_grad_sample(const fl_conv_desc *d, const fl_bn_grad *bg, int64_t 
         const size_t o = off + (size_t)oh * row;
         float *r = dst + (size_t)oh * dst_row;
         fl_cpu_bn_dx_rows(d->ow, OC, bg, bg->g + o, y + o, r);
-        if (d->has_bias && db) fl_simd_relu_grad_colsum(d->ow, OC, 0, NULL, r, r, db); /* prep_dy's sums */
+        if (d->has_bias && db) relu_grad_colsum(d->ow, OC, 0, NULL, r, r, db); /* prep_dy's sums */
     }
 }
 
@@ -910,7 +915,7 @@ static void col2im_add(const fl_conv_desc *d, const float *dcol, int64_t cn, int
  * on a chunk's shapes against the AVX2 kernel's 32-37 on a Zen 1 EPYC), else OpenBLAS. beta is 0 or 1. */
 static void conv_gemm(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B,
                       int64_t ldb, float beta, float *C, int64_t ldc, int threads) {
-    if (fl_cpu_avx2_gemm() && fl_cpu_avx2_gemm_wins(ta, tb, M, N, K)) {
+    if (fl_cpu_avx2_kernels() && fl_cpu_avx2_gemm_wins(ta, tb, M, N, K)) {
         fl_avx2_gemm(ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc, NULL, 0, threads);
         return;
     }
@@ -1094,13 +1099,23 @@ void fl_cpu_conv2d_transpose_bwd(const fl_conv_desc *d, const float *x, const fl
 
 /* ------------------------------------------ convolution + max pooling */
 
+static void maxpool_row(const fl_conv_desc *d, int64_t n, int oh, const float *x, float *y, int32_t *argmax);
+
 /* Pools rows [ph0, ph1) of pooling p from sample ys of the convolution output. */
 static void pool_rows(const fl_conv_desc *d, const fl_conv_desc *p, const float *ys, float *ps, int32_t *as, int ph0,
                       int ph1) {
     const size_t prow = (size_t)p->ow * p->c;
-    for (int ph = ph0; ph < ph1; ph++)
-        fl_simd_maxpool_fwd_sample(p->kh, d->ow, d->oc, 1, p->ow, p->kh, p->kw, p->sh, p->sw, 0, 0,
-                                   ys + (size_t)ph * p->sh * d->ow * d->oc, ps + (size_t)ph * prow, as + (size_t)ph * prow);
+    /* the AVX2 kernels' width: the portable pooling of one row of windows (the same selections, the same bits) */
+    const fl_conv_desc q = {.n = 1, .h = p->kh, .w = d->ow, .c = d->oc, .oh = 1, .ow = p->ow, .kh = p->kh,
+                            .kw = p->kw, .sh = p->sh, .sw = p->sw};
+    for (int ph = ph0; ph < ph1; ph++) {
+        const float *yr = ys + (size_t)ph * p->sh * d->ow * d->oc;
+        if (fl_cpu_simd())
+            fl_simd_maxpool_fwd_sample(p->kh, d->ow, d->oc, 1, p->ow, p->kh, p->kw, p->sh, p->sw, 0, 0, yr,
+                                       ps + (size_t)ph * prow, as + (size_t)ph * prow);
+        else
+            maxpool_row(&q, 0, 0, yr, ps + (size_t)ph * prow, as + (size_t)ph * prow);
+    }
 }
 
 void fl_cpu_conv2d_maxpool_fwd(const fl_conv_desc *d, const fl_conv_desc *p, const float *x, const float *w,
@@ -1231,6 +1246,13 @@ static void maxpool_fwd_row_base(const fl_conv_desc *d, int64_t n, int oh, const
                                  int32_t *argmax) {
     maxpool_fwd_row(d, n, oh, x, y, argmax);
 }
+/* the AVX2 loop where the CPU has it, else the baseline */
+static void maxpool_row(const fl_conv_desc *d, int64_t n, int oh, const float *x, float *y, int32_t *argmax) {
+#if FL_HAVE_AVX2_TARGET
+    if (fl_cpu_avx2()) { maxpool_fwd_row_avx2(d, n, oh, x, y, argmax); return; }
+#endif
+    maxpool_fwd_row_base(d, n, oh, x, y, argmax);
+}
 
 void fl_cpu_maxpool_fwd(const fl_conv_desc *d, const float *x, float *y, int32_t *argmax) {
     const int H = d->h, W = d->w, C = d->c;
@@ -1242,16 +1264,9 @@ void fl_cpu_maxpool_fwd(const fl_conv_desc *d, const float *x, float *y, int32_t
                                        x + (size_t)n * in_sz, y + (size_t)n * out_sz, argmax + (size_t)n * out_sz);
         return;
     }
-    const int avx2 = fl_cpu_avx2();
 #pragma omp parallel for collapse(2) schedule(static) num_threads(d->n * in_sz < 65536 ? 1 : fl_cpu_threads())
     for (int64_t n = 0; n < d->n; n++)
-        for (int oh = 0; oh < d->oh; oh++) {
-#if FL_HAVE_AVX2_TARGET
-            if (avx2) { maxpool_fwd_row_avx2(d, n, oh, x, y, argmax); continue; }
-#endif
-            maxpool_fwd_row_base(d, n, oh, x, y, argmax);
-        }
-    (void)avx2;
+        for (int oh = 0; oh < d->oh; oh++) maxpool_row(d, n, oh, x, y, argmax);
 }
 
 void fl_cpu_maxpool_bwd(const fl_conv_desc *d, const float *dy, const int32_t *argmax, float *dx, float dx_beta) {

@@ -1,16 +1,20 @@
 /*
- * cpu_simd.h — flynn's own AVX-512 kernels (cpu_avx512.c), used by the CPU
- * backend when the CPU has AVX-512 and FLYNN_CPU_KERNELS is not "generic".
- * Everything else (other CPUs, unusual shapes) goes through the portable
- * code and OpenBLAS.
+ * cpu_simd.h — flynn's own vector kernels: AVX-512 (cpu_avx512.c) and
+ * AVX2+FMA (cpu_avx2.c), used by the CPU backend where the CPU has them and
+ * FLYNN_CPU_KERNELS does not say otherwise (fl_cpu_kernels_cap). Everything
+ * else (other CPUs, unusual shapes) goes through the portable code and
+ * OpenBLAS.
  *
  * The core is one register-blocked micro-kernel family that computes an
- * R x (16*V) tile of
+ * R x cols tile of
  *     C[r, n] (+)= sum_seg sum_j A[r*as + j*aj + seg*aseg] * B[j*bj + seg*bseg + n]
  * with A read by scalar broadcast (any strides, so no packing) and B read as
- * 16-wide vectors. Dense layers (x @ W, x^T @ dy, dy @ W^T), direct
- * convolutions (forward, data gradient, weight gradient) are all this loop
- * with different strides; see fl_simd_tile.
+ * vectors (16 floats in zmm, 8 in ymm). Dense layers (x @ W, x^T @ dy,
+ * dy @ W^T), direct convolutions (forward, data gradient, weight gradient)
+ * and Winograd's products are all this loop with different strides; see
+ * fl_simd_tile. It is written once (cpu_microkernel.h) and built for both
+ * widths, which give the same bits: the direct convolutions run on either
+ * (fl_cpu_direct), through the fl_simd_run family below.
  */
 #ifndef FL_CPU_SIMD_H
 #define FL_CPU_SIMD_H
@@ -71,13 +75,38 @@ typedef struct fl_simd_tile {
     int64_t btap;
 } fl_simd_tile;
 
-/* Largest R the kernels take for a tile `cols` wide (with taps: fl_simd_max_rows_taps). */
-int fl_simd_max_rows(int cols);
-int fl_simd_max_rows_taps(void);
-/* Whether a tile of `cols` columns may use taps = `taps`. */
-int fl_simd_taps_ok(int taps, int cols);
-/* Computes an R x cols tile, 1 <= R <= fl_simd_max_rows(cols). */
-void fl_simd_run(const fl_simd_tile *t, int rows);
+/* The direct convolutions' kernels in use: 2 the AVX-512 ones, 1 the AVX2 ones (fl_cpu_avx2_kernels), 0 none
+ * (convolutions are im2col + a GEMM). */
+int fl_cpu_avx2_kernels(void);
+static inline int fl_cpu_direct(void) { return fl_cpu_simd() ? 2 : fl_cpu_avx2_kernels() ? 1 : 0; }
+
+/* Each width's micro-kernel: the largest R it takes for a tile `cols` wide (with taps: fl_*_max_rows_taps), an
+ * R x cols tile (1 <= R <= that), and fl_simd_dw3 below. */
+int fl_avx512_max_rows(int cols);
+int fl_avx512_max_rows_taps(int cols);
+void fl_avx512_run(const fl_simd_tile *t, int rows);
+void fl_avx512_dw3(const float *x, int64_t xj, int64_t xseg, const float *gy, int64_t gyj, int64_t gyseg, int nseg,
+                   int nj, int ct, int cols, float *dw, int64_t dw_kw, int64_t ldc);
+int fl_avx2_max_rows(int cols);
+int fl_avx2_max_rows_taps(int cols);
+void fl_avx2_run(const fl_simd_tile *t, int rows);
+void fl_avx2_dw3(const float *x, int64_t xj, int64_t xseg, const float *gy, int64_t gyj, int64_t gyseg, int nseg,
+                 int nj, int ct, int cols, float *dw, int64_t dw_kw, int64_t ldc);
+
+/* The micro-kernel of the width in use (fl_cpu_direct() > 0): the largest R for a tile `cols` wide (with taps:
+ * fl_simd_max_rows_taps), and an R x cols tile, 1 <= R <= that. */
+static inline int fl_simd_max_rows(int cols) {
+    return fl_cpu_simd() ? fl_avx512_max_rows(cols) : fl_avx2_max_rows(cols);
+}
+static inline int fl_simd_max_rows_taps(int cols) {
+    return fl_cpu_simd() ? fl_avx512_max_rows_taps(cols) : fl_avx2_max_rows_taps(cols);
+}
+static inline void fl_simd_run(const fl_simd_tile *t, int rows) {
+    if (fl_cpu_simd()) fl_avx512_run(t, rows);
+    else fl_avx2_run(t, rows);
+}
+/* Whether a tile of `cols` columns may use taps = `taps` (both widths: the same tiles, the same bits). */
+static inline int fl_simd_taps_ok(int taps, int cols) { return taps == 3 && cols <= 16; }
 
 /* The filter gradient of a stride-1 convolution with 3 kernel columns and
  * one vector of output channels (cols <= 16), for ct <= FL_SIMD_DW3_CT input
@@ -87,8 +116,11 @@ void fl_simd_run(const fl_simd_tile *t, int rows);
  * serves. The same sums, in the same order, as fl_simd_run with rows
  * (kw, ci): bit for bit. */
 #define FL_SIMD_DW3_CT 8
-void fl_simd_dw3(const float *x, int64_t xj, int64_t xseg, const float *gy, int64_t gyj, int64_t gyseg, int nseg,
-                 int nj, int ct, int cols, float *dw, int64_t dw_kw, int64_t ldc);
+static inline void fl_simd_dw3(const float *x, int64_t xj, int64_t xseg, const float *gy, int64_t gyj, int64_t gyseg,
+                               int nseg, int nj, int ct, int cols, float *dw, int64_t dw_kw, int64_t ldc) {
+    if (fl_cpu_simd()) fl_avx512_dw3(x, xj, xseg, gy, gyj, gyseg, nseg, nj, ct, cols, dw, dw_kw, ldc);
+    else fl_avx2_dw3(x, xj, xseg, gy, gyj, gyseg, nseg, nj, ct, cols, dw, dw_kw, ldc);
+}
 
 /* Splits n rows into tiles of at most rmax, as even as possible: tile k
  * starts at fl_tile_start(n, nt, k) for nt = ceil(n / rmax) tiles. */
@@ -124,15 +156,15 @@ void fl_simd_gemm(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, con
                   const float *B, int64_t ldb, float beta, float *C, int64_t ldc, const float *bias, int relu,
                   int threads);
 
-/* cpu_avx2_gemm.c: the same GEMM for CPUs with AVX2 + FMA and no AVX-512,
+/* cpu_avx2.c: the same GEMM for CPUs with AVX2 + FMA and no AVX-512,
  * 8-wide (used where fl_cpu_avx2_gemm_wins says it beats OpenBLAS). */
 void fl_avx2_gemm(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
                   const float *B, int64_t ldb, float beta, float *C, int64_t ldc, const float *bias, int relu,
                   int threads);
-/* 1 when fl_avx2_gemm is used: AVX2 + FMA, no AVX-512, FLYNN_CPU_KERNELS
- * not "generic". fl_cpu_avx2_gemm_force as fl_cpu_simd_force (tests). */
-int fl_cpu_avx2_gemm(void);
-void fl_cpu_avx2_gemm_force(int on);
+/* fl_cpu_avx2_kernels() (above) is 1 when cpu_avx2.c's kernels are used: AVX2 + FMA, and no AVX-512 or
+ * FLYNN_CPU_KERNELS=avx2. fl_cpu_avx2_kernels_force as fl_cpu_simd_force (tests: 1 makes fl_cpu_direct() 1
+ * where fl_cpu_simd() is forced 0). */
+void fl_cpu_avx2_kernels_force(int on);
 /* Whether the AVX2 GEMM beats OpenBLAS on this shape. */
 int fl_cpu_avx2_gemm_wins(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K);
 /* fl_simd_gemm where fl_cpu_simd(), else fl_avx2_gemm where it is used and
@@ -144,8 +176,9 @@ int fl_cpu_own_gemm(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, c
 /* dy = src * relu'(y) (relu != 0; else src) and db[j] += column sums of
  * the result, over rows x n; src may be dy, db may be NULL. One pass over
  * src, so a copy and its mask cost one. Single-threaded; n % 16 == 0 not
- * required. */
+ * required. fl_avx2_relu_grad_colsum: the same bits on AVX2. */
 void fl_simd_relu_grad_colsum(int64_t rows, int n, int relu, const float *y, const float *src, float *dy, float *db);
+void fl_avx2_relu_grad_colsum(int64_t rows, int n, int relu, const float *y, const float *src, float *dy, float *db);
 
 /* Max pooling of one sample, padded by PT rows above and PL columns left
  * (windows clipped to the input): y and the window-relative argmax kh*KW + kw
@@ -161,8 +194,11 @@ void fl_simd_maxpool_bwd_sample(int H, int W, int C, int OH, int OW, int KH, int
  * (windows inside the input and not overlapping): within each window, dst =
  * dpooled * act'(pooled) at the argmax and 0 elsewhere (act' from the output,
  * fl_act_grad_y); db[c] (may be NULL) += its sums. dst rows are dst_row
- * floats apart; elements no window covers are left alone. */
+ * floats apart; elements no window covers are left alone.
+ * fl_avx2_unpool_grad: the same bits on AVX2. */
 void fl_simd_unpool_grad(int POH, int POW, int C, int KH, int KW, int SH, int SW, int act, const float *pooled,
+                         const float *dpooled, const int32_t *argmax, float *dst, int64_t dst_row, float *db);
+void fl_avx2_unpool_grad(int POH, int POW, int C, int KH, int KW, int SH, int SW, int act, const float *pooled,
                          const float *dpooled, const int32_t *argmax, float *dst, int64_t dst_row, float *db);
 
 /* Dropout forward over buffer elements [i0, i1), element i drawn as Philox
