@@ -135,7 +135,7 @@ static fl_simd_tile strip(const fl_simd_tile *t, int c0, int cols) {
     return s;
 }
 
-void fl_avx2_run(const fl_simd_tile *t, int rows) {
+static inline __attribute__((always_inline)) void run(const fl_simd_tile *t, int rows) {
     if (t->cols <= 8) { /* one vector */
         (t->taps > 1 ? mkt3 : mk_v1)[rows][t->cols == 8](t);
         return;
@@ -154,6 +154,7 @@ void fl_avx2_run(const fl_simd_tile *t, int rows) {
         else mk_v1[rows][n == 8](&s);
     }
 }
+void fl_avx2_run(const fl_simd_tile *t, int rows) { run(t, rows); }
 
 FL_AVX2_TARGET void fl_avx2_dw3(const float *x, int64_t xj, int64_t xseg, const float *gy, int64_t gyj,
                                 int64_t gyseg, int nseg, int nj, int ct, int cols, float *dw, int64_t dw_kw,
@@ -283,7 +284,7 @@ static void block(int trans_a, int trans_b, const float *A, int64_t lda, const f
                 if (trans_a) { t.a = A + k0 * lda + r0; t.as = 1; t.aj = lda; }
                 else { t.a = A + r0 * lda + k0; t.as = lda; t.aj = 1; }
                 t.c = C + r0 * ldc + n0 + c0;
-                fl_avx2_run(&t, (int)(r1 - r0));
+                run(&t, (int)(r1 - r0));
             }
         }
     }

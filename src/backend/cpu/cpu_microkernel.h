@@ -38,22 +38,49 @@ VF_TARGET static inline __attribute__((always_inline)) vf VF_(mk_init)(const fl_
 }
 
 /* Its store: the residual added, then the ReLU (capped at hi; leaky with a slope: max(o, slope o) + 0, which
- * for 0 < slope < 1 is the LeakyReLU layer's o > 0 ? o : o < 0 ? slope o : 0 to the bit), then the gate. */
-VF_TARGET static inline __attribute__((always_inline)) void VF_(mk_store)(const fl_simd_tile *t, int r, int v, vf o,
+ * for 0 < slope < 1 is the LeakyReLU layer's o > 0 ? o : o < 0 ? slope o : 0 to the bit), then the gate. The
+ * tile's fields come as values (MK_EPILOGUE): the vector stores may alias the tile, which would otherwise be
+ * read again after each one. */
+typedef struct VF_(mk_epi) {
+    float *c;
+    int64_t ldc;
+    const float *res, *gate;
+    int relu;
+    float slope;
+} VF_(mk_epi);
+VF_TARGET static inline __attribute__((always_inline)) void VF_(mk_store)(const VF_(mk_epi) *e, int r, int v, vf o,
                                                                           int full, vmask mk, vf hi) {
     const vf zero = vf_zero();
-    const int64_t off = r * t->ldc + VL * v;
-    if (t->res) o = vf_add(o, vf_loadf(full, mk, t->res + off));
-    if (t->relu && t->slope > 0.0f) /* + 0: -0 to 0, as the LeakyReLU layer */
-        o = vf_min(vf_add(vf_max(o, vf_mul(o, vf_set1(t->slope))), zero), hi);
-    else if (t->relu)
+    const int64_t off = r * e->ldc + VL * v;
+    if (e->res) o = vf_add(o, vf_loadf(full, mk, e->res + off));
+    if (e->relu && e->slope > 0.0f) /* + 0: -0 to 0, as the LeakyReLU layer */
+        o = vf_min(vf_add(vf_max(o, vf_mul(o, vf_set1(e->slope))), zero), hi);
+    else if (e->relu)
         o = vf_min(vf_max(o, zero), hi);
-    if (t->gate) o = vf_keep_gt0(vf_loadf(full, mk, t->gate + off), o);
-    vf_storef(full, t->c + off, mk, o);
+    if (e->gate) o = vf_keep_gt0(vf_loadf(full, mk, e->gate + off), o);
+    vf_storef(full, e->c + off, mk, o);
 }
 
-/* The ReLU's cap in the store: relu_max, or none */
-#define MK_HI(t) vf_set1((t)->relu_max > 0.0f ? (t)->relu_max : INFINITY)
+/* The store of a tile's acc[r][v] (vectors VL apart, the last `tail`), or a plain store where there is no
+ * epilogue (a GEMM's). C's address is taken afresh here (the empty asm): computed once for the start and the
+ * store, a dozen row pointers lived on the stack across the loop (a GEMM with K 16 ran 40% slower). */
+#define MK_EPILOGUE(t, R, V, FULL, acc, tail)                                                                  \
+    do {                                                                                                       \
+        VF_(mk_epi) e_ = {(t)->c, (t)->ldc, (t)->res, (t)->gate, (t)->relu, (t)->slope};                       \
+        __asm__("" : "+r"(e_.c), "+r"(e_.ldc));                                                                \
+        if (!e_.res && !e_.gate && !e_.relu) {                                                                 \
+            _Pragma("GCC unroll 32") for (int r = 0; r < R; r++) {                                             \
+                _Pragma("GCC unroll 4") for (int v = 0; v < V; v++)                                            \
+                    vf_storef(FULL || v < V - 1, e_.c + r * e_.ldc + VL * v, tail, acc[r][v]);                 \
+            }                                                                                                  \
+            break;                                                                                             \
+        }                                                                                                      \
+        const vf hi_ = vf_set1((t)->relu_max > 0.0f ? (t)->relu_max : INFINITY);                               \
+        _Pragma("GCC unroll 32") for (int r = 0; r < R; r++) {                                                 \
+            _Pragma("GCC unroll 4") for (int v = 0; v < V; v++)                                                \
+                VF_(mk_store)(&e_, r, v, acc[r][v], FULL || v < V - 1, tail, hi_);                             \
+        }                                                                                                      \
+    } while (0)
 
 #define MK_DEFINE(R, V, FULL)                                                                                  \
     VF_TARGET static void VF_CAT(mk_##R##_##V##_##FULL, FL_VEC_BITS)(const fl_simd_tile *t) {                  \
@@ -65,9 +92,10 @@ VF_TARGET static inline __attribute__((always_inline)) void VF_(mk_store)(const 
             }                                                                                                  \
         }                                                                                                      \
         const int64_t as = t->as, aj = t->aj, bj = t->bj;                                                      \
-        for (int s = 0; s < t->nseg; s++) {                                                                    \
-            const float *pa = t->a + s * t->aseg, *pb = t->b + s * t->bseg;                                    \
-            for (int j = 0; j < t->nj; j++) {                                                                  \
+        const int nseg = t->nseg, nj = t->nj;                                                                  \
+        const float *pa = t->a, *pb = t->b;                                                                    \
+        for (int s = 0;;) {                                                                                    \
+            for (int j = 0; j < nj; j++) {                                                                     \
                 vf bv[V];                                                                                      \
                 _Pragma("GCC unroll 4") for (int v = 0; v < V; v++) {                                          \
                     bv[v] = FULL || v < V - 1 ? vf_load(pb + VL * v) : vf_loadm(tail, pb + VL * v);            \
@@ -79,12 +107,11 @@ VF_TARGET static inline __attribute__((always_inline)) void VF_(mk_store)(const 
                 pa += aj;                                                                                      \
                 pb += bj;                                                                                      \
             }                                                                                                  \
+            if (++s >= nseg) break;                                                                            \
+            pa = t->a + s * t->aseg;                                                                           \
+            pb = t->b + s * t->bseg;                                                                           \
         }                                                                                                      \
-        const vf hi = MK_HI(t);                                                                                \
-        _Pragma("GCC unroll 16") for (int r = 0; r < R; r++) {                                                 \
-            _Pragma("GCC unroll 4") for (int v = 0; v < V; v++)                                                \
-                VF_(mk_store)(t, r, v, acc[r][v], FULL || v < V - 1, tail, hi);                                \
-        }                                                                                                      \
+        MK_EPILOGUE(t, R, V, FULL, acc, tail);                                                                 \
     }
 
 /* The taps form (cpu_simd.h, fl_simd_tile.taps): one vector of output channels; with stride 1 the x that
@@ -114,8 +141,9 @@ VF_TARGET static inline __attribute__((always_inline)) void VF_(mk_store)(const 
                 pb += bj;                                                                                      \
             }                                                                                                  \
         }                                                                                                      \
-        const vf hi = MK_HI(t);                                                                                \
-        _Pragma("GCC unroll 32") for (int r = 0; r < R; r++) VF_(mk_store)(t, r, 0, acc[r], FULL, tail, hi);   \
+        vf accv[R][1];                                                                                         \
+        _Pragma("GCC unroll 32") for (int r = 0; r < R; r++) accv[r][0] = acc[r];                              \
+        MK_EPILOGUE(t, R, 1, FULL, accv, tail);                                                                \
     }
 
 /* fl_simd_dw3 for CT channels and one vector of columns: 3*CT accumulators, the last three gy vectors (g0 =
