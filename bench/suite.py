@@ -24,13 +24,18 @@ kernels each side used.
 
 usage: bench/suite.py [--models LIST] [--batch-sizes 1,32,128,512] [--rounds 2] [--threads 2]
                       [--samples N] [--work DIR] [--flynn build/flynn] [--sides flynn,torch,keras-tf]
-                      [--json FILE] [--svg FILE] [--busy]
+                      [--json FILE] [--svg FILE] [--busy] [--isa avx2]
        bench/suite.py --from-json FILE --svg OUT.svg   (the chart of an earlier run)
 --busy runs one CPU-bound process (a spinning loop) beside every measurement:
 the issue's "behave on a busy machine" case. Compare each side's cores there
 with its quiet ones: beside one such process a side whose threads sleep while
 they wait gets about one core on a 2-core machine, whatever its thread count
 (docs/performance.md, "What a busy machine leaves").
+--isa avx2 holds every side to AVX2 and FMA on a CPU with AVX-512: what AMD
+before Zen 4 and Intel's client cores run, compared on one machine (flynn
+FLYNN_CPU_KERNELS=avx2; oneDNN, under PyTorch and TensorFlow,
+ONEDNN_MAX_CPU_ISA=AVX2; PyTorch ATEN_CPU_CAPABILITY=avx2 and
+MKL_ENABLE_INSTRUCTIONS=AVX2; OpenBLAS, the ceiling's too, Haswell).
 Models users write, which nobody tuned flynn for (bench/user_models.py:
 cifar_vgg, tab_bn, bigru_text, sepconv64, har_cnn1d, unet_small, conv_ae,
 lstm_reg, fasttext, gelu_mlp, and keras.applications at 64x64: resnet50_64,
@@ -80,7 +85,9 @@ else:
 t, cpu = time.perf_counter() - t0, time.process_time() - c0
 print(json.dumps({"impl": "keras %s + tensorflow %s" % (keras.__version__, tf.__version__), "sps": N / t,
                   "cores": cpu / t,
-                  "kernels": "oneDNN %s" % os.environ.get("TF_ENABLE_ONEDNN_OPTS", "default (on)")}))
+                  "kernels": "oneDNN %s%s" % (os.environ.get("TF_ENABLE_ONEDNN_OPTS", "default (on)"),
+                                             ", ONEDNN_MAX_CPU_ISA=" + os.environ["ONEDNN_MAX_CPU_ISA"]
+                                             if "ONEDNN_MAX_CPU_ISA" in os.environ else "")}))
 """
 
 TORCH = PEER + r"""
@@ -394,6 +401,10 @@ def main():
     ap.add_argument("--sides", default="flynn,torch,keras-tf")
     ap.add_argument("--json", default=None)
     ap.add_argument("--busy", action="store_true", help="one CPU-bound process runs beside every measurement")
+    ap.add_argument("--isa", choices=("auto", "avx2"), default="auto",
+                    help="avx2: hold every side to AVX2 on a CPU with AVX-512 (flynn's FLYNN_CPU_KERNELS, oneDNN's "
+                         "ONEDNN_MAX_CPU_ISA, PyTorch's ATEN_CPU_CAPABILITY and MKL_ENABLE_INSTRUCTIONS, "
+                         "OPENBLAS_CORETYPE=Haswell), what a CPU without AVX-512 runs")
     ap.add_argument("--svg", default=None, help="also draw flynn's ratio to the best peer per point as an SVG chart")
     ap.add_argument("--from-json", default=None, help="only draw --svg from an earlier run's --json FILE")
     a = ap.parse_args()
@@ -408,6 +419,9 @@ def main():
     env = dict(os.environ, OMP_NUM_THREADS=str(a.threads), TF_CPP_MIN_LOG_LEVEL="2", KERAS_BACKEND="tensorflow",
                CUDA_VISIBLE_DEVICES="")
     env.pop("OMP_WAIT_POLICY", None)
+    if a.isa == "avx2":
+        env.update(FLYNN_CPU_KERNELS="avx2", ONEDNN_MAX_CPU_ISA="AVX2", DNNL_MAX_CPU_ISA="AVX2",
+                   ATEN_CPU_CAPABILITY="avx2", MKL_ENABLE_INSTRUCTIONS="AVX2", OPENBLAS_CORETYPE="Haswell")
     os.makedirs(a.work, exist_ok=True)
     missing = [m for m in models if not os.path.exists(os.path.join(a.work, m + ".keras"))]
     suite = [m for m in missing if m in MODELS]
@@ -425,8 +439,9 @@ def main():
     if a.busy:
         busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     print("suite: %d threads, %d rounds (best kept), warm-up %d steps, sgemm ceiling %s GFLOP/s (OpenBLAS core %s), "
-          "load %s%s" % (a.threads, a.rounds, a.warmup, "%.0f" % ceiling if ceiling else "?", core, loadavg(),
-             ", with one CPU-bound process beside" if busy else ""), flush=True)
+          "load %s%s%s" % (a.threads, a.rounds, a.warmup, "%.0f" % ceiling if ceiling else "?", core, loadavg(),
+             ", with one CPU-bound process beside" if busy else "",
+             ", every side held to AVX2 (--isa avx2)" if a.isa == "avx2" else ""), flush=True)
     results, kernels = [], {}
     try:
         for model in models:
@@ -474,7 +489,7 @@ def main():
     print("load %s at the end" % loadavg())
     for s, k in kernels.items():
         print("%s: %s" % (s, k))
-    d = {"threads": a.threads, "rounds": a.rounds, "ceiling_gflops": ceiling, "busy": a.busy,
+    d = {"threads": a.threads, "rounds": a.rounds, "ceiling_gflops": ceiling, "busy": a.busy, "isa": a.isa,
          "results": results, "kernels": kernels, "date": time.strftime("%Y-%m-%d %H:%M")}
     if a.json:
         with open(a.json, "w") as fh:
