@@ -151,6 +151,35 @@ static void test_conv(int n, int h, int w, int c, int oc, int kh, int kw, int s,
     test_conv_dil(n, h, w, c, oc, kh, kw, s, same, act, bias, 1, 1);
 }
 
+/* d.res (a residual Add, and its ReLU, in the convolution's store) at each level against the portable code
+ * (the convolution, then the Add and the ReLU as their own pass), the two widths bit for bit */
+static void test_conv_res(int n, int hw, int c, int oc, int k) {
+    fl_conv_desc d = {.n = n, .h = hw, .w = hw + 1, .c = c, .oc = oc, .kh = k, .kw = k, .sh = 1, .sw = 1,
+                      .act = FL_ACT_RELU, .has_bias = 1};
+    d.oh = out_dim(d.h, k, 1, 1, &d.pt);
+    d.ow = out_dim(d.w, k, 1, 1, &d.pl);
+    const size_t nx = (size_t)n * d.h * d.w * c, ny = (size_t)n * d.oh * d.ow * oc, nw = (size_t)k * k * c * oc;
+    float *x = rnd(nx, 51), *wt = rnd(nw, 52), *b = rnd(oc, 53), *r = rnd(ny, 54), *y[LEVELS] = {0};
+    d.res = r;
+    void *ws = ws_for(&d);
+    for (int lv = 0; lv < LEVELS; lv++) {
+        if (!level_ok(lv)) continue;
+        set_level(lv);
+        y[lv] = malloc(ny * sizeof(float));
+        fl_cpu_conv2d_fwd(&d, x, wt, b, y[lv], ws);
+    }
+    set_level(-1);
+    for (int lv = 1; lv < LEVELS; lv++)
+        if (y[lv])
+            CHECK_MSG(rel_diff(y[lv], y[0], ny) < 1e-5, "conv n%d %dx%dx%d->%d k%d with a residual, %s: differs by %g",
+                      n, d.h, d.w, c, oc, k, level_name(lv), rel_diff(y[lv], y[0], ny));
+    if (y[1] && y[2])
+        CHECK_MSG(memcmp(y[1], y[2], ny * sizeof(float)) == 0, "conv n%d %dx%dx%d->%d with a residual: AVX2 differs "
+                  "from AVX-512", n, d.h, d.w, c, oc);
+    for (int lv = 0; lv < LEVELS; lv++) free(y[lv]);
+    free(x); free(wt); free(b); free(r); free(ws);
+}
+
 /* d.dx_gate (the ReLU that produced x masks dx as the convolution stores it, ops.c gated_relu): dx added into
  * an existing gradient and gated is, value for value, the same sum ungated then masked by x > 0, on the path
  * this build takes (simd: the direct kernels, Winograd, the strided phases; portable: the GEMM path, masked a
@@ -1374,6 +1403,8 @@ static void test_winograd(void) {
         test_fwd_threads(1, 15, 15, 12, 20, 5, 5, 2, 1, FL_ACT_RELU6);
         test_fwd_threads(2, 33, 1, 9, 32, 7, 1, 1, 1, FL_ACT_ELU); /* Conv1D: bands of rows */
         test_fwd_threads(1, 10, 10, 16, 16, 3, 3, 1, 0, FL_ACT_LINEAR); /* no padding */
+        test_fwd_threads(1, 4, 5, 256, 160, 3, 3, 1, 1, FL_ACT_RELU);  /* channels split, K groups */
+        test_fwd_threads(1, 3, 3, 2560, 80, 1, 1, 1, 0, FL_ACT_RELU); /* (sums of 2,560: tanh would leave 1e-5 of order) */
     }
     test_conv_pool(4, 26, 26, 32, 64, 3, 0, FL_ACT_RELU, 2, 2);  /* mnist_cnn's conv2 + pool */
     test_conv_pool(5, 11, 10, 32, 40, 3, 1, FL_ACT_RELU, 2, 2);
@@ -1456,6 +1487,18 @@ static void test_direct(void) {
         test_conv(3, 3, 3, 8, 8, 3, 3, 2, 0, FL_ACT_LINEAR, 0);
         for (int ow = 1; ow <= 26; ow++) test_conv(1, 3, ow + 2, 5, 16, 3, 3, 1, 0, FL_ACT_LINEAR, 1);
         test_conv(1, 3, 49, 3, 1, 3, 3, 1, 0, FL_ACT_LINEAR, 0);    /* one output channel */
+        /* more weights than input at a few samples: the threads split blocks of 64 output channels, each
+         * passing its pixel tiles over a K group at a time (kernel rows; a wide 1x1's input channels) */
+        test_conv(1, 4, 5, 256, 160, 3, 3, 1, 1, FL_ACT_RELU, 1);
+        test_conv(2, 8, 8, 256, 192, 3, 3, 1, 1, FL_ACT_ELU, 1);     /* the activation after, a pixel at a time */
+        test_conv(1, 6, 7, 300, 130, 3, 3, 2, 1, FL_ACT_LINEAR, 0);  /* strided */
+        test_conv(1, 3, 3, 2560, 80, 1, 1, 1, 0, FL_ACT_RELU6, 1);   /* a 1x1: K groups of input channels */
+        test_conv(6, 5, 6, 256, 96, 3, 3, 1, 1, FL_ACT_RELU, 1);     /* whole samples, K groups */
+        test_conv_dil(1, 9, 9, 256, 96, 3, 3, 1, 1, FL_ACT_RELU, 1, 2, 2);
+        test_conv_pool(1, 4, 4, 256, 160, 3, 1, FL_ACT_RELU, 2, 2); /* then pooled apart */
+        test_conv_pool(1, 12, 12, 16, 32, 3, 1, FL_ACT_RELU, 2, 2); /* padded, one sample: bands of pooling rows */
+        test_conv_res(1, 4, 256, 160, 3);
+        test_conv_res(3, 7, 40, 72, 3);
         /* convolution + max pooling, fused */
         test_conv_pool(4, 26, 26, 32, 64, 3, 0, FL_ACT_RELU, 2, 2);  /* mnist_cnn's conv2 + pool */
         test_conv_pool(1, 26, 26, 32, 64, 3, 0, FL_ACT_RELU, 2, 2);  /* one sample: row bands */

@@ -394,16 +394,51 @@ static void fwd_tile(const fl_conv_desc *d, const fl_simd_tile *t0, int rows) {
 /* d->res at floats off, or NULL */
 #define RES_AT(d, off) ((d)->res ? (d)->res + (size_t)(off) : NULL)
 
-/* Output rows oh0..oh1 of one sample: y = act(conv(xs) + b + rs); xs is the (padded) sample, rs its residual
- * laid out as ys (d->res; NULL: none). */
-static void direct_fwd_rows(const fl_conv_desc *d, const conv_geom *g, const float *xs, const float *w,
-                            const float *b, float *ys, const float *rs, int oh0, int oh1) {
+/* The K groups of a tile's products (its kernel rows, or a 1x1's input channels) whose weights, for one block
+ * of output channels, fit in half the L2, so that every pixel tile of the rows passes over a group while it is
+ * there: with all of K a tile, a 512 -> 512 3x3 convolution's 1.2 MB block of weights was streamed from the
+ * L3 once per row of its 4x4 or 8x8 output (VGG16's deep stages at batch 1). Only where there is more than
+ * one pixel tile to share it; none in the taps form (16 or fewer channels). */
+#define DIRECT_K_GROUP_BYTES (512 * 1024)
+static int k_groups(const fl_simd_tile *t, int ntiles) {
+    if (t->taps > 1 || ntiles < 2) return 1;
+    const double bytes = (double)t->nseg * t->nj * t->cols * sizeof(float);
+    int g = (int)((bytes + DIRECT_K_GROUP_BYTES - 1) / DIRECT_K_GROUP_BYTES);
+    const int most = t->nseg > 1 ? t->nseg : t->nj / 64; /* whole kernel rows; or steps of at least 64 */
+    return g < 1 ? 1 : g > most ? (most > 0 ? most : 1) : g;
+}
+/* Group k of ng of tile t: its segments (or steps), starting from C where it is not the first, the bias with
+ * the first, the epilogue (residual, ReLU, gate) with the last. The sums are the same as all of K at once:
+ * each element's products in (segment, step) order, stored and read back between groups. */
+static fl_simd_tile k_group(const fl_simd_tile *t, int k, int ng) {
+    fl_simd_tile u = *t;
+    if (ng == 1) return u;
+    const int split_seg = t->nseg > 1, n = split_seg ? t->nseg : t->nj;
+    const int s0 = (int)((int64_t)n * k / ng), s1 = (int)((int64_t)n * (k + 1) / ng);
+    if (split_seg) {
+        u.nseg = s1 - s0;
+        u.a += (int64_t)s0 * t->aseg;
+        u.b += (int64_t)s0 * t->bseg;
+    } else {
+        u.nj = s1 - s0;
+        u.a += (int64_t)s0 * t->aj;
+        u.b += (int64_t)s0 * t->bj;
+    }
+    u.accumulate = k > 0 || t->accumulate;
+    if (k + 1 < ng) { u.relu = 0; u.res = NULL; u.gate = NULL; }
+    return u;
+}
+
+/* Output rows oh0..oh1, channels [oc_lo, oc_hi) (64 apart but the last), of one sample: y = act(conv(xs) + b +
+ * rs); xs is the (padded) sample, rs its residual laid out as ys (d->res; NULL: none). */
+static void direct_fwd_block(const fl_conv_desc *d, const conv_geom *g, const float *xs, const float *w,
+                             const float *b, float *ys, const float *rs, int oh0, int oh1, int oc_lo, int oc_hi) {
     const int C = d->c, OC = d->oc;
     const int relu = d->act == FL_ACT_RELU || d->act == FL_ACT_RELU6; /* in the micro-kernel's store */
     const int flat = d->kh == 1 && d->kw == 1 && d->sh == 1 && d->sw == 1 && g->wp == d->ow && g->hp == d->oh;
-    for (int oc0 = 0; oc0 < OC; oc0 += 64) {
+    for (int oc0 = oc_lo; oc0 < oc_hi; oc0 += 64) {
         fl_simd_tile t = {0};
-        t.cols = OC - oc0 < 64 ? OC - oc0 : 64;
+        t.cols = oc_hi - oc0 < 64 ? oc_hi - oc0 : 64;
         t.as = (int64_t)d->sw * C;
         t.aj = 1;
         t.aseg = (int64_t)fl_conv_dil_h(d) * g->wp * C;
@@ -428,28 +463,45 @@ static void direct_fwd_rows(const fl_conv_desc *d, const conv_geom *g, const flo
             t.as = flat ? C : (int64_t)d->sh * g->wp * C;
             const int rm = conv_taps(&t, d, C);
             const int per = flat ? d->ow : 1, nr = (oh1 - oh0) * per, ntr = fl_tiles(nr, rm);
-            for (int k = 0; k < ntr; k++) {
-                const int r0 = oh0 * per + (int)fl_tile_start(nr, ntr, k);
-                const int r1 = oh0 * per + (int)fl_tile_start(nr, ntr, k + 1);
-                t.a = xs + (size_t)r0 * (size_t)t.as;
-                t.c = ys + (size_t)r0 * OC + oc0;
-                t.res = rs ? rs + (t.c - ys) : NULL;
-                fwd_tile(d, &t, r1 - r0);
-            }
+            const int ng = k_groups(&t, ntr);
+            for (int kg = 0; kg < ng; kg++)
+                for (int k = 0; k < ntr; k++) {
+                    const int r0 = oh0 * per + (int)fl_tile_start(nr, ntr, k);
+                    const int r1 = oh0 * per + (int)fl_tile_start(nr, ntr, k + 1);
+                    t.a = xs + (size_t)r0 * (size_t)t.as;
+                    t.c = ys + (size_t)r0 * OC + oc0;
+                    t.res = rs ? rs + (t.c - ys) : NULL;
+                    const fl_simd_tile u = k_group(&t, kg, ng);
+                    fwd_tile(d, &u, r1 - r0);
+                }
             continue;
         }
         const int rm = conv_taps(&t, d, C), nt = fl_tiles(d->ow, rm);
-        for (int oh = oh0; oh < oh1; oh++)
-            for (int k = 0; k < nt; k++) {
-                int ow0 = (int)fl_tile_start(d->ow, nt, k), ow1 = (int)fl_tile_start(d->ow, nt, k + 1);
-                t.a = xs + ((size_t)oh * d->sh * g->wp + (size_t)ow0 * d->sw) * C;
-                t.c = ys + ((size_t)oh * d->ow + ow0) * OC + oc0;
-                t.res = rs ? rs + (t.c - ys) : NULL;
-                fwd_tile(d, &t, ow1 - ow0);
-            }
+        const int ng = k_groups(&t, nt * (oh1 - oh0));
+        for (int kg = 0; kg < ng; kg++)
+            for (int oh = oh0; oh < oh1; oh++)
+                for (int k = 0; k < nt; k++) {
+                    int ow0 = (int)fl_tile_start(d->ow, nt, k), ow1 = (int)fl_tile_start(d->ow, nt, k + 1);
+                    t.a = xs + ((size_t)oh * d->sh * g->wp + (size_t)ow0 * d->sw) * C;
+                    t.c = ys + ((size_t)oh * d->ow + ow0) * OC + oc0;
+                    t.res = rs ? rs + (t.c - ys) : NULL;
+                    const fl_simd_tile u = k_group(&t, kg, ng);
+                    fwd_tile(d, &u, ow1 - ow0);
+                }
     }
-    if (d->act != FL_ACT_LINEAR && !relu)
-        fl_cpu_bias_act_rows((int64_t)(oh1 - oh0) * d->ow, OC, NULL, d->act, ys + (size_t)oh0 * d->ow * OC);
+    if (d->act != FL_ACT_LINEAR && !relu) {
+        const int64_t px = (int64_t)(oh1 - oh0) * d->ow;
+        float *y0 = ys + (size_t)oh0 * d->ow * OC;
+        if (oc_lo == 0 && oc_hi == OC) fl_cpu_bias_act_rows(px, OC, NULL, d->act, y0);
+        else
+            for (int64_t p = 0; p < px; p++) fl_cpu_bias_act_rows(1, oc_hi - oc_lo, NULL, d->act, y0 + p * OC + oc_lo);
+    }
+}
+
+/* Output rows oh0..oh1 of one sample, every channel */
+static void direct_fwd_rows(const fl_conv_desc *d, const conv_geom *g, const float *xs, const float *w,
+                            const float *b, float *ys, const float *rs, int oh0, int oh1) {
+    direct_fwd_block(d, g, xs, w, b, ys, rs, oh0, oh1, 0, d->oc);
 }
 
 /* Winograd's forward: the kernel transformed at the start of ws; returns
@@ -477,12 +529,43 @@ static void wino_fwd_run(const fl_conv_desc *d, const float *x, const float *w, 
     }
 }
 
+/* A sample's weights outweigh its (padded) input, and there are several blocks of 64 output channels: at a
+ * few samples the threads split the channels, each reading its part of the weights once, instead of the rows
+ * (each read all of them, once per row of pixel tiles: VGG16's 512-channel stages at batch 1 streamed 9 MB of
+ * weights from the L3 four to eight times a layer). */
+static int weight_heavy(const fl_conv_desc *d, const conv_geom *g) {
+    return d->oc > 64 && (double)d->kh * d->kw * d->c * d->oc > (double)g->hp * g->wp * d->c;
+}
+
 static void direct_fwd(const fl_conv_desc *d, const float *x, const float *w, const float *b, float *y, void *ws) {
     if (wino_fwd(d)) { wino_fwd_run(d, x, w, b, y, ws); return; }
     const conv_geom g = geom(d);
     const size_t in_sz = (size_t)d->h * d->w * d->c, out_sz = (size_t)d->oh * d->ow * d->oc;
     const size_t tws = direct_thread_floats(d, 0);
     const int nt = conv_threads();
+    if (d->n < 2 * nt && weight_heavy(d, &g)) {
+        /* few samples, more weights than input: blocks of 64 output channels (and bands of rows where the
+         * blocks are fewer than two a thread), each passing its rows' pixel tiles over its part of the
+         * weights a K group at a time (direct_fwd_block) */
+        const int64_t ocb = (d->oc + 63) / 64;
+        int bands = ocb >= 2 * nt ? 1 : (int)((2 * nt + ocb - 1) / ocb);
+        if (bands > d->oh) bands = d->oh;
+        for (int64_t n = 0; n < d->n; n++) {
+            const float *xs = x + (size_t)n * in_sz;
+            if (g.copy) {
+                pad_sample(d, &g, xs, (float *)ws);
+                xs = (const float *)ws;
+            }
+#pragma omp parallel for schedule(dynamic) num_threads(nt)
+            for (int64_t it = 0; it < ocb * bands; it++) {
+                const int ob = (int)(it / bands), bd = (int)(it % bands);
+                const int oc0 = ob * 64, oc1 = oc0 + 64 < d->oc ? oc0 + 64 : d->oc;
+                direct_fwd_block(d, &g, xs, w, b, y + (size_t)n * out_sz, RES_AT(d, n * out_sz),
+                                 d->oh * bd / bands, d->oh * (bd + 1) / bands, oc0, oc1);
+            }
+        }
+        return;
+    }
     if (d->n < 2 * nt) {
         /* few samples (inference on a small batch): split output rows, in
          * bands of rows where a row is one pixel (Conv1D). A padded sample
@@ -1143,14 +1226,35 @@ void fl_cpu_conv2d_maxpool_fwd(const fl_conv_desc *d, const fl_conv_desc *p, con
         }
         return;
     }
-    /* items: one pooling row band (the convolution rows it reads) of one
-     * sample, or whole samples when padding needs a per-sample copy */
-    const int per = g.copy || d->n >= 2 * nt ? 1 : p->oh;
-    const int64_t items = d->n * per;
+    if (d->n < 2 * nt && weight_heavy(d, &g)) { /* the channels split (direct_fwd), then the pooling */
+        direct_fwd(d, x, w, b, y, ws);
+        fl_cpu_maxpool_fwd(p, y, pooled, argmax);
+        return;
+    }
+    if (d->n < 2 * nt) {
+        /* few samples: a pooling row band (the convolution rows it reads) an item, over the sample's padded copy
+         * made once into the first thread's slice (a padded sample ran whole on one thread) */
+        for (int64_t n = 0; n < d->n; n++) {
+            const float *xs = x + (size_t)n * in_sz;
+            if (g.copy) {
+                pad_sample(d, &g, xs, (float *)ws);
+                xs = (const float *)ws;
+            }
+            float *ys = y + (size_t)n * out_sz;
 #pragma omp parallel for schedule(dynamic) num_threads(nt)
-    for (int64_t it = 0; it < items; it++) {
-        int64_t n = it / per;
-        int band = (int)(it % per);
+            for (int ph = 0; ph < p->oh; ph++) {
+                const int r0 = ph * p->sh, r1 = (ph + 1) * p->sh < d->oh ? (ph + 1) * p->sh : d->oh;
+                direct_fwd_rows(d, &g, xs, w, b, ys, NULL, r0, r1);
+                pool_rows(d, p, ys, pooled + (size_t)n * psz, argmax + (size_t)n * psz, ph, ph + 1);
+                if (ph + 1 == p->oh && r1 < d->oh) /* rows below the last window */
+                    direct_fwd_rows(d, &g, xs, w, b, ys, NULL, r1, d->oh);
+            }
+        }
+        return;
+    }
+    /* whole samples an item, each pooling a band of rows while it is in cache */
+#pragma omp parallel for schedule(dynamic) num_threads(nt)
+    for (int64_t n = 0; n < d->n; n++) {
         const float *xs = x + (size_t)n * in_sz;
         if (g.copy) {
             float *xp = (float *)ws + (size_t)fl_cpu_thread_id() * tws;
@@ -1158,15 +1262,12 @@ void fl_cpu_conv2d_maxpool_fwd(const fl_conv_desc *d, const fl_conv_desc *p, con
             xs = xp;
         }
         float *ys = y + (size_t)n * out_sz;
-        int ph0 = per == 1 ? 0 : band, ph1 = per == 1 ? p->oh : band + 1;
-        for (int ph = ph0; ph < ph1; ph++) {
-            int r0 = ph * p->sh, r1 = ph + 1 == p->oh && per == 1 ? d->oh : (ph + 1) * p->sh;
+        for (int ph = 0; ph < p->oh; ph++) {
+            int r0 = ph * p->sh, r1 = ph + 1 == p->oh ? d->oh : (ph + 1) * p->sh;
             if (r1 > d->oh) r1 = d->oh;
             direct_fwd_rows(d, &g, xs, w, b, ys, NULL, r0, r1);
             pool_rows(d, p, ys, pooled + (size_t)n * psz, argmax + (size_t)n * psz, ph, ph + 1);
         }
-        if (per > 1 && band + 1 == per && (band + 1) * p->sh < d->oh) /* rows below the last window */
-            direct_fwd_rows(d, &g, xs, w, b, ys, NULL, (band + 1) * p->sh, d->oh);
     }
 }
 
