@@ -409,23 +409,28 @@ static int k_groups(const fl_simd_tile *t, int ntiles) {
 }
 /* Group k of ng of tile t: its segments (or steps), starting from C where it is not the first, the bias with
  * the first, the epilogue (residual, ReLU, gate) with the last. The sums are the same as all of K at once:
- * each element's products in (segment, step) order, stored and read back between groups. */
-static fl_simd_tile k_group(const fl_simd_tile *t, int k, int ng) {
-    fl_simd_tile u = *t;
-    if (ng == 1) return u;
+ * each element's products in (segment, step) order, stored and read back between groups. Returns t itself
+ * where there is one group (no copy of the tile for each of its calls), else u filled in. */
+static inline const fl_simd_tile *k_group(const fl_simd_tile *t, int k, int ng, fl_simd_tile *u) {
+    if (ng == 1) return t;
+    *u = *t;
     const int split_seg = t->nseg > 1, n = split_seg ? t->nseg : t->nj;
     const int s0 = (int)((int64_t)n * k / ng), s1 = (int)((int64_t)n * (k + 1) / ng);
     if (split_seg) {
-        u.nseg = s1 - s0;
-        u.a += (int64_t)s0 * t->aseg;
-        u.b += (int64_t)s0 * t->bseg;
+        u->nseg = s1 - s0;
+        u->a += (int64_t)s0 * t->aseg;
+        u->b += (int64_t)s0 * t->bseg;
     } else {
-        u.nj = s1 - s0;
-        u.a += (int64_t)s0 * t->aj;
-        u.b += (int64_t)s0 * t->bj;
+        u->nj = s1 - s0;
+        u->a += (int64_t)s0 * t->aj;
+        u->b += (int64_t)s0 * t->bj;
     }
-    u.accumulate = k > 0 || t->accumulate;
-    if (k + 1 < ng) { u.relu = 0; u.res = NULL; u.gate = NULL; }
+    u->accumulate = k > 0 || t->accumulate;
+    if (k + 1 < ng) {
+        u->relu = 0;
+        u->res = NULL;
+        u->gate = NULL;
+    }
     return u;
 }
 
@@ -471,8 +476,8 @@ static void direct_fwd_block(const fl_conv_desc *d, const conv_geom *g, const fl
                     t.a = xs + (size_t)r0 * (size_t)t.as;
                     t.c = ys + (size_t)r0 * OC + oc0;
                     t.res = rs ? rs + (t.c - ys) : NULL;
-                    const fl_simd_tile u = k_group(&t, kg, ng);
-                    fwd_tile(d, &u, r1 - r0);
+                    fl_simd_tile u;
+                    fwd_tile(d, k_group(&t, kg, ng, &u), r1 - r0);
                 }
             continue;
         }
@@ -485,8 +490,8 @@ static void direct_fwd_block(const fl_conv_desc *d, const conv_geom *g, const fl
                     t.a = xs + ((size_t)oh * d->sh * g->wp + (size_t)ow0 * d->sw) * C;
                     t.c = ys + ((size_t)oh * d->ow + ow0) * OC + oc0;
                     t.res = rs ? rs + (t.c - ys) : NULL;
-                    const fl_simd_tile u = k_group(&t, kg, ng);
-                    fwd_tile(d, &u, ow1 - ow0);
+                    fl_simd_tile u;
+                    fwd_tile(d, k_group(&t, kg, ng, &u), ow1 - ow0);
                 }
     }
     if (d->act != FL_ACT_LINEAR && !relu) {
