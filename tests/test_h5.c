@@ -550,7 +550,7 @@ static void test_slot_shapes_first(void) {
         sp[8 + 3] = 0x04; /* 2^26 x 8 floats: 2 GiB */
         fl_h5file *f = fl_h5_open(img, len, "slots.weights.h5");
         fl_kstate st;
-        CHECK_MSG(f && fl_keras_read_state(f, FL_KFMT_KERAS, m, true, &st) == FL_OK, "%s", fl_last_error());
+        CHECK_MSG(f && fl_keras_read_state(f, FL_KFMT_KERAS, m, true, false, &st) == FL_OK, "%s", fl_last_error());
         if (f && st.nvars) {
             CHECK(st.has_opt && st.nslots > 0 && st.slots[0].shape[0] == ((int64_t)1 << 26));
             for (int i = 0; i < st.nslots; i++) CHECK_MSG(st.slots[i].data == NULL, "slot %d was read", i);

@@ -18,7 +18,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 static void test_place_small(void) {
     int64_t lo[3] = {0, 2, 1}, hi[3] = {1, 3, 2};
@@ -532,6 +534,70 @@ static void test_huge_pages(void) {
     be->free(p);
 }
 
+/* Pages of [p, p + bytes) resident in memory (mincore over the pages that hold them); a failure is a failed
+ * check, not a count of 0 */
+static size_t resident_pages(const void *p, size_t bytes) {
+    const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), a = (uintptr_t)p & ~(page - 1);
+    const size_t len = (size_t)((uintptr_t)p + bytes - a), n = (len + page - 1) / page;
+    unsigned char *v = malloc(n ? n : 1);
+    size_t r = 0;
+    const int ok = v && mincore((void *)a, len, v) == 0;
+    CHECK_MSG(ok, "mincore over %zu bytes at %p failed", bytes, p);
+    if (ok)
+        for (size_t i = 0; i < n; i++) r += v[i] & 1;
+    free(v);
+    return r;
+}
+
+/* The CPU backend's zero-filled buffers (alloc_zeroed): zeros, small and large; the large ones untouched until
+ * written. A model's weights' gradients and Adam's slots are such buffers: predict leaves them out of memory
+ * (a model loaded only to predict held its weights four times: values, gradients, two slots), a training step
+ * touches them. */
+static void test_untouched_state(void) {
+    const fl_backend *be = fl_backend_cpu();
+    CHECK(be->alloc_zeroed != NULL);
+    const size_t sizes[] = {100, (size_t)1 << 20, ((size_t)5 << 20) + 4};
+    for (int i = 0; i < 3; i++) {
+        float *p = fl_backend_alloc_zeroed(be, sizes[i]);
+        CHECK(p != NULL);
+        if (!p) continue;
+        size_t nz = 0;
+        for (size_t k = 0; k < sizes[i] / sizeof(float); k++) nz += p[k] != 0.0f;
+        CHECK_MSG(nz == 0, "alloc_zeroed(%zu): %zu values not zero", sizes[i], nz);
+        memset(p, 1, sizes[i]);
+        be->free(p);
+    }
+    fl_model *m = fl_sequential(fl_input(512), fl_dense(1024, .activation = FL_RELU), fl_dense(10));
+    CHECK(m && fl_compile(m, fl_adam(), FL_SPARSE_CATEGORICAL_CROSSENTROPY, FL_ACCURACY) == FL_OK);
+    if (!m) return;
+    const fl_node *k = NULL;
+    for (int i = 0; i < m->nlayers && !k; i++)
+        if (m->layers[i]->nw > 0) k = m->layers[i]->w[0]; /* the first Dense's kernel: 2 MiB */
+    const fl_param_ref *pr = m->opt && m->opt->nparams > 0 ? &m->opt->params[0] : NULL;
+    CHECK(k && pr && pr->g == k->grad && pr->s0 && pr->s1);
+    if (!k || !pr || !pr->s0 || !pr->s1) { fl_model_free(m); return; }
+    const size_t bytes = (size_t)fl_node_size(k) * sizeof(float);
+    fl_tensor *x = fl_tensor_zeros(FL_FLOAT32, 64, 512), *y = fl_tensor_zeros(FL_FLOAT32, 64);
+    float *xd = fl_tensor_data(x), *yd = fl_tensor_data(y);
+    for (int i = 0; i < 64 * 512; i++) xd[i] = fl_philox_uniform(3, 1, (uint64_t)i) - 0.5f;
+    for (int i = 0; i < 64; i++) yd[i] = (float)(i % 10);
+    fl_tensor *p = fl_predict(m, x, .batch_size = 64, .verbose = FL_VERBOSE_SILENT);
+    CHECK(p != NULL);
+    CHECK_MSG(resident_pages(k->grad, bytes) == 0 && resident_pages(pr->s0, bytes) == 0 &&
+                  resident_pages(pr->s1, bytes) == 0,
+              "after predict: %zu, %zu and %zu pages of the kernel's gradient and slots in memory",
+              resident_pages(k->grad, bytes), resident_pages(pr->s0, bytes), resident_pages(pr->s1, bytes));
+    fl_history *h = fl_fit(m, x, y, .batch_size = 64, .epochs = 1, .verbose = FL_VERBOSE_SILENT);
+    CHECK(h != NULL);
+    CHECK_MSG(resident_pages(k->grad, bytes) > 0 && resident_pages(pr->s0, bytes) > 0,
+              "a training step left the gradient and the slots untouched");
+    fl_history_free(h);
+    fl_tensor_free(p);
+    fl_tensor_free(x);
+    fl_tensor_free(y);
+    fl_model_free(m);
+}
+
 /* predict runs a batch whose buffers would not fit the CPU's budget (backend.h infer_budget) in steps of
  * fewer samples, at least 32, a multiple of 32; the predictions are those of whole batches, to the bit; a
  * recurrent model keeps whole batches; $FLYNN_INFER_STEP sets the step, a last step of fewer samples
@@ -844,6 +910,7 @@ int main(void) {
     test_conv_add_fold();
     test_infer_step_limit();
     test_huge_pages();
+    test_untouched_state();
     test_bn_fold_leaky();
     test_infer_step();
     test_infer_step_large();

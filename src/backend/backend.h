@@ -628,7 +628,20 @@ typedef struct fl_backend {
     int conv_res;
     /* Nonzero: conv2d_bwd and conv2d_bn_bwd take d->dx_gate. 0: never set. */
     int conv_dx_gate;
+    /* Optional (NULL: alloc, then zero): a zero-filled buffer, NULL + fl_error on failure; freed by free.
+     * The CPU's large ones are pages the kernel fills on first touch, so that a buffer nothing writes (a
+     * weight's gradient or an optimizer slot in a process that only predicts) takes neither memory nor the
+     * time of clearing it. */
+    void *(*alloc_zeroed)(size_t bytes);
 } fl_backend;
+
+/* be->alloc_zeroed where the backend has it, else be->alloc and be->zero */
+static inline void *fl_backend_alloc_zeroed(const fl_backend *be, size_t bytes) {
+    if (be->alloc_zeroed) return be->alloc_zeroed(bytes);
+    void *p = be->alloc(bytes);
+    if (p) be->zero(p, bytes);
+    return p;
+}
 
 /* Modes of fl_backend.bmerge_*. */
 enum { FL_BM_ADD = 1, FL_BM_MUL };

@@ -188,8 +188,7 @@ fl_status fl_graph_set_trainable(fl_graph *g, fl_node *w, bool trainable) {
                             "past flynn's model memory limit of %s (raise it with $FLYNN_MAX_MODEL_BYTES)", w->name,
                             fl_bytes_str(fl_model_bytes_limit(), a, sizeof a));
         }
-        if (!(w->grad = g->be->alloc(bytes))) return fl_last_status();
-        g->be->zero(w->grad, bytes);
+        if (!(w->grad = fl_backend_alloc_zeroed(g->be, bytes))) return fl_last_status();
         g->param_bytes = total;
     }
     w->trainable = trainable;

@@ -63,7 +63,9 @@ const char *fl_keras_optimizer_name(const fl_optimizer *o);
 typedef struct fl_kvar {
     int ndim;
     int64_t shape[FL_MAX_DIMS];
-    float *data; /* host copy */
+    float *data;     /* host copy; or the weight itself, where it was read into it (borrowed) */
+    float *into;     /* where read_data writes (a model's weight in host memory), or NULL: a copy of its own */
+    bool borrowed;   /* data is into: not freed with the state */
 } fl_kvar;
 
 /* Weights and optimizer state read from a file, not yet applied. */
@@ -76,6 +78,7 @@ typedef struct fl_kstate {
     bool has_lr;
     int nslots;           /* optimizer slot variables in Keras order */
     fl_kvar *slots;
+    bool direct;          /* the weights were read into the model (fl_keras_read_state) */
 } fl_kstate;
 
 void fl_kstate_free(fl_kstate *s);
@@ -99,8 +102,13 @@ bool fl_h5_is_legacy(fl_h5file *f);
 
 /* Reads the weights of every layer of m (refusing a missing group, a wrong
  * count or shape), and the optimizer variables when present and
- * want_optimizer (shapes checked later, against the compiled optimizer). */
-fl_status fl_keras_read_state(fl_h5file *f, fl_kformat fmt, const fl_model *m, bool want_optimizer, fl_kstate *out);
+ * want_optimizer (shapes checked later, against the compiled optimizer).
+ * direct: each weight is read straight into m's weight (host memory), after
+ * its shape was checked; for a model built for this load and freed if it
+ * fails, so that a load holds the weights once, not also a copy (VGG16 at
+ * 64x64: 152 MB). Else every weight is a copy, and m is left alone. */
+fl_status fl_keras_read_state(fl_h5file *f, fl_kformat fmt, const fl_model *m, bool want_optimizer, bool direct,
+                              fl_kstate *out);
 
 /* Applies st to m: every layer weight, then (when st->has_opt, m is compiled
  * and the optimizer's variables match in number and shapes, as Keras

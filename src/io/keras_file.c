@@ -273,9 +273,11 @@ static fl_model *model_from(json_object *config, json_object *cc, bool compile, 
     return m;
 }
 
-static fl_status load_state(fl_model *m, fl_h5file *h5, fl_kformat fmt, const char *src, bool require_opt) {
+/* direct: m was built for this load (and is freed if it fails): its weights are read straight into it */
+static fl_status load_state(fl_model *m, fl_h5file *h5, fl_kformat fmt, const char *src, bool require_opt,
+                            bool direct) {
     fl_kstate st;
-    FL_TRY(fl_keras_read_state(h5, fmt, m, m->compiled, &st));
+    FL_TRY(fl_keras_read_state(h5, fmt, m, m->compiled, direct, &st));
     bool applied = false;
     fl_status s = fl_keras_apply_state(m, &st, src, require_opt, &applied);
     fl_kstate_free(&st);
@@ -304,7 +306,7 @@ static fl_model *load_keras(const char *path, bool compile) {
     if (!(root = fl_keras_parse_json(cfg, cl, src))) goto done;
     if (!(m = model_from(root, json_object_object_get(root, "compile_config"), compile, path))) goto done;
     snprintf(src, sizeof src, "%s (model.weights.h5)", path);
-    if (!(h5 = fl_h5_open(w, wl, src)) || load_state(m, h5, FL_KFMT_KERAS, src, true) != FL_OK) {
+    if (!(h5 = fl_h5_open(w, wl, src)) || load_state(m, h5, FL_KFMT_KERAS, src, true, true) != FL_OK) {
         fl_model_free(m);
         m = NULL;
     }
@@ -348,7 +350,7 @@ static fl_model *load_h5(const char *path, bool compile) {
         m = NULL;
         goto done;
     }
-    if (load_state(m, h5, FL_KFMT_LEGACY, path, true) != FL_OK) {
+    if (load_state(m, h5, FL_KFMT_LEGACY, path, true, true) != FL_OK) {
         fl_model_free(m);
         m = NULL;
     }
@@ -435,7 +437,7 @@ fl_status fl_load_weights(fl_model *m, const char *path) {
         return fl_error(FL_ERR_FORMAT, "%s: not a weights file (expected HDF5 .weights.h5 / .h5, or .keras)", path);
     }
     if (!h5) { free(w); return fl_last_status(); }
-    fl_status s = load_state(m, h5, fl_h5_is_legacy(h5) ? FL_KFMT_LEGACY : FL_KFMT_KERAS, src, false);
+    fl_status s = load_state(m, h5, fl_h5_is_legacy(h5) ? FL_KFMT_LEGACY : FL_KFMT_KERAS, src, false, false);
     fl_h5_close(h5);
     free(w);
     if (s != FL_OK) fl_error_prefix("fl_load_weights: ");

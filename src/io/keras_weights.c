@@ -28,7 +28,9 @@
  * included (count and shapes against the compiled optimizer), so loading
  * allocates at most the file image plus the model's weights and optimizer
  * state once (plus two chunk buffers for a compressed dataset);
- * fl_keras_apply_state then applies everything or nothing.
+ * fl_keras_apply_state then applies everything or nothing. A model built for
+ * the load (fl_load_model) has its weights read straight into it (direct):
+ * a failed load frees it, so there is nothing to keep.
  */
 #include "io/keras.h"
 #include "io/h5.h"
@@ -208,7 +210,8 @@ static float *slot_ptr(const fl_optimizer *o, const kslot *s) {
 
 void fl_kstate_free(fl_kstate *s) {
     if (!s) return;
-    for (int i = 0; i < s->nvars; i++) free(s->vars[i].data);
+    for (int i = 0; i < s->nvars; i++)
+        if (!s->vars[i].borrowed) free(s->vars[i].data);
     for (int i = 0; i < s->nslots; i++) free(s->slots[i].data);
     free(s->vars);
     free(s->slots);
@@ -251,13 +254,14 @@ static bool same_shape(const fl_kvar *a, const fl_kvar *b) {
 /* Reads the data of an opened dataset as float32 into out->data. */
 static fl_status read_data(fl_h5file *f, const fl_h5_dataset *d, fl_kvar *out) {
     int64_t count = fl_shape_prod(out->ndim, out->shape);
-    out->data = fl_malloc((size_t)(count > 0 ? count : 1) * sizeof(float), "weights");
-    if (!out->data) return fl_last_status();
-    if (count > 0 && fl_h5_dataset_read(f->r, d, false, out->data, (uint64_t)count * sizeof(float)) != 0) {
-        free(out->data);
-        out->data = NULL;
+    float *data = out->into ? out->into : fl_malloc((size_t)(count > 0 ? count : 1) * sizeof(float), "weights");
+    if (!data) return fl_last_status();
+    if (count > 0 && fl_h5_dataset_read(f->r, d, false, data, (uint64_t)count * sizeof(float)) != 0) {
+        if (!out->into) free(data);
         return fl_last_status();
     }
+    out->data = data;
+    out->borrowed = out->into != NULL;
     return FL_OK;
 }
 
@@ -274,6 +278,7 @@ static fl_status read_dataset(fl_h5file *f, uint64_t loc, const char *name, cons
         return fl_error(FL_ERR_SHAPE, "%s: %s (dataset %s) has shape %s, expected %s", f->src, who, name,
                         fl_shape_str(out->ndim, out->shape, a, sizeof a), fl_shape_str(want->ndim, want->shape, b, sizeof b));
     }
+    out->into = want && want->ndim >= 0 ? want->into : NULL; /* (only once the shape is the weight's) */
     return read_data(f, &d, out);
 }
 
@@ -299,8 +304,9 @@ void fl_keras_layer_path(const fl_model *m, int i, char *buf, size_t n) {
     else snprintf(buf, n, "%s", base);
 }
 
-static fl_kvar want_of(const fl_node *w) {
-    fl_kvar k = {.ndim = w->ndim};
+/* The shape weight w needs; direct: read into w itself */
+static fl_kvar want_of(const fl_node *w, bool direct) {
+    fl_kvar k = {.ndim = w->ndim, .into = direct ? w->val : NULL};
     for (int i = 0; i < w->ndim; i++) k.shape[i] = w->shape[i];
     return k;
 }
@@ -322,7 +328,8 @@ static int total_weights(const fl_model *m) {
  * query_dense ..., TimeDistributed's layer): weight k at
  * layers/<kp>/<wsub[k]>/vars/<widx[k]>, each sub-group holding exactly the
  * weights flynn has there. */
-static fl_status read_sub_weights(fl_h5file *f, uint64_t own, const char *kp, const fl_layer *l, fl_kvar *out) {
+static fl_status read_sub_weights(fl_h5file *f, uint64_t own, const char *kp, const fl_layer *l, bool direct,
+                                  fl_kvar *out) {
     (void)own;
     uint64_t root = fl_h5_root(f->r);
     for (int k = 0; k < l->nw; k++) {
@@ -345,7 +352,7 @@ static fl_status read_sub_weights(fl_h5file *f, uint64_t own, const char *kp, co
         }
         snprintf(ds, sizeof ds, "%d", l->widx[k]);
         snprintf(who, sizeof who, "layer '%s' (%s) weight '%s'", l->name, fl_layer_kind_class(l->kind), l->wname[k]);
-        fl_kvar want = want_of(l->w[k]);
+        fl_kvar want = want_of(l->w[k], direct);
         FL_TRY(read_dataset(f, g, ds, who, &want, &out[k]));
     }
     return FL_OK;
@@ -407,7 +414,7 @@ static fl_status read_keras_layers(fl_h5file *f, const fl_model *m, fl_kstate *s
         char kp[96], path[256], who[256];
         fl_keras_layer_path(m, i, kp, sizeof kp);
         if (l->nw > 0 && l->wsub[0]) { /* sub-layers' weights (MultiHeadAttention, TimeDistributed) */
-            FL_TRY(read_sub_weights(f, 0, kp, l, &st->vars[v]));
+            FL_TRY(read_sub_weights(f, 0, kp, l, st->direct, &st->vars[v]));
             v += l->nw;
             continue;
         }
@@ -439,7 +446,7 @@ static fl_status read_keras_layers(fl_h5file *f, const fl_model *m, fl_kstate *s
                 snprintf(ds, sizeof ds, "%d", k - grp[gi].first);
                 snprintf(who, sizeof who, "layer '%s' (%s) weight '%s'", l->name, fl_layer_kind_class(l->kind),
                          l->wname[k]);
-                fl_kvar want = want_of(l->w[k]);
+                fl_kvar want = want_of(l->w[k], st->direct);
                 FL_TRY(read_dataset(f, g, ds, who, &want, &st->vars[v]));
             }
         }
@@ -470,7 +477,7 @@ static fl_status read_slots(fl_h5file *f, const fl_model *m, uint64_t loc, char 
         s = open_dataset(f, loc, names[i], who, &d[i], &st->slots[i]);
         if (s == FL_OK) st->nslots++;
         if (s == FL_OK && fits) {
-            fl_kvar want = want_of(slots[i].w);
+            fl_kvar want = want_of(slots[i].w, false); /* (slots: copies, applied only if all fit) */
             fits = same_shape(&st->slots[i], &want);
         }
     }
@@ -542,7 +549,7 @@ static fl_status read_legacy_layers(fl_h5file *f, const fl_model *m, fl_kstate *
         for (int k = 0; s == FL_OK && k < l->nw; k++, v++) {
             char who[256];
             snprintf(who, sizeof who, "layer '%s' (%s) weight '%s'", l->name, fl_layer_kind_class(l->kind), l->wname[k]);
-            fl_kvar want = want_of(l->w[k]);
+            fl_kvar want = want_of(l->w[k], st->direct);
             s = read_dataset(f, lg, names[k], who, &want, &st->vars[v]);
         }
         free_strs(names);
@@ -579,8 +586,10 @@ static fl_status read_legacy_optimizer(fl_h5file *f, const fl_model *m, fl_kstat
     return s;
 }
 
-fl_status fl_keras_read_state(fl_h5file *f, fl_kformat fmt, const fl_model *m, bool want_optimizer, fl_kstate *out) {
+fl_status fl_keras_read_state(fl_h5file *f, fl_kformat fmt, const fl_model *m, bool want_optimizer, bool direct,
+                              fl_kstate *out) {
     memset(out, 0, sizeof *out);
+    out->direct = direct && m->g.be->host_memory;
     int nw = total_weights(m);
     out->vars = fl_calloc((size_t)nw + 1, sizeof *out->vars, "weights");
     if (!out->vars) return fl_last_status();
@@ -640,7 +649,8 @@ fl_status fl_keras_apply_state(fl_model *m, const fl_kstate *st, const char *src
     for (int i = 0; i < m->nlayers; i++) {
         fl_layer *l = m->layers[i];
         for (int k = 0; k < l->nw; k++, v++)
-            be->upload(l->w[k]->val, st->vars[v].data, (size_t)fl_node_size(l->w[k]) * sizeof(float));
+            if (st->vars[v].data != l->w[k]->val) /* (read straight into it: direct) */
+                be->upload(l->w[k]->val, st->vars[v].data, (size_t)fl_node_size(l->w[k]) * sizeof(float));
     }
     if (opt_ok) {
         fl_optimizer *o = m->opt;

@@ -205,11 +205,8 @@ const char *fl_optimizer_name(const fl_optimizer *o) {
 
 int64_t fl_optimizer_iterations(const fl_optimizer *o) { return o ? o->iterations : 0; }
 
-static float *zeroed(const fl_backend *be, int64_t n) {
-    float *p = be->alloc((size_t)n * sizeof(float));
-    if (p) be->zero(p, (size_t)n * sizeof(float));
-    return p;
-}
+/* (pages the CPU fills on first touch: a model loaded only to predict never writes its slots) */
+static float *zeroed(const fl_backend *be, int64_t n) { return fl_backend_alloc_zeroed(be, (size_t)n * sizeof(float)); }
 
 /* Slots (weight-sized state buffers) per trainable weight. */
 static int nslots(const fl_optimizer *o) {

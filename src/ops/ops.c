@@ -146,13 +146,11 @@ fl_node *fl_graph_param(fl_graph *g, const char *name, int ndim, const int64_t *
                              name, fl_shape_str(ndim, shape, a, sizeof a), fl_bytes_str(need, b, sizeof b),
                              trainable ? " with its gradient" : "", fl_bytes_str(limit, c, sizeof c));
     }
-    n->val = g->be->alloc(bytes);
+    n->val = fl_backend_alloc_zeroed(g->be, bytes);
     if (!n->val) return NULL;
-    g->be->zero(n->val, bytes);
-    if (trainable) {
-        n->grad = g->be->alloc(bytes);
+    if (trainable) { /* (untouched pages where the backend can: a model that only predicts never writes it) */
+        n->grad = fl_backend_alloc_zeroed(g->be, bytes);
         if (!n->grad) return NULL;
-        g->be->zero(n->grad, bytes);
     }
     return n;
 }
