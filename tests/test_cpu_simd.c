@@ -1352,13 +1352,25 @@ static void test_wino_samples_dil(int n, int h, int w, int c, int oc, int dil) {
     float *scratch = malloc(fl_wino_scratch_floats(c, oc) * sizeof(float));
     float *ya = calloc((size_t)n * out_sz, sizeof(float)), *yb = calloc((size_t)n * out_sz, sizeof(float));
     fl_wino_weights(c, oc, wt, u);
-    fl_wino_samples(&d, x, u, b, ya, NULL, n, scratch);
+    fl_wino_samples(&d, x, u, b, ya, NULL, n, 0, NULL, scratch);
     for (int i = 0; i < n; i++)
         fl_wino_rows(&d, x + (size_t)i * in_sz, u, b, yb + (size_t)i * out_sz, 0, h, 0, NULL, scratch);
     CHECK_MSG(memcmp(ya, yb, (size_t)n * out_sz * sizeof(float)) == 0,
               "Winograd %d samples %dx%dx%d->%d together differ from each alone", n, h, w, c, oc);
     CHECK_MSG(fl_wino_group(&d) > 1, "%dx%dx%d->%d dil%d: samples of %d tiles do not share blocks", h, w, c, oc,
               dil, ((h + 1) / 2) * ((w + 1) / 2));
+    /* added into y and gated (a data gradient's form: the backward's grouped dx) */
+    fl_conv_desc e = d;
+    e.act = FL_ACT_LINEAR;
+    e.has_bias = 0;
+    float *gate = rnd((size_t)n * out_sz, 14);
+    fl_wino_samples(&e, x, u, NULL, ya, NULL, n, 1, gate, scratch);
+    for (int i = 0; i < n; i++)
+        fl_wino_rows(&e, x + (size_t)i * in_sz, u, NULL, yb + (size_t)i * out_sz, 0, h, 1, gate + (size_t)i * out_sz,
+                     scratch);
+    CHECK_MSG(memcmp(ya, yb, (size_t)n * out_sz * sizeof(float)) == 0,
+              "Winograd %d samples %dx%dx%d->%d added and gated together differ from each alone", n, h, w, c, oc);
+    free(gate);
     free(x); free(wt); free(b); free(u); free(scratch); free(ya); free(yb);
 }
 static void test_wino_samples(int n, int h, int w, int c, int oc) { test_wino_samples_dil(n, h, w, c, oc, 1); }

@@ -529,8 +529,8 @@ static void wino_fwd_run(const fl_conv_desc *d, const float *x, const float *w, 
 #pragma omp parallel for schedule(dynamic) num_threads(nt)
     for (int64_t it = 0; it < items; it++) {
         const int64_t n = it * grp, ns = d->n - n < grp ? d->n - n : grp;
-        fl_wino_samples(d, x + (size_t)n * in_sz, u, b, y + (size_t)n * out_sz, RES_AT(d, n * out_sz), (int)ns,
-                        slices + (size_t)fl_cpu_thread_id() * tws);
+        fl_wino_samples(d, x + (size_t)n * in_sz, u, b, y + (size_t)n * out_sz, RES_AT(d, n * out_sz), (int)ns, 0,
+                        NULL, slices + (size_t)fl_cpu_thread_id() * tws);
     }
 }
 
@@ -790,6 +790,17 @@ static void direct_bwd(const fl_conv_desc *d, const float *x, const float *w, co
     float *parts = ubwd + (wino_bwd_shape(d) ? fl_wino_u_floats(OC, C) : 0);
     const int np = parts_used(d, d->n);
     const int strided = d->sh > 1 || d->sw > 1;
+    /* Winograd's data gradient of a part's samples together where a sample's tiles are fewer than a block (the
+     * 8x8 and 4x4 stages of VGG16 at 64x64: each sample's 16 or 4 tiles ran the 16 GEMMs alone, streaming a
+     * 512 -> 512 layer's 16 MB transformed kernel, and the data gradient took four times the forward's time):
+     * dy is prepared in place, as without dx, and the part's dx is one forward over its samples' dy (dg: dy
+     * unpadded, read as padded by offh/offw). A tile's sums do not depend on its block: the same bits. */
+    fl_conv_desc dg = dd;
+    dg.h = d->oh;
+    dg.w = d->ow;
+    dg.pt = g.offh;
+    dg.pl = g.offw;
+    const int group_dx = wino && fl_wino_group(&dg) > 1;
     size_t phase_off[DIRECT_BWD_MAX_STRIDE][DIRECT_BWD_MAX_STRIDE];
     if (dx && strided) {
         pack_phases(d, w, shared, phase_off);
@@ -822,10 +833,10 @@ static void direct_bwd(const fl_conv_desc *d, const float *x, const float *w, co
                     xs = xp;
                 }
                 float *dys = dy + (size_t)n * out_sz;
-                /* 1. dy * act'(y) and db; into the padded buffer when dx is wanted */
+                /* 1. dy * act'(y) and db; into the padded buffer when dx is wanted (but for grouped Winograd) */
                 const float *gy;
                 size_t gy_row;
-                if (dx) {
+                if (dx && !group_dx) {
                     gy_row = (size_t)g.wd * OC;
                     float *dst = dyp + ((size_t)g.offh * g.wd + g.offw) * OC;
                     if (pg) unpool_grad(d, pg, n, dst, gy_row, db_t);
@@ -885,10 +896,10 @@ static void direct_bwd(const fl_conv_desc *d, const float *x, const float *w, co
                 if (dx && strided) {
                     strided_dx(d, &g, dyp, shared, phase_off, dx + (size_t)n * in_sz, dx_beta != 0.0f,
                                dx_mask ? x + (size_t)n * in_sz : NULL);
-                } else if (dx && wino) {
+                } else if (dx && wino && !group_dx) {
                     fl_wino_rows(&dd, dyp, ubwd, NULL, dx + (size_t)n * in_sz, 0, d->h, dx_beta != 0.0f,
                                  dx_mask ? x + (size_t)n * in_sz : NULL, wino_scratch);
-                } else if (dx) {
+                } else if (dx && !group_dx) {
                     float *dxs = dx + (size_t)n * in_sz;
                     for (int c0 = 0; c0 < C; c0 += 64) {
                         fl_simd_tile t = {0};
@@ -931,6 +942,12 @@ static void direct_bwd(const fl_conv_desc *d, const float *x, const float *w, co
                             }
                     }
                 }
+            }
+            if (group_dx) { /* 3. the part's dx, its samples' tiles sharing blocks */
+                const int64_t n0 = part_start(d->n, np, part), n1 = part_start(d->n, np, part + 1);
+                fl_wino_samples(&dg, dy + (size_t)n0 * out_sz, ubwd, NULL, dx + (size_t)n0 * in_sz, NULL,
+                                (int)(n1 - n0), dx_beta != 0.0f, dx_mask ? x + (size_t)n0 * in_sz : NULL,
+                                wino_scratch);
             }
         }
     }

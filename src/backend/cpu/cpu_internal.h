@@ -112,10 +112,11 @@ void fl_wino_weights(int c, int oc, const float *w, float *u);
 void fl_wino_rows(const fl_conv_desc *d, const float *xs, const float *u, const float *b, float *ys, int oh0, int oh1,
                   int accumulate, const float *gate, float *scratch);
 /* fl_wino_samples: act(conv + b + res) of ns whole samples from x (res laid out as y, NULL: none), their tiles
- * sharing blocks; fl_wino_group: the samples whose tiles fill one block (1 where a sample's do) */
+ * sharing blocks; or (accumulate) y += conv, then zero where gate (laid out as y; NULL: none) <= 0, as
+ * fl_wino_rows; fl_wino_group: the samples whose tiles fill one block (1 where a sample's do) */
 int fl_wino_group(const fl_conv_desc *d);
 void fl_wino_samples(const fl_conv_desc *d, const float *x, const float *u, const float *b, float *y,
-                     const float *res, int ns, float *scratch);
+                     const float *res, int ns, int accumulate, const float *gate, float *scratch);
 void fl_cpu_maxpool_fwd(const fl_conv_desc *d, const float *x, float *y, int32_t *argmax);
 void fl_cpu_maxpool_bwd(const fl_conv_desc *d, const float *dy, const int32_t *argmax, float *dx, float dx_beta);
 void fl_cpu_avgpool_fwd(const fl_conv_desc *d, const float *x, float *y);

@@ -180,6 +180,6 @@ void fl_wino_rows(const fl_conv_desc *d, const float *xs, const float *u, const 
 }
 
 void fl_wino_samples(const fl_conv_desc *d, const float *x, const float *u, const float *b, float *y,
-                     const float *res, int ns, float *scratch) {
-    WINO_DISPATCH(wino_samples, d, x, u, b, y, res, ns, scratch);
+                     const float *res, int ns, int accumulate, const float *gate, float *scratch) {
+    WINO_DISPATCH(wino_samples, d, x, u, b, y, res, ns, accumulate, gate, scratch);
 }

@@ -232,8 +232,8 @@ VF_TARGET static void VF_(wino_rows)(const fl_conv_desc *d, const float *xs, con
 }
 
 VF_TARGET static void VF_(wino_samples)(const fl_conv_desc *d, const float *x, const float *u, const float *b, float *y,
-                                           const float *res, int ns, float *scratch) {
-    VF_(wino_tiles)(d, x, (size_t)d->h * d->w * d->c, u, b, y, (size_t)d->oh * d->ow * d->oc, 0, d->oh, ns, 0, NULL,
-               res, scratch);
+                                        const float *res, int ns, int accumulate, const float *gate, float *scratch) {
+    VF_(wino_tiles)(d, x, (size_t)d->h * d->w * d->c, u, b, y, (size_t)d->oh * d->ow * d->oc, 0, d->oh, ns,
+                    accumulate, gate, res, scratch);
 }
 
