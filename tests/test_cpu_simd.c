@@ -1519,6 +1519,7 @@ static void test_direct(void) {
         test_conv_pool(2, 13, 13, 8, 16, 3, 0, FL_ACT_LINEAR, 2, 3); /* gaps between windows */
         test_conv_pool(2, 10, 10, 4, 8, 3, 0, FL_ACT_RELU, 3, 2);    /* overlapping: run apart */
     }
+    fl_wino_force(-1); /* (the default again: the slope and gate cases below name Winograd shapes) */
     test_dw3();
     test_conv_slope(3, 12, 8, 16, 1, 0.1f);  /* taps */
     test_conv_slope(3, 12, 8, 40, 1, 0.3f);  /* direct, three vectors */
@@ -1531,6 +1532,7 @@ static void test_direct(void) {
     test_conv_gate(4, 10, 10, 32, 32, 3, 1, 1);
     test_conv_gate(3, 16, 15, 16, 32, 3, 2, 1);
     test_conv_gate(2, 8, 8, 16, 24, 1, 1, 0);
+    test_conv_gate(6, 6, 6, 136, 136, 3, 1, 1); /* Winograd's dx over a part's samples together (over 1 MB of kernel) */
     test_conv_gate_dil(2, 14, 13, 16, 24, 3, 1, 1, 2); /* dilated: the gate with the last kernel column's call */
     fl_wino_force(1);
     test_winograd();

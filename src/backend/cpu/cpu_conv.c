@@ -790,17 +790,19 @@ static void direct_bwd(const fl_conv_desc *d, const float *x, const float *w, co
     float *parts = ubwd + (wino_bwd_shape(d) ? fl_wino_u_floats(OC, C) : 0);
     const int np = parts_used(d, d->n);
     const int strided = d->sh > 1 || d->sw > 1;
-    /* Winograd's data gradient of a part's samples together where a sample's tiles are fewer than a block (the
-     * 8x8 and 4x4 stages of VGG16 at 64x64: each sample's 16 or 4 tiles ran the 16 GEMMs alone, streaming a
-     * 512 -> 512 layer's 16 MB transformed kernel, and the data gradient took four times the forward's time):
-     * dy is prepared in place, as without dx, and the part's dx is one forward over its samples' dy (dg: dy
-     * unpadded, read as padded by offh/offw). A tile's sums do not depend on its block: the same bits. */
+    /* Winograd's data gradient of a part's samples together where a sample's tiles are fewer than a block and
+     * the transformed kernel (16 c oc floats) outgrows 1 MB (the 8x8 and 4x4 stages of VGG16 at 64x64: each
+     * sample's 16 or 4 tiles ran the 16 GEMMs alone, streaming a 512 -> 512 layer's 16 MB transformed kernel,
+     * and the data gradient took four times the forward's time): dy is prepared in place, as without dx, and
+     * the part's dx is one forward over its samples' dy (dg: dy unpadded, read as padded by offh/offw). A
+     * kernel that stays in L2 keeps the per-sample padded copy, whose tiles need no border checks (ResNet-20's
+     * 64-channel stage lost 8% grouped). A tile's sums do not depend on its block: the same bits. */
     fl_conv_desc dg = dd;
     dg.h = d->oh;
     dg.w = d->ow;
     dg.pt = g.offh;
     dg.pl = g.offw;
-    const int group_dx = wino && fl_wino_group(&dg) > 1;
+    const int group_dx = wino && (size_t)16 * C * OC * sizeof(float) > ((size_t)1 << 20) && fl_wino_group(&dg) > 1;
     size_t phase_off[DIRECT_BWD_MAX_STRIDE][DIRECT_BWD_MAX_STRIDE];
     if (dx && strided) {
         pack_phases(d, w, shared, phase_off);
