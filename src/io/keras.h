@@ -36,9 +36,11 @@ json_object *fl_keras_parse_json(const char *text, size_t len, const char *src);
 
 /* Builds an uncompiled model from a model config ({"class_name":
  * "Sequential"|"Functional"|"Model", "config": {...}}, Keras 3 or tf.keras 2
- * dialect). Weights are freshly initialised. Refuses (NULL, message naming
- * src, the layer and the reason) whatever flynn cannot represent exactly. */
-fl_model *fl_keras_model_from_config(json_object *model_config, const char *src);
+ * dialect). Weights are freshly initialised, or with weights_follow left
+ * zero for a load that reads every one of them next (it frees the model if
+ * that fails). Refuses (NULL, message naming src, the layer and the reason)
+ * whatever flynn cannot represent exactly. */
+fl_model *fl_keras_model_from_config(json_object *model_config, const char *src, bool weights_follow);
 
 /* Compiles m from a Keras 3 compile_config or a legacy training_config
  * (optimizer under "optimizer" or "optimizer_config"). */

@@ -118,6 +118,7 @@ static fl_layer *layer_from_config(const kctx *c, const char *cls, json_object *
     bool trainable = true; /* checked by check_entry */
     get_bool(c, cfg, "trainable", true, &trainable);
     l->frozen = !trainable; /* before it is built: its weights are made frozen */
+    l->weights_to_come = c->weights_follow;
     return l;
 }
 
@@ -719,8 +720,8 @@ static fl_status refuse_all_unsupported(const kctx *c0, json_object *cfg) {
     return st;
 }
 
-fl_model *fl_keras_model_from_config(json_object *mc, const char *src) {
-    kctx c = {.src = src};
+fl_model *fl_keras_model_from_config(json_object *mc, const char *src, bool weights_follow) {
+    kctx c = {.src = src, .weights_follow = weights_follow};
     const char *cls = NULL;
     if (check_model_object(&c, mc, &cls)) return NULL;
     json_object *cfg = jkey(mc, "config");

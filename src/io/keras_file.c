@@ -262,9 +262,10 @@ static bool nonempty_object(json_object *o) {
     return o && json_object_is_type(o, json_type_object) && json_object_object_length(o) > 0;
 }
 
-/* Model from a model config; compiled from cc when given and wanted. */
-static fl_model *model_from(json_object *config, json_object *cc, bool compile, const char *src) {
-    fl_model *m = fl_keras_model_from_config(config, src);
+/* Model from a model config; compiled from cc when given and wanted. weights_follow: load_state reads every
+ * weight next (and the model is freed if it fails), so they are not initialized first (14% of a VGG16 load's time). */
+static fl_model *model_from(json_object *config, json_object *cc, bool compile, const char *src, bool weights_follow) {
+    fl_model *m = fl_keras_model_from_config(config, src, weights_follow);
     if (!m) return NULL;
     if (compile && nonempty_object(cc) && fl_keras_compile_from_config(m, cc, src) != FL_OK) {
         fl_model_free(m);
@@ -304,7 +305,7 @@ static fl_model *load_keras(const char *path, bool compile) {
     char src[1100];
     snprintf(src, sizeof src, "%s (config.json)", path);
     if (!(root = fl_keras_parse_json(cfg, cl, src))) goto done;
-    if (!(m = model_from(root, json_object_object_get(root, "compile_config"), compile, path))) goto done;
+    if (!(m = model_from(root, json_object_object_get(root, "compile_config"), compile, path, true))) goto done;
     snprintf(src, sizeof src, "%s (model.weights.h5)", path);
     if (!(h5 = fl_h5_open(w, wl, src)) || load_state(m, h5, FL_KFMT_KERAS, src, true, true) != FL_OK) {
         fl_model_free(m);
@@ -343,7 +344,7 @@ static fl_model *load_h5(const char *path, bool compile) {
         snprintf(src, sizeof src, "%s (training_config)", path);
         if (!(tc = fl_keras_parse_json(train, strlen(train), src))) goto done;
     }
-    if (!(m = model_from(root, tc, compile, path))) goto done;
+    if (!(m = model_from(root, tc, compile, path, true))) goto done;
     if (!fl_h5_is_legacy(h5)) {
         fl_error(FL_ERR_FORMAT, "%s: the file has a model_config but no model_weights group", path);
         fl_model_free(m);
@@ -366,7 +367,7 @@ done:
 static fl_model *load_json_text(const char *text, size_t len, const char *src, bool compile) {
     json_object *root = fl_keras_parse_json(text, len, src);
     if (!root) return NULL;
-    fl_model *m = model_from(root, json_object_object_get(root, "compile_config"), compile, src);
+    fl_model *m = model_from(root, json_object_object_get(root, "compile_config"), compile, src, false);
     json_object_put(root);
     return m;
 }

@@ -16,6 +16,7 @@
 typedef struct kctx {
     const char *src;  /* file name */
     char where[192];  /* "layer 'dense' (Dense)" or "" */
+    bool weights_follow; /* the file's weights are loaded after the build: layers leave theirs uninitialized */
 } kctx;
 
 #define kfail fl_kj_fail

@@ -1811,7 +1811,7 @@ fl_node *fl_layer_build(fl_layer *l, fl_graph *g, fl_node *const *xs, int nx, ui
     if (l->nouts == 0) l->outs[l->nouts++] = out;
     l->out = out;
     l->g = g;
-    if (l->ncalls++ == 0 && !g->adopting) fl_layer_init_weights(l, g->be, seed);
+    if (l->ncalls++ == 0 && !g->adopting && !l->weights_to_come) fl_layer_init_weights(l, g->be, seed);
     return out;
 }
 

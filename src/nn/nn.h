@@ -161,6 +161,7 @@ struct fl_layer {
     int64_t order;    /* creation order (default names follow it) */
     int ncalls;       /* times built: a shared layer is called more than once */
     bool frozen;      /* trainable false (Keras): no weight is updated; BatchNormalization runs in inference mode */
+    bool weights_to_come; /* built for fl_load_model, which reads every weight after: not initialized at build */
     bool wtrainable[FL_LAYER_MAX_WEIGHTS]; /* trainable when the layer is not frozen (false: moving statistics) */
     bool inference_call; /* Dropout called with training=False in the file: written back; Keras 3's
                           * Functional lets the model's own training flag override it (fit: active) */
