@@ -19,6 +19,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #ifdef FLYNN_TEST_LIBHDF5
@@ -428,6 +429,86 @@ static void test_writer(void) {
     free(big);
 }
 
+/* ------------------------------------------------------------ giving a read image back */
+
+/* Resident pages of [p, p + n) (p page-aligned). */
+static size_t resident_pages(void *p, size_t n) {
+    size_t page = (size_t)sysconf(_SC_PAGESIZE), np = (n + page - 1) / page, r = 0;
+    unsigned char *v = malloc(np);
+    if (!v || mincore(p, n, v) != 0) { free(v); return (size_t)-1; }
+    for (size_t i = 0; i < np; i++) r += v[i] & 1;
+    free(v);
+    return r;
+}
+
+/* fl_h5_release_read (a model's fresh load): a large dataset's pages leave memory once read, the same dataset read
+ * again is still right (copied from its first read), a small one is left alone, and a dataset whose bytes overlap
+ * one given back is refused rather than read as zeros. */
+static void test_release(void) {
+    const int64_t nb = 1 << 20, nc = 3 << 18; /* 4 MiB and 3 MiB */
+    float *b = malloc((size_t)nb * 4), *c = malloc((size_t)nc * 4), small[6] = {1, 2, 3, 4, 5, 6};
+    for (int64_t i = 0; i < nb; i++) b[i] = 0.5f * (float)i;
+    for (int64_t i = 0; i < nc; i++) c[i] = -0.25f * (float)i - 1.0f;
+    fl_h5w *w = fl_h5w_new();
+    CHECK(fl_h5w_dataset(w, 0, "big", false, 1, &nb, b) > 0);
+    CHECK(fl_h5w_dataset(w, 0, "big2", false, 1, &nc, c) > 0);
+    CHECK(fl_h5w_dataset(w, 0, "small", false, 1, (int64_t[]){6}, small) > 0);
+    void *data = NULL;
+    size_t len = 0;
+    CHECK(fl_h5w_finish(w, &data, &len) == 0);
+    fl_h5w_free(w);
+    if (!data) { free(b); free(c); return; }
+    /* where each one's data lies, and big2's address in its layout message */
+    const char *pb = memmem(data, len, b + 1, 64), *pc = memmem(data, len, c, 64);
+    CHECK(pb && pc);
+    uint64_t ob = pb ? (uint64_t)(pb - 4 - (const char *)data) : 0, oc = pc ? (uint64_t)(pc - (const char *)data) : 0;
+    char *lc = pc ? memmem(data, len, &oc, 8) : NULL;
+    CHECK(lc != NULL);
+    for (int pass = 0; pass < 2; pass++) {
+        /* pass 1: big2's layout points into big's data */
+        void *img = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        CHECK(img != MAP_FAILED);
+        if (img == MAP_FAILED) break;
+        memcpy(img, data, len);
+        if (pass == 1 && lc) memcpy((char *)img + (lc - (char *)data), &ob, 8);
+        fl_h5 *f = fl_h5_read_open(img, len, "released");
+        CHECK_MSG(f != NULL, "%s", fl_last_error());
+        if (!f) { munmap(img, len); break; }
+        fl_h5_release_read(f);
+        size_t before = resident_pages(img, len);
+        float *v = read_ds(f, "big", false, (uint64_t)nb);
+        CHECK(v && memcmp(v, b, (size_t)nb * 4) == 0);
+        size_t after = resident_pages(img, len), page = (size_t)sysconf(_SC_PAGESIZE);
+        CHECK_MSG(after + (size_t)nb * 4 / page - 2 <= before, "pass %d: %zu resident pages before big's read, %zu after",
+                  pass, before, after);
+        float *v2 = read_ds(f, "big", false, (uint64_t)nb); /* its bytes are gone from the image */
+        CHECK(v2 && memcmp(v2, b, (size_t)nb * 4) == 0);
+        float *s6 = read_ds(f, "small", false, 6);
+        CHECK(s6 && memcmp(s6, small, sizeof small) == 0);
+        if (pass == 0) {
+            float *v3 = read_ds(f, "big2", false, (uint64_t)nc);
+            CHECK(v3 && memcmp(v3, c, (size_t)nc * 4) == 0);
+            free(v3);
+        } else {
+            uint64_t o;
+            fl_h5_dataset d;
+            float *out = malloc((size_t)nc * 4);
+            CHECK(fl_h5_find(f, fl_h5_root(f), "big2", &o) == 1 && fl_h5_dataset_open(f, o, "big2", &d) == 0);
+            CHECK(out && fl_h5_dataset_read(f, &d, false, out, (uint64_t)nc * 4) != 0);
+            CHECK_STR_CONTAINS(fl_last_error(), "overlaps another dataset's");
+            free(out);
+        }
+        free(v);
+        free(v2);
+        free(s6);
+        fl_h5_read_close(f);
+        munmap(img, len);
+    }
+    free(data);
+    free(b);
+    free(c);
+}
+
 /* ------------------------------------------------------------ corruption */
 
 static void test_truncations(void) {
@@ -806,6 +887,7 @@ int main(int argc, char **argv) {
     test_groups();
     test_latest();
     test_writer();
+    test_release();
     test_crafted();
     test_truncations();
     test_slot_shapes_first();

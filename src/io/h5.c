@@ -12,6 +12,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #define UNDEF UINT64_MAX
@@ -64,12 +66,24 @@ uint32_t fl_h5_lookup3(const void *data, size_t len, uint32_t init) {
 
 /* ------------------------------------------------------------ the image */
 
+/* A contiguous dataset whose pages went back to the system once read (fl_h5_release_read). */
+typedef struct h5_released {
+    uint64_t lo, hi;  /* its data's extent in the image */
+    uint64_t obj;     /* its object header: the same dataset read again (a second hard link) */
+    const void *out;  /* where the first read put it */
+    uint64_t bytes;
+    bool as_i64;
+} h5_released;
+
 struct fl_h5 {
     const uint8_t *p;
     size_t len;
     uint64_t base; /* addresses are relative to it */
     int so, sl;    /* sizes of offsets and lengths */
     uint64_t root;
+    bool release;  /* fl_h5_release_read */
+    h5_released *rel;
+    int nrel, caprel;
     char src[512];
 };
 
@@ -218,7 +232,51 @@ badsize:
     return NULL;
 }
 
-void fl_h5_read_close(fl_h5 *f) { free(f); }
+void fl_h5_read_close(fl_h5 *f) {
+    if (f) free(f->rel);
+    free(f);
+}
+
+void fl_h5_release_read(fl_h5 *f) { f->release = true; }
+
+/* Large datasets only: a page-sized syscall is not worth it, and the list stays short (at most the image's MiBs). */
+#define H5_RELEASE_MIN ((uint64_t)1 << 20)
+
+/* Before a read of `bytes` at [lo, hi) for dataset obj, with datasets given back: 1 to read it from the image, 0
+ * when it was copied from the first read of the same dataset, -1 (message) when its bytes overlap a dataset given
+ * back (no file h5py writes has that; its bytes are gone). */
+static int released_check(fl_h5 *f, const fl_h5_dataset *d, uint64_t lo, uint64_t hi, bool as_i64, void *out) {
+    for (int i = 0; i < f->nrel; i++) {
+        const h5_released *r = &f->rel[i];
+        if (r->obj == d->addr && r->lo == lo && r->hi == hi && r->as_i64 == as_i64 &&
+            r->bytes == d->npoints * (as_i64 ? 8 : 4)) {
+            memcpy(out, r->out, (size_t)r->bytes);
+            return 0;
+        }
+        if (lo < r->hi && r->lo < hi)
+            return BAD(f, d->path, "its data (%llu bytes at %llu) overlaps another dataset's", (unsigned long long)(hi - lo),
+                       (unsigned long long)lo);
+    }
+    return 1;
+}
+
+/* After a read of a contiguous dataset's data at p: its whole pages go back to the system (MADV_DONTNEED: the
+ * image is the caller's own anonymous memory, fl_h5_release_read), and the read is remembered. */
+static void release_data(fl_h5 *f, const fl_h5_dataset *d, const uint8_t *p, uint64_t lo, uint64_t hi, bool as_i64,
+                         const void *out) {
+    if (hi - lo < H5_RELEASE_MIN) return;
+    if (f->nrel == f->caprel) {
+        int cap = f->caprel ? 2 * f->caprel : 64;
+        h5_released *n = realloc(f->rel, (size_t)cap * sizeof *n);
+        if (!n) return; /* not given back: only memory is lost, nothing read */
+        f->rel = n;
+        f->caprel = cap;
+    }
+    f->rel[f->nrel++] = (h5_released){lo, hi, d->addr, out, d->npoints * (as_i64 ? 8 : 4), as_i64};
+    const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t a = ((uintptr_t)p + page - 1) & ~(page - 1), b = ((uintptr_t)p + (hi - lo)) & ~(page - 1);
+    if (b > a) madvise((void *)a, b - a, MADV_DONTNEED);
+}
 
 void fl_h5_free_strings(char **s) {
     if (!s) return;
@@ -1151,6 +1209,10 @@ static int place_chunk(fl_h5 *f, chunked *k, const uint64_t *off, uint64_t caddr
     if (++k->nchunks > k->max_chunks) return BAD(f, d->path, "more chunks than the dataset's %ld (a loop, or chunks listed twice)", k->max_chunks);
     const uint8_t *src = at(f, caddr, csize);
     if (!src) return BAD(f, d->path, "chunk (%llu bytes at %llu) outside the file", (unsigned long long)csize, (unsigned long long)caddr);
+    for (int i = 0; i < f->nrel; i++)
+        if (caddr < f->rel[i].hi && f->rel[i].lo < caddr + csize)
+            return BAD(f, d->path, "a chunk (%llu bytes at %llu) overlaps another dataset's data", (unsigned long long)csize,
+                       (unsigned long long)caddr);
     bool filtered = false;
     for (int i = 0; i < k->pl.n; i++) filtered |= !(mask & (1u << i));
     if (filtered) {
@@ -1284,7 +1346,9 @@ int fl_h5_dataset_read(fl_h5 *f, const fl_h5_dataset *d, bool as_i64, void *out,
         if (dsize < raw) { rc = BAD(f, path, "%llu bytes of data, the shape needs %llu", (unsigned long long)dsize, (unsigned long long)raw); goto done; }
         if (cls == 1) data = at(f, daddr, raw);
         if (!data) { rc = BAD(f, path, "data (%llu bytes) outside the file", (unsigned long long)raw); goto done; }
+        if (cls == 1 && f->release && (rc = released_check(f, d, daddr, daddr + raw, as_i64, out)) != 1) goto done;
         rc = convert(f, &d->type, data, d->npoints, as_i64, out, path);
+        if (rc == 0 && cls == 1 && f->release) release_data(f, d, data, daddr, daddr + raw, as_i64, out);
         goto done;
     }
     /* chunked */

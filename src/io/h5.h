@@ -65,6 +65,15 @@ typedef struct fl_h5_dataset {
  * or its superblock is outside the subset. */
 fl_h5 *fl_h5_read_open(const void *data, size_t len, const char *src);
 void fl_h5_read_close(fl_h5 *f);
+/* A load that reads each dataset once into memory that outlives the reader
+ * (a model built for it): the image is the caller's own writable anonymous
+ * memory, and from here on the whole pages of each contiguous dataset of
+ * 1 MiB or more go back to the system once read (madvise MADV_DONTNEED), so
+ * that the image and the weights are not resident together. The same
+ * dataset read again (a second hard link) is copied from its first
+ * destination, which must still hold it; bytes that overlap a dataset given
+ * back are refused (h5py never writes such a file). */
+void fl_h5_release_read(fl_h5 *f);
 /* The root group's object header address. */
 uint64_t fl_h5_root(const fl_h5 *f);
 const char *fl_h5_src(const fl_h5 *f);

@@ -96,6 +96,9 @@ typedef struct fl_h5file fl_h5file;
  * or, with data NULL, reads the file at src (at most FL_KERAS_MAX_WEIGHTS). */
 fl_h5file *fl_h5_open(const void *data, size_t len, const char *src);
 void fl_h5_close(fl_h5file *f);
+/* A fresh load's reader: the image is the load's own memory, and each large
+ * dataset's pages go back to the system once read (fl_h5_release_read). */
+void fl_h5_release_as_read(fl_h5file *f);
 /* A string attribute of the root group (model_config, training_config,
  * keras_version); NULL (no error) when absent. Caller frees. */
 char *fl_h5_root_attr(fl_h5file *f, const char *name);

@@ -278,6 +278,7 @@ static fl_model *model_from(json_object *config, json_object *cc, bool compile, 
 static fl_status load_state(fl_model *m, fl_h5file *h5, fl_kformat fmt, const char *src, bool require_opt,
                             bool direct) {
     fl_kstate st;
+    if (direct) fl_h5_release_as_read(h5); /* the image (ours) need not stay resident beside the weights */
     FL_TRY(fl_keras_read_state(h5, fmt, m, m->compiled, direct, &st));
     bool applied = false;
     fl_status s = fl_keras_apply_state(m, &st, src, require_opt, &applied);

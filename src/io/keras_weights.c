@@ -92,6 +92,8 @@ fl_h5file *fl_h5_open(const void *data, size_t len, const char *src) {
     return f;
 }
 
+void fl_h5_release_as_read(fl_h5file *f) { fl_h5_release_read(f->r); }
+
 void fl_h5_close(fl_h5file *f) {
     if (!f) return;
     fl_h5_read_close(f->r);
