@@ -263,7 +263,8 @@ static bool nonempty_object(json_object *o) {
 }
 
 /* Model from a model config; compiled from cc when given and wanted. weights_follow: load_state reads every
- * weight next (and the model is freed if it fails), so they are not initialized first (14% of a VGG16 load's time). */
+ * weight next (and the model is freed if it fails), so they are not initialized first (about half of a VGG16
+ * load's time: a host buffer, values and an upload per weight, then page faults over all of them). */
 static fl_model *model_from(json_object *config, json_object *cc, bool compile, const char *src, bool weights_follow) {
     fl_model *m = fl_keras_model_from_config(config, src, weights_follow);
     if (!m) return NULL;
