@@ -900,7 +900,24 @@ static void test_conv1d_fusions(void) {
     fl_model_free(t);
 }
 
+/* FLYNN_CPU_L2 / FLYNN_CPU_L3 stand for the machine's caches (ctest's l2_* runs): the budget is twice the L2
+ * of the threads, the weights' cache the L3, as the variables say. */
+static void test_cache_override(void) {
+    const fl_backend *be = fl_backend_cpu();
+    const char *l2 = getenv("FLYNN_CPU_L2"), *l3 = getenv("FLYNN_CPU_L3");
+    if (!l2 || !l3) {
+        CHECK(be->infer_budget() > 0 && be->infer_weight_cache() > 0);
+        return;
+    }
+    const size_t want2 = (size_t)atoll(l2) << (strchr(l2, 'M') ? 20 : strchr(l2, 'K') ? 10 : 0);
+    const size_t want3 = (size_t)atoll(l3) << (strchr(l3, 'M') ? 20 : strchr(l3, 'K') ? 10 : 0);
+    CHECK_MSG(be->infer_budget() == 2 * want2 * (size_t)fl_get_num_threads(), "FLYNN_CPU_L2=%s: budget %zu", l2,
+              be->infer_budget());
+    CHECK_MSG(be->infer_weight_cache() == want3, "FLYNN_CPU_L3=%s: weight cache %zu", l3, be->infer_weight_cache());
+}
+
 int main(void) {
+    test_cache_override();
     test_place_small();
     test_place_random();
     test_modes();

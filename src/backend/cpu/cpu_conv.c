@@ -1017,14 +1017,26 @@ static void col2im_add(const fl_conv_desc *d, const float *dcol, int64_t cn, int
     }
 }
 
-/* The GEMM path's products: flynn's AVX2 GEMM where it beats OpenBLAS (fl_cpu_avx2_gemm_wins; on a CPU
- * without AVX-512, where OpenBLAS runs single-threaded inside the chunks' loop and measured 10-15 GFLOP/s
- * on a chunk's shapes against the AVX2 kernel's 32-37 on a Zen 1 EPYC), else OpenBLAS. beta is 0 or 1. */
+/* The GEMM path's products: flynn's own GEMM where its rule says it beats OpenBLAS (fl_cpu_avx2_gemm_wins; on a
+ * CPU without AVX-512, where OpenBLAS runs single-threaded inside the chunks' loop and measured 10-15 GFLOP/s
+ * on a chunk's shapes against the AVX2 kernel's 32-37 on a Zen 1 EPYC), else OpenBLAS. The rule reads the
+ * shape alone, and both widths take it: the AVX-512 kernels run the same FMA sequence as the AVX2 ones, so
+ * the two give the same bits whichever OpenBLAS kernels the process loaded. (The AVX-512 level took
+ * OpenBLAS for every product: its Haswell and Zen kernels, which OPENBLAS_CORETYPE=Haswell in the
+ * environment of this project's machines chose on a Zen 5 and on a Xeon of family 6 model 207, sum in
+ * another order than flynn's, and test_cpu_simd's AVX2 and AVX-512 filter gradients differed there; its
+ * SkylakeX and Cooperlake kernels happen to agree.) beta is 0 or 1. */
 static void conv_gemm(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B,
                       int64_t ldb, float beta, float *C, int64_t ldc, int threads) {
-    if (fl_cpu_avx2_kernels() && fl_cpu_avx2_gemm_wins(ta, tb, M, N, K)) {
-        fl_avx2_gemm(ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc, NULL, 0, threads);
-        return;
+    if (fl_cpu_avx2_gemm_wins(ta, tb, M, N, K)) {
+        if (fl_cpu_simd()) {
+            fl_simd_gemm(ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc, NULL, 0, threads);
+            return;
+        }
+        if (fl_cpu_avx2_kernels()) {
+            fl_avx2_gemm(ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc, NULL, 0, threads);
+            return;
+        }
     }
     cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)M, (int)N, (int)K,
                 1.0f, A, (int)lda, B, (int)ldb, beta, C, (int)ldc);

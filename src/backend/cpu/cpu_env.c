@@ -196,6 +196,19 @@ int fl_cpu_follows_load(void) {
  * (glibc's sysconf reads CPUID, which a VM can fill as it likes: it gave this machine's L3 as 384 MB, sysfs
  * 32 MB.) */
 static size_t cache_bytes(int level, int name, size_t dflt) {
+    /* FLYNN_CPU_L2 / FLYNN_CPU_L3 (bytes, or with K or M: "512K", "260M") stand for the machine's: the tests
+     * run the kernels and the planner under the cache sizes of every machine seen (tests/CMakeLists.txt), so
+     * that a blocking choice that follows the cache cannot surprise on the next one (issue 42). */
+    const char *var = level == 2 ? "FLYNN_CPU_L2" : level == 3 ? "FLYNN_CPU_L3" : NULL, *e = var ? getenv(var) : NULL;
+    if (e && *e) {
+        char *end;
+        long long v = strtoll(e, &end, 10);
+        if (*end == 'K' || *end == 'k') v <<= 10, end++;
+        else if (*end == 'M' || *end == 'm') v <<= 20, end++;
+        if (v > 0 && *end == '\0') return (size_t)v;
+        fprintf(stderr, "flynn: %s=%s is not a cache size (bytes, or with K or M: 512K, 2M); the CPU's is used\n",
+                var, e);
+    }
     for (int i = 0; i < 16; i++) {
         char path[96], line[64];
         snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/level", i);
