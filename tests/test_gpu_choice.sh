@@ -189,7 +189,8 @@ expect_doctor wsl-nogpu "$R" "$tmp/plugins-both" 12080 1 driver FAIL "WSL withou
   "the NVIDIA driver installed on Windows"
 
 # ---- containers
-R=$tmp/ctr-nogpu; mkdir -p "$R"; : > "$R/.dockerenv"
+R=$tmp/ctr-nogpu; mkdir -p "$R/proc/self"; : > "$R/.dockerenv"
+echo "611 540 0:52 / / rw,relatime master:305 - overlay overlay rw,lowerdir=/var/lib/docker/overlay2/l/A:/var/lib/docker/overlay2/l/B,upperdir=/var/lib/docker/overlay2/C/diff" > "$R/proc/self/mountinfo"
 expect_doctor docker-nogpu "$R" "$tmp/plugins-both" 13000 1 driver FAIL "no NVIDIA GPU is visible in this container \(docker" \
   "docker run --gpus all"
 expect_train docker-nogpu "$R" "$tmp/plugins-both" 13000 "no NVIDIA GPU is visible in this container.*--gpus all"
@@ -204,6 +205,24 @@ expect_doctor docker-gpu-plugin "$R" "$tmp/plugins-both" 13000 1 plugin PASS "li
 rm "$R/usr/lib/x86_64-linux-gnu/libcuda.so.1"
 expect_doctor docker-nolibcuda "$R" "$tmp/plugins-both" 13000 1 libcuda FAIL "libcuda.so.1 cannot be loaded" \
   "the container has the GPU's device files but not the driver's libcuda.so.1: start the container .*--gpus all"
+
+# a virtual machine booted from a disk image made from a docker image: /.dockerenv, but the root on a block
+# device; the plain no-driver message, nothing of containers or docker (issue 43)
+R=$tmp/vm-image; mkdir -p "$R/proc/self"; : > "$R/.dockerenv"; echo "Linux version 6.1.0-28-amd64" > "$R/proc/version"
+echo "27 1 254:0 / / rw,relatime - ext4 /dev/vda rw,discard" > "$R/proc/self/mountinfo"
+expect_doctor vm-dockerenv "$R" "$tmp/plugins-both" 13000 1 driver FAIL "no NVIDIA driver is loaded" \
+  "install its driver, version 580 or newer"
+out=$(run "$R" "$tmp/plugins-both" 13000 doctor)
+grep -qiE "container|docker" <<<"$out" && { bad "vm-dockerenv: the doctor speaks of a container"; echo "$out" >&2; } || ok
+expect_train vm-dockerenv "$R" "$tmp/plugins-both" 13000 "no NVIDIA driver is loaded"
+# docker's device-mapper storage: a /dev/mapper/docker-... root is a container's
+R=$tmp/ctr-dm; mkdir -p "$R/proc/self"; : > "$R/.dockerenv"
+echo "611 540 253:3 / / rw,relatime - xfs /dev/mapper/docker-253:0-1234-abcd rw" > "$R/proc/self/mountinfo"
+expect_doctor docker-dm "$R" "$tmp/plugins-both" 13000 1 driver FAIL "in this container \(docker" "--gpus all"
+# podman's own evidence, whatever the root
+R=$tmp/podman; mkdir -p "$R/run" "$R/proc/self"; : > "$R/run/.containerenv"
+echo "27 1 254:0 / / rw,relatime - ext4 /dev/vda rw" > "$R/proc/self/mountinfo"
+expect_doctor podman-nogpu "$R" "$tmp/plugins-both" 13000 1 driver FAIL "in this container \(podman" "--gpus all"
 
 # ---- no driver at all, outside containers and WSL
 R=$tmp/bare; mkdir -p "$R/proc"; echo "Linux version 6.1.0-28-amd64" > "$R/proc/version"

@@ -260,12 +260,39 @@ const int fl_cuda_plugin_count = (int)(sizeof fl_cuda_plugins / sizeof fl_cuda_p
 
 /* ------------------------------------------------- the machine's driver */
 
-/* A container: docker's /.dockerenv, podman's /run/.containerenv, or the
- * first process's control groups (kubernetes, containerd, lxc). */
+/* Whether this process's root filesystem is a block device's (the mount namespace, /proc/self/mountinfo):
+ * 1 for a root on /dev/... other than docker's device-mapper volumes, as a virtual machine's or a bare
+ * machine's; 0 for an overlay, a docker volume, or anything else a container engine mounts; -1 where it
+ * cannot be read. */
+static int root_on_block_device(void) {
+    char p[1024], line[2048];
+    rooted(p, sizeof p, "/proc/self/mountinfo");
+    FILE *f = fopen(p, "r");
+    if (!f) return -1;
+    int r = -1;
+    while (fgets(line, sizeof line, f)) {
+        /* id parent major:minor root mountpoint options [optional...] - fstype source superoptions */
+        char root[512], mnt[512];
+        if (sscanf(line, "%*s %*s %*s %511s %511s", root, mnt) != 2 || strcmp(mnt, "/") != 0) continue;
+        const char *sep = strstr(line, " - ");
+        char fstype[64] = "", source[512] = "";
+        if (!sep || sscanf(sep + 3, "%63s %511s", fstype, source) < 1) continue;
+        r = strncmp(source, "/dev/", 5) == 0 && !strstr(source, "docker") && strcmp(fstype, "overlay") != 0;
+    }
+    fclose(f);
+    return r;
+}
+
+/* A container: podman's /run/.containerenv, systemd's /run/systemd/container, the first process's control
+ * groups (kubernetes, docker, podman, containerd, lxc), or docker's /.dockerenv where the mount namespace
+ * agrees. /.dockerenv alone is weak: a disk image made from a docker image keeps it, and a virtual machine
+ * booted from one (root on /dev/vda) said "no NVIDIA GPU is visible in this container" and advised
+ * `docker run --gpus all` (issue 43). */
 static void detect_container(char *out, size_t len) {
     out[0] = 0;
-    if (rooted_exists("/.dockerenv")) { snprintf(out, len, "docker"); return; }
     if (rooted_exists("/run/.containerenv")) { snprintf(out, len, "podman"); return; }
+    if (rooted_exists("/run/systemd/container")) { snprintf(out, len, "container"); return; }
+    if (rooted_exists("/.dockerenv") && root_on_block_device() != 1) { snprintf(out, len, "docker"); return; }
     char p[1024], line[512];
     rooted(p, sizeof p, "/proc/1/cgroup");
     FILE *f = fopen(p, "r");
