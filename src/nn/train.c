@@ -1012,6 +1012,10 @@ static int64_t infer_step(const fl_model *m, int64_t bs) {
     int64_t step = (int64_t)(g->be->infer_budget() / per);
     if (step >= INFER_STEP) step -= step % INFER_STEP; /* whole multiples of 32 */
     else step = step < 4 ? least : INFER_STEP;
+    /* half of what the model memory limit leaves beside the weights (and their gradients and the optimizer's
+     * slots, param_bytes): a model that predicted in small steps under the limit still does, whatever the
+     * cache (a budget of 12 MiB, 2 MiB of L2 and 3 threads, took a whole batch of 512 past it: issue 42) */
+    const int64_t room = (fl_model_bytes_limit() - g->param_bytes) / 2 / (int64_t)per;
     /* every step reads all the weights: where they outgrow the cache they would stay in between steps, each
      * step reads them from memory, and the step grows until its buffers are as large as they are */
     if (g->be->infer_weight_cache) {
@@ -1021,13 +1025,11 @@ static int64_t infer_step(const fl_model *m, int64_t bs) {
         const int64_t need = (int64_t)((w + per - 1) / per); /* samples whose buffers match the weights */
         if (w > g->be->infer_weight_cache() && need > step) {
             int64_t ws = (need + INFER_STEP - 1) / INFER_STEP * INFER_STEP;
-            /* within half of what the model memory limit leaves beside the weights (and their gradients and the
-             * optimizer's slots, param_bytes): a model that predicted in small steps under the limit still does */
-            const int64_t room = (fl_model_bytes_limit() - g->param_bytes) / 2 / (int64_t)per;
             if (ws > room) ws = room;
             if (ws > step) step = ws;
         }
     }
+    if (room >= 1 && step > room) step = room >= INFER_STEP ? room - room % INFER_STEP : room;
     return step < bs ? step : bs;
 }
 
