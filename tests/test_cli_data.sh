@@ -46,7 +46,65 @@ printf 'not an image' >"$tmp/imgs/b/broken.png"
 expect img-not-image 1 "broken.png: not an image: unknown content; expected a JPEG .* or PNG" -- $T --data "$tmp/imgs" --image-size 4x4
 mkdir -p "$tmp/noclass"
 expect img-no-classes 1 "no class subfolders" -- $T --data "$tmp/noclass"
+# a built-in model on a folder of 28x28 grayscale PNGs takes their size and colour mode, and says so (issue 43:
+# Keras's 256x256 rgb built a 130-million-parameter mnist_cnn); images that differ keep Keras's default, and
+# the line names the sizes found
+python3 - "$tmp/gray28" <<'PY'
+import os, struct, sys, zlib
+def png(path, h, w, seed):
+    raw = b"".join(b"\0" + bytes((seed * 31 + r * 7 + c * 3) % 256 for c in range(w)) for r in range(h))
+    chunk = lambda t, d: struct.pack(">I", len(d)) + t + d + struct.pack(">I", zlib.crc32(t + d) & 0xffffffff)
+    with open(path, "wb") as f:
+        f.write(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 0, 0, 0, 0))
+                + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))
+for k, cls in enumerate(("a", "b")):
+    os.makedirs(os.path.join(sys.argv[1], cls), exist_ok=True)
+    for i in range(20):
+        png(os.path.join(sys.argv[1], cls, "%02d.png" % i), 28, 28, 40 * k + i)
+PY
+expect img-own-size 0 "data: $tmp/gray28: 40 images in 2 classes \(0=a, 1=b\), 28x28 grayscale \(the images' own size and colour mode" -- \
+  $T --data "$tmp/gray28" --batch-size 8
+expect img-own-size-params 0 "Total params: 1,198,850 " -- $T --data "$tmp/gray28" --batch-size 8
+expect img-mixed-size 0 "256x256 rgb \(Keras's default size: the images differ, 1 9x11 rgb, 1 4x4 grayscale, .*; --image-size HxW" -- \
+  $T --data "$IMG" --model mlp --batch-size 4
+# --samples cuts an image folder (and any own data) to its first N, and says so; --test-samples without a test
+# set is refused (issue 43: --samples was ignored)
+expect img-samples 0 "40 images .*; --samples: the first 12 of 40: 12 samples" -- $T --data "$tmp/gray28" --samples 12
+expect img-samples-stream 0 "--samples: the first 12 of 40: 12 samples, no test set" -- \
+  $T --data "$tmp/gray28" --samples 12 --stream
+expect img-test-samples 2 "--test-samples cuts the test set of the data; this --data has none" -- \
+  $T --data "$tmp/gray28" --test-samples 5
 fi
+
+# a built-in model's classes from the labels, said; a class index under the largest that no label has, warned;
+# --classes N to set them, and a label outside them refused (issue 43: a mistyped 12 among 10 classes trained a
+# 13-class model without a word)
+python3 - "$tmp" <<'PY'
+import struct, sys
+def npy(path, descr, shape, data):
+    h = "{'descr': '%s', 'fortran_order': False, 'shape': %s, }" % (descr, repr(tuple(shape)))
+    h += " " * (15 - (len(h) + 10) % 16) + "\n"
+    with open(path, "wb") as f:
+        f.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(h)) + h.encode() + data)
+n = 20
+npy(sys.argv[1] + "/cx.npy", "<f4", (n, 8, 8), struct.pack("<%df" % (n * 64), *[((i * 7) % 13) / 13.0 for i in range(n * 64)]))
+y = [i % 10 for i in range(n)]
+y[5] = 12
+npy(sys.argv[1] + "/cy_typo.npy", "<i8", (n,), struct.pack("<%dq" % n, *y))
+npy(sys.argv[1] + "/cy.npy", "<i8", (n,), struct.pack("<%dq" % n, *[i % 10 for i in range(n)]))
+PY
+expect classes-from-labels 0 "^classes: 13 \(the largest label, 12, \+ 1; --classes N to set\)$" -- \
+  $T --data "$tmp/cx.npy,$tmp/cy_typo.npy" --model mlp
+expect classes-missing 0 "^warning: 2 of the 13 classes have no sample in $tmp/cy_typo.npy \(classes 10, 11\): a mistyped label\?" -- \
+  $T --data "$tmp/cx.npy,$tmp/cy_typo.npy" --model mlp
+expect classes-refused 1 "label y\[5\] is 12, expected an integer in \[0, 10\) \(--classes 10\)" -- \
+  $T --data "$tmp/cx.npy,$tmp/cy_typo.npy" --model mlp --classes 10
+expect classes-set 0 "^classes: 12 \(--classes\)$" -- $T --data "$tmp/cx.npy,$tmp/cy.npy" --model mlp --classes 12
+expect classes-set-model 0 "dense_2 \(Dense\) .*\(None, 12\)" -- $T --data "$tmp/cx.npy,$tmp/cy.npy" --model mlp --classes 12
+expect classes-all-seen 0 "^classes: 10 \(the largest label, 9" -- $T --data "$tmp/cx.npy,$tmp/cy.npy" --model mlp
+out=$($T --data "$tmp/cx.npy,$tmp/cy.npy" --model mlp 2>&1)
+grep -q "^warning: .* no sample" <<<"$out" && bad "classes-all-seen: warned with every class present" || ok
+expect samples-npy 0 "; --samples: the first 8 of 20: 8 samples" -- $T --data "$tmp/cx.npy,$tmp/cy.npy" --model mlp --samples 8
 
 # CSV: the label by name, text columns one-hot, a regression model and a categorical one
 printf 'a,color,c,t\n1,red,3,0.5\n3,blue,5,1.5\n5,red,7,2\n' >"$tmp/reg.csv"

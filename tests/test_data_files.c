@@ -385,6 +385,60 @@ static void test_images(void) {
     fl_dataset_free(&d);
 }
 
+/* fl_image_info reads an image's size and channels from its header: the size the decoder gives, for every
+ * fixture (JPEG, PNG of each colour type, a 16-bit one), and fl_image_directory_shape says whether a folder's
+ * images agree (issue 43). */
+static void test_image_headers(void) {
+    static const char *files[] = {"images/tree/cats/c01.png", "images/tree/cats/c02.PNG", "images/tree/cats/c03.jpg",
+                                  "images/tree/cats/deep/c04.png", "images/tree/dogs/d01.jpeg", "images/tree/dogs/d02.png",
+                                  "images/tree/dogs/d03.png", "images/tree/dogs/d04.png", "images/tree/fish/f01.png",
+                                  "images/tree/fish/f02.jpg"};
+    static const int want_c[] = {3, 1, 3, 4, 1, 3, 3, 2, 3, 3}; /* c01 RGB, c02 gray, c04 RGBA, d01 a gray JPEG, d04 gray+alpha */
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        int h = 0, w = 0, c = 0;
+        CHECK_MSG(fl_image_info(fx(files[i]), &h, &w, &c) == FL_OK, "%s: %s", files[i], fl_last_error());
+        CHECK_MSG(c == want_c[i], "%s: %d channels, expected %d", files[i], c, want_c[i]);
+        if (!fl_image_support()) continue;
+        fl_tensor *t = fl_load_image(fx(files[i]), FL_COLOR_RGB, 0, 0);
+        CHECK_MSG(t && fl_tensor_dim(t, 0) == h && fl_tensor_dim(t, 1) == w, "%s: header %dx%d, decoded %lldx%lld",
+                  files[i], h, w, t ? (long long)fl_tensor_dim(t, 0) : -1LL, t ? (long long)fl_tensor_dim(t, 1) : -1LL);
+        fl_tensor_free(t);
+    }
+    int h, w, c;
+    CHECK(fl_image_info(fx("images/tree/cats/notes.txt"), &h, &w, &c) != FL_OK);
+    CHECK_STR_CONTAINS(fl_last_error(), "notes.txt: not a JPEG (FF D8 FF) or PNG");
+    char p[512];
+    snprintf(p, sizeof p, "%s/short.png", tmpdir); /* a PNG signature and nothing after it */
+    FILE *f = fopen(p, "wb");
+    if (f) { fwrite("\x89PNG\r\n\x1a\n", 1, 8, f); fclose(f); }
+    CHECK(fl_image_info(p, &h, &w, &c) != FL_OK);
+    CHECK_STR_CONTAINS(fl_last_error(), "short.png: not a readable PNG image: no IHDR chunk");
+    snprintf(p, sizeof p, "%s/short.jpg", tmpdir); /* a JPEG start and an APP0 segment, no frame */
+    f = fopen(p, "wb");
+    if (f) { fwrite("\xff\xd8\xff\xe0\x00\x04" "ab" "\xff\xd9", 1, 10, f); fclose(f); }
+    CHECK(fl_image_info(p, &h, &w, &c) != FL_OK);
+    CHECK_STR_CONTAINS(fl_last_error(), "short.jpg: not a readable JPEG image: no frame header");
+    fl_color_mode m;
+    bool agree = true;
+    char found[256];
+    CHECK(fl_image_directory_shape(fx("images/tree"), &h, &w, &m, &agree, found, sizeof found) == FL_OK);
+    CHECK_MSG(!agree && strstr(found, "1 9x11 rgb, 1 4x4 grayscale"), "tree: agree %d, found %s", agree, found);
+    /* one class folder of two copies of the same 8x8 RGBA PNG */
+    snprintf(p, sizeof p, "%s/same", tmpdir);
+    mkdir(p, 0755);
+    snprintf(p, sizeof p, "%s/same/k", tmpdir);
+    mkdir(p, 0755);
+    for (int k = 0; k < 2; k++) {
+        char cmd[1200];
+        snprintf(cmd, sizeof cmd, "cp '%s' '%s/same/k/%d.png'", fx("images/tree/cats/deep/c04.png"), tmpdir, k);
+        CHECK(system(cmd) == 0);
+    }
+    snprintf(p, sizeof p, "%s/same", tmpdir);
+    CHECK(fl_image_directory_shape(p, &h, &w, &m, &agree, found, sizeof found) == FL_OK);
+    CHECK_MSG(agree && h == 8 && w == 8 && m == FL_COLOR_RGBA && strcmp(found, "2 8x8 rgba") == 0,
+              "same: agree %d, %dx%d mode %d, found %s", agree, h, w, (int)m, found);
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) { fprintf(stderr, "usage: test_data_files FIXTURES (tests/fixtures/data)\n"); return 2; }
     fixtures = argv[1];
@@ -393,6 +447,7 @@ int main(int argc, char **argv) {
     test_npz();
     test_csv();
     test_images();
+    test_image_headers();
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpdir);

@@ -1485,6 +1485,17 @@ fl_status fl_image_dataset_from_directory_(const char *dir, fl_dataset *out, fl_
 fl_tensor *fl_load_image(const char *path, fl_color_mode mode, int height, int width);
 /* Whether this build reads images (libjpeg-turbo and libpng were found). */
 bool fl_image_support(void);
+/* An image file's height, width and channels from its header, without
+ * decoding it (PNG: gray 1, gray + alpha 2, RGB or palette 3, RGBA 4;
+ * JPEG: 1 or 3). Any build, with or without image support. */
+fl_status fl_image_info(const char *path, int *height, int *width, int *channels);
+/* The size and colour mode of the images under dir, listed as
+ * fl_image_dataset_from_directory lists them, from their headers: the
+ * commonest, with *agree true where every image has it (grayscale for 1
+ * or 2 channels, rgba for 4, else rgb). found (optional): the sizes seen,
+ * commonest first ("180 28x28 grayscale, 20 32x32 rgb"). */
+fl_status fl_image_directory_shape(const char *dir, int *height, int *width, fl_color_mode *mode, bool *agree,
+                                   char *found, size_t found_len);
 
 /* ---------------------------------------------------------------------------
  * Streams: a data set read from disk batch by batch instead of whole into

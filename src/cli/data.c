@@ -65,21 +65,42 @@ static int parse_color(const char *cmd, const char *v, fl_color_mode *c) {
     return 0;
 }
 
-/* The image size and color mode: the options, else the model's input (H, W, C), else Keras's 256x256 rgb. */
-static int image_shape(const char *cmd, const flynn_data_opts *o, const fl_model *m, int *h, int *w, fl_color_mode *c,
-                       bool *from_model) {
+/* The image size and color mode: the options, else the model's input (H, W, C), else (no model: a built-in
+ * one, built for the data) the images' own where they all agree, else Keras's 256x256 rgb. note: what the
+ * size came from, for the data line ("" where --image-size gave it). */
+static int image_shape(const char *cmd, const flynn_data_opts *o, const fl_model *m, const char *dir, int *h, int *w,
+                       fl_color_mode *c, char *note, size_t note_len) {
     *h = *w = 256;
     *c = FL_COLOR_RGB;
-    *from_model = false;
+    snprintf(note, note_len, " (Keras's default size; --image-size to change)");
     int64_t s[FL_MAX_DIMS];
     if (m && fl_model_num_inputs(m) == 1 && fl_model_input_shape(m, 0, s) == 3 && s[0] > 0 && s[1] > 0 &&
         (s[2] == 1 || s[2] == 3 || s[2] == 4)) {
         *h = (int)s[0];
         *w = (int)s[1];
         *c = s[2] == 1 ? FL_COLOR_GRAYSCALE : s[2] == 4 ? FL_COLOR_RGBA : FL_COLOR_RGB;
-        *from_model = true;
+        snprintf(note, note_len, " (the model's input size; --image-size to change)");
+    } else if (!m && !o->image_size) {
+        /* issue 43: mnist_cnn on a folder of 28x28 grayscale PNGs at Keras's 256x256 rgb built a 130-million-
+         * parameter model that ran 7 s a step */
+        int ih, iw;
+        fl_color_mode ic;
+        bool agree;
+        char found[512];
+        if (fl_image_directory_shape(dir, &ih, &iw, &ic, &agree, found, sizeof found) != FL_OK) {
+            fl_clear_error(); /* Keras's default; reading the folder then names what is wrong with it */
+        } else if (agree) {
+            *h = ih, *w = iw, *c = ic;
+            snprintf(note, note_len, " (the images' own size and colour mode; --image-size and --color-mode to change)");
+        } else {
+            snprintf(note, note_len, " (Keras's default size: the images differ, %s; --image-size HxW and --color-mode "
+                     "to choose)", found);
+        }
     }
-    if (o->image_size && parse_size(cmd, o->image_size, h, w)) return 2;
+    if (o->image_size) {
+        if (parse_size(cmd, o->image_size, h, w)) return 2;
+        note[0] = 0;
+    }
     if (o->color_mode && parse_color(cmd, o->color_mode, c)) return 2;
     return 0;
 }
@@ -113,12 +134,12 @@ int flynn_own_load(const char *cmd, const char *spec, const flynn_data_opts *o, 
     } else {
         int h, w;
         fl_color_mode c;
-        bool from_model;
-        if ((r = image_shape(cmd, o, m, &h, &w, &c, &from_model))) return r;
+        char note[768];
+        if ((r = image_shape(cmd, o, m, spec, &h, &w, &c, note, sizeof note))) return r;
         s = fl_image_dataset_from_directory(spec, out, .image_size = {h, w}, .color_mode = c, .seed = seed, .info = &info);
-        if (s == FL_OK && !o->image_size)
+        if (s == FL_OK)
             snprintf(info.description + strlen(info.description), sizeof info.description - strlen(info.description),
-                     " (%s; --image-size to change)", from_model ? "the model's input size" : "Keras's default size");
+                     "%s", note);
     }
     if (s != FL_OK) {
         fprintf(stderr, "flynn %s: error: %s\n", cmd, fl_last_error());
@@ -149,17 +170,16 @@ int flynn_own_stream(const char *cmd, const char *spec, const flynn_data_opts *o
     } else {
         int h, w;
         fl_color_mode c;
-        bool from_model;
-        if ((r = image_shape(cmd, o, m, &h, &w, &c, &from_model))) return r;
+        char note[768];
+        if ((r = image_shape(cmd, o, m, spec, &h, &w, &c, note, sizeof note))) return r;
         s = fl_image_stream_from_directory(spec, .image_size = {h, w}, .color_mode = c, .seed = seed);
-        if (s && !o->image_size)
-            snprintf(desc, desc_len, " (%s; --image-size to change)", from_model ? "the model's input size" : "Keras's default size");
+        if (s) snprintf(desc, desc_len, "%s", note);
     }
     if (!s) {
         fprintf(stderr, "flynn %s: error: %s\n", cmd, fl_last_error());
         return 1;
     }
-    char tail[128];
+    char tail[768];
     snprintf(tail, sizeof tail, "%s", desc);
     snprintf(desc, desc_len, "%s%s", fl_data_stream_description(s), tail);
     *out = s;
@@ -285,8 +305,8 @@ fl_tensor *flynn_load_input(const char *cmd, const char *path, const fl_model *m
     } else if (kind && strcmp(kind, "images") == 0) {
         int h, w;
         fl_color_mode c;
-        bool from_model;
-        if (image_shape(cmd, o, m, &h, &w, &c, &from_model)) return NULL;
+        char note[768];
+        if (image_shape(cmd, o, m, path, &h, &w, &c, note, sizeof note)) return NULL;
         fl_dataset d;
         fl_data_info info;
         if (fl_image_dataset_from_directory(path, &d, .image_size = {h, w}, .color_mode = c, .no_shuffle = true,

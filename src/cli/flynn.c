@@ -31,6 +31,8 @@ typedef struct opts {
     const char *resume, *save, *checkpoint; /* model files (train) */
     const char *class_weight, *sample_weight; /* --class-weight, --sample-weight */
     long samples, test_samples;
+    bool samples_given, test_samples_given; /* given on the command line (not the built-in data's defaults) */
+    long classes;                /* --classes N: a built-in model's outputs (0: from the labels) */
     int epochs, batch_size, threads;
     unsigned long long seed;
     float validation_split;
@@ -113,9 +115,11 @@ static void usage_train(FILE *f) {
             "                         bilinear, mirrored edges), comma-separated; seeded by --seed\n"
             "  --memory-budget MIB    decoded data larger than this is streamed (default: half\n"
             "                         of this machine's memory)\n"
-            "  --samples N            train on the first N training images of a built-in data set\n"
-            "                         (default 20000; 0 = all)\n"
-            "  --test-samples N       evaluate on the first N test images (default 0 = all)\n"
+            "  --samples N            train on the first N training samples (a built-in data set:\n"
+            "                         default 20000; your own data: all; 0 = all; an image folder:\n"
+            "                         the first N in its shuffled order, as Keras's take(N))\n"
+            "  --test-samples N       evaluate on the first N test samples (default 0 = all)\n"
+            "  --classes N            a built-in model's classes (default: the largest label + 1)\n"
             "  --epochs E             epochs (default 2)\n"
             "  --batch-size B         batch size (default 128)\n"
             "  --validation-split F   hold out the last fraction F for validation (default 0)\n"
@@ -243,12 +247,13 @@ static int parse(const char *cmd, int argc, char **argv, opts *o) {
                 return bad_usage(cmd, "--validation-split wants a number in [0, 1), got", val);
         } else if (!num) {
             if (strcmp(key, "--samples") && strcmp(key, "--test-samples") && strcmp(key, "--epochs") &&
-                strcmp(key, "--batch-size") && strcmp(key, "--threads") && strcmp(key, "--seed") &&
+                strcmp(key, "--classes") && strcmp(key, "--batch-size") && strcmp(key, "--threads") && strcmp(key, "--seed") &&
                 strcmp(key, "--prefetch") && strcmp(key, "--workers") && strcmp(key, "--memory-budget"))
                 return bad_usage(cmd, "unknown option", key);
             return bad_usage(cmd, "expected an integer, got", val);
-        } else if (strcmp(key, "--samples") == 0 && v >= 0) o->samples = v;
-        else if (strcmp(key, "--test-samples") == 0 && v >= 0) o->test_samples = v;
+        } else if (strcmp(key, "--samples") == 0 && v >= 0) o->samples = v, o->samples_given = true;
+        else if (strcmp(key, "--test-samples") == 0 && v >= 0) o->test_samples = v, o->test_samples_given = true;
+        else if (strcmp(key, "--classes") == 0 && strcmp(cmd, "summary") != 0 && v >= 2 && v <= 1000000) o->classes = v;
         else if (strcmp(key, "--epochs") == 0 && v > 0 && v < 1000000) o->epochs = (int)v;
         else if (strcmp(key, "--batch-size") == 0 && v > 0 && v <= 1 << 20) o->batch_size = (int)v;
         else if (strcmp(key, "--threads") == 0 && v >= 0 && v <= 4096) o->threads = (int)v;
@@ -257,7 +262,7 @@ static int parse(const char *cmd, int argc, char **argv, opts *o) {
         else if (strcmp(key, "--workers") == 0 && strcmp(cmd, "train") == 0 && v >= 1 && v <= 256) o->workers = (int)v;
         else if (strcmp(key, "--memory-budget") == 0 && strcmp(cmd, "train") == 0 && v >= 1) o->memory_budget = v;
         else if (strcmp(key, "--samples") && strcmp(key, "--test-samples") && strcmp(key, "--epochs") &&
-                 strcmp(key, "--batch-size") && strcmp(key, "--threads") && strcmp(key, "--seed") &&
+                 (strcmp(key, "--classes") || strcmp(cmd, "summary") == 0) && strcmp(key, "--batch-size") && strcmp(key, "--threads") && strcmp(key, "--seed") &&
                  (strcmp(cmd, "train") || (strcmp(key, "--prefetch") && strcmp(key, "--workers") &&
                                             strcmp(key, "--memory-budget"))))
             return bad_usage(cmd, "unknown option", key);
@@ -318,10 +323,36 @@ static int parse_data(const char *cmd, const char *spec, data_info *d) {
     return 0;
 }
 
+/* Says how many classes a built-in model gets and why, and warns of class indices under the largest that
+ * no label has (issue 43: one label of ten classes mistyped as 12 trained a 13-class model without a word). */
+static void report_classes(const data_info *d, const float *v, int64_t n, int64_t top, long classes_opt, bool quiet) {
+    if (quiet) return;
+    if (classes_opt) printf("classes: %d (--classes)\n", d->classes);
+    else printf("classes: %d (the largest label, %lld, + 1; --classes N to set)\n", d->classes, (long long)top);
+    const int k = d->classes;
+    char *seen = calloc((size_t)k, 1);
+    if (!seen) return;
+    for (int64_t i = 0; i < n; i++) seen[(int64_t)v[i]] = 1;
+    int missing = 0;
+    char list[256] = "";
+    for (int c = 0; c < k; c++) {
+        if (seen[c]) continue;
+        if (missing++ < 8) {
+            const size_t u = strlen(list);
+            snprintf(list + u, sizeof list - u, "%s%d", u ? ", " : "", c);
+        }
+    }
+    free(seen);
+    if (missing)
+        printf("warning: %d of the %d classes ha%s no sample in %s (class%s %s%s): a mistyped label? --classes N sets "
+               "the classes\n", missing, k, missing == 1 ? "s" : "ve", d->y[0] ? d->y : d->dir, missing == 1 ? "" : "es",
+               list, missing > 8 ? ", ..." : "");
+}
+
 /* The built-in models need the image shape and the number of classes: for
  * the user's arrays they come from x's shape (N, H, W[, C]) and y's largest
- * class index. */
-static int npy_builtin_shape(data_info *d, const fl_dataset *data, const char *model) {
+ * class index, or --classes (classes_opt, 0: none). */
+static int npy_builtin_shape(data_info *d, const fl_dataset *data, const char *model, long classes_opt, bool quiet) {
     const fl_tensor *x = data->x_train, *y = data->y_train;
     int nd = fl_tensor_ndim(x);
     if (nd == 2 && strcmp(model, "mlp") == 0) { /* a table: the mlp over (features, 1, 1) */
@@ -358,6 +389,11 @@ static int npy_builtin_shape(data_info *d, const fl_dataset *data, const char *m
         }
         if (good == rows) {
             d->classes = (int)k;
+            if (classes_opt && classes_opt != k) {
+                fprintf(stderr, "flynn: error: %s: y is one-hot over %lld classes; --classes %ld disagrees\n", d->dir,
+                        (long long)k, classes_opt);
+                return 1;
+            }
             return 0;
         }
     }
@@ -373,9 +409,16 @@ static int npy_builtin_shape(data_info *d, const fl_dataset *data, const char *m
             return 1;
         }
         if (v[i] > top) top = (int64_t)v[i];
+        if (classes_opt && v[i] >= (float)classes_opt) {
+            fprintf(stderr, "flynn: error: %s: label y[%lld] is %g, expected an integer in [0, %ld) (--classes %ld)\n",
+                    d->dir, (long long)i, (double)v[i], classes_opt, classes_opt);
+            fl_tensor_free(f);
+            return 1;
+        }
     }
+    d->classes = classes_opt ? (int)classes_opt : (int)(top < 1 ? 2 : top + 1);
+    report_classes(d, v, n, top, classes_opt, quiet);
     fl_tensor_free(f);
-    d->classes = (int)(top < 1 ? 2 : top + 1);
     return 0;
 }
 
@@ -621,7 +664,7 @@ static int own_train_data(const opts *o, const fl_model *m, fl_dataset *data, fl
 
 /* npy_builtin_shape for a stream: the image shape from the samples ((H, W) read as (H, W, 1); a table as
  * (features, 1, 1) for mlp), the classes from the labels (image folders: the class folders). */
-static int stream_builtin_shape(data_info *d, fl_data_stream **st, const char *model) {
+static int stream_builtin_shape(data_info *d, fl_data_stream **st, const char *model, long classes_opt, bool quiet) {
     int64_t xs[FL_MAX_DIMS], ys[FL_MAX_DIMS];
     int nd = fl_data_stream_x_shape(*st, xs);
     if (nd == 1 && strcmp(model, "mlp") == 0) { xs[1] = xs[2] = 1; nd = 3; }
@@ -645,7 +688,13 @@ static int stream_builtin_shape(data_info *d, fl_data_stream **st, const char *m
                 "are classifiers\n", d->y);
         return 1;
     }
-    d->classes = k < 2 ? 2 : k;
+    if (classes_opt && classes_opt < k) {
+        fprintf(stderr, "flynn: error: %s: the labels have %d classes; --classes %ld is fewer\n", d->y[0] ? d->y : d->dir, k,
+                classes_opt);
+        return 1;
+    }
+    d->classes = classes_opt ? (int)classes_opt : k < 2 ? 2 : k;
+    if (!quiet) printf("classes: %d (%s)\n", d->classes, classes_opt ? "--classes" : "the labels' classes; --classes N to set");
     return 0;
 }
 
@@ -681,6 +730,62 @@ static int write_plot(const fl_history *h, int initial_epoch, const char *model,
     flynn_plot_free(&pd);
     if (s != FL_OK) return die("--plot");
     if (verbose) printf("training curves drawn to %s\n", path);
+    return 0;
+}
+
+/* --samples N and --test-samples N on the user's own data: the first N samples (an image folder's in its
+ * shuffled order, as Keras's dataset.take(N)), of every input and the labels; a stream takes its first N.
+ * Refused where there is nothing to cut (--test-samples without a test set). Sets *n_before to the training
+ * samples before (for --sample-weight) and appends what was taken to desc. Returns 0, or 1/2 with the message
+ * printed. (issue 43: --samples 200 trained all 2,000 images of a folder, without a word) */
+static int take_own_samples(const opts *o, fl_dataset *data, flynn_multi *mi, fl_data_stream **st, int64_t *n_before,
+                            char *desc, size_t dn) {
+    *n_before = *st ? fl_data_stream_size(*st) : data->x_train ? fl_tensor_dim(data->x_train, 0) : 0;
+    if (o->test_samples_given && o->test_samples > 0 && !data->x_test)
+        return bad_usage("train", "--test-samples cuts the test set of the data; this --data has none (give --data "
+                         "with a test set, or --validation-split):", o->data);
+    if (o->samples_given && o->samples > 0 && o->samples < *n_before) {
+        const int64_t n = o->samples;
+        if (*st) {
+            fl_data_stream *t = fl_data_stream_take(*st, 0, n); /* (a view that keeps what it reads) */
+            if (!t) return die("--samples");
+            fl_data_stream_free(*st);
+            *st = t;
+        } else {
+            fl_tensor *x = fl_tensor_slice(data->x_train, 0, n), *y = data->y_train ? fl_tensor_slice(data->y_train, 0, n) : NULL;
+            if (!x || (data->y_train && !y)) { fl_tensor_free(x); fl_tensor_free(y); return die("--samples"); }
+            fl_tensor_free(data->x_train);
+            fl_tensor_free(data->y_train);
+            data->x_train = x, data->y_train = y;
+            if (mi->nx > 0) mi->x[0] = x; /* input 0 is x_train (fit_data.c) */
+            for (int i = 1; i < mi->nx; i++) {
+                fl_tensor *xi = fl_tensor_slice(mi->x[i], 0, n);
+                if (!xi) return die("--samples");
+                fl_tensor_free(mi->x[i]);
+                mi->x[i] = xi;
+            }
+        }
+        const size_t u = strlen(desc);
+        snprintf(desc + u, dn - u, "; --samples: the first %lld of %lld", (long long)n, (long long)*n_before);
+    }
+    if (o->test_samples_given && o->test_samples > 0 && data->x_test && o->test_samples < fl_tensor_dim(data->x_test, 0)) {
+        const int64_t n = o->test_samples, was = fl_tensor_dim(data->x_test, 0);
+        fl_tensor *x = fl_tensor_slice(data->x_test, 0, n), *y = data->y_test ? fl_tensor_slice(data->y_test, 0, n) : NULL;
+        if (!x || (data->y_test && !y)) { fl_tensor_free(x); fl_tensor_free(y); return die("--test-samples"); }
+        fl_tensor_free(data->x_test);
+        fl_tensor_free(data->y_test);
+        data->x_test = x, data->y_test = y;
+        if (mi->nx > 0) mi->x_test[0] = x;
+        for (int i = 1; i < mi->nx; i++) {
+            if (!mi->x_test[i]) continue;
+            fl_tensor *xi = fl_tensor_slice(mi->x_test[i], 0, n);
+            if (!xi) return die("--test-samples");
+            fl_tensor_free(mi->x_test[i]);
+            mi->x_test[i] = xi;
+        }
+        const size_t u = strlen(desc);
+        snprintf(desc + u, dn - u, "; --test-samples: the first %lld of %lld test samples", (long long)n, (long long)was);
+    }
     return 0;
 }
 
@@ -721,13 +826,19 @@ static int cmd_train(int argc, char **argv) {
         return bad_usage("train", "--stream, --prefetch, --workers and --augment read your own data (--data DIR or "
                          "X.npy,Y.npy); this --data is", o.data);
     const bool quiet = verbose == FL_VERBOSE_SILENT;
+    flynn_multi mi = {0};
+    int64_t n_before = 0; /* the training samples before --samples */
     if (own && !file && (r = own_train_data(&o, NULL, &data, &st, own_desc, sizeof own_desc, quiet))) return r;
-    if (own && !file && (r = st ? stream_builtin_shape(&d, &st, o.model) : npy_builtin_shape(&d, &data, o.model))) {
+    if (own && !file && (r = take_own_samples(&o, &data, &mi, &st, &n_before, own_desc, sizeof own_desc))) {
         fl_dataset_free(&data);
         fl_data_stream_free(st);
         return r;
     }
-    flynn_multi mi = {0};
+    if (own && !file && (r = st ? stream_builtin_shape(&d, &st, o.model, o.classes, quiet) : npy_builtin_shape(&d, &data, o.model, o.classes, quiet))) {
+        fl_dataset_free(&data);
+        fl_data_stream_free(st);
+        return r;
+    }
     if (file) {
         if (!(m = flynn_load_model_file("train", file, NULL, true))) { fl_dataset_free(&data); return die(NULL); }
         if (own && fl_model_num_inputs(m) > 1 && strcmp(d.kind, "npz") != 0) {
@@ -744,6 +855,7 @@ static int cmd_train(int argc, char **argv) {
         }
         if (own && fl_model_num_inputs(m) > 1) r = flynn_multi_load("train", o.data, m, &mi, &data, own_desc, sizeof own_desc);
         else if (own) r = own_train_data(&o, m, &data, &st, own_desc, sizeof own_desc, quiet);
+        if (own && !r) r = take_own_samples(&o, &data, &mi, &st, &n_before, own_desc, sizeof own_desc);
         if (own && r) {
             fl_model_free(m);
             return r;
@@ -806,6 +918,12 @@ static int cmd_train(int argc, char **argv) {
     }
     if (!st && (rc = flynn_fit_weights("train", o.class_weight, o.sample_weight, data.y_train, cw, &ncw, &sw, quiet)))
         goto done;
+    if (sw && own && fl_tensor_dim(sw, 0) == n_before && n_before > fl_tensor_dim(data.y_train, 0)) {
+        fl_tensor *t = fl_tensor_slice(sw, 0, fl_tensor_dim(data.y_train, 0)); /* the samples --samples kept */
+        if (!t) { rc = die("--sample-weight"); goto done; }
+        fl_tensor_free(sw);
+        sw = t;
+    }
     if (st && o.augment) {
         fl_data_stream *t = fl_data_stream_augment_(st, aug);
         if (!t) { rc = die("--augment"); goto done; }
@@ -935,7 +1053,7 @@ static int cmd_evaluate(int argc, char **argv) {
     } else {
         if (own && (r = flynn_own_load("evaluate", o.data, &o.own, NULL, o.seed, &data, own_desc, sizeof own_desc)))
             return r;
-        if (own && (r = npy_builtin_shape(&d, &data, o.model))) { fl_dataset_free(&data); return r; }
+        if (own && (r = npy_builtin_shape(&d, &data, o.model, o.classes, true))) { fl_dataset_free(&data); return r; }
         if (!(m = builtin_model(o.model, &d))) { fl_dataset_free(&data); return die(NULL); }
     }
     if ((r = choose_device("evaluate", m, o.device, o.precision, verbose == FL_VERBOSE_SILENT)) ||
