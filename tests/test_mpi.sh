@@ -115,6 +115,13 @@ if "$FLYNN" train --model mlp --samples 256 --test-samples 64 --epochs 1 --batch
         [ "$(grep -c '^4/4' "$tmp/cli2.txt")" = 1 ] || { cat "$tmp/cli2.txt"; bad "flynn train -np 2: not one progress line"; }
         [ "$(grep -c 'model saved to' "$tmp/cli2.txt")" = 1 ] || bad "flynn train -np 2: not one 'model saved'"
         [ -s "$tmp/two.keras" ] || bad "flynn train -np 2: no model file"
+        # said once, on rank 0: the ranks, the launcher, the global batch and each rank's share; the
+        # throughput is the global figure (issue 43)
+        [ "$(grep -c '^data-parallel: 2 ranks started by Open MPI.s mpirun (2 on this host), training one model: global batch 64, 32 samples a rank per step; the gradients are summed over MPI' "$tmp/cli2.txt")" = 1 ] \
+            || { cat "$tmp/cli2.txt"; bad "flynn train -np 2: the data-parallel line, once"; }
+        grep -q "^training throughput: [0-9]* samples/s (mlp on the CPU, 1 threads a rank, 2 ranks together, global batch 64" "$tmp/cli2.txt" \
+            || bad "flynn train -np 2: the throughput line names no ranks"
+        grep -q "^data-parallel" "$tmp/cli1.txt" && bad "one process: a data-parallel line"
         echo "flynn train under mpirun -np 2: $(grep '^4/4' "$tmp/cli2.txt")"
         # the built-in mlp has Dropout: its masks are one process's, so are the printed loss and metrics
         for what in '^4/4' '^test accuracy'; do

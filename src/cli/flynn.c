@@ -719,6 +719,28 @@ static int stream_fit_model(fl_model *m, fl_data_stream **st) {
     return 0;
 }
 
+/* Under mpirun, once (rank 0 alone prints): that the ranks train one model together, how many, who started
+ * them, the global batch and each rank's share, and what sums the gradients, as Horovod and DDP say it
+ * (issue 43: the device line read "CPU (1 threads), as requested" and nothing told two cooperating ranks
+ * from two copies). */
+static void say_data_parallel(const fl_model *m, int batch) {
+    const int n = fl_dist_size();
+    if (n <= 1) return;
+    const char *local = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    const int lo = batch / n, hi = lo + (batch % n ? 1 : 0);
+    char share[64];
+    if (lo == hi) snprintf(share, sizeof share, "%d samples a rank", lo);
+    else snprintf(share, sizeof share, "%d or %d samples a rank", hi, lo);
+    const bool gpu = fl_model_device(m) == FL_DEVICE_GPU;
+    printf("data-parallel: %d ranks started by %s%s%s%s, training one model: global batch %d, %s per step; the "
+           "gradients are summed %s while backward runs (docs/scale-out.md)\n", n,
+           getenv("OMPI_COMM_WORLD_SIZE") ? "Open MPI's mpirun" : "an MPI launcher", local ? " (" : "",
+           local ? local : "", local ? " on this host)" : "", batch, share,
+           gpu ? "over NCCL, one GPU a rank (a rank takes its host's device OMPI_COMM_WORLD_LOCAL_RANK, or "
+                 "FLYNN_CUDA_DEVICE)"
+               : "over MPI");
+}
+
 /* --plot OUT.svg: the History's curves (plot.c), titled with what was trained. */
 static int write_plot(const fl_history *h, int initial_epoch, const char *model, const char *data, const char *path,
                       bool verbose) {
@@ -879,6 +901,7 @@ static int cmd_train(int argc, char **argv) {
         fl_data_stream_free(st);
         return r;
     }
+    if (!quiet) say_data_parallel(m, o.batch_size);
     if (!own && load_data(&d, o.samples, o.test_samples, &data) != FL_OK) { fl_model_free(m); return die(NULL); }
     if (verbose != FL_VERBOSE_SILENT && st) {
         printf("data: %s: %lld samples, no test set\n", own_desc, (long long)fl_data_stream_size(st));
@@ -982,11 +1005,14 @@ static int cmd_train(int argc, char **argv) {
     }
     if ((rc = report_results(m, h, &data, &mi))) goto done;
     if (o.cb.plot && (rc = write_plot(h, initial, mname, o.data, o.cb.plot, verbose != FL_VERBOSE_SILENT))) goto done;
-    char where[64];
+    char where[96];
     if (fl_model_device(m) == FL_DEVICE_GPU) snprintf(where, sizeof where, "on the GPU");
     else snprintf(where, sizeof where, "on the CPU, %d threads", fl_get_num_threads());
-    printf("training throughput: %.0f samples/s (%s %s, batch %d, %d epoch%s in %.1fs)\n",
-           fl_history_samples_per_second(h), mname, where, o.batch_size,
+    if (fl_dist_size() > 1) /* fit counts every rank's samples: the figure is the global one */
+        snprintf(where + strlen(where), sizeof where - strlen(where), "%s, %d ranks together",
+                 fl_model_device(m) == FL_DEVICE_GPU ? ", one a rank" : " a rank", fl_dist_size());
+    printf("training throughput: %.0f samples/s (%s %s, %sbatch %d, %d epoch%s in %.1fs)\n",
+           fl_history_samples_per_second(h), mname, where, fl_dist_size() > 1 ? "global " : "", o.batch_size,
            fl_history_epochs(h), fl_history_epochs(h) == 1 ? "" : "s", fl_history_seconds(h));
     if (st) {
         const double w = fl_history_data_seconds(h), step = fl_history_step_seconds(h);
