@@ -83,6 +83,37 @@ cat >"$tmp/mae.json" <<'JSON'
 JSON
 expect summary-lenient 0 "compile config is left out: .*loss 'mae' is not supported" -- "$FLYNN" summary "$tmp/mae.json"
 expect convert-lenient 0 "-> $tmp/mae.keras" -- "$FLYNN" convert "$tmp/mae.json" "$tmp/mae.keras"
+# a summary, a conversion of a JSON without weights and a refusal need shapes, not weights (issue 43: a 2.6 KB
+# JSON declaring a 300-million-parameter Dense took 11 s and 2.9 GB to summarise): each stays under 200 MB
+# resident, where the weights alone are 1.2 GB
+python3 - "$tmp" <<'PY'
+import json, sys
+def model(extra):
+    layers = [{"class_name": "InputLayer", "config": {"batch_shape": [None, 20000], "dtype": "float32", "name": "in"}},
+              {"class_name": "Dense", "config": {"name": "d", "units": 15000, "activation": "relu", "dtype": "float32"}},
+              {"class_name": "Dense", "config": {"name": "o", "units": 10, "dtype": "float32"}}] + extra
+    return json.dumps({"class_name": "Sequential", "config": {"name": "big", "layers": layers},
+                       "keras_version": "3.15.0", "backend": "tensorflow"})
+open(sys.argv[1] + "/big.json", "w").write(model([]))
+open(sys.argv[1] + "/big_bad.json", "w").write(model([{"class_name": "Conv2D", "config": {  # refused when built
+    "name": "c", "filters": 4, "kernel_size": [3, 3], "dtype": "float32"}}]))
+PY
+peak() { # peak resident MB of a command (its exit code kept in $tmp/rc, its output in $tmp/out)
+  python3 -c '
+import resource, subprocess, sys
+p = subprocess.run(sys.argv[2:], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+open(sys.argv[1] + "/out", "wb").write(p.stdout); open(sys.argv[1] + "/rc", "w").write(str(p.returncode))
+print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss // 1024)' "$tmp" "$@"
+}
+mb=$(peak "$FLYNN" summary "$tmp/big.json")
+[ "$(cat "$tmp/rc")" = 0 ] && grep -q "Total params: 300,165,010" "$tmp/out" && [ "$mb" -lt 200 ] && ok \
+  || bad "summary of a 300M-parameter JSON: exit $(cat "$tmp/rc"), $mb MB resident"
+mb=$(peak "$FLYNN" convert "$tmp/big.json" "$tmp/big2.json")
+[ "$(cat "$tmp/rc")" = 0 ] && grep -q "holds no weights, so none are written" "$tmp/out" && [ ! -e "$tmp/big2.weights.h5" ] \
+  && [ "$mb" -lt 200 ] && ok || bad "convert of a 300M-parameter JSON: exit $(cat "$tmp/rc"), $mb MB resident"
+mb=$(peak "$FLYNN" summary "$tmp/big_bad.json")
+[ "$(cat "$tmp/rc")" = 1 ] && grep -q "layer 'c'" "$tmp/out" && [ "$mb" -lt 200 ] && ok \
+  || bad "refusal of a 300M-parameter JSON: exit $(cat "$tmp/rc"), $mb MB resident"
 expect train-mae 1 "loss 'mae' is not supported" -- "$FLYNN" train --model "$tmp/mae.json" --samples 100
 
 # train a model file; save; checkpoint the best val_loss; resume exactly

@@ -257,7 +257,8 @@ static void usage_convert(FILE *f) {
             "  .keras   Keras 3 (a zip of config.json, metadata.json and model.weights.h5)\n"
             "  .h5      the legacy HDF5 full-model file (Keras 3 / tf.keras 2)\n"
             "  .json    the architecture (model.to_json()); flynn also writes the weights next\n"
-            "           to it as OUT-without-.json + .weights.h5\n"
+            "           to it as OUT-without-.json + .weights.h5 (not for a .json IN without\n"
+            "           --weights: it holds none)\n"
             "OUT is written atomically. For a .json IN, --weights gives its weights.\n");
 }
 
@@ -277,6 +278,11 @@ int flynn_cmd_convert(int argc, char **argv) {
     int rc = 0;
     if (fl_save_model(m, out) != FL_OK) {
         rc = fail("convert", NULL);
+    } else if (has_suffix(out, ".json") && has_suffix(in, ".json") && !weights) {
+        /* the architecture alone: IN holds no weights, and fresh ones written beside it would pass for trained
+         * ones (nor are they made: a 300-million-parameter Dense converts in milliseconds, issue 43) */
+        printf("%s -> %s (architecture; %s holds no weights, so none are written: give --weights FILE.weights.h5 "
+               "to carry some)\n", in, out, in);
     } else if (has_suffix(out, ".json")) {
         char wpath[4096];
         snprintf(wpath, sizeof wpath, "%.*s.weights.h5", (int)(strlen(out) - 5), out);

@@ -416,6 +416,7 @@ char *fl_model_to_json(const fl_model *m) {
 fl_status fl_load_weights(fl_model *m, const char *path) {
     if (!m || !path) return fl_error(FL_ERR_INVALID_ARG, "fl_load_weights: NULL argument");
     if (access(path, R_OK) != 0) return fl_error(FL_ERR_IO, "cannot open %s: %s", path, strerror(errno));
+    fl_model_weights_ready(m); /* a weight the file does not hold keeps its initial value */
     kind k = kind_of_content(path);
     fl_h5file *h5 = NULL;
     char *w = NULL;
@@ -492,9 +493,9 @@ static fl_status save_h5(fl_model *m, const char *path, fl_kformat fmt) {
 fl_status fl_save_model(fl_model *m, const char *path) {
     if (!m || !path || !*path) return fl_error(FL_ERR_INVALID_ARG, "fl_save_model: NULL model or empty path");
     fl_status s;
-    switch (kind_of_name(path)) {
-    case K_KERAS: s = save_keras(m, path); break;
-    case K_H5: s = save_h5(m, path, FL_KFMT_LEGACY); break;
+    switch (kind_of_name(path)) { /* (the weights are initialized where they are pending; a .json holds none) */
+    case K_KERAS: fl_model_weights_ready(m); s = save_keras(m, path); break;
+    case K_H5: fl_model_weights_ready(m); s = save_h5(m, path, FL_KFMT_LEGACY); break;
     case K_JSON: {
         char *text = fl_model_to_json(m);
         if (!text) return fl_last_status();
@@ -518,6 +519,7 @@ fl_status fl_save_weights(fl_model *m, const char *path) {
     if (!ends_with(path, ".weights.h5"))
         return fl_error(FL_ERR_INVALID_ARG, "fl_save_weights: %s: the name must end in .weights.h5 (as Keras requires)",
                         path);
+    fl_model_weights_ready(m);
     fl_status s = save_h5(m, path, FL_KFMT_KERAS);
     if (s != FL_OK) fl_error_prefix("fl_save_weights: ");
     return s;

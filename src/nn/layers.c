@@ -1811,8 +1811,24 @@ fl_node *fl_layer_build(fl_layer *l, fl_graph *g, fl_node *const *xs, int nx, ui
     if (l->nouts == 0) l->outs[l->nouts++] = out;
     l->out = out;
     l->g = g;
-    if (l->ncalls++ == 0 && !g->adopting && !l->weights_to_come) fl_layer_init_weights(l, g->be, seed);
+    if (l->ncalls++ == 0 && !g->adopting && !l->weights_to_come) {
+        l->init_pending = true; /* initialized when first read or written (fl_layer_weights_ready) */
+        l->init_seed = seed;
+    }
     return out;
+}
+
+static void clear_pending(fl_layer *l) {
+    if (!l) return;
+    l->init_pending = false;
+    if (l->kind == FL_L_BIDIRECTIONAL) { clear_pending(l->a.bidi.fwd); clear_pending(l->a.bidi.bwd); }
+    if (l->kind == FL_L_TIME_DISTRIBUTED) clear_pending(l->a.td.inner);
+}
+
+void fl_layer_weights_ready(fl_layer *l) {
+    if (!l || !l->init_pending || !l->g) return;
+    clear_pending(l); /* a wrapper's weights hold its sub-layers' */
+    fl_layer_init_weights(l, l->g->be, l->init_seed);
 }
 
 /* ---------------------------------------------------------- accessors */
@@ -1855,6 +1871,7 @@ fl_tensor *fl_layer_weight(fl_layer *l, int i) {
     if (!l || i < 0 || i >= l->nw)
         return fl_error_null(FL_ERR_INVALID_ARG, "layer '%s': no weight %d (it has %d)", l ? l->name : "?", i,
                              l ? l->nw : 0);
+    fl_layer_weights_ready(l);
     fl_node *w = l->w[i];
     const fl_backend *be = l->g->be;
     if (be->host_memory) {
@@ -1887,6 +1904,7 @@ fl_status fl_layer_set_weight(fl_layer *l, int i, const fl_tensor *t) {
         return fl_error(FL_ERR_SHAPE, "layer '%s' weight '%s': got a %s tensor of shape %s, expected float32 %s",
                         l->name, l->wname[i], fl_dtype_name(t->dtype), fl_shape_str(t->ndim, t->shape, a, sizeof a),
                         fl_shape_str(w->ndim, w->shape, b, sizeof b));
+    fl_layer_weights_ready(l); /* the layer's other weights */
     l->g->be->upload(w->val, t->data, (size_t)fl_node_size(w) * sizeof(float));
     return FL_OK;
 }

@@ -637,8 +637,17 @@ fl_status fl_model_set_seed(fl_model *m, uint64_t seed) {
     if (!m) return fl_error(FL_ERR_INVALID_ARG, "fl_model_set_seed: model is NULL");
     m->seed = seed;
     m->g.seed = seed;
-    for (int i = 0; i < m->nlayers; i++) fl_layer_init_weights(m->layers[i], m->g.be, seed);
+    for (int i = 0; i < m->nlayers; i++) { /* initialized again, when next read (fl_layer_weights_ready) */
+        if (!m->layers[i]->g) continue;
+        m->layers[i]->init_pending = true;
+        m->layers[i]->init_seed = seed;
+    }
     return FL_OK;
+}
+
+void fl_model_weights_ready(fl_model *m) {
+    if (!m) return;
+    for (int i = 0; i < m->nlayers; i++) fl_layer_weights_ready(m->layers[i]);
 }
 
 static int64_t count(const fl_model *m, int which /* 0 all, 1 trainable, 2 non-trainable */) {
@@ -857,6 +866,7 @@ static void free_step_buffers(fl_model *m) {
 
 static fl_status move_to(fl_model *m, const fl_backend *to) {
     if (m->g.be == to) return FL_OK;
+    fl_model_weights_ready(m); /* (initialized where they are, then copied) */
     free_step_buffers(m);
     FL_TRY(fl_graph_migrate(&m->g, to));
     if (m->opt) FL_TRY(fl_optimizer_migrate(m->opt, &m->g));

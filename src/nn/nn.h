@@ -162,6 +162,11 @@ struct fl_layer {
     int ncalls;       /* times built: a shared layer is called more than once */
     bool frozen;      /* trainable false (Keras): no weight is updated; BatchNormalization runs in inference mode */
     bool weights_to_come; /* built for fl_load_model, which reads every weight after: not initialized at build */
+    /* built, its weights not initialized yet: they are (Keras's initializers, init_seed) when something first
+     * reads or writes them (fl_layer_weights_ready), so a summary, a conversion without weights or a refusal
+     * never touches a 300-million-parameter Dense's 1.2 GB */
+    bool init_pending;
+    uint64_t init_seed;
     bool wtrainable[FL_LAYER_MAX_WEIGHTS]; /* trainable when the layer is not frozen (false: moving statistics) */
     bool inference_call; /* Dropout called with training=False in the file: written back; Keras 3's
                           * Functional lets the model's own training flag override it (fit: active) */
@@ -206,6 +211,12 @@ fl_layer *fl_mask_op_layer(fl_layer_kind k, float c, const char *name);
 fl_node *fl_layer_build(fl_layer *l, fl_graph *g, fl_node *const *xs, int nx, uint64_t seed);
 /* (Re)initialises a built layer's weights from seed (Keras initializers). */
 void fl_layer_init_weights(fl_layer *l, const fl_backend *be, uint64_t seed);
+/* Initializes l's weights where they are pending (init_pending); a wrapper's (Bidirectional, TimeDistributed)
+ * cover its sub-layers'. fl_model_weights_ready: every layer's; called by whatever reads or writes weights
+ * (fit, evaluate and predict's buffers, fl_layer_weight and fl_layer_set_weight, saving, loading weights into a
+ * model, a move to another device). */
+void fl_layer_weights_ready(fl_layer *l);
+void fl_model_weights_ready(fl_model *m);
 /* "linear, relu, ...": every activation name, for messages */
 const char *fl_activation_list(void);
 const char *fl_layer_kind_class(fl_layer_kind k);

@@ -477,6 +477,7 @@ static void free_rows(float **xo, int nx);
 /* Makes the step buffers hold `batch` samples, for training or (infer) for
  * forward passes only. */
 static fl_status reserve(fl_model *m, int64_t batch, bool infer) {
+    fl_model_weights_ready(m); /* every step reads them */
     FL_TRY(infer ? fl_graph_reserve_infer(&m->g, batch) : fl_graph_reserve(&m->g, batch));
     const fl_backend *be = m->g.be;
     int64_t rows = fl_node_sample_size(m->output) / out_classes(m);
@@ -1522,6 +1523,7 @@ static fl_history *fit(fl_model *m, const fl_tensor *const *xs, int nx, const fl
     if (!m) return fl_error_null(FL_ERR_INVALID_ARG, "%s: model is NULL", fn);
     if (!m->compiled)
         return fl_error_null(FL_ERR_STATE, "%s: model '%s' is not compiled (call fl_compile first)", fn, m->name);
+    fl_model_weights_ready(m);
     int64_t y_row = 0, vrow = 0;
     if (stream) {
         if (check_stream(m, stream, fn, &y_row) != FL_OK) return NULL;
