@@ -50,6 +50,10 @@ for r in j["results"]:
     # the cores the process kept busy: more than none, never more than the CPUs there are
     need(0 < r["cpu_cores"] <= (os.cpu_count() or 1) + 0.25, "cpu_cores %s" % r["cpu_cores"])
     need(1 <= r["threads_in_use"] <= j["threads"], "threads_in_use %s of %s" % (r["threads_in_use"], j["threads"]))
+    # device graphs: none on the CPU; on a GPU, the timed training epoch replays them (issue 44)
+    need(all(isinstance(r[k], int) for k in ("graph_captures", "graph_capture_failures", "graph_replays")), "graph counts")
+    need(r["device"] != "cpu" or r["graph_replays"] == r["graph_captures"] == 0, "graphs on the CPU")
+    need(r["device"] != "gpu" or r["mode"] != "train" or r["graph_replays"] > 0, "no replayed graph on the GPU")
 need(len(j["speedup"]) == 4, "speedup rows")
 for s in j["speedup"]:
     need((s["gpu_over_cpu"] is None) == (not g["usable"]), "speedup is null exactly without a GPU")

@@ -1156,9 +1156,15 @@ static void training_parity(const fl_dataset *d) {
         fl_model_set_seed(m[k], 21);
         if (k == 1) CHECK(fl_model_set_device(m[k], FL_DEVICE_GPU, NULL, 0) == FL_OK);
         fl_compile(m[k], fl_adam(), FL_SPARSE_CATEGORICAL_CROSSENTROPY, FL_ACCURACY);
+        if (k == 1) setenv("FLYNN_CUDA_GRAPHS", "require", 1); /* graphs must run: a failed capture is an error */
         h[k] = fl_fit(m[k], x, y, .batch_size = 64, .epochs = 3, .verbose = FL_VERBOSE_SILENT);
+        unsetenv("FLYNN_CUDA_GRAPHS");
         CHECK_MSG(h[k] != NULL, "training on %s: %s", k ? "GPU" : "CPU", fl_last_error());
         if (!h[k]) return;
+        if (k == 1)
+            CHECK_MSG(fl_history_graph_replays(h[k]) > 0, "[%s] mnist_cnn on the GPU: no step ran as a CUDA graph "
+                      "(%lld captured, %lld failed)", g_mode, (long long)fl_history_graph_captures(h[k]),
+                      (long long)fl_history_graph_capture_failures(h[k]));
         loss[k] = fl_history_get(h[k], "loss");
     }
     for (int e = 0; e < 3; e++) {
@@ -1174,6 +1180,7 @@ static void training_parity(const fl_dataset *d) {
     fl_history *he = fl_fit(me, x, y, .batch_size = 64, .epochs = 3, .verbose = FL_VERBOSE_SILENT);
     unsetenv("FLYNN_CUDA_GRAPHS");
     CHECK(he != NULL);
+    CHECK(!he || fl_history_graph_replays(he) == 0);
     if (he) {
         const float *le = fl_history_get(he, "loss");
         for (int e = 0; e < 3; e++) {
@@ -1218,7 +1225,7 @@ static void partial_batch_parity(const fl_dataset *d) {
     int64_t nk = 0;
     bool ok = true;
     for (int k = 0; k < 3 && ok; k++) {
-        if (k == 2) setenv("FLYNN_CUDA_GRAPHS", "0", 1);
+        if (k > 0) setenv("FLYNN_CUDA_GRAPHS", k == 1 ? "require" : "0", 1);
         fl_model *m = fl_builtin_model("mnist_cnn", 28, 28, 1, 10);
         fl_model_set_seed(m, 33);
         if (k > 0) CHECK(fl_model_set_device(m, FL_DEVICE_GPU, NULL, 0) == FL_OK);
@@ -1226,8 +1233,10 @@ static void partial_batch_parity(const fl_dataset *d) {
         fl_clear_error();
         fl_history *h = fl_fit(m, x, y, .batch_size = 64, .epochs = EPOCHS, .validation_x = vx, .validation_y = vy,
                                .verbose = FL_VERBOSE_SILENT);
-        if (k == 2) unsetenv("FLYNN_CUDA_GRAPHS");
+        unsetenv("FLYNN_CUDA_GRAPHS");
         CHECK_MSG(h != NULL, "[%s] partial batches, %s: %s", g_mode, runs[k], fl_last_error());
+        CHECK_MSG(!h || (fl_history_graph_replays(h) > 0) == (k == 1), "[%s] partial batches, %s: %lld steps replayed",
+                  g_mode, runs[k], h ? (long long)fl_history_graph_replays(h) : -1LL);
         CHECK_MSG(fl_last_status() == FL_OK, "[%s] partial batches, %s: fit left an error: %s", g_mode, runs[k],
                   fl_last_error());
         ok = h != NULL;
@@ -1326,7 +1335,7 @@ static void schedule_parity(const fl_dataset *d) {
         float loss[3][EPOCHS], lr[3][EPOCHS];
         bool ok = true;
         for (int k = 0; k < 3 && ok; k++) {
-            if (k == 2) setenv("FLYNN_CUDA_GRAPHS", "0", 1);
+            if (k > 0) setenv("FLYNN_CUDA_GRAPHS", k == 1 ? "require" : "0", 1);
             fl_model *m = fl_builtin_model("mnist_cnn", 28, 28, 1, 10);
             fl_model_set_seed(m, 44);
             if (k > 0) CHECK(fl_model_set_device(m, FL_DEVICE_GPU, NULL, 0) == FL_OK);
@@ -1336,8 +1345,10 @@ static void schedule_parity(const fl_dataset *d) {
             fl_callback *ls = variant == 1 ? fl_learning_rate_scheduler(halve_each_epoch, NULL) : NULL;
             fl_history *h = fl_fit(m, x, y, .batch_size = 64, .epochs = EPOCHS, .verbose = FL_VERBOSE_SILENT,
                                    .callbacks = (fl_callback *[]){ls, NULL});
-            if (k == 2) unsetenv("FLYNN_CUDA_GRAPHS");
+            unsetenv("FLYNN_CUDA_GRAPHS");
             CHECK_MSG(h != NULL, "[%s] schedule %d, %s: %s", g_mode, variant, runs[k], fl_last_error());
+            CHECK_MSG(!h || (fl_history_graph_replays(h) > 0) == (k == 1), "[%s] schedule %d, %s: %lld steps replayed",
+                      g_mode, variant, runs[k], h ? (long long)fl_history_graph_replays(h) : -1LL);
             ok = h != NULL;
             for (int e = 0; ok && e < EPOCHS; e++) {
                 loss[k][e] = fl_history_get(h, "loss")[e];

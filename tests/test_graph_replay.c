@@ -269,6 +269,7 @@ typedef struct result {
     float *kernel; /* the first Dense kernel after training */
     int64_t nkernel;
     int64_t iterations;
+    int64_t captures, failures, replays; /* the History's (fl_history_graph_*) */
 } result;
 
 /* Dense, Dropout (the graph step matters), Dense softmax, Adam (the
@@ -295,6 +296,9 @@ static bool train(const fl_backend *be, const fl_tensor *x, const fl_tensor *y, 
         r->kernel = malloc((size_t)r->nkernel * sizeof(float));
         memcpy(r->kernel, fl_tensor_data(k), (size_t)r->nkernel * sizeof(float));
         r->iterations = fl_optimizer_iterations(m->opt);
+        r->captures = fl_history_graph_captures(h);
+        r->failures = fl_history_graph_capture_failures(h);
+        r->replays = fl_history_graph_replays(h);
     }
     fl_history_free(h);
     m->g.be = CPU;
@@ -363,6 +367,11 @@ int main(void) {
     CHECK_MSG(g_applied == (int64_t)EPOCHS * steps, "%lld optimizer steps ran, expected %d", (long long)g_applied,
               EPOCHS * steps);
     if (ok) same_training("replayed", &graphs, &plain);
+    CHECK_MSG(graphs.captures == 1 && graphs.failures == 0 && graphs.replays == nexpect && plain.replays == 0 &&
+                  plain.captures == 0,
+              "the History counts %lld captures, %lld failed, %lld replays (expected 1, 0, %d; the CPU %lld, %lld)",
+              (long long)graphs.captures, (long long)graphs.failures, (long long)graphs.replays, nexpect,
+              (long long)plain.captures, (long long)plain.replays);
 
     /* 2. capture fails after recording: the step runs eagerly, the error is cleared, no capture again */
     reset_observations();
@@ -371,6 +380,9 @@ int main(void) {
     g_fail_end = false;
     CHECK(g_nbegin == 1 && g_nlaunch == 0 && g_ngraphs_live == 0);
     if (ok) same_training("capture failed", &failed_end, &plain);
+    CHECK_MSG(failed_end.captures == 0 && failed_end.failures == 1 && failed_end.replays == 0,
+              "a failed capture: the History counts %lld captures, %lld failed, %lld replays", (long long)failed_end.captures,
+              (long long)failed_end.failures, (long long)failed_end.replays);
 
     /* 3. capture cannot start */
     reset_observations();
@@ -379,6 +391,33 @@ int main(void) {
     g_fail_begin = false;
     CHECK(g_nbegin == 1 && g_nlaunch == 0 && g_nrecorded == 0);
     if (ok) same_training("capture not started", &failed_begin, &plain);
+    CHECK(failed_begin.failures == 1 && failed_begin.replays == 0);
+
+    /* 4. FLYNN_CUDA_GRAPHS=require: a failed capture stops fit with the reason (issue 44: "graphs = no graphs"
+     * could pass with graphs never running); a capture that works trains as before */
+    setenv("FLYNN_CUDA_GRAPHS", "require", 1);
+    for (int k = 0; k < 3; k++) {
+        reset_observations();
+        g_fail_end = k == 1;
+        g_fail_begin = k == 2;
+        fl_model *m = fl_sequential(fl_input(FEATURES), fl_dense(8, .activation = FL_RELU),
+                                    fl_dense(CLASSES, .activation = FL_SOFTMAX));
+        CHECK(m && fl_compile(m, fl_adam(), FL_SPARSE_CATEGORICAL_CROSSENTROPY, FL_ACCURACY) == FL_OK);
+        m->g.be = &fake;
+        fl_history *h = fl_fit(m, x, y, .batch_size = BATCH, .epochs = 1, .verbose = FL_VERBOSE_SILENT);
+        if (k == 0) CHECK_MSG(h && fl_history_graph_replays(h) > 0, "require, capture works: %s", fl_last_error());
+        else {
+            CHECK_MSG(!h && fl_last_status() == FL_ERR_DEVICE, "require, capture fails at its %s: fit returned %p",
+                      k == 1 ? "end" : "start", (void *)h);
+            CHECK_STR_CONTAINS(fl_last_error(), "FLYNN_CUDA_GRAPHS=require, but");
+            CHECK_STR_CONTAINS(fl_last_error(), k == 1 ? "fake: a call failed during capture" : "fake: capture cannot start");
+        }
+        fl_history_free(h);
+        m->g.be = CPU;
+        fl_model_free(m);
+    }
+    g_fail_end = g_fail_begin = false;
+    unsetenv("FLYNN_CUDA_GRAPHS");
 
     /* sample weights: the replayed steps weigh the loss rows of the batch gathered for them */
     {

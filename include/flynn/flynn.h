@@ -1049,6 +1049,12 @@ double fl_history_samples_per_second(const fl_history *h); /* training samples/s
 double fl_history_data_seconds(const fl_history *h);
 double fl_history_step_seconds(const fl_history *h);
 int64_t fl_history_steps(const fl_history *h);
+/* On a device with graphs (CUDA): training steps captured as a graph, the
+ * captures that failed (the step then ran eagerly; FLYNN_CUDA_GRAPHS=require
+ * makes one an error), and the steps run by replaying a graph. 0 on the CPU. */
+int64_t fl_history_graph_captures(const fl_history *h);
+int64_t fl_history_graph_capture_failures(const fl_history *h);
+int64_t fl_history_graph_replays(const fl_history *h);
 void fl_history_free(fl_history *h);
 
 /* ------------------------------------------------------------ model files */

@@ -60,6 +60,8 @@ typedef struct point {
     double seconds, samples_per_s;
     double cores; /* the process's CPU seconds over the wall seconds of the timed call */
     int threads;  /* the threads in use when it ended (fl_num_threads_in_use: fewer where others kept CPUs busy) */
+    /* training on a device with graphs: steps captured, captures that failed, steps replayed (the timed epoch) */
+    int64_t graph_captures, graph_failures, graph_replays;
 } point;
 
 typedef struct device_state {
@@ -445,7 +447,7 @@ static int measure(bench_run *b, int d, int bi, const fl_dataset *ds, const fl_t
             if (!h) { rc = 1; goto done; }
             fl_history_free(h);
         }
-        point best = {0, -1, 0, 0};
+        point best = {0, -1, 0, 0, 0, 0, 0};
         for (int r = 0; r < b->o.repeat; r++) {
             double t0 = fl_clock_seconds(), c0 = fl_clock_cpu_seconds();
             fl_history *h = fl_fit(m, ds->x_train, ds->y_train, .batch_size = bs, .epochs = 1,
@@ -453,7 +455,9 @@ static int measure(bench_run *b, int d, int bi, const fl_dataset *ds, const fl_t
             double dt = fl_clock_seconds() - t0, cores = dt > 0 ? (fl_clock_cpu_seconds() - c0) / dt : 0;
             if (!h) { rc = 1; goto done; }
             double sps = fl_history_samples_per_second(h);
-            if (sps > best.samples_per_s) best = (point){(double)b->n / sps, sps, cores, fl_num_threads_in_use()};
+            if (sps > best.samples_per_s)
+                best = (point){(double)b->n / sps, sps, cores, fl_num_threads_in_use(), fl_history_graph_captures(h),
+                               fl_history_graph_capture_failures(h), fl_history_graph_replays(h)};
             fl_history_free(h);
         }
         b->res[d][MODE_TRAIN][bi] = best;
@@ -464,7 +468,7 @@ static int measure(bench_run *b, int d, int bi, const fl_dataset *ds, const fl_t
             if (!p) { rc = 1; goto done; }
             fl_tensor_free(p);
         }
-        point best = {0, -1, 0, 0};
+        point best = {0, -1, 0, 0, 0, 0, 0};
         for (int r = 0; r < b->o.repeat; r++) {
             double t0 = fl_clock_seconds(), c0 = fl_clock_cpu_seconds();
             fl_tensor *p = fl_predict(m, ds->x_train, .batch_size = bs, .verbose = FL_VERBOSE_SILENT);
@@ -472,7 +476,7 @@ static int measure(bench_run *b, int d, int bi, const fl_dataset *ds, const fl_t
             if (!p) { rc = 1; goto done; }
             fl_tensor_free(p);
             if (dt > 0 && (double)b->n / dt > best.samples_per_s)
-                best = (point){dt, (double)b->n / dt, cpu / dt, fl_num_threads_in_use()};
+                best = (point){dt, (double)b->n / dt, cpu / dt, fl_num_threads_in_use(), 0, 0, 0};
         }
         b->res[d][MODE_PREDICT][bi] = best;
     }
@@ -539,6 +543,11 @@ static void print_rows(const bench_run *b, int bi, FILE *f) {
             if (c && g) fprintf(f, "  %6.1fx", g->samples_per_s / c->samples_per_s);
             else fprintf(f, "  %7s", "-");
         }
+        /* the GPU's training steps: how many ran as a replayed graph (a capture that failed is said) */
+        const point *gp = b->dev[DEV_GPU].usable && mode == MODE_TRAIN ? pt(b, DEV_GPU, mode, bi) : NULL;
+        if (gp)
+            fprintf(f, "  (gpu: %lld of its steps replayed a CUDA graph%s)", (long long)gp->graph_replays,
+                    gp->graph_failures ? "; a capture failed: the rest ran eagerly" : "");
         /* the CPU's threads followed the load (fl_num_threads_in_use): say so beside its figure */
         const point *c = b->dev[DEV_CPU].usable ? pt(b, DEV_CPU, mode, bi) : NULL;
         if (c && c->threads > 0 && c->threads < fl_get_num_threads())
@@ -619,9 +628,11 @@ static void write_json(const bench_run *b, FILE *f) {
                 fprintf(f,
                         "%s\n    {\"device\": \"%s\", \"mode\": \"%s\", \"batch_size\": %d, \"samples\": %lld, "
                         "\"seconds\": %.6f, \"samples_per_s\": %.2f, \"gflops\": %.3f, \"cpu_cores\": %.3f, "
-                        "\"threads_in_use\": %d}",
+                        "\"threads_in_use\": %d, \"graph_captures\": %lld, \"graph_capture_failures\": %lld, "
+                        "\"graph_replays\": %lld}",
                         first ? "" : ",", dev_name[d], mode_name[mode], b->o.batch[bi], (long long)b->n, p->seconds,
-                        p->samples_per_s, p->samples_per_s * b->flops[mode] / 1e9, p->cores, p->threads);
+                        p->samples_per_s, p->samples_per_s * b->flops[mode] / 1e9, p->cores, p->threads,
+                        (long long)p->graph_captures, (long long)p->graph_failures, (long long)p->graph_replays);
                 first = false;
             }
     fprintf(f, "\n  ],\n  \"speedup\": [");

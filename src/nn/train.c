@@ -781,6 +781,7 @@ struct fl_history {
     float *vals[FL_HIST_MAX_KEYS];
     double seconds, train_seconds, data_seconds;
     int64_t train_samples, train_steps;
+    int64_t graph_captures, graph_failures, graph_replays; /* device graphs (train_step) */
 };
 
 static fl_status hist_push(fl_history *h, const float *v) {
@@ -844,6 +845,9 @@ double fl_history_step_seconds(const fl_history *h) {
     return h && h->train_steps > 0 ? h->train_seconds / (double)h->train_steps : 0;
 }
 int64_t fl_history_steps(const fl_history *h) { return h ? h->train_steps : 0; }
+int64_t fl_history_graph_captures(const fl_history *h) { return h ? h->graph_captures : 0; }
+int64_t fl_history_graph_capture_failures(const fl_history *h) { return h ? h->graph_failures : 0; }
+int64_t fl_history_graph_replays(const fl_history *h) { return h ? h->graph_replays : 0; }
 void fl_history_free(fl_history *h) {
     if (!h) return;
     for (int k = 0; k < h->nkeys; k++) free(h->vals[k]);
@@ -1416,7 +1420,23 @@ typedef struct graph_state {
     int64_t generation;
     int eager_full_steps;
     bool failed;
+    int64_t captures, failures, replays; /* for the History (fl_history_graph_*) */
 } graph_state;
+
+/* FLYNN_CUDA_GRAPHS=require: a capture that fails is an error, not a quiet eager step, so that a run meant
+ * to measure or check graphs cannot pass with graphs never running (issue 44). ("0": no graphs, the CUDA
+ * backend's graph_begin refuses.) */
+static bool graphs_required(void) {
+    const char *e = getenv("FLYNN_CUDA_GRAPHS");
+    return e && strcmp(e, "require") == 0;
+}
+
+static fl_status capture_failed(const fl_model *m, const char *what) {
+    char why[512];
+    snprintf(why, sizeof why, "%s", fl_last_error()); /* (fl_error writes the buffer fl_last_error reads) */
+    return fl_error(FL_ERR_DEVICE, "fl_fit: FLYNN_CUDA_GRAPHS=require, but %s a training step of model '%s' as a "
+                    "%s graph failed%s%s", what, m->name, m->g.be->name, why[0] ? ": " : "", why);
+}
 
 /* One step; with `check` (host-memory backends without step capture only:
  * it reads the running loss), false without an update when the loss came
@@ -1466,6 +1486,7 @@ static fl_status train_step(fl_model *m, graph_state *gs, bool full, bool check,
         if (be->graph_set_learning_rate) be->graph_set_learning_rate(fl_optimizer_lr_at(m->opt, m->opt->iterations));
         if (be->graph_launch(gs->graph, m->opt->iterations, m->g.step) != 0)
             return device_status(m, "replaying a training step");
+        gs->replays++;
         fl_optimizer_count_step(m->opt);
         return FL_OK;
     }
@@ -1479,6 +1500,8 @@ static fl_status train_step(fl_model *m, graph_state *gs, bool full, bool check,
     if (capture && be->graph_begin(it0, m->g.step) != 0) {
         capture = false;
         gs->failed = true;
+        gs->failures++;
+        if (graphs_required()) return capture_failed(m, "beginning to capture");
         fl_clear_error(); /* no graph is no error: the step runs as usual */
     }
     run_step(m, false);
@@ -1487,6 +1510,8 @@ static fl_status train_step(fl_model *m, graph_state *gs, bool full, bool check,
     void *g = be->graph_end();
     if (!g) { /* the step was recorded but not run: run it now */
         gs->failed = true;
+        gs->failures++;
+        if (graphs_required()) return capture_failed(m, "capturing");
         m->opt->iterations = it0;
         fl_clear_error(); /* whatever failed while recording was about the capture */
         run_step(m, false);
@@ -1495,7 +1520,9 @@ static fl_status train_step(fl_model *m, graph_state *gs, bool full, bool check,
     gs->graph = g;
     gs->generation = m->g.generation;
     if (be->graph_set_learning_rate) be->graph_set_learning_rate(fl_optimizer_lr_at(m->opt, it0));
+    gs->captures++;
     if (be->graph_launch(g, it0, m->g.step) != 0) return device_status(m, "running a captured training step");
+    gs->replays++;
     return FL_OK;
 }
 
@@ -1813,6 +1840,11 @@ static fl_history *fit(fl_model *m, const fl_tensor *const *xs, int nx, const fl
     if (dist && fl_dp_check_weights(m, "fl_fit: after training") != FL_OK) goto fail;
     fl_dp_buckets_end(m);
     h->seconds = fl_clock_seconds() - t_fit;
+    h->graph_captures = gs.captures, h->graph_failures = gs.failures, h->graph_replays = gs.replays;
+    if (m->g.be->graph_begin && mode == FL_VERBOSE_EPOCH)
+        printf("device graphs: %lld step%s captured, %lld replayed, %lld capture%s failed%s\n", (long long)gs.captures,
+               gs.captures == 1 ? "" : "s", (long long)gs.replays, (long long)gs.failures, gs.failures == 1 ? "" : "s",
+               gs.failures ? " (those steps ran eagerly; FLYNN_CUDA_GRAPHS=require makes a failure an error)" : "");
     if (gs.graph) m->g.be->graph_free(gs.graph);
     data_close(m, &tr); data_close(m, &vd);
     free(perm); free(vidx); free(yh); free(vyh); free(wh); free(vwh);
