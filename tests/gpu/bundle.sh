@@ -4,7 +4,9 @@
 # machine) and prove-bundle.sh (which does the same in a bare root here), so
 # that all three treat the bundle the same way.
 #
-# The bundle, .gpu/flynn-gpu.tar.xz, holds
+# The bundle, .gpu/flynn-gpu.tar.gz (gzip: a bare Debian root, debootstrap's
+# minbase, has tar and gzip but no xz; the .tar.xz it was could not be unpacked
+# there, issue 44), holds
 #   bin/  flynn, test_gpu_parity
 #   lib/  libflynn.so.0, libflynn_cuda.so, and the whole `ldd` closure of
 #         the four except glibc, libstdc++ and libgcc_s (the target has its
@@ -26,15 +28,20 @@ bundle_closure() {
 }
 
 # bundle_unpack TARBALL DEST : a fresh DEST with the bundle in it (tar and
-# xz, or Python's tarfile where xz is missing)
+# gzip, or Python's tarfile where tar is missing)
 bundle_unpack() {
   local tarball=$1 dest=$2
   rm -rf "$dest" && mkdir -p "$dest" || return 1
-  if command -v xz >/dev/null 2>&1; then
-    tar -xJf "$tarball" -C "$dest"
+  if command -v tar >/dev/null 2>&1 && command -v gzip >/dev/null 2>&1; then
+    tar -xzf "$tarball" -C "$dest"
   else
     python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' "$tarball" "$dest"
   fi
+}
+
+# bundle_pack STAGE TARBALL : STAGE's bin, lib and MANIFEST.txt as a .tar.gz
+bundle_pack() {
+  tar -C "$1" -czf "$2" bin lib MANIFEST.txt
 }
 
 # bundle_exec ROOT VAR=VALUE... -- CMD... : runs CMD with VAR=VALUE... added

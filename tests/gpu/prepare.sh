@@ -3,7 +3,7 @@
 # session: builds flynn with its CUDA plugin in build-gpu/ and packs what
 # the GPU machine needs into .gpu/ (ignored by git, carried by the device
 # tool), because that machine has no network and no Debian packages:
-#   .gpu/flynn-gpu.tar.xz   flynn, test_gpu_parity, libflynn.so.0,
+#   .gpu/flynn-gpu.tar.gz   flynn, test_gpu_parity, libflynn.so.0,
 #                           libflynn_cuda.so and their whole ldd closure
 #                           except glibc, libstdc++, libgcc_s and CUDA
 #                           (OpenBLAS, libzip, json-c, zlib and what they
@@ -16,9 +16,10 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 . tests/gpu/bundle.sh
 if [ "${1:-}" != --no-build ]; then
-  # --cuda12: the CUDA 12 plugin too, so that run.sh checks both on the GPU
-  # (FLYNN_GPU_NO_CUDA12=1 skips its 1.3 GB of wheels)
-  if [ "${FLYNN_GPU_NO_CUDA12:-0}" = 1 ]; then scripts/setup.sh; else scripts/setup.sh --cuda12; fi
+  # FLYNN_GPU_CUDA12=1: the CUDA 12 plugin too (scripts/setup.sh --cuda12, 1.3 GB of toolchain and wheels),
+  # for a GPU machine that has cuBLAS 12 and cuDNN for CUDA 12. Not by default: the GPU image this project is
+  # lent has only CUDA 13 wheels, where its steps could only skip (issue 44)
+  if [ "${FLYNN_GPU_CUDA12:-0}" = 1 ]; then scripts/setup.sh --cuda12; else scripts/setup.sh; fi
   cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DFLYNN_SANITIZE=OFF >/dev/null
   cmake --build build-gpu -j "$(nproc)"
 fi
@@ -40,7 +41,7 @@ if [ -f build-gpu/libflynn_cuda12.so ]; then
   files+=(build-gpu/libflynn_cuda12.so)
   cp -L build-gpu/libflynn_cuda12.so "$stage/lib/"
 else
-  echo "prepare: no CUDA 12 plugin (scripts/setup.sh --cuda12 not run): run.sh will skip its steps" >&2
+  echo "prepare: no CUDA 12 plugin (FLYNN_GPU_CUDA12=1 builds it): run.sh will skip its steps" >&2
 fi
 closure=$(bundle_closure "${files[@]}")
 if ldd "${files[@]}" | grep "not found" | grep -vE "^[[:space:]]*(${BUNDLE_CUDA_RE#^})"; then
@@ -67,7 +68,7 @@ done <<<"$closure"
     printf '  %-28s %6s KiB  %s\n' "$n" "$(( $(stat -c %s "$f") / 1024 ))" "${src:-build-gpu}${pkg:+ ($pkg)}"
   done
 } > "$stage/MANIFEST.txt"
-XZ_OPT="-6 -T$(nproc)" tar -C "$stage" -cJf .gpu/flynn-gpu.tar.xz bin lib MANIFEST.txt
+bundle_pack "$stage" .gpu/flynn-gpu.tar.gz
 cp "$stage/MANIFEST.txt" .gpu/MANIFEST.txt
 head -4 .gpu/MANIFEST.txt
 
@@ -88,7 +89,7 @@ subset("train-labels-idx1-ubyte.gz", 8, 1, 20000)
 for name in ("t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"):
     shutil.copy(os.path.join(src, name), os.path.join(dst, name))
 PY
-echo "bundle: $(ls "$stage/lib" | wc -l) libraries, $(du -sh "$stage" | cut -f1) unpacked, $(du -h .gpu/flynn-gpu.tar.xz | cut -f1) packed"
+echo "bundle: $(ls "$stage/lib" | wc -l) libraries, $(du -sh "$stage" | cut -f1) unpacked, $(du -h .gpu/flynn-gpu.tar.gz | cut -f1) packed"
 du -sh .gpu
 total=$(du -sk .gpu | cut -f1)
 [ "$total" -lt 60000 ] || { echo "prepare: .gpu is ${total} KiB, over the device tool's 64 MiB" >&2; exit 1; }

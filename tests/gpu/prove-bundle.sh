@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # tests/gpu/prove-bundle.sh — proves HERE, without a GPU, that the bundle
-# tests/gpu/prepare.sh packed (.gpu/flynn-gpu.tar.xz) starts on a machine
+# tests/gpu/prepare.sh packed (.gpu/flynn-gpu.tar.gz) starts on a machine
 # that has nothing of flynn's dependencies: a bare root holding only this
 # machine's glibc (Debian package libc6), libstdc++6 and libgcc-s1 (no
 # zlib, no shell, no ldd, no CUDA), entered with chroot. In it, the bundle
@@ -14,7 +14,12 @@
 #     machine's cuBLAS/cuDNN mounted read-only in the root, standing in for
 #     the target's pip wheels: it must load libflynn_cuda.so from next to
 #     libflynn.so.0 and stop only at "no CUDA device" (skipped when
-#     build-gpu has no stub driver or /usr/local/cuda has no cuDNN).
+#     build-gpu has no stub driver or /usr/local/cuda has no cuDNN);
+#   - run.sh itself, end to end, in a bare Debian 12 (debootstrap's minbase:
+#     bash, tar and gzip, no xz, no python3, no compiler; the root that
+#     ../shared/tools/fresh-debian.sh caches in /var/tmp/fresh-root.tar, or
+#     $FLYNN_MINBASE_TAR): it must unpack the bundle, find no GPU, and reach
+#     the CPU seed workload with its numbers.
 # It prints the newest symbol versions the bundle needs from the target:
 # glibc 2.34 (GLIBC_2.34; Debian 12 builds), libstdc++ CXXABI_1.3 only (the
 # plugin), libgcc_s GCC_4.3.0 — so a target with glibc >= 2.34 will do.
@@ -24,7 +29,7 @@ set -u
 cd "$(dirname "$0")/../.." || exit 1
 . tests/gpu/bundle.sh
 R=${1:-/var/tmp/flynn-bare-root}
-TARBALL=${FLYNN_BUNDLE:-.gpu/flynn-gpu.tar.xz}   # FLYNN_BUNDLE: another bundle to prove
+TARBALL=${FLYNN_BUNDLE:-.gpu/flynn-gpu.tar.gz}   # FLYNN_BUNDLE: another bundle to prove
 D=/tmp/flynn-gpu            # where run.sh unpacks it, here inside the root
 DATA=/data/fashion-mnist
 [ "$(id -u)" = 0 ] || { echo "prove-bundle: needs root (chroot, mount)"; exit 1; }
@@ -109,6 +114,32 @@ if [ -f "$stub" ] && [ -f "$cudalib/libcudnn.so.9" ]; then
 else
   echo
   echo "SKIP: flynn doctor with a stub driver ($stub or $cudalib/libcudnn.so.9 missing)"
+fi
+
+# run.sh end to end in a minbase root
+MB=${FLYNN_MINBASE_TAR:-/var/tmp/fresh-root.tar}
+MR=/var/tmp/flynn-minbase-root
+echo
+if [ -f "$MB" ]; then
+  echo "== run.sh end to end in a bare Debian 12 (minbase, from $MB): bash tests/gpu/run.sh"
+  rm -rf "$MR" && mkdir -p "$MR" && tar -C "$MR" -xf "$MB"
+  for x in xz python3 cc; do
+    [ -z "$(find "$MR/usr/bin" -name "$x" -print -quit)" ] || echo "  (note: the minbase root has $x)"
+  done
+  mkdir -p "$MR/root/flynn/tests/gpu" "$MR/root/flynn/bench/gpu"
+  cp tests/gpu/run.sh tests/gpu/bundle.sh "$MR/root/flynn/tests/gpu/"
+  cp bench/gpu/run.sh "$MR/root/flynn/bench/gpu/" 2>/dev/null
+  cp -r .gpu "$MR/root/flynn/"
+  mount -t proc proc "$MR/proc" && mounts+=("$MR/proc")
+  mount --bind /dev "$MR/dev" && mounts+=("$MR/dev")
+  out=$(timeout -k 5 400 chroot "$MR" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root \
+        /bin/bash -c 'cd /root/flynn && OUT=/tmp/flynn-gpu-out FLYNN_GPU_DEADLINE=300 bash tests/gpu/run.sh' 2>&1); rc=$?
+  grep -E "^(bundle: unpack|flynn doctor|parity|mnist_cnn|total|exit status)" <<<"$out" | sed 's/^/  | /'
+  cpu_line=$(grep -E "^mnist_cnn 1k, batch 128, CPU +PASS; [0-9]+ samples/s" <<<"$out")
+  [ $rc = 0 ] && grep -qE "^bundle: unpack, ldd +PASS" <<<"$out" && [ -n "$cpu_line" ]
+  result $? "run.sh in a minbase root: unpacked, no GPU, the CPU seed workload ran (exit $rc)"
+else
+  echo "SKIP: run.sh in a minbase root: no $MB (run ../shared/tools/fresh-debian.sh once, or set FLYNN_MINBASE_TAR)"
 fi
 
 echo

@@ -1,20 +1,22 @@
 #!/usr/bin/env bash
 # tests/gpu/run.sh — run THERE (the GPU machine), in the repository root,
-# after tests/gpu/prepare.sh packed .gpu/ here. It: reports what the machine
-# has; unpacks the bundle into /tmp/flynn-gpu and checks that the loader
-# finds every library; walks flynn's GPU checks (doctor, devices,
-# bandwidth); runs the GPU-vs-CPU parity of every op, loss and optimizer
-# and N training steps of mnist_cnn on both devices (tests/test_gpu_parity.c);
-# trains the seed workload (mnist_cnn, 20,000 Fashion-MNIST images, batch
-# 128) on the GPU and the CPU; does the doctor, the parity and the seed
-# workload again with the CUDA 12 plugin (libflynn_cuda12.so) where the
-# bundle has it and this machine has cuBLAS 12 and cuDNN for CUDA 12;
-# times `flynn bench --devices cpu,gpu`; then,
-# if time is left, flynn against PyTorch (bench/gpu/run.sh); and prints a
-# table last.
+# after tests/gpu/prepare.sh packed .gpu/ here (nothing is compiled there: a
+# missing bundle stops at once). It: reports what the machine has; unpacks
+# the bundle into /tmp/flynn-gpu and checks that the loader finds every
+# library; runs flynn doctor, then at once the GPU-vs-CPU parity of every
+# op, loss and optimizer and N training steps of mnist_cnn on both devices
+# (tests/test_gpu_parity.c; first, while nothing else has loaded cuBLAS and
+# cuDNN's ~0.9 GB); then devices and bandwidth; trains the seed workload
+# (mnist_cnn, 20,000 Fashion-MNIST images, batch 128) on the GPU and the
+# CPU; does the doctor, the parity and the seed workload again with the
+# CUDA 12 plugin (libflynn_cuda12.so) where the bundle has it and this
+# machine has cuBLAS 12 and cuDNN for CUDA 12; times `flynn bench --devices
+# cpu,gpu`; then, if time is left, flynn against PyTorch (bench/gpu/run.sh);
+# data-parallel over NCCL last, capped at 30 s; and prints a table.
 #
 # It finishes within a deadline, whatever hangs: $FLYNN_GPU_DEADLINE seconds
-# (or the first argument; default 420, 7 minutes) from its start. Each step
+# (or the first argument; default 360, so that a device call of 420 s keeps
+# a minute for the start and the transfers) from its start. Each step
 # runs under `timeout -k 5 T`, T = its own cap or the time left (less 20 s
 # kept for the table; a tenth of the deadline under 200 s), whichever is smaller; a step that would get less
 # than its minimum is SKIPPED with a line saying so. Without a usable GPU
@@ -37,7 +39,7 @@ set -u
 cd "$(dirname "$0")/../.." || exit 1
 . tests/gpu/bundle.sh
 OUT=${OUT:-/tmp/flynn-gpu-out}
-DEADLINE=${FLYNN_GPU_DEADLINE:-${1:-420}}
+DEADLINE=${FLYNN_GPU_DEADLINE:-${1:-360}}
 BDIR=${FLYNN_GPU_DIR:-/tmp/flynn-gpu}       # the bundle, unpacked
 WORK=$BDIR-work                             # scratch logs, not brought back
 RESERVE=$(( DEADLINE >= 200 ? 20 : DEADLINE / 10 ))   # seconds kept for the summary
@@ -120,8 +122,8 @@ step "binaries"
 usable=1 why=""
 DATA=.gpu/data/fashion-mnist
 [ -d "$DATA" ] || DATA=/usr/share/datasets/fashion-mnist
-if [ -f .gpu/flynn-gpu.tar.xz ]; then
-  LOG=$WORK/unpack.log run_step unpack 60 5 bash -c '. tests/gpu/bundle.sh && bundle_unpack "$1" "$2"' _ .gpu/flynn-gpu.tar.xz "$BDIR"
+if [ -f .gpu/flynn-gpu.tar.gz ]; then
+  LOG=$WORK/unpack.log run_step unpack 60 5 bash -c '. tests/gpu/bundle.sh && bundle_unpack "$1" "$2"' _ .gpu/flynn-gpu.tar.gz "$BDIR"
   B=$BDIR/bin LIB=$BDIR/lib
   sed -n '1,4p' "$BDIR/MANIFEST.txt" 2>/dev/null
   if [ "${ST[unpack]}" != PASS ]; then
@@ -132,24 +134,43 @@ if [ -f .gpu/flynn-gpu.tar.xz ]; then
     else ST[ldd]=FAIL; usable=0 why="the loader cannot find some of the bundle's libraries (NOT FOUND above)"; fi
   fi
 else
-  echo "no .gpu/flynn-gpu.tar.xz: building here"
-  LOG=$WORK/build.log TAIL=5 run_step build 240 60 bash -c 'cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null && cmake --build build-gpu -j "$(nproc)"'
-  B=build-gpu LIB=$PWD/build-gpu
-  [ "${ST[build]}" = PASS ] || { usable=0 why="the build failed (${ST[build]})"; }
+  # never compile here: the GPU machine's minutes are for the GPU
+  echo "no .gpu/flynn-gpu.tar.gz: run tests/gpu/prepare.sh first (on the development machine), and carry .gpu"
+  echo "exit status: 1"
+  : > "$OUT/parity.log"
+  exec >&- 2>&-
+  wait "$TEE" 2>/dev/null
+  exit 1
 fi
 # flynn's commands, and only they, see the bundle's libraries
 FL=(env "LD_LIBRARY_PATH=$LIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "FLYNN_CUDA_PLUGIN=$LIB/libflynn_cuda.so")
 [ $usable = 1 ] || echo "SKIP every flynn step: $why"
 
 gpu=0 gpu_why="flynn did not run"
-step "flynn doctor / devices / bandwidth"
+step "flynn doctor"
 if [ $usable = 1 ]; then
   LOG=$WORK/doctor.log run_step doctor 30 5 "${FL[@]}" "$B/flynn" doctor && gpu=1
   [ $gpu = 1 ] || gpu_why="no usable GPU ($(sed -nE 's/^ *[0-9]+\. +([a-z_]+) +FAIL +/\1: /p' "$WORK/doctor.log" | head -1 | sed -E 's/ \(.*//'))"
+else
+  skip doctor "$why"
+fi
+
+step "parity: every op, loss, optimizer; mnist_cnn steps on both devices"
+PAR=$B/test_gpu_parity; [ -x "$PAR" ] || PAR=$B/tests/test_gpu_parity
+if [ $usable = 1 ]; then
+  LOG=$OUT/parity.log TAIL=40 run_step parity 150 30 "${FL[@]}" "$PAR" "$DATA"
+  # 77 = "no usable GPU": the news itself without one; a failure where doctor found one
+  [ "${ST[parity]}" = "FAIL (77)" ] && [ $gpu = 0 ] && ST[parity]="SKIP: $(grep -m1 '^SKIP' "$OUT/parity.log" | cut -c7-)"
+else
+  skip parity "$why"
+fi
+
+step "flynn devices / bandwidth"
+if [ $usable = 1 ]; then
   run_step devices 30 5 "${FL[@]}" "$B/flynn" devices
   TO=$OUT/devices.json run_step devices_json 30 5 "${FL[@]}" "$B/flynn" devices --json
 else
-  skip doctor "$why"; skip devices "$why"
+  skip devices "$why"
 fi
 bw_check="not measured"
 if [ $gpu = 1 ]; then
@@ -180,16 +201,6 @@ else
   skip gpu_check "${why:-$gpu_why}"
 fi
 
-step "parity: every op, loss, optimizer; mnist_cnn steps on both devices"
-PAR=$B/test_gpu_parity; [ -x "$PAR" ] || PAR=$B/tests/test_gpu_parity
-if [ $usable = 1 ]; then
-  LOG=$OUT/parity.log TAIL=40 run_step parity 150 30 "${FL[@]}" "$PAR" "$DATA"
-  # 77 = "no usable GPU": the news itself without one; a failure where doctor found one
-  [ "${ST[parity]}" = "FAIL (77)" ] && [ $gpu = 0 ] && ST[parity]="SKIP: $(grep -m1 '^SKIP' "$OUT/parity.log" | cut -c7-)"
-else
-  skip parity "$why"
-fi
-
 step "seed workload: mnist_cnn, 20,000 images, batch 128"
 if [ $gpu = 1 ]; then
   LOG=$WORK/gpu_train.log run_step gpu_train 90 20 "${FL[@]}" "$B/flynn" train --device gpu --data "fashion-mnist:$DATA" --samples 20000 --epochs 3 --batch-size 128 --verbose 2
@@ -205,24 +216,6 @@ else
   skip cpu_train "$why"
 fi
 
-step "data parallel over NCCL: mpirun -np 2 flynn train --device gpu (one GPU here)"
-# src/dist/nccl.c has only run against a stand-in library (tests/test_mpi.sh). Here the real NCCL (the
-# PyTorch wheel's nvidia/nccl, through FLYNN_CUDA_LIB_PATH) meets one GPU and two ranks: NCCL refuses two
-# ranks on one device ("Duplicate GPU"), and flynn must say so on both ranks and exit, not hang. A run
-# that trains instead (a future NCCL that allows it) passes too.
-if [ $gpu != 1 ]; then
-  skip nccl "${why:-$gpu_why}"
-elif ! command -v mpirun >/dev/null 2>&1; then
-  skip nccl "no mpirun on this machine (Open MPI)"
-else
-  capped 20 "$B/flynn" doctor 2>/dev/null | grep "^NCCL" | cut -c1-200
-  LOG=$WORK/nccl.log TAIL=12 run_step nccl 60 20 "${FL[@]}" mpirun --allow-run-as-root --oversubscribe -np 2 \
-    "$B/flynn" train --device gpu --data "fashion-mnist:$DATA" --samples 4096 --epochs 1 --batch-size 128 --verbose 2
-  if [ "${ST[nccl]:0:4}" = FAIL ] && grep -q "NCCL" "$WORK/nccl.log"; then
-    ST[nccl]="PASS (refused, with NCCL's reason: $(grep -m1 -o 'NCCL[^;]*' "$WORK/nccl.log" | cut -c1-100))"
-  fi
-fi
-
 step "the CUDA 12 plugin (libflynn_cuda12.so) on the same GPU: doctor, parity, seed workload"
 # The driver of this machine supports both plugins, so both are checked:
 # FLYNN_CUDA_PLUGIN forces the CUDA 12 one; it needs cuBLAS 12 and cuDNN for
@@ -231,8 +224,12 @@ step "the CUDA 12 plugin (libflynn_cuda12.so) on the same GPU: doctor, parity, s
 P12=${LIB:-}/libflynn_cuda12.so
 FL12=(env "LD_LIBRARY_PATH=${LIB:-}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "FLYNN_CUDA_PLUGIN=$P12")
 gpu12=0
-if [ $gpu != 1 ]; then
-  skip doctor12 "${why:-$gpu_why}"
+# gated on the device being there (nvidia-smi lists it, or the CUDA 13 plugin found it), not on the CUDA 13
+# plugin working: a machine whose driver or libraries suit only CUDA 12 is what this plugin is for
+if [ $usable != 1 ]; then
+  skip doctor12 "$why"
+elif [ $gpu != 1 ] && [ "${smi_gpus:-0}" -eq 0 ]; then
+  skip doctor12 "$gpu_why; nvidia-smi lists no GPU either"
 elif [ ! -f "$P12" ]; then
   skip doctor12 "libflynn_cuda12.so is not in the bundle (build it here with scripts/setup.sh --cuda12 before prepare.sh)"
 else
@@ -274,6 +271,26 @@ else
   [ $left -gt 240 ] && left=240
   LOG=$WORK/vs_torch.txt run_step vs_torch 240 60 \
     env "FLYNN_LIB_DIR=$LIB" bash bench/gpu/run.sh "$B/flynn" "$DATA" $((left - 10))
+fi
+
+step "data parallel over NCCL: mpirun -np 2 flynn train --device gpu (one GPU here)"
+# src/dist/nccl.c has only run against a stand-in library (tests/test_mpi.sh). Here the real NCCL (the
+# PyTorch wheel's nvidia/nccl, through FLYNN_CUDA_LIB_PATH) meets one GPU and two ranks: NCCL refuses two
+# ranks on one device ("Duplicate GPU"), and flynn must say so on both ranks and exit, not hang. A run
+# that trains instead (a future NCCL that allows it) passes too.
+if [ $gpu != 1 ]; then
+  skip nccl "${why:-$gpu_why}"
+elif ! command -v mpirun >/dev/null 2>&1; then
+  skip nccl "no mpirun on this machine (Open MPI)"
+else
+  capped 20 "$B/flynn" doctor 2>/dev/null | grep "^NCCL" | cut -c1-200
+  # the bundle's libraries for the ranks only (mpirun itself keeps the system's); last and capped at 30 s:
+  # a hang here costs the least
+  LOG=$WORK/nccl.log TAIL=12 run_step nccl 30 15 mpirun --allow-run-as-root --oversubscribe -np 2 "${FL[@]}" \
+    "$B/flynn" train --device gpu --data "fashion-mnist:$DATA" --samples 4096 --epochs 1 --batch-size 128 --verbose 2
+  if [ "${ST[nccl]:0:4}" = FAIL ] && grep -q "NCCL" "$WORK/nccl.log"; then
+    ST[nccl]="PASS (refused, with NCCL's reason: $(grep -m1 -o 'NCCL[^;]*' "$WORK/nccl.log" | cut -c1-100))"
+  fi
 fi
 
 step "summary"

@@ -19,13 +19,7 @@ cp "$SRC/tests/gpu/run.sh" "$SRC/tests/gpu/bundle.sh" "$tmp/repo/tests/gpu/"
 cp "$FAKE" "$tmp/stage/bin/flynn"
 cp "$FAKE" "$tmp/stage/bin/test_gpu_parity"
 echo "fake bundle (tests/gpu/test_run.sh)" > "$tmp/stage/MANIFEST.txt"
-if command -v xz >/dev/null; then
-  tar -C "$tmp/stage" -cJf "$tmp/repo/.gpu/flynn-gpu.tar.xz" bin lib MANIFEST.txt
-else
-  python3 -c 'import sys, tarfile
-with tarfile.open(sys.argv[1], "w:xz") as t:
-    for n in ("bin", "lib", "MANIFEST.txt"): t.add(sys.argv[2] + "/" + n, n)' "$tmp/repo/.gpu/flynn-gpu.tar.xz" "$tmp/stage"
-fi
+(. "$SRC/tests/gpu/bundle.sh" && bundle_pack "$tmp/stage" "$tmp/repo/.gpu/flynn-gpu.tar.gz")
 printf '#!/bin/sh\necho "GPU 0: Fake H200 (UUID: GPU-0)"\n' > "$tmp/smi/nvidia-smi"
 chmod +x "$tmp/smi/nvidia-smi"
 # the same on a GPU machine: its nvidia-smi and PyTorch are hidden (a
@@ -61,6 +55,20 @@ case_ no-gpu 0 120 "SKIP bandwidth" FAKE_DOCTOR_RC=1 FAKE_PARITY_RC=77
 case_ gpu-unusable 1 120 "exit 1: nvidia-smi lists 1 GPU" FAKE_DOCTOR_RC=1 FAKE_PARITY_RC=77 PATH="$tmp/smi:$PATH"
 case_ bandwidth-low 1 120 "exit 1: bandwidth check FAIL" FAKE_D2D=100
 case_ parity-hangs 1 50 "TIMEOUT parity: killed after" FAKE_PARITY_SLEEP=300
+
+# the steps in their order: the parity right after the doctor (before devices, bandwidth and training load
+# cuBLAS and cuDNN), NCCL last; the default deadline 360 s
+order=$(grep -oE '^== (flynn doctor|parity|flynn devices|seed workload|data parallel over NCCL)' "$tmp/out-all-pass/run.log" | cut -c4- | cut -d' ' -f1-2 | paste -sd,)
+[ "$order" = "flynn doctor,parity,flynn devices,seed workload,data parallel" ] && ok || bad "step order: $order"
+grep -q "^== machine (0s of 360s)" <(env OUT="$tmp/out-default" FLYNN_GPU_DIR="$tmp/bundle-default" FAKE_PARITY_RC=0 \
+  bash "$tmp/repo/tests/gpu/run.sh" 2>&1) && ok || bad "the default deadline is not 360 s"
+# no bundle: stop at once, compile nothing
+mv "$tmp/repo/.gpu/flynn-gpu.tar.gz" "$tmp/bundle.tar.gz"
+t0=$(date +%s)
+out=$(env OUT="$tmp/out-nobundle" FLYNN_GPU_DIR="$tmp/bundle-none" bash "$tmp/repo/tests/gpu/run.sh" 2>&1); rc=$?
+[ $rc = 1 ] && grep -q "no .gpu/flynn-gpu.tar.gz: run tests/gpu/prepare.sh first" <<<"$out" && [ $(( $(date +%s) - t0 )) -lt 60 ] \
+  && [ ! -d "$tmp/repo/build-gpu" ] && ok || { bad "no bundle: exit $rc"; echo "$out" | tail -5 >&2; }
+mv "$tmp/bundle.tar.gz" "$tmp/repo/.gpu/flynn-gpu.tar.gz"
 
 echo "test_run: $pass passed, $fail failed"
 [ $fail -eq 0 ]
