@@ -2265,13 +2265,16 @@ static void cu_attn_concat_bwd(const fl_attn_desc *d, const float *q, const floa
 
 /* ------------------------------------------------------------ optimizer */
 
-typedef struct dev_param { float *w, *g, *s0, *s1, *s2; int64_t n, start; } dev_param;
+/* start: the tensor's first element in the concatenation; cstart: its first SUMSQ_CHUNK-element chunk */
+typedef struct dev_param { float *w, *g, *s0, *s1, *s2; int64_t n, start, cstart; } dev_param;
 static dev_param *g_dparams;       /* device copy of the parameter table */
 static dev_param *g_dparams_host;  /* what was uploaded */
 static int g_dparams_n;
 static int64_t g_dparams_total;
 static float *g_clip_ss;           /* clipnorm/global_clipnorm: per-tensor sums of squares */
 static int g_clip_ss_n;
+static double *g_clip_part;        /* their chunks' partial sums (k_grad_sumsq_partial) */
+static int64_t g_clip_part_n, g_dparams_chunks;
 
 /* The tensor of element e: the last whose start <= e. */
 __device__ static int param_of(const dev_param *ps, int np, int64_t e) {
@@ -2283,24 +2286,49 @@ __device__ static int param_of(const dev_param *ps, int np, int64_t e) {
     return lo;
 }
 
-/* The twin of cpu_clip_gradients: sums of squares per tensor into ss[np]
- * (zeroed first), each thread adding its run of one tensor's elements at
- * once (grid-stride: a thread changes tensor rarely), then the clip in
- * place, every block summing ss for global_clipnorm. */
-__global__ void k_grad_sumsq(const dev_param *ps, int np, int64_t total, float *ss) {
-    int cur = -1;
-    float acc = 0.0f;
-    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
-        int k = param_of(ps, np, e);
-        if (k != cur) {
-            if (cur >= 0) atomicAdd(&ss[cur], acc);
-            cur = k;
-            acc = 0.0f;
-        }
-        float g = ps[k].g[e - ps[k].start];
+/* The twin of cpu_clip_gradients: sums of squares per tensor into ss[np], in a fixed order (docs/gpu.md: no
+ * atomics where determinism is promised; float atomicAdd made clip_parity at 1e-5 a coin toss on a
+ * 70,000-element tensor, issue 44). Each tensor is cut into chunks of SUMSQ_CHUNK elements; a block sums one
+ * chunk, each thread a fixed stride of it in double, then a tree in shared memory, into partial[chunk]; then a
+ * thread per tensor adds its chunks in order. The same bits on every run, and within double rounding of the
+ * exact sums (the CPU's float sums differ by float rounding). */
+#define SUMSQ_CHUNK 4096
+#define SUMSQ_THREADS 256
+__device__ static int param_of_chunk(const dev_param *ps, int np, int64_t c) {
+    int lo = 0, hi = np - 1;
+    while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        if (ps[mid].cstart <= c) lo = mid; else hi = mid - 1;
+    }
+    return lo;
+}
+
+__global__ void k_grad_sumsq_partial(const dev_param *ps, int np, double *partial) {
+    __shared__ double red[SUMSQ_THREADS];
+    const int64_t c = blockIdx.x;
+    const dev_param p = ps[param_of_chunk(ps, np, c)];
+    const int64_t i0 = (c - p.cstart) * SUMSQ_CHUNK, i1 = i0 + SUMSQ_CHUNK < p.n ? i0 + SUMSQ_CHUNK : p.n;
+    double acc = 0.0;
+    for (int64_t i = i0 + threadIdx.x; i < i1; i += SUMSQ_THREADS) {
+        const double g = p.g[i];
         acc += g * g;
     }
-    if (cur >= 0) atomicAdd(&ss[cur], acc);
+    red[threadIdx.x] = acc;
+    __syncthreads();
+    for (int h = SUMSQ_THREADS / 2; h > 0; h /= 2) {
+        if (threadIdx.x < h) red[threadIdx.x] += red[threadIdx.x + h];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) partial[c] = red[0];
+}
+
+__global__ void k_grad_sumsq_final(const dev_param *ps, int np, const double *partial, float *ss) {
+    const int k = blockIdx.x * blockDim.x + threadIdx.x;
+    if (k >= np) return;
+    const int64_t nc = (ps[k].n + SUMSQ_CHUNK - 1) / SUMSQ_CHUNK;
+    double t = 0.0;
+    for (int64_t c = 0; c < nc; c++) t += partial[ps[k].cstart + c];
+    ss[k] = (float)t;
 }
 
 __global__ void k_clip_grads(int mode, float clip, const dev_param *ps, int np, int64_t total, const float *ss) {
@@ -2363,10 +2391,11 @@ static void cu_optimizer_step(const fl_opt_desc *d, const fl_param_ref *ps, int 
     /* the table changes only when the optimizer is (re)bound: compare, upload if new */
     dev_param *h = (dev_param *)calloc((size_t)np, sizeof *h);
     if (!h) { g_host->error(ST_NOMEM, "out of host memory for the optimizer table"); return; }
-    int64_t start = 0;
+    int64_t start = 0, chunks = 0;
     for (int k = 0; k < np; k++) {
-        h[k] = dev_param{ps[k].w, ps[k].g, ps[k].s0, ps[k].s1, ps[k].s2, ps[k].n, start};
+        h[k] = dev_param{ps[k].w, ps[k].g, ps[k].s0, ps[k].s1, ps[k].s2, ps[k].n, start, chunks};
         start += ps[k].n;
+        chunks += (ps[k].n + SUMSQ_CHUNK - 1) / SUMSQ_CHUNK;
     }
     if (!g_dparams || g_dparams_n != np || memcmp(h, g_dparams_host, (size_t)np * sizeof *h) != 0) {
         cu_free_retire(g_dparams);
@@ -2379,6 +2408,7 @@ static void cu_optimizer_step(const fl_opt_desc *d, const fl_param_ref *ps, int 
         g_dparams_host = h;
         g_dparams_n = np;
         g_dparams_total = start;
+        g_dparams_chunks = chunks;
     } else {
         free(h);
     }
@@ -2390,9 +2420,18 @@ static void cu_optimizer_step(const fl_opt_desc *d, const fl_param_ref *ps, int 
                 if (!g_clip_ss) { g_clip_ss_n = 0; return; }
                 g_clip_ss_n = np;
             }
-            CUDA_OK(cudaMemsetAsync(g_clip_ss, 0, (size_t)np * sizeof(float), g_stream));
-            int blocks = blocks_for(g_dparams_total, 256);
-            k_grad_sumsq<<<blocks < 1024 ? blocks : 1024, 256, 0, g_stream>>>(g_dparams, np, g_dparams_total, g_clip_ss);
+            if (g_clip_part_n < g_dparams_chunks) { /* (as g_clip_ss: grown eagerly, before a capture) */
+                cu_free_retire(g_clip_part);
+                g_clip_part = (double *)cu_alloc((size_t)g_dparams_chunks * sizeof(double));
+                if (!g_clip_part) { g_clip_part_n = 0; return; }
+                g_clip_part_n = g_dparams_chunks;
+            }
+            if (g_dparams_chunks > 0) {
+                k_grad_sumsq_partial<<<(unsigned)g_dparams_chunks, SUMSQ_THREADS, 0, g_stream>>>(g_dparams, np,
+                                                                                                  g_clip_part);
+                if (!LAUNCHED()) return;
+            }
+            k_grad_sumsq_final<<<(np + 255) / 256, 256, 0, g_stream>>>(g_dparams, np, g_clip_part, g_clip_ss);
             if (!LAUNCHED()) return;
         }
         k_clip_grads<<<blocks_for(g_dparams_total, 256), 256, 0, g_stream>>>(d->clip_mode, d->clip, g_dparams, np,
