@@ -148,6 +148,11 @@ EXTRA=STUB_CUDA_CC=90 expect_doctor hopper "$R" "$tmp/plugins-both" 13010 1 driv
 # passes (exit 0) and train names the plugin, its CUDA and why, and cuBLAS
 R=$tmp/d570
 EXTRA=STUB_PLUGIN_CPU=1 expect_doctor d570-works "$R" "$tmp/plugins-both" 12080 0 hello PASS "match the CPU" "nothing"
+EXTRA=STUB_PLUGIN_CPU=1 expect_doctor cudnn-same "$R" "$tmp/plugins-both" 12080 0 cudnn_version PASS \
+  "cuDNN 9\.19\.0 \(built with 9\.19\.0\)$"
+# a cuDNN older than the build's headers (9.10 against 9.19): it runs, with a warning and the fix (issue 44)
+EXTRA="STUB_PLUGIN_CPU=1 STUB_CUDNN_RUNTIME=91000" expect_doctor cudnn-older "$R" "$tmp/plugins-both" 12080 0 cudnn_version \
+  PASS "cuDNN 9\.10\.0 \(built with 9\.19\.0\); warning: older than the build: .*install cuDNN 9\.19 or newer \(pip install -U nvidia-cudnn-cu12\)"
 out=$(EXTRA=STUB_PLUGIN_CPU=1 run "$R" "$tmp/plugins-both" 12080 train --device gpu --samples 64 --epochs 1 --test-samples 100); rc=$?
 [ $rc -eq 0 ] && grep -qE "^device: GPU Stub GPU \(CUDA 12 plugin, CPU kernels\) .*driver CUDA 12.8, runtime 12.9 \(libflynn_cuda12.so: the driver is older than CUDA 13\), cuBLAS 12.9.3" <<<"$out" \
   && ok || { bad "d570-works: device line"; echo "$out" | head -3 >&2; }

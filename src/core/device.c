@@ -805,9 +805,20 @@ static void run_checks(fl_gpu_state *s) {
                               (double)r->free_mem / 1073741824.0);
         if (i == 1) add_check(s, "compute_capability", FL_GPU_PASS, NULL, "%d.%d, covered by this build (%s)",
                               r->cc_major, r->cc_minor, r->archs);
-        if (i == 2) add_check(s, "cudnn_version", FL_GPU_PASS, NULL, "cuDNN %zu.%zu.%zu (built with %zu.%zu.%zu)",
-                              r->cudnn_version / 10000, (r->cudnn_version % 10000) / 100, r->cudnn_version % 100,
-                              r->cudnn_built / 10000, (r->cudnn_built % 10000) / 100, r->cudnn_built % 100);
+        /* cuDNN keeps its API within a major version, so an older minor loads and runs; but what the build's
+         * headers know of (engines, heuristics, fixes) may be missing: said, with the fix (issue 44) */
+        if (i == 2 && r->cudnn_version < r->cudnn_built)
+            add_check(s, "cudnn_version", FL_GPU_PASS, NULL, "cuDNN %zu.%zu.%zu (built with %zu.%zu.%zu); warning: "
+                      "older than the build: it runs, but what cuDNN %zu.%zu added may be missing; if a convolution "
+                      "fails or is slow, install cuDNN %zu.%zu or newer (pip install -U nvidia-cudnn-cu%d)",
+                      r->cudnn_version / 10000, (r->cudnn_version % 10000) / 100, r->cudnn_version % 100,
+                      r->cudnn_built / 10000, (r->cudnn_built % 10000) / 100, r->cudnn_built % 100,
+                      r->cudnn_built / 10000, (r->cudnn_built % 10000) / 100, r->cudnn_built / 10000,
+                      (r->cudnn_built % 10000) / 100, r->runtime_version / 1000);
+        else if (i == 2)
+            add_check(s, "cudnn_version", FL_GPU_PASS, NULL, "cuDNN %zu.%zu.%zu (built with %zu.%zu.%zu)",
+                      r->cudnn_version / 10000, (r->cudnn_version % 10000) / 100, r->cudnn_version % 100,
+                      r->cudnn_built / 10000, (r->cudnn_built % 10000) / 100, r->cudnn_built % 100);
     }
     if (!be) {
         snprintf(s->reason, sizeof s->reason, "%s", r->reason[0] ? r->reason : "the CUDA plugin failed to start");
