@@ -12,7 +12,12 @@
 static _Thread_local fl_status tl_status = FL_OK;
 static _Thread_local char tl_msg[4096];
 
-const char *fl_version(void) { return "0.1.0"; }
+/* the version is written once, in flynn.h (CMakeLists.txt reads it from there) */
+#define FL_STR_(x) #x
+#define FL_STR(x) FL_STR_(x)
+const char *fl_version(void) {
+    return FL_STR(FLYNN_VERSION_MAJOR) "." FL_STR(FLYNN_VERSION_MINOR) "." FL_STR(FLYNN_VERSION_PATCH);
+}
 
 const char *fl_last_error(void) { return tl_msg; }
 fl_status fl_last_status(void) { return tl_status; }
