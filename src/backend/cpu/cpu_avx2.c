@@ -37,21 +37,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int g_avx2 = -1; /* -1: not decided yet */
-
-int fl_cpu_avx2_kernels(void) {
-    int v = __atomic_load_n(&g_avx2, __ATOMIC_RELAXED);
-    if (v >= 0) return v;
-    /* (from what the CPU has, not from fl_cpu_simd(): a test forcing the AVX-512 kernels off wants the portable
-     * code, not these) */
-    v = fl_cpu_avx2() && (fl_cpu_kernels_cap() == 1 || (fl_cpu_kernels_cap() == 2 && !fl_cpu_simd_available()));
-    __atomic_store_n(&g_avx2, v, __ATOMIC_RELAXED);
-    return v;
-}
-
-void fl_cpu_avx2_kernels_force(int on) {
-    __atomic_store_n(&g_avx2, on < 0 ? -1 : (on && fl_cpu_avx2()), __ATOMIC_RELAXED);
-}
+/* (whether these kernels run, fl_cpu_avx2_kernels, is decided in cpu_env.c) */
 
 /* Where the own kernel beats OpenBLAS 0.3.21 (Zen kernels), from
  * bench/gemm_skinny.c on a Zen 2 EPYC, 1 and 2 threads: C at most 64 columns
@@ -379,16 +365,3 @@ void fl_avx2_gemm(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, con
 
 #endif
 
-int fl_cpu_own_gemm(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
-                    const float *B, int64_t ldb, float beta, float *C, int64_t ldc, const float *bias, int relu,
-                    int threads) {
-    if (fl_cpu_simd()) {
-        fl_simd_gemm(trans_a, trans_b, M, N, K, A, lda, B, ldb, beta, C, ldc, bias, relu, threads);
-        return 1;
-    }
-    if (fl_cpu_avx2_kernels() && fl_cpu_avx2_gemm_wins(trans_a, trans_b, M, N, K)) {
-        fl_avx2_gemm(trans_a, trans_b, M, N, K, A, lda, B, ldb, beta, C, ldc, bias, relu, threads);
-        return 1;
-    }
-    return 0;
-}

@@ -20,30 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* -1: not decided yet; else the answer of fl_cpu_simd() */
-static int g_simd = -1;
-
-int fl_cpu_simd_available(void) {
-#if FL_HAVE_AVX512
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
-           __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq");
-#else
-    return 0;
-#endif
-}
-
-void fl_cpu_simd_force(int on) {
-    __atomic_store_n(&g_simd, on < 0 ? -1 : (on && fl_cpu_simd_available()), __ATOMIC_RELAXED);
-}
-
-int fl_cpu_simd(void) {
-    int v = __atomic_load_n(&g_simd, __ATOMIC_RELAXED);
-    if (v >= 0) return v;
-    v = fl_cpu_simd_available() && fl_cpu_kernels_cap() >= 2;
-    __atomic_store_n(&g_simd, v, __ATOMIC_RELAXED);
-    return v;
-}
+/* (which level runs, fl_cpu_simd and fl_cpu_avx2_kernels, is decided in cpu_env.c) */
 
 #if FL_HAVE_AVX512
 

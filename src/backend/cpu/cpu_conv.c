@@ -1028,16 +1028,7 @@ static void col2im_add(const fl_conv_desc *d, const float *dcol, int64_t cn, int
  * SkylakeX and Cooperlake kernels happen to agree.) beta is 0 or 1. */
 static void conv_gemm(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B,
                       int64_t ldb, float beta, float *C, int64_t ldc, int threads) {
-    if (fl_cpu_avx2_gemm_wins(ta, tb, M, N, K)) {
-        if (fl_cpu_simd()) {
-            fl_simd_gemm(ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc, NULL, 0, threads);
-            return;
-        }
-        if (fl_cpu_avx2_kernels()) {
-            fl_avx2_gemm(ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc, NULL, 0, threads);
-            return;
-        }
-    }
+    if (fl_cpu_own_gemm_if_wins(ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc, threads)) return;
     cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)M, (int)N, (int)K,
                 1.0f, A, (int)lda, B, (int)ldb, beta, C, (int)ldc);
 }

@@ -28,6 +28,8 @@
 #define _GNU_SOURCE
 #endif
 #include "cpu_internal.h"
+#include "cpu_simd.h"
+#include "cpu_fastmath.h" /* fl_cpu_avx2 */
 #include "cpu_load.h"
 #include "core/error.h"
 
@@ -51,6 +53,77 @@ int fl_cpu_kernels_cap(void) {
     v = !e ? 2 : strcmp(e, "generic") == 0 ? 0 : strcmp(e, "avx2") == 0 ? 1 : 2;
     __atomic_store_n(&cap, v, __ATOMIC_RELAXED);
     return v;
+}
+
+/* Which level of own kernels runs, decided here once for every CPU file (the AVX-512 and AVX2 files only
+ * provide kernels; they asked each other before, a circle: issue 45): AVX-512 where the CPU has it and
+ * FLYNN_CPU_KERNELS allows it, else AVX2 + FMA, else the portable code. */
+/* -1: not decided yet; else the answer of fl_cpu_simd() */
+static int g_simd = -1;
+
+int fl_cpu_simd_available(void) {
+#if FL_HAVE_AVX512
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+           __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq");
+#else
+    return 0;
+#endif
+}
+
+void fl_cpu_simd_force(int on) {
+    __atomic_store_n(&g_simd, on < 0 ? -1 : (on && fl_cpu_simd_available()), __ATOMIC_RELAXED);
+}
+
+int fl_cpu_simd(void) {
+    int v = __atomic_load_n(&g_simd, __ATOMIC_RELAXED);
+    if (v >= 0) return v;
+    v = fl_cpu_simd_available() && fl_cpu_kernels_cap() >= 2;
+    __atomic_store_n(&g_simd, v, __ATOMIC_RELAXED);
+    return v;
+}
+
+static int g_avx2 = -1; /* -1: not decided yet */
+
+int fl_cpu_avx2_kernels(void) {
+    int v = __atomic_load_n(&g_avx2, __ATOMIC_RELAXED);
+    if (v >= 0) return v;
+    /* (from what the CPU has, not from fl_cpu_simd(): a test forcing the AVX-512 kernels off wants the portable
+     * code, not these) */
+    v = fl_cpu_avx2() && (fl_cpu_kernels_cap() == 1 || (fl_cpu_kernels_cap() == 2 && !fl_cpu_simd_available()));
+    __atomic_store_n(&g_avx2, v, __ATOMIC_RELAXED);
+    return v;
+}
+
+void fl_cpu_avx2_kernels_force(int on) {
+    __atomic_store_n(&g_avx2, on < 0 ? -1 : (on && fl_cpu_avx2()), __ATOMIC_RELAXED);
+}
+
+/* flynn's own GEMM at the level that runs: fl_cpu_own_gemm at AVX-512 for every shape, at AVX2 where
+ * fl_cpu_avx2_gemm_wins; fl_cpu_own_gemm_if_wins where that rule says so at either width (the convolutions'
+ * im2col products: the two widths then take the same kernels, and give the same bits, whichever OpenBLAS
+ * kernels the process loaded). 0: not taken, the caller runs OpenBLAS. */
+int fl_cpu_own_gemm(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
+                    const float *B, int64_t ldb, float beta, float *C, int64_t ldc, const float *bias, int relu,
+                    int threads) {
+    if (fl_cpu_simd()) {
+        fl_simd_gemm(trans_a, trans_b, M, N, K, A, lda, B, ldb, beta, C, ldc, bias, relu, threads);
+        return 1;
+    }
+    if (fl_cpu_avx2_kernels() && fl_cpu_avx2_gemm_wins(trans_a, trans_b, M, N, K)) {
+        fl_avx2_gemm(trans_a, trans_b, M, N, K, A, lda, B, ldb, beta, C, ldc, bias, relu, threads);
+        return 1;
+    }
+    return 0;
+}
+
+int fl_cpu_own_gemm_if_wins(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
+                            const float *B, int64_t ldb, float beta, float *C, int64_t ldc, int threads) {
+    if (!fl_cpu_avx2_gemm_wins(trans_a, trans_b, M, N, K)) return 0;
+    if (fl_cpu_simd()) fl_simd_gemm(trans_a, trans_b, M, N, K, A, lda, B, ldb, beta, C, ldc, NULL, 0, threads);
+    else if (fl_cpu_avx2_kernels()) fl_avx2_gemm(trans_a, trans_b, M, N, K, A, lda, B, ldb, beta, C, ldc, NULL, 0, threads);
+    else return 0;
+    return 1;
 }
 
 /* ------------------------------------------------------------ threads */

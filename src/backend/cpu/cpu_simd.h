@@ -172,6 +172,9 @@ int fl_cpu_avx2_gemm_wins(int trans_a, int trans_b, int64_t M, int64_t N, int64_
 int fl_cpu_own_gemm(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
                     const float *B, int64_t ldb, float beta, float *C, int64_t ldc, const float *bias, int relu,
                     int threads);
+/* flynn's own GEMM at either width where fl_cpu_avx2_gemm_wins says it beats OpenBLAS; 0: not taken */
+int fl_cpu_own_gemm_if_wins(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
+                            const float *B, int64_t ldb, float beta, float *C, int64_t ldc, int threads);
 
 /* dy = src * relu'(y) (relu != 0; else src) and db[j] += column sums of
  * the result, over rows x n; src may be dy, db may be NULL. One pass over
