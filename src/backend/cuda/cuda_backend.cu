@@ -1270,7 +1270,7 @@ static void cu_act_bwd(int act, int64_t rows, int c, const float *x, const float
 }
 
 /* ------------------------ parametrized activations, Softmax(axis), PReLU,
- * Normalization: cpu_activation.c's twins, calling the same math.h formulas */
+ * Normalization: cpu_pact.c's twins, calling the same math.h formulas */
 
 /* ReLU(max_value, negative_slope, threshold), LeakyReLU, ELU, Rescaling */
 __global__ void k_pact_fwd(fl_pact_desc p, int64_t n, const float *x, float *y) {

@@ -1,5 +1,5 @@
 /*
- * cpu_activation.c — the CPU kernels of the activation and preprocessing
+ * cpu_pact.c — the kernels of FL_OP_PACT and its kin (cpu_act.c has FL_OP_ACT's): the activation and preprocessing
  * layers whose formulas take parameters: ReLU/LeakyReLU/ELU/Rescaling
  * (fl_pact_desc), Softmax along an axis other than the last, PReLU (a
  * learned, broadcast alpha) and Normalization (broadcast mean and
