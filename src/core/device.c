@@ -496,16 +496,46 @@ static bool load_cudnn(int major, char dirs[][512], int nd, libs_found *L) {
     return false;
 }
 
-static void run_checks(fl_gpu_state *s) {
-    memset(s, 0, sizeof *s);
-    /* 1 */
+/* The doctor's checks, in order, as a table (issue 45: one 330-line function): each check adds its line to
+ * s (add_check, fail) and returns false where it failed and the later ones cannot run. What a check finds
+ * for the next ones is in check_ctx. */
+typedef struct cand { int major, min_driver; bool present; char path[1024]; } cand_t;
+typedef struct check_ctx {
+    fl_gpu_state *s;
+    const char *pl;                /* FLYNN_CUDA_PLUGIN */
+    void *cuda;                    /* libcuda.so.1 */
+    char lcname[1024];
+    int drv;                       /* the CUDA version the driver supports, 13000 for 13.0 */
+    cand_t cand[8];                /* the plugins that could run, and which fit the driver (pick) */
+    int nc, pick[8], no;
+    bool any_present;
+    char cc_note[256];
+    char dirs[96][512];            /* where cuBLAS and cuDNN are searched */
+    int nd;
+    libs_found L;
+    int chosen;                    /* the plugin taken: an index into cand */
+    void *plugin;
+    char path[1024];
+    fl_cuda_plugin_open_fn open_fn;
+    fl_cuda_tools_fn tools;
+} check_ctx;
+
+/* 1: FLYNN_DISABLE_GPU */
+static bool check_enabled(check_ctx *c) {
+    fl_gpu_state *s = c->s;
     const char *off = getenv("FLYNN_DISABLE_GPU");
     if (off && *off && strcmp(off, "0") != 0) {
         fail(s, "enabled", "unset FLYNN_DISABLE_GPU to use the GPU", "FLYNN_DISABLE_GPU is set");
-        return;
+        return false;
     }
     add_check(s, "enabled", FL_GPU_PASS, NULL, "FLYNN_DISABLE_GPU is not set");
 
+    return true;
+}
+
+/* 2: the kernel driver */
+static bool check_driver(check_ctx *c) {
+    fl_gpu_state *s = c->s;
     /* 2: the kernel driver: native (/proc/driver/nvidia, /dev/nvidia*) or
      * WSL2's (/dev/dxg, the Windows driver) */
     const char *proc = getenv("FLYNN_NVIDIA_PROC");
@@ -552,7 +582,7 @@ static void run_checks(fl_gpu_state *s) {
                  "for flynn's CUDA 12 plugin; Debian: apt install nvidia-driver; check with nvidia-smi); without one, "
                  "flynn trains on the CPU and there is nothing to fix",
                  "no NVIDIA driver is loaded (%s and /dev/nvidia* are missing)", pfile);
-        return;
+        return false;
     }
     snprintf(s->driver_kind, sizeof s->driver_kind, "%s", f || dev ? "native" : "wsl2");
     char where_ctr[96] = "";
@@ -563,9 +593,16 @@ static void run_checks(fl_gpu_state *s) {
     else
         add_check(s, "driver", FL_GPU_PASS, NULL, "WSL2: the Windows NVIDIA driver, through /dev/dxg%s", where_ctr);
 
+    return true;
+}
+
+/* 3: libcuda.so.1 */
+static bool check_libcuda(check_ctx *c) {
+    fl_gpu_state *s = c->s;
+    char *lcname = c->lcname;
     /* 3: libcuda.so.1 and the CUDA version it supports */
-    char lcname[1024], lcerr[768];
-    void *cuda = open_libcuda(lcname, sizeof lcname, lcerr, sizeof lcerr);
+    char lcerr[768];
+    void *cuda = c->cuda = open_libcuda(lcname, sizeof c->lcname, lcerr, sizeof lcerr);
     if (!cuda) {
         char remedy[512];
         if (strcmp(s->driver_kind, "wsl2") == 0)
@@ -580,16 +617,16 @@ static void run_checks(fl_gpu_state *s) {
             snprintf(remedy, sizeof remedy, "the driver's user-space library is missing: reinstall the NVIDIA driver "
                      "(or, in a container, run it with the NVIDIA container toolkit)");
         fail(s, "libcuda", remedy, "%s cannot be loaded (%s)", lcname, lcerr);
-        return;
+        return false;
     }
     int (*get_ver)(int *) = (int (*)(int *))dlsym(cuda, "cuDriverGetVersion");
     int drv = 0;
     if (!get_ver || get_ver(&drv) != 0 || drv <= 0) {
         fail(s, "libcuda", "reinstall the NVIDIA driver", "%s does not report a CUDA version (cuDriverGetVersion failed)",
              lcname);
-        return;
+        return false;
     }
-    s->driver_cuda = drv;
+    s->driver_cuda = c->drv = drv;
     {
         Dl_info info;
         const char *file = dladdr((void *)get_ver, &info) && info.dli_fname ? info.dli_fname : lcname;
@@ -598,12 +635,22 @@ static void run_checks(fl_gpu_state *s) {
                   s->driver_module, s->driver_module[0] ? ")" : "");
     }
 
+    return true;
+}
+
+/* 4: the plugins that fit the driver and the device */
+static bool check_plugin_fit(check_ctx *c) {
+    fl_gpu_state *s = c->s;
+    cand_t *cand = c->cand;
+    int *pick = c->pick;
+    const int drv = c->drv;
+    void *cuda = c->cuda;
+    char *cc_note = c->cc_note;
     /* 4: the plugin the driver supports, and its cuBLAS and cuDNN. The
      * newest plugin installed that the driver supports is taken, unless its
      * libraries are missing and an older plugin's are there. */
-    struct cand { int major, min_driver; bool present; char path[1024]; } cand[8];
     int nc = 0;
-    const char *pl = getenv("FLYNN_CUDA_PLUGIN");
+    const char *pl = c->pl = getenv("FLYNN_CUDA_PLUGIN");
     char pdir[1024];
     const char *pde = getenv("FLYNN_CUDA_PLUGIN_DIR");
     if (pde && *pde) snprintf(pdir, sizeof pdir, "%s", pde);
@@ -623,7 +670,7 @@ static void run_checks(fl_gpu_state *s) {
         }
     bool any_present = false;
     for (int i = 0; i < nc; i++) any_present |= cand[i].present;
-    int pick[8], no = 0;
+    int no = 0;
     for (int pass = 0; pass < 2; pass++)
         for (int i = 0; i < nc; i++)
             if (cand[i].major <= drv / 1000 && (pass == 0 ? cand[i].present : !cand[i].present && !any_present))
@@ -632,7 +679,6 @@ static void run_checks(fl_gpu_state *s) {
     /* a card older than a plugin's oldest architecture goes to an older
      * plugin that has code for it, when one is installed */
     s->device_cc = driver_device_cc(cuda);
-    char cc_note[256] = "";
     if (s->device_cc > 0 && no > 1) {
         int keep = 0;
         for (int k = 0; k < no; k++)
@@ -643,7 +689,7 @@ static void run_checks(fl_gpu_state *s) {
                 const int m = cand[pick[k]].major, need = min_cc_for(m);
                 if (s->device_cc >= need) pick[w++] = pick[k];
                 else if (!cc_note[0])
-                    snprintf(cc_note, sizeof cc_note, "; the CUDA %d plugin has no code for compute capability %d.%d "
+                    snprintf(cc_note, sizeof c->cc_note, "; the CUDA %d plugin has no code for compute capability %d.%d "
                              "(it starts at %d.%d)", m, s->device_cc / 10, s->device_cc % 10, need / 10, need % 10);
             }
             no = w;
@@ -678,10 +724,23 @@ static void run_checks(fl_gpu_state *s) {
                      "newer", cand[0].min_driver, dmaj, min_driver_for(dmaj) ? min_driver_for(dmaj) : 525);
         fail(s, "driver_version", remedy, "the NVIDIA driver supports CUDA %d.%d; flynn's GPU plugin%s need%s %s%s",
              dmaj, dmin, nlist > 1 ? "s" : "", nlist > 1 ? "" : "s", need, absent);
-        return;
+        return false;
     }
-    char dirs[96][512];
-    int nd = fl_cuda_search_dirs(dirs, 96);
+    c->nc = nc;
+    c->no = no;
+    c->any_present = any_present;
+    return true;
+}
+
+/* 5: cuBLAS and cuDNN for the newest plugin that fits, or an older one whose are there */
+static bool check_libraries(check_ctx *c) {
+    fl_gpu_state *s = c->s;
+    const cand_t *cand = c->cand;
+    const int *pick = c->pick, no = c->no, nc = c->nc, drv = c->drv;
+    const int dmaj = drv / 1000, dmin = (drv % 1000) / 10;
+    const char *cc_note = c->cc_note;
+    char (*dirs)[512] = c->dirs;
+    int nd = c->nd = fl_cuda_search_dirs(dirs, 96);
     libs_found L, first;
     memset(&first, 0, sizeof first);
     int chosen = -1;
@@ -713,9 +772,10 @@ static void run_checks(fl_gpu_state *s) {
         add_check(s, "driver_version", FL_GPU_PASS, NULL, "the driver supports CUDA %d.%d: the CUDA %d plugin fits",
                   dmaj, dmin, cand[pick[0]].major);
         fail(s, first.failed, first.remedy, "%s", detail);
-        return;
+        return false;
     }
-    const struct cand *C = &cand[chosen];
+    c->chosen = chosen;
+    const cand_t *C = &cand[chosen];
     s->plugin_cuda = C->major;
     s->cublas_found = L.cublas_version;
     s->cudnn_found = L.cudnn_version;
@@ -758,18 +818,27 @@ static void run_checks(fl_gpu_state *s) {
         }
     }
 
+    c->L = L;
+    return true;
+}
+
+/* 6: the plugin's file */
+static bool check_plugin(check_ctx *c) {
+    fl_gpu_state *s = c->s;
+    const cand_t *C = &c->cand[c->chosen];
+    const char *pl = c->pl;
+    char *path = c->path;
     /* 5: the plugin */
-    char path[1024];
     void *plugin = NULL;
     char err1[768] = "";
-    snprintf(path, sizeof path, "%s", C->path);
+    snprintf(path, sizeof c->path, "%s", C->path);
     plugin = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (!plugin) {
         snprintf(err1, sizeof err1, "%s", dlerror());
         if (!(pl && *pl) && !test_root()) {
             const char *base = strrchr(C->path, '/') ? strrchr(C->path, '/') + 1 : C->path;
             plugin = dlopen(base, RTLD_NOW | RTLD_LOCAL);
-            if (plugin) snprintf(path, sizeof path, "%s", base);
+            if (plugin) snprintf(path, sizeof c->path, "%s", base);
         }
     }
     if (!plugin) {
@@ -777,18 +846,28 @@ static void run_checks(fl_gpu_state *s) {
              "this flynn was built without its CUDA plugin (rebuild on a machine with the CUDA 13 toolkit and cuDNN, "
              "or with the CUDA 12 toolchain of `scripts/setup.sh --cuda12`), or set FLYNN_CUDA_PLUGIN to its path",
              "the flynn CUDA plugin cannot be loaded (%s)", err1);
-        return;
+        return false;
     }
     snprintf(s->plugin_file, sizeof s->plugin_file, "%s", path);
     fl_cuda_plugin_open_fn open_fn = (fl_cuda_plugin_open_fn)dlsym(plugin, FL_CUDA_PLUGIN_ENTRY);
     if (!open_fn) {
         fail(s, "plugin", "reinstall flynn: the plugin does not match this libflynn", "%s has no %s", path,
              FL_CUDA_PLUGIN_ENTRY);
-        return;
+        return false;
     }
     add_check(s, "plugin", FL_GPU_PASS, NULL, "%s (CUDA %d)", path, C->major);
-    fl_cuda_tools_fn tools = (fl_cuda_tools_fn)dlsym(plugin, FL_CUDA_TOOLS_ENTRY);
+    c->tools = (fl_cuda_tools_fn)dlsym(plugin, FL_CUDA_TOOLS_ENTRY);
+    c->plugin = plugin;
+    c->open_fn = open_fn;
 
+    return true;
+}
+
+/* 7: the device, as the plugin sees it */
+static bool check_device(check_ctx *c) {
+    fl_gpu_state *s = c->s;
+    fl_cuda_plugin_open_fn open_fn = c->open_fn;
+    fl_cuda_tools_fn tools = c->tools;
     /* 6: the device, as the plugin sees it */
     fl_cuda_host host = {FL_CUDA_PLUGIN_ABI, FL_BACKEND_ABI, host_error};
     const fl_backend *be = open_fn(&host, &s->rep);
@@ -823,11 +902,27 @@ static void run_checks(fl_gpu_state *s) {
     if (!be) {
         snprintf(s->reason, sizeof s->reason, "%s", r->reason[0] ? r->reason : "the CUDA plugin failed to start");
         add_check(s, failed, FL_GPU_FAIL, NULL, "%s", s->reason);
-        return;
+        return false;
     }
     s->tools = tools ? tools() : NULL;
     if (g_tf32_choice >= 0 && be->set_tf32) be->set_tf32(g_tf32_choice);
     s->backend = be;
+    return true;
+}
+
+static void run_checks(fl_gpu_state *s) {
+    static bool (*const checks[])(check_ctx *) = {check_enabled,   check_driver, check_libcuda, check_plugin_fit,
+                                                  check_libraries, check_plugin, check_device};
+    memset(s, 0, sizeof *s);
+    check_ctx *c = calloc(1, sizeof *c); /* (the search folders: 48 KiB) */
+    if (!c) {
+        fail(s, "enabled", "free some memory", "out of memory for the GPU checks");
+        return;
+    }
+    c->s = s;
+    for (size_t i = 0; i < sizeof checks / sizeof checks[0]; i++)
+        if (!checks[i](c)) break;
+    free(c);
 }
 
 const fl_gpu_state *fl_gpu_state_get(void) {
