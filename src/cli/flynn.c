@@ -811,200 +811,225 @@ static int take_own_samples(const opts *o, fl_dataset *data, flynn_multi *mi, fl
     return 0;
 }
 
-static int cmd_train(int argc, char **argv) {
-    opts o = {.model = "mnist_cnn", .data = "fashion-mnist", .samples = 20000, .epochs = 2, .batch_size = 128,
-              .prefetch = -1};
-    const char *default_model = o.model;
-    int r = parse("train", argc, argv, &o);
-    if (r == -1) { usage_train(stdout); return 0; }
-    if (r) return r;
+/* flynn train, in named steps over one train_run (issue 45: cmd_train was 231 lines): train_setup parses and
+ * joins MPI; train_load reads the data and makes or loads the model; train_prepare seeds, compiles and fits
+ * the data, labels, weights, augmentation, resumption and callbacks to it; train_fit trains; train_report
+ * prints and saves; train_free frees whatever was made. Each returns 0 or the exit code, having said why. */
+typedef struct train_run {
+    opts o;
     data_info d;
-    if ((r = parse_data("train", o.data, &d))) return r;
-    if (d.vocab && o.model == default_model) o.model = "lstm_text"; /* text data: the text model */
     fl_verbose verbose;
-    if ((r = parse_verbose("train", o.verbose, &verbose))) return r;
-    if (o.threads) fl_set_num_threads(o.threads);
+    bool quiet, own, prepared;
+    const char *file, *mname;   /* a model file (--model FILE or --resume FILE), and what trains */
+    fl_model *m;
+    fl_dataset data;
+    fl_data_stream *st;         /* the data as a stream (own_train_data), else in data */
+    flynn_multi mi;
+    int64_t n_before;           /* the training samples before --samples */
+    char own_desc[1200];
+    fl_augment_args aug;
+    fl_history *h;
+    fl_checkpoint *ck;
+    fl_tensor *sw;
+    float cw[FLYNN_MAX_CLASS_WEIGHTS];
+    int ncw, initial;
+    flynn_cbs cbs;
+} train_run;
+
+static int train_setup(train_run *t, int argc, char **argv) {
+    opts *o = &t->o;
+    *o = (opts){.model = "mnist_cnn", .data = "fashion-mnist", .samples = 20000, .epochs = 2, .batch_size = 128,
+                .prefetch = -1};
+    const char *default_model = o->model;
+    int r = parse("train", argc, argv, o);
+    if (r == -1) { usage_train(stdout); return -1; }
+    if (r) return r;
+    if ((r = parse_data("train", o->data, &t->d))) return r;
+    if (t->d.vocab && o->model == default_model) o->model = "lstm_text"; /* text data: the text model */
+    if ((r = parse_verbose("train", o->verbose, &t->verbose))) return r;
+    t->quiet = t->verbose == FL_VERBOSE_SILENT;
+    if (o->threads) fl_set_num_threads(o->threads);
     /* under mpirun (docs/scale-out.md): every rank trains, rank 0 alone prints and writes files */
     if (fl_dist_init() != FL_OK) return die("MPI");
     if (fl_dist_rank() > 0) {
         if (!freopen("/dev/null", "w", stdout)) return die("MPI: rank > 0: /dev/null");
-        o.save = o.save_weights = o.checkpoint = NULL;
-        o.cb.csv_log = o.cb.tensorboard = o.cb.plot = NULL;
+        o->save = o->save_weights = o->checkpoint = NULL;
+        o->cb.csv_log = o->cb.tensorboard = o->cb.plot = NULL;
     }
-
-    if (o.resume && flynn_is_model_file(o.model) && strcmp(o.model, "mnist_cnn") != 0)
+    if (o->resume && flynn_is_model_file(o->model) && strcmp(o->model, "mnist_cnn") != 0)
         return bad_usage("train", "give --model FILE or --resume FILE, not both", NULL);
-    const char *file = o.resume ? o.resume : flynn_is_model_file(o.model) ? o.model : NULL;
-    fl_model *m = NULL;
-    fl_dataset data = {0};
-    fl_data_stream *st = NULL; /* the data as a stream (own_train_data), else in data */
-    const bool own = flynn_own_kind(o.data) != NULL;
-    char own_desc[1200] = "";
-    fl_augment_args aug = {0};
-    if ((r = flynn_own_check_opts("train", own ? d.kind : NULL, &o.own))) return r;
-    if (o.augment && (r = flynn_parse_augment("train", o.augment, &aug))) return r;
-    aug.seed = o.seed;
-    if (!own && (o.stream || o.augment || o.prefetch >= 0 || o.workers > 0))
+    t->file = o->resume ? o->resume : flynn_is_model_file(o->model) ? o->model : NULL;
+    t->mname = t->file ? t->file : o->model;
+    t->own = flynn_own_kind(o->data) != NULL;
+    if ((r = flynn_own_check_opts("train", t->own ? t->d.kind : NULL, &o->own))) return r;
+    if (o->augment && (r = flynn_parse_augment("train", o->augment, &t->aug))) return r;
+    t->aug.seed = o->seed;
+    if (!t->own && (o->stream || o->augment || o->prefetch >= 0 || o->workers > 0))
         return bad_usage("train", "--stream, --prefetch, --workers and --augment read your own data (--data DIR or "
-                         "X.npy,Y.npy); this --data is", o.data);
-    const bool quiet = verbose == FL_VERBOSE_SILENT;
-    flynn_multi mi = {0};
-    int64_t n_before = 0; /* the training samples before --samples */
-    if (own && !file && (r = own_train_data(&o, NULL, &data, &st, own_desc, sizeof own_desc, quiet))) return r;
-    if (own && !file && (r = take_own_samples(&o, &data, &mi, &st, &n_before, own_desc, sizeof own_desc))) {
-        fl_dataset_free(&data);
-        fl_data_stream_free(st);
-        return r;
+                         "X.npy,Y.npy); this --data is", o->data);
+    return 0;
+}
+
+/* A model file and the user's data for it: its inputs decide how the data is read. */
+static int train_load_file(train_run *t) {
+    const opts *o = &t->o;
+    int r = 0;
+    if (!(t->m = flynn_load_model_file("train", t->file, NULL, true))) return die(NULL);
+    const int nin = fl_model_num_inputs(t->m);
+    if (t->own && nin > 1 && strcmp(t->d.kind, "npz") != 0) {
+        fprintf(stderr, "flynn train: error: %s has %d inputs: give --data FILE.npz with one array per input, "
+                "named as the inputs, and y\n", t->file, nin);
+        return 1;
     }
-    if (own && !file && (r = st ? stream_builtin_shape(&d, &st, o.model, o.classes, quiet) : npy_builtin_shape(&d, &data, o.model, o.classes, quiet))) {
-        fl_dataset_free(&data);
-        fl_data_stream_free(st);
-        return r;
+    if (t->own && nin > 1 && (o->stream || o->augment)) {
+        fprintf(stderr, "flynn train: error: %s has %d inputs; --stream and --augment read models with one input\n",
+                t->file, nin);
+        return 1;
     }
-    if (file) {
-        if (!(m = flynn_load_model_file("train", file, NULL, true))) { fl_dataset_free(&data); return die(NULL); }
-        if (own && fl_model_num_inputs(m) > 1 && strcmp(d.kind, "npz") != 0) {
-            fprintf(stderr, "flynn train: error: %s has %d inputs: give --data FILE.npz with one array per input, "
-                    "named as the inputs, and y\n", file, fl_model_num_inputs(m));
-            fl_model_free(m);
-            return 1;
-        }
-        if (own && fl_model_num_inputs(m) > 1 && (o.stream || o.augment)) {
-            fprintf(stderr, "flynn train: error: %s has %d inputs; --stream and --augment read models with one input\n",
-                    file, fl_model_num_inputs(m));
-            fl_model_free(m);
-            return 1;
-        }
-        if (own && fl_model_num_inputs(m) > 1) r = flynn_multi_load("train", o.data, m, &mi, &data, own_desc, sizeof own_desc);
-        else if (own) r = own_train_data(&o, m, &data, &st, own_desc, sizeof own_desc, quiet);
-        if (own && !r) r = take_own_samples(&o, &data, &mi, &st, &n_before, own_desc, sizeof own_desc);
-        if (own && r) {
-            fl_model_free(m);
+    if (t->own && nin > 1) r = flynn_multi_load("train", o->data, t->m, &t->mi, &t->data, t->own_desc, sizeof t->own_desc);
+    else if (t->own) r = own_train_data(o, t->m, &t->data, &t->st, t->own_desc, sizeof t->own_desc, t->quiet);
+    if (t->own && !r) r = take_own_samples(o, &t->data, &t->mi, &t->st, &t->n_before, t->own_desc, sizeof t->own_desc);
+    if (r) return r;
+    if (o->resume && !fl_model_optimizer(t->m)) {
+        fprintf(stderr, "flynn: error: --resume %s: the file has no training configuration (it was saved "
+                "uncompiled); start from its weights with --model %s\n", t->file, t->file);
+        return 1;
+    }
+    return 0;
+}
+
+static int train_load(train_run *t) {
+    const opts *o = &t->o;
+    int r;
+    if (t->own && !t->file) { /* a built-in model, made for the user's data */
+        if ((r = own_train_data(o, NULL, &t->data, &t->st, t->own_desc, sizeof t->own_desc, t->quiet))) return r;
+        if ((r = take_own_samples(o, &t->data, &t->mi, &t->st, &t->n_before, t->own_desc, sizeof t->own_desc)))
             return r;
-        }
-        if (o.resume && !fl_model_optimizer(m)) {
-            fl_model_free(m);
-            fl_dataset_free(&data);
-            fl_data_stream_free(st);
-            fprintf(stderr, "flynn: error: --resume %s: the file has no training configuration (it was saved "
-                    "uncompiled); start from its weights with --model %s\n", file, file);
-            return 1;
-        }
-    } else if (!(m = builtin_model(o.model, &d))) {
-        fl_dataset_free(&data);
-        return die(NULL);
+        if ((r = t->st ? stream_builtin_shape(&t->d, &t->st, o->model, o->classes, t->quiet)
+                       : npy_builtin_shape(&t->d, &t->data, o->model, o->classes, t->quiet)))
+            return r;
     }
-    const char *mname = file ? file : o.model;
-    if ((r = choose_device("train", m, o.device, o.precision, verbose == FL_VERBOSE_SILENT))) {
-        fl_model_free(m);
-        fl_dataset_free(&data);
-        fl_data_stream_free(st);
-        return r;
-    }
-    if (!quiet) say_data_parallel(m, o.batch_size);
-    if (!own && load_data(&d, o.samples, o.test_samples, &data) != FL_OK) { fl_model_free(m); return die(NULL); }
-    if (verbose != FL_VERBOSE_SILENT && st) {
-        printf("data: %s: %lld samples, no test set\n", own_desc, (long long)fl_data_stream_size(st));
-    } else if (verbose != FL_VERBOSE_SILENT && own) {
-        printf("data: %s: %lld samples, %s\n", own_desc, (long long)fl_tensor_dim(data.x_train, 0),
-               data.x_test ? "and a test set" : "no test set");
-    } else if (verbose != FL_VERBOSE_SILENT)
-        printf("data: %s from %s: %lld training and %lld test %s\n", d.kind, d.dir,
-               (long long)fl_tensor_dim(data.x_train, 0), (long long)fl_tensor_dim(data.x_test, 0),
-               d.vocab ? "sequences" : "images");
-    int rc = 0;
-    fl_history *h = NULL;
-    fl_checkpoint *ck = NULL;
-    fl_tensor *sw = NULL;
-    static float cw[FLYNN_MAX_CLASS_WEIGHTS];
-    int ncw = 0;
-    flynn_cbs cbs = {{0}, 0};
-    if (!file) fl_model_set_seed(m, o.seed);
-    else if (set_seed_keep_weights(m, o.seed) != FL_OK) { rc = die(NULL); goto done; }
-    if (file && mi.nx <= 1 && (rc = st ? stream_fit_model(m, &st) : fit_data_to_model(m, &data))) goto done;
-    if (!fl_model_optimizer(m) &&
-        fl_compile(m, fl_adam(.learning_rate = 1e-3f), FL_SPARSE_CATEGORICAL_CROSSENTROPY, FL_ACCURACY) != FL_OK) {
-        rc = die(NULL);
-        goto done;
-    }
-    if (verbose != FL_VERBOSE_SILENT) {
-        fl_model_summary(m, stdout);
-        if (file) flynn_print_compile_info(m, stdout);
-    }
-    if ((rc = st ? flynn_stream_fit_labels("train", m, &st, quiet) : flynn_fit_labels("train", m, &data, d.dir, quiet)))
-        goto done;
-    if (st && (o.class_weight || o.sample_weight)) {
-        fprintf(stderr, "flynn train: error: --class-weight and --sample-weight weigh data held in memory; this run "
-                "streams %s from disk (--stream, or beyond --memory-budget)\n", o.data);
-        rc = 1;
-        goto done;
-    }
-    if (!st && (rc = flynn_fit_weights("train", o.class_weight, o.sample_weight, data.y_train, cw, &ncw, &sw, quiet)))
-        goto done;
-    if (sw && own && fl_tensor_dim(sw, 0) == n_before && n_before > fl_tensor_dim(data.y_train, 0)) {
-        fl_tensor *t = fl_tensor_slice(sw, 0, fl_tensor_dim(data.y_train, 0)); /* the samples --samples kept */
-        if (!t) { rc = die("--sample-weight"); goto done; }
-        fl_tensor_free(sw);
-        sw = t;
-    }
-    if (st && o.augment) {
-        fl_data_stream *t = fl_data_stream_augment_(st, aug);
-        if (!t) { rc = die("--augment"); goto done; }
-        st = t;
-        if (!quiet)
-            printf("augment: while training, on the reading threads:%s%s (seed %llu)\n",
-                   aug.flip_horizontal ? " random horizontal flip (RandomFlip(\"horizontal\"))" : "",
-                   aug.translate_height > 0 || aug.translate_width > 0 ? " random translation (RandomTranslation)" : "",
-                   o.seed);
-    }
-    int initial = 0;
-    if (o.resume) {
-        int64_t ntrain = st ? fl_data_stream_size(st) : fl_tensor_dim(data.x_train, 0);
-        ntrain = o.validation_split > 0 ? (int64_t)ceil((double)ntrain * (1.0 - o.validation_split)) : ntrain;
-        int64_t steps = (ntrain + o.batch_size - 1) / o.batch_size, it = fl_optimizer_iterations(fl_model_optimizer(m));
-        if (steps > 0 && it % steps == 0) initial = (int)(it / steps);
-        else if (verbose != FL_VERBOSE_SILENT)
-            printf("note: %lld optimizer steps is not a whole number of %lld-step epochs: epochs are numbered from 1\n",
-                   (long long)it, (long long)steps);
-        if (verbose != FL_VERBOSE_SILENT)
-            printf("resuming %s after %lld optimizer steps (epoch %d)\n", file, (long long)it, initial);
-    }
-    if (o.checkpoint) {
-        const char *mon = o.validation_split > 0 ? "val_loss" : "loss";
-        if (o.validation_split <= 0 && verbose != FL_VERBOSE_SILENT)
-            printf("note: no --validation-split: --checkpoint keeps the model with the best training loss\n");
-        ck = fl_model_checkpoint(o.checkpoint, .monitor = mon, .save_best_only = true,
-                                 .verbose = verbose != FL_VERBOSE_SILENT);
-        if (!ck) { rc = die("--checkpoint"); goto done; }
-    }
-    if (flynn_cb_setup(m, &o.cb, o.validation_split > 0, verbose != FL_VERBOSE_SILENT, &cbs) != FL_OK) {
-        rc = die(NULL);
-        goto done;
-    }
-    fl_fit_args fa = {.batch_size = o.batch_size, .epochs = initial + o.epochs, .initial_epoch = initial,
-                      .validation_split = o.validation_split, .verbose = verbose,
-                      .on_epoch_end = ck ? fl_checkpoint_on_epoch_end : NULL, .user = ck,
-                      .no_nan_check = o.no_nan_check, .callbacks = cbs.list, .sample_weight = sw,
-                      .class_weight = ncw ? cw : NULL, .num_class_weights = ncw};
-    if (st) {
-        fa.prefetch = o.prefetch < 0 ? 0 : o.prefetch == 0 ? -1 : o.prefetch;
-        fa.workers = o.workers;
-        h = fl_fit_stream_(m, st, fa);
-    } else if (mi.nx > 1) {
-        const fl_tensor *xs[FLYNN_MAX_INPUTS] = {data.x_train};
-        for (int i = 1; i < mi.nx; i++) xs[i] = mi.x[i];
-        h = fl_fit_multi_(m, xs, mi.nx, data.y_train, fa);
+    if (t->file && (r = train_load_file(t))) return r;
+    if (!t->file && !(t->m = builtin_model(o->model, &t->d))) return die(NULL);
+    if ((r = choose_device("train", t->m, o->device, o->precision, t->quiet))) return r;
+    if (!t->quiet) say_data_parallel(t->m, o->batch_size);
+    if (!t->own && load_data(&t->d, o->samples, o->test_samples, &t->data) != FL_OK) return die(NULL);
+    if (t->quiet) return 0;
+    if (t->st) {
+        printf("data: %s: %lld samples, no test set\n", t->own_desc, (long long)fl_data_stream_size(t->st));
+    } else if (t->own) {
+        printf("data: %s: %lld samples, %s\n", t->own_desc, (long long)fl_tensor_dim(t->data.x_train, 0),
+               t->data.x_test ? "and a test set" : "no test set");
     } else {
-        h = fl_fit_(m, data.x_train, data.y_train, fa);
+        printf("data: %s from %s: %lld training and %lld test %s\n", t->d.kind, t->d.dir,
+               (long long)fl_tensor_dim(t->data.x_train, 0), (long long)fl_tensor_dim(t->data.x_test, 0),
+               t->d.vocab ? "sequences" : "images");
     }
-    if (!h) { rc = die("training"); goto done; }
-    if (ck && fl_checkpoint_status(ck) != FL_OK) {
-        fprintf(stderr, "flynn: error: %s\n", fl_checkpoint_error(ck));
-        rc = 1;
-        goto done;
+    return 0;
+}
+
+/* --resume: the epoch to number from, where the optimizer's steps are whole epochs */
+static void train_resume_epoch(train_run *t) {
+    const opts *o = &t->o;
+    int64_t ntrain = t->st ? fl_data_stream_size(t->st) : fl_tensor_dim(t->data.x_train, 0);
+    ntrain = o->validation_split > 0 ? (int64_t)ceil((double)ntrain * (1.0 - o->validation_split)) : ntrain;
+    int64_t steps = (ntrain + o->batch_size - 1) / o->batch_size, it = fl_optimizer_iterations(fl_model_optimizer(t->m));
+    if (steps > 0 && it % steps == 0) t->initial = (int)(it / steps);
+    else if (!t->quiet)
+        printf("note: %lld optimizer steps is not a whole number of %lld-step epochs: epochs are numbered from 1\n",
+               (long long)it, (long long)steps);
+    if (!t->quiet) printf("resuming %s after %lld optimizer steps (epoch %d)\n", t->file, (long long)it, t->initial);
+}
+
+static int train_prepare(train_run *t) {
+    const opts *o = &t->o;
+    fl_model *m = t->m;
+    int rc;
+    t->prepared = true;
+    if (!t->file) fl_model_set_seed(m, o->seed);
+    else if (set_seed_keep_weights(m, o->seed) != FL_OK) return die(NULL);
+    if (t->file && t->mi.nx <= 1 && (rc = t->st ? stream_fit_model(m, &t->st) : fit_data_to_model(m, &t->data)))
+        return rc;
+    if (!fl_model_optimizer(m) &&
+        fl_compile(m, fl_adam(.learning_rate = 1e-3f), FL_SPARSE_CATEGORICAL_CROSSENTROPY, FL_ACCURACY) != FL_OK)
+        return die(NULL);
+    if (!t->quiet) {
+        fl_model_summary(m, stdout);
+        if (t->file) flynn_print_compile_info(m, stdout);
     }
-    if ((rc = report_results(m, h, &data, &mi))) goto done;
-    if (o.cb.plot && (rc = write_plot(h, initial, mname, o.data, o.cb.plot, verbose != FL_VERBOSE_SILENT))) goto done;
+    if ((rc = t->st ? flynn_stream_fit_labels("train", m, &t->st, t->quiet)
+                    : flynn_fit_labels("train", m, &t->data, t->d.dir, t->quiet)))
+        return rc;
+    if (t->st && (o->class_weight || o->sample_weight)) {
+        fprintf(stderr, "flynn train: error: --class-weight and --sample-weight weigh data held in memory; this run "
+                "streams %s from disk (--stream, or beyond --memory-budget)\n", o->data);
+        return 1;
+    }
+    if (!t->st && (rc = flynn_fit_weights("train", o->class_weight, o->sample_weight, t->data.y_train, t->cw, &t->ncw,
+                                          &t->sw, t->quiet)))
+        return rc;
+    if (t->sw && t->own && fl_tensor_dim(t->sw, 0) == t->n_before && t->n_before > fl_tensor_dim(t->data.y_train, 0)) {
+        fl_tensor *s = fl_tensor_slice(t->sw, 0, fl_tensor_dim(t->data.y_train, 0)); /* the samples --samples kept */
+        if (!s) return die("--sample-weight");
+        fl_tensor_free(t->sw);
+        t->sw = s;
+    }
+    if (t->st && o->augment) {
+        fl_data_stream *s = fl_data_stream_augment_(t->st, t->aug);
+        if (!s) return die("--augment");
+        t->st = s;
+        if (!t->quiet)
+            printf("augment: while training, on the reading threads:%s%s (seed %llu)\n",
+                   t->aug.flip_horizontal ? " random horizontal flip (RandomFlip(\"horizontal\"))" : "",
+                   t->aug.translate_height > 0 || t->aug.translate_width > 0 ? " random translation (RandomTranslation)"
+                                                                             : "",
+                   o->seed);
+    }
+    if (o->resume) train_resume_epoch(t);
+    if (o->checkpoint) {
+        const char *mon = o->validation_split > 0 ? "val_loss" : "loss";
+        if (o->validation_split <= 0 && !t->quiet)
+            printf("note: no --validation-split: --checkpoint keeps the model with the best training loss\n");
+        t->ck = fl_model_checkpoint(o->checkpoint, .monitor = mon, .save_best_only = true, .verbose = !t->quiet);
+        if (!t->ck) return die("--checkpoint");
+    }
+    if (flynn_cb_setup(m, &t->o.cb, o->validation_split > 0, !t->quiet, &t->cbs) != FL_OK) return die(NULL);
+    return 0;
+}
+
+static int train_fit(train_run *t) {
+    const opts *o = &t->o;
+    fl_fit_args fa = {.batch_size = o->batch_size, .epochs = t->initial + o->epochs, .initial_epoch = t->initial,
+                      .validation_split = o->validation_split, .verbose = t->verbose,
+                      .on_epoch_end = t->ck ? fl_checkpoint_on_epoch_end : NULL, .user = t->ck,
+                      .no_nan_check = o->no_nan_check, .callbacks = t->cbs.list, .sample_weight = t->sw,
+                      .class_weight = t->ncw ? t->cw : NULL, .num_class_weights = t->ncw};
+    if (t->st) {
+        fa.prefetch = o->prefetch < 0 ? 0 : o->prefetch == 0 ? -1 : o->prefetch;
+        fa.workers = o->workers;
+        t->h = fl_fit_stream_(t->m, t->st, fa);
+    } else if (t->mi.nx > 1) {
+        const fl_tensor *xs[FLYNN_MAX_INPUTS] = {t->data.x_train};
+        for (int i = 1; i < t->mi.nx; i++) xs[i] = t->mi.x[i];
+        t->h = fl_fit_multi_(t->m, xs, t->mi.nx, t->data.y_train, fa);
+    } else {
+        t->h = fl_fit_(t->m, t->data.x_train, t->data.y_train, fa);
+    }
+    if (!t->h) return die("training");
+    if (t->ck && fl_checkpoint_status(t->ck) != FL_OK) {
+        fprintf(stderr, "flynn: error: %s\n", fl_checkpoint_error(t->ck));
+        return 1;
+    }
+    return 0;
+}
+
+static int train_report(train_run *t) {
+    const opts *o = &t->o;
+    const fl_model *m = t->m;
+    const fl_history *h = t->h;
+    int rc;
+    if ((rc = report_results(t->m, t->h, &t->data, &t->mi))) return rc;
+    if (o->cb.plot && (rc = write_plot(h, t->initial, t->mname, o->data, o->cb.plot, !t->quiet))) return rc;
     char where[96];
     if (fl_model_device(m) == FL_DEVICE_GPU) snprintf(where, sizeof where, "on the GPU");
     else snprintf(where, sizeof where, "on the CPU, %d threads", fl_get_num_threads());
@@ -1012,35 +1037,48 @@ static int cmd_train(int argc, char **argv) {
         snprintf(where + strlen(where), sizeof where - strlen(where), "%s, %d ranks together",
                  fl_model_device(m) == FL_DEVICE_GPU ? ", one a rank" : " a rank", fl_dist_size());
     printf("training throughput: %.0f samples/s (%s %s, %sbatch %d, %d epoch%s in %.1fs)\n",
-           fl_history_samples_per_second(h), mname, where, fl_dist_size() > 1 ? "global " : "", o.batch_size,
+           fl_history_samples_per_second(h), t->mname, where, fl_dist_size() > 1 ? "global " : "", o->batch_size,
            fl_history_epochs(h), fl_history_epochs(h) == 1 ? "" : "s", fl_history_seconds(h));
-    if (st) {
+    if (t->st) {
         const double w = fl_history_data_seconds(h), step = fl_history_step_seconds(h);
         printf("input pipeline: each step waited %.2f ms for its batch (%.0f%% of a %.1f ms step; prefetch %d, %d "
                "worker%s)%s\n", w * 1e3, step > 0 ? 100.0 * w / step : 0.0, step * 1e3,
-               o.prefetch < 0 ? 2 : o.prefetch, o.workers > 0 ? o.workers : 1, o.workers > 1 ? "s" : "",
+               o->prefetch < 0 ? 2 : o->prefetch, o->workers > 0 ? o->workers : 1, o->workers > 1 ? "s" : "",
                step > 0 && w > 0.1 * step ? ": the data is the bottleneck (more --workers or --prefetch?)" : "");
     }
-    if (ck && fl_checkpoint_saves(ck) > 0)
-        printf("best model (%s %.4f) saved to %s\n", o.validation_split > 0 ? "val_loss" : "loss", fl_checkpoint_best(ck),
-               fl_checkpoint_last_path(ck));
-    if (o.save_weights) {
-        if ((rc = save_weights(m, o.save_weights)) == 0) printf("weights saved to %s\n", o.save_weights);
+    if (t->ck && fl_checkpoint_saves(t->ck) > 0)
+        printf("best model (%s %.4f) saved to %s\n", o->validation_split > 0 ? "val_loss" : "loss",
+               fl_checkpoint_best(t->ck), fl_checkpoint_last_path(t->ck));
+    if (o->save_weights && (rc = save_weights(t->m, o->save_weights)) != 0) return rc;
+    if (o->save_weights) printf("weights saved to %s\n", o->save_weights);
+    if (o->save) {
+        if (fl_save_model(t->m, o->save) != FL_OK) return die(NULL);
+        printf("model saved to %s\n", o->save);
     }
-    if (rc == 0 && o.save) {
-        if (fl_save_model(m, o.save) != FL_OK) rc = die(NULL);
-        else printf("model saved to %s\n", o.save);
-    }
-done:
-    flynn_cb_report(&cbs, &o.cb, rc == 0 && verbose != FL_VERBOSE_SILENT);
-    flynn_cb_free(&cbs);
-    fl_checkpoint_free(ck);
-    fl_history_free(h);
-    fl_tensor_free(sw);
-    flynn_multi_free(&mi);
-    fl_dataset_free(&data);
-    fl_data_stream_free(st);
-    fl_model_free(m);
+    return 0;
+}
+
+static void train_free(train_run *t, int rc) {
+    if (t->prepared) flynn_cb_report(&t->cbs, &t->o.cb, rc == 0 && !t->quiet);
+    flynn_cb_free(&t->cbs);
+    fl_checkpoint_free(t->ck);
+    fl_history_free(t->h);
+    fl_tensor_free(t->sw);
+    flynn_multi_free(&t->mi);
+    fl_dataset_free(&t->data);
+    fl_data_stream_free(t->st);
+    fl_model_free(t->m);
+    free(t);
+}
+
+static int cmd_train(int argc, char **argv) {
+    train_run *t = calloc(1, sizeof *t);
+    if (!t) return die("out of memory");
+    int rc = train_setup(t, argc, argv);
+    if (rc == -1) rc = 0; /* --help */
+    else if (rc == 0 && (rc = train_load(t)) == 0 && (rc = train_prepare(t)) == 0 && (rc = train_fit(t)) == 0)
+        rc = train_report(t);
+    train_free(t, rc);
     return rc;
 }
 
