@@ -1637,10 +1637,11 @@ static void put_vstr_type(uint8_t *p) {
     put_int_type(p + 8, 1, false);
 }
 
-int fl_h5w_finish(fl_h5w *w, void **data, size_t *len) {
-    *data = NULL;
-    *len = 0;
-    /* pass 1: addresses */
+/* The writer's two passes (issue 45: one 229-line function): h5w_layout gives every object its address and
+ * the file its size; then the superblock, the global heap of the attributes' strings, and each object: its
+ * header (a group's symbol table, a dataset's space, type, fill, layout and data), its attributes, and a
+ * group's links (local heap, symbol nodes, B-tree). */
+static int h5w_layout(fl_h5w *w, uint64_t *end) {
     uint64_t pos = 96;
     unsigned maxsnod = 1;
     for (int i = 0; i < w->count; i++) {
@@ -1698,9 +1699,11 @@ int fl_h5w_finish(fl_h5w *w, void **data, size_t *len) {
         pos += x->bytes;
     }
     if (pos > (uint64_t)SIZE_MAX / 2) return fl_error(FL_ERR_NOMEM, "HDF5 writer: %llu bytes", (unsigned long long)pos), -1;
-    uint8_t *b = fl_calloc(1, (size_t)pos, "HDF5 file image");
-    if (!b) return -1;
-    /* pass 2: bytes. The superblock. */
+    *end = pos;
+    return 0;
+}
+
+static void h5w_superblock(const fl_h5w *w, uint8_t *b, uint64_t pos) {
     memcpy(b, "\x89HDF\r\n\x1a\n", 8);
     b[13] = 8;
     b[14] = 8;
@@ -1715,7 +1718,9 @@ int fl_h5w_finish(fl_h5w *w, void **data, size_t *len) {
     st(b + 72, 1, 4);         /* cache: symbol table */
     st(b + 80, w->n[0].bt, 8);
     st(b + 88, w->n[0].heap, 8);
-    /* the global heap */
+}
+
+static void h5w_global_heap(const fl_h5w *w, uint8_t *b) {
     uint8_t *g = b + w->gheap;
     memcpy(g, "GCOL", 4);
     g[4] = 1;
@@ -1734,132 +1739,158 @@ int fl_h5w_finish(fl_h5w *w, void **data, size_t *len) {
         }
     uint64_t free_space = w->gheap_size - (uint64_t)(gp - g);
     if (free_space >= 16) st(gp + 8, free_space, 8);
-    /* objects */
+}
+
+/* x's object header but its attributes; returns where they go */
+static uint8_t *h5w_object_header(uint8_t *b, const wnode *x) {
+    uint8_t *p = b + x->oh;
+    int nmsg = x->nattrs + (x->is_group ? 1 : 4);
+    p[0] = 1;
+    st(p + 2, (uint64_t)nmsg, 2);
+    st(p + 4, 1, 4);
+    st(p + 8, x->oh_size - 16, 4);
+    p += 16;
+    if (x->is_group) {
+        p = put_msg(p, M_STAB, 16);
+        st(p, x->bt, 8);
+        st(p + 8, x->heap, 8);
+        p += 16;
+    } else {
+        uint64_t ss = PAD8(space_size(x->ndim));
+        p = put_msg(p, M_DATASPACE, ss);
+        put_space(p, x->ndim, x->dims);
+        p += ss;
+        uint64_t ts = PAD8(x->is_i64 ? DT_I64 : DT_F32);
+        p = put_msg(p, M_DATATYPE, ts);
+        p[-4] = 1; /* constant */
+        if (x->is_i64) put_int_type(p, 8, true);
+        else put_float_type(p, 4);
+        p += ts;
+        p = put_msg(p, M_FILL, 8);
+        p[-4] = 1;
+        p[0] = 2; /* version 2, allocation late, written if set, undefined */
+        p[1] = 2;
+        p[2] = 2;
+        p[3] = 0;
+        p += 8;
+        p = put_msg(p, M_LAYOUT, 24);
+        p[0] = 3;
+        p[1] = 1; /* contiguous */
+        st(p + 2, x->data_addr, 8);
+        st(p + 10, x->bytes, 8);
+        p += 24;
+        if (x->bytes) {
+            const uint8_t *src = x->data ? x->data : x->small;
+            static const union { uint16_t u; uint8_t c[2]; } host = {1};
+            if (host.c[0] == 1) {
+                memcpy(b + x->data_addr, src, (size_t)x->bytes);
+            } else {
+                unsigned es = x->is_i64 ? 8 : 4;
+                for (uint64_t e = 0; e < x->bytes; e += es)
+                    for (unsigned k = 0; k < es; k++) b[x->data_addr + e + k] = src[e + es - 1 - k];
+            }
+        }
+    }
+    return p;
+}
+
+static void h5w_attributes(const fl_h5w *w, uint8_t *p, const wnode *x) {
+    for (int a = 0; a < x->nattrs; a++) {
+        const wattr *at_ = &x->attrs[a];
+        uint64_t as = attr_size(at_);
+        p = put_msg(p, M_ATTR, as - 8);
+        size_t nl = strlen(at_->name) + 1;
+        uint64_t dt = at_->empty_list ? DT_F64 : DT_VSTR;
+        int nd = at_->scalar ? 0 : 1;
+        p[0] = 1;
+        st(p + 2, nl, 2);
+        st(p + 4, dt, 2);
+        st(p + 6, space_size(nd), 2);
+        p += 8;
+        memcpy(p, at_->name, nl);
+        p += PAD8(nl);
+        if (at_->empty_list) put_float_type(p, 8);
+        else put_vstr_type(p);
+        p += PAD8(dt);
+        uint64_t dim = (uint64_t)at_->n;
+        put_space(p, nd, &dim);
+        p += PAD8(space_size(nd));
+        for (int k = 0; !at_->empty_list && k < at_->n; k++, p += 16) {
+            st(p, strlen(at_->s[k]), 4);
+            st(p + 4, w->gheap, 8);
+            st(p + 12, at_->idx[k], 4);
+        }
+    }
+}
+
+/* a group's links sorted by name, its local heap, symbol nodes and B-tree */
+static int h5w_group_links(fl_h5w *w, uint8_t *b, wnode *x) {
+    if (x->nkids) qsort_r(x->kids, (size_t)x->nkids, sizeof *x->kids, cmp_kid_ctx_sort, w);
+    uint8_t *h = b + x->heap;
+    memcpy(h, "HEAP", 4);
+    st(h + 8, x->heap_size, 8);
+    st(h + 16, 1, 8); /* no free block */
+    st(h + 24, x->heap_data, 8);
+    x->name_off = calloc((size_t)x->nkids + 1, sizeof *x->name_off);
+    if (!x->name_off) return fl_error(FL_ERR_NOMEM, "out of memory writing HDF5"), -1;
+    uint64_t ho = 8;
+    for (int k = 0; k < x->nkids; k++) {
+        const char *nm = w->n[x->kids[k]].name;
+        x->name_off[k] = ho;
+        memcpy(b + x->heap_data + ho, nm, strlen(nm));
+        ho += PAD8(strlen(nm) + 1);
+    }
+    uint8_t *t = b + x->bt;
+    memcpy(t, "TREE", 4);
+    t[4] = 0;
+    t[5] = 0;
+    st(t + 6, (uint64_t)x->nsnod, 2);
+    st(t + 8, UNDEF, 8);
+    st(t + 16, UNDEF, 8);
+    uint8_t *kp = t + 24;
+    st(kp, 0, 8); /* key 0: "" */
+    kp += 8;
+    for (int s = 0; s < x->nsnod; s++) {
+        int first = s * 2 * W_LEAF_K, last = first + 2 * W_LEAF_K;
+        if (last > x->nkids) last = x->nkids;
+        uint64_t sa = x->snod + (uint64_t)s * SNOD_SIZE;
+        st(kp, sa, 8);
+        st(kp + 8, x->name_off[last - 1], 8);
+        kp += 16;
+        uint8_t *sn = b + sa;
+        memcpy(sn, "SNOD", 4);
+        sn[4] = 1;
+        st(sn + 6, (uint64_t)(last - first), 2);
+        uint8_t *e = sn + 8;
+        for (int k = first; k < last; k++, e += 40) {
+            const wnode *kid = &w->n[x->kids[k]];
+            st(e, x->name_off[k], 8);
+            st(e + 8, kid->oh, 8);
+            if (kid->is_group) {
+                st(e + 16, 1, 4);
+                st(e + 24, kid->bt, 8);
+                st(e + 32, kid->heap, 8);
+            }
+        }
+    }
+    return 0;
+}
+
+int fl_h5w_finish(fl_h5w *w, void **data, size_t *len) {
+    *data = NULL;
+    *len = 0;
+    uint64_t pos;
+    if (h5w_layout(w, &pos) != 0) return -1;
+    uint8_t *b = fl_calloc(1, (size_t)pos, "HDF5 file image");
+    if (!b) return -1;
+    h5w_superblock(w, b, pos);
+    h5w_global_heap(w, b);
     for (int i = 0; i < w->count; i++) {
         wnode *x = &w->n[i];
-        uint8_t *p = b + x->oh;
-        int nmsg = x->nattrs + (x->is_group ? 1 : 4);
-        p[0] = 1;
-        st(p + 2, (uint64_t)nmsg, 2);
-        st(p + 4, 1, 4);
-        st(p + 8, x->oh_size - 16, 4);
-        p += 16;
-        if (x->is_group) {
-            p = put_msg(p, M_STAB, 16);
-            st(p, x->bt, 8);
-            st(p + 8, x->heap, 8);
-            p += 16;
-        } else {
-            uint64_t ss = PAD8(space_size(x->ndim));
-            p = put_msg(p, M_DATASPACE, ss);
-            put_space(p, x->ndim, x->dims);
-            p += ss;
-            uint64_t ts = PAD8(x->is_i64 ? DT_I64 : DT_F32);
-            p = put_msg(p, M_DATATYPE, ts);
-            p[-4] = 1; /* constant */
-            if (x->is_i64) put_int_type(p, 8, true);
-            else put_float_type(p, 4);
-            p += ts;
-            p = put_msg(p, M_FILL, 8);
-            p[-4] = 1;
-            p[0] = 2; /* version 2, allocation late, written if set, undefined */
-            p[1] = 2;
-            p[2] = 2;
-            p[3] = 0;
-            p += 8;
-            p = put_msg(p, M_LAYOUT, 24);
-            p[0] = 3;
-            p[1] = 1; /* contiguous */
-            st(p + 2, x->data_addr, 8);
-            st(p + 10, x->bytes, 8);
-            p += 24;
-            if (x->bytes) {
-                const uint8_t *src = x->data ? x->data : x->small;
-                static const union { uint16_t u; uint8_t c[2]; } host = {1};
-                if (host.c[0] == 1) {
-                    memcpy(b + x->data_addr, src, (size_t)x->bytes);
-                } else {
-                    unsigned es = x->is_i64 ? 8 : 4;
-                    for (uint64_t e = 0; e < x->bytes; e += es)
-                        for (unsigned k = 0; k < es; k++) b[x->data_addr + e + k] = src[e + es - 1 - k];
-                }
-            }
-        }
-        for (int a = 0; a < x->nattrs; a++) {
-            const wattr *at_ = &x->attrs[a];
-            uint64_t as = attr_size(at_);
-            p = put_msg(p, M_ATTR, as - 8);
-            size_t nl = strlen(at_->name) + 1;
-            uint64_t dt = at_->empty_list ? DT_F64 : DT_VSTR;
-            int nd = at_->scalar ? 0 : 1;
-            p[0] = 1;
-            st(p + 2, nl, 2);
-            st(p + 4, dt, 2);
-            st(p + 6, space_size(nd), 2);
-            p += 8;
-            memcpy(p, at_->name, nl);
-            p += PAD8(nl);
-            if (at_->empty_list) put_float_type(p, 8);
-            else put_vstr_type(p);
-            p += PAD8(dt);
-            uint64_t dim = (uint64_t)at_->n;
-            put_space(p, nd, &dim);
-            p += PAD8(space_size(nd));
-            for (int k = 0; !at_->empty_list && k < at_->n; k++, p += 16) {
-                st(p, strlen(at_->s[k]), 4);
-                st(p + 4, w->gheap, 8);
-                st(p + 12, at_->idx[k], 4);
-            }
-        }
-        if (!x->is_group) continue;
-        /* links sorted by name; local heap; symbol nodes; the B-tree */
-        if (x->nkids) qsort_r(x->kids, (size_t)x->nkids, sizeof *x->kids, cmp_kid_ctx_sort, w);
-        uint8_t *h = b + x->heap;
-        memcpy(h, "HEAP", 4);
-        st(h + 8, x->heap_size, 8);
-        st(h + 16, 1, 8); /* no free block */
-        st(h + 24, x->heap_data, 8);
-        x->name_off = calloc((size_t)x->nkids + 1, sizeof *x->name_off);
-        if (!x->name_off) { free(b); return fl_error(FL_ERR_NOMEM, "out of memory writing HDF5"), -1; }
-        uint64_t ho = 8;
-        for (int k = 0; k < x->nkids; k++) {
-            const char *nm = w->n[x->kids[k]].name;
-            x->name_off[k] = ho;
-            memcpy(b + x->heap_data + ho, nm, strlen(nm));
-            ho += PAD8(strlen(nm) + 1);
-        }
-        uint8_t *t = b + x->bt;
-        memcpy(t, "TREE", 4);
-        t[4] = 0;
-        t[5] = 0;
-        st(t + 6, (uint64_t)x->nsnod, 2);
-        st(t + 8, UNDEF, 8);
-        st(t + 16, UNDEF, 8);
-        uint8_t *kp = t + 24;
-        st(kp, 0, 8); /* key 0: "" */
-        kp += 8;
-        for (int s = 0; s < x->nsnod; s++) {
-            int first = s * 2 * W_LEAF_K, last = first + 2 * W_LEAF_K;
-            if (last > x->nkids) last = x->nkids;
-            uint64_t sa = x->snod + (uint64_t)s * SNOD_SIZE;
-            st(kp, sa, 8);
-            st(kp + 8, x->name_off[last - 1], 8);
-            kp += 16;
-            uint8_t *sn = b + sa;
-            memcpy(sn, "SNOD", 4);
-            sn[4] = 1;
-            st(sn + 6, (uint64_t)(last - first), 2);
-            uint8_t *e = sn + 8;
-            for (int k = first; k < last; k++, e += 40) {
-                const wnode *kid = &w->n[x->kids[k]];
-                st(e, x->name_off[k], 8);
-                st(e + 8, kid->oh, 8);
-                if (kid->is_group) {
-                    st(e + 16, 1, 4);
-                    st(e + 24, kid->bt, 8);
-                    st(e + 32, kid->heap, 8);
-                }
-            }
+        h5w_attributes(w, h5w_object_header(b, x), x);
+        if (x->is_group && h5w_group_links(w, b, x) != 0) {
+            free(b);
+            return -1;
         }
     }
     *data = b;
