@@ -468,18 +468,9 @@ static bool sym_reach(fl_sym *s, fl_sym **seen, int *nseen, int cap) {
     return !s->src || sym_reach(s->src, seen, nseen, cap); /* an output > 0 of a call reaches the call */
 }
 
-static fl_model *functional_from_config(kctx *c, json_object *cfg) {
-    json_object *layers = jkey(cfg, "layers");
-    int n = (int)json_object_array_length(layers);
-    const char *mname = jstr(jkey(cfg, "name"));
-    fl_model *m = NULL;
-    int total_syms = 0;
-    if (mname && strlen(mname) >= sizeof ((fl_model *)0)->name)
-        return kfail(c, FL_ERR_UNSUPPORTED, "the model name '%.40s...' is longer than 63 characters", mname), NULL;
-    if (n < 2) return kfail(c, FL_ERR_FORMAT, "the Functional model has %d layers", n), NULL;
-    kentry *es = fl_calloc((size_t)n, sizeof *es, "layers");
-    fl_sym **all = NULL;
-    if (!es) return NULL;
+/* The layer entries, each read once: an InputLayer's symbolic input, another layer made from its config with
+ * its calls (parse_nodes). Returns non-zero having said why. */
+static int read_entries(kctx *c, json_object *layers, kentry *es, int n, int *total_syms) {
     for (int i = 0; i < n; i++) {
         kentry *e = &es[i];
         e->entry = json_object_array_get_idx(layers, i);
@@ -487,11 +478,11 @@ static fl_model *functional_from_config(kctx *c, json_object *cfg) {
         e->cfg = jkey(e->entry, "config");
         e->name = entry_name(e->entry, e->cfg);
         c->where[0] = 0;
-        if (!e->cls || !e->name) { kfail(c, FL_ERR_FORMAT, "layer %d has no class_name or name", i); goto fail; }
+        if (!e->cls || !e->name) { kfail(c, FL_ERR_FORMAT, "layer %d has no class_name or name", i); return 1; }
         set_where(c, e->name, e->cls);
         for (int k = 0; k < i; k++)
-            if (strcmp(es[k].name, e->name) == 0) { kfail(c, FL_ERR_FORMAT, "two layers are named '%s'", e->name); goto fail; }
-        if (check_entry(c, e->entry, e->cls, e->cfg)) goto fail;
+            if (strcmp(es[k].name, e->name) == 0) { kfail(c, FL_ERR_FORMAT, "two layers are named '%s'", e->name); return 1; }
+        if (check_entry(c, e->entry, e->cls, e->cfg)) return 1;
         if (strcmp(e->cls, "InputLayer") == 0) {
             int ndim;
             int64_t shape[FL_MAX_DIMS];
@@ -500,21 +491,25 @@ static fl_model *functional_from_config(kctx *c, json_object *cfg) {
             if (!bs) { bs = jkey(e->cfg, "batch_input_shape"); key = "batch_input_shape"; }
             if (get_batch_shape(c, bs, key, &ndim, shape) || must_be_null(c, e->cfg, "sparse", "sparse inputs") ||
                 must_be_null(c, e->cfg, "ragged", "ragged inputs") || must_be_null(c, e->cfg, "optional", "optional inputs"))
-                goto fail;
+                return 1;
             e->input = true;
             e->syms = fl_calloc(1, sizeof *e->syms, "input");
-            if (!e->syms) goto fail;
+            if (!e->syms) return 1;
             e->syms[0] = fl_keras_input_(ndim, shape, e->name);
-            if (!e->syms[0]) { fl_error_prefix("%s: %s: ", c->src, c->where); goto fail; }
-            if (input_dtype(c, e->cfg, e->syms[0]->layer)) goto fail;
-            total_syms++;
+            if (!e->syms[0]) { fl_error_prefix("%s: %s: ", c->src, c->where); return 1; }
+            if (input_dtype(c, e->cfg, e->syms[0]->layer)) return 1;
+            (*total_syms)++;
         } else {
             e->layer = layer_from_config(c, e->cls, e->cfg, e->name, &e->ex);
-            if (!e->layer || parse_nodes(c, e)) goto fail;
+            if (!e->layer || parse_nodes(c, e)) return 1;
         }
     }
-    /* make the calls as Keras does: each layer's calls in order, deferring a
-     * call (and the layer's later ones) until its inputs exist */
+    return 0;
+}
+
+/* The calls, as Keras makes them: each layer's in order, deferring a call (and the layer's later ones) until
+ * its inputs exist; a call that never can is a cycle. */
+static int make_calls(kctx *c, kentry *es, int n, int *total_syms) {
     for (;;) {
         bool progress = false, left = false;
         for (int i = 0; i < n; i++) {
@@ -529,25 +524,25 @@ static fl_model *functional_from_config(kctx *c, json_object *cfg) {
                 for (int k = 0; k < nd->n; k++) {
                     fl_status bad = FL_OK;
                     ins[k] = resolve(c, es, n, &nd->in[k], &bad);
-                    if (bad) goto fail;
+                    if (bad) return 1;
                     if (!ins[k]) ready = false;
                     if (!nd->masked[k]) continue;
                     masks[k] = resolve(c, es, n, &nd->mask[k], &bad);
-                    if (bad) goto fail;
+                    if (bad) return 1;
                     if (!masks[k]) ready = false;
                 }
                 for (int k = nd->n; k < FL_NODE_MAX_IN; k++)
-                    if (nd->masked[k]) { kfail(c, FL_ERR_FORMAT, "a call with more masks than inputs"); goto fail; }
+                    if (nd->masked[k]) { kfail(c, FL_ERR_FORMAT, "a call with more masks than inputs"); return 1; }
                 if (!ready) break;
                 fl_sym *s = fl_call_n_(e->layer, ins, nd->n);
                 if (!s) {
                     if (e->done == 0) e->layer = NULL; /* a failed first call frees its layer */
                     fl_error_prefix("%s: %s: ", c->src, c->where);
-                    goto fail;
+                    return 1;
                 }
                 for (int k = 0; k < nd->n; k++) s->mask[k] = masks[k];
                 e->syms[e->done++] = s;
-                total_syms++;
+                (*total_syms)++;
                 progress = true;
             }
             if (e->done < e->nnodes) left = true;
@@ -561,34 +556,41 @@ static fl_model *functional_from_config(kctx *c, json_object *cfg) {
                           "graph)", es[i].done);
                     break;
                 }
-            goto fail;
+            return 1;
         }
     }
-    c->where[0] = 0;
+    return 0;
+}
+
+/* The model's inputs (InputLayers) and outputs, from input_layers and output_layers */
+static int model_io(kctx *c, json_object *cfg, kentry *es, int n, fl_sym **ins, int *nin, fl_sym **outs, int *nout) {
     kref iref[FL_MODEL_MAX_IO], oref[FL_MODEL_MAX_IO];
-    int nin = 0, nout = 0;
-    fl_sym *ins[FL_MODEL_MAX_IO], *outs[FL_MODEL_MAX_IO];
-    if (parse_io(c, jkey(cfg, "input_layers"), "input_layers", iref, &nin) ||
-        parse_io(c, jkey(cfg, "output_layers"), "output_layers", oref, &nout))
-        goto fail;
-    for (int i = 0; i < nin; i++) {
+    if (parse_io(c, jkey(cfg, "input_layers"), "input_layers", iref, nin) ||
+        parse_io(c, jkey(cfg, "output_layers"), "output_layers", oref, nout))
+        return 1;
+    for (int i = 0; i < *nin; i++) {
         fl_status bad = FL_OK;
         ins[i] = resolve(c, es, n, &iref[i], &bad);
-        if (bad) goto fail;
+        if (bad) return 1;
         if (!find_entry(es, n, iref[i].layer)->input) {
             kfail(c, FL_ERR_UNSUPPORTED, "model input %d is layer '%s', which is not an InputLayer", i, iref[i].layer);
-            goto fail;
+            return 1;
         }
     }
-    for (int i = 0; i < nout; i++) {
+    for (int i = 0; i < *nout; i++) {
         fl_status bad = FL_OK;
         outs[i] = resolve(c, es, n, &oref[i], &bad);
-        if (bad) goto fail;
+        if (bad) return 1;
     }
-    /* everything must be used: flynn's model owns what the outputs reach */
+    return 0;
+}
+
+/* Every call must lead to an output: flynn's model owns what the outputs reach. */
+static int check_all_used(kctx *c, kentry *es, int n, int total_syms, fl_sym *const *outs, int nout) {
+    fl_sym **all;
     const int cap = total_syms * (FL_LAYER_MAX_OUTS + 1); /* each call's outputs > 0 too */
     all = fl_calloc((size_t)cap + 1, sizeof *all, "layer calls");
-    if (!all) goto fail;
+    if (!all) return 1;
     int nseen = 0;
     for (int i = 0; i < nout; i++) sym_reach(outs[i], all, &nseen, cap);
     for (int i = 0; i < n; i++) {
@@ -600,43 +602,67 @@ static fl_model *functional_from_config(kctx *c, json_object *cfg) {
                 set_where(c, es[i].name, es[i].cls);
                 kfail(c, FL_ERR_UNSUPPORTED, "call %d does not lead to any model output (unused layers are not "
                       "supported)", k);
-                goto fail;
+                free(all);
+                return 1;
             }
         }
         if (nn == 0) {
             set_where(c, es[i].name, es[i].cls);
             kfail(c, FL_ERR_UNSUPPORTED, "the layer is never called (unused layers are not supported)");
-            goto fail;
+            free(all);
+            return 1;
         }
     }
     free(all);
-    all = NULL;
-    m = fl_model_new(ins, nin, outs, nout, mname ? mname : "functional");
-    /* fl_model_new owned every layer and call (they are all reachable), also on failure */
-    for (int i = 0; i < n; i++) { es[i].layer = NULL; free(es[i].syms); es[i].syms = NULL; free(es[i].nodes); es[i].nodes = NULL; }
-    if (!m) { fl_error_prefix("%s: ", c->src); goto fail; }
-    /* Keras's layer order is the config's */
+    return 0;
+}
+
+/* Keras's layer order is the config's: the model's layers in it, and each BatchNormalization's axis checked */
+static int order_layers(kctx *c, fl_model *m, kentry *es, int n) {
     if (m->nlayers != n) {
         kfail(c, FL_ERR_FORMAT, "the model has %d layers, the config lists %d", m->nlayers, n);
-        goto fail;
+        return 1;
     }
     for (int i = 0; i < n; i++) {
         int k = i;
         while (k < n && strcmp(m->layers[k]->name, es[i].name) != 0) k++;
-        if (k == n) { kfail(c, FL_ERR_FORMAT, "layer '%s' is missing from the model", es[i].name); goto fail; }
+        if (k == n) { kfail(c, FL_ERR_FORMAT, "layer '%s' is missing from the model", es[i].name); return 1; }
         fl_layer *t = m->layers[i];
         m->layers[i] = m->layers[k];
         m->layers[k] = t;
     }
     for (int i = 0; i < n; i++) {
         m->layers[i]->index = i;
-        if (check_bn_axis(c, m->layers[i], &es[i].ex)) goto fail;
+        if (check_bn_axis(c, m->layers[i], &es[i].ex)) return 1;
     }
+    return 0;
+}
+
+static fl_model *functional_from_config(kctx *c, json_object *cfg) {
+    json_object *layers = jkey(cfg, "layers");
+    int n = (int)json_object_array_length(layers);
+    const char *mname = jstr(jkey(cfg, "name"));
+    fl_model *m = NULL;
+    int total_syms = 0;
+    if (mname && strlen(mname) >= sizeof ((fl_model *)0)->name)
+        return kfail(c, FL_ERR_UNSUPPORTED, "the model name '%.40s...' is longer than 63 characters", mname), NULL;
+    if (n < 2) return kfail(c, FL_ERR_FORMAT, "the Functional model has %d layers", n), NULL;
+    kentry *es = fl_calloc((size_t)n, sizeof *es, "layers");
+    if (!es) return NULL;
+    int nin = 0, nout = 0;
+    fl_sym *ins[FL_MODEL_MAX_IO], *outs[FL_MODEL_MAX_IO];
+    if (read_entries(c, layers, es, n, &total_syms) || make_calls(c, es, n, &total_syms)) goto fail;
+    c->where[0] = 0;
+    if (model_io(c, cfg, es, n, ins, &nin, outs, &nout) || check_all_used(c, es, n, total_syms, outs, nout)) goto fail;
+    m = fl_model_new(ins, nin, outs, nout, mname ? mname : "functional");
+    /* fl_model_new owned every layer and call (they are all reachable), also on failure */
+    for (int i = 0; i < n; i++) { es[i].layer = NULL; free(es[i].syms); es[i].syms = NULL; free(es[i].nodes); es[i].nodes = NULL; }
+    if (!m) { fl_error_prefix("%s: ", c->src); goto fail; }
+    if (order_layers(c, m, es, n)) goto fail;
     free(es);
     return m;
 fail:
     fl_model_free(m);
-    free(all);
     for (int i = 0; i < n; i++) {
         kentry *e = &es[i];
         int nn = e->input ? 1 : e->done;
