@@ -7,7 +7,7 @@
  */
 #include "check.h"
 
-#include "core/device.h"
+#include "device/gpu.h"
 
 #include <stdlib.h>
 #include <sys/stat.h>

@@ -30,7 +30,7 @@
  */
 #include "check.h"
 
-#include "core/device.h"
+#include "device/gpu.h"
 #include "core/graph.h"
 #include "core/rng.h"
 #include "ops/math.h"

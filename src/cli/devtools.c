@@ -1,7 +1,7 @@
 /*
  * devtools.c — `flynn devices`, `flynn bandwidth` and `flynn doctor`: what
  * the CUDA samples deviceQuery and bandwidthTest print, and the install
- * doctor, built on the GPU checks of src/core/device.c. Each ends with
+ * doctor, built on the GPU checks of src/device/gpu.c. Each ends with
  * "Result = PASS" or "Result = FAIL" and exits 0 or 1 to match; --json gives
  * the same facts in the stable form described in docs/device-tools.md.
  */
@@ -9,7 +9,7 @@
 #include "dist/nccl.h"
 #include "devtools.h"
 
-#include "core/device.h"
+#include "device/gpu.h"
 
 #include <stdio.h>
 #include <stdlib.h>

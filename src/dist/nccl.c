@@ -8,7 +8,7 @@
  */
 #include "dist/nccl.h"
 #include "dist/mpi.h"
-#include "core/device.h"
+#include "device/gpu.h"
 #include "core/error.h"
 
 #include <dlfcn.h>

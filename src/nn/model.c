@@ -4,7 +4,7 @@
  * layer lookup and the choice of device.
  */
 #include "nn.h"
-#include "core/device.h"
+#include "device/gpu.h"
 #include "core/error.h"
 #include "core/tensor.h"
 

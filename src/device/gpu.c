@@ -1,5 +1,5 @@
 /*
- * device.c — finding out whether the GPU can be used, and loading the CUDA
+ * gpu.c — finding out whether the GPU can be used, and loading the CUDA
  * backend, without linking CUDA. The checks run in the order a person would
  * debug an install and stop at the first failure, which becomes the one-line
  * reason that `--device auto` prints and `--device gpu` fails with:
@@ -25,8 +25,8 @@
  * replaces libcuda.so.1,
  * $FLYNN_TEST_ROOT prefixes every fixed path (see test_root()).
  */
-#include "device.h"
-#include "error.h"
+#include "gpu.h"
+#include "core/error.h"
 #include "backend/cuda/plugin.h"
 
 #include <dlfcn.h>

@@ -1,5 +1,5 @@
 /*
- * device.h — the GPU checks and the CUDA backend they load (device.c): the
+ * gpu.h — the GPU checks and the CUDA backend they load (gpu.c): the
  * ordered list of checks with what each found, for the one-line reason and
  * for a doctor that prints them all.
  */
