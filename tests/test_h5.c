@@ -1,5 +1,5 @@
 /*
- * test_h5.c — flynn's HDF5 reader and writer (src/io/h5.c): the fixtures
+ * test_h5.c — flynn's HDF5 reader and writer (src/keras/h5.c): the fixtures
  * h5py wrote (tools/h5_fixtures.py -> tests/fixtures/h5), every Keras
  * fixture, round trips of what the writer makes, and corrupt images
  * (every truncation, bit flips, bad checksums, a B-tree and a continuation
@@ -11,8 +11,8 @@
  *
  *   test_h5 <tests/fixtures> [<tests/fuzz/regressions/h5>]
  */
-#include "io/h5.h"
-#include "io/keras.h"
+#include "keras/h5.h"
+#include "keras/keras.h"
 #include "check.h"
 
 #include <dirent.h>

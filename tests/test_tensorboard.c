@@ -17,7 +17,7 @@
  * History, for tests/tensorboard_check.py).
  */
 #include "check.h"
-#include "io/tfevents.h"
+#include "nn/tfevents.h"
 
 #include <dirent.h>
 #include <flynn/flynn.h>

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """h5_fixtures.py — writes the small HDF5 files of tests/fixtures/h5/ with
-h5py (libhdf5), the structures flynn's reader (src/io/h5.c) must read or
+h5py (libhdf5), the structures flynn's reader (src/keras/h5.c) must read or
 refuse. test_h5.c knows the values by the same formulas:
 
     ints:   v[i] = (i * 7) % 23 - 11   (unsigned types: (i * 7) % 23)

@@ -11,7 +11,7 @@
 /* The one list of layer kinds: X(KIND, "KerasClass", "default_name_base",
  * inputs), inputs being FL_IN_NONE (InputLayer), FL_IN_ONE or FL_IN_MANY
  * (merges: 2 or more). layers.c holds each kind's build function in a
- * table of the same order; io/keras_config.c its file form. */
+ * table of the same order; keras/keras_config.c its file form. */
 #define FL_LAYER_KINDS(X)                                                           \
     X(INPUT, "InputLayer", "input_layer", FL_IN_NONE)                                \
     X(DENSE, "Dense", "dense", FL_IN_ONE)                                            \

@@ -15,7 +15,7 @@
  *                       optimizer's iterations) and epoch_<key> of the val_
  *                       keys without "val_" (step: the epoch)
  *
- * The files themselves (TFRecord framing, Event protobufs) are io/tfevents.c.
+ * The files themselves (TFRecord framing, Event protobufs) are nn/tfevents.c.
  * One difference from Keras, on purpose: with update_freq = N Keras on
  * TensorFlow drops the epoch summaries of every epoch whose last step is not
  * a multiple of N (its record_if condition stays on; tensorflow/tensorboard
@@ -24,8 +24,8 @@
 #include "core/clock.h"
 #include "nn.h"
 #include "core/error.h"
-#include "io/keras.h"
-#include "io/tfevents.h"
+#include "keras/keras.h"
+#include "nn/tfevents.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,6 +1,6 @@
 /*
  * fuzz_h5.c — libFuzzer harness for legacy full-model .h5 files
- * (src/io/keras_file.c load_h5, the HDF5 reader in keras_weights.c, the
+ * (src/keras/keras_file.c load_h5, the HDF5 reader in keras_weights.c, the
  * model_config and training_config JSON attributes): the input is an .h5
  * file, loaded with fl_load_model.
  * With libhdf5 1.10 this finds crashes inside libhdf5 itself; its smoke and

@@ -1,5 +1,5 @@
 /*
- * fuzz_h5_reader.c — libFuzzer harness for flynn's HDF5 reader (src/io/h5.c) alone:
+ * fuzz_h5_reader.c — libFuzzer harness for flynn's HDF5 reader (src/keras/h5.c) alone:
  * opens the input as an HDF5 image and reads everything it can reach (every
  * link, the string attributes Keras files use, every dataset as float32 and
  * int64), as keras_weights.c would. Crashes found become regression inputs
@@ -10,7 +10,7 @@
  * fixtures' .h5 files and the model.weights.h5 inside the .keras ones); run it
  * long with tools/fuzz_long.sh h5_reader SECONDS.
  */
-#include "io/h5.h"
+#include "keras/h5.h"
 
 #include <stdint.h>
 #include <stdlib.h>

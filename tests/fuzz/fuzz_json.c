@@ -1,5 +1,5 @@
 /*
- * fuzz_json.c — libFuzzer harness for model JSON (src/io/keras_json.c,
+ * fuzz_json.c — libFuzzer harness for model JSON (src/keras/keras_json.c,
  * keras_config.c, keras_layers.c): the input is the text of model.to_json()
  * (a model config, maybe with a compile config), given to fl_model_from_json.
  * What loads is written back with fl_model_to_json, which must load again

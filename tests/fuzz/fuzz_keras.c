@@ -1,5 +1,5 @@
 /*
- * fuzz_keras.c — libFuzzer harness for .keras files (src/io/keras_file.c:
+ * fuzz_keras.c — libFuzzer harness for .keras files (src/keras/keras_file.c:
  * the zip container through libzip, then config.json, then
  * model.weights.h5 through the HDF5 reader): the input is a .keras file,
  * loaded with fl_load_model, once compiled and once with .no_compile.

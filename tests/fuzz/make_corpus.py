@@ -142,7 +142,7 @@ HARNESSES = {
     "keras": lambda fx: files_ending(fx, ".keras"),
     "h5": lambda fx: files_ending(fx, ".h5", exclude=(".weights.h5",)),
     "weights_h5": weights_seeds,
-    # flynn's HDF5 reader alone (src/io/h5.c): every HDF5 image the others use
+    # flynn's HDF5 reader alone (src/keras/h5.c): every HDF5 image the others use
     "h5_reader": lambda fx: {**files_ending(fx, ".h5", exclude=(".weights.h5",)), **weights_seeds(fx)},
 }
 

@@ -6,7 +6,7 @@
  * 3.15 writes for that class. The model structure around the layers
  * (Sequential, Functional, names, calls) is keras_config.c's.
  */
-#include "io/keras_json.h"
+#include "keras/keras_json.h"
 
 #include <math.h>
 #include <pthread.h>

@@ -5,7 +5,7 @@
  * data_format, built-in objects), and writing values the way Keras writes
  * them (shortest float32 text, DTypePolicy, initializer objects).
  */
-#include "io/keras_json.h"
+#include "keras/keras_json.h"
 #include "core/error.h"
 
 #include <math.h>

@@ -1,6 +1,6 @@
 /*
  * keras_weights.c — the HDF5 side of Keras files, through flynn's own HDF5
- * reader and writer (io/h5.h; no libhdf5).
+ * reader and writer (keras/h5.h; no libhdf5).
  *
  * Two layouts:
  *   Keras 3 (model.weights.h5 inside a .keras, and .weights.h5 files):
@@ -32,8 +32,8 @@
  * the load (fl_load_model) has its weights read straight into it (direct):
  * a failed load frees it, so there is nothing to keep.
  */
-#include "io/keras.h"
-#include "io/h5.h"
+#include "keras/keras.h"
+#include "keras/h5.h"
 #include "core/error.h"
 #include "core/tensor.h"
 

@@ -8,7 +8,7 @@
 #ifndef FL_IO_KERAS_JSON_H
 #define FL_IO_KERAS_JSON_H
 
-#include "io/keras.h"
+#include "keras/keras.h"
 #include "core/error.h"
 
 /* ------------------------------------------------------------ messages */

@@ -32,7 +32,7 @@
  * DTypePolicy, every config key of each class with its default, and the
  * build_config for the layers that have one.
  */
-#include "io/keras_json.h"
+#include "keras/keras_json.h"
 #include "core/tensor.h"
 
 #include <math.h>

@@ -90,7 +90,7 @@ typedef enum fl_kformat {
     FL_KFMT_LEGACY,    /* legacy .h5: model_weights/<layer>/<weight name>, optimizer_weights */
 } fl_kformat;
 
-/* An HDF5 file in memory, read by flynn's own reader (io/h5.h). */
+/* An HDF5 file in memory, read by flynn's own reader (keras/h5.h). */
 typedef struct fl_h5file fl_h5file;
 /* Opens an HDF5 image (referenced, not copied: keep it until fl_h5_close)
  * or, with data NULL, reads the file at src (at most FL_KERAS_MAX_WEIGHTS). */

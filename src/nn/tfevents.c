@@ -18,7 +18,7 @@
  * tf.summary.histogram write them; fields at their default (step 0, empty
  * plugin content) are left out, as protobuf serializes them.
  */
-#include "io/tfevents.h"
+#include "nn/tfevents.h"
 #include "core/error.h"
 
 #include <errno.h>

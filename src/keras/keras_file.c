@@ -31,7 +31,7 @@
 #if !defined(_GNU_SOURCE) && !defined(_POSIX_C_SOURCE)
 #define _POSIX_C_SOURCE 200809L
 #endif
-#include "io/keras.h"
+#include "keras/keras.h"
 #include "io/io.h"
 #include "core/error.h"
 

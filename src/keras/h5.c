@@ -5,7 +5,7 @@
  * refuses to leave its region, so a corrupt file is a message, never a read
  * outside the image.
  */
-#include "io/h5.h"
+#include "keras/h5.h"
 #include "core/error.h"
 
 #include <stdarg.h>
