@@ -16,6 +16,7 @@
 #include "dist/data_parallel.h"
 #include "dist/mpi.h"
 #include "dist/nccl.h"
+#include "nn/step.h"
 #include "ops/math.h"
 #include "ops/ops.h"
 
@@ -52,10 +53,6 @@ const char *fl_metric_key(fl_metric m) {
 
 static int out_classes(const fl_model *m) { return (int)m->output->shape[m->output->ndim - 1]; }
 
-/* m->stats: the running loss, the metrics, and the count of valid rows of a masked output (kept by
- * loss_mask; Keras's metrics do not use it) */
-#define FL_STAT_VALID (1 + FL_MAX_METRICS)
-#define FL_STATS (2 + FL_MAX_METRICS)
 
 /* The output's mask when the loss applies it: a rank-3 (or more) output
  * whose mask has one value per row of the loss (Keras: the _keras_mask of
@@ -717,7 +714,7 @@ static fl_status load_batch(fl_model *m, data_src *d, const int64_t *idx, int64_
 }
 
 /* An asynchronous device error (a failed kernel) surfaces here. */
-static fl_status device_status(fl_model *m, const char *what) {
+fl_status fl_device_status(fl_model *m, const char *what) {
     const fl_backend *be = m->g.be;
     if (be->check && be->check() != 0) {
         fl_error_prefix("%s on the %s: ", what, be->name);
@@ -738,7 +735,7 @@ static void read_stats(fl_model *m, int64_t seen, double *out) {
 }
 
 /* Loss (+ gradient when training) and metrics for the batch in the graph. */
-static void loss_and_metrics(fl_model *m, bool grad) {
+void fl_loss_and_metrics(fl_model *m, bool grad) {
     const fl_backend *be = m->g.be;
     fl_node *o = m->output;
     int C = out_classes(m);
@@ -1060,7 +1057,7 @@ static fl_status run_eval(fl_model *m, data_src *d, const int64_t *idx, int64_t 
                 return st;
             }
             forward_only(&m->g, bs < n ? bs : n);
-            loss_and_metrics(m, false);
+            fl_loss_and_metrics(m, false);
         }
         seen += b;
         if (pb && progbar_due(pb, s + 1 == steps)) {
@@ -1074,7 +1071,7 @@ static fl_status run_eval(fl_model *m, data_src *d, const int64_t *idx, int64_t 
     }
     data_end(d);
     read_stats(m, seen, out);
-    return device_status(m, "evaluating");
+    return fl_device_status(m, "evaluating");
 }
 
 static int64_t *iota(int64_t n, int64_t start) {
@@ -1160,7 +1157,7 @@ fl_tensor *fl_predict_(fl_model *m, const fl_tensor *x, fl_eval_args a) {
     data_close(m, &d);
     free(idx);
     free(xo);
-    if (device_status(m, "predicting") != FL_OK) {
+    if (fl_device_status(m, "predicting") != FL_OK) {
         fl_tensor_free(out);
         return NULL;
     }
@@ -1216,7 +1213,7 @@ fl_status fl_predict_multi_(fl_model *m, const fl_tensor *const *xs, int nx, fl_
     data_close(m, &d);
     free_rows(xo, nx);
     free(idx);
-    if (st == FL_OK) st = device_status(m, "predicting");
+    if (st == FL_OK) st = fl_device_status(m, "predicting");
     if (st != FL_OK)
         for (int o = 0; o < nout; o++) { fl_tensor_free(outs[o]); outs[o] = NULL; }
     return st;
@@ -1361,7 +1358,7 @@ static void diagnose_nonfinite(fl_model *m, char *why, size_t len) {
             return;
         }
     }
-    loss_and_metrics(m, true);
+    fl_loss_and_metrics(m, true);
     int64_t rows = fl_node_size(m->output) / out_classes(m);
     if ((at = buffer_nonfinite(be, m->row_loss, rows, host, &v)) >= 0) {
         snprintf(why, len, "every layer's output is finite, but the %s loss of output row %lld is %s (a target "
@@ -1405,127 +1402,6 @@ static fl_status nonfinite_loss(fl_model *m, double loss, int ep, int epochs, in
 }
 
 /* ----------------------------------------------------------------- fit */
-
-/* A training step of the full batch size is captured as a device graph
- * (where the backend has graphs) after two ordinary steps, so that the
- * first-call work (algorithm searches, allocations) is done, and replayed
- * from then on; any change of buffers (the generation) captures anew. If
- * capture fails, the step runs as usual and capture is not tried again.
- * What differs from step to step inside a replayed step, the optimizer's
- * step (Adam's t) and the dropout streams' step, is handed to every launch
- * from the host's counters: steps run eagerly between replays (the partial
- * last batch of each epoch) advance those, and the replay must see it. */
-typedef struct graph_state {
-    void *graph;
-    int64_t generation;
-    int eager_full_steps;
-    bool failed;
-    int64_t captures, failures, replays; /* for the History (fl_history_graph_*) */
-} graph_state;
-
-/* FLYNN_CUDA_GRAPHS=require: a capture that fails is an error, not a quiet eager step, so that a run meant
- * to measure or check graphs cannot pass with graphs never running (issue 44). ("0": no graphs, the CUDA
- * backend's graph_begin refuses.) */
-static bool graphs_required(void) {
-    const char *e = getenv("FLYNN_CUDA_GRAPHS");
-    return e && strcmp(e, "require") == 0;
-}
-
-static fl_status capture_failed(const fl_model *m, const char *what) {
-    char why[512];
-    snprintf(why, sizeof why, "%s", fl_last_error()); /* (fl_error writes the buffer fl_last_error reads) */
-    return fl_error(FL_ERR_DEVICE, "fl_fit: FLYNN_CUDA_GRAPHS=require, but %s a training step of model '%s' as a "
-                    "%s graph failed%s%s", what, m->name, m->g.be->name, why[0] ? ": " : "", why);
-}
-
-/* One step; with `check` (host-memory backends without step capture only:
- * it reads the running loss), false without an update when the loss came
- * out non-finite. */
-static bool run_step(fl_model *m, bool check) {
-    const fl_backend *be = m->g.be;
-    fl_threads_follow_load();
-    fl_graph_clear_grads(&m->g);
-    bool have = !m->dist_batch || m->dist_share > 0; /* under MPI a rank can have no share of a last batch */
-    double before[FL_STATS], now[FL_STATS];
-    if (m->dist_batch) be->download(before, m->stats, sizeof before);
-    if (have) {
-        fl_graph_forward(&m->g, true);
-        loss_and_metrics(m, true);
-    }
-    /* under MPI: the global batch's totals on every rank, so that every rank takes the same decisions */
-    if (m->dist_batch) {
-        be->download(now, m->stats, sizeof now);
-        if (fl_dp_reduce_stats(before, now, FL_STATS) != FL_OK) return false;
-        be->upload(m->stats, now, sizeof now);
-        if (check && !isfinite(now[0])) return false;
-    } else if (check && !isfinite(m->stats[0])) { /* the CPU's eager steps: host memory */
-        return false;
-    }
-    /* under MPI the gradients' sums start during backward (fl_dp_grads_begin's buckets) */
-    if (m->dist_batch && fl_dp_grads_begin(m) != FL_OK) return false;
-    if (have) fl_graph_backward(&m->g);
-    if (m->dist_batch && fl_dp_reduce_grads(m, have) != FL_OK) return false;
-    fl_optimizer_step(m->opt);
-    return true;
-}
-
-static fl_status train_step(fl_model *m, graph_state *gs, bool full, bool check, bool *finite) {
-    const fl_backend *be = m->g.be;
-    *finite = true;
-    if (m->dist_batch || (check && be->host_memory && !be->graph_begin)) { /* the CPU: the loss is read after each step */
-        fl_clear_error();
-        *finite = run_step(m, check);
-        return *finite || fl_last_status() == FL_OK ? FL_OK : fl_last_status(); /* an MPI error */
-    }
-    /* a captured step bakes in the masks' row offset, so only whole batches are
-     * captured or replayed (MPI's shares run eagerly, above, on the CPU) */
-    if (m->g.row_offset != 0)
-        return fl_error(FL_ERR_UNSUPPORTED, "fl_fit: a share of a batch from row %lld on the %s backend: device "
-                        "graphs replay whole batches only", (long long)m->g.row_offset, be->name);
-    if (gs->graph && full && gs->generation == m->g.generation) {
-        if (be->graph_set_learning_rate) be->graph_set_learning_rate(fl_optimizer_lr_at(m->opt, m->opt->iterations));
-        if (be->graph_launch(gs->graph, m->opt->iterations, m->g.step) != 0)
-            return device_status(m, "replaying a training step");
-        gs->replays++;
-        fl_optimizer_count_step(m->opt);
-        return FL_OK;
-    }
-    if (gs->graph && gs->generation != m->g.generation) {
-        be->graph_free(gs->graph);
-        gs->graph = NULL;
-        gs->eager_full_steps = 0;
-    }
-    bool capture = be->graph_begin && !gs->graph && !gs->failed && full && gs->eager_full_steps >= 2;
-    int64_t it0 = m->opt->iterations;
-    if (capture && be->graph_begin(it0, m->g.step) != 0) {
-        capture = false;
-        gs->failed = true;
-        gs->failures++;
-        if (graphs_required()) return capture_failed(m, "beginning to capture");
-        fl_clear_error(); /* no graph is no error: the step runs as usual */
-    }
-    run_step(m, false);
-    if (full) gs->eager_full_steps++;
-    if (!capture) return FL_OK;
-    void *g = be->graph_end();
-    if (!g) { /* the step was recorded but not run: run it now */
-        gs->failed = true;
-        gs->failures++;
-        if (graphs_required()) return capture_failed(m, "capturing");
-        m->opt->iterations = it0;
-        fl_clear_error(); /* whatever failed while recording was about the capture */
-        run_step(m, false);
-        return FL_OK;
-    }
-    gs->graph = g;
-    gs->generation = m->g.generation;
-    if (be->graph_set_learning_rate) be->graph_set_learning_rate(fl_optimizer_lr_at(m->opt, it0));
-    gs->captures++;
-    if (be->graph_launch(g, it0, m->g.step) != 0) return device_status(m, "running a captured training step");
-    gs->replays++;
-    return FL_OK;
-}
-
 
 /* x's rows for every input (xo[i]: what x_rows made and the caller frees); false on error (freed). */
 static bool inputs_rows(const fl_model *m, const fl_tensor *const *xs, int nx, const char *what, const float **rows,
@@ -1641,7 +1517,7 @@ static fl_history *fit(fl_model *m, const fl_tensor *const *xs, int nx, const fl
     }
     float *vyh = NULL;
     data_src tr = {0}, vd = {0};
-    graph_state gs = {0};
+    fl_step_state gs = {0};
     float *xo[FL_MODEL_MAX_IO] = {0}, *vxo[FL_MODEL_MAX_IO] = {0};
     const float *xr[FL_MODEL_MAX_IO] = {0}, *vxr[FL_MODEL_MAX_IO] = {0};
     int64_t *perm = NULL, *vidx = NULL, nv = 0;
@@ -1743,7 +1619,7 @@ static fl_history *fit(fl_model *m, const fl_tensor *const *xs, int nx, const fl
             bool finite;
             /* random masks draw for this share's rows what one process draws for them */
             m->g.row_offset = lo;
-            fl_status st = train_step(m, &gs, b == bs, check, &finite);
+            fl_status st = fl_train_step(m, &gs, b == bs, check, &finite);
             m->g.row_offset = 0; /* validation, predict and callbacks: whole batches */
             if (st != FL_OK) goto fail;
             if (!finite) {
@@ -1788,7 +1664,7 @@ static fl_history *fit(fl_model *m, const fl_tensor *const *xs, int nx, const fl
         m->dist_batch = m->dist_share = 0; /* validation and callbacks: whole batches on every rank */
         if (dist && fl_dp_average_moving_stats(m) != FL_OK) goto fail;
         read_stats(m, seen, v); /* waits for the device: the epoch's time ends here */
-        if (device_status(m, "training") != FL_OK) goto fail;
+        if (fl_device_status(m, "training") != FL_OK) goto fail;
         if (check && !isfinite(v[0])) {
             nonfinite_loss(m, v[0], ep, epochs, checked, steps_done, steps);
             goto fail;
@@ -1845,7 +1721,7 @@ static fl_history *fit(fl_model *m, const fl_tensor *const *xs, int nx, const fl
         printf("device graphs: %lld step%s captured, %lld replayed, %lld capture%s failed%s\n", (long long)gs.captures,
                gs.captures == 1 ? "" : "s", (long long)gs.replays, (long long)gs.failures, gs.failures == 1 ? "" : "s",
                gs.failures ? " (those steps ran eagerly; FLYNN_CUDA_GRAPHS=require makes a failure an error)" : "");
-    if (gs.graph) m->g.be->graph_free(gs.graph);
+    fl_step_state_end(m, &gs);
     data_close(m, &tr); data_close(m, &vd);
     free(perm); free(vidx); free(yh); free(vyh); free(wh); free(vwh);
     free_rows(xo, nx); free_rows(vxo, nx);
@@ -1855,7 +1731,7 @@ fail_cb:
 fail:
     m->dist_batch = m->dist_share = 0;
     fl_dp_buckets_free(m);
-    if (gs.graph) m->g.be->graph_free(gs.graph);
+    fl_step_state_end(m, &gs);
     data_close(m, &tr); data_close(m, &vd);
     free(perm); free(vidx); free(yh); free(vyh); free(wh); free(vwh);
     free_rows(xo, nx); free_rows(vxo, nx);

@@ -1,0 +1,35 @@
+/*
+ * step.h — one training step (step.c), what the fit loop calls: see there.
+ */
+#ifndef FLYNN_NN_STEP_H
+#define FLYNN_NN_STEP_H
+
+#include "nn.h"
+
+/* m->stats: the running loss, the metrics, and the count of valid rows of a masked output (kept by
+ * loss_mask; Keras's metrics do not use it) */
+#define FL_STAT_VALID (1 + FL_MAX_METRICS)
+#define FL_STATS (2 + FL_MAX_METRICS)
+
+/* A training step of the full batch size is captured as a device graph after two eager full steps and
+ * replayed from then on (step.c); the counts go to the History (fl_history_graph_*). */
+typedef struct fl_step_state {
+    void *graph;
+    int64_t generation;
+    int eager_full_steps;
+    bool failed;
+    int64_t captures, failures, replays;
+} fl_step_state;
+
+/* One step on the batch the graph holds; *finite false where the loss was checked and is not finite. full:
+ * the batch is of the full size (only those are captured). */
+fl_status fl_train_step(fl_model *m, fl_step_state *gs, bool full, bool check, bool *finite);
+/* Frees the step's graph. */
+void fl_step_state_end(fl_model *m, fl_step_state *gs);
+
+/* train.c's, which the step shares: the loss and metrics into m->stats (and the loss's gradient with grad);
+ * the backend's sticky error, named with what ran */
+void fl_loss_and_metrics(fl_model *m, bool grad);
+fl_status fl_device_status(fl_model *m, const char *what);
+
+#endif
