@@ -238,27 +238,34 @@ static void share_grad(int i, int j, int64_t *lo, int64_t *hi, bool *own, size_t
     shared[i] = j;
 }
 
-fl_status fl_plan_make(const fl_graph *g, const bool *need, int64_t batch, bool infer, size_t align, bool fixed,
-                       fl_plan *p) {
-    memset(p, 0, sizeof *p);
-    const int N = g->n;
-    const int64_t END = 2 * (int64_t)N + 1;
-    const size_t cnt = (size_t)(N > 0 ? N : 1);
-    p->val = malloc(cnt * sizeof(size_t));
-    p->grad = malloc(cnt * sizeof(size_t));
-    p->aux = malloc(cnt * sizeof(size_t));
-    p->vbytes = calloc(cnt, sizeof(size_t));
-    p->abytes = calloc(cnt, sizeof(size_t));
-    /* lifetimes: value, gradient, aux of node i at [3i], [3i+1], [3i+2] */
-    int64_t *lo = calloc(3 * cnt, sizeof *lo), *hi = calloc(3 * cnt, sizeof *hi);
-    size_t *bytes = calloc(3 * cnt, sizeof *bytes), *off = malloc(3 * cnt * sizeof *off);
-    bool *own = calloc(3 * cnt, sizeof *own);
-    if (!p->val || !p->grad || !p->aux || !p->vbytes || !p->abytes || !lo || !hi || !bytes || !off || !own) {
-        free(lo); free(hi); free(bytes); free(off); free(own);
-        fl_plan_free(p);
-        return fl_error(FL_ERR_NOMEM, "out of memory planning the batch buffers");
-    }
-#define NEED(n) (need ? need[(n)->id] : (n)->needs_grad)
+/* The plan in named steps over one plan_ctx (issue 45: fl_plan_make was 187 lines): each buffer's lifetime
+ * (a value, a gradient and an aux per node at [3i], [3i+1], [3i+2]) from its writer and readers, stretched
+ * for views, the residual Adds a convolution forms and the gradients that share a buffer; which buffers a
+ * node owns; then the placement. */
+typedef struct plan_ctx {
+    const fl_graph *g;
+    const bool *need;
+    bool infer, fixed;
+    int64_t batch, END;
+    size_t align;
+    fl_plan *p;
+    int64_t *lo, *hi;
+    size_t *bytes, *off;
+    bool *own;
+    int *alias, *shared;
+} plan_ctx;
+#define NEED(n) (pc->need ? pc->need[(n)->id] : (n)->needs_grad)
+
+/* every batched node's sizes, and where its forward writes its value and aux and (training) its gradient */
+static void plan_writers(plan_ctx *pc) {
+    const fl_graph *g = pc->g;
+    const bool infer = pc->infer;
+    const int N = pc->g->n;
+    int64_t *lo = pc->lo, *hi = pc->hi;
+    fl_plan *p = pc->p;
+    const int64_t END = pc->END, batch = pc->batch;
+    const size_t align = pc->align;
+    const bool fixed = pc->fixed;
     for (int i = 0; i < N; i++) {
         const fl_node *n = g->nodes[i];
         p->val[i] = p->grad[i] = p->aux[i] = FL_PLAN_NONE;
@@ -289,6 +296,14 @@ fl_status fl_plan_make(const fl_graph *g, const bool *need, int64_t batch, bool 
             }
         }
     }
+}
+
+/* the readers stretch the lifetimes, fused ones included (the folded normalisation, the Add's ReLU, the padding read by its convolution, the pooling its convolution writes) */
+static void plan_readers(plan_ctx *pc) {
+    const fl_graph *g = pc->g;
+    const bool infer = pc->infer;
+    const int N = pc->g->n;
+    int64_t *lo = pc->lo, *hi = pc->hi;
     for (int i = 0; i < N; i++) { /* readers */
         const fl_node *c = g->nodes[i];
         if (c->op == FL_OP_PARAM) continue;
@@ -329,7 +344,14 @@ fl_status fl_plan_make(const fl_graph *g, const bool *need, int64_t batch, bool 
             lo[3 * pool->id + 2] = MIN(lo[3 * pool->id + 2], i);
         }
     }
-    /* views: their input's buffer lives as long as both (later views first, for chains) */
+}
+
+/* views: their input's buffer lives as long as both (later views first, for chains) */
+static void plan_views(plan_ctx *pc) {
+    const fl_graph *g = pc->g;
+    const bool infer = pc->infer;
+    const int N = pc->g->n;
+    int64_t *lo = pc->lo, *hi = pc->hi;
     for (int i = N - 1; i >= 0; i--) {
         const fl_node *v = g->nodes[i];
         if (v->op == FL_OP_PARAM || !v->batched) continue;
@@ -343,16 +365,19 @@ fl_status fl_plan_make(const fl_graph *g, const bool *need, int64_t batch, bool 
             hi[3 * s + 1] = MAX(hi[3 * s + 1], hi[3 * i + 1]);
         }
     }
+}
+
+/* inference: a residual Add a convolution forms writes into its other input's buffer */
+static void plan_residual_aliases(plan_ctx *pc) {
+    const fl_graph *g = pc->g;
+    const bool infer = pc->infer;
+    const int N = pc->g->n;
+    int64_t *lo = pc->lo, *hi = pc->hi;
+    int *alias = pc->alias;
     /* inference: an Add that a convolution may form as it stores (fl_op_fused_res) writes its value, or its
      * ReLU's, into the buffer of the input that convolution gives it: the convolution writes it there in a step
      * where it forms the Add, and where it does not (a normalisation not folded at this batch) the Add adds in
      * place, element by element */
-    int *alias = infer ? malloc(cnt * sizeof(int)) : NULL;
-    if (infer && !alias) {
-        free(lo); free(hi); free(bytes); free(off); free(own);
-        fl_plan_free(p);
-        return fl_error(FL_ERR_NOMEM, "out of memory planning the batch buffers");
-    }
     for (int i = 0; infer && i < N; i++) alias[i] = -1;
     for (int i = 0; infer && i < N; i++) {
         fl_node *o, *out;
@@ -364,6 +389,18 @@ fl_status fl_plan_make(const fl_graph *g, const bool *need, int64_t batch, bool 
         hi[3 * v] = MAX(hi[3 * v], hi[3 * r]);
         alias[r] = v;
     }
+}
+
+/* which buffers each node owns, and their sizes */
+static void plan_owners(plan_ctx *pc) {
+    const fl_graph *g = pc->g;
+    const bool infer = pc->infer;
+    const int N = pc->g->n;
+    int64_t *lo = pc->lo, *hi = pc->hi;
+    fl_plan *p = pc->p;
+    bool *own = pc->own;
+    size_t *bytes = pc->bytes;
+    const int *alias = pc->alias;
     for (int i = 0; i < N; i++) {
         const fl_node *n = g->nodes[i];
         if (n->op == FL_OP_PARAM || !n->batched) continue;
@@ -377,8 +414,17 @@ fl_status fl_plan_make(const fl_graph *g, const bool *need, int64_t batch, bool 
         for (int k = 0; k < 3; k++)
             if (own[3 * i + k]) bytes[3 * i + k] = k == 2 ? p->abytes[i] : p->vbytes[i];
     }
+}
+
+/* training: gradients that share a buffer through an Add (grad_shared, written_first) */
+static void plan_shared_grads(plan_ctx *pc) {
+    const fl_graph *g = pc->g;
+    const int N = pc->g->n;
+    int64_t *lo = pc->lo, *hi = pc->hi;
+    bool *own = pc->own;
+    size_t *bytes = pc->bytes;
+    int *shared = pc->shared;
     /* training: a normalisation's gradient in the buffer of the other input of the Add after it (grad_shared) */
-    int *shared = !infer ? malloc(cnt * sizeof(int)) : NULL;
     for (int i = 0; shared && i < N; i++) shared[i] = -1;
     for (int i = 0; shared && i < N; i++) {
         const fl_node *a = g->nodes[i];
@@ -407,8 +453,17 @@ fl_status fl_plan_make(const fl_graph *g, const bool *need, int64_t batch, bool 
             break;
         }
     }
+}
+
+/* the placement, and each node's offsets */
+static void plan_place(plan_ctx *pc) {
+    const int N = pc->g->n;
+    fl_plan *p = pc->p;
+    const bool *own = pc->own;
+    const size_t *off = pc->off;
+    const int *alias = pc->alias, *shared = pc->shared;
     bool over = false;
-    p->bytes = fl_plan_place(3 * N, lo, hi, bytes, off, &over);
+    p->bytes = fl_plan_place(3 * N, pc->lo, pc->hi, pc->bytes, pc->off, &over);
     p->overflow |= over;
     for (int i = 0; i < N; i++) {
         if (own[3 * i]) p->val[i] = off[3 * i]; /* an empty buffer: offset 0, not NULL */
@@ -421,7 +476,36 @@ fl_status fl_plan_make(const fl_graph *g, const bool *need, int64_t batch, bool 
         }
         if (own[3 * i + 2]) p->aux[i] = off[3 * i + 2];
     }
+}
 #undef NEED
-    free(lo); free(hi); free(bytes); free(off); free(own); free(alias); free(shared);
+
+fl_status fl_plan_make(const fl_graph *g, const bool *need, int64_t batch, bool infer, size_t align, bool fixed,
+                       fl_plan *p) {
+    memset(p, 0, sizeof *p);
+    const int N = g->n;
+    const size_t cnt = (size_t)(N > 0 ? N : 1);
+    p->val = malloc(cnt * sizeof(size_t));
+    p->grad = malloc(cnt * sizeof(size_t));
+    p->aux = malloc(cnt * sizeof(size_t));
+    p->vbytes = calloc(cnt, sizeof(size_t));
+    p->abytes = calloc(cnt, sizeof(size_t));
+    plan_ctx pc = {g, need, infer, fixed, batch, 2 * (int64_t)N + 1, align, p, calloc(3 * cnt, sizeof(int64_t)),
+                   calloc(3 * cnt, sizeof(int64_t)), calloc(3 * cnt, sizeof(size_t)), malloc(3 * cnt * sizeof(size_t)),
+                   calloc(3 * cnt, sizeof(bool)), infer ? malloc(cnt * sizeof(int)) : NULL,
+                   !infer ? malloc(cnt * sizeof(int)) : NULL};
+    if (!p->val || !p->grad || !p->aux || !p->vbytes || !p->abytes || !pc.lo || !pc.hi || !pc.bytes || !pc.off ||
+        !pc.own || (infer && !pc.alias) || (!infer && !pc.shared)) {
+        free(pc.lo); free(pc.hi); free(pc.bytes); free(pc.off); free(pc.own); free(pc.alias); free(pc.shared);
+        fl_plan_free(p);
+        return fl_error(FL_ERR_NOMEM, "out of memory planning the batch buffers");
+    }
+    plan_writers(&pc);
+    plan_readers(&pc);
+    plan_views(&pc);
+    if (infer) plan_residual_aliases(&pc);
+    plan_owners(&pc);
+    if (!infer) plan_shared_grads(&pc);
+    plan_place(&pc);
+    free(pc.lo); free(pc.hi); free(pc.bytes); free(pc.off); free(pc.own); free(pc.alias); free(pc.shared);
     return FL_OK;
 }
