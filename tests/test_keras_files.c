@@ -16,6 +16,7 @@
 
 #include <flynn/flynn.h>
 #include "nn/nn.h" /* fl_model: its graph's fused-path counters */
+#include "keras/keras.h" /* fl_keras_kind_row_class */
 #include <json-c/json.h>
 
 #include <dirent.h>
@@ -1063,7 +1064,25 @@ static void functional_round_trip(void) {
     fl_model_free(m);
 }
 
+/* One row per kind (issue 45): every layer kind has its Keras class, its default-name base, its build, and
+ * a Keras reader/writer row whose class is the kind's, so that a kind added to FL_LAYER_KINDS without its
+ * rows fails here, not in a user's model. */
+static void test_kind_rows(void) {
+    for (int k = 0; k < FL_L_COUNT; k++) {
+        const char *cls = fl_layer_kind_class((fl_layer_kind)k);
+        CHECK_MSG(cls && strcmp(cls, "?") != 0, "layer kind %d has no Keras class", k);
+        CHECK_MSG(fl_layer_kind_base((fl_layer_kind)k) && strcmp(fl_layer_kind_base((fl_layer_kind)k), "?") != 0,
+                  "layer kind %d (%s) has no default-name base", k, cls);
+        CHECK_MSG(fl_layer_kind_builds((fl_layer_kind)k), "layer kind %d (%s) has no build function", k, cls);
+        const char *row = fl_keras_kind_row_class((fl_layer_kind)k);
+        CHECK_MSG(row != NULL, "layer kind %d (%s) has no row in keras_layers.c's layer_defs", k, cls);
+        CHECK_MSG(!row || strcmp(row, cls) == 0, "layer kind %d: its Keras row reads '%s', the kind's class is '%s'", k,
+                  row, cls);
+    }
+}
+
 int main(int argc, char **argv) {
+    test_kind_rows();
     dir = argc > 1 ? argv[1] : "tests/fixtures/keras";
     /* --fixtures-only N: a folder of model files only (tests/fixtures/tf_keras,
      * written by tf.keras 2 itself): their predictions and round trips, at

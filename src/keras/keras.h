@@ -136,4 +136,7 @@ void fl_keras_layer_path(const fl_model *m, int i, char *buf, size_t n);
  * "lstm/lstm_cell/recurrent_kernel"), as TensorBoard's histogram tags use it. */
 void fl_keras_weight_path(const fl_model *m, int i, int k, char *buf, size_t n);
 
+/* keras_layers.c: the Keras class of a layer kind's reader/writer row, NULL without one */
+const char *fl_keras_kind_row_class(fl_layer_kind kind);
+
 #endif

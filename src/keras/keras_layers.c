@@ -1437,6 +1437,12 @@ const fl_keras_layer_def *fl_keras_layer_by_class(const char *cls) {
     return NULL;
 }
 
+/* The Keras class of kind's row in layer_defs, NULL without one (test_keras_files: one row per kind). */
+const char *fl_keras_kind_row_class(fl_layer_kind kind) {
+    const fl_keras_layer_def *d = fl_keras_layer_by_kind(kind);
+    return d ? d->cls : NULL;
+}
+
 const fl_keras_layer_def *fl_keras_layer_by_kind(fl_layer_kind kind) {
     for (size_t i = 0; i < NDEFS; i++)
         if (layer_defs[i].kind == kind) return &layer_defs[i];

@@ -1449,6 +1449,8 @@ static fl_node *build_time_distributed(fl_layer *l, fl_graph *g, fl_node *const 
 
 static const build_fn kind_build[FL_L_COUNT];
 
+bool fl_layer_kind_builds(fl_layer_kind k) { return k < FL_L_COUNT && kind_build[k] != NULL; }
+
 /* The wrapped layer on each step of x (batch, T, ...): step t is x viewed
  * as (batch, T, 1, S) cropped to row t; the outputs, viewed as (batch, 1, 1,
  * S'), are concatenated on that axis (16 at a time, then the groups). */

@@ -228,6 +228,7 @@ int fl_layer_num_outputs(const fl_layer *l);
 int fl_layer_num_states(const fl_layer *l);
 const char *fl_layer_kind_base(fl_layer_kind k); /* "conv2d": base of default names */
 bool fl_layer_kind_merges(fl_layer_kind k);      /* takes 2 or more inputs (Add, Concatenate, ...) */
+bool fl_layer_kind_builds(fl_layer_kind k);      /* has its build function (kind_build) */
 
 typedef struct fl_optimizer_state fl_optimizer_state;
 
