@@ -330,10 +330,17 @@ static void parity(const char *what, int ndim, const int64_t *sample, int64_t ba
      * ReLU). Only in "high" mode, where TF32 moves the forward. g_feed off (the self-test's proof that the
      * emulated TF32 does flip branches) leaves each side its own forward. */
     const bool feed = training && g_feed && strcmp(g_mode, "high") == 0; /* (highest: the forwards agree to 1e-6) */
+    /* Only the values a backward branches on, which both sides always write: the activations' outputs (an ACT
+     * node's is written by the op it is fused into, if any) and a Dense or Conv2D's with its activation fused.
+     * Other nodes' buffers may be left unwritten on one side by a fusion the other backend lacks (an Add whose
+     * ReLU the CPU forms writes only the ReLU's value), or shared by two values whose lifetimes do not meet:
+     * copying those would hand the GPU the CPU's stale bytes. */
     if (feed)
         for (int i = 0; i < s[0].g.n && i < s[1].g.n; i++) {
             fl_node *a = s[0].g.nodes[i], *b = s[1].g.nodes[i];
-            if (a->op == FL_OP_INPUT || a->op == FL_OP_PARAM || !a->val || !b->val || a->op != b->op) continue;
+            const bool branches = a == s[0].out || a->op == FL_OP_ACT || a->op == FL_OP_PACT ||
+                                  ((a->op == FL_OP_DENSE || a->op == FL_OP_CONV2D) && a->act != FL_ACT_LINEAR);
+            if (!branches || !a->val || !b->val || a->op != b->op || fl_node_size(a) != fl_node_size(b)) continue;
             GPU->upload(b->val, a->val, (size_t)fl_node_size(a) * sizeof(float));
         }
     for (int k = 0; training && k < nside; k++) {
