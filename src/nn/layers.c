@@ -574,7 +574,7 @@ fl_layer *fl_normalization_(fl_normalization_args a) {
     return l;
 }
 
-/* ------------------------------------------ sequences: normalisation, attention */
+/* ------------------------- sequences: normalisation, attention (constructors; their builds below) */
 
 fl_layer *fl_layer_normalization_(fl_layer_normalization_args a) {
     if (a.epsilon == 0.0f) a.epsilon = 1e-3f;
@@ -740,7 +740,10 @@ void fl_layer_free(fl_layer *l) {
     free(l);
 }
 
-/* ------------------------------------------------------------- build */
+/* ------------------------------------------------------------- build
+ *
+ * layers.c is in two halves: the constructors above (argument checks, each family under its heading), the
+ * builds from here (each layer's weights and graph nodes, the families again in the same order). */
 
 /* A build for another length of a None axis (fl_model_bind): the layer's
  * weight of that name, made by its first build, joins the scratch graph.
@@ -1300,7 +1303,7 @@ static fl_node *build_permute(fl_layer *l, fl_graph *g, fl_node *const *xs, int 
     return fl_graph_permute(g, l->name, x, dims);
 }
 
-/* ------------------------------------------ sequences: normalisation, attention */
+/* ------------------------- sequences: normalisation, attention (builds; their constructors above) */
 
 /* LayerNormalization: Keras's axes (sorted, batch = 0) must be the trailing
  * ones; gamma and beta have their shape. */
