@@ -755,6 +755,25 @@ static int write_plot(const fl_history *h, int initial_epoch, const char *model,
     return 0;
 }
 
+/* *t cut to its first n rows, in place (NULL stays NULL); 1 having said why (what) */
+static int keep_first(fl_tensor **t, int64_t n, const char *what) {
+    if (!*t) return 0;
+    fl_tensor *c = fl_tensor_slice(*t, 0, n);
+    if (!c) return die(what);
+    fl_tensor_free(*t);
+    *t = c;
+    return 0;
+}
+
+/* The first n rows of x, y and the other inputs more[1..nmore) (input 0 is x: fit_data.c) */
+static int keep_first_rows(fl_tensor **x, fl_tensor **y, fl_tensor **more, int nmore, int64_t n, const char *what) {
+    if (keep_first(x, n, what) || keep_first(y, n, what)) return 1;
+    for (int i = 1; i < nmore; i++)
+        if (keep_first(&more[i], n, what)) return 1;
+    if (nmore > 0) more[0] = *x;
+    return 0;
+}
+
 /* --samples N and --test-samples N on the user's own data: the first N samples (an image folder's in its
  * shuffled order, as Keras's dataset.take(N)), of every input and the labels; a stream takes its first N.
  * Refused where there is nothing to cut (--test-samples without a test set). Sets *n_before to the training
@@ -773,38 +792,15 @@ static int take_own_samples(const opts *o, fl_dataset *data, flynn_multi *mi, fl
             if (!t) return die("--samples");
             fl_data_stream_free(*st);
             *st = t;
-        } else {
-            fl_tensor *x = fl_tensor_slice(data->x_train, 0, n), *y = data->y_train ? fl_tensor_slice(data->y_train, 0, n) : NULL;
-            if (!x || (data->y_train && !y)) { fl_tensor_free(x); fl_tensor_free(y); return die("--samples"); }
-            fl_tensor_free(data->x_train);
-            fl_tensor_free(data->y_train);
-            data->x_train = x, data->y_train = y;
-            if (mi->nx > 0) mi->x[0] = x; /* input 0 is x_train (fit_data.c) */
-            for (int i = 1; i < mi->nx; i++) {
-                fl_tensor *xi = fl_tensor_slice(mi->x[i], 0, n);
-                if (!xi) return die("--samples");
-                fl_tensor_free(mi->x[i]);
-                mi->x[i] = xi;
-            }
+        } else if (keep_first_rows(&data->x_train, &data->y_train, mi->x, mi->nx, n, "--samples")) {
+            return 1;
         }
         const size_t u = strlen(desc);
         snprintf(desc + u, dn - u, "; --samples: the first %lld of %lld", (long long)n, (long long)*n_before);
     }
     if (o->test_samples_given && o->test_samples > 0 && data->x_test && o->test_samples < fl_tensor_dim(data->x_test, 0)) {
         const int64_t n = o->test_samples, was = fl_tensor_dim(data->x_test, 0);
-        fl_tensor *x = fl_tensor_slice(data->x_test, 0, n), *y = data->y_test ? fl_tensor_slice(data->y_test, 0, n) : NULL;
-        if (!x || (data->y_test && !y)) { fl_tensor_free(x); fl_tensor_free(y); return die("--test-samples"); }
-        fl_tensor_free(data->x_test);
-        fl_tensor_free(data->y_test);
-        data->x_test = x, data->y_test = y;
-        if (mi->nx > 0) mi->x_test[0] = x;
-        for (int i = 1; i < mi->nx; i++) {
-            if (!mi->x_test[i]) continue;
-            fl_tensor *xi = fl_tensor_slice(mi->x_test[i], 0, n);
-            if (!xi) return die("--test-samples");
-            fl_tensor_free(mi->x_test[i]);
-            mi->x_test[i] = xi;
-        }
+        if (keep_first_rows(&data->x_test, &data->y_test, mi->x_test, mi->nx, n, "--test-samples")) return 1;
         const size_t u = strlen(desc);
         snprintf(desc + u, dn - u, "; --test-samples: the first %lld of %lld test samples", (long long)n, (long long)was);
     }

@@ -2276,15 +2276,17 @@ static int g_clip_ss_n;
 static double *g_clip_part;        /* their chunks' partial sums (k_grad_sumsq_partial) */
 static int64_t g_clip_part_n, g_dparams_chunks;
 
-/* The tensor of element e: the last whose start <= e. */
-__device__ static int param_of(const dev_param *ps, int np, int64_t e) {
+/* The last tensor whose first element (chunks: its first chunk) is at most v. */
+__device__ static int last_starting_by(const dev_param *ps, int np, int64_t v, bool chunks) {
     int lo = 0, hi = np - 1;
     while (lo < hi) {
         int mid = (lo + hi + 1) / 2;
-        if (ps[mid].start <= e) lo = mid; else hi = mid - 1;
+        if ((chunks ? ps[mid].cstart : ps[mid].start) <= v) lo = mid; else hi = mid - 1;
     }
     return lo;
 }
+/* The tensor of element e. */
+__device__ static int param_of(const dev_param *ps, int np, int64_t e) { return last_starting_by(ps, np, e, false); }
 
 /* The twin of cpu_clip_gradients: sums of squares per tensor into ss[np], in a fixed order (docs/gpu.md: no
  * atomics where determinism is promised; float atomicAdd made clip_parity at 1e-5 a coin toss on a
@@ -2294,19 +2296,11 @@ __device__ static int param_of(const dev_param *ps, int np, int64_t e) {
  * exact sums (the CPU's float sums differ by float rounding). */
 #define SUMSQ_CHUNK 4096
 #define SUMSQ_THREADS 256
-__device__ static int param_of_chunk(const dev_param *ps, int np, int64_t c) {
-    int lo = 0, hi = np - 1;
-    while (lo < hi) {
-        int mid = (lo + hi + 1) / 2;
-        if (ps[mid].cstart <= c) lo = mid; else hi = mid - 1;
-    }
-    return lo;
-}
 
 __global__ void k_grad_sumsq_partial(const dev_param *ps, int np, double *partial) {
     __shared__ double red[SUMSQ_THREADS];
     const int64_t c = blockIdx.x;
-    const dev_param p = ps[param_of_chunk(ps, np, c)];
+    const dev_param p = ps[last_starting_by(ps, np, c, true)];
     const int64_t i0 = (c - p.cstart) * SUMSQ_CHUNK, i1 = i0 + SUMSQ_CHUNK < p.n ? i0 + SUMSQ_CHUNK : p.n;
     double acc = 0.0;
     for (int64_t i = i0 + threadIdx.x; i < i1; i += SUMSQ_THREADS) {
