@@ -487,7 +487,7 @@ static fl_node *b_pad2d(fl_graph *g, fl_node *x, fl_node **p, int *np) {
     return fl_graph_pad2d(g, "pad", x, g_pads[0], g_pads[1], g_pads[2], g_pads[3]);
 }
 
-/* ZeroPadding2D taken into the convolution after it (fl_op_pad_into_conv): MobileNetV2's ((0, 1), (0, 1))
+/* ZeroPadding2D taken into the convolution after it (fuse.pad_conv): MobileNetV2's ((0, 1), (0, 1))
  * before a stride-2 DepthwiseConv2D (g_pad_dw), or ResNet50's 3 before a 7x7 stride-2 Conv2D */
 static int g_pad_dw;
 static fl_node *b_pad_conv(fl_graph *g, fl_node *x, fl_node **p, int *np) {
@@ -528,7 +528,7 @@ static fl_node *b_merge(fl_graph *g, fl_node *x, fl_node **p, int *np) {
 }
 
 /* An Add read only by a ReLU (g_add_relu6: ReLU6): the Add writes the ReLU's value, and in training its backward
- * masks the ReLU's gradient (ops.c fl_op_fused_add_relu); b_merge's sum, which reads its Dense twice */
+ * masks the ReLU's gradient (ops.c fuse.relu); b_merge's sum, which reads its Dense twice */
 static int g_add_relu6;
 static fl_node *b_add_relu(fl_graph *g, fl_node *x, fl_node **p, int *np) {
     g_merge = FL_OP_ADD;

@@ -12,6 +12,7 @@
 #include "core/rng.h"
 #include "ops/math.h"
 #include "ops/ops.h"
+#include "core/plan.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -655,7 +656,7 @@ static void test_bn_relu_fused(int relu6, int kind, int at_mean) {
 }
 
 /* Training's BatchNormalization whose value only an Add of two reads: the Add applies its affine as it adds
- * (fl_op_bn_into_add, add_affine), and its value is never written. The same output, gradients and moving
+ * (fuse.add, add_affine), and its value is never written. The same output, gradients and moving
  * statistics, bit for bit, as a backend without add_affine. kind 0: ReLU(bn(x) + z); 1: ReLU6(z + bn(x));
  * 2: bn(x) + z, no ReLU; 3: ReLU(bn(x) + bn2(z)), a projection shortcut's normalisation beside the block's,
  * only the first deferred. */
@@ -834,9 +835,9 @@ static void test_conv_bn_fused(int v) {
     fl_node *cu = conv_bn_chain(&u, &apart, v, &h);
     char what[64];
     snprintf(what, sizeof what, "conv -> batchnorm (training), variant %d", v);
-    CHECK_MSG(fl_op_fused_conv_bn_train(&h.g, ch) && !fl_op_fused_conv_bn_train(&u.g, cu),
-              "%s: fused %d and %d, expected 1 and 0", what, fl_op_fused_conv_bn_train(&h.g, ch) != NULL,
-              fl_op_fused_conv_bn_train(&u.g, cu) != NULL);
+    CHECK_MSG(ch->fuse.conv_bn && !cu->fuse.conv_bn,
+              "%s: fused %d and %d, expected 1 and 0", what, ch->fuse.conv_bn != NULL,
+              cu->fuse.conv_bn != NULL);
     harness *hs[2] = {&h, &u};
     for (int k = 0; k < 2; k++) h_step(hs[k]);
     for (int t = -2; t < h.np; t++) {
@@ -856,7 +857,7 @@ static void test_conv_bn_fused(int v) {
 }
 
 /* Training's BatchNormalization (-> ReLU) -> Conv2D, the normalisation's affine and ReLU formed as the
- * convolution reads its input (fl_op_bn_into_conv, conv_pre), its value never written: the same output,
+ * convolution reads its input (fuse.conv, conv_pre), its value never written: the same output,
  * gradients and moving statistics, bit for bit, as a backend without conv_pre. x -> conv 3x3 "same" -> bn ->
  * then v: 0, ReLU -> conv 3x3 "same" 16 -> 16 (the direct kernels' taps); 1, ReLU6 -> conv 3x3 32 -> 32 with a
  * bias (Winograd, batch 16); 2, no ReLU -> conv 3x3 16 -> 8 -> bn -> ReLU (the convolution forms the second
@@ -925,16 +926,15 @@ static void test_bn_into_conv(int v) {
     apart = *fl_backend_cpu();
     apart.conv_pre = NULL;
     harness h, u;
-    fl_node *hb, *ub, *hv, *uv, *dv;
+    fl_node *hb, *ub, *hv, *uv;
     bn_conv_chain(&h, fl_backend_cpu(), v, NULL, &hb, &hv);
     bn_conv_chain(&u, &apart, v, &h, &ub, &uv);
     char what[64];
     snprintf(what, sizeof what, "batchnorm -> conv (training), variant %d", v);
-    int act;
     /* the direct kernels: AVX-512 or AVX2; depthwise: any; a LeakyReLU is fused into the normalisation, not deferred */
     const bool want = v != 4 && v != 8 && ((v >= 6 && v <= 7) || fl_cpu_direct());
-    const bool got = fl_op_bn_into_conv(&h.g, hb, &dv, &act) != NULL;
-    CHECK_MSG(got == want && !fl_op_bn_into_conv(&u.g, ub, &dv, &act), "%s: deferred %d, expected %d", what, got,
+    const bool got = hb->fuse.conv != NULL;
+    CHECK_MSG(got == want && !ub->fuse.conv, "%s: deferred %d, expected %d", what, got,
               want);
     /* the value nothing writes has no buffer (plan.c) */
     CHECK_MSG(want ? hv->val == NULL && uv->val != NULL : hv->val != NULL, "%s: the value's buffer %p (apart %p)",
@@ -1278,7 +1278,7 @@ static void test_pad2d(int top, int bottom, int left, int right) {
     h_free(&h);
 }
 
-/* ZeroPadding2D before a convolution that takes its padding (fl_op_pad_into_conv), against the same graph with
+/* ZeroPadding2D before a convolution that takes its padding (fuse.pad_conv), against the same graph with
  * the padding kept apart (the padding marked an output, which rules the fold out), params and data copied:
  *  0: pad ((0, 1), (0, 1)) -> DepthwiseConv2D 3x3 stride 2 (MobileNetV2's correct_pad);
  *  1: Conv2D 1x1 -> BN -> ReLU6 -> that padding -> depthwise -> BN -> ReLU (a stride-2 block: the normalisation
@@ -1347,15 +1347,13 @@ static void test_pad_into_conv(int v) {
     char what[64];
     snprintf(what, sizeof what, "zero padding -> convolution, variant %d", v);
     const bool want = v != 5;
-    CHECK_MSG((fl_op_pad_into_conv(&h.g, hp) != NULL) == want && !fl_op_pad_into_conv(&u.g, up),
-              "%s: folded %d, expected %d", what, fl_op_pad_into_conv(&h.g, hp) != NULL, want);
+    CHECK_MSG((hp->fuse.pad_conv != NULL) == want && !up->fuse.pad_conv,
+              "%s: folded %d, expected %d", what, hp->fuse.pad_conv != NULL, want);
     /* neither its value nor its gradient has a buffer (plan.c) */
     CHECK_MSG(want ? hp->val == NULL && hp->grad == NULL : hp->val != NULL, "%s: the padding's buffers %p, %p", what,
               (void *)hp->val, (void *)hp->grad);
     if (v == 1) { /* the expansion's normalisation is formed by the depthwise, through the padding */
-        fl_node *dv;
-        int act;
-        CHECK_MSG(fl_op_bn_into_conv(&h.g, hb, &dv, &act) != NULL && !fl_op_bn_into_conv(&u.g, ub, &dv, &act),
+        CHECK_MSG(hb->fuse.conv != NULL && !ub->fuse.conv,
                   "%s: the normalisation is not deferred through the padding", what);
     }
     for (int step = 0; step < 2; step++) { /* two steps: the second from the updated moving statistics */
@@ -1818,6 +1816,44 @@ static void test_capability(void) {
         CHECK(strcmp(fl_op_name((fl_op)op), "?") != 0);
         CHECK(fl_op_missing_kernel(fl_backend_cpu(), (fl_op)op) == NULL);
     }
+    fl_graph_free(&g);
+}
+
+/* Every fusion has its row (a name, its backend entries: the CPU has them all), and the records follow the
+ * graph: written by the pass, stale after finalize and a migration, refused stale by the planner, and a
+ * backend without a fusion's entries gets no such record. */
+static void test_fusion_table(void) {
+    CHECK(fl_fusion_count() > 0);
+    for (int i = 0; i < fl_fusion_count(); i++) {
+        CHECK_MSG(fl_fusion_name(i) != NULL, "fusion %d has no row in fuse.c's table", i);
+        const char *miss = fl_fusion_missing(fl_backend_cpu(), i);
+        CHECK_MSG(miss == NULL, "fusion %s: the CPU backend lacks %s", fl_fusion_name(i), miss ? miss : "");
+    }
+    CHECK(fl_fusion_name(fl_fusion_count()) == NULL);
+    fl_graph g;
+    fl_graph_init(&g, fl_backend_cpu());
+    int64_t s[3] = {8, 8, 2};
+    fl_node *x = fl_graph_input(&g, "in", 3, s);
+    fl_node *w = fl_graph_param(&g, "w", 4, (int64_t[]){3, 3, 2, 4}, true);
+    fl_node *c = fl_graph_conv2d(&g, "conv", x, w, NULL, 1, 1, FL_SAME, FL_ACT_RELU);
+    fl_node *p = fl_graph_pool(&g, "pool", FL_OP_MAXPOOL, c, 2, 2, 2, 2, FL_VALID);
+    fl_graph_finalize(&g);
+    CHECK(!g.fused);
+    fl_plan plan;
+    CHECK(fl_plan_make(&g, NULL, 2, false, 64, true, &plan) == FL_ERR_STATE); /* stale: refused */
+    CHECK_STR_CONTAINS(fl_last_error(), "fusion records");
+    fl_clear_error();
+    CHECK(fl_graph_reserve(&g, 2) == FL_OK); /* the reservation makes them current */
+    CHECK(g.fused && c->fuse.pool == p && c->fuse.desc.kh == 3 && !p->fuse.pool);
+    CHECK(strcmp(c->op_name, "conv2d") == 0);
+    fl_backend apart = *fl_backend_cpu();
+    apart.conv2d_maxpool_bwd = NULL; /* the fusion's row needs both entries */
+    g.be = &apart;
+    fl_graph_refinalize(&g);
+    CHECK(!g.fused);
+    CHECK(fl_graph_reserve(&g, 2) == FL_OK);
+    CHECK(g.fused && c->fuse.pool == NULL);
+    g.be = fl_backend_cpu();
     fl_graph_free(&g);
 }
 
@@ -2947,6 +2983,7 @@ static void test_shared_grad(int v) {
 
 int main(void) {
     test_capability();
+    test_fusion_table();
     test_philox();
     test_act_values();
     int acts[] = {FL_ACT_LINEAR, FL_ACT_RELU, FL_ACT_SIGMOID, FL_ACT_TANH, FL_ACT_LEAKY_RELU, FL_ACT_ELU};

@@ -405,7 +405,7 @@ static void test_add_relu_fold(void) {
     fl_model_free(m);
 }
 
-/* Inference forms an Add as the Conv2D before it stores (fl_op_fused_res): a residual block's last
+/* Inference forms an Add as the Conv2D before it stores (fuse.res_add): a residual block's last
  * convolution, its folded normalisation, the Add and the ReLU after it in one pass. Blocks through Winograd
  * (3x3), the flat 1x1 tiles, the GEMM path (dilated) and with the Add's other input computed after the
  * convolution (the later one forms it); bit for bit what a twin model with the same weights gives, whose
@@ -812,8 +812,8 @@ static void conv_fusions(fl_model *m, int *fold, int *res, int *bn_train, int *p
         *fold += n->bn_folded > 0;
         *res += n->res_fused;
         if (n->op != FL_OP_CONV2D) continue;
-        *bn_train += fl_op_fused_conv_bn_train(&m->g, n) != NULL;
-        *pool += fl_op_fused_pool(&m->g, n) != NULL;
+        *bn_train += n->fuse.conv_bn != NULL;
+        *pool += n->fuse.pool != NULL;
     }
 }
 

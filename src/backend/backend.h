@@ -624,7 +624,7 @@ typedef struct fl_backend {
      * the step grows until its buffers are as large as the weights. */
     size_t (*infer_weight_cache)(void);
     /* Nonzero: conv2d_fwd takes d->res (in inference, the Add after a
-     * convolution formed as it stores: fl_op_fused_res). 0: they run apart. */
+     * convolution formed as it stores: fuse.res_add). 0: they run apart. */
     int conv_res;
     /* Nonzero: conv2d_bwd and conv2d_bn_bwd take d->dx_gate. 0: never set. */
     int conv_dx_gate;

@@ -1,13 +1,15 @@
 /*
- * graph.c — graph bookkeeping: adding nodes, finding which need gradients,
- * allocating buffers for a batch size, and running forward and backward in
- * topological order. What each op computes lives in src/ops/ops.c.
+ * graph.c — graph bookkeeping: finding which nodes need gradients, allocating
+ * the buffers for a batch size (as plan.c places them), moving the weights to
+ * another backend, and rebinding shapes. It reads each node's fusion record
+ * (fl_fusion) and asks the ops nothing: making nodes, deciding the fusions
+ * (src/ops/fuse.c) and running forward and backward (src/ops/run.c) are the
+ * ops' (src/ops/).
  */
 #include "graph.h"
 #include "plan.h"
 #include "error.h"
 #include "tensor.h"
-#include "ops/ops.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -111,23 +113,6 @@ void fl_graph_free(fl_graph *g) {
     memset(g, 0, sizeof *g);
 }
 
-fl_node *fl_graph_new_node(fl_graph *g, fl_op op, const char *name) {
-    if (g->n == g->cap) {
-        int cap = g->cap ? g->cap * 2 : 32;
-        fl_node **nn = realloc(g->nodes, (size_t)cap * sizeof *nn);
-        if (!nn) return fl_error_null(FL_ERR_NOMEM, "out of memory growing the graph");
-        g->nodes = nn;
-        g->cap = cap;
-    }
-    fl_node *n = fl_calloc(1, sizeof *n, "graph node");
-    if (!n) return NULL;
-    n->op = op;
-    n->id = g->n;
-    n->name = name;
-    g->nodes[g->n++] = n;
-    return n;
-}
-
 int64_t fl_node_sample_size(const fl_node *n) {
     int64_t s = 1;
     for (int i = n->batched ? 1 : 0; i < n->ndim; i++) s *= n->shape[i];
@@ -140,18 +125,21 @@ int64_t fl_node_size(const fl_node *n) {
     return s;
 }
 
+bool fl_node_grad_rule(const fl_node *n, const bool *need) {
+    if (n->op == FL_OP_PARAM) return n->trainable;
+    if (n->op == FL_OP_INPUT) return n->force_grad;
+    if (n->op == FL_OP_SEQ_MASK) return false; /* a mask is never differentiated */
+    for (int k = 0; k < n->nin; k++)
+        if (n->in[k] && (need ? need[n->in[k]->id] : n->in[k]->needs_grad)) return true;
+    return false;
+}
+
 void fl_graph_finalize(fl_graph *g) {
+    g->fused = false; /* the fusion records follow the consumers and gradients counted here */
     for (int i = 0; i < g->n; i++) {
         fl_node *n = g->nodes[i];
         n->nconsumers = 0;
-        if (n->op == FL_OP_PARAM) n->needs_grad = n->trainable;
-        else if (n->op == FL_OP_INPUT) n->needs_grad = n->force_grad;
-        else if (n->op == FL_OP_SEQ_MASK) n->needs_grad = false; /* a mask is never differentiated */
-        else {
-            n->needs_grad = false;
-            for (int k = 0; k < n->nin; k++)
-                if (n->in[k] && n->in[k]->needs_grad) n->needs_grad = true;
-        }
+        n->needs_grad = fl_node_grad_rule(n, NULL);
     }
     for (int i = 0; i < g->n; i++)
         for (int k = 0; k < g->nodes[i]->nin; k++)
@@ -161,14 +149,9 @@ void fl_graph_finalize(fl_graph *g) {
     for (int i = 0; i < g->n; i++) {
         fl_node *n = g->nodes[i];
         n->gscratch_bytes = 0;
-        if (n->op != FL_OP_DENSE && n->op != FL_OP_CONV2D && n->op != FL_OP_DEPTHWISE_CONV2D &&
-            n->op != FL_OP_CONV2D_TRANSPOSE && n->op != FL_OP_BATCHNORM && n->op != FL_OP_PRELU &&
-            n->op != FL_OP_EMBEDDING && n->op != FL_OP_RNN)
-            continue;
         bool shared = false;
         size_t floats = 0;
-        int kmax = n->op == FL_OP_RNN ? 4 : 3; /* RNN: kernel, recurrent_kernel, bias */
-        for (int k = 1; k < n->nin && k < kmax; k++)
+        for (int k = 1; k < n->nin && k <= n->weight_inputs; k++) /* the op's weights (its row in ops.c) */
             if (n->in[k]) {
                 shared |= n->in[k]->nconsumers > 1;
                 floats += (size_t)fl_node_size(n->in[k]);
@@ -228,7 +211,7 @@ static fl_status plan_within_budget(const fl_graph *g, int64_t batch, bool infer
                     "limit of %s (raise it with $FLYNN_MAX_MODEL_BYTES or fl_set_max_model_bytes, or use a smaller "
                     "batch); the largest buffers are layer '%s' (op %s) output %s, %s", (long long)batch,
                     infer ? "inference's" : "training's", fl_bytes_str(limit, c, sizeof c), bn ? bn->name : "?",
-                    bn ? fl_op_name(bn->op) : "?", bn ? fl_shape_str(bn->ndim, s, a, sizeof a) : "?",
+                    bn ? bn->op_name : "?", bn ? fl_shape_str(bn->ndim, s, a, sizeof a) : "?",
                     overflow ? "more than a 64-bit size can count" : fl_bytes_str(big, b, sizeof b));
 }
 
@@ -242,6 +225,14 @@ static bool both_within_budget(const fl_graph *g, const fl_plan *p) {
         if (g->nodes[i]->op != FL_OP_PARAM && g->nodes[i]->batched)
             ok = fl_add_checked(total, (int64_t)g->nodes[i]->gscratch_bytes, &total);
     return ok && total <= fl_model_bytes_limit();
+}
+
+/* The workspace node n's convolution needs for `batch` samples (its fusion record's descriptor), or 0. */
+static size_t conv_workspace(const fl_graph *g, const fl_node *n, int64_t batch, bool infer) {
+    if (n->op != FL_OP_CONV2D && n->op != FL_OP_CONV2D_TRANSPOSE) return 0;
+    fl_conv_desc d = n->fuse.desc;
+    d.n = batch;
+    return g->be->conv_workspace(&d, !infer && n->needs_grad);
 }
 
 static fl_status reserve(fl_graph *g, int64_t batch, bool infer) {
@@ -268,14 +259,10 @@ static fl_status reserve(fl_graph *g, int64_t batch, bool infer) {
         n->vbytes = p.vbytes[i];
         n->abytes = p.abytes[i];
         if (!infer && n->gscratch_bytes && !(n->gscratch = g->be->alloc(n->gscratch_bytes))) goto fail;
-        if (n->op == FL_OP_CONV2D || n->op == FL_OP_CONV2D_TRANSPOSE) {
-            fl_conv_desc d = fl_op_conv_desc(g, n);
-            d.n = batch;
-            size_t w = g->be->conv_workspace(&d, !infer && n->needs_grad);
-            if (w > ws) ws = w;
-        }
-        if (fl_op_fused_bn(g, n)) { /* predict and evaluate fold the normalisation into the weights */
-            size_t f = (size_t)fl_op_fold_floats(n) * sizeof(float);
+        size_t w = conv_workspace(g, n, batch, infer);
+        if (w > ws) ws = w;
+        if (n->fuse.fold_bn) { /* predict and evaluate fold the normalisation into the weights */
+            size_t f = (size_t)n->fuse.fold_floats * sizeof(float);
             if (f > fold) fold = f;
         }
     }
@@ -307,19 +294,33 @@ fail:
     return fl_last_status();
 }
 
-fl_status fl_graph_reserve(fl_graph *g, int64_t batch) {
-    if (batch <= g->batch_cap && !g->infer) return FL_OK;
-    if (g->kept.node && !g->kept.infer && batch <= g->kept.batch_cap) {
-        swap_kept(g);
-        return FL_OK;
+/* The buffers for `batch` samples, training's or (infer) inference's: grown, or switched to the other mode's
+ * kept ones where they hold it (fl_graph_reserve and fl_graph_reserve_infer, src/ops/run.c, which make the
+ * fusion records current first). */
+fl_status fl_graph_reserve_buffers(fl_graph *g, int64_t batch, bool infer) {
+    if (!g->fused)
+        return fl_error(FL_ERR_STATE, "internal: the graph's fusion records are not current (fl_fuse after "
+                        "fl_graph_finalize, a migration or a rebind)");
+    if (g->ws_recheck) { /* a rebind kept the buffers: the convolutions' workspace for the new sizes too? */
+        g->ws_recheck = false;
+        size_t ws = 0;
+        for (int i = 0; g->arena && i < g->n; i++) {
+            size_t w = conv_workspace(g, g->nodes[i], g->batch_cap, g->infer);
+            if (w > ws) ws = w;
+        }
+        if (ws > g->ws_bytes) free_batched(g);
     }
-    return reserve(g, batch, false);
-}
-
-/* Inference runs in training's buffers where they hold every value (they hold more than it needs), else
- * in its own: training's plan leaves no value to a normalisation or a ReLU that a neighbour forms as it
- * reads (plan.h), and an inference forward writes them. */
-fl_status fl_graph_reserve_infer(fl_graph *g, int64_t batch) {
+    if (!infer) {
+        if (batch <= g->batch_cap && !g->infer) return FL_OK;
+        if (g->kept.node && !g->kept.infer && batch <= g->kept.batch_cap) {
+            swap_kept(g);
+            return FL_OK;
+        }
+        return reserve(g, batch, false);
+    }
+    /* inference runs in training's buffers where they hold every value (they hold more than it needs), else
+     * in its own: training's plan leaves no value to a normalisation or a ReLU that a neighbour forms as it
+     * reads (plan.h), and an inference forward writes them */
     if (batch <= g->batch_cap && (g->infer || !g->omits)) return FL_OK;
     if (g->kept.node && g->kept.infer && batch <= g->kept.batch_cap) {
         swap_kept(g);
@@ -334,45 +335,11 @@ void fl_graph_set_batch(fl_graph *g, int64_t batch) {
         if (g->nodes[i]->batched) g->nodes[i]->shape[0] = batch;
 }
 
-void fl_graph_forward(fl_graph *g, bool training) {
-    for (int i = 0; i < g->n; i++) {
-        fl_node *n = g->nodes[i];
-        if (n->op == FL_OP_INPUT || n->op == FL_OP_PARAM) continue;
-        fl_op_forward(g, n, training);
-    }
-}
-
 void fl_graph_clear_grads(fl_graph *g) {
     for (int i = 0; i < g->n; i++) {
         g->nodes[i]->grad_ready = false;
         g->nodes[i]->grad_is_preact = false;
     }
-}
-
-int fl_graph_backward_watch(fl_graph *g, bool (*stop)(void *ctx, const fl_node *n), void *ctx) {
-    for (int i = g->n - 1; i >= 0; i--) {
-        fl_node *n = g->nodes[i];
-        if (n->op == FL_OP_PARAM && g->on_param_grad) g->on_param_grad(g->on_param_ctx, i);
-        if (stop && (n->grad_ready || n->op == FL_OP_PARAM) && stop(ctx, n)) return i;
-        if (!n->grad_ready || n->op == FL_OP_INPUT || n->op == FL_OP_PARAM) continue;
-        fl_op_backward(g, n);
-    }
-    return -1;
-}
-
-void fl_graph_backward(fl_graph *g) { (void)fl_graph_backward_watch(g, NULL, NULL); }
-
-bool fl_graph_runs_on(const fl_graph *g, const fl_backend *be, char *why, size_t len) {
-    for (int i = 0; i < g->n; i++) {
-        const fl_node *n = g->nodes[i];
-        const char *k = fl_op_missing_kernel(be, n->op);
-        if (k) {
-            if (why) snprintf(why, len, "layer '%s' (op %s) needs the kernel %s, which the %s backend does not have",
-                              n->name ? n->name : "?", fl_op_name(n->op), k, be->name);
-            return false;
-        }
-    }
-    return true;
 }
 
 fl_status fl_graph_migrate(fl_graph *g, const fl_backend *to) {
@@ -420,6 +387,7 @@ fl_status fl_graph_migrate(fl_graph *g, const fl_backend *to) {
     }
     free(nv); free(ng);
     g->be = to;
+    g->fused = false; /* fusions are the backend's */
     g->generation++;
     return FL_OK;
 }
@@ -501,7 +469,6 @@ fl_status fl_graph_rebind(fl_graph *g, fl_graph *s) {
     }
     /* do the buffers for the reserved batch hold the new sizes? */
     bool fit = g->batch_cap > 0;
-    size_t ws = 0;
     for (int i = 0; fit && i < g->n; i++) {
         const fl_node *o = g->nodes[i], *n = s->nodes[i];
         if (o->op == FL_OP_PARAM || !o->batched) continue;
@@ -515,14 +482,7 @@ fl_status fl_graph_rebind(fl_graph *g, fl_graph *s) {
         bool owns = !o->val_view || (!g->infer && o->needs_grad && !o->grad_view); /* a buffer of its own */
         if (owns && (size_t)bytes > o->vbytes) fit = false;
         if ((size_t)aux > o->abytes) fit = false;
-        if (n->op == FL_OP_CONV2D || n->op == FL_OP_CONV2D_TRANSPOSE) {
-            fl_conv_desc d = fl_op_conv_desc(s, n);
-            d.n = g->batch_cap;
-            size_t w = g->be->conv_workspace(&d, !g->infer && o->needs_grad);
-            if (w > ws) ws = w;
-        }
     }
-    if (ws > g->ws_bytes) fit = false;
     for (int i = 0; i < g->n; i++) {
         fl_node *o = g->nodes[i], *n = s->nodes[i];
         if (o->op == FL_OP_PARAM) continue;
@@ -549,6 +509,7 @@ fl_status fl_graph_rebind(fl_graph *g, fl_graph *s) {
     fl_graph_finalize(g);
     free_kept(g); /* sized for the old shapes */
     if (!fit) free_batched(g);
+    g->ws_recheck = fit; /* the convolutions' workspaces for the new sizes: once their records are (reserve) */
     fl_graph_set_batch(g, batch);
     g->generation++; /* shapes are part of a captured step: capture anew */
     g->rebinds++;

@@ -3,7 +3,11 @@
  * made it) in topological order, and reverse-mode automatic differentiation
  * over them. A model builds its graph once with a symbolic batch dimension;
  * buffers are allocated for the largest batch and reused, so a training step
- * allocates nothing.
+ * allocates nothing. This header is the graph's whole interface; graph.c and
+ * plan.c (core) keep the nodes and their buffers, and the ops define the
+ * rest: the fl_graph_* node constructors (src/ops/ops.c and its neighbours),
+ * the fusion records (src/ops/fuse.c), and running a graph: fl_graph_forward,
+ * fl_graph_backward, fl_graph_runs_on, fl_graph_reserve (src/ops/run.c).
  */
 #ifndef FL_GRAPH_H
 #define FL_GRAPH_H
@@ -53,11 +57,59 @@ typedef enum fl_op {
 
 #define FL_NODE_MAX_IN 16
 
+/* What a node's kernels do with its neighbours on the graph's backend: one pass (fl_fuse, src/ops/fuse.c)
+ * writes it on every node once the graph stands (after fl_graph_finalize, a migration or a rebind: fl_graph's
+ * fused), and the planner (plan.c), the buffers (graph.c) and the ops (ops.c) only read it. A pointer is NULL,
+ * an act FL_ACT_LINEAR, where there is no such fusion. */
 typedef struct fl_node fl_node;
+typedef struct fl_fusion {
+    fl_conv_desc desc;     /* Conv2D, DepthwiseConv2D, Conv2DTranspose: the descriptor its kernels run (conv,
+                            * with the padding it takes; the batch is set per call) */
+    fl_node *pad;          /* Conv2D, DepthwiseConv2D: the ZeroPadding2D that alone feeds it, whose padding it
+                            * takes as its own (the padding's value and gradient are never written; Keras's
+                            * applications pad before a strided convolution) */
+    fl_node *pad_conv;     /* ZeroPadding2D: the convolution that takes its padding */
+    fl_node *pool;         /* Conv2D: the MaxPooling2D it runs fused (its forward writes the pooling's value
+                            * and aux; the pooling's backward runs the convolution's) */
+    /* inference */
+    fl_node *fold_bn;      /* Conv2D, DepthwiseConv2D: the BatchNormalization it may fold into its weights
+                            * (where the batch pays for it: ops.c fold_bn), writing the normalisation's value */
+    int64_t fold_floats;   /* the floats the folded weights take (g->fold) */
+    fl_node *fold_act;     /* the ReLU (or, where conv_slope says, LeakyReLU) it then applies in its epilogue,
+                            * writing its value */
+    int fold_act_code;     /* FL_ACT_* of fold_act */
+    float fold_slope;      /* its negative slope (a LeakyReLU's) */
+    fl_node *res_add;      /* Conv2D, where conv_res: the two-input Add it forms as it stores (its value, or the
+                            * normalisation's it folds with nothing after it, read alone by the Add) */
+    fl_node *res_other;    /* the Add's other input (computed before the convolution) */
+    fl_node *res_out;      /* the node whose value it then writes: the Add's ReLU, else the Add */
+    int res_act;           /* that ReLU's FL_ACT_* */
+    /* both modes (an Add), training (a BatchNormalization) */
+    fl_node *relu;         /* the ReLU or ReLU6 (a normalisation's: or a LeakyReLU, where bn_act_slope) that its
+                            * forward applies, writing the ReLU's value and not its own; its backward then reads
+                            * the ReLU's gradient, masked, and the ReLU's backward writes nothing */
+    int relu_act;          /* FL_ACT_RELU or FL_ACT_RELU6 */
+    float relu_slope;      /* a LeakyReLU's negative slope, else 0 */
+    /* training */
+    fl_node *conv_bn;      /* Conv2D: the BatchNormalization whose data gradient its backward forms (the
+                            * normalisation's backward leaves the coefficients in its aux) */
+    fl_node *add;          /* BatchNormalization: the two-input Add that alone reads it and applies its affine
+                            * as it adds (its value is never written) */
+    fl_node *conv;         /* BatchNormalization: the convolution that forms its value, or that of its fused
+                            * ReLU, as it reads its input (d->pre; neither value is written) */
+    fl_node *conv_v;       /* the node whose value that is (the normalisation, or its ReLU) */
+    int conv_act;          /* that ReLU's FL_ACT_* */
+    fl_node *gate;         /* Conv2D: the ReLU fused into the Add before it whose mask its backward applies as it
+                            * stores the data gradient (conv_dx_gate) */
+} fl_fusion;
+
 struct fl_node {
     fl_op op;
     int id;
     const char *name;          /* the owning layer's name, for messages */
+    const char *op_name;       /* the op's name ("conv2d"), for messages: set by fl_graph_new_node */
+    int weight_inputs;         /* inputs 1..weight_inputs are weights (the op's row: a shared layer's later calls
+                                * write their gradients to scratch) */
     int nin;
     fl_node *in[FL_NODE_MAX_IN];
     int ndim;                  /* including the batch dimension when batched */
@@ -73,15 +125,14 @@ struct fl_node {
     bool grad_ready;           /* written during this backward pass */
     int bn_folded;             /* CONV2D, DEPTHWISE_CONV2D: its last (inference) forward wrote the output of the
                                 * BatchNormalization after it, with the statistics folded into the weights (1),
-                                * or of the ReLU after that (2, fl_op_fused_relu) */
+                                * or of the ReLU after that (2, fuse.fold_act) */
     bool relu_folded;          /* its last forward wrote the output of the ReLU after it instead of its own: an
-                                * ADD (fl_op_fused_add_relu) or, in training, a BATCHNORM
-                                * (fl_op_fused_bn_relu_train); in training its backward then masks the ReLU's
+                                * ADD or, in training, a BATCHNORM (fuse.relu); in training its backward then masks the ReLU's
                                 * gradient */
     bool res_fused;            /* an ADD whose sum (and ReLU) the Conv2D before it wrote in this inference step
-                                * (fl_op_fused_res): its own forward does nothing */
+                                * (fuse.res_add): its own forward does nothing */
     bool affine_deferred;      /* a BATCHNORM whose last forward (training) left its affine to the Add that alone
-                                * reads it (fl_op_bn_into_add): its value was not written */
+                                * reads it (fuse.add): its value was not written */
     int nconsumers;
     float *val, *grad;         /* backend buffers */
     void *aux;                 /* saved for backward: argmax, dropout mask, BN batch stats */
@@ -112,6 +163,7 @@ struct fl_node {
     fl_node *rnn_state[2];    /* RNN with return_state: its final h and (LSTM) c nodes (FL_OP_RNN_STATE), else NULL */
     unsigned dyn;             /* bit d: shape[d] follows a None (variable-length) input axis (Keras shows None) */
     size_t vbytes, abytes;    /* bytes of val (and grad) and of aux as allocated (a rebind keeps buffers that fit) */
+    fl_fusion fuse;           /* what its kernels fuse (fl_fusion above) */
 };
 
 /* The batch buffers of the reservation not in use (fl_graph.kept): what reserve gave each node and the graph. */
@@ -135,6 +187,7 @@ typedef struct fl_graph {
     const fl_backend *be;
     int n, cap;
     fl_node **nodes;           /* topological order */
+    bool fused;                /* every node's fusion record is that of this graph on this backend (fl_fuse) */
     int64_t batch_cap;         /* batch the buffers hold */
     bool infer;                /* the buffers are inference's: no gradients, values shared by lifetime (plan.h) */
     bool omits;                /* training's buffers, with no value for some node (fused: plan.h), so that an
@@ -176,6 +229,7 @@ typedef struct fl_graph {
     void *on_param_ctx;
     bool adopting;             /* a rebind's build: layers take their existing weights (fl_graph_adopt) */
     int64_t rebinds;           /* times the shapes were bound anew (fl_graph_rebind), for tests */
+    bool ws_recheck;           /* a rebind kept the buffers: the next reserve checks the convolutions' workspace */
     int64_t bytes_limit;       /* a rebind's build: fl_model_bytes_limit() read once (it asks the system); 0: ask */
 } fl_graph;
 
@@ -315,6 +369,10 @@ fl_node *fl_graph_masked_gap1d(fl_graph *g, const char *name, fl_node *x, fl_nod
 /* Marks which nodes need gradients (those downstream of a trainable param)
  * and counts consumers; call once after building. */
 void fl_graph_finalize(fl_graph *g);
+/* The gradient rule finalize applies: whether node n needs a gradient, given for each node before it whether it
+ * does (need[id]; NULL: their needs_grad): a weight when trainable, an input when forced (gradient checks), a
+ * sequence mask never, any other node when one of its inputs does. */
+bool fl_node_grad_rule(const fl_node *n, const bool *need);
 /* The capability query for a whole graph: true when backend `be` has every
  * kernel the graph's ops need; else false, with a line naming the first
  * layer, op and kernel that it lacks in why[len]. */
@@ -333,6 +391,9 @@ fl_status fl_graph_reserve(fl_graph *g, int64_t batch);
  * this call does to inference's kept ones. Values other than the outputs'
  * (is_output, or read by nothing) are overwritten during the forward. */
 fl_status fl_graph_reserve_infer(fl_graph *g, int64_t batch);
+/* What both call (graph.c) once the fusion records are current (src/ops/run.c calls fl_fuse_current first):
+ * training's buffers, or (infer) inference's. */
+fl_status fl_graph_reserve_buffers(fl_graph *g, int64_t batch, bool infer);
 /* Sets the current batch (<= reserved). */
 void fl_graph_set_batch(fl_graph *g, int64_t batch);
 void fl_graph_forward(fl_graph *g, bool training);

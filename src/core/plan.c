@@ -8,43 +8,44 @@
  * buffer lives over [first write, last read]; two buffers may share bytes
  * when those intervals do not meet.
  *
- * What reads or writes a buffer outside its node and the node's consumers:
+ * What reads or writes a buffer outside its node and the node's consumers (the fusions: each node's fusion
+ * record, fl_fusion, which src/ops/fuse.c writes before planning):
  *  - a Reshape is a view: its value (and, as its input's only consumer,
  *    its gradient) is its input's, which lives as long as both;
  *  - an RNN's forward writes its final-state nodes' values, and its
  *    backward reads their gradients;
- *  - a MaxPooling2D fused into the Conv2D before it (fl_op_fused_pool) has
+ *  - a MaxPooling2D fused into the Conv2D before it (fuse.pool) has
  *    its value and aux written by the convolution's forward, and its
  *    backward writes the gradient of the convolution's input;
  *  - in inference, a BatchNormalization folded into the convolution before
- *    it (fl_op_fused_bn) has its value written by the convolution's forward,
- *    and so has a ReLU that alone reads it (fl_op_fused_relu);
- *  - a ReLU that alone reads an Add (fl_op_fused_add_relu) has its value
+ *    it (fuse.fold_bn) has its value written by the convolution's forward,
+ *    and so has a ReLU that alone reads it (fuse.fold_act);
+ *  - a ReLU that alone reads an Add (fuse.relu) has its value
  *    written by the Add's forward; in training, its gradient is read by
  *    the Add's backward;
  *  - in inference, an Add that a Conv2D before it may form as it stores
- *    (fl_op_fused_res) has its value, or its ReLU's, in the buffer of the
+ *    (fuse.res_add) has its value, or its ReLU's, in the buffer of the
  *    input the convolution gives it (the convolution's value, or the
  *    normalisation's it folds), which lives as long as both: the
  *    convolution writes it there, or the Add adds in place;
  *  - in training, a ReLU (or LeakyReLU) that alone reads a BatchNormalization
- *    (fl_op_fused_bn_relu_train) has its gradient read by the
+ *    (fuse.relu) has its gradient read by the
  *    normalisation's backward;
  *  - in training, a BatchNormalization whose data gradient the Conv2D
- *    before it forms (fl_op_fused_conv_bn_train) has its gradient, or its
+ *    before it forms (fuse.conv_bn) has its gradient, or its
  *    fused ReLU's, read by the convolution's backward;
  *  - in training, a BatchNormalization whose affine the Add that alone
- *    reads it applies (fl_op_bn_into_add) has no value: nothing writes or
+ *    reads it applies (fuse.add) has no value: nothing writes or
  *    reads it;
  *  - in training, a BatchNormalization whose affine (and ReLU) the Conv2D
- *    that alone reads it forms as it reads its input (fl_op_bn_into_conv)
+ *    that alone reads it forms as it reads its input (fuse.conv)
  *    has no value, nor has the ReLU; the ReLU's gradient stays;
  *  - in training, a BatchNormalization or an Add whose ReLU is fused into
  *    it (relu_fused_into) writes the ReLU's value, and its backward reads
  *    the ReLU's gradient: it has no gradient, and no value but for an Add
  *    of three or more (the sum so far);
  *  - a ZeroPadding2D whose padding the convolution that alone reads it
- *    takes (fl_op_pad_into_conv) has neither value nor gradient: the
+ *    takes (fuse.pad_conv) has neither value nor gradient: the
  *    convolution reads its input, and its backward writes that input's
  *    gradient;
  *  - in training, a BatchNormalization that alone feeds a two-input Add
@@ -66,7 +67,6 @@
 #include "plan.h"
 #include "error.h"
 #include "tensor.h"
-#include "ops/ops.h"
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -161,32 +161,30 @@ void fl_plan_free(fl_plan *p) {
 bool fl_plan_val_view(const fl_node *n) { return n->op == FL_OP_RESHAPE; }
 bool fl_plan_grad_view(const fl_node *n) { return n->op == FL_OP_RESHAPE && n->in[0]->nconsumers == 1; }
 
-/* Training: a normalisation or an Add whose ReLU is fused into it (fl_op_fused_bn_relu_train,
- * fl_op_fused_add_relu) writes the ReLU's value, and its backward reads the ReLU's gradient: its own gradient
+/* Training: a normalisation or an Add whose ReLU is fused into it (fuse.relu)
+ * writes the ReLU's value, and its backward reads the ReLU's gradient: its own gradient
  * is never written or read, and neither is its value, but for an Add of three or more, which sums into it. */
 static bool relu_fused_into(const fl_graph *g, const fl_node *n) {
-    int act;
-    if (n->op == FL_OP_BATCHNORM) return fl_op_fused_bn_relu_train(g, n, &act) != NULL;
-    return n->op == FL_OP_ADD && fl_op_fused_add_relu(g, n, &act) != NULL;
+    (void)g;
+    return (n->op == FL_OP_BATCHNORM || n->op == FL_OP_ADD) && n->fuse.relu;
 }
 
 /* Training: the value of a normalisation, or of the ReLU fused after it, that the convolution after it forms
- * as it reads its input (fl_op_bn_into_conv). */
+ * as it reads its input (fuse.conv). */
 static bool conv_forms(const fl_graph *g, const fl_node *n) {
+    (void)g;
     const fl_node *bn = n->op == FL_OP_BATCHNORM ? n : n->nin == 1 ? n->in[0] : NULL;
-    fl_node *v;
-    int act;
-    return bn && fl_op_bn_into_conv(g, bn, &v, &act) && v == n;
+    return bn && bn->fuse.conv && bn->fuse.conv_v == n;
 }
 
 /* The earliest time the backward may write (or add into) the gradient of an input of reader c: c's backward,
- * or that of the convolution that takes c's padding (fl_op_pad_into_conv), or that of the max pooling fused
- * after that convolution (fl_op_fused_pool), which form it. */
+ * or that of the convolution that takes c's padding (fuse.pad_conv), or that of the max pooling fused
+ * after that convolution (fuse.pool), which form it. */
 static int64_t grad_write(const fl_graph *g, const fl_node *c) {
     int64_t t = c->id;
-    const fl_node *conv = c->op == FL_OP_PAD2D ? fl_op_pad_into_conv(g, c) : c;
+    const fl_node *conv = c->op == FL_OP_PAD2D ? c->fuse.pad_conv : c;
     if (conv && conv->id > t) t = conv->id;
-    const fl_node *pool = conv && conv->op == FL_OP_CONV2D ? fl_op_fused_pool(g, conv) : NULL;
+    const fl_node *pool = conv && conv->op == FL_OP_CONV2D ? conv->fuse.pool : NULL;
     if (pool && pool->id > t) t = pool->id;
     return 2 * (int64_t)g->n - t;
 }
@@ -313,32 +311,30 @@ static void plan_readers(plan_ctx *pc) {
             if (infer) hi[3 * x->id] = MAX(hi[3 * x->id], i);
             else if (NEED(x) && NEED(c)) lo[3 * x->id + 1] = MIN(lo[3 * x->id + 1], grad_write(g, c));
         }
-        int act;
-        const fl_node *bn = infer ? fl_op_fused_bn(g, c) : NULL;
+        const fl_node *bn = infer ? c->fuse.fold_bn : NULL;
         if (bn) { /* folded: the convolution writes its output, or its ReLU's */
-            float slope;
-            const fl_node *an = fl_op_fused_conv_act(g, c, bn, &act, &slope);
+            const fl_node *an = c->fuse.fold_act;
             lo[3 * bn->id] = MIN(lo[3 * bn->id], i);
             if (an) lo[3 * an->id] = MIN(lo[3 * an->id], i);
         }
-        const fl_node *ar = infer ? fl_op_fused_add_relu(g, c, &act) : NULL;
+        const fl_node *ar = infer && c->op == FL_OP_ADD ? c->fuse.relu : NULL;
         if (ar) lo[3 * ar->id] = MIN(lo[3 * ar->id], i); /* the Add writes its ReLU's value */
-        const fl_node *br = !infer && NEED(c) ? fl_op_fused_relu_train(g, c, &act) : NULL;
+        const fl_node *br = !infer && NEED(c) ? c->fuse.relu : NULL;
         if (br && NEED(br)) hi[3 * br->id + 1] = MAX(hi[3 * br->id + 1], 2 * (int64_t)N - i);
-        const fl_node *cb = !infer && NEED(c) ? fl_op_fused_conv_bn_train(g, c) : NULL;
+        const fl_node *cb = !infer && NEED(c) ? c->fuse.conv_bn : NULL;
         if (cb) { /* the convolution's backward reads the normalisation's gradient, or its ReLU's */
-            const fl_node *cr = fl_op_fused_bn_relu_train(g, cb, &act);
+            const fl_node *cr = cb->fuse.relu;
             if (NEED(cb)) hi[3 * cb->id + 1] = MAX(hi[3 * cb->id + 1], 2 * (int64_t)N - i);
             if (cr && NEED(cr)) hi[3 * cr->id + 1] = MAX(hi[3 * cr->id + 1], 2 * (int64_t)N - i);
         }
         /* in inference the convolution reads the padding's input; in training its backward (or the fused
          * pooling's) writes that input's gradient, which grad_write gives the padding as its reader */
-        const fl_node *pad = infer ? fl_op_conv_pad(g, c) : NULL;
+        const fl_node *pad = infer ? c->fuse.pad : NULL;
         if (pad && pad->in[0] && pad->in[0]->op != FL_OP_PARAM && pad->in[0]->batched)
             hi[3 * pad->in[0]->id] = MAX(hi[3 * pad->in[0]->id], i);
         /* inference: the convolution's forward writes the pooling's value and aux (in training, the pooling's
          * backward writes the convolution's input gradient: grad_write) */
-        const fl_node *pool = infer && c->op == FL_OP_CONV2D ? fl_op_fused_pool(g, c) : NULL;
+        const fl_node *pool = infer && c->op == FL_OP_CONV2D ? c->fuse.pool : NULL;
         if (pool) {
             lo[3 * pool->id] = MIN(lo[3 * pool->id], i);
             lo[3 * pool->id + 2] = MIN(lo[3 * pool->id + 2], i);
@@ -374,15 +370,14 @@ static void plan_residual_aliases(plan_ctx *pc) {
     const int N = pc->g->n;
     int64_t *lo = pc->lo, *hi = pc->hi;
     int *alias = pc->alias;
-    /* inference: an Add that a convolution may form as it stores (fl_op_fused_res) writes its value, or its
+    /* inference: an Add that a convolution may form as it stores (fuse.res_add) writes its value, or its
      * ReLU's, into the buffer of the input that convolution gives it: the convolution writes it there in a step
      * where it forms the Add, and where it does not (a normalisation not folded at this batch) the Add adds in
      * place, element by element */
     for (int i = 0; infer && i < N; i++) alias[i] = -1;
     for (int i = 0; infer && i < N; i++) {
-        fl_node *o, *out;
-        int act;
-        const fl_node *add = fl_op_fused_res(g, g->nodes[i], &o, &out, &act);
+        const fl_node *add = g->nodes[i]->fuse.res_add, *o = g->nodes[i]->fuse.res_other,
+                      *out = g->nodes[i]->fuse.res_out;
         if (!add) continue;
         const int v = add->in[0] == o ? add->in[1]->id : add->in[0]->id, r = out->id;
         lo[3 * v] = MIN(lo[3 * v], lo[3 * r]);
@@ -405,9 +400,9 @@ static void plan_owners(plan_ctx *pc) {
         const fl_node *n = g->nodes[i];
         if (n->op == FL_OP_PARAM || !n->batched) continue;
         const bool fused = !infer && relu_fused_into(g, n), unwritten = fused && (n->op != FL_OP_ADD || n->nin == 2);
-        const bool padded_by_conv = fl_op_pad_into_conv(g, n) != NULL;
+        const bool padded_by_conv = n->fuse.pad_conv != NULL;
         own[3 * i] = !fl_plan_val_view(n) && !padded_by_conv && (!alias || alias[i] < 0) &&
-                     (infer || (!unwritten && !fl_op_bn_into_add(g, n) && !conv_forms(g, n)));
+                     (infer || (!unwritten && !n->fuse.add && !conv_forms(g, n)));
         own[3 * i + 1] = !infer && NEED(n) && !fl_plan_grad_view(n) && !fused && !padded_by_conv;
         own[3 * i + 2] = p->abytes[i] > 0;
         if (own[3 * i + 1] && lo[3 * i + 1] > hi[3 * i + 1]) lo[3 * i + 1] = hi[3 * i + 1]; /* never written */
@@ -443,8 +438,7 @@ static void plan_shared_grads(plan_ctx *pc) {
         const fl_node *a = g->nodes[i];
         if (a->op != FL_OP_ADD || a->nin != 2 || !NEED(a) || !a->batched || !a->in[0] || a->in[0] == a->in[1])
             continue;
-        int act;
-        const fl_node *t = relu_fused_into(g, a) ? fl_op_fused_add_relu(g, a, &act) : a;
+        const fl_node *t = relu_fused_into(g, a) ? a->fuse.relu : a;
         if (!t || !NEED(t) || t->is_output || t->nconsumers == 0 || !own[3 * t->id + 1]) continue; /* not the loss's */
         for (int k = 0; k < 2; k++) {
             const fl_node *o = a->in[k];
@@ -482,6 +476,9 @@ static void plan_place(plan_ctx *pc) {
 fl_status fl_plan_make(const fl_graph *g, const bool *need, int64_t batch, bool infer, size_t align, bool fixed,
                        fl_plan *p) {
     memset(p, 0, sizeof *p);
+    if (!g->fused) /* the fusions decide which values and gradients are written: they must be g's (fl_fuse) */
+        return fl_error(FL_ERR_STATE, "internal: planning a graph whose fusion records are not current (call "
+                        "fl_fuse_current first)");
     const int N = g->n;
     const size_t cnt = (size_t)(N > 0 ? N : 1);
     p->val = malloc(cnt * sizeof(size_t));

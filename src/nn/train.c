@@ -135,9 +135,7 @@ static int loss_input(const fl_model *m) {
     bool ce = m->loss.kind == FL_LOSS_CATEGORICAL_CROSSENTROPY ||
               m->loss.kind == FL_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY;
     if (ce && o->op == FL_OP_ACT && o->act == FL_ACT_SOFTMAX) return FL_LI_SOFTMAX_FUSED;
-    if (m->loss.kind == FL_LOSS_BINARY_CROSSENTROPY && o->act == FL_ACT_SIGMOID &&
-        (o->op == FL_OP_ACT || o->op == FL_OP_DENSE || o->op == FL_OP_CONV2D ||
-         o->op == FL_OP_CONV2D_TRANSPOSE))
+    if (m->loss.kind == FL_LOSS_BINARY_CROSSENTROPY && o->act == FL_ACT_SIGMOID && fl_op_preact_grad(o->op))
         return FL_LI_SIGMOID_FUSED;
     return FL_LI_PROBS;
 }
@@ -281,6 +279,7 @@ static int64_t infer_step(const fl_model *m, int64_t bs) {
     for (int i = 0; i < g->n; i++)
         if (g->nodes[i]->op == FL_OP_RNN) return bs;
     fl_plan p;
+    fl_fuse_current((fl_graph *)g); /* (predict reserved the graph: current already) */
     if (fl_plan_make(g, NULL, 1, true, 1, false, &p) != FL_OK) {
         fl_clear_error(); /* out of memory planning: whole batches, as before */
         return bs;

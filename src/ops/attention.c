@@ -332,6 +332,19 @@ void fl_attention_backward(fl_graph *g, fl_node *n) {
     fl_op_mark(n, 1);
 }
 
+/* Multiply-adds per sample: q k^T and p v per head (cost.c). */
+double fl_attention_macs(const fl_node *n) {
+    const fl_attn_desc *a = &n->attn;
+    return (double)a->heads * a->tq * a->tk * (double)(a->dk + a->dv);
+}
+
+/* d(q k^T) -> dq, dk; d(p v) -> dp, dv: two products per forward product, where q, k or v needs a gradient. */
+double fl_attention_backward_macs(const fl_node *n, const bool *need, double macs) {
+    for (int i = 0; i < 3 && i < n->nin; i++)
+        if (n->in[i] && need[n->in[i]->id]) return 2 * macs;
+    return 0;
+}
+
 /* --------------------------------------------------------- RepeatVector
  *
  * y[b, t, :] = x[b, :]: the concatenation kernels, one block per step. */

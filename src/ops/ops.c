@@ -13,6 +13,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 _Static_assert(FL_MAX_DIMS <= 8, "the permute kernels take at most 8 dimensions (backend.h)");
@@ -414,8 +415,8 @@ fl_node *fl_graph_batchnorm(fl_graph *g, const char *name, fl_node *x, fl_node *
     n->eps = eps;
     n->momentum = momentum;
     /* the batch's mean and 1/std; then the s, t, u of its dx when the convolution before it forms the dx
-     * (fl_op_fused_conv_bn_train); then the s, t the forward applied when it applies a ReLU too
-     * (fl_op_fused_bn_relu_train: the backward's mask) */
+     * (fuse.conv_bn, src/ops/fuse.c); then the s, t the forward applied when it applies a ReLU too
+     * (fuse.relu: the backward's mask) */
     n->aux_fixed = 7 * (size_t)x->shape[x->ndim - 1] * sizeof(float);
     return n;
 }
@@ -733,70 +734,16 @@ static void concat_geom(const fl_node *x, int axis, int64_t *rows, int64_t *cols
 
 static int64_t rows_of(const fl_node *n) { return fl_node_size(n) / n->shape[n->ndim - 1]; }
 
-/* The first node after x that reads it, and in *k the input it reads x as (the only one where x has one
- * consumer); NULL if none. */
-static fl_node *first_reader(const fl_graph *g, const fl_node *x, int *k) {
-    for (int i = x->id + 1; i < g->n; i++) {
-        fl_node *n = g->nodes[i];
-        for (*k = 0; *k < n->nin; (*k)++)
-            if (n->in[*k] == x) return n;
-    }
-    return NULL;
-}
 
-/* The max pooling that consumes conv2d node c, when c has no other consumer
- * and the backend runs the two fused; else NULL. */
-fl_node *fl_op_fused_pool(const fl_graph *g, const fl_node *c) {
-    if (!g->be->conv2d_maxpool_fwd || !g->be->conv2d_maxpool_bwd || c->nconsumers != 1) return NULL;
-    int k;
-    fl_node *n = first_reader(g, c, &k);
-    return n && k == 0 && n->op == FL_OP_MAXPOOL ? n : NULL;
-}
 
-/* ZeroPadding2D's padding added to that of convolution desc d that reads it (pd: the padding's desc) */
-static fl_conv_desc pad_folded(fl_conv_desc d, const fl_conv_desc *pd) {
-    d.h = pd->h;
-    d.w = pd->w;
-    d.pt += pd->pt;
-    d.pl += pd->pl;
-    return d;
-}
 
-/* Whether padding pad before an input of n and zeros after it as far as the windows reach, out windows of k
- * (dilated: its extent) at stride, can be padding pad on both sides with the rest after, as cuDNN takes it (the
- * CUDA backend's conv_plan): the windows reach at least pad past n, or pad on both sides gives out windows too. */
-static bool pad_symmetric_ok(int n, int out, int k, int stride, int dil, int pad) {
-    const int64_t extent = (int64_t)(k - 1) * dil + 1, after = (int64_t)(out - 1) * stride + extent - n - pad;
-    return after >= pad || (n + 2 * (int64_t)pad >= extent && (n + 2 * (int64_t)pad - extent) / stride + 1 == out);
-}
 
-fl_node *fl_op_pad_into_conv(const fl_graph *g, const fl_node *p) {
-    if (p->op != FL_OP_PAD2D || p->nconsumers != 1 || p->is_output || !p->batched) return NULL;
-    const fl_conv_desc *pd = &p->conv;
-    if (pd->pt < 0 || pd->pl < 0 || pd->oh - pd->h - pd->pt < 0 || pd->ow - pd->w - pd->pl < 0) return NULL;
-    int k;
-    fl_node *c = first_reader(g, p, &k);
-    if (!c || k != 0 || (c->op != FL_OP_CONV2D && c->op != FL_OP_DEPTHWISE_CONV2D)) return NULL;
-    const fl_conv_desc d = pad_folded(c->conv, pd);
-    return pad_symmetric_ok(d.h, d.oh, d.kh, d.sh, fl_conv_dil_h(&d), d.pt) &&
-                   pad_symmetric_ok(d.w, d.ow, d.kw, d.sw, fl_conv_dil_w(&d), d.pl)
-               ? c
-               : NULL;
-}
 
-fl_node *fl_op_conv_pad(const fl_graph *g, const fl_node *n) {
-    fl_node *p = n->nin > 0 ? n->in[0] : NULL;
-    return p && p->op == FL_OP_PAD2D && fl_op_pad_into_conv(g, p) == n ? p : NULL;
-}
 
-fl_conv_desc fl_op_conv_desc(const fl_graph *g, const fl_node *n) {
-    const fl_node *p = fl_op_conv_pad(g, n);
-    return p ? pad_folded(n->conv, &p->conv) : n->conv;
-}
 
 /* The node whose value convolution n reads: its input, or the input of the padding it takes */
 static const fl_node *conv_src(const fl_graph *g, const fl_node *n) {
-    const fl_node *p = fl_op_conv_pad(g, n);
+    const fl_node *p = n->fuse.pad;
     return p ? p->in[0] : n->in[0];
 }
 
@@ -818,7 +765,7 @@ static void mark(fl_node *n, int k) {
 /* The node whose input's gradient convolution n's backward writes: n, or the padding n takes (which is left
  * unmarked, so that its own backward is skipped) */
 static fl_node *dx_node(const fl_graph *g, fl_node *n) {
-    fl_node *p = fl_op_conv_pad(g, n);
+    fl_node *p = n->fuse.pad;
     return p ? p : n;
 }
 
@@ -869,86 +816,29 @@ static void dense_backward(fl_graph *g, fl_node *n) {
     mark(n, 0); mark(n, 1); mark(n, 2);
 }
 
-/* BatchNormalization folded into the convolution before it, in inference
- * (PyTorch's fuse_conv_bn_eval, TF's fold_batch_norms): per output channel
- * o, with s = gamma / sqrt(moving_var + eps), the kernel's column o times s
- * and the bias (b - moving_mean) s + beta, both made by the normalisation's
- * own inference kernel (the kernel as rows of output channels, with a zero
- * mean and no beta; the bias as one row). It saves the normalisation's pass
- * over the output (read and write) and costs one over the weights, so it is
- * taken when the batch's output outnumbers the weights twice. A ReLU or
- * ReLU6 that alone reads the normalisation goes into the convolution's
- * epilogue too (fl_op_fused_relu), saving its pass as well. */
-fl_node *fl_op_fused_bn(const fl_graph *g, const fl_node *c) {
-    if ((c->op != FL_OP_CONV2D && c->op != FL_OP_DEPTHWISE_CONV2D) || c->conv.act != FL_ACT_LINEAR ||
-        c->nconsumers != 1 || c->is_output || !c->batched || c->ndim < 2)
-        return NULL;
-    int k;
-    fl_node *n = first_reader(g, c, &k);
-    return n && n->op == FL_OP_BATCHNORM && k == 0 && n->in[3] && n->in[4] &&
-                   fl_node_size(n->in[3]) == c->shape[c->ndim - 1] ? n : NULL;
+/* Multiply-adds per sample (cost.c: FLOPs are two per multiply-add): x (rows, k) times the kernel (k, units). */
+static double dense_macs(const fl_node *n) {
+    const fl_node *x = n->in[0];
+    double k = (double)x->shape[x->ndim - 1];
+    return (double)fl_node_sample_size(x) / k * k * (double)n->shape[n->ndim - 1];
 }
 
-int64_t fl_op_fold_floats(const fl_node *c) { return fl_node_size(c->in[1]) + 3 * c->shape[c->ndim - 1]; }
 
-fl_node *fl_op_fused_relu(const fl_graph *g, const fl_node *x, int *act) {
-    if (x->nconsumers != 1 || x->is_output) return NULL;
-    int k;
-    fl_node *n = first_reader(g, x, &k);
-    if (!n || k != 0 || n->nin != 1) return NULL;
-    if (n->op == FL_OP_ACT && (n->act == FL_ACT_RELU || n->act == FL_ACT_RELU6)) {
-        *act = n->act;
-        return n;
-    }
-    if (n->op == FL_OP_PACT && n->pact.code == FL_PACT_RELU && n->pact.a == 0.0f && n->pact.b == 0.0f &&
-        (isinf(n->pact.c) || n->pact.c == 6.0f)) {
-        *act = isinf(n->pact.c) ? FL_ACT_RELU : FL_ACT_RELU6;
-        return n;
-    }
-    return NULL;
-}
 
-/* The LeakyReLU layer (Keras's LeakyReLU, or ReLU with a negative_slope under 1, no threshold or cap) that
- * alone reads x, or NULL */
-static fl_node *leaky_reader(const fl_graph *g, const fl_node *x) {
-    if (x->nconsumers != 1 || x->is_output) return NULL;
-    int k;
-    fl_node *n = first_reader(g, x, &k);
-    if (!n || k != 0 || n->nin != 1 || n->op != FL_OP_PACT || n->pact.code != FL_PACT_RELU || !(n->pact.a > 0.0f) ||
-        !(n->pact.a < 1.0f) || n->pact.b != 0.0f || !(isinf(n->pact.c) && n->pact.c > 0))
-        return NULL;
-    return n;
-}
 
-float fl_op_relu_slope(const fl_node *relu) {
-    return relu && relu->op == FL_OP_PACT && relu->pact.code == FL_PACT_RELU ? relu->pact.a : 0.0f;
-}
 
-/* What a convolution that folds normalisation bn applies in its epilogue: a ReLU or ReLU6
- * (fl_op_fused_relu), or where the backend takes a slope (conv_slope), a LeakyReLU layer (Keras's
- * LeakyReLU, or ReLU with a negative_slope under 1, no threshold or cap) that alone reads bn, as act
- * FL_ACT_RELU with *slope its negative_slope; NULL if none. */
-fl_node *fl_op_fused_conv_act(const fl_graph *g, const fl_node *conv, const fl_node *bn, int *act, float *slope) {
-    *slope = 0.0f;
-    fl_node *n = fl_op_fused_relu(g, bn, act);
-    if (n) return n;
-    if (conv->op != FL_OP_CONV2D || !g->be->conv_slope || !g->be->conv_slope(&conv->conv)) return NULL;
-    if (!(n = leaky_reader(g, bn))) return NULL;
-    *act = FL_ACT_RELU;
-    *slope = n->pact.a;
-    return n;
-}
+
 
 /* The weights, bias and output of convolution n's forward: its own, or in
- * inference, where fl_op_fused_bn allows and the batch pays for it, the
+ * inference, where fuse.fold_bn allows and the batch pays for it, the
  * folded ones (in g->fold: the kernel, the bias, then zeros) and the
  * normalisation's output (d->has_bias set). */
 static float *fold_bn(fl_graph *g, fl_node *n, bool training, fl_conv_desc *d, const float **w, const float **b) {
     *w = n->in[1]->val;
     *b = d->has_bias ? n->in[2]->val : NULL;
     n->bn_folded = 0;
-    fl_node *bn = training || !g->fold ? NULL : fl_op_fused_bn(g, n);
-    if (!bn || g->fold_bytes < (size_t)fl_op_fold_floats(n) * sizeof(float) ||
+    fl_node *bn = training || !g->fold ? NULL : n->fuse.fold_bn;
+    if (!bn || g->fold_bytes < (size_t)n->fuse.fold_floats * sizeof(float) ||
         (g->fold_batch > 0 ? g->fold_batch : g->batch) * fl_node_sample_size(n) < 2 * fl_node_size(n->in[1]))
         return n->val;
     const int64_t oc = n->shape[n->ndim - 1], nw = fl_node_size(n->in[1]);
@@ -964,87 +854,46 @@ static float *fold_bn(fl_graph *g, fl_node *n, bool training, fl_conv_desc *d, c
     *b = fb;
     d->has_bias = 1;
     n->bn_folded = 1;
-    int act = FL_ACT_LINEAR;
-    float slope;
-    fl_node *an = fl_op_fused_conv_act(g, n, bn, &act, &slope); /* and the ReLU after it, in the epilogue */
+    fl_node *an = n->fuse.fold_act; /* and the ReLU after it, in the epilogue */
     if (!an) return bn->val;
-    d->act = act;
-    d->slope = slope;
+    d->act = n->fuse.fold_act_code;
+    d->slope = n->fuse.fold_slope;
     n->bn_folded = 2;
     return an->val;
 }
 
-fl_node *fl_op_fused_res(const fl_graph *g, const fl_node *conv, fl_node **other, fl_node **out, int *act) {
-    if (!g->be->conv_res || conv->op != FL_OP_CONV2D || conv->conv.act != FL_ACT_LINEAR || !conv->batched)
-        return NULL;
-    const fl_node *v = fl_op_fused_bn(g, conv);
-    float slope;
-    if (v && fl_op_fused_conv_act(g, conv, v, act, &slope)) return NULL; /* the normalisation's ReLU reads it */
-    if (!v) v = conv;
-    if (v->nconsumers != 1 || v->is_output) return NULL;
-    int k;
-    fl_node *add = first_reader(g, v, &k);
-    if (!add || add->op != FL_OP_ADD || add->nin != 2 || !add->batched) return NULL;
-    fl_node *o = add->in[1 - k];
-    if (!o || o == v || o->id >= conv->id || !o->batched || fl_node_size(o) != fl_node_size(add)) return NULL;
-    *act = FL_ACT_LINEAR;
-    fl_node *relu = fl_op_fused_add_relu(g, add, act);
-    *other = o;
-    *out = relu ? relu : add;
-    return add;
-}
 
-/* Inference: where fl_op_fused_res gives an Add and conv n writes its own value or the normalisation's it
+/* Inference: where fuse.res_add gives an Add and conv n writes its own value or the normalisation's it
  * folded in this step (d->act linear), the Add's sum and ReLU instead, with d->res and d->act set (the Add's
  * forward then does nothing); else y. */
 static float *fold_res(fl_graph *g, fl_node *n, bool training, fl_conv_desc *d, float *y) {
-    fl_node *o, *out;
-    int act;
-    fl_node *add = fl_op_fused_res(g, n, &o, &out, &act);
+    fl_node *add = n->fuse.res_add, *o = n->fuse.res_other, *out = n->fuse.res_out;
     if (!add) return y;
     const bool bn = add->in[add->in[0] == o ? 1 : 0] != n; /* the Add reads the normalisation n folds */
     add->res_fused = !training && d->act == FL_ACT_LINEAR && (bn ? n->bn_folded == 1 : n->bn_folded == 0);
     if (!add->res_fused) return y;
     d->res = o->val;
-    d->act = act;
+    d->act = n->fuse.res_act;
     return out->val;
 }
 
-fl_node *fl_op_bn_into_conv(const fl_graph *g, const fl_node *bn, fl_node **v, int *act) {
-    if (bn->op != FL_OP_BATCHNORM || bn->mode || !bn->batched || !g->be->conv_pre || !g->be->bn_fwd_train_act)
-        return NULL;
-    *act = FL_ACT_LINEAR;
-    fl_node *r = fl_op_fused_bn_relu_train(g, bn, act), *x = r ? r : (fl_node *)bn;
-    if (fl_op_relu_slope(r) != 0.0f) return NULL; /* d->pre takes ReLU and ReLU6 only */
-    if (x->nconsumers != 1 || x->is_output || !x->batched) return NULL;
-    int k;
-    fl_node *c = first_reader(g, x, &k);
-    if (c && c->op == FL_OP_PAD2D && k == 0) c = fl_op_pad_into_conv(g, c); /* the convolution takes its padding */
-    if (!c || (c->op != FL_OP_CONV2D && c->op != FL_OP_DEPTHWISE_CONV2D) || k != 0 || !c->batched) return NULL;
-    BATCH_DESC(d, fl_op_conv_desc(g, c));
-    if (!g->be->conv_pre(&d, c->op == FL_OP_DEPTHWISE_CONV2D)) return NULL;
-    *v = x;
-    return c;
-}
 
 /* What convolution n reads: its input's value, or where the normalisation before it left its affine and ReLU
- * to it in this step's forward (fl_op_bn_into_conv), that normalisation's input, with d->pre (its s and t) and
+ * to it in this step's forward (fuse.conv), that normalisation's input, with d->pre (its s and t) and
  * d->pre_act set. */
 static const float *conv_input(const fl_graph *g, const fl_node *n, fl_conv_desc *d) {
     const fl_node *x = conv_src(g, n), *bn = x;
     if (x->op != FL_OP_BATCHNORM && x->nin == 1 && x->in[0]) bn = x->in[0];
     if (bn->op != FL_OP_BATCHNORM || !bn->affine_deferred) return x->val;
-    fl_node *v;
-    int act;
-    if (fl_op_bn_into_conv(g, bn, &v, &act) != n) return x->val; /* an Add's (fl_op_bn_into_add) */
+    if (bn->fuse.conv != n) return x->val; /* an Add's (fuse.add) */
     d->pre = (const float *)bn->aux + 5 * bn->shape[bn->ndim - 1];
-    d->pre_act = act;
+    d->pre_act = bn->fuse.conv_act;
     return bn->in[0]->val;
 }
 
 static void conv2d_forward(fl_graph *g, fl_node *n, bool training) {
-    BATCH_DESC(d, fl_op_conv_desc(g, n));
-    fl_node *pool = fl_op_fused_pool(g, n);
+    BATCH_DESC(d, n->fuse.desc);
+    fl_node *pool = n->fuse.pool;
     const float *xv = conv_input(g, n, &d);
     if (pool) { /* the pooling's output too, in one pass */
         BATCH_DESC(pd, pool->conv);
@@ -1057,22 +906,17 @@ static void conv2d_forward(fl_graph *g, fl_node *n, bool training) {
     g->be->conv2d_fwd(&d, xv, w, b, y, g->ws);
 }
 
-/* The ReLU (mask x > 0) fused after an Add (fl_op_fused_add_relu) that convolution n reads and, being its first
+/* The ReLU (mask x > 0) fused after an Add (its fuse.relu) that convolution n reads and, being its first
  * reader, writes the gradient of last: n's backward may store that gradient masked (the backend's conv_dx_gate),
  * and the Add's backward then finds it masked (grad_is_preact) instead of masking it in a pass of its own. */
 static fl_node *gated_relu(const fl_graph *g, const fl_node *n, const fl_conv_desc *d) {
-    fl_node *r = n->in[0];
-    int k, act;
-    if (!g->be->conv_dx_gate || d->pre || !r || r->nin != 1 || !r->in[0] || !r->in[0]->relu_folded ||
-        fl_op_conv_pad(g, n) || fl_op_fused_pool(g, n) || fl_op_fused_add_relu(g, r->in[0], &act) != r ||
-        act != FL_ACT_RELU || first_reader(g, r, &k) != n)
-        return NULL;
-    return r;
+    (void)g;
+    return d->pre ? NULL : n->fuse.gate;
 }
 
 static void conv2d_backward(fl_graph *g, fl_node *n) {
     float beta = 0.0f;
-    BATCH_DESC(d, fl_op_conv_desc(g, n));
+    BATCH_DESC(d, n->fuse.desc);
     const float *xv = conv_input(g, n, &d);
     if (n->grad_is_preact) d.act = FL_ACT_LINEAR;
     fl_node *in = dx_node(g, n); /* n, or the padding it takes: the gradient goes to its input */
@@ -1081,15 +925,14 @@ static void conv2d_backward(fl_graph *g, fl_node *n) {
     d.dx_gate = gated != NULL;
     size_t off = 0;
     float *dw[2] = {weight_grad(n, 1, &off), d.has_bias ? weight_grad(n, 2, &off) : NULL};
-    fl_node *bn = fl_op_fused_conv_bn_train(g, n);
+    fl_node *bn = n->fuse.conv_bn;
     if (bn) { /* dy is the normalisation's dx, formed here from its gradient (n->grad: scratch) */
-        int act = FL_ACT_LINEAR;
-        fl_node *relu = bn->relu_folded ? fl_op_fused_bn_relu_train(g, bn, &act) : NULL;
+        fl_node *relu = bn->relu_folded ? bn->fuse.relu : NULL;
         const int64_t c = n->shape[n->ndim - 1];
         fl_bn_grad bg = {.g = relu ? relu->grad : bn->grad,
                          .coef = relu ? (const float *)bn->aux + 5 * c : NULL,
-                         .act = act,
-                         .slope = fl_op_relu_slope(relu),
+                         .act = relu ? bn->fuse.relu_act : FL_ACT_LINEAR,
+                         .slope = relu ? bn->fuse.relu_slope : 0.0f,
                          .mean = (const float *)bn->aux,
                          .stu = (const float *)bn->aux + 2 * c};
         g->be->conv2d_bn_bwd(&d, &bg, xv, n->in[1]->val, n->val, n->grad, dx, beta, dw[0], dw[1], g->ws);
@@ -1101,8 +944,15 @@ static void conv2d_backward(fl_graph *g, fl_node *n) {
     mark(in, 0); mark(n, 1); mark(n, 2);
 }
 
+/* Per sample; a transposed convolution's desc is the Conv2D it is the data gradient of, so the same count. */
+static double conv2d_macs(const fl_node *n) {
+    const fl_conv_desc *d = &n->conv;
+    int groups = d->groups > 1 ? d->groups : 1;
+    return (double)d->oh * d->ow * d->oc * d->kh * d->kw * (double)(d->c / groups);
+}
+
 static void depthwise_forward(fl_graph *g, fl_node *n, bool training) {
-    BATCH_DESC(d, fl_op_conv_desc(g, n));
+    BATCH_DESC(d, n->fuse.desc);
     const float *xv = conv_input(g, n, &d);
     const float *w, *b;
     float *y = fold_bn(g, n, training, &d, &w, &b);
@@ -1111,7 +961,7 @@ static void depthwise_forward(fl_graph *g, fl_node *n, bool training) {
 
 static void depthwise_backward(fl_graph *g, fl_node *n) {
     float beta = 0.0f;
-    BATCH_DESC(d, fl_op_conv_desc(g, n));
+    BATCH_DESC(d, n->fuse.desc);
     if (n->grad_is_preact) d.act = FL_ACT_LINEAR;
     fl_node *in = dx_node(g, n);
     float *dx = in_grad(in, 0, &beta);
@@ -1122,10 +972,15 @@ static void depthwise_backward(fl_graph *g, fl_node *n) {
     mark(in, 0); mark(n, 1); mark(n, 2);
 }
 
+static double depthwise_macs(const fl_node *n) {
+    const fl_conv_desc *d = &n->conv;
+    return (double)d->oh * d->ow * d->oc * d->kh * d->kw;
+}
+
 static void maxpool_forward(fl_graph *g, fl_node *n, bool training) {
     (void)training;
     fl_node *x = n->in[0];
-    if (x->op == FL_OP_CONV2D && fl_op_fused_pool(g, x) == n) return; /* done with the convolution */
+    if (x->op == FL_OP_CONV2D && x->fuse.pool == n) return; /* done with the convolution */
     BATCH_DESC(d, n->conv);
     g->be->maxpool_fwd(&d, x->val, n->val, n->aux);
 }
@@ -1136,11 +991,11 @@ static void maxpool_backward(fl_graph *g, fl_node *n) {
     float *dx = in_grad(n, 0, &beta);
     if (!dx) return;
     BATCH_DESC(d, n->conv);
-    if (x->op == FL_OP_CONV2D && fl_op_fused_pool(g, x) == n && !x->grad_ready) {
+    if (x->op == FL_OP_CONV2D && x->fuse.pool == n && !x->grad_ready) {
         /* the convolution's backward, from this gradient: the
          * convolution's own dy is never written in full, and its
          * node is left unmarked so that backward skips it */
-        BATCH_DESC(cd, fl_op_conv_desc(g, x));
+        BATCH_DESC(cd, x->fuse.desc);
         if (x->grad_is_preact) cd.act = FL_ACT_LINEAR;
         fl_node *xin = dx_node(g, x), *xi = xin->in[0];
         float cbeta = 0.0f;
@@ -1246,40 +1101,9 @@ static void dropout_backward(fl_graph *g, fl_node *n) {
     mark(n, 0);
 }
 
-fl_node *fl_op_fused_conv_bn_train(const fl_graph *g, const fl_node *c) {
-    if (c->op != FL_OP_CONV2D || c->conv.act != FL_ACT_LINEAR || !c->needs_grad || c->nconsumers != 1 ||
-        c->is_output || !c->batched || !g->be->bn_bwd_coef || !g->be->conv2d_bn_bwd)
-        return NULL;
-    int k;
-    fl_node *n = first_reader(g, c, &k);
-    return n && n->op == FL_OP_BATCHNORM && k == 0 && !n->mode ? n : NULL;
-}
 
-fl_node *fl_op_fused_bn_relu_train(const fl_graph *g, const fl_node *bn, int *act) {
-    if (bn->op != FL_OP_BATCHNORM || bn->mode || !g->be->bn_fwd_train_act || !g->be->bn_bwd_act) return NULL;
-    fl_node *r = fl_op_fused_relu(g, bn, act);
-    if (r || !g->be->bn_act_slope || !(r = leaky_reader(g, bn))) return r;
-    *act = FL_ACT_RELU; /* with fl_op_relu_slope(r) */
-    return r;
-}
 
-/* Training: the Add of two that alone reads normalisation bn, where the backend applies bn's affine as it adds
- * (add_affine): bn's value is then never written, one pass over the activations fewer (a residual block's
- * second normalisation). Its backward reads x and its gradient, not its value, and the Add's reads its own. */
-static fl_node *bn_add_reader(const fl_graph *g, const fl_node *bn, int *k) {
-    if (bn->op != FL_OP_BATCHNORM || bn->mode || !g->be->add_affine || !g->be->bn_fwd_train_act ||
-        bn->nconsumers != 1 || bn->is_output || !bn->batched)
-        return NULL;
-    fl_node *a = first_reader(g, bn, k);
-    return a && a->op == FL_OP_ADD && a->nin == 2 && a->in[0] != a->in[1] && !a->val_view ? a : NULL;
-}
 
-/* (Of two normalisations that an Add alone reads, a projection shortcut's and the block's, the first.) */
-fl_node *fl_op_bn_into_add(const fl_graph *g, const fl_node *bn) {
-    int k, k0;
-    fl_node *a = bn_add_reader(g, bn, &k);
-    return a && (k == 0 || bn_add_reader(g, a->in[0], &k0) != a) ? a : NULL;
-}
 
 static void batchnorm_forward(fl_graph *g, fl_node *n, bool training) {
     fl_node *x = n->in[0];
@@ -1291,20 +1115,18 @@ static void batchnorm_forward(fl_graph *g, fl_node *n, bool training) {
     const float *gamma = n->in[1] ? n->in[1]->val : NULL, *beta = n->in[2] ? n->in[2]->val : NULL;
     if (training && !n->mode) {
         float *save = n->aux; /* mean, then 1/std, of this batch */
-        int act = FL_ACT_LINEAR;
-        fl_node *relu = fl_op_fused_bn_relu_train(g, n, &act), *v;
-        int pact;
+        fl_node *relu = n->fuse.relu;
         /* the convolution after it reads x through s and t (and the ReLU): no value written */
-        const bool into_conv = fl_op_bn_into_conv(g, n, &v, &pact) != NULL;
+        const bool into_conv = n->fuse.conv != NULL;
         if (relu) { /* the ReLU's value, and not this node's */
-            d.slope = fl_op_relu_slope(relu);
-            g->be->bn_fwd_train_act(&d, act, x->val, gamma, beta, into_conv ? NULL : relu->val, save + 5 * c, save,
+            d.slope = n->fuse.relu_slope;
+            g->be->bn_fwd_train_act(&d, n->fuse.relu_act, x->val, gamma, beta, into_conv ? NULL : relu->val, save + 5 * c, save,
                                     save + c, n->in[3]->val, n->in[4]->val);
             n->relu_folded = true;
             n->affine_deferred = into_conv;
             return;
         }
-        if (into_conv || fl_op_bn_into_add(g, n)) { /* the statistics, and s, t where the reader reads them */
+        if (into_conv || n->fuse.add) { /* the statistics, and s, t where the reader reads them */
             g->be->bn_fwd_train_act(&d, FL_ACT_LINEAR, x->val, gamma, beta, NULL, save + 5 * c, save, save + c,
                                     n->in[3]->val, n->in[4]->val);
             n->affine_deferred = true;
@@ -1339,10 +1161,10 @@ static void batchnorm_backward(fl_graph *g, fl_node *n) {
     const float *save = n->aux;
     size_t off = 0;
     float *dgb[2] = {weight_grad(n, 1, &off), weight_grad(n, 2, &off)};
-    int act = FL_ACT_LINEAR;
-    fl_node *relu = n->relu_folded ? fl_op_fused_bn_relu_train(g, n, &act) : NULL;
-    d.slope = fl_op_relu_slope(relu);
-    if (dx && fl_op_fused_conv_bn_train(g, x) == n) {
+    fl_node *relu = n->relu_folded ? n->fuse.relu : NULL;
+    const int act = relu ? n->fuse.relu_act : FL_ACT_LINEAR;
+    d.slope = relu ? n->fuse.relu_slope : 0.0f;
+    if (dx && x->fuse.conv_bn == n) {
         /* the sums, dgamma and dbeta; the convolution before forms dx from the coefficients (conv2d_bn_bwd) */
         g->be->bn_bwd_coef(&d, act, relu ? save + 5 * c : NULL, x->val, n->in[1] ? n->in[1]->val : NULL, save,
                            save + c, relu ? relu->grad : n->grad, dgb[0], dgb[1], (float *)n->aux + 2 * c);
@@ -1378,25 +1200,17 @@ static void act_backward(fl_graph *g, fl_node *n) {
     mark(n, 0);
 }
 
-fl_node *fl_op_fused_add_relu(const fl_graph *g, const fl_node *add, int *act) {
-    if (add->op != FL_OP_ADD || add->nin < 2 || !add->batched) return NULL;
-    return fl_op_fused_relu(g, add, act);
-}
 
-fl_node *fl_op_fused_relu_train(const fl_graph *g, const fl_node *x, int *act) {
-    fl_node *r = fl_op_fused_bn_relu_train(g, x, act);
-    return r ? r : fl_op_fused_add_relu(g, x, act);
-}
 
 /* The first two inputs in one pass; the last one added with the ReLU that alone reads the sum
- * (fl_op_fused_add_relu), writing the ReLU's value. */
+ * (fuse.relu), writing the ReLU's value. */
 static void add_forward(fl_graph *g, fl_node *n, bool training) {
     (void)training;
     int64_t sz = fl_node_size(n);
-    int act = FL_ACT_LINEAR;
-    fl_node *relu = fl_op_fused_add_relu(g, n, &act);
+    fl_node *relu = n->fuse.relu;
+    int act = relu ? n->fuse.relu_act : FL_ACT_LINEAR;
     n->relu_folded = relu != NULL;
-    if (n->res_fused && !training) return; /* the convolution before it added (fl_op_fused_res) */
+    if (n->res_fused && !training) return; /* the convolution before it added (its fuse.res_add) */
     if (n->nin < 2) {
         g->be->copy(n->val, n->in[0]->val, (size_t)sz * sizeof(float));
         return;
@@ -1410,7 +1224,7 @@ static void add_forward(fl_graph *g, fl_node *n, bool training) {
     int mode = !relu ? FL_BIN_ADD : act == FL_ACT_RELU6 ? FL_BIN_ADD_RELU6 : FL_BIN_ADD_RELU;
     for (int k = 0; k < 2 && n->nin == 2; k++) {
         const fl_node *bn = n->in[k];
-        if (bn->op == FL_OP_BATCHNORM && bn->affine_deferred) { /* its value, formed here (fl_op_bn_into_add) */
+        if (bn->op == FL_OP_BATCHNORM && bn->affine_deferred) { /* its value, formed here (fuse.add) */
             const int64_t c = bn->shape[bn->ndim - 1];
             g->be->add_affine(mode, sz / c, (int)c, bn->in[0]->val, (const float *)bn->aux + 5 * c,
                               n->in[1 - k]->val, relu ? relu->val : n->val);
@@ -1425,8 +1239,8 @@ static void add_forward(fl_graph *g, fl_node *n, bool training) {
  * copied (or added) from there into the others. An input whose gradient the plan put in the buffer of another
  * input's (a normalisation's, plan.c grad_shared) finds it written. */
 static void add_backward(fl_graph *g, fl_node *n) {
-    int act = FL_ACT_LINEAR;
-    fl_node *relu = n->relu_folded ? fl_op_fused_add_relu(g, n, &act) : NULL;
+    fl_node *relu = n->relu_folded ? n->fuse.relu : NULL;
+    int act = relu ? n->fuse.relu_act : FL_ACT_LINEAR;
     const int64_t sz = fl_node_size(n);
     /* the Add's gradient where it needs no mask: its own, or its ReLU's, masked by the convolution that wrote it
      * last (gated_relu) */
@@ -1580,7 +1394,7 @@ static void bmerge_backward(fl_graph *g, fl_node *n) {
 
 static void pad2d_forward(fl_graph *g, fl_node *n, bool training) {
     (void)training;
-    if (fl_op_pad_into_conv(g, n)) return; /* the convolution after it pads as it reads */
+    if (n->fuse.pad_conv) return; /* the convolution after it pads as it reads */
     BATCH_DESC(d, n->conv);
     g->be->pad2d(&d, n->in[0]->val, n->val, 0.0f);
 }
@@ -1744,14 +1558,26 @@ typedef struct fl_op_def {
     void (*forward)(fl_graph *g, fl_node *n, bool training);
     void (*backward)(fl_graph *g, fl_node *n);
     op_kernel kernels[MAX_KERNELS];
+    /* inputs 1..weights are weights: a shared layer's later calls write their gradients to scratch first
+     * (fl_graph_finalize reads it as node->weight_inputs) */
+    int weights;
+    /* its backward takes the gradient of its fused activation's input (grad_is_preact): the loss may hand it
+     * p - y for a sigmoid or softmax output (train.c's loss_input) */
+    bool preact_grad;
+    /* multiply-adds per sample of its forward (cost.c; NULL: none counted), and of its backward given which
+     * nodes need a gradient (NULL: the weight's gradient if in[1] needs one, the input's if in[0] does) */
+    double (*macs)(const fl_node *n);
+    double (*backward_macs)(const fl_node *n, const bool *need, double macs);
 } fl_op_def;
 
 static const fl_op_def op_table[FL_OP_COUNT] = {
     [FL_OP_INPUT] = {"input", NULL, NULL, {{0}}},
     [FL_OP_PARAM] = {"param", NULL, NULL, {{0}}},
-    [FL_OP_DENSE] = {"dense", dense_forward, dense_backward, {KERNEL(dense_fwd), KERNEL(dense_bwd)}},
+    [FL_OP_DENSE] = {"dense", dense_forward, dense_backward, {KERNEL(dense_fwd), KERNEL(dense_bwd)}, .weights = 2,
+                     .preact_grad = true, .macs = dense_macs},
     [FL_OP_CONV2D] = {"conv2d", conv2d_forward, conv2d_backward,
-                      {KERNEL(conv_workspace), KERNEL(conv2d_fwd), KERNEL(conv2d_bwd)}},
+                      {KERNEL(conv_workspace), KERNEL(conv2d_fwd), KERNEL(conv2d_bwd)}, .weights = 2, .preact_grad = true,
+                      .macs = conv2d_macs},
     [FL_OP_MAXPOOL] = {"max_pool2d", maxpool_forward, maxpool_backward, {KERNEL(maxpool_fwd), KERNEL(maxpool_bwd)}},
     [FL_OP_AVGPOOL] = {"avg_pool2d", avgpool_forward, avgpool_backward, {KERNEL(avgpool_fwd), KERNEL(avgpool_bwd)}},
     [FL_OP_GAP] = {"global_avg_pool2d", gap_forward, gap_backward, {KERNEL(gap_fwd), KERNEL(gap_bwd)}},
@@ -1760,8 +1586,10 @@ static const fl_op_def op_table[FL_OP_COUNT] = {
                        {KERNEL(dropout_fwd), KERNEL(dropout_bwd), KERNEL(copy), KERNEL(accumulate), KERNEL(fill),
                         KERNEL(bmerge_fwd), KERNEL(bmerge_bwd)}},
     [FL_OP_BATCHNORM] = {"batch_norm", batchnorm_forward, batchnorm_backward,
-                         {KERNEL(bn_fwd_train), KERNEL(bn_fwd_infer), KERNEL(bn_bwd), KERNEL(fill), KERNEL(accumulate)}},
-    [FL_OP_ACT] = {"activation", act_forward, act_backward, {KERNEL(act_fwd), KERNEL(act_bwd), KERNEL(accumulate)}},
+                         {KERNEL(bn_fwd_train), KERNEL(bn_fwd_infer), KERNEL(bn_bwd), KERNEL(fill), KERNEL(accumulate)},
+                         .weights = 2},
+    [FL_OP_ACT] = {"activation", act_forward, act_backward, {KERNEL(act_fwd), KERNEL(act_bwd), KERNEL(accumulate)},
+                   .preact_grad = true},
     [FL_OP_ADD] = {"add", add_forward, add_backward, {KERNEL(copy), KERNEL(binary), KERNEL(accumulate)}},
     [FL_OP_MUL] = {"multiply", mul_forward, mul_backward, {KERNEL(mul), KERNEL(copy), KERNEL(accumulate)}},
     [FL_OP_CONCAT] = {"concatenate", concat_forward, concat_backward, {KERNEL(concat_fwd), KERNEL(concat_bwd)}},
@@ -1774,26 +1602,30 @@ static const fl_op_def op_table[FL_OP_COUNT] = {
     [FL_OP_PACT] = {"param_activation", pact_forward, pact_backward, {KERNEL(pact_fwd), KERNEL(pact_bwd)}},
     [FL_OP_SOFTMAX] = {"softmax_axis", softmax_forward, softmax_backward,
                        {KERNEL(softmax_axis_fwd), KERNEL(softmax_axis_bwd)}},
-    [FL_OP_PRELU] = {"prelu", prelu_forward, prelu_backward, {KERNEL(prelu_fwd), KERNEL(prelu_bwd), KERNEL(accumulate)}},
+    [FL_OP_PRELU] = {"prelu", prelu_forward, prelu_backward, {KERNEL(prelu_fwd), KERNEL(prelu_bwd), KERNEL(accumulate)},
+                     .weights = 2},
     [FL_OP_NORMALIZE] = {"normalize", normalize_forward, normalize_backward,
                          {KERNEL(normalize_fwd), KERNEL(normalize_bwd)}},
     [FL_OP_DEPTHWISE_CONV2D] = {"depthwise_conv2d", depthwise_forward, depthwise_backward,
-                                {KERNEL(depthwise_fwd), KERNEL(depthwise_bwd)}},
+                                {KERNEL(depthwise_fwd), KERNEL(depthwise_bwd)}, .weights = 2, .macs = depthwise_macs},
     [FL_OP_UPSAMPLE2D] = {"upsample2d", upsample2d_forward, upsample2d_backward,
                           {KERNEL(upsample2d_fwd), KERNEL(upsample2d_bwd)}},
     [FL_OP_CONV2D_TRANSPOSE] = {"conv2d_transpose", conv2d_transpose_forward, conv2d_transpose_backward,
-                                {KERNEL(conv_workspace), KERNEL(conv2d_transpose_fwd), KERNEL(conv2d_transpose_bwd)}},
+                                {KERNEL(conv_workspace), KERNEL(conv2d_transpose_fwd), KERNEL(conv2d_transpose_bwd)},
+                                .weights = 2, .preact_grad = true, .macs = conv2d_macs},
     [FL_OP_PERMUTE] = {"permute", permute_forward, permute_backward, {KERNEL(permute)}},
     [FL_OP_LAYERNORM] = {"layer_norm", fl_layernorm_forward, fl_layernorm_backward,
                          {KERNEL(layernorm_fwd), KERNEL(layernorm_bwd)}},
     [FL_OP_ATTENTION] = {"attention", fl_attention_forward, fl_attention_backward,
                          {KERNEL(gemm_batched), KERNEL(attn_softmax_fwd), KERNEL(attn_softmax_bwd),
                           KERNEL(dropout_fwd), KERNEL(dropout_bwd), KERNEL(scalar_mul_fwd), KERNEL(scalar_mul_bwd),
-                          KERNEL(attn_concat_fwd)}},
+                          KERNEL(attn_concat_fwd)},
+                         .macs = fl_attention_macs, .backward_macs = fl_attention_backward_macs},
     [FL_OP_REPEAT] = {"repeat", fl_repeat_forward, fl_repeat_backward, {KERNEL(concat_fwd), KERNEL(concat_bwd)}},
-    [FL_OP_RNN] = {"rnn", fl_op_rnn_forward, fl_op_rnn_backward, {KERNEL(rnn_fwd), KERNEL(rnn_bwd), KERNEL(accumulate), KERNEL(fill), KERNEL(dropout_fwd)}},
+    [FL_OP_RNN] = {"rnn", fl_op_rnn_forward, fl_op_rnn_backward, {KERNEL(rnn_fwd), KERNEL(rnn_bwd), KERNEL(accumulate), KERNEL(fill), KERNEL(dropout_fwd)},
+                   .weights = 3, .macs = fl_op_rnn_macs, .backward_macs = fl_op_rnn_backward_macs},
     [FL_OP_EMBEDDING] = {"embedding", fl_op_embedding_forward, fl_op_embedding_backward,
-                         {KERNEL(embedding_fwd), KERNEL(embedding_bwd)}},
+                         {KERNEL(embedding_fwd), KERNEL(embedding_bwd)}, .weights = 2},
     [FL_OP_SEQ_MASK] = {"sequence_mask", fl_op_seq_mask_forward, NULL, {KERNEL(seq_mask)}},
     [FL_OP_MASKED_GAP1D] = {"masked_global_avg_pool1d", fl_op_masked_gap1d_forward, fl_op_masked_gap1d_backward,
                             {KERNEL(masked_gap1d_fwd), KERNEL(masked_gap1d_bwd)}},
@@ -1815,6 +1647,39 @@ void fl_op_weight_grads_add(const fl_backend *be, fl_node *n, int k0, int k1, fl
 }
 
 const char *fl_op_name(fl_op op) { return (unsigned)op < FL_OP_COUNT && op_table[op].name ? op_table[op].name : "?"; }
+
+bool fl_op_preact_grad(fl_op op) { return (unsigned)op < FL_OP_COUNT && op_table[op].preact_grad; }
+
+#define NEEDS(node) ((node) && need[(node)->id])
+
+void fl_op_macs(const fl_node *n, const bool *need, double *forward, double *backward) {
+    const fl_op_def *row = (unsigned)n->op < FL_OP_COUNT ? &op_table[n->op] : NULL;
+    const double f = row && row->macs ? row->macs(n) : 0;
+    *forward = f;
+    if (f == 0) *backward = 0;
+    else if (row->backward_macs) *backward = row->backward_macs(n, need, f);
+    else *backward = (NEEDS(n->in[1]) ? f : 0) + (NEEDS(n->in[0]) ? f : 0); /* the weight's, the input's gradient */
+}
+
+/* Every op constructor makes its node here: appended to g in topological order. */
+fl_node *fl_graph_new_node(fl_graph *g, fl_op op, const char *name) {
+    if (g->n == g->cap) {
+        int cap = g->cap ? g->cap * 2 : 32;
+        fl_node **nn = realloc(g->nodes, (size_t)cap * sizeof *nn);
+        if (!nn) return fl_error_null(FL_ERR_NOMEM, "out of memory growing the graph");
+        g->nodes = nn;
+        g->cap = cap;
+    }
+    fl_node *n = fl_calloc(1, sizeof *n, "graph node");
+    if (!n) return NULL;
+    n->op = op;
+    n->id = g->n;
+    n->name = name;
+    n->op_name = fl_op_name(op);
+    n->weight_inputs = (unsigned)op < FL_OP_COUNT ? op_table[op].weights : 0;
+    g->nodes[g->n++] = n;
+    return n;
+}
 
 void fl_op_forward(fl_graph *g, fl_node *n, bool training) {
     if (op_table[n->op].forward) op_table[n->op].forward(g, n, training);

@@ -16,6 +16,8 @@ float *fl_op_in_grad(fl_node *n, int k, float *beta);
 void fl_op_mark(fl_node *n, int k);
 float *fl_op_weight_grad(fl_node *n, int k, size_t *off);
 void fl_op_weight_grads_add(const fl_backend *be, fl_node *n, int k0, int k1, float *const *dst);
+/* The first node after x that reads it, and in *k the input it reads x as (fuse.c); NULL if none. */
+fl_node *fl_first_reader(const fl_graph *g, const fl_node *x, int *k);
 
 /* src/ops/attention.c */
 void fl_layernorm_forward(fl_graph *g, fl_node *n, bool training);
@@ -24,6 +26,8 @@ void fl_attention_forward(fl_graph *g, fl_node *n, bool training);
 void fl_attention_backward(fl_graph *g, fl_node *n);
 void fl_repeat_forward(fl_graph *g, fl_node *n, bool training);
 void fl_repeat_backward(fl_graph *g, fl_node *n);
+double fl_attention_macs(const fl_node *n);
+double fl_attention_backward_macs(const fl_node *n, const bool *need, double macs);
 
 /* src/ops/seq.c */
 void fl_op_embedding_forward(fl_graph *g, fl_node *n, bool training);
@@ -37,5 +41,7 @@ void fl_op_rnn_forward(fl_graph *g, fl_node *n, bool training);
 void fl_op_rnn_backward(fl_graph *g, fl_node *n);
 void fl_op_rnn_state_forward(fl_graph *g, fl_node *n, bool training);
 void fl_op_rnn_state_backward(fl_graph *g, fl_node *n);
+double fl_op_rnn_macs(const fl_node *n);
+double fl_op_rnn_backward_macs(const fl_node *n, const bool *need, double macs);
 
 #endif

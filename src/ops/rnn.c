@@ -224,6 +224,27 @@ void fl_op_rnn_backward(fl_graph *g, fl_node *n) {
         if (k != 4 && n->in[k] && n->in[k]->needs_grad) n->in[k]->grad_ready = true;
 }
 
+/* Multiply-adds per sample: x W and h R at every step (cost.c). */
+double fl_op_rnn_macs(const fl_node *n) {
+    const fl_rnn_desc *r = &n->rnn;
+    return (double)r->t * (double)(r->d + r->u) * fl_rnn_gates(r) * (double)r->u;
+}
+
+/* dW = x^T dz and dx = dz W^T where they are needed; dh = dz R^T through time whenever the layer trains, and
+ * dR = h^T dz. */
+double fl_op_rnn_backward_macs(const fl_node *n, const bool *need, double macs) {
+    const fl_rnn_desc *r = &n->rnn;
+    const double xpart = (double)r->t * r->d * fl_rnn_gates(r) * (double)r->u, hpart = macs - xpart;
+#define NEEDS(node) ((node) && need[(node)->id])
+    if (!NEEDS(n)) return 0;
+    double b = hpart;
+    if (NEEDS(n->in[1])) b += xpart;
+    if (NEEDS(n->in[0])) b += xpart;
+    if (NEEDS(n->in[2])) b += hpart;
+#undef NEEDS
+    return b;
+}
+
 /* A final state's value: the RNN's forward wrote it (fl_rnn_states.hT, cT). */
 void fl_op_rnn_state_forward(fl_graph *g, fl_node *n, bool training) {
     (void)g; (void)n; (void)training;
