@@ -333,9 +333,7 @@ static fl_status parse_nodes(const kctx *c, kentry *e) {
                      * flynn's Dropout), so it only needs to be written back */
                     if (val && strcmp(key, "training") == 0 && jis(val, json_type_boolean) &&
                         !json_object_get_boolean(val) && e->layer &&
-                        (e->layer->kind == FL_L_DROPOUT || e->layer->kind == FL_L_SPATIAL_DROPOUT1D ||
-                         e->layer->kind == FL_L_SPATIAL_DROPOUT2D || e->layer->kind == FL_L_SIMPLE_RNN ||
-                         e->layer->kind == FL_L_LSTM || e->layer->kind == FL_L_GRU)) {
+                        (fl_layer_kind_flags(e->layer->kind) & FL_K_TRAINING)) { /* FL_LAYER_KINDS's column */
                         e->layer->inference_call = true;
                         continue;
                     }

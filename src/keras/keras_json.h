@@ -104,8 +104,7 @@ typedef struct klayer_extra {
     int64_t bn_axis;
 } klayer_extra;
 
-typedef struct fl_keras_layer_def {
-    const char *cls;
+typedef struct fl_keras_layer_def { /* a row of keras_layers.c's layer_defs, at its kind */
     fl_layer_kind kind;
     fl_layer *(*from_config)(const kctx *c, const char *cls, json_object *cfg, klayer_extra *x);
     void (*to_config)(const fl_layer *l, json_object *cfg);

@@ -1366,87 +1366,86 @@ static void time_distributed_to(const fl_layer *l, json_object *c) {
     put(c, "layer", jobject("keras.layers", fl_layer_kind_class(in->kind), ic, false));
 }
 
-static const fl_keras_layer_def layer_defs[] = {
-    /* class, kind, read, write, build_config */
-    {"InputLayer", FL_L_INPUT, NULL, NULL, false}, /* read and written with the model structure */
-    {"Dense", FL_L_DENSE, dense_from, dense_to, true},
-    {"Conv2D", FL_L_CONV2D, conv2d_from, conv2d_to, true},
-    {"MaxPooling2D", FL_L_MAXPOOL, pool2d_from, pool2d_to, false},
-    {"AveragePooling2D", FL_L_AVGPOOL, pool2d_from, pool2d_to, false},
-    {"GlobalAveragePooling2D", FL_L_GAP, global_pool_from, global_pool_to, false},
-    {"Flatten", FL_L_FLATTEN, flatten_from, flatten_to, true},
-    {"Reshape", FL_L_RESHAPE, reshape_from, reshape_to, false},
-    {"Dropout", FL_L_DROPOUT, dropout_from, dropout_to, false},
-    {"SpatialDropout2D", FL_L_SPATIAL_DROPOUT2D, dropout_from, dropout_to, false},
-    {"BatchNormalization", FL_L_BATCHNORM, batchnorm_from, batchnorm_to, true},
-    {"Activation", FL_L_ACTIVATION, activation_from, activation_to, false},
-    {"Add", FL_L_ADD, merge_from, NULL, true},
-    {"Multiply", FL_L_MULTIPLY, merge_from, NULL, true},
-    {"Concatenate", FL_L_CONCATENATE, concatenate_from, concatenate_to, true},
-    {"ZeroPadding2D", FL_L_ZEROPAD2D, padding2d_from, padding2d_to, true},
-    {"Cropping2D", FL_L_CROPPING2D, padding2d_from, padding2d_to, true},
-    {"GlobalMaxPooling2D", FL_L_GMP, global_pool_from, global_pool_to, false},
-    {"GlobalAveragePooling1D", FL_L_GAP1D, global_pool_from, global_pool_to, false},
-    {"GlobalMaxPooling1D", FL_L_GMP1D, global_pool_from, global_pool_to, false},
-    {"MaxPooling1D", FL_L_MAXPOOL1D, pool1d_from, pool1d_to, false},
-    {"AveragePooling1D", FL_L_AVGPOOL1D, pool1d_from, pool1d_to, false},
-    {"Conv1D", FL_L_CONV1D, conv1d_from, conv1d_to, true},
-    {"Subtract", FL_L_SUBTRACT, merge_from, NULL, true},
-    {"Average", FL_L_AVERAGE, merge_from, NULL, true},
-    {"Maximum", FL_L_MAXIMUM, merge_from, NULL, true},
-    {"Minimum", FL_L_MINIMUM, merge_from, NULL, true},
-    {"ReLU", FL_L_RELU, relu_from, relu_to, false},
-    {"LeakyReLU", FL_L_LEAKY_RELU, leaky_relu_from, leaky_relu_to, false},
-    {"ELU", FL_L_ELU, elu_from, elu_to, false},
-    {"PReLU", FL_L_PRELU, prelu_from, prelu_to, true},
-    {"Softmax", FL_L_SOFTMAX, softmax_from, softmax_to, false},
-    {"Rescaling", FL_L_RESCALING, rescaling_from, rescaling_to, true},
-    {"Normalization", FL_L_NORMALIZATION, normalization_from, normalization_to, true},
-    {"DepthwiseConv2D", FL_L_DEPTHWISE2D, depthwise2d_from, depthwise2d_to, true},
-    {"SeparableConv2D", FL_L_SEPARABLE2D, depthwise2d_from, depthwise2d_to, true},
-    {"UpSampling2D", FL_L_UPSAMPLE2D, upsample2d_from, upsample2d_to, true},
-    {"Conv2DTranspose", FL_L_CONV2D_TRANSPOSE, conv2d_transpose_from, conv2d_transpose_to, true},
-    {"Permute", FL_L_PERMUTE, permute_from, permute_to, true},
-    {"Resizing", FL_L_RESIZING, resizing_from, resizing_to, true},
-    {"LayerNormalization", FL_L_LAYERNORM, layernorm_from, layernorm_to, true},
-    {"MultiHeadAttention", FL_L_MHA, mha_from, mha_to, false},
-    {"Attention", FL_L_ATTENTION, attention_from, attention_to, true},
-    {"RepeatVector", FL_L_REPEAT_VECTOR, repeat_vector_from, repeat_vector_to, true},
-    {"TimeDistributed", FL_L_TIME_DISTRIBUTED, time_distributed_from, time_distributed_to, true},
-    {"ZeroPadding1D", FL_L_ZEROPAD1D, padding1d_from, padding1d_to, true},
-    {"Cropping1D", FL_L_CROPPING1D, padding1d_from, padding1d_to, true},
-    {"UpSampling1D", FL_L_UPSAMPLE1D, upsample1d_from, upsample1d_to, true},
-    {"SpatialDropout1D", FL_L_SPATIAL_DROPOUT1D, dropout_from, dropout_to, false},
-    {"NotEqual", FL_L_NOT_EQUAL, mask_op_from, mask_op_to, false},
-    {"Any", FL_L_ANY, mask_op_from, mask_op_to, false},
-    {"LogicalOr", FL_L_LOGICAL_OR, mask_op_from, mask_op_to, false},
-    {"LogicalAnd", FL_L_LOGICAL_AND, mask_op_from, mask_op_to, false},
-    {"ConvertToTensor", FL_L_CONVERT_TO_TENSOR, mask_op_from, mask_op_to, false},
-    {"SimpleRNN", FL_L_SIMPLE_RNN, rnn_from, rnn_to, true},
-    {"LSTM", FL_L_LSTM, rnn_from, rnn_to, true},
-    {"GRU", FL_L_GRU, rnn_from, rnn_to, true},
-    {"Bidirectional", FL_L_BIDIRECTIONAL, bidirectional_from, bidirectional_to, true},
-    {"Embedding", FL_L_EMBEDDING, embedding_from, embedding_to, true},
-    {"Masking", FL_L_MASKING, masking_from, masking_to, false},
+/* One row per layer kind, at its kind (its Keras class is FL_LAYER_KINDS's, src/nn/nn.h): read, write,
+ * build_config */
+#define ROW(k, from, to, build) [FL_L_##k] = {FL_L_##k, from, to, build}
+static const fl_keras_layer_def layer_defs[FL_L_COUNT] = {
+    ROW(INPUT, NULL, NULL, false), /* read and written with the model structure */
+    ROW(DENSE, dense_from, dense_to, true),
+    ROW(CONV2D, conv2d_from, conv2d_to, true),
+    ROW(MAXPOOL, pool2d_from, pool2d_to, false),
+    ROW(AVGPOOL, pool2d_from, pool2d_to, false),
+    ROW(GAP, global_pool_from, global_pool_to, false),
+    ROW(FLATTEN, flatten_from, flatten_to, true),
+    ROW(RESHAPE, reshape_from, reshape_to, false),
+    ROW(DROPOUT, dropout_from, dropout_to, false),
+    ROW(SPATIAL_DROPOUT2D, dropout_from, dropout_to, false),
+    ROW(BATCHNORM, batchnorm_from, batchnorm_to, true),
+    ROW(ACTIVATION, activation_from, activation_to, false),
+    ROW(ADD, merge_from, NULL, true),
+    ROW(MULTIPLY, merge_from, NULL, true),
+    ROW(CONCATENATE, concatenate_from, concatenate_to, true),
+    ROW(ZEROPAD2D, padding2d_from, padding2d_to, true),
+    ROW(CROPPING2D, padding2d_from, padding2d_to, true),
+    ROW(GMP, global_pool_from, global_pool_to, false),
+    ROW(GAP1D, global_pool_from, global_pool_to, false),
+    ROW(GMP1D, global_pool_from, global_pool_to, false),
+    ROW(MAXPOOL1D, pool1d_from, pool1d_to, false),
+    ROW(AVGPOOL1D, pool1d_from, pool1d_to, false),
+    ROW(CONV1D, conv1d_from, conv1d_to, true),
+    ROW(SUBTRACT, merge_from, NULL, true),
+    ROW(AVERAGE, merge_from, NULL, true),
+    ROW(MAXIMUM, merge_from, NULL, true),
+    ROW(MINIMUM, merge_from, NULL, true),
+    ROW(RELU, relu_from, relu_to, false),
+    ROW(LEAKY_RELU, leaky_relu_from, leaky_relu_to, false),
+    ROW(ELU, elu_from, elu_to, false),
+    ROW(PRELU, prelu_from, prelu_to, true),
+    ROW(SOFTMAX, softmax_from, softmax_to, false),
+    ROW(RESCALING, rescaling_from, rescaling_to, true),
+    ROW(NORMALIZATION, normalization_from, normalization_to, true),
+    ROW(DEPTHWISE2D, depthwise2d_from, depthwise2d_to, true),
+    ROW(SEPARABLE2D, depthwise2d_from, depthwise2d_to, true),
+    ROW(UPSAMPLE2D, upsample2d_from, upsample2d_to, true),
+    ROW(CONV2D_TRANSPOSE, conv2d_transpose_from, conv2d_transpose_to, true),
+    ROW(PERMUTE, permute_from, permute_to, true),
+    ROW(RESIZING, resizing_from, resizing_to, true),
+    ROW(LAYERNORM, layernorm_from, layernorm_to, true),
+    ROW(MHA, mha_from, mha_to, false),
+    ROW(ATTENTION, attention_from, attention_to, true),
+    ROW(REPEAT_VECTOR, repeat_vector_from, repeat_vector_to, true),
+    ROW(TIME_DISTRIBUTED, time_distributed_from, time_distributed_to, true),
+    ROW(ZEROPAD1D, padding1d_from, padding1d_to, true),
+    ROW(CROPPING1D, padding1d_from, padding1d_to, true),
+    ROW(UPSAMPLE1D, upsample1d_from, upsample1d_to, true),
+    ROW(SPATIAL_DROPOUT1D, dropout_from, dropout_to, false),
+    ROW(NOT_EQUAL, mask_op_from, mask_op_to, false),
+    ROW(ANY, mask_op_from, mask_op_to, false),
+    ROW(LOGICAL_OR, mask_op_from, mask_op_to, false),
+    ROW(LOGICAL_AND, mask_op_from, mask_op_to, false),
+    ROW(CONVERT_TO_TENSOR, mask_op_from, mask_op_to, false),
+    ROW(SIMPLE_RNN, rnn_from, rnn_to, true),
+    ROW(LSTM, rnn_from, rnn_to, true),
+    ROW(GRU, rnn_from, rnn_to, true),
+    ROW(BIDIRECTIONAL, bidirectional_from, bidirectional_to, true),
+    ROW(EMBEDDING, embedding_from, embedding_to, true),
+    ROW(MASKING, masking_from, masking_to, false),
 };
-#define NDEFS (sizeof layer_defs / sizeof layer_defs[0])
+/* kind's row, NULL where it has none (a row's kind is its index: a missing one is all zeros) */
+const fl_keras_layer_def *fl_keras_layer_by_kind(fl_layer_kind kind) {
+    return (unsigned)kind < FL_L_COUNT && layer_defs[kind].kind == kind ? &layer_defs[kind] : NULL;
+}
 
 const fl_keras_layer_def *fl_keras_layer_by_class(const char *cls) {
-    for (size_t i = 0; cls && i < NDEFS; i++)
-        if (strcmp(layer_defs[i].cls, cls) == 0) return &layer_defs[i];
+    for (int k = 0; cls && k < FL_L_COUNT; k++)
+        if (fl_keras_layer_by_kind((fl_layer_kind)k) && strcmp(fl_layer_kind_class((fl_layer_kind)k), cls) == 0)
+            return &layer_defs[k];
     return NULL;
 }
 
 /* The Keras class of kind's row in layer_defs, NULL without one (test_keras_files: one row per kind). */
 const char *fl_keras_kind_row_class(fl_layer_kind kind) {
-    const fl_keras_layer_def *d = fl_keras_layer_by_kind(kind);
-    return d ? d->cls : NULL;
-}
-
-const fl_keras_layer_def *fl_keras_layer_by_kind(fl_layer_kind kind) {
-    for (size_t i = 0; i < NDEFS; i++)
-        if (layer_defs[i].kind == kind) return &layer_defs[i];
-    return NULL;
+    return fl_keras_layer_by_kind(kind) ? fl_layer_kind_class(kind) : NULL;
 }
 
 static char supported[4096];
@@ -1454,8 +1453,10 @@ static pthread_once_t supported_once = PTHREAD_ONCE_INIT;
 
 static void make_supported(void) {
     size_t off = 0;
-    for (size_t i = 0; i < NDEFS && off < sizeof supported; i++)
-        off += (size_t)snprintf(supported + off, sizeof supported - off, "%s%s", i ? ", " : "", layer_defs[i].cls);
+    for (int k = 0; k < FL_L_COUNT && off < sizeof supported; k++)
+        if (fl_keras_layer_by_kind((fl_layer_kind)k))
+            off += (size_t)snprintf(supported + off, sizeof supported - off, "%s%s", off ? ", " : "",
+                                    fl_layer_kind_class((fl_layer_kind)k));
 }
 
 const char *fl_keras_supported_layers(void) {

@@ -17,20 +17,32 @@
 #include <string.h>
 
 static const char *kind_class[FL_L_COUNT] = {
-#define KIND_CLASS_(k, cls, base, in) cls,
+#define KIND_CLASS_(k, cls, base, in, flags, refusal) cls,
     FL_LAYER_KINDS(KIND_CLASS_)
 #undef KIND_CLASS_
 };
 static const char *kind_base[FL_L_COUNT] = {
-#define KIND_BASE_(k, cls, base, in) base,
+#define KIND_BASE_(k, cls, base, in, flags, refusal) base,
     FL_LAYER_KINDS(KIND_BASE_)
 #undef KIND_BASE_
 };
 static const int kind_inputs[FL_L_COUNT] = {
-#define KIND_IN_(k, cls, base, in) in,
+#define KIND_IN_(k, cls, base, in, flags, refusal) in,
     FL_LAYER_KINDS(KIND_IN_)
 #undef KIND_IN_
 };
+static const int kind_flags[FL_L_COUNT] = {
+#define KIND_FLAGS_(k, cls, base, in, flags, refusal) flags,
+    FL_LAYER_KINDS(KIND_FLAGS_)
+#undef KIND_FLAGS_
+};
+static const char *kind_mask_refusal[FL_L_COUNT] = {
+#define KIND_REFUSAL_(k, cls, base, in, flags, refusal) refusal,
+    FL_LAYER_KINDS(KIND_REFUSAL_)
+#undef KIND_REFUSAL_
+};
+
+int fl_layer_kind_flags(fl_layer_kind k) { return (unsigned)k < FL_L_COUNT ? kind_flags[k] : 0; }
 
 static _Thread_local int64_t g_layer_order; /* creation order of layers on this thread */
 
@@ -1743,18 +1755,8 @@ static const build_fn kind_build[FL_L_COUNT] = {
  * layer drops it (Keras 3 warns and drops it too). A layer whose Keras call
  * would use the mask in a way flynn does not compute is refused. The
  * layers that make or use masks themselves (Embedding, Masking,
- * GlobalAveragePooling1D) set out->mask in their build. */
-static bool kind_passes_mask(fl_layer_kind k) {
-    switch (k) {
-    case FL_L_DENSE: case FL_L_DROPOUT: case FL_L_SPATIAL_DROPOUT2D: case FL_L_ACTIVATION: case FL_L_RELU:
-    case FL_L_LEAKY_RELU: case FL_L_ELU: case FL_L_PRELU: case FL_L_RESCALING: case FL_L_NORMALIZATION:
-    case FL_L_SPATIAL_DROPOUT1D:
-        return true;
-    default:
-        return false;
-    }
-}
-
+ * GlobalAveragePooling1D) set out->mask in their build. The rules are columns of FL_LAYER_KINDS
+ * (src/nn/nn.h): FL_K_MASK, and the refusal's reason. */
 static fl_status mask_refused(const fl_layer *l, const char *why) {
     return fl_error(FL_ERR_UNSUPPORTED, "layer '%s' (%s) receives a masked sequence (from Embedding mask_zero or "
                     "Masking); Keras's %s %s, which flynn does not compute, so it refuses the model rather than give "
@@ -1765,20 +1767,13 @@ static fl_status mask_refused(const fl_layer *l, const char *why) {
 static fl_status masks_in(const fl_layer *l, fl_node *const *xs, int nx) {
     bool any = false;
     for (int i = 0; i < nx; i++) any |= xs[i]->mask != NULL;
-    if (!any) return FL_OK;
-    switch (l->kind) {
-    case FL_L_SOFTMAX: return mask_refused(l, "uses the mask to exclude positions from the softmax");
-    case FL_L_BATCHNORM: return mask_refused(l, "uses the mask for the batch statistics");
-    case FL_L_MAXIMUM: case FL_L_MINIMUM: return mask_refused(l, "takes masked steps from the other inputs");
-    case FL_L_CONCATENATE: return mask_refused(l, "concatenates the masks along its axis");
-    default: return FL_OK;
-    }
+    return any && kind_mask_refusal[l->kind] ? mask_refused(l, kind_mask_refusal[l->kind]) : FL_OK;
 }
 
 /* Sets the output's mask by the rules above. */
 static fl_status masks_out(fl_layer *l, fl_graph *g, fl_node *const *xs, int nx, fl_node *out) {
     if (out->mask) return FL_OK;
-    if (kind_passes_mask(l->kind)) { out->mask = xs[0]->mask; return FL_OK; }
+    if (kind_flags[l->kind] & FL_K_MASK) { out->mask = xs[0]->mask; return FL_OK; }
     if (!fl_layer_kind_merges(l->kind)) return FL_OK;
     fl_node *ms[FL_NODE_MAX_IN];
     bool same = true;

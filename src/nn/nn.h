@@ -9,72 +9,78 @@
 #include "core/graph.h"
 
 /* The one list of layer kinds: X(KIND, "KerasClass", "default_name_base",
- * inputs), inputs being FL_IN_NONE (InputLayer), FL_IN_ONE or FL_IN_MANY
- * (merges: 2 or more). layers.c holds each kind's build function in a
+ * inputs, flags, mask_refusal), inputs being FL_IN_NONE (InputLayer),
+ * FL_IN_ONE or FL_IN_MANY (merges: 2 or more); flags FL_K_MASK (Keras's
+ * supports_masking: the input's mask passes on to the output) and
+ * FL_K_TRAINING (a Keras call may pass training=False, which flynn writes
+ * back: the model's own training flag rules, as in Keras 3's Functional);
+ * mask_refusal: why a masked input is refused (what Keras's call does with
+ * the mask that flynn does not compute), NULL where it is not. layers.c holds each kind's build function in a
  * table of the same order; keras/keras_config.c its file form. */
-#define FL_LAYER_KINDS(X)                                                           \
-    X(INPUT, "InputLayer", "input_layer", FL_IN_NONE)                                \
-    X(DENSE, "Dense", "dense", FL_IN_ONE)                                            \
-    X(CONV2D, "Conv2D", "conv2d", FL_IN_ONE)                                         \
-    X(MAXPOOL, "MaxPooling2D", "max_pooling2d", FL_IN_ONE)                           \
-    X(AVGPOOL, "AveragePooling2D", "average_pooling2d", FL_IN_ONE)                   \
-    X(GAP, "GlobalAveragePooling2D", "global_average_pooling2d", FL_IN_ONE)          \
-    X(FLATTEN, "Flatten", "flatten", FL_IN_ONE)                                      \
-    X(RESHAPE, "Reshape", "reshape", FL_IN_ONE)                                      \
-    X(DROPOUT, "Dropout", "dropout", FL_IN_ONE)                                      \
-    X(BATCHNORM, "BatchNormalization", "batch_normalization", FL_IN_ONE)             \
-    X(ACTIVATION, "Activation", "activation", FL_IN_ONE)                             \
-    X(ADD, "Add", "add", FL_IN_MANY)                                                 \
-    X(MULTIPLY, "Multiply", "multiply", FL_IN_MANY)                                  \
-    X(CONCATENATE, "Concatenate", "concatenate", FL_IN_MANY)                         \
-    X(ZEROPAD2D, "ZeroPadding2D", "zero_padding2d", FL_IN_ONE)                       \
-    X(CROPPING2D, "Cropping2D", "cropping2d", FL_IN_ONE)                             \
-    X(GMP, "GlobalMaxPooling2D", "global_max_pooling2d", FL_IN_ONE)                  \
-    X(GAP1D, "GlobalAveragePooling1D", "global_average_pooling1d", FL_IN_ONE)        \
-    X(GMP1D, "GlobalMaxPooling1D", "global_max_pooling1d", FL_IN_ONE)                \
-    X(MAXPOOL1D, "MaxPooling1D", "max_pooling1d", FL_IN_ONE)                         \
-    X(AVGPOOL1D, "AveragePooling1D", "average_pooling1d", FL_IN_ONE)                 \
-    X(CONV1D, "Conv1D", "conv1d", FL_IN_ONE)                                         \
-    X(SUBTRACT, "Subtract", "subtract", FL_IN_MANY)                                  \
-    X(AVERAGE, "Average", "average", FL_IN_MANY)                                     \
-    X(MAXIMUM, "Maximum", "maximum", FL_IN_MANY)                                     \
-    X(MINIMUM, "Minimum", "minimum", FL_IN_MANY)                                     \
-    X(SPATIAL_DROPOUT2D, "SpatialDropout2D", "spatial_dropout2d", FL_IN_ONE)         \
-    X(RELU, "ReLU", "re_lu", FL_IN_ONE)                                              \
-    X(LEAKY_RELU, "LeakyReLU", "leaky_re_lu", FL_IN_ONE)                             \
-    X(ELU, "ELU", "elu", FL_IN_ONE)                                                  \
-    X(PRELU, "PReLU", "p_re_lu", FL_IN_ONE)                                          \
-    X(SOFTMAX, "Softmax", "softmax", FL_IN_ONE)                                      \
-    X(RESCALING, "Rescaling", "rescaling", FL_IN_ONE)                                \
-    X(NORMALIZATION, "Normalization", "normalization", FL_IN_ONE)                    \
-    X(DEPTHWISE2D, "DepthwiseConv2D", "depthwise_conv2d", FL_IN_ONE)                 \
-    X(SEPARABLE2D, "SeparableConv2D", "separable_conv2d", FL_IN_ONE)                 \
-    X(UPSAMPLE2D, "UpSampling2D", "up_sampling2d", FL_IN_ONE)                        \
-    X(CONV2D_TRANSPOSE, "Conv2DTranspose", "conv2d_transpose", FL_IN_ONE)            \
-    X(PERMUTE, "Permute", "permute", FL_IN_ONE)                                      \
-    X(RESIZING, "Resizing", "resizing", FL_IN_ONE)                                   \
-    X(LAYERNORM, "LayerNormalization", "layer_normalization", FL_IN_ONE)             \
-    X(MHA, "MultiHeadAttention", "multi_head_attention", FL_IN_MANY)                 \
-    X(ATTENTION, "Attention", "attention", FL_IN_MANY)                               \
-    X(REPEAT_VECTOR, "RepeatVector", "repeat_vector", FL_IN_ONE)                     \
-    X(TIME_DISTRIBUTED, "TimeDistributed", "time_distributed", FL_IN_ONE)                   \
-    X(SIMPLE_RNN, "SimpleRNN", "simple_rnn", FL_IN_ONE)                              \
-    X(LSTM, "LSTM", "lstm", FL_IN_ONE)                                               \
-    X(GRU, "GRU", "gru", FL_IN_ONE)                                                  \
-    X(BIDIRECTIONAL, "Bidirectional", "bidirectional", FL_IN_ONE)                   \
-    X(EMBEDDING, "Embedding", "embedding", FL_IN_ONE)                               \
-    X(MASKING, "Masking", "masking", FL_IN_ONE)                                     \
-    X(ZEROPAD1D, "ZeroPadding1D", "zero_padding1d", FL_IN_ONE)                      \
-    X(CROPPING1D, "Cropping1D", "cropping1d", FL_IN_ONE)                            \
-    X(UPSAMPLE1D, "UpSampling1D", "up_sampling1d", FL_IN_ONE)                       \
-    X(SPATIAL_DROPOUT1D, "SpatialDropout1D", "spatial_dropout1d", FL_IN_ONE)         \
-    X(NOT_EQUAL, "NotEqual", "not_equal", FL_IN_ONE)                                \
-    X(ANY, "Any", "any", FL_IN_ONE)                                                 \
-    X(LOGICAL_OR, "LogicalOr", "logical_or", FL_IN_MANY)                            \
-    X(LOGICAL_AND, "LogicalAnd", "logical_and", FL_IN_MANY)                         \
-    X(CONVERT_TO_TENSOR, "ConvertToTensor", "convert_to_tensor", FL_IN_ONE)
+#define FL_LAYER_KINDS(X)                                                                                             \
+    X(INPUT, "InputLayer", "input_layer", FL_IN_NONE, 0, NULL)                                                        \
+    X(DENSE, "Dense", "dense", FL_IN_ONE, FL_K_MASK, NULL)                                                            \
+    X(CONV2D, "Conv2D", "conv2d", FL_IN_ONE, 0, NULL)                                                                 \
+    X(MAXPOOL, "MaxPooling2D", "max_pooling2d", FL_IN_ONE, 0, NULL)                                                   \
+    X(AVGPOOL, "AveragePooling2D", "average_pooling2d", FL_IN_ONE, 0, NULL)                                           \
+    X(GAP, "GlobalAveragePooling2D", "global_average_pooling2d", FL_IN_ONE, 0, NULL)                                  \
+    X(FLATTEN, "Flatten", "flatten", FL_IN_ONE, 0, NULL)                                                              \
+    X(RESHAPE, "Reshape", "reshape", FL_IN_ONE, 0, NULL)                                                              \
+    X(DROPOUT, "Dropout", "dropout", FL_IN_ONE, FL_K_MASK|FL_K_TRAINING, NULL)                                        \
+    X(BATCHNORM, "BatchNormalization", "batch_normalization", FL_IN_ONE, 0, "uses the mask for the batch statistics") \
+    X(ACTIVATION, "Activation", "activation", FL_IN_ONE, FL_K_MASK, NULL)                                             \
+    X(ADD, "Add", "add", FL_IN_MANY, 0, NULL)                                                                         \
+    X(MULTIPLY, "Multiply", "multiply", FL_IN_MANY, 0, NULL)                                                          \
+    X(CONCATENATE, "Concatenate", "concatenate", FL_IN_MANY, 0, "concatenates the masks along its axis")              \
+    X(ZEROPAD2D, "ZeroPadding2D", "zero_padding2d", FL_IN_ONE, 0, NULL)                                               \
+    X(CROPPING2D, "Cropping2D", "cropping2d", FL_IN_ONE, 0, NULL)                                                     \
+    X(GMP, "GlobalMaxPooling2D", "global_max_pooling2d", FL_IN_ONE, 0, NULL)                                          \
+    X(GAP1D, "GlobalAveragePooling1D", "global_average_pooling1d", FL_IN_ONE, 0, NULL)                                \
+    X(GMP1D, "GlobalMaxPooling1D", "global_max_pooling1d", FL_IN_ONE, 0, NULL)                                        \
+    X(MAXPOOL1D, "MaxPooling1D", "max_pooling1d", FL_IN_ONE, 0, NULL)                                                 \
+    X(AVGPOOL1D, "AveragePooling1D", "average_pooling1d", FL_IN_ONE, 0, NULL)                                         \
+    X(CONV1D, "Conv1D", "conv1d", FL_IN_ONE, 0, NULL)                                                                 \
+    X(SUBTRACT, "Subtract", "subtract", FL_IN_MANY, 0, NULL)                                                          \
+    X(AVERAGE, "Average", "average", FL_IN_MANY, 0, NULL)                                                             \
+    X(MAXIMUM, "Maximum", "maximum", FL_IN_MANY, 0, "takes masked steps from the other inputs")                       \
+    X(MINIMUM, "Minimum", "minimum", FL_IN_MANY, 0, "takes masked steps from the other inputs")                       \
+    X(SPATIAL_DROPOUT2D, "SpatialDropout2D", "spatial_dropout2d", FL_IN_ONE, FL_K_MASK|FL_K_TRAINING, NULL)           \
+    X(RELU, "ReLU", "re_lu", FL_IN_ONE, FL_K_MASK, NULL)                                                              \
+    X(LEAKY_RELU, "LeakyReLU", "leaky_re_lu", FL_IN_ONE, FL_K_MASK, NULL)                                             \
+    X(ELU, "ELU", "elu", FL_IN_ONE, FL_K_MASK, NULL)                                                                  \
+    X(PRELU, "PReLU", "p_re_lu", FL_IN_ONE, FL_K_MASK, NULL)                                                          \
+    X(SOFTMAX, "Softmax", "softmax", FL_IN_ONE, 0, "uses the mask to exclude positions from the softmax")             \
+    X(RESCALING, "Rescaling", "rescaling", FL_IN_ONE, FL_K_MASK, NULL)                                                \
+    X(NORMALIZATION, "Normalization", "normalization", FL_IN_ONE, FL_K_MASK, NULL)                                    \
+    X(DEPTHWISE2D, "DepthwiseConv2D", "depthwise_conv2d", FL_IN_ONE, 0, NULL)                                         \
+    X(SEPARABLE2D, "SeparableConv2D", "separable_conv2d", FL_IN_ONE, 0, NULL)                                         \
+    X(UPSAMPLE2D, "UpSampling2D", "up_sampling2d", FL_IN_ONE, 0, NULL)                                                \
+    X(CONV2D_TRANSPOSE, "Conv2DTranspose", "conv2d_transpose", FL_IN_ONE, 0, NULL)                                    \
+    X(PERMUTE, "Permute", "permute", FL_IN_ONE, 0, NULL)                                                              \
+    X(RESIZING, "Resizing", "resizing", FL_IN_ONE, 0, NULL)                                                           \
+    X(LAYERNORM, "LayerNormalization", "layer_normalization", FL_IN_ONE, 0, NULL)                                     \
+    X(MHA, "MultiHeadAttention", "multi_head_attention", FL_IN_MANY, 0, NULL)                                         \
+    X(ATTENTION, "Attention", "attention", FL_IN_MANY, 0, NULL)                                                       \
+    X(REPEAT_VECTOR, "RepeatVector", "repeat_vector", FL_IN_ONE, 0, NULL)                                             \
+    X(TIME_DISTRIBUTED, "TimeDistributed", "time_distributed", FL_IN_ONE, 0, NULL)                                    \
+    X(SIMPLE_RNN, "SimpleRNN", "simple_rnn", FL_IN_ONE, FL_K_TRAINING, NULL)                                          \
+    X(LSTM, "LSTM", "lstm", FL_IN_ONE, FL_K_TRAINING, NULL)                                                           \
+    X(GRU, "GRU", "gru", FL_IN_ONE, FL_K_TRAINING, NULL)                                                              \
+    X(BIDIRECTIONAL, "Bidirectional", "bidirectional", FL_IN_ONE, 0, NULL)                                            \
+    X(EMBEDDING, "Embedding", "embedding", FL_IN_ONE, 0, NULL)                                                        \
+    X(MASKING, "Masking", "masking", FL_IN_ONE, 0, NULL)                                                              \
+    X(ZEROPAD1D, "ZeroPadding1D", "zero_padding1d", FL_IN_ONE, 0, NULL)                                               \
+    X(CROPPING1D, "Cropping1D", "cropping1d", FL_IN_ONE, 0, NULL)                                                     \
+    X(UPSAMPLE1D, "UpSampling1D", "up_sampling1d", FL_IN_ONE, 0, NULL)                                                \
+    X(SPATIAL_DROPOUT1D, "SpatialDropout1D", "spatial_dropout1d", FL_IN_ONE, FL_K_MASK|FL_K_TRAINING, NULL)           \
+    X(NOT_EQUAL, "NotEqual", "not_equal", FL_IN_ONE, 0, NULL)                                                         \
+    X(ANY, "Any", "any", FL_IN_ONE, 0, NULL)                                                                          \
+    X(LOGICAL_OR, "LogicalOr", "logical_or", FL_IN_MANY, 0, NULL)                                                     \
+    X(LOGICAL_AND, "LogicalAnd", "logical_and", FL_IN_MANY, 0, NULL)                                                  \
+    X(CONVERT_TO_TENSOR, "ConvertToTensor", "convert_to_tensor", FL_IN_ONE, 0, NULL)
 
 enum { FL_IN_NONE, FL_IN_ONE, FL_IN_MANY };
+enum { FL_K_MASK = 1, FL_K_TRAINING = 2 };
 
 /* A model with None input axes is built at length A, then at B: the
  * dimensions that differ follow the length (node->dyn), and a weight whose
@@ -84,7 +90,7 @@ enum { FL_IN_NONE, FL_IN_ONE, FL_IN_MANY };
 #define FL_PROBE_LENGTH_B 361
 
 typedef enum fl_layer_kind {
-#define FL_LAYER_KIND_ENUM_(k, cls, base, in) FL_L_##k,
+#define FL_LAYER_KIND_ENUM_(k, cls, base, in, flags, refusal) FL_L_##k,
     FL_LAYER_KINDS(FL_LAYER_KIND_ENUM_)
 #undef FL_LAYER_KIND_ENUM_
     FL_L_COUNT
@@ -220,6 +226,8 @@ void fl_model_weights_ready(fl_model *m);
 /* "linear, relu, ...": every activation name, for messages */
 const char *fl_activation_list(void);
 const char *fl_layer_kind_class(fl_layer_kind k);
+/* kind k's FL_K_* flags (FL_LAYER_KINDS) */
+int fl_layer_kind_flags(fl_layer_kind k);
 /* How many outputs a call of the layer has (RNN return_state: 1 + its
  * states; Bidirectional merge_mode None: 2 + ...), and how many initial
  * states a call may take after its input (RNN: 1 or 2 (LSTM); Bidirectional
