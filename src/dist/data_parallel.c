@@ -181,6 +181,12 @@ static void on_param_grad(void *ctx, int i) {
     if (d->err == FL_OK && !d->device) d->err = fl_dist_progress(d->started, d->req);
 }
 
+fl_status fl_dp_open_device(const fl_model *m) {
+    if (m->g.be->host_memory || fl_nccl_init() == FL_OK) return FL_OK;
+    fl_error_prefix("model '%s' on the %s over %d ranks: ", m->name, m->g.be->name, fl_dist_size());
+    return fl_last_status();
+}
+
 fl_status fl_dp_grads_begin(fl_model *m) {
     FL_TRY(plan(m));
     struct fl_dp_buckets *d = m->dp;

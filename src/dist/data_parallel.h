@@ -19,6 +19,10 @@ void fl_dp_share(int64_t b, int64_t *lo, int64_t *cnt);
  * totals of the whole global batch on every rank. */
 fl_status fl_dp_reduce_stats(const double *before, double *stats, int n);
 
+/* What model m's ranks need before training: on a device backend NCCL, which every rank opens (or all stop
+ * with the reason, naming the model and the device); nothing on the host's. */
+fl_status fl_dp_open_device(const fl_model *m);
+
 /* Sums every trainable weight's gradient over the ranks (each rank's is
  * already divided by the global batch, so the sum is the global batch's
  * gradient). `have` false: this rank had no samples, its gradients are

@@ -528,3 +528,11 @@ bool fl_inputs_rows(const fl_model *m, const fl_tensor *const *xs, int nx, const
 void fl_free_rows(float **xo, int nx) {
     for (int i = 0; i < nx; i++) { free(xo[i]); xo[i] = NULL; }
 }
+
+bool fl_batches_gathered_on_device(const fl_model *m) { return !m->g.be->host_memory; }
+
+/* The last batch's rows of input k on the host: in the input node itself where the backend's memory is the
+ * host's, else a stream's host copy (arrays on a device: NULL, all of x was checked before training). */
+const float *fl_batches_host_rows(const fl_model *m, const fl_batches *d, int k) {
+    return m->g.be->host_memory ? m->inputs[k]->val : d->last_x;
+}

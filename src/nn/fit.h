@@ -63,6 +63,10 @@ fl_status fl_batches_load(fl_model *m, fl_batches *d, const int64_t *idx, int64_
 void fl_batches_end(fl_batches *d);
 void fl_batches_close(fl_model *m, fl_batches *d);
 fl_batches fl_batches_unweighted(const fl_batches *d);
+/* Whether batches are gathered on the device (x then checked once, before training), and the host rows of
+ * the last batch's input k (NULL where none are on the host) */
+bool fl_batches_gathered_on_device(const fl_model *m);
+const float *fl_batches_host_rows(const fl_model *m, const fl_batches *d, int k);
 
 /* ------------------------------------------------------------ history.c */
 

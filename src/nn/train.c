@@ -7,24 +7,17 @@
 #include "core/clock.h"
 #include "nn.h"
 #include "core/error.h"
-#include "core/plan.h"
 #include "core/rng.h"
 #include "core/tensor.h"
-#include "io/io.h"
 #include "dist/data_parallel.h"
 #include "dist/mpi.h"
-#include "dist/nccl.h"
 #include "nn/fit.h"
 #include "nn/step.h"
-#include "ops/math.h"
-#include "ops/ops.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-#include <unistd.h>
 
 const char *fl_loss_name(fl_loss_kind k) {
     switch (k) {
@@ -52,13 +45,6 @@ const char *fl_metric_key(fl_metric m) {
 
 
 
-/* The output's mask when the loss applies it: a rank-3 (or more) output
- * whose mask has one value per row of the loss (Keras: the _keras_mask of
- * y_pred weighs the loss). */
-static const fl_node *loss_mask_of(const fl_model *m) {
-    const fl_node *o = m->output, *k = o->mask;
-    return k && fl_node_sample_size(k) * fl_out_classes(m) == fl_node_sample_size(o) ? k : NULL;
-}
 
 
 /* ------------------------------------------------------------ compile */
@@ -128,187 +114,15 @@ fl_status fl_compile_(fl_model *m, fl_optimizer *opt, fl_loss loss, const fl_met
     return FL_OK;
 }
 
-/* How the loss sees the output (see fl_loss_input). */
-static int loss_input(const fl_model *m) {
-    const fl_node *o = m->output;
-    if (m->loss.from_logits) return FL_LI_LOGITS;
-    bool ce = m->loss.kind == FL_LOSS_CATEGORICAL_CROSSENTROPY ||
-              m->loss.kind == FL_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY;
-    if (ce && o->op == FL_OP_ACT && o->act == FL_ACT_SOFTMAX) return FL_LI_SOFTMAX_FUSED;
-    if (m->loss.kind == FL_LOSS_BINARY_CROSSENTROPY && o->act == FL_ACT_SIGMOID && fl_op_preact_grad(o->op))
-        return FL_LI_SIGMOID_FUSED;
-    return FL_LI_PROBS;
-}
 
 
-/* Makes the step buffers hold `batch` samples, for training or (infer) for
- * forward passes only. */
-static fl_status reserve(fl_model *m, int64_t batch, bool infer) {
-    fl_model_weights_ready(m); /* every step reads them */
-    FL_TRY(infer ? fl_graph_reserve_infer(&m->g, batch) : fl_graph_reserve(&m->g, batch));
-    const fl_backend *be = m->g.be;
-    int64_t rows = fl_node_sample_size(m->output) / fl_out_classes(m);
-    int64_t tcap = m->g.batch_cap * fl_node_sample_size(m->output);
-    if (!m->stats) {
-        m->stats = be->alloc(FL_STATS * sizeof(double));
-        if (!m->stats) return fl_last_status();
-    }
-    if (tcap > m->target_cap) {
-        be->free(m->target); be->free(m->row_loss); be->free(m->row_score); be->free(m->idx_dev); be->free(m->weight);
-        free(m->stage_x); free(m->stage_y); free(m->stage_w);
-        m->target = m->row_loss = m->row_score = m->weight = NULL;
-        m->idx_dev = NULL;
-        m->stage_x = m->stage_y = m->stage_w = NULL;
-        m->target_cap = 0;
-        m->target = be->alloc((size_t)tcap * sizeof(float));
-        m->row_loss = m->target ? be->alloc((size_t)(m->g.batch_cap * rows) * sizeof(float)) : NULL;
-        m->row_score = m->row_loss ? be->alloc((size_t)(m->g.batch_cap * rows) * sizeof(float)) : NULL;
-        m->weight = m->row_score ? be->alloc((size_t)(m->g.batch_cap * rows) * sizeof(float)) : NULL;
-        if (!m->weight) return fl_last_status();
-        if (!be->host_memory) {
-            /* device backends: batch indices, and host staging for data that stays on the host */
-            m->idx_dev = be->alloc((size_t)m->g.batch_cap * sizeof(int64_t));
-            int64_t xmax = 0;
-            for (int i = 0; i < m->ninputs; i++)
-                if (fl_node_sample_size(m->inputs[i]) > xmax) xmax = fl_node_sample_size(m->inputs[i]);
-            m->stage_x = fl_malloc((size_t)(m->g.batch_cap * xmax) * sizeof(float), "batch staging");
-            m->stage_y = fl_malloc((size_t)tcap * sizeof(float), "batch staging");
-            m->stage_w = fl_malloc((size_t)(m->g.batch_cap * rows) * sizeof(float), "batch staging");
-            if (!m->idx_dev || !m->stage_x || !m->stage_y || !m->stage_w) return fl_last_status();
-        }
-        m->target_cap = tcap;
-    }
-    return FL_OK;
-}
 
-/* An asynchronous device error (a failed kernel) surfaces here. */
-fl_status fl_device_status(fl_model *m, const char *what) {
-    const fl_backend *be = m->g.be;
-    if (be->check && be->check() != 0) {
-        fl_error_prefix("%s on the %s: ", what, be->name);
-        return fl_last_status() != FL_OK ? fl_last_status() : FL_ERR_DEVICE;
-    }
-    return FL_OK;
-}
 
-/* Running totals of loss and metrics live in m->stats (on the device):
- * per-sample averages times the batch size, so that they weight by samples
- * like Keras's trackers. They are read only when something is shown. */
-static void zero_stats(fl_model *m) { m->g.be->zero(m->stats, FL_STATS * sizeof(double)); }
 
-static void read_stats(fl_model *m, int64_t seen, double *out) {
-    double raw[FL_STATS];
-    m->g.be->download(raw, m->stats, FL_STATS * sizeof(double));
-    for (int i = 0; i <= m->nmetrics; i++) out[i] = raw[i] / (double)(seen > 0 ? seen : 1);
-}
-
-/* Loss (+ gradient when training) and metrics for the batch in the graph. */
-void fl_loss_and_metrics(fl_model *m, bool grad) {
-    const fl_backend *be = m->g.be;
-    fl_node *o = m->output;
-    int C = fl_out_classes(m);
-    int64_t rows = fl_node_size(o) / C;
-    int code = m->loss.kind == FL_LOSS_CATEGORICAL_CROSSENTROPY ? FL_LC_CCE
-             : m->loss.kind == FL_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY ? FL_LC_SCCE
-             : m->loss.kind == FL_LOSS_BINARY_CROSSENTROPY ? FL_LC_BCE : FL_LC_MSE;
-    /* under MPI the mean is over the global batch's rows: the ranks' gradients sum to one process's */
-    int64_t grows = m->dist_batch ? rows / m->g.batch * m->dist_batch : rows;
-    fl_loss_desc d = {code, loss_input(m), rows, C, 1.0f / (float)grows};
-    be->loss(&d, o->val, m->target, m->row_loss, grad ? o->grad : NULL);
-    if (grad) {
-        o->grad_ready = true;
-        o->grad_is_preact = d.input == FL_LI_SOFTMAX_FUSED || d.input == FL_LI_SIGMOID_FUSED;
-    }
-    const fl_node *mask = loss_mask_of(m);
-    /* Keras's apply_mask: the valid rows weigh rows / valid, the others 0 */
-    if (mask) be->loss_mask(rows, C, mask->val, m->row_loss, grad ? o->grad : NULL, m->stats + FL_STAT_VALID);
-    /* sample weights (Keras's reduce_weighted_values): the weighted row losses are summed and divided by
-     * the rows, weighted or not ("sum_over_batch_size"); the compiled metrics stay unweighted, as Keras's
-     * `metrics` (its `weighted_metrics` would take the weights) */
-    if (m->batch_weighted) be->loss_weight(rows, C, m->weight, m->row_loss, grad ? o->grad : NULL);
-    double scale = (double)m->g.batch / (double)rows;
-    be->sum_into(rows, m->row_loss, scale, m->stats);
-    /* the metrics are not masked: Keras 3.15's compiled metrics do not see y_pred's mask (its
-     * train_on_batch reports the accuracy over every step, padding included: train_seq_scce_masked) */
-    for (int i = 0; i < m->nmetrics; i++) {
-        be->metric(m->metric_codes[i], rows, C, o->val, m->target, m->row_score);
-        be->sum_into(rows, m->row_score, scale, m->stats + 1 + i);
-    }
-}
 
 /* --------------------------------------------------------- evaluation */
 
-/* Predict's and evaluate's forward pass: no backward follows. `batch` is the batch the caller asked for
- * (at most the samples there are), whatever step of it runs: what inference's choices that weigh a batch's
- * size (folding a BatchNormalization into its convolution) weigh, so that every step, and the last,
- * shorter batch, compute as the whole batch would. */
-static void forward_only(fl_graph *g, int64_t batch) {
-    fl_threads_follow_load();
-    g->no_backward = true;
-    g->fold_batch = batch;
-    fl_graph_forward(g, false);
-    g->fold_batch = 0;
-    g->no_backward = false;
-}
 
-/* Samples per forward step when predicting in batches of bs. In inference each sample is computed alone,
- * so where the backend gives a budget (infer_budget: the CPU's, twice its threads' L2), a batch whose
- * buffers would not fit runs in steps of fewer samples, each layer's output still in cache when the next
- * reads it. Each step pays a parallel region per layer, so steps go below 32 samples only for samples whose
- * buffers take more than a quarter of the budget, and then to 8 (and two per thread): unet_small's predict
- * at 512 (1.5 MB a sample) ran 1,587 samples/s in steps of 32 and 2,516 in steps of 8, transformer_text's at
- * 128 (344 KB) 33,000-34,700 in steps of 32 and 27,400 in steps of 8. With fewer than two samples per thread
- * a 3x3 convolution leaves Winograd for the direct kernels (mnist_cnn's predictions in steps of 2 differed
- * from whole batches in the last bit). The choices that weigh the batch's size weigh the whole batch
- * (forward_only), so in steps of 4 to 256, ResNet-20's, mnist_cnn's, MobileNetV2's and the U-Net's
- * predictions were the same to the bit as whole batches'. Not for a model with a recurrent layer: its
- * per-step matrix products want the whole batch (lstm_text's predict ran 35,300 samples/s at 16 and 40,600
- * at 512). Every step reads all the weights, so where they outgrow the cache they would stay in between steps
- * (infer_weight_cache: the CPU's L3), the step grows until its buffers are as large as the weights:
- * ResNet50 at 64x64 (94 MB of weights, 1.1 MB of buffers a sample) ran its predict at 128 in steps of 8 at
- * 365 samples/s and in steps of 96 at 495; DenseNet121 at 64x64 (28 MB, in the 32 MB L3) ran 660 in steps of
- * 32 and 517 in steps of 64. It grows within half of what the model memory limit leaves, so that a model that
- * predicted under the limit still does. $FLYNN_INFER_STEP sets it (for benchmarks and tests). */
-#define INFER_STEP 32
-static int64_t infer_step(const fl_model *m, int64_t bs) {
-    const char *e = getenv("FLYNN_INFER_STEP");
-    if (e && atoll(e) > 0) return atoll(e) < bs ? atoll(e) : bs;
-    const fl_graph *g = &m->g;
-    const int64_t least = 2 * fl_get_num_threads() > 8 ? 2 * fl_get_num_threads() : 8;
-    if (bs <= least || !g->be->infer_budget) return bs;
-    for (int i = 0; i < g->n; i++)
-        if (g->nodes[i]->op == FL_OP_RNN) return bs;
-    fl_plan p;
-    fl_fuse_current((fl_graph *)g); /* (predict reserved the graph: current already) */
-    if (fl_plan_make(g, NULL, 1, true, 1, false, &p) != FL_OK) {
-        fl_clear_error(); /* out of memory planning: whole batches, as before */
-        return bs;
-    }
-    const size_t per = p.bytes > 0 ? p.bytes : 1;
-    fl_plan_free(&p);
-    int64_t step = (int64_t)(g->be->infer_budget() / per);
-    if (step >= INFER_STEP) step -= step % INFER_STEP; /* whole multiples of 32 */
-    else step = step < 4 ? least : INFER_STEP;
-    /* half of what the model memory limit leaves beside the weights (and their gradients and the optimizer's
-     * slots, param_bytes): a model that predicted in small steps under the limit still does, whatever the
-     * cache (a budget of 12 MiB, 2 MiB of L2 and 3 threads, took a whole batch of 512 past it: issue 42) */
-    const int64_t room = (fl_model_bytes_limit() - g->param_bytes) / 2 / (int64_t)per;
-    /* every step reads all the weights: where they outgrow the cache they would stay in between steps, each
-     * step reads them from memory, and the step grows until its buffers are as large as they are */
-    if (g->be->infer_weight_cache) {
-        size_t w = 0;
-        for (int i = 0; i < g->n; i++)
-            if (g->nodes[i]->op == FL_OP_PARAM) w += (size_t)fl_node_size(g->nodes[i]) * sizeof(float);
-        const int64_t need = (int64_t)((w + per - 1) / per); /* samples whose buffers match the weights */
-        if (w > g->be->infer_weight_cache() && need > step) {
-            int64_t ws = (need + INFER_STEP - 1) / INFER_STEP * INFER_STEP;
-            if (ws > room) ws = room;
-            if (ws > step) step = ws;
-        }
-    }
-    if (room >= 1 && step > room) step = room >= INFER_STEP ? room - room % INFER_STEP : room;
-    return step < bs ? step : bs;
-}
 
 /* Runs inference over samples idx[0..n) of d; writes mean loss and metrics. Each batch of bs runs in the
  * steps predict takes (infer_step), the progress bar counting batches; whole where a step would change what
@@ -316,10 +130,10 @@ static int64_t infer_step(const fl_model *m, int64_t bs) {
  * MPI ranks, a stream's prefetched batches. */
 static fl_status run_eval(fl_model *m, fl_batches *d, const int64_t *idx, int64_t n, int64_t bs, double *out,
                           fl_progbar *pb) {
-    const int64_t sub = d->stream || m->dist_batch || loss_mask_of(m) ? bs : infer_step(m, bs);
-    FL_TRY(reserve(m, sub < n ? sub : n, true));
+    const int64_t sub = d->stream || m->dist_batch || fl_loss_mask_of(m) ? bs : fl_infer_step(m, bs);
+    FL_TRY(fl_step_reserve(m, sub < n ? sub : n, true));
     FL_TRY(fl_batches_begin(d, -1, idx, n));
-    zero_stats(m);
+    fl_step_stats_zero(m);
     int64_t steps = (n + bs - 1) / bs, seen = 0;
     for (int64_t s = 0; s < steps; s++) {
         int64_t b = n - s * bs < bs ? n - s * bs : bs;
@@ -331,21 +145,21 @@ static fl_status run_eval(fl_model *m, fl_batches *d, const int64_t *idx, int64_
                 fl_error_prefix("evaluating: ");
                 return st;
             }
-            forward_only(&m->g, bs < n ? bs : n);
+            fl_step_forward(&m->g, bs < n ? bs : n);
             fl_loss_and_metrics(m, false);
         }
         seen += b;
         if (pb && fl_progbar_due(pb, s + 1 == steps)) {
             char keys[1 + FL_MAX_METRICS][48];
             double v[1 + FL_MAX_METRICS], vals[1 + FL_MAX_METRICS];
-            read_stats(m, seen, v);
+            fl_step_stats_read(m, seen, v);
             int nkv = fl_stat_kv(m, v, "", keys, vals);
             fl_sort_kv(nkv, keys, vals);
             fl_progbar_update(pb, s + 1, nkv, keys, vals, s + 1 == steps);
         }
     }
     fl_batches_end(d);
-    read_stats(m, seen, out);
+    fl_step_stats_read(m, seen, out);
     return fl_device_status(m, "evaluating");
 }
 
@@ -407,7 +221,7 @@ fl_tensor *fl_predict_(fl_model *m, const fl_tensor *x, fl_eval_args a) {
     if (a.batch_size < 0) return fl_error_null(FL_ERR_INVALID_ARG, "fl_predict: batch_size %d, expected > 0", a.batch_size);
     int64_t bs = a.batch_size > 0 ? a.batch_size : 32, n = x->shape[0];
     const int64_t asked = bs;
-    bs = infer_step(m, bs);
+    bs = fl_infer_step(m, bs);
     int64_t orow = fl_node_sample_size(m->output);
     int64_t shape[FL_MAX_DIMS];
     memcpy(shape, m->output->shape, sizeof shape);
@@ -417,7 +231,7 @@ fl_tensor *fl_predict_(fl_model *m, const fl_tensor *x, fl_eval_args a) {
     fl_tensor *out = xr ? fl_tensor_new(FL_FLOAT32, m->output->ndim, shape) : NULL;
     int64_t *idx = out ? iota(n, 0) : NULL;
     fl_batches d = {0};
-    if (!idx || reserve(m, bs < n ? bs : n, true) != FL_OK || fl_batches_open(m, 1, &m->input, &xr, NULL, 0, NULL, 0, n, &d) != FL_OK) {
+    if (!idx || fl_step_reserve(m, bs < n ? bs : n, true) != FL_OK || fl_batches_open(m, 1, &m->input, &xr, NULL, 0, NULL, 0, n, &d) != FL_OK) {
         free(idx);
         free(xo);
         fl_tensor_free(out);
@@ -426,8 +240,8 @@ fl_tensor *fl_predict_(fl_model *m, const fl_tensor *x, fl_eval_args a) {
     for (int64_t s = 0; s * bs < n; s++) {
         int64_t b = n - s * bs < bs ? n - s * bs : bs;
         (void)fl_batches_load(m, &d, idx + s * bs, b); /* arrays: cannot fail */
-        forward_only(&m->g, asked < n ? asked : n);
-        m->g.be->download((float *)out->data + s * bs * orow, m->output->val, (size_t)(b * orow) * sizeof(float));
+        fl_step_forward(&m->g, asked < n ? asked : n);
+        fl_step_read(m, m->output, (float *)out->data + s * bs * orow, b);
     }
     fl_batches_close(m, &d);
     free(idx);
@@ -458,7 +272,7 @@ fl_status fl_predict_multi_(fl_model *m, const fl_tensor *const *xs, int nx, fl_
     FL_TRY(fl_model_bind(m, xs, nx, "fl_predict_multi"));
     int64_t bs = a.batch_size > 0 ? a.batch_size : 32, n = xs[0]->shape[0];
     const int64_t asked = bs;
-    bs = infer_step(m, bs);
+    bs = fl_infer_step(m, bs);
     fl_status st = FL_OK;
     for (int o = 0; o < nout && st == FL_OK; o++) {
         int64_t shape[FL_MAX_DIMS];
@@ -470,7 +284,7 @@ fl_status fl_predict_multi_(fl_model *m, const fl_tensor *const *xs, int nx, fl_
     int64_t *idx = st == FL_OK ? iota(n, 0) : NULL;
     fl_batches d = {0};
     if (st == FL_OK && !idx) st = fl_last_status();
-    if (st == FL_OK) st = reserve(m, bs < n ? bs : n, true);
+    if (st == FL_OK) st = fl_step_reserve(m, bs < n ? bs : n, true);
     float *xo[FL_MODEL_MAX_IO] = {0};
     const float *xr[FL_MODEL_MAX_IO] = {0};
     bool rows_ok = st == FL_OK && fl_inputs_rows(m, xs, nx, "fl_predict_multi", xr, xo);
@@ -479,10 +293,10 @@ fl_status fl_predict_multi_(fl_model *m, const fl_tensor *const *xs, int nx, fl_
     for (int64_t s = 0; st == FL_OK && s * bs < n; s++) {
         int64_t b = n - s * bs < bs ? n - s * bs : bs;
         (void)fl_batches_load(m, &d, idx + s * bs, b); /* arrays: cannot fail */
-        forward_only(&m->g, asked < n ? asked : n);
+        fl_step_forward(&m->g, asked < n ? asked : n);
         for (int o = 0; o < nout; o++) {
             int64_t orow = fl_node_sample_size(m->outputs[o]);
-            m->g.be->download((float *)outs[o]->data + s * bs * orow, m->outputs[o]->val, (size_t)(b * orow) * sizeof(float));
+            fl_step_read(m, m->outputs[o], (float *)outs[o]->data + s * bs * orow, b);
         }
     }
     fl_batches_close(m, &d);
@@ -583,15 +397,15 @@ static bool fit_dist(fit_run *r) {
     fl_model *m = r->m;
     if (fl_dist_init() != FL_OK) { fl_error_prefix("%s: ", r->fn); return false; }
     r->dist = fl_dist_size() > 1;
-    if (r->dist && (loss_mask_of(m) || r->stream))
+    if (r->dist && (fl_loss_mask_of(m) || r->stream))
         return fl_error(FL_ERR_UNSUPPORTED, "%s: under MPI (%d ranks), training runs from arrays and without a "
                         "masked loss; model '%s' %s", r->fn, fl_dist_size(), m->name,
                         r->stream ? "reads a stream (each rank would need its share of every batch read ahead)"
                         : "has an output mask that weighs the loss (its valid-row count would need a global "
                         "reduction)"), false;
     /* on a device the gradients' sums are NCCL's: every rank opens it, or all stop with the reason */
-    if (r->dist && !m->g.be->host_memory && fl_nccl_init() != FL_OK) {
-        fl_error_prefix("%s: model '%s' on the %s over %d ranks: ", r->fn, m->name, m->g.be->name, fl_dist_size());
+    if (r->dist && fl_dp_open_device(m) != FL_OK) {
+        fl_error_prefix("%s: ", r->fn);
         return false;
     }
     return true;
@@ -653,7 +467,7 @@ static bool fit_data(fit_run *r) {
     if (!r->stream && !fl_inputs_rows(m, r->xs, nx, fn, r->xr, r->xo)) return false;
     r->perm = fl_malloc((size_t)r->n * sizeof(int64_t), "shuffle order");
     r->h = fl_calloc(1, sizeof *r->h, "History");
-    if (!r->perm || !r->h || reserve(m, r->bs < r->n_train ? r->bs : r->n_train, false) != FL_OK ||
+    if (!r->perm || !r->h || fl_step_reserve(m, r->bs < r->n_train ? r->bs : r->n_train, false) != FL_OK ||
         (r->stream ? fl_batches_open_stream(m, m->input, r->stream, r->y_row, r->bs, a, r->check, &r->tr)
                    : fl_batches_open(m, nx, m->inputs, r->xr, r->yh, r->y_row, r->wh, r->wrow, r->n, &r->tr)) != FL_OK)
         return false;
@@ -703,7 +517,7 @@ static bool fit_begin(fit_run *r) {
         if (r->cbs[c]->on_train_begin && r->cbs[c]->on_train_begin(m, &r->logs, r->cbs[c]->user) != FL_OK)
             return callback_failed(r);
     for (int k = 0; k < r->nx; k++) /* device: x once, the batches are gathered there */
-        if (r->check && r->xr[k] && !m->g.be->host_memory && !m->inputs[k]->int_val &&
+        if (r->check && r->xr[k] && fl_batches_gathered_on_device(m) && !m->inputs[k]->int_val &&
             fl_check_x_finite(m, &r->tr, k, r->xr[k], NULL, r->n_train, r->a.initial_epoch, r->epochs, 0, r->steps) !=
                 FL_OK)
             return false;
@@ -716,7 +530,7 @@ static bool fit_begin(fit_run *r) {
 static bool fit_running_logs(fit_run *r, int ep, int64_t seen, int64_t done, int64_t *checked, char keys[][48],
                              double *vals, int *nkv) {
     double v[1 + FL_MAX_METRICS];
-    read_stats(r->m, seen, v);
+    fl_step_stats_read(r->m, seen, v);
     if (r->check && !isfinite(v[0])) {
         fl_nonfinite_loss(r->m, v[0], ep, r->epochs, *checked, done, r->steps);
         return false;
@@ -750,7 +564,7 @@ static bool fit_steps(fit_run *r, int ep, fl_progbar *pb, int64_t *seen, int64_t
         }
         if (!r->stream) r->tr.wait += fl_clock_seconds() - tl;
         for (int k = 0; k < r->nx; k++) { /* int32 indices: no NaN to find */
-            const float *rows = m->g.be->host_memory ? m->inputs[k]->val : r->tr.last_x; /* a stream's on the host */
+            const float *rows = fl_batches_host_rows(m, &r->tr, k); /* a stream's on the host */
             if (r->check && rows && !m->inputs[k]->int_val &&
                 fl_check_x_finite(m, &r->tr, k, rows, idx, share, ep, r->epochs, s, r->steps) != FL_OK)
                 return false;
@@ -778,7 +592,7 @@ static bool fit_steps(fit_run *r, int ep, fl_progbar *pb, int64_t *seen, int64_t
             if (m->stop_training) { *steps_done = s + 1; break; }
             /* a callback that predicted on data of another length planned the graph for it */
             if ((!r->stream && fl_model_bind(m, r->xs, r->nx, r->fn) != FL_OK) ||
-                reserve(m, bs < n_train ? bs : n_train, false) != FL_OK)
+                fl_step_reserve(m, bs < n_train ? bs : n_train, false) != FL_OK)
                 return false;
         }
         if (s + 1 < r->steps && fl_progbar_due(pb, false)) {
@@ -794,7 +608,7 @@ static bool fit_steps(fit_run *r, int ep, fl_progbar *pb, int64_t *seen, int64_t
  * NaN (a NaN weight behind a ReLU keeps the loss finite: looked for once an epoch). */
 static bool fit_epoch_checks(fit_run *r, int ep, int64_t seen, int64_t steps_done, int64_t checked, double *v) {
     fl_model *m = r->m;
-    read_stats(m, seen, v);
+    fl_step_stats_read(m, seen, v);
     if (fl_device_status(m, "training") != FL_OK) return false;
     if (!r->check) return true;
     if (!isfinite(v[0])) {
@@ -841,8 +655,8 @@ static bool fit_epoch(fit_run *r, int ep, bool *stop) {
     fl_progbar pb = {r->f, r->mode, r->steps, fl_clock_seconds(), 0, 0, r->stream ? &r->tr.wait : NULL};
     const int64_t bs = r->bs < r->n_train ? r->bs : r->n_train;
     double t0 = fl_clock_seconds();
-    if ((!r->stream && fl_model_bind(m, r->xs, r->nx, r->fn) != FL_OK) || reserve(m, bs, false) != FL_OK) return false;
-    zero_stats(m);
+    if ((!r->stream && fl_model_bind(m, r->xs, r->nx, r->fn) != FL_OK) || fl_step_reserve(m, bs, false) != FL_OK) return false;
+    fl_step_stats_zero(m);
     int64_t seen = 0, steps_done = 0, checked = 0; /* checked: steps whose loss is known to be finite */
     r->tr.wait = 0;
     if (fl_batches_begin(&r->tr, ep, r->perm, r->n_train) != FL_OK) return false;
@@ -894,12 +708,7 @@ static bool fit_end(fit_run *r) {
     fl_history *h = r->h;
     const fl_step_state *gs = &r->gs;
     h->seconds = fl_clock_seconds() - r->t_fit;
-    h->graph_captures = gs->captures, h->graph_failures = gs->failures, h->graph_replays = gs->replays;
-    if (m->g.be->graph_begin && r->mode == FL_VERBOSE_EPOCH)
-        printf("device graphs: %lld step%s captured, %lld replayed, %lld capture%s failed%s\n", (long long)gs->captures,
-               gs->captures == 1 ? "" : "s", (long long)gs->replays, (long long)gs->failures,
-               gs->failures == 1 ? "" : "s",
-               gs->failures ? " (those steps ran eagerly; FLYNN_CUDA_GRAPHS=require makes a failure an error)" : "");
+    fl_step_report(m, gs, r->mode, h);
     return true;
 }
 
