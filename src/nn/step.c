@@ -279,7 +279,7 @@ void fl_step_forward(fl_graph *g, int64_t batch) {
  * 128 (344 KB) 33,000-34,700 in steps of 32 and 27,400 in steps of 8. With fewer than two samples per thread
  * a 3x3 convolution leaves Winograd for the direct kernels (mnist_cnn's predictions in steps of 2 differed
  * from whole batches in the last bit). The choices that weigh the batch's size weigh the whole batch
- * (forward_only), so in steps of 4 to 256, ResNet-20's, mnist_cnn's, MobileNetV2's and the U-Net's
+ * (fl_step_forward), so in steps of 4 to 256, ResNet-20's, mnist_cnn's, MobileNetV2's and the U-Net's
  * predictions were the same to the bit as whole batches'. Not for a model with a recurrent layer: its
  * per-step matrix products want the whole batch (lstm_text's predict ran 35,300 samples/s at 16 and 40,600
  * at 512). Every step reads all the weights, so where they outgrow the cache they would stay in between steps
