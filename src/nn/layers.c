@@ -1,10 +1,14 @@
 /*
- * layers.c — the Keras layers: their constructors (argument checks and Keras
- * defaults), how each one builds its graph nodes and weights, the Keras
- * initializers (glorot_uniform kernels, zero biases, BatchNormalization's
- * ones/zeros), and the per-layer accessors.
+ * layers.c — the Keras layers: the kind tables (FL_LAYER_KINDS's columns and
+ * the build table), the image and element-wise layers (Dense, the
+ * convolutions and poolings, the paddings, the merges, the activations and
+ * preprocessing: their constructors, argument checks and Keras defaults,
+ * then their builds), the Keras initializers (glorot_uniform kernels, zero
+ * biases, BatchNormalization's ones/zeros), fl_layer_build with Keras's mask
+ * rules, and the per-layer accessors. The sequence and recurrent layers,
+ * constructor and build together, are layers_seq.c's (layers_internal.h).
  */
-#include "nn.h"
+#include "nn/layers_internal.h"
 #include "core/error.h"
 #include "core/rng.h"
 #include "core/tensor.h"
@@ -51,17 +55,18 @@ const char *fl_layer_kind_base(fl_layer_kind k) { return k < FL_L_COUNT ? kind_b
 bool fl_layer_kind_merges(fl_layer_kind k) { return k < FL_L_COUNT && kind_inputs[k] == FL_IN_MANY; }
 
 /* the states of one recurrent layer: h, and LSTM's carry c */
-static int rnn_states(const fl_layer *l) { return l->kind == FL_L_LSTM ? 2 : 1; }
+bool fl_layer_is_rnn_kind(fl_layer_kind k) { return k == FL_L_SIMPLE_RNN || k == FL_L_LSTM || k == FL_L_GRU; }
+int fl_layer_rnn_states(const fl_layer *l) { return l->kind == FL_L_LSTM ? 2 : 1; }
 
 int fl_layer_num_states(const fl_layer *l) {
-    if (l->kind == FL_L_SIMPLE_RNN || l->kind == FL_L_LSTM || l->kind == FL_L_GRU) return rnn_states(l);
-    if (l->kind == FL_L_BIDIRECTIONAL) return rnn_states(l->a.bidi.fwd) + rnn_states(l->a.bidi.bwd);
+    if (l->kind == FL_L_SIMPLE_RNN || l->kind == FL_L_LSTM || l->kind == FL_L_GRU) return fl_layer_rnn_states(l);
+    if (l->kind == FL_L_BIDIRECTIONAL) return fl_layer_rnn_states(l->a.bidi.fwd) + fl_layer_rnn_states(l->a.bidi.bwd);
     return 0;
 }
 
 int fl_layer_num_outputs(const fl_layer *l) {
     if (l->kind == FL_L_SIMPLE_RNN || l->kind == FL_L_LSTM || l->kind == FL_L_GRU)
-        return 1 + (l->a.rnn.return_state ? rnn_states(l) : 0);
+        return 1 + (l->a.rnn.return_state ? fl_layer_rnn_states(l) : 0);
     if (l->kind == FL_L_BIDIRECTIONAL)
         return (l->a.bidi.merge_mode == FL_MERGE_NONE ? 2 : 1) +
                (l->a.bidi.fwd->a.rnn.return_state ? fl_layer_num_states(l) : 0);
@@ -105,7 +110,7 @@ fl_status fl_activation_from_name(const char *name, fl_activation *out) {
     return fl_error(FL_ERR_INVALID_ARG, "unknown activation '%s' (expected one of %s)", name, fl_activation_list());
 }
 
-static fl_layer *new_layer(fl_layer_kind k, const char *name) {
+fl_layer *fl_layer_new(fl_layer_kind k, const char *name) {
     fl_layer *l = fl_calloc(1, sizeof *l, "layer");
     if (!l) return NULL;
     l->kind = k;
@@ -122,7 +127,7 @@ static fl_layer *new_layer(fl_layer_kind k, const char *name) {
     return l;
 }
 
-static fl_status check_act(const char *cls, fl_activation a) {
+fl_status fl_layer_check_act(const char *cls, fl_activation a) {
     if ((unsigned)a >= FL_ACTIVATION_COUNT)
         return fl_error(FL_ERR_INVALID_ARG, "%s: activation %d is not an fl_activation", cls, (int)a);
     return FL_OK;
@@ -136,7 +141,7 @@ fl_layer *fl_input_(int ndim, const int64_t *shape) {
         if (shape[i] <= 0 && shape[i] != FL_DYNAMIC)
             return fl_error_null(FL_ERR_SHAPE, "Input: dimension %d is %lld, expected > 0 or FL_DYNAMIC (None: any "
                                  "length)", i, (long long)shape[i]);
-    fl_layer *l = new_layer(FL_L_INPUT, NULL);
+    fl_layer *l = fl_layer_new(FL_L_INPUT, NULL);
     if (!l) return NULL;
     l->a.shape.ndim = ndim;
     memcpy(l->a.shape.shape, shape, (size_t)ndim * sizeof(int64_t));
@@ -153,35 +158,10 @@ fl_layer *fl_input_dtype_(fl_dtype dtype, int ndim, const int64_t *shape) {
     return l;
 }
 
-fl_layer *fl_embedding_(fl_embedding_args a) {
-    if (a.input_dim <= 0 || a.output_dim <= 0)
-        return fl_error_null(FL_ERR_INVALID_ARG, "Embedding: input_dim %d and output_dim %d, expected both > 0",
-                             a.input_dim, a.output_dim);
-    fl_layer *l = new_layer(FL_L_EMBEDDING, a.name);
-    if (l) { l->a.emb = a; l->a.emb.name = NULL; }
-    return l;
-}
-
-fl_layer *fl_masking_(fl_masking_args a) {
-    if (!isfinite(a.mask_value))
-        return fl_error_null(FL_ERR_INVALID_ARG, "Masking: mask_value %g, expected a finite number", a.mask_value);
-    fl_layer *l = new_layer(FL_L_MASKING, a.name);
-    if (l) { l->a.masking = a; l->a.masking.name = NULL; }
-    return l;
-}
-
-fl_layer *fl_mask_op_layer(fl_layer_kind k, float c, const char *name) {
-    if (!fl_layer_kind_is_op(k)) return fl_error_null(FL_ERR_INVALID_ARG, "fl_mask_op_layer: not a mask operation");
-    if (!isfinite(c)) return fl_error_null(FL_ERR_INVALID_ARG, "NotEqual: the constant %g is not finite", c);
-    fl_layer *l = new_layer(k, name);
-    if (l) l->a.not_equal = c;
-    return l;
-}
-
 fl_layer *fl_dense_(fl_dense_args a) {
     if (a.units <= 0) return fl_error_null(FL_ERR_INVALID_ARG, "Dense: units is %d, expected > 0", a.units);
-    if (check_act("Dense", a.activation)) return NULL;
-    fl_layer *l = new_layer(FL_L_DENSE, a.name);
+    if (fl_layer_check_act("Dense", a.activation)) return NULL;
+    fl_layer *l = fl_layer_new(FL_L_DENSE, a.name);
     if (l) { l->a.dense = a; l->a.dense.name = NULL; }
     return l;
 }
@@ -224,8 +204,8 @@ static fl_layer *conv2d_kind(fl_layer_kind k, fl_conv2d_args a) {
                              cls, a.dilation_h, a.dilation_w, a.groups);
     if (a.padding != FL_VALID && a.padding != FL_SAME)
         return fl_error_null(FL_ERR_INVALID_ARG, "%s: padding %d, expected FL_VALID or FL_SAME", cls, (int)a.padding);
-    if (check_act(cls, a.activation)) return NULL;
-    fl_layer *l = new_layer(k, a.name);
+    if (fl_layer_check_act(cls, a.activation)) return NULL;
+    fl_layer *l = fl_layer_new(k, a.name);
     if (l) { l->a.conv = a; l->a.conv.name = NULL; }
     return l;
 }
@@ -243,7 +223,7 @@ fl_layer *fl_up_sampling2d_(fl_up_sampling2d_args a) {
         return fl_error_null(FL_ERR_UNSUPPORTED,
                              "UpSampling2D: interpolation %d is not supported (FL_NEAREST or FL_BILINEAR)",
                              (int)a.interpolation);
-    fl_layer *l = new_layer(FL_L_UPSAMPLE2D, a.name);
+    fl_layer *l = fl_layer_new(FL_L_UPSAMPLE2D, a.name);
     if (l) { l->a.up = a; l->a.up.name = NULL; }
     return l;
 }
@@ -254,7 +234,7 @@ fl_layer *fl_resizing_(fl_resizing_args a) {
     if (a.crop_to_aspect_ratio && a.pad_to_aspect_ratio)
         return fl_error_null(FL_ERR_INVALID_ARG,
                              "Resizing: crop_to_aspect_ratio and pad_to_aspect_ratio, expected at most one of them");
-    fl_layer *l = new_layer(FL_L_RESIZING, a.name);
+    fl_layer *l = fl_layer_new(FL_L_RESIZING, a.name);
     if (l) { l->a.resize = a; l->a.resize.name = NULL; }
     return l;
 }
@@ -270,7 +250,7 @@ fl_layer *fl_permute_(int ndim, const int *dims) {
                                  "%d is %d", ndim, i, dims[i]);
         seen[dims[i]] = true;
     }
-    fl_layer *l = new_layer(FL_L_PERMUTE, NULL);
+    fl_layer *l = fl_layer_new(FL_L_PERMUTE, NULL);
     if (!l) return NULL;
     l->a.perm.ndim = ndim;
     memcpy(l->a.perm.dims, dims, (size_t)ndim * sizeof(int));
@@ -301,9 +281,9 @@ static fl_status conv_window(const char *cls, int ks, int *kh, int *kw, int s, i
 fl_layer *fl_depthwise_conv2d_(fl_depthwise_conv2d_args a) {
     if (conv_window("DepthwiseConv2D", a.kernel_size, &a.kernel_h, &a.kernel_w, a.strides, &a.stride_h,
                     &a.stride_w, &a.depth_multiplier, a.dilation_rate, &a.dilation_h, &a.dilation_w, a.padding) ||
-        check_act("DepthwiseConv2D", a.activation))
+        fl_layer_check_act("DepthwiseConv2D", a.activation))
         return NULL;
-    fl_layer *l = new_layer(FL_L_DEPTHWISE2D, a.name);
+    fl_layer *l = fl_layer_new(FL_L_DEPTHWISE2D, a.name);
     if (l) { l->a.dw = a; l->a.dw.name = NULL; }
     return l;
 }
@@ -313,9 +293,9 @@ fl_layer *fl_separable_conv2d_(fl_separable_conv2d_args a) {
         return fl_error_null(FL_ERR_INVALID_ARG, "SeparableConv2D: filters is %d, expected > 0", a.filters);
     if (conv_window("SeparableConv2D", a.kernel_size, &a.kernel_h, &a.kernel_w, a.strides, &a.stride_h,
                     &a.stride_w, &a.depth_multiplier, a.dilation_rate, &a.dilation_h, &a.dilation_w, a.padding) ||
-        check_act("SeparableConv2D", a.activation))
+        fl_layer_check_act("SeparableConv2D", a.activation))
         return NULL;
-    fl_layer *l = new_layer(FL_L_SEPARABLE2D, a.name);
+    fl_layer *l = fl_layer_new(FL_L_SEPARABLE2D, a.name);
     if (l) { l->a.sep = a; l->a.sep.name = NULL; }
     return l;
 }
@@ -333,14 +313,14 @@ static fl_layer *pool(fl_layer_kind k, fl_pool2d_args a) {
     if (a.padding != FL_VALID && a.padding != FL_SAME)
         return fl_error_null(FL_ERR_INVALID_ARG, "%s: padding %d, expected FL_VALID or FL_SAME", kind_class[k],
                              (int)a.padding);
-    fl_layer *l = new_layer(k, a.name);
+    fl_layer *l = fl_layer_new(k, a.name);
     if (l) { l->a.pool = a; l->a.pool.name = NULL; }
     return l;
 }
 fl_layer *fl_max_pooling2d_(fl_pool2d_args a) { return pool(FL_L_MAXPOOL, a); }
 fl_layer *fl_average_pooling2d_(fl_pool2d_args a) { return pool(FL_L_AVGPOOL, a); }
 static fl_layer *global_pool(fl_layer_kind k, fl_global_pool_args a) {
-    fl_layer *l = new_layer(k, a.name);
+    fl_layer *l = fl_layer_new(k, a.name);
     if (l) { l->a.gpool = a; l->a.gpool.name = NULL; }
     return l;
 }
@@ -358,7 +338,7 @@ static fl_layer *pool1d(fl_layer_kind k, fl_pool1d_args a) {
     if (a.padding != FL_VALID && a.padding != FL_SAME)
         return fl_error_null(FL_ERR_INVALID_ARG, "%s: padding %d, expected FL_VALID or FL_SAME", kind_class[k],
                              (int)a.padding);
-    fl_layer *l = new_layer(k, a.name);
+    fl_layer *l = fl_layer_new(k, a.name);
     if (l) { l->a.pool1d = a; l->a.pool1d.name = NULL; }
     return l;
 }
@@ -385,12 +365,12 @@ fl_layer *fl_conv1d_(fl_conv1d_args a) {
     if (a.padding != FL_VALID && a.padding != FL_SAME && a.padding != FL_CAUSAL)
         return fl_error_null(FL_ERR_INVALID_ARG, "Conv1D: padding %d, expected FL_VALID, FL_SAME or FL_CAUSAL",
                              (int)a.padding);
-    if (check_act("Conv1D", a.activation)) return NULL;
-    fl_layer *l = new_layer(FL_L_CONV1D, a.name);
+    if (fl_layer_check_act("Conv1D", a.activation)) return NULL;
+    fl_layer *l = fl_layer_new(FL_L_CONV1D, a.name);
     if (l) { l->a.conv1d = a; l->a.conv1d.name = NULL; }
     return l;
 }
-fl_layer *fl_flatten_(fl_name_args a) { return new_layer(FL_L_FLATTEN, a.name); }
+fl_layer *fl_flatten_(fl_name_args a) { return fl_layer_new(FL_L_FLATTEN, a.name); }
 
 fl_layer *fl_reshape_(int ndim, const int64_t *shape) {
     if (ndim < 1 || ndim > FL_MAX_DIMS - 1)
@@ -403,7 +383,7 @@ fl_layer *fl_reshape_(int ndim, const int64_t *shape) {
                                  (long long)shape[i]);
     }
     if (neg > 1) return fl_error_null(FL_ERR_SHAPE, "Reshape: at most one target dimension may be -1");
-    fl_layer *l = new_layer(FL_L_RESHAPE, NULL);
+    fl_layer *l = fl_layer_new(FL_L_RESHAPE, NULL);
     if (!l) return NULL;
     l->a.shape.ndim = ndim;
     memcpy(l->a.shape.shape, shape, (size_t)ndim * sizeof(int64_t));
@@ -413,7 +393,7 @@ fl_layer *fl_reshape_(int ndim, const int64_t *shape) {
 fl_layer *fl_dropout_(fl_dropout_args a) {
     if (!(a.rate >= 0.0f && a.rate < 1.0f))
         return fl_error_null(FL_ERR_INVALID_ARG, "Dropout: rate is %g, expected 0 <= rate < 1", a.rate);
-    fl_layer *l = new_layer(FL_L_DROPOUT, a.name);
+    fl_layer *l = fl_layer_new(FL_L_DROPOUT, a.name);
     if (l) { l->a.dropout = a; l->a.dropout.name = NULL; }
     return l;
 }
@@ -421,7 +401,7 @@ fl_layer *fl_dropout_(fl_dropout_args a) {
 fl_layer *fl_spatial_dropout2d_(fl_dropout_args a) {
     if (!(a.rate >= 0.0f && a.rate < 1.0f))
         return fl_error_null(FL_ERR_INVALID_ARG, "SpatialDropout2D: rate is %g, expected 0 <= rate < 1", a.rate);
-    fl_layer *l = new_layer(FL_L_SPATIAL_DROPOUT2D, a.name);
+    fl_layer *l = fl_layer_new(FL_L_SPATIAL_DROPOUT2D, a.name);
     if (l) { l->a.dropout = a; l->a.dropout.name = NULL; }
     return l;
 }
@@ -432,26 +412,26 @@ fl_layer *fl_batch_normalization_(fl_batch_norm_args a) {
     if (!(a.momentum >= 0.0f && a.momentum < 1.0f) || !(a.epsilon > 0.0f))
         return fl_error_null(FL_ERR_INVALID_ARG, "BatchNormalization: momentum %g must be in [0, 1), epsilon %g > 0",
                              a.momentum, a.epsilon);
-    fl_layer *l = new_layer(FL_L_BATCHNORM, a.name);
+    fl_layer *l = fl_layer_new(FL_L_BATCHNORM, a.name);
     if (l) { l->a.bn = a; l->a.bn.name = NULL; }
     return l;
 }
 
 fl_layer *fl_activation_layer_(fl_activation_args a) {
-    if (check_act("Activation", a.activation)) return NULL;
-    fl_layer *l = new_layer(FL_L_ACTIVATION, a.name);
+    if (fl_layer_check_act("Activation", a.activation)) return NULL;
+    fl_layer *l = fl_layer_new(FL_L_ACTIVATION, a.name);
     if (l) { l->a.act = a; l->a.act.name = NULL; }
     return l;
 }
 
-fl_layer *fl_add_(fl_name_args a) { return new_layer(FL_L_ADD, a.name); }
-fl_layer *fl_multiply_(fl_name_args a) { return new_layer(FL_L_MULTIPLY, a.name); }
-fl_layer *fl_subtract_(fl_name_args a) { return new_layer(FL_L_SUBTRACT, a.name); }
-fl_layer *fl_average_(fl_name_args a) { return new_layer(FL_L_AVERAGE, a.name); }
-fl_layer *fl_maximum_(fl_name_args a) { return new_layer(FL_L_MAXIMUM, a.name); }
-fl_layer *fl_minimum_(fl_name_args a) { return new_layer(FL_L_MINIMUM, a.name); }
+fl_layer *fl_add_(fl_name_args a) { return fl_layer_new(FL_L_ADD, a.name); }
+fl_layer *fl_multiply_(fl_name_args a) { return fl_layer_new(FL_L_MULTIPLY, a.name); }
+fl_layer *fl_subtract_(fl_name_args a) { return fl_layer_new(FL_L_SUBTRACT, a.name); }
+fl_layer *fl_average_(fl_name_args a) { return fl_layer_new(FL_L_AVERAGE, a.name); }
+fl_layer *fl_maximum_(fl_name_args a) { return fl_layer_new(FL_L_MAXIMUM, a.name); }
+fl_layer *fl_minimum_(fl_name_args a) { return fl_layer_new(FL_L_MINIMUM, a.name); }
 fl_layer *fl_concatenate_(fl_concat_args a) {
-    fl_layer *l = new_layer(FL_L_CONCATENATE, a.name);
+    fl_layer *l = fl_layer_new(FL_L_CONCATENATE, a.name);
     if (l) { l->a.concat = a; l->a.concat.name = NULL; if (!l->a.concat.axis) l->a.concat.axis = -1; }
     return l;
 }
@@ -467,7 +447,7 @@ static fl_layer *padding2d(fl_layer_kind k, fl_padding2d_args a, int dflt) {
     if (a.top < 0 || a.bottom < 0 || a.left < 0 || a.right < 0)
         return fl_error_null(FL_ERR_INVALID_ARG, "%s: ((top %d, bottom %d), (left %d, right %d)), expected >= 0",
                              kind_class[k], a.top, a.bottom, a.left, a.right);
-    fl_layer *l = new_layer(k, a.name);
+    fl_layer *l = fl_layer_new(k, a.name);
     if (l) { l->a.pad = a; l->a.pad.name = NULL; }
     return l;
 }
@@ -483,7 +463,7 @@ static fl_layer *padding1d(fl_layer_kind k, fl_padding1d_args a) {
     if (a.left < 0 || a.right < 0)
         return fl_error_null(FL_ERR_INVALID_ARG, "%s: (left %d, right %d), expected >= 0", kind_class[k], a.left,
                              a.right);
-    fl_layer *l = new_layer(k, a.name);
+    fl_layer *l = fl_layer_new(k, a.name);
     if (l) l->a.pad = (fl_padding2d_args){.top = a.left, .bottom = a.right};
     return l;
 }
@@ -493,7 +473,7 @@ fl_layer *fl_cropping1d_(fl_padding1d_args a) { return padding1d(FL_L_CROPPING1D
 fl_layer *fl_up_sampling1d_(fl_up_sampling1d_args a) {
     if (a.size == 0) a.size = 2;
     if (a.size < 1) return fl_error_null(FL_ERR_INVALID_ARG, "UpSampling1D: size is %d, expected >= 1", a.size);
-    fl_layer *l = new_layer(FL_L_UPSAMPLE1D, a.name);
+    fl_layer *l = fl_layer_new(FL_L_UPSAMPLE1D, a.name);
     if (l) l->a.up = (fl_up_sampling2d_args){.size_h = a.size, .size_w = 1, .interpolation = FL_NEAREST};
     return l;
 }
@@ -501,7 +481,7 @@ fl_layer *fl_up_sampling1d_(fl_up_sampling1d_args a) {
 fl_layer *fl_spatial_dropout1d_(fl_dropout_args a) {
     if (!(a.rate >= 0.0f && a.rate < 1.0f))
         return fl_error_null(FL_ERR_INVALID_ARG, "SpatialDropout1D: rate is %g, expected 0 <= rate < 1", a.rate);
-    fl_layer *l = new_layer(FL_L_SPATIAL_DROPOUT1D, a.name);
+    fl_layer *l = fl_layer_new(FL_L_SPATIAL_DROPOUT1D, a.name);
     if (l) { l->a.dropout = a; l->a.dropout.name = NULL; }
     return l;
 }
@@ -509,7 +489,7 @@ fl_layer *fl_spatial_dropout1d_(fl_dropout_args a) {
 /* ------------------------------------------ activation / preprocessing layers */
 
 static fl_layer *pact_layer(fl_layer_kind k, const char *name, fl_pact_desc p) {
-    fl_layer *l = new_layer(k, name);
+    fl_layer *l = fl_layer_new(k, name);
     if (l) l->a.pact = p;
     return l;
 }
@@ -548,7 +528,7 @@ fl_layer *fl_prelu_(fl_prelu_args a) {
         if (a.shared_axes[i] < 1 || a.shared_axes[i] >= FL_MAX_DIMS)
             return fl_error_null(FL_ERR_INVALID_ARG, "PReLU: shared axis %d, expected 1 to %d (the batch is axis 0)",
                                  a.shared_axes[i], FL_MAX_DIMS - 1);
-    fl_layer *l = new_layer(FL_L_PRELU, a.name);
+    fl_layer *l = fl_layer_new(FL_L_PRELU, a.name);
     if (l) { l->a.prelu = a; l->a.prelu.name = NULL; }
     return l;
 }
@@ -557,7 +537,7 @@ fl_layer *fl_softmax_layer_(fl_softmax_args a) {
     if (!a.axis) a.axis = -1;
     if (a.axis < -(FL_MAX_DIMS - 1) || a.axis >= FL_MAX_DIMS)
         return fl_error_null(FL_ERR_INVALID_ARG, "Softmax: axis %d is out of range", a.axis);
-    fl_layer *l = new_layer(FL_L_SOFTMAX, a.name);
+    fl_layer *l = fl_layer_new(FL_L_SOFTMAX, a.name);
     if (l) { l->a.softmax = a; l->a.softmax.name = NULL; }
     return l;
 }
@@ -570,7 +550,7 @@ fl_layer *fl_normalization_(fl_normalization_args a) {
         return fl_error_null(FL_ERR_INVALID_ARG, "Normalization: give both mean and variance, or neither (adapted)");
     if (a.mean && a.size <= 0)
         return fl_error_null(FL_ERR_INVALID_ARG, "Normalization: size %d with mean and variance, expected >= 1", a.size);
-    fl_layer *l = new_layer(FL_L_NORMALIZATION, a.name);
+    fl_layer *l = fl_layer_new(FL_L_NORMALIZATION, a.name);
     if (!l) return NULL;
     l->a.norm.axis = a.axis;
     l->a.norm.axis_none = a.axis_none;
@@ -586,163 +566,6 @@ fl_layer *fl_normalization_(fl_normalization_args a) {
     return l;
 }
 
-/* ------------------------- sequences: normalisation, attention (constructors; their builds below) */
-
-fl_layer *fl_layer_normalization_(fl_layer_normalization_args a) {
-    if (a.epsilon == 0.0f) a.epsilon = 1e-3f;
-    if (!a.axis && !a.axes[0]) a.axis = -1;
-    if (!(a.epsilon > 0.0f))
-        return fl_error_null(FL_ERR_INVALID_ARG, "LayerNormalization: epsilon %g, expected > 0", a.epsilon);
-    for (int i = 0; i < FL_MAX_DIMS && a.axes[i]; i++)
-        if (a.axes[i] < -(FL_MAX_DIMS - 1) || a.axes[i] >= FL_MAX_DIMS)
-            return fl_error_null(FL_ERR_INVALID_ARG, "LayerNormalization: axis %d is out of range", a.axes[i]);
-    fl_layer *l = new_layer(FL_L_LAYERNORM, a.name);
-    if (l) { l->a.ln = a; l->a.ln.name = NULL; }
-    return l;
-}
-
-fl_layer *fl_multi_head_attention_(fl_multi_head_attention_args a) {
-    if (a.num_heads <= 0 || a.key_dim <= 0)
-        return fl_error_null(FL_ERR_INVALID_ARG, "MultiHeadAttention: num_heads %d and key_dim %d, expected > 0",
-                             a.num_heads, a.key_dim);
-    if (!a.value_dim) a.value_dim = a.key_dim;
-    if (a.value_dim < 0 || a.output_shape < 0)
-        return fl_error_null(FL_ERR_INVALID_ARG, "MultiHeadAttention: value_dim %d and output_shape %d, expected > 0",
-                             a.value_dim, a.output_shape);
-    if (!(a.dropout >= 0.0f && a.dropout < 1.0f))
-        return fl_error_null(FL_ERR_INVALID_ARG, "MultiHeadAttention: dropout %g, expected 0 <= dropout < 1", a.dropout);
-    fl_layer *l = new_layer(FL_L_MHA, a.name);
-    if (l) { l->a.mha = a; l->a.mha.name = NULL; }
-    return l;
-}
-
-fl_layer *fl_attention_layer_(fl_attention_args a) {
-    if (!(a.dropout >= 0.0f && a.dropout < 1.0f))
-        return fl_error_null(FL_ERR_INVALID_ARG, "Attention: dropout %g, expected 0 <= dropout < 1", a.dropout);
-    if (a.score_mode && strcmp(a.score_mode, "dot") != 0 && strcmp(a.score_mode, "concat") != 0)
-        return fl_error_null(FL_ERR_INVALID_ARG, "Attention: score_mode \"%s\", expected \"dot\" or \"concat\"",
-                             a.score_mode);
-    a.score_concat = a.score_mode && strcmp(a.score_mode, "concat") == 0;
-    a.score_mode = NULL;
-    fl_layer *l = new_layer(FL_L_ATTENTION, a.name);
-    if (l) { l->a.att = a; l->a.att.name = NULL; }
-    return l;
-}
-
-fl_layer *fl_repeat_vector_(int n, fl_name_args a) {
-    if (n <= 0) return fl_error_null(FL_ERR_INVALID_ARG, "RepeatVector: n is %d, expected > 0", n);
-    fl_layer *l = new_layer(FL_L_REPEAT_VECTOR, a.name);
-    if (l) l->a.repeat = n;
-    return l;
-}
-
-fl_layer *fl_time_distributed_(fl_layer *inner, fl_name_args a) {
-    if (!inner) return NULL; /* the inner constructor's message stands */
-    if (kind_inputs[inner->kind] != FL_IN_ONE || inner->kind == FL_L_EMBEDDING) {
-        fl_error(FL_ERR_UNSUPPORTED, "TimeDistributed(%s): flynn wraps layers of one float input (not %s)",
-                 kind_class[inner->kind], kind_inputs[inner->kind] == FL_IN_ONE ? "Embedding, whose input holds "
-                 "integers" : "merges, attention or inputs");
-        fl_layer_free(inner);
-        return NULL;
-    }
-    fl_layer *l = new_layer(FL_L_TIME_DISTRIBUTED, a.name);
-    if (!l) { fl_layer_free(inner); return NULL; }
-    l->a.td.inner = inner;
-    return l;
-}
-
-/* ------------------------------------------------------- recurrent layers */
-
-static fl_layer *rnn_layer(fl_layer_kind k, fl_rnn_args a) {
-    const char *cls = kind_class[k];
-    if (a.units <= 0) return fl_error_null(FL_ERR_INVALID_ARG, "%s: units is %d, expected > 0", cls, a.units);
-    if (a.activation_linear) a.activation = FL_LINEAR;
-    else if (a.activation == FL_LINEAR) a.activation = FL_TANH;
-    if (a.recurrent_linear) a.recurrent_activation = FL_LINEAR;
-    else if (a.recurrent_activation == FL_LINEAR) a.recurrent_activation = FL_SIGMOID;
-    if (check_act(cls, a.activation) || check_act(cls, a.recurrent_activation)) return NULL;
-    if (!fl_act_grad_from_output((int)a.activation) || !fl_act_grad_from_output((int)a.recurrent_activation))
-        return fl_error_null(FL_ERR_UNSUPPORTED,
-                             "%s: activation '%s' / recurrent_activation '%s': flynn's recurrent cells take activations "
-                             "whose derivative follows from their output (linear, relu, sigmoid, tanh, leaky_relu, elu, "
-                             "relu6, hard_sigmoid, selu, softplus, softsign, exponential)",
-                             cls, fl_activation_name(a.activation), fl_activation_name(a.recurrent_activation));
-    if (!(a.dropout >= 0.0f && a.dropout < 1.0f))
-        return fl_error_null(FL_ERR_INVALID_ARG, "%s: dropout %g, expected 0 <= dropout < 1", cls, a.dropout);
-    if (!(a.recurrent_dropout >= 0.0f && a.recurrent_dropout < 1.0f))
-        return fl_error_null(FL_ERR_INVALID_ARG, "%s: recurrent_dropout %g, expected 0 <= recurrent_dropout < 1", cls,
-                             a.recurrent_dropout);
-    if (a.stateful)
-        return fl_error_null(FL_ERR_UNSUPPORTED, "%s: stateful=True is not supported (states are not kept between "
-                             "batches)", cls);
-    fl_layer *l = new_layer(k, a.name);
-    if (l) { l->a.rnn = a; l->a.rnn.name = NULL; }
-    return l;
-}
-fl_layer *fl_simple_rnn_(fl_rnn_args a) { return rnn_layer(FL_L_SIMPLE_RNN, a); }
-fl_layer *fl_lstm_(fl_rnn_args a) { return rnn_layer(FL_L_LSTM, a); }
-fl_layer *fl_gru_(fl_rnn_args a) { return rnn_layer(FL_L_GRU, a); }
-
-static bool is_rnn_kind(fl_layer_kind k) { return k == FL_L_SIMPLE_RNN || k == FL_L_LSTM || k == FL_L_GRU; }
-
-/* "prefix" + the layer's name (or its class's default base when unnamed)
- * without that prefix, as Keras names Bidirectional's layers */
-static void prefixed_name(fl_layer *dst, const char *prefix, const fl_layer *src) {
-    char base[sizeof dst->name];
-    const char *n = src->user_named ? src->name : kind_base[src->kind];
-    if (strncmp(n, prefix, strlen(prefix)) == 0) n += strlen(prefix);
-    snprintf(base, sizeof base, "%s", n);
-    snprintf(dst->name, sizeof dst->name, "%s%.*s", prefix, (int)(sizeof dst->name - 1 - strlen(prefix)), base);
-    dst->user_named = true;
-}
-
-fl_layer *fl_bidirectional_(fl_layer *layer, fl_bidirectional_args a) {
-    fl_layer *bwd = a.backward_layer;
-    const char *why = NULL;
-    char msg[512];
-    if (!layer) {
-        snprintf(msg, sizeof msg, "Bidirectional: the layer is NULL (%s)", fl_last_error());
-        fl_layer_free(bwd);
-        return fl_error_null(FL_ERR_INVALID_ARG, "%s", msg);
-    }
-    if (!is_rnn_kind(layer->kind) || (bwd && !is_rnn_kind(bwd->kind)))
-        snprintf(msg, sizeof msg, "Bidirectional: %s is a %s; flynn wraps SimpleRNN, LSTM and GRU",
-                 !is_rnn_kind(layer->kind) ? "the layer" : "backward_layer",
-                 kind_class[!is_rnn_kind(layer->kind) ? layer->kind : bwd->kind]), why = msg;
-    else if (bwd && bwd->a.rnn.return_sequences != layer->a.rnn.return_sequences)
-        why = "Bidirectional: the forward and backward layers must agree on return_sequences";
-    else if (bwd && bwd->a.rnn.go_backwards == layer->a.rnn.go_backwards)
-        why = "Bidirectional: the forward and backward layers must have different go_backwards (Keras refuses "
-              "them too)";
-    else if (bwd && bwd->a.rnn.return_state != layer->a.rnn.return_state)
-        why = "Bidirectional: the forward and backward layers must agree on return_state";
-    else if ((unsigned)a.merge_mode > FL_MERGE_NONE)
-        why = "Bidirectional: merge_mode is not an fl_merge_mode";
-    if (why) {
-        fl_error(FL_ERR_INVALID_ARG, "%s", why);
-        fl_layer_free(layer);
-        fl_layer_free(bwd);
-        return NULL;
-    }
-    if (!bwd) {
-        bwd = new_layer(layer->kind, NULL);
-        if (!bwd) { fl_layer_free(layer); return NULL; }
-        bwd->a.rnn = layer->a.rnn;
-        bwd->a.rnn.go_backwards = !layer->a.rnn.go_backwards; /* Keras: not layer.go_backwards */
-        prefixed_name(bwd, "backward_", layer);
-    } else if (!bwd->user_named) {
-        snprintf(bwd->name, sizeof bwd->name, "%s", kind_base[bwd->kind]);
-        bwd->user_named = true;
-    }
-    fl_layer *l = new_layer(FL_L_BIDIRECTIONAL, a.name);
-    if (!l) { fl_layer_free(layer); fl_layer_free(bwd); return NULL; }
-    prefixed_name(layer, "forward_", layer);
-    l->a.bidi.fwd = layer;
-    l->a.bidi.bwd = bwd;
-    l->a.bidi.merge_mode = a.merge_mode;
-    return l;
-}
-
 void fl_layer_free(fl_layer *l) {
     if (!l) return;
     for (int i = 0; i < l->nw; i++) fl_tensor_free(l->wview[i]);
@@ -754,8 +577,8 @@ void fl_layer_free(fl_layer *l) {
 
 /* ------------------------------------------------------------- build
  *
- * layers.c is in two halves: the constructors above (argument checks, each family under its heading), the
- * builds from here (each layer's weights and graph nodes, the families again in the same order). */
+ * The image and element-wise layers' builds (their constructors above, the families in the same order):
+ * each layer's weights and graph nodes. */
 
 /* A build for another length of a None axis (fl_model_bind): the layer's
  * weight of that name, made by its first build, joins the scratch graph.
@@ -791,8 +614,8 @@ static fl_node *adopt_weight(fl_layer *l, fl_graph *g, const char *wname, int nd
                          kind_class[l->kind], wname);
 }
 
-static fl_node *add_weight(fl_layer *l, fl_graph *g, const char *wname, int ndim, const int64_t *shape,
-                           bool trainable) {
+fl_node *fl_layer_add_weight(fl_layer *l, fl_graph *g, const char *wname, int ndim, const int64_t *shape,
+                             bool trainable) {
     if (l->ncalls > 0) { /* a shared layer: its weights exist; the shape must match */
         for (int i = 0; i < l->nw; i++)
             if (strcmp(l->wname[i], wname) == 0) {
@@ -861,7 +684,7 @@ static void orthogonal(float *w, int64_t rows, int64_t cols, uint64_t seed, uint
  * backward layer), or NULL. */
 static const fl_layer *rnn_of_weight(const fl_layer *l, int i) {
     if (l->kind == FL_L_BIDIRECTIONAL) return i < l->nw / 2 ? l->a.bidi.fwd : l->a.bidi.bwd;
-    return is_rnn_kind(l->kind) ? l : NULL;
+    return fl_layer_is_rnn_kind(l->kind) ? l : NULL;
 }
 
 void fl_layer_init_weights(fl_layer *l, const fl_backend *be, uint64_t seed) {
@@ -916,7 +739,6 @@ void fl_layer_init_weights(fl_layer *l, const fl_backend *be, uint64_t seed) {
 /* Each kind's build: its weights (add_weight) and graph nodes on inputs
  * xs[nx] (the count is checked by fl_layer_build), one function per kind,
  * in the table below. */
-typedef fl_node *(*build_fn)(fl_layer *l, fl_graph *g, fl_node *const *xs, int nx);
 
 static fl_node *build_input(fl_layer *l, fl_graph *g, fl_node *const *xs, int nx) {
     (void)xs; (void)nx;
@@ -937,8 +759,8 @@ static fl_node *build_dense(fl_layer *l, fl_graph *g, fl_node *const *xs, int nx
     const fl_dense_args *a = &l->a.dense;
     fl_node *x = xs[0];
     int64_t in = x->shape[x->ndim - 1];
-    fl_node *k = add_weight(l, g, "kernel", 2, (int64_t[]){in, a->units}, true);
-    fl_node *b = k && !a->no_bias ? add_weight(l, g, "bias", 1, (int64_t[]){a->units}, true) : NULL;
+    fl_node *k = fl_layer_add_weight(l, g, "kernel", 2, (int64_t[]){in, a->units}, true);
+    fl_node *b = k && !a->no_bias ? fl_layer_add_weight(l, g, "bias", 1, (int64_t[]){a->units}, true) : NULL;
     if (!k || (!a->no_bias && !b)) return NULL;
     int act = (int)a->activation;
     return then_act(g, l->name, fl_graph_dense(g, l->name, x, k, b, fused_act(act)), act);
@@ -984,9 +806,9 @@ static fl_node *build_conv2d(fl_layer *l, fl_graph *g, fl_node *const *xs, int n
     const fl_conv2d_args *a = &l->a.conv;
     fl_node *x = xs[0];
     if (need_image(l, x) || need_groups(l, x, a->groups)) return NULL;
-    fl_node *k = add_weight(l, g, "kernel", 4,
+    fl_node *k = fl_layer_add_weight(l, g, "kernel", 4,
                             (int64_t[]){a->kernel_h, a->kernel_w, x->shape[3] / a->groups, a->filters}, true);
-    fl_node *b = k && !a->no_bias ? add_weight(l, g, "bias", 1, (int64_t[]){a->filters}, true) : NULL;
+    fl_node *b = k && !a->no_bias ? fl_layer_add_weight(l, g, "bias", 1, (int64_t[]){a->filters}, true) : NULL;
     if (!k || (!a->no_bias && !b)) return NULL;
     int act = (int)a->activation;
     return then_act(g, l->name,
@@ -1003,17 +825,16 @@ static fl_node *build_pool(fl_layer *l, fl_graph *g, fl_node *const *xs, int nx)
 }
 
 /* A view of x with the per-sample shape s (ndim dims). */
-static fl_node *view(fl_layer *l, fl_graph *g, fl_node *x, int ndim, const int64_t *s) {
+fl_node *fl_layer_view(fl_layer *l, fl_graph *g, fl_node *x, int ndim, const int64_t *s) {
     return x ? fl_graph_reshape(g, l->name, x, ndim, s) : NULL;
 }
 
-static fl_status need_rank(const fl_layer *l, const fl_node *x, int ndim, const char *what) {
+fl_status fl_layer_need_rank(const fl_layer *l, const fl_node *x, int ndim, const char *what) {
     if (x->ndim == ndim) return FL_OK;
     char s[128];
     return fl_error(FL_ERR_SHAPE, "layer '%s' (%s): input %s must be %s", l->name, kind_class[l->kind],
                     fl_shape_str(x->ndim, x->shape, s, sizeof s), what);
 }
-#define SEQUENCE "(batch, steps, channels)"
 
 /* GlobalAveragePooling2D, GlobalMaxPooling2D and their 1D forms: a 1D
  * sequence is pooled as an image of one column; max pooling is a max pool
@@ -1022,29 +843,29 @@ static fl_node *build_global_pool(fl_layer *l, fl_graph *g, fl_node *const *xs, 
     (void)nx;
     fl_node *x = xs[0];
     bool one_d = l->kind == FL_L_GAP1D || l->kind == FL_L_GMP1D, max = l->kind == FL_L_GMP || l->kind == FL_L_GMP1D;
-    if (one_d ? need_rank(l, x, 3, SEQUENCE) : need_image(l, x)) return NULL;
+    if (one_d ? fl_layer_need_rank(l, x, 3, SEQUENCE) : need_image(l, x)) return NULL;
     int64_t c = x->shape[x->ndim - 1];
     if (l->kind == FL_L_GAP1D && x->mask) { /* Keras: the mean of the valid steps */
         fl_node *y = fl_graph_masked_gap1d(g, l->name, x, x->mask);
-        return y && l->a.gpool.keepdims ? view(l, g, y, 2, (int64_t[]){1, c}) : y;
+        return y && l->a.gpool.keepdims ? fl_layer_view(l, g, y, 2, (int64_t[]){1, c}) : y;
     }
     /* GlobalMaxPooling1D: Keras 3's does not support masking and drops the
      * mask, pooling every step; so does flynn */
-    if (one_d) x = view(l, g, x, 3, (int64_t[]){x->shape[1], 1, c});
+    if (one_d) x = fl_layer_view(l, g, x, 3, (int64_t[]){x->shape[1], 1, c});
     if (!x) return NULL;
     fl_node *y = max ? fl_graph_pool(g, l->name, FL_OP_MAXPOOL, x, (int)x->shape[1], (int)x->shape[2],
                                      (int)x->shape[1], (int)x->shape[2], FL_VALID)
                      : fl_graph_gap(g, l->name, x);
     if (!y) return NULL;
-    if (l->a.gpool.keepdims) return view(l, g, y, one_d ? 2 : 3, one_d ? (int64_t[]){1, c} : (int64_t[]){1, 1, c});
-    return max ? view(l, g, y, 1, &c) : y;
+    if (l->a.gpool.keepdims) return fl_layer_view(l, g, y, one_d ? 2 : 3, one_d ? (int64_t[]){1, c} : (int64_t[]){1, 1, c});
+    return max ? fl_layer_view(l, g, y, 1, &c) : y;
 }
 
 static fl_node *build_pool1d(fl_layer *l, fl_graph *g, fl_node *const *xs, int nx) {
     (void)nx;
     const fl_pool1d_args *a = &l->a.pool1d;
     fl_node *x = xs[0];
-    if (need_rank(l, x, 3, SEQUENCE)) return NULL;
+    if (fl_layer_need_rank(l, x, 3, SEQUENCE)) return NULL;
     return fl_graph_pool(g, l->name, l->kind == FL_L_MAXPOOL1D ? FL_OP_MAXPOOL : FL_OP_AVGPOOL, x, a->pool_size, 1,
                          a->strides, 1, a->padding);
 }
@@ -1057,9 +878,9 @@ static fl_node *build_conv1d(fl_layer *l, fl_graph *g, fl_node *const *xs, int n
     (void)nx;
     const fl_conv1d_args *a = &l->a.conv1d;
     fl_node *x = xs[0];
-    if (need_rank(l, x, 3, SEQUENCE) || need_groups(l, x, a->groups)) return NULL;
-    fl_node *k = add_weight(l, g, "kernel", 3, (int64_t[]){a->kernel_size, x->shape[2] / a->groups, a->filters}, true);
-    fl_node *b = k && !a->no_bias ? add_weight(l, g, "bias", 1, (int64_t[]){a->filters}, true) : NULL;
+    if (fl_layer_need_rank(l, x, 3, SEQUENCE) || need_groups(l, x, a->groups)) return NULL;
+    fl_node *k = fl_layer_add_weight(l, g, "kernel", 3, (int64_t[]){a->kernel_size, x->shape[2] / a->groups, a->filters}, true);
+    fl_node *b = k && !a->no_bias ? fl_layer_add_weight(l, g, "bias", 1, (int64_t[]){a->filters}, true) : NULL;
     if (!k || (!a->no_bias && !b)) return NULL;
     if (a->padding == FL_CAUSAL && a->kernel_size > 1)
         x = fl_graph_pad2d(g, l->name, x, a->dilation_rate * (a->kernel_size - 1), 0, 0, 0);
@@ -1104,10 +925,10 @@ static fl_node *build_batchnorm(fl_layer *l, fl_graph *g, fl_node *const *xs, in
     const fl_batch_norm_args *a = &l->a.bn;
     fl_node *x = xs[0];
     int64_t c = x->shape[x->ndim - 1];
-    fl_node *gm = a->no_scale ? NULL : add_weight(l, g, "gamma", 1, &c, true);
-    fl_node *bt = a->no_center ? NULL : add_weight(l, g, "beta", 1, &c, true);
-    fl_node *mm = add_weight(l, g, "moving_mean", 1, &c, false);
-    fl_node *mv = add_weight(l, g, "moving_variance", 1, &c, false);
+    fl_node *gm = a->no_scale ? NULL : fl_layer_add_weight(l, g, "gamma", 1, &c, true);
+    fl_node *bt = a->no_center ? NULL : fl_layer_add_weight(l, g, "beta", 1, &c, true);
+    fl_node *mm = fl_layer_add_weight(l, g, "moving_mean", 1, &c, false);
+    fl_node *mv = fl_layer_add_weight(l, g, "moving_variance", 1, &c, false);
     if ((!a->no_scale && !gm) || (!a->no_center && !bt) || !mm || !mv) return NULL;
     fl_node *n = fl_graph_batchnorm(g, l->name, x, gm, bt, mm, mv, a->epsilon, a->momentum);
     if (n && l->frozen) fl_graph_batchnorm_freeze(n, true);
@@ -1169,7 +990,7 @@ static fl_node *build_prelu(fl_layer *l, fl_graph *g, fl_node *const *xs, int nx
         }
         p[ax - 1] = 1;
     }
-    fl_node *alpha = add_weight(l, g, "alpha", x->ndim - 1, p, true);
+    fl_node *alpha = fl_layer_add_weight(l, g, "alpha", x->ndim - 1, p, true);
     return alpha ? fl_graph_prelu(g, l->name, x, alpha) : NULL;
 }
 
@@ -1209,9 +1030,9 @@ static fl_node *build_normalization(fl_layer *l, fl_graph *g, fl_node *const *xs
         }
     } else { /* Keras's adapted state: mean, variance, count (unused here) */
         int nd = axis < 0 ? 0 : 1;
-        mean = add_weight(l, g, "mean", nd, &len, false);
-        var = mean ? add_weight(l, g, "variance", nd, &len, false) : NULL;
-        if (!var || !add_weight(l, g, "count", 0, NULL, false)) return NULL;
+        mean = fl_layer_add_weight(l, g, "mean", nd, &len, false);
+        var = mean ? fl_layer_add_weight(l, g, "variance", nd, &len, false) : NULL;
+        if (!var || !fl_layer_add_weight(l, g, "count", 0, NULL, false)) return NULL;
     }
     return fl_graph_normalize(g, l->name, x, mean, var, axis, l->a.norm.invert);
 }
@@ -1222,8 +1043,8 @@ static fl_node *build_depthwise2d(fl_layer *l, fl_graph *g, fl_node *const *xs, 
     fl_node *x = xs[0];
     if (need_image(l, x)) return NULL;
     int64_t c = x->shape[3], dm = a->depth_multiplier;
-    fl_node *k = add_weight(l, g, "kernel", 4, (int64_t[]){a->kernel_h, a->kernel_w, c, dm}, true);
-    fl_node *b = k && !a->no_bias ? add_weight(l, g, "bias", 1, (int64_t[]){c * dm}, true) : NULL;
+    fl_node *k = fl_layer_add_weight(l, g, "kernel", 4, (int64_t[]){a->kernel_h, a->kernel_w, c, dm}, true);
+    fl_node *b = k && !a->no_bias ? fl_layer_add_weight(l, g, "bias", 1, (int64_t[]){c * dm}, true) : NULL;
     if (!k || (!a->no_bias && !b)) return NULL;
     int act = (int)a->activation;
     return then_act(g, l->name,
@@ -1240,9 +1061,9 @@ static fl_node *build_separable2d(fl_layer *l, fl_graph *g, fl_node *const *xs, 
     fl_node *x = xs[0];
     if (need_image(l, x)) return NULL;
     int64_t c = x->shape[3], dm = a->depth_multiplier;
-    fl_node *dk = add_weight(l, g, "depthwise_kernel", 4, (int64_t[]){a->kernel_h, a->kernel_w, c, dm}, true);
-    fl_node *pk = dk ? add_weight(l, g, "pointwise_kernel", 4, (int64_t[]){1, 1, c * dm, a->filters}, true) : NULL;
-    fl_node *b = pk && !a->no_bias ? add_weight(l, g, "bias", 1, (int64_t[]){a->filters}, true) : NULL;
+    fl_node *dk = fl_layer_add_weight(l, g, "depthwise_kernel", 4, (int64_t[]){a->kernel_h, a->kernel_w, c, dm}, true);
+    fl_node *pk = dk ? fl_layer_add_weight(l, g, "pointwise_kernel", 4, (int64_t[]){1, 1, c * dm, a->filters}, true) : NULL;
+    fl_node *b = pk && !a->no_bias ? fl_layer_add_weight(l, g, "bias", 1, (int64_t[]){a->filters}, true) : NULL;
     if (!dk || !pk || (!a->no_bias && !b)) return NULL;
     fl_node *d = fl_graph_depthwise_conv2d_dilated(g, l->name, x, dk, NULL, a->stride_h, a->stride_w, a->dilation_h,
                                                    a->dilation_w, a->padding, FL_ACT_LINEAR);
@@ -1292,8 +1113,8 @@ static fl_node *build_conv2d_transpose(fl_layer *l, fl_graph *g, fl_node *const 
     const fl_conv2d_args *a = &l->a.conv;
     fl_node *x = xs[0];
     if (need_image(l, x)) return NULL;
-    fl_node *k = add_weight(l, g, "kernel", 4, (int64_t[]){a->kernel_h, a->kernel_w, a->filters, x->shape[3]}, true);
-    fl_node *b = k && !a->no_bias ? add_weight(l, g, "bias", 1, (int64_t[]){a->filters}, true) : NULL;
+    fl_node *k = fl_layer_add_weight(l, g, "kernel", 4, (int64_t[]){a->kernel_h, a->kernel_w, a->filters, x->shape[3]}, true);
+    fl_node *b = k && !a->no_bias ? fl_layer_add_weight(l, g, "bias", 1, (int64_t[]){a->filters}, true) : NULL;
     if (!k || (!a->no_bias && !b)) return NULL;
     int act = (int)a->activation;
     return then_act(g, l->name,
@@ -1315,412 +1136,7 @@ static fl_node *build_permute(fl_layer *l, fl_graph *g, fl_node *const *xs, int 
     return fl_graph_permute(g, l->name, x, dims);
 }
 
-/* ------------------------- sequences: normalisation, attention (builds; their constructors above) */
-
-/* LayerNormalization: Keras's axes (sorted, batch = 0) must be the trailing
- * ones; gamma and beta have their shape. */
-static fl_node *build_layernorm(fl_layer *l, fl_graph *g, fl_node *const *xs, int nx) {
-    (void)nx;
-    const fl_layer_normalization_args *a = &l->a.ln;
-    fl_node *x = xs[0];
-    char s[128];
-    bool on[FL_MAX_DIMS] = {0};
-    int naxes = 0;
-    for (int i = 0; i < FL_MAX_DIMS && (i == 0 ? (a->axes[0] || a->axis) : a->axes[i]); i++) {
-        int ax = a->axes[0] ? a->axes[i] : a->axis;
-        int r = ax < 0 ? ax + x->ndim : ax;
-        if (r < 1 || r >= x->ndim)
-            return fl_error_null(FL_ERR_SHAPE, "layer '%s' (LayerNormalization): axis %d is not a non-batch axis of "
-                                 "input %s", l->name, ax, fl_shape_str(x->ndim, x->shape, s, sizeof s));
-        if (!on[r]) naxes++;
-        on[r] = true;
-        if (!a->axes[0]) break;
-    }
-    int64_t shape[FL_MAX_DIMS], c = 1;
-    for (int i = 0; i < naxes; i++) {
-        int r = x->ndim - naxes + i;
-        if (!on[r])
-            return fl_error_null(FL_ERR_UNSUPPORTED, "layer '%s' (LayerNormalization): flynn normalises the trailing "
-                                 "axes only; the %d axes given are not the last %d of input %s", l->name, naxes, naxes,
-                                 fl_shape_str(x->ndim, x->shape, s, sizeof s));
-        shape[i] = x->shape[r];
-        c *= shape[i];
-    }
-    fl_node *gm = NULL, *bt = NULL;
-    if (!a->no_scale || a->rms_scaling) {
-        gm = add_weight(l, g, "gamma", naxes, shape, true);
-        if (!gm) return NULL;
-    }
-    if (!a->no_center && !a->rms_scaling) {
-        bt = add_weight(l, g, "beta", naxes, shape, true);
-        if (!bt) return NULL;
-    }
-    fl_node *y = fl_graph_layernorm(g, l->name, x, gm, bt, c, a->epsilon, a->rms_scaling);
-    if (y) y->mask = x->mask;
-    return y;
-}
-
-/* A weight of a Keras sub-layer: its sub-object in .keras files and index. */
-static fl_node *sub_weight(fl_layer *l, fl_graph *g, const char *sub, int idx, const char *wname, int ndim,
-                           const int64_t *shape) {
-    fl_node *w = add_weight(l, g, wname, ndim, shape, true);
-    if (w && l->ncalls == 0) { l->wsub[l->nw - 1] = sub; l->widx[l->nw - 1] = idx; }
-    return w;
-}
-
-/* MultiHeadAttention on (query, value[, key[, attention_mask]]): Keras's
- * EinsumDense projections run as Dense ops on the kernels' bytes. */
-static fl_node *build_mha(fl_layer *l, fl_graph *g, fl_node *const *xs, int nx) {
-    const fl_multi_head_attention_args *a = &l->a.mha;
-    char s1[128], s2[128];
-    if (nx > 4)
-        return fl_error_null(FL_ERR_INVALID_ARG, "layer '%s' (MultiHeadAttention) takes query, value, key and "
-                             "attention_mask, it was given %d inputs", l->name, nx);
-    fl_node *query = xs[0], *value = xs[1], *key = nx > 2 ? xs[2] : xs[1], *amask = nx > 3 ? xs[3] : NULL;
-    if (query->ndim != 3 || value->ndim != 3 || key->ndim != 3 || key->shape[1] != value->shape[1])
-        return fl_error_null(FL_ERR_SHAPE, "layer '%s' (MultiHeadAttention): query %s and value %s must be (batch, "
-                             "steps, features), key and value of the same steps (attention over other axes is not "
-                             "supported)", l->name, fl_shape_str(query->ndim, query->shape, s1, sizeof s1),
-                             fl_shape_str(value->ndim, value->shape, s2, sizeof s2));
-    const int64_t H = a->num_heads, kd = a->key_dim, vd = a->value_dim;
-    const int64_t out = a->output_shape ? a->output_shape : query->shape[2];
-    fl_node *w[8] = {0};
-    const bool bias = !a->no_bias;
-    const char *names[8] = {"query/kernel", "query/bias", "key/kernel", "key/bias", "value/kernel", "value/bias",
-                            "attention_output/kernel", "attention_output/bias"};
-    const char *subs[4] = {"query_dense", "key_dense", "value_dense", "output_dense"};
-    const int64_t kshape[4][3] = {{query->shape[2], H, kd}, {key->shape[2], H, kd}, {value->shape[2], H, vd},
-                                  {H, vd, out}};
-    for (int i = 0; i < 4; i++) {
-        w[2 * i] = sub_weight(l, g, subs[i], 0, names[2 * i], 3, kshape[i]);
-        if (!w[2 * i]) return NULL;
-        if (bias) {
-            w[2 * i + 1] = i < 3 ? sub_weight(l, g, subs[i], 1, names[2 * i + 1], 2, kshape[i] + 1)
-                                 : sub_weight(l, g, subs[i], 1, names[2 * i + 1], 1, &out);
-            if (!w[2 * i + 1]) return NULL;
-        }
-    }
-    fl_node *q = fl_graph_dense(g, l->name, query, w[0], w[1], FL_ACT_LINEAR);
-    fl_node *k = q ? fl_graph_dense(g, l->name, key, w[2], w[3], FL_ACT_LINEAR) : NULL;
-    fl_node *v = k ? fl_graph_dense(g, l->name, value, w[4], w[5], FL_ACT_LINEAR) : NULL;
-    if (!v) return NULL;
-    /* Keras: the AND of the query, value and key masks, the attention mask and the causal mask */
-    fl_node *vmask = value->mask;
-    if (key != value && key->mask) {
-        fl_node *two[2] = {value->mask, key->mask};
-        vmask = vmask ? fl_graph_merge(g, l->name, FL_OP_MUL, two, 2, 0) : key->mask;
-        if (!vmask) return NULL;
-    }
-    uint64_t stream = a->seed ? a->seed : (uint64_t)(l->index + 1) * 0x9E3779B97F4A7C15ull;
-    fl_node *att = fl_graph_attention(g, l->name, q, k, v, query->mask, vmask, amask, (int)H,
-                                      (float)(1.0 / sqrt((double)kd)), a->use_causal_mask, a->dropout, stream);
-    /* Keras 3 (JAX) runs MultiHeadAttention without dropout as
-     * jax.nn.dot_product_attention, whose fully masked rows are uniform;
-     * with dropout, its Softmax layer, whose are 0 */
-    if (att) att->attn.mask_mode = a->dropout > 0.0f ? 0 : 2;
-    fl_node *y = att ? fl_graph_dense(g, l->name, att, w[6], w[7], FL_ACT_LINEAR) : NULL;
-    if (y) y->mask = query->mask;
-    return y;
-}
-
-/* Attention on (query, value[, key]): one head, the Attention layer's
- * masking; dot-product scores (scaled by a learned "scale" with use_scale)
- * or additive ones (score_mode "concat", weights "scale" with use_scale,
- * then "concat_score_weight", as Keras builds them). */
-static fl_node *build_attention(fl_layer *l, fl_graph *g, fl_node *const *xs, int nx) {
-    const fl_attention_args *a = &l->a.att;
-    if (nx > 3)
-        return fl_error_null(FL_ERR_INVALID_ARG, "layer '%s' (Attention) takes [query, value] or [query, value, key], "
-                             "it was given %d inputs", l->name, nx);
-    fl_node *q = xs[0], *v = xs[1], *k = nx > 2 ? xs[2] : xs[1];
-    uint64_t stream = a->seed ? a->seed : (uint64_t)(l->index + 1) * 0x9E3779B97F4A7C15ull;
-    fl_node *sw = a->use_scale ? add_weight(l, g, "scale", 0, NULL, true) : NULL;
-    fl_node *cw = a->score_concat ? add_weight(l, g, "concat_score_weight", 0, NULL, true) : NULL;
-    if ((a->use_scale && !sw) || (a->score_concat && !cw)) return NULL;
-    fl_node *y = fl_graph_attention(g, l->name, q, k, v, q->mask, v->mask, NULL, 1, 1.0f, a->use_causal_mask,
-                                    a->dropout, stream);
-    if (y && (sw || cw)) y = fl_graph_attention_scores(g, y, sw, cw);
-    if (!y) return NULL;
-    y->attn.mask_mode = 1;
-    y->mask = q->mask;
-    return y;
-}
-
-static fl_node *build_repeat_vector(fl_layer *l, fl_graph *g, fl_node *const *xs, int nx) {
-    (void)nx;
-    return fl_graph_repeat(g, l->name, xs[0], l->a.repeat);
-}
-
-/* TimeDistributed: a layer that acts on the last axis (or element-wise)
- * runs once on the whole sequence; any other layer (Conv2D, pooling,
- * Flatten, a recurrent layer over an inner axis, BatchNormalization: Keras 3
- * takes its statistics per step and updates the moving ones step after
- * step) runs on each step in turn with shared weights, as Keras's per-step
- * loop does, the steps cut out
- * and stacked back with the cropping and concatenation ops. Its weights are
- * the outer layer's (the model's list holds the outer one), at "layer" in
- * .keras files and "inner_name/kernel" in legacy .h5 files. */
-static fl_node *build_time_distributed(fl_layer *l, fl_graph *g, fl_node *const *xs, int nx);
-
-static const build_fn kind_build[FL_L_COUNT];
-
-bool fl_layer_kind_builds(fl_layer_kind k) { return k < FL_L_COUNT && kind_build[k] != NULL; }
-
-/* The wrapped layer on each step of x (batch, T, ...): step t is x viewed
- * as (batch, T, 1, S) cropped to row t; the outputs, viewed as (batch, 1, 1,
- * S'), are concatenated on that axis (16 at a time, then the groups). */
-static fl_node *td_steps(fl_layer *l, fl_layer *in, fl_graph *g, fl_node *x) {
-    const int64_t T = x->shape[1], S = fl_node_sample_size(x) / (T ? T : 1);
-    char s[128];
-    if (T < 1 || T > INT32_MAX / 2 || S > INT32_MAX)
-        return fl_error_null(FL_ERR_SHAPE, "layer '%s' (TimeDistributed): input %s has too many or no steps, or "
-                             "steps over 2^31 values", l->name, fl_shape_str(x->ndim, x->shape, s, sizeof s));
-    fl_node *x4 = fl_graph_reshape(g, l->name, x, 3, (int64_t[]){T, 1, S});
-    fl_node **parts = x4 ? malloc((size_t)T * sizeof *parts) : NULL;
-    if (!parts) return x4 ? fl_error_null(FL_ERR_NOMEM, "layer '%s' (TimeDistributed): out of memory", l->name) : NULL;
-    const int ncalls = in->ncalls;
-    int yd = 0;
-    int64_t ys[FL_MAX_DIMS];
-    fl_node *y = NULL;
-    for (int64_t t = 0; t < T; t++) {
-        fl_node *st = fl_graph_pad2d(g, l->name, x4, -(int)t, -(int)(T - 1 - t), 0, 0);
-        st = st ? fl_graph_reshape(g, l->name, st, x->ndim - 2, x->shape + 2) : NULL;
-        in->ncalls = ncalls > 0 || t > 0; /* the weights of the first step serve the others */
-        fl_node *o = st ? kind_build[in->kind](in, g, &st, 1) : NULL;
-        if (!o) goto out;
-        if (t == 0) {
-            yd = o->ndim - 1;
-            memcpy(ys, o->shape + 1, (size_t)yd * sizeof *ys);
-        }
-        if (fl_node_sample_size(o) > INT32_MAX) {
-            fl_error(FL_ERR_SHAPE, "layer '%s' (TimeDistributed): a step's output %s is over 2^31 values", l->name,
-                     fl_shape_str(o->ndim, o->shape, s, sizeof s));
-            goto out;
-        }
-        parts[t] = fl_graph_reshape(g, l->name, o, 3, (int64_t[]){1, 1, fl_node_sample_size(o)});
-        if (!parts[t]) goto out;
-    }
-    int64_t n = T;
-    while (n > 1) { /* concatenations of up to 16 on the steps' axis */
-        int64_t m = 0;
-        for (int64_t i = 0; i < n; i += 16) {
-            int k = (int)(n - i < 16 ? n - i : 16);
-            parts[m] = k == 1 ? parts[i] : fl_graph_merge(g, l->name, FL_OP_CONCAT, parts + i, k, 1);
-            if (!parts[m++]) goto out;
-        }
-        n = m;
-    }
-    int64_t shape[FL_MAX_DIMS];
-    shape[0] = T;
-    memcpy(shape + 1, ys, (size_t)yd * sizeof *ys);
-    if (yd + 1 > FL_MAX_DIMS - 1) {
-        fl_error(FL_ERR_SHAPE, "layer '%s' (TimeDistributed): the output would have over %d axes", l->name,
-                 FL_MAX_DIMS - 1);
-        goto out;
-    }
-    y = fl_graph_reshape(g, l->name, parts[0], yd + 1, shape);
-out:
-    in->ncalls = ncalls;
-    free(parts);
-    return y;
-}
-
-static fl_node *build_time_distributed(fl_layer *l, fl_graph *g, fl_node *const *xs, int nx) {
-    fl_layer *in = l->a.td.inner;
-    char s[128];
-    if (xs[0]->ndim < 3)
-        return fl_error_null(FL_ERR_SHAPE, "layer '%s' (TimeDistributed): input %s must be (batch, steps, ...)",
-                             l->name, fl_shape_str(xs[0]->ndim, xs[0]->shape, s, sizeof s));
-    if (in->kind == FL_L_LAYERNORM) { /* its axes count the per-step sample's: only negative ones carry over */
-        bool pos = in->a.ln.axes[0] ? false : in->a.ln.axis > 0;
-        for (int i = 0; i < FL_MAX_DIMS && in->a.ln.axes[i]; i++) pos |= in->a.ln.axes[i] > 0;
-        if (pos)
-            return fl_error_null(FL_ERR_UNSUPPORTED, "layer '%s' (TimeDistributed(LayerNormalization)): give the "
-                                 "wrapped layer's axes from the end (-1), not from the start", l->name);
-    }
-    if (!in->name[0]) snprintf(in->name, sizeof in->name, "%s", fl_layer_kind_base(in->kind));
-    in->index = l->index;
-    in->ncalls = l->ncalls;
-    bool whole = false;
-    switch (in->kind) {
-    case FL_L_DENSE: case FL_L_ACTIVATION: case FL_L_DROPOUT: case FL_L_RELU: case FL_L_LEAKY_RELU: case FL_L_ELU:
-    case FL_L_LAYERNORM: case FL_L_RESCALING:
-        whole = true;
-        break;
-    default:
-        break;
-    }
-    fl_node *y = whole ? kind_build[in->kind](in, g, xs, nx) : td_steps(l, in, g, xs[0]);
-    if (!y) return NULL;
-    if (l->ncalls == 0) {
-        l->nw = in->nw;
-        for (int i = 0; i < in->nw; i++) {
-            l->w[i] = in->w[i];
-            snprintf(l->a.td.wname[i], sizeof l->a.td.wname[i], "%s/%s", in->name, in->wname[i]);
-            l->wname[i] = l->a.td.wname[i];
-            l->wsub[i] = "layer";
-            l->widx[i] = i;
-        }
-    }
-    in->out = y;
-    in->g = g;
-    in->ncalls++;
-    y->mask = xs[0]->mask;
-    return y;
-}
-
-/* One recurrent layer's weights (added to owner: the layer itself, or the
- * Bidirectional that wraps it, which names them "forward/..." and
- * "backward/...") and its op on x. */
-static fl_node *rnn_nodes(fl_layer *owner, const fl_layer *rl, int side, fl_graph *g, fl_node *x, fl_node *h0,
-                          fl_node *c0, bool reverse_output) {
-    static const char *wn[3][3] = {{"kernel", "recurrent_kernel", "bias"},
-                                   {"forward/kernel", "forward/recurrent_kernel", "forward/bias"},
-                                   {"backward/kernel", "backward/recurrent_kernel", "backward/bias"}};
-    const fl_rnn_args *a = &rl->a.rnn;
-    if (need_rank(owner, x, 3, "(batch, timesteps, features)")) return NULL;
-    const int cell = rl->kind == FL_L_LSTM ? FL_RNN_LSTM : rl->kind == FL_L_GRU ? FL_RNN_GRU : FL_RNN_SIMPLE;
-    const bool reset_after = cell == FL_RNN_GRU && !a->no_reset_after;
-    const int64_t u = a->units, gu = (cell == FL_RNN_LSTM ? 4 : cell == FL_RNN_GRU ? 3 : 1) * u, in = x->shape[2];
-    fl_node *k = add_weight(owner, g, wn[side][0], 2, (int64_t[]){in, gu}, true);
-    fl_node *r = k ? add_weight(owner, g, wn[side][1], 2, (int64_t[]){u, gu}, true) : NULL;
-    fl_node *b = r && !a->no_bias ? add_weight(owner, g, wn[side][2], reset_after ? 2 : 1,
-                                               reset_after ? (int64_t[]){2, gu} : (int64_t[]){gu}, true)
-                                  : NULL;
-    if (!r || (!a->no_bias && !b)) return NULL;
-    fl_node *mask = x->mask, *xin = x;
-    const uint64_t stream = (a->seed ? a->seed : (uint64_t)(owner->index + 1) * 0x9E3779B97F4A7C15ull) ^ (uint64_t)side;
-    /* Keras 3: with recurrent_dropout > 0 LSTM and GRU run implementation 1,
-     * one input mask per gate (drawn by the op, with the recurrent ones);
-     * otherwise (and SimpleRNN always) one input mask per sample, the same
-     * at every step */
-    const bool gate_masks = a->recurrent_dropout > 0.0f && cell != FL_RNN_SIMPLE;
-    if (a->dropout > 0.0f && !gate_masks) {
-        xin = fl_graph_dropout(g, owner->name, x, a->dropout, stream, (int64_t[]){1, in});
-        if (!xin) return NULL;
-    }
-    fl_rnn_desc d = {.cell = cell, .u = (int)u, .act = (int)a->activation, .ract = (int)a->recurrent_activation,
-                     .reset_after = reset_after, .go_backwards = a->go_backwards,
-                     .return_sequences = a->return_sequences, .reverse_output = reverse_output,
-                     .zero_masked = side ? a->return_sequences : a->zero_output_for_mask};
-    fl_node *y = fl_graph_rnn_states(g, owner->name, xin, k, r, b, mask, h0, c0, a->return_state, d);
-    if (y && a->recurrent_dropout > 0.0f &&
-        fl_graph_rnn_dropout(y, gate_masks ? a->dropout : 0.0f, a->recurrent_dropout, stream ^ 0x2545F4914F6CDD1Dull) != FL_OK)
-        return NULL;
-    if (y && a->return_sequences) y->mask = mask;
-    return y;
-}
-
-/* A recurrent layer's call: x, then its initial states (Keras's
- * initial_state: h, and c for LSTM); outputs y, then with return_state the
- * final states (h, c). */
-static fl_node *build_rnn(fl_layer *l, fl_graph *g, fl_node *const *xs, int nx) {
-    fl_node *y = rnn_nodes(l, l, 0, g, xs[0], nx > 1 ? xs[1] : NULL, nx > 2 ? xs[2] : NULL, false);
-    if (!y) return NULL;
-    l->outs[l->nouts++] = y;
-    for (int i = 0; l->a.rnn.return_state && i < rnn_states(l); i++) l->outs[l->nouts++] = y->rnn_state[i];
-    return y;
-}
-
-/* Bidirectional: Keras flips the backward layer's output sequence back to
- * the input's order before merging. */
-/* Its call: x, then the initial states, the forward layer's and then the
- * backward one's (Keras splits initial_state in halves); outputs as Keras
- * 3: the merged y (merge_mode None: y_f, y_b), then with return_state the
- * forward layer's final states and the backward one's. */
-static fl_node *build_bidirectional(fl_layer *l, fl_graph *g, fl_node *const *xs, int nx) {
-    const fl_layer *lf = l->a.bidi.fwd, *lb = l->a.bidi.bwd;
-    const int sf = rnn_states(lf);
-    fl_node *const *s0 = nx > 1 ? xs + 1 : NULL;
-    fl_node *f = rnn_nodes(l, lf, 1, g, xs[0], s0 ? s0[0] : NULL, s0 && sf > 1 ? s0[1] : NULL, false);
-    fl_node *b = f ? rnn_nodes(l, lb, 2, g, xs[0], s0 ? s0[sf] : NULL, s0 && rnn_states(lb) > 1 ? s0[sf + 1] : NULL,
-                               true) : NULL;
-    if (!b) return NULL;
-    fl_node *y;
-    if (l->a.bidi.merge_mode == FL_MERGE_NONE) {
-        y = f;
-        l->outs[l->nouts++] = f;
-        l->outs[l->nouts++] = b;
-        if (lf->a.rnn.return_sequences) b->mask = xs[0]->mask;
-    } else {
-        static const fl_op ops[] = {[FL_MERGE_CONCAT] = FL_OP_CONCAT, [FL_MERGE_SUM] = FL_OP_ADD,
-                                    [FL_MERGE_MUL] = FL_OP_MUL, [FL_MERGE_AVE] = FL_OP_AVG};
-        y = fl_graph_merge(g, l->name, ops[l->a.bidi.merge_mode], (fl_node *const[]){f, b}, 2, -1);
-        if (!y) return NULL;
-        l->outs[l->nouts++] = y;
-    }
-    if (lf->a.rnn.return_sequences) y->mask = xs[0]->mask;
-    for (int side = 0; lf->a.rnn.return_state && side < 2; side++) {
-        const fl_node *r = side ? b : f;
-        for (int i = 0; i < rnn_states(side ? lb : lf); i++) l->outs[l->nouts++] = r->rnn_state[i];
-    }
-    return y;
-}
-
-/* Embedding: a gather of the table's rows; with mask_zero the output
- * carries the mask of the nonzero indices. The indices must come straight
- * from a model input, whose data fit/predict check against input_dim. */
-static fl_node *build_embedding(fl_layer *l, fl_graph *g, fl_node *const *xs, int nx) {
-    (void)nx;
-    const fl_embedding_args *a = &l->a.emb;
-    fl_node *x = xs[0];
-    if (x->op != FL_OP_INPUT)
-        return fl_error_null(FL_ERR_UNSUPPORTED, "layer '%s' (Embedding): its input comes from layer '%s' (op %s); "
-                             "flynn's Embedding reads its indices straight from a model Input (whose data it checks "
-                             "against input_dim %d as it comes in)", l->name, x->name, fl_op_name(x->op), a->input_dim);
-    fl_node *w = add_weight(l, g, "embeddings", 2, (int64_t[]){a->input_dim, a->output_dim}, true);
-    fl_node *y = w ? fl_graph_embedding(g, l->name, x, w) : NULL;
-    if (y && a->mask_zero && !(y->mask = fl_graph_seq_mask(g, l->name, x, 0.0f))) return NULL;
-    return y;
-}
-
-/* Masking: y = x where the step has a value != mask_value, else 0, as a
- * product with the mask (broadcast over the features); y carries the mask. */
-static fl_node *build_masking(fl_layer *l, fl_graph *g, fl_node *const *xs, int nx) {
-    (void)nx;
-    fl_node *x = xs[0];
-    if (need_rank(l, x, 3, SEQUENCE)) return NULL;
-    fl_node *m = fl_graph_seq_mask(g, l->name, x, l->a.masking.mask_value);
-    fl_node *mv = view(l, g, m, 2, (int64_t[]){x->shape[1], 1});
-    fl_node *y = mv ? fl_graph_merge(g, l->name, FL_OP_MUL, (fl_node *const[]){x, mv}, 2, 0) : NULL;
-    if (y) y->mask = m;
-    return y;
-}
-
-/* The mask operations: 1/0 floats, no gradient. NotEqual(x, c) elementwise
- * (a (batch, steps) tensor, int or float, or (batch, steps, features) seen
- * as one value a step); Any over the last axis of a (batch, steps,
- * features) one; LogicalOr/LogicalAnd of two as max/min. */
-static fl_node *build_mask_op(fl_layer *l, fl_graph *g, fl_node *const *xs, int nx) {
-    fl_node *x = xs[0];
-    char s[128];
-    switch (l->kind) {
-    case FL_L_NOT_EQUAL: {
-        if (x->ndim == 2) return fl_graph_seq_mask(g, l->name, x, l->a.not_equal);
-        if (x->ndim != 3) break;
-        fl_node *v = fl_graph_reshape(g, l->name, x, 2, (int64_t[]){x->shape[1] * x->shape[2], 1});
-        if (!v) return NULL;
-        v->int_val = x->int_val;
-        fl_node *m = fl_graph_seq_mask(g, l->name, v, l->a.not_equal);
-        return m ? fl_graph_reshape(g, l->name, m, 2, x->shape + 1) : NULL;
-    }
-    case FL_L_ANY:
-        if (x->ndim != 3) break;
-        return fl_graph_seq_mask(g, l->name, x, 0.0f);
-    case FL_L_CONVERT_TO_TENSOR: /* the identity */
-        return fl_graph_reshape(g, l->name, x, x->ndim - 1, x->shape + 1);
-    default:
-        if (nx != 2)
-            return fl_error_null(FL_ERR_INVALID_ARG, "layer '%s' (%s) takes 2 inputs, it was given %d", l->name,
-                                 kind_class[l->kind], nx);
-        return fl_graph_merge(g, l->name, l->kind == FL_L_LOGICAL_OR ? FL_OP_MAX : FL_OP_MIN, xs, 2, 0);
-    }
-    return fl_error_null(FL_ERR_UNSUPPORTED, "layer '%s' (%s): input %s; flynn computes masks of sequences, (batch, "
-                         "steps) or (batch, steps, features)%s", l->name, kind_class[l->kind],
-                         fl_shape_str(x->ndim, x->shape, s, sizeof s), l->kind == FL_L_ANY ? " (Any over the last axis)" : "");
-}
-
-static const build_fn kind_build[FL_L_COUNT] = {
+static const fl_layer_build_fn kind_build[FL_L_COUNT] = {
     [FL_L_INPUT] = build_input,         [FL_L_DENSE] = build_dense,         [FL_L_CONV2D] = build_conv2d,
     [FL_L_MAXPOOL] = build_pool,        [FL_L_AVGPOOL] = build_pool,        [FL_L_GAP] = build_global_pool,
     [FL_L_FLATTEN] = build_flatten,     [FL_L_RESHAPE] = build_reshape,     [FL_L_DROPOUT] = build_dropout,
@@ -1738,16 +1154,20 @@ static const build_fn kind_build[FL_L_COUNT] = {
     [FL_L_UPSAMPLE2D] = build_upsample2d, [FL_L_CONV2D_TRANSPOSE] = build_conv2d_transpose,
     [FL_L_ZEROPAD1D] = build_seq1d,       [FL_L_CROPPING1D] = build_seq1d,
     [FL_L_UPSAMPLE1D] = build_seq1d,      [FL_L_SPATIAL_DROPOUT1D] = build_dropout,
-    [FL_L_NOT_EQUAL] = build_mask_op,     [FL_L_ANY] = build_mask_op,
-    [FL_L_LOGICAL_OR] = build_mask_op,    [FL_L_LOGICAL_AND] = build_mask_op,
-    [FL_L_CONVERT_TO_TENSOR] = build_mask_op,
+    [FL_L_NOT_EQUAL] = fl_build_mask_op,     [FL_L_ANY] = fl_build_mask_op,
+    [FL_L_LOGICAL_OR] = fl_build_mask_op,    [FL_L_LOGICAL_AND] = fl_build_mask_op,
+    [FL_L_CONVERT_TO_TENSOR] = fl_build_mask_op,
     [FL_L_PERMUTE] = build_permute,     [FL_L_RESIZING] = build_resizing,
-    [FL_L_LAYERNORM] = build_layernorm, [FL_L_MHA] = build_mha,         [FL_L_ATTENTION] = build_attention,
-    [FL_L_REPEAT_VECTOR] = build_repeat_vector, [FL_L_TIME_DISTRIBUTED] = build_time_distributed,
-    [FL_L_SIMPLE_RNN] = build_rnn,      [FL_L_LSTM] = build_rnn,            [FL_L_GRU] = build_rnn,
-    [FL_L_BIDIRECTIONAL] = build_bidirectional,
-    [FL_L_EMBEDDING] = build_embedding, [FL_L_MASKING] = build_masking,
+    [FL_L_LAYERNORM] = fl_build_layernorm, [FL_L_MHA] = fl_build_mha,         [FL_L_ATTENTION] = fl_build_attention,
+    [FL_L_REPEAT_VECTOR] = fl_build_repeat_vector, [FL_L_TIME_DISTRIBUTED] = fl_build_time_distributed,
+    [FL_L_SIMPLE_RNN] = fl_build_rnn,      [FL_L_LSTM] = fl_build_rnn,            [FL_L_GRU] = fl_build_rnn,
+    [FL_L_BIDIRECTIONAL] = fl_build_bidirectional,
+    [FL_L_EMBEDDING] = fl_build_embedding, [FL_L_MASKING] = fl_build_masking,
 };
+
+bool fl_layer_kind_builds(fl_layer_kind k) { return k < FL_L_COUNT && kind_build[k] != NULL; }
+fl_layer_build_fn fl_layer_kind_build(fl_layer_kind k) { return k < FL_L_COUNT ? kind_build[k] : NULL; }
+int fl_layer_kind_inputs(fl_layer_kind k) { return k < FL_L_COUNT ? kind_inputs[k] : FL_IN_NONE; }
 
 /* Keras's mask rules (Layer.compute_mask) for the kinds of this file: a
  * layer with supports_masking passes its input's mask on; merges combine
