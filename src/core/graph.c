@@ -394,16 +394,20 @@ fl_status fl_graph_migrate(fl_graph *g, const fl_backend *to) {
 
 /* ------------------------------------------------------------ rebinding */
 
-fl_status fl_graph_adopt(fl_graph *s, fl_node *w) {
-    if (s->n == s->cap) {
-        int cap = s->cap ? s->cap * 2 : 32;
-        fl_node **nn = realloc(s->nodes, (size_t)cap * sizeof *nn);
+fl_status fl_graph_append(fl_graph *g, fl_node *n) {
+    if (g->n == g->cap) {
+        int cap = g->cap ? g->cap * 2 : 32;
+        fl_node **nn = realloc(g->nodes, (size_t)cap * sizeof *nn);
         if (!nn) return fl_error(FL_ERR_NOMEM, "out of memory growing the graph");
-        s->nodes = nn;
-        s->cap = cap;
+        g->nodes = nn;
+        g->cap = cap;
     }
-    s->nodes[s->n++] = w; /* its id stays g's: the node is g's */
+    g->nodes[g->n++] = n;
     return FL_OK;
+}
+
+fl_status fl_graph_adopt(fl_graph *s, fl_node *w) {
+    return fl_graph_append(s, w); /* its id stays g's: the node is g's */
 }
 
 /* A node of the scratch graph that is g's own (an adopted weight). */

@@ -420,6 +420,8 @@ void fl_graph_clear_grads(fl_graph *g);
  * error names the first layer that differs. The dimensions that change are
  * marked in node->dyn (they follow a None axis). s is freed in every case. */
 fl_status fl_graph_adopt(fl_graph *s, fl_node *w);
+/* Appends node n to g's list (grown as needed); n keeps its id (fl_graph_new_node sets it first). */
+fl_status fl_graph_append(fl_graph *g, fl_node *n);
 fl_status fl_graph_rebind(fl_graph *g, fl_graph *s);
 /* Frees a scratch graph of a rebind that failed before fl_graph_rebind. */
 void fl_graph_scratch_free(fl_graph *g, fl_graph *s);

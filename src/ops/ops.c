@@ -1663,13 +1663,6 @@ void fl_op_macs(const fl_node *n, const bool *need, double *forward, double *bac
 
 /* Every op constructor makes its node here: appended to g in topological order. */
 fl_node *fl_graph_new_node(fl_graph *g, fl_op op, const char *name) {
-    if (g->n == g->cap) {
-        int cap = g->cap ? g->cap * 2 : 32;
-        fl_node **nn = realloc(g->nodes, (size_t)cap * sizeof *nn);
-        if (!nn) return fl_error_null(FL_ERR_NOMEM, "out of memory growing the graph");
-        g->nodes = nn;
-        g->cap = cap;
-    }
     fl_node *n = fl_calloc(1, sizeof *n, "graph node");
     if (!n) return NULL;
     n->op = op;
@@ -1677,7 +1670,10 @@ fl_node *fl_graph_new_node(fl_graph *g, fl_op op, const char *name) {
     n->name = name;
     n->op_name = fl_op_name(op);
     n->weight_inputs = (unsigned)op < FL_OP_COUNT ? op_table[op].weights : 0;
-    g->nodes[g->n++] = n;
+    if (fl_graph_append(g, n) != FL_OK) {
+        free(n);
+        return NULL;
+    }
     return n;
 }
 
