@@ -15,8 +15,8 @@
  * FL_K_TRAINING (a Keras call may pass training=False, which flynn writes
  * back: the model's own training flag rules, as in Keras 3's Functional);
  * mask_refusal: why a masked input is refused (what Keras's call does with
- * the mask that flynn does not compute), NULL where it is not. layers.c holds each kind's build function in a
- * table of the same order; keras/keras_config.c its file form. */
+ * the mask that flynn does not compute), NULL where it is not. layers.c holds each kind's build function (written in
+ * layers_core.c, layers_image.c or layers_seq.c) in a table of the same order; keras/keras_config.c its file form. */
 #define FL_LAYER_KINDS(X)                                                                                             \
     X(INPUT, "InputLayer", "input_layer", FL_IN_NONE, 0, NULL)                                                        \
     X(DENSE, "Dense", "dense", FL_IN_ONE, FL_K_MASK, NULL)                                                            \
