@@ -773,53 +773,72 @@ static int write_svg(const bench_run *b, const char *path) {
 
 /* ---------------------------------------------------------------- main */
 
-int flynn_cmd_bench(int argc, char **argv) {
-    static bench_run run; /* large; one per process */
-    bench_run *b = &run;
+/* The defaults, then the command line and the data spec: 0, 2 on a usage error, -1 for --help. */
+static int bench_parse_args(bench_run *b, int argc, char **argv) {
     memset(b, 0, sizeof *b);
     bench_opts *o = &b->o;
     *o = (bench_opts){.model = "mnist_cnn", .data = "fashion-mnist", .samples = 20000, .warmup = 5, .repeat = 1,
                       .batch = {32, 64, 128, 256, 512, 1024}, .nbatch = 6, .dev_on = {true, true},
                       .mode_on = {true, false}};
     int r = parse_bench(argc, argv, o);
-    if (r == -1) { usage_bench(stdout); return 0; }
+    if (r == -1) return -1;
     b->file = is_model_file(o->model);
     if ((fl_builtin_model_is_text(o->model) || b->file) && strcmp(o->data, "fashion-mnist") == 0) o->data = "synthetic";
     if (r) return r;
-    if ((r = parse_bench_data(b))) return r;
-    /* the model once, on the CPU: its FLOPs (and for a file, its shapes) */
-    fl_model *probe = b->file ? fl_load_model(o->model)
-                    : b->vocab ? fl_builtin_text_model(o->model, b->h, b->vocab, b->classes)
-                               : fl_builtin_model(o->model, b->h, b->w, b->c, b->classes);
-    if (!probe || fl_model_flops(probe, &b->flops[MODE_PREDICT], &b->flops[MODE_TRAIN]) != FL_OK ||
-        fl_model_memory(probe, &b->mem) != FL_OK) {
+    return parse_bench_data(b);
+}
+
+/* The model once, on the CPU: its FLOPs and memory (and for a file, its shapes, read after the data). */
+static int bench_probe_model(bench_run *b, fl_model **probe) {
+    const bench_opts *o = &b->o;
+    fl_model *m = b->file ? fl_load_model(o->model)
+                : b->vocab ? fl_builtin_text_model(o->model, b->h, b->vocab, b->classes)
+                           : fl_builtin_model(o->model, b->h, b->w, b->c, b->classes);
+    if (!m || fl_model_flops(m, &b->flops[MODE_PREDICT], &b->flops[MODE_TRAIN]) != FL_OK ||
+        fl_model_memory(m, &b->mem) != FL_OK) {
         fprintf(stderr, "flynn: error: %s\n", fl_last_error()[0] ? fl_last_error() : "unknown model");
-        fl_model_free(probe);
+        fl_model_free(m);
         return 1;
     }
+    *probe = m;
+    return 0;
+}
+
+/* --threads and --precision, which apply to the whole process: 0, or 2 on a bad --precision. */
+static int bench_apply_settings(const bench_opts *o) {
     if (o->threads) fl_set_num_threads(o->threads);
     if (o->precision && fl_set_matmul_precision(o->precision) != FL_OK)
         return bench_usage_error("--precision wants high or highest, got", o->precision);
-    FILE *out = o->json && strcmp(o->json, "-") == 0 ? stderr : stdout;
+    return 0;
+}
 
-    fl_dataset ds;
+/* The samples of the data kind parse_bench_data chose (probe: the model a synthetic set is shaped for). */
+static fl_status bench_read_samples(bench_run *b, const fl_model *probe, fl_dataset *ds) {
+    bench_opts *o = &b->o;
     if (b->vocab && !o->samples_set) o->samples = 4096;
     if (b->file && !o->samples_set) o->samples = 2048;
-    fl_status ls = b->file && strcmp(b->data_kind, "synthetic") == 0 ? synth_for_model(probe, o->samples, &ds)
-                   : strcmp(b->data_kind, "npy") == 0           ? fl_load_npy_xy(b->x_path, b->y_path, &ds)
-                   : strcmp(b->data_kind, "npz") == 0           ? fl_load_npz_xy(b->x_path, &ds, NULL)
-                   : strcmp(b->data_kind, "synthetic") == 0     ? synth_text(b, o->samples, &ds)
+    fl_status ls = b->file && strcmp(b->data_kind, "synthetic") == 0 ? synth_for_model(probe, o->samples, ds)
+                   : strcmp(b->data_kind, "npy") == 0           ? fl_load_npy_xy(b->x_path, b->y_path, ds)
+                   : strcmp(b->data_kind, "npz") == 0           ? fl_load_npz_xy(b->x_path, ds, NULL)
+                   : strcmp(b->data_kind, "synthetic") == 0     ? synth_text(b, o->samples, ds)
                    : strcmp(b->data_kind, "fortunes-lang") == 0 ? fl_load_fortunes_lang(b->data_dir, (int)b->h,
-                                                                                         o->samples, 1, &ds)
-                   : strcmp(b->data_kind, "cifar10") == 0       ? fl_load_cifar10(b->data_dir, o->samples, 1, &ds)
-                                                                : fl_load_mnist(b->data_dir, o->samples, 1, &ds);
-    if (ls == FL_OK && b->file && fl_tensor_dim(ds.x_train, 0) > o->samples) { /* the first --samples of the user's arrays */
-        fl_tensor *x = fl_tensor_slice(ds.x_train, 0, o->samples), *y = fl_tensor_slice(ds.y_train, 0, o->samples);
-        fl_dataset_free(&ds);
-        ds.x_train = x;
-        ds.y_train = y;
+                                                                                         o->samples, 1, ds)
+                   : strcmp(b->data_kind, "cifar10") == 0       ? fl_load_cifar10(b->data_dir, o->samples, 1, ds)
+                                                                : fl_load_mnist(b->data_dir, o->samples, 1, ds);
+    /* the first --samples of the user's arrays */
+    if (ls == FL_OK && b->file && fl_tensor_dim(ds->x_train, 0) > o->samples) {
+        fl_tensor *x = fl_tensor_slice(ds->x_train, 0, o->samples), *y = fl_tensor_slice(ds->y_train, 0, o->samples);
+        fl_dataset_free(ds);
+        ds->x_train = x;
+        ds->y_train = y;
         if (!x || !y) ls = fl_last_status();
     }
+    return ls;
+}
+
+/* The training samples, and a file model's shapes for the header and the JSON; frees the probe either way. */
+static int bench_load_data(bench_run *b, fl_model *probe, fl_dataset *ds) {
+    fl_status ls = bench_read_samples(b, probe, ds);
     if (b->file) { /* the shape line of the header and the JSON */
         int64_t s[FL_MAX_DIMS];
         int nd = fl_model_input_shape(probe, 0, s);
@@ -829,64 +848,108 @@ int flynn_cmd_bench(int argc, char **argv) {
     }
     fl_model_free(probe);
     if (ls != FL_OK) {
-        fl_dataset_free(&ds);
+        fl_dataset_free(ds);
         if (fl_last_error()[0]) fprintf(stderr, "flynn: error: %s\n", fl_last_error());
         return 1;
     }
-    b->n = fl_tensor_dim(ds.x_train, 0);
+    b->n = fl_tensor_dim(ds->x_train, 0);
+    return 0;
+}
+
+/* The CPU and BLAS lines (after the data: OpenBLAS has chosen its core by then), and no point measured yet. */
+static void bench_read_machine(bench_run *b) {
     read_cpu_model(b->cpu_model, sizeof b->cpu_model);
     read_blas(b);
     for (int d = 0; d < NDEV; d++)
         for (int mode = 0; mode < NMODE; mode++)
             for (int bi = 0; bi < BENCH_MAX_POINTS; bi++) b->res[d][mode][bi].samples_per_s = -1;
-    /* which devices can be used, and the line that says so */
+}
+
+/* Which devices can be used, and the line that says so: a trial model on each. 0, or 1 on an error. */
+static int bench_check_devices(bench_run *b) {
     int rc = 0;
     for (int d = 0; d < NDEV && rc == 0; d++) {
-        b->dev[d].requested = b->dev[d].usable = o->dev_on[d];
-        if (!o->dev_on[d]) continue;
+        b->dev[d].requested = b->dev[d].usable = b->o.dev_on[d];
+        if (!b->o.dev_on[d]) continue;
         bool fatal;
         fl_model *m = make_model(b, d, &fatal);
         if (fatal) rc = 1;
         fl_model_free(m);
     }
-    if (rc == 0 && !b->dev[DEV_CPU].usable && !b->dev[DEV_GPU].usable) {
-        for (int d = 0; d < NDEV; d++)
-            if (b->dev[d].requested)
-                fprintf(stderr, "flynn bench: %s not usable: %s\n", dev_name[d], short_reason(b->dev[d].detail));
-        fprintf(stderr, "flynn bench: no device to measure\n");
-        fl_dataset_free(&ds);
-        return 1;
-    }
-    if (rc == 0) print_header(b, out);
-    for (int bi = 0; bi < o->nbatch && rc == 0; bi++) {
-        /* the warm-up set: the first few batches */
-        int64_t nw = (int64_t)o->warmup * o->batch[bi];
-        if (nw > b->n) nw = b->n;
-        fl_tensor *xw = nw > 0 ? fl_tensor_slice(ds.x_train, 0, nw) : NULL;
-        fl_tensor *yw = nw > 0 ? fl_tensor_slice(ds.y_train, 0, nw) : NULL;
-        if (nw > 0 && (!xw || !yw)) rc = 1;
-        for (int d = 0; d < NDEV && rc == 0; d++)
-            if (b->dev[d].usable) rc = measure(b, d, bi, &ds, xw, yw);
-        if (rc == 0) print_rows(b, bi, out);
-        fl_tensor_free(xw);
-        fl_tensor_free(yw);
-    }
-    if (rc) {
-        fprintf(stderr, "flynn: error: %s\n", fl_last_error());
-    } else {
-        if (o->json) {
-            FILE *jf = strcmp(o->json, "-") == 0 ? stdout : fopen(o->json, "w");
-            if (!jf) {
-                fprintf(stderr, "flynn bench: cannot write %s: %s\n", o->json, strerror(errno));
-                rc = 1;
-            } else {
-                write_json(b, jf);
-                if (jf != stdout && fclose(jf) != 0) rc = 1;
-                else fflush(stdout);
-            }
+    return rc;
+}
+
+/* When no requested device can be used: says why for each, and true. */
+static bool bench_no_device(const bench_run *b) {
+    if (b->dev[DEV_CPU].usable || b->dev[DEV_GPU].usable) return false;
+    for (int d = 0; d < NDEV; d++)
+        if (b->dev[d].requested)
+            fprintf(stderr, "flynn bench: %s not usable: %s\n", dev_name[d], short_reason(b->dev[d].detail));
+    fprintf(stderr, "flynn bench: no device to measure\n");
+    return true;
+}
+
+/* Every usable device at batch size index bi, warmed up on the first few batches; its rows printed. */
+static int bench_measure_batch(bench_run *b, int bi, const fl_dataset *ds, FILE *out) {
+    int64_t nw = (int64_t)b->o.warmup * b->o.batch[bi];
+    if (nw > b->n) nw = b->n;
+    fl_tensor *xw = nw > 0 ? fl_tensor_slice(ds->x_train, 0, nw) : NULL;
+    fl_tensor *yw = nw > 0 ? fl_tensor_slice(ds->y_train, 0, nw) : NULL;
+    int rc = nw > 0 && (!xw || !yw) ? 1 : 0;
+    for (int d = 0; d < NDEV && rc == 0; d++)
+        if (b->dev[d].usable) rc = measure(b, d, bi, ds, xw, yw);
+    if (rc == 0) print_rows(b, bi, out);
+    fl_tensor_free(xw);
+    fl_tensor_free(yw);
+    return rc;
+}
+
+/* The table's header, then each batch size as it is measured. 0, or 1 on an error. */
+static int bench_measure_all(bench_run *b, const fl_dataset *ds, FILE *out) {
+    print_header(b, out);
+    int rc = 0;
+    for (int bi = 0; bi < b->o.nbatch && rc == 0; bi++) rc = bench_measure_batch(b, bi, ds, out);
+    return rc;
+}
+
+/* --json and --svg, after the table. 0, or 1 when a file cannot be written. */
+static int bench_write_outputs(const bench_run *b) {
+    const bench_opts *o = &b->o;
+    int rc = 0;
+    if (o->json) {
+        FILE *jf = strcmp(o->json, "-") == 0 ? stdout : fopen(o->json, "w");
+        if (!jf) {
+            fprintf(stderr, "flynn bench: cannot write %s: %s\n", o->json, strerror(errno));
+            rc = 1;
+        } else {
+            write_json(b, jf);
+            if (jf != stdout && fclose(jf) != 0) rc = 1;
+            else fflush(stdout);
         }
-        if (o->svg && write_svg(b, o->svg) != 0) rc = 1;
     }
+    if (o->svg && write_svg(b, o->svg) != 0) rc = 1;
+    return rc;
+}
+
+int flynn_cmd_bench(int argc, char **argv) {
+    static bench_run run; /* large; one per process */
+    bench_run *b = &run;
+    int r = bench_parse_args(b, argc, argv);
+    if (r == -1) { usage_bench(stdout); return 0; }
+    if (r) return r;
+    fl_model *probe;
+    if ((r = bench_probe_model(b, &probe))) return r;
+    if ((r = bench_apply_settings(&b->o))) { fl_model_free(probe); return r; }
+    /* with --json -, the JSON has stdout and the table goes to stderr */
+    FILE *out = b->o.json && strcmp(b->o.json, "-") == 0 ? stderr : stdout;
+    fl_dataset ds;
+    if ((r = bench_load_data(b, probe, &ds))) return r;
+    bench_read_machine(b);
+    int rc = bench_check_devices(b);
+    if (rc == 0 && bench_no_device(b)) { fl_dataset_free(&ds); return 1; }
+    if (rc == 0) rc = bench_measure_all(b, &ds, out);
+    if (rc) fprintf(stderr, "flynn: error: %s\n", fl_last_error());
+    else rc = bench_write_outputs(b);
     fl_dataset_free(&ds);
     return rc;
 }

@@ -97,111 +97,144 @@ static void json_choice(const fl_gpu_state *s) {
 
 /* ------------------------------------------------------------- devices */
 
-int flynn_cmd_devices(int argc, char **argv) {
-    if (has_flag(argc, argv, "--help")) {
-        printf("usage: flynn devices [--json]\n\n"
-               "Lists every CUDA device as the CUDA sample deviceQuery does (name, compute\n"
-               "capability, multiprocessors and cores, clocks, memory, bus width and peak\n"
-               "bandwidth, caches, limits, ECC, PCI ids, UUID, copy engines), the driver, runtime,\n"
-               "cuBLAS and cuDNN versions, and whether this build of flynn can run on it; then\n"
-               "which CUDA plugin was taken (libflynn_cuda.so, CUDA 13, or libflynn_cuda12.so,\n"
-               "CUDA 12) and why, and the cuBLAS, cuDNN and libcuda files loaded.\n"
-               "Ends with Result = PASS or Result = FAIL (exit code 0 or 1).\n");
-        return 0;
+/* The --help text of `flynn devices`. */
+static void usage_devices(void) {
+    printf("usage: flynn devices [--json]\n\n"
+           "Lists every CUDA device as the CUDA sample deviceQuery does (name, compute\n"
+           "capability, multiprocessors and cores, clocks, memory, bus width and peak\n"
+           "bandwidth, caches, limits, ECC, PCI ids, UUID, copy engines), the driver, runtime,\n"
+           "cuBLAS and cuDNN versions, and whether this build of flynn can run on it; then\n"
+           "which CUDA plugin was taken (libflynn_cuda.so, CUDA 13, or libflynn_cuda12.so,\n"
+           "CUDA 12) and why, and the cuBLAS, cuDNN and libcuda files loaded.\n"
+           "Ends with Result = PASS or Result = FAIL (exit code 0 or 1).\n");
+}
+
+/* What the device query found: every device's facts, or why there are none. */
+typedef struct devices_query {
+    const fl_gpu_state *s;
+    int n;                      /* devices the plugin reports */
+    fl_cuda_device_info *info;  /* n of them (owned) */
+    bool ok;
+    char why[1536];             /* why not ok */
+    char ver[256];              /* the versions line, with a backend */
+} devices_query;
+
+/* Asks the CUDA plugin for every device; q->ok false with q->why when it cannot. */
+static void devices_run_query(devices_query *q) {
+    const fl_gpu_state *s = q->s = fl_gpu_state_get();
+    q->n = s->tools ? s->tools->device_count() : 0;
+    q->info = calloc((size_t)(q->n > 0 ? q->n : 1), sizeof *q->info);
+    q->ok = s->backend && s->tools && q->n > 0 && q->info;
+    q->why[0] = q->ver[0] = 0;
+    if (!q->ok)
+        snprintf(q->why, sizeof q->why, "%s", s->reason[0] ? s->reason : "the CUDA plugin offers no device query");
+    for (int i = 0; q->ok && i < q->n; i++)
+        if (s->tools->device_info(i, &q->info[i], q->why, sizeof q->why) != 0) q->ok = false;
+    if (s->backend) versions(s, q->ver, sizeof q->ver);
+}
+
+/* One device as a JSON object. */
+static void devices_json_device(const fl_cuda_device_info *d, bool first) {
+    printf("%s{\"index\": %d, \"name\": ", first ? "" : ", ", d->index);
+    json_str(stdout, d->name);
+    printf(", \"uuid\": \"%s\", \"compute_capability\": \"%d.%d\", \"multiprocessors\": %d, \"cuda_cores\": %d, "
+           "\"clock_mhz\": %.0f, \"memory_clock_mhz\": %.0f, \"memory_bus_width_bits\": %d, "
+           "\"peak_bandwidth_gbs\": %.1f, \"total_memory_bytes\": %zu, \"free_memory_bytes\": %zu, "
+           "\"l2_cache_bytes\": %d, \"shared_memory_per_block_bytes\": %zu, "
+           "\"shared_memory_per_multiprocessor_bytes\": %zu, \"registers_per_block\": %d, "
+           "\"registers_per_multiprocessor\": %d, \"warp_size\": %d, \"max_threads_per_block\": %d, "
+           "\"max_threads_per_multiprocessor\": %d, \"max_block\": [%d, %d, %d], \"max_grid\": [%d, %d, %d], "
+           "\"ecc\": %s, \"pci\": \"%04x:%02x:%02x\", \"copy_engines\": %d, \"runnable\": %s, \"runnable_detail\": ",
+           d->uuid, d->cc_major, d->cc_minor, d->multiprocessors, d->cuda_cores, d->clock_khz / 1000.0,
+           d->mem_clock_khz / 1000.0, d->mem_bus_width, d->peak_bandwidth_gbs, d->total_mem, d->free_mem,
+           d->l2_bytes, d->shared_per_block, d->shared_per_sm, d->regs_per_block, d->regs_per_sm, d->warp_size,
+           d->max_threads_per_block, d->max_threads_per_sm, d->max_block[0], d->max_block[1], d->max_block[2],
+           d->max_grid[0], d->max_grid[1], d->max_grid[2], d->ecc ? "true" : "false", d->pci_domain, d->pci_bus,
+           d->pci_device, d->async_engines, d->runnable ? "true" : "false");
+    json_str(stdout, d->runnable_why);
+    printf("}");
+}
+
+/* --json: the query's result in the form of docs/device-tools.md. */
+static void devices_print_json(const devices_query *q) {
+    const fl_gpu_state *s = q->s;
+    printf("{\"tool\": \"flynn devices\", \"version\": \"%s\", \"result\": \"%s\", ", fl_version(),
+           q->ok ? "PASS" : "FAIL");
+    printf("\"reason\": ");
+    json_str(stdout, q->ok ? "" : q->why);
+    printf(", \"driver_cuda_version\": %d, \"runtime_version\": %d, \"cublas_version\": %d, \"cudnn_version\": %zu, ",
+           s->driver_cuda, s->rep.runtime_version, s->rep.cublas_version, s->rep.cudnn_version);
+    json_choice(s);
+    printf("\"built_for\": ");
+    json_str(stdout, s->rep.archs);
+    printf(", \"devices\": [");
+    for (int i = 0; q->ok && i < q->n; i++) devices_json_device(&q->info[i], i == 0);
+    printf("]}\n");
+}
+
+/* One device as deviceQuery prints it. */
+static void devices_print_device(int i, const fl_cuda_device_info *d) {
+    printf("\nDevice %d: \"%s\"\n", i, d->name);
+    printf("  CUDA capability:                              %d.%d\n", d->cc_major, d->cc_minor);
+    printf("  Multiprocessors, CUDA cores:                  %d, %d\n", d->multiprocessors, d->cuda_cores);
+    printf("  GPU max clock rate:                           %.0f MHz\n", d->clock_khz / 1000.0);
+    printf("  Memory clock rate:                            %.0f MHz\n", d->mem_clock_khz / 1000.0);
+    printf("  Memory bus width:                             %d-bit\n", d->mem_bus_width);
+    printf("  Peak memory bandwidth:                        %.1f GB/s\n", d->peak_bandwidth_gbs);
+    printf("  Global memory:                                %.0f MiB (%.0f MiB free)\n",
+           d->total_mem / 1048576.0, d->free_mem / 1048576.0);
+    printf("  L2 cache size:                                %d bytes\n", d->l2_bytes);
+    printf("  Shared memory per block / multiprocessor:     %zu / %zu bytes\n", d->shared_per_block,
+           d->shared_per_sm);
+    printf("  Registers per block / multiprocessor:         %d / %d\n", d->regs_per_block, d->regs_per_sm);
+    printf("  Warp size:                                    %d\n", d->warp_size);
+    printf("  Max threads per block / multiprocessor:       %d / %d\n", d->max_threads_per_block,
+           d->max_threads_per_sm);
+    printf("  Max block dimensions:                         (%d, %d, %d)\n", d->max_block[0],
+           d->max_block[1], d->max_block[2]);
+    printf("  Max grid dimensions:                          (%d, %d, %d)\n", d->max_grid[0], d->max_grid[1],
+           d->max_grid[2]);
+    printf("  Concurrent copy engines:                      %d\n", d->async_engines);
+    printf("  ECC:                                          %s\n", d->ecc ? "enabled" : "disabled");
+    printf("  PCI domain / bus / device:                    %d / %d / %d\n", d->pci_domain, d->pci_bus,
+           d->pci_device);
+    printf("  UUID:                                         %s\n", d->uuid);
+    printf("  flynn can run here:                           %s (%s)\n", d->runnable ? "yes" : "NO",
+           d->runnable_why);
+}
+
+/* The deviceQuery-style listing; a device flynn cannot run on turns the result to FAIL (q->ok false). */
+static void devices_print_text(devices_query *q) {
+    const fl_gpu_state *s = q->s;
+    printf("flynn devices (deviceQuery)\n\n");
+    if (!q->ok) {
+        printf("No usable CUDA device: %s\n", q->why);
+        printf("(`flynn doctor` checks the install step by step.)\n");
+    } else {
+        printf("Detected %d CUDA capable device%s; %s\n", q->n, q->n == 1 ? "" : "s", q->ver);
+        printf("Plugin: %s (CUDA %d; %s)\n", s->plugin_file, s->plugin_cuda, s->plugin_choice);
+        printf("cuBLAS: %s\ncuDNN:  %s\nlibcuda: %s%s%s%s\n", s->cublas_file, s->cudnn_file, s->libcuda_file,
+               strcmp(s->driver_kind, "wsl2") == 0 ? " (WSL2)" : "", s->container[0] ? ", in a container: " : "",
+               s->container);
+        for (int i = 0; i < q->n; i++) {
+            devices_print_device(i, &q->info[i]);
+            if (!q->info[i].runnable) q->ok = false;
+        }
     }
+    printf("\nResult = %s\n", q->ok ? "PASS" : "FAIL");
+}
+
+int flynn_cmd_devices(int argc, char **argv) {
+    if (has_flag(argc, argv, "--help")) { usage_devices(); return 0; }
     static const char *const known[] = {"--json", NULL};
     int rc = unknown_options("devices", argc, argv, known);
     if (rc) return rc;
-    bool json = has_flag(argc, argv, "--json");
-    const fl_gpu_state *s = fl_gpu_state_get();
-    int n = s->tools ? s->tools->device_count() : 0;
-    fl_cuda_device_info *info = calloc((size_t)(n > 0 ? n : 1), sizeof *info);
-    bool ok = s->backend && s->tools && n > 0 && info;
-    char why[1536] = "";
-    if (!ok) snprintf(why, sizeof why, "%s", s->reason[0] ? s->reason : "the CUDA plugin offers no device query");
-    for (int i = 0; ok && i < n; i++)
-        if (s->tools->device_info(i, &info[i], why, sizeof why) != 0) ok = false;
-    char ver[256] = "";
-    if (s->backend) versions(s, ver, sizeof ver);
-    if (json) {
-        printf("{\"tool\": \"flynn devices\", \"version\": \"%s\", \"result\": \"%s\", ", fl_version(), ok ? "PASS" : "FAIL");
-        printf("\"reason\": ");
-        json_str(stdout, ok ? "" : why);
-        printf(", \"driver_cuda_version\": %d, \"runtime_version\": %d, \"cublas_version\": %d, \"cudnn_version\": %zu, ",
-               s->driver_cuda, s->rep.runtime_version, s->rep.cublas_version, s->rep.cudnn_version);
-        json_choice(s);
-        printf("\"built_for\": ");
-        json_str(stdout, s->rep.archs);
-        printf(", \"devices\": [");
-        for (int i = 0; ok && i < n; i++) {
-            const fl_cuda_device_info *d = &info[i];
-            printf("%s{\"index\": %d, \"name\": ", i ? ", " : "", d->index);
-            json_str(stdout, d->name);
-            printf(", \"uuid\": \"%s\", \"compute_capability\": \"%d.%d\", \"multiprocessors\": %d, \"cuda_cores\": %d, "
-                   "\"clock_mhz\": %.0f, \"memory_clock_mhz\": %.0f, \"memory_bus_width_bits\": %d, "
-                   "\"peak_bandwidth_gbs\": %.1f, \"total_memory_bytes\": %zu, \"free_memory_bytes\": %zu, "
-                   "\"l2_cache_bytes\": %d, \"shared_memory_per_block_bytes\": %zu, "
-                   "\"shared_memory_per_multiprocessor_bytes\": %zu, \"registers_per_block\": %d, "
-                   "\"registers_per_multiprocessor\": %d, \"warp_size\": %d, \"max_threads_per_block\": %d, "
-                   "\"max_threads_per_multiprocessor\": %d, \"max_block\": [%d, %d, %d], \"max_grid\": [%d, %d, %d], "
-                   "\"ecc\": %s, \"pci\": \"%04x:%02x:%02x\", \"copy_engines\": %d, \"runnable\": %s, \"runnable_detail\": ",
-                   d->uuid, d->cc_major, d->cc_minor, d->multiprocessors, d->cuda_cores, d->clock_khz / 1000.0,
-                   d->mem_clock_khz / 1000.0, d->mem_bus_width, d->peak_bandwidth_gbs, d->total_mem, d->free_mem,
-                   d->l2_bytes, d->shared_per_block, d->shared_per_sm, d->regs_per_block, d->regs_per_sm, d->warp_size,
-                   d->max_threads_per_block, d->max_threads_per_sm, d->max_block[0], d->max_block[1], d->max_block[2],
-                   d->max_grid[0], d->max_grid[1], d->max_grid[2], d->ecc ? "true" : "false", d->pci_domain, d->pci_bus,
-                   d->pci_device, d->async_engines, d->runnable ? "true" : "false");
-            json_str(stdout, d->runnable_why);
-            printf("}");
-        }
-        printf("]}\n");
-    } else {
-        printf("flynn devices (deviceQuery)\n\n");
-        if (!ok) {
-            printf("No usable CUDA device: %s\n", why);
-            printf("(`flynn doctor` checks the install step by step.)\n");
-        } else {
-            printf("Detected %d CUDA capable device%s; %s\n", n, n == 1 ? "" : "s", ver);
-            printf("Plugin: %s (CUDA %d; %s)\n", s->plugin_file, s->plugin_cuda, s->plugin_choice);
-            printf("cuBLAS: %s\ncuDNN:  %s\nlibcuda: %s%s%s%s\n", s->cublas_file, s->cudnn_file, s->libcuda_file,
-                   strcmp(s->driver_kind, "wsl2") == 0 ? " (WSL2)" : "", s->container[0] ? ", in a container: " : "",
-                   s->container);
-            for (int i = 0; i < n; i++) {
-                const fl_cuda_device_info *d = &info[i];
-                printf("\nDevice %d: \"%s\"\n", i, d->name);
-                printf("  CUDA capability:                              %d.%d\n", d->cc_major, d->cc_minor);
-                printf("  Multiprocessors, CUDA cores:                  %d, %d\n", d->multiprocessors, d->cuda_cores);
-                printf("  GPU max clock rate:                           %.0f MHz\n", d->clock_khz / 1000.0);
-                printf("  Memory clock rate:                            %.0f MHz\n", d->mem_clock_khz / 1000.0);
-                printf("  Memory bus width:                             %d-bit\n", d->mem_bus_width);
-                printf("  Peak memory bandwidth:                        %.1f GB/s\n", d->peak_bandwidth_gbs);
-                printf("  Global memory:                                %.0f MiB (%.0f MiB free)\n",
-                       d->total_mem / 1048576.0, d->free_mem / 1048576.0);
-                printf("  L2 cache size:                                %d bytes\n", d->l2_bytes);
-                printf("  Shared memory per block / multiprocessor:     %zu / %zu bytes\n", d->shared_per_block,
-                       d->shared_per_sm);
-                printf("  Registers per block / multiprocessor:         %d / %d\n", d->regs_per_block, d->regs_per_sm);
-                printf("  Warp size:                                    %d\n", d->warp_size);
-                printf("  Max threads per block / multiprocessor:       %d / %d\n", d->max_threads_per_block,
-                       d->max_threads_per_sm);
-                printf("  Max block dimensions:                         (%d, %d, %d)\n", d->max_block[0],
-                       d->max_block[1], d->max_block[2]);
-                printf("  Max grid dimensions:                          (%d, %d, %d)\n", d->max_grid[0], d->max_grid[1],
-                       d->max_grid[2]);
-                printf("  Concurrent copy engines:                      %d\n", d->async_engines);
-                printf("  ECC:                                          %s\n", d->ecc ? "enabled" : "disabled");
-                printf("  PCI domain / bus / device:                    %d / %d / %d\n", d->pci_domain, d->pci_bus,
-                       d->pci_device);
-                printf("  UUID:                                         %s\n", d->uuid);
-                printf("  flynn can run here:                           %s (%s)\n", d->runnable ? "yes" : "NO",
-                       d->runnable_why);
-                if (!d->runnable) ok = false;
-            }
-        }
-        printf("\nResult = %s\n", ok ? "PASS" : "FAIL");
-    }
-    free(info);
-    return ok ? 0 : 1;
+    devices_query q;
+    devices_run_query(&q);
+    if (has_flag(argc, argv, "--json")) devices_print_json(&q);
+    else devices_print_text(&q);
+    free(q.info);
+    return q.ok ? 0 : 1;
 }
 
 /* ----------------------------------------------------------- bandwidth */
@@ -285,113 +318,167 @@ int flynn_cmd_bandwidth(int argc, char **argv) {
 
 /* -------------------------------------------------------------- doctor */
 
-int flynn_cmd_doctor(int argc, char **argv) {
-    if (has_flag(argc, argv, "--help")) {
-        printf("usage: flynn doctor [--json]\n\n"
-               "Checks, in order, everything flynn needs to train on an NVIDIA GPU: the kernel\n"
-               "driver, libcuda and the CUDA version it supports, cuBLAS and cuDNN (which files),\n"
-               "the flynn CUDA plugin, the CUDA runtime, a device, its compute capability against\n"
-               "this build, the cuDNN version, free GPU memory, and a small convolution and matrix\n"
-               "product on the GPU compared with the CPU. Each check prints PASS, FAIL or SKIP with\n"
-               "what it found; the first failure says what to do. Exit code 1 if any check fails.\n\n"
-               "flynn has two CUDA plugins: libflynn_cuda.so (CUDA 13, NVIDIA driver 580 or newer)\n"
-               "and libflynn_cuda12.so (CUDA 12, driver 525 or newer). The driver_version check\n"
-               "says which one the driver's CUDA version selects, and why; cublas and cudnn say\n"
-               "which files of that CUDA version were taken (system, CUDA toolkit, pip wheels in\n"
-               "any virtualenv or conda environment, or $FLYNN_CUDA_LIB_PATH). Under WSL2 the\n"
-               "driver is the Windows one (/dev/dxg); in a container without the GPU, the remedy\n"
-               "is `docker run --gpus all`. Exit codes: 0 all PASS, 1 a check failed, 2 usage.\n"
-               "Two last lines (not checks) say whether Open MPI is there for `mpirun -np N flynn\n"
-               "train` (data-parallel training, docs/scale-out.md) and NCCL for the same on GPUs,\n"
-               "with their versions.\n");
-        return 0;
-    }
-    static const char *const known[] = {"--json", NULL};
-    int rc = unknown_options("doctor", argc, argv, known);
-    if (rc) return rc;
-    bool json = has_flag(argc, argv, "--json");
-    const fl_gpu_state *s = fl_gpu_state_get();
-    /* the loader's checks, then memory and hello when the GPU is usable */
-    fl_gpu_check all[FL_GPU_MAX_CHECKS + 4];
-    int n = 0;
-    for (int i = 0; i < s->nchecks; i++) all[n++] = s->checks[i];
-    if (s->backend) {
-        fl_gpu_check *c = &all[n++];
-        memset(c, 0, sizeof *c);
-        snprintf(c->name, sizeof c->name, "memory");
-        c->status = fl_gpu_check_memory(c->detail, sizeof c->detail, c->remedy, sizeof c->remedy);
-        c = &all[n++];
-        memset(c, 0, sizeof *c);
-        snprintf(c->name, sizeof c->name, "hello");
-        c->status = fl_gpu_check_hello(c->detail, sizeof c->detail);
-        if (c->status == FL_GPU_FAIL)
-            snprintf(c->remedy, sizeof c->remedy,
-                     "the GPU computes wrong results or fails: update the driver, and report it with `flynn doctor --json`");
-    }
-    /* the checks never reached are SKIP */
+/* The --help text of `flynn doctor`. */
+static void usage_doctor(void) {
+    printf("usage: flynn doctor [--json]\n\n"
+           "Checks, in order, everything flynn needs to train on an NVIDIA GPU: the kernel\n"
+           "driver, libcuda and the CUDA version it supports, cuBLAS and cuDNN (which files),\n"
+           "the flynn CUDA plugin, the CUDA runtime, a device, its compute capability against\n"
+           "this build, the cuDNN version, free GPU memory, and a small convolution and matrix\n"
+           "product on the GPU compared with the CPU. Each check prints PASS, FAIL or SKIP with\n"
+           "what it found; the first failure says what to do. Exit code 1 if any check fails.\n\n"
+           "flynn has two CUDA plugins: libflynn_cuda.so (CUDA 13, NVIDIA driver 580 or newer)\n"
+           "and libflynn_cuda12.so (CUDA 12, driver 525 or newer). The driver_version check\n"
+           "says which one the driver's CUDA version selects, and why; cublas and cudnn say\n"
+           "which files of that CUDA version were taken (system, CUDA toolkit, pip wheels in\n"
+           "any virtualenv or conda environment, or $FLYNN_CUDA_LIB_PATH). Under WSL2 the\n"
+           "driver is the Windows one (/dev/dxg); in a container without the GPU, the remedy\n"
+           "is `docker run --gpus all`. Exit codes: 0 all PASS, 1 a check failed, 2 usage.\n"
+           "Two last lines (not checks) say whether Open MPI is there for `mpirun -np N flynn\n"
+           "train` (data-parallel training, docs/scale-out.md) and NCCL for the same on GPUs,\n"
+           "with their versions.\n");
+}
+
+#define DOCTOR_MAX_CHECKS (FL_GPU_MAX_CHECKS + 4)
+
+/* Everything the doctor prints: the checks in order, the verdict, and the two optional libraries. */
+typedef struct doctor_report {
+    fl_gpu_check all[DOCTOR_MAX_CHECKS];
+    int n;
+    bool ok;            /* no check failed */
+    const char *next;   /* the first failure's remedy, or what to do now that all pass */
+    bool have_mpi, have_nccl;
+    char mpi[512], nccl[1024];
+} doctor_report;
+
+/* The "memory" check: enough free GPU memory. */
+static void doctor_check_memory(fl_gpu_check *c) {
+    c->status = fl_gpu_check_memory(c->detail, sizeof c->detail, c->remedy, sizeof c->remedy);
+}
+
+/* The "hello" check: a small convolution and matrix product on the GPU against the CPU. */
+static void doctor_check_hello(fl_gpu_check *c) {
+    c->status = fl_gpu_check_hello(c->detail, sizeof c->detail);
+    if (c->status == FL_GPU_FAIL)
+        snprintf(c->remedy, sizeof c->remedy, "the GPU computes wrong results or fails: update the driver, and "
+                 "report it with `flynn doctor --json`");
+}
+
+/* The doctor's own checks, run after the loader's (src/device/gpu.c) when the GPU is usable, in this order. */
+static const struct doctor_gpu_check {
+    const char *name;
+    void (*run)(fl_gpu_check *c);
+} doctor_gpu_checks[] = {
+    {"memory", doctor_check_memory},
+    {"hello", doctor_check_hello},
+};
+
+/* The next free entry of the report, cleared and named. */
+static fl_gpu_check *doctor_add_check(doctor_report *r, const char *name) {
+    fl_gpu_check *c = &r->all[r->n++];
+    memset(c, 0, sizeof *c);
+    snprintf(c->name, sizeof c->name, "%s", name);
+    return c;
+}
+
+/* The loader's checks, then the doctor's own on a usable GPU, then SKIP for every check never reached. */
+static void doctor_run_checks(const fl_gpu_state *s, doctor_report *r) {
+    r->n = 0;
+    for (int i = 0; i < s->nchecks; i++) r->all[r->n++] = s->checks[i];
+    for (size_t k = 0; s->backend && k < sizeof doctor_gpu_checks / sizeof doctor_gpu_checks[0]; k++)
+        doctor_gpu_checks[k].run(doctor_add_check(r, doctor_gpu_checks[k].name));
     for (int k = 0; k < fl_gpu_check_count; k++) {
         bool seen = false;
-        for (int i = 0; i < n; i++) seen |= strcmp(all[i].name, fl_gpu_check_order[k]) == 0;
-        if (!seen && n < FL_GPU_MAX_CHECKS + 4) {
-            fl_gpu_check *c = &all[n++];
-            memset(c, 0, sizeof *c);
-            snprintf(c->name, sizeof c->name, "%s", fl_gpu_check_order[k]);
+        for (int i = 0; i < r->n; i++) seen |= strcmp(r->all[i].name, fl_gpu_check_order[k]) == 0;
+        if (!seen && r->n < DOCTOR_MAX_CHECKS) {
+            fl_gpu_check *c = doctor_add_check(r, fl_gpu_check_order[k]);
             c->status = FL_GPU_SKIP;
             snprintf(c->detail, sizeof c->detail, "not checked: an earlier check failed");
         }
     }
-    bool ok = true;
-    const char *next = "";
-    for (int i = 0; i < n; i++)
-        if (all[i].status == FL_GPU_FAIL) {
-            if (ok) next = all[i].remedy[0] ? all[i].remedy : all[i].detail;
-            ok = false;
+}
+
+/* PASS when no check failed; the next step is the first failure's remedy (or its detail). */
+static void doctor_verdict(doctor_report *r) {
+    r->ok = true;
+    r->next = "";
+    for (int i = 0; i < r->n; i++)
+        if (r->all[i].status == FL_GPU_FAIL) {
+            if (r->ok) r->next = r->all[i].remedy[0] ? r->all[i].remedy : r->all[i].detail;
+            r->ok = false;
         }
-    if (ok) next = "nothing: `flynn train --device auto` will train on this GPU";
-    static const char *st[3] = {"PASS", "FAIL", "SKIP"};
-    /* optional, not a check (the result is about the GPU): MPI for multi-process training */
-    char mpi[512];
-    bool have_mpi = fl_dist_probe(mpi, sizeof mpi);
-    if (have_mpi)
-        snprintf(mpi + strlen(mpi), sizeof mpi - strlen(mpi),
+    if (r->ok) r->next = "nothing: `flynn train --device auto` will train on this GPU";
+}
+
+/* Optional, not checks (the result is about the GPU): MPI for multi-process training, NCCL for it on GPUs. */
+static void doctor_probe_optional(doctor_report *r) {
+    r->have_mpi = fl_dist_probe(r->mpi, sizeof r->mpi);
+    size_t l = strlen(r->mpi);
+    if (r->have_mpi)
+        snprintf(r->mpi + l, sizeof r->mpi - l,
                  "; data-parallel training: mpirun -np N flynn train ... (docs/scale-out.md)");
     else
-        snprintf(mpi + strlen(mpi), sizeof mpi - strlen(mpi), "; needed only to train over several processes");
-    /* and NCCL, for those processes on GPUs */
-    char nccl[1024];
-    bool have_nccl = fl_nccl_probe(nccl, sizeof nccl);
-    snprintf(nccl + strlen(nccl), sizeof nccl - strlen(nccl), "%s",
-             have_nccl ? "; data-parallel training on GPUs: mpirun -np N flynn train --device gpu ... (one rank per GPU)"
-                       : "; needed only to train on GPUs over several processes (pip install nvidia-nccl-cu12 or "
-                         "-cu13, or FLYNN_NCCL_LIB=/path/to/libnccl.so.2)");
-    if (json) {
-        printf("{\"tool\": \"flynn doctor\", \"version\": \"%s\", \"result\": \"%s\", ", fl_version(), ok ? "PASS" : "FAIL");
-        json_choice(s);
-        printf("\"checks\": [");
-        for (int i = 0; i < n; i++) {
-            printf("%s{\"name\": \"%s\", \"status\": \"%s\", \"detail\": ", i ? ", " : "", all[i].name, st[all[i].status]);
-            json_str(stdout, all[i].detail);
-            printf(", \"remedy\": ");
-            json_str(stdout, all[i].remedy);
-            printf("}");
-        }
-        printf("], \"next_step\": ");
-        json_str(stdout, next);
-        printf(", \"mpi\": {\"found\": %s, \"detail\": ", have_mpi ? "true" : "false");
-        json_str(stdout, mpi);
-        printf("}, \"nccl\": {\"found\": %s, \"detail\": ", have_nccl ? "true" : "false");
-        json_str(stdout, nccl);
-        printf("}}\n");
-    } else {
-        printf("flynn doctor: can flynn train on an NVIDIA GPU here?\n\n");
-        for (int i = 0; i < n; i++) {
-            printf("%2d. %-20s %s  %s\n", i + 1, all[i].name, st[all[i].status], all[i].detail);
-            if (all[i].status == FL_GPU_FAIL && all[i].remedy[0]) printf("    %-20s       fix: %s\n", "", all[i].remedy);
-        }
-        printf("\nResult = %s\n", ok ? "PASS" : "FAIL");
-        printf("Next step: %s\n", next);
-        printf("\nMPI (optional): %s%s\n", have_mpi ? "" : "not found: ", mpi);
-        printf("NCCL (optional): %s%s\n", have_nccl ? "" : "not found: ", nccl);
+        snprintf(r->mpi + l, sizeof r->mpi - l, "; needed only to train over several processes");
+    r->have_nccl = fl_nccl_probe(r->nccl, sizeof r->nccl);
+    l = strlen(r->nccl);
+    snprintf(r->nccl + l, sizeof r->nccl - l, "%s",
+             r->have_nccl ? "; data-parallel training on GPUs: mpirun -np N flynn train --device gpu ... "
+                            "(one rank per GPU)"
+                          : "; needed only to train on GPUs over several processes (pip install nvidia-nccl-cu12 or "
+                            "-cu13, or FLYNN_NCCL_LIB=/path/to/libnccl.so.2)");
+}
+
+static const char *const doctor_status_name[3] = {"PASS", "FAIL", "SKIP"};
+
+/* --json: the report in the form of docs/device-tools.md. */
+static void doctor_print_json(const fl_gpu_state *s, const doctor_report *r) {
+    printf("{\"tool\": \"flynn doctor\", \"version\": \"%s\", \"result\": \"%s\", ", fl_version(),
+           r->ok ? "PASS" : "FAIL");
+    json_choice(s);
+    printf("\"checks\": [");
+    for (int i = 0; i < r->n; i++) {
+        const fl_gpu_check *c = &r->all[i];
+        printf("%s{\"name\": \"%s\", \"status\": \"%s\", \"detail\": ", i ? ", " : "", c->name,
+               doctor_status_name[c->status]);
+        json_str(stdout, c->detail);
+        printf(", \"remedy\": ");
+        json_str(stdout, c->remedy);
+        printf("}");
     }
-    return ok ? 0 : 1;
+    printf("], \"next_step\": ");
+    json_str(stdout, r->next);
+    printf(", \"mpi\": {\"found\": %s, \"detail\": ", r->have_mpi ? "true" : "false");
+    json_str(stdout, r->mpi);
+    printf("}, \"nccl\": {\"found\": %s, \"detail\": ", r->have_nccl ? "true" : "false");
+    json_str(stdout, r->nccl);
+    printf("}}\n");
+}
+
+/* The numbered checks, each failure with its fix, the result, the next step and the optional libraries. */
+static void doctor_print_text(const doctor_report *r) {
+    printf("flynn doctor: can flynn train on an NVIDIA GPU here?\n\n");
+    for (int i = 0; i < r->n; i++) {
+        const fl_gpu_check *c = &r->all[i];
+        printf("%2d. %-20s %s  %s\n", i + 1, c->name, doctor_status_name[c->status], c->detail);
+        if (c->status == FL_GPU_FAIL && c->remedy[0]) printf("    %-20s       fix: %s\n", "", c->remedy);
+    }
+    printf("\nResult = %s\n", r->ok ? "PASS" : "FAIL");
+    printf("Next step: %s\n", r->next);
+    printf("\nMPI (optional): %s%s\n", r->have_mpi ? "" : "not found: ", r->mpi);
+    printf("NCCL (optional): %s%s\n", r->have_nccl ? "" : "not found: ", r->nccl);
+}
+
+int flynn_cmd_doctor(int argc, char **argv) {
+    if (has_flag(argc, argv, "--help")) { usage_doctor(); return 0; }
+    static const char *const known[] = {"--json", NULL};
+    int rc = unknown_options("doctor", argc, argv, known);
+    if (rc) return rc;
+    const fl_gpu_state *s = fl_gpu_state_get();
+    doctor_report r;
+    doctor_run_checks(s, &r);
+    doctor_verdict(&r);
+    doctor_probe_optional(&r);
+    if (has_flag(argc, argv, "--json")) doctor_print_json(s, &r);
+    else doctor_print_text(&r);
+    return r.ok ? 0 : 1;
 }

@@ -137,111 +137,157 @@ static void usage_predict(FILE *f) {
             "  --threads T            CPU threads (default: all cores)\n");
 }
 
-int flynn_cmd_predict(int argc, char **argv) {
-    const char *path = NULL, *weights = NULL, *device = NULL;
+/* What the command line asks of `flynn predict`. */
+typedef struct predict_opts {
+    const char *path, *weights, *device;
     const char *inputs[16], *outputs[16];
-    flynn_data_opts own = {0};
-    int nin = 0, nout = 0;
-    long bs = 32, threads = 0;
+    int nin, nout;
+    flynn_data_opts own; /* --label, --categorical, --image-size, --color-mode for CSV and image inputs */
+    long bs, threads;
+    fl_device_kind dk;
+} predict_opts;
+
+/* The options, in the order given: 0, 2 on a usage error, -1 for --help. */
+static int predict_parse_args(predict_opts *o, int argc, char **argv) {
+    *o = (predict_opts){.bs = 32, .dk = FL_DEVICE_AUTO};
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) { usage_predict(stdout); return 0; }
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) return -1;
         if (strncmp(a, "--", 2) != 0) {
-            if (path) return usage_error("predict", "unexpected argument", a);
-            path = a;
+            if (o->path) return usage_error("predict", "unexpected argument", a);
+            o->path = a;
             continue;
         }
         if (i + 1 >= argc) return usage_error("predict", "missing value for", a);
         const char *v = argv[++i];
         char *end;
         if (strcmp(a, "--input") == 0) {
-            if (nin == 16) return usage_error("predict", "too many --input", NULL);
-            inputs[nin++] = v;
+            if (o->nin == 16) return usage_error("predict", "too many --input", NULL);
+            o->inputs[o->nin++] = v;
         } else if (strcmp(a, "--output") == 0) {
-            if (nout == 16) return usage_error("predict", "too many --output", NULL);
-            outputs[nout++] = v;
+            if (o->nout == 16) return usage_error("predict", "too many --output", NULL);
+            o->outputs[o->nout++] = v;
         } else if (strcmp(a, "--weights") == 0) {
-            weights = v;
+            o->weights = v;
         } else if (strcmp(a, "--label") == 0) {
-            own.label = v;
+            o->own.label = v;
         } else if (strcmp(a, "--categorical") == 0) {
-            own.categorical = v;
+            o->own.categorical = v;
         } else if (strcmp(a, "--image-size") == 0) {
-            own.image_size = v;
+            o->own.image_size = v;
         } else if (strcmp(a, "--color-mode") == 0) {
-            own.color_mode = v;
+            o->own.color_mode = v;
         } else if (strcmp(a, "--device") == 0) {
-            device = v;
+            o->device = v;
         } else if (strcmp(a, "--batch-size") == 0) {
-            bs = strtol(v, &end, 10);
-            if (*end || bs <= 0 || bs > (1 << 20)) return usage_error("predict", "--batch-size wants a positive integer, got", v);
+            o->bs = strtol(v, &end, 10);
+            if (*end || o->bs <= 0 || o->bs > (1 << 20))
+                return usage_error("predict", "--batch-size wants a positive integer, got", v);
         } else if (strcmp(a, "--threads") == 0) {
-            threads = strtol(v, &end, 10);
-            if (*end || threads < 0 || threads > 4096) return usage_error("predict", "--threads wants an integer, got", v);
+            o->threads = strtol(v, &end, 10);
+            if (*end || o->threads < 0 || o->threads > 4096)
+                return usage_error("predict", "--threads wants an integer, got", v);
         } else {
             return usage_error("predict", "unknown option", a);
         }
     }
-    if (!path) return usage_error("predict", "FILE (the model) is required", NULL);
-    if (nin == 0) return usage_error("predict", "--input X.npy is required", NULL);
-    if (nout == 0) return usage_error("predict", "--output Y.npy is required", NULL);
-    fl_device_kind dk = FL_DEVICE_AUTO;
-    if (device && strcmp(device, "auto") != 0) {
-        if (strcmp(device, "cpu") == 0) dk = FL_DEVICE_CPU;
-        else if (strcmp(device, "gpu") == 0) dk = FL_DEVICE_GPU;
-        else return usage_error("predict", "--device wants auto, cpu or gpu, got", device);
+    return 0;
+}
+
+/* The model, an input and an output are required, and --device is one flynn knows: 0, or 2. */
+static int predict_check_args(predict_opts *o) {
+    if (!o->path) return usage_error("predict", "FILE (the model) is required", NULL);
+    if (o->nin == 0) return usage_error("predict", "--input X.npy is required", NULL);
+    if (o->nout == 0) return usage_error("predict", "--output Y.npy is required", NULL);
+    if (o->device && strcmp(o->device, "auto") != 0) {
+        if (strcmp(o->device, "cpu") == 0) o->dk = FL_DEVICE_CPU;
+        else if (strcmp(o->device, "gpu") == 0) o->dk = FL_DEVICE_GPU;
+        else return usage_error("predict", "--device wants auto, cpu or gpu, got", o->device);
     }
-    if (threads) fl_set_num_threads((int)threads);
-    fl_model *m = flynn_load_model_file("predict", path, weights, false);
-    if (!m) return fail("predict", NULL);
-    int rc = 0;
-    fl_tensor *xs[16] = {0}, *ys[16] = {0};
+    return 0;
+}
+
+/* One --input per model input (one .npz stands for all), one --output per output or one name: 0, or 2. */
+static int predict_match_io(predict_opts *o, const fl_model *m) {
     int mi = fl_model_num_inputs(m), mo = fl_model_num_outputs(m);
-    if (nin == 1 && mi > 1 && flynn_has_suffix_n(inputs[0], strlen(inputs[0]), ".npz"))
-        for (int i = 1; i < mi && i < 16; i++) inputs[nin++] = inputs[0]; /* one .npz for every input */
-    if (nin != mi) {
-        fprintf(stderr, "flynn predict: error: model %s has %d input%s, %d --input given\n", path, mi, mi == 1 ? "" : "s", nin);
-        rc = 2;
-        goto done;
+    if (o->nin == 1 && mi > 1 && flynn_has_suffix_n(o->inputs[0], strlen(o->inputs[0]), ".npz"))
+        for (int i = 1; i < mi && i < 16; i++) o->inputs[o->nin++] = o->inputs[0]; /* one .npz for every input */
+    if (o->nin != mi) {
+        fprintf(stderr, "flynn predict: error: model %s has %d input%s, %d --input given\n", o->path, mi,
+                mi == 1 ? "" : "s", o->nin);
+        return 2;
     }
-    if (nout != mo && nout != 1) {
-        fprintf(stderr, "flynn predict: error: model %s has %d outputs: give %d --output or one name\n", path, mo, mo);
-        rc = 2;
-        goto done;
+    if (o->nout != mo && o->nout != 1) {
+        fprintf(stderr, "flynn predict: error: model %s has %d outputs: give %d --output or one name\n", o->path, mo,
+                mo);
+        return 2;
     }
+    return 0;
+}
+
+/* The model on --device: 0, or 1 with the reason. */
+static int predict_set_device(const predict_opts *o, fl_model *m) {
     char why[768];
-    if (fl_model_set_device(m, dk, why, sizeof why) != FL_OK) { rc = fail("predict", "--device"); goto done; }
-    for (int i = 0; i < nin; i++) {
+    if (fl_model_set_device(m, o->dk, why, sizeof why) != FL_OK) return fail("predict", "--device");
+    return 0;
+}
+
+/* Every --input as the tensor its model input takes: 0, or 1 (xs[] holds what was read, for the caller to free). */
+static int predict_load_inputs(predict_opts *o, fl_model *m, fl_tensor **xs) {
+    for (int i = 0; i < o->nin; i++) {
         /* integers stay integers for an int32 input (never rounded through float) */
-        if (!(xs[i] = flynn_load_input("predict", inputs[i], m, i, &own))) { rc = 1; goto done; }
+        if (!(xs[i] = flynn_load_input("predict", o->inputs[i], m, i, &o->own))) return 1;
     }
-    if (fl_predict_multi(m, (const fl_tensor *const *)xs, nin, ys, mo, .batch_size = (int)bs,
-                         .verbose = FL_VERBOSE_SILENT) != FL_OK) {
-        /* "fl_predict_multi (input k): x has shape ...": name the file of input k */
-        const char *e = fl_last_error(), *at = strstr(e, "(input ");
-        int k = -1;
-        if (at && sscanf(at, "(input %d)", &k) == 1 && k >= 0 && k < nin) {
-            fprintf(stderr, "flynn predict: error: --input %s: %s\n", inputs[k], e);
-            rc = 1;
-        } else {
-            rc = fail("predict", NULL);
-        }
-        goto done;
+    return 0;
+}
+
+/* The predictions of every output into ys[]: 0, or 1 naming the --input at fault where the error says which. */
+static int predict_run(const predict_opts *o, fl_model *m, fl_tensor **xs, fl_tensor **ys) {
+    if (fl_predict_multi(m, (const fl_tensor *const *)xs, o->nin, ys, fl_model_num_outputs(m),
+                         .batch_size = (int)o->bs, .verbose = FL_VERBOSE_SILENT) == FL_OK)
+        return 0;
+    /* "fl_predict_multi (input k): x has shape ...": name the file of input k */
+    const char *e = fl_last_error(), *at = strstr(e, "(input ");
+    int k = -1;
+    if (at && sscanf(at, "(input %d)", &k) == 1 && k >= 0 && k < o->nin) {
+        fprintf(stderr, "flynn predict: error: --input %s: %s\n", o->inputs[k], e);
+        return 1;
     }
-    for (int o = 0; o < mo; o++) {
+    return fail("predict", NULL);
+}
+
+/* Each output to its --output, or to Y_0.npy, Y_1.npy, ... from one name Y.npy; a line for each. 0, or 1. */
+static int predict_write_outputs(const predict_opts *o, int mo, fl_tensor *const *ys) {
+    for (int k = 0; k < mo; k++) {
         char name[4096];
-        if (nout == mo) {
-            snprintf(name, sizeof name, "%s", outputs[o]);
+        if (o->nout == mo) {
+            snprintf(name, sizeof name, "%s", o->outputs[k]);
         } else {
-            const char *dot = has_suffix(outputs[0], ".npy") ? outputs[0] + strlen(outputs[0]) - 4 : NULL;
-            int stem = dot ? (int)(dot - outputs[0]) : (int)strlen(outputs[0]);
-            snprintf(name, sizeof name, "%.*s_%d.npy", stem, outputs[0], o);
+            const char *y = o->outputs[0], *dot = has_suffix(y, ".npy") ? y + strlen(y) - 4 : NULL;
+            int stem = dot ? (int)(dot - y) : (int)strlen(y);
+            snprintf(name, sizeof name, "%.*s_%d.npy", stem, y, k);
         }
-        if (fl_save_npy(ys[o], name) != FL_OK) { rc = fail("predict", NULL); goto done; }
+        if (fl_save_npy(ys[k], name) != FL_OK) return fail("predict", NULL);
         char shape[128];
-        printf("predictions %s written to %s\n", fl_tensor_shape_str(ys[o], shape, sizeof shape), name);
+        printf("predictions %s written to %s\n", fl_tensor_shape_str(ys[k], shape, sizeof shape), name);
     }
-done:
+    return 0;
+}
+
+int flynn_cmd_predict(int argc, char **argv) {
+    predict_opts o;
+    int rc = predict_parse_args(&o, argc, argv);
+    if (rc == -1) { usage_predict(stdout); return 0; }
+    if (rc || (rc = predict_check_args(&o))) return rc;
+    if (o.threads) fl_set_num_threads((int)o.threads);
+    fl_model *m = flynn_load_model_file("predict", o.path, o.weights, false);
+    if (!m) return fail("predict", NULL);
+    fl_tensor *xs[16] = {0}, *ys[16] = {0};
+    rc = predict_match_io(&o, m);
+    if (rc == 0) rc = predict_set_device(&o, m);
+    if (rc == 0) rc = predict_load_inputs(&o, m, xs);
+    if (rc == 0) rc = predict_run(&o, m, xs, ys);
+    if (rc == 0) rc = predict_write_outputs(&o, fl_model_num_outputs(m), ys);
     for (int i = 0; i < 16; i++) { fl_tensor_free(xs[i]); fl_tensor_free(ys[i]); }
     fl_model_free(m);
     return rc;
