@@ -734,7 +734,7 @@ static void pack_phases(const fl_conv_desc *d, const float *w, float *shared, si
 /* dx of one sample (dxs; accumulate: added into) from its padded dy (dyp, g's geometry), gated by xg where
  * given */
 static void strided_dx(const fl_conv_desc *d, const conv_geom *g, const float *dyp, const float *shared,
-                       size_t off[][DIRECT_BWD_MAX_STRIDE], float *dxs, int accumulate, const float *xg) {
+                       const size_t off[][DIRECT_BWD_MAX_STRIDE], float *dxs, int accumulate, const float *xg) {
     const int C = d->c, OC = d->oc, W = d->w, SW = d->sw;
     for (int ih = 0; ih < d->h; ih++) {
         const phase ph = phase_of(ih, d->pt, d->kh, d->sh);
@@ -768,192 +768,269 @@ static void strided_dx(const fl_conv_desc *d, const conv_geom *g, const float *d
     }
 }
 
-/* dx_mask: multiply dx by (x > 0) (the ReLU that produced x, fused). pg: the
- * gradient of y comes from a max pooling; bg: from a BatchNormalization
- * (either way dy is then only scratch). */
-static void direct_bwd(const fl_conv_desc *d, const float *x, const float *w, const float *y, float *dy, float *dx,
-                       float dx_beta, int dx_mask, float *dw, float *db, void *ws, const pool_grad *pg,
-                       const fl_bn_grad *bg) {
-    const conv_geom g = geom(d);
-    const int C = d->c, OC = d->oc, KH = d->kh, KW = d->kw;
-    const size_t in_sz = (size_t)d->h * d->w * C, out_sz = (size_t)d->oh * d->ow * OC;
-    const size_t nw = (size_t)KH * KW * C * OC;
-    const size_t tws = direct_thread_floats(d, 1);
-    const int nt = conv_threads();
-    /* the rotated kernel first, then one slice per thread */
-    float *shared = (float *)ws;
-    ws = shared + direct_shared_floats(d, 1);
-    /* Winograd for dx: the rotated kernel's transform after it */
-    const int wino = dx && wino_bwd(d);
-    const fl_conv_desc dd = dx_desc(d, &g);
-    float *ubwd = shared + rot_floats(d);
-    float *parts = ubwd + (wino_bwd_shape(d) ? fl_wino_u_floats(OC, C) : 0);
-    const int np = parts_used(d, d->n);
-    const int strided = d->sh > 1 || d->sw > 1;
+/* What the steps of direct_bwd share: its arguments, the workspace's pieces and the choices made once per call
+ * (plan_direct_bwd), so that each step takes one pointer instead of a dozen arguments. */
+typedef struct direct_bwd_plan {
+    const fl_conv_desc *d;
+    const float *x, *w, *y;
+    float *dy, *dx;
+    float dx_beta;
+    int dx_mask;                /* multiply dx by (x > 0) */
+    const pool_grad *pg;        /* the gradient of y comes from a max pooling (NULL: dy) */
+    const fl_bn_grad *bg;       /* or from a BatchNormalization */
+    conv_geom g;
+    fl_conv_desc dd;            /* dx as a forward convolution over the padded dy (dx_desc) */
+    fl_conv_desc dg;            /* the same over unpadded dy, for group_dx */
+    size_t in_sz, out_sz;       /* floats of a sample of x (dx), of y (dy) */
+    size_t nw;                  /* floats of the kernel: a part's dw, its db after it */
+    size_t tws;                 /* floats of a thread's slice */
+    float *shared;              /* the rotated kernel (strided: the phases' kernels, pack_phases) */
+    float *ubwd;                /* its Winograd transform */
+    float *parts;               /* the filter gradient's parts */
+    float *slices;              /* one slice per thread (bwd_slice) */
+    int np;                     /* parts in use */
+    int strided;                /* sh or sw > 1: dx in phases (strided_dx) */
+    int wino;                   /* dx by Winograd */
+    int group_dx;               /* Winograd's dx of a part's samples in one call */
+    size_t phase_off[DIRECT_BWD_MAX_STRIDE][DIRECT_BWD_MAX_STRIDE]; /* the phases' kernels in shared */
+} direct_bwd_plan;
+
+/* A thread's slice of the workspace: its copy of x (where g.copy), its padded dy, Winograd's scratch for dx. */
+typedef struct bwd_slice { float *xp, *dyp, *wino_scratch; } bwd_slice;
+
+/* The sizes and the workspace's pieces of a direct_bwd call (p's arguments set): the rotated kernel, its
+ * Winograd transform and the parts first (shared by the threads), then one slice per thread; and which way dx
+ * runs. */
+static void plan_direct_bwd(direct_bwd_plan *p, void *ws) {
+    const fl_conv_desc *d = p->d;
+    const int C = d->c, OC = d->oc;
+    p->g = geom(d);
+    p->in_sz = (size_t)d->h * d->w * C;
+    p->out_sz = (size_t)d->oh * d->ow * OC;
+    p->nw = (size_t)d->kh * d->kw * C * OC;
+    p->tws = direct_thread_floats(d, 1);
+    p->shared = (float *)ws;
+    p->slices = p->shared + direct_shared_floats(d, 1);
+    p->wino = p->dx && wino_bwd(d);
+    p->dd = dx_desc(d, &p->g);
+    p->ubwd = p->shared + rot_floats(d);
+    p->parts = p->ubwd + (wino_bwd_shape(d) ? fl_wino_u_floats(OC, C) : 0);
+    p->np = parts_used(d, d->n);
+    p->strided = d->sh > 1 || d->sw > 1;
     /* Winograd's data gradient of a part's samples together where a sample's tiles are fewer than a block and
      * the transformed kernel (16 c oc floats) outgrows 1 MB (the 8x8 and 4x4 stages of VGG16 at 64x64: each
      * sample's 16 or 4 tiles ran the 16 GEMMs alone, streaming a 512 -> 512 layer's 16 MB transformed kernel,
      * and the data gradient took four times the forward's time): dy is prepared in place, as without dx, and
      * the part's dx is one forward over its samples' dy (dg: dy unpadded, read as padded by offh/offw). A
      * kernel that stays in L2 keeps the per-sample padded copy, whose tiles need no border checks (ResNet-20's
-     * 64-channel stage lost 8% grouped). A tile's sums do not depend on its block: the same bits. */
-    fl_conv_desc dg = dd;
-    dg.h = d->oh;
-    dg.w = d->ow;
-    dg.pt = g.offh;
-    dg.pl = g.offw;
-    const int group_dx = wino && (size_t)16 * C * OC * sizeof(float) > ((size_t)1 << 20) && fl_wino_group(&dg) > 1;
-    size_t phase_off[DIRECT_BWD_MAX_STRIDE][DIRECT_BWD_MAX_STRIDE];
-    if (dx && strided) {
-        pack_phases(d, w, shared, phase_off);
-    } else if (dx) {
-        /* w_rot[kh'][kw'][oc][c] = w[kh-1-kh'][kw-1-kw'][c][oc] */
-        for (int kh = 0; kh < KH; kh++)
-            for (int kw = 0; kw < KW; kw++) {
-                const float *src = w + ((size_t)(KH - 1 - kh) * KW + (KW - 1 - kw)) * C * OC;
-                float *dst = shared + ((size_t)kh * KW + kw) * OC * C;
-                for (int c = 0; c < C; c++)
-                    for (int oc = 0; oc < OC; oc++) dst[(size_t)oc * C + c] = src[(size_t)c * OC + oc];
-            }
-        if (wino) fl_wino_weights(OC, C, shared, ubwd);
+     * 64-channel stage lost 8% grouped). A tile's sums do not depend on its block: the same bits. Winograd
+     * runs at stride 1 only (wino_bwd_shape), so a strided dx is never grouped. */
+    p->dg = p->dd;
+    p->dg.h = d->oh;
+    p->dg.w = d->ow;
+    p->dg.pt = p->g.offh;
+    p->dg.pl = p->g.offw;
+    p->group_dx = p->wino && (size_t)16 * C * OC * sizeof(float) > ((size_t)1 << 20) && fl_wino_group(&p->dg) > 1;
+}
+
+/* w_rot[kh'][kw'][oc][c] = w[kh-1-kh'][kw-1-kw'][c][oc]: the kernel rotated by 180 degrees and transposed, as
+ * the stride-1 data gradient reads it */
+static void rotate_kernel(const fl_conv_desc *d, const float *w, float *rot) {
+    const int C = d->c, OC = d->oc, KH = d->kh, KW = d->kw;
+    for (int kh = 0; kh < KH; kh++)
+        for (int kw = 0; kw < KW; kw++) {
+            const float *src = w + ((size_t)(KH - 1 - kh) * KW + (KW - 1 - kw)) * C * OC;
+            float *dst = rot + ((size_t)kh * KW + kw) * OC * C;
+            for (int c = 0; c < C; c++)
+                for (int oc = 0; oc < OC; oc++) dst[(size_t)oc * C + c] = src[(size_t)c * OC + oc];
+        }
+}
+
+/* The kernel as the data gradient reads it, into p->shared, once before the samples: the strided phases'
+ * kernels, or the rotated kernel and its Winograd transform. Nothing without dx. */
+static void pack_dx_kernel(direct_bwd_plan *p) {
+    if (p->dx && p->strided) {
+        pack_phases(p->d, p->w, p->shared, p->phase_off);
+    } else if (p->dx) {
+        rotate_kernel(p->d, p->w, p->shared);
+        if (p->wino) fl_wino_weights(p->d->oc, p->d->c, p->shared, p->ubwd);
     }
+}
+
+/* Step 1 of sample n: the gradient of y (dy * act'(y), or built from the pooling's or the BatchNormalization's
+ * gradient) and its column sums added to db_t. Into the thread's padded dy (dyp) when dx is wanted, where the
+ * data gradient reads it (but for grouped Winograd, which reads dy itself), else in place in dy. Returns where
+ * it is, its rows *gy_row floats apart. */
+static const float *grad_y_sample(const direct_bwd_plan *p, int64_t n, float *dyp, float *db_t, size_t *gy_row) {
+    const fl_conv_desc *d = p->d;
+    const conv_geom *g = &p->g;
+    const int OC = d->oc;
+    float *dys = p->dy + (size_t)n * p->out_sz, *dst = dys;
+    if (p->dx && !p->group_dx) {
+        *gy_row = (size_t)g->wd * OC;
+        dst = dyp + ((size_t)g->offh * g->wd + g->offw) * OC;
+    } else {
+        *gy_row = (size_t)d->ow * OC;
+    }
+    if (p->pg) unpool_grad(d, p->pg, n, dst, *gy_row, db_t);
+    else if (p->bg) bn_grad_sample(d, p->bg, n, p->y, dst, *gy_row, db_t);
+    else prep_dy(d, p->y + (size_t)n * p->out_sz, dys, dst, *gy_row, db_t);
+    return dst;
+}
+
+/* Step 2 of a sample: dw_t += sum_p x[p + (kh, kw), c] gy[p, oc] (xs: the sample as the direct loops read it,
+ * g's geometry; gy: step 1's, rows gy_row floats apart); rows of the tile are consecutive (kw, c) of one kernel
+ * row kh */
+static void dw_sample(const fl_conv_desc *d, const conv_geom *g, const float *xs, const float *gy, size_t gy_row,
+                      float *dw_t) {
+    const int C = d->c, OC = d->oc, KH = d->kh, KW = d->kw;
+    for (int oc0 = 0; oc0 < OC; oc0 += 64) {
+        fl_simd_tile t = {0};
+        t.cols = OC - oc0 < 64 ? OC - oc0 : 64;
+        t.as = 1;
+        t.aj = (int64_t)d->sw * C;
+        t.aseg = (int64_t)d->sh * g->wp * C;
+        t.nseg = d->oh;
+        t.nj = d->ow;
+        const int DH = fl_conv_dil_h(d), DW = fl_conv_dil_w(d);
+        t.b = gy + oc0;
+        t.bj = OC;
+        t.bseg = (int64_t)gy_row;
+        t.ldc = OC;
+        t.accumulate = 1;
+        if (KW == 3 && d->sw == 1 && DW == 1 && t.cols <= 16) {
+            /* the three kernel columns from one load of each x */
+            const int ntc = fl_tiles(C, FL_SIMD_DW3_CT);
+            for (int kh = 0; kh < KH; kh++)
+                for (int k = 0; k < ntc; k++) {
+                    const int c0 = (int)fl_tile_start(C, ntc, k), c1 = (int)fl_tile_start(C, ntc, k + 1);
+                    fl_simd_dw3(xs + (size_t)kh * DH * g->wp * C + c0, C, t.aseg, t.b, t.bj, t.bseg, t.nseg, t.nj,
+                                c1 - c0, t.cols, dw_t + ((size_t)kh * 3 * C + c0) * OC + oc0, (int64_t)C * OC, OC);
+                }
+            continue;
+        }
+        /* a tile's rows: (kw, c) of kernel row kh, consecutive in x; dilated across, the c of one kernel
+         * position (kw, DW pixels apart) */
+        const int kwc = KW * C, span = DW > 1 ? C : kwc, rm = fl_simd_max_rows(t.cols);
+        const int ntile = fl_tiles(span, rm);
+        for (int kh = 0; kh < KH; kh++)
+            for (int kp = 0; kp < kwc; kp += span)
+                for (int k = 0; k < ntile; k++) {
+                    const int r0 = (int)fl_tile_start(span, ntile, k);
+                    const int r1 = (int)fl_tile_start(span, ntile, k + 1);
+                    t.a = xs + (size_t)kh * DH * g->wp * C + (size_t)(kp / C) * DW * C + r0;
+                    t.c = dw_t + ((size_t)kh * kwc + kp + r0) * OC + oc0;
+                    fl_simd_run(&t, r1 - r0);
+                }
+    }
+}
+
+/* A stride-1 data gradient of one sample (dxs; accumulate: added into): the forward's tiles over its padded dy
+ * (dyp, g's geometry) with the rotated kernel (rot), dd its dx_desc; gated by xg (the unpadded x) where
+ * given */
+static void direct_dx_sample(const fl_conv_desc *d, const conv_geom *g, const fl_conv_desc *dd, const float *rot,
+                             const float *dyp, float *dxs, int accumulate, const float *xg) {
+    const int C = d->c, OC = d->oc, KH = d->kh, KW = d->kw;
+    for (int c0 = 0; c0 < C; c0 += 64) {
+        fl_simd_tile t = {0};
+        t.cols = C - c0 < 64 ? C - c0 : 64;
+        t.as = OC;
+        t.aj = 1;
+        t.aseg = (int64_t)fl_conv_dil_h(d) * g->wd * OC;
+        t.nseg = KH;
+        t.nj = (fl_conv_dil_w(d) > 1 ? 1 : KW) * OC; /* dilated: a kernel column a call (fwd_tile) */
+        t.b = rot + c0;
+        t.bj = C;
+        t.bseg = (int64_t)KW * OC * C;
+        t.ldc = C;
+        t.accumulate = accumulate;
+        if (d->w == 1) { /* a Conv1D: tiles down the rows, as in the forward */
+            t.as = (int64_t)g->wd * OC;
+            const int rm = conv_taps(&t, d, OC);
+            const int ntr = fl_tiles(d->h, rm);
+            for (int k = 0; k < ntr; k++) {
+                const int r0 = (int)fl_tile_start(d->h, ntr, k);
+                const int r1 = (int)fl_tile_start(d->h, ntr, k + 1);
+                t.a = dyp + (size_t)r0 * g->wd * OC;
+                t.c = dxs + (size_t)r0 * C + c0;
+                t.gate = xg ? xg + (size_t)r0 * C + c0 : NULL;
+                fwd_tile(dd, &t, r1 - r0);
+            }
+            continue;
+        }
+        const int rm = conv_taps(&t, d, OC);
+        const int ntile = fl_tiles(d->w, rm);
+        for (int ih = 0; ih < d->h; ih++)
+            for (int k = 0; k < ntile; k++) {
+                int iw0 = (int)fl_tile_start(d->w, ntile, k);
+                int iw1 = (int)fl_tile_start(d->w, ntile, k + 1);
+                t.a = dyp + ((size_t)ih * g->wd + iw0) * OC;
+                t.c = dxs + ((size_t)ih * d->w + iw0) * C + c0;
+                t.gate = xg ? xg + ((size_t)ih * d->w + iw0) * C + c0 : NULL;
+                fwd_tile(dd, &t, iw1 - iw0);
+            }
+    }
+}
+
+/* Step 3 of sample n (not with group_dx: bwd_part's): dx = conv(padded gy, rotated kernel), by Winograd or the
+ * direct tiles; strided, in phases. Gated by x where dx_mask. */
+static void dx_sample(const direct_bwd_plan *p, int64_t n, const bwd_slice *s) {
+    const fl_conv_desc *d = p->d;
+    float *dxs = p->dx + (size_t)n * p->in_sz;
+    const float *xg = p->dx_mask ? p->x + (size_t)n * p->in_sz : NULL; /* the unpadded x gates dx */
+    const int accumulate = p->dx_beta != 0.0f;
+    if (p->strided) strided_dx(d, &p->g, s->dyp, p->shared, p->phase_off, dxs, accumulate, xg);
+    else if (p->wino) fl_wino_rows(&p->dd, s->dyp, p->ubwd, NULL, dxs, 0, d->h, accumulate, xg, s->wino_scratch);
+    else direct_dx_sample(d, &p->g, &p->dd, p->shared, s->dyp, dxs, accumulate, xg);
+}
+
+/* One part of the batch (its samples in order, part_start's): steps 1 to 3 of each sample, dw and db summed into
+ * the part's own sums; with group_dx, the part's dx after them, its samples' tiles sharing blocks. */
+static void bwd_part(const direct_bwd_plan *p, int part, const bwd_slice *s) {
+    const fl_conv_desc *d = p->d;
+    float *dw_t = part_sums(d, p->parts, part), *db_t = dw_t + p->nw;
+    const int64_t n0 = part_start(d->n, p->np, part), n1 = part_start(d->n, p->np, part + 1);
+    for (int64_t n = n0; n < n1; n++) {
+        const float *xs = p->x + (size_t)n * p->in_sz;
+        if (p->g.copy) {
+            pad_sample(d, &p->g, xs, s->xp);
+            xs = s->xp;
+        }
+        size_t gy_row;
+        const float *gy = grad_y_sample(p, n, s->dyp, db_t, &gy_row);
+        dw_sample(d, &p->g, xs, gy, gy_row, dw_t);
+        if (p->dx && !p->group_dx) dx_sample(p, n, s);
+    }
+    if (p->group_dx)
+        fl_wino_samples(&p->dg, p->dy + (size_t)n0 * p->out_sz, p->ubwd, NULL, p->dx + (size_t)n0 * p->in_sz, NULL,
+                        (int)(n1 - n0), p->dx_beta != 0.0f, p->dx_mask ? p->x + (size_t)n0 * p->in_sz : NULL,
+                        s->wino_scratch);
+}
+
+/* The backward of a convolution on the direct kernels: the kernel packed for dx once, then the parts of the
+ * batch shared out to the threads (bwd_part: per sample 1. the gradient of y and db, 2. dw, 3. dx), then the
+ * parts' sums added in part order. dx_mask: multiply dx by (x > 0) (the ReLU that produced x, fused). pg: the
+ * gradient of y comes from a max pooling; bg: from a BatchNormalization (either way dy is then only
+ * scratch). */
+static void direct_bwd(const fl_conv_desc *d, const float *x, const float *w, const float *y, float *dy, float *dx,
+                       float dx_beta, int dx_mask, float *dw, float *db, void *ws, const pool_grad *pg,
+                       const fl_bn_grad *bg) {
+    direct_bwd_plan p = {
+        .d = d, .x = x, .w = w, .y = y, .dy = dy, .dx = dx, .dx_beta = dx_beta, .dx_mask = dx_mask, .pg = pg, .bg = bg};
+    plan_direct_bwd(&p, ws);
+    const int nt = conv_threads();
+    pack_dx_kernel(&p);
 #pragma omp parallel num_threads(nt)
     {
-        const int tid = fl_cpu_thread_id();
-        float *base = (float *)ws + (size_t)tid * tws;
-        float *xp = base;
-        float *dyp = xp + (g.copy ? (size_t)g.hp * g.wp * C : 0);
-        float *wino_scratch = dyp + (size_t)g.hd * g.wd * OC;
-        if (dx) memset(dyp, 0, (size_t)g.hd * g.wd * OC * sizeof(float)); /* the border stays zero */
+        bwd_slice s;
+        s.xp = p.slices + (size_t)fl_cpu_thread_id() * p.tws;
+        s.dyp = s.xp + (p.g.copy ? (size_t)p.g.hp * p.g.wp * d->c : 0);
+        s.wino_scratch = s.dyp + (size_t)p.g.hd * p.g.wd * d->oc;
+        if (dx) memset(s.dyp, 0, (size_t)p.g.hd * p.g.wd * d->oc * sizeof(float)); /* the border stays zero */
 #pragma omp for schedule(dynamic)
-        for (int part = 0; part < np; part++) {
-            float *dw_t = part_sums(d, parts, part), *db_t = dw_t + nw;
-            for (int64_t n = part_start(d->n, np, part); n < part_start(d->n, np, part + 1); n++) {
-                const float *xs = x + (size_t)n * in_sz;
-                if (g.copy) {
-                    pad_sample(d, &g, xs, xp);
-                    xs = xp;
-                }
-                float *dys = dy + (size_t)n * out_sz;
-                /* 1. dy * act'(y) and db; into the padded buffer when dx is wanted (but for grouped Winograd) */
-                const float *gy;
-                size_t gy_row;
-                if (dx && !group_dx) {
-                    gy_row = (size_t)g.wd * OC;
-                    float *dst = dyp + ((size_t)g.offh * g.wd + g.offw) * OC;
-                    if (pg) unpool_grad(d, pg, n, dst, gy_row, db_t);
-                    else if (bg) bn_grad_sample(d, bg, n, y, dst, gy_row, db_t);
-                    else prep_dy(d, y + (size_t)n * out_sz, dys, dst, gy_row, db_t);
-                    gy = dst;
-                } else {
-                    gy_row = (size_t)d->ow * OC;
-                    if (pg) unpool_grad(d, pg, n, dys, gy_row, db_t);
-                    else if (bg) bn_grad_sample(d, bg, n, y, dys, gy_row, db_t);
-                    else prep_dy(d, y + (size_t)n * out_sz, dys, dys, gy_row, db_t);
-                    gy = dys;
-                }
-                /* 2. dw += sum_p x[p + (kh, kw), c] gy[p, oc]: rows of the tile are
-                 * consecutive (kw, c) of one kernel row kh */
-                for (int oc0 = 0; oc0 < OC; oc0 += 64) {
-                    fl_simd_tile t = {0};
-                    t.cols = OC - oc0 < 64 ? OC - oc0 : 64;
-                    t.as = 1;
-                    t.aj = (int64_t)d->sw * C;
-                    t.aseg = (int64_t)d->sh * g.wp * C;
-                    t.nseg = d->oh;
-                    t.nj = d->ow;
-                    const int DH = fl_conv_dil_h(d), DW = fl_conv_dil_w(d);
-                    t.b = gy + oc0;
-                    t.bj = OC;
-                    t.bseg = (int64_t)gy_row;
-                    t.ldc = OC;
-                    t.accumulate = 1;
-                    if (KW == 3 && d->sw == 1 && DW == 1 && t.cols <= 16) {
-                        /* the three kernel columns from one load of each x */
-                        const int ntc = fl_tiles(C, FL_SIMD_DW3_CT);
-                        for (int kh = 0; kh < KH; kh++)
-                            for (int k = 0; k < ntc; k++) {
-                                const int c0 = (int)fl_tile_start(C, ntc, k), c1 = (int)fl_tile_start(C, ntc, k + 1);
-                                fl_simd_dw3(xs + (size_t)kh * DH * g.wp * C + c0, C, t.aseg, t.b, t.bj, t.bseg,
-                                            t.nseg, t.nj, c1 - c0, t.cols,
-                                            dw_t + ((size_t)kh * 3 * C + c0) * OC + oc0, (int64_t)C * OC, OC);
-                            }
-                        continue;
-                    }
-                    /* a tile's rows: (kw, c) of kernel row kh, consecutive in x; dilated across, the c of one
-                     * kernel position (kw, DW pixels apart) */
-                    const int kwc = KW * C, span = DW > 1 ? C : kwc, rm = fl_simd_max_rows(t.cols);
-                    const int ntile = fl_tiles(span, rm);
-                    for (int kh = 0; kh < KH; kh++)
-                        for (int kp = 0; kp < kwc; kp += span)
-                            for (int k = 0; k < ntile; k++) {
-                                const int r0 = (int)fl_tile_start(span, ntile, k);
-                                const int r1 = (int)fl_tile_start(span, ntile, k + 1);
-                                t.a = xs + (size_t)kh * DH * g.wp * C + (size_t)(kp / C) * DW * C + r0;
-                                t.c = dw_t + ((size_t)kh * kwc + kp + r0) * OC + oc0;
-                                fl_simd_run(&t, r1 - r0);
-                            }
-                }
-                /* 3. dx = conv(padded gy, rotated kernel); strided, in phases */
-                if (dx && strided) {
-                    strided_dx(d, &g, dyp, shared, phase_off, dx + (size_t)n * in_sz, dx_beta != 0.0f,
-                               dx_mask ? x + (size_t)n * in_sz : NULL);
-                } else if (dx && wino && !group_dx) {
-                    fl_wino_rows(&dd, dyp, ubwd, NULL, dx + (size_t)n * in_sz, 0, d->h, dx_beta != 0.0f,
-                                 dx_mask ? x + (size_t)n * in_sz : NULL, wino_scratch);
-                } else if (dx && !group_dx) {
-                    float *dxs = dx + (size_t)n * in_sz;
-                    for (int c0 = 0; c0 < C; c0 += 64) {
-                        fl_simd_tile t = {0};
-                        t.cols = C - c0 < 64 ? C - c0 : 64;
-                        t.as = OC;
-                        t.aj = 1;
-                        t.aseg = (int64_t)fl_conv_dil_h(d) * g.wd * OC;
-                        t.nseg = KH;
-                        t.nj = (fl_conv_dil_w(d) > 1 ? 1 : KW) * OC; /* dilated: a kernel column a call (fwd_tile) */
-                        t.b = shared + c0;
-                        t.bj = C;
-                        t.bseg = (int64_t)KW * OC * C;
-                        t.ldc = C;
-                        t.accumulate = dx_beta != 0.0f;
-                        const float *xg = x + (size_t)n * in_sz; /* the unpadded x gates dx */
-                        if (d->w == 1) { /* a Conv1D: tiles down the rows, as in the forward */
-                            t.as = (int64_t)g.wd * OC;
-                            const int rm = conv_taps(&t, d, OC);
-                            const int ntr = fl_tiles(d->h, rm);
-                            for (int k = 0; k < ntr; k++) {
-                                const int r0 = (int)fl_tile_start(d->h, ntr, k);
-                                const int r1 = (int)fl_tile_start(d->h, ntr, k + 1);
-                                t.a = dyp + (size_t)r0 * g.wd * OC;
-                                t.c = dxs + (size_t)r0 * C + c0;
-                                t.gate = dx_mask ? xg + (size_t)r0 * C + c0 : NULL;
-                                fwd_tile(&dd, &t, r1 - r0);
-                            }
-                            continue;
-                        }
-                        const int rm = conv_taps(&t, d, OC);
-                        const int ntile = fl_tiles(d->w, rm);
-                        for (int ih = 0; ih < d->h; ih++)
-                            for (int k = 0; k < ntile; k++) {
-                                int iw0 = (int)fl_tile_start(d->w, ntile, k);
-                                int iw1 = (int)fl_tile_start(d->w, ntile, k + 1);
-                                t.a = dyp + ((size_t)ih * g.wd + iw0) * OC;
-                                t.c = dxs + ((size_t)ih * d->w + iw0) * C + c0;
-                                t.gate = dx_mask ? xg + ((size_t)ih * d->w + iw0) * C + c0 : NULL;
-                                fwd_tile(&dd, &t, iw1 - iw0);
-                            }
-                    }
-                }
-            }
-            if (group_dx) { /* 3. the part's dx, its samples' tiles sharing blocks */
-                const int64_t n0 = part_start(d->n, np, part), n1 = part_start(d->n, np, part + 1);
-                fl_wino_samples(&dg, dy + (size_t)n0 * out_sz, ubwd, NULL, dx + (size_t)n0 * in_sz, NULL,
-                                (int)(n1 - n0), dx_beta != 0.0f, dx_mask ? x + (size_t)n0 * in_sz : NULL,
-                                wino_scratch);
-            }
-        }
+        for (int part = 0; part < p.np; part++) bwd_part(&p, part, &s);
     }
-    reduce_parts(d, parts, np, nw, (size_t)OC, dw, d->has_bias ? db : NULL);
+    reduce_parts(d, p.parts, p.np, p.nw, (size_t)d->oc, dw, d->has_bias ? db : NULL);
 }
 
 /* ------------------------------------------------ im2col + GEMM path */
