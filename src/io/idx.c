@@ -226,45 +226,59 @@ static fl_status read_header(idx_reader *r, const idx_type **type, int *ndim, in
     return FL_OK;
 }
 
-static fl_tensor *load(idx_reader *r, int64_t max_rows, int64_t *total_rows) {
-    const idx_type *type = NULL;
-    int ndim = 0;
-    int64_t dims[FL_MAX_DIMS];
-    if (read_header(r, &type, &ndim, dims) != FL_OK) return NULL;
-    if (total_rows) *total_rows = dims[0];
+/* What one load reads: the header's type and shape, the shape of the tensor made (fewer rows with max_rows), and
+ * the byte counts the size checks and messages use. */
+typedef struct idx_plan {
+    const idx_type *type;
+    int ndim;
+    int64_t dims[FL_MAX_DIMS], shape[FL_MAX_DIMS];
+    bool all_rows;
+    int64_t header, full_bytes, nelem, read_bytes;
+} idx_plan;
 
-    int64_t shape[FL_MAX_DIMS];
-    memcpy(shape, dims, sizeof shape);
-    bool all_rows = !(max_rows > 0 && max_rows < dims[0]);
-    if (!all_rows) shape[0] = max_rows;
+/* Reads the header and works out the plan; *total_rows (when given) gets the file's row count. */
+static fl_status plan_load(idx_reader *r, int64_t max_rows, int64_t *total_rows, idx_plan *p) {
+    p->type = NULL;
+    p->ndim = 0;
+    FL_TRY(read_header(r, &p->type, &p->ndim, p->dims));
+    if (total_rows) *total_rows = p->dims[0];
+    memcpy(p->shape, p->dims, sizeof p->shape);
+    p->all_rows = !(max_rows > 0 && max_rows < p->dims[0]);
+    if (!p->all_rows) p->shape[0] = max_rows;
+    p->header = 4 + 4 * (int64_t)p->ndim;
+    p->full_bytes = fl_shape_prod(p->ndim, p->dims) * (int64_t)p->type->size;
+    p->nelem = fl_shape_prod(p->ndim, p->shape);
+    p->read_bytes = p->nelem * (int64_t)p->type->size;
+    return FL_OK;
+}
 
-    const int64_t header = 4 + 4 * (int64_t)ndim;
-    const int64_t full_bytes = fl_shape_prod(ndim, dims) * (int64_t)type->size;
-    const int64_t nelem = fl_shape_prod(ndim, shape);
-    const int64_t read_bytes = nelem * (int64_t)type->size;
-
+/* Checks the file's size against the header before allocating: a raw file must match exactly, a gzip file must
+ * be large enough to inflate to the data. */
+static fl_status check_file_size(const idx_reader *r, const idx_plan *p) {
     if (r->file_size >= 0 && !r->compressed) {
-        if (r->file_size < header + full_bytes)
-            return fl_error_null(FL_ERR_FORMAT, "%s: truncated: file ends after %lld of %lld bytes of data",
-                                 r->path, (long long)(r->file_size - header), (long long)full_bytes);
-        if (r->file_size > header + full_bytes)
-            return fl_error_null(FL_ERR_FORMAT,
-                                 "%s: %lld bytes of trailing data after the %lld bytes of data the IDX header "
-                                 "describes (wrong header or not an IDX file?)",
-                                 r->path, (long long)(r->file_size - header - full_bytes), (long long)full_bytes);
+        if (r->file_size < p->header + p->full_bytes)
+            return fl_error(FL_ERR_FORMAT, "%s: truncated: file ends after %lld of %lld bytes of data",
+                            r->path, (long long)(r->file_size - p->header), (long long)p->full_bytes);
+        if (r->file_size > p->header + p->full_bytes)
+            return fl_error(FL_ERR_FORMAT,
+                            "%s: %lld bytes of trailing data after the %lld bytes of data the IDX header "
+                            "describes (wrong header or not an IDX file?)",
+                            r->path, (long long)(r->file_size - p->header - p->full_bytes), (long long)p->full_bytes);
     }
     if (r->file_size >= 0 && r->compressed &&
-        (header + read_bytes) / DEFLATE_MAX_RATIO > r->file_size + 64)
-        return fl_error_null(FL_ERR_FORMAT,
-                             "%s: truncated: a gzip file of %lld bytes cannot hold the %lld bytes of data its IDX "
-                             "header describes",
-                             r->path, (long long)r->file_size, (long long)read_bytes);
+        (p->header + p->read_bytes) / DEFLATE_MAX_RATIO > r->file_size + 64)
+        return fl_error(FL_ERR_FORMAT,
+                        "%s: truncated: a gzip file of %lld bytes cannot hold the %lld bytes of data its IDX "
+                        "header describes",
+                        r->path, (long long)r->file_size, (long long)p->read_bytes);
+    return FL_OK;
+}
 
-    fl_tensor *t = fl_tensor_new(type->dtype, ndim, shape);
-    if (!t) {
-        fl_error_prefix("%s: ", r->path);
-        return NULL;
-    }
+/* Reads the elements into t in chunks, converting from big-endian (in place when the sizes match, else through
+ * a bounded buffer); data that ends early is an error. */
+static fl_status read_elements(idx_reader *r, const idx_plan *p, fl_tensor *t) {
+    const idx_type *type = p->type;
+    const int64_t nelem = p->nelem;
     const size_t out_size = fl_dtype_size(type->dtype);
     const bool in_place = type->size == out_size;
     const size_t chunk = IDX_CHUNK_BYTES / type->size; /* elements per step */
@@ -274,60 +288,70 @@ static fl_tensor *load(idx_reader *r, int64_t max_rows, int64_t *total_rows) {
         tmp = fl_malloc(k * type->size, "IDX read buffer");
         if (!tmp) {
             fl_error_prefix("%s: ", r->path);
-            fl_tensor_free(t);
-            return NULL;
+            return FL_ERR_NOMEM;
         }
     }
     unsigned char *out = t->data;
+    fl_status s = FL_OK;
     for (int64_t done = 0; done < nelem;) {
         size_t k = (size_t)(nelem - done) < chunk ? (size_t)(nelem - done) : chunk;
         unsigned char *dst = out + (size_t)done * out_size;
         unsigned char *buf = in_place ? dst : tmp;
         size_t got;
         bool cut;
-        if (rd(r, buf, k * type->size, &got, &cut) != FL_OK) goto fail;
+        if ((s = rd(r, buf, k * type->size, &got, &cut)) != FL_OK) break;
         if (got < k * type->size) {
             long long have = (long long)(done * (int64_t)type->size + (int64_t)got);
             if (cut)
-                fl_error(FL_ERR_FORMAT,
-                         "%s: truncated: the gzip stream ends early (zlib: unexpected end of file) after %lld "
-                         "of %lld bytes of data",
-                         r->path, have, (long long)full_bytes);
+                s = fl_error(FL_ERR_FORMAT,
+                             "%s: truncated: the gzip stream ends early (zlib: unexpected end of file) after %lld "
+                             "of %lld bytes of data",
+                             r->path, have, (long long)p->full_bytes);
             else
-                fl_error(FL_ERR_FORMAT, "%s: truncated: file ends after %lld of %lld bytes of data", r->path,
-                         have, (long long)full_bytes);
-            goto fail;
+                s = fl_error(FL_ERR_FORMAT, "%s: truncated: file ends after %lld of %lld bytes of data", r->path,
+                             have, (long long)p->full_bytes);
+            break;
         }
         convert_be(type->code, buf, dst, k);
         done += (int64_t)k;
     }
-    if (all_rows && r->compressed) {
-        /* Drive zlib to the end of the stream: checks the CRC and the length
-         * in the gzip trailer, and finds data beyond what the header says. */
-        unsigned char probe[1];
-        size_t got;
-        bool cut;
-        if (rd(r, probe, 1, &got, &cut) != FL_OK) goto fail;
-        if (got) {
-            fl_error(FL_ERR_FORMAT,
-                     "%s: trailing data: the decompressed stream is longer than the %lld bytes of data the "
-                     "IDX header describes (wrong header or not an IDX file?)",
-                     r->path, (long long)full_bytes);
-            goto fail;
-        }
-        if (cut) {
-            fl_error(FL_ERR_FORMAT,
-                     "%s: truncated: the gzip stream ends before its trailer (zlib: unexpected end of file)",
-                     r->path);
-            goto fail;
-        }
+    free(tmp);
+    return s;
+}
+
+/* After a whole gzip file, drives zlib to the end of the stream: checks the CRC and the length in the gzip
+ * trailer, and finds data beyond what the header says. */
+static fl_status check_stream_end(idx_reader *r, const idx_plan *p) {
+    unsigned char probe[1];
+    size_t got;
+    bool cut;
+    FL_TRY(rd(r, probe, 1, &got, &cut));
+    if (got)
+        return fl_error(FL_ERR_FORMAT,
+                        "%s: trailing data: the decompressed stream is longer than the %lld bytes of data the "
+                        "IDX header describes (wrong header or not an IDX file?)",
+                        r->path, (long long)p->full_bytes);
+    if (cut)
+        return fl_error(FL_ERR_FORMAT,
+                        "%s: truncated: the gzip stream ends before its trailer (zlib: unexpected end of file)",
+                        r->path);
+    return FL_OK;
+}
+
+static fl_tensor *load(idx_reader *r, int64_t max_rows, int64_t *total_rows) {
+    idx_plan p;
+    if (plan_load(r, max_rows, total_rows, &p) != FL_OK) return NULL;
+    if (check_file_size(r, &p) != FL_OK) return NULL;
+    fl_tensor *t = fl_tensor_new(p.type->dtype, p.ndim, p.shape);
+    if (!t) {
+        fl_error_prefix("%s: ", r->path);
+        return NULL;
     }
-    free(tmp);
+    if (read_elements(r, &p, t) != FL_OK || (p.all_rows && r->compressed && check_stream_end(r, &p) != FL_OK)) {
+        fl_tensor_free(t);
+        return NULL;
+    }
     return t;
-fail:
-    free(tmp);
-    fl_tensor_free(t);
-    return NULL;
 }
 
 fl_tensor *fl_idx_load_rows(const char *path, int64_t max_rows, int64_t *total_rows) {

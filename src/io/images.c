@@ -549,128 +549,182 @@ void fl_image_index_free(fl_image_index *ix) {
     memset(ix, 0, sizeof *ix);
 }
 
-fl_status fl_image_index_build(const char *dir, fl_image_dataset_args a, const char *who, fl_image_index *ix) {
-    memset(ix, 0, sizeof *ix);
+/* fl_image_index_build's arguments once checked, with Keras's defaults filled in. */
+typedef struct index_args {
+    int oh, ow, ch;
+    int subset; /* 0 all, 1 training, 2 validation, 3 both */
+} index_args;
+
+/* Checks the arguments and fills in the defaults (256x256); every message names `who`. */
+static fl_status check_index_args(const char *dir, const fl_image_dataset_args *a, const char *who, index_args *p) {
     if (!dir || !*dir) return fl_error(FL_ERR_INVALID_ARG, "%s: dir is NULL or empty", who);
-    const int oh = a.image_size[0] ? a.image_size[0] : 256, ow = a.image_size[1] ? a.image_size[1] : 256;
+    const int oh = a->image_size[0] ? a->image_size[0] : 256, ow = a->image_size[1] ? a->image_size[1] : 256;
     if (oh <= 0 || ow <= 0 || oh > IMG_MAX_SIDE || ow > IMG_MAX_SIDE)
-        return fl_error(FL_ERR_INVALID_ARG, "%s: image_size %dx%d, expected 1..%d each", who, a.image_size[0],
-                        a.image_size[1], IMG_MAX_SIDE);
-    if (a.color_mode < FL_COLOR_RGB || a.color_mode > FL_COLOR_RGBA)
-        return fl_error(FL_ERR_INVALID_ARG, "%s: unknown color_mode %d", who, (int)a.color_mode);
-    if (a.label_mode < FL_LABEL_INT || a.label_mode > FL_LABEL_BINARY)
-        return fl_error(FL_ERR_INVALID_ARG, "%s: unknown label_mode %d", who, (int)a.label_mode);
-    if (!(a.validation_split >= 0 && a.validation_split < 1))
-        return fl_error(FL_ERR_INVALID_ARG, "%s: validation_split %g, expected in [0, 1)", who, (double)a.validation_split);
-    int subset = 0; /* 0 all, 1 training, 2 validation, 3 both */
-    if (a.subset) {
-        if (strcmp(a.subset, "training") == 0) subset = 1;
-        else if (strcmp(a.subset, "validation") == 0) subset = 2;
-        else if (strcmp(a.subset, "both") == 0) subset = 3;
+        return fl_error(FL_ERR_INVALID_ARG, "%s: image_size %dx%d, expected 1..%d each", who, a->image_size[0],
+                        a->image_size[1], IMG_MAX_SIDE);
+    if (a->color_mode < FL_COLOR_RGB || a->color_mode > FL_COLOR_RGBA)
+        return fl_error(FL_ERR_INVALID_ARG, "%s: unknown color_mode %d", who, (int)a->color_mode);
+    if (a->label_mode < FL_LABEL_INT || a->label_mode > FL_LABEL_BINARY)
+        return fl_error(FL_ERR_INVALID_ARG, "%s: unknown label_mode %d", who, (int)a->label_mode);
+    if (!(a->validation_split >= 0 && a->validation_split < 1))
+        return fl_error(FL_ERR_INVALID_ARG, "%s: validation_split %g, expected in [0, 1)", who,
+                        (double)a->validation_split);
+    int subset = 0;
+    if (a->subset) {
+        if (strcmp(a->subset, "training") == 0) subset = 1;
+        else if (strcmp(a->subset, "validation") == 0) subset = 2;
+        else if (strcmp(a->subset, "both") == 0) subset = 3;
         else return fl_error(FL_ERR_INVALID_ARG, "%s: subset '%s', expected \"training\", \"validation\" or \"both\"",
-                             who, a.subset);
-        if (a.validation_split <= 0)
-            return fl_error(FL_ERR_INVALID_ARG, "%s: subset '%s' needs a validation_split (as Keras)", who, a.subset);
-    } else if (a.validation_split > 0) {
+                             who, a->subset);
+        if (a->validation_split <= 0)
+            return fl_error(FL_ERR_INVALID_ARG, "%s: subset '%s' needs a validation_split (as Keras)", who, a->subset);
+    } else if (a->validation_split > 0) {
         return fl_error(FL_ERR_INVALID_ARG, "%s: validation_split %g needs a subset (\"training\", \"validation\" or "
-                        "\"both\"), as Keras", who, (double)a.validation_split);
+                        "\"both\"), as Keras", who, (double)a->validation_split);
     }
-    const int ch = mode_channels(a.color_mode);
-    if (a.no_labels && a.label_mode != FL_LABEL_INT)
+    if (a->no_labels && a->label_mode != FL_LABEL_INT)
         return fl_error(FL_ERR_INVALID_ARG, "%s: no_labels with a label_mode", who);
-    int64_t nsub = 0;
-    char **subs = list_dir(dir, &nsub);
-    if (!subs) return fl_last_status();
-    list l = {0};
+    p->oh = oh;
+    p->ow = ow;
+    p->ch = mode_channels(a->color_mode);
+    p->subset = subset;
+    return FL_OK;
+}
+
+/* Lists the images into l: one class per subfolder of dir (named in subs), or with no_labels dir itself, as Keras.
+ * Frees subs; the class names go to ix even on failure, so that fl_image_index_free releases them. */
+static fl_status collect_images(const char *dir, bool no_labels, char **subs, int64_t nsub, list *l,
+                                fl_image_index *ix) {
     char **classes = calloc((size_t)(nsub ? nsub : 1), sizeof *classes);
     int ncls = 0;
     fl_status s = classes ? FL_OK : fl_error(FL_ERR_NOMEM, "out of memory");
-    if (a.no_labels && s == FL_OK) s = walk(dir, 0, &l, 0); /* Keras: index from the folder itself */
-    for (int64_t i = 0; i < nsub && s == FL_OK && !a.no_labels; i++) {
+    if (no_labels && s == FL_OK) s = walk(dir, 0, l, 0); /* Keras: index from the folder itself */
+    for (int64_t i = 0; i < nsub && s == FL_OK && !no_labels; i++) {
         char *p = join(dir, subs[i]);
         struct stat st;
         if (!p) { s = fl_error(FL_ERR_NOMEM, "out of memory"); break; }
         if (subs[i][0] != '.' && stat(p, &st) == 0 && S_ISDIR(st.st_mode)) {
             classes[ncls] = subs[i];
             subs[i] = NULL;
-            s = walk(p, ncls, &l, 0);
+            s = walk(p, ncls, l, 0);
             ncls++;
         }
         free(p);
     }
     free_names(subs, nsub);
-    int64_t ntrain = l.n, nval = 0;
     ix->class_names = classes;
     ix->num_classes = ncls;
-    if (s != FL_OK) goto done;
-    if (ncls == 0 && !a.no_labels) {
-        s = fl_error(FL_ERR_FORMAT, "%s: no class subfolders: expected one folder per class holding its images "
-                     "(DIR/<class>/<image>.jpg|.png), as keras.utils.image_dataset_from_directory", dir);
-        goto done;
+    return s;
+}
+
+/* Refuses a folder that gives nothing to load: no class folders, binary labels without 2 classes, no images. */
+static fl_status check_found(const char *dir, const fl_image_dataset_args *a, int ncls, int64_t nimages) {
+    if (ncls == 0 && !a->no_labels)
+        return fl_error(FL_ERR_FORMAT, "%s: no class subfolders: expected one folder per class holding its images "
+                        "(DIR/<class>/<image>.jpg|.png), as keras.utils.image_dataset_from_directory", dir);
+    if (a->label_mode == FL_LABEL_BINARY && ncls != 2)
+        return fl_error(FL_ERR_INVALID_ARG, "%s: label_mode binary needs exactly 2 classes, found %d subfolders", dir,
+                        ncls);
+    if (nimages == 0) {
+        if (a->no_labels)
+            return fl_error(FL_ERR_FORMAT, "%s: no images found; allowed formats: .bmp, .gif, .jpeg, .jpg, .png "
+                            "(flynn decodes JPEG and PNG)", dir);
+        return fl_error(FL_ERR_FORMAT, "%s: no images found in its %d class folder%s; allowed formats: .bmp, .gif, "
+                        ".jpeg, .jpg, .png (flynn decodes JPEG and PNG)", dir, ncls, ncls == 1 ? "" : "s");
     }
-    if (a.label_mode == FL_LABEL_BINARY && ncls != 2) {
-        s = fl_error(FL_ERR_INVALID_ARG, "%s: label_mode binary needs exactly 2 classes, found %d subfolders", dir, ncls);
-        goto done;
-    }
-    if (l.n == 0) {
-        if (a.no_labels)
-            s = fl_error(FL_ERR_FORMAT, "%s: no images found; allowed formats: .bmp, .gif, .jpeg, .jpg, .png (flynn "
-                         "decodes JPEG and PNG)", dir);
-        else
-            s = fl_error(FL_ERR_FORMAT, "%s: no images found in its %d class folder%s; allowed formats: .bmp, .gif, "
-                         ".jpeg, .jpg, .png (flynn decodes JPEG and PNG)", dir, ncls, ncls == 1 ? "" : "s");
-        goto done;
-    }
-    /* per class: sorted by folder, then name (each class's files are contiguous already) */
-    for (int64_t i = 0; i < l.n;) {
+    return FL_OK;
+}
+
+/* Puts the images in Keras's order: per class sorted by folder, then name, then shuffled unless no_shuffle. */
+static void order_images(list *l, const fl_image_dataset_args *a) {
+    /* each class's files are contiguous already */
+    for (int64_t i = 0; i < l->n;) {
         int64_t j = i;
-        while (j < l.n && l.e[j].label == l.e[i].label) j++;
-        qsort(l.e + i, (size_t)(j - i), sizeof *l.e, cmp_entry);
+        while (j < l->n && l->e[j].label == l->e[i].label) j++;
+        qsort(l->e + i, (size_t)(j - i), sizeof *l->e, cmp_entry);
         i = j;
     }
-    if (!a.no_shuffle) np_shuffle(l.e, l.n, a.seed);
+    if (!a->no_shuffle) np_shuffle(l->e, l->n, a->seed);
+}
+
+/* Splits n images into training and validation as Keras does and records the kept parts in ix. */
+static fl_status split_parts(const char *dir, const fl_image_dataset_args *a, int subset, int64_t n,
+                             fl_image_index *ix, int64_t *ntrain_out, int64_t *nval_out) {
+    int64_t ntrain = n, nval = 0;
     /* Keras: int(validation_split * len(samples)) in float64; the float32 split is first taken back to the
      * decimal the user wrote (0.7f is 0.699999988: times 10 it would give 6, Python's 0.7 * 10 gives 7) */
     char split_text[32];
-    snprintf(split_text, sizeof split_text, "%.7g", (double)a.validation_split);
-    nval = (int64_t)(strtod(split_text, NULL) * (double)l.n);
+    snprintf(split_text, sizeof split_text, "%.7g", (double)a->validation_split);
+    nval = (int64_t)(strtod(split_text, NULL) * (double)n);
     if (subset) {
-        ntrain = l.n - nval;
-        if ((subset != 2 && ntrain == 0) || (subset != 1 && nval == 0)) {
-            s = fl_error(FL_ERR_FORMAT, "%s: %lld images and validation_split %g leave no %s images", dir, (long long)l.n,
-                         (double)a.validation_split, subset != 2 && ntrain == 0 ? "training" : "validation");
-            goto done;
-        }
+        ntrain = n - nval;
+        if ((subset != 2 && ntrain == 0) || (subset != 1 && nval == 0))
+            return fl_error(FL_ERR_FORMAT, "%s: %lld images and validation_split %g leave no %s images", dir,
+                            (long long)n, (double)a->validation_split,
+                            subset != 2 && ntrain == 0 ? "training" : "validation");
     }
     ix->first[0] = subset == 2 ? ntrain : 0;
     ix->count[0] = subset == 2 ? nval : ntrain;
     ix->first[1] = ntrain;
     ix->count[1] = subset == 3 ? nval : 0;
-    ix->paths = calloc((size_t)l.n, sizeof *ix->paths);
-    ix->labels = calloc((size_t)l.n, sizeof *ix->labels);
-    if (!ix->paths || !ix->labels) { s = fl_error(FL_ERR_NOMEM, "out of memory"); goto done; }
-    for (int64_t i = 0; i < l.n; i++) {
-        if (!(ix->paths[i] = join(l.e[i].root, l.e[i].name))) { s = fl_error(FL_ERR_NOMEM, "out of memory"); goto done; }
-        ix->labels[i] = l.e[i].label;
+    *ntrain_out = ntrain;
+    *nval_out = nval;
+    return FL_OK;
+}
+
+/* Copies each image's path (folder/name) and label into ix; ix->n counts those copied, for the cleanup. */
+static fl_status fill_paths(const list *l, fl_image_index *ix) {
+    ix->paths = calloc((size_t)l->n, sizeof *ix->paths);
+    ix->labels = calloc((size_t)l->n, sizeof *ix->labels);
+    if (!ix->paths || !ix->labels) return fl_error(FL_ERR_NOMEM, "out of memory");
+    for (int64_t i = 0; i < l->n; i++) {
+        if (!(ix->paths[i] = join(l->e[i].root, l->e[i].name))) return fl_error(FL_ERR_NOMEM, "out of memory");
+        ix->labels[i] = l->e[i].label;
         ix->n = i + 1;
     }
-    ix->height = oh;
-    ix->width = ow;
-    ix->channels = ch;
-    ix->label_mode = a.label_mode;
-    ix->no_labels = a.no_labels;
+    return FL_OK;
+}
+
+/* Writes the summary line that is shown to the user: counts, classes, image size and the split. */
+static void describe_index(fl_image_index *ix, const char *dir, int subset, int64_t n, int64_t ntrain, int64_t nval) {
+    const int ncls = ix->num_classes, ch = ix->channels;
     char *d = ix->description;
     size_t dn = sizeof ix->description;
-    if (a.no_labels) snprintf(d, dn, "%s: %lld images (no labels)", dir, (long long)l.n);
-    else snprintf(d, dn, "%s: %lld images in %d classes (", dir, (long long)l.n, ncls);
+    if (ix->no_labels) snprintf(d, dn, "%s: %lld images (no labels)", dir, (long long)n);
+    else snprintf(d, dn, "%s: %lld images in %d classes (", dir, (long long)n, ncls);
     for (int c = 0; c < ncls && strlen(d) < dn - 64; c++)
-        snprintf(d + strlen(d), dn - strlen(d), "%s%d=%s", c ? ", " : "", c, classes[c]);
-    snprintf(d + strlen(d), dn - strlen(d), "%s, %dx%d %s", a.no_labels ? "" : ")", oh, ow,
+        snprintf(d + strlen(d), dn - strlen(d), "%s%d=%s", c ? ", " : "", c, ix->class_names[c]);
+    snprintf(d + strlen(d), dn - strlen(d), "%s, %dx%d %s", ix->no_labels ? "" : ")", ix->height, ix->width,
              ch == 1 ? "grayscale" : ch == 3 ? "rgb" : "rgba");
     if (subset)
         snprintf(d + strlen(d), dn - strlen(d), "; %lld for training, %lld for validation%s", (long long)ntrain,
                  (long long)nval, subset == 1 ? " (training kept)" : subset == 2 ? " (validation kept)" : "");
-done:
+}
+
+fl_status fl_image_index_build(const char *dir, fl_image_dataset_args a, const char *who, fl_image_index *ix) {
+    memset(ix, 0, sizeof *ix);
+    index_args p = {0};
+    FL_TRY(check_index_args(dir, &a, who, &p));
+    int64_t nsub = 0;
+    char **subs = list_dir(dir, &nsub);
+    if (!subs) return fl_last_status();
+    list l = {0};
+    int64_t ntrain = 0, nval = 0;
+    fl_status s = collect_images(dir, a.no_labels, subs, nsub, &l, ix);
+    if (s == FL_OK) s = check_found(dir, &a, ix->num_classes, l.n);
+    if (s == FL_OK) {
+        order_images(&l, &a);
+        s = split_parts(dir, &a, p.subset, l.n, ix, &ntrain, &nval);
+    }
+    if (s == FL_OK) s = fill_paths(&l, ix);
+    if (s == FL_OK) {
+        ix->height = p.oh;
+        ix->width = p.ow;
+        ix->channels = p.ch;
+        ix->label_mode = a.label_mode;
+        ix->no_labels = a.no_labels;
+        describe_index(ix, dir, p.subset, l.n, ntrain, nval);
+    }
     for (int64_t i = 0; i < l.n; i++) { free(l.e[i].root); free(l.e[i].name); }
     free(l.e);
     if (s != FL_OK) fl_image_index_free(ix);

@@ -1274,126 +1274,180 @@ static int chunk_node(fl_h5 *f, chunked *k, uint64_t addr, int level) {
     return 0;
 }
 
+/* Where a dataset's data lie, as its data layout message gives it. */
+typedef struct layout {
+    unsigned cls;                     /* 0 compact, 1 contiguous, 2 chunked */
+    uint64_t btree, single;           /* chunked: the v1 B-tree, or the one chunk of a v4 single-chunk index */
+    uint64_t single_size;
+    uint32_t single_mask;
+    const uint8_t *data;              /* compact: the bytes inside the message */
+    uint64_t dsize, daddr;            /* compact and contiguous: the size and address of the data */
+} layout;
+
+/* Decodes the data layout message (versions 1 to 5) into *L, and a chunked layout's rank and chunk dimensions
+ * into k. */
+static int parse_layout(fl_h5 *f, const fl_h5_dataset *d, const hmsg *lm, uint64_t raw, chunked *k, layout *L) {
+    const char *path = d->path;
+    *L = (layout){.btree = UNDEF, .single = UNDEF, .daddr = UNDEF};
+    cur c = cur_mem(lm->p, lm->size, f);
+    unsigned v = u8(&c);
+    if (v == 1 || v == 2) {
+        unsigned nd = u8(&c);
+        L->cls = u8(&c);
+        take(&c, 5);
+        if (L->cls != 0) L->daddr = addr_of(&c);
+        if (nd > FL_H5_MAX_DIMS + 1 || nd == 0) return BAD(f, path, "data layout of %u dimensions", nd);
+        uint64_t prod = 1;
+        for (unsigned i = 0; i < nd; i++) {
+            uint64_t x = u32(&c);
+            if (L->cls == 2 && i < nd - 1) k->cd[i] = x;
+            prod *= x ? x : 1;
+        }
+        k->rank = (int)nd - 1;
+        if (L->cls == 2) { L->btree = L->daddr; u32(&c); }
+        else if (L->cls == 0) { L->dsize = u32(&c); L->data = take(&c, L->dsize); }
+        else L->dsize = raw;
+    } else if (v >= 3 && v <= 5) { /* v5 (HDF5 2.0, libver latest) encodes these classes as v4 */
+        L->cls = u8(&c);
+        if (L->cls == 0) { L->dsize = u16(&c); L->data = take(&c, L->dsize); }
+        else if (L->cls == 1) { L->daddr = addr_of(&c); L->dsize = len_of(&c); }
+        else if (L->cls == 2 && v == 3) {
+            unsigned nd = u8(&c);
+            L->btree = addr_of(&c);
+            if (nd < 1 || nd > FL_H5_MAX_DIMS + 1) return BAD(f, path, "chunked layout of %u dimensions", nd);
+            k->rank = (int)nd - 1;
+            for (unsigned i = 0; i < nd; i++) { uint64_t x = u32(&c); if (i < nd - 1) k->cd[i] = x; }
+        } else if (L->cls == 2) {
+            unsigned flags = u8(&c), nd = u8(&c), enc = u8(&c);
+            if (nd < 1 || nd > FL_H5_MAX_DIMS + 1 || enc < 1 || enc > 8)
+                return BAD(f, path, "chunked layout of %u dimensions", nd);
+            k->rank = (int)nd - 1;
+            for (unsigned i = 0; i < nd; i++) { uint64_t x = un(&c, (int)enc); if (i < nd - 1) k->cd[i] = x; }
+            unsigned index = u8(&c);
+            if (index != 1) {
+                static const char *names[] = {"", "single chunk", "implicit", "fixed array", "extensible array", "v2 B-tree"};
+                return UNSUP(f, path, "chunk index '%s' (%u) is not supported (layout v4 reads single-chunk datasets; "
+                             "write with h5py's default libver)", index <= 5 ? names[index] : "unknown", index);
+            }
+            if (flags & 2) { L->single_size = len_of(&c); L->single_mask = u32(&c); }
+            L->single = addr_of(&c);
+            if (!(flags & 2)) { /* no filters: the size is the chunk dimensions times the element size */
+                L->single_size = 1;
+                for (int i = 0; i < k->rank; i++) L->single_size *= k->cd[i];
+                L->single_size *= d->type.size;
+            }
+        } else {
+            return UNSUP(f, path, "data layout class %u (virtual datasets) is not supported", L->cls);
+        }
+    } else {
+        return UNSUP(f, path, "data layout version %u", v);
+    }
+    if (c.bad) return BAD(f, path, "truncated data layout");
+    return 0;
+}
+
+/* Reads a compact or contiguous dataset: the raw bytes in one piece, converted to out. */
+static int read_unchunked(fl_h5 *f, const fl_h5_dataset *d, const layout *L, int nfilters, uint64_t raw, bool as_i64,
+                          void *out) {
+    const char *path = d->path;
+    size_t osz = as_i64 ? 8 : 4;
+    const uint8_t *data = L->data;
+    int rc;
+    if (nfilters) return BAD(f, path, "filters on a dataset that is not chunked");
+    if (raw == 0) return 0;
+    if (L->cls == 1 && L->daddr == UNDEF) { /* never written: fill value */
+        memset(out, 0, (size_t)(d->npoints * osz));
+        return 0;
+    }
+    if (L->dsize < raw)
+        return BAD(f, path, "%llu bytes of data, the shape needs %llu", (unsigned long long)L->dsize,
+                   (unsigned long long)raw);
+    if (L->cls == 1) data = at(f, L->daddr, raw);
+    if (!data) return BAD(f, path, "data (%llu bytes) outside the file", (unsigned long long)raw);
+    if (L->cls == 1 && f->release && (rc = released_check(f, d, L->daddr, L->daddr + raw, as_i64, out)) != 1)
+        return rc;
+    rc = convert(f, &d->type, data, d->npoints, as_i64, out, path);
+    if (rc == 0 && L->cls == 1 && f->release) release_data(f, d, data, L->daddr, L->daddr + raw, as_i64, out);
+    return rc;
+}
+
+/* Checks the chunk shape against the dataset and sets the chunk size, the chunk count and the B-tree's node budget. */
+static int size_chunks(fl_h5 *f, const fl_h5_dataset *d, uint64_t raw, chunked *k) {
+    const char *path = d->path;
+    if (k->rank != d->ndim) return BAD(f, path, "chunks of rank %d for a dataset of rank %d", k->rank, d->ndim);
+    uint64_t cb = d->type.size;
+    for (int i = 0; i < k->rank; i++) {
+        if (k->cd[i] == 0) return BAD(f, path, "chunk dimension %d is 0", i);
+        if (k->cd[i] > ((uint64_t)1 << 32) || cb > UINT64_MAX / k->cd[i]) return BAD(f, path, "chunk too large");
+        cb *= k->cd[i];
+    }
+    if (cb > raw + ((uint64_t)1 << 20))
+        return BAD(f, path, "chunks of %llu bytes for %llu bytes of data (the limit is the data + 1 MiB)",
+                   (unsigned long long)cb, (unsigned long long)raw);
+    k->chunk_bytes = cb;
+    uint64_t nch = 1;
+    for (int i = 0; i < k->rank; i++) {
+        nch *= (d->dims[i] + k->cd[i] - 1) / k->cd[i];
+        if (nch > FL_H5_MAX_CHUNKS) return BAD(f, path, "more than %d chunks", FL_H5_MAX_CHUNKS);
+    }
+    k->max_chunks = (long)nch;
+    k->budget = (long)nch + 1000;
+    return 0;
+}
+
+/* Reads a chunked dataset into out (zeros where no chunk was written), through two chunk buffers when filtered. */
+static int read_chunks(fl_h5 *f, chunked *k, const layout *L, void *out) {
+    const fl_h5_dataset *d = k->d;
+    int rc = 0;
+    memset(out, 0, (size_t)(d->npoints * k->osz));
+    if (d->npoints == 0) return 0;
+    if (k->pl.n) {
+        k->buf = fl_malloc((size_t)k->chunk_bytes, "HDF5 chunk");
+        k->buf2 = k->buf ? fl_malloc((size_t)k->chunk_bytes, "HDF5 chunk") : NULL;
+        if (!k->buf2) rc = -1;
+    }
+    if (rc == 0 && L->single != UNDEF) {
+        uint64_t zero[FL_H5_MAX_DIMS] = {0};
+        rc = place_chunk(f, k, zero, L->single, L->single_size, L->single_mask);
+    } else if (rc == 0 && L->btree != UNDEF) {
+        rc = chunk_node(f, k, L->btree, -1);
+    }
+    free(k->buf);
+    free(k->buf2);
+    return rc;
+}
+
+/* Reads the data of the dataset whose object header is o, by its layout and filters. */
+static int read_by_layout(fl_h5 *f, const fl_h5_dataset *d, const hobj *o, bool as_i64, void *out) {
+    const char *path = d->path;
+    size_t osz = as_i64 ? 8 : 4;
+    uint64_t raw = d->npoints * d->type.size;
+    const hmsg *lm = obj_find(o, M_LAYOUT);
+    pipeline pl;
+    if (!lm) return BAD(f, path, "no data layout message");
+    if (parse_filters(f, obj_find(o, M_FILTERS), path, &pl)) return -1;
+    chunked k = {.d = d, .pl = pl, .as_i64 = as_i64, .out = out, .osz = osz, .budget = 1000000};
+    layout L;
+    int rc = parse_layout(f, d, lm, raw, &k, &L);
+    if (rc) return rc;
+    if (L.btree == UNDEF && L.single == UNDEF && k.rank == 0 && L.cls == 2) {
+        memset(out, 0, (size_t)(d->npoints * osz));
+        return 0;
+    }
+    if (L.cls != 2) return read_unchunked(f, d, &L, pl.n, raw, as_i64, out);
+    if ((rc = size_chunks(f, d, raw, &k))) return rc;
+    return read_chunks(f, &k, &L, out);
+}
+
 int fl_h5_dataset_read(fl_h5 *f, const fl_h5_dataset *d, bool as_i64, void *out, uint64_t budget_bytes) {
     const char *path = d->path;
     size_t osz = as_i64 ? 8 : 4;
     if (d->npoints > budget_bytes / osz)
         return BAD(f, path, "%llu elements, more than the %llu bytes expected", (unsigned long long)d->npoints, (unsigned long long)budget_bytes);
     if (d->type.cls != FL_H5_INT && d->type.cls != FL_H5_FLOAT) return BAD(f, path, "is not numeric (datatype class %s)", class_name(d->type.cls));
-    uint64_t raw = d->npoints * d->type.size;
     hobj o;
     if (obj_read(f, d->addr, path, &o)) return -1;
-    const hmsg *lm = obj_find(&o, M_LAYOUT);
-    int rc = 0;
-    pipeline pl;
-    if (!lm) { rc = BAD(f, path, "no data layout message"); goto done; }
-    if (parse_filters(f, obj_find(&o, M_FILTERS), path, &pl)) { rc = -1; goto done; }
-    cur c = cur_mem(lm->p, lm->size, f);
-    unsigned v = u8(&c), cls;
-    chunked k = {.d = d, .pl = pl, .as_i64 = as_i64, .out = out, .osz = osz, .budget = 1000000};
-    uint64_t btree = UNDEF, single = UNDEF, single_size = 0;
-    uint32_t single_mask = 0;
-    const uint8_t *data = NULL;
-    uint64_t dsize = 0, daddr = UNDEF;
-    if (v == 1 || v == 2) {
-        unsigned nd = u8(&c);
-        cls = u8(&c);
-        take(&c, 5);
-        if (cls != 0) daddr = addr_of(&c);
-        if (nd > FL_H5_MAX_DIMS + 1 || nd == 0) { rc = BAD(f, path, "data layout of %u dimensions", nd); goto done; }
-        uint64_t prod = 1;
-        for (unsigned i = 0; i < nd; i++) { uint64_t x = u32(&c); if (cls == 2 && i < nd - 1) k.cd[i] = x; prod *= x ? x : 1; }
-        k.rank = (int)nd - 1;
-        if (cls == 2) { btree = daddr; u32(&c); }
-        else if (cls == 0) { dsize = u32(&c); data = take(&c, dsize); }
-        else dsize = raw;
-    } else if (v >= 3 && v <= 5) { /* v5 (HDF5 2.0, libver latest) encodes these classes as v4 */
-        cls = u8(&c);
-        if (cls == 0) { dsize = u16(&c); data = take(&c, dsize); }
-        else if (cls == 1) { daddr = addr_of(&c); dsize = len_of(&c); }
-        else if (cls == 2 && v == 3) {
-            unsigned nd = u8(&c);
-            btree = addr_of(&c);
-            if (nd < 1 || nd > FL_H5_MAX_DIMS + 1) { rc = BAD(f, path, "chunked layout of %u dimensions", nd); goto done; }
-            k.rank = (int)nd - 1;
-            for (unsigned i = 0; i < nd; i++) { uint64_t x = u32(&c); if (i < nd - 1) k.cd[i] = x; }
-        } else if (cls == 2) {
-            unsigned flags = u8(&c), nd = u8(&c), enc = u8(&c);
-            if (nd < 1 || nd > FL_H5_MAX_DIMS + 1 || enc < 1 || enc > 8) { rc = BAD(f, path, "chunked layout of %u dimensions", nd); goto done; }
-            k.rank = (int)nd - 1;
-            for (unsigned i = 0; i < nd; i++) { uint64_t x = un(&c, (int)enc); if (i < nd - 1) k.cd[i] = x; }
-            unsigned index = u8(&c);
-            if (index != 1) {
-                static const char *names[] = {"", "single chunk", "implicit", "fixed array", "extensible array", "v2 B-tree"};
-                rc = UNSUP(f, path, "chunk index '%s' (%u) is not supported (layout v4 reads single-chunk datasets; "
-                           "write with h5py's default libver)", index <= 5 ? names[index] : "unknown", index);
-                goto done;
-            }
-            if (flags & 2) { single_size = len_of(&c); single_mask = u32(&c); }
-            single = addr_of(&c);
-            if (!(flags & 2)) { single_size = 1; for (int i = 0; i < k.rank; i++) single_size *= k.cd[i]; single_size *= d->type.size; }
-        } else {
-            rc = UNSUP(f, path, "data layout class %u (virtual datasets) is not supported", cls);
-            goto done;
-        }
-    } else {
-        rc = UNSUP(f, path, "data layout version %u", v);
-        goto done;
-    }
-    if (c.bad) { rc = BAD(f, path, "truncated data layout"); goto done; }
-    if (btree == UNDEF && single == UNDEF && k.rank == 0 && cls == 2) {
-        memset(out, 0, (size_t)(d->npoints * osz));
-        goto done;
-    }
-    if (cls != 2) {
-        if (pl.n) { rc = BAD(f, path, "filters on a dataset that is not chunked"); goto done; }
-        if (raw == 0) goto done;
-        if (cls == 1 && daddr == UNDEF) { memset(out, 0, (size_t)(d->npoints * osz)); goto done; } /* never written: fill value */
-        if (dsize < raw) { rc = BAD(f, path, "%llu bytes of data, the shape needs %llu", (unsigned long long)dsize, (unsigned long long)raw); goto done; }
-        if (cls == 1) data = at(f, daddr, raw);
-        if (!data) { rc = BAD(f, path, "data (%llu bytes) outside the file", (unsigned long long)raw); goto done; }
-        if (cls == 1 && f->release && (rc = released_check(f, d, daddr, daddr + raw, as_i64, out)) != 1) goto done;
-        rc = convert(f, &d->type, data, d->npoints, as_i64, out, path);
-        if (rc == 0 && cls == 1 && f->release) release_data(f, d, data, daddr, daddr + raw, as_i64, out);
-        goto done;
-    }
-    /* chunked */
-    if (k.rank != d->ndim) { rc = BAD(f, path, "chunks of rank %d for a dataset of rank %d", k.rank, d->ndim); goto done; }
-    uint64_t cb = d->type.size;
-    for (int i = 0; i < k.rank; i++) {
-        if (k.cd[i] == 0) { rc = BAD(f, path, "chunk dimension %d is 0", i); goto done; }
-        if (k.cd[i] > ((uint64_t)1 << 32) || cb > UINT64_MAX / k.cd[i]) { rc = BAD(f, path, "chunk too large"); goto done; }
-        cb *= k.cd[i];
-    }
-    if (cb > raw + ((uint64_t)1 << 20)) {
-        rc = BAD(f, path, "chunks of %llu bytes for %llu bytes of data (the limit is the data + 1 MiB)", (unsigned long long)cb, (unsigned long long)raw);
-        goto done;
-    }
-    k.chunk_bytes = cb;
-    uint64_t nch = 1;
-    for (int i = 0; i < k.rank; i++) {
-        nch *= (d->dims[i] + k.cd[i] - 1) / k.cd[i];
-        if (nch > FL_H5_MAX_CHUNKS) { rc = BAD(f, path, "more than %d chunks", FL_H5_MAX_CHUNKS); goto done; }
-    }
-    k.max_chunks = (long)nch;
-    k.budget = (long)nch + 1000;
-    memset(out, 0, (size_t)(d->npoints * osz));
-    if (d->npoints == 0) goto done;
-    if (pl.n) {
-        k.buf = fl_malloc((size_t)cb, "HDF5 chunk");
-        k.buf2 = k.buf ? fl_malloc((size_t)cb, "HDF5 chunk") : NULL;
-        if (!k.buf2) { rc = -1; goto freebuf; }
-    }
-    if (single != UNDEF) {
-        uint64_t zero[FL_H5_MAX_DIMS] = {0};
-        rc = place_chunk(f, &k, zero, single, single_size, single_mask);
-    } else if (btree != UNDEF) {
-        rc = chunk_node(f, &k, btree, -1);
-    }
-freebuf:
-    free(k.buf);
-    free(k.buf2);
-done:
+    int rc = read_by_layout(f, d, &o, as_i64, out);
     obj_free(&o);
     return rc;
 }

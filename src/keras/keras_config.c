@@ -296,6 +296,109 @@ static fl_status collect_tensors(const kctx *c, json_object *v, knode *nd) {
                  "tensors only", v ? json_object_to_json_string_ext(v, JSON_C_TO_STRING_PLAIN) : "null");
 }
 
+/* keras.ops.not_equal(x, c) of a mask: a tensor and a number; every call of the layer must give the same number. */
+static fl_status parse_not_equal_call(const kctx *c, kentry *e, json_object *nd, size_t i, knode *k) {
+    json_object *args = jkey(nd, "args"), *cv = jis(args, json_type_array) && json_object_array_length(args) == 2
+                                                  ? json_object_array_get_idx(args, 1) : NULL;
+    if (!jis(cv, json_type_int) && !jis(cv, json_type_double))
+        return kfail(c, FL_ERR_UNSUPPORTED, "NotEqual takes a tensor and a number here (a mask: "
+                     "not_equal(x, 0)), not %s", args ? json_object_to_json_string_ext(args, JSON_C_TO_STRING_PLAIN)
+                     : "null");
+    double v = json_object_get_double(cv);
+    if (i > 0 && (float)v != e->layer->a.not_equal)
+        return kfail(c, FL_ERR_UNSUPPORTED, "calls of one NotEqual with different constants");
+    e->layer->a.not_equal = (float)v;
+    return collect_tensors(c, json_object_array_get_idx(args, 0), k);
+}
+
+/* mask=: the mask of the first input, or a list (null: the input's own), which Keras 3 writes for a Functional
+ * model's masked calls. */
+static fl_status parse_call_masks(const kctx *c, json_object *val, knode *k) {
+    if (!val) return FL_OK;
+    bool list = jis(val, json_type_array);
+    size_t nm = list ? json_object_array_length(val) : 1;
+    if (nm > FL_NODE_MAX_IN) return kfail(c, FL_ERR_UNSUPPORTED, "a call with %zu masks", nm);
+    for (size_t j = 0; j < nm; j++) {
+        json_object *mv = list ? json_object_array_get_idx(val, j) : val;
+        if (!mv) continue;
+        const char *cn = jstr(jkey(mv, "class_name"));
+        if (!cn || strcmp(cn, "__keras_tensor__") != 0)
+            return kfail(c, FL_ERR_FORMAT, "mask %zu of a call is not a tensor", j);
+        FL_TRY(parse_ref_list(c, jkey(jkey(mv, "config"), "keras_history"), &k->mask[j]));
+        k->masked[j] = true;
+    }
+    return FL_OK;
+}
+
+/* One keyword argument of call i: applied to the layer or the node where flynn has its meaning, ignored where it
+ * changes nothing, refused otherwise. */
+static fl_status parse_call_kwarg(const kctx *c, kentry *e, const char *key, json_object *val, size_t i, knode *k) {
+    const bool attn = e->layer && (e->layer->kind == FL_L_MHA || e->layer->kind == FL_L_ATTENTION);
+    /* Dropout(x, training=False), as keras.applications.MobileNet calls it. Keras 3's
+     * Functional passes the model's own training flag over it (active in fit, as
+     * flynn's Dropout), so it only needs to be written back */
+    if (val && strcmp(key, "training") == 0 && jis(val, json_type_boolean) &&
+        !json_object_get_boolean(val) && e->layer &&
+        (fl_layer_kind_flags(e->layer->kind) & FL_K_TRAINING)) { /* FL_LAYER_KINDS's column */
+        e->layer->inference_call = true;
+        return FL_OK;
+    }
+    /* lstm(x, initial_state=[h, c]): the states are flynn's inputs after x */
+    if (strcmp(key, "initial_state") == 0 && e->layer && fl_layer_num_states(e->layer) > 0) {
+        if (val) FL_TRY(collect_tensors(c, val, k));
+        return FL_OK;
+    }
+    if (strcmp(key, "mask") == 0) return parse_call_masks(c, val, k);
+    if (attn && strcmp(key, "use_causal_mask") == 0 && jis(val, json_type_boolean)) {
+        bool on = json_object_get_boolean(val);
+        bool *flag = e->layer->kind == FL_L_MHA ? &e->layer->a.mha.use_causal_mask
+                                                 : &e->layer->a.att.use_causal_mask;
+        if (i > 0 && *flag != on)
+            return kfail(c, FL_ERR_UNSUPPORTED, "calls with and without use_causal_mask of one "
+                         "layer are not supported");
+        *flag = on;
+        return FL_OK;
+    }
+    /* MultiHeadAttention's key= and attention_mask= are taken after the loop, in flynn's input order */
+    if (attn && (strcmp(key, "key") == 0 || strcmp(key, "attention_mask") == 0) && val &&
+        e->layer->kind == FL_L_MHA)
+        return FL_OK;
+    if (attn && strcmp(key, "return_attention_scores") == 0 && jis(val, json_type_boolean) &&
+        !json_object_get_boolean(val))
+        return FL_OK;
+    if (val) return kfail(c, FL_ERR_UNSUPPORTED, "a call with the keyword argument '%s' is not supported", key);
+    return FL_OK;
+}
+
+/* Keras 3's call i: {"args": [...], "kwargs": {...}}. */
+static fl_status parse_keras3_call(const kctx *c, kentry *e, json_object *nd, size_t i, knode *k) {
+    FL_TRY(collect_tensors(c, jkey(nd, "args"), k));
+    json_object *kw = jkey(nd, "kwargs");
+    const bool attn = e->layer && (e->layer->kind == FL_L_MHA || e->layer->kind == FL_L_ATTENTION);
+    if (!jis(kw, json_type_object)) return FL_OK;
+    json_object_object_foreach(kw, key, val) {
+        FL_TRY(parse_call_kwarg(c, e, key, val, i, k));
+    }
+    /* MultiHeadAttention(query, value, key=, attention_mask=): flynn's inputs in that order */
+    json_object *kt = jkey(kw, "key"), *mt = jkey(kw, "attention_mask");
+    if (attn && e->layer->kind == FL_L_MHA && (kt || mt)) {
+        if (kt && k->n != 2)
+            return kfail(c, FL_ERR_FORMAT, "a call with key given twice");
+        if (kt) FL_TRY(collect_tensors(c, kt, k));
+        else if (k->n == 2) k->in[k->n++] = k->in[1]; /* key = value */
+        if (mt) FL_TRY(collect_tensors(c, mt, k));
+    }
+    return FL_OK;
+}
+
+/* tf.keras 2's call: [[name, node, tensor, kwargs], ...]. */
+static fl_status parse_keras2_call(const kctx *c, json_object *nd, knode *k) {
+    size_t m = json_object_array_length(nd);
+    if (m > FL_NODE_MAX_IN) return kfail(c, FL_ERR_UNSUPPORTED, "a call with more than %d inputs", FL_NODE_MAX_IN);
+    for (size_t j = 0; j < m; j++) FL_TRY(parse_ref_list(c, json_object_array_get_idx(nd, j), &k->in[k->n++]));
+    return FL_OK;
+}
+
 static fl_status parse_nodes(const kctx *c, kentry *e) {
     json_object *nodes = jkey(e->entry, "inbound_nodes");
     if (!nodes) { e->nnodes = 0; return FL_OK; }
@@ -309,92 +412,14 @@ static fl_status parse_nodes(const kctx *c, kentry *e) {
     for (size_t i = 0; i < n; i++) {
         json_object *nd = json_object_array_get_idx(nodes, i);
         knode *k = &e->nodes[i];
-        if (jis(nd, json_type_object) && e->layer && e->layer->kind == FL_L_NOT_EQUAL) {
-            /* keras.ops.not_equal(x, c) of a mask: a tensor and a number */
-            json_object *args = jkey(nd, "args"), *cv = jis(args, json_type_array) && json_object_array_length(args) == 2
-                                                          ? json_object_array_get_idx(args, 1) : NULL;
-            if (!jis(cv, json_type_int) && !jis(cv, json_type_double))
-                return kfail(c, FL_ERR_UNSUPPORTED, "NotEqual takes a tensor and a number here (a mask: "
-                             "not_equal(x, 0)), not %s", args ? json_object_to_json_string_ext(args, JSON_C_TO_STRING_PLAIN)
-                             : "null");
-            double v = json_object_get_double(cv);
-            if (i > 0 && (float)v != e->layer->a.not_equal)
-                return kfail(c, FL_ERR_UNSUPPORTED, "calls of one NotEqual with different constants");
-            e->layer->a.not_equal = (float)v;
-            FL_TRY(collect_tensors(c, json_object_array_get_idx(args, 0), k));
-        } else if (jis(nd, json_type_object)) { /* Keras 3: {"args": [...], "kwargs": {...}} */
-            FL_TRY(collect_tensors(c, jkey(nd, "args"), k));
-            json_object *kw = jkey(nd, "kwargs");
-            const bool attn = e->layer && (e->layer->kind == FL_L_MHA || e->layer->kind == FL_L_ATTENTION);
-            if (jis(kw, json_type_object)) {
-                json_object_object_foreach(kw, key, val) {
-                    /* Dropout(x, training=False), as keras.applications.MobileNet calls it. Keras 3's
-                     * Functional passes the model's own training flag over it (active in fit, as
-                     * flynn's Dropout), so it only needs to be written back */
-                    if (val && strcmp(key, "training") == 0 && jis(val, json_type_boolean) &&
-                        !json_object_get_boolean(val) && e->layer &&
-                        (fl_layer_kind_flags(e->layer->kind) & FL_K_TRAINING)) { /* FL_LAYER_KINDS's column */
-                        e->layer->inference_call = true;
-                        continue;
-                    }
-                    /* lstm(x, initial_state=[h, c]): the states are flynn's inputs after x */
-                    if (strcmp(key, "initial_state") == 0 && e->layer && fl_layer_num_states(e->layer) > 0) {
-                        if (val) FL_TRY(collect_tensors(c, val, k));
-                        continue;
-                    }
-                    /* mask=: the mask of the first input, or a list (null: the input's own), which Keras 3
-                     * writes for a Functional model's masked calls */
-                    if (strcmp(key, "mask") == 0) {
-                        if (!val) continue;
-                        bool list = jis(val, json_type_array);
-                        size_t nm = list ? json_object_array_length(val) : 1;
-                        if (nm > FL_NODE_MAX_IN) return kfail(c, FL_ERR_UNSUPPORTED, "a call with %zu masks", nm);
-                        for (size_t j = 0; j < nm; j++) {
-                            json_object *mv = list ? json_object_array_get_idx(val, j) : val;
-                            if (!mv) continue;
-                            const char *cn = jstr(jkey(mv, "class_name"));
-                            if (!cn || strcmp(cn, "__keras_tensor__") != 0)
-                                return kfail(c, FL_ERR_FORMAT, "mask %zu of a call is not a tensor", j);
-                            FL_TRY(parse_ref_list(c, jkey(jkey(mv, "config"), "keras_history"), &k->mask[j]));
-                            k->masked[j] = true;
-                        }
-                        continue;
-                    }
-                    if (attn && strcmp(key, "use_causal_mask") == 0 && jis(val, json_type_boolean)) {
-                        bool on = json_object_get_boolean(val);
-                        bool *flag = e->layer->kind == FL_L_MHA ? &e->layer->a.mha.use_causal_mask
-                                                                 : &e->layer->a.att.use_causal_mask;
-                        if (i > 0 && *flag != on)
-                            return kfail(c, FL_ERR_UNSUPPORTED, "calls with and without use_causal_mask of one "
-                                         "layer are not supported");
-                        *flag = on;
-                        continue;
-                    }
-                    if (attn && (strcmp(key, "key") == 0 || strcmp(key, "attention_mask") == 0) && val &&
-                        e->layer->kind == FL_L_MHA)
-                        continue;
-                    if (attn && strcmp(key, "return_attention_scores") == 0 && jis(val, json_type_boolean) &&
-                        !json_object_get_boolean(val))
-                        continue;
-                    if (val) return kfail(c, FL_ERR_UNSUPPORTED, "a call with the keyword argument '%s' is not supported", key);
-                }
-                /* MultiHeadAttention(query, value, key=, attention_mask=): flynn's inputs in that order */
-                json_object *kt = jkey(kw, "key"), *mt = jkey(kw, "attention_mask");
-                if (attn && e->layer->kind == FL_L_MHA && (kt || mt)) {
-                    if (kt && k->n != 2)
-                        return kfail(c, FL_ERR_FORMAT, "a call with key given twice");
-                    if (kt) FL_TRY(collect_tensors(c, kt, k));
-                    else if (k->n == 2) k->in[k->n++] = k->in[1]; /* key = value */
-                    if (mt) FL_TRY(collect_tensors(c, mt, k));
-                }
-            }
-        } else if (jis(nd, json_type_array)) { /* tf.keras 2: [[name, node, tensor, kwargs], ...] */
-            size_t m = json_object_array_length(nd);
-            if (m > FL_NODE_MAX_IN) return kfail(c, FL_ERR_UNSUPPORTED, "a call with more than %d inputs", FL_NODE_MAX_IN);
-            for (size_t j = 0; j < m; j++) FL_TRY(parse_ref_list(c, json_object_array_get_idx(nd, j), &k->in[k->n++]));
-        } else {
+        if (jis(nd, json_type_object) && e->layer && e->layer->kind == FL_L_NOT_EQUAL)
+            FL_TRY(parse_not_equal_call(c, e, nd, i, k));
+        else if (jis(nd, json_type_object))
+            FL_TRY(parse_keras3_call(c, e, nd, i, k));
+        else if (jis(nd, json_type_array))
+            FL_TRY(parse_keras2_call(c, nd, k));
+        else
             return kfail(c, FL_ERR_FORMAT, "inbound node %zu is %s", i, jtype_name(nd));
-        }
         if (k->n == 0) return kfail(c, FL_ERR_FORMAT, "call %zu has no input tensors", i);
     }
     return FL_OK;

@@ -498,61 +498,67 @@ static void discard(fl_sym *const *inputs, int nin, fl_sym *const *outputs, int 
     free(all);
 }
 
-fl_model *fl_model_new(fl_sym *const *inputs, int nin, fl_sym *const *outputs, int nout, const char *name) {
-    fl_sym **all = NULL;
-    int n = 0, cap = 0;
-    fl_status why = FL_OK;
-    if (nin < 1 || nout < 1 || nin > FL_MODEL_MAX_IO || nout > FL_MODEL_MAX_IO) {
-        why = fl_error(FL_ERR_INVALID_ARG, "fl_model_new: %d inputs and %d outputs, expected 1 to %d of each", nin,
-                       nout, FL_MODEL_MAX_IO);
-        goto discard_all;
-    }
-    for (int i = 0; i < nin && why == FL_OK; i++)
+/* Checks the counts, that every input and output was made, and that the inputs are fl_keras_input's. */
+static fl_status check_model_args(fl_sym *const *inputs, int nin, fl_sym *const *outputs, int nout) {
+    if (nin < 1 || nout < 1 || nin > FL_MODEL_MAX_IO || nout > FL_MODEL_MAX_IO)
+        return fl_error(FL_ERR_INVALID_ARG, "fl_model_new: %d inputs and %d outputs, expected 1 to %d of each", nin,
+                        nout, FL_MODEL_MAX_IO);
+    /* a NULL is usually a failed call before: keep its message and say where it went */
+    for (int i = 0; i < nin; i++)
         if (!inputs[i]) {
             if (fl_last_status() == FL_OK) fl_error(FL_ERR_INVALID_ARG, "fl_model_new: input %d is NULL", i);
             fl_error_prefix("fl_model_new: input %d could not be made: ", i);
-            why = fl_last_status();
+            return fl_last_status();
         }
-    for (int i = 0; i < nout && why == FL_OK; i++)
+    for (int i = 0; i < nout; i++)
         if (!outputs[i]) {
             if (fl_last_status() == FL_OK) fl_error(FL_ERR_INVALID_ARG, "fl_model_new: output %d is NULL", i);
             fl_error_prefix("fl_model_new: output %d could not be made: ", i);
-            why = fl_last_status();
+            return fl_last_status();
         }
-    for (int i = 0; i < nin && why == FL_OK; i++)
-        if (inputs[i]->layer->kind != FL_L_INPUT || inputs[i]->nin != 0)
-            why = fl_error(FL_ERR_INVALID_ARG, "fl_model_new: input %d is not an fl_keras_input", i);
-    if (why != FL_OK) goto discard_all;
-    for (int i = 0; i < nout; i++)
-        if (collect(outputs[i], &all, &n, &cap) != FL_OK) goto fail_unmark;
     for (int i = 0; i < nin; i++)
-        if (!inputs[i]->mark) {
-            fl_error(FL_ERR_INVALID_ARG, "fl_model_new: input %d ('%s') is not used by any output", i,
-                     inputs[i]->layer->name[0] ? inputs[i]->layer->name : "unnamed");
-            goto fail_unmark;
-        }
-    for (int k = 0; k < n; k++) {
-        if (all[k]->layer->kind != FL_L_INPUT) continue;
+        if (inputs[i]->layer->kind != FL_L_INPUT || inputs[i]->nin != 0)
+            return fl_error(FL_ERR_INVALID_ARG, "fl_model_new: input %d is not an fl_keras_input", i);
+    return FL_OK;
+}
+
+/* Collects (and marks) every symbolic tensor the outputs depend on into *all, then checks that each input is used
+ * and that nothing depends on an input the model was not given. */
+static fl_status collect_graph(fl_sym *const *inputs, int nin, fl_sym *const *outputs, int nout, fl_sym ***all,
+                               int *n, int *cap) {
+    for (int i = 0; i < nout; i++) FL_TRY(collect(outputs[i], all, n, cap));
+    for (int i = 0; i < nin; i++)
+        if (!inputs[i]->mark)
+            return fl_error(FL_ERR_INVALID_ARG, "fl_model_new: input %d ('%s') is not used by any output", i,
+                            inputs[i]->layer->name[0] ? inputs[i]->layer->name : "unnamed");
+    for (int k = 0; k < *n; k++) {
+        if ((*all)[k]->layer->kind != FL_L_INPUT) continue;
         bool given = false;
-        for (int i = 0; i < nin; i++) given |= inputs[i] == all[k];
-        if (!given) {
-            fl_error(FL_ERR_INVALID_ARG, "fl_model_new: the outputs depend on an input that is not in the model's inputs");
-            goto fail_unmark;
-        }
+        for (int i = 0; i < nin; i++) given |= inputs[i] == (*all)[k];
+        if (!given)
+            return fl_error(FL_ERR_INVALID_ARG,
+                            "fl_model_new: the outputs depend on an input that is not in the model's inputs");
     }
+    return FL_OK;
+}
+
+/* Sorts the tensors into creation order and lists their layers, once each, in that order; NULL when out of memory. */
+static fl_layer **distinct_layers(fl_sym **all, int n, int *nl_out) {
     qsort(all, (size_t)n, sizeof *all, cmp_sym);
-    /* the layers, once each, in creation order */
     fl_layer **layers = fl_calloc((size_t)n, sizeof *layers, "model layers");
     int nl = 0;
-    if (!layers) goto fail_unmark;
+    if (!layers) return NULL;
     for (int k = 0; k < n; k++) {
         bool seen = false;
         for (int j = 0; j < nl; j++) seen |= layers[j] == all[k]->layer;
         if (!seen) layers[nl++] = all[k]->layer;
     }
-    order_like_keras(layers, nl, all, n, outputs, nout);
-    fl_model *m = fl_calloc(1, sizeof *m, "model");
-    if (!m) { free(layers); goto fail_unmark; }
+    *nl_out = nl;
+    return layers;
+}
+
+/* Hands the layers and tensors to m, names the unnamed layers and refuses two layers of one name. */
+static fl_status fill_model(fl_model *m, fl_layer **layers, int nl, fl_sym **all, int n, const char *name) {
     m->layers = layers;
     m->nlayers = nl;
     m->syms = all;
@@ -563,20 +569,22 @@ fl_model *fl_model_new(fl_sym *const *inputs, int nin, fl_sym *const *outputs, i
     default_names(m);
     for (int i = 0; i < nl; i++)
         for (int k = 0; k < i; k++)
-            if (strcmp(layers[i]->name, layers[k]->name) == 0) {
-                fl_error(FL_ERR_INVALID_ARG, "fl_model_new: two layers are named '%s'", layers[i]->name);
-                fl_model_free(m);
-                return NULL;
-            }
+            if (strcmp(layers[i]->name, layers[k]->name) == 0)
+                return fl_error(FL_ERR_INVALID_ARG, "fl_model_new: two layers are named '%s'", layers[i]->name);
+    return FL_OK;
+}
+
+/* Builds the model's graph from the calls, on the CPU, and checks the lengths it gives. */
+static fl_status build_model_graph(fl_model *m, fl_sym *const *inputs, int nin, fl_sym *const *outputs, int nout) {
     fl_graph_init(&m->g, fl_backend_cpu());
     m->device = FL_DEVICE_CPU;
-    for (int k = 0; k < n; k++) all[k]->mark = false;
+    for (int k = 0; k < m->nsyms; k++) m->syms[k]->mark = false;
     for (int i = 0; i < nin; i++) m->in_layers[i] = inputs[i]->layer;
     m->ninputs = nin;
-    if (build_calls(m, &m->g) != FL_OK) {
+    fl_status s = build_calls(m, &m->g);
+    if (s != FL_OK) {
         fl_error_prefix("fl_model_new: %s", probe_note(m));
-        fl_model_free(m);
-        return NULL;
+        return s;
     }
     m->ninputs = nin;
     m->noutputs = nout;
@@ -586,8 +594,22 @@ fl_model *fl_model_new(fl_sym *const *inputs, int nin, fl_sym *const *outputs, i
     m->output = m->outputs[0];
     mark_outputs(m);
     fl_graph_finalize(&m->g);
-    if (probe_lengths(m) != FL_OK) {
-        fl_error_prefix("fl_model_new: ");
+    if ((s = probe_lengths(m)) != FL_OK) fl_error_prefix("fl_model_new: ");
+    return s;
+}
+
+fl_model *fl_model_new(fl_sym *const *inputs, int nin, fl_sym *const *outputs, int nout, const char *name) {
+    fl_sym **all = NULL;
+    int n = 0, cap = 0, nl = 0;
+    if (check_model_args(inputs, nin, outputs, nout) != FL_OK) goto discard_all;
+    if (collect_graph(inputs, nin, outputs, nout, &all, &n, &cap) != FL_OK) goto fail_unmark;
+    fl_layer **layers = distinct_layers(all, n, &nl);
+    if (!layers) goto fail_unmark;
+    order_like_keras(layers, nl, all, n, outputs, nout);
+    fl_model *m = fl_calloc(1, sizeof *m, "model");
+    if (!m) { free(layers); goto fail_unmark; }
+    /* from here m owns the layers and tensors: its free releases them */
+    if (fill_model(m, layers, nl, all, n, name) != FL_OK || build_model_graph(m, inputs, nin, outputs, nout) != FL_OK) {
         fl_model_free(m);
         return NULL;
     }
