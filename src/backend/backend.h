@@ -12,8 +12,10 @@
 #ifndef FL_BACKEND_H
 #define FL_BACKEND_H
 
+#if !defined(__OPENCL_VERSION__) /* the descriptors below are also OpenCL C's (backend/kernels/) */
 #include <stddef.h>
 #include <stdint.h>
+#endif
 
 /* A Conv2D / pooling geometry for one batch. */
 typedef struct fl_conv_desc {
@@ -246,6 +248,7 @@ static inline int64_t fl_rnn_aux_floats(const fl_rnn_desc *d) {
     return base + (d->drop_scratch ? (int64_t)d->t * (d->d > d->u ? d->d : d->u) + gu : 0);
 }
 
+#if !defined(__OPENCL_VERSION__) /* the table of host functions: not for kernels */
 typedef struct fl_backend {
     const char *name;            /* "cpu", "cuda" */
     int host_memory;             /* buffers are host memory (host pointers usable as device pointers) */
@@ -642,6 +645,7 @@ static inline void *fl_backend_alloc_zeroed(const fl_backend *be, size_t bytes) 
     if (p) be->zero(p, bytes);
     return p;
 }
+#endif
 
 /* Modes of fl_backend.bmerge_*. */
 enum { FL_BM_ADD = 1, FL_BM_MUL };
@@ -652,11 +656,13 @@ enum { FL_BIN_SUB = 1, FL_BIN_MAX, FL_BIN_MIN, FL_BIN_ADD, FL_BIN_ADD_RELU, FL_B
 /* Metric codes for fl_backend.metric (match fl_metric's resolved values). */
 enum { FL_MC_CATEGORICAL = 1, FL_MC_SPARSE_CATEGORICAL, FL_MC_BINARY, FL_MC_MAE, FL_MC_MSE };
 
+#if !defined(__OPENCL_VERSION__)
 const fl_backend *fl_backend_cpu(void);
 
 /* The host's threads follow the CPUs other processes leave idle (flynn.h,
  * fl_num_threads_in_use): train.c calls this before each step, outside
  * parallel regions; it looks at most about once a second. */
 void fl_threads_follow_load(void);
+#endif
 
 #endif

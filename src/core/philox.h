@@ -8,12 +8,19 @@
 #ifndef FL_PHILOX_H
 #define FL_PHILOX_H
 
+#if !defined(__OPENCL_VERSION__) /* OpenCL C: backend/kernels/dialect.h gives the fixed-width types */
 #include <stdint.h>
+#endif
 
+/* a function the CPU, CUDA and OpenCL all compile */
 #if defined(__CUDACC__)
 #define FL_HD __host__ __device__ __forceinline__
 #else
 #define FL_HD static inline
+#endif
+/* global memory, for a pointer parameter that a GPU kernel passes: OpenCL's __global, nothing elsewhere */
+#ifndef FL_G
+#define FL_G
 #endif
 
 typedef struct fl_philox4 { uint32_t v[4]; } fl_philox4;

@@ -226,7 +226,7 @@ static void dir_of(const char *file, char *out, size_t len) {
 
 /* The folder of the file that holds this code (libflynn.so, or the program
  * it is linked into): the plugins are installed next to it. */
-static void self_dir(char *out, size_t len) {
+void fl_plugin_dir(char *out, size_t len) {
     Dl_info info;
     out[0] = 0;
     if (dladdr((void *)&fl_gpu_probe, &info) && info.dli_fname) {
@@ -243,7 +243,7 @@ static void self_dir(char *out, size_t len) {
     }
 }
 
-static int host_error(int status, const char *fmt, ...) {
+int fl_plugin_host_error(int status, const char *fmt, ...) {
     char msg[1024];
     va_list ap;
     va_start(ap, fmt);
@@ -654,7 +654,7 @@ static bool check_plugin_fit(check_ctx *c) {
     char pdir[1024];
     const char *pde = getenv("FLYNN_CUDA_PLUGIN_DIR");
     if (pde && *pde) snprintf(pdir, sizeof pdir, "%s", pde);
-    else self_dir(pdir, sizeof pdir);
+    else fl_plugin_dir(pdir, sizeof pdir);
     if (pl && *pl) {
         cand[0].major = plugin_major_of(pl);
         cand[0].min_driver = min_driver_for(cand[0].major);
@@ -869,7 +869,7 @@ static bool check_device(check_ctx *c) {
     fl_cuda_plugin_open_fn open_fn = c->open_fn;
     fl_cuda_tools_fn tools = c->tools;
     /* 6: the device, as the plugin sees it */
-    fl_cuda_host host = {FL_CUDA_PLUGIN_ABI, FL_BACKEND_ABI, host_error};
+    fl_cuda_host host = {FL_CUDA_PLUGIN_ABI, FL_BACKEND_ABI, fl_plugin_host_error};
     const fl_backend *be = open_fn(&host, &s->rep);
     const fl_cuda_report *r = &s->rep;
     add_check(s, "cudart", FL_GPU_PASS, NULL, "CUDA runtime %d.%d, linked into the plugin", r->runtime_version / 1000,

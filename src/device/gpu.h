@@ -57,6 +57,10 @@ const fl_gpu_state *fl_gpu_state_get(void);
 const fl_backend *fl_gpu_backend(char *why, size_t why_len);
 /* "NVIDIA H200 (compute capability 9.0, 139.8 GiB), driver CUDA 13.0, ..." */
 void fl_gpu_describe(char *out, size_t len);
+/* The folder the plugins are installed in (libflynn's, or the program's it is linked into), and the
+ * error function the core lends them (fl_cuda_host.error). */
+void fl_plugin_dir(char *out, size_t len);
+int fl_plugin_host_error(int status, const char *fmt, ...);
 /* The folders searched for the CUDA libraries ("" = the system's search). */
 int fl_cuda_search_dirs(char dirs[][512], int max);
 

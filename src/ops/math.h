@@ -7,7 +7,9 @@
 #ifndef FL_OPS_MATH_H
 #define FL_OPS_MATH_H
 
+#if !defined(__OPENCL_VERSION__) /* OpenCL C has the math built in */
 #include <math.h>
+#endif
 #include "core/philox.h"
 #include "backend/backend.h"
 #include "flynn/activations.h"

@@ -31,8 +31,14 @@ extern "C" {
 #include "backend/backend.h"
 #include "backend/cuda/plugin.h"
 }
+#include "backend/kernels/dialect.h"
 #include "ops/math.h"
 #include "ops/rnn_math.h"
+/* the kernels CUDA shares with OpenCL (src/backend/kernels/, dialect.h), one file per family */
+#include "backend/kernels/act.cl"
+#include "backend/kernels/merge.cl"
+#include "backend/kernels/reduce.cl"
+#include "backend/kernels/loss.cl"
 
 #ifndef FLYNN_CUDA_ARCHS
 #define FLYNN_CUDA_ARCHS "unknown"
@@ -324,66 +330,24 @@ static void cu_set_tf32(int allow) {
 
 /* ------------------------------------------------------- small kernels */
 
-__global__ void k_gather(const float *src, const int64_t *idx, int64_t n, int64_t row, float *dst) {
-    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n * row; e += (int64_t)gridDim.x * blockDim.x) {
-        int64_t i = e / row, j = e - i * row;
-        dst[e] = src[idx[i] * row + j];
-    }
-}
-
 static void cu_gather_rows(const float *src, const int64_t *idx, int64_t n, int64_t row, float *dst) {
     k_gather<<<blocks_for(n * row, 256), 256, 0, g_stream>>>(src, idx, n, row, dst);
     LAUNCHED();
 }
 
 /* y[r, j] = act(y[r, j] + b[j]) */
-__global__ void k_bias_act(int64_t total, int n, const float *b, int act, float *y) {
-    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
-        float v = y[e] + (b ? b[e % n] : 0.0f);
-        y[e] = fl_act_forward(act, v);
-    }
-}
-
 static void bias_act(int64_t rows, int n, const float *b, int act, float *y) {
     if (!b && act == FL_ACT_LINEAR) return;
     k_bias_act<<<blocks_for(rows * n, 256), 256, 0, g_stream>>>(rows * n, n, b, act, y);
     LAUNCHED();
 }
 
-__global__ void k_act_grad_y(int64_t total, int act, const float *y, float *dy) {
-    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x)
-        dy[e] *= fl_act_grad_y(act, y[e]);
-}
-
-/* Deterministic column sums of a [rows, n] matrix, in two stages: partial
- * sums over `chunks` row chunks, then the chunks in a fixed order. f(r, j)
- * is the value summed; used for bias gradients, batch-norm statistics, the
- * depthwise kernel's gradient and PReLU's alpha gradient. */
-#define COLSUM_CHUNKS 64 /* the most chunks, and the default */
+/* Deterministic column sums (kernels/reduce.cl): the summands other than a plain matrix's are functors here
+ * until their families move to the shared kernels; each is the same FL_COLSUM_BODY. */
+#define COLSUM_CHUNKS FL_COLSUM_CHUNKS
 template <typename F>
 __global__ void k_colsum_partial(int64_t rows, int n, int chunks, F f, float *partial) {
-    int j = blockIdx.x * 32 + threadIdx.x;
-    int chunk = blockIdx.y;
-    int64_t r0 = rows * chunk / chunks, r1 = rows * (chunk + 1) / chunks;
-    __shared__ float sh[8][33];
-    float s = 0;
-    if (j < n)
-        for (int64_t r = r0 + threadIdx.y; r < r1; r += 8) s += f(r, j);
-    sh[threadIdx.y][threadIdx.x] = s;
-    __syncthreads();
-    if (threadIdx.y == 0 && j < n) {
-        float t = 0;
-        for (int k = 0; k < 8; k++) t += sh[k][threadIdx.x];
-        partial[(size_t)chunk * n + j] = t;
-    }
-}
-
-__global__ void k_colsum_final(int n, int chunks, const float *partial, float *out, float beta) {
-    int j = blockIdx.x * blockDim.x + threadIdx.x;
-    if (j >= n) return;
-    float t = 0;
-    for (int c = 0; c < chunks; c++) t += partial[(size_t)c * n + j];
-    out[j] = beta == 0.0f ? t : out[j] + t;
+    FL_COLSUM_BODY(f(r, j))
 }
 
 static float *g_partial;
@@ -411,7 +375,15 @@ static void colsum(int64_t rows, int n, F f, float *out, int chunks = COLSUM_CHU
     LAUNCHED();
 }
 
-struct f_elem { const float *x; int n; __device__ float operator()(int64_t r, int j) const { return x[r * n + j]; } };
+/* out[j] = sum_r x[r * ld + j], overwritten (k_colsum_rows) */
+static void colsum_rows(int64_t rows, int n, const float *x, int64_t ld, float *out, int chunks = COLSUM_CHUNKS) {
+    float *p = partial_buf(n, chunks);
+    if (!p) return;
+    dim3 grid((n + 31) / 32, chunks), block(32, 8);
+    k_colsum_rows<<<grid, block, 0, g_stream>>>(rows, n, chunks, x, ld, p);
+    k_colsum_final<<<(n + 255) / 256, 256, 0, g_stream>>>(n, chunks, p, out, 0.0f);
+    LAUNCHED();
+}
 
 /* dy *= act'(y); db = column sums of dy */
 static void act_grad_bias(int64_t rows, int n, int act, const float *y, float *dy, float *db) {
@@ -419,7 +391,7 @@ static void act_grad_bias(int64_t rows, int n, int act, const float *y, float *d
         k_act_grad_y<<<blocks_for(rows * n, 256), 256, 0, g_stream>>>(rows * n, act, y, dy);
         LAUNCHED();
     }
-    if (db) colsum(rows, n, f_elem{dy, n}, db);
+    if (db) colsum_rows(rows, n, dy, n, db);
 }
 
 /* ---------------------------------------------------------------- dense */
@@ -1181,81 +1153,9 @@ static void cu_gap_bwd(int64_t n, int64_t hw, int c, const float *dy, float *dx,
 
 /* ---------------------------------------------------------- activations */
 
-__global__ void k_act_fwd(int64_t total, int act, const float *x, float *y) {
-    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x)
-        y[e] = fl_act_forward(act, x[e]);
-}
-__global__ void k_act_bwd(int64_t total, int act, const float *x, const float *y, const float *dy, float *dx, float beta) {
-    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
-        float g = dy[e] * fl_act_grad_x(act, x[e], y[e]);
-        dx[e] = beta == 0.0f ? g : dx[e] + g;
-    }
-}
-/* Row reductions: one warp per row, lanes striding over the row's columns,
- * combined with butterfly shuffles (every lane gets the result; a fixed
- * order, so deterministic). The whole warp walks the same rows. */
+/* Row reductions (dialect.h's row groups): a warp per row, ROW_WARPS rows a block. */
 #define ROW_WARPS 8 /* warps per block */
-__device__ __forceinline__ float warp_sum(float v) {
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
-__device__ __forceinline__ float warp_max(float v) {
-    for (int o = 16; o > 0; o >>= 1) {
-        float w = __shfl_xor_sync(0xffffffffu, v, o);
-        v = w > v ? w : v;
-    }
-    return v;
-}
-/* The first position of the largest value (as `if (p[j] > p[am]) am = j`):
- * v, i: the lane's candidate (i = INT_MAX: none). */
-__device__ __forceinline__ int warp_argmax(float v, int i) {
-    for (int o = 16; o > 0; o >>= 1) {
-        float w = __shfl_xor_sync(0xffffffffu, v, o);
-        int k = __shfl_xor_sync(0xffffffffu, i, o);
-        if (k != INT_MAX && (i == INT_MAX || w > v || (w == v && k < i))) { v = w; i = k; }
-    }
-    return i;
-}
-/* The first maximum of r[0..c) seen by this lane (columns lane, lane+32, ...) */
-__device__ __forceinline__ int row_argmax(const float *r, int c, int lane) {
-    float v = -INFINITY;
-    int i = INT_MAX;
-    for (int j = lane; j < c; j += 32)
-        if (i == INT_MAX || r[j] > v) { v = r[j]; i = j; }
-    return warp_argmax(v, i);
-}
 static int row_blocks(int64_t rows) { return blocks_for(rows, ROW_WARPS); }
-#define ROW_LOOP(r, rows)                                                                                           \
-    for (int64_t r = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) / 32; r < (rows);                             \
-         r += (int64_t)gridDim.x * blockDim.x / 32)
-
-/* softmax along rows of c: y = exp(x - max) / sum, as the CPU's cpu_act_fwd */
-__global__ void k_softmax_fwd(int64_t rows, int c, const float *x, float *y) {
-    const int lane = threadIdx.x & 31;
-    ROW_LOOP(r, rows) {
-        const float *xr = x + r * c;
-        float *yr = y + r * c;
-        float mx = xr[0];
-        for (int j = lane; j < c; j += 32) mx = xr[j] > mx ? xr[j] : mx;
-        mx = warp_max(mx);
-        float s = 0;
-        for (int j = lane; j < c; j += 32) { float e = expf(xr[j] - mx); yr[j] = e; s += e; }
-        float inv = 1.0f / warp_sum(s);
-        for (int j = lane; j < c; j += 32) yr[j] *= inv; /* the lane's own writes */
-    }
-}
-/* dx (+)= y * (dy - sum(dy * y)) */
-__global__ void k_softmax_bwd(int64_t rows, int c, const float *y, const float *dy, float *dx, float beta) {
-    const int lane = threadIdx.x & 31;
-    ROW_LOOP(r, rows) {
-        const float *yr = y + r * c, *g = dy + r * c;
-        float *o = dx + r * c;
-        float s = 0;
-        for (int j = lane; j < c; j += 32) s += g[j] * yr[j];
-        s = warp_sum(s);
-        for (int j = lane; j < c; j += 32) o[j] = (beta == 0.0f ? 0.0f : o[j]) + yr[j] * (g[j] - s);
-    }
-}
 
 static void cu_act_fwd(int act, int64_t rows, int c, const float *x, float *y) {
     if (act == FL_ACT_SOFTMAX) k_softmax_fwd<<<row_blocks(rows), 32 * ROW_WARPS, 0, g_stream>>>(rows, c, x, y);
@@ -1273,17 +1173,6 @@ static void cu_act_bwd(int act, int64_t rows, int c, const float *x, const float
  * Normalization: cpu_pact.c's twins, calling the same math.h formulas */
 
 /* ReLU(max_value, negative_slope, threshold), LeakyReLU, ELU, Rescaling */
-__global__ void k_pact_fwd(fl_pact_desc p, int64_t n, const float *x, float *y) {
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
-        y[i] = fl_pact_forward(&p, x[i]);
-}
-__global__ void k_pact_bwd(fl_pact_desc p, int64_t n, const float *x, const float *y, const float *dy, float *dx,
-                           float beta) {
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
-        float g = dy[i] * fl_pact_grad(&p, x[i], y[i]);
-        dx[i] = beta == 0.0f ? g : dx[i] + g;
-    }
-}
 static void cu_pact_fwd(const fl_pact_desc *d, int64_t n, const float *x, float *y) {
     k_pact_fwd<<<blocks_for(n, 256), 256, 0, g_stream>>>(*d, n, x, y);
     LAUNCHED();
@@ -1431,33 +1320,8 @@ static void cu_normalize_bwd(const fl_bcast_desc *d, int invert, const float *va
 
 /* ------------------------------------------------------------- dropout */
 
-/* The same Philox draws as the CPU: block b gives Philox elements 4b..4b+3,
- * buffer elements 4b - offset .. 4b + 3 - offset. */
-/* gstep: NULL in eager mode; while a graph is captured, the stream given is
- * the layer's base stream and the step is read from the device. */
-__global__ void k_dropout_fwd(int64_t n, float rate, uint64_t seed, uint64_t stream, int64_t offset,
-                              const int64_t *gstep, const float *x, float *y, uint8_t *mask) {
-    const float scale = 1.0f / (1.0f - rate);
-    if (gstep) stream = fl_dropout_stream(stream, *gstep);
-    const int64_t b0 = offset / 4, nb = (offset + n + 3) / 4 - b0;
-    for (int64_t k = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; k < nb; k += (int64_t)gridDim.x * blockDim.x) {
-        fl_philox4 r = fl_philox_block(seed, stream, (uint64_t)(b0 + k));
-        for (int j = 0; j < 4; j++) {
-            int64_t i = (b0 + k) * 4 + j - offset;
-            if (i < 0) continue;
-            if (i >= n) break;
-            uint8_t keep = fl_u32_to_unit(r.v[j]) >= rate;
-            mask[i] = keep;
-            y[i] = keep ? x[i] * scale : 0.0f;
-        }
-    }
-}
-__global__ void k_dropout_bwd(int64_t n, float scale, const uint8_t *mask, const float *dy, float *dx, float beta) {
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
-        float g = mask[i] ? dy[i] * scale : 0.0f;
-        dx[i] = beta == 0.0f ? g : dx[i] + g;
-    }
-}
+/* k_dropout_fwd (kernels/act.cl): while a graph is captured, the stream given is the layer's base stream and
+ * the step is read from the device (g_dsteps[1]) */
 static void cu_dropout_fwd(int64_t n, float rate, uint64_t seed, uint64_t stream, int64_t offset, const float *x,
                            float *y, uint8_t *mask) {
     const int64_t blocks = (offset + n + 3) / 4 - offset / 4;
@@ -1532,7 +1396,7 @@ __global__ void k_bn_bwd(int64_t total, int c, float inv_m, const float *x, cons
 static void cu_bn_fwd_train(const fl_bn_desc *d, const float *x, const float *gamma, const float *beta, float *y,
                             float *save_mean, float *save_invstd, float *mm, float *mv) {
     int c = d->c;
-    colsum(d->m, c, f_elem{x, c}, save_mean);
+    colsum_rows(d->m, c, x, c, save_mean);
     k_scale<<<(c + 255) / 256, 256, 0, g_stream>>>(c, 1.0f / (float)d->m, save_mean);
     colsum(d->m, c, f_dev2{x, save_mean, c}, save_invstd);
     k_bn_stats<<<(c + 255) / 256, 256, 0, g_stream>>>(c, d->m, d->eps, d->momentum, save_mean, save_invstd, mm, mv);
@@ -1556,7 +1420,7 @@ static void cu_bn_bwd(const fl_bn_desc *d, const float *x, const float *gamma, c
         if (!g_bn_tmp) return;
     }
     float *sdy = g_bn_tmp, *sdyx = g_bn_tmp + c;
-    colsum(d->m, c, f_elem{dy, c}, sdy);
+    colsum_rows(d->m, c, dy, c, sdy);
     colsum(d->m, c, f_dyxhat{x, dy, mean, invstd, c}, sdyx);
     if (dgamma) cu_copy(dgamma, sdyx, (size_t)c * sizeof(float));
     if (dbeta) cu_copy(dbeta, sdy, (size_t)c * sizeof(float));
@@ -1569,23 +1433,6 @@ static void cu_bn_bwd(const fl_bn_desc *d, const float *x, const float *gamma, c
 
 /* --------------------------------------------------------- merge layers */
 
-__global__ void k_mul(int64_t n, const float *a, const float *b, float *dst) {
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
-        dst[i] = a[i] * b[i];
-}
-__global__ void k_concat_fwd(int64_t rows, int64_t cin, int64_t cout, int64_t off, const float *x, float *y) {
-    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < rows * cin; e += (int64_t)gridDim.x * blockDim.x) {
-        int64_t r = e / cin, j = e - r * cin;
-        y[r * cout + off + j] = x[e];
-    }
-}
-__global__ void k_concat_bwd(int64_t rows, int64_t cin, int64_t cout, int64_t off, const float *dy, float *dx, float beta) {
-    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < rows * cin; e += (int64_t)gridDim.x * blockDim.x) {
-        int64_t r = e / cin, j = e - r * cin;
-        float g = dy[r * cout + off + j];
-        dx[e] = beta == 0.0f ? g : dx[e] + g;
-    }
-}
 static void cu_mul(int64_t n, const float *a, const float *b, float *dst) {
     k_mul<<<blocks_for(n, 256), 256, 0, g_stream>>>(n, a, b, dst);
     LAUNCHED();
@@ -1601,36 +1448,6 @@ static void cu_concat_bwd(int64_t rows, int64_t cin, int64_t cout, int64_t off, 
 
 /* Subtract, Maximum, Minimum, Add (and Add with the ReLU after it); Average's scaling; max/min gradients
  * (the cpu_merge.c twins) */
-__global__ void k_binary(int mode, int64_t n, const float *a, const float *b, float *y) {
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
-        float v;
-        if (mode == FL_BIN_SUB) v = a[i] - b[i];
-        else if (mode == FL_BIN_MAX) v = fmaxf(a[i], b[i]);
-        else if (mode == FL_BIN_MIN) v = fminf(a[i], b[i]);
-        else {
-            v = a[i] + b[i];
-            if (mode != FL_BIN_ADD) { /* ReLU, ReLU6: NaN to 0, as k_act's ReLU */
-                v = v > 0.0f ? v : 0.0f;
-                if (mode == FL_BIN_ADD_RELU6) v = v < 6.0f ? v : 6.0f;
-            }
-        }
-        y[i] = v;
-    }
-}
-__global__ void k_axpby(int64_t n, float alpha, const float *x, float beta, float *y) {
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
-        y[i] = alpha * x[i] + (beta == 0.0f ? 0.0f : beta * y[i]);
-}
-__global__ void k_minmax_grad(int is_max, int64_t n, const float *x, const float *other, const float *dy, float *dx,
-                              float beta) {
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
-        float g = fl_minmax_grad(is_max, x[i], other[i], dy[i]);
-        dx[i] = beta == 0.0f ? g : dx[i] + g;
-    }
-}
-__global__ void k_fill(int64_t n, float v, float *y) {
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) y[i] = v;
-}
 static void cu_fill(int64_t n, float v, float *y) {
     k_fill<<<blocks_for(n, 256), 256, 0, g_stream>>>(n, v, y);
     LAUNCHED();
@@ -1649,35 +1466,7 @@ static void cu_minmax_grad(int is_max, int64_t n, const float *x, const float *o
     LAUNCHED();
 }
 
-/* Add/Multiply with broadcasting (the cpu_merge.c twins): forward one
- * thread per output element; backward one thread per (sample, parameter
- * element), which writes its members' dx and sums their db in ascending
- * order, as the CPU does (no atomics: runs repeat exactly) */
-__global__ void k_bmerge_fwd(int mode, fl_bcast_desc d, const float *x, const float *b, float *y) {
-    const int64_t total = d.n * d.size;
-    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
-        int64_t n = e / d.size;
-        float v = b[n * d.psize + fl_bcast_index(&d, e - n * d.size)];
-        y[e] = mode == FL_BM_MUL ? x[e] * v : x[e] + v;
-    }
-}
-__global__ void k_bmerge_bwd(int mode, fl_bcast_desc d, const float *x, const float *b, const float *dy, float *dx,
-                             float beta_x, float *db, float beta_b) {
-    const int64_t total = d.n * d.psize, per = d.size / d.psize;
-    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
-        int64_t n = e / d.psize, q = e - n * d.psize, base = n * d.size;
-        float bq = b[e], acc = 0.0f;
-        for (int64_t t = 0; t < per; t++) {
-            int64_t j = base + fl_bcast_member(&d, q, t);
-            if (dx) {
-                float v = mode == FL_BM_MUL ? dy[j] * bq : dy[j];
-                dx[j] = beta_x == 0.0f ? v : dx[j] + v;
-            }
-            acc += mode == FL_BM_MUL ? dy[j] * x[j] : dy[j];
-        }
-        if (db) db[e] = beta_b == 0.0f ? acc : db[e] + acc;
-    }
-}
+/* Add/Multiply with broadcasting (kernels/merge.cl) */
 static void cu_bmerge_fwd(int mode, const fl_bcast_desc *d, const float *x, const float *b, float *y) {
     k_bmerge_fwd<<<blocks_for(d->n * d->size, 256), 256, 0, g_stream>>>(mode, *d, x, b, y);
     LAUNCHED();
@@ -1840,182 +1629,23 @@ static void cu_permute(int ndim, const int64_t *shape, const int *perm, const fl
 }
 /* ------------------------------------------------- losses, metrics, sums */
 
-__global__ void k_accumulate(int64_t n, const float *src, float *dst, float beta) {
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
-        dst[i] = beta == 0.0f ? src[i] : dst[i] + src[i];
-}
 static void cu_accumulate(int64_t n, const float *src, float *dst, float beta) {
     k_accumulate<<<blocks_for(n, 256), 256, 0, g_stream>>>(n, src, dst, beta);
     LAUNCHED();
 }
 
-__device__ __forceinline__ int warp_sum_int(int v) {
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
 
-/* fl_loss_row (ops/math.h) with a warp per row: the same per-element terms
- * and the same row sums (the maximum, the sum of exponentials, the loss,
- * the targets' sum, the gradient's shared term), each summed per lane and
- * then across lanes; only the order of those sums differs from the CPU's.
- * Keep the two in step. Returns the row's loss in every lane. */
-__device__ float loss_row_warp(int lane, int code, int input, int c, float s, const float *p, const float *t, int cls,
-                               float *g) {
-#define TJ(j) (t ? t[(j)] : ((j) == cls ? 1.0f : 0.0f))
-    float L = 0;
-    switch (code) {
-    case FL_LC_CCE:
-    case FL_LC_SCCE: {
-        if (input == FL_LI_LOGITS) {
-            /* log-softmax, stable */
-            float mx = p[0];
-            for (int j = lane; j < c; j += 32) mx = p[j] > mx ? p[j] : mx;
-            mx = warp_max(mx);
-            float se = 0;
-            for (int j = lane; j < c; j += 32) se += expf(p[j] - mx);
-            float lse = mx + logf(warp_sum(se));
-            float tsum = 0;
-            for (int j = lane; j < c; j += 32) {
-                float tj = TJ(j);
-                L -= tj * (p[j] - lse);
-                tsum += tj;
-            }
-            L = warp_sum(L);
-            tsum = warp_sum(tsum);
-            if (g)
-                for (int j = lane; j < c; j += 32) g[j] = s * (expf(p[j] - lse) * tsum - TJ(j));
-        } else {
-            /* probabilities, as Keras: p / sum(p), clipped to [eps, 1-eps] */
-            float ps = 0;
-            for (int j = lane; j < c; j += 32) ps += p[j];
-            ps = warp_sum(ps);
-            float tsum = 0;
-            for (int j = lane; j < c; j += 32) {
-                float tj = TJ(j);
-                if (tj != 0.0f) L -= tj * logf(fl_clipf(p[j] / ps, FL_LOSS_EPS, 1.0f - FL_LOSS_EPS));
-                tsum += tj;
-            }
-            L = warp_sum(L);
-            tsum = warp_sum(tsum);
-            if (g) {
-                if (input == FL_LI_SOFTMAX_FUSED) {
-                    /* gradient w.r.t. the softmax's logits */
-                    for (int j = lane; j < c; j += 32) g[j] = s * (p[j] * tsum - TJ(j));
-                } else {
-                    /* d/dp_j of -sum_i t_i log(clip(p_i / S)) */
-                    float acc = 0;
-                    for (int i = lane; i < c; i += 32) {
-                        float ti = TJ(i), q = p[i] / ps;
-                        if (ti != 0.0f && q > FL_LOSS_EPS && q < 1.0f - FL_LOSS_EPS) acc += ti / ps;
-                    }
-                    acc = warp_sum(acc);
-                    for (int j = lane; j < c; j += 32) {
-                        float tj = TJ(j), q = p[j] / ps;
-                        float direct = (tj != 0.0f && q > FL_LOSS_EPS && q < 1.0f - FL_LOSS_EPS) ? -tj / p[j] : 0.0f;
-                        g[j] = s * (direct + acc);
-                    }
-                }
-            }
-        }
-        break;
-    }
-    case FL_LC_BCE: {
-        for (int j = lane; j < c; j += 32) {
-            float y = t[j];
-            if (input == FL_LI_LOGITS) {
-                float z = p[j];
-                L += fmaxf(z, 0.0f) - z * y + log1pf(expf(-fabsf(z)));
-                if (g) g[j] = s / (float)c * (fl_sigmoidf(z) - y);
-            } else {
-                float q = fl_clipf(p[j], FL_LOSS_EPS, 1.0f - FL_LOSS_EPS);
-                L -= y * logf(q) + (1.0f - y) * logf(1.0f - q);
-                if (g) {
-                    if (input == FL_LI_SIGMOID_FUSED) g[j] = s / (float)c * (p[j] - y);
-                    else {
-                        int inside = p[j] > FL_LOSS_EPS && p[j] < 1.0f - FL_LOSS_EPS;
-                        g[j] = inside ? s / (float)c * (-y / q + (1.0f - y) / (1.0f - q)) : 0.0f;
-                    }
-                }
-            }
-        }
-        L = warp_sum(L) / (float)c;
-        break;
-    }
-    case FL_LC_MSE:
-    default:
-        for (int j = lane; j < c; j += 32) {
-            float e = p[j] - t[j];
-            L += e * e;
-            if (g) g[j] = s * 2.0f * e / (float)c;
-        }
-        L = warp_sum(L) / (float)c;
-        break;
-    }
-    return L;
-#undef TJ
-}
-
-__global__ void k_loss(fl_loss_desc d, const float *pred, const float *target, float *row_loss, float *grad) {
-    const int lane = threadIdx.x & 31;
-    ROW_LOOP(r, d.rows) {
-        const float *t = d.code == FL_LC_SCCE ? NULL : target + r * d.c;
-        int cls = d.code == FL_LC_SCCE ? (int)target[r] : -1;
-        float L = loss_row_warp(lane, d.code, d.input, d.c, d.scale, pred + r * d.c, t, cls,
-                                grad ? grad + r * d.c : NULL);
-        if (lane == 0) row_loss[r] = L;
-    }
-}
 static void cu_loss(const fl_loss_desc *d, const float *pred, const float *target, float *row_loss, float *grad) {
     k_loss<<<row_blocks(d->rows), 32 * ROW_WARPS, 0, g_stream>>>(*d, pred, target, row_loss, grad);
     LAUNCHED();
 }
 
-/* fl_metric_row with a warp per row: the first maximum (argmax) of the
- * prediction and of a one-hot target; the count of matching outputs. */
-__global__ void k_metric(int code, int64_t rows, int c, const float *pred, const float *target, float *score) {
-    const int lane = threadIdx.x & 31;
-    ROW_LOOP(r, rows) {
-        const float *p = pred + r * c;
-        float v;
-        if (code == FL_MC_MAE || code == FL_MC_MSE) {
-            const float *t = target + r * c;
-            float s = 0.0f;
-            for (int j = lane; j < c; j += 32) {
-                float d = p[j] - t[j];
-                s += code == FL_MC_MAE ? fabsf(d) : d * d;
-            }
-            v = warp_sum(s) / (float)c;
-        } else if (code == FL_MC_BINARY) {
-            const float *t = target + r * c;
-            int ok = 0;
-            for (int j = lane; j < c; j += 32) ok += ((p[j] > 0.5f) ? 1.0f : 0.0f) == t[j];
-            v = (float)warp_sum_int(ok) / (float)c;
-        } else {
-            int am = row_argmax(p, c, lane);
-            int cls = code == FL_MC_SPARSE_CATEGORICAL ? (int)target[r] : row_argmax(target + r * c, c, lane);
-            v = am == cls ? 1.0f : 0.0f;
-        }
-        if (lane == 0) score[r] = v;
-    }
-}
+/* the metrics and the loss's sum (kernels/loss.cl) */
 static void cu_metric(int code, int64_t rows, int c, const float *pred, const float *target, float *score) {
     k_metric<<<row_blocks(rows), 32 * ROW_WARPS, 0, g_stream>>>(code, rows, c, pred, target, score);
     LAUNCHED();
 }
 
-/* acc += scale * sum(x): one block, fixed order (deterministic) */
-__global__ void k_sum_into(int64_t n, const float *x, double scale, double *acc) {
-    __shared__ double sh[256];
-    double s = 0;
-    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) s += x[i];
-    sh[threadIdx.x] = s;
-    __syncthreads();
-    for (int k = 128; k > 0; k >>= 1) {
-        if ((int)threadIdx.x < k) sh[threadIdx.x] += sh[threadIdx.x + k];
-        __syncthreads();
-    }
-    if (threadIdx.x == 0) acc[0] += scale * sh[0];
-}
 static void cu_sum_into(int64_t n, const float *x, double scale, double *acc) {
     k_sum_into<<<1, 256, 0, g_stream>>>(n, x, scale, acc);
     LAUNCHED();
@@ -2550,15 +2180,15 @@ static void cu_graph_free(void *graph) {
 __global__ void k_layernorm_fwd(int64_t rows, int c, float eps, int rms, const float *x, const float *gamma,
                                 const float *beta, float *y, float *stats) {
     const int lane = threadIdx.x & 31;
-    ROW_LOOP(r, rows) {
+    FL_ROW_LOOP(r, rows) {
         const float *xr = x + r * c;
         float *yr = y + r * c;
         float s = 0;
         for (int j = lane; j < c; j += 32) s += xr[j];
-        const float mean = warp_sum(s) / (float)c;
+        const float mean = fl_warp_sum(s) / (float)c;
         float v = 0;
         for (int j = lane; j < c; j += 32) { float d = xr[j] - mean; v += d * d; }
-        const float inv = 1.0f / sqrtf(warp_sum(v) / (float)c + eps);
+        const float inv = 1.0f / sqrtf(fl_warp_sum(v) / (float)c + eps);
         if (lane == 0) { stats[2 * r] = mean; stats[2 * r + 1] = inv; }
         const float sub = rms ? 0.0f : mean;
         for (int j = lane; j < c; j += 32) {
@@ -2572,7 +2202,7 @@ __global__ void k_layernorm_fwd(int64_t rows, int c, float eps, int rms, const f
 __global__ void k_layernorm_bwd(int64_t rows, int c, int rms, const float *x, const float *gamma, const float *stats,
                                 const float *dy, float *dx, float beta) {
     const int lane = threadIdx.x & 31;
-    ROW_LOOP(r, rows) {
+    FL_ROW_LOOP(r, rows) {
         const float *xr = x + r * c, *gr = dy + r * c;
         float *dr = dx + r * c;
         const float mean = stats[2 * r], inv = stats[2 * r + 1];
@@ -2582,7 +2212,7 @@ __global__ void k_layernorm_bwd(int64_t rows, int c, int rms, const float *x, co
             sg += g;
             sgx += g * (rms ? xr[j] : (xr[j] - mean) * inv);
         }
-        const float mg = warp_sum(sg) / (float)c, mgx = warp_sum(sgx) / (float)c;
+        const float mg = fl_warp_sum(sg) / (float)c, mgx = fl_warp_sum(sgx) / (float)c;
         for (int j = lane; j < c; j += 32) {
             float g = gamma ? gr[j] * gamma[j] : gr[j], d;
             if (rms) d = inv * g - inv * inv * inv * (xr[j] - mean) * mgx;
@@ -2614,7 +2244,7 @@ static void cu_layernorm_bwd(int64_t rows, int c, int rms, const float *x, const
         LAUNCHED();
     }
     if (dgamma) colsum(rows, c, f_ln_dgamma{x, dy, stats, c, rms}, dgamma);
-    if (dbeta) colsum(rows, c, f_elem{dy, c}, dbeta);
+    if (dbeta) colsum_rows(rows, c, dy, c, dbeta);
 }
 
 /* Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: cuBLAS
@@ -2633,7 +2263,7 @@ __global__ void k_attn_softmax_fwd(fl_attn_desc d, const float *qmask, const flo
     const int lane = threadIdx.x & 31;
     const int64_t rows = d.n * d.heads * d.tq;
     const int tq = d.tq, tk = d.tk;
-    ROW_LOOP(r, rows) {
+    FL_ROW_LOOP(r, rows) {
         const int64_t b = r / ((int64_t)d.heads * tq);
         const int i = (int)(r % tq);
         float *sr = s + r * tk;
@@ -2645,7 +2275,7 @@ __global__ void k_attn_softmax_fwd(fl_attn_desc d, const float *qmask, const flo
             float mx = -INFINITY;
             for (int j = lane; j < jmax; j += 32)
                 if (!qoff && (!vm || vm[j] > 0.5f) && (!am || am[j] > 0.5f)) mx = sr[j] > mx ? sr[j] : mx;
-            mx = warp_max(mx);
+            mx = fl_warp_max(mx);
             if (mx == -INFINITY) { /* all masked: zeros (Keras's where(mask, p, 0)); mode 2 uniform (JAX) */
                 for (int j = lane; j < tk; j += 32) sr[j] = d.mask_mode == 2 ? 1.0f / (float)tk : 0.0f;
                 continue;
@@ -2657,7 +2287,7 @@ __global__ void k_attn_softmax_fwd(fl_attn_desc d, const float *qmask, const flo
                 sr[j] = e;
                 sum += e;
             }
-            const float inv = 1.0f / warp_sum(sum);
+            const float inv = 1.0f / fl_warp_sum(sum);
             for (int j = lane; j < tk; j += 32) sr[j] *= inv;
         } else {
             if (qoff) {
@@ -2669,10 +2299,10 @@ __global__ void k_attn_softmax_fwd(fl_attn_desc d, const float *qmask, const flo
                 if (j >= jmax || (vm && vm[j] <= 0.5f)) sr[j] = sr[j] - 1.0e9f;
                 mx = sr[j] > mx ? sr[j] : mx;
             }
-            mx = warp_max(mx);
+            mx = fl_warp_max(mx);
             float sum = 0;
             for (int j = lane; j < tk; j += 32) { float e = expf(sr[j] - mx); sr[j] = e; sum += e; }
-            const float inv = 1.0f / warp_sum(sum);
+            const float inv = 1.0f / fl_warp_sum(sum);
             for (int j = lane; j < tk; j += 32) sr[j] *= inv;
         }
     }
@@ -2682,7 +2312,7 @@ __global__ void k_attn_softmax_bwd(fl_attn_desc d, const float *qmask, const flo
     const int lane = threadIdx.x & 31;
     const int64_t rows = d.n * d.heads * d.tq;
     const int tq = d.tq, tk = d.tk;
-    ROW_LOOP(r, rows) {
+    FL_ROW_LOOP(r, rows) {
         const float *pr = p + r * tk;
         float *gr = dp + r * tk;
         if (d.mask_mode == 2) { /* a fully masked row's uniform weights do not depend on the scores */
@@ -2699,7 +2329,7 @@ __global__ void k_attn_softmax_bwd(fl_attn_desc d, const float *qmask, const flo
         }
         float s = 0;
         for (int j = lane; j < tk; j += 32) s += gr[j] * pr[j];
-        s = warp_sum(s);
+        s = fl_warp_sum(s);
         for (int j = lane; j < tk; j += 32) gr[j] = pr[j] * (gr[j] - s);
     }
 }
@@ -2885,7 +2515,6 @@ __global__ void k_rnn_bwd_step(fl_rnn_desc d, int phase, int64_t tin, int64_t to
     }
 }
 
-struct f_rows { const float *x; int64_t ld; __device__ float operator()(int64_t r, int j) const { return x[r * ld + j]; } };
 
 static void cu_rnn_bwd(const fl_rnn_desc *d, const float *x, const float *w, const float *r, const float *bias,
                        const float *mask, const fl_rnn_states *st, const float *dy, float *aux, float *dx, float dx_beta, float *dw, float *dr,
@@ -2964,8 +2593,8 @@ static void cu_rnn_bwd(const fl_rnn_desc *d, const float *x, const float *w, con
         }
     }
     if (db && d->has_bias) {
-        colsum(n * T, (int)gu, f_rows{B.DP, gu}, db);
-        if (split) colsum(n * T, (int)gu, f_rows{DR, gu}, db + gu);
+        colsum_rows(n * T, (int)gu, B.DP, gu, db);
+        if (split) colsum_rows(n * T, (int)gu, DR, gu, db + gu);
     }
 }
 

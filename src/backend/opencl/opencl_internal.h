@@ -1,0 +1,76 @@
+/*
+ * opencl_internal.h — what the OpenCL plugin's files share: opencl_runtime.c (the devices, the memory and
+ * its pointers, the program and its cache, kernel launches, errors) and opencl_backend.c (the backend
+ * table's entries and the plugin's entry points).
+ */
+#ifndef FL_OPENCL_INTERNAL_H
+#define FL_OPENCL_INTERNAL_H
+
+#define CL_TARGET_OPENCL_VERSION 120
+#include <CL/cl.h>
+#include <stdint.h>
+
+#include "backend/opencl/plugin.h"
+
+/* flynn's status codes (flynn.h's values, which this plugin does not include) */
+enum { OCL_ST_INVALID_ARG = 2, OCL_ST_NOMEM = 3, OCL_ST_DEVICE = 7 };
+
+extern const fl_cuda_host *ocl_host;
+extern cl_context ocl_ctx;
+extern cl_command_queue ocl_queue;
+extern cl_device_id ocl_dev;
+
+/* errors: a failed call reported once (sticky, as an asynchronous CUDA error is); ocl_ok returns 1 when
+ * e is CL_SUCCESS */
+const char *ocl_err_name(cl_int e);
+int ocl_ok(cl_int e, const char *call, const char *what);
+int ocl_check(void);
+int ocl_failed(void);
+
+/* devices across platforms, in one order: the count (-1: no ICD or no platform, with why) and each one */
+int ocl_device_count(char *why, size_t len);
+int ocl_device_get(int index, cl_device_id *out, fl_opencl_device_info *info, char *why, size_t len);
+
+/* memory: a device pointer is an address in a range of its own per allocation (never dereferenced on the
+ * host); ocl_buf finds the buffer and the byte offset a pointer falls at */
+void *ocl_alloc(size_t bytes);
+void ocl_free(void *p);
+cl_mem ocl_buf(const void *p, size_t *offset);
+void ocl_memory_release_all(void);
+
+/* the program: built from the embedded source at first use, its binary cached on disk per device and
+ * driver (a stale or unreadable cache is rebuilt, never used) */
+int ocl_program_build(fl_opencl_report *rep);
+cl_kernel ocl_kernel(int id);
+void ocl_program_release(void);
+
+/* one launch: ocl_args starts a kernel's arguments; then each in order; ocl_run1 over total work items in
+ * groups of local (grid-stride kernels: at most `cap` groups), ocl_run_rows one group of FL_ROW_LANES per
+ * row, ocl_run2 a two-dimensional grid */
+typedef struct ocl_launch { cl_kernel k; cl_uint i; int bad; const char *name; } ocl_launch;
+ocl_launch ocl_args(int id);
+void ocl_arg_i32(ocl_launch *l, int v);
+void ocl_arg_i64(ocl_launch *l, int64_t v);
+void ocl_arg_u64(ocl_launch *l, uint64_t v);
+void ocl_arg_f32(ocl_launch *l, float v);
+void ocl_arg_f64(ocl_launch *l, double v);
+void ocl_arg_raw(ocl_launch *l, const void *v, size_t size);
+void ocl_arg_buf(ocl_launch *l, const void *p, size_t elem);
+void ocl_run1(ocl_launch *l, int64_t total, int local);
+void ocl_run_rows(ocl_launch *l, int64_t rows);
+void ocl_run2(ocl_launch *l, size_t gx, size_t gy, size_t lx, size_t ly);
+
+/* the kernels of the program, by id (their names in ocl_kernel_names, opencl_runtime.c) */
+#define OCL_KERNELS(X)                                                                                              \
+    X(k_gather) X(k_bias_act) X(k_act_grad_y) X(k_act_fwd) X(k_act_bwd) X(k_softmax_fwd) X(k_softmax_bwd)           \
+    X(k_pact_fwd) X(k_pact_bwd) X(k_dropout_fwd) X(k_dropout_bwd) X(k_mul) X(k_concat_fwd) X(k_concat_bwd)          \
+    X(k_binary) X(k_axpby) X(k_minmax_grad) X(k_fill) X(k_accumulate) X(k_bmerge_fwd) X(k_bmerge_bwd)               \
+    X(k_colsum_rows) X(k_colsum_final) X(k_loss) X(k_metric) X(k_sum_into)
+enum {
+#define OCL_KERNEL_ID_(name) OCL_##name,
+    OCL_KERNELS(OCL_KERNEL_ID_)
+#undef OCL_KERNEL_ID_
+    OCL_KERNEL_COUNT
+};
+
+#endif
