@@ -19,19 +19,24 @@ set -euo pipefail
 # test_install.sh's static consumer links; clang, libclang-rt-dev (libFuzzer
 # and the sanitizer runtimes) and libomp-dev (OpenMP for clang): the fuzz
 # build of tests/fuzz, whose smoke tests scripts/test.sh runs; libjpeg62-turbo-dev
-# and libpng-dev: images (--data DIR, fl_image_dataset_from_directory).
+# and libpng-dev: images (--data DIR, fl_image_dataset_from_directory);
+# ocl-icd-opencl-dev, opencl-headers and libclblast-dev: the OpenCL plugin,
+# libflynn_opencl.so (any vendor's OpenCL driver; docs/gpu.md).
 # --test (scripts/test.sh) adds what only the tests need: Open MPI (test_mpi's
 # mpirun runs, as --mpi), and chromium and fonts-dejavu-core: test_plot.sh
 # renders `flynn plot`'s SVG in a real headless browser and checks the
 # screenshot (about 120 MB to download, 414 MB installed, 49 s with
 # --no-install-recommends on a Debian 12 machine), so scripts/train.sh does
-# not fetch a browser. It also makes .venv-test, a virtualenv with tensorboard
+# not fetch a browser. pocl-opencl-icd (PoCL: OpenCL on the CPU, with
+# clang-15 and LLVM 15, about 90 MB to download) and clinfo: test_opencl_parity
+# runs the OpenCL plugin's kernels on it, in every CI run. It also makes .venv-test, a virtualenv with tensorboard
 # and numpy from PyPI (about 180 MB, 30 s), for test_tensorboard_reader:
 # TensorBoard's own EventAccumulator and server read flynn's logs. Where
 # PyPI cannot be reached that test is skipped (ctest says so), not failed.
 pkgs=(build-essential cmake ninja-build pkg-config python3
       libopenblas-openmp-dev libgfortran-12-dev zlib1g-dev libzip-dev libbz2-dev libssl-dev libhdf5-dev libjson-c-dev
       libjpeg62-turbo-dev libpng-dev
+      ocl-icd-opencl-dev opencl-headers libclblast-dev
       clang libclang-rt-dev libomp-dev
       dataset-fashion-mnist)
 bench=0 test=0 cuda12=${FLYNN_CUDA12:-0}
@@ -40,7 +45,7 @@ for a in "$@"; do
     --bench) bench=1 ;;
     --cuda12) cuda12=1 ;;
     --mpi) pkgs+=(openmpi-bin libopenmpi-dev) ;;
-    --test) test=1; pkgs+=(openmpi-bin libopenmpi-dev chromium fonts-dejavu-core python3-venv) ;;
+    --test) test=1; pkgs+=(openmpi-bin libopenmpi-dev chromium fonts-dejavu-core python3-venv pocl-opencl-icd clinfo) ;;
     *) echo "setup: unknown option $a (expected --bench, --cuda12, --mpi or --test)" >&2; exit 2 ;;
   esac
 done
