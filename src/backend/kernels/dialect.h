@@ -83,42 +83,23 @@ typedef uchar uint8_t;
 #define FL_ROW_SUMI(v) fl_row_sumi_((v), fl_rsi_)
 #define FL_ROW_ARGMAX(v, i) fl_row_argmax_((v), (i), fl_rsf_, fl_rsi_)
 
-static inline float fl_row_sum_(float v, __local float *s) {
-    const int l = (int)get_local_id(0);
-    s[l] = v;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    for (int o = FL_ROW_LANES / 2; o > 0; o >>= 1) {
-        if (l < o) s[l] += s[l + o];
-        barrier(CLK_LOCAL_MEM_FENCE);
+/* a tree over the group's lanes in local memory: STEP combines s[l] with s[l + o] */
+#define FL_ROW_TREE_(T, name, STEP)                                                                                 \
+    static inline T name(T v, __local T *s) {                                                                       \
+        const int l = (int)get_local_id(0);                                                                         \
+        s[l] = v;                                                                                                   \
+        barrier(CLK_LOCAL_MEM_FENCE);                                                                               \
+        for (int o = FL_ROW_LANES / 2; o > 0; o >>= 1) {                                                            \
+            if (l < o) STEP;                                                                                        \
+            barrier(CLK_LOCAL_MEM_FENCE);                                                                           \
+        }                                                                                                           \
+        const T r = s[0];                                                                                           \
+        barrier(CLK_LOCAL_MEM_FENCE);                                                                               \
+        return r;                                                                                                   \
     }
-    const float r = s[0];
-    barrier(CLK_LOCAL_MEM_FENCE);
-    return r;
-}
-static inline float fl_row_max_(float v, __local float *s) {
-    const int l = (int)get_local_id(0);
-    s[l] = v;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    for (int o = FL_ROW_LANES / 2; o > 0; o >>= 1) {
-        if (l < o && s[l + o] > s[l]) s[l] = s[l + o];
-        barrier(CLK_LOCAL_MEM_FENCE);
-    }
-    const float r = s[0];
-    barrier(CLK_LOCAL_MEM_FENCE);
-    return r;
-}
-static inline int fl_row_sumi_(int v, __local int *s) {
-    const int l = (int)get_local_id(0);
-    s[l] = v;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    for (int o = FL_ROW_LANES / 2; o > 0; o >>= 1) {
-        if (l < o) s[l] += s[l + o];
-        barrier(CLK_LOCAL_MEM_FENCE);
-    }
-    const int r = s[0];
-    barrier(CLK_LOCAL_MEM_FENCE);
-    return r;
-}
+FL_ROW_TREE_(float, fl_row_sum_, s[l] += s[l + o])
+FL_ROW_TREE_(float, fl_row_max_, s[l] = s[l + o] > s[l] ? s[l + o] : s[l])
+FL_ROW_TREE_(int, fl_row_sumi_, s[l] += s[l + o])
 /* the first position of the largest value: v, i the lane's candidate (i = INT_MAX: none) */
 static inline int fl_row_argmax_(float v, int i, __local float *sv, __local int *si) {
     const int l = (int)get_local_id(0);
