@@ -307,20 +307,25 @@ static int build_log_error(cl_program p, fl_opencl_report *rep) {
     return -1;
 }
 
-/* a cached binary for this key, built (0) or not (-1: absent, stale or refused, the caller builds anew) */
+static uint64_t fnv_bytes(const unsigned char *b, size_t n) {
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 1099511628211ull;
+    return h;
+}
+
+/* A cached binary for this key, built (0) or not (-1: absent, stale or damaged; the caller builds anew). The
+ * file's first line is the key, the binary's size and its checksum: a damaged binary never reaches the
+ * driver (PoCL 3.1 aborts on one). */
 static int load_cached(const char *file, const char *key) {
     FILE *f = fopen(file, "rb");
     if (!f) return -1;
-    char head[160];
-    int ok = fgets(head, sizeof head, f) != NULL && strncmp(head, key, strlen(key)) == 0 && head[strlen(key)] == '\n';
-    unsigned char *bin = NULL;
-    long size = 0;
-    if (ok) {
-        long at = ftell(f);
-        ok = fseek(f, 0, SEEK_END) == 0 && (size = ftell(f) - at) > 0 && fseek(f, at, SEEK_SET) == 0;
-        bin = ok ? malloc((size_t)size) : NULL;
-        ok = bin && fread(bin, 1, (size_t)size, f) == (size_t)size;
-    }
+    char head[160], want[160];
+    unsigned long long size = 0, sum = 0;
+    int ok = fgets(head, sizeof head, f) != NULL && sscanf(head, "%159s %*s %llu %llx", want, &size, &sum) == 3;
+    ok = ok && strncmp(head, key, strlen(key)) == 0 && head[strlen(key)] == ' ' && size > 0 && size < (1ull << 31);
+    unsigned char *bin = ok ? malloc((size_t)size) : NULL;
+    ok = bin && fread(bin, 1, (size_t)size, f) == (size_t)size && fgetc(f) == EOF &&
+         fnv_bytes(bin, (size_t)size) == (uint64_t)sum;
     fclose(f);
     if (!ok) { free(bin); return -1; }
     size_t sz = (size_t)size;
@@ -345,7 +350,8 @@ static void store_cached(const char *dir, const char *file, const char *key) {
         char tmp[1100];
         snprintf(tmp, sizeof tmp, "%s.%ld.tmp", file, (long)getpid());
         FILE *f = fopen(tmp, "wb");
-        int ok = f && fprintf(f, "%s\n", key) > 0 && fwrite(bin, 1, size, f) == size;
+        int ok = f && fprintf(f, "%s %zu %016llx\n", key, size, (unsigned long long)fnv_bytes(bin, size)) > 0 &&
+                 fwrite(bin, 1, size, f) == size;
         if (f && fclose(f) != 0) ok = 0;
         if (ok && rename(tmp, file) == 0) tmp[0] = 0;
         if (tmp[0]) unlink(tmp);
