@@ -36,13 +36,11 @@ int ocl_device_get(int index, cl_device_id *out, fl_opencl_device_info *info, ch
 void *ocl_alloc(size_t bytes);
 void ocl_free(void *p);
 cl_mem ocl_buf(const void *p, size_t *offset);
-void ocl_memory_release_all(void);
 
 /* the program: built from the embedded source at first use, its binary cached on disk per device and
  * driver (a stale or unreadable cache is rebuilt, never used) */
 int ocl_program_build(fl_opencl_report *rep);
 cl_kernel ocl_kernel(int id);
-void ocl_program_release(void);
 
 /* one launch: ocl_args starts a kernel's arguments; then each in order; ocl_run1 over total work items in
  * groups of local (grid-stride kernels: at most `cap` groups), ocl_run_rows one group of FL_ROW_LANES per

@@ -11,8 +11,6 @@
  */
 #include "backend/opencl/opencl_internal.h"
 
-#include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -244,13 +242,6 @@ cl_mem ocl_buf(const void *p, size_t *offset) {
     return r->mem;
 }
 
-void ocl_memory_release_all(void) {
-    for (size_t i = 0; i < g_nregions; i++) clReleaseMemObject(g_regions[i].mem);
-    free(g_regions);
-    g_regions = NULL;
-    g_nregions = g_cap_regions = 0;
-}
-
 /* ----------------------------------------------------------------- program */
 
 static cl_program g_prog;
@@ -410,13 +401,6 @@ int ocl_program_build(fl_opencl_report *rep) {
 }
 
 cl_kernel ocl_kernel(int id) { return g_kernels[id]; }
-
-void ocl_program_release(void) {
-    for (int i = 0; i < OCL_KERNEL_COUNT; i++)
-        if (g_kernels[i]) { clReleaseKernel(g_kernels[i]); g_kernels[i] = NULL; }
-    if (g_prog) clReleaseProgram(g_prog);
-    g_prog = NULL;
-}
 
 /* ---------------------------------------------------------------- launches */
 
