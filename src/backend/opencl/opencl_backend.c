@@ -68,8 +68,6 @@ static void be_mem_info(size_t *fr, size_t *tot) {
 
 /* ------------------------------------------------------------ small kernels */
 
-#define BUF(l, p) ocl_arg_buf(&(l), (p), sizeof *(p))
-
 static void be_gather_rows(const float *src, const int64_t *idx, int64_t n, int64_t row, float *dst) {
     ocl_launch l = ocl_args(OCL_k_gather);
     BUF(l, src); BUF(l, idx); ocl_arg_i64(&l, n); ocl_arg_i64(&l, row); BUF(l, dst);
@@ -97,7 +95,7 @@ static void be_axpby(int64_t n, float alpha, const float *x, float beta, float *
 /* out[j] = sum_r x[r * ld + j], overwritten (kernels/reduce.cl) */
 static float *g_partial;
 static size_t g_partial_n;
-static void colsum_rows(int64_t rows, int n, const float *x, int64_t ld, float *out) {
+void ocl_colsum_rows(int64_t rows, int n, const float *x, int64_t ld, float *out) {
     const int chunks = 64;
     size_t need = (size_t)chunks * (size_t)n;
     if (need > g_partial_n) {
@@ -133,8 +131,8 @@ static const char *clblast_name(CLBlastStatusCode s) {
 }
 
 /* row-major C[m, n] = alpha op(A) op(B) + beta C */
-static void gemm(int ta, int tb, size_t m, size_t n, size_t k, float alpha, const float *a, size_t lda,
-                 const float *b, size_t ldb, float beta, float *c, size_t ldc) {
+void ocl_gemm(int ta, int tb, size_t m, size_t n, size_t k, float alpha, const float *a, size_t lda,
+                  const float *b, size_t ldb, float beta, float *c, size_t ldc) {
     if (!m || !n || ocl_failed()) return;
     size_t ao, bo, co;
     cl_mem A = ocl_buf(a, &ao), B = ocl_buf(b, &bo), C = ocl_buf(c, &co);
@@ -149,7 +147,7 @@ static void gemm(int ta, int tb, size_t m, size_t n, size_t k, float alpha, cons
     }
 }
 
-static void bias_act(int64_t rows, int n, const float *b, int act, float *y) {
+void ocl_bias_act(int64_t rows, int n, const float *b, int act, float *y) {
     if (!b && act == FL_ACT_LINEAR) return;
     ocl_launch l = ocl_args(OCL_k_bias_act);
     ocl_arg_i64(&l, rows * n); ocl_arg_i32(&l, n); BUF(l, b); ocl_arg_i32(&l, act); BUF(l, y);
@@ -157,9 +155,9 @@ static void bias_act(int64_t rows, int n, const float *b, int act, float *y) {
 }
 
 static void be_dense_fwd(const fl_dense_desc *d, const float *x, const float *w, const float *b, float *y) {
-    gemm(0, 0, (size_t)d->m, (size_t)d->n, (size_t)d->k, 1.0f, x, (size_t)d->k, w, (size_t)d->n, 0.0f, y,
+    ocl_gemm(0, 0, (size_t)d->m, (size_t)d->n, (size_t)d->k, 1.0f, x, (size_t)d->k, w, (size_t)d->n, 0.0f, y,
          (size_t)d->n);
-    bias_act(d->m, d->n, d->has_bias ? b : NULL, d->act, y);
+    ocl_bias_act(d->m, d->n, d->has_bias ? b : NULL, d->act, y);
 }
 
 static void be_dense_bwd(const fl_dense_desc *d, const float *x, const float *w, const float *y, float *dy, float *dx,
@@ -169,11 +167,11 @@ static void be_dense_bwd(const fl_dense_desc *d, const float *x, const float *w,
         ocl_arg_i64(&l, d->m * d->n); ocl_arg_i32(&l, d->act); BUF(l, y); BUF(l, dy);
         ocl_run1(&l, d->m * d->n, 256);
     }
-    if (d->has_bias && db) colsum_rows(d->m, d->n, dy, d->n, db);
-    gemm(1, 0, (size_t)d->k, (size_t)d->n, (size_t)d->m, 1.0f, x, (size_t)d->k, dy, (size_t)d->n, 0.0f, dw,
+    if (d->has_bias && db) ocl_colsum_rows(d->m, d->n, dy, d->n, db);
+    ocl_gemm(1, 0, (size_t)d->k, (size_t)d->n, (size_t)d->m, 1.0f, x, (size_t)d->k, dy, (size_t)d->n, 0.0f, dw,
          (size_t)d->n);
     if (dx)
-        gemm(0, 1, (size_t)d->m, (size_t)d->k, (size_t)d->n, 1.0f, dy, (size_t)d->n, w, (size_t)d->n, dx_beta, dx,
+        ocl_gemm(0, 1, (size_t)d->m, (size_t)d->k, (size_t)d->n, 1.0f, dy, (size_t)d->n, w, (size_t)d->n, dx_beta, dx,
              (size_t)d->k);
 }
 
@@ -345,6 +343,14 @@ static void fill_table(void) {
     b->loss = be_loss;
     b->metric = be_metric;
     b->sum_into = be_sum_into;
+    ocl_fill_conv(b);
+    ocl_fill_pool(b);
+    ocl_fill_layout(b);
+    ocl_fill_norm(b);
+    ocl_fill_seq(b);
+    ocl_fill_attention(b);
+    ocl_fill_rnn(b);
+    ocl_fill_optim(b);
 }
 
 /* ------------------------------------------------------------ entry points */

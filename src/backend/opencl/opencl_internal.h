@@ -58,17 +58,66 @@ void ocl_run1(ocl_launch *l, int64_t total, int local);
 void ocl_run_rows(ocl_launch *l, int64_t rows);
 void ocl_run2(ocl_launch *l, size_t gx, size_t gy, size_t lx, size_t ly);
 
-/* the kernels of the program, by id (their names in ocl_kernel_names, opencl_runtime.c) */
-#define OCL_KERNELS(X)                                                                                              \
+/* the kernels of the program, by id (their names in ocl_kernel_names, opencl_runtime.c): one list per family,
+ * each beside the file of src/backend/kernels/ that defines them */
+#define OCL_KERNELS_CORE(X)                                                                                         \
     X(k_gather) X(k_bias_act) X(k_act_grad_y) X(k_act_fwd) X(k_act_bwd) X(k_softmax_fwd) X(k_softmax_bwd)           \
     X(k_pact_fwd) X(k_pact_bwd) X(k_dropout_fwd) X(k_dropout_bwd) X(k_mul) X(k_concat_fwd) X(k_concat_bwd)          \
     X(k_binary) X(k_axpby) X(k_minmax_grad) X(k_fill) X(k_accumulate) X(k_bmerge_fwd) X(k_bmerge_bwd)               \
     X(k_colsum_rows) X(k_colsum_final) X(k_loss) X(k_metric) X(k_sum_into)
+
+/* conv.cl: Conv2D (im2col + GEMM, direct), Conv2DTranspose, DepthwiseConv2D (ocl_conv.c) */
+#define OCL_KERNELS_CONV(X)
+
+/* pool.cl: the poolings (ocl_pool.c) */
+#define OCL_KERNELS_POOL(X)
+
+/* layout.cl: padding, UpSampling2D/Resizing, Permute (ocl_layout.c) */
+#define OCL_KERNELS_LAYOUT(X)
+
+/* norm.cl: BatchNormalization, LayerNormalization, Normalization; Softmax(axis), PReLU (ocl_norm.c) */
+#define OCL_KERNELS_NORM(X)
+
+/* seq.cl: Embedding, the sequence masks, masked pooling, loss masks and weights (ocl_seq.c) */
+#define OCL_KERNELS_SEQ(X)
+
+/* attention.cl: the attention scores and their softmax (ocl_attention.c) */
+#define OCL_KERNELS_ATTENTION(X)
+
+/* rnn.cl: SimpleRNN, LSTM, GRU (ocl_rnn.c) */
+#define OCL_KERNELS_RNN(X)
+
+/* optim.cl: the optimizers and gradient clipping (ocl_optim.c) */
+#define OCL_KERNELS_OPTIM(X)
+
+#define OCL_KERNELS(X)                                                                                              \
+    OCL_KERNELS_CORE(X) OCL_KERNELS_CONV(X) OCL_KERNELS_POOL(X) OCL_KERNELS_LAYOUT(X) OCL_KERNELS_NORM(X)          \
+    OCL_KERNELS_SEQ(X) OCL_KERNELS_ATTENTION(X) OCL_KERNELS_RNN(X) OCL_KERNELS_OPTIM(X)
 enum {
 #define OCL_KERNEL_ID_(name) OCL_##name,
     OCL_KERNELS(OCL_KERNEL_ID_)
 #undef OCL_KERNEL_ID_
     OCL_KERNEL_COUNT
 };
+
+
+/* what the families' files share (opencl_backend.c): a buffer argument; the row-major matrix product
+ * C[m, n] = alpha op(A) op(B) + beta C through CLBlast (pointers anywhere in a buffer); out[j] = sum_r
+ * x[r * ld + j] (kernels/reduce.cl, deterministic); y = act(y + b) over rows of n */
+#define BUF(l, p) ocl_arg_buf(&(l), (p), sizeof *(p))
+void ocl_gemm(int ta, int tb, size_t m, size_t n, size_t k, float alpha, const float *a, size_t lda, const float *b,
+              size_t ldb, float beta, float *c, size_t ldc);
+void ocl_colsum_rows(int64_t rows, int n, const float *x, int64_t ld, float *out);
+void ocl_bias_act(int64_t rows, int n, const float *b, int act, float *y);
+
+/* each family's file fills its entries of the table (NULL: not on OpenCL yet) */
+void ocl_fill_conv(fl_backend *b);
+void ocl_fill_pool(fl_backend *b);
+void ocl_fill_layout(fl_backend *b);
+void ocl_fill_norm(fl_backend *b);
+void ocl_fill_seq(fl_backend *b);
+void ocl_fill_attention(fl_backend *b);
+void ocl_fill_rnn(fl_backend *b);
+void ocl_fill_optim(fl_backend *b);
 
 #endif

@@ -1,0 +1,4 @@
+/*
+ * layout.cl — ZeroPadding2D/Cropping2D, UpSampling2D/Resizing, Permute on the GPU, written once for CUDA and OpenCL (dialect.h).
+ * (Being moved here from the CUDA plugin: until then its kernels are CUDA's only.)
+ */
