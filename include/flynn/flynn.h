@@ -843,13 +843,17 @@ const char *const *fl_builtin_model_names(void);
 
 /* ------------------------------------------------------------------ devices */
 
-typedef enum fl_device_kind { FL_DEVICE_AUTO = 0, FL_DEVICE_CPU, FL_DEVICE_GPU } fl_device_kind;
+typedef enum fl_device_kind { FL_DEVICE_AUTO = 0, FL_DEVICE_CPU, FL_DEVICE_GPU, FL_DEVICE_OPENCL } fl_device_kind;
 
-/* Chooses where the model runs. AUTO takes the GPU when one is usable and
- * the CPU otherwise; GPU fails (FL_ERR_DEVICE) with the reason when none is
- * usable. `why` (may be NULL) receives one line: the device chosen and why. */
+/* Chooses where the model runs. GPU is NVIDIA's through CUDA; OPENCL is an
+ * OpenCL device of any vendor ($FLYNN_OPENCL_DEVICE: its number or part of
+ * its name; a GPU is preferred, else the first device, PoCL's CPU device
+ * included). AUTO takes CUDA when usable, else an OpenCL GPU, else the CPU
+ * (never a CPU OpenCL device). GPU and OPENCL fail (FL_ERR_DEVICE) with the
+ * reason when the device is not usable or lacks a kernel the model needs.
+ * `why` (may be NULL) receives one line: the device chosen and why. */
 fl_status fl_model_set_device(fl_model *m, fl_device_kind kind, char *why, size_t why_len);
-/* The device the model runs on now (FL_DEVICE_CPU or FL_DEVICE_GPU). */
+/* The device the model runs on now (FL_DEVICE_CPU, FL_DEVICE_GPU or FL_DEVICE_OPENCL). */
 fl_device_kind fl_model_device(const fl_model *m);
 /* Why the GPU cannot be used ("" if it can): the one-line diagnosis. */
 fl_status fl_gpu_probe(char *why, size_t why_len);

@@ -10,6 +10,7 @@
 #include "devtools.h"
 
 #include "device/gpu.h"
+#include "device/opencl.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,7 +18,7 @@
 
 /* ------------------------------------------------------------ JSON out */
 
-static void json_str(FILE *f, const char *s) {
+void flynn_json_str(FILE *f, const char *s) {
     fputc('"', f);
     for (; s && *s; s++) {
         unsigned char c = (unsigned char)*s;
@@ -77,21 +78,21 @@ static void versions(const fl_gpu_state *s, char *out, size_t len) {
 /* Which plugin and libraries the loader took, and why (devices and doctor). */
 static void json_choice(const fl_gpu_state *s) {
     printf("\"environment\": {\"driver\": ");
-    json_str(stdout, s->driver_kind);
+    flynn_json_str(stdout, s->driver_kind);
     printf(", \"driver_module\": ");
-    json_str(stdout, s->driver_module);
+    flynn_json_str(stdout, s->driver_module);
     printf(", \"container\": ");
-    json_str(stdout, s->container);
+    flynn_json_str(stdout, s->container);
     printf("}, \"plugin\": {\"cuda_major\": %d, \"file\": ", s->plugin_cuda);
-    json_str(stdout, s->plugin_file);
+    flynn_json_str(stdout, s->plugin_file);
     printf(", \"why\": ");
-    json_str(stdout, s->plugin_choice);
+    flynn_json_str(stdout, s->plugin_choice);
     printf(", \"libcuda\": ");
-    json_str(stdout, s->libcuda_file);
+    flynn_json_str(stdout, s->libcuda_file);
     printf(", \"cublas\": ");
-    json_str(stdout, s->cublas_file);
+    flynn_json_str(stdout, s->cublas_file);
     printf(", \"cudnn\": ");
-    json_str(stdout, s->cudnn_file);
+    flynn_json_str(stdout, s->cudnn_file);
     printf("}, ");
 }
 
@@ -105,8 +106,12 @@ static void usage_devices(void) {
            "bandwidth, caches, limits, ECC, PCI ids, UUID, copy engines), the driver, runtime,\n"
            "cuBLAS and cuDNN versions, and whether this build of flynn can run on it; then\n"
            "which CUDA plugin was taken (libflynn_cuda.so, CUDA 13, or libflynn_cuda12.so,\n"
-           "CUDA 12) and why, and the cuBLAS, cuDNN and libcuda files loaded.\n"
-           "Ends with Result = PASS or Result = FAIL (exit code 0 or 1).\n");
+           "CUDA 12) and why, and the cuBLAS, cuDNN and libcuda files loaded. Then every\n"
+           "OpenCL device of every installed platform (name, vendor, type, driver, OpenCL\n"
+           "version, compute units, memory, fp64/fp16/subgroups) and whether flynn runs on it\n"
+           "(--device opencl:N takes device N; --device auto takes an OpenCL GPU, never a CPU one).\n"
+           "Ends with Result = PASS or Result = FAIL (exit code 0 or 1): PASS when flynn can\n"
+           "use a CUDA device or an OpenCL GPU.\n");
 }
 
 /* What the device query found: every device's facts, or why there are none. */
@@ -136,7 +141,7 @@ static void devices_run_query(devices_query *q) {
 /* One device as a JSON object. */
 static void devices_json_device(const fl_cuda_device_info *d, bool first) {
     printf("%s{\"index\": %d, \"name\": ", first ? "" : ", ", d->index);
-    json_str(stdout, d->name);
+    flynn_json_str(stdout, d->name);
     printf(", \"uuid\": \"%s\", \"compute_capability\": \"%d.%d\", \"multiprocessors\": %d, \"cuda_cores\": %d, "
            "\"clock_mhz\": %.0f, \"memory_clock_mhz\": %.0f, \"memory_bus_width_bits\": %d, "
            "\"peak_bandwidth_gbs\": %.1f, \"total_memory_bytes\": %zu, \"free_memory_bytes\": %zu, "
@@ -151,25 +156,27 @@ static void devices_json_device(const fl_cuda_device_info *d, bool first) {
            d->max_threads_per_block, d->max_threads_per_sm, d->max_block[0], d->max_block[1], d->max_block[2],
            d->max_grid[0], d->max_grid[1], d->max_grid[2], d->ecc ? "true" : "false", d->pci_domain, d->pci_bus,
            d->pci_device, d->async_engines, d->runnable ? "true" : "false");
-    json_str(stdout, d->runnable_why);
+    flynn_json_str(stdout, d->runnable_why);
     printf("}");
 }
 
 /* --json: the query's result in the form of docs/device-tools.md. */
-static void devices_print_json(const devices_query *q) {
+static void devices_print_json(const devices_query *q, bool ocl) {
     const fl_gpu_state *s = q->s;
     printf("{\"tool\": \"flynn devices\", \"version\": \"%s\", \"result\": \"%s\", ", fl_version(),
-           q->ok ? "PASS" : "FAIL");
+           q->ok || ocl ? "PASS" : "FAIL");
     printf("\"reason\": ");
-    json_str(stdout, q->ok ? "" : q->why);
+    flynn_json_str(stdout, q->ok ? "" : q->why);
     printf(", \"driver_cuda_version\": %d, \"runtime_version\": %d, \"cublas_version\": %d, \"cudnn_version\": %zu, ",
            s->driver_cuda, s->rep.runtime_version, s->rep.cublas_version, s->rep.cudnn_version);
     json_choice(s);
     printf("\"built_for\": ");
-    json_str(stdout, s->rep.archs);
+    flynn_json_str(stdout, s->rep.archs);
     printf(", \"devices\": [");
     for (int i = 0; q->ok && i < q->n; i++) devices_json_device(&q->info[i], i == 0);
-    printf("]}\n");
+    printf("], ");
+    flynn_opencl_devices_json();
+    printf("}\n");
 }
 
 /* One device as deviceQuery prints it. */
@@ -203,8 +210,9 @@ static void devices_print_device(int i, const fl_cuda_device_info *d) {
            d->runnable_why);
 }
 
-/* The deviceQuery-style listing; a device flynn cannot run on turns the result to FAIL (q->ok false). */
-static void devices_print_text(devices_query *q) {
+/* The deviceQuery-style listing, then the OpenCL devices; a CUDA device flynn cannot run on turns the CUDA
+ * half to FAIL (q->ok false); an OpenCL GPU flynn can use (ocl) makes the result PASS all the same. */
+static void devices_print_text(devices_query *q, bool ocl) {
     const fl_gpu_state *s = q->s;
     printf("flynn devices (deviceQuery)\n\n");
     if (!q->ok) {
@@ -221,7 +229,8 @@ static void devices_print_text(devices_query *q) {
             if (!q->info[i].runnable) q->ok = false;
         }
     }
-    printf("\nResult = %s\n", q->ok ? "PASS" : "FAIL");
+    flynn_opencl_devices_text();
+    printf("\nResult = %s\n", q->ok || ocl ? "PASS" : "FAIL");
 }
 
 int flynn_cmd_devices(int argc, char **argv) {
@@ -231,21 +240,25 @@ int flynn_cmd_devices(int argc, char **argv) {
     if (rc) return rc;
     devices_query q;
     devices_run_query(&q);
-    if (has_flag(argc, argv, "--json")) devices_print_json(&q);
-    else devices_print_text(&q);
+    const bool ocl = flynn_opencl_gpu_listed(); /* --device auto takes an OpenCL GPU where CUDA is not usable */
+    if (has_flag(argc, argv, "--json")) devices_print_json(&q, ocl);
+    else devices_print_text(&q, ocl);
     free(q.info);
-    return q.ok ? 0 : 1;
+    return q.ok || ocl ? 0 : 1;
 }
 
 /* ----------------------------------------------------------- bandwidth */
 
 int flynn_cmd_bandwidth(int argc, char **argv) {
     if (has_flag(argc, argv, "--help")) {
-        printf("usage: flynn bandwidth [--json] [--memory pinned|pageable] [--mode quick|range|shmoo] [--device N]\n\n"
+        printf("usage: flynn bandwidth [--json] [--memory pinned|pageable] [--mode quick|range|shmoo]\n"
+               "                       [--device N|opencl|opencl:N]\n\n"
                "Measures host-to-device, device-to-host and device-to-device copy bandwidth as the\n"
                "CUDA sample bandwidthTest does: copies timed with CUDA events, several repetitions\n"
                "per size, GB/s = 10^9 bytes/s (device-to-device counts bytes read and written).\n"
                "  quick: 32 MB copies (default); range: 1 MB to 64 MB; shmoo: 1 KB to 64 MB.\n"
+               "--device N is CUDA device N; opencl (or opencl:N) measures the OpenCL device that\n"
+               "--device opencl takes (blocking copies from and to malloc'ed memory, timed by the host).\n"
                "Ends with Result = PASS or Result = FAIL (exit code 0 or 1).\n");
         return 0;
     }
@@ -272,6 +285,14 @@ int flynn_cmd_bandwidth(int argc, char **argv) {
         fprintf(stderr, "flynn bandwidth: --mode wants quick, range or shmoo, got %s\n", mode);
         return 2;
     }
+    if (devs && strncmp(devs, "opencl", 6) == 0) {
+        if (devs[6] == ':' && devs[7] >= '0' && devs[7] <= '9') setenv("FLYNN_OPENCL_DEVICE", devs + 7, 1);
+        else if (devs[6]) {
+            fprintf(stderr, "flynn bandwidth: --device wants N, opencl or opencl:N, got %s\n", devs);
+            return 2;
+        }
+        return flynn_opencl_bandwidth(sizes, ns, mode, json);
+    }
     int dev = devs ? atoi(devs) : 0;
     const fl_gpu_state *s = fl_gpu_state_get();
     fl_cuda_bw_point pts[64];
@@ -291,7 +312,7 @@ int flynn_cmd_bandwidth(int argc, char **argv) {
     if (json) {
         printf("{\"tool\": \"flynn bandwidth\", \"version\": \"%s\", \"result\": \"%s\", \"reason\": ", fl_version(),
                ok ? "PASS" : "FAIL");
-        json_str(stdout, ok ? "" : why);
+        flynn_json_str(stdout, ok ? "" : why);
         printf(", \"device\": %d, \"memory\": \"%s\", \"mode\": \"%s\", \"unit\": \"GB/s\", \"points\": [", dev, mem, mode);
         for (int i = 0; ok && i < ns; i++)
             printf("%s{\"bytes\": %zu, \"host_to_device\": %.2f, \"device_to_host\": %.2f, \"device_to_device\": %.2f}",
@@ -336,7 +357,12 @@ static void usage_doctor(void) {
            "is `docker run --gpus all`. Exit codes: 0 all PASS, 1 a check failed, 2 usage.\n"
            "Two last lines (not checks) say whether Open MPI is there for `mpirun -np N flynn\n"
            "train` (data-parallel training, docs/scale-out.md) and NCCL for the same on GPUs,\n"
-           "with their versions.\n");
+           "with their versions.\n\n"
+           "Then the OpenCL checks (lettered): the flynn OpenCL plugin, the ICD loader, CLBlast,\n"
+           "an installed platform, the device --device opencl takes (FLYNN_OPENCL_DEVICE picks\n"
+           "one), the extensions flynn's kernels need, building them, and a test kernel. The\n"
+           "result is PASS when CUDA passes, or when OpenCL passes on a GPU (--device auto then\n"
+           "trains there); an OpenCL CPU device (PoCL) serves --device opencl only.\n");
 }
 
 #define DOCTOR_MAX_CHECKS (FL_GPU_MAX_CHECKS + 4)
@@ -349,6 +375,10 @@ typedef struct doctor_report {
     const char *next;   /* the first failure's remedy, or what to do now that all pass */
     bool have_mpi, have_nccl;
     char mpi[512], nccl[1024];
+    fl_gpu_check ocl[FL_OPENCL_CHECKS]; /* the OpenCL checks (devtools_opencl.c), a section of their own */
+    bool ocl_ok;
+    char ocl_gpu[256];                  /* the OpenCL GPU --device auto would take ("" none) */
+    char ocl_next[512];
 } doctor_report;
 
 /* The "memory" check: enough free GPU memory. */
@@ -398,7 +428,8 @@ static void doctor_run_checks(const fl_gpu_state *s, doctor_report *r) {
     }
 }
 
-/* PASS when no check failed; the next step is the first failure's remedy (or its detail). */
+/* PASS when no CUDA check failed, or when every OpenCL check passed on a GPU (--device auto takes it); the
+ * next step is then "nothing", else the first CUDA failure's remedy (or its detail). */
 static void doctor_verdict(doctor_report *r) {
     r->ok = true;
     r->next = "";
@@ -408,6 +439,12 @@ static void doctor_verdict(doctor_report *r) {
             r->ok = false;
         }
     if (r->ok) r->next = "nothing: `flynn train --device auto` will train on this GPU";
+    else if (r->ocl_ok && r->ocl_gpu[0]) {
+        snprintf(r->ocl_next, sizeof r->ocl_next, "nothing: `flynn train --device auto` will train on the OpenCL "
+                 "GPU %.200s (CUDA is not usable; its fix: %.200s)", r->ocl_gpu, r->next);
+        r->next = r->ocl_next;
+        r->ok = true;
+    }
 }
 
 /* Optional, not checks (the result is about the GPU): MPI for multi-process training, NCCL for it on GPUs. */
@@ -440,26 +477,42 @@ static void doctor_print_json(const fl_gpu_state *s, const doctor_report *r) {
         const fl_gpu_check *c = &r->all[i];
         printf("%s{\"name\": \"%s\", \"status\": \"%s\", \"detail\": ", i ? ", " : "", c->name,
                doctor_status_name[c->status]);
-        json_str(stdout, c->detail);
+        flynn_json_str(stdout, c->detail);
         printf(", \"remedy\": ");
-        json_str(stdout, c->remedy);
+        flynn_json_str(stdout, c->remedy);
+        printf("}");
+    }
+    printf("], \"opencl_checks\": [");
+    for (int i = 0; i < FL_OPENCL_CHECKS; i++) {
+        const fl_gpu_check *c = &r->ocl[i];
+        printf("%s{\"name\": \"%s\", \"status\": \"%s\", \"detail\": ", i ? ", " : "", c->name,
+               doctor_status_name[c->status]);
+        flynn_json_str(stdout, c->detail);
+        printf(", \"remedy\": ");
+        flynn_json_str(stdout, c->remedy);
         printf("}");
     }
     printf("], \"next_step\": ");
-    json_str(stdout, r->next);
+    flynn_json_str(stdout, r->next);
     printf(", \"mpi\": {\"found\": %s, \"detail\": ", r->have_mpi ? "true" : "false");
-    json_str(stdout, r->mpi);
+    flynn_json_str(stdout, r->mpi);
     printf("}, \"nccl\": {\"found\": %s, \"detail\": ", r->have_nccl ? "true" : "false");
-    json_str(stdout, r->nccl);
+    flynn_json_str(stdout, r->nccl);
     printf("}}\n");
 }
 
 /* The numbered checks, each failure with its fix, the result, the next step and the optional libraries. */
 static void doctor_print_text(const doctor_report *r) {
-    printf("flynn doctor: can flynn train on an NVIDIA GPU here?\n\n");
+    printf("flynn doctor: can flynn train on a GPU here?\n\nCUDA (NVIDIA):\n");
     for (int i = 0; i < r->n; i++) {
         const fl_gpu_check *c = &r->all[i];
         printf("%2d. %-20s %s  %s\n", i + 1, c->name, doctor_status_name[c->status], c->detail);
+        if (c->status == FL_GPU_FAIL && c->remedy[0]) printf("    %-20s       fix: %s\n", "", c->remedy);
+    }
+    printf("\nOpenCL (any vendor's GPU; a CPU device such as PoCL serves --device opencl only):\n");
+    for (int i = 0; i < FL_OPENCL_CHECKS; i++) {
+        const fl_gpu_check *c = &r->ocl[i];
+        printf(" %c. %-20s %s  %s\n", 'a' + i, c->name, doctor_status_name[c->status], c->detail);
         if (c->status == FL_GPU_FAIL && c->remedy[0]) printf("    %-20s       fix: %s\n", "", c->remedy);
     }
     printf("\nResult = %s\n", r->ok ? "PASS" : "FAIL");
@@ -476,6 +529,7 @@ int flynn_cmd_doctor(int argc, char **argv) {
     const fl_gpu_state *s = fl_gpu_state_get();
     doctor_report r;
     doctor_run_checks(s, &r);
+    r.ocl_ok = flynn_opencl_doctor(r.ocl, r.ocl_gpu, sizeof r.ocl_gpu);
     doctor_verdict(&r);
     doctor_probe_optional(&r);
     if (has_flag(argc, argv, "--json")) doctor_print_json(s, &r);

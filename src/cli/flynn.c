@@ -131,7 +131,8 @@ static void usage_train(FILE *f) {
             "                         a sequence output, as Keras fit(sample_weight=...); split with\n"
             "                         --validation-split. Loss = sum(w * loss) / batch size; the\n"
             "                         metrics stay unweighted (Keras's compile metrics)\n"
-            "  --device D             auto (default: the GPU when usable, else the CPU), cpu or gpu\n"
+            "  --device D             auto (default: CUDA when usable, else an OpenCL GPU, else the CPU), cpu,\n"
+            "                         gpu (CUDA), opencl or opencl:N (`flynn devices` lists N)\n"
             "  --threads T            CPU threads (default: $OMP_NUM_THREADS, else all cores)\n"
             "  --precision P          GPU float32 matmul/conv precision: high (default, TF32\n"
             "                         tensor cores, as TensorFlow) or highest (full float32)\n"
@@ -445,8 +446,12 @@ static int choose_device(const char *cmd, fl_model *m, const char *dev, const ch
     if (!dev || strcmp(dev, "auto") == 0) k = FL_DEVICE_AUTO;
     else if (strcmp(dev, "cpu") == 0) k = FL_DEVICE_CPU;
     else if (strcmp(dev, "gpu") == 0) k = FL_DEVICE_GPU;
-    else return bad_usage(cmd, "--device wants auto, cpu or gpu, got", dev);
-    char why[768];
+    else if (strcmp(dev, "opencl") == 0) k = FL_DEVICE_OPENCL;
+    else if (strncmp(dev, "opencl:", 7) == 0 && dev[7] >= '0' && dev[7] <= '9' && strspn(dev + 7, "0123456789") == strlen(dev + 7)) {
+        k = FL_DEVICE_OPENCL; /* the device of that number in `flynn devices`' OpenCL list */
+        setenv("FLYNN_OPENCL_DEVICE", dev + 7, 1);
+    } else return bad_usage(cmd, "--device wants auto, cpu, gpu, opencl or opencl:N, got", dev);
+    char why[1024];
     if (fl_model_set_device(m, k, why, sizeof why) != FL_OK) {
         fprintf(stderr, "flynn %s: --device %s: %s\n", cmd, dev, fl_last_error());
         return 1;
@@ -1028,6 +1033,7 @@ static int train_report(train_run *t) {
     if (o->cb.plot && (rc = write_plot(h, t->initial, t->mname, o->data, o->cb.plot, !t->quiet))) return rc;
     char where[96];
     if (fl_model_device(m) == FL_DEVICE_GPU) snprintf(where, sizeof where, "on the GPU");
+    else if (fl_model_device(m) == FL_DEVICE_OPENCL) snprintf(where, sizeof where, "on the OpenCL device");
     else snprintf(where, sizeof where, "on the CPU, %d threads", fl_get_num_threads());
     if (fl_dist_size() > 1) /* fit counts every rank's samples: the figure is the global one */
         snprintf(where + strlen(where), sizeof where - strlen(where), "%s, %d ranks together",

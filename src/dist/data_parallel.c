@@ -182,7 +182,12 @@ static void on_param_grad(void *ctx, int i) {
 }
 
 fl_status fl_dp_open_device(const fl_model *m) {
-    if (m->g.be->host_memory || fl_nccl_init() == FL_OK) return FL_OK;
+    if (m->g.be->host_memory) return FL_OK;
+    if (strcmp(m->g.be->name, "opencl") == 0) /* NCCL sums CUDA memory only */
+        return fl_error(FL_ERR_DEVICE, "model '%s' on OpenCL over %d ranks: data-parallel training runs on the CPU "
+                        "(MPI) or on CUDA GPUs (NCCL), not yet on OpenCL: use --device cpu or --device gpu", m->name,
+                        fl_dist_size());
+    if (fl_nccl_init() == FL_OK) return FL_OK;
     fl_error_prefix("model '%s' on the %s over %d ranks: ", m->name, m->g.be->name, fl_dist_size());
     return fl_last_status();
 }

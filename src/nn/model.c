@@ -5,6 +5,7 @@
  */
 #include "nn.h"
 #include "device/gpu.h"
+#include "device/opencl.h"
 #include "core/error.h"
 #include "core/tensor.h"
 
@@ -910,35 +911,65 @@ static void cpu_line(char *buf, size_t n) {
              strncmp(tw, "cgroup", 6) == 0 ? tw : "", bi.weaker ? "; " : "", bi.weaker ? bi.note : "");
 }
 
+/* "OpenCL device 0: NVIDIA GeForce ... (NVIDIA CUDA, driver 550.54, OpenCL 3.0 CUDA)" */
+static void opencl_line(char *buf, size_t n) {
+    const fl_opencl_device_info *d = &fl_opencl_state_get()->rep.dev;
+    snprintf(buf, n, "OpenCL device %d: %.200s (%.100s, driver %.100s, %.100s)%s", d->index, d->name, d->platform,
+             d->driver, d->version, d->is_gpu ? "" : " - a CPU device, as requested");
+}
+
+/* The accelerator a kind takes, when it can run this graph: CUDA for GPU, OpenCL for OPENCL, CUDA and then
+ * an OpenCL GPU for AUTO; NULL with every reason why not (and the kind it would have been in *took) */
+static const fl_backend *pick_accelerator(const fl_graph *g, fl_device_kind kind, fl_device_kind *took, char *why,
+                                          size_t len) {
+    char cuda[1536] = "", ocl[1536] = "";
+    const fl_backend *be = NULL;
+    if (kind != FL_DEVICE_OPENCL) {
+        be = fl_gpu_backend(cuda, sizeof cuda);
+        if (be && !fl_graph_runs_on(g, be, cuda, sizeof cuda)) be = NULL;
+        if (be || kind == FL_DEVICE_GPU) {
+            *took = FL_DEVICE_GPU;
+            snprintf(why, len, "%s", cuda);
+            return be;
+        }
+    }
+    be = fl_opencl_backend(kind == FL_DEVICE_AUTO, ocl, sizeof ocl);
+    if (be && !fl_graph_runs_on(g, be, ocl, sizeof ocl)) be = NULL;
+    *took = FL_DEVICE_OPENCL;
+    if (kind == FL_DEVICE_OPENCL) snprintf(why, len, "%s", ocl);
+    else snprintf(why, len, "%.1000s; OpenCL: %.1000s", cuda, ocl);
+    return be;
+}
+
 fl_status fl_model_set_device(fl_model *m, fl_device_kind kind, char *why, size_t why_len) {
     if (!m) return fl_error(FL_ERR_INVALID_ARG, "fl_model_set_device: model is NULL");
-    if (kind != FL_DEVICE_AUTO && kind != FL_DEVICE_CPU && kind != FL_DEVICE_GPU)
+    if (kind != FL_DEVICE_AUTO && kind != FL_DEVICE_CPU && kind != FL_DEVICE_GPU && kind != FL_DEVICE_OPENCL)
         return fl_error(FL_ERR_INVALID_ARG, "fl_model_set_device: %d is not an fl_device_kind", (int)kind);
-    char reason[1536] = "", line[1024];
+    char reason[2100] = "", line[1024], cpu[640];
     if (kind == FL_DEVICE_CPU) {
         FL_TRY(move_to(m, fl_backend_cpu()));
         m->device = FL_DEVICE_CPU;
         if (why) {
-            char cpu[640];
             cpu_line(cpu, sizeof cpu);
             snprintf(why, why_len, "device: %s, as requested", cpu);
         }
         return FL_OK;
     }
-    const fl_backend *gpu = fl_gpu_backend(reason, sizeof reason);
-    if (gpu && !fl_graph_runs_on(&m->g, gpu, reason, sizeof reason)) gpu = NULL; /* the model runs on the CPU */
-    if (gpu) {
-        FL_TRY(move_to(m, gpu));
-        m->device = FL_DEVICE_GPU;
-        fl_gpu_describe(line, sizeof line);
-        if (why) snprintf(why, why_len, "device: GPU %s", line);
+    fl_device_kind took = kind;
+    const fl_backend *acc = pick_accelerator(&m->g, kind, &took, reason, sizeof reason);
+    if (acc) {
+        FL_TRY(move_to(m, acc));
+        m->device = took;
+        if (took == FL_DEVICE_GPU) fl_gpu_describe(line, sizeof line);
+        else opencl_line(line, sizeof line);
+        if (why) snprintf(why, why_len, "device: %s%s", took == FL_DEVICE_GPU ? "GPU " : "", line);
         return FL_OK;
     }
     if (kind == FL_DEVICE_GPU) return fl_error(FL_ERR_DEVICE, "the GPU cannot be used: %s", reason);
+    if (kind == FL_DEVICE_OPENCL) return fl_error(FL_ERR_DEVICE, "OpenCL cannot be used: %s", reason);
     FL_TRY(move_to(m, fl_backend_cpu()));
     m->device = FL_DEVICE_CPU;
     if (why) {
-        char cpu[640];
         cpu_line(cpu, sizeof cpu);
         snprintf(why, why_len, "device: %s; GPU not used: %s", cpu, reason);
     }

@@ -13,6 +13,7 @@
 #include "dist/mpi.h"
 #include "nn/fit.h"
 #include "nn/step.h"
+#include "ops/ops.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -496,6 +497,12 @@ static bool callback_failed(const fit_run *r) {
 static bool fit_begin(fit_run *r) {
     fl_model *m = r->m;
     r->check = !r->a.no_nan_check;
+    const char *lacks = fl_backend_missing_training_kernel(m->g.be);
+    if (lacks) {
+        fl_error(FL_ERR_DEVICE, "%s: training on the %s backend needs its kernel %s, which it does not have yet: "
+                 "train on the CPU (--device cpu, FL_DEVICE_CPU)", r->fn, m->g.be->name, lacks);
+        return false;
+    }
     if (!fit_dist(r) || !fit_targets(r) || !fit_data(r)) return false;
     fl_history *h = r->h;
     h->nkeys = 0;

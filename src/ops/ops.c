@@ -1685,6 +1685,14 @@ void fl_op_backward(fl_graph *g, fl_node *n) {
     if (op_table[n->op].backward) op_table[n->op].backward(g, n);
 }
 
+/* the entries training needs beyond its ops' own: the loss, the metrics and their sums, the optimizer */
+const char *fl_backend_missing_training_kernel(const fl_backend *be) {
+    static const op_kernel need[] = {KERNEL(loss), KERNEL(metric), KERNEL(sum_into), KERNEL(optimizer_step)};
+    for (size_t k = 0; k < sizeof need / sizeof need[0]; k++)
+        if (!*(void *const *)((const char *)be + need[k].off)) return need[k].name;
+    return NULL;
+}
+
 const char *fl_op_missing_kernel(const fl_backend *be, fl_op op) {
     if ((unsigned)op >= FL_OP_COUNT) return "?";
     if (op != FL_OP_INPUT && op != FL_OP_PARAM && !op_table[op].forward) return "(no forward)";

@@ -19,6 +19,8 @@ const char *fl_op_name(fl_op op);
 /* The capability query: NULL when backend `be` has every kernel op needs,
  * else the name of the first one it lacks ("conv2d_fwd"). */
 const char *fl_op_missing_kernel(const fl_backend *be, fl_op op);
+/* The first entry training needs (loss, metrics, optimizer) that be lacks, or NULL. */
+const char *fl_backend_missing_training_kernel(const fl_backend *be);
 /* Whether op's backward takes the gradient of its fused activation's input (the loss's p - y). */
 bool fl_op_preact_grad(fl_op op);
 /* Node n's multiply-adds per sample, forward and backward, from its op's row; need[id]: whether each node
