@@ -25,4 +25,6 @@ run src/backend/kernels/reduce.cl 'for (int c = 0; c < chunks; c++) t += partial
 run src/backend/kernels/loss.cl 'L = FL_ROW_SUM(L) / (float)c;
     } else { /* FL_LC_MSE */' 'L = FL_ROW_SUM(L) / (float)c * 1.001f;
     } else { /* FL_LC_MSE */' loss
+run src/backend/kernels/seq.cl 'if (r >= 0 && r < v && r % FL_EMB_PARTS == p) dw[r * d + j] += dy[i * d + j];' 'if (r >= 0 && r < v && r % FL_EMB_PARTS == p) dw[r * d + j] += dy[i * d + j] * 1.001f;' seq
+run src/backend/kernels/attention.cl 'const float e = on ? expf(sr[j] - mx) : 0.0f;' 'const float e = on ? expf(1.001f * (sr[j] - mx)) : 0.0f;' attention
 cmake --build ${BUILD:-/tmp/build-ocl} --target flynn_opencl test_gpu_parity >/dev/null 2>&1

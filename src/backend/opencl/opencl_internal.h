@@ -79,10 +79,14 @@ void ocl_run2(ocl_launch *l, size_t gx, size_t gy, size_t lx, size_t ly);
 #define OCL_KERNELS_NORM(X)
 
 /* seq.cl: Embedding, the sequence masks, masked pooling, loss masks and weights (ocl_seq.c) */
-#define OCL_KERNELS_SEQ(X)
+#define OCL_KERNELS_SEQ(X)                                                                                          \
+    X(k_embedding_fwd) X(k_embedding_bwd) X(k_seq_mask) X(k_masked_gap1d_fwd) X(k_masked_gap1d_bwd) X(k_loss_mask)   \
+    X(k_loss_weight)
 
 /* attention.cl: the attention scores and their softmax (ocl_attention.c) */
-#define OCL_KERNELS_ATTENTION(X)
+#define OCL_KERNELS_ATTENTION(X)                                                                                    \
+    X(k_scalar_mul_fwd) X(k_dot_sum) X(k_scalar_mul_dx) X(k_attn_concat_fwd) X(k_attn_concat_bwd)                   \
+    X(k_attn_concat_dscale) X(k_attn_softmax_fwd) X(k_attn_softmax_bwd)
 
 /* rnn.cl: SimpleRNN, LSTM, GRU (ocl_rnn.c) */
 #define OCL_KERNELS_RNN(X)
