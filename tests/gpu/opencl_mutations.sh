@@ -25,4 +25,6 @@ run src/backend/kernels/reduce.cl 'for (int c = 0; c < chunks; c++) t += partial
 run src/backend/kernels/loss.cl 'L = FL_ROW_SUM(L) / (float)c;
     } else { /* FL_LC_MSE */' 'L = FL_ROW_SUM(L) / (float)c * 1.001f;
     } else { /* FL_LC_MSE */' loss
+run src/backend/kernels/pool.cl 'y[e] = s * (cnt ? 1.0f / (float)cnt : 0.0f);' 'y[e] = s * (cnt ? 1.0f / (float)cnt : 0.0f) * 1.001f;' pool
+run src/backend/kernels/layout.cl 'g += fl_pool_mul_rn(wh * ww, gr[(int64_t)q * C]);' 'g += fl_pool_mul_rn(wh * ww * 1.001f, gr[(int64_t)q * C]);' layout
 cmake --build ${BUILD:-/tmp/build-ocl} --target flynn_opencl test_gpu_parity >/dev/null 2>&1
