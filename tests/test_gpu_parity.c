@@ -607,6 +607,44 @@ static fl_node *b_resize(fl_graph *g, fl_node *x, fl_node **p, int *np) {
     return fl_graph_resize2d(g, "resize", x, g_rh, g_rw, g_bilinear);
 }
 
+/* Two ops of one family reading x, summed: the second backward to run adds into x's gradient (beta 1), the
+ * first overwrites it. g_twice: 0 MaxPooling2D + AveragePooling2D (g_k, g_s, g_pad), 1 two paddings (g_pads),
+ * 2 UpSampling2D nearest + bilinear (g_ush x g_usw), 3 Resizing nearest + bilinear (g_rh x g_rw), 4 two
+ * Permutes (g_perm), 5 two GlobalAveragePooling2D */
+static int g_twice;
+static fl_node *b_twice(fl_graph *g, fl_node *x, fl_node **p, int *np) {
+    *np = 0;
+    fl_node *a = NULL, *b = NULL;
+    switch (g_twice) {
+    case 0:
+        a = fl_graph_pool(g, "max", FL_OP_MAXPOOL, x, g_k, g_k, g_s, g_s, g_pad);
+        b = fl_graph_pool(g, "avg", FL_OP_AVGPOOL, x, g_k, g_k, g_s, g_s, g_pad);
+        break;
+    case 1:
+        a = fl_graph_pad2d(g, "pad_a", x, g_pads[0], g_pads[1], g_pads[2], g_pads[3]);
+        b = fl_graph_pad2d(g, "pad_b", x, g_pads[0], g_pads[1], g_pads[2], g_pads[3]);
+        break;
+    case 2:
+        a = fl_graph_upsample2d(g, "nearest", x, g_ush, g_usw, false);
+        b = fl_graph_upsample2d(g, "bilinear", x, g_ush, g_usw, true);
+        break;
+    case 3:
+        a = fl_graph_resize2d(g, "nearest", x, g_rh, g_rw, false);
+        b = fl_graph_resize2d(g, "bilinear", x, g_rh, g_rw, true);
+        break;
+    case 4:
+        a = fl_graph_permute(g, "permute_a", x, g_perm);
+        b = fl_graph_permute(g, "permute_b", x, g_perm);
+        break;
+    default:
+        a = fl_graph_gap(g, "gap_a", x);
+        b = fl_graph_gap(g, "gap_b", x);
+    }
+    if (!a || !b) return NULL;
+    fl_node *xs[2] = {a, b};
+    return fl_graph_merge(g, "sum", FL_OP_ADD, xs, 2, -1);
+}
+
 /* SeparableConv2D as the layer builds it: depthwise (no bias, linear), then
  * a 1x1 convolution with the bias and the activation */
 static fl_node *b_separable(fl_graph *g, fl_node *x, fl_node **p, int *np) {
@@ -814,6 +852,29 @@ static void layer_parity(void) {
                  (long long)rs[i].shape[2]);
         parity(name, 3, rs[i].shape, 5, b_resize, true);
     }
+    /* each pooling, padding, resizing and permute backward adding into a gradient already written (beta 1) */
+    g_k = 3; g_s = 2; g_pad = FL_SAME;
+    g_twice = 0;
+    parity("maxpool + avgpool 3x3 s2 same of one input (gradients summed)", 3, (int64_t[]){9, 8, 5}, 5, b_twice, true);
+    g_k = 2; g_s = 3; g_pad = FL_VALID;
+    parity("maxpool + avgpool 2x2 s3 valid of one input (gradients summed)", 3, (int64_t[]){11, 9, 3}, 5, b_twice,
+           true);
+    g_twice = 1;
+    memcpy(g_pads, (int[]){2, -1, -1, 3}, sizeof g_pads);
+    parity("two pad2d ((2, -1), (-1, 3)) of one input (gradients summed)", 3, (int64_t[]){8, 7, 3}, 5, b_twice, true);
+    g_twice = 2;
+    g_ush = 3; g_usw = 2;
+    parity("UpSampling2D((3, 2)) nearest + bilinear of one input (gradients summed)", 3, (int64_t[]){5, 4, 6}, 5,
+           b_twice, true);
+    g_twice = 3;
+    g_rh = 3; g_rw = 7;
+    parity("Resizing(3, 7) nearest + bilinear of one input (gradients summed)", 3, (int64_t[]){6, 4, 5}, 5, b_twice,
+           true);
+    g_twice = 4;
+    memcpy(g_perm, (int[]){3, 1, 0, 2}, sizeof g_perm);
+    parity("two Permute(4, 2, 1, 3) of one input (gradients summed)", 4, (int64_t[]){3, 4, 2, 5}, 5, b_twice, true);
+    g_twice = 5;
+    parity("two global average poolings of one input (gradients summed)", 3, (int64_t[]){6, 5, 7}, 5, b_twice, true);
 }
 
 /* The dropout kernel at element offsets, bit for bit: masks and outputs of
@@ -913,6 +974,20 @@ static void op_parity(void) {
         snprintf(name, sizeof name, "avgpool %dx%d s%d same %lldx%lld", g_k, g_k, g_s,
                  (long long)avg_same[i].shape[0], (long long)avg_same[i].shape[1]);
         parity(name, 3, avg_same[i].shape, 5, b_avgpool, true);
+    }
+    /* max pooling with strides other than the pool size (overlapping and skipping windows) and "same" padding
+     * with even and odd pools (the padding after only, or both sides) */
+    struct { int k, s; fl_padding pad; int64_t shape[3]; } max_more[] = {
+        {2, 1, FL_SAME, {7, 9, 3}}, {3, 1, FL_SAME, {8, 8, 4}}, {4, 3, FL_SAME, {13, 10, 5}},
+        {2, 3, FL_VALID, {11, 12, 2}}, {3, 2, FL_VALID, {9, 10, 33}},
+    };
+    for (size_t i = 0; i < sizeof max_more / sizeof max_more[0]; i++) {
+        g_k = max_more[i].k; g_s = max_more[i].s; g_pad = max_more[i].pad;
+        char name[64];
+        snprintf(name, sizeof name, "maxpool %dx%d s%d %s %lldx%lldx%lld", g_k, g_k, g_s,
+                 g_pad == FL_SAME ? "same" : "valid", (long long)max_more[i].shape[0], (long long)max_more[i].shape[1],
+                 (long long)max_more[i].shape[2]);
+        parity(name, 3, max_more[i].shape, 5, b_maxpool, true);
     }
     g_k = 3; g_s = 2; g_pad = FL_VALID;
     parity("avgpool 3x3 s2 valid", 3, img, 7, b_avgpool, true);

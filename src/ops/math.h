@@ -125,6 +125,41 @@ FL_HD float fl_minmax_grad(int is_max, float x, float other, float dy) {
     return (is_max ? x > other : x < other) ? dy : 0.0f;
 }
 
+/* ---- resizing (UpSampling2D, Resizing: backend.h upsample2d_fwd) ---- */
+
+/* One axis of a resize from n to out values (UpSampling2D: out = n*s),
+ * as jax.image.resize with antialias off (Keras 3's UpSampling2D and
+ * Resizing). Bilinear: output o reads inputs *i0 (weight 1 - *f) and *i1
+ * (weight *f), clamped to [0, n), around the half-pixel source coordinate
+ * (o + 0.5) * n / out - 0.5 (in double). */
+FL_HD void fl_resize_taps(int o, int n, int out, int *i0, int *i1, float *f) {
+    double src = ((double)o + 0.5) * n / out - 0.5, fl = floor(src);
+    int a = (int)fl, b = a + 1;
+    *f = (float)(src - fl);
+    *i0 = a < 0 ? 0 : a >= n ? n - 1 : a;
+    *i1 = b < 0 ? 0 : b >= n ? n - 1 : b;
+}
+
+/* Nearest: input floor((o + 0.5) * n / out), exactly in integers (JAX's float32 formula gives the same). */
+FL_HD int fl_resize_nearest(int o, int n, int out) { return (int)(((2 * (int64_t)o + 1) * n) / (2 * (int64_t)out)); }
+
+/* The weight with which output o reads input i along one axis. */
+FL_HD float fl_resize_weight(int bilinear, int o, int i, int n, int out) {
+    if (!bilinear) return fl_resize_nearest(o, n, out) == i ? 1.0f : 0.0f;
+    int i0, i1;
+    float f;
+    fl_resize_taps(o, n, out, &i0, &i1, &f);
+    return (i0 == i ? 1.0f - f : 0.0f) + (i1 == i ? f : 0.0f);
+}
+
+/* Outputs [*o0, *o1) that may read input i (a superset): a bilinear
+ * source coordinate within 1 of i, a nearest one within [i, i + 1). */
+FL_HD void fl_resize_reach(int i, int n, int out, int *o0, int *o1) {
+    int64_t a = (int64_t)(i - 1) * out / n - 1, b = ((int64_t)(i + 2) * out + n - 1) / n + 1;
+    *o0 = a < 0 ? 0 : (int)a;
+    *o1 = b > out ? out : (int)b;
+}
+
 /* ---- parametrized activations (fl_pact_desc, backend.h) ---- */
 
 /* ReLU(max_value, negative_slope, threshold) as keras.activations.relu:

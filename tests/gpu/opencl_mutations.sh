@@ -27,4 +27,6 @@ run src/backend/kernels/loss.cl 'L = FL_ROW_SUM(L) / (float)c;
     } else { /* FL_LC_MSE */' loss
 run src/backend/kernels/seq.cl 'if (r >= 0 && r < v && r % FL_EMB_PARTS == p) dw[r * d + j] += dy[i * d + j];' 'if (r >= 0 && r < v && r % FL_EMB_PARTS == p) dw[r * d + j] += dy[i * d + j] * 1.001f;' seq
 run src/backend/kernels/attention.cl 'const float e = on ? expf(sr[j] - mx) : 0.0f;' 'const float e = on ? expf(1.001f * (sr[j] - mx)) : 0.0f;' attention
+run src/backend/kernels/pool.cl 'y[e] = s * (cnt ? 1.0f / (float)cnt : 0.0f);' 'y[e] = s * (cnt ? 1.0f / (float)cnt : 0.0f) * 1.001f;' pool
+run src/backend/kernels/layout.cl 'g += fl_pool_mul_rn(wh * ww, gr[(int64_t)q * C]);' 'g += fl_pool_mul_rn(wh * ww * 1.001f, gr[(int64_t)q * C]);' layout
 cmake --build ${BUILD:-/tmp/build-ocl} --target flynn_opencl test_gpu_parity >/dev/null 2>&1

@@ -49,28 +49,6 @@ static void cu_bmerge_bwd(int mode, const fl_bcast_desc *d, const float *x, cons
     LAUNCHED();
 }
 
-/* zero padding / cropping (fl_cpu_pad2d's twin): one thread per output
- * element, y (beta: +)= x at (i - pt, j - pl) inside x, else 0 */
-__global__ void k_pad2d(fl_conv_desc d, const float *x, float *y, float beta) {
-    const int64_t total = d.n * d.oh * d.ow * (int64_t)d.c;
-    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
-        int64_t c = e % d.c, r = e / d.c;
-        int j = (int)(r % d.ow);
-        r /= d.ow;
-        int i = (int)(r % d.oh);
-        int64_t n = r / d.oh;
-        int si = i - d.pt, sj = j - d.pl;
-        float v = si >= 0 && si < d.h && sj >= 0 && sj < d.w ? x[((n * d.h + si) * d.w + sj) * d.c + c] : 0.0f;
-        y[e] = beta == 0.0f ? v : y[e] + v;
-    }
-}
-static void cu_pad2d(const fl_conv_desc *d, const float *x, float *y, float beta) {
-    k_pad2d<<<blocks_for(d->n * d->oh * d->ow * (int64_t)d->c, 256), 256, 0, g_stream>>>(*d, x, y, beta);
-    LAUNCHED();
-}
-
-
-
 /* ------------------------------------------------- losses, metrics, sums */
 
 static void cu_accumulate(int64_t n, const float *src, float *dst, float beta) {

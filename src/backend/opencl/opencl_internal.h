@@ -70,10 +70,11 @@ void ocl_run2(ocl_launch *l, size_t gx, size_t gy, size_t lx, size_t ly);
 #define OCL_KERNELS_CONV(X)
 
 /* pool.cl: the poolings (ocl_pool.c) */
-#define OCL_KERNELS_POOL(X)
+#define OCL_KERNELS_POOL(X)                                                                                         \
+    X(k_maxpool_fwd) X(k_maxpool_bwd) X(k_avgpool_fwd) X(k_avgpool_bwd) X(k_gap_fwd) X(k_gap_bwd)
 
 /* layout.cl: padding, UpSampling2D/Resizing, Permute (ocl_layout.c) */
-#define OCL_KERNELS_LAYOUT(X)
+#define OCL_KERNELS_LAYOUT(X) X(k_pad2d) X(k_upsample2d_fwd) X(k_upsample2d_bwd) X(k_permute)
 
 /* norm.cl: BatchNormalization, LayerNormalization, Normalization; Softmax(axis), PReLU (ocl_norm.c) */
 #define OCL_KERNELS_NORM(X)
