@@ -25,4 +25,6 @@ run src/backend/kernels/reduce.cl 'for (int c = 0; c < chunks; c++) t += partial
 run src/backend/kernels/loss.cl 'L = FL_ROW_SUM(L) / (float)c;
     } else { /* FL_LC_MSE */' 'L = FL_ROW_SUM(L) / (float)c * 1.001f;
     } else { /* FL_LC_MSE */' loss
+run src/backend/kernels/conv.cl 'dx[o] = beta == 0.0f ? s : dx[o] + s;' 'dx[o] = beta == 0.0f ? s * 1.001f : dx[o] + s;' conv
+run src/backend/kernels/conv.cl 'y[e] = fl_act_forward(g.act, acc);' 'y[e] = fl_act_forward(g.act, acc * 1.001f);' conv_depthwise
 cmake --build ${BUILD:-/tmp/build-ocl} --target flynn_opencl test_gpu_parity >/dev/null 2>&1
