@@ -602,6 +602,49 @@ static fl_node *b_depthwise_dil(fl_graph *g, fl_node *x, fl_node **p, int *np) {
     *np = 2;
     return fl_graph_depthwise_conv2d_dilated(g, "depthwise", x, p[0], p[1], g_s, g_s, g_dh, g_dw, g_pad, g_act);
 }
+/* Two convolutions of one kind (g_two) read x and are added: the later one's backward writes x's gradient, the
+ * earlier one's adds to it (dx_beta 1). 0: Conv2D 3x3 stride 2, 2 groups; 1: Conv2D 1x1 (the product on x itself);
+ * 2: Conv2D 3x3 dilated 2x2; 3: Conv2DTranspose 3x3 stride 2; 4: Conv2DTranspose 1x1; 5: DepthwiseConv2D 3x3 dm2 */
+static int g_two;
+static fl_node *b_two_readers(fl_graph *g, fl_node *x, fl_node **p, int *np) {
+    const int64_t c = x->shape[3];
+    fl_node *y[2];
+    for (int k = 0; k < 2; k++) {
+        fl_node **q = p + 2 * k;
+        const char *name = k ? "second" : "first";
+        if (g_two == 0 || g_two == 1 || g_two == 2) {
+            const int kk = g_two == 1 ? 1 : 3, groups = g_two == 0 ? 2 : 1;
+            q[0] = fl_graph_param(g, "signed", 4, (int64_t[]){kk, kk, c / groups, 8}, true);
+            q[1] = fl_graph_param(g, "signed", 1, (int64_t[]){8}, true);
+            y[k] = fl_graph_conv2d_dilated(g, name, x, q[0], q[1], g_two == 0 ? 2 : 1, g_two == 0 ? 2 : 1,
+                                           g_two == 2 ? 2 : 1, g_two == 2 ? 2 : 1, groups,
+                                           g_two == 1 ? FL_VALID : FL_SAME, g_two == 1 ? FL_ACT_TANH : FL_ACT_RELU);
+        } else if (g_two == 3 || g_two == 4) {
+            const int kk = g_two == 3 ? 3 : 1, s = g_two == 3 ? 2 : 1;
+            q[0] = fl_graph_param(g, "signed", 4, (int64_t[]){kk, kk, 4, c}, true);
+            q[1] = fl_graph_param(g, "signed", 1, (int64_t[]){4}, true);
+            y[k] = fl_graph_conv2d_transpose(g, name, x, q[0], q[1], s, s, g_two == 3 ? FL_SAME : FL_VALID,
+                                             FL_ACT_SIGMOID);
+        } else {
+            q[0] = fl_graph_param(g, "signed", 4, (int64_t[]){3, 3, c, 2}, true);
+            q[1] = fl_graph_param(g, "signed", 1, (int64_t[]){2 * c}, true);
+            y[k] = fl_graph_depthwise_conv2d(g, name, x, q[0], q[1], 1, 1, FL_SAME, FL_ACT_TANH);
+        }
+        if (!y[k]) return NULL;
+    }
+    *np = 4;
+    return fl_graph_merge(g, "sum", FL_OP_ADD, y, 2, -1);
+}
+static const char *const two_names[] = {"Conv2D 3x3 s2 groups 2", "Conv2D 1x1", "Conv2D 3x3 dilation 2x2",
+                                        "Conv2DTranspose 3x3 s2 same", "Conv2DTranspose 1x1", "DepthwiseConv2D 3x3 dm2"};
+static void two_readers_parity(int64_t batch, const char *how) {
+    for (g_two = 0; g_two < 6; g_two++) {
+        char name[128];
+        snprintf(name, sizeof name, "two %s reading one input (dx accumulated)%s", two_names[g_two], how);
+        parity(name, 3, (int64_t[]){9, 8, 6}, batch, b_two_readers, true);
+    }
+}
+
 static fl_node *b_resize(fl_graph *g, fl_node *x, fl_node **p, int *np) {
     *np = 0;
     return fl_graph_resize2d(g, "resize", x, g_rh, g_rw, g_bilinear);
@@ -840,6 +883,7 @@ static void layer_parity(void) {
                  (long long)dwd[i].shape[2]);
         parity(name, 3, dwd[i].shape, 7, b_depthwise_dil, true);
     }
+    two_readers_parity(7, "");
     /* Resizing: up and down, by integer and other factors */
     struct { int oh, ow, bilinear; int64_t shape[3]; } rs[] = {
         {7, 4, 1, {4, 6, 3}}, {3, 3, 1, {6, 8, 2}}, {11, 13, 0, {4, 7, 5}}, {2, 3, 0, {5, 9, 2}}, {1, 1, 1, {3, 4, 33}},
@@ -1761,6 +1805,27 @@ static void fold_parity(void) {
     fl_tensor_free(x);
 }
 
+/* The OpenCL plugin's Conv2D and Conv2DTranspose in chunks of samples (their column matrix is at most 256 MiB
+ * a chunk, which no case above reaches): FLYNN_OPENCL_CONV_CHUNK caps the samples a chunk takes, here 3 (7 = 3
+ * + 3 + 1: a partial last chunk) and 1; the filter gradient sums the chunks' products in order. */
+static void conv_chunk_parity(void) {
+    const char *caps[] = {"3", "1"};
+    for (int i = 0; i < 2; i++) {
+        setenv("FLYNN_OPENCL_CONV_CHUNK", caps[i], 1);
+        char how[48];
+        snprintf(how, sizeof how, ", chunks of %s sample%s", caps[i], i ? "" : "s");
+        two_readers_parity(7, how);
+        char name[96];
+        g_k = 3; g_s = 2; g_pad = FL_SAME; g_act = FL_ACT_RELU;
+        snprintf(name, sizeof name, "conv2d k3 s2 same 9x10x4%s", how);
+        parity(name, 3, (int64_t[]){9, 10, 4}, 7, b_conv, true);
+        g_kh = g_kw = 4; g_tsh = g_tsw = 2; g_pad = FL_SAME; g_filters = 3; g_bias = 1; g_act = FL_ACT_TANH;
+        snprintf(name, sizeof name, "Conv2DTranspose k4x4 s2x2 same 4x5x3%s", how);
+        parity(name, 3, (int64_t[]){4, 5, 3}, 7, b_conv_transpose, true);
+    }
+    unsetenv("FLYNN_OPENCL_CONV_CHUNK");
+}
+
 /* FLYNN_PARITY_BACKEND=opencl: the OpenCL plugin's device against the CPU. OpenCL has one float32 mode (no
  * TF32), so "highest"'s tolerance; the groups whose entries the backend lacks so far are named, not run. */
 static int opencl_main(int argc, char **argv) {
@@ -1774,9 +1839,10 @@ static int opencl_main(int argc, char **argv) {
     loss_parity();
     seq_parity();
     attn_parity(); /* its LayerNormalization cases are named as not on OpenCL while layernorm_fwd is NULL */
+    conv_chunk_parity();
     static const struct { const char *group; size_t entry; const char *name; } need[] = {
         {"optimizer, clip and schedule parity", offsetof(fl_backend, optimizer_step), "optimizer_step"},
-        {"training, partial-batch and fold parity", offsetof(fl_backend, conv2d_fwd), "conv2d_fwd"},
+        {"training, partial-batch and fold parity", offsetof(fl_backend, optimizer_step), "optimizer_step"},
     };
     for (size_t i = 0; i < sizeof need / sizeof need[0]; i++) {
         void *const *fn = (void *const *)((const char *)GPU + need[i].entry);

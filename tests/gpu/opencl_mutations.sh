@@ -29,4 +29,6 @@ run src/backend/kernels/seq.cl 'if (r >= 0 && r < v && r % FL_EMB_PARTS == p) dw
 run src/backend/kernels/attention.cl 'const float e = on ? expf(sr[j] - mx) : 0.0f;' 'const float e = on ? expf(1.001f * (sr[j] - mx)) : 0.0f;' attention
 run src/backend/kernels/pool.cl 'y[e] = s * (cnt ? 1.0f / (float)cnt : 0.0f);' 'y[e] = s * (cnt ? 1.0f / (float)cnt : 0.0f) * 1.001f;' pool
 run src/backend/kernels/layout.cl 'g += fl_pool_mul_rn(wh * ww, gr[(int64_t)q * C]);' 'g += fl_pool_mul_rn(wh * ww * 1.001f, gr[(int64_t)q * C]);' layout
+run src/backend/kernels/conv.cl 'dx[o] = beta == 0.0f ? s : dx[o] + s;' 'dx[o] = beta == 0.0f ? s * 1.001f : dx[o] + s;' conv
+run src/backend/kernels/conv.cl 'y[e] = fl_act_forward(g.act, acc);' 'y[e] = fl_act_forward(g.act, acc * 1.001f);' conv_depthwise
 cmake --build ${BUILD:-/tmp/build-ocl} --target flynn_opencl test_gpu_parity >/dev/null 2>&1

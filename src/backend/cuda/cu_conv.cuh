@@ -5,45 +5,8 @@
  */
 /* ----------------------------------------------------------- convolution */
 
-/* (kh, kw, c, oc) <-> (oc, kh, kw, c) */
-__global__ void k_hwio_to_ohwi(int64_t total, int khkwc, int oc, const float *src, float *dst) {
-    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
-        int64_t o = e / khkwc, r = e - o * khkwc; /* dst index e = o*khkwc + r */
-        dst[e] = src[r * oc + o];
-    }
-}
-__global__ void k_ohwi_to_hwio(int64_t total, int khkwc, int oc, const float *src, float *dst) {
-    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
-        int64_t r = e / oc, o = e - r * oc; /* dst index e = r*oc + o */
-        dst[e] = src[o * khkwc + r];
-    }
-}
-
-/* x (n, h, w, c) -> xp (n, h+eh, w+ew, c): an extra zero row/column after,
- * for the asymmetric "same" padding cuDNN does not do itself. */
-__global__ void k_pad_after(int64_t total, int h, int w, int c, int eh, int ew, const float *x, float *xp) {
-    int hp = h + eh, wp = w + ew;
-    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
-        int64_t t = e;
-        int ch = (int)(t % c); t /= c;
-        int iw = (int)(t % wp); t /= wp;
-        int ih = (int)(t % hp);
-        int64_t n = t / hp;
-        xp[e] = (ih < h && iw < w) ? x[((n * h + ih) * w + iw) * c + ch] : 0.0f;
-    }
-}
-/* dx (n, h, w, c) (+)= the top-left part of dxp (n, h+eh, w+ew, c) */
-__global__ void k_crop_add(int64_t total, int h, int w, int c, int eh, int ew, const float *dxp, float *dx, float beta) {
-    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
-        int64_t t = e;
-        int ch = (int)(t % c); t /= c;
-        int iw = (int)(t % w); t /= w;
-        int ih = (int)(t % h);
-        int64_t n = t / h;
-        float v = dxp[((n * (h + eh) + ih) * (w + ew) + iw) * c + ch];
-        dx[e] = beta == 0.0f ? v : dx[e] + v;
-    }
-}
+/* The layout copies into and out of cuDNN's (k_hwio_to_ohwi, k_ohwi_to_hwio, k_pad_after, k_crop_add) are
+ * kernels/conv.cl's. */
 
 /* One cuDNN setup per convolution shape (batch included). The algorithm of
  * each direction (forward, backward data, backward filter) is searched the
@@ -445,117 +408,11 @@ static void cu_conv2d_transpose_bwd(const fl_conv_desc *d, const float *x, const
 
 /* ---------------------------------------------- depthwise convolution */
 
-/* cpu_depthwise.c's twins, as own kernels over NHWC data (no cuDNN: its
- * grouped convolutions want the kernel transposed and offer no
- * deterministic backward-filter algorithm for every shape). Shapes:
- * x [n, h, w, c], w [kh, kw, c, dm], b [c*dm], y [n, oh, ow, oc], oc = c*dm,
- *
- *     y[n, p, q, c*dm+m] = act(b[c*dm+m] + sum_{i,j} x[n, p*sh-pt+i*dh, q*sw-pl+j*dw, c] * w[i, j, c, m])
- *
- * (dh, dw: the dilation, d.dil_h/d.dil_w, 0 read as 1). Forward: one thread per output element, the output channel fastest, so
- * that a warp reads neighbouring channels of x and w; the window clamped to
- * the image and summed from the bias in the CPU's order (rows, then
- * columns). Backward: dy *= act'(y) and the bias gradient as Dense's
- * (act_grad_bias); dx as a gather, one thread per input element over the
- * taps whose output pixel it feeds (the CPU's bwd_row_body); dw as column
- * sums over the output pixels (colsum). No atomics: deterministic. */
-/* The taps [*t0, *t1) of a k-tap window starting at o0, taps dil apart,
- * that land inside [0, n) (cpu_depthwise.c's tap_range). */
-__device__ __forceinline__ void dw_tap_range(int o0, int k, int dil, int n, int *t0, int *t1) {
-    *t0 = o0 < 0 ? (-o0 + dil - 1) / dil : 0;
-    *t1 = o0 > n - 1 ? 0 : min(k, (n - 1 - o0) / dil + 1);
-    if (*t1 < *t0) *t1 = *t0;
-}
-
-__global__ void k_depthwise_fwd(fl_conv_desc d, const float *x, const float *w, const float *b, float *y) {
-    const int OC = d.oc, dm = d.oc / d.c;
-    const int dh = d.dil_h > 1 ? d.dil_h : 1, dw = d.dil_w > 1 ? d.dil_w : 1;
-    const int64_t total = d.n * (int64_t)d.oh * d.ow * OC;
-    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
-        int64_t t = e;
-        const int o = (int)(t % OC); t /= OC;
-        const int q = (int)(t % d.ow); t /= d.ow;
-        const int p = (int)(t % d.oh);
-        const int64_t n = t / d.oh;
-        const int c = o / dm;
-        const int ih0 = p * d.sh - d.pt, iw0 = q * d.sw - d.pl;
-        int i0, i1, j0, j1;
-        dw_tap_range(ih0, d.kh, dh, d.h, &i0, &i1);
-        dw_tap_range(iw0, d.kw, dw, d.w, &j0, &j1);
-        const float *xn = x + n * d.h * d.w * d.c;
-        float acc = b ? b[o] : 0.0f;
-        for (int i = i0; i < i1; i++)
-            for (int j = j0; j < j1; j++)
-                acc += xn[((int64_t)(ih0 + i * dh) * d.w + (iw0 + j * dw)) * d.c + c] *
-                       w[(int64_t)(i * d.kw + j) * OC + o];
-        y[e] = fl_act_forward(d.act, acc);
-    }
-}
-
-/* dx[n, row, col, c] (beta: +)= sum over the taps (i, j) whose output pixel
- * (p, q) it feeds (p*sh - pt + i*dh = row, q*sw - pl + j*dw = col) of
- * sum_m dy[n, p, q, c*dm+m] * w[i, j, c, m]; taps in the CPU's order. */
-__global__ void k_depthwise_bwd_dx(fl_conv_desc d, const float *w, const float *dy, float *dx, float beta) {
-    const int C = d.c, OC = d.oc, dm = d.oc / d.c;
-    const int dh = d.dil_h > 1 ? d.dil_h : 1, dw = d.dil_w > 1 ? d.dil_w : 1;
-    const int64_t total = d.n * (int64_t)d.h * d.w * C;
-    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
-        int64_t t = e;
-        const int c = (int)(t % C); t /= C;
-        const int col = (int)(t % d.w); t /= d.w;
-        const int row = (int)(t % d.h);
-        const int64_t n = t / d.h;
-        const float *dyn = dy + n * d.oh * d.ow * OC;
-        float g = beta == 0.0f ? 0.0f : dx[e];
-        for (int i = 0; i < d.kh; i++) {
-            const int th = row + d.pt - i * dh; /* = p * sh */
-            if (th < 0) break;
-            const int p = th / d.sh;
-            if (th != p * d.sh || p >= d.oh) continue;
-            for (int j = 0; j < d.kw; j++) {
-                const int tw = col + d.pl - j * dw; /* = q * sw */
-                if (tw < 0) break;
-                const int q = tw / d.sw;
-                if (tw != q * d.sw || q >= d.ow) continue;
-                const float *gp = dyn + ((int64_t)p * d.ow + q) * OC + (int64_t)c * dm;
-                const float *wp = w + (int64_t)(i * d.kw + j) * OC + (int64_t)c * dm;
-                if (dm == 1) {
-                    g += gp[0] * wp[0];
-                } else {
-                    float s = 0.0f;
-                    for (int m = 0; m < dm; m++) s += gp[m] * wp[m];
-                    g += s;
-                }
-            }
-        }
-        dx[e] = g;
-    }
-}
-
-/* dw[i, j, o] = sum over the output pixels r = (n, p, q) whose tap (i, j)
- * lies inside x of dy[r, o] * x[n, p*sh-pt+i*dh, q*sw-pl+j*dw, o/dm]: column
- * tap*oc + o of a [n*oh*ow, kh*kw*oc] matrix (neighbouring threads:
- * neighbouring channels). */
-struct f_depthwise_dw {
-    const float *x, *dy;
-    fl_conv_desc d;
-    __device__ float operator()(int64_t r, int col) const {
-        const int OC = d.oc;
-        const int o = col % OC, tap = col / OC, i = tap / d.kw, j = tap - i * d.kw;
-        int64_t t = r;
-        const int q = (int)(t % d.ow); t /= d.ow;
-        const int p = (int)(t % d.oh);
-        const int64_t n = t / d.oh;
-        const int ih = p * d.sh - d.pt + i * (d.dil_h > 1 ? d.dil_h : 1),
-                  iw = q * d.sw - d.pl + j * (d.dil_w > 1 ? d.dil_w : 1);
-        if (ih < 0 || ih >= d.h || iw < 0 || iw >= d.w) return 0.0f;
-        return dy[r * OC + o] * x[((n * d.h + ih) * d.w + iw) * d.c + o / (OC / d.c)];
-    }
-};
-
+/* The kernels are kernels/conv.cl's (k_depthwise_fwd, k_depthwise_bwd_dx, and k_colsum_depthwise_dw, the filter
+ * gradient's column sums, reduce.cl's partial stage with the depthwise summand), shared with OpenCL. */
 static void cu_depthwise_fwd(const fl_conv_desc *d, const float *x, const float *w, const float *b, float *y) {
     const int64_t total = d->n * (int64_t)d->oh * d->ow * d->oc;
-    k_depthwise_fwd<<<blocks_for(total, 256), 256, 0, g_stream>>>(*d, x, w, b, y);
+    k_depthwise_fwd<<<blocks_for(total, 256), 256, 0, g_stream>>>(fl_conv_geom_of(d, d->n), x, w, b, y);
     LAUNCHED();
 }
 
@@ -567,8 +424,15 @@ static void cu_depthwise_bwd(const fl_conv_desc *d, const float *x, const float 
     act_grad_bias(orows, d->oc, d->act, y, dy, db);
     if (dx) {
         const int64_t total = d->n * (int64_t)d->h * d->w * d->c;
-        k_depthwise_bwd_dx<<<blocks_for(total, 256), 256, 0, g_stream>>>(*d, w, dy, dx, dx_beta);
+        k_depthwise_bwd_dx<<<blocks_for(total, 256), 256, 0, g_stream>>>(fl_conv_geom_of(d, d->n), w, dy, dx, dx_beta);
         LAUNCHED();
     }
-    if (dw) colsum(orows, d->kh * d->kw * d->oc, f_depthwise_dw{x, dy, *d}, dw);
+    if (!dw) return;
+    const int n = d->kh * d->kw * d->oc;
+    float *p = partial_buf(n, COLSUM_CHUNKS);
+    if (!p) return;
+    dim3 grid((n + 31) / 32, COLSUM_CHUNKS), block(32, 8);
+    k_colsum_depthwise_dw<<<grid, block, 0, g_stream>>>(orows, n, COLSUM_CHUNKS, fl_conv_geom_of(d, d->n), x, dy, p);
+    k_colsum_final<<<(n + 255) / 256, 256, 0, g_stream>>>(n, COLSUM_CHUNKS, p, dw, 0.0f);
+    LAUNCHED();
 }

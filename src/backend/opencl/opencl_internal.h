@@ -67,7 +67,7 @@ void ocl_run2(ocl_launch *l, size_t gx, size_t gy, size_t lx, size_t ly);
     X(k_colsum_rows) X(k_colsum_final) X(k_loss) X(k_metric) X(k_sum_into)
 
 /* conv.cl: Conv2D (im2col + GEMM, direct), Conv2DTranspose, DepthwiseConv2D (ocl_conv.c) */
-#define OCL_KERNELS_CONV(X)
+#define OCL_KERNELS_CONV(X) X(k_im2col) X(k_col2im) X(k_depthwise_fwd) X(k_depthwise_bwd_dx) X(k_colsum_depthwise_dw)
 
 /* pool.cl: the poolings (ocl_pool.c) */
 #define OCL_KERNELS_POOL(X)                                                                                         \
