@@ -85,7 +85,9 @@ void ocl_run2(ocl_launch *l, size_t gx, size_t gy, size_t lx, size_t ly);
 #define OCL_KERNELS_ATTENTION(X)
 
 /* rnn.cl: SimpleRNN, LSTM, GRU (ocl_rnn.c) */
-#define OCL_KERNELS_RNN(X)
+#define OCL_KERNELS_RNN(X)                                                                                          \
+    X(k_rnn_init_rows) X(k_rnn_mask_rows) X(k_rnn_scale_rows) X(k_rnn_mask_sum) X(k_rnn_mask_steps)                 \
+    X(k_rnn_fwd_step) X(k_rnn_bwd_init) X(k_rnn_bwd_step)
 
 /* optim.cl: the optimizers and gradient clipping (ocl_optim.c) */
 #define OCL_KERNELS_OPTIM(X)
