@@ -1122,12 +1122,26 @@ static void loss_parity(void) {
     GPU->free(dp); GPU->free(dt); GPU->free(ds);
 }
 
+/* the slots an optimizer has (nn/optimizer.c's rule: the others stay NULL), zeros */
+static bool opt_has_slot(const fl_opt_desc *d, int s) {
+    switch (d->code) {
+    case FL_OPT_SGD: return s == 0 && d->momentum != 0.0f;
+    case FL_OPT_ADAM: case FL_OPT_ADAMW: return s < 2;
+    case FL_OPT_RMSPROP: return s == 0 || (s == 1 && d->momentum > 0) || (s == 2 && d->centered);
+    default: return false;
+    }
+}
+
 static void optimizer_parity(void) {
     fl_opt_desc descs[] = {
         {.code = FL_OPT_SGD, .lr = 0.01f, .momentum = 0.9f, .nesterov = 1},
+        {.code = FL_OPT_SGD, .lr = 0.01f, .momentum = 0.9f},
+        {.code = FL_OPT_SGD, .lr = 0.01f},
         {.code = FL_OPT_ADAM, .lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-7f},
         {.code = FL_OPT_ADAMW, .lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-7f, .weight_decay = 0.004f},
         {.code = FL_OPT_RMSPROP, .lr = 1e-3f, .rho = 0.9f, .momentum = 0.5f, .eps = 1e-7f, .centered = 1},
+        {.code = FL_OPT_RMSPROP, .lr = 1e-3f, .rho = 0.9f, .eps = 1e-7f},
+        {.code = FL_OPT_RMSPROP, .lr = 1e-3f, .rho = 0.9f, .momentum = 0.5f, .eps = 1e-7f},
     };
     int64_t sizes[3] = {1000, 17, 4097};
     for (size_t c = 0; c < sizeof descs / sizeof descs[0]; c++) {
@@ -1137,10 +1151,13 @@ static void optimizer_parity(void) {
             float *w = malloc((size_t)n * sizeof(float)), *g = malloc((size_t)n * sizeof(float));
             fl_rng_uniform(w, n, -1, 1, 4, (uint64_t)(c * 10 + k));
             fl_rng_uniform(g, n, -0.1f, 0.1f, 5, (uint64_t)(c * 10 + k));
-            hp[k] = (fl_param_ref){w, g, calloc((size_t)n, 4), calloc((size_t)n, 4), calloc((size_t)n, 4), n};
-            float *z = calloc((size_t)n, 4);
-            dp[k] = (fl_param_ref){dev_copy(GPU, w, n), dev_copy(GPU, g, n), dev_copy(GPU, z, n), dev_copy(GPU, z, n),
-                                   dev_copy(GPU, z, n), n};
+            float *z = calloc((size_t)n, 4), *hs[3], *ds[3];
+            for (int s = 0; s < 3; s++) {
+                hs[s] = opt_has_slot(&descs[c], s) ? calloc((size_t)n, 4) : NULL;
+                ds[s] = opt_has_slot(&descs[c], s) ? dev_copy(GPU, z, n) : NULL;
+            }
+            hp[k] = (fl_param_ref){w, g, hs[0], hs[1], hs[2], n};
+            dp[k] = (fl_param_ref){dev_copy(GPU, w, n), dev_copy(GPU, g, n), ds[0], ds[1], ds[2], n};
             free(z);
         }
         for (int step = 1; step <= 3; step++) {
@@ -1151,13 +1168,18 @@ static void optimizer_parity(void) {
         }
         for (int k = 0; k < 3; k++) {
             char name[32];
-            snprintf(name, sizeof name, "optimizer %d", descs[c].code);
+            snprintf(name, sizeof name, "optimizer %d (%zu)", descs[c].code, c);
             double keep = g_tol;
             g_tol = 1e-5; /* element-wise formulas: no summation order */
             compare(name, "weights", hp[k].w, dp[k].w, sizes[k]);
+            float *hs[3] = {hp[k].s0, hp[k].s1, hp[k].s2}, *ds[3] = {dp[k].s0, dp[k].s1, dp[k].s2};
+            for (int s = 0; s < 3; s++)
+                if (hs[s]) compare(name, s == 0 ? "slot 0" : s == 1 ? "slot 1" : "slot 2", hs[s], ds[s], sizes[k]);
             g_tol = keep;
             free(hp[k].w); free(hp[k].g); free(hp[k].s0); free(hp[k].s1); free(hp[k].s2);
-            GPU->free(dp[k].w); GPU->free(dp[k].g); GPU->free(dp[k].s0); GPU->free(dp[k].s1); GPU->free(dp[k].s2);
+            GPU->free(dp[k].w); GPU->free(dp[k].g);
+            for (int s = 0; s < 3; s++)
+                if (ds[s]) GPU->free(ds[s]);
         }
     }
 }
@@ -1304,10 +1326,11 @@ static void clip_parity(void) {
          .clip = 0.5f},
         {.code = FL_OPT_RMSPROP, .lr = 1e-3f, .rho = 0.9f, .eps = 1e-7f, .clip_mode = FL_CLIP_GLOBAL_NORM, .clip = 2.0f},
     };
-    int64_t sizes[3] = {1000, 17, 70000};
+    /* the last: more chunks of FL_SUMSQ_CHUNK than a launch has blocks on OpenCL (1024), and a partial one */
+    int64_t sizes[4] = {1000, 17, 70000, 1025 * FL_SUMSQ_CHUNK + 3};
     for (size_t c = 0; c < sizeof descs / sizeof descs[0]; c++) {
-        fl_param_ref hp[3], dp[3];
-        for (int k = 0; k < 3; k++) {
+        fl_param_ref hp[4], dp[4];
+        for (int k = 0; k < 4; k++) {
             int64_t n = sizes[k];
             float *w = malloc((size_t)n * sizeof(float)), *g = malloc((size_t)n * sizeof(float));
             fl_rng_uniform(w, n, -1, 1, 6, (uint64_t)(c * 10 + k));
@@ -1320,9 +1343,9 @@ static void clip_parity(void) {
         }
         fl_opt_desc d = descs[c];
         d.step = 1;
-        CPU->optimizer_step(&d, hp, 3);
-        GPU->optimizer_step(&d, dp, 3);
-        for (int k = 0; k < 3; k++) {
+        CPU->optimizer_step(&d, hp, 4);
+        GPU->optimizer_step(&d, dp, 4);
+        for (int k = 0; k < 4; k++) {
             char name[48];
             snprintf(name, sizeof name, "optimizer %d clip %d", descs[c].code, descs[c].clip_mode);
             double keep = g_tol;
@@ -1629,11 +1652,14 @@ static int opencl_main(int argc, char **argv) {
     g_tol = 2e-4;
     op_parity();
     loss_parity();
+    optimizer_parity();
+    clip_parity();
+    /* schedule parity trains mnist_cnn (conv2d) through fit, with and without CUDA graphs: on OpenCL it also
+     * needs a model moved onto the device and a form without graphs (OpenCL has none) */
     static const struct { const char *group; size_t entry; const char *name; } need[] = {
-        {"optimizer, clip and schedule parity", offsetof(fl_backend, optimizer_step), "optimizer_step"},
         {"sequence parity", offsetof(fl_backend, seq_mask), "seq_mask"},
         {"attention parity", offsetof(fl_backend, attn_softmax_fwd), "attn_softmax_fwd"},
-        {"training, partial-batch and fold parity", offsetof(fl_backend, conv2d_fwd), "conv2d_fwd"},
+        {"training, partial-batch, fold and schedule parity", offsetof(fl_backend, conv2d_fwd), "conv2d_fwd"},
     };
     for (size_t i = 0; i < sizeof need / sizeof need[0]; i++) {
         void *const *fn = (void *const *)((const char *)GPU + need[i].entry);

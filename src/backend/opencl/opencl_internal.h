@@ -90,7 +90,7 @@ void ocl_run2(ocl_launch *l, size_t gx, size_t gy, size_t lx, size_t ly);
     X(k_rnn_fwd_step) X(k_rnn_bwd_init) X(k_rnn_bwd_step)
 
 /* optim.cl: the optimizers and gradient clipping (ocl_optim.c) */
-#define OCL_KERNELS_OPTIM(X)
+#define OCL_KERNELS_OPTIM(X) X(k_opt_update) X(k_sumsq_partial) X(k_sumsq_final) X(k_sumsq_total) X(k_clip_tensor)
 
 #define OCL_KERNELS(X)                                                                                              \
     OCL_KERNELS_CORE(X) OCL_KERNELS_CONV(X) OCL_KERNELS_POOL(X) OCL_KERNELS_LAYOUT(X) OCL_KERNELS_NORM(X)          \
