@@ -25,4 +25,8 @@ run src/backend/kernels/reduce.cl 'for (int c = 0; c < chunks; c++) t += partial
 run src/backend/kernels/loss.cl 'L = FL_ROW_SUM(L) / (float)c;
     } else { /* FL_LC_MSE */' 'L = FL_ROW_SUM(L) / (float)c * 1.001f;
     } else { /* FL_LC_MSE */' loss
+run src/backend/kernels/rnn.cl 'if (yo) yo[j] = d.zero_masked && !(m > 0.5f) ? 0.0f : hv;' 'if (yo) yo[j] = d.zero_masked && !(m > 0.5f) ? 0.0f : hv * 1.001f;' rnn_fwd
+run src/backend/kernels/rnn.cl 'dh[e] += dy[(b * T + tout) * u + j];' 'dh[e] += dy[(b * T + tout) * u + j] * 1.001f;' rnn_bwd
+run src/backend/kernels/optim.cl '    w[i] = wv;' '    w[i] = wv * 1.0001f;' optim
+run src/backend/kernels/optim.cl 'acc_ += v_ * v_;' 'acc_ += v_ * v_ * 1.001;' optim_clip
 cmake --build ${BUILD:-/tmp/build-ocl} --target flynn_opencl test_gpu_parity >/dev/null 2>&1
