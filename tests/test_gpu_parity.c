@@ -419,6 +419,8 @@ static fl_node *b_rnn_drop(fl_graph *g, fl_node *x, fl_node **p, int *np) {
 /* the same with the states at the ends: h0 (and LSTM c0) made from x by a
  * linear Dense (so that dh0, dc0 reach x's gradient), and the output the
  * concatenation of y (flattened) and the final states hT (and cT) */
+static bool g_rnn_states_drop; /* b_rnn_states with b_rnn_drop's dropout, and x taken again after it (a linear Dense
+                                 * joining the output: the op's dx then accumulates, dx_beta 1) */
 static fl_node *b_rnn_states(fl_graph *g, fl_node *x, fl_node **p, int *np) {
     const int64_t T = x->shape[1], u = g_rnn.u, td = T * x->shape[2];
     const bool lstm = g_rnn.cell == FL_RNN_LSTM;
@@ -431,10 +433,16 @@ static fl_node *b_rnn_states(fl_graph *g, fl_node *x, fl_node **p, int *np) {
     }
     *np = lstm ? 5 : 4;
     fl_node *y = fl_graph_rnn_states(g, "rnn_st", x, p[0], p[1], p[2], y0->in[4], s0[0], s0[1], true, g_rnn);
-    if (!y) return NULL;
-    fl_node *parts[3] = {g_rnn.return_sequences ? fl_graph_reshape(g, "yf", y, 1, (int64_t[]){T * u}) : y,
+    if (!y || (g_rnn_states_drop && fl_graph_rnn_dropout(y, g_rnn_rate_in, g_rnn_rate, 77) != FL_OK)) return NULL;
+    fl_node *parts[4] = {g_rnn.return_sequences ? fl_graph_reshape(g, "yf", y, 1, (int64_t[]){T * u}) : y,
                          y->rnn_state[0], y->rnn_state[1]};
-    return fl_graph_merge(g, "cat", FL_OP_CONCAT, parts, lstm ? 3 : 2, 1);
+    int nparts = lstm ? 3 : 2;
+    if (g_rnn_states_drop) {
+        p[*np] = fl_graph_param(g, "signed", 2, (int64_t[]){td, 4}, true);
+        parts[nparts++] = fl_graph_dense(g, "side", fl_graph_reshape(g, "xf2", x, 1, &td), p[(*np)++], NULL,
+                                         FL_ACT_LINEAR);
+    }
+    return fl_graph_merge(g, "cat", FL_OP_CONCAT, parts, nparts, 1);
 }
 
 static fl_node *b_dense(fl_graph *g, fl_node *x, fl_node **p, int *np) {
@@ -1026,6 +1034,31 @@ static void op_parity(void) {
             parity(name, 2, rseq, 9, b_rnn_drop, true);
             g_row_offset = 0;
         }
+    }
+    /* dropout with the states at the ends, and x's gradient accumulated (input dropout's dx with beta 1) */
+    g_rnn_states_drop = true;
+    for (int i = 0; i < 2; i++) {
+        g_rnn = (fl_rnn_desc){.cell = i == 0 ? FL_RNN_LSTM : FL_RNN_GRU, .u = 6, .act = FL_ACT_TANH,
+                              .ract = FL_ACT_SIGMOID, .reset_after = i == 0, .go_backwards = i == 1,
+                              .return_sequences = true};
+        g_rnn_mask = i == 1;
+        char name[96];
+        snprintf(name, sizeof name, "rnn dropout and states cell %d, reset_after %d, mask %d", g_rnn.cell,
+                 g_rnn.reset_after, g_rnn_mask);
+        parity(name, 2, rseq, 9, b_rnn_states, true);
+    }
+    g_rnn_states_drop = false;
+    /* activations other than Keras's defaults (the CPU's scalar path; the kernels' other formulas) */
+    for (int i = 0; i < 3; i++) {
+        g_rnn = (fl_rnn_desc){.cell = i == 0 ? FL_RNN_SIMPLE : i == 1 ? FL_RNN_LSTM : FL_RNN_GRU, .u = 6,
+                              .act = i == 0 ? FL_ACT_SOFTSIGN : FL_ACT_ELU,
+                              .ract = i == 2 ? FL_ACT_HARD_SIGMOID : FL_ACT_SIGMOID, .reset_after = true,
+                              .return_sequences = true};
+        g_rnn_mask = i == 1;
+        char name[96];
+        snprintf(name, sizeof name, "rnn activations cell %d, act %d, ract %d, mask %d", g_rnn.cell, g_rnn.act,
+                 g_rnn.ract, g_rnn_mask);
+        parity(name, 2, rseq, 9, b_rnn, true);
     }
     g_rnn_mask = false;
 }
