@@ -420,6 +420,8 @@ static fl_node *b_rnn_drop(fl_graph *g, fl_node *x, fl_node **p, int *np) {
 /* the same with the states at the ends: h0 (and LSTM c0) made from x by a
  * linear Dense (so that dh0, dc0 reach x's gradient), and the output the
  * concatenation of y (flattened) and the final states hT (and cT) */
+static bool g_rnn_states_drop; /* b_rnn_states with b_rnn_drop's dropout, and x taken again after it (a linear Dense
+                                 * joining the output: the op's dx then accumulates, dx_beta 1) */
 static fl_node *b_rnn_states(fl_graph *g, fl_node *x, fl_node **p, int *np) {
     const int64_t T = x->shape[1], u = g_rnn.u, td = T * x->shape[2];
     const bool lstm = g_rnn.cell == FL_RNN_LSTM;
@@ -432,10 +434,16 @@ static fl_node *b_rnn_states(fl_graph *g, fl_node *x, fl_node **p, int *np) {
     }
     *np = lstm ? 5 : 4;
     fl_node *y = fl_graph_rnn_states(g, "rnn_st", x, p[0], p[1], p[2], y0->in[4], s0[0], s0[1], true, g_rnn);
-    if (!y) return NULL;
-    fl_node *parts[3] = {g_rnn.return_sequences ? fl_graph_reshape(g, "yf", y, 1, (int64_t[]){T * u}) : y,
+    if (!y || (g_rnn_states_drop && fl_graph_rnn_dropout(y, g_rnn_rate_in, g_rnn_rate, 77) != FL_OK)) return NULL;
+    fl_node *parts[4] = {g_rnn.return_sequences ? fl_graph_reshape(g, "yf", y, 1, (int64_t[]){T * u}) : y,
                          y->rnn_state[0], y->rnn_state[1]};
-    return fl_graph_merge(g, "cat", FL_OP_CONCAT, parts, lstm ? 3 : 2, 1);
+    int nparts = lstm ? 3 : 2;
+    if (g_rnn_states_drop) {
+        p[*np] = fl_graph_param(g, "signed", 2, (int64_t[]){td, 4}, true);
+        parts[nparts++] = fl_graph_dense(g, "side", fl_graph_reshape(g, "xf2", x, 1, &td), p[(*np)++], NULL,
+                                         FL_ACT_LINEAR);
+    }
+    return fl_graph_merge(g, "cat", FL_OP_CONCAT, parts, nparts, 1);
 }
 
 static fl_node *b_dense(fl_graph *g, fl_node *x, fl_node **p, int *np) {
@@ -1147,6 +1155,31 @@ static void op_parity(void) {
             g_row_offset = 0;
         }
     }
+    /* dropout with the states at the ends, and x's gradient accumulated (input dropout's dx with beta 1) */
+    g_rnn_states_drop = true;
+    for (int i = 0; i < 2; i++) {
+        g_rnn = (fl_rnn_desc){.cell = i == 0 ? FL_RNN_LSTM : FL_RNN_GRU, .u = 6, .act = FL_ACT_TANH,
+                              .ract = FL_ACT_SIGMOID, .reset_after = i == 0, .go_backwards = i == 1,
+                              .return_sequences = true};
+        g_rnn_mask = i == 1;
+        char name[96];
+        snprintf(name, sizeof name, "rnn dropout and states cell %d, reset_after %d, mask %d", g_rnn.cell,
+                 g_rnn.reset_after, g_rnn_mask);
+        parity(name, 2, rseq, 9, b_rnn_states, true);
+    }
+    g_rnn_states_drop = false;
+    /* activations other than Keras's defaults (the CPU's scalar path; the kernels' other formulas) */
+    for (int i = 0; i < 3; i++) {
+        g_rnn = (fl_rnn_desc){.cell = i == 0 ? FL_RNN_SIMPLE : i == 1 ? FL_RNN_LSTM : FL_RNN_GRU, .u = 6,
+                              .act = i == 0 ? FL_ACT_SOFTSIGN : FL_ACT_ELU,
+                              .ract = i == 2 ? FL_ACT_HARD_SIGMOID : FL_ACT_SIGMOID, .reset_after = true,
+                              .return_sequences = true};
+        g_rnn_mask = i == 1;
+        char name[96];
+        snprintf(name, sizeof name, "rnn activations cell %d, act %d, ract %d, mask %d", g_rnn.cell, g_rnn.act,
+                 g_rnn.ract, g_rnn_mask);
+        parity(name, 2, rseq, 9, b_rnn, true);
+    }
     g_rnn_mask = false;
 }
 
@@ -1242,12 +1275,26 @@ static void loss_parity(void) {
     GPU->free(dp); GPU->free(dt); GPU->free(ds);
 }
 
+/* the slots an optimizer has (nn/optimizer.c's rule: the others stay NULL), zeros */
+static bool opt_has_slot(const fl_opt_desc *d, int s) {
+    switch (d->code) {
+    case FL_OPT_SGD: return s == 0 && d->momentum != 0.0f;
+    case FL_OPT_ADAM: case FL_OPT_ADAMW: return s < 2;
+    case FL_OPT_RMSPROP: return s == 0 || (s == 1 && d->momentum > 0) || (s == 2 && d->centered);
+    default: return false;
+    }
+}
+
 static void optimizer_parity(void) {
     fl_opt_desc descs[] = {
         {.code = FL_OPT_SGD, .lr = 0.01f, .momentum = 0.9f, .nesterov = 1},
+        {.code = FL_OPT_SGD, .lr = 0.01f, .momentum = 0.9f},
+        {.code = FL_OPT_SGD, .lr = 0.01f},
         {.code = FL_OPT_ADAM, .lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-7f},
         {.code = FL_OPT_ADAMW, .lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-7f, .weight_decay = 0.004f},
         {.code = FL_OPT_RMSPROP, .lr = 1e-3f, .rho = 0.9f, .momentum = 0.5f, .eps = 1e-7f, .centered = 1},
+        {.code = FL_OPT_RMSPROP, .lr = 1e-3f, .rho = 0.9f, .eps = 1e-7f},
+        {.code = FL_OPT_RMSPROP, .lr = 1e-3f, .rho = 0.9f, .momentum = 0.5f, .eps = 1e-7f},
     };
     int64_t sizes[3] = {1000, 17, 4097};
     for (size_t c = 0; c < sizeof descs / sizeof descs[0]; c++) {
@@ -1257,10 +1304,13 @@ static void optimizer_parity(void) {
             float *w = malloc((size_t)n * sizeof(float)), *g = malloc((size_t)n * sizeof(float));
             fl_rng_uniform(w, n, -1, 1, 4, (uint64_t)(c * 10 + k));
             fl_rng_uniform(g, n, -0.1f, 0.1f, 5, (uint64_t)(c * 10 + k));
-            hp[k] = (fl_param_ref){w, g, calloc((size_t)n, 4), calloc((size_t)n, 4), calloc((size_t)n, 4), n};
-            float *z = calloc((size_t)n, 4);
-            dp[k] = (fl_param_ref){dev_copy(GPU, w, n), dev_copy(GPU, g, n), dev_copy(GPU, z, n), dev_copy(GPU, z, n),
-                                   dev_copy(GPU, z, n), n};
+            float *z = calloc((size_t)n, 4), *hs[3], *ds[3];
+            for (int s = 0; s < 3; s++) {
+                hs[s] = opt_has_slot(&descs[c], s) ? calloc((size_t)n, 4) : NULL;
+                ds[s] = opt_has_slot(&descs[c], s) ? dev_copy(GPU, z, n) : NULL;
+            }
+            hp[k] = (fl_param_ref){w, g, hs[0], hs[1], hs[2], n};
+            dp[k] = (fl_param_ref){dev_copy(GPU, w, n), dev_copy(GPU, g, n), ds[0], ds[1], ds[2], n};
             free(z);
         }
         for (int step = 1; step <= 3; step++) {
@@ -1271,13 +1321,18 @@ static void optimizer_parity(void) {
         }
         for (int k = 0; k < 3; k++) {
             char name[32];
-            snprintf(name, sizeof name, "optimizer %d", descs[c].code);
+            snprintf(name, sizeof name, "optimizer %d (%zu)", descs[c].code, c);
             double keep = g_tol;
             g_tol = 1e-5; /* element-wise formulas: no summation order */
             compare(name, "weights", hp[k].w, dp[k].w, sizes[k]);
+            float *hs[3] = {hp[k].s0, hp[k].s1, hp[k].s2}, *ds[3] = {dp[k].s0, dp[k].s1, dp[k].s2};
+            for (int s = 0; s < 3; s++)
+                if (hs[s]) compare(name, s == 0 ? "slot 0" : s == 1 ? "slot 1" : "slot 2", hs[s], ds[s], sizes[k]);
             g_tol = keep;
             free(hp[k].w); free(hp[k].g); free(hp[k].s0); free(hp[k].s1); free(hp[k].s2);
-            GPU->free(dp[k].w); GPU->free(dp[k].g); GPU->free(dp[k].s0); GPU->free(dp[k].s1); GPU->free(dp[k].s2);
+            GPU->free(dp[k].w); GPU->free(dp[k].g);
+            for (int s = 0; s < 3; s++)
+                if (ds[s]) GPU->free(ds[s]);
         }
     }
 }
@@ -1424,10 +1479,11 @@ static void clip_parity(void) {
          .clip = 0.5f},
         {.code = FL_OPT_RMSPROP, .lr = 1e-3f, .rho = 0.9f, .eps = 1e-7f, .clip_mode = FL_CLIP_GLOBAL_NORM, .clip = 2.0f},
     };
-    int64_t sizes[3] = {1000, 17, 70000};
+    /* the last: more chunks of FL_SUMSQ_CHUNK than a launch has blocks on OpenCL (1024), and a partial one */
+    int64_t sizes[4] = {1000, 17, 70000, 1025 * FL_SUMSQ_CHUNK + 3};
     for (size_t c = 0; c < sizeof descs / sizeof descs[0]; c++) {
-        fl_param_ref hp[3], dp[3];
-        for (int k = 0; k < 3; k++) {
+        fl_param_ref hp[4], dp[4];
+        for (int k = 0; k < 4; k++) {
             int64_t n = sizes[k];
             float *w = malloc((size_t)n * sizeof(float)), *g = malloc((size_t)n * sizeof(float));
             fl_rng_uniform(w, n, -1, 1, 6, (uint64_t)(c * 10 + k));
@@ -1440,9 +1496,9 @@ static void clip_parity(void) {
         }
         fl_opt_desc d = descs[c];
         d.step = 1;
-        CPU->optimizer_step(&d, hp, 3);
-        GPU->optimizer_step(&d, dp, 3);
-        for (int k = 0; k < 3; k++) {
+        CPU->optimizer_step(&d, hp, 4);
+        GPU->optimizer_step(&d, dp, 4);
+        for (int k = 0; k < 4; k++) {
             char name[48];
             snprintf(name, sizeof name, "optimizer %d clip %d", descs[c].code, descs[c].clip_mode);
             double keep = g_tol;
@@ -1840,9 +1896,12 @@ static int opencl_main(int argc, char **argv) {
     seq_parity();
     attn_parity(); /* its LayerNormalization cases are named as not on OpenCL while layernorm_fwd is NULL */
     conv_chunk_parity();
+    optimizer_parity();
+    clip_parity();
+    /* schedule parity trains mnist_cnn through fit, with and without CUDA graphs: on OpenCL it also needs
+     * the batch norm of the models trained and a form without graphs (OpenCL has none) */
     static const struct { const char *group; size_t entry; const char *name; } need[] = {
-        {"optimizer, clip and schedule parity", offsetof(fl_backend, optimizer_step), "optimizer_step"},
-        {"training, partial-batch and fold parity", offsetof(fl_backend, optimizer_step), "optimizer_step"},
+        {"training, partial-batch, fold and schedule parity", offsetof(fl_backend, bn_fwd_train), "bn_fwd_train"},
     };
     for (size_t i = 0; i < sizeof need / sizeof need[0]; i++) {
         void *const *fn = (void *const *)((const char *)GPU + need[i].entry);

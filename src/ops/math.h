@@ -247,6 +247,11 @@ FL_HD float fl_clip_grad(int mode, float clip, float sumsq, float g) {
     return g;
 }
 
+/* The GPUs' sums of squares for clipping (backend/kernels/optim.cl): chunks of FL_SUMSQ_CHUNK elements,
+ * a block of FL_SUMSQ_THREADS threads each; here because the hosts size the launches and the scratch. */
+#define FL_SUMSQ_CHUNK 4096
+#define FL_SUMSQ_THREADS 256
+
 /* ---- optimizer updates (Keras 3 formulas; one parameter element) ---- */
 
 /* SGD: m = momentum*m - lr*g; w += nesterov ? momentum*m - lr*g : m.

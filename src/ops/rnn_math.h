@@ -8,12 +8,15 @@
 #ifndef FL_OPS_RNN_MATH_H
 #define FL_OPS_RNN_MATH_H
 
-#include "math.h"
+#include "ops/math.h" /* (from src/: cl_embed expands it for OpenCL) */
 
 /* The layout of the recurrent op's aux buffer, the same on every backend:
  * A (n, t, G*u) gate activations, DP and DR (n, t, G*u) pre-activation and
  * recurrent gradients, HP and CP (n, t, u) states, RH (n, t, u) GRU's saved
- * part, RG (n, G*u) one step's recurrent projection, then ST. */
+ * part, RG (n, G*u) one step's recurrent projection, then ST. The host's
+ * view: a kernel takes each buffer as its own argument (OpenCL passes no
+ * pointers inside a struct). */
+#if !defined(__OPENCL_VERSION__)
 typedef struct fl_rnn_bufs { float *A, *DP, *DR, *HP, *CP, *RH, *RG, *ST, *XS, *HM; } fl_rnn_bufs;
 
 static inline fl_rnn_bufs fl_rnn_split(const fl_rnn_desc *d, float *aux) {
@@ -33,6 +36,7 @@ static inline fl_rnn_bufs fl_rnn_split(const fl_rnn_desc *d, float *aux) {
     b.HM = b.XS + n * t * (d->d > u ? d->d : u);
     return b;
 }
+#endif
 
 /* GRU with reset_after False runs each step in two phases around a second
  * GEMM ((r h') Rh); every other cell runs phase 0 only. */
@@ -45,9 +49,11 @@ enum { FL_RNN_PHASE_ALL = 0, FL_RNN_PHASE_ZR = 1, FL_RNN_PHASE_H = 2 };
  * br: input and recurrent bias (NULL: none); h0, c0: the state before the
  * step; m: the mask (0: carry the state over); *rh: GRU's saved recurrent
  * candidate part (reset_after: h' Rh + brh; else r h'); *hout, *cout: the
- * state after the step. */
-FL_HD void fl_rnn_fwd_unit(const fl_rnn_desc *d, int phase, int j, float *a, const float *rg, const float *bi,
-                           const float *br, float h0, float c0, float m, float *rh, float *hout, float *cout) {
+ * state after the step. The buffers are a kernel's (FL_G: OpenCL's global memory); *hout, *cout the
+ * caller's own variables. */
+FL_HD void fl_rnn_fwd_unit(const fl_rnn_desc *d, int phase, int j, FL_G float *a, const FL_G float *rg,
+                           const FL_G float *bi, const FL_G float *br, float h0, float c0, float m, FL_G float *rh,
+                           float *hout, float *cout) {
     const int u = d->u;
 #define FL_RNN_BI_(k) (bi ? bi[k] : 0.0f)
 #define FL_RNN_BR_(k) (br ? br[k] : 0.0f)
@@ -94,8 +100,8 @@ FL_HD void fl_rnn_fwd_unit(const fl_rnn_desc *d, int phase, int j, float *a, con
  * gradients (G*u), dr: the recurrent ones (the same buffer except for
  * GRU reset_after, whose candidate part is scaled by r). GRU reset_after
  * False: phase 1 writes z's and hh's, phase 2 r's from drh = d(r h'). */
-FL_HD void fl_rnn_bwd_unit(const fl_rnn_desc *d, int phase, int j, const float *a, float rh, float h0, float c0,
-                           float m, float *dh, float *dc, float *dp, float *dr, float drh) {
+FL_HD void fl_rnn_bwd_unit(const fl_rnn_desc *d, int phase, int j, const FL_G float *a, float rh, float h0, float c0,
+                           float m, FL_G float *dh, FL_G float *dc, FL_G float *dp, FL_G float *dr, float drh) {
     const int u = d->u;
     if (phase == FL_RNN_PHASE_H) { /* GRU reset_after False: r's part */
         float r = a[u + j];

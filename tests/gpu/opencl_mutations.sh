@@ -31,4 +31,8 @@ run src/backend/kernels/pool.cl 'y[e] = s * (cnt ? 1.0f / (float)cnt : 0.0f);' '
 run src/backend/kernels/layout.cl 'g += fl_pool_mul_rn(wh * ww, gr[(int64_t)q * C]);' 'g += fl_pool_mul_rn(wh * ww * 1.001f, gr[(int64_t)q * C]);' layout
 run src/backend/kernels/conv.cl 'dx[o] = beta == 0.0f ? s : dx[o] + s;' 'dx[o] = beta == 0.0f ? s * 1.001f : dx[o] + s;' conv
 run src/backend/kernels/conv.cl 'y[e] = fl_act_forward(g.act, acc);' 'y[e] = fl_act_forward(g.act, acc * 1.001f);' conv_depthwise
+run src/backend/kernels/rnn.cl 'if (yo) yo[j] = d.zero_masked && !(m > 0.5f) ? 0.0f : hv;' 'if (yo) yo[j] = d.zero_masked && !(m > 0.5f) ? 0.0f : hv * 1.001f;' rnn_fwd
+run src/backend/kernels/rnn.cl 'dh[e] += dy[(b * T + tout) * u + j];' 'dh[e] += dy[(b * T + tout) * u + j] * 1.001f;' rnn_bwd
+run src/backend/kernels/optim.cl '    w[i] = wv;' '    w[i] = wv * 1.0001f;' optim
+run src/backend/kernels/optim.cl 'acc_ += v_ * v_;' 'acc_ += v_ * v_ * 1.001;' optim_clip
 cmake --build ${BUILD:-/tmp/build-ocl} --target flynn_opencl test_gpu_parity >/dev/null 2>&1

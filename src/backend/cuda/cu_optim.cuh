@@ -4,8 +4,10 @@
  * helpers it uses (no separate object, so the CUDA 12 build by clang stays one compile).
  */
 /* ------------------------------------------------------------ optimizer */
+/* The per-element update and the sums of squares are kernels/optim.cl's bodies, which OpenCL runs per
+ * tensor; here one launch covers every tensor, from a table of their device pointers. */
 
-/* start: the tensor's first element in the concatenation; cstart: its first SUMSQ_CHUNK-element chunk */
+/* start: the tensor's first element in the concatenation; cstart: its first FL_SUMSQ_CHUNK-element chunk */
 typedef struct dev_param { float *w, *g, *s0, *s1, *s2; int64_t n, start, cstart; } dev_param;
 static dev_param *g_dparams;       /* device copy of the parameter table */
 static dev_param *g_dparams_host;  /* what was uploaded */
@@ -28,51 +30,28 @@ __device__ static int last_starting_by(const dev_param *ps, int np, int64_t v, b
 /* The tensor of element e. */
 __device__ static int param_of(const dev_param *ps, int np, int64_t e) { return last_starting_by(ps, np, e, false); }
 
-/* The twin of cpu_clip_gradients: sums of squares per tensor into ss[np], in a fixed order (docs/gpu.md: no
- * atomics where determinism is promised; float atomicAdd made clip_parity at 1e-5 a coin toss on a
- * 70,000-element tensor, issue 44). Each tensor is cut into chunks of SUMSQ_CHUNK elements; a block sums one
- * chunk, each thread a fixed stride of it in double, then a tree in shared memory, into partial[chunk]; then a
- * thread per tensor adds its chunks in order. The same bits on every run, and within double rounding of the
- * exact sums (the CPU's float sums differ by float rounding). */
-#define SUMSQ_CHUNK 4096
-#define SUMSQ_THREADS 256
-
+/* The twin of cpu_clip_gradients: sums of squares per tensor into ss[np], in a fixed order, from the
+ * shared bodies (kernels/optim.cl: chunks of FL_SUMSQ_CHUNK elements, a block each, then each tensor's
+ * chunks in order), all tensors in one launch: block c finds its tensor by its first chunk. */
 __global__ void k_grad_sumsq_partial(const dev_param *ps, int np, double *partial) {
-    __shared__ double red[SUMSQ_THREADS];
+    FL_SUMSQ_SHARED;
     const int64_t c = blockIdx.x;
     const dev_param p = ps[last_starting_by(ps, np, c, true)];
-    const int64_t i0 = (c - p.cstart) * SUMSQ_CHUNK, i1 = i0 + SUMSQ_CHUNK < p.n ? i0 + SUMSQ_CHUNK : p.n;
-    double acc = 0.0;
-    for (int64_t i = i0 + threadIdx.x; i < i1; i += SUMSQ_THREADS) {
-        const double g = p.g[i];
-        acc += g * g;
-    }
-    red[threadIdx.x] = acc;
-    __syncthreads();
-    for (int h = SUMSQ_THREADS / 2; h > 0; h /= 2) {
-        if (threadIdx.x < h) red[threadIdx.x] += red[threadIdx.x + h];
-        __syncthreads();
-    }
-    if (threadIdx.x == 0) partial[c] = red[0];
+    const int64_t i0 = (c - p.cstart) * FL_SUMSQ_CHUNK, i1 = i0 + FL_SUMSQ_CHUNK < p.n ? i0 + FL_SUMSQ_CHUNK : p.n;
+    FL_SUMSQ_BODY(p.g, i0, i1, partial + c)
 }
 
+/* a thread per tensor adds its chunks */
 __global__ void k_grad_sumsq_final(const dev_param *ps, int np, const double *partial, float *ss) {
     const int k = blockIdx.x * blockDim.x + threadIdx.x;
     if (k >= np) return;
-    const int64_t nc = (ps[k].n + SUMSQ_CHUNK - 1) / SUMSQ_CHUNK;
-    double t = 0.0;
-    for (int64_t c = 0; c < nc; c++) t += partial[ps[k].cstart + c];
-    ss[k] = (float)t;
+    ss[k] = fl_sumsq_chunks(partial + ps[k].cstart, (ps[k].n + FL_SUMSQ_CHUNK - 1) / FL_SUMSQ_CHUNK);
 }
 
 __global__ void k_clip_grads(int mode, float clip, const dev_param *ps, int np, int64_t total, const float *ss) {
     __shared__ float total_ss;
     if (mode == FL_CLIP_GLOBAL_NORM) {
-        if (threadIdx.x == 0) {
-            float t = 0.0f;
-            for (int k = 0; k < np; k++) t += ss[k];
-            total_ss = t;
-        }
+        if (threadIdx.x == 0) total_ss = fl_sumsq_total(ss, np);
         __syncthreads();
     }
     for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
@@ -83,7 +62,7 @@ __global__ void k_clip_grads(int mode, float clip, const dev_param *ps, int np, 
     }
 }
 
-/* One launch for all parameters: each element finds its tensor.
+/* One launch for all parameters: each element finds its tensor, then the shared update (kernels/optim.cl).
  * ostep: NULL in eager mode (lr and lr_t given); in a captured step, the
  * count of steps done before it is read from the device (g_dsteps[0], set
  * before each replay), the learning rate too (*dlr, g_dlr, set before each
@@ -105,18 +84,7 @@ __global__ void k_optimizer(fl_opt_desc d, float lr_t, const int64_t *ostep, con
     }
     for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
         const dev_param p = ps[param_of(ps, np, e)];
-        int64_t i = e - p.start;
-        float *w = p.w + i;
-        float g = p.g[i];
-        switch (d.code) {
-        case FL_OPT_SGD: fl_sgd_update(w, p.s0 ? p.s0 + i : NULL, g, d.lr, d.momentum, d.nesterov); break;
-        case FL_OPT_ADAMW: *w -= *w * d.weight_decay * d.lr; /* fall through */
-        case FL_OPT_ADAM: fl_adam_update(w, p.s0 + i, p.s1 + i, g, lr_t, d.beta1, d.beta2, d.eps); break;
-        case FL_OPT_RMSPROP:
-            fl_rmsprop_update(w, p.s0 + i, p.s1 ? p.s1 + i : NULL, p.s2 ? p.s2 + i : NULL, g, d.lr, d.rho, d.momentum,
-                              d.eps, d.centered);
-            break;
-        }
+        fl_opt_update(&d, d.lr, lr_t, p.w, p.g, p.s0, p.s1, p.s2, e - p.start);
     }
 }
 
@@ -129,7 +97,7 @@ static void cu_optimizer_step(const fl_opt_desc *d, const fl_param_ref *ps, int 
     for (int k = 0; k < np; k++) {
         h[k] = dev_param{ps[k].w, ps[k].g, ps[k].s0, ps[k].s1, ps[k].s2, ps[k].n, start, chunks};
         start += ps[k].n;
-        chunks += (ps[k].n + SUMSQ_CHUNK - 1) / SUMSQ_CHUNK;
+        chunks += (ps[k].n + FL_SUMSQ_CHUNK - 1) / FL_SUMSQ_CHUNK;
     }
     if (!g_dparams || g_dparams_n != np || memcmp(h, g_dparams_host, (size_t)np * sizeof *h) != 0) {
         cu_free_retire(g_dparams);
@@ -161,8 +129,8 @@ static void cu_optimizer_step(const fl_opt_desc *d, const fl_param_ref *ps, int 
                 g_clip_part_n = g_dparams_chunks;
             }
             if (g_dparams_chunks > 0) {
-                k_grad_sumsq_partial<<<(unsigned)g_dparams_chunks, SUMSQ_THREADS, 0, g_stream>>>(g_dparams, np,
-                                                                                                  g_clip_part);
+                k_grad_sumsq_partial<<<(unsigned)g_dparams_chunks, FL_SUMSQ_THREADS, 0, g_stream>>>(g_dparams, np,
+                                                                                                     g_clip_part);
                 if (!LAUNCHED()) return;
             }
             k_grad_sumsq_final<<<(np + 255) / 256, 256, 0, g_stream>>>(g_dparams, np, g_clip_part, g_clip_ss);

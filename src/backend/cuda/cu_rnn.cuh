@@ -6,7 +6,8 @@
 /* ------------------------------------------------------ recurrent layers */
 /* SimpleRNN, LSTM, GRU: the CPU's orchestration (backend/cpu/cpu_rnn.c,
  * whose aux layout this shares) with cuBLAS for the projections and one
- * kernel per step for the gates (ops/rnn_math.h, the CPU's formulas). */
+ * kernel per step for the gates (kernels/rnn.cl, shared with OpenCL:
+ * ops/rnn_math.h, the CPU's formulas). */
 
 /* row-major C[M, N] (beta: +)= op(A) op(B)  ==  column-major C^T = op(B)^T op(A)^T */
 static void rnn_gemm(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B,
@@ -19,74 +20,6 @@ static void rnn_gemm(int ta, int tb, int64_t M, int64_t N, int64_t K, const floa
 
 typedef fl_rnn_bufs rnn_bufs; /* the layout: ops/rnn_math.h */
 #define rnn_split fl_rnn_split
-
-/* rows b < n of u floats at p + b * stride set to src[b, :] (n, u), or 0 when src is NULL (the initial state) */
-__global__ void k_rnn_init_rows(int64_t n, int u, int64_t stride, const float *src, float *p) {
-    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n * u; e += (int64_t)gridDim.x * blockDim.x)
-        p[(e / u) * stride + e % u] = src ? src[e] : 0.0f;
-}
-
-/* Dropout (fl_rnn_states.hdrop, xdrop; cpu_rnn.c's rec_proj_masked,
- * rec_grad_masked and mask_steps). out[b, c] = src[b*ss + c mod k] * m[b,
- * c] for c < cols: one step's state (or its gradient's rows) per gate. */
-__global__ void k_rnn_mask_rows(int64_t n, int k, int cols, const float *src, int64_t ss, const float *m, int64_t ldm,
-                                float *out, int64_t ldo) {
-    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n * cols; e += (int64_t)gridDim.x * blockDim.x) {
-        const int64_t b = e / cols;
-        const int c = (int)(e % cols);
-        out[b * ldo + c] = src[b * ss + c % k] * m[b * ldm + c];
-    }
-}
-/* p[b*ps + j] *= m[b*ldm + j], j < u */
-__global__ void k_rnn_scale_rows(int64_t n, int u, float *p, int64_t ps, const float *m, int64_t ldm) {
-    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n * u; e += (int64_t)gridDim.x * blockDim.x)
-        p[(e / u) * ps + e % u] *= m[(e / u) * ldm + e % u];
-}
-/* dh[b, j] += sum over g < ng of p[b, g*u + j] * m[b, g*u + j] (rows ldp, ldm apart) */
-__global__ void k_rnn_mask_sum(int64_t n, int u, int ng, const float *p, int64_t ldp, const float *m, int64_t ldm,
-                               float *dh) {
-    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n * u; e += (int64_t)gridDim.x * blockDim.x) {
-        const int64_t b = e / u;
-        const int j = (int)(e % u);
-        float s = dh[e];
-        for (int g = 0; g < ng; g++) s += p[b * ldp + g * u + j] * m[b * ldm + g * u + j];
-        dh[e] = s;
-    }
-}
-/* every step's rows (sample i / T): xs[i, j] = src[i, j] * m[i / T, j], or
- * with acc: xs[i, j] = beta xs[i, j] (beta 0: nothing) + src[i, j] * m[i / T, j] */
-__global__ void k_rnn_mask_steps(int64_t rows, int64_t T, int k, const float *src, const float *m, int64_t ldm,
-                                 int acc, float beta, float *xs) {
-    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < rows * k; e += (int64_t)gridDim.x * blockDim.x) {
-        const float v = src[e] * m[(e / k / T) * ldm + e % k];
-        xs[e] = acc && beta != 0.0f ? beta * xs[e] + v : v;
-    }
-}
-
-/* one step's gates, unit (b, j) per thread (cpu_rnn.c's row loop) */
-__global__ void k_rnn_fwd_step(fl_rnn_desc d, int phase, int64_t tin, int64_t tnext, int64_t k, int last,
-                               rnn_bufs B, const float *bi, const float *br, const float *mask, float *y, float *hT,
-                               float *cT) {
-    const int64_t T = d.t, u = d.u, gu = (int64_t)(d.cell == FL_RNN_LSTM ? 4 : d.cell == FL_RNN_GRU ? 3 : 1) * u;
-    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < d.n * u; e += (int64_t)gridDim.x * blockDim.x) {
-        const int64_t b = e / u;
-        const int j = (int)(e % u);
-        const int64_t row = b * T + tin;
-        float m = mask ? mask[row] : 1.0f, hv, cv;
-        fl_rnn_fwd_unit(&d, phase, j, B.A + row * gu, B.RG + b * gu, bi, br, B.HP[row * u + j], B.CP[row * u + j], m,
-                        B.RH + row * u + j, &hv, &cv);
-        if (phase == FL_RNN_PHASE_ZR) continue;
-        if (!last) {
-            B.HP[(b * T + tnext) * u + j] = hv;
-            B.CP[(b * T + tnext) * u + j] = cv;
-        } else { /* the final state (return_state) */
-            if (hT) hT[e] = hv;
-            if (cT) cT[e] = cv;
-        }
-        float *yo = d.return_sequences ? y + (b * T + (d.reverse_output ? T - 1 - k : k)) * u : last ? y + b * u : NULL;
-        if (yo) yo[j] = d.zero_masked && !(m > 0.5f) ? 0.0f : hv;
-    }
-}
 
 static void cu_rnn_fwd(const fl_rnn_desc *d, const float *x, const float *w, const float *r, const float *bias,
                        const float *mask, const fl_rnn_states *st, float *y, float *aux) {
@@ -125,8 +58,8 @@ static void cu_rnn_fwd(const fl_rnn_desc *d, const float *x, const float *w, con
             rnn_gemm(0, 0, n, two_phase ? 2 * u : gu, u, B.HP + tin * u, T * u, r, gu, 0.0f, B.RG, gu);
         }
         if (two_phase) {
-            k_rnn_fwd_step<<<nb, 256, 0, g_stream>>>(*d, FL_RNN_PHASE_ZR, tin, tnext, k, last, B, bi, br, mask, y, hT,
-                                                     cT);
+            k_rnn_fwd_step<<<nb, 256, 0, g_stream>>>(*d, FL_RNN_PHASE_ZR, tin, tnext, k, last, B.A, B.RG, B.HP, B.CP,
+                                                     B.RH, bi, br, mask, y, hT, cT);
             LAUNCHED();
             if (hd) { /* the candidate reads r h' hdrop_h */
                 k_rnn_scale_rows<<<nb, 256, 0, g_stream>>>(n, (int)u, B.RH + tin * u, T * u, hd + 2 * u, gu);
@@ -135,40 +68,10 @@ static void cu_rnn_fwd(const fl_rnn_desc *d, const float *x, const float *w, con
             rnn_gemm(0, 0, n, u, u, B.RH + tin * u, T * u, r + 2 * u, gu, 0.0f, B.RG + 2 * u, gu);
         }
         k_rnn_fwd_step<<<nb, 256, 0, g_stream>>>(*d, two_phase ? FL_RNN_PHASE_H : FL_RNN_PHASE_ALL, tin, tnext, k,
-                                                 last, B, bi, br, mask, y, hT, cT);
+                                                 last, B.A, B.RG, B.HP, B.CP, B.RH, bi, br, mask, y, hT, cT);
         LAUNCHED();
     }
 }
-
-/* dh (n, u) = the gradient of the last output (zero_masked: 0 where it
- * was masked) + the final state's dhT; dc = dcT (NULL: zeros) */
-__global__ void k_rnn_bwd_init(fl_rnn_desc d, const float *mask, const float *dy, const float *dhT, const float *dcT,
-                               float *dh, float *dc) {
-    const int64_t T = d.t, u = d.u;
-    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < d.n * u; e += (int64_t)gridDim.x * blockDim.x) {
-        const int64_t b = e / u, row = b * T + (d.go_backwards ? 0 : T - 1);
-        const int live = !d.zero_masked || !mask || mask[row] > 0.5f;
-        dh[e] = (!d.return_sequences && live ? dy[e] : 0.0f) + (dhT ? dhT[e] : 0.0f);
-        dc[e] = dcT ? dcT[e] : 0.0f;
-    }
-}
-
-/* one step back: dy's part (phase 0/1), then the gates' derivatives */
-__global__ void k_rnn_bwd_step(fl_rnn_desc d, int phase, int64_t tin, int64_t tout, rnn_bufs B, float *DR,
-                               const float *mask, const float *dy) {
-    const int64_t T = d.t, u = d.u, gu = (int64_t)(d.cell == FL_RNN_LSTM ? 4 : d.cell == FL_RNN_GRU ? 3 : 1) * u;
-    float *dh = B.ST, *dc = B.ST + d.n * u, *drh = B.RG;
-    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < d.n * u; e += (int64_t)gridDim.x * blockDim.x) {
-        const int64_t b = e / u, row = b * T + tin;
-        const int j = (int)(e % u);
-        float m = mask ? mask[row] : 1.0f;
-        if (phase != FL_RNN_PHASE_H && d.return_sequences && (!d.zero_masked || m > 0.5f))
-            dh[e] += dy[(b * T + tout) * u + j];
-        fl_rnn_bwd_unit(&d, phase, j, B.A + row * gu, B.RH[row * u + j], B.HP[row * u + j], B.CP[row * u + j], m,
-                        dh + e, dc + e, B.DP + row * gu, DR + row * gu, phase == FL_RNN_PHASE_H ? drh[e] : 0.0f);
-    }
-}
-
 
 static void cu_rnn_bwd(const fl_rnn_desc *d, const float *x, const float *w, const float *r, const float *bias,
                        const float *mask, const fl_rnn_states *st, const float *dy, float *aux, float *dx, float dx_beta, float *dw, float *dr,
@@ -187,8 +90,8 @@ static void cu_rnn_bwd(const fl_rnn_desc *d, const float *x, const float *w, con
     LAUNCHED();
     for (int64_t k = T - 1; k >= 0; k--) {
         const int64_t tin = d->go_backwards ? T - 1 - k : k, tout = d->reverse_output ? T - 1 - k : k;
-        k_rnn_bwd_step<<<nb, 256, 0, g_stream>>>(*d, two_phase ? FL_RNN_PHASE_ZR : FL_RNN_PHASE_ALL, tin, tout, B, DR,
-                                                 mask, dy);
+        k_rnn_bwd_step<<<nb, 256, 0, g_stream>>>(*d, two_phase ? FL_RNN_PHASE_ZR : FL_RNN_PHASE_ALL, tin, tout, B.A,
+                                                 B.RH, B.HP, B.CP, dh, B.ST + n * u, B.RG, B.DP, DR, mask, dy);
         LAUNCHED();
         if (two_phase) {
             rnn_gemm(0, 1, n, u, u, B.DP + tin * gu + 2 * u, T * gu, r + 2 * u, gu, 0.0f, B.RG, u);
@@ -196,7 +99,8 @@ static void cu_rnn_bwd(const fl_rnn_desc *d, const float *x, const float *w, con
                 k_rnn_scale_rows<<<nb, 256, 0, g_stream>>>(n, (int)u, B.RG, u, hd + 2 * u, gu);
                 LAUNCHED();
             }
-            k_rnn_bwd_step<<<nb, 256, 0, g_stream>>>(*d, FL_RNN_PHASE_H, tin, tout, B, DR, mask, dy);
+            k_rnn_bwd_step<<<nb, 256, 0, g_stream>>>(*d, FL_RNN_PHASE_H, tin, tout, B.A, B.RH, B.HP, B.CP, dh,
+                                                     B.ST + n * u, B.RG, B.DP, DR, mask, dy);
             LAUNCHED();
         }
         if ((k > 0 || want_dh0) && hd) { /* dh += sum over g of (dpre_g R_g^T) hdrop_g */

@@ -90,10 +90,12 @@ void ocl_run2(ocl_launch *l, size_t gx, size_t gy, size_t lx, size_t ly);
     X(k_attn_concat_dscale) X(k_attn_softmax_fwd) X(k_attn_softmax_bwd)
 
 /* rnn.cl: SimpleRNN, LSTM, GRU (ocl_rnn.c) */
-#define OCL_KERNELS_RNN(X)
+#define OCL_KERNELS_RNN(X)                                                                                          \
+    X(k_rnn_init_rows) X(k_rnn_mask_rows) X(k_rnn_scale_rows) X(k_rnn_mask_sum) X(k_rnn_mask_steps)                 \
+    X(k_rnn_fwd_step) X(k_rnn_bwd_init) X(k_rnn_bwd_step)
 
 /* optim.cl: the optimizers and gradient clipping (ocl_optim.c) */
-#define OCL_KERNELS_OPTIM(X)
+#define OCL_KERNELS_OPTIM(X) X(k_opt_update) X(k_sumsq_partial) X(k_sumsq_final) X(k_sumsq_total) X(k_clip_tensor)
 
 #define OCL_KERNELS(X)                                                                                              \
     OCL_KERNELS_CORE(X) OCL_KERNELS_CONV(X) OCL_KERNELS_POOL(X) OCL_KERNELS_LAYOUT(X) OCL_KERNELS_NORM(X)          \
