@@ -485,6 +485,7 @@ static fl_node *b_conv1d(fl_graph *g, fl_node *x, fl_node **p, int *np) {
     return fl_graph_conv2d(g, "conv1d", padded, p[0], p[1], 1, 1, FL_VALID, FL_ACT_RELU);
 }
 static fl_node *b_act(fl_graph *g, fl_node *x, fl_node **p, int *np) { *np = 0; return fl_graph_act(g, "act", x, g_act); }
+static float g_bn_momentum = 0.99f;
 static fl_node *b_bn(fl_graph *g, fl_node *x, fl_node **p, int *np) {
     int64_t c = x->shape[x->ndim - 1];
     p[0] = fl_graph_param(g, "gamma", 1, &c, true);
@@ -492,7 +493,7 @@ static fl_node *b_bn(fl_graph *g, fl_node *x, fl_node **p, int *np) {
     p[2] = fl_graph_param(g, "moving_mean", 1, &c, false);
     p[3] = fl_graph_param(g, "moving_variance", 1, &c, false);
     *np = 4;
-    return fl_graph_batchnorm(g, "bn", x, p[0], p[1], p[2], p[3], 1e-3f, 0.99f);
+    return fl_graph_batchnorm(g, "bn", x, p[0], p[1], p[2], p[3], 1e-3f, g_bn_momentum);
 }
 
 /* BatchNormalization and what reads it (g_bn_after): 1 a ReLU, 2 a ReLU6, 3 a LeakyReLU(0.3) (in training each
@@ -986,12 +987,14 @@ static void op_parity(void) {
     {
         static const char *const after[] = {"", "-> relu", "-> relu6", "-> leaky_relu(0.3)", "+ x", "* x",
                                             "frozen"};
+        g_bn_momentum = 0.5f; /* the moving statistics' update weighs: a wrong one shows */
         for (g_bn_after = 1; g_bn_after <= 6; g_bn_after++)
             for (int tr = 1; tr >= 0; tr--) {
                 char name[64];
                 snprintf(name, sizeof name, "batch norm %s (%s)", after[g_bn_after], tr ? "training" : "inference");
                 parity(name, 3, (int64_t[]){9, 7, 40}, 7, b_bn_then, tr); /* two column blocks of the sums */
             }
+        g_bn_momentum = 0.99f;
     }
     /* ZeroPadding2D (asymmetric), Cropping2D, and both at once */
     int pads[][4] = {{1, 1, 1, 1}, {0, 1, 0, 1}, {-2, -1, -3, 0}, {2, -1, -1, 3}};
@@ -1149,6 +1152,47 @@ static void loss_parity_rc(int R, int C) {
         GPU->free(dp); GPU->free(dt); GPU->free(ds);
     }
     free(pred); free(logits); free(onehot); free(bin); free(cls); free(hl); free(hg); free(hs);
+}
+
+/* bn_bwd_coef, called directly (a convolution's conv2d_bn_bwd reads what it leaves, so no op case reaches it
+ * without that entry): dgamma, dbeta and the s, t, u of the normalisation's dx, from the same statistics and
+ * fused-ReLU coefficients (the CPU's forward's), with no ReLU, a ReLU6 and a LeakyReLU */
+static void bn_coef_parity(void) {
+    if (!GPU->bn_bwd_coef) {
+        printf("SKIP bn_bwd_coef parity: the %s backend has no bn_bwd_coef\n", GPU->name);
+        return;
+    }
+    enum { M = 300, C = 40 };
+    /* h: gamma, beta, mean, invstd, coef (2c), the moving statistics (the GPU gets a copy); out: dgamma, dbeta,
+     * s, t, u */
+    float *x = malloc(M * C * sizeof(float)), *dy = malloc(M * C * sizeof(float)), h[8 * C], out[5 * C];
+    float *gamma = h, *beta = h + C, *mean = h + 2 * C, *invstd = h + 3 * C, *coef = h + 4 * C, *mm = h + 6 * C,
+          *mv = h + 7 * C;
+    fl_rng_uniform(x, M * C, -1.5f, 1.5f, 9, g_stream++);
+    fl_rng_uniform(dy, M * C, -1, 1, 9, g_stream++);
+    fl_rng_uniform(gamma, C, 0.2f, 0.8f, 9, g_stream++);
+    fl_rng_uniform(beta, C, -0.5f, 0.5f, 9, g_stream++);
+    const struct { int act; float slope; const char *name; } cases[] = {
+        {FL_ACT_LINEAR, 0.0f, "bn_bwd_coef"}, {FL_ACT_RELU6, 0.0f, "bn_bwd_coef, relu6"},
+        {FL_ACT_RELU, 0.3f, "bn_bwd_coef, leaky_relu(0.3)"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const fl_bn_desc d = {M, C, 1e-3f, 0.99f, cases[i].slope};
+        const int act = cases[i].act;
+        for (int j = 0; j < C; j++) { mm[j] = 0.0f; mv[j] = 1.0f; }
+        CPU->bn_fwd_train_act(&d, act, x, gamma, beta, NULL, coef, mean, invstd, mm, mv);
+        const float *cf = act == FL_ACT_LINEAR ? NULL : coef;
+        CPU->bn_bwd_coef(&d, act, cf, x, gamma, mean, invstd, dy, out, out + C, out + 2 * C);
+        float *dx = dev_copy(GPU, x, M * C), *ddy = dev_copy(GPU, dy, M * C), *dh = dev_copy(GPU, h, 8 * C);
+        float *dout = GPU->alloc(5 * C * sizeof(float));
+        GPU->fill(5 * C, 1e30f, dout); /* what it leaves unwritten differs */
+        GPU->bn_bwd_coef(&d, act, cf ? dh + 4 * C : NULL, dx, dh, dh + 2 * C, dh + 3 * C, ddy, dout, dout + C,
+                         dout + 2 * C);
+        static const char *const parts[] = {"dgamma", "dbeta", "s", "t", "u"};
+        for (int k = 0; k < 5; k++) compare(cases[i].name, parts[k], out + k * C, dout + k * C, C);
+        GPU->free(dx); GPU->free(ddy); GPU->free(dh); GPU->free(dout);
+    }
+    free(x); free(dy);
 }
 
 static void loss_parity(void) {
@@ -1692,6 +1736,7 @@ static int opencl_main(int argc, char **argv) {
     g_tol = 2e-4;
     op_parity();
     layernorm_parity();
+    bn_coef_parity();
     loss_parity();
     static const struct { const char *group; size_t entry; const char *name; } need[] = {
         {"optimizer, clip and schedule parity", offsetof(fl_backend, optimizer_step), "optimizer_step"},
@@ -1749,6 +1794,7 @@ int main(int argc, char **argv) {
         g_tf32_on = GPU == &g_tf32 && strcmp(g_mode, "high") == 0;
         op_parity();
         loss_parity();
+        bn_coef_parity();
         optimizer_parity();
         seq_parity();
         layernorm_parity();

@@ -25,4 +25,5 @@ run src/backend/kernels/reduce.cl 'for (int c = 0; c < chunks; c++) t += partial
 run src/backend/kernels/loss.cl 'L = FL_ROW_SUM(L) / (float)c;
     } else { /* FL_LC_MSE */' 'L = FL_ROW_SUM(L) / (float)c * 1.001f;
     } else { /* FL_LC_MSE */' loss
+run src/backend/kernels/norm.cl 'dr[j] = beta == 0.0f ? d : dr[j] + d;' 'dr[j] = beta == 0.0f ? d : dr[j] + d * 1.001f;' norm
 cmake --build ${BUILD:-/tmp/build-ocl} --target flynn_opencl test_gpu_parity >/dev/null 2>&1

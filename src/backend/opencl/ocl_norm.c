@@ -2,7 +2,7 @@
  * ocl_norm.c — the OpenCL backend's entries for BatchNormalization (with the fused ReLU/LeakyReLU and the Add
  * it feeds), LayerNormalization, Normalization, Softmax(axis), PReLU (kernels/norm.cl). The sums over the
  * batch are reduce.cl's deterministic column sums: a summand kernel of norm.cl for the partial stage, then
- * k_colsum_final. Not here (NULL): bn_bwd_coef, which only the convolution's conv2d_bn_bwd reads.
+ * k_colsum_final.
  */
 #include "backend/opencl/opencl_internal.h"
 
@@ -84,13 +84,13 @@ static void be_bn_fwd_infer(const fl_bn_desc *d, const float *x, const float *ga
     ocl_run1(&l, d->m * d->c, 256);
 }
 
-/* the sums of g and g (x - mean), dgamma, dbeta, and dx (beta: +)= s g + t + u (x - mean) where dx is given;
- * g is dy masked by the fused ReLU where coef is given */
+/* the sums of g and g (x - mean), dgamma, dbeta, the s, t, u of dx into stu_out where given, and dx (beta: +)=
+ * s g + t + u (x - mean) where dx is given; g is dy masked by the fused ReLU where coef is given */
 static void bn_backward(const fl_bn_desc *d, int act, const float *coef, const float *x, const float *gamma,
                         const float *mean, const float *invstd, const float *dy, float *dx, float beta,
-                        float *dgamma, float *dbeta) {
+                        float *dgamma, float *dbeta, float *stu_out) {
     const int c = d->c;
-    float *t = scratch_get(&g_bn, (size_t)c * 5), *sums = t, *stu = t ? t + 2 * c : NULL;
+    float *t = scratch_get(&g_bn, (size_t)c * 5), *sums = t, *stu = stu_out ? stu_out : t ? t + 2 * c : NULL;
     if (!t) return;
     const float hi = coef ? relu_cap(act) : 0.0f, slope = coef ? d->slope : 0.0f;
     for (int k = 0; k < 2; k++) {
@@ -101,7 +101,7 @@ static void bn_backward(const fl_bn_desc *d, int act, const float *coef, const f
     }
     ocl_launch l = ocl_args(OCL_k_bn_coef);
     ocl_arg_i32(&l, c); ocl_arg_i64(&l, d->m); BUF(l, gamma); BUF(l, invstd); BUF(l, sums); BUF(l, dgamma);
-    BUF(l, dbeta); BUF(l, dx ? stu : NULL);
+    BUF(l, dbeta); BUF(l, dx || stu_out ? stu : NULL);
     ocl_run1(&l, c, 256);
     if (!dx) return;
     l = ocl_args(OCL_k_bn_dx);
@@ -112,13 +112,20 @@ static void bn_backward(const fl_bn_desc *d, int act, const float *coef, const f
 
 static void be_bn_bwd(const fl_bn_desc *d, const float *x, const float *gamma, const float *mean, const float *invstd,
                       const float *dy, float *dx, float beta, float *dgamma, float *dbeta) {
-    bn_backward(d, FL_ACT_LINEAR, NULL, x, gamma, mean, invstd, dy, dx, beta, dgamma, dbeta);
+    bn_backward(d, FL_ACT_LINEAR, NULL, x, gamma, mean, invstd, dy, dx, beta, dgamma, dbeta, NULL);
 }
 
 static void be_bn_bwd_act(const fl_bn_desc *d, int act, const float *coef, const float *x, const float *gamma,
                           const float *mean, const float *invstd, const float *dy, float *dx, float beta,
                           float *dgamma, float *dbeta) {
-    bn_backward(d, act, coef, x, gamma, mean, invstd, dy, dx, beta, dgamma, dbeta);
+    bn_backward(d, act, coef, x, gamma, mean, invstd, dy, dx, beta, dgamma, dbeta, NULL);
+}
+
+/* the sums, dgamma, dbeta and dx's s, t, u, for the convolution before it to form dx (conv2d_bn_bwd) */
+static void be_bn_bwd_coef(const fl_bn_desc *d, int act, const float *coef, const float *x, const float *gamma,
+                           const float *mean, const float *invstd, const float *dy, float *dgamma, float *dbeta,
+                           float *stu) {
+    bn_backward(d, act, coef, x, gamma, mean, invstd, dy, NULL, 0.0f, dgamma, dbeta, stu);
 }
 
 static void be_add_affine(int mode, int64_t rows, int c, const float *x, const float *st, const float *o, float *y) {
@@ -221,6 +228,7 @@ void ocl_fill_norm(fl_backend *b) {
     b->bn_bwd = be_bn_bwd;
     b->bn_fwd_train_act = be_bn_fwd_train_act;
     b->bn_bwd_act = be_bn_bwd_act;
+    b->bn_bwd_coef = be_bn_bwd_coef;
     b->bn_act_slope = 1;
     b->add_affine = be_add_affine;
     b->layernorm_fwd = be_layernorm_fwd;
