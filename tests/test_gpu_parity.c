@@ -279,7 +279,9 @@ static void parity(const char *what, int ndim, const int64_t *sample, int64_t ba
             g_mask_made = NULL; /* a recurrent builder's mask node, freed with its graph */
             return;
         }
-        CHECK(fl_graph_reserve(&s[k].g, batch) == FL_OK);
+        /* inference's own buffers where it runs only forward: training's leave out the values its fusions never
+         * write (a normalisation's with its ReLU fused), which inference writes */
+        CHECK((training ? fl_graph_reserve : fl_graph_reserve_infer)(&s[k].g, batch) == FL_OK);
         fl_graph_set_batch(&s[k].g, batch);
         /* the other inputs a builder made (attention masks): a fixed 1/0 pattern */
         for (int i = 0; i < s[k].g.n; i++) {
@@ -491,6 +493,7 @@ static fl_node *b_conv1d(fl_graph *g, fl_node *x, fl_node **p, int *np) {
     return fl_graph_conv2d(g, "conv1d", padded, p[0], p[1], 1, 1, FL_VALID, FL_ACT_RELU);
 }
 static fl_node *b_act(fl_graph *g, fl_node *x, fl_node **p, int *np) { *np = 0; return fl_graph_act(g, "act", x, g_act); }
+static float g_bn_momentum = 0.99f;
 static fl_node *b_bn(fl_graph *g, fl_node *x, fl_node **p, int *np) {
     int64_t c = x->shape[x->ndim - 1];
     p[0] = fl_graph_param(g, "gamma", 1, &c, true);
@@ -498,7 +501,35 @@ static fl_node *b_bn(fl_graph *g, fl_node *x, fl_node **p, int *np) {
     p[2] = fl_graph_param(g, "moving_mean", 1, &c, false);
     p[3] = fl_graph_param(g, "moving_variance", 1, &c, false);
     *np = 4;
-    return fl_graph_batchnorm(g, "bn", x, p[0], p[1], p[2], p[3], 1e-3f, 0.99f);
+    return fl_graph_batchnorm(g, "bn", x, p[0], p[1], p[2], p[3], 1e-3f, g_bn_momentum);
+}
+
+/* BatchNormalization and what reads it (g_bn_after): 1 a ReLU, 2 a ReLU6, 3 a LeakyReLU(0.3) (in training each
+ * fused into the normalisation where the backend has bn_fwd_train_act: fuse.relu), 4 an Add with x (in
+ * training the Add applies the normalisation's affine where the backend has add_affine: fuse.add; x's gradient
+ * the Add's, then the normalisation's added), 5 a Multiply with x (x's gradient accumulated, nothing fused),
+ * 6 nothing, frozen (trainable=False: the inference kernel, and on dy in the backward) */
+static int g_bn_after;
+static fl_node *b_bn_then(fl_graph *g, fl_node *x, fl_node **p, int *np) {
+    fl_node *y = b_bn(g, x, p, np);
+    if (!y) return NULL;
+    fl_node *xs[2] = {y, x};
+    switch (g_bn_after) {
+    case 1: return fl_graph_act(g, "relu", y, FL_ACT_RELU);
+    case 2: return fl_graph_pact(g, "relu6", y, (fl_pact_desc){FL_PACT_RELU, 0.0f, 0.0f, 6.0f});
+    case 3: return fl_graph_pact(g, "leaky", y, (fl_pact_desc){FL_PACT_RELU, 0.3f, 0.0f, INFINITY});
+    case 4: return fl_graph_merge(g, "add", FL_OP_ADD, xs, 2, -1);
+    case 5: return fl_graph_merge(g, "mul", FL_OP_MUL, xs, 2, -1);
+    default: fl_graph_batchnorm_freeze(y, true); return y;
+    }
+}
+
+/* g_inner's output times x: x's gradient is the Multiply's, then g_inner's op's added (dx_beta 1) */
+static build_fn g_inner;
+static fl_node *b_times_x(fl_graph *g, fl_node *x, fl_node **p, int *np) {
+    fl_node *y = g_inner(g, x, p, np);
+    fl_node *xs[2] = {y, x};
+    return y ? fl_graph_merge(g, "mul", FL_OP_MUL, xs, 2, -1) : NULL;
 }
 
 static int g_pads[4];
@@ -807,6 +838,21 @@ static void layer_parity(void) {
             parity(name, 3, img, 7, b_normalize, true);
         }
 
+    /* the same ops' dx added to a gradient already written (dx_beta 1) */
+    g_axis = 1;
+    g_inner = b_softmax_axis;
+    parity("Softmax(axis=1) of (batch, 3, 6, 4) * x", 3, r4, 9, b_times_x, true);
+    g_shared = 1 | 2;
+    g_inner = b_prelu;
+    parity("PReLU(shared_axes=[1, 2]) * x", 3, img, 7, b_times_x, true);
+    g_axis = 2;
+    g_inner = b_normalize;
+    for (int inv = 0; inv < 2; inv++) {
+        g_invert = inv;
+        parity(inv ? "Normalization(axis=2 of the sample, invert=1) * x" : "Normalization(axis=2 of the sample) * x",
+               3, img, 7, b_times_x, true);
+    }
+
     /* UpSampling2D, unequal factors (bilinear: taps clamped at both edges) */
     struct { int sh, sw, bilinear; int64_t shape[3]; } ups[] = {
         {2, 3, 0, {5, 4, 6}}, {3, 2, 1, {5, 4, 6}}, {2, 2, 1, {4, 7, 3}}, {1, 4, 1, {3, 5, 33}}, {4, 1, 0, {1, 6, 2}},
@@ -1065,6 +1111,18 @@ static void op_parity(void) {
     parity("conv1d causal (one-column conv2d)", 3, seq1, 9, b_conv1d, true);
     parity("batch norm (training)", 3, img, 7, b_bn, true);
     parity("batch norm (inference)", 3, img, 7, b_bn, false);
+    {
+        static const char *const after[] = {"", "-> relu", "-> relu6", "-> leaky_relu(0.3)", "+ x", "* x",
+                                            "frozen"};
+        g_bn_momentum = 0.5f; /* the moving statistics' update weighs: a wrong one shows */
+        for (g_bn_after = 1; g_bn_after <= 6; g_bn_after++)
+            for (int tr = 1; tr >= 0; tr--) {
+                char name[64];
+                snprintf(name, sizeof name, "batch norm %s (%s)", after[g_bn_after], tr ? "training" : "inference");
+                parity(name, 3, (int64_t[]){9, 7, 40}, 7, b_bn_then, tr); /* two column blocks of the sums */
+            }
+        g_bn_momentum = 0.99f;
+    }
     /* ZeroPadding2D (asymmetric), Cropping2D, and both at once */
     int pads[][4] = {{1, 1, 1, 1}, {0, 1, 0, 1}, {-2, -1, -3, 0}, {2, -1, -1, 3}};
     for (int i = 0; i < 4; i++) {
@@ -1246,6 +1304,47 @@ static void loss_parity_rc(int R, int C) {
         GPU->free(dp); GPU->free(dt); GPU->free(ds);
     }
     free(pred); free(logits); free(onehot); free(bin); free(cls); free(hl); free(hg); free(hs);
+}
+
+/* bn_bwd_coef, called directly (a convolution's conv2d_bn_bwd reads what it leaves, so no op case reaches it
+ * without that entry): dgamma, dbeta and the s, t, u of the normalisation's dx, from the same statistics and
+ * fused-ReLU coefficients (the CPU's forward's), with no ReLU, a ReLU6 and a LeakyReLU */
+static void bn_coef_parity(void) {
+    if (!GPU->bn_bwd_coef) {
+        printf("SKIP bn_bwd_coef parity: the %s backend has no bn_bwd_coef\n", GPU->name);
+        return;
+    }
+    enum { M = 300, C = 40 };
+    /* h: gamma, beta, mean, invstd, coef (2c), the moving statistics (the GPU gets a copy); out: dgamma, dbeta,
+     * s, t, u */
+    float *x = malloc(M * C * sizeof(float)), *dy = malloc(M * C * sizeof(float)), h[8 * C], out[5 * C];
+    float *gamma = h, *beta = h + C, *mean = h + 2 * C, *invstd = h + 3 * C, *coef = h + 4 * C, *mm = h + 6 * C,
+          *mv = h + 7 * C;
+    fl_rng_uniform(x, M * C, -1.5f, 1.5f, 9, g_stream++);
+    fl_rng_uniform(dy, M * C, -1, 1, 9, g_stream++);
+    fl_rng_uniform(gamma, C, 0.2f, 0.8f, 9, g_stream++);
+    fl_rng_uniform(beta, C, -0.5f, 0.5f, 9, g_stream++);
+    const struct { int act; float slope; const char *name; } cases[] = {
+        {FL_ACT_LINEAR, 0.0f, "bn_bwd_coef"}, {FL_ACT_RELU6, 0.0f, "bn_bwd_coef, relu6"},
+        {FL_ACT_RELU, 0.3f, "bn_bwd_coef, leaky_relu(0.3)"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const fl_bn_desc d = {M, C, 1e-3f, 0.99f, cases[i].slope};
+        const int act = cases[i].act;
+        for (int j = 0; j < C; j++) { mm[j] = 0.0f; mv[j] = 1.0f; }
+        CPU->bn_fwd_train_act(&d, act, x, gamma, beta, NULL, coef, mean, invstd, mm, mv);
+        const float *cf = act == FL_ACT_LINEAR ? NULL : coef;
+        CPU->bn_bwd_coef(&d, act, cf, x, gamma, mean, invstd, dy, out, out + C, out + 2 * C);
+        float *dx = dev_copy(GPU, x, M * C), *ddy = dev_copy(GPU, dy, M * C), *dh = dev_copy(GPU, h, 8 * C);
+        float *dout = GPU->alloc(5 * C * sizeof(float));
+        GPU->fill(5 * C, 1e30f, dout); /* what it leaves unwritten differs */
+        GPU->bn_bwd_coef(&d, act, cf ? dh + 4 * C : NULL, dx, dh, dh + 2 * C, dh + 3 * C, ddy, dout, dout + C,
+                         dout + 2 * C);
+        static const char *const parts[] = {"dgamma", "dbeta", "s", "t", "u"};
+        for (int k = 0; k < 5; k++) compare(cases[i].name, parts[k], out + k * C, dout + k * C, C);
+        GPU->free(dx); GPU->free(ddy); GPU->free(dh); GPU->free(dout);
+    }
+    free(x); free(dy);
 }
 
 static void loss_parity(void) {
@@ -1624,18 +1723,25 @@ static fl_node *b_repeat(fl_graph *g, fl_node *x, fl_node **p, int *np) {
     return fl_graph_repeat(g, "repeat", x, 5);
 }
 
-static void attn_parity(void) {
-    struct { int axes; bool rms; int64_t shape[3]; } lns[] = {
-        {1, false, {7, 64, 0}}, {1, false, {5, 300, 0}}, {2, false, {4, 6, 5}}, {1, true, {6, 33, 0}},
+/* LayerNormalization: rows shorter and longer than a row group, over one and two axes, rms; and its dx added to
+ * a gradient already written (dx_beta 1) */
+static void layernorm_parity(void) {
+    struct { int axes; bool rms, times_x; int64_t shape[3]; } lns[] = {
+        {1, false, false, {7, 64, 0}}, {1, false, false, {5, 300, 0}}, {2, false, false, {4, 6, 5}},
+        {1, true, false, {6, 33, 0}},  {1, false, true, {5, 40, 0}},   {1, true, true, {3, 20, 0}},
     };
     for (size_t i = 0; i < sizeof lns / sizeof lns[0]; i++) {
         g_ln_axes = lns[i].axes; g_ln_rms = lns[i].rms;
+        g_inner = b_layernorm;
         int nd = lns[i].shape[2] ? 3 : 2;
         char name[96];
-        snprintf(name, sizeof name, "layer_norm over %d axes%s (%lld, %lld)", g_ln_axes, g_ln_rms ? " rms" : "",
-                 (long long)lns[i].shape[0], (long long)lns[i].shape[1]);
-        parity(name, nd, lns[i].shape, 9, b_layernorm, true);
+        snprintf(name, sizeof name, "layer_norm over %d axes%s (%lld, %lld)%s", g_ln_axes, g_ln_rms ? " rms" : "",
+                 (long long)lns[i].shape[0], (long long)lns[i].shape[1], lns[i].times_x ? " * x" : "");
+        parity(name, nd, lns[i].shape, 9, lns[i].times_x ? b_times_x : b_layernorm, true);
     }
+}
+
+static void attn_parity(void) {
     struct { int t, d, heads, dk, masks, mode; bool causal; float rate; } at[] = {
         {6, 8, 2, 4, 0, 0, false, 0.0f}, {7, 8, 2, 3, 0, 0, true, 0.0f},  {40, 16, 4, 8, 3, 0, false, 0.0f},
         {9, 6, 3, 2, 7, 0, true, 0.0f},  {8, 5, 1, 5, 3, 1, false, 0.0f}, {8, 5, 1, 5, 2, 1, true, 0.0f},
@@ -1892,9 +1998,11 @@ static int opencl_main(int argc, char **argv) {
     g_mode = "highest";
     g_tol = 2e-4;
     op_parity();
+    layernorm_parity();
+    bn_coef_parity();
     loss_parity();
     seq_parity();
-    attn_parity(); /* its LayerNormalization cases are named as not on OpenCL while layernorm_fwd is NULL */
+    attn_parity();
     conv_chunk_parity();
     optimizer_parity();
     clip_parity();
@@ -1953,8 +2061,10 @@ int main(int argc, char **argv) {
         g_tf32_on = GPU == &g_tf32 && strcmp(g_mode, "high") == 0;
         op_parity();
         loss_parity();
+        bn_coef_parity();
         optimizer_parity();
         seq_parity();
+        layernorm_parity();
         attn_parity();
         if (have_data && g_self) {
             printf("SKIP training parity: FLYNN_PARITY_SELFTEST moves no model to a GPU\n");

@@ -221,6 +221,28 @@ FL_HD int64_t fl_bcast_member(const fl_bcast_desc *d, int64_t q, int64_t t) {
 /* Normalization's divisor: max(sqrt(variance), epsilon). */
 FL_HD float fl_norm_den(float var) { return fmaxf(sqrtf(var), FL_NORM_EPS); }
 
+/* BatchNormalization's affine x * s + t (s, t per channel), and the input of the ReLU fused after it: the one
+ * expression the forward applies and the backward's mask computes again, so that both round alike. A
+ * multiply, then an add, never one FMA (C: the build's -ffp-contract=off; CUDA: round-to-nearest intrinsics,
+ * which nvcc does not contract; OpenCL: FP_CONTRACT off). */
+FL_HD float fl_bn_pre(float x, float s, float t) {
+#if defined(__CUDA_ARCH__)
+    return __fadd_rn(__fmul_rn(x, s), t);
+#else
+#if defined(__OPENCL_VERSION__)
+#pragma OPENCL FP_CONTRACT OFF
+#endif
+    return x * s + t;
+#endif
+}
+
+/* The fused ReLU's (or ReLU6's) derivative at its input v: 1 where 0 < v < hi, slope where v < 0 (a
+ * LeakyReLU's; 0 for the ReLU), else 0, as fl_pact_grad's (the two terms never both nonzero, so the sum is
+ * exact) */
+FL_HD float fl_relu_mask(float v, float hi, float slope) {
+    return (float)((v > 0.0f) & (v < hi)) + (v < 0.0f ? slope : 0.0f);
+}
+
 /* The Philox stream of a dropout layer at a training step. XOR makes it its
  * own inverse: fl_dropout_stream(fl_dropout_stream(b, s), s) == b, which
  * the CUDA graph replay uses to move a captured stream to a later step. */

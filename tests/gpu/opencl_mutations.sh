@@ -35,4 +35,5 @@ run src/backend/kernels/rnn.cl 'if (yo) yo[j] = d.zero_masked && !(m > 0.5f) ? 0
 run src/backend/kernels/rnn.cl 'dh[e] += dy[(b * T + tout) * u + j];' 'dh[e] += dy[(b * T + tout) * u + j] * 1.001f;' rnn_bwd
 run src/backend/kernels/optim.cl '    w[i] = wv;' '    w[i] = wv * 1.0001f;' optim
 run src/backend/kernels/optim.cl 'acc_ += v_ * v_;' 'acc_ += v_ * v_ * 1.001;' optim_clip
+run src/backend/kernels/norm.cl 'dr[j] = beta == 0.0f ? d : dr[j] + d;' 'dr[j] = beta == 0.0f ? d : dr[j] + d * 1.001f;' norm
 cmake --build ${BUILD:-/tmp/build-ocl} --target flynn_opencl test_gpu_parity >/dev/null 2>&1

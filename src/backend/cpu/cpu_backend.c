@@ -502,16 +502,10 @@ static int bn_blocks(int64_t m) {
  * X: a += x - k, b += (x - k)^2, with k the channel's value in row 0 (the shift keeps the one-pass variance
  * from cancelling: the values summed are deviations, as in a two-pass one); DY: a += dy, b += dy * (x - k)
  * with k the batch mean, dy first masked by the fused ReLU's derivative where coef (the forward's s, t) is
- * given (relu_mask). */
+ * given (fl_relu_mask). */
 typedef enum { BN_SUM_X, BN_SUM_DY } bn_sum_kind;
-/* The fused ReLU's input, x * s + t: the one expression the forward applies and the backward's mask
- * computes again, so that both round alike (the build turns off contraction into FMAs: -ffp-contract=off). */
-static inline float bn_pre(float x, float s, float t) { return x * s + t; }
-/* The ReLU's (or ReLU6's) derivative at its input v: 1 where 0 < v < hi, slope where v < 0 (a LeakyReLU's; 0
- * for the ReLU), else 0, as fl_pact_grad's (the two terms never both nonzero, so the sum is exact) */
-static inline float relu_mask(float v, float hi, float slope) {
-    return (float)((v > 0.0f) & (v < hi)) + (v < 0.0f ? slope : 0.0f);
-}
+/* The fused ReLU's input and its derivative: ops/math.h's fl_bn_pre and fl_relu_mask, which the GPUs'
+ * kernels (kernels/norm.cl) call too. */
 
 /* Channels j0 .. j0 + w (w <= 8) of rows [r, re) into fa, fb, each channel's rows added in order. Summing
  * a block of channels over the chunk's rows, rather than every channel row by row into fa and fb, keeps the
@@ -535,7 +529,7 @@ static inline __attribute__((always_inline)) void bn_sums_block(bn_sum_kind kind
             const float *restrict g = dy + (size_t)i * c + j0, *restrict fs = coef + j0, *restrict ft = fs + c;
 #pragma omp simd
             for (int j = 0; j < w; j++) {
-                float gj = g[j] * relu_mask(bn_pre(xr[j], fs[j], ft[j]), hi, slope);
+                float gj = g[j] * fl_relu_mask(fl_bn_pre(xr[j], fs[j], ft[j]), hi, slope);
                 sa[j] += gj;
                 sb[j] += gj * (xr[j] - mr[j]);
             }
@@ -569,12 +563,12 @@ bn_sums_blocks_avx2(const int NB, bn_sum_kind kind, int64_t r, int64_t re, int c
                 continue;
             }
             __m256 g = _mm256_loadu_ps(dy + o);
-            if (coef) { /* bn_pre, unfused: a multiply, then an add */
+            if (coef) { /* fl_bn_pre, unfused: a multiply, then an add */
                 const __m256 v =
                     _mm256_add_ps(_mm256_mul_ps(xv, _mm256_loadu_ps(coef + j)), _mm256_loadu_ps(coef + c + j));
                 const __m256 mk =
                     _mm256_and_ps(_mm256_cmp_ps(v, zero, _CMP_GT_OQ), _mm256_cmp_ps(v, cap, _CMP_LT_OQ));
-                /* relu_mask: 1, or the slope where v < 0 (or-ed: one of the two is +0) */
+                /* fl_relu_mask: 1, or the slope where v < 0 (or-ed: one of the two is +0) */
                 g = _mm256_mul_ps(g, _mm256_or_ps(_mm256_and_ps(mk, one),
                                                   _mm256_and_ps(_mm256_cmp_ps(v, zero, _CMP_LT_OQ), slv)));
             }
@@ -662,7 +656,7 @@ static bool bn_block_sums(bn_sum_kind kind, int64_t m, int c, const float *x, co
 /* y = x * s + t per channel over rows [r0, r1), through a ReLU capped at hi where hi > 0, or a LeakyReLU where
  * rl.slope is nonzero (the forward with the ReLU after it); or, given g, y (accumulate: +)= s * g + t +
  * u * (x - mean) (dx of the backward
- * pass, see cpu_bn_bwd), g masked by the fused ReLU's derivative at bn_pre(x, s', t') where coef (s', then
+ * pass, see cpu_bn_bwd), g masked by the fused ReLU's derivative at fl_bn_pre(x, s', t') where coef (s', then
  * t') is given. */
 typedef struct bn_relu { const float *coef; float hi, slope; } bn_relu;
 /* The backward's fused ReLU (act, and slope for a LeakyReLU) where its forward's s, t (coef) are given */
@@ -684,13 +678,13 @@ static inline __attribute__((always_inline)) void bn_affine_rows(int64_t r0, int
             for (int j = 0; j < c; j++) {
                 /* max(v, 0) + a min(v, 0): one term is 0, so the sum is exact (but a product that underflows
                  * to -0 gives +0), and it vectorizes (a select of the product did not) */
-                const float v = bn_pre(xr[j], s[j], t[j]), p = v > 0.0f ? v : 0.0f, q = v < 0.0f ? v : 0.0f;
+                const float v = fl_bn_pre(xr[j], s[j], t[j]), p = v > 0.0f ? v : 0.0f, q = v < 0.0f ? v : 0.0f;
                 yr[j] = p + a * q;
             }
         } else if (!g && hi > 0.0f) {
 #pragma omp simd
             for (int j = 0; j < c; j++) {
-                float v = bn_pre(xr[j], s[j], t[j]);
+                float v = fl_bn_pre(xr[j], s[j], t[j]);
                 v = v > 0.0f ? v : 0.0f;
                 yr[j] = v < hi ? v : hi;
             }
@@ -702,12 +696,12 @@ static inline __attribute__((always_inline)) void bn_affine_rows(int64_t r0, int
             if (accumulate) {
 #pragma omp simd
                 for (int j = 0; j < c; j++)
-                    yr[j] += gr[j] * relu_mask(bn_pre(xr[j], fs[j], ft[j]), hi, rl.slope) * s[j] + t[j] +
+                    yr[j] += gr[j] * fl_relu_mask(fl_bn_pre(xr[j], fs[j], ft[j]), hi, rl.slope) * s[j] + t[j] +
                              u[j] * (xr[j] - mean[j]);
             } else {
 #pragma omp simd
                 for (int j = 0; j < c; j++)
-                    yr[j] = gr[j] * relu_mask(bn_pre(xr[j], fs[j], ft[j]), hi, rl.slope) * s[j] + t[j] +
+                    yr[j] = gr[j] * fl_relu_mask(fl_bn_pre(xr[j], fs[j], ft[j]), hi, rl.slope) * s[j] + t[j] +
                             u[j] * (xr[j] - mean[j]);
             }
         } else {

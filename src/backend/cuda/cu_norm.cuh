@@ -1,71 +1,52 @@
 /*
- * cu_norm.cuh — BatchNormalization.
+ * cu_norm.cuh — BatchNormalization, LayerNormalization, Softmax(axis), PReLU, Normalization: the launches of
+ * the kernels of kernels/norm.cl, which the OpenCL plugin runs too (ocl_norm.c). The sums over the batch are
+ * reduce.cl's column sums, the partial stage a summand kernel of norm.cl (colsum_by).
  * Part of the CUDA plugin's one translation unit: cuda_backend.cu includes it after the state and
  * helpers it uses (no separate object, so the CUDA 12 build by clang stays one compile).
  */
+
+/* out[j] = sum_r f(r, j) over j < n, overwritten: `partial(grid, block, p)` launches the summand kernel (its
+ * FL_COLSUM_BODY) into the partial sums p, then the chunks are added in order */
+template <typename L>
+static void colsum_by(int n, int chunks, float *out, L partial) {
+    float *p = partial_buf(n, chunks);
+    if (!p) return;
+    partial(dim3((n + 31) / 32, chunks), dim3(32, 8), p);
+    k_colsum_final<<<(n + 255) / 256, 256, 0, g_stream>>>(n, chunks, p, out, 0.0f);
+    LAUNCHED();
+}
+
 /* ---------------------------------------------------------- batch norm */
 
-/* Keras semantics (biased batch variance, moving = moving*momentum +
- * batch*(1-momentum)), which cuDNN's batch norm does not follow: own kernels. */
-struct f_dev2 { const float *x; const float *mean; int n;
-    __device__ float operator()(int64_t r, int j) const { float t = x[r * n + j] - mean[j]; return t * t; } };
-struct f_dyxhat { const float *x, *dy, *mean, *invstd; int n;
-    __device__ float operator()(int64_t r, int j) const { return dy[r * n + j] * (x[r * n + j] - mean[j]) * invstd[j]; } };
-
-__global__ void k_bn_stats(int c, int64_t m, float eps, float momentum, float *mean, float *var_to_invstd,
-                           float *mm, float *mv) {
-    int j = blockIdx.x * blockDim.x + threadIdx.x;
-    if (j >= c) return;
-    float var = var_to_invstd[j] / (float)m;
-    var_to_invstd[j] = rsqrtf(var + eps);
-    mm[j] = mm[j] * momentum + mean[j] * (1.0f - momentum);
-    mv[j] = mv[j] * momentum + var * (1.0f - momentum);
-}
-__global__ void k_scale(int c, float s, float *v) {
-    int j = blockIdx.x * blockDim.x + threadIdx.x;
-    if (j < c) v[j] *= s;
-}
-__global__ void k_bn_apply(int64_t total, int c, const float *x, const float *gamma, const float *beta,
-                           const float *mean, const float *invstd, float *y) {
-    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
-        int j = (int)(e % c);
-        float v = (x[e] - mean[j]) * invstd[j];
-        if (gamma) v *= gamma[j];
-        if (beta) v += beta[j];
-        y[e] = v;
+/* Keras semantics (biased batch variance, moving = moving*momentum + batch*(1-momentum)), which cuDNN's batch
+ * norm does not follow: norm.cl's kernels. g_bn_tmp: s, t (2c floats) and the squared deviations' sums (c)
+ * in the forward; the sums of g and g (x - mean) (2c) and s, t, u (3c) in the backward. */
+static float *g_bn_tmp;
+static int g_bn_tmp_c;
+static float *bn_tmp(int c) {
+    if (c > g_bn_tmp_c) {
+        cu_free_retire(g_bn_tmp);
+        g_bn_tmp = (float *)cu_alloc((size_t)c * 5 * sizeof(float));
+        g_bn_tmp_c = g_bn_tmp ? c : 0;
     }
-}
-__global__ void k_bn_infer(int64_t total, int c, float eps, const float *x, const float *gamma, const float *beta,
-                           const float *mm, const float *mv, float *y) {
-    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
-        int j = (int)(e % c);
-        /* Keras's formula, as the CPU's: inv = rsqrt(var + eps) * gamma, x * inv + (beta - mean * inv) */
-        float inv = 1.0f / sqrtf(mv[j] + eps);
-        if (gamma) inv *= gamma[j];
-        float res = -mm[j] * inv;
-        if (beta) res += beta[j];
-        y[e] = x[e] * inv + res;
-    }
-}
-__global__ void k_bn_bwd(int64_t total, int c, float inv_m, const float *x, const float *gamma, const float *mean,
-                         const float *invstd, const float *dy, const float *sdy, const float *sdyx, float *dx, float beta) {
-    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
-        int j = (int)(e % c);
-        float gm = gamma ? gamma[j] : 1.0f;
-        float xhat = (x[e] - mean[j]) * invstd[j];
-        float v = gm * invstd[j] * (dy[e] - sdy[j] * inv_m - xhat * sdyx[j] * inv_m);
-        dx[e] = beta == 0.0f ? v : dx[e] + v;
-    }
+    return g_bn_tmp;
 }
 
 static void cu_bn_fwd_train(const fl_bn_desc *d, const float *x, const float *gamma, const float *beta, float *y,
                             float *save_mean, float *save_invstd, float *mm, float *mv) {
-    int c = d->c;
-    colsum_rows(d->m, c, x, c, save_mean);
-    k_scale<<<(c + 255) / 256, 256, 0, g_stream>>>(c, 1.0f / (float)d->m, save_mean);
-    colsum(d->m, c, f_dev2{x, save_mean, c}, save_invstd);
-    k_bn_stats<<<(c + 255) / 256, 256, 0, g_stream>>>(c, d->m, d->eps, d->momentum, save_mean, save_invstd, mm, mv);
-    k_bn_apply<<<blocks_for(d->m * c, 256), 256, 0, g_stream>>>(d->m * c, c, x, gamma, beta, save_mean, save_invstd, y);
+    const int c = d->c;
+    const int64_t m = d->m;
+    float *st = bn_tmp(c), *dev2 = st ? st + 2 * c : NULL;
+    if (!st) return;
+    colsum_rows(m, c, x, c, save_mean);
+    k_axpby<<<(c + 255) / 256, 256, 0, g_stream>>>(c, 1.0f / (float)m, save_mean, 0.0f, save_mean);
+    colsum_by(c, COLSUM_CHUNKS, dev2, [&](dim3 g, dim3 b, float *p) {
+        k_colsum_bn_dev2<<<g, b, 0, g_stream>>>(m, c, COLSUM_CHUNKS, x, save_mean, p);
+    });
+    k_bn_stats<<<(c + 255) / 256, 256, 0, g_stream>>>(c, m, d->eps, d->momentum, gamma, beta, save_mean, dev2,
+                                                      save_invstd, mm, mv, st);
+    k_bn_apply<<<blocks_for(m * c, 256), 256, 0, g_stream>>>(m * c, c, x, st, 0.0f, 0.0f, y);
     LAUNCHED();
 }
 static void cu_bn_fwd_infer(const fl_bn_desc *d, const float *x, const float *gamma, const float *beta,
@@ -73,25 +54,90 @@ static void cu_bn_fwd_infer(const fl_bn_desc *d, const float *x, const float *ga
     k_bn_infer<<<blocks_for(d->m * d->c, 256), 256, 0, g_stream>>>(d->m * d->c, d->c, d->eps, x, gamma, beta, mm, mv, y);
     LAUNCHED();
 }
-static float *g_bn_tmp;
-static int g_bn_tmp_c;
 static void cu_bn_bwd(const fl_bn_desc *d, const float *x, const float *gamma, const float *mean, const float *invstd,
                       const float *dy, float *dx, float beta, float *dgamma, float *dbeta) {
-    int c = d->c;
-    if (c > g_bn_tmp_c) {
-        cu_free_retire(g_bn_tmp);
-        g_bn_tmp = (float *)cu_alloc((size_t)c * 2 * sizeof(float));
-        g_bn_tmp_c = g_bn_tmp ? c : 0;
-        if (!g_bn_tmp) return;
-    }
-    float *sdy = g_bn_tmp, *sdyx = g_bn_tmp + c;
-    colsum_rows(d->m, c, dy, c, sdy);
-    colsum(d->m, c, f_dyxhat{x, dy, mean, invstd, c}, sdyx);
-    if (dgamma) cu_copy(dgamma, sdyx, (size_t)c * sizeof(float));
-    if (dbeta) cu_copy(dbeta, sdy, (size_t)c * sizeof(float));
+    const int c = d->c;
+    const int64_t m = d->m;
+    float *sums = bn_tmp(c), *stu = sums ? sums + 2 * c : NULL;
+    if (!sums) return;
+    for (int k = 0; k < 2; k++) /* sum dy, then sum dy (x - mean) */
+        colsum_by(c, COLSUM_CHUNKS, sums + k * c, [&](dim3 g, dim3 b, float *p) {
+            k_colsum_bn_g<<<g, b, 0, g_stream>>>(m, c, COLSUM_CHUNKS, x, dy, NULL, 0.0f, 0.0f, k ? mean : NULL, p);
+        });
+    k_bn_coef<<<(c + 255) / 256, 256, 0, g_stream>>>(c, m, gamma, invstd, sums, dgamma, dbeta, dx ? stu : NULL);
+    LAUNCHED();
     if (dx) {
-        k_bn_bwd<<<blocks_for(d->m * c, 256), 256, 0, g_stream>>>(d->m * c, c, 1.0f / (float)d->m, x, gamma, mean,
-                                                                   invstd, dy, sdy, sdyx, dx, beta);
+        k_bn_dx<<<blocks_for(m * c, 256), 256, 0, g_stream>>>(m * c, c, x, dy, NULL, 0.0f, 0.0f, mean, stu, dx, beta);
         LAUNCHED();
     }
+}
+
+/* ------------------------------------------------------ layer norm */
+
+static void cu_layernorm_fwd(int64_t rows, int c, float eps, int rms, const float *x, const float *gamma,
+                             const float *beta, float *y, float *stats) {
+    k_layernorm_fwd<<<row_blocks(rows), 32 * ROW_WARPS, 0, g_stream>>>(rows, c, eps, rms, x, gamma, beta, y, stats);
+    LAUNCHED();
+}
+static void cu_layernorm_bwd(int64_t rows, int c, int rms, const float *x, const float *gamma, const float *stats,
+                             const float *dy, float *dx, float dx_beta, float *dgamma, float *dbeta) {
+    if (dx) {
+        k_layernorm_bwd<<<row_blocks(rows), 32 * ROW_WARPS, 0, g_stream>>>(rows, c, rms, x, gamma, stats, dy, dx,
+                                                                           dx_beta);
+        LAUNCHED();
+    }
+    if (dgamma)
+        colsum_by(c, COLSUM_CHUNKS, dgamma, [&](dim3 g, dim3 b, float *p) {
+            k_colsum_ln_dgamma<<<g, b, 0, g_stream>>>(rows, c, COLSUM_CHUNKS, rms, x, dy, stats, p);
+        });
+    if (dbeta) colsum_rows(rows, c, dy, c, dbeta);
+}
+
+/* ---------------------------------------------------- softmax(axis) */
+
+static void cu_softmax_axis_fwd(int64_t outer, int c, int64_t inner, const float *x, float *y) {
+    k_softmax_axis_fwd<<<blocks_for(outer * inner, 256), 256, 0, g_stream>>>(outer, c, inner, x, y);
+    LAUNCHED();
+}
+static void cu_softmax_axis_bwd(int64_t outer, int c, int64_t inner, const float *y, const float *dy, float *dx,
+                                float beta) {
+    k_softmax_axis_bwd<<<blocks_for(outer * inner, 256), 256, 0, g_stream>>>(outer, c, inner, y, dy, dx, beta);
+    LAUNCHED();
+}
+
+/* ------------------------------------------- PReLU, Normalization */
+
+static void cu_prelu_fwd(const fl_bcast_desc *d, const float *x, const float *alpha, float *y) {
+    k_prelu_fwd<<<blocks_for(d->n * d->size, 256), 256, 0, g_stream>>>(*d, x, alpha, y);
+    LAUNCHED();
+}
+static void cu_prelu_bwd(const fl_bcast_desc *d, const float *x, const float *alpha, const float *dy, float *dx,
+                         float dx_beta, float *dalpha) {
+    if (dx) {
+        k_prelu_bwd<<<blocks_for(d->n * d->size, 256), 256, 0, g_stream>>>(*d, x, alpha, dy, dx, dx_beta);
+        LAUNCHED();
+    }
+    if (!dalpha) return;
+    int64_t shared = 1;
+    for (int k = 0; k < d->ndim; k++)
+        if (!d->pstride[k]) shared *= d->dim[k];
+    /* a chunk per 64 rows at least: alpha without shared axes (psize =
+     * size) sums only n rows, and needs no 64 partial sums of each element */
+    const int64_t rows = d->n * shared;
+    const int chunks = (int)(rows / 64 < 1 ? 1 : (rows / 64 > COLSUM_CHUNKS ? COLSUM_CHUNKS : rows / 64));
+    const int n = (int)d->psize;
+    colsum_by(n, chunks, dalpha, [&](dim3 g, dim3 b, float *p) {
+        k_colsum_prelu_dalpha<<<g, b, 0, g_stream>>>(rows, n, chunks, *d, shared, x, dy, p);
+    });
+}
+
+static void cu_normalize_fwd(const fl_bcast_desc *d, int invert, const float *x, const float *mean, const float *var,
+                             float *y) {
+    k_normalize_fwd<<<blocks_for(d->n * d->size, 256), 256, 0, g_stream>>>(*d, invert, x, mean, var, y);
+    LAUNCHED();
+}
+static void cu_normalize_bwd(const fl_bcast_desc *d, int invert, const float *var, const float *dy, float *dx,
+                             float beta) {
+    k_normalize_bwd<<<blocks_for(d->n * d->size, 256), 256, 0, g_stream>>>(*d, invert, var, dy, dx, beta);
+    LAUNCHED();
 }

@@ -77,7 +77,11 @@ void ocl_run2(ocl_launch *l, size_t gx, size_t gy, size_t lx, size_t ly);
 #define OCL_KERNELS_LAYOUT(X) X(k_pad2d) X(k_upsample2d_fwd) X(k_upsample2d_bwd) X(k_permute)
 
 /* norm.cl: BatchNormalization, LayerNormalization, Normalization; Softmax(axis), PReLU (ocl_norm.c) */
-#define OCL_KERNELS_NORM(X)
+#define OCL_KERNELS_NORM(X)                                                                                         \
+    X(k_colsum_bn_dev2) X(k_colsum_bn_g) X(k_bn_stats) X(k_bn_apply) X(k_bn_infer) X(k_bn_coef) X(k_bn_dx)          \
+    X(k_add_affine) X(k_layernorm_fwd) X(k_layernorm_bwd) X(k_colsum_ln_dgamma) X(k_softmax_axis_fwd)               \
+    X(k_softmax_axis_bwd) X(k_prelu_fwd) X(k_prelu_bwd) X(k_colsum_prelu_dalpha) X(k_normalize_fwd)                 \
+    X(k_normalize_bwd)
 
 /* seq.cl: Embedding, the sequence masks, masked pooling, loss masks and weights (ocl_seq.c) */
 #define OCL_KERNELS_SEQ(X)                                                                                          \
