@@ -43,6 +43,10 @@ if [ -f build-gpu/libflynn_cuda12.so ]; then
 else
   echo "prepare: no CUDA 12 plugin (FLYNN_GPU_CUDA12=1 builds it): run.sh will skip its steps" >&2
 fi
+# the OpenCL plugin (with its ICD loader and CLBlast in the closure; the target's driver gives the OpenCL
+# library itself) and the kernel-family benchmark, where they were built
+for f in build-gpu/libflynn_opencl.so; do [ -f "$f" ] && files+=("$f") && cp -L "$f" "$stage/lib/"; done
+for f in build-gpu/bench_kernel_families; do [ -f "$f" ] && files+=("$f") && cp -L "$f" "$stage/bin/"; done
 closure=$(bundle_closure "${files[@]}")
 if ldd "${files[@]}" | grep "not found" | grep -vE "^[[:space:]]*(${BUNDLE_CUDA_RE#^})"; then
   echo "prepare: the libraries above are missing here" >&2; exit 1

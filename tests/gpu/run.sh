@@ -216,6 +216,38 @@ else
   skip cpu_train "$why"
 fi
 
+step "OpenCL on the same GPU (NVIDIA's OpenCL driver): parity, seed workload, kernel families"
+# The OpenCL plugin runs the kernels CUDA compiles too (src/backend/kernels/); elsewhere they have run on
+# PoCL only. NVIDIA's driver ships its OpenCL library (libnvidia-opencl.so.1); a container may lack the ICD
+# file naming it, so one is made here (OCL_ICD_VENDORS: ocl-icd's folder of .icd files). OpenCL failing
+# to start here is reported, not an error of the run; a parity or training failure once it runs is.
+OCL=(env "OCL_ICD_VENDORS=$WORK/icd" "FLYNN_OPENCL_PLUGIN=$LIB/libflynn_opencl.so" "FLYNN_OPENCL_CACHE=$WORK/ocl-cache")
+ocl=0 ocl_why=""
+if [ $gpu != 1 ]; then ocl_why="${why:-$gpu_why}"
+elif [ ! -f "$LIB/libflynn_opencl.so" ]; then ocl_why="the bundle has no libflynn_opencl.so (built without OpenCL/CLBlast)"
+else
+  mkdir -p "$WORK/icd"
+  cp /etc/OpenCL/vendors/*.icd "$WORK/icd/" 2>/dev/null || true
+  nvocl=$(ldconfig -p 2>/dev/null | grep -oE '/[^ ]*/libnvidia-opencl\.so\.1$' | head -1)
+  [ -n "$nvocl" ] && ! grep -qs nvidia "$WORK"/icd/*.icd && echo "$nvocl" > "$WORK/icd/nvidia-flynn.icd"
+  echo "ICD files: $(ls "$WORK/icd" 2>/dev/null | tr '\n' ' ')(libnvidia-opencl: ${nvocl:-not found})"
+  TO=$WORK/ocl_devices.txt run_step ocl_devices 30 5 "${FL[@]}" "${OCL[@]}" "$B/flynn" devices
+  sed -n '/^---- OpenCL/,$p' "$WORK/ocl_devices.txt" | head -14
+  if grep -qE '^  Vendor, type: .*GPU$' "$WORK/ocl_devices.txt"; then ocl=1
+  else ocl_why="no OpenCL GPU is listed (NVIDIA's OpenCL library: ${nvocl:-not found})"; fi
+fi
+if [ $ocl = 1 ]; then
+  LOG=$OUT/parity_opencl.log TAIL=12 run_step parity_opencl 120 30 "${FL[@]}" "${OCL[@]}" FLYNN_PARITY_BACKEND=opencl \
+    "$PAR" "$DATA"
+  LOG=$WORK/ocl_train.log run_step ocl_train 90 20 "${FL[@]}" "${OCL[@]}" "$B/flynn" train --device opencl \
+    --data "fashion-mnist:$DATA" --samples 20000 --epochs 3 --batch-size 128 --verbose 2
+  if [ -x "$B/bench_kernel_families" ]; then
+    TO=$OUT/kernel_families.json run_step kernel_families 60 15 "${FL[@]}" "${OCL[@]}" "$B/bench_kernel_families" --json
+  else skip kernel_families "the bundle has no bench_kernel_families"; fi
+else
+  for k in parity_opencl ocl_train kernel_families; do skip $k "$ocl_why"; done
+fi
+
 step "the CUDA 12 plugin (libflynn_cuda12.so) on the same GPU: doctor, parity, seed workload"
 # The driver of this machine supports both plugins, so both are checked:
 # FLYNN_CUDA_PLUGIN forces the CUDA 12 one; it needs cuBLAS 12 and cuDNN for
@@ -313,6 +345,12 @@ row "CUDA 12 plugin: flynn doctor" "${ST[doctor12]:-?}"
 row "CUDA 12 plugin: parity" "${ST[parity12]:-?} $([ -f "$OUT/parity12.log" ] && tail -1 "$OUT/parity12.log" | cut -c1-120)"
 row "CUDA 12 plugin: mnist_cnn 20k, GPU" "${ST[gpu_train12]:-?}; ${gpu12_sps:-?} samples/s (3 epochs incl. warm-up), test accuracy ${gpu12_acc:-?}"
 [ -n "${gpu_sps:-}" ] && [ -n "${gpu12_sps:-}" ] && awk -v a="$gpu12_sps" -v b="$gpu_sps" 'BEGIN { printf "%-40s %.2fx\n", "CUDA 12 plugin / CUDA 13 plugin speed", a / b }'
+ocl_sps=$(grep -oE "training throughput: [0-9]+" "$WORK/ocl_train.log" 2>/dev/null | grep -oE "[0-9]+$")
+ocl_acc=$(grep -oE "test accuracy: [0-9.]+" "$WORK/ocl_train.log" 2>/dev/null | grep -oE "[0-9.]+$")
+row "OpenCL: parity on the GPU" "${ST[parity_opencl]:-?} $([ -f "$OUT/parity_opencl.log" ] && tail -1 "$OUT/parity_opencl.log" | cut -c1-120)"
+row "OpenCL: mnist_cnn 20k, batch 128" "${ST[ocl_train]:-?}; ${ocl_sps:-?} samples/s (3 epochs incl. warm-up), test accuracy ${ocl_acc:-?}"
+[ -n "${gpu_sps:-}" ] && [ -n "${ocl_sps:-}" ] && awk -v a="$ocl_sps" -v b="$gpu_sps" 'BEGIN { printf "%-40s %.2fx (the goal: 0.5x or more)\n", "OpenCL / CUDA speed", a / b }'
+row "OpenCL: kernel families" "${ST[kernel_families]:-?}"
 row "NCCL: mpirun -np 2 --device gpu" "${ST[nccl]:-?}"
 row "flynn bench --devices cpu,gpu" "${ST[bench]:-?}"
 row "flynn vs PyTorch" "${ST[vs_torch]:-?}"
