@@ -6,18 +6,18 @@
 /* ------------------------------------- padding, upsampling, transposition */
 
 static void cu_pad2d(const fl_conv_desc *d, const float *x, float *y, float beta) {
-    const fl_pool_geom g = fl_pool_geom_of(d);
+    const fl_conv_geom g = fl_conv_geom_of(d, d->n);
     k_pad2d<<<blocks_for(g.n * g.oh * g.ow * g.c, 256), 256, 0, g_stream>>>(g, x, y, beta);
     LAUNCHED();
 }
 
 static void cu_upsample2d_fwd(const fl_conv_desc *d, int bilinear, const float *x, float *y) {
-    const fl_pool_geom g = fl_pool_geom_of(d);
+    const fl_conv_geom g = fl_conv_geom_of(d, d->n);
     k_upsample2d_fwd<<<blocks_for(g.n * g.oh * g.ow * g.c, 256), 256, 0, g_stream>>>(g, bilinear, x, y);
     LAUNCHED();
 }
 static void cu_upsample2d_bwd(const fl_conv_desc *d, int bilinear, const float *dy, float *dx, float beta) {
-    const fl_pool_geom g = fl_pool_geom_of(d);
+    const fl_conv_geom g = fl_conv_geom_of(d, d->n);
     k_upsample2d_bwd<<<blocks_for(g.n * g.h * g.w * g.c, 256), 256, 0, g_stream>>>(g, bilinear, dy, dx, beta);
     LAUNCHED();
 }

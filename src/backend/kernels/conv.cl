@@ -1,6 +1,6 @@
 /*
  * conv.cl — the convolutions' kernels on the GPU, written once for CUDA and OpenCL (dialect.h), over NHWC data
- * and Keras's kernel layout w[kh, kw, c/groups, oc]; the geometry is conv.h's fl_conv_geom.
+ * and Keras's kernel layout w[kh, kw, c/groups, oc]; the geometry is geom.h's fl_conv_geom.
  *
  *   k_im2col, k_col2im    Conv2D and Conv2DTranspose as matrix products (the OpenCL plugin; CUDA has cuDNN):
  *                         col[rows, K] with rows = (n, p, q) the output pixels and K = (i, j, ci) the taps of
@@ -9,7 +9,7 @@
  *   k_depthwise_*         DepthwiseConv2D, cpu_depthwise.c's twins (both plugins)
  *   k_hwio_to_ohwi, ...   the CUDA plugin's copies into and out of cuDNN's layouts
  */
-#include "backend/kernels/conv.h"
+#include "backend/kernels/geom.h"
 
 /* ------------------------------------------------------------ im2col / col2im */
 

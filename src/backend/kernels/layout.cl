@@ -9,7 +9,7 @@
 #ifndef FL_KERNELS_LAYOUT_CL
 #define FL_KERNELS_LAYOUT_CL
 
-#include "backend/kernels/pool.cl" /* fl_pool_geom */
+#include "backend/kernels/geom.h" /* fl_conv_geom */
 
 /* Permute's descriptor: y's shape and, per axis of y, the stride of x along it. Numbers only, without
  * padding: the same layout under C, CUDA and OpenCL C. */
@@ -43,7 +43,7 @@ static inline int64_t fl_perm_desc_of(int ndim, const int64_t *shape, const int 
 
 /* zero padding / cropping (fl_cpu_pad2d's twin): one thread per output element, y (beta: +)= x at
  * (i - pt, j - pl) inside x, else 0. The backward is the same call with the roles swapped (ops.c). */
-FL_KERNEL k_pad2d(fl_pool_geom d, FL_BUF(const float, x), FL_BUF(float, y), float beta) {
+FL_KERNEL k_pad2d(fl_conv_geom d, FL_BUF(const float, x), FL_BUF(float, y), float beta) {
     FL_BIND(const float, x);
     FL_BIND(float, y);
     FL_FOR(e, d.n * d.oh * d.ow * (int64_t)d.c) {
@@ -60,7 +60,7 @@ FL_KERNEL k_pad2d(fl_pool_geom d, FL_BUF(const float, x), FL_BUF(float, y), floa
 
 /* UpSampling2D and Resizing (any h x w -> oh x ow), forward: one thread per output element, channels fastest;
  * the bilinear blend's products each rounded on their own and summed in the CPU's order */
-FL_KERNEL k_upsample2d_fwd(fl_pool_geom d, int bilinear, FL_BUF(const float, x), FL_BUF(float, y)) {
+FL_KERNEL k_upsample2d_fwd(fl_conv_geom d, int bilinear, FL_BUF(const float, x), FL_BUF(float, y)) {
     FL_BIND(const float, x);
     FL_BIND(float, y);
     const int C = d.c;
@@ -88,7 +88,7 @@ FL_KERNEL k_upsample2d_fwd(fl_pool_geom d, int bilinear, FL_BUF(const float, x),
 
 /* Backward: one thread per input element, over the outputs within reach (fl_resize_reach) in the CPU's order
  * (rows, then columns), each adding its gradient times the weight with which it read the element */
-FL_KERNEL k_upsample2d_bwd(fl_pool_geom d, int bilinear, FL_BUF(const float, dy), FL_BUF(float, dx), float beta) {
+FL_KERNEL k_upsample2d_bwd(fl_conv_geom d, int bilinear, FL_BUF(const float, dy), FL_BUF(float, dx), float beta) {
     FL_BIND(const float, dy);
     FL_BIND(float, dx);
     const int C = d.c;

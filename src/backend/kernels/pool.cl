@@ -2,32 +2,12 @@
  * pool.cl — the poolings (max, average, global average) on the GPU, written once for CUDA and OpenCL (dialect.h).
  * The CPU's twins are cpu_conv.c's fl_cpu_maxpool_*, fl_cpu_avgpool_* and fl_cpu_gap_*. Every backward is a
  * gather, one thread per input element over the outputs that read it (no atomics: runs repeat exactly).
- *
- * The host code of both plugins includes this file too, for fl_pool_geom alone (the kernels below compile only
- * under dialect.h).
+ * The kernels take geom.h's fl_conv_geom.
  */
 #ifndef FL_KERNELS_POOL_CL
 #define FL_KERNELS_POOL_CL
 
-/* The geometry of a pooling, padding or resizing (layout.cl's kernels take it too): fl_conv_desc's numbers
- * without its pointers (pre, res), which a kernel argument cannot carry on OpenCL. One int64_t, then ints to a
- * multiple of 8 bytes: the same layout under C, CUDA and OpenCL C, with no padding. */
-typedef struct fl_pool_geom {
-    int64_t n;          /* batch */
-    int h, w, c;        /* input */
-    int oh, ow;         /* output */
-    int kh, kw, sh, sw; /* window and strides */
-    int pt, pl;         /* padding before (top, left); negative: cropping (pad2d) */
-    int unused_;        /* 0 */
-} fl_pool_geom;
-
-#if !defined(__OPENCL_VERSION__)
-/* the host's: a descriptor's geometry for the kernels */
-static inline fl_pool_geom fl_pool_geom_of(const fl_conv_desc *d) {
-    fl_pool_geom g = {d->n, d->h, d->w, d->c, d->oh, d->ow, d->kh, d->kw, d->sh, d->sw, d->pt, d->pl, 0};
-    return g;
-}
-#endif
+#include "backend/kernels/geom.h" /* fl_conv_geom */
 
 #if defined(FL_KERNELS_DIALECT_H)
 
@@ -42,7 +22,7 @@ FL_DEV float fl_pool_mul_rn(float a, float b) { return __fmul_rn(a, b); }
 
 /* argmax: per output element, the offset (ih * w + iw) * c + c of its maximum within the sample (the first
  * one on ties, as on the CPU), or -1 when the window holds no input (y = -inf) */
-FL_KERNEL k_maxpool_fwd(fl_pool_geom d, FL_BUF(const float, x), FL_BUF(float, y), FL_BUF(int32_t, argmax)) {
+FL_KERNEL k_maxpool_fwd(fl_conv_geom d, FL_BUF(const float, x), FL_BUF(float, y), FL_BUF(int32_t, argmax)) {
     FL_BIND(const float, x);
     FL_BIND(float, y);
     FL_BIND(int32_t, argmax);
@@ -82,7 +62,7 @@ FL_DEV void fl_pool_cover(int i, int pad, int k, int s, int on, int *o0, int *o1
 
 /* dx (beta: +)= the gradients of the windows whose maximum the element was, added in the CPU's order (output
  * rows, then columns, onto 0 or the old dx) */
-FL_KERNEL k_maxpool_bwd(fl_pool_geom d, FL_BUF(const float, dy), FL_BUF(const int32_t, argmax), FL_BUF(float, dx),
+FL_KERNEL k_maxpool_bwd(fl_conv_geom d, FL_BUF(const float, dy), FL_BUF(const int32_t, argmax), FL_BUF(float, dx),
                         float beta) {
     FL_BIND(const float, dy);
     FL_BIND(const int32_t, argmax);
@@ -109,7 +89,7 @@ FL_KERNEL k_maxpool_bwd(fl_pool_geom d, FL_BUF(const float, dy), FL_BUF(const in
 
 /* Windows clipped to the input, as Keras pads "same" pooling: the mean of the elements inside (the sum times
  * 1/count) */
-FL_KERNEL k_avgpool_fwd(fl_pool_geom d, FL_BUF(const float, x), FL_BUF(float, y)) {
+FL_KERNEL k_avgpool_fwd(fl_conv_geom d, FL_BUF(const float, x), FL_BUF(float, y)) {
     FL_BIND(const float, x);
     FL_BIND(float, y);
     FL_FOR(e, d.n * (int64_t)d.oh * d.ow * d.c) {
@@ -138,7 +118,7 @@ FL_KERNEL k_avgpool_fwd(fl_pool_geom d, FL_BUF(const float, x), FL_BUF(float, y)
 /* dx (beta: +)= the gradient of each window that covers the element (fl_pool_cover) times 1/count of the
  * window's elements inside the input: the CPU's sum in its order (output rows, then columns, onto 0 or the
  * old dx), each product rounded on its own */
-FL_KERNEL k_avgpool_bwd(fl_pool_geom d, FL_BUF(const float, dy), FL_BUF(float, dx), float beta) {
+FL_KERNEL k_avgpool_bwd(fl_conv_geom d, FL_BUF(const float, dy), FL_BUF(float, dx), float beta) {
     FL_BIND(const float, dy);
     FL_BIND(float, dx);
     FL_FOR(e, d.n * (int64_t)d.h * d.w * d.c) {

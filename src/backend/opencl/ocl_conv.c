@@ -25,7 +25,7 @@
 
 #include <stdlib.h>
 
-#include "backend/kernels/conv.h"
+#include "backend/kernels/geom.h"
 #include "ops/math.h"
 
 _Static_assert(sizeof(fl_conv_geom) == 72, "fl_conv_geom: one int64_t and 16 ints, as OpenCL C lays it out");

@@ -5,33 +5,32 @@
  */
 #include "backend/opencl/opencl_internal.h"
 
-#include "backend/kernels/pool.cl" /* fl_pool_geom */
+#include "backend/kernels/geom.h" /* fl_conv_geom */
 
-_Static_assert(sizeof(fl_pool_geom) == 56, "fl_pool_geom: one int64_t and 12 ints, no padding (OpenCL C's layout)");
 
 static void be_maxpool_fwd(const fl_conv_desc *d, const float *x, float *y, int32_t *argmax) {
-    const fl_pool_geom g = fl_pool_geom_of(d);
+    const fl_conv_geom g = fl_conv_geom_of(d, d->n);
     ocl_launch l = ocl_args(OCL_k_maxpool_fwd);
     ocl_arg_raw(&l, &g, sizeof g); BUF(l, x); BUF(l, y); BUF(l, argmax);
     ocl_run1(&l, g.n * g.oh * g.ow * g.c, 256);
 }
 
 static void be_maxpool_bwd(const fl_conv_desc *d, const float *dy, const int32_t *argmax, float *dx, float beta) {
-    const fl_pool_geom g = fl_pool_geom_of(d);
+    const fl_conv_geom g = fl_conv_geom_of(d, d->n);
     ocl_launch l = ocl_args(OCL_k_maxpool_bwd);
     ocl_arg_raw(&l, &g, sizeof g); BUF(l, dy); BUF(l, argmax); BUF(l, dx); ocl_arg_f32(&l, beta);
     ocl_run1(&l, g.n * g.h * g.w * g.c, 256);
 }
 
 static void be_avgpool_fwd(const fl_conv_desc *d, const float *x, float *y) {
-    const fl_pool_geom g = fl_pool_geom_of(d);
+    const fl_conv_geom g = fl_conv_geom_of(d, d->n);
     ocl_launch l = ocl_args(OCL_k_avgpool_fwd);
     ocl_arg_raw(&l, &g, sizeof g); BUF(l, x); BUF(l, y);
     ocl_run1(&l, g.n * g.oh * g.ow * g.c, 256);
 }
 
 static void be_avgpool_bwd(const fl_conv_desc *d, const float *dy, float *dx, float beta) {
-    const fl_pool_geom g = fl_pool_geom_of(d);
+    const fl_conv_geom g = fl_conv_geom_of(d, d->n);
     ocl_launch l = ocl_args(OCL_k_avgpool_bwd);
     ocl_arg_raw(&l, &g, sizeof g); BUF(l, dy); BUF(l, dx); ocl_arg_f32(&l, beta);
     ocl_run1(&l, g.n * g.h * g.w * g.c, 256);

@@ -1,11 +1,11 @@
 /*
- * conv.h — the geometry the convolution kernels of conv.cl take (Conv2D's im2col/col2im, DepthwiseConv2D,
- * the CUDA plugin's layout copies): fl_conv_desc's numbers without its pointers (pre, res), which an OpenCL
+ * geom.h — the geometry the kernels of conv.cl (Conv2D's im2col/col2im, DepthwiseConv2D, the CUDA plugin's
+ * layout copies), pool.cl (the poolings) and layout.cl (padding and cropping, resizing) take: fl_conv_desc's numbers without its pointers (pre, res), which an OpenCL
  * kernel cannot be passed, with the dilation and groups read as at least 1. Passed by value: the same layout
  * in C, CUDA and OpenCL C (one int64_t, then 16 ints: 72 bytes, no padding).
  */
-#ifndef FL_KERNELS_CONV_H
-#define FL_KERNELS_CONV_H
+#ifndef FL_KERNELS_GEOM_H
+#define FL_KERNELS_GEOM_H
 
 #if !defined(__OPENCL_VERSION__)
 #include <stdint.h>
@@ -16,7 +16,7 @@ typedef struct fl_conv_geom {
     int h, w, c;             /* input */
     int oh, ow, oc;          /* output */
     int kh, kw, sh, sw;      /* window and strides */
-    int pt, pl;              /* padding before; the rest falls after */
+    int pt, pl;              /* padding before (negative: cropping, pad2d); the rest falls after */
     int dh, dw, groups, act; /* dilation and groups (>= 1), the fused activation */
 } fl_conv_geom;
 
