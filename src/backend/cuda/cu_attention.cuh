@@ -1,5 +1,5 @@
 /*
- * cu_attention.cuh — the Attention layers and LayerNormalization.
+ * cu_attention.cuh — the Attention layers: the learned scores, the batched products, the masked softmax.
  * Part of the CUDA plugin's one translation unit: cuda_backend.cu includes it after the state and
  * helpers it uses (no separate object, so the CUDA 12 build by clang stays one compile).
  */
@@ -43,12 +43,11 @@ static void cu_attn_concat_bwd(const fl_attn_desc *d, const float *q, const floa
 }
 
 
-/* ------------------------------------ LayerNormalization and attention
+/* ------------------------------------ attention
  *
- * The twins of cpu_attention.c: LayerNorm one warp per row (mean, then the
- * variance about it, then the output), gamma/beta sums as column sums; the
- * attention GEMMs as cuBLAS strided batches over the heads, one per sample;
- * the masked softmax of the weights one warp per row. */
+ * The twins of cpu_attention.c: the attention GEMMs as cuBLAS strided
+ * batches over the heads, one per sample; the masked softmax of the weights
+ * (kernels/attention.cl) one row group per row. */
 
 /* Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: cuBLAS
  * gets B first, with the same transposes. */

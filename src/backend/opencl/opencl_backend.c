@@ -4,11 +4,10 @@
  * kernels are the ones CUDA compiles too (src/backend/kernels/, in the dialect of dialect.h), built by the
  * driver at first use (opencl_runtime.c); CLBlast does the matrix products.
  *
- * What it covers so far: the memory entries, the activations (element-wise, Softmax, the parametrized ones),
- * Dropout, the merges with and without broadcasting, Dense, the losses, metrics and sums. Every other entry
- * is NULL: fl_graph_runs_on then names the op and kernel an OpenCL device cannot run yet, and
- * fl_opencl_backend_complete says which entries a model's training still lacks. Proven on PoCL (OpenCL on
- * the CPU) only: no GPU has run it yet.
+ * This file has the memory entries, Dense, the activations, Dropout, the merges, the losses, metrics and sums,
+ * and the plugin's entry points; each other family's entries are in ocl_<family>.c (ocl_fill_*). Every entry
+ * a model needs is filled; the CUDA graphs (graph_begin) and the fused blocked attention stay NULL, and the
+ * core runs without them. Proven on PoCL (OpenCL on the CPU) only: no GPU has run it yet.
  */
 #include "backend/opencl/opencl_internal.h"
 
@@ -491,7 +490,7 @@ static int tool_bandwidth(const size_t *sizes, int nsizes, int reps, fl_opencl_b
         out[s].bytes = sizes[s];
         out[s].h2d = (double)sizes[s] * reps / t[0] / 1e9;
         out[s].d2h = (double)sizes[s] * reps / t[1] / 1e9;
-        out[s].d2d = (double)sizes[s] * reps / t[2] / 1e9;
+        out[s].d2d = 2.0 * (double)sizes[s] * reps / t[2] / 1e9; /* bytes read and written, as bandwidthTest */
         free(h); ocl_free(d1); ocl_free(d2);
     }
     return ocl_failed() ? (snprintf(why, len, "%s", "an OpenCL copy failed"), -1) : 0;
