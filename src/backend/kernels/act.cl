@@ -50,12 +50,12 @@ FL_ROW_KERNEL k_softmax_fwd(int64_t rows, int c, FL_BUF(const float, x), FL_BUF(
         const FL_G float *xr = x + r * c;
         FL_G float *yr = y + r * c;
         float mx = xr[0];
-        for (int j = lane; j < c; j += FL_ROW_LANES) mx = xr[j] > mx ? xr[j] : mx;
+        FL_ROW_COLS(j, c) mx = xr[j] > mx ? xr[j] : mx;
         mx = FL_ROW_MAX(mx);
         float s = 0;
-        for (int j = lane; j < c; j += FL_ROW_LANES) { float e = expf(xr[j] - mx); yr[j] = e; s += e; }
+        FL_ROW_COLS(j, c) { float e = expf(xr[j] - mx); yr[j] = e; s += e; }
         float inv = 1.0f / FL_ROW_SUM(s);
-        for (int j = lane; j < c; j += FL_ROW_LANES) yr[j] *= inv; /* the lane's own writes */
+        FL_ROW_COLS(j, c) yr[j] *= inv; /* the lane's own writes */
     }
 }
 
@@ -71,9 +71,9 @@ FL_ROW_KERNEL k_softmax_bwd(int64_t rows, int c, FL_BUF(const float, y), FL_BUF(
         const FL_G float *yr = y + r * c, *g = dy + r * c;
         FL_G float *o = dx + r * c;
         float s = 0;
-        for (int j = lane; j < c; j += FL_ROW_LANES) s += g[j] * yr[j];
+        FL_ROW_COLS(j, c) s += g[j] * yr[j];
         s = FL_ROW_SUM(s);
-        for (int j = lane; j < c; j += FL_ROW_LANES) o[j] = (beta == 0.0f ? 0.0f : o[j]) + yr[j] * (g[j] - s);
+        FL_ROW_COLS(j, c) o[j] = (beta == 0.0f ? 0.0f : o[j]) + yr[j] * (g[j] - s);
     }
 }
 

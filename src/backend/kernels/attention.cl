@@ -141,7 +141,7 @@ FL_ROW_KERNEL k_attn_softmax_fwd(fl_attn_desc d, FL_BUF(const float, qmask), FL_
         const int jmax = d.causal && i + 1 < tk ? i + 1 : tk;
         const int qoff = qmask && qmask[b * tq + i] <= 0.5f;
         float mx = -INFINITY;
-        for (int j = lane; j < tk; j += FL_ROW_LANES) {
+        FL_ROW_COLS(j, tk) {
             const int key = j < jmax && (!vm || vm[j] > 0.5f); /* not masked by causality or the value mask */
             if (mode1 && !qoff && !key) sr[j] = sr[j] - 1.0e9f;
             const int on = !qoff && (mode1 || (key && (!am || am[j] > 0.5f)));
@@ -150,7 +150,7 @@ FL_ROW_KERNEL k_attn_softmax_fwd(fl_attn_desc d, FL_BUF(const float, qmask), FL_
         mx = FL_ROW_MAX(mx);
         const int none = mx == -INFINITY; /* no unmasked key (mode 1: a masked query) */
         float sum = 0;
-        for (int j = lane; j < tk; j += FL_ROW_LANES) {
+        FL_ROW_COLS(j, tk) {
             const int key = j < jmax && (!vm || vm[j] > 0.5f);
             const int on = !none && !qoff && (mode1 || (key && (!am || am[j] > 0.5f)));
             const float e = on ? expf(sr[j] - mx) : 0.0f;
@@ -159,7 +159,7 @@ FL_ROW_KERNEL k_attn_softmax_fwd(fl_attn_desc d, FL_BUF(const float, qmask), FL_
         }
         sum = FL_ROW_SUM(sum);
         const float inv = 1.0f / sum, fill = d.mask_mode == 2 ? 1.0f / (float)tk : 0.0f;
-        for (int j = lane; j < tk; j += FL_ROW_LANES) sr[j] = none ? fill : sr[j] * inv; /* the lane's own writes */
+        FL_ROW_COLS(j, tk) sr[j] = none ? fill : sr[j] * inv; /* the lane's own writes */
     }
 }
 
@@ -183,12 +183,12 @@ FL_ROW_KERNEL k_attn_softmax_bwd(fl_attn_desc d, FL_BUF(const float, qmask), FL_
         const int i = (int)(r % tq), jmax = d.causal && i + 1 < tk ? i + 1 : tk;
         int any = 0;
         if (mode2 && (!qmask || qmask[b * tq + i] > 0.5f))
-            for (int j = lane; j < jmax; j += FL_ROW_LANES)
+            FL_ROW_COLS(j, jmax)
                 any |= (!vmask || vmask[b * tk + j] > 0.5f) && (!amask || amask[(b * tq + i) * tk + j] > 0.5f);
         const int nany = FL_ROW_SUMI(any), live = !mode2 || nany > 0;
         float sum = 0;
-        for (int j = lane; j < tk; j += FL_ROW_LANES) sum += gr[j] * pr[j];
+        FL_ROW_COLS(j, tk) sum += gr[j] * pr[j];
         sum = FL_ROW_SUM(sum);
-        for (int j = lane; j < tk; j += FL_ROW_LANES) gr[j] = live ? pr[j] * (gr[j] - sum) : 0.0f;
+        FL_ROW_COLS(j, tk) gr[j] = live ? pr[j] * (gr[j] - sum) : 0.0f;
     }
 }

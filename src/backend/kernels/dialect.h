@@ -13,6 +13,7 @@
  *   FL_BDIM, FL_GDIM     threads a block, blocks        blockDim.x, gridDim.x  / get_local_size(0), get_num_groups(0)
  *   FL_TIDY, FL_BIDY     the same along y (two-dimensional launches)
  *   FL_FOR(e, n)         a grid-stride loop over [0, n)
+ *   FL_ROW_COLS(j, n)    in a row group, the columns [0, n) this lane takes
  *   FL_SHARED            block-shared memory, declared at the kernel's outer scope (OpenCL allows no other place)
  *   FL_SYNC()            a barrier of the block's threads (every thread must reach it)
  *
@@ -77,6 +78,14 @@ typedef uchar uint8_t;
 #define FL_ROW_PARAMS , __local float *fl_rsf_, __local int *fl_rsi_
 #define FL_ROW_ARGS , fl_rsf_, fl_rsi_
 #define FL_LANE ((int)get_local_id(0))
+/* the row's columns j < n this lane takes (lane, lane + FL_ROW_LANES, ...): a loop every lane runs the same
+ * number of times, its body guarded. PoCL 3.1 ran the body of `for (j = lane; j < n; j += FL_ROW_LANES)` once
+ * for the lanes with no column (n < FL_ROW_LANES) in a kernel with barriers: k_loss wrote past its gradient
+ * (test_gpu_parity's loss canary) */
+#define FL_ROW_COLS(j, n)                                                                                           \
+    for (int j##_b_ = 0, j = FL_LANE; j##_b_ < (n); j##_b_ += FL_ROW_LANES, j += FL_ROW_LANES)                      \
+        if (j >= (n)) {                                                                                             \
+        } else
 #define FL_ROW_LOOP(r, rows) for (int64_t r = (int64_t)get_group_id(0); r < (rows); r += (int64_t)get_num_groups(0))
 #define FL_ROW_SUM(v) fl_row_sum_((v), fl_rsf_)
 #define FL_ROW_MAX(v) fl_row_max_((v), fl_rsf_)
@@ -149,6 +158,7 @@ static inline int fl_row_argmax_(float v, int i, __local float *sv, __local int 
 #define FL_ROW_PARAMS
 #define FL_ROW_ARGS
 #define FL_LANE ((int)(threadIdx.x & 31))
+#define FL_ROW_COLS(j, n) for (int j = FL_LANE; j < (n); j += FL_ROW_LANES)
 #define FL_ROW_LOOP(r, rows)                                                                                        \
     for (int64_t r = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) / 32; r < (rows);                             \
          r += (int64_t)gridDim.x * blockDim.x / 32)

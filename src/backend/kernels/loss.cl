@@ -19,13 +19,13 @@ FL_DEV float loss_row_group(int lane, int code, int input, int c, float s, const
         if (input == FL_LI_LOGITS) {
             /* log-softmax, stable */
             float mx = p[0];
-            for (int j = lane; j < c; j += FL_ROW_LANES) mx = p[j] > mx ? p[j] : mx;
+            FL_ROW_COLS(j, c) mx = p[j] > mx ? p[j] : mx;
             mx = FL_ROW_MAX(mx);
             float se = 0;
-            for (int j = lane; j < c; j += FL_ROW_LANES) se += expf(p[j] - mx);
+            FL_ROW_COLS(j, c) se += expf(p[j] - mx);
             float lse = mx + logf(FL_ROW_SUM(se));
             float tsum = 0;
-            for (int j = lane; j < c; j += FL_ROW_LANES) {
+            FL_ROW_COLS(j, c) {
                 float tj = TJ(j);
                 L -= tj * (p[j] - lse);
                 tsum += tj;
@@ -33,14 +33,14 @@ FL_DEV float loss_row_group(int lane, int code, int input, int c, float s, const
             L = FL_ROW_SUM(L);
             tsum = FL_ROW_SUM(tsum);
             if (g)
-                for (int j = lane; j < c; j += FL_ROW_LANES) g[j] = s * (expf(p[j] - lse) * tsum - TJ(j));
+                FL_ROW_COLS(j, c) g[j] = s * (expf(p[j] - lse) * tsum - TJ(j));
         } else {
             /* probabilities, as Keras: p / sum(p), clipped to [eps, 1-eps] */
             float ps = 0;
-            for (int j = lane; j < c; j += FL_ROW_LANES) ps += p[j];
+            FL_ROW_COLS(j, c) ps += p[j];
             ps = FL_ROW_SUM(ps);
             float tsum = 0;
-            for (int j = lane; j < c; j += FL_ROW_LANES) {
+            FL_ROW_COLS(j, c) {
                 float tj = TJ(j);
                 if (tj != 0.0f) L -= tj * logf(fl_clipf(p[j] / ps, FL_LOSS_EPS, 1.0f - FL_LOSS_EPS));
                 tsum += tj;
@@ -50,16 +50,16 @@ FL_DEV float loss_row_group(int lane, int code, int input, int c, float s, const
             if (g) {
                 if (input == FL_LI_SOFTMAX_FUSED) {
                     /* gradient w.r.t. the softmax's logits */
-                    for (int j = lane; j < c; j += FL_ROW_LANES) g[j] = s * (p[j] * tsum - TJ(j));
+                    FL_ROW_COLS(j, c) g[j] = s * (p[j] * tsum - TJ(j));
                 } else {
                     /* d/dp_j of -sum_i t_i log(clip(p_i / S)) */
                     float acc = 0;
-                    for (int i = lane; i < c; i += FL_ROW_LANES) {
+                    FL_ROW_COLS(i, c) {
                         float ti = TJ(i), q = p[i] / ps;
                         if (ti != 0.0f && q > FL_LOSS_EPS && q < 1.0f - FL_LOSS_EPS) acc += ti / ps;
                     }
                     acc = FL_ROW_SUM(acc);
-                    for (int j = lane; j < c; j += FL_ROW_LANES) {
+                    FL_ROW_COLS(j, c) {
                         float tj = TJ(j), q = p[j] / ps;
                         float direct = (tj != 0.0f && q > FL_LOSS_EPS && q < 1.0f - FL_LOSS_EPS) ? -tj / p[j] : 0.0f;
                         g[j] = s * (direct + acc);
@@ -68,7 +68,7 @@ FL_DEV float loss_row_group(int lane, int code, int input, int c, float s, const
             }
         }
     } else if (code == FL_LC_BCE) {
-        for (int j = lane; j < c; j += FL_ROW_LANES) {
+        FL_ROW_COLS(j, c) {
             float y = t[j];
             if (input == FL_LI_LOGITS) {
                 float z = p[j];
@@ -88,7 +88,7 @@ FL_DEV float loss_row_group(int lane, int code, int input, int c, float s, const
         }
         L = FL_ROW_SUM(L) / (float)c;
     } else { /* FL_LC_MSE */
-        for (int j = lane; j < c; j += FL_ROW_LANES) {
+        FL_ROW_COLS(j, c) {
             float e = p[j] - t[j];
             L += e * e;
             if (g) g[j] = s * 2.0f * e / (float)c;
@@ -120,7 +120,7 @@ FL_ROW_KERNEL k_loss(fl_loss_desc d, FL_BUF(const float, pred), FL_BUF(const flo
 FL_DEV int row_argmax(const FL_G float *r, int c, int lane FL_ROW_PARAMS) {
     float v = -INFINITY;
     int i = INT_MAX;
-    for (int j = lane; j < c; j += FL_ROW_LANES)
+    FL_ROW_COLS(j, c)
         if (i == INT_MAX || r[j] > v) { v = r[j]; i = j; }
     return FL_ROW_ARGMAX(v, i);
 }
@@ -140,7 +140,7 @@ FL_ROW_KERNEL k_metric(int code, int64_t rows, int c, FL_BUF(const float, pred),
         if (code == FL_MC_MAE || code == FL_MC_MSE) {
             const FL_G float *t = target + r * c;
             float s = 0.0f;
-            for (int j = lane; j < c; j += FL_ROW_LANES) {
+            FL_ROW_COLS(j, c) {
                 float d = p[j] - t[j];
                 s += code == FL_MC_MAE ? fabsf(d) : d * d;
             }
@@ -148,7 +148,7 @@ FL_ROW_KERNEL k_metric(int code, int64_t rows, int c, FL_BUF(const float, pred),
         } else if (code == FL_MC_BINARY) {
             const FL_G float *t = target + r * c;
             int ok = 0;
-            for (int j = lane; j < c; j += FL_ROW_LANES) ok += ((p[j] > 0.5f) ? 1.0f : 0.0f) == t[j];
+            FL_ROW_COLS(j, c) ok += ((p[j] > 0.5f) ? 1.0f : 0.0f) == t[j];
             v = (float)FL_ROW_SUMI(ok) / (float)c;
         } else {
             int am = row_argmax(p, c, lane FL_ROW_ARGS);

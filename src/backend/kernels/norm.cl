@@ -183,14 +183,14 @@ FL_ROW_KERNEL k_layernorm_fwd(int64_t rows, int c, float eps, int rms, FL_BUF(co
         const FL_G float *xr = x + r * c;
         FL_G float *yr = y + r * c;
         float s = 0;
-        for (int j = lane; j < c; j += FL_ROW_LANES) s += xr[j];
+        FL_ROW_COLS(j, c) s += xr[j];
         const float mean = FL_ROW_SUM(s) / (float)c;
         float v = 0;
-        for (int j = lane; j < c; j += FL_ROW_LANES) { float d = xr[j] - mean; v += d * d; }
+        FL_ROW_COLS(j, c) { float d = xr[j] - mean; v += d * d; }
         const float inv = 1.0f / sqrtf(FL_ROW_SUM(v) / (float)c + eps);
         if (lane == 0) { stats[2 * r] = mean; stats[2 * r + 1] = inv; }
         const float sub = rms ? 0.0f : mean;
-        for (int j = lane; j < c; j += FL_ROW_LANES) {
+        FL_ROW_COLS(j, c) {
             float t = (xr[j] - sub) * inv;
             if (gamma) t *= gamma[j];
             if (beta) t += beta[j];
@@ -215,13 +215,13 @@ FL_ROW_KERNEL k_layernorm_bwd(int64_t rows, int c, int rms, FL_BUF(const float, 
         FL_G float *dr = dx + r * c;
         const float mean = stats[2 * r], inv = stats[2 * r + 1];
         float sg = 0, sgx = 0;
-        for (int j = lane; j < c; j += FL_ROW_LANES) {
+        FL_ROW_COLS(j, c) {
             float g = gamma ? gr[j] * gamma[j] : gr[j];
             sg += g;
             sgx += g * (rms ? xr[j] : (xr[j] - mean) * inv);
         }
         const float mg = FL_ROW_SUM(sg) / (float)c, mgx = FL_ROW_SUM(sgx) / (float)c;
-        for (int j = lane; j < c; j += FL_ROW_LANES) {
+        FL_ROW_COLS(j, c) {
             float g = gamma ? gr[j] * gamma[j] : gr[j], d;
             if (rms) d = inv * g - inv * inv * inv * (xr[j] - mean) * mgx;
             else d = inv * (g - mg - (xr[j] - mean) * inv * mgx);
