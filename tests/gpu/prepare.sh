@@ -22,6 +22,10 @@ if [ "${1:-}" != --no-build ]; then
   if [ "${FLYNN_GPU_CUDA12:-0}" = 1 ]; then scripts/setup.sh --cuda12; else scripts/setup.sh; fi
   cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DFLYNN_SANITIZE=OFF >/dev/null
   cmake --build build-gpu -j "$(nproc)"
+  # the kernel-family benchmark (bench/ programs are built by hand, not by CMake), linked to the shared
+  # libflynn so that the bundle's lib/ serves it
+  cc -O2 -fopenmp -Iinclude -Isrc bench/kernel_families.c -Lbuild-gpu -lflynn -Wl,-rpath,'$ORIGIN/../lib' -lm \
+    -o build-gpu/bench_kernel_families
 fi
 test -f build-gpu/libflynn_cuda.so || { echo "prepare: the CUDA plugin was not built (no nvcc/cuDNN?)" >&2; exit 1; }
 # the plugin must carry the CUDA runtime itself: the target has no libcudart to match

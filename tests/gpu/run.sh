@@ -242,7 +242,7 @@ if [ $ocl = 1 ]; then
   LOG=$WORK/ocl_train.log run_step ocl_train 90 20 "${FL[@]}" "${OCL[@]}" "$B/flynn" train --device opencl \
     --data "fashion-mnist:$DATA" --samples 20000 --epochs 3 --batch-size 128 --verbose 2
   if [ -x "$B/bench_kernel_families" ]; then
-    TO=$OUT/kernel_families.json run_step kernel_families 60 15 "${FL[@]}" "${OCL[@]}" "$B/bench_kernel_families" --json
+    TO=$OUT/kernel_families.json run_step kernel_families 60 15 "${FL[@]}" "${OCL[@]}" "$B/bench_kernel_families" --json --deadline 45
   else skip kernel_families "the bundle has no bench_kernel_families"; fi
 else
   for k in parity_opencl ocl_train kernel_families; do skip $k "$ocl_why"; done
