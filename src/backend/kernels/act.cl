@@ -45,7 +45,6 @@ FL_ROW_KERNEL k_softmax_fwd(int64_t rows, int c, FL_BUF(const float, x), FL_BUF(
     FL_BIND(const float, x);
     FL_BIND(float, y);
     FL_ROW_SCRATCH;
-    const int lane = FL_LANE;
     FL_ROW_LOOP(r, rows) {
         const FL_G float *xr = x + r * c;
         FL_G float *yr = y + r * c;
@@ -66,7 +65,6 @@ FL_ROW_KERNEL k_softmax_bwd(int64_t rows, int c, FL_BUF(const float, y), FL_BUF(
     FL_BIND(const float, dy);
     FL_BIND(float, dx);
     FL_ROW_SCRATCH;
-    const int lane = FL_LANE;
     FL_ROW_LOOP(r, rows) {
         const FL_G float *yr = y + r * c, *g = dy + r * c;
         FL_G float *o = dx + r * c;

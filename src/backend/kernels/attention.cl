@@ -129,7 +129,6 @@ FL_ROW_KERNEL k_attn_softmax_fwd(fl_attn_desc d, FL_BUF(const float, qmask), FL_
     FL_BIND(const float, amask);
     FL_BIND(float, s);
     FL_ROW_SCRATCH;
-    const int lane = FL_LANE;
     const int64_t rows = d.n * d.heads * d.tq;
     const int tq = d.tq, tk = d.tk, mode1 = d.mask_mode == 1;
     FL_ROW_LOOP(r, rows) {
@@ -173,7 +172,6 @@ FL_ROW_KERNEL k_attn_softmax_bwd(fl_attn_desc d, FL_BUF(const float, qmask), FL_
     FL_BIND(const float, p);
     FL_BIND(float, dp);
     FL_ROW_SCRATCH;
-    const int lane = FL_LANE;
     const int64_t rows = d.n * d.heads * d.tq;
     const int tq = d.tq, tk = d.tk, mode2 = d.mask_mode == 2;
     FL_ROW_LOOP(r, rows) {

@@ -209,7 +209,6 @@ FL_ROW_KERNEL k_layernorm_bwd(int64_t rows, int c, int rms, FL_BUF(const float, 
     FL_BIND(const float, dy);
     FL_BIND(float, dx);
     FL_ROW_SCRATCH;
-    const int lane = FL_LANE;
     FL_ROW_LOOP(r, rows) {
         const FL_G float *xr = x + r * c, *gr = dy + r * c;
         FL_G float *dr = dx + r * c;
