@@ -12,6 +12,7 @@
 #include "device/gpu.h"
 #include "device/opencl.h"
 
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -249,6 +250,22 @@ int flynn_cmd_devices(int argc, char **argv) {
 
 /* ----------------------------------------------------------- bandwidth */
 
+void flynn_bw_points_json(const fl_cuda_bw_point *p, int n) {
+    for (int i = 0; i < n; i++)
+        printf("%s{\"bytes\": %zu, \"host_to_device\": %.2f, \"device_to_host\": %.2f, \"device_to_device\": %.2f}",
+               i ? ", " : "", p[i].bytes, p[i].h2d, p[i].d2h, p[i].d2d);
+}
+
+void flynn_bw_table(const fl_cuda_bw_point *p, int n, const char *host_copies, const char *device_copies) {
+    const char *names[3] = {"Host to Device", "Device to Host", "Device to Device"};
+    for (int k = 0; k < 3; k++) {
+        printf("\n %s Bandwidth, 1 Device(s)\n %s\n", names[k], k == 2 ? device_copies : host_copies);
+        printf("   Transfer Size (Bytes)\tBandwidth(GB/s)\n");
+        for (int i = 0; i < n; i++)
+            printf("   %-20zu\t%.1f\n", p[i].bytes, k == 0 ? p[i].h2d : k == 1 ? p[i].d2h : p[i].d2d);
+    }
+}
+
 int flynn_cmd_bandwidth(int argc, char **argv) {
     if (has_flag(argc, argv, "--help")) {
         printf("usage: flynn bandwidth [--json] [--memory pinned|pageable] [--mode quick|range|shmoo]\n"
@@ -314,23 +331,15 @@ int flynn_cmd_bandwidth(int argc, char **argv) {
                ok ? "PASS" : "FAIL");
         flynn_json_str(stdout, ok ? "" : why);
         printf(", \"device\": %d, \"memory\": \"%s\", \"mode\": \"%s\", \"unit\": \"GB/s\", \"points\": [", dev, mem, mode);
-        for (int i = 0; ok && i < ns; i++)
-            printf("%s{\"bytes\": %zu, \"host_to_device\": %.2f, \"device_to_host\": %.2f, \"device_to_device\": %.2f}",
-                   i ? ", " : "", pts[i].bytes, pts[i].h2d, pts[i].d2h, pts[i].d2d);
+        if (ok) flynn_bw_points_json(pts, ns);
         printf("]}\n");
     } else {
         printf("flynn bandwidth (bandwidthTest)\n\n");
         if (!ok) printf("%s\n", why);
         else {
             printf(" Device %d: %s\n %s Mode\n", dev, s->rep.device_name, mode);
-            const char *names[3] = {"Host to Device", "Device to Host", "Device to Device"};
-            for (int k = 0; k < 3; k++) {
-                printf("\n %s Bandwidth, 1 Device(s)\n %s Memory Transfers\n", names[k],
-                       k == 2 ? "" : (strcmp(mem, "pinned") == 0 ? "PINNED" : "PAGEABLE"));
-                printf("   Transfer Size (Bytes)\tBandwidth(GB/s)\n");
-                for (int i = 0; i < ns; i++)
-                    printf("   %-20zu\t%.1f\n", pts[i].bytes, k == 0 ? pts[i].h2d : k == 1 ? pts[i].d2h : pts[i].d2d);
-            }
+            flynn_bw_table(pts, ns, strcmp(mem, "pinned") == 0 ? "PINNED Memory Transfers" : "PAGEABLE Memory Transfers",
+                           " Memory Transfers");
         }
         printf("\nResult = %s\n", ok ? "PASS" : "FAIL");
     }
@@ -467,31 +476,37 @@ static void doctor_probe_optional(doctor_report *r) {
 
 static const char *const doctor_status_name[3] = {"PASS", "FAIL", "SKIP"};
 
+/* n checks as JSON objects, comma-separated */
+static void json_checks(const fl_gpu_check *c, int n) {
+    for (int i = 0; i < n; i++) {
+        printf("%s{\"name\": \"%s\", \"status\": \"%s\", \"detail\": ", i ? ", " : "", c[i].name,
+               doctor_status_name[c[i].status]);
+        flynn_json_str(stdout, c[i].detail);
+        printf(", \"remedy\": ");
+        flynn_json_str(stdout, c[i].remedy);
+        printf("}");
+    }
+}
+
+/* one check's line after its label (numbered for CUDA, lettered for OpenCL), and its fix when it failed */
+__attribute__((format(printf, 2, 3))) static void text_check(const fl_gpu_check *c, const char *label, ...) {
+    va_list ap;
+    va_start(ap, label);
+    vprintf(label, ap);
+    va_end(ap);
+    printf("%-20s %s  %s\n", c->name, doctor_status_name[c->status], c->detail);
+    if (c->status == FL_GPU_FAIL && c->remedy[0]) printf("    %-20s       fix: %s\n", "", c->remedy);
+}
+
 /* --json: the report in the form of docs/device-tools.md. */
 static void doctor_print_json(const fl_gpu_state *s, const doctor_report *r) {
     printf("{\"tool\": \"flynn doctor\", \"version\": \"%s\", \"result\": \"%s\", ", fl_version(),
            r->ok ? "PASS" : "FAIL");
     json_choice(s);
     printf("\"checks\": [");
-    for (int i = 0; i < r->n; i++) {
-        const fl_gpu_check *c = &r->all[i];
-        printf("%s{\"name\": \"%s\", \"status\": \"%s\", \"detail\": ", i ? ", " : "", c->name,
-               doctor_status_name[c->status]);
-        flynn_json_str(stdout, c->detail);
-        printf(", \"remedy\": ");
-        flynn_json_str(stdout, c->remedy);
-        printf("}");
-    }
+    json_checks(r->all, r->n);
     printf("], \"opencl_checks\": [");
-    for (int i = 0; i < FL_OPENCL_CHECKS; i++) {
-        const fl_gpu_check *c = &r->ocl[i];
-        printf("%s{\"name\": \"%s\", \"status\": \"%s\", \"detail\": ", i ? ", " : "", c->name,
-               doctor_status_name[c->status]);
-        flynn_json_str(stdout, c->detail);
-        printf(", \"remedy\": ");
-        flynn_json_str(stdout, c->remedy);
-        printf("}");
-    }
+    json_checks(r->ocl, FL_OPENCL_CHECKS);
     printf("], \"next_step\": ");
     flynn_json_str(stdout, r->next);
     printf(", \"mpi\": {\"found\": %s, \"detail\": ", r->have_mpi ? "true" : "false");
@@ -504,17 +519,9 @@ static void doctor_print_json(const fl_gpu_state *s, const doctor_report *r) {
 /* The numbered checks, each failure with its fix, the result, the next step and the optional libraries. */
 static void doctor_print_text(const doctor_report *r) {
     printf("flynn doctor: can flynn train on a GPU here?\n\nCUDA (NVIDIA):\n");
-    for (int i = 0; i < r->n; i++) {
-        const fl_gpu_check *c = &r->all[i];
-        printf("%2d. %-20s %s  %s\n", i + 1, c->name, doctor_status_name[c->status], c->detail);
-        if (c->status == FL_GPU_FAIL && c->remedy[0]) printf("    %-20s       fix: %s\n", "", c->remedy);
-    }
+    for (int i = 0; i < r->n; i++) text_check(&r->all[i], "%2d. ", i + 1);
     printf("\nOpenCL (any vendor's GPU; a CPU device such as PoCL serves --device opencl only):\n");
-    for (int i = 0; i < FL_OPENCL_CHECKS; i++) {
-        const fl_gpu_check *c = &r->ocl[i];
-        printf(" %c. %-20s %s  %s\n", 'a' + i, c->name, doctor_status_name[c->status], c->detail);
-        if (c->status == FL_GPU_FAIL && c->remedy[0]) printf("    %-20s       fix: %s\n", "", c->remedy);
-    }
+    for (int i = 0; i < FL_OPENCL_CHECKS; i++) text_check(&r->ocl[i], " %c. ", 'a' + i);
     printf("\nResult = %s\n", r->ok ? "PASS" : "FAIL");
     printf("Next step: %s\n", r->next);
     printf("\nMPI (optional): %s%s\n", r->have_mpi ? "" : "not found: ", r->mpi);

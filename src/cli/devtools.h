@@ -14,8 +14,11 @@ int flynn_cmd_devices(int argc, char **argv);
 int flynn_cmd_bandwidth(int argc, char **argv);
 int flynn_cmd_doctor(int argc, char **argv);
 
-/* a JSON string (devtools.c) */
+/* a JSON string; a bandwidth test's points as JSON objects and as bandwidthTest's three tables, with the
+ * line that names the host and the device copies (devtools.c) */
 void flynn_json_str(FILE *f, const char *s);
+void flynn_bw_points_json(const fl_cuda_bw_point *p, int n);
+void flynn_bw_table(const fl_cuda_bw_point *p, int n, const char *host_copies, const char *device_copies);
 
 /* the OpenCL half (devtools_opencl.c): the device list as text or as the JSON member "opencl": {...};
  * whether it lists a GPU flynn can run on; the bandwidth test on the device --device opencl takes; the

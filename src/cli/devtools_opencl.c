@@ -139,9 +139,7 @@ int flynn_opencl_bandwidth(const size_t *sizes, int ns, const char *mode, bool j
         printf(", \"device\": \"opencl:%d\", \"name\": ", d->index);
         flynn_json_str(stdout, ok ? d->name : "");
         printf(", \"memory\": \"pageable\", \"mode\": \"%s\", \"unit\": \"GB/s\", \"points\": [", mode);
-        for (int i = 0; ok && i < ns; i++)
-            printf("%s{\"bytes\": %zu, \"host_to_device\": %.2f, \"device_to_host\": %.2f, \"device_to_device\": %.2f}",
-                   i ? ", " : "", pts[i].bytes, pts[i].h2d, pts[i].d2h, pts[i].d2d);
+        if (ok) flynn_bw_points_json(pts, ns);
         printf("]}\n");
         return ok ? 0 : 1;
     }
@@ -149,14 +147,7 @@ int flynn_opencl_bandwidth(const size_t *sizes, int ns, const char *mode, bool j
     if (!ok) printf("%s\n", why);
     else {
         printf(" OpenCL device %d: %s (%s)\n %s Mode\n", d->index, d->name, d->platform, mode);
-        const char *names[3] = {"Host to Device", "Device to Host", "Device to Device"};
-        for (int k = 0; k < 3; k++) {
-            printf("\n %s Bandwidth, 1 Device(s)\n %s\n", names[k],
-                   k == 2 ? "" : "PAGEABLE Memory Transfers (clEnqueueWriteBuffer/ReadBuffer, blocking)");
-            printf("   Transfer Size (Bytes)\tBandwidth(GB/s)\n");
-            for (int i = 0; i < ns; i++)
-                printf("   %-20zu\t%.1f\n", pts[i].bytes, k == 0 ? pts[i].h2d : k == 1 ? pts[i].d2h : pts[i].d2d);
-        }
+        flynn_bw_table(pts, ns, "PAGEABLE Memory Transfers (clEnqueueWriteBuffer/ReadBuffer, blocking)", "");
     }
     printf("\nResult = %s\n", ok ? "PASS" : "FAIL");
     return ok ? 0 : 1;
