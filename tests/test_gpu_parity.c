@@ -1255,6 +1255,27 @@ static float *dev_copy(const fl_backend *be, const float *h, int64_t n) {
     return d;
 }
 
+/* An output buffer of n floats with GUARD canary floats after it, and the check that a kernel left them alone
+ * (PoCL 3.1 ran k_loss's lanes past a row of < 32 columns and wrote up to 31 floats past its gradient,
+ * into whatever the next allocation held: the parities of the values alone did not see it). */
+enum { GUARD = 64 };
+static const float CANARY = -12345.5f;
+static float *guarded_alloc(int64_t n) {
+    float *h = malloc((size_t)(n + GUARD) * sizeof(float));
+    for (int64_t i = 0; i < n + GUARD; i++) h[i] = CANARY;
+    float *d = dev_copy(GPU, h, n + GUARD);
+    free(h);
+    return d;
+}
+static void check_guard(const char *what, const char *part, const float *d, int64_t n) {
+    float *h = download(GPU, d, n + GUARD);
+    int over = 0;
+    for (int i = 0; i < GUARD; i++) over += h[n + i] != CANARY;
+    CHECK_MSG(over == 0, "[%s] %s: %s wrote %d of the %d floats after its %lld", g_mode, what, part, over, GUARD,
+              (long long)n);
+    free(h);
+}
+
 /* Losses and metrics over R rows of C classes (a warp per row on the GPU:
  * C below, at and above 32 matter). */
 static void loss_parity_rc(int R, int C) {
@@ -1281,10 +1302,12 @@ static void loss_parity_rc(int R, int C) {
         int64_t tn = cases[i].code == FL_LC_SCCE ? R : (int64_t)rc;
         CPU->loss(&d, cases[i].p, cases[i].t, hl, hg);
         float *dp = dev_copy(GPU, cases[i].p, (int64_t)rc), *dt = dev_copy(GPU, cases[i].t, tn);
-        float *dl = GPU->alloc((size_t)R * sizeof(float)), *dg = GPU->alloc(rc * sizeof(float));
+        float *dl = guarded_alloc(R), *dg = guarded_alloc((int64_t)rc);
         GPU->loss(&d, dp, dt, dl, dg);
         char name[48];
         snprintf(name, sizeof name, "loss %d/%d, %dx%d", cases[i].code, cases[i].input, R, C);
+        check_guard(name, "row losses", dl, R);
+        check_guard(name, "gradient", dg, (int64_t)rc);
         compare(name, "row losses", hl, dl, R);
         compare(name, "gradient", hg, dg, (int64_t)rc);
         double ca = 0, *ga = GPU->alloc(sizeof(double)), gv = 0;
@@ -1300,8 +1323,9 @@ static void loss_parity_rc(int R, int C) {
     for (int i = 0; i < 3; i++) {
         int64_t tn = i == 0 ? R : (int64_t)rc;
         CPU->metric(mcodes[i], R, C, pred, mt[i], hs);
-        float *dp = dev_copy(GPU, pred, (int64_t)rc), *dt = dev_copy(GPU, mt[i], tn), *ds = GPU->alloc((size_t)R * sizeof(float));
+        float *dp = dev_copy(GPU, pred, (int64_t)rc), *dt = dev_copy(GPU, mt[i], tn), *ds = guarded_alloc(R);
         GPU->metric(mcodes[i], R, C, dp, dt, ds);
+        check_guard("metric", "scores", ds, R);
         float *g = download(GPU, ds, R);
         int diff = 0; /* scores are exact: the same argmax (first maximum), the same count */
         for (int r = 0; r < R; r++) diff += g[r] != hs[r];
@@ -1356,6 +1380,7 @@ static void bn_coef_parity(void) {
 static void loss_parity(void) {
     loss_parity_rc(65, 7);
     loss_parity_rc(33, 2);
+    loss_parity_rc(21, 1);
     loss_parity_rc(40, 32);
     loss_parity_rc(37, 1000);
     /* ties: the first maximum wins on both devices */

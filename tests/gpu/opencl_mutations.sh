@@ -35,5 +35,9 @@ run src/backend/kernels/rnn.cl 'if (yo) yo[j] = d.zero_masked && !(m > 0.5f) ? 0
 run src/backend/kernels/rnn.cl 'dh[e] += dy[(b * T + tout) * u + j];' 'dh[e] += dy[(b * T + tout) * u + j] * 1.001f;' rnn_bwd
 run src/backend/kernels/optim.cl '    w[i] = wv;' '    w[i] = wv * 1.0001f;' optim
 run src/backend/kernels/optim.cl 'acc_ += v_ * v_;' 'acc_ += v_ * v_ * 1.001;' optim_clip
+# the row loop as it was before FL_ROW_COLS's guarded body: PoCL 3.1 wrote past k_loss's gradient (the canary)
+run src/backend/kernels/dialect.h 'for (int j##_b_ = 0, j = FL_LANE; j##_b_ < (n); j##_b_ += FL_ROW_LANES, j += FL_ROW_LANES)                      \
+        if (j >= (n)) {                                                                                             \
+        } else' 'for (int j = FL_LANE; j < (n); j += FL_ROW_LANES)' row_cols
 run src/backend/kernels/norm.cl 'dr[j] = beta == 0.0f ? d : dr[j] + d;' 'dr[j] = beta == 0.0f ? d : dr[j] + d * 1.001f;' norm
 cmake --build ${BUILD:-/tmp/build-ocl} --target flynn_opencl test_gpu_parity >/dev/null 2>&1
