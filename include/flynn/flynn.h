@@ -1432,6 +1432,13 @@ typedef struct fl_arrays {
 fl_status fl_load_npz(const char *path, fl_arrays *out);
 fl_tensor *fl_arrays_get(const fl_arrays *a, const char *name); /* NULL when absent (no error set) */
 void fl_arrays_free(fl_arrays *a);
+/* Writes a's arrays (uint8, int32 or float32; at least one, distinct
+ * non-empty names, which may hold '/': "left.png/keypoints") as np.savez
+ * writes them: a zip of stored "<name>.npy" entries in a's order, which
+ * np.load and fl_load_npz read back. Atomic as fl_save_npy (the temporary
+ * file, fsync, rename); on failure path is untouched and the message names
+ * it. The arrays are streamed into the file, not copied. */
+fl_status fl_save_npz(const fl_arrays *a, const char *path);
 /* x and y from an .npz: keys "x" and "y" (np.savez(f, x=x, y=y)), or the
  * keras.datasets layout "x_train", "y_train" (and "x_test", "y_test" into
  * x_test/y_test when present). The arrays are checked and converted as
@@ -1669,6 +1676,9 @@ fl_layer *fl_bidirectional_(fl_layer *layer, fl_bidirectional_args a);
  *     fl_model *m = fl_model_new(fl_syms(enc_in, dec_in), fl_syms(y), "seq2seq");
  */
 fl_sym *fl_output(fl_sym *call, int index);
+
+/* SIFT keypoints, descriptors and matching: */
+#include "flynn/sift.h"
 
 #ifdef __cplusplus
 }

@@ -14,6 +14,7 @@
 #include "fit_data.h"
 #include "omp_setup.h"
 #include "plot.h"
+#include "sift_cmd.h"
 #include "train_callbacks.h"
 
 #include <errno.h>
@@ -60,6 +61,8 @@ static void usage_main(FILE *f) {
             "  doctor     check step by step whether flynn can use the GPU, and what to fix\n"
             "  plot       draw a training log (CSVLogger / --csv-log CSV) as loss and metric curves (SVG)\n"
             "  bench      time training (and predict) per device and batch size: samples/s, GPU/CPU\n"
+            "  sift       SIFT keypoints and descriptors of images (as OpenCV's), to .npz or JSON\n"
+            "  match      match two images' SIFT features: ratio test, RANSAC homography, an SVG\n"
             "  version    print the version\n\n"
             "`flynn <command> --help` describes each command's options.\n",
             fl_version());
@@ -1209,6 +1212,8 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "doctor") == 0) return flynn_cmd_doctor(argc - 2, argv + 2);
     if (strcmp(cmd, "plot") == 0) return flynn_cmd_plot(argc - 2, argv + 2);
     if (strcmp(cmd, "bench") == 0) { int flynn_cmd_bench(int, char **); return flynn_cmd_bench(argc - 2, argv + 2); }
+    if (strcmp(cmd, "sift") == 0) return flynn_cmd_sift(argc - 2, argv + 2);
+    if (strcmp(cmd, "match") == 0) return flynn_cmd_match(argc - 2, argv + 2);
     fprintf(stderr, "flynn: unknown command '%s'\n\n", cmd);
     usage_main(stderr);
     return 2;
