@@ -110,22 +110,35 @@ static bool push_kp(kp_list *l, fl_keypoint k) {
     return true;
 }
 
-/* an extremum of its 26 neighbours, as OpenCV tests it (>= all for a positive value, <= for a negative) */
-static inline bool is_extremum(const float *p, const float *c, const float *n, int64_t s, float v) {
-    if (v > 0) {
-        for (int dy = -1; dy <= 1; dy++)
-            for (int dx = -1; dx <= 1; dx++) {
-                const int64_t q = dy * s + dx;
-                if (v < c[q] || v < p[q] || v < n[q]) return false;
-            }
-    } else {
-        for (int dy = -1; dy <= 1; dy++)
-            for (int dx = -1; dx <= 1; dx++) {
-                const int64_t q = dy * s + dx;
-                if (v > c[q] || v > p[q] || v > n[q]) return false;
-            }
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__SANITIZE_ADDRESS__) && !defined(FLYNN_FUZZ_BUILD)
+#define SIFT_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define SIFT_CLONES
+#endif
+
+/* flag[x] for x in [x0, x1): the DoG value beyond the threshold and an extremum of its 26 neighbours, as
+ * OpenCV tests it (>= all of them for a positive value, <= for a negative): the maximum and minimum of the
+ * 27 values, lanes over the pixels */
+SIFT_CLONES static void row_extrema(const float *restrict p, const float *restrict c, const float *restrict n, int64_t s,
+                                    int x0, int x1, float thr, uint8_t *restrict flag) {
+#pragma omp simd
+    for (int x = x0; x < x1; x++) {
+        const float v = c[x];
+        float mx = v, mn = v;
+#define SIFT_UPD_(a)                                                                                                 \
+    do {                                                                                                             \
+        const float q_ = (a);                                                                                        \
+        mx = q_ > mx ? q_ : mx;                                                                                      \
+        mn = q_ < mn ? q_ : mn;                                                                                      \
+    } while (0)
+#define SIFT_UPD3_(img, o) SIFT_UPD_((img)[x + (o) - 1]); SIFT_UPD_((img)[x + (o)]); SIFT_UPD_((img)[x + (o) + 1])
+        SIFT_UPD3_(p, -s); SIFT_UPD3_(p, 0); SIFT_UPD3_(p, s);
+        SIFT_UPD3_(c, -s); SIFT_UPD3_(c, 0); SIFT_UPD3_(c, s);
+        SIFT_UPD3_(n, -s); SIFT_UPD3_(n, 0); SIFT_UPD3_(n, s);
+#undef SIFT_UPD3_
+#undef SIFT_UPD_
+        flag[x] = (uint8_t)(((v > thr) & (v >= mx)) | ((v < -thr) & (v <= mn)));
     }
-    return true;
 }
 
 /* the candidates of one octave: every (layer, row) on a thread, in order */
@@ -140,19 +153,33 @@ static fl_status find_candidates(const sift_pyramid *pyr, int o, float threshold
     /* two passes: count per row, then write (no locks, the order fixed) */
     for (int pass = 0; pass < 2; pass++) {
         cand *dst = pass ? *out : NULL;
-#pragma omp parallel for schedule(dynamic, 8)
-        for (int64_t j = 0; j < jobs; j++) {
-            const int layer = 1 + (int)(j / rows), r = SIFT_IMG_BORDER + (int)(j % rows);
-            const float *c = oc->dog[layer] + (int64_t)r * w, *p = oc->dog[layer - 1] + (int64_t)r * w,
-                        *n = oc->dog[layer + 1] + (int64_t)r * w;
-            int64_t k = pass ? count[j] : 0;
-            for (int x = SIFT_IMG_BORDER; x < w - SIFT_IMG_BORDER; x++) {
-                const float v = c[x];
-                if (!(fabsf(v) > threshold) || !is_extremum(p + x, c + x, n + x, w, v)) continue;
-                if (pass) dst[k] = (cand){o, layer, r, x};
-                k++;
+        int failed = 0;
+#pragma omp parallel reduction(| : failed)
+        {
+            uint8_t *flag = malloc((size_t)w);
+            failed |= !flag;
+#pragma omp for schedule(dynamic, 8)
+            for (int64_t j = 0; j < jobs; j++) {
+                if (!flag) continue;
+                const int layer = 1 + (int)(j / rows), r = SIFT_IMG_BORDER + (int)(j % rows);
+                const float *c = oc->dog[layer] + (int64_t)r * w, *p = oc->dog[layer - 1] + (int64_t)r * w,
+                            *n = oc->dog[layer + 1] + (int64_t)r * w;
+                int64_t k = pass ? count[j] : 0;
+                row_extrema(p, c, n, w, SIFT_IMG_BORDER, w - SIFT_IMG_BORDER, threshold, flag);
+                for (int x = SIFT_IMG_BORDER; x < w - SIFT_IMG_BORDER; x++) {
+                    if (!flag[x]) continue;
+                    if (pass) dst[k] = (cand){o, layer, r, x};
+                    k++;
+                }
+                if (!pass) count[j] = k;
             }
-            if (!pass) count[j] = k;
+            free(flag);
+        }
+        if (failed) {
+            free(count);
+            free(*out);
+            *out = NULL;
+            return fl_error(FL_ERR_NOMEM, "sift: no memory for a row's flags");
         }
         if (!pass) { /* counts to offsets */
             int64_t s = 0;
@@ -284,6 +311,18 @@ static float *scratch_get(scratch *s, size_t n) {
     return s->f;
 }
 
+/* per sample: dx in o becomes the orientation (degrees), dy in m the magnitude, w the Gaussian weight e^w;
+ * lanes over the samples */
+SIFT_CLONES static void sample_terms(float *restrict o, float *restrict m, float *restrict w, int64_t k) {
+#pragma omp simd
+    for (int64_t q = 0; q < k; q++) {
+        const float dx = o[q], dy = m[q];
+        o[q] = fl_sift_atan2_deg(dy, dx);
+        m[q] = sqrtf(dx * dx + dy * dy);
+        w[q] = fl_sift_exp(w[q]);
+    }
+}
+
 /* the 36-bin gradient orientation histogram around (x, y), Gaussian-weighted and smoothed by
  * [1 4 6 4 1] / 16 as OpenCV's; returns its highest bin */
 static float orientation_hist(const float *img, int w, int h, int px, int py, int radius, float sigma, float *hist,
@@ -302,14 +341,13 @@ static float orientation_hist(const float *img, int w, int h, int px, int py, in
         for (int j = -radius; j <= radius; j++) {
             const int x = px + j;
             if (x <= 0 || x >= w - 1) continue;
-            const float dx = AT(img, y, x + 1) - AT(img, y, x - 1), dy = AT(img, y - 1, x) - AT(img, y + 1, x);
+            Ori[k] = AT(img, y, x + 1) - AT(img, y, x - 1); /* dx, dy: the orientation and magnitude below */
+            Mag[k] = AT(img, y - 1, x) - AT(img, y + 1, x);
             W[k] = (float)(i * i + j * j) * expf_scale;
-            Ori[k] = fl_sift_atan2_deg(dy, dx);
-            Mag[k] = sqrtf(dx * dx + dy * dy);
             k++;
         }
     }
-    for (int64_t q = 0; q < k; q++) W[q] = expf(W[q]);
+    sample_terms(Ori, Mag, W, k);
     for (int64_t q = 0; q < k; q++) {
         int bin = (int)lrintf((n / 360.f) * Ori[q]);
         if (bin >= n) bin -= n;
@@ -430,14 +468,12 @@ static bool describe(const float *img, int w, int h, float ptx, float pty, float
                 k++;
             }
         }
-    for (int64_t q = 0; q < k; q++) {
-        Ori[q] = fl_sift_atan2_deg(Y[q], X[q]);
-        X[q] = sqrtf(X[q] * X[q] + Y[q] * Y[q]); /* the magnitude, in X's place */
-        W[q] = expf(W[q]);
-    }
+    for (int64_t q = 0; q < k; q++) Ori[q] = X[q];
+    sample_terms(Ori, Y, W, k);
+    float *Mag = Y;
     for (int64_t q = 0; q < k; q++) {
         float rbin = RB[q], cbin = CB[q], obin = (Ori[q] - ori) * bins_per_rad;
-        const float mag = X[q] * W[q];
+        const float mag = Mag[q] * W[q];
         const int r0 = (int)floorf(rbin), c0 = (int)floorf(cbin);
         int o0 = (int)floorf(obin);
         rbin -= (float)r0, cbin -= (float)c0, obin -= (float)o0;

@@ -8,6 +8,7 @@
 
 #include "flynn/flynn.h"
 
+#include <math.h>
 #include <stdint.h>
 
 enum {
@@ -59,22 +60,36 @@ void fl_sift_pyramid_free(sift_pyramid *pyr);
 fl_status fl_sift_blur(const float *src, float *dst, int w, int h, double sigma);
 
 /* OpenCV's fastAtan2 (degrees [0, 360), about 0.3 degrees from atan2): the orientations bin by it, so
- * keypoints land in the bins OpenCV's do. */
+ * keypoints land in the bins OpenCV's do. Written without branches (selects), so loops over it vectorise;
+ * each case computes what OpenCV's branch does. */
 static inline float fl_sift_atan2_deg(float y, float x) {
     const float p1 = 0.9997878412794807f * 57.29577951308232f, p3 = -0.3258083974640975f * 57.29577951308232f,
                 p5 = 0.1555786518463281f * 57.29577951308232f, p7 = -0.04432655554792128f * 57.29577951308232f;
     const float ax = x < 0 ? -x : x, ay = y < 0 ? -y : y, eps = (float)2.220446049250313e-16;
-    float a;
-    if (ax >= ay) {
-        const float c = ay / (ax + eps), c2 = c * c;
-        a = (((p7 * c2 + p5) * c2 + p3) * c2 + p1) * c;
-    } else {
-        const float c = ax / (ay + eps), c2 = c * c;
-        a = 90.f - (((p7 * c2 + p5) * c2 + p3) * c2 + p1) * c;
-    }
-    if (x < 0) a = 180.f - a;
-    if (y < 0) a = 360.f - a;
-    return a;
+    const int wide = ax >= ay;
+    const float c = (wide ? ay : ax) / ((wide ? ax : ay) + eps), c2 = c * c;
+    const float t = (((p7 * c2 + p5) * c2 + p3) * c2 + p1) * c;
+    float a = wide ? t : 90.f - t;
+    a = x < 0 ? 180.f - a : a;
+    return y < 0 ? 360.f - a : a;
+}
+
+/* e^x in float for x <= 0 (SIFT's Gaussian weights) within 2 ulp of expf, without a call (Cephes' expf:
+ * x = n ln 2 + r, a degree-6 polynomial for e^r, 2^n from the exponent bits), so that loops over it
+ * vectorise; 0 below -87 */
+static inline float fl_sift_exp(float x) {
+    const float xc = x < -87.f ? -87.f : x > 88.f ? 88.f : x;
+    const float n = rintf(xc * 1.44269504088896341f);
+    const float r = (xc - n * 0.693359375f) - n * -2.12194440e-4f;
+    float p = 1.9875691500E-4f;
+    p = p * r + 1.3981999507E-3f;
+    p = p * r + 8.3334519073E-3f;
+    p = p * r + 4.1665795894E-2f;
+    p = p * r + 1.6666665459E-1f;
+    p = p * r + 5.0000001201E-1f;
+    const float e = p * (r * r) + r + 1.f;
+    union { int32_t i; float f; } u = {.i = ((int32_t)n + 127) << 23};
+    return x < -87.f ? 0.f : e * u.f;
 }
 
 #endif
