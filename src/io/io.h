@@ -51,6 +51,26 @@ fl_status fl_data_check_xy(const char *what_x, fl_tensor **xp, const char *what_
 /* npy.c: a .npy file held in memory (an .npz entry); `name` for messages. */
 fl_tensor *fl_npy_load_mem(const void *data, size_t len, const char *name);
 
+/* npz.c: an .npz written one array at a time (fl_save_npz is open, add
+ * each, commit). open starts the atomic file (atomic.c); add writes the
+ * array at once (a copy is not kept: t may be freed after), refusing an
+ * empty or repeated name or another dtype; commit writes the directory and
+ * renames the file over path; abort (after any failure, also of add)
+ * removes what was written. commit and abort free the writer. Messages
+ * name path and the array. */
+typedef struct fl_npz_writer fl_npz_writer;
+fl_npz_writer *fl_npz_writer_open(const char *path);
+fl_status fl_npz_writer_add(fl_npz_writer *w, const char *name, const fl_tensor *t);
+fl_status fl_npz_writer_commit(fl_npz_writer *w);
+void fl_npz_writer_abort(fl_npz_writer *w);
+
+/* npy.c: the bytes np.save writes for t (the v1.0 header, then the data
+ * little-endian), handed to sink in pieces (fl_save_npy's file, an .npz
+ * entry); `who` names t in messages. The first failing sink call's status
+ * is returned. */
+typedef fl_status (*fl_npy_sink)(void *user, const void *data, size_t len);
+fl_status fl_npy_emit(const fl_tensor *t, const char *who, fl_npy_sink sink, void *user);
+
 /* npy.c: an .npy file's header (the stream reads its rows itself): the
  * data starts at byte `offset`, nelem elements of elem_size bytes in the
  * file, loaded as dtype; fl_npy_convert turns n elements of that `kind`

@@ -27,7 +27,8 @@
  * written to an unnamed or "<path>.tmp.<pid>.<suffix>" file in the same
  * directory, fsync'ed, then renamed over <path>; on any failure the
  * temporary file is removed, <path> is untouched and the message names it. A new file gets mode 0666 & ~umask as np.save's
- * would; an existing file keeps its mode.
+ * would; an existing file keeps its mode. The bytes come from fl_npy_emit
+ * (io.h), which npz.c's writer feeds into its archive entries too.
  */
 #if !defined(_GNU_SOURCE) && !defined(_POSIX_C_SOURCE)
 #define _POSIX_C_SOURCE 200809L /* open, fstat, mkstemp, fsync, ... under -std=c11 */
@@ -595,10 +596,12 @@ static size_t make_header(const fl_tensor *t, const char *descr, char *buf, size
     return total;
 }
 
-static fl_status write_data(fl_atomic_file *f, const fl_tensor *t) {
+/* t's data as np.save writes it (little-endian), to sink in pieces. */
+static fl_status emit_data(const fl_tensor *t, fl_npy_sink sink, void *user) {
     size_t es = fl_dtype_size(t->dtype);
     size_t n = (size_t)fl_tensor_size(t);
-    if (es == 1 || host_is_le()) return fl_atomic_write(f, t->data, n * es);
+    if (n == 0) return FL_OK;
+    if (es == 1 || host_is_le()) return sink(user, t->data, n * es);
     unsigned char buf[4096]; /* big-endian host: write little-endian */
     const unsigned char *src = t->data;
     for (size_t i = 0; i < n;) {
@@ -608,25 +611,33 @@ static fl_status write_data(fl_atomic_file *f, const fl_tensor *t) {
             memcpy(&v, src + 4 * (i + j), 4);
             put_le32(buf + 4 * j, v);
         }
-        FL_TRY(fl_atomic_write(f, buf, 4 * k));
+        FL_TRY(sink(user, buf, 4 * k));
         i += k;
     }
     return FL_OK;
 }
 
+fl_status fl_npy_emit(const fl_tensor *t, const char *who, fl_npy_sink sink, void *user) {
+    const char *descr = t->dtype == FL_FLOAT32 ? "<f4" : t->dtype == FL_INT32 ? "<i4" : t->dtype == FL_UINT8 ? "|u1" : NULL;
+    if (!descr) return fl_error(FL_ERR_INVALID_ARG, "%s: unknown dtype %d", who, (int)t->dtype);
+    char header[512];
+    size_t hsize = make_header(t, descr, header, sizeof header);
+    if (!hsize) return fl_error(FL_ERR_INVALID_ARG, "%s: cannot build the header", who);
+    FL_TRY(sink(user, header, hsize));
+    return emit_data(t, sink, user);
+}
+
+static fl_status atomic_sink(void *f, const void *data, size_t len) { return fl_atomic_write(f, data, len); }
+
 fl_status fl_save_npy(const fl_tensor *t, const char *path) {
     if (!t) return fl_error(FL_ERR_INVALID_ARG, "fl_save_npy: tensor is NULL");
     if (!path || !*path) return fl_error(FL_ERR_INVALID_ARG, "fl_save_npy: path is NULL or empty");
-    const char *descr = t->dtype == FL_FLOAT32 ? "<f4" : t->dtype == FL_INT32 ? "<i4" : t->dtype == FL_UINT8 ? "|u1" : NULL;
-    if (!descr) return fl_error(FL_ERR_INVALID_ARG, "fl_save_npy: %s: unknown dtype %d", path, (int)t->dtype);
-    char header[512];
-    size_t hsize = make_header(t, descr, header, sizeof header);
-    if (!hsize) return fl_error(FL_ERR_INVALID_ARG, "fl_save_npy: %s: cannot build the header", path);
-
+    if (t->dtype != FL_FLOAT32 && t->dtype != FL_INT32 && t->dtype != FL_UINT8)
+        return fl_error(FL_ERR_INVALID_ARG, "fl_save_npy: %s: unknown dtype %d", path, (int)t->dtype);
     fl_atomic_file f;
     fl_status s = fl_atomic_open(&f, path);
     if (s == FL_OK) {
-        if ((s = fl_atomic_write(&f, header, hsize)) == FL_OK && (s = write_data(&f, t)) == FL_OK)
+        if ((s = fl_npy_emit(t, path, atomic_sink, &f)) == FL_OK)
             s = fl_atomic_commit(&f); /* removes the temporary file itself on failure */
         else
             fl_atomic_abort(&f);
