@@ -117,86 +117,118 @@ static bool push_kp(kp_list *l, fl_keypoint k) {
 #endif
 
 /* flag[x] for x in [x0, x1): the DoG value beyond the threshold and an extremum of its 26 neighbours, as
- * OpenCV tests it (>= all of them for a positive value, <= for a negative): the maximum and minimum of the
- * 27 values, lanes over the pixels */
-SIFT_CLONES static void row_extrema(const float *restrict p, const float *restrict c, const float *restrict n, int64_t s,
-                                    int x0, int x1, float thr, uint8_t *restrict flag) {
+ * OpenCV tests it (>= all of them for a positive value, <= for a negative), i.e. the maximum (minimum) of
+ * the 27 values: first each column's over the three layers' three rows (p: the layer below, c: this one,
+ * n: the one above, each rows y - 1, y, y + 1; into cmx, cmn from x0 - 1 to x1 + 1), then over three
+ * columns; lanes over the pixels */
+SIFT_CLONES static void row_extrema(const float *const *restrict p, const float *const *restrict c,
+                                    const float *const *restrict n, int x0, int x1, float thr, float *restrict cmx,
+                                    float *restrict cmn, uint8_t *restrict flag) {
+#define SIFT_MAX_(a, b) ((a) > (b) ? (a) : (b))
+#define SIFT_MIN_(a, b) ((a) < (b) ? (a) : (b))
+    const float *restrict p0 = p[0], *restrict p1 = p[1], *restrict p2 = p[2], *restrict c0 = c[0], *restrict c1 = c[1],
+                          *restrict c2 = c[2], *restrict n0 = n[0], *restrict n1 = n[1], *restrict n2 = n[2];
+#pragma omp simd
+    for (int x = x0 - 1; x < x1 + 1; x++) {
+        const float a0 = p0[x], a1 = p1[x], a2 = p2[x], b0 = c0[x], b1 = c1[x], b2 = c2[x], e0 = n0[x], e1 = n1[x],
+                    e2 = n2[x];
+        cmx[x] = SIFT_MAX_(SIFT_MAX_(SIFT_MAX_(SIFT_MAX_(a0, a1), SIFT_MAX_(a2, b0)), SIFT_MAX_(SIFT_MAX_(b1, b2), SIFT_MAX_(e0, e1))), e2);
+        cmn[x] = SIFT_MIN_(SIFT_MIN_(SIFT_MIN_(SIFT_MIN_(a0, a1), SIFT_MIN_(a2, b0)), SIFT_MIN_(SIFT_MIN_(b1, b2), SIFT_MIN_(e0, e1))), e2);
+    }
 #pragma omp simd
     for (int x = x0; x < x1; x++) {
-        const float v = c[x];
-        float mx = v, mn = v;
-#define SIFT_UPD_(a)                                                                                                 \
-    do {                                                                                                             \
-        const float q_ = (a);                                                                                        \
-        mx = q_ > mx ? q_ : mx;                                                                                      \
-        mn = q_ < mn ? q_ : mn;                                                                                      \
-    } while (0)
-#define SIFT_UPD3_(img, o) SIFT_UPD_((img)[x + (o) - 1]); SIFT_UPD_((img)[x + (o)]); SIFT_UPD_((img)[x + (o) + 1])
-        SIFT_UPD3_(p, -s); SIFT_UPD3_(p, 0); SIFT_UPD3_(p, s);
-        SIFT_UPD3_(c, -s); SIFT_UPD3_(c, 0); SIFT_UPD3_(c, s);
-        SIFT_UPD3_(n, -s); SIFT_UPD3_(n, 0); SIFT_UPD3_(n, s);
-#undef SIFT_UPD3_
-#undef SIFT_UPD_
+        const float v = c1[x], mx = SIFT_MAX_(SIFT_MAX_(cmx[x - 1], cmx[x]), cmx[x + 1]),
+                    mn = SIFT_MIN_(SIFT_MIN_(cmn[x - 1], cmn[x]), cmn[x + 1]);
         flag[x] = (uint8_t)(((v > thr) & (v >= mx)) | ((v < -thr) & (v <= mn)));
     }
+#undef SIFT_MAX_
+#undef SIFT_MIN_
 }
 
-/* the candidates of one octave: every (layer, row) on a thread, in order */
+SIFT_CLONES static void dog_row(const float *restrict hi, const float *restrict lo, float *restrict d, int w) {
+    for (int x = 0; x < w; x++) d[x] = hi[x] - lo[x];
+}
+
+typedef struct cand_list {
+    cand *c;
+    int64_t n, cap;
+} cand_list;
+
+static bool push_cand(cand_list *l, cand c) {
+    if (l->n == l->cap) {
+        int64_t cap = l->cap ? 2 * l->cap : 64;
+        cand *p = realloc(l->c, (size_t)cap * sizeof *p);
+        if (!p) return false;
+        l->c = p, l->cap = cap;
+    }
+    l->c[l->n++] = c;
+    return true;
+}
+
+/* the candidates of rows [r0, r1) of octave o: the DoG rows made from the Gaussian layers as the scan
+ * goes (a ring of three rows per DoG layer; the DoG images are never stored) */
+static bool scan_rows(const sift_octave *oc, int o, int L, int r0, int r1, float threshold, float *ring, float *cm,
+                      uint8_t *flag, cand_list *out) {
+    const int w = oc->w;
+#define SIFT_RING_(layer, y) (ring + ((int64_t)(layer) * 3 + ((y) % 3)) * w)
+    for (int y = r0 - 1; y <= r0; y++)
+        for (int l = 0; l < L + 2; l++)
+            dog_row(oc->gauss[l + 1] + (int64_t)y * w, oc->gauss[l] + (int64_t)y * w, SIFT_RING_(l, y), w);
+    for (int r = r0; r < r1; r++) {
+        for (int l = 0; l < L + 2; l++)
+            dog_row(oc->gauss[l + 1] + (int64_t)(r + 1) * w, oc->gauss[l] + (int64_t)(r + 1) * w, SIFT_RING_(l, r + 1), w);
+        for (int layer = 1; layer <= L; layer++) {
+            const float *p[3] = {SIFT_RING_(layer - 1, r - 1), SIFT_RING_(layer - 1, r), SIFT_RING_(layer - 1, r + 1)};
+            const float *c[3] = {SIFT_RING_(layer, r - 1), SIFT_RING_(layer, r), SIFT_RING_(layer, r + 1)};
+            const float *n[3] = {SIFT_RING_(layer + 1, r - 1), SIFT_RING_(layer + 1, r), SIFT_RING_(layer + 1, r + 1)};
+            row_extrema(p, c, n, SIFT_IMG_BORDER, w - SIFT_IMG_BORDER, threshold, cm, cm + w, flag);
+            for (int x = SIFT_IMG_BORDER; x < w - SIFT_IMG_BORDER; x++)
+                if (flag[x] && !push_cand(out, (cand){o, layer, r, x})) return false;
+        }
+    }
+#undef SIFT_RING_
+    return true;
+}
+
+/* the candidates of one octave, in chunks of rows over the threads, gathered in the chunks' order */
 static fl_status find_candidates(const sift_pyramid *pyr, int o, float threshold, cand **out, int64_t *n_out) {
     const sift_octave *oc = &pyr->oct[o];
     const int L = pyr->layers, w = oc->w, rows = oc->h - 2 * SIFT_IMG_BORDER;
     *out = NULL, *n_out = 0;
     if (rows <= 0 || w <= 2 * SIFT_IMG_BORDER) return FL_OK;
-    const int64_t jobs = (int64_t)L * rows;
-    int64_t *count = calloc((size_t)jobs + 1, sizeof(int64_t));
-    if (!count) return fl_error(FL_ERR_NOMEM, "sift: no memory for octave %d's candidates", o);
-    /* two passes: count per row, then write (no locks, the order fixed) */
-    for (int pass = 0; pass < 2; pass++) {
-        cand *dst = pass ? *out : NULL;
-        int failed = 0;
+    const int chunks = rows < 16 * omp_get_max_threads() ? rows : 16 * omp_get_max_threads();
+    cand_list *lists = calloc((size_t)chunks, sizeof(cand_list));
+    int failed = !lists;
+    if (lists) {
 #pragma omp parallel reduction(| : failed)
         {
+            float *ring = malloc(((size_t)(L + 2) * 3 + 2) * (size_t)w * sizeof(float));
             uint8_t *flag = malloc((size_t)w);
-            failed |= !flag;
-#pragma omp for schedule(dynamic, 8)
-            for (int64_t j = 0; j < jobs; j++) {
-                if (!flag) continue;
-                const int layer = 1 + (int)(j / rows), r = SIFT_IMG_BORDER + (int)(j % rows);
-                const float *c = oc->dog[layer] + (int64_t)r * w, *p = oc->dog[layer - 1] + (int64_t)r * w,
-                            *n = oc->dog[layer + 1] + (int64_t)r * w;
-                int64_t k = pass ? count[j] : 0;
-                row_extrema(p, c, n, w, SIFT_IMG_BORDER, w - SIFT_IMG_BORDER, threshold, flag);
-                for (int x = SIFT_IMG_BORDER; x < w - SIFT_IMG_BORDER; x++) {
-                    if (!flag[x]) continue;
-                    if (pass) dst[k] = (cand){o, layer, r, x};
-                    k++;
-                }
-                if (!pass) count[j] = k;
+            failed |= !ring || !flag;
+#pragma omp for schedule(dynamic, 1)
+            for (int k = 0; k < chunks; k++) {
+                const int r0 = SIFT_IMG_BORDER + (int)((int64_t)rows * k / chunks),
+                          r1 = SIFT_IMG_BORDER + (int)((int64_t)rows * (k + 1) / chunks);
+                if (ring && flag && !scan_rows(oc, o, L, r0, r1, threshold, ring, ring + (size_t)(L + 2) * 3 * w, flag,
+                                               &lists[k]))
+                    failed = 1;
             }
+            free(ring);
             free(flag);
         }
-        if (failed) {
-            free(count);
-            free(*out);
-            *out = NULL;
-            return fl_error(FL_ERR_NOMEM, "sift: no memory for a row's flags");
-        }
-        if (!pass) { /* counts to offsets */
-            int64_t s = 0;
-            for (int64_t j = 0; j < jobs; j++) {
-                const int64_t k = count[j];
-                count[j] = s, s += k;
-            }
-            *n_out = s;
-            if (s == 0) break;
-            if (!(*out = malloc((size_t)s * sizeof(cand)))) {
-                free(count);
-                return fl_error(FL_ERR_NOMEM, "sift: no memory for %lld candidates", (long long)s);
-            }
+    }
+    int64_t total = 0;
+    for (int k = 0; lists && k < chunks; k++) total += lists[k].n;
+    if (!failed && total && !(*out = malloc((size_t)total * sizeof(cand)))) failed = 1;
+    if (!failed) {
+        for (int k = 0; k < chunks; k++) {
+            if (lists[k].n) memcpy(*out + *n_out, lists[k].c, (size_t)lists[k].n * sizeof(cand));
+            *n_out += lists[k].n;
         }
     }
-    free(count);
-    return FL_OK;
+    for (int k = 0; lists && k < chunks; k++) free(lists[k].c);
+    free(lists);
+    return failed ? fl_error(FL_ERR_NOMEM, "sift: no memory for octave %d's candidates", o) : FL_OK;
 }
 
 /* OpenCV's Matx33f::solve(DECOMP_LU): Gaussian elimination with partial pivoting in float; false (and
@@ -236,6 +268,20 @@ static bool solve3(float A[3][3], float b[3], float x[3]) {
 
 #define AT(img, y, x) ((img)[(int64_t)(y) * w + (x)])
 
+/* the DoG's 3 x 3 x 3 values around (layer, r, c), from the Gaussian layers: D[s][1 + dy][1 + dx] is
+ * layer - 1 + s's value at (r + dy, c + dx) */
+static void dog_cube(const sift_octave *oc, int layer, int r, int c, float D[3][3][3]) {
+    const int w = oc->w;
+    for (int s = 0; s < 3; s++) {
+        const float *lo = oc->gauss[layer - 1 + s], *hi = oc->gauss[layer + s];
+        for (int dy = 0; dy < 3; dy++)
+            for (int dx = 0; dx < 3; dx++) D[s][dy][dx] = AT(hi, r - 1 + dy, c - 1 + dx) - AT(lo, r - 1 + dy, c - 1 + dx);
+    }
+}
+#define IMG(dy, dx) D[1][1 + (dy)][1 + (dx)]
+#define PRV(dy, dx) D[0][1 + (dy)][1 + (dx)]
+#define NXT(dy, dx) D[2][1 + (dy)][1 + (dx)]
+
 /* Lowe's section 4: up to 5 Newton steps to the extremum of the DoG's quadratic, then the contrast test
  * and the edge test (trace^2 / det of the 2-D Hessian below (r + 1)^2 / r). Fills the keypoint's position
  * (octave pixels), size, octave code and response; false when rejected. */
@@ -247,18 +293,17 @@ static bool refine(const sift_pyramid *pyr, const sift_params *p, cand *cd, fl_k
     float xi = 0, xr = 0, xc = 0;
     int r = cd->r, c = cd->c, layer = cd->layer, i = 0;
     for (; i < SIFT_MAX_INTERP_STEPS; i++) {
-        const float *img = oc->dog[layer], *prv = oc->dog[layer - 1], *nxt = oc->dog[layer + 1];
-        float dD[3] = {(AT(img, r, c + 1) - AT(img, r, c - 1)) * deriv_scale,
-                       (AT(img, r + 1, c) - AT(img, r - 1, c)) * deriv_scale,
-                       (AT(nxt, r, c) - AT(prv, r, c)) * deriv_scale};
-        const float v2 = AT(img, r, c) * 2;
-        const float dxx = (AT(img, r, c + 1) + AT(img, r, c - 1) - v2) * second_deriv_scale;
-        const float dyy = (AT(img, r + 1, c) + AT(img, r - 1, c) - v2) * second_deriv_scale;
-        const float dss = (AT(nxt, r, c) + AT(prv, r, c) - v2) * second_deriv_scale;
-        const float dxy = (AT(img, r + 1, c + 1) - AT(img, r + 1, c - 1) - AT(img, r - 1, c + 1) + AT(img, r - 1, c - 1)) *
-                          cross_deriv_scale;
-        const float dxs = (AT(nxt, r, c + 1) - AT(nxt, r, c - 1) - AT(prv, r, c + 1) + AT(prv, r, c - 1)) * cross_deriv_scale;
-        const float dys = (AT(nxt, r + 1, c) - AT(nxt, r - 1, c) - AT(prv, r + 1, c) + AT(prv, r - 1, c)) * cross_deriv_scale;
+        float D[3][3][3];
+        dog_cube(oc, layer, r, c, D);
+        float dD[3] = {(IMG(0, 1) - IMG(0, -1)) * deriv_scale, (IMG(1, 0) - IMG(-1, 0)) * deriv_scale,
+                       (NXT(0, 0) - PRV(0, 0)) * deriv_scale};
+        const float v2 = IMG(0, 0) * 2;
+        const float dxx = (IMG(0, 1) + IMG(0, -1) - v2) * second_deriv_scale;
+        const float dyy = (IMG(1, 0) + IMG(-1, 0) - v2) * second_deriv_scale;
+        const float dss = (NXT(0, 0) + PRV(0, 0) - v2) * second_deriv_scale;
+        const float dxy = (IMG(1, 1) - IMG(1, -1) - IMG(-1, 1) + IMG(-1, -1)) * cross_deriv_scale;
+        const float dxs = (NXT(0, 1) - NXT(0, -1) - PRV(0, 1) + PRV(0, -1)) * cross_deriv_scale;
+        const float dys = (NXT(1, 0) - NXT(-1, 0) - PRV(1, 0) + PRV(-1, 0)) * cross_deriv_scale;
         float H[3][3] = {{dxx, dxy, dxs}, {dxy, dyy, dys}, {dxs, dys, dss}}, X[3];
         solve3(H, dD, X);
         xi = -X[2], xr = -X[1], xc = -X[0];
@@ -273,18 +318,17 @@ static bool refine(const sift_pyramid *pyr, const sift_params *p, cand *cd, fl_k
             return false;
     }
     if (i >= SIFT_MAX_INTERP_STEPS) return false;
-    const float *img = oc->dog[layer], *prv = oc->dog[layer - 1], *nxt = oc->dog[layer + 1];
-    const float dD[3] = {(AT(img, r, c + 1) - AT(img, r, c - 1)) * deriv_scale,
-                         (AT(img, r + 1, c) - AT(img, r - 1, c)) * deriv_scale,
-                         (AT(nxt, r, c) - AT(prv, r, c)) * deriv_scale};
+    float D[3][3][3];
+    dog_cube(oc, layer, r, c, D);
+    const float dD[3] = {(IMG(0, 1) - IMG(0, -1)) * deriv_scale, (IMG(1, 0) - IMG(-1, 0)) * deriv_scale,
+                         (NXT(0, 0) - PRV(0, 0)) * deriv_scale};
     const float t = dD[0] * xc + dD[1] * xr + dD[2] * xi;
-    const float contr = AT(img, r, c) * img_scale + t * 0.5f;
+    const float contr = IMG(0, 0) * img_scale + t * 0.5f;
     if (fabsf(contr) * (float)L < p->contrast) return false;
-    const float v2 = AT(img, r, c) * 2.f;
-    const float dxx = (AT(img, r, c + 1) + AT(img, r, c - 1) - v2) * second_deriv_scale;
-    const float dyy = (AT(img, r + 1, c) + AT(img, r - 1, c) - v2) * second_deriv_scale;
-    const float dxy =
-        (AT(img, r + 1, c + 1) - AT(img, r + 1, c - 1) - AT(img, r - 1, c + 1) + AT(img, r - 1, c - 1)) * cross_deriv_scale;
+    const float v2 = IMG(0, 0) * 2.f;
+    const float dxx = (IMG(0, 1) + IMG(0, -1) - v2) * second_deriv_scale;
+    const float dyy = (IMG(1, 0) + IMG(-1, 0) - v2) * second_deriv_scale;
+    const float dxy = (IMG(1, 1) - IMG(1, -1) - IMG(-1, 1) + IMG(-1, -1)) * cross_deriv_scale;
     const float tr = dxx + dyy, det = dxx * dyy - dxy * dxy;
     if (det <= 0 || tr * tr * p->edge >= (p->edge + 1) * (p->edge + 1) * det) return false;
     const float scale = (float)(1 << cd->o);
@@ -455,19 +499,44 @@ static bool describe(const float *img, int w, int h, float ptx, float pty, float
     float *X = buf, *Y = buf + len, *RB = buf + 2 * len, *CB = buf + 3 * len, *W = buf + 4 * len, *Ori = buf + 5 * len;
     float hist[(SIFT_DESCR_WIDTH + 2) * (SIFT_DESCR_WIDTH + 2) * (SIFT_DESCR_HIST_BINS + 2)] = {0};
     int64_t k = 0;
-    for (int i = -radius; i <= radius; i++)
-        for (int j = -radius; j <= radius; j++) {
+    for (int i = -radius; i <= radius; i++) {
+        const int r = py + i;
+        if (r <= 0 || r >= h - 1) continue;
+        /* the columns where the rotated square can hold the sample (one wider each side than exact, the exact
+         * test below): OpenCV visits the whole (2 radius + 1)^2, in the same order */
+        double jlo = -radius, jhi = radius;
+        const double lim_lo = -1 - 0.5 * d + 0.5, lim_hi = d - 0.5 * d + 0.5;
+        const double ab[2][2] = {{cos_t, -(double)i * sin_t}, {sin_t, (double)i * cos_t}}; /* cbin, rbin = a j + b */
+        for (int q = 0; q < 2; q++) {
+            const double a = ab[q][0], b = ab[q][1];
+            if (fabs(a) < 1e-9) {
+                if (!(b > lim_lo - 1e-3 && b < lim_hi + 1e-3)) jlo = 1, jhi = 0;
+                continue;
+            }
+            double e0 = (lim_lo - b) / a, e1 = (lim_hi - b) / a;
+            if (e0 > e1) { const double t = e0; e0 = e1, e1 = t; }
+            if (e0 - 1 > jlo) jlo = e0 - 1;
+            if (e1 + 1 < jhi) jhi = e1 + 1;
+        }
+        int j0 = (int)floor(jlo), j1 = (int)ceil(jhi);
+        if (j0 < -radius) j0 = -radius;
+        if (j1 > radius) j1 = radius;
+        if (j0 < 1 - px) j0 = 1 - px;
+        if (j1 > w - 2 - px) j1 = w - 2 - px;
+        const float *row = img + (int64_t)r * w, *up = row - w, *dn = row + w;
+        for (int j = j0; j <= j1; j++) {
             const float c_rot = (float)j * cos_t - (float)i * sin_t, r_rot = (float)j * sin_t + (float)i * cos_t;
             const float rbin = r_rot + (float)d / 2 - 0.5f, cbin = c_rot + (float)d / 2 - 0.5f;
-            const int r = py + i, c = px + j;
-            if (rbin > -1 && rbin < d && cbin > -1 && cbin < d && r > 0 && r < h - 1 && c > 0 && c < w - 1) {
-                X[k] = AT(img, r, c + 1) - AT(img, r, c - 1);
-                Y[k] = AT(img, r - 1, c) - AT(img, r + 1, c);
+            const int c = px + j;
+            if (rbin > -1 && rbin < d && cbin > -1 && cbin < d) {
+                X[k] = row[c + 1] - row[c - 1];
+                Y[k] = up[c] - dn[c];
                 RB[k] = rbin, CB[k] = cbin;
                 W[k] = (c_rot * c_rot + r_rot * r_rot) * exp_scale;
                 k++;
             }
         }
+    }
     for (int64_t q = 0; q < k; q++) Ori[q] = X[q];
     sample_terms(Ori, Y, W, k);
     float *Mag = Y;
@@ -557,18 +626,14 @@ static fl_status descriptors(const sift_pyramid *pyr, const kp_list *l, fl_dtype
 
 /* ------------------------------------------------------------------ octaves */
 
-/* the keypoints of octave o: its DoG, the candidates, refined and oriented per candidate in parallel,
+/* the keypoints of octave o: the candidates, refined and oriented per candidate in parallel,
  * gathered in the candidates' order */
 static fl_status octave_keypoints(sift_pyramid *pyr, const sift_params *p, int o, kp_list *all) {
-    fl_status st = fl_sift_build_dog(pyr, o);
-    if (st != FL_OK) return st;
+    fl_status st;
     cand *cs = NULL;
     int64_t nc = 0;
     const float threshold = floorf(0.5f * p->contrast / (float)p->layers * 255.f);
-    if ((st = find_candidates(pyr, o, threshold, &cs, &nc)) != FL_OK) {
-        fl_sift_free_dog(pyr, o);
-        return st;
-    }
+    if ((st = find_candidates(pyr, o, threshold, &cs, &nc)) != FL_OK) return st;
     const int nt = omp_get_max_threads();
     kp_list *lists = calloc((size_t)nt, sizeof(kp_list));
     int failed = !lists;
@@ -592,7 +657,6 @@ static fl_status octave_keypoints(sift_pyramid *pyr, const sift_params *p, int o
     }
     free(lists);
     free(cs);
-    fl_sift_free_dog(pyr, o);
     return failed ? fl_error(FL_ERR_NOMEM, "sift: no memory for octave %d's keypoints", o) : FL_OK;
 }
 

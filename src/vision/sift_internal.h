@@ -38,7 +38,6 @@ typedef struct sift_params {
 typedef struct sift_octave {
     int w, h;
     float **gauss; /* layers + 3 */
-    float **dog;   /* layers + 2 (NULL once the octave's extrema are found) */
 } sift_octave;
 
 typedef struct sift_pyramid {
@@ -51,9 +50,6 @@ typedef struct sift_pyramid {
 fl_status fl_sift_base_image(const float *gray, int w, int h, const sift_params *p, float **base, int *bw, int *bh);
 /* The octaves from the base image (which the pyramid takes over). */
 fl_status fl_sift_build_pyramid(float *base, int bw, int bh, const sift_params *p, sift_pyramid *pyr);
-/* The DoG layers of one octave (pyr->oct[o].dog), and freeing them. */
-fl_status fl_sift_build_dog(sift_pyramid *pyr, int o);
-void fl_sift_free_dog(sift_pyramid *pyr, int o);
 void fl_sift_pyramid_free(sift_pyramid *pyr);
 /* A separable Gaussian blur as cv::GaussianBlur(src, dst, Size(), sigma) on float images: a kernel of
  * cvRound(8 sigma + 1) | 1 taps, BORDER_REFLECT_101. src and dst may not be the same. */

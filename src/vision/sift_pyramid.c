@@ -2,7 +2,8 @@
  * sift_pyramid.c — SIFT's scale space on the CPU: the base image (doubled as OpenCV's default, blurred
  * from the assumed 0.5 to sigma), the Gaussian octaves (each layer blurred from the one before by the
  * sigma that takes it one step of 2^(1/layers) further; an octave starts from the layer with twice the
- * first's scale, every other pixel), and the DoG layers. The arithmetic is cv::GaussianBlur's and
+ * first's scale, every other pixel). The DoG layers are never stored: sift.c makes their rows from
+ * these as it scans them. The arithmetic is cv::GaussianBlur's and
  * cv::resize's on float images (kernel from doubles rounded to float, BORDER_REFLECT_101, half-pixel
  * linear doubling), so the images match OpenCV's to float rounding; the order of the sums differs.
  *
@@ -165,49 +166,15 @@ fl_status fl_sift_base_image(const float *gray, int w, int h, const sift_params 
     return FL_OK;
 }
 
-void fl_sift_free_dog(sift_pyramid *pyr, int o) {
-    sift_octave *oc = &pyr->oct[o];
-    if (!oc->dog) return;
-    for (int i = 0; i < pyr->layers + 2; i++) free(oc->dog[i]);
-    free(oc->dog);
-    oc->dog = NULL;
-}
-
 void fl_sift_pyramid_free(sift_pyramid *pyr) {
     if (!pyr->oct) return;
     for (int o = 0; o < pyr->n_octaves; o++) {
-        fl_sift_free_dog(pyr, o);
         if (pyr->oct[o].gauss)
             for (int i = 0; i < pyr->layers + 3; i++) free(pyr->oct[o].gauss[i]);
         free(pyr->oct[o].gauss);
     }
     free(pyr->oct);
     pyr->oct = NULL;
-}
-
-SIFT_CLONES static void sub_rows(const float *a, const float *b, float *d, int64_t n) {
-    for (int64_t i = 0; i < n; i++) d[i] = a[i] - b[i];
-}
-
-fl_status fl_sift_build_dog(sift_pyramid *pyr, int o) {
-    sift_octave *oc = &pyr->oct[o];
-    const int n = pyr->layers + 2;
-    const int64_t px = (int64_t)oc->w * oc->h;
-    oc->dog = calloc((size_t)n, sizeof(float *));
-    if (!oc->dog) return fl_error(FL_ERR_NOMEM, "sift: no memory for octave %d's DoG", o);
-    for (int i = 0; i < n; i++)
-        if (!(oc->dog[i] = malloc((size_t)px * sizeof(float)))) {
-            fl_sift_free_dog(pyr, o);
-            return fl_error(FL_ERR_NOMEM, "sift: no memory for octave %d's DoG (%dx%d)", o, oc->w, oc->h);
-        }
-    const int64_t chunk = 1 << 14, nchunks = (px + chunk - 1) / chunk;
-#pragma omp parallel for collapse(2) schedule(static)
-    for (int i = 0; i < n; i++)
-        for (int64_t c = 0; c < nchunks; c++) {
-            const int64_t s = c * chunk, e = s + chunk < px ? s + chunk : px;
-            sub_rows(oc->gauss[i + 1] + s, oc->gauss[i] + s, oc->dog[i] + s, e - s);
-        }
-    return FL_OK;
 }
 
 /* the octaves: as many as halve the shorter side down to about 4 pixels (OpenCV's
