@@ -128,14 +128,14 @@ SIFT_CLONES static void row_extrema(const float *const *restrict p, const float 
 #define SIFT_MIN_(a, b) ((a) < (b) ? (a) : (b))
     const float *restrict p0 = p[0], *restrict p1 = p[1], *restrict p2 = p[2], *restrict c0 = c[0], *restrict c1 = c[1],
                           *restrict c2 = c[2], *restrict n0 = n[0], *restrict n1 = n[1], *restrict n2 = n[2];
-#pragma omp simd
+SIFT_SIMD
     for (int x = x0 - 1; x < x1 + 1; x++) {
         const float a0 = p0[x], a1 = p1[x], a2 = p2[x], b0 = c0[x], b1 = c1[x], b2 = c2[x], e0 = n0[x], e1 = n1[x],
                     e2 = n2[x];
         cmx[x] = SIFT_MAX_(SIFT_MAX_(SIFT_MAX_(SIFT_MAX_(a0, a1), SIFT_MAX_(a2, b0)), SIFT_MAX_(SIFT_MAX_(b1, b2), SIFT_MAX_(e0, e1))), e2);
         cmn[x] = SIFT_MIN_(SIFT_MIN_(SIFT_MIN_(SIFT_MIN_(a0, a1), SIFT_MIN_(a2, b0)), SIFT_MIN_(SIFT_MIN_(b1, b2), SIFT_MIN_(e0, e1))), e2);
     }
-#pragma omp simd
+SIFT_SIMD
     for (int x = x0; x < x1; x++) {
         const float v = c1[x], mx = SIFT_MAX_(SIFT_MAX_(cmx[x - 1], cmx[x]), cmx[x + 1]),
                     mn = SIFT_MIN_(SIFT_MIN_(cmn[x - 1], cmn[x]), cmn[x + 1]);
@@ -358,7 +358,7 @@ static float *scratch_get(scratch *s, size_t n) {
 /* per sample: dx in o becomes the orientation (degrees), dy in m the magnitude, w the Gaussian weight e^w;
  * lanes over the samples */
 SIFT_CLONES static void sample_terms(float *restrict o, float *restrict m, float *restrict w, int64_t k) {
-#pragma omp simd
+SIFT_SIMD
     for (int64_t q = 0; q < k; q++) {
         const float dx = o[q], dy = m[q];
         o[q] = fl_sift_atan2_deg(dy, dx);
