@@ -29,7 +29,9 @@ set -euo pipefail
 # --no-install-recommends on a Debian 12 machine), so scripts/train.sh does
 # not fetch a browser. pocl-opencl-icd (PoCL: OpenCL on the CPU, with
 # clang-15 and LLVM 15, about 90 MB to download) and clinfo: test_opencl_parity
-# runs the OpenCL plugin's kernels on it, in every CI run. It also makes .venv-test, a virtualenv with tensorboard
+# runs the OpenCL plugin's kernels on it, in every CI run. python3-opencv and python3-skimage (Debian's
+# OpenCV 4.6 and scikit-image, for /usr/bin/python3): test_sift_opencv measures flynn's SIFT against
+# OpenCV's cv::SIFT on skimage's photos (tests/sift/). It also makes .venv-test, a virtualenv with tensorboard
 # and numpy from PyPI (about 180 MB, 30 s), for test_tensorboard_reader:
 # TensorBoard's own EventAccumulator and server read flynn's logs. Where
 # PyPI cannot be reached that test is skipped (ctest says so), not failed.
@@ -45,7 +47,8 @@ for a in "$@"; do
     --bench) bench=1 ;;
     --cuda12) cuda12=1 ;;
     --mpi) pkgs+=(openmpi-bin libopenmpi-dev) ;;
-    --test) test=1; pkgs+=(openmpi-bin libopenmpi-dev chromium fonts-dejavu-core python3-venv pocl-opencl-icd clinfo) ;;
+    --test) test=1; pkgs+=(openmpi-bin libopenmpi-dev chromium fonts-dejavu-core python3-venv pocl-opencl-icd clinfo
+                           python3-opencv python3-skimage) ;;
     *) echo "setup: unknown option $a (expected --bench, --cuda12, --mpi or --test)" >&2; exit 2 ;;
   esac
 done
