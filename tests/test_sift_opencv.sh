@@ -66,13 +66,6 @@ if [ "${FLYNN_SIFT_STANDIN:-0}" = 1 ]; then
 else
   side=(--flynn "$FLYNN")
   if [ ! -x "$FLYNN" ]; then bad "no flynn binary at $FLYNN"; echo "test_sift_opencv: $pass passed, $fail failed"; exit 1; fi
-  probe=$("$FLYNN" sift --help 2>&1)
-  if grep -qE "not built yet|unknown command 'sift'" <<<"$probe"; then
-    echo "test_sift_opencv: $pass passed, $fail failed ($(( $(date +%s) - start )) s)"
-    [ $fail -eq 0 ] || exit 1
-    echo "SKIP: flynn sift is not built yet ($(head -1 <<<"$probe")): the comparison with OpenCV not run"
-    exit 77
-  fi
 fi
 "${cmp[@]}" "${side[@]}" --json "$out/flynn.json" --markdown "$out/flynn.md" \
   --matches-png "$out/flynn_matches.png" >"$tmp/flynn.txt" 2>&1

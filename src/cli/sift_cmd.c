@@ -19,6 +19,8 @@
 #define _POSIX_C_SOURCE 200809L /* open_memstream, clock_gettime, mkdir */
 #endif
 #include "sift_cmd.h"
+
+#include "devtools.h"
 #include "svg.h"
 #include "flynn/flynn.h"
 #include "core/error.h"
@@ -307,19 +309,6 @@ static fl_status save_features(const char *path, const features *f) {
 
 /* ------------------------------------------------------------ JSON */
 
-static void json_str(FILE *f, const char *s) {
-    fputc('"', f);
-    for (; *s; s++) {
-        const unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
-        else if (c == '\n') fputs("\\n", f);
-        else if (c == '\t') fputs("\\t", f);
-        else if (c < 0x20) fprintf(f, "\\u%04x", c);
-        else fputc(c, f);
-    }
-    fputc('"', f);
-}
-
 static void json_num(FILE *f, double v) {
     if (isfinite(v)) fprintf(f, "%.9g", v);
     else fputs("null", f);
@@ -327,9 +316,9 @@ static void json_num(FILE *f, double v) {
 
 static void json_features(FILE *f, const char *path, const features *ft) {
     fputs("{\"path\":", f);
-    json_str(f, path);
+    flynn_json_str(f, path);
     fprintf(f, ",\"width\":%d,\"height\":%d,\"device\":", ft->width, ft->height);
-    json_str(f, ft->why);
+    flynn_json_str(f, ft->why);
     fputs(",\"keypoints\":[", f);
     for (int64_t i = 0; i < ft->kp.n; i++) {
         const fl_keypoint k = ft->kp.data[i];
@@ -720,7 +709,7 @@ static void model_suffix(char *buf, size_t n, const char *geom, int64_t n_in, bo
 
 static void json_side(FILE *f, const char *path, const features *ft) {
     fputs("{\"path\":", f);
-    json_str(f, path);
+    flynn_json_str(f, path);
     fprintf(f, ",\"width\":%d,\"height\":%d,\"keypoints\":%lld,\"sift_ms\":%.1f}", ft->width, ft->height,
             (long long)ft->kp.n, ft->ms);
 }
@@ -831,7 +820,7 @@ int flynn_cmd_match(int argc, char **argv) {
                    (long long)n_in);
             if (why_not[0]) {
                 fputs("null,\"error\":", stdout);
-                json_str(stdout, why_not);
+                flynn_json_str(stdout, why_not);
             } else {
                 print_matrix(stdout, M, true);
             }

@@ -12,6 +12,7 @@
  */
 #include "sift_internal.h"
 
+#include "backend/cpu/cpu_fastmath.h"
 #include "core/error.h"
 
 #include <float.h>
@@ -99,22 +100,21 @@ typedef struct kp_list {
     int64_t n, cap;
 } kp_list;
 
-static bool push_kp(kp_list *l, fl_keypoint k) {
-    if (l->n == l->cap) {
-        int64_t cap = l->cap ? 2 * l->cap : 256;
-        fl_keypoint *p = realloc(l->k, (size_t)cap * sizeof *p);
-        if (!p) return false;
-        l->k = p, l->cap = cap;
-    }
-    l->k[l->n++] = k;
+/* room for one more element in a growing array (doubling); false without memory */
+static bool grow(void **data, int64_t n, int64_t *cap, size_t elem) {
+    if (n < *cap) return true;
+    const int64_t c = *cap ? 2 * *cap : 64;
+    void *p = realloc(*data, (size_t)c * elem);
+    if (!p) return false;
+    *data = p, *cap = c;
     return true;
 }
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__SANITIZE_ADDRESS__) && !defined(FLYNN_FUZZ_BUILD)
-#define SIFT_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define SIFT_CLONES
-#endif
+static bool push_kp(kp_list *l, fl_keypoint k) {
+    if (!grow((void **)&l->k, l->n, &l->cap, sizeof k)) return false;
+    l->k[l->n++] = k;
+    return true;
+}
 
 /* flag[x] for x in [x0, x1): the DoG value beyond the threshold and an extremum of its 26 neighbours, as
  * OpenCV tests it (>= all of them for a positive value, <= for a negative), i.e. the maximum (minimum) of
@@ -155,12 +155,7 @@ typedef struct cand_list {
 } cand_list;
 
 static bool push_cand(cand_list *l, cand c) {
-    if (l->n == l->cap) {
-        int64_t cap = l->cap ? 2 * l->cap : 64;
-        cand *p = realloc(l->c, (size_t)cap * sizeof *p);
-        if (!p) return false;
-        l->c = p, l->cap = cap;
-    }
+    if (!grow((void **)&l->c, l->n, &l->cap, sizeof c)) return false;
     l->c[l->n++] = c;
     return true;
 }
@@ -363,7 +358,7 @@ SIFT_SIMD
         const float dx = o[q], dy = m[q];
         o[q] = fl_sift_atan2_deg(dy, dx);
         m[q] = sqrtf(dx * dx + dy * dy);
-        w[q] = fl_sift_exp(w[q]);
+        w[q] = fl_fast_exp(w[q]);
     }
 }
 

@@ -36,6 +36,13 @@ enum {
 #define SIFT_SIMD
 #endif
 
+/* the hot loops built for AVX-512, AVX2 and baseline x86-64, one picked at load (not in sanitizer builds) */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__SANITIZE_ADDRESS__) && !defined(FLYNN_FUZZ_BUILD)
+#define SIFT_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define SIFT_CLONES
+#endif
+
 typedef struct sift_params {
     int nfeatures, layers; /* layers: nOctaveLayers */
     float contrast, edge, sigma;
@@ -76,24 +83,6 @@ static inline float fl_sift_atan2_deg(float y, float x) {
     float a = wide ? t : 90.f - t;
     a = x < 0 ? 180.f - a : a;
     return y < 0 ? 360.f - a : a;
-}
-
-/* e^x in float for x <= 0 (SIFT's Gaussian weights) within 2 ulp of expf, without a call (Cephes' expf:
- * x = n ln 2 + r, a degree-6 polynomial for e^r, 2^n from the exponent bits), so that loops over it
- * vectorise; 0 below -87 */
-static inline float fl_sift_exp(float x) {
-    const float xc = x < -87.f ? -87.f : x > 88.f ? 88.f : x;
-    const float n = rintf(xc * 1.44269504088896341f);
-    const float r = (xc - n * 0.693359375f) - n * -2.12194440e-4f;
-    float p = 1.9875691500E-4f;
-    p = p * r + 1.3981999507E-3f;
-    p = p * r + 8.3334519073E-3f;
-    p = p * r + 4.1665795894E-2f;
-    p = p * r + 1.6666665459E-1f;
-    p = p * r + 5.0000001201E-1f;
-    const float e = p * (r * r) + r + 1.f;
-    union { int32_t i; float f; } u = {.i = ((int32_t)n + 127) << 23};
-    return x < -87.f ? 0.f : e * u.f;
 }
 
 #endif

@@ -21,12 +21,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__SANITIZE_ADDRESS__) && !defined(FLYNN_FUZZ_BUILD)
-#define SIFT_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define SIFT_CLONES
-#endif
-
 /* BORDER_REFLECT_101 (gfedcb|abcdefgh|gfedcba) for any i, repeated as OpenCV's borderInterpolate does for
  * a kernel wider than the image */
 static inline int reflect101(int i, int n) {
