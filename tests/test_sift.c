@@ -92,6 +92,7 @@ static void empty(int h, int w, float v) {
     CHECK(d && fl_tensor_ndim(d) == 2 && fl_tensor_dim(d, 0) == 0 && fl_tensor_dim(d, 1) == 128);
     fl_keypoints_free(&kp);
     fl_tensor_free(d);
+    fl_tensor_free(t);
 }
 
 static bool same_bits(const fl_keypoints *a, const fl_tensor *da, const fl_keypoints *b, const fl_tensor *db) {
